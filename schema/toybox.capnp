@@ -1,0 +1,120 @@
+# The toybox contract: what the switchboard, the supervisor and a vat say to
+# one another. Authority is a capability: holding a Handle is holding the egress
+# it admits; holding a Door is holding that host function.
+@0xf87d9be7acf38326;
+
+using Go = import "/go.capnp";
+$Go.package("schema");
+$Go.import("toybox/schema");
+
+struct Labels {
+  # A label set (see ARCHITECTURE.md, "Labels"). An empty text or a zero port
+  # means the key is absent: unconstrained.
+  scheme  @0 :Text;    # "http", "https" or "tcp"
+  host    @1 :Text;    # canonical host: lower case A-label, or canonical IP text
+  port    @2 :UInt16;  # 1-65535; 0 = absent
+  network @3 :Text;    # "public" or "local"; set by the switchboard socket
+  vat     @4 :Text;    # the vat's id; set only by the supervisor
+}
+
+struct Target {
+  # What a caller asks to reach. For connect, scheme is "tcp", or "https" when
+  # the caller declares a TLS stream. For check, any of http, https, tcp.
+  scheme @0 :Text;
+  host   @1 :Text;
+  port   @2 :UInt16;   # 0 = the scheme's default
+}
+
+struct Decision {
+  allow     @0 :Bool;
+  reason    @1 :Text;        # why, in words a person can act on
+  addresses @2 :List(Text);  # every address the name resolved to
+  vetted    @3 :Text;        # the address that would be (or was) dialled
+}
+
+struct Header {
+  name  @0 :Text;
+  value @1 :Text;
+}
+
+interface ByteStream {
+  # A flow-controlled byte stream. Writers must set a flow limiter.
+  write @0 (data :Data) -> stream;
+  end   @1 ();   # no more bytes will follow (half close)
+}
+
+interface MessageStream {
+  # WebSocket messages in one direction.
+  send  @0 (data :Data, binary :Bool) -> stream;
+  close @1 (code :UInt16, reason :Text);
+}
+
+interface Responder {
+  # Where the switchboard delivers the answer to a request().
+  start @0 (status :UInt16, headers :List(Header)) -> (body :ByteStream);
+  # The response body is written to the returned stream, then end()ed.
+  fail  @1 (message :Text);
+  # The request could not be completed (after it was admitted).
+}
+
+interface Handle {
+  # Egress, constrained by labels. Refusals are errors whose text starts
+  # "egress refused: ".
+
+  describe  @0 () -> (labels :Labels);
+  # The labels this handle carries.
+
+  constrain @1 (labels :Labels) -> (handle :Handle);
+  # A narrower handle: labels only accumulate; a conflict is an error.
+
+  check     @2 (target :Target) -> (decision :Decision);
+  # The full decision (labels, DNS, address classes) without dialling.
+
+  connect   @3 (target :Target, tlsHello :Data, wantFd :Bool,
+                downstream :ByteStream) -> (fd :UInt64, upstream :ByteStream);
+  # A TCP stream to target. With scheme "https", tlsHello must hold the first
+  # bytes of the caller's stream: a TLS ClientHello whose SNI equals the host
+  # when the host is a name; the switchboard checks it and sends it first.
+  # With wantFd and a same-host caller on a unix connection, the connected
+  # socket itself comes back: fd is the sequence number of the descriptor
+  # passed with SCM_RIGHTS on this connection (see schema/wire), and
+  # upstream is null. Otherwise fd is 0, the remote's bytes are written to
+  # downstream and the caller writes its bytes to upstream.
+
+  request   @4 (method :Text, url :Text, headers :List(Header),
+                responder :Responder) -> (body :ByteStream);
+  # An HTTP(S) request. Decided before it returns; the request body is
+  # written to body (then end()ed); the answer arrives at responder.
+  # Redirects are never followed.
+
+  webSocket @5 (url :Text, headers :List(Header), downstream :MessageStream)
+            -> (upstream :MessageStream, protocol :Text);
+  # A ws/wss connection, after the upgrade succeeded.
+}
+
+struct DoorEntry {
+  name   @0 :Text;   # "METHOD /path"
+  method @1 :Text;
+  path   @2 :Text;
+}
+
+interface Door {
+  # One or more host functions; holding it is the permission.
+  entries @0 () -> (entries :List(DoorEntry));
+  call    @1 (method :Text, path :Text, headers :List(Header), body :Data)
+          -> (status :UInt16, headers :List(Header), body :Data);
+}
+
+interface DoorSet {
+  # A vat's own doors.
+  list @0 () -> (entries :List(DoorEntry));
+  all  @1 () -> (door :Door);          # every entry of the set
+  get  @2 (name :Text) -> (door :Door); # narrowed to one entry
+}
+
+interface Vat {
+  # The bootstrap capability a vat finds on fd 3.
+  egress @0 () -> (handle :Handle);  # null when the vat has no grant
+  doors  @1 () -> (doors :DoorSet);  # empty set when it has none
+  id     @2 () -> (id :Text);
+}

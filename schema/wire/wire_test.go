@@ -1,0 +1,108 @@
+package wire
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+func pair(t *testing.T, acceptB bool) (*Conn, *Conn) {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mk := func(fd int, accept bool) *Conn {
+		c, err := FromFile(os.NewFile(uintptr(fd), "pair"), accept)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	return mk(fds[0], true), mk(fds[1], acceptB)
+}
+
+// TestFDsArriveInOrder sends descriptors interleaved with bytes and checks
+// that each sequence number names the descriptor the sender meant.
+func TestFDsArriveInOrder(t *testing.T) {
+	a, b := pair(t, true)
+	const n = 20
+	var want []string
+	for i := 0; i < n; i++ {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg := string(rune('a' + i))
+		if _, err := w.WriteString(msg); err != nil {
+			t.Fatal(err)
+		}
+		_ = w.Close()
+		seq, err := a.SendFD(r)
+		_ = r.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seq != uint64(i+1) {
+			t.Fatalf("SendFD seq = %d; want %d", seq, i+1)
+		}
+		want = append(want, msg)
+		if i%3 == 0 {
+			if _, err := a.Write([]byte("xy")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := a.Write([]byte("end")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	got := 0
+	for got < 2*7+3 {
+		k, err := b.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += k
+	}
+	for i, w := range want {
+		f, err := b.TakeFD(uint64(i + 1))
+		if err != nil {
+			t.Fatalf("TakeFD(%d): %v", i+1, err)
+		}
+		data, _ := io.ReadAll(f)
+		_ = f.Close()
+		if string(data) != w {
+			t.Errorf("fd %d reads %q; want %q", i+1, data, w)
+		}
+	}
+	if _, err := b.TakeFD(1); !errors.Is(err, ErrNoFD) {
+		t.Errorf("second TakeFD(1) = %v; want ErrNoFD", err)
+	}
+}
+
+// TestRefusingSideBreaks checks that a side that accepts no descriptors
+// closes what it is sent and fails the connection.
+func TestRefusingSideBreaks(t *testing.T) {
+	a, b := pair(t, false)
+	r, w, _ := os.Pipe()
+	defer w.Close()
+	if _, err := a.SendFD(r); err != nil {
+		t.Fatal(err)
+	}
+	_ = r.Close()
+	if _, err := a.Write([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := b.Read(make([]byte, 16))
+	if !errors.Is(err, ErrFDsRefused) {
+		t.Fatalf("Read = %v; want ErrFDsRefused", err)
+	}
+	var ne net.Error
+	_ = errors.As(err, &ne)
+}

@@ -1,0 +1,92 @@
+// Package wall builds and starts the bubblewrap sandbox ("wall") a vat runs
+// in: a pure plan (bwrap argv, binds, environment, fds) from a Spec, then the
+// launch. It fails closed: a wall that cannot be built returns an error and
+// nothing runs.
+package wall
+
+import (
+	"os"
+)
+
+// Tiers: how walled a running vat is. The supervisor's words module turns
+// these into status words.
+const (
+	TierWalled          = "walled"
+	TierWalledNoSeccomp = "walled-noseccomp"
+)
+
+// Spec is everything the supervisor knows about one spawn. CONTRACT between
+// vat/wall (owner) and the supervisor: fields may be added; do not rename or
+// remove without updating the supervisor.
+type Spec struct {
+	// ID is the vat's id ([a-z0-9][a-z0-9-]{0,62}).
+	ID string
+	// InstallDir is the vat's code (<state>/code/<sha256> or an unpacked
+	// bundle), bound read-only at its real path; the working directory.
+	InstallDir string
+	// Command is the argv. Command[0] is absolute, or relative to InstallDir.
+	Command []string
+	// DataDir is <state>/data/<id>, bound read-write by fd at its real path.
+	// HOME and the cache variables point below it.
+	DataDir string
+	// RunDir is <state>/run/<id> (0700), bound as /run/toybox; the app
+	// listens on /run/toybox/app.sock ($TOYBOX_LISTEN).
+	RunDir string
+	// StateDir is the supervisor's state dir: never a bind source outside
+	// this vat's own folders, masked wherever it sits inside a bound tree.
+	StateDir string
+	// Env holds the keys the manifest declares, with the owner's values.
+	Env map[string]string
+	// HostEnv is where the allowlisted slice (PATH, LANG, LC_*, TZ) is
+	// taken from. If nil, os.Environ().
+	HostEnv []string
+	// Files are the owner-chosen binds (manifest sandbox.files), already
+	// resolved to the values the owner typed.
+	Files Files
+	// OwnEnvFile binds <InstallDir>/.env read-only (manifest ownEnvFile).
+	OwnEnvFile bool
+	// Net is what toybox-entry serves on loopback inside the wall.
+	Net Net
+	// EntryPath is the host path of the toybox-entry binary.
+	EntryPath string
+	// EntryCap is the entry's own capability socket (serves the Vat
+	// bootstrap). AppCap becomes the app's fd 3. Start takes ownership of
+	// both and closes its copies once the wall has them.
+	EntryCap, AppCap *os.File
+	// Stdout and Stderr receive the app's output. If nil, discarded.
+	Stdout, Stderr *os.File
+	// NoSeccomp skips the seccomp filter (tier walled-noseccomp). Only where
+	// the architecture has no table; never as a fallback after a failure.
+	NoSeccomp bool
+	// UID and GID are the host ids the wall runs as when the supervisor is
+	// root (the app must never run as a uid mapped onto host root). If zero
+	// and the supervisor is root, 65534.
+	UID, GID int
+}
+
+// Files are the owner-chosen files and folders a vat may see.
+type Files struct {
+	Read     []string // bound read-only
+	Write    []string // bound read-write
+	OAuthDir []string // folders bound read-write
+}
+
+// Net describes the loopback services toybox-entry runs inside the wall.
+type Net struct {
+	// None: the vat has no way out at all (no proxy, no forwards, and
+	// no proxy variables).
+	None bool
+	// ProxyPort is the HTTP CONNECT proxy's port on 127.0.0.1. If zero,
+	// 39080 (bumped when a forwarded port needs it).
+	ProxyPort int
+	// Forwards are listed loopback ports forwarded through the Handle.
+	Forwards []Forward
+}
+
+// Forward serves Port on 127.0.0.1 inside the wall and connects each
+// accepted connection to Host:TargetPort through the vat's Handle.
+type Forward struct {
+	Port       uint16
+	Host       string
+	TargetPort uint16
+}
