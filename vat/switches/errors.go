@@ -1,0 +1,9 @@
+package switches
+
+import "errors"
+
+// Errors.
+var (
+	ErrBadSwitch  = errors.New("unknown switch value")
+	ErrNoStateDir = errors.New("no state directory for the owner's choices")
+)

@@ -1,0 +1,190 @@
+// Package switches decides whether a vat runs inside its wall. The kill
+// switch (TOYBOX_WALLS=off), the per-host default (TOYBOX_WALLS_DEFAULT) and
+// the owner's choice per vat (<state>/walls.json, mode 0600) are read here and
+// nowhere else, in that order. Nothing a vat can write is consulted.
+package switches
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+
+	"toybox/vat/words"
+)
+
+// FileName is the owner's choices file inside the state directory.
+const FileName = "walls.json"
+
+// Config is what cmd/ read from the environment.
+type Config struct {
+	// Kill is the value of TOYBOX_WALLS. "off" turns every wall off;
+	// "" or "on" leaves them to the next rules. Anything else is an error.
+	Kill string
+	// Default is the value of TOYBOX_WALLS_DEFAULT: "" or "walled" (walls
+	// on), "off" (not walled on this computer). Anything else is an error.
+	Default string
+	// StateDir holds walls.json. If empty, no owner choice is ever found
+	// and SetChoice fails.
+	StateDir string
+}
+
+// Decision is whether one vat runs walled, and the word that says why not.
+type Decision struct {
+	Walled bool
+	// Word is the status word when not walled (zero when walled: the
+	// wall's tier decides the word then).
+	Word   words.Word
+	Reason string
+}
+
+// Inputs are the three switches for one vat: pure values.
+type Inputs struct {
+	Kill        bool // TOYBOX_WALLS=off
+	HostOff     bool // TOYBOX_WALLS_DEFAULT=off
+	OwnerUnwall bool // walls.json says this vat runs without its wall
+}
+
+// Decide applies the order: kill switch, per-host default, owner's choice,
+// then walled.
+func Decide(in Inputs) Decision {
+	switch {
+	case in.Kill:
+		return Decision{Word: words.NotWalledOperator, Reason: "TOYBOX_WALLS=off (the kill switch) is set"}
+	case in.HostOff:
+		return Decision{Word: words.NotWalledHost, Reason: "TOYBOX_WALLS_DEFAULT=off on this computer"}
+	case in.OwnerUnwall:
+		return Decision{Word: words.NotWalledChoice, Reason: "the owner chose to run it without its wall"}
+	}
+	return Decision{Walled: true, Reason: "walls are on"}
+}
+
+// Switches is the loaded configuration. Safe for concurrent use.
+type Switches struct {
+	kill, hostOff bool
+	stateDir      string
+	mu            sync.Mutex // serialises writes of walls.json
+}
+
+// New validates cfg.
+func New(cfg Config) (*Switches, error) {
+	s := &Switches{stateDir: cfg.StateDir}
+	switch cfg.Kill {
+	case "", "on":
+	case "off":
+		s.kill = true
+	default:
+		return nil, fmt.Errorf("TOYBOX_WALLS=%q: %w (want off, on or unset)", cfg.Kill, ErrBadSwitch)
+	}
+	switch cfg.Default {
+	case "", "walled", "on":
+	case "off":
+		s.hostOff = true
+	default:
+		return nil, fmt.Errorf("TOYBOX_WALLS_DEFAULT=%q: %w (want walled, off or unset)", cfg.Default, ErrBadSwitch)
+	}
+	return s, nil
+}
+
+// file is walls.json.
+type file struct {
+	// Unwalled lists the vats their owner chose to run without a wall.
+	Unwalled []string `json:"unwalled"`
+}
+
+// For decides for vat id. A walls.json that cannot be read or parsed is an
+// error: the caller keeps the vat off rather than guess.
+func (s *Switches) For(id string) (Decision, error) {
+	in := Inputs{Kill: s.kill, HostOff: s.hostOff}
+	if !in.Kill && !in.HostOff {
+		f, err := s.load()
+		if err != nil {
+			return Decision{}, err
+		}
+		for _, u := range f.Unwalled {
+			if u == id {
+				in.OwnerUnwall = true
+			}
+		}
+	}
+	return Decide(in), nil
+}
+
+func (s *Switches) load() (file, error) {
+	var f file
+	if s.stateDir == "" {
+		return f, nil
+	}
+	b, err := os.ReadFile(filepath.Join(s.stateDir, FileName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return f, nil
+	}
+	if err != nil {
+		return f, fmt.Errorf("reading %s: %w", FileName, err)
+	}
+	if err := json.Unmarshal(b, &f); err != nil {
+		return f, fmt.Errorf("parsing %s: %w", FileName, err)
+	}
+	return f, nil
+}
+
+// SetChoice records the owner's choice for vat id: walled true removes it
+// from the unwalled list. The file is written atomically with mode 0600.
+func (s *Switches) SetChoice(id string, walled bool) error {
+	if s.stateDir == "" {
+		return ErrNoStateDir
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f, err := s.load()
+	if err != nil {
+		return err
+	}
+	set := map[string]bool{}
+	for _, u := range f.Unwalled {
+		set[u] = true
+	}
+	if walled {
+		delete(set, id)
+	} else {
+		set[id] = true
+	}
+	f.Unwalled = f.Unwalled[:0]
+	for u := range set {
+		f.Unwalled = append(f.Unwalled, u)
+	}
+	sort.Strings(f.Unwalled)
+	b, err := json.MarshalIndent(f, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeAtomic(filepath.Join(s.stateDir, FileName), append(b, '\n'))
+}
+
+func writeAtomic(path string, b []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".walls-*")
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", filepath.Base(path), err)
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return err
+	}
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

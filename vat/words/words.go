@@ -1,0 +1,105 @@
+// Package words holds every status word a vat can have, in English and
+// Spanish. The status API, the CLI and the logs all take their words from
+// here, so they never disagree.
+package words
+
+import "toybox/vat/wall"
+
+// Word is one status of a vat. The zero Word is Unknown.
+type Word int
+
+// The status words.
+const (
+	Unknown Word = iota
+	// Starting: the app was launched and is not yet listening.
+	Starting
+	// Restarting: the app went away and waits out its backoff.
+	Restarting
+	// Walled: the app runs inside its wall, seccomp included.
+	Walled
+	// WalledNoSeccomp: inside its wall, without a seccomp filter (an
+	// architecture without a syscall table).
+	WalledNoSeccomp
+	// NotWalledChoice: the owner chose to run this vat without its wall.
+	NotWalledChoice
+	// NotWalledHost: the per-host default is not walled.
+	NotWalledHost
+	// NotWalledOperator: the kill switch is set.
+	NotWalledOperator
+	// OffWall: the wall could not be built, or the app failed inside it
+	// before it ever listened.
+	OffWall
+	// OffStopped: the app went away and will not be restarted.
+	OffStopped
+	// OffRemoved: stopped by its owner (DELETE).
+	OffRemoved
+	// OffShutdown: the supervisor is shutting down.
+	OffShutdown
+)
+
+type pair struct{ en, es string }
+
+var table = map[Word]pair{
+	Unknown:           {"unknown", "desconocido"},
+	Starting:          {"starting", "arrancando"},
+	Restarting:        {"restarting", "reiniciando"},
+	Walled:            {"walled", "amurallado"},
+	WalledNoSeccomp:   {"walled-noseccomp", "amurallado-sin-seccomp"},
+	NotWalledChoice:   {"not walled (your choice)", "sin muro (por tu elección)"},
+	NotWalledHost:     {"not walled (switched off for this computer)", "sin muro (desactivado en este ordenador)"},
+	NotWalledOperator: {"not walled (switched off by the operator)", "sin muro (desactivado por el operador)"},
+	OffWall:           {"off: it could not run inside its wall", "apagado: no pudo funcionar dentro de su muro"},
+	OffStopped:        {"off: it stopped", "apagado: se detuvo"},
+	OffRemoved:        {"off: removed by its owner", "apagado: retirado por su dueño"},
+	OffShutdown:       {"off: the supervisor is stopping", "apagado: el supervisor se está deteniendo"},
+}
+
+// String returns the English word.
+func (w Word) String() string { return w.In("en") }
+
+// In returns the word in lang ("en" or "es"; anything else is English).
+func (w Word) In(lang string) string {
+	p, ok := table[w]
+	if !ok {
+		p = table[Unknown]
+	}
+	if lang == "es" {
+		return p.es
+	}
+	return p.en
+}
+
+// Off reports whether w means the app is not running and not about to.
+func (w Word) Off() bool {
+	switch w {
+	case OffWall, OffStopped, OffRemoved, OffShutdown, Unknown:
+		return true
+	}
+	return false
+}
+
+// Serving reports whether w means the app is up and answering.
+func (w Word) Serving() bool {
+	switch w {
+	case Walled, WalledNoSeccomp, NotWalledChoice, NotWalledHost, NotWalledOperator:
+		return true
+	}
+	return false
+}
+
+// FromTier maps a wall tier (wall.Tier*) to its word. An unknown tier is
+// Unknown: it is never read as walled.
+func FromTier(tier string) Word {
+	switch tier {
+	case wall.TierWalled:
+		return Walled
+	case wall.TierWalledNoSeccomp:
+		return WalledNoSeccomp
+	}
+	return Unknown
+}
+
+// All lists every word, for tests and documentation.
+func All() []Word {
+	return []Word{Unknown, Starting, Restarting, Walled, WalledNoSeccomp, NotWalledChoice, NotWalledHost, NotWalledOperator, OffWall, OffStopped, OffRemoved, OffShutdown}
+}

@@ -1,0 +1,60 @@
+package words
+
+import (
+	"testing"
+
+	"toybox/vat/wall"
+)
+
+func TestEveryWordHasBothLanguages(t *testing.T) {
+	seen := map[string]Word{}
+	for _, w := range All() {
+		en, es := w.In("en"), w.In("es")
+		if en == "" || es == "" {
+			t.Errorf("word %d: en=%q es=%q; want both set", w, en, es)
+		}
+		if w != Unknown && en == Unknown.String() {
+			t.Errorf("word %d has no entry in the table", w)
+		}
+		if prev, dup := seen[en]; dup {
+			t.Errorf("words %d and %d share %q", prev, w, en)
+		}
+		seen[en] = w
+	}
+}
+
+func TestFromTier(t *testing.T) {
+	tests := []struct {
+		name, tier string
+		want       Word
+	}{
+		{"walled", wall.TierWalled, Walled},
+		{"no seccomp", wall.TierWalledNoSeccomp, WalledNoSeccomp},
+		{"unknown tier is never walled", "walled-maybe", Unknown},
+		{"empty", "", Unknown},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := FromTier(tt.tier); got != tt.want {
+				t.Errorf("FromTier(%q) = %v; want %v", tt.tier, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestOffAndServing(t *testing.T) {
+	for _, w := range All() {
+		if w.Off() && w.Serving() {
+			t.Errorf("%q is both off and serving", w)
+		}
+	}
+	if !OffStopped.Off() || !OffWall.Off() {
+		t.Error("off words must report Off")
+	}
+	if !Walled.Serving() || !NotWalledChoice.Serving() {
+		t.Error("running words must report Serving")
+	}
+	if got := OffWall.In("es"); got != "apagado: no pudo funcionar dentro de su muro" {
+		t.Errorf("OffWall.In(es) = %q", got)
+	}
+}
