@@ -1,0 +1,24 @@
+// Package labels is the one implementation of toybox's egress label rules:
+// label sets ({scheme, host, port, network, vat}) parsed from JSON or the
+// legacy bare host[:port] spelling, canonicalised, narrowed with Constrain,
+// and asked whether they admit a request with Admit.
+//
+// Everything here is a pure value: no I/O, no clock, no logging. Every
+// parse or validation error wraps ErrBadLabel and names the problem; a
+// disagreement between two sets wraps ErrConflict; an attempt to turn a
+// public handle into a local one wraps ErrWiden.
+//
+// Matching rules:
+//   - A zero field is an absent key, and an absent key matches anything.
+//   - host matches the request's canonical host text exactly: a name never
+//     matches its addresses, a grant for example.com does not admit
+//     www.example.com, and there are no wildcards.
+//   - A request's port 0 is first defaulted from its scheme (http 80,
+//     https 443); an explicit port in a set must equal it. A set with a
+//     scheme but no port admits that scheme on any port.
+//   - network is ordered: "public" is narrower than "local". A public set
+//     admits only requests whose address class is public; a local set
+//     admits both classes.
+//   - vat is identity, not reach: Admit ignores it, Constrain never lets it
+//     change, and ParseGrant refuses it.
+package labels

@@ -1,0 +1,261 @@
+package labels
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// Network values.
+const (
+	NetworkPublic = "public" // globally reachable unicast addresses only
+	NetworkLocal  = "local"  // public addresses plus LAN, loopback and the like
+)
+
+// Set is a label set. A zero field means the key is absent (unconstrained).
+// The zero Set constrains nothing.
+type Set struct {
+	Scheme  string // "http", "https", "tcp"
+	Host    string // canonical: lower case, IDNA A-label, no trailing dot, canonical IP text, IPv6 unbracketed
+	Port    uint16
+	Network string // "public" or "local"
+	Vat     string // [a-z0-9][a-z0-9-]{0,62}
+}
+
+// IsZero reports whether s sets no key at all.
+func (s Set) IsZero() bool { return s == Set{} }
+
+// String returns s as canonical JSON: only the keys that are set, sorted,
+// port as a number, e.g. {"host":"example.com","port":443}. It prints the
+// fields as they are; use Canonical first for a set of unknown origin.
+func (s Set) String() string {
+	var b strings.Builder
+	b.WriteByte('{')
+	n := 0
+	field := func(k, v string) {
+		if n > 0 {
+			b.WriteByte(',')
+		}
+		n++
+		b.WriteString(strconv.Quote(k)) // keys are fixed ASCII
+		b.WriteByte(':')
+		b.WriteString(v)
+	}
+	str := func(v string) string {
+		q, _ := json.Marshal(v) // marshalling a string cannot fail
+		return string(q)
+	}
+	if s.Host != "" {
+		field("host", str(s.Host))
+	}
+	if s.Network != "" {
+		field("network", str(s.Network))
+	}
+	if s.Port != 0 {
+		field("port", strconv.Itoa(int(s.Port)))
+	}
+	if s.Scheme != "" {
+		field("scheme", str(s.Scheme))
+	}
+	if s.Vat != "" {
+		field("vat", str(s.Vat))
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// MarshalJSON returns the canonical JSON of s (see String). It fails,
+// wrapping ErrBadLabel, if s does not validate, so a bad set never leaves
+// the process as JSON.
+func (s Set) MarshalJSON() ([]byte, error) {
+	c, err := Canonical(s)
+	if err != nil {
+		return nil, err
+	}
+	return []byte(c.String()), nil
+}
+
+// UnmarshalJSON reads a set with the same strict rules as ParseSet.
+func (s *Set) UnmarshalJSON(data []byte) error {
+	v, err := ParseSet(data)
+	if err != nil {
+		return err
+	}
+	*s = v
+	return nil
+}
+
+// ParseSet reads one JSON object holding any of the keys scheme, host,
+// port, network and vat, and returns it canonicalised. Port may be a JSON
+// number or a decimal string. It refuses unknown or duplicate keys, empty
+// or null values, values of the wrong type, invalid UTF-8 and anything
+// after the object.
+func ParseSet(data []byte) (Set, error) {
+	if !utf8.Valid(data) {
+		return Set{}, badf("label set is not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	tok, err := dec.Token()
+	if err != nil {
+		return Set{}, badJSON(err)
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return Set{}, badf("label set must be a JSON object, not %s", describeToken(tok))
+	}
+	var s Set
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return Set{}, badJSON(err)
+		}
+		key, ok := tok.(string)
+		if !ok {
+			return Set{}, badf("label set key is %s", describeToken(tok))
+		}
+		if seen[key] {
+			return Set{}, badf("duplicate key %q", key)
+		}
+		seen[key] = true
+		val, err := dec.Token()
+		if err != nil {
+			return Set{}, badJSON(err)
+		}
+		if err := s.setKey(key, val); err != nil {
+			return Set{}, err
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing '}'
+		return Set{}, badJSON(err)
+	}
+	if tok, err := dec.Token(); !errors.Is(err, io.EOF) {
+		if err != nil {
+			return Set{}, badJSON(err)
+		}
+		return Set{}, badf("trailing data after the label set: %s", describeToken(tok))
+	}
+	return Canonical(s)
+}
+
+// setKey stores one JSON member into s, checking its type and emptiness.
+// Canonical does the rest of the validation.
+func (s *Set) setKey(key string, val json.Token) error {
+	if key == "port" {
+		var text string
+		switch v := val.(type) {
+		case json.Number:
+			text = string(v)
+		case string:
+			text = v
+		default:
+			return badf("port must be a number or a decimal string, not %s", describeToken(val))
+		}
+		p, err := parsePort(text)
+		if err != nil {
+			return err
+		}
+		s.Port = p
+		return nil
+	}
+	var dst *string
+	switch key {
+	case "scheme":
+		dst = &s.Scheme
+	case "host":
+		dst = &s.Host
+	case "network":
+		dst = &s.Network
+	case "vat":
+		dst = &s.Vat
+	default:
+		return badf("unknown key %q (known: host, network, port, scheme, vat)", key)
+	}
+	v, ok := val.(string)
+	if !ok {
+		return badf("%s must be a string, not %s", key, describeToken(val))
+	}
+	if v == "" {
+		return badf("empty %s", key)
+	}
+	*dst = v
+	return nil
+}
+
+func badJSON(err error) error {
+	if errors.Is(err, io.EOF) {
+		return badf("label set: unexpected end of JSON")
+	}
+	return badf("label set: malformed JSON: %v", err)
+}
+
+func describeToken(t json.Token) string {
+	switch v := t.(type) {
+	case nil:
+		return "null"
+	case json.Delim:
+		switch v {
+		case '{', '}':
+			return "an object"
+		default:
+			return "a list"
+		}
+	case bool:
+		return "a boolean"
+	case json.Number, float64:
+		return "a number"
+	case string:
+		return "a string"
+	}
+	return "an unexpected value"
+}
+
+// Canonical validates every field of s and returns it canonicalised: the
+// scheme in lower case, the host as by CanonicalHost. Absent (zero) fields
+// stay absent.
+func Canonical(s Set) (Set, error) {
+	if s.Scheme != "" {
+		sc := strings.ToLower(s.Scheme)
+		switch sc {
+		case "http", "https", "tcp":
+			s.Scheme = sc
+		default:
+			return Set{}, badf("scheme %q not allowed (http, https or tcp)", s.Scheme)
+		}
+	}
+	if s.Host != "" {
+		h, err := CanonicalHost(s.Host)
+		if err != nil {
+			return Set{}, err
+		}
+		s.Host = h
+	}
+	switch s.Network {
+	case "", NetworkPublic, NetworkLocal:
+	default:
+		return Set{}, badf("network %q not allowed (public or local)", s.Network)
+	}
+	if s.Vat != "" && !ValidVatID(s.Vat) {
+		return Set{}, badf("vat id %q not allowed ([a-z0-9][a-z0-9-]{0,62})", s.Vat)
+	}
+	return s, nil
+}
+
+// ValidVatID reports whether id is a well-formed vat id:
+// [a-z0-9][a-z0-9-]{0,62}.
+func ValidVatID(id string) bool {
+	if id == "" || len(id) > 63 || id[0] == '-' {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}

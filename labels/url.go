@@ -1,0 +1,73 @@
+package labels
+
+import (
+	"net/url"
+	"strings"
+)
+
+// DefaultPort returns the port a scheme implies: 80 for http, 443 for
+// https, 0 for anything else (tcp has no default).
+func DefaultPort(scheme string) uint16 {
+	switch scheme {
+	case "http":
+		return 80
+	case "https":
+		return 443
+	}
+	return 0
+}
+
+// ParseURL reads an absolute http, https, ws or wss URL and returns the
+// request it presents: Scheme http or https (ws reads as http, wss as
+// https), the canonical host, and the port (the scheme's default when the
+// URL names none). It refuses other schemes, userinfo, an empty host, an
+// empty or bad port, percent-escapes or zones in the host, and any URL
+// whose host net/url would read differently from the raw text (so the
+// switchboard and net/http can never disagree about where a request goes).
+func ParseURL(raw string) (Request, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return Request{}, badf("bad URL: %v", err)
+	}
+	var scheme string
+	switch u.Scheme {
+	case "http", "ws":
+		scheme = "http"
+	case "https", "wss":
+		scheme = "https"
+	case "":
+		return Request{}, badf("URL %q has no scheme (http, https, ws or wss)", raw)
+	default:
+		return Request{}, badf("URL scheme %q not allowed (http, https, ws or wss)", u.Scheme)
+	}
+	if u.Opaque != "" {
+		return Request{}, badf("URL %q has no //host", raw)
+	}
+	if u.User != nil {
+		return Request{}, badf("userinfo not allowed in URL")
+	}
+	// The authority as written: after "scheme://", up to the first of
+	// "/?#". It must be exactly what net/url took as the host.
+	rest := raw[len(u.Scheme):]
+	if len(rest) < 3 || rest[0] != ':' || rest[1] != '/' || rest[2] != '/' {
+		return Request{}, badf("URL %q has no //host", raw)
+	}
+	auth := rest[3:]
+	if i := strings.IndexAny(auth, "/?#"); i >= 0 {
+		auth = auth[:i]
+	}
+	if auth != u.Host {
+		return Request{}, badf("URL host %q is spelled ambiguously", auth)
+	}
+	if auth == "" {
+		return Request{}, badf("empty host in URL %q", raw)
+	}
+	host, port, err := splitHostPort(auth, false)
+	if err != nil {
+		return Request{}, err
+	}
+	if port == 0 {
+		port = DefaultPort(scheme)
+	}
+	return Request{Scheme: scheme, Host: host, Port: port}, nil
+}
