@@ -1,0 +1,160 @@
+//go:build linux && cgo && amd64
+
+package seccomp
+
+import (
+	"encoding/binary"
+	"fmt"
+	"testing"
+
+	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
+)
+
+const (
+	auditArchX8664 = 0xc000003e
+	auditArchI386  = 0x40000003
+	x32Bit         = 0x40000000
+
+	retKillProcess = 0x80000000
+	retAllow       = 0x7fff0000
+	retErrno       = 0x00050000
+)
+
+// vm loads the exported filter into x/net/bpf's interpreter.
+func vm(t *testing.T) *bpf.VM {
+	t.Helper()
+	prog, err := BPF()
+	if err != nil {
+		t.Fatalf("BPF() = %v", err)
+	}
+	raw := make([]bpf.RawInstruction, len(prog)/8)
+	for i := range raw {
+		b := prog[i*8:]
+		raw[i] = bpf.RawInstruction{
+			Op: binary.NativeEndian.Uint16(b[0:]),
+			Jt: b[2],
+			Jf: b[3],
+			K:  binary.NativeEndian.Uint32(b[4:]),
+		}
+	}
+	insns, ok := bpf.Disassemble(raw)
+	if !ok {
+		t.Fatalf("the filter has instructions x/net/bpf cannot decode")
+	}
+	m, err := bpf.NewVM(insns)
+	if err != nil {
+		t.Fatalf("bpf.NewVM: %v", err)
+	}
+	return m
+}
+
+// seccompData encodes struct seccomp_data for the interpreter. The kernel
+// loads 32-bit words in host (little-endian) order; x/net/bpf loads them
+// big-endian, so each 32-bit word is written big-endian at its offset, and a
+// 64-bit argument's low word sits at the lower offset as it does in memory.
+func seccompData(nr int32, arch uint32, args ...uint64) []byte {
+	b := make([]byte, 64)
+	binary.BigEndian.PutUint32(b[0:], uint32(nr))
+	binary.BigEndian.PutUint32(b[4:], arch)
+	for i, a := range args {
+		off := 16 + 8*i
+		binary.BigEndian.PutUint32(b[off:], uint32(a))
+		binary.BigEndian.PutUint32(b[off+4:], uint32(a>>32))
+	}
+	return b
+}
+
+func TestFilterTable(t *testing.T) {
+	m := vm(t)
+	eperm := uint32(retErrno | uint32(unix.EPERM))
+	enosys := uint32(retErrno | uint32(unix.ENOSYS))
+	tests := []struct {
+		name string
+		nr   int32
+		arch uint32
+		args []uint64
+		want uint32
+	}{
+		{"read allowed", unix.SYS_READ, auditArchX8664, nil, retAllow},
+		{"write allowed", unix.SYS_WRITE, auditArchX8664, nil, retAllow},
+		{"openat allowed", unix.SYS_OPENAT, auditArchX8664, nil, retAllow},
+		{"execve allowed", unix.SYS_EXECVE, auditArchX8664, nil, retAllow},
+		{"splice allowed", unix.SYS_SPLICE, auditArchX8664, nil, retAllow},
+		{"ptrace refused", unix.SYS_PTRACE, auditArchX8664, nil, eperm},
+		{"process_vm_readv refused", unix.SYS_PROCESS_VM_READV, auditArchX8664, nil, eperm},
+		{"mount refused", unix.SYS_MOUNT, auditArchX8664, nil, eperm},
+		{"umount2 refused", unix.SYS_UMOUNT2, auditArchX8664, nil, eperm},
+		{"pivot_root refused", unix.SYS_PIVOT_ROOT, auditArchX8664, nil, eperm},
+		{"fsopen refused", unix.SYS_FSOPEN, auditArchX8664, nil, eperm},
+		{"open_tree refused", unix.SYS_OPEN_TREE, auditArchX8664, nil, eperm},
+		{"unshare refused", unix.SYS_UNSHARE, auditArchX8664, []uint64{unix.CLONE_NEWUSER}, eperm},
+		{"setns refused", unix.SYS_SETNS, auditArchX8664, nil, eperm},
+		{"keyctl refused", unix.SYS_KEYCTL, auditArchX8664, nil, eperm},
+		{"add_key refused", unix.SYS_ADD_KEY, auditArchX8664, nil, eperm},
+		{"request_key refused", unix.SYS_REQUEST_KEY, auditArchX8664, nil, eperm},
+		{"bpf refused", unix.SYS_BPF, auditArchX8664, nil, eperm},
+		{"perf_event_open refused", unix.SYS_PERF_EVENT_OPEN, auditArchX8664, nil, eperm},
+		{"userfaultfd refused", unix.SYS_USERFAULTFD, auditArchX8664, nil, eperm},
+		{"io_uring_setup refused", unix.SYS_IO_URING_SETUP, auditArchX8664, nil, eperm},
+		{"io_uring_enter refused", unix.SYS_IO_URING_ENTER, auditArchX8664, nil, eperm},
+		{"io_uring_register refused", unix.SYS_IO_URING_REGISTER, auditArchX8664, nil, eperm},
+		{"kexec_load refused", unix.SYS_KEXEC_LOAD, auditArchX8664, nil, eperm},
+		{"kexec_file_load refused", unix.SYS_KEXEC_FILE_LOAD, auditArchX8664, nil, eperm},
+		{"init_module refused", unix.SYS_INIT_MODULE, auditArchX8664, nil, eperm},
+		{"finit_module refused", unix.SYS_FINIT_MODULE, auditArchX8664, nil, eperm},
+		{"open_by_handle_at refused", unix.SYS_OPEN_BY_HANDLE_AT, auditArchX8664, nil, eperm},
+		{"personality query allowed", unix.SYS_PERSONALITY, auditArchX8664, []uint64{0xffffffff}, retAllow},
+		{"personality linux allowed", unix.SYS_PERSONALITY, auditArchX8664, []uint64{0}, retAllow},
+		{"personality addr_no_randomize refused", unix.SYS_PERSONALITY, auditArchX8664, []uint64{0x0040000}, eperm},
+		{"personality bit 31 with a flag refused", unix.SYS_PERSONALITY, auditArchX8664, []uint64{0x80040000}, eperm},
+		{"personality high word ignored refused", unix.SYS_PERSONALITY, auditArchX8664, []uint64{1<<32 | 0x0040000}, eperm},
+		{"personality query with high word allowed", unix.SYS_PERSONALITY, auditArchX8664, []uint64{1<<32 | 0xffffffff}, retAllow},
+		{"socket unix allowed", unix.SYS_SOCKET, auditArchX8664, []uint64{unix.AF_UNIX, unix.SOCK_STREAM}, retAllow},
+		{"socket inet allowed", unix.SYS_SOCKET, auditArchX8664, []uint64{unix.AF_INET, unix.SOCK_STREAM | unix.SOCK_CLOEXEC}, retAllow},
+		{"socket inet6 dgram allowed", unix.SYS_SOCKET, auditArchX8664, []uint64{unix.AF_INET6, unix.SOCK_DGRAM}, retAllow},
+		{"socket netlink refused", unix.SYS_SOCKET, auditArchX8664, []uint64{unix.AF_NETLINK, unix.SOCK_RAW}, eperm},
+		{"socket packet refused", unix.SYS_SOCKET, auditArchX8664, []uint64{unix.AF_PACKET, unix.SOCK_RAW}, eperm},
+		{"socket inet raw refused", unix.SYS_SOCKET, auditArchX8664, []uint64{unix.AF_INET, unix.SOCK_RAW | unix.SOCK_CLOEXEC}, eperm},
+		{"socket vsock refused", unix.SYS_SOCKET, auditArchX8664, []uint64{unix.AF_VSOCK, unix.SOCK_STREAM}, eperm},
+		{"socket family high bits refused", unix.SYS_SOCKET, auditArchX8664, []uint64{1<<32 | unix.AF_NETLINK}, eperm},
+		{"socketpair inet refused", unix.SYS_SOCKETPAIR, auditArchX8664, []uint64{unix.AF_INET}, eperm},
+		{"clone thread allowed", unix.SYS_CLONE, auditArchX8664, []uint64{unix.CLONE_VM | unix.CLONE_FS | unix.CLONE_FILES | unix.CLONE_SIGHAND | unix.CLONE_THREAD}, retAllow},
+		{"clone fork allowed", unix.SYS_CLONE, auditArchX8664, []uint64{uint64(unix.SIGCHLD)}, retAllow},
+		{"clone newuser refused", unix.SYS_CLONE, auditArchX8664, []uint64{unix.CLONE_NEWUSER | uint64(unix.SIGCHLD)}, eperm},
+		{"clone newns refused", unix.SYS_CLONE, auditArchX8664, []uint64{unix.CLONE_NEWNS}, eperm},
+		{"clone newnet refused", unix.SYS_CLONE, auditArchX8664, []uint64{unix.CLONE_NEWNET}, eperm},
+		{"clone newpid refused", unix.SYS_CLONE, auditArchX8664, []uint64{unix.CLONE_NEWPID}, eperm},
+		{"clone3 falls back", unix.SYS_CLONE3, auditArchX8664, nil, enosys},
+		{"ioctl TIOCSTI refused", unix.SYS_IOCTL, auditArchX8664, []uint64{0, unix.TIOCSTI}, eperm},
+		{"ioctl TCGETS allowed", unix.SYS_IOCTL, auditArchX8664, []uint64{0, unix.TCGETS}, retAllow},
+		{"i386 getpid kills", 20, auditArchI386, nil, retKillProcess},
+		{"i386 ptrace kills", 26, auditArchI386, nil, retKillProcess},
+		{"x32 read kills", x32Bit | 0, auditArchX8664, nil, retKillProcess},
+		{"x32 ptrace kills", x32Bit | 521, auditArchX8664, nil, retKillProcess},
+		{"aarch64 arch kills", unix.SYS_READ, 0xc00000b7, nil, retKillProcess},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := m.Run(seccompData(tt.nr, tt.arch, tt.args...))
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if uint32(got) != tt.want {
+				t.Errorf("filter(nr=%d arch=%#x args=%#x) = %s; want %s", tt.nr, tt.arch, tt.args, action(uint32(got)), action(tt.want))
+			}
+		})
+	}
+}
+
+func action(r uint32) string {
+	switch {
+	case r == retAllow:
+		return "allow"
+	case r == retKillProcess:
+		return "kill-process"
+	case r&0xffff0000 == retErrno:
+		return fmt.Sprintf("errno %d", r&0xffff)
+	}
+	return fmt.Sprintf("%#x", r)
+}

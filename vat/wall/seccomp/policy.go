@@ -1,0 +1,67 @@
+package seccomp
+
+// Refused lists the system calls a walled process may never make; each fails
+// with EPERM. Names unknown on an architecture are skipped there.
+var Refused = []string{
+	// Debugging and reading other processes.
+	"ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
+	// The mount family.
+	"mount", "umount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree",
+	"fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr",
+	// Namespaces.
+	"unshare", "setns",
+	// Keyrings.
+	"keyctl", "add_key", "request_key",
+	// Kernel attack surface.
+	"bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter",
+	"io_uring_register", "open_by_handle_at", "name_to_handle_at", "lookup_dcookie",
+	"fanotify_init", "quotactl", "quotactl_fd", "vhangup", "nfsservctl",
+	// Kernels and modules.
+	"kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
+	"create_module", "query_module", "get_kernel_syms",
+	// The host itself.
+	"reboot", "swapon", "swapoff", "acct", "settimeofday", "clock_settime",
+	"clock_adjtime", "adjtime", "adjtimex", "stime", "syslog", "sethostname", "setdomainname",
+	"iopl", "ioperm", "uselib", "ustat", "sysfs", "_sysctl",
+}
+
+// Allowed socket families; socket() with any other family fails with EPERM.
+const (
+	afUnix  = 1
+	afInet  = 2
+	afInet6 = 10
+)
+
+// refusedFamiliesBelowInet6 are the families under AF_INET6 that are not
+// AF_UNIX or AF_INET.
+var refusedFamiliesBelowInet6 = []uint64{0, 3, 4, 5, 6, 7, 8, 9}
+
+// Socket types refused even in an allowed family.
+const (
+	sockRaw    = 3
+	sockPacket = 10
+	sockType   = 0xf // mask for the type without SOCK_NONBLOCK/SOCK_CLOEXEC
+)
+
+// Namespace flags refused in clone(2)'s flags argument.
+const (
+	cloneNewNS     = 0x00020000
+	cloneNewCgroup = 0x02000000
+	cloneNewUTS    = 0x04000000
+	cloneNewIPC    = 0x08000000
+	cloneNewUser   = 0x10000000
+	cloneNewPID    = 0x20000000
+	cloneNewNet    = 0x40000000
+)
+
+// CloneNamespaceFlags are the clone(2) flags that create a namespace.
+var CloneNamespaceFlags = []uint64{cloneNewNS, cloneNewCgroup, cloneNewUTS, cloneNewIPC, cloneNewUser, cloneNewPID, cloneNewNet}
+
+// ioctl requests refused: pushing bytes into a terminal's input.
+const (
+	tiocsti   = 0x5412
+	tioclinux = 0x541C
+)
+
+// personality(2): bit 31 of the query value 0xffffffff.
+const perBit31 = 0x80000000

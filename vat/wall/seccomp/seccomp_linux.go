@@ -1,0 +1,200 @@
+//go:build linux && cgo
+
+package seccomp
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+
+	libseccomp "github.com/seccomp/libseccomp-golang"
+	"golang.org/x/sys/unix"
+)
+
+// Supported reports whether this architecture has a filter table. It returns
+// ErrUnsupported (wrapped with the architecture) when it does not.
+func Supported() error {
+	switch runtime.GOARCH {
+	case "amd64", "arm64":
+		return nil
+	}
+	return fmt.Errorf("%w: %s", ErrUnsupported, runtime.GOARCH)
+}
+
+// BPF compiles the filter and returns the classic BPF program, as
+// bubblewrap's --seccomp option reads it (struct sock_filter, native endian).
+func BPF() ([]byte, error) {
+	f, err := build()
+	if err != nil {
+		return nil, err
+	}
+	defer f.Release()
+	mf, err := memfd("toybox-seccomp")
+	if err != nil {
+		return nil, err
+	}
+	defer mf.Close()
+	if err := f.ExportBPF(mf); err != nil {
+		return nil, fmt.Errorf("exporting seccomp BPF: %w", err)
+	}
+	if _, err := mf.Seek(0, io.SeekStart); err != nil {
+		return nil, fmt.Errorf("rewinding seccomp BPF: %w", err)
+	}
+	prog, err := io.ReadAll(mf)
+	if err != nil {
+		return nil, fmt.Errorf("reading seccomp BPF: %w", err)
+	}
+	if len(prog) == 0 || len(prog)%8 != 0 {
+		return nil, fmt.Errorf("seccomp BPF has %d bytes, not a whole number of instructions", len(prog))
+	}
+	return prog, nil
+}
+
+// File returns a sealed memfd holding the BPF program, positioned at its
+// start, for bubblewrap's --seccomp. The caller must close it.
+func File() (*os.File, error) {
+	prog, err := BPF()
+	if err != nil {
+		return nil, err
+	}
+	mf, err := memfd("toybox-seccomp")
+	if err != nil {
+		return nil, err
+	}
+	if _, err := mf.Write(prog); err != nil {
+		mf.Close()
+		return nil, fmt.Errorf("writing seccomp BPF: %w", err)
+	}
+	if _, err := mf.Seek(0, io.SeekStart); err != nil {
+		mf.Close()
+		return nil, fmt.Errorf("rewinding seccomp BPF: %w", err)
+	}
+	if _, err := unix.FcntlInt(mf.Fd(), unix.F_ADD_SEALS, unix.F_SEAL_SEAL|unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_WRITE); err != nil {
+		mf.Close()
+		return nil, os.NewSyscallError("fcntl F_ADD_SEALS", err)
+	}
+	return mf, nil
+}
+
+func memfd(name string) (*os.File, error) {
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, os.NewSyscallError("memfd_create", err)
+	}
+	return os.NewFile(uintptr(fd), name), nil
+}
+
+func build() (*libseccomp.ScmpFilter, error) {
+	if err := Supported(); err != nil {
+		return nil, err
+	}
+	f, err := libseccomp.NewFilter(libseccomp.ActAllow)
+	if err != nil {
+		return nil, fmt.Errorf("creating seccomp filter: %w", err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			f.Release()
+		}
+	}()
+	// Only the native architecture is in the filter; a call for any other
+	// (i386 via int 0x80, x32 on amd64) kills the process.
+	if err := f.SetBadArchAction(libseccomp.ActKillProcess); err != nil {
+		return nil, fmt.Errorf("setting the bad-arch action: %w", err)
+	}
+	// bwrap sets no_new_privs itself; the exported program does not carry it.
+	if err := f.SetNoNewPrivsBit(true); err != nil {
+		return nil, fmt.Errorf("setting no_new_privs: %w", err)
+	}
+	eperm := libseccomp.ActErrno.SetReturnCode(int16(unix.EPERM))
+	enosys := libseccomp.ActErrno.SetReturnCode(int16(unix.ENOSYS))
+
+	for _, name := range Refused {
+		sc, err := libseccomp.GetSyscallFromName(name)
+		if err != nil {
+			continue // not a call on this architecture
+		}
+		if err := f.AddRule(sc, eperm); err != nil {
+			return nil, fmt.Errorf("refusing %s: %w", name, err)
+		}
+	}
+
+	// clone3 passes its flags in memory, where a filter cannot look: it
+	// answers ENOSYS so libc falls back to clone, whose flags are checked.
+	if err := rule(f, "clone3", enosys); err != nil {
+		return nil, err
+	}
+	for _, flag := range CloneNamespaceFlags {
+		if err := rule(f, "clone", eperm, cond(0, libseccomp.CompareMaskedEqual, flag, flag)); err != nil {
+			return nil, err
+		}
+	}
+	// socket(): only unix, inet and inet6, and never raw or packet sockets.
+	// libseccomp allows one check per argument in a rule, so every other
+	// family is refused by its own rule: 0, 3..9, and anything above 10.
+	for _, fam := range refusedFamiliesBelowInet6 {
+		if err := rule(f, "socket", eperm, cond(0, libseccomp.CompareEqual, fam)); err != nil {
+			return nil, err
+		}
+	}
+	if err := rule(f, "socket", eperm, cond(0, libseccomp.CompareGreater, afInet6)); err != nil {
+		return nil, err
+	}
+	for _, typ := range []uint64{sockRaw, sockPacket} {
+		if err := rule(f, "socket", eperm, cond(1, libseccomp.CompareMaskedEqual, sockType, typ)); err != nil {
+			return nil, err
+		}
+	}
+	if err := rule(f, "socketpair", eperm, cond(0, libseccomp.CompareNotEqual, afUnix)); err != nil {
+		return nil, err
+	}
+	// Terminal input injection.
+	for _, req := range []uint64{tiocsti, tioclinux} {
+		if err := rule(f, "ioctl", eperm, cond(1, libseccomp.CompareMaskedEqual, 0xffffffff, req)); err != nil {
+			return nil, err
+		}
+	}
+	// personality(): only PER_LINUX (0) and the query (0xffffffff; the
+	// kernel reads the low 32 bits). Expressed one bit at a time: refuse a
+	// value with any low bit set while bit 31 is clear, and a value with bit
+	// 31 set while any low bit is clear.
+	for b := range 31 {
+		low := uint64(1) << b
+		if err := rule(f, "personality", eperm, cond(0, libseccomp.CompareMaskedEqual, low|perBit31, low)); err != nil {
+			return nil, err
+		}
+		if err := rule(f, "personality", eperm, cond(0, libseccomp.CompareMaskedEqual, low|perBit31, perBit31)); err != nil {
+			return nil, err
+		}
+	}
+	ok = true
+	return f, nil
+}
+
+// cond is a rule condition; the operands are constants of this file, so an
+// error here is a programming error.
+func cond(arg uint, op libseccomp.ScmpCompareOp, values ...uint64) libseccomp.ScmpCondition {
+	c, err := libseccomp.MakeCondition(arg, op, values...)
+	if err != nil {
+		panic(fmt.Sprintf("seccomp condition on arg %d: %v", arg, err))
+	}
+	return c
+}
+
+func rule(f *libseccomp.ScmpFilter, name string, act libseccomp.ScmpAction, conds ...libseccomp.ScmpCondition) error {
+	sc, err := libseccomp.GetSyscallFromName(name)
+	if err != nil {
+		return nil // not a call on this architecture
+	}
+	if len(conds) == 0 {
+		err = f.AddRule(sc, act)
+	} else {
+		err = f.AddRuleConditional(sc, act, conds)
+	}
+	if err != nil {
+		return fmt.Errorf("adding the %s rule: %w", name, err)
+	}
+	return nil
+}
