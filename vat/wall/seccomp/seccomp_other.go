@@ -9,7 +9,9 @@ import (
 )
 
 // Supported reports whether this build has a filter table; here it has none.
-func Supported() error { return fmt.Errorf("%w: %s/%s without cgo", ErrUnsupported, runtime.GOOS, runtime.GOARCH) }
+func Supported() error {
+	return fmt.Errorf("%w: %s/%s without cgo", ErrUnsupported, runtime.GOOS, runtime.GOARCH)
+}
 
 // BPF is unavailable in this build.
 func BPF() ([]byte, error) { return nil, Supported() }
