@@ -1,0 +1,156 @@
+package manifest
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+var parseTests = []struct {
+	name, in string
+	wantErr  string // substring; "" means valid
+}{
+	{"minimal", `{"command":["./app"]}`, ""},
+	{"full", `{"command":["bin/app","-v"],"env":["API_KEY","CFG"],"network":{"hosts":["example.com","http://127.0.0.1:8080","[::1]:9"]},"egress":{"host":"example.org"},"sandbox":{"files":{"read":["CFG"]}},"ownEnvFile":true,"doors":["display"]}`, ""},
+	{"internet", `{"command":["./app"],"network":"internet"}`, ""},
+	{"none", `{"command":["./app"],"network":"none"}`, ""},
+	{"absolute host program", `{"command":["/bin/sh","run.sh"]}`, ""},
+	{"unknown key", `{"command":["./app"],"colour":"red"}`, "unknown field"},
+	{"unknown nested key", `{"command":["./app"],"sandbox":{"files":{"exec":["X"]}}}`, "unknown field"},
+	{"no command", `{"env":["A"]}`, "command is missing"},
+	{"empty command", `{"command":[]}`, "command is missing"},
+	{"command climbs out", `{"command":["../../bin/sh"]}`, "leaves the bundle"},
+	{"command dot", `{"command":["."]}`, "leaves the bundle"},
+	{"bad env key", `{"command":["./a"],"env":["A-B"]}`, "not a valid name"},
+	{"reserved env", `{"command":["./a"],"env":["TOYBOX_LISTEN"]}`, "reserved"},
+	{"reserved proxy", `{"command":["./a"],"env":["HTTPS_PROXY"]}`, "reserved"},
+	{"ld preload", `{"command":["./a"],"env":["LD_PRELOAD"]}`, "reserved"},
+	{"dup env", `{"command":["./a"],"env":["A","A"]}`, "twice"},
+	{"files undeclared", `{"command":["./a"],"sandbox":{"files":{"write":["OUT"]}}}`, "does not declare"},
+	{"bad network word", `{"command":["./a"],"network":"everything"}`, "network"},
+	{"empty hosts", `{"command":["./a"],"network":{"hosts":[]}}`, "empty"},
+	{"host with path", `{"command":["./a"],"network":{"hosts":["example.com/x"]}}`, "network host"},
+	{"host bad port", `{"command":["./a"],"network":{"hosts":["example.com:99999"]}}`, "out of range"},
+	{"host bad scheme", `{"command":["./a"],"network":{"hosts":["ftp://example.com"]}}`, "scheme"},
+	{"bad door", `{"command":["./a"],"doors":["Display!"]}`, "door"},
+	{"trailing", `{"command":["./a"]} {}`, "trailing"},
+	{"grant names vat", `{"command":["./a"],"egress":{"vat":"bob"}}`, "grant"},
+	{"grant null", `{"command":["./a"],"egress":null}`, "egress is null"},
+	{"not json", `command: ./a`, "bad manifest"},
+}
+
+func TestParse(t *testing.T) {
+	for _, tt := range parseTests {
+		t.Run(tt.name, func(t *testing.T) {
+			m, err := Parse(strings.NewReader(tt.in))
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("Parse(%s) = %v; want ok", tt.in, err)
+				}
+				if m == nil || len(m.Command) == 0 {
+					t.Fatalf("Parse(%s) returned no command", tt.in)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("Parse(%s) err = %v; want one containing %q", tt.in, err, tt.wantErr)
+			}
+			if !errors.Is(err, ErrBadManifest) && !errors.Is(err, ErrBadGrant) {
+				t.Errorf("Parse(%s) err = %v; want ErrBadManifest or ErrBadGrant", tt.in, err)
+			}
+		})
+	}
+}
+
+func TestParseTooLarge(t *testing.T) {
+	big := `{"command":["./a"],"env":["` + strings.Repeat("A", MaxSize) + `"]}`
+	if _, err := Parse(strings.NewReader(big)); !errors.Is(err, ErrBadManifest) {
+		t.Errorf("Parse(huge) err = %v; want ErrBadManifest", err)
+	}
+}
+
+func TestGrantAndNet(t *testing.T) {
+	tests := []struct {
+		name, manifest, param string
+		wantSets               int
+		wantNone               bool
+		wantForwards           int
+	}{
+		{"no grant", `{"command":["./a"]}`, "", 0, true, 0},
+		{"param only", `{"command":["./a"]}`, `{"host":"example.com"}`, 1, false, 0},
+		{"param list", `{"command":["./a"]}`, `[{"host":"a.example"},{"host":"b.example","port":8443}]`, 2, false, 0},
+		{"legacy param", `{"command":["./a"]}`, `example.com:8443`, 1, false, 0},
+		{"internet", `{"command":["./a"],"network":"internet"}`, "", 1, false, 0},
+		{"hosts with loopback", `{"command":["./a"],"network":{"hosts":["127.0.0.1:5432","example.com","http://localhost:8080"]}}`, "", 3, false, 2},
+		{"everything", `{"command":["./a"],"network":"internet","egress":[{"host":"x.example"}]}`, `{"host":"y.example"}`, 3, false, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m, err := Parse(strings.NewReader(tt.manifest))
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, err := m.Grant(tt.param)
+			if err != nil {
+				t.Fatalf("Grant(%q) = %v", tt.param, err)
+			}
+			if len(g) != tt.wantSets {
+				t.Errorf("Grant(%q) = %v (%d sets); want %d", tt.param, g, len(g), tt.wantSets)
+			}
+			n := m.Net(g)
+			if n.None != tt.wantNone || len(n.Forwards) != tt.wantForwards {
+				t.Errorf("Net = %+v; want None=%v and %d forwards", n, tt.wantNone, tt.wantForwards)
+			}
+		})
+	}
+}
+
+func TestGrantRefusals(t *testing.T) {
+	m, _ := Parse(strings.NewReader(`{"command":["./a"]}`))
+	for _, p := range []string{`{"vat":"bob"}`, `{"host":"*.example.com"}`, `{"port":0}`, `{"colour":"red"}`, `http://user@example.com/`, `{`} {
+		if _, err := m.Grant(p); !errors.Is(err, ErrBadGrant) {
+			t.Errorf("Grant(%q) err = %v; want ErrBadGrant", p, err)
+		}
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	for _, tt := range parseTests {
+		f.Add(tt.in)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		m, err := Parse(strings.NewReader(s))
+		if err != nil {
+			return
+		}
+		if len(m.Command) == 0 {
+			t.Fatalf("Parse(%q) accepted a manifest without a command", s)
+		}
+		p, err := m.CommandPath()
+		if err != nil {
+			t.Fatalf("accepted manifest has a bad command path: %v", err)
+		}
+		if strings.HasPrefix(p, "../") || p == ".." {
+			t.Fatalf("accepted command %q leaves the bundle", p)
+		}
+	})
+}
+
+func FuzzParseHost(f *testing.F) {
+	for _, s := range []string{"example.com", "example.com:80", "http://[::1]:8080", "https://x", "[::1]", "a:b:c"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		h, err := ParseHost(s)
+		if err != nil {
+			return
+		}
+		if h.Host == "" {
+			t.Fatalf("ParseHost(%q) accepted an empty host", s)
+		}
+		h2, err := ParseHost(h.String())
+		if err != nil || h2 != h {
+			t.Fatalf("ParseHost(%q) = %+v; round trip via %q = %+v, %v", s, h, h.String(), h2, err)
+		}
+	})
+}

@@ -1,0 +1,491 @@
+// Package store keeps vat code by SHA-256 and the record of each installed
+// vat under the supervisor's state directory:
+//
+//	<state>/code/<sha256>/   the code, unpacked; never changed once renamed in
+//	<state>/vats/<id>.json   what is installed as <id>: code digest, grant, env
+//	<state>/data/<id>/       the vat's storage
+//	<state>/run/<id>/        its runtime folder (the app's socket)
+//
+// Code arrives as a stream, is hashed while it is written to a temporary file
+// in the destination directory, verified, synced, unpacked into a temporary
+// folder and only then renamed to its digest. An existing digest is never
+// overwritten. Records are written atomically.
+package store
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"toybox/vat/manifest"
+)
+
+// Defaults for Config's zero values.
+const (
+	DefaultMaxBody     = 256 << 20
+	DefaultMaxUnpacked = 1 << 30
+	DefaultMaxEntries  = 20000
+)
+
+// Config says where the store lives and how much it accepts.
+type Config struct {
+	// StateDir is the supervisor's state directory; created (0700) if
+	// missing.
+	StateDir string
+	// MaxBody is the largest upload in bytes. If zero, DefaultMaxBody.
+	MaxBody int64
+	// MaxUnpacked is the most bytes a bundle may unpack to. If zero,
+	// DefaultMaxUnpacked.
+	MaxUnpacked int64
+	// MaxEntries is the most entries a bundle may hold. If zero,
+	// DefaultMaxEntries.
+	MaxEntries int
+	// Logger receives one record per stored code. If nil, discarded.
+	Logger *slog.Logger
+}
+
+// Store is the code store and vat records. Safe for concurrent use.
+type Store struct {
+	cfg Config
+	log *slog.Logger
+}
+
+// Code is one stored version of a vat's code.
+type Code struct {
+	// Digest is the hex SHA-256 of the uploaded bytes.
+	Digest string
+	// Dir is <state>/code/<Digest>.
+	Dir string
+	// Manifest is the bundle's manifest.json, or the default manifest of a
+	// single executable.
+	Manifest *manifest.Manifest
+	// Bundle reports whether the code came as a tar bundle.
+	Bundle bool
+}
+
+// Ref is the code's reference as the API shows it: "sha256:<hex>".
+func (c Code) Ref() string { return "sha256:" + c.Digest }
+
+// Record is what is installed under one vat id.
+type Record struct {
+	ID string `json:"id"`
+	// Code is "sha256:<hex>".
+	Code string `json:"code"`
+	// Egress is the owner's ?egress= value as given ("" for none).
+	Egress string `json:"egress,omitempty"`
+	// Env holds the owner's values for the manifest's declared keys.
+	Env map[string]string `json:"env,omitempty"`
+	// Installed is when this version was installed.
+	Installed time.Time `json:"installed"`
+}
+
+// exeName is the file a single executable is stored as.
+const exeName = "app"
+
+var (
+	idRe     = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+	digestRe = regexp.MustCompile(`^[0-9a-f]{64}$`)
+)
+
+// ValidID reports whether id is a vat id: [a-z0-9][a-z0-9-]{0,62}.
+func ValidID(id string) bool { return idRe.MatchString(id) }
+
+// Open creates the state layout if needed.
+func Open(cfg Config) (*Store, error) {
+	if cfg.StateDir == "" {
+		return nil, ErrNoStateDir
+	}
+	if cfg.MaxBody == 0 {
+		cfg.MaxBody = DefaultMaxBody
+	}
+	if cfg.MaxUnpacked == 0 {
+		cfg.MaxUnpacked = DefaultMaxUnpacked
+	}
+	if cfg.MaxEntries == 0 {
+		cfg.MaxEntries = DefaultMaxEntries
+	}
+	abs, err := filepath.Abs(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	cfg.StateDir = abs
+	if err := os.MkdirAll(abs, 0o700); err != nil {
+		return nil, fmt.Errorf("creating state dir: %w", err)
+	}
+	// The state dir must be traversable by the walls' uid to reach the
+	// folders bound for them; each subfolder keeps its own mode.
+	if err := os.Chmod(abs, 0o711); err != nil {
+		return nil, err
+	}
+	for _, d := range []struct {
+		name string
+		mode os.FileMode
+	}{{"code", 0o711}, {"vats", 0o700}, {"data", 0o711}, {"run", 0o711}} {
+		p := filepath.Join(abs, d.name)
+		if err := os.MkdirAll(p, d.mode); err != nil {
+			return nil, fmt.Errorf("creating %s: %w", p, err)
+		}
+		if err := os.Chmod(p, d.mode); err != nil {
+			return nil, err
+		}
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Store{cfg: cfg, log: log}, nil
+}
+
+// StateDir returns the absolute state directory.
+func (s *Store) StateDir() string { return s.cfg.StateDir }
+
+// MaxBody returns the upload size limit.
+func (s *Store) MaxBody() int64 { return s.cfg.MaxBody }
+
+// DataDir returns <state>/data/<id>.
+func (s *Store) DataDir(id string) string { return filepath.Join(s.cfg.StateDir, "data", id) }
+
+// RunDir returns <state>/run/<id>.
+func (s *Store) RunDir(id string) string { return filepath.Join(s.cfg.StateDir, "run", id) }
+
+func (s *Store) codeDir() string { return filepath.Join(s.cfg.StateDir, "code") }
+
+// Put stores code read from r. want, if not empty, is the expected hex
+// SHA-256; a mismatch stores nothing. The result is the stored code; if the
+// same bytes were stored before, the existing copy is returned unchanged.
+// Nothing becomes visible under code/ unless every check passed.
+func (s *Store) Put(r io.Reader, want string) (Code, error) {
+	want = strings.TrimPrefix(strings.ToLower(want), "sha256:")
+	if want != "" && !digestRe.MatchString(want) {
+		return Code{}, fmt.Errorf("%w: expected digest %q is not 64 hex digits", ErrBadBundle, want)
+	}
+	tmp, err := os.CreateTemp(s.codeDir(), ".incoming-*")
+	if err != nil {
+		return Code{}, fmt.Errorf("creating temp file: %w", err)
+	}
+	tmpName := tmp.Name()
+	defer os.Remove(tmpName) // after a successful rename this is a no-op
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(r, s.cfg.MaxBody+1))
+	if err != nil {
+		tmp.Close()
+		return Code{}, fmt.Errorf("receiving code: %w", err)
+	}
+	if n > s.cfg.MaxBody {
+		tmp.Close()
+		return Code{}, fmt.Errorf("%w: the body is larger than %d bytes", ErrTooLarge, s.cfg.MaxBody)
+	}
+	if n == 0 {
+		tmp.Close()
+		return Code{}, fmt.Errorf("%w: the body is empty", ErrBadBundle)
+	}
+	digest := hex.EncodeToString(h.Sum(nil))
+	if want != "" && want != digest {
+		tmp.Close()
+		return Code{}, fmt.Errorf("%w: got sha256:%s, want sha256:%s", ErrDigestMismatch, digest, want)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return Code{}, fmt.Errorf("syncing code: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return Code{}, fmt.Errorf("closing code: %w", err)
+	}
+	final := filepath.Join(s.codeDir(), digest)
+	if _, err := os.Lstat(final); err == nil {
+		// Already stored: the digest names the same bytes. Never touched.
+		return s.Code(digest)
+	}
+	kind, err := sniff(tmpName)
+	if err != nil {
+		return Code{}, err
+	}
+	stage, err := os.MkdirTemp(s.codeDir(), ".unpack-*")
+	if err != nil {
+		return Code{}, fmt.Errorf("creating unpack dir: %w", err)
+	}
+	defer os.RemoveAll(stage) // gone after a successful rename
+	switch kind {
+	case kindExecutable:
+		if err := os.Rename(tmpName, filepath.Join(stage, exeName)); err != nil {
+			return Code{}, fmt.Errorf("placing executable: %w", err)
+		}
+		if err := os.Chmod(filepath.Join(stage, exeName), 0o755); err != nil {
+			return Code{}, err
+		}
+	case kindTar, kindTarGz:
+		if err := s.unpack(tmpName, kind == kindTarGz, stage); err != nil {
+			return Code{}, err
+		}
+	}
+	code, err := loadCode(stage, digest)
+	if err != nil {
+		return Code{}, err
+	}
+	if err := os.Chmod(stage, 0o755); err != nil {
+		return Code{}, err
+	}
+	if err := syncDir(stage); err != nil {
+		return Code{}, err
+	}
+	// RENAME_NOREPLACE: never overwrite an existing digest, even if one
+	// appeared since the check above.
+	if err := unix.Renameat2(unix.AT_FDCWD, stage, unix.AT_FDCWD, final, unix.RENAME_NOREPLACE); err != nil {
+		if errors.Is(err, unix.EEXIST) {
+			return s.Code(digest)
+		}
+		return Code{}, fmt.Errorf("renaming code into place: %w", err)
+	}
+	if err := syncDir(s.codeDir()); err != nil {
+		return Code{}, err
+	}
+	code.Dir = final
+	s.log.Info("code stored", "code", code.Ref(), "bundle", code.Bundle, "bytes", n)
+	return code, nil
+}
+
+// Code loads stored code by hex digest (or "sha256:<hex>").
+func (s *Store) Code(digest string) (Code, error) {
+	digest = strings.TrimPrefix(digest, "sha256:")
+	if !digestRe.MatchString(digest) {
+		return Code{}, fmt.Errorf("%w: %q", ErrNoCode, digest)
+	}
+	dir := filepath.Join(s.codeDir(), digest)
+	if _, err := os.Stat(dir); err != nil {
+		return Code{}, fmt.Errorf("%w: sha256:%s: %w", ErrNoCode, digest, err)
+	}
+	c, err := loadCode(dir, digest)
+	if err != nil {
+		return Code{}, err
+	}
+	c.Dir = dir
+	return c, nil
+}
+
+// loadCode reads the manifest of an unpacked code folder and checks that
+// its command exists and can run.
+func loadCode(dir, digest string) (Code, error) {
+	c := Code{Digest: digest, Dir: dir}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return c, err
+	}
+	defer root.Close()
+	mf, err := root.Open("manifest.json")
+	switch {
+	case err == nil:
+		defer mf.Close()
+		m, err := manifest.Parse(mf)
+		if err != nil {
+			return c, err
+		}
+		c.Manifest, c.Bundle = m, true
+	case errors.Is(err, fs.ErrNotExist):
+		if _, err := root.Lstat(exeName); err != nil {
+			return c, fmt.Errorf("%w: the bundle has no manifest.json", ErrBadBundle)
+		}
+		c.Manifest = manifest.Default(exeName)
+	default:
+		return c, fmt.Errorf("opening manifest.json: %w", err)
+	}
+	p, err := c.Manifest.CommandPath()
+	if err != nil {
+		return c, err
+	}
+	var fi fs.FileInfo
+	if filepath.IsAbs(p) {
+		fi, err = os.Stat(p)
+	} else {
+		fi, err = root.Stat(p) // follows links, but only within the bundle
+	}
+	if err != nil {
+		return c, fmt.Errorf("%w: command %q is missing: %w", ErrBadBundle, c.Manifest.Command[0], err)
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return c, fmt.Errorf("%w: command %q is not an executable file", ErrBadBundle, c.Manifest.Command[0])
+	}
+	return c, nil
+}
+
+type kind int
+
+const (
+	kindExecutable kind = iota + 1
+	kindTar
+	kindTarGz
+)
+
+// sniff tells a single executable from a tar or tar.gz by its first bytes.
+func sniff(name string) (kind, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	head := make([]byte, 512)
+	n, _ := io.ReadFull(bufio.NewReader(f), head)
+	head = head[:n]
+	switch {
+	case bytes.HasPrefix(head, []byte("\x7fELF")), bytes.HasPrefix(head, []byte("#!")):
+		return kindExecutable, nil
+	case bytes.HasPrefix(head, []byte{0x1f, 0x8b}):
+		return kindTarGz, nil
+	case n >= 262 && bytes.HasPrefix(head[257:], []byte("ustar")):
+		return kindTar, nil
+	}
+	return 0, fmt.Errorf("%w: the body is neither an executable (ELF or #!) nor a tar or tar.gz bundle", ErrBadBundle)
+}
+
+// SaveRecord writes <state>/vats/<id>.json atomically (0600).
+func (s *Store) SaveRecord(r Record) error {
+	if !ValidID(r.ID) {
+		return fmt.Errorf("%w: %q", ErrBadID, r.ID)
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeAtomic(filepath.Join(s.cfg.StateDir, "vats", r.ID+".json"), append(b, '\n'))
+}
+
+// DeleteRecord removes the record of id (the code and data stay).
+func (s *Store) DeleteRecord(id string) error {
+	if !ValidID(id) {
+		return fmt.Errorf("%w: %q", ErrBadID, id)
+	}
+	err := os.Remove(filepath.Join(s.cfg.StateDir, "vats", id+".json"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return syncDir(filepath.Join(s.cfg.StateDir, "vats"))
+}
+
+// Records lists every installed vat. A record that cannot be read is
+// returned as an error alongside the others, never silently skipped.
+func (s *Store) Records() ([]Record, error) {
+	dir := filepath.Join(s.cfg.StateDir, "vats")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []Record
+	var errs []error
+	for _, e := range ents {
+		name := e.Name()
+		if !strings.HasSuffix(name, ".json") || strings.HasPrefix(name, ".") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		var r Record
+		if err := json.Unmarshal(b, &r); err != nil {
+			errs = append(errs, fmt.Errorf("reading %s: %w", name, err))
+			continue
+		}
+		if r.ID+".json" != name || !ValidID(r.ID) {
+			errs = append(errs, fmt.Errorf("reading %s: %w: id %q", name, ErrBadID, r.ID))
+			continue
+		}
+		out = append(out, r)
+	}
+	return out, errors.Join(errs...)
+}
+
+// PrepareDirs creates <state>/data/<id> and <state>/run/<id> (0700) owned by
+// uid:gid (when uid is not -1), and clears a stale socket from run/.
+func (s *Store) PrepareDirs(id string, uid, gid int) error {
+	for _, d := range []string{s.DataDir(id), s.RunDir(id)} {
+		if err := os.Mkdir(d, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("creating %s: %w", d, err)
+		}
+		fi, err := os.Lstat(d)
+		if err != nil {
+			return err
+		}
+		if !fi.IsDir() {
+			return fmt.Errorf("%w: %s is not a directory", ErrBadState, d)
+		}
+		if uid != -1 {
+			if err := os.Lchown(d, uid, gid); err != nil {
+				return fmt.Errorf("handing %s to uid %d: %w", d, uid, err)
+			}
+		}
+		if err := os.Chmod(d, 0o700); err != nil {
+			return err
+		}
+	}
+	ents, err := os.ReadDir(s.RunDir(id))
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if err := os.RemoveAll(filepath.Join(s.RunDir(id), e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Purge removes a vat's data and runtime folders.
+func (s *Store) Purge(id string) error {
+	if !ValidID(id) {
+		return fmt.Errorf("%w: %q", ErrBadID, id)
+	}
+	return errors.Join(os.RemoveAll(s.DataDir(id)), os.RemoveAll(s.RunDir(id)))
+}
+
+func writeAtomic(path string, b []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", filepath.Base(path), err)
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return err
+	}
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("syncing %s: %w", dir, err)
+	}
+	return nil
+}

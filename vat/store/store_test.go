@@ -1,0 +1,244 @@
+package store
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+type entry struct {
+	name, body, link string
+	typ              byte
+	mode             int64
+}
+
+func mkTar(t testing.TB, gz bool, ents ...entry) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	var tw *tar.Writer
+	var zw *gzip.Writer
+	if gz {
+		zw = gzip.NewWriter(&buf)
+		tw = tar.NewWriter(zw)
+	} else {
+		tw = tar.NewWriter(&buf)
+	}
+	for _, e := range ents {
+		typ := e.typ
+		if typ == 0 {
+			typ = tar.TypeReg
+		}
+		mode := e.mode
+		if mode == 0 {
+			mode = 0o644
+		}
+		h := &tar.Header{Name: e.name, Typeflag: typ, Mode: mode, Linkname: e.link, Size: int64(len(e.body))}
+		if typ != tar.TypeReg {
+			h.Size = 0
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if typ == tar.TypeReg {
+			if _, err := tw.Write([]byte(e.body)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if zw != nil {
+		if err := zw.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return buf.Bytes()
+}
+
+var (
+	goodManifest = entry{name: "manifest.json", body: `{"command":["./bin/app"]}`}
+	goodApp      = entry{name: "bin/app", body: "#!/bin/sh\necho hi\n", mode: 0o755}
+)
+
+func openStore(t *testing.T) *Store {
+	t.Helper()
+	s, err := Open(Config{StateDir: t.TempDir(), MaxBody: 1 << 20, MaxUnpacked: 1 << 16, MaxEntries: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// codeEntries lists what is visible under code/ (digest folders and any
+// leftovers).
+func codeEntries(t *testing.T, s *Store) []string {
+	t.Helper()
+	ents, err := os.ReadDir(s.codeDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+func TestPutGood(t *testing.T) {
+	tests := []struct {
+		name   string
+		body   []byte
+		bundle bool
+	}{
+		{"script", []byte("#!/bin/sh\necho hi\n"), false},
+		{"elf", append([]byte("\x7fELF"), make([]byte, 100)...), false},
+		{"tar", mkTar(t, false, goodManifest, goodApp), true},
+		{"tar.gz", mkTar(t, true, goodManifest, goodApp), true},
+		{"tar with dot prefix and dir", mkTar(t, false, entry{name: "./", typ: tar.TypeDir, mode: 0o755}, entry{name: "./manifest.json", body: `{"command":["run"]}`}, entry{name: "./lib/real", body: "#!/bin/sh\n", mode: 0o755}, entry{name: "./run", typ: tar.TypeSymlink, link: "lib/real"}), true},
+		{"hard link inside", mkTar(t, false, goodManifest, goodApp, entry{name: "bin/app2", typ: tar.TypeLink, link: "bin/app"}), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := openStore(t)
+			sum := sha256.Sum256(tt.body)
+			want := hex.EncodeToString(sum[:])
+			c, err := s.Put(bytes.NewReader(tt.body), "sha256:"+want)
+			if err != nil {
+				t.Fatalf("Put = %v", err)
+			}
+			if c.Digest != want || c.Bundle != tt.bundle {
+				t.Errorf("Put = %+v; want digest %s bundle %v", c, want, tt.bundle)
+			}
+			if got := codeEntries(t, s); len(got) != 1 || got[0] != want {
+				t.Errorf("code/ = %v; want only [%s]", got, want)
+			}
+			fi, err := os.Stat(c.Dir)
+			if err != nil || fi.Mode().Perm() != 0o755 {
+				t.Errorf("code dir mode = %v, %v; want 0755", fi.Mode().Perm(), err)
+			}
+			// The same bytes again: the same code, untouched.
+			before, _ := os.Stat(c.Dir)
+			c2, err := s.Put(bytes.NewReader(tt.body), "")
+			if err != nil || c2.Digest != c.Digest {
+				t.Fatalf("second Put = %+v, %v", c2, err)
+			}
+			after, _ := os.Stat(c.Dir)
+			if !os.SameFile(before, after) || !before.ModTime().Equal(after.ModTime()) {
+				t.Error("a second Put of the same digest touched the stored code")
+			}
+			if got := codeEntries(t, s); len(got) != 1 {
+				t.Errorf("code/ after second Put = %v; want one entry", got)
+			}
+		})
+	}
+}
+
+func TestPutRefused(t *testing.T) {
+	big := strings.Repeat("x", 1<<16+1)
+	tests := []struct {
+		name    string
+		body    []byte
+		want    error
+		wantMsg string
+	}{
+		{"empty", nil, ErrBadBundle, "empty"},
+		{"garbage", []byte("hello world, not code"), ErrBadBundle, "neither"},
+		{"dotdot", mkTar(t, false, goodManifest, goodApp, entry{name: "../evil", body: "x"}), ErrBadBundle, "contains .."},
+		{"dotdot inside", mkTar(t, false, goodManifest, goodApp, entry{name: "a/../../evil", body: "x"}), ErrBadBundle, "contains .."},
+		{"absolute", mkTar(t, false, goodManifest, goodApp, entry{name: "/etc/evil", body: "x"}), ErrBadBundle, "absolute"},
+		{"symlink absolute", mkTar(t, false, goodManifest, goodApp, entry{name: "l", typ: tar.TypeSymlink, link: "/etc/passwd"}), ErrBadBundle, "absolute"},
+		{"symlink escapes", mkTar(t, false, goodManifest, goodApp, entry{name: "a/l", typ: tar.TypeSymlink, link: "../../x"}), ErrBadBundle, "leaves the bundle"},
+		{"write through symlink", mkTar(t, false, goodManifest, goodApp, entry{name: "d", typ: tar.TypeSymlink, link: "bin"}, entry{name: "d/x", body: "x"}), ErrBadBundle, "not a directory"},
+		{"hard link outside", mkTar(t, false, goodManifest, goodApp, entry{name: "h", typ: tar.TypeLink, link: "../../etc/shadow"}), ErrBadBundle, "contains .."},
+		{"hard link to unknown", mkTar(t, false, goodManifest, goodApp, entry{name: "h", typ: tar.TypeLink, link: "etc/shadow"}), ErrBadBundle, "not a file earlier"},
+		{"char device", mkTar(t, false, goodManifest, goodApp, entry{name: "null", typ: tar.TypeChar}), ErrBadBundle, "device"},
+		{"block device", mkTar(t, false, goodManifest, goodApp, entry{name: "sda", typ: tar.TypeBlock}), ErrBadBundle, "device"},
+		{"fifo", mkTar(t, false, goodManifest, goodApp, entry{name: "p", typ: tar.TypeFifo}), ErrBadBundle, "fifo"},
+		{"duplicate", mkTar(t, false, goodManifest, goodApp, entry{name: "bin/app", body: "again", mode: 0o755}), ErrBadBundle, "twice"},
+		{"no manifest", mkTar(t, false, goodApp), ErrBadBundle, "no manifest.json"},
+		{"missing command", mkTar(t, false, goodManifest), ErrBadBundle, "missing"},
+		{"command not executable", mkTar(t, false, goodManifest, entry{name: "bin/app", body: "x", mode: 0o644}), ErrBadBundle, "not an executable"},
+		{"command symlink out", mkTar(t, false, entry{name: "manifest.json", body: `{"command":["run"]}`}, entry{name: "run", typ: tar.TypeSymlink, link: "x/../../../bin/sh"}), ErrBadBundle, "leaves the bundle"},
+		{"bad manifest", mkTar(t, false, entry{name: "manifest.json", body: `{"command":["./bin/app"],"extra":1}`}, goodApp), nil, "unknown field"},
+		{"unpacks too large", mkTar(t, false, goodManifest, goodApp, entry{name: "big", body: big}), ErrTooLarge, "unpacks to more"},
+		{"body too large", bytes.Repeat([]byte("#"), 1<<20+1), ErrTooLarge, "larger than"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := openStore(t)
+			_, err := s.Put(bytes.NewReader(tt.body), "")
+			if err == nil {
+				t.Fatal("Put succeeded; want a refusal")
+			}
+			if tt.want != nil && !errors.Is(err, tt.want) {
+				t.Errorf("Put err = %v; want %v", err, tt.want)
+			}
+			if !strings.Contains(err.Error(), tt.wantMsg) {
+				t.Errorf("Put err = %q; want it to mention %q", err, tt.wantMsg)
+			}
+			if got := codeEntries(t, s); len(got) != 0 {
+				t.Errorf("code/ after a refused Put = %v; want nothing", got)
+			}
+		})
+	}
+}
+
+func TestPutDigestMismatch(t *testing.T) {
+	s := openStore(t)
+	_, err := s.Put(strings.NewReader("#!/bin/sh\n"), strings.Repeat("0", 64))
+	if !errors.Is(err, ErrDigestMismatch) {
+		t.Fatalf("Put err = %v; want ErrDigestMismatch", err)
+	}
+	if got := codeEntries(t, s); len(got) != 0 {
+		t.Errorf("code/ = %v; want nothing", got)
+	}
+}
+
+func TestRecords(t *testing.T) {
+	s := openStore(t)
+	r := Record{ID: "alice", Code: "sha256:" + strings.Repeat("a", 64), Egress: `{"host":"example.com"}`, Env: map[string]string{"K": "v"}, Installed: time.Unix(1, 0).UTC()}
+	if err := s.SaveRecord(r); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SaveRecord(Record{ID: "../x"}); !errors.Is(err, ErrBadID) {
+		t.Errorf("SaveRecord(bad id) = %v; want ErrBadID", err)
+	}
+	fi, err := os.Stat(filepath.Join(s.StateDir(), "vats", "alice.json"))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("record mode = %v, %v; want 0600", fi.Mode().Perm(), err)
+	}
+	got, err := s.Records()
+	if err != nil || len(got) != 1 || got[0].Egress != r.Egress || got[0].Env["K"] != "v" {
+		t.Fatalf("Records = %+v, %v; want the saved record", got, err)
+	}
+	if err := s.DeleteRecord("alice"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Records(); len(got) != 0 {
+		t.Errorf("Records after delete = %+v", got)
+	}
+}
+
+func FuzzEntryName(f *testing.F) {
+	for _, s := range []string{"a", "./a", "../a", "/a", "a/../b", "a/./b", "a//b", "..", "."} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		p, err := entryName(s)
+		if err != nil {
+			return
+		}
+		if filepath.IsAbs(p) || p == ".." || strings.HasPrefix(p, "../") {
+			t.Fatalf("entryName(%q) = %q; escapes", s, p)
+		}
+	})
+}

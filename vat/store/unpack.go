@@ -1,0 +1,183 @@
+package store
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+)
+
+// unpack extracts the tar (or tar.gz) at name into dir. Every entry is
+// checked before it is written: no absolute paths, no "..", no link that
+// leaves the bundle, no devices, fifos or other special files, no duplicate
+// names, no entry below a symlink, and the size and entry limits hold. All
+// writes go through an os.Root on dir, so even a missed case cannot write
+// outside it. Modes are normalised (0644/0755; no setuid, setgid, sticky).
+func (s *Store) unpack(name string, gz bool, dir string) error {
+	f, err := os.Open(name)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var r io.Reader = f
+	if gz {
+		zr, err := gzip.NewReader(f)
+		if err != nil {
+			return fmt.Errorf("%w: gzip: %w", ErrBadBundle, err)
+		}
+		defer zr.Close()
+		r = zr
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	tr := tar.NewReader(r)
+	seen := map[string]byte{} // clean name -> tar type flag
+	var total int64
+	entries := 0
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("%w: reading tar: %w", ErrBadBundle, err)
+		}
+		entries++
+		if entries > s.cfg.MaxEntries {
+			return fmt.Errorf("%w: more than %d entries", ErrTooLarge, s.cfg.MaxEntries)
+		}
+		p, err := entryName(h.Name)
+		if err != nil {
+			return err
+		}
+		if p == "." {
+			if h.Typeflag == tar.TypeDir {
+				continue
+			}
+			return fmt.Errorf("%w: entry %q has no name", ErrBadBundle, h.Name)
+		}
+		if _, dup := seen[p]; dup {
+			return fmt.Errorf("%w: entry %q appears twice", ErrBadBundle, h.Name)
+		}
+		for d := path.Dir(p); d != "."; d = path.Dir(d) {
+			if t, ok := seen[d]; ok && t != tar.TypeDir {
+				return fmt.Errorf("%w: entry %q lies below %q, which is not a directory", ErrBadBundle, h.Name, d)
+			}
+		}
+		if dir := path.Dir(p); dir != "." {
+			if err := root.MkdirAll(dir, 0o755); err != nil {
+				return fmt.Errorf("%w: creating %q: %w", ErrBadBundle, dir, err)
+			}
+			for d := dir; d != "."; d = path.Dir(d) {
+				if _, ok := seen[d]; !ok {
+					seen[d] = tar.TypeDir
+				}
+			}
+		}
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := root.Mkdir(p, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+				return fmt.Errorf("%w: creating %q: %w", ErrBadBundle, p, err)
+			}
+		case tar.TypeReg:
+			if h.Size < 0 || total+h.Size > s.cfg.MaxUnpacked {
+				return fmt.Errorf("%w: the bundle unpacks to more than %d bytes", ErrTooLarge, s.cfg.MaxUnpacked)
+			}
+			mode := os.FileMode(0o644)
+			if h.Mode&0o111 != 0 {
+				mode = 0o755
+			}
+			out, err := root.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+			if err != nil {
+				return fmt.Errorf("%w: creating %q: %w", ErrBadBundle, p, err)
+			}
+			n, err := io.Copy(out, io.LimitReader(tr, h.Size))
+			total += n
+			if err == nil && n != h.Size {
+				err = io.ErrUnexpectedEOF
+			}
+			if cerr := out.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return fmt.Errorf("%w: writing %q: %w", ErrBadBundle, p, err)
+			}
+			if err := root.Chmod(p, mode); err != nil {
+				return err
+			}
+		case tar.TypeSymlink:
+			if err := linkInside(p, h.Linkname); err != nil {
+				return err
+			}
+			if err := root.Symlink(h.Linkname, p); err != nil {
+				return fmt.Errorf("%w: creating link %q: %w", ErrBadBundle, p, err)
+			}
+		case tar.TypeLink:
+			target, err := entryName(h.Linkname)
+			if err != nil {
+				return err
+			}
+			if seen[target] != tar.TypeReg {
+				return fmt.Errorf("%w: hard link %q points at %q, which is not a file earlier in the bundle", ErrBadBundle, h.Name, h.Linkname)
+			}
+			if err := root.Link(target, p); err != nil {
+				return fmt.Errorf("%w: creating link %q: %w", ErrBadBundle, p, err)
+			}
+		case tar.TypeChar, tar.TypeBlock:
+			return fmt.Errorf("%w: entry %q is a device", ErrBadBundle, h.Name)
+		case tar.TypeFifo:
+			return fmt.Errorf("%w: entry %q is a fifo", ErrBadBundle, h.Name)
+		default:
+			return fmt.Errorf("%w: entry %q has unsupported type %q", ErrBadBundle, h.Name, string(h.Typeflag))
+		}
+		seen[p] = h.Typeflag
+		if h.Typeflag == tar.TypeLink {
+			seen[p] = tar.TypeReg
+		}
+	}
+	if entries == 0 {
+		return fmt.Errorf("%w: the tar is empty", ErrBadBundle)
+	}
+	return nil
+}
+
+// entryName checks a tar entry name and returns it clean and relative.
+func entryName(name string) (string, error) {
+	switch {
+	case name == "":
+		return "", fmt.Errorf("%w: an entry has an empty name", ErrBadBundle)
+	case strings.ContainsRune(name, 0):
+		return "", fmt.Errorf("%w: entry %q holds a NUL byte", ErrBadBundle, name)
+	case strings.HasPrefix(name, "/"):
+		return "", fmt.Errorf("%w: entry %q is an absolute path", ErrBadBundle, name)
+	}
+	for _, part := range strings.Split(name, "/") {
+		if part == ".." {
+			return "", fmt.Errorf("%w: entry %q contains ..", ErrBadBundle, name)
+		}
+	}
+	return path.Clean(name), nil
+}
+
+// linkInside checks that a symlink at p with target stays in the bundle.
+func linkInside(p, target string) error {
+	switch {
+	case target == "":
+		return fmt.Errorf("%w: link %q has an empty target", ErrBadBundle, p)
+	case path.IsAbs(target):
+		return fmt.Errorf("%w: link %q points at the absolute path %q", ErrBadBundle, p, target)
+	}
+	resolved := path.Clean(path.Join(path.Dir(p), target))
+	if resolved == ".." || strings.HasPrefix(resolved, "../") {
+		return fmt.Errorf("%w: link %q -> %q leaves the bundle", ErrBadBundle, p, target)
+	}
+	return nil
+}
