@@ -72,9 +72,9 @@ func TestParseTooLarge(t *testing.T) {
 func TestGrantAndNet(t *testing.T) {
 	tests := []struct {
 		name, manifest, param string
-		wantSets               int
-		wantNone               bool
-		wantForwards           int
+		wantSets              int
+		wantNone              bool
+		wantForwards          int
 	}{
 		{"no grant", `{"command":["./a"]}`, "", 0, true, 0},
 		{"param only", `{"command":["./a"]}`, `{"host":"example.com"}`, 1, false, 0},
