@@ -56,15 +56,15 @@ func ParseURL(raw string) (Request, error) {
 	if i := strings.IndexAny(auth, "/?#"); i >= 0 {
 		auth = auth[:i]
 	}
-	if auth != u.Host {
-		return Request{}, badf("URL host %q is spelled ambiguously", auth)
-	}
 	if auth == "" {
 		return Request{}, badf("empty host in URL %q", raw)
 	}
 	host, port, err := splitHostPort(auth, false)
 	if err != nil {
 		return Request{}, err
+	}
+	if auth != u.Host {
+		return Request{}, badf("URL host %q is spelled ambiguously (net/url reads %q)", auth, u.Host)
 	}
 	if port == 0 {
 		port = DefaultPort(scheme)
