@@ -1,0 +1,287 @@
+package doors
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+
+	"toybox/schema"
+)
+
+// Bounds on the headers of one call.
+const (
+	maxHeaders     = 64
+	maxHeaderBytes = 64 << 10
+)
+
+// dropped request headers: hop-by-hop headers, what the transport sets
+// itself, and what would let a vat speak for someone else. Compared in
+// canonical form.
+var droppedRequest = map[string]bool{
+	"Connection": true, "Keep-Alive": true, "Proxy-Connection": true,
+	"Proxy-Authenticate": true, "Proxy-Authorization": true, "Te": true,
+	"Trailer": true, "Trailers": true, "Transfer-Encoding": true, "Upgrade": true,
+	"Host": true, "Content-Length": true, "Forwarded": true, "X-Real-Ip": true,
+}
+
+// droppedResponse: hop-by-hop headers of the backend's answer.
+var droppedResponse = map[string]bool{
+	"Connection": true, "Keep-Alive": true, "Proxy-Connection": true,
+	"Proxy-Authenticate": true, "Te": true, "Trailer": true, "Trailers": true,
+	"Transfer-Encoding": true, "Upgrade": true,
+}
+
+// VatHeader names the request header that tells the backend which vat is
+// calling. The supervisor sets it; a value the vat sends is dropped.
+const VatHeader = "X-Toybox-Vat"
+
+func dropRequestHeader(canon string) bool {
+	return droppedRequest[canon] || strings.HasPrefix(canon, "X-Toybox-") || strings.HasPrefix(canon, "X-Forwarded-")
+}
+
+// doorRequest is one call, copied out of the Cap'n Proto message.
+type doorRequest struct {
+	method, path string
+	header       http.Header
+	body         []byte
+}
+
+// outcome is what a call came to, for its log record.
+type outcome struct {
+	status int
+	reason string // details for the log only, beyond the error the vat sees
+}
+
+func (d *doorServer) Call(ctx context.Context, call schema.Door_call) error {
+	start := time.Now()
+	req, err := d.read(call.Args())
+	var out outcome
+	if err == nil {
+		err = d.admit(req)
+	}
+	if err == nil {
+		select {
+		case d.g.sem <- struct{}{}:
+			call.Go() // a slow backend must not hold up the vat's other calls
+			out, err = d.forward(ctx, call, req)
+			<-d.g.sem
+		default:
+			err = fmt.Errorf("%w: %d calls of vat %s are already in flight", ErrRefused, d.g.limits.MaxInFlight, d.g.vat)
+		}
+	}
+	if err != nil {
+		// The record's status is what the vat received: none. What the
+		// backend said goes into the reason.
+		var detail []string
+		if out.status != 0 {
+			detail = append(detail, fmt.Sprintf("backend answered %d", out.status))
+		}
+		if out.reason != "" {
+			detail = append(detail, out.reason)
+		}
+		out.status, out.reason = 0, err.Error()
+		if len(detail) > 0 {
+			out.reason += " (" + strings.Join(detail, "; ") + ")"
+		}
+	}
+	level := slog.LevelInfo
+	if err != nil {
+		level = slog.LevelWarn
+	}
+	d.g.logger.LogAttrs(context.Background(), level, "door call",
+		slog.String(keyVat, d.g.vat),
+		slog.String(keyDoor, d.name),
+		slog.String(keyMethod, clip(req.method)),
+		slog.String(keyPath, clip(req.path)),
+		slog.Int(keyStatus, out.status),
+		slog.Int64(keyDurationMS, time.Since(start).Milliseconds()),
+		slog.String(keyReason, out.reason),
+	)
+	return err
+}
+
+// read copies the call's arguments, refusing oversized or malformed ones.
+func (d *doorServer) read(args schema.Door_call_Params) (doorRequest, error) {
+	var r doorRequest
+	var err error
+	if r.method, err = args.Method(); err != nil {
+		return r, fmt.Errorf("%w: reading the method: %w", ErrRefused, err)
+	}
+	if r.path, err = args.Path(); err != nil {
+		return r, fmt.Errorf("%w: reading the path: %w", ErrRefused, err)
+	}
+	hl, err := args.Headers()
+	if err != nil {
+		return r, fmt.Errorf("%w: reading the headers: %w", ErrRefused, err)
+	}
+	if hl.Len() > maxHeaders {
+		return r, fmt.Errorf("%w: %d headers; at most %d", ErrRefused, hl.Len(), maxHeaders)
+	}
+	r.header = http.Header{}
+	size := 0
+	for i := 0; i < hl.Len(); i++ {
+		name, err := hl.At(i).Name()
+		if err != nil {
+			return r, fmt.Errorf("%w: reading header %d: %w", ErrRefused, i, err)
+		}
+		value, err := hl.At(i).Value()
+		if err != nil {
+			return r, fmt.Errorf("%w: reading header %d: %w", ErrRefused, i, err)
+		}
+		size += len(name) + len(value)
+		if size > maxHeaderBytes {
+			return r, fmt.Errorf("%w: the headers are larger than %d bytes", ErrRefused, maxHeaderBytes)
+		}
+		if !httpguts.ValidHeaderFieldName(name) {
+			return r, fmt.Errorf("%w: %q is not a valid header name", ErrRefused, clip(name))
+		}
+		if !httpguts.ValidHeaderFieldValue(value) {
+			return r, fmt.Errorf("%w: header %s has an invalid value", ErrRefused, name)
+		}
+		canon := http.CanonicalHeaderKey(name)
+		if dropRequestHeader(canon) {
+			continue
+		}
+		r.header.Add(canon, value)
+	}
+	body, err := args.Body()
+	if err != nil {
+		return r, fmt.Errorf("%w: reading the body: %w", ErrRefused, err)
+	}
+	if len(body) > d.g.limits.MaxRequestBody {
+		return r, fmt.Errorf("%w: the request body is %d bytes; at most %d", ErrRefused, len(body), d.g.limits.MaxRequestBody)
+	}
+	r.body = bytes.Clone(body)
+	return r, nil
+}
+
+// admit decides the call: the grant stands, the target cannot be rewritten,
+// and the method and path are exactly one of this Door's entries.
+func (d *doorServer) admit(r doorRequest) error {
+	if err := d.g.live(); err != nil {
+		return err
+	}
+	if why := methodProblem(r.method); why != "" {
+		return fmt.Errorf("%w: %s", ErrRefused, why)
+	}
+	if why := targetProblem(r.path); why != "" {
+		return fmt.Errorf("%w: %s", ErrRefused, why)
+	}
+	for _, e := range d.entries {
+		if e.Method == r.method && e.Path == r.path {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %s %s is not one of this door's entries (%s)", ErrRefused, r.method, r.path, strings.Join(entryNames(d.entries), ", "))
+}
+
+func entryNames(es []Entry) []string {
+	out := make([]string, len(es))
+	for i, e := range es {
+		out[i] = e.Name()
+	}
+	return out
+}
+
+// forward sends an admitted call to the backend and fills the results.
+func (d *doorServer) forward(ctx context.Context, call schema.Door_call, r doorRequest) (outcome, error) {
+	g := d.g
+	ctx, cancel := context.WithTimeout(ctx, g.limits.Timeout)
+	defer cancel()
+	stop := context.AfterFunc(g.ctx, cancel) // revocation ends the call
+	defer stop()
+
+	host := "localhost"
+	if g.set.Backend.Network == "tcp" {
+		host = g.set.Backend.Address
+	}
+	var body io.Reader
+	if len(r.body) > 0 {
+		body = bytes.NewReader(r.body)
+	}
+	// The path passed targetProblem: only unreserved, sub-delims, ':', '@'
+	// and '/', so the URL is exactly host + path and nothing is re-encoded.
+	hreq, err := http.NewRequestWithContext(ctx, r.method, "http://"+host+r.path, body)
+	if err != nil {
+		return outcome{}, fmt.Errorf("%w: building the request: %w", ErrRefused, err)
+	}
+	hreq.Header = r.header
+	hreq.Header.Set(VatHeader, g.vat)
+	hreq.Host = host
+
+	resp, err := g.tr.RoundTrip(hreq)
+	if err != nil {
+		return outcome{reason: err.Error()}, d.failure(ctx, "the backend is unreachable or broke off")
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, int64(g.limits.MaxResponseBody)+1))
+	if err != nil {
+		return outcome{status: resp.StatusCode, reason: err.Error()}, d.failure(ctx, "reading the backend's answer failed")
+	}
+	if len(data) > g.limits.MaxResponseBody {
+		err := fmt.Errorf("%w: the backend's answer is larger than %d bytes", ErrFailed, g.limits.MaxResponseBody)
+		return outcome{status: resp.StatusCode}, err
+	}
+	if err := g.live(); err != nil {
+		return outcome{status: resp.StatusCode}, err
+	}
+	if resp.StatusCode < 100 || resp.StatusCode > 599 {
+		return outcome{status: resp.StatusCode}, fmt.Errorf("%w: the backend answered status %d", ErrFailed, resp.StatusCode)
+	}
+
+	res, err := call.AllocResults()
+	if err != nil {
+		return outcome{status: resp.StatusCode}, err
+	}
+	res.SetStatus(uint16(resp.StatusCode))
+	var names []string
+	for k := range resp.Header {
+		if !droppedResponse[k] {
+			names = append(names, k)
+		}
+	}
+	n := 0
+	for _, k := range names {
+		n += len(resp.Header[k])
+	}
+	hl, err := res.NewHeaders(int32(n))
+	if err != nil {
+		return outcome{status: resp.StatusCode}, err
+	}
+	i := 0
+	for _, k := range names {
+		for _, v := range resp.Header[k] {
+			if err := hl.At(i).SetName(k); err != nil {
+				return outcome{status: resp.StatusCode}, err
+			}
+			if err := hl.At(i).SetValue(v); err != nil {
+				return outcome{status: resp.StatusCode}, err
+			}
+			i++
+		}
+	}
+	if err := res.SetBody(data); err != nil {
+		return outcome{status: resp.StatusCode}, err
+	}
+	return outcome{status: resp.StatusCode}, nil
+}
+
+// failure turns a backend error into what the vat sees: revoked, timed out,
+// or failed. The details go only to the log.
+func (d *doorServer) failure(ctx context.Context, what string) error {
+	if err := d.g.live(); err != nil {
+		return err
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("%w: the backend did not answer within %s", ErrFailed, d.g.limits.Timeout)
+	}
+	return fmt.Errorf("%w: %s", ErrFailed, what)
+}

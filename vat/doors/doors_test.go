@@ -1,0 +1,410 @@
+package doors
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"capnproto.org/go/capnp/v3"
+	"golang.org/x/sys/unix"
+
+	"toybox/schema/wire"
+)
+
+// socketPair returns a connected unix stream pair as files.
+func socketPair(t *testing.T) (*os.File, *os.File) {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return os.NewFile(uintptr(fds[0]), "supervisor-end"), os.NewFile(uintptr(fds[1]), "vat-end")
+}
+
+// serveDoors serves a new reference to gr's DoorSet as the bootstrap
+// capability of a fresh connection, the way the supervisor serves a vat's fd
+// 3, and returns the vat's end for a child process.
+func serveDoors(t *testing.T, gr *Granted) *os.File {
+	t.Helper()
+	ours, theirs := socketPair(t)
+	conn, err := wire.FromFile(ours, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := conn.RPC(capnp.Client(gr.DoorSet()), nil)
+	t.Cleanup(func() {
+		_ = rc.Close()
+		<-rc.Done()
+	})
+	return theirs
+}
+
+// syncBuffer is a log sink shared by the rpc goroutines and the test.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// records returns the JSON log records with the given message.
+func (b *syncBuffer) records(t *testing.T, msg string) []map[string]any {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(b.buf.String()), "\n") {
+		if line == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("log line %q is not JSON: %v", line, err)
+		}
+		if m["msg"] == msg {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// fixture starts the example backend on a unix socket and returns a table
+// whose sets it serves.
+func fixture(t *testing.T) (*Table, string) {
+	t.Helper()
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "kiosk-doors.sock")
+	startBackend(t, "unix:"+sock)
+	tab, err := ParseTable([]byte(fmt.Sprintf(`{"sets": {
+		"kiosk": {"firstParty": true, "backend": "unix:%[1]s",
+			"entries": ["GET /kiosk/state", "POST /kiosk/state", "GET /bulk/1000", "GET /bulk/100000", "GET /slow/5000"]},
+		"browser": {"firstParty": true, "backend": "unix:%[1]s", "entries": ["POST /browser/restart"]},
+		"stranger": {"firstParty": false, "backend": "unix:%[1]s", "entries": ["GET /kiosk/state"]}
+	}}`, sock)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab.Limits = Limits{MaxRequestBody: 4096, MaxResponseBody: 10000, Timeout: 700 * time.Millisecond}
+	return tab, sock
+}
+
+type backendAnswer struct {
+	State    string `json:"state"`
+	Restarts int    `json:"restarts"`
+	Request  struct {
+		Method     string              `json:"method"`
+		RequestURI string              `json:"requestURI"`
+		Host       string              `json:"host"`
+		Vat        string              `json:"vat"`
+		Headers    map[string][]string `json:"headers"`
+		Body       string              `json:"body"`
+	} `json:"request"`
+}
+
+func decodeAnswer(t *testing.T, r reply) backendAnswer {
+	t.Helper()
+	if r.Err != "" {
+		t.Fatalf("call failed: %s", r.Err)
+	}
+	var a backendAnswer
+	if err := json.Unmarshal([]byte(r.Body), &a); err != nil {
+		t.Fatalf("backend answer %q: %v", r.Body, err)
+	}
+	return a
+}
+
+// TestDoorCalls serves a vat's DoorSet over a real unix socket to a vat in
+// another process, backed by the real example backend, and checks what is
+// answered and what is refused, and that each call is one log record.
+func TestDoorCalls(t *testing.T) {
+	tab, _ := fixture(t)
+	var logs syncBuffer
+	gr := tab.Grant("kiosk", slog.New(slog.NewJSONHandler(&logs, nil)))
+	defer gr.Revoke()
+	vat := startHelper(t, "vat", serveDoors(t, gr))
+
+	if got, want := strings.Join(gr.Names(), ","), "GET /kiosk/state,POST /kiosk/state,GET /bulk/1000,GET /bulk/100000,GET /slow/5000"; got != want {
+		t.Errorf("Names() = %s; want %s", got, want)
+	}
+	r := vat.do(command{Op: "list"})
+	if got, want := strings.Join(r.Entries, ","), strings.Join(gr.Names(), ","); r.Err != "" || got != want {
+		t.Fatalf("list = %q, %q; want %q", got, r.Err, want)
+	}
+	if r := vat.do(command{Op: "all", As: "all"}); r.Err != "" {
+		t.Fatalf("all: %s", r.Err)
+	}
+
+	t.Run("the backend's answer arrives", func(t *testing.T) {
+		r := vat.do(command{Op: "call", Door: "all", Method: "POST", Path: "/kiosk/state", Body: "showing-clock"})
+		if r.Status != 200 {
+			t.Fatalf("POST status = %d (%s); want 200", r.Status, r.Err)
+		}
+		a := decodeAnswer(t, vat.do(command{Op: "call", Door: "all", Method: "GET", Path: "/kiosk/state"}))
+		if a.State != "showing-clock" {
+			t.Errorf("state = %q; want showing-clock", a.State)
+		}
+		if a.Request.Vat != "kiosk" || a.Request.RequestURI != "/kiosk/state" || a.Request.Method != "GET" {
+			t.Errorf("backend saw vat %q %s %s; want kiosk GET /kiosk/state", a.Request.Vat, a.Request.Method, a.Request.RequestURI)
+		}
+	})
+
+	t.Run("headers are filtered", func(t *testing.T) {
+		r := vat.do(command{Op: "call", Door: "all", Method: "GET", Path: "/kiosk/state", Headers: [][2]string{
+			{"Host", "admin.internal"}, {"X-Toybox-Vat", "browser"}, {"Connection", "X-Secret"}, {"X-Secret", "kept"},
+			{"Upgrade", "websocket"}, {"X-Forwarded-For", "10.0.0.1"}, {"Accept", "application/json"},
+		}})
+		a := decodeAnswer(t, r)
+		if a.Request.Host != "localhost" {
+			t.Errorf("backend saw Host %q; want localhost", a.Request.Host)
+		}
+		if a.Request.Vat != "kiosk" {
+			t.Errorf("backend saw X-Toybox-Vat %q; want kiosk", a.Request.Vat)
+		}
+		h := a.Request.Headers
+		for _, k := range []string{"Connection", "Upgrade", "X-Forwarded-For"} {
+			if _, ok := h[k]; ok {
+				t.Errorf("backend saw %s: %v; want it dropped", k, h[k])
+			}
+		}
+		if got := strings.Join(h["Accept"], ","); got != "application/json" {
+			t.Errorf("backend saw Accept %q; want application/json", got)
+		}
+		var sawBackendHeader bool
+		for _, kv := range r.Headers {
+			if kv[0] == "X-Door-Backend" && kv[1] == "example" {
+				sawBackendHeader = true
+			}
+		}
+		if !sawBackendHeader {
+			t.Errorf("answer headers %v lack X-Door-Backend: example", r.Headers)
+		}
+	})
+
+	refused := []struct {
+		name, method, path, want string
+	}{
+		{"another vat's path", "POST", "/browser/restart", "door refused: POST /browser/restart is not one of this door's entries"},
+		{"outside the set", "DELETE", "/kiosk/state", "not one of this door's entries"},
+		{"trailing slash", "GET", "/kiosk/state/", "not one of this door's entries"},
+		{"dot-dot", "GET", "/kiosk/../browser/restart", "door refused: the path has a '..' segment"},
+		{"dot-dot at the end", "GET", "/kiosk/state/..", "'..' segment"},
+		{"dot", "GET", "/kiosk/./state", "'.' segment"},
+		{"double slash", "GET", "//kiosk/state", "door refused: the path has an empty segment ('//')"},
+		{"inner double slash", "GET", "/kiosk//state", "('//')"},
+		{"encoded dot", "GET", "/kiosk/%2e%2e/state", "door refused: the path has a percent sign"},
+		{"encoded slash", "GET", "/kiosk%2fstate", "percent sign"},
+		{"query", "GET", "/kiosk/state?x=1", "door refused: the path has a query"},
+		{"empty query", "GET", "/kiosk/state?", "query"},
+		{"fragment", "GET", "/kiosk/state#top", "fragment"},
+		{"backslash", "GET", "/kiosk\\state", "backslash"},
+		{"CRLF", "GET", "/kiosk/state\r\nX-Evil: 1", "control character"},
+		{"NUL", "GET", "/kiosk/state\x00", "control character"},
+		{"space", "GET", "/kiosk/state HTTP/1.1", "character ' '"},
+		{"no leading slash", "GET", "kiosk/state", "does not start with a slash"},
+		{"absolute URL", "GET", "http://127.0.0.1/kiosk/state", "does not start with a slash"},
+		{"empty path", "GET", "", "the path is empty"},
+		{"lower-case method", "get", "/kiosk/state", "method \"get\" is not one a door accepts"},
+		{"CONNECT", "CONNECT", "/kiosk/state", "is not one a door accepts"},
+		{"non-ASCII", "GET", "/kiosk/stäte", "non-ASCII"},
+	}
+	for _, tt := range refused {
+		t.Run("refused/"+tt.name, func(t *testing.T) {
+			r := vat.do(command{Op: "call", Door: "all", Method: tt.method, Path: tt.path})
+			if !strings.Contains(r.Err, tt.want) {
+				t.Errorf("call(%q, %q) error = %q (status %d); want it to contain %q", tt.method, tt.path, r.Err, r.Status, tt.want)
+			}
+		})
+	}
+
+	t.Run("get narrows to one entry", func(t *testing.T) {
+		if r := vat.do(command{Op: "get", Name: "GET /kiosk/state", As: "one"}); r.Err != "" {
+			t.Fatalf("get: %s", r.Err)
+		}
+		r := vat.do(command{Op: "list", Door: "one"})
+		if got := strings.Join(r.Entries, ","); got != "GET /kiosk/state" {
+			t.Errorf("narrowed entries = %q; want GET /kiosk/state", got)
+		}
+		if a := decodeAnswer(t, vat.do(command{Op: "call", Door: "one", Method: "GET", Path: "/kiosk/state"})); a.Request.RequestURI != "/kiosk/state" {
+			t.Errorf("narrowed call reached %q", a.Request.RequestURI)
+		}
+		r = vat.do(command{Op: "call", Door: "one", Method: "POST", Path: "/kiosk/state", Body: "x"})
+		if want := "door refused: POST /kiosk/state is not one of this door's entries (GET /kiosk/state)"; !strings.Contains(r.Err, want) {
+			t.Errorf("narrowed POST error = %q; want %q", r.Err, want)
+		}
+	})
+
+	t.Run("get of another vat's entry", func(t *testing.T) {
+		r := vat.do(command{Op: "get", Name: "POST /browser/restart", As: "x"})
+		if want := "door refused: vat kiosk has no door \"POST /browser/restart\""; !strings.Contains(r.Err, want) {
+			t.Errorf("get error = %q; want %q", r.Err, want)
+		}
+	})
+
+	t.Run("bounds", func(t *testing.T) {
+		r := vat.do(command{Op: "call", Door: "all", Method: "POST", Path: "/kiosk/state", Body: strings.Repeat("a", 5000)})
+		if want := "door refused: the request body is 5000 bytes; at most 4096"; !strings.Contains(r.Err, want) {
+			t.Errorf("big body error = %q; want %q", r.Err, want)
+		}
+		if r := vat.do(command{Op: "call", Door: "all", Method: "GET", Path: "/bulk/1000"}); r.Err != "" || len(r.Body) != 1000 {
+			t.Errorf("bulk/1000 = %d bytes, %q; want 1000 bytes", len(r.Body), r.Err)
+		}
+		r = vat.do(command{Op: "call", Door: "all", Method: "GET", Path: "/bulk/100000"})
+		if want := "door failed: the backend's answer is larger than 10000 bytes"; !strings.Contains(r.Err, want) {
+			t.Errorf("big answer error = %q; want %q", r.Err, want)
+		}
+		start := time.Now()
+		r = vat.do(command{Op: "call", Door: "all", Method: "GET", Path: "/slow/5000"})
+		if want := "door failed: the backend did not answer within 700ms"; !strings.Contains(r.Err, want) {
+			t.Errorf("slow error = %q; want %q", r.Err, want)
+		}
+		if d := time.Since(start); d > 4*time.Second {
+			t.Errorf("slow call took %v; want about 700ms", d)
+		}
+	})
+
+	t.Run("one log record per call", func(t *testing.T) {
+		recs := logs.records(t, "door call")
+		// 2 + 1 + len(refused) + 2 + 2 + 4 calls reached the supervisor.
+		if want := 2 + 1 + len(refused) + 2 + 4; len(recs) != want {
+			t.Errorf("%d door call records; want %d", len(recs), want)
+		}
+		for _, rec := range recs {
+			for _, k := range []string{keyVat, keyDoor, keyMethod, keyPath, keyStatus, keyDurationMS, keyReason} {
+				if _, ok := rec[k]; !ok {
+					t.Errorf("record %v has no %q", rec, k)
+				}
+			}
+			if rec[keyVat] != "kiosk" {
+				t.Errorf("record vat = %v; want kiosk", rec[keyVat])
+			}
+			reason, _ := rec[keyReason].(string)
+			status, _ := rec[keyStatus].(float64)
+			if (reason == "") != (status == 200) {
+				t.Errorf("record status %v with reason %q: want a reason exactly when not 200", status, reason)
+			}
+		}
+		var sawRefusal bool
+		for _, rec := range recs {
+			if rec[keyPath] == "/kiosk/%2e%2e/state" && strings.HasPrefix(rec[keyReason].(string), "door refused: the path has a percent sign") && rec[keyDoor] == "all" {
+				sawRefusal = true
+			}
+		}
+		if !sawRefusal {
+			t.Errorf("no record of the refused %%2e call with its reason")
+		}
+	})
+}
+
+// TestRevoke leaks a narrowed Door from the vat to a helper process, revokes
+// the grant, and checks that the helper's Door, the vat's DoorSet and every
+// Door from it fail with the reason, while a fresh grant works.
+func TestRevoke(t *testing.T) {
+	tab, _ := fixture(t)
+	var logs syncBuffer
+	logger := slog.New(slog.NewJSONHandler(&logs, nil))
+	gr := tab.Grant("kiosk", logger)
+	defer gr.Revoke()
+
+	toVat, toHelper := socketPair(t)
+	vat := startHelper(t, "vat", serveDoors(t, gr), toVat)
+	if r := vat.do(command{Op: "get", Name: "GET /kiosk/state", As: "k"}); r.Err != "" {
+		t.Fatalf("get: %s", r.Err)
+	}
+	if r := vat.do(command{Op: "all", As: "all"}); r.Err != "" {
+		t.Fatalf("all: %s", r.Err)
+	}
+	if r := vat.do(command{Op: "leak", Door: "k"}); r.Err != "" {
+		t.Fatalf("leak: %s", r.Err)
+	}
+	helper := startHelper(t, "helper", toHelper)
+	if a := decodeAnswer(t, helper.do(command{Op: "call", Door: "root", Method: "GET", Path: "/kiosk/state"})); a.Request.Vat != "kiosk" {
+		t.Fatalf("leaked door reached the backend as %q; want kiosk", a.Request.Vat)
+	}
+
+	gr.RevokeBecause("deleted")
+	if !gr.Revoked() {
+		t.Errorf("Revoked() = false after RevokeBecause")
+	}
+	want := "door revoked: vat kiosk deleted"
+	checks := []struct {
+		name string
+		p    *proc
+		c    command
+	}{
+		{"leaked door in the helper", helper, command{Op: "call", Door: "root", Method: "GET", Path: "/kiosk/state"}},
+		{"leaked door's entries", helper, command{Op: "list", Door: "root"}},
+		{"vat's narrowed door", vat, command{Op: "call", Door: "k", Method: "GET", Path: "/kiosk/state"}},
+		{"vat's whole door", vat, command{Op: "call", Door: "all", Method: "POST", Path: "/kiosk/state", Body: "x"}},
+		{"vat's set list", vat, command{Op: "list"}},
+		{"vat's set get", vat, command{Op: "get", Name: "GET /kiosk/state", As: "k2"}},
+		{"vat's set all", vat, command{Op: "all", As: "all2"}},
+	}
+	for _, tt := range checks {
+		t.Run(tt.name, func(t *testing.T) {
+			if r := tt.p.do(tt.c); !strings.Contains(r.Err, want) {
+				t.Errorf("after revoke: %+v = %+v; want error %q", tt.c, r, want)
+			}
+		})
+	}
+	gr.Revoke() // idempotent: the first reason stays
+	if r := helper.do(command{Op: "call", Door: "root", Method: "GET", Path: "/kiosk/state"}); !strings.Contains(r.Err, want) {
+		t.Errorf("after second revoke: %q; want %q", r.Err, want)
+	}
+
+	t.Run("a fresh grant works", func(t *testing.T) {
+		gr2 := tab.Grant("kiosk", logger)
+		defer gr2.Revoke()
+		vat2 := startHelper(t, "vat", serveDoors(t, gr2))
+		if r := vat2.do(command{Op: "all", As: "all"}); r.Err != "" {
+			t.Fatalf("all: %s", r.Err)
+		}
+		if a := decodeAnswer(t, vat2.do(command{Op: "call", Door: "all", Method: "GET", Path: "/kiosk/state"})); a.Request.Vat != "kiosk" {
+			t.Errorf("fresh grant reached the backend as %q", a.Request.Vat)
+		}
+		if r := helper.do(command{Op: "call", Door: "root", Method: "GET", Path: "/kiosk/state"}); !strings.Contains(r.Err, want) {
+			t.Errorf("old leaked door after a fresh grant: %q; want %q", r.Err, want)
+		}
+	})
+
+	// gr revoked once (deleted; the second Revoke is a no-op), gr2 once (stopped).
+	if recs := logs.records(t, "doors revoked"); len(recs) != 2 || recs[0][keyReason] != "deleted" || recs[1][keyReason] != "stopped" {
+		t.Errorf("revoke records = %v; want deleted, then stopped", recs)
+	}
+}
+
+// TestNoDoorsForStrangers: a vat that is not first-party, or not in the
+// table, gets an empty set even if something asks Grant for it.
+func TestNoDoorsForStrangers(t *testing.T) {
+	tab, _ := fixture(t)
+	for _, id := range []string{"stranger", "nobody"} {
+		t.Run(id, func(t *testing.T) {
+			gr := tab.Grant(id, nil)
+			defer gr.Revoke()
+			if n := gr.Names(); len(n) != 0 {
+				t.Errorf("Names() = %v; want none", n)
+			}
+			vat := startHelper(t, "vat", serveDoors(t, gr))
+			if r := vat.do(command{Op: "list"}); r.Err != "" || len(r.Entries) != 0 {
+				t.Errorf("list = %v, %q; want empty", r.Entries, r.Err)
+			}
+			if r := vat.do(command{Op: "all", As: "all"}); r.Err != "" {
+				t.Fatalf("all: %s", r.Err)
+			}
+			r := vat.do(command{Op: "call", Door: "all", Method: "GET", Path: "/kiosk/state"})
+			if want := "door refused: GET /kiosk/state is not one of this door's entries"; !strings.Contains(r.Err, want) {
+				t.Errorf("call = %q; want %q", r.Err, want)
+			}
+		})
+	}
+}
