@@ -78,3 +78,59 @@ bench:
 
 clean:
 	rm -rf $(BIN)
+
+# ---- install / uninstall (systemd units; see docs/systemd.md) ----
+# make install [DESTDIR=/some/root] [PREFIX=/usr/local]
+# Binaries go to $(BINDIR); units to $(UNITDIR) with their paths rewritten to
+# $(BINDIR). Without DESTDIR it also creates the toybox user and group when
+# missing, and runs `systemctl daemon-reload` when systemd is PID 1.
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+DOCDIR ?= $(PREFIX)/share/doc/toybox
+UNITDIR ?= /etc/systemd/system
+SYSUSERSDIR ?= /etc/sysusers.d
+SYSTEMD_UNITS := switchboard.socket switchboard.service toybox.socket toybox-admin.socket toybox.service
+SYSTEMD_BINS := switchboard toybox toybox-entry
+# systemd_pid1 succeeds when systemd runs this machine (sd_booted and PID 1 is systemd).
+systemd_pid1 = [ -d /run/systemd/system ] && [ "$$(cat /proc/1/comm 2>/dev/null)" = systemd ]
+
+# install installs what $(BIN) holds (run `make build` first to refresh it);
+# a missing binary is built.
+$(addprefix $(BIN)/,$(SYSTEMD_BINS)):
+	$(MAKE) build
+
+install: $(addprefix $(BIN)/,$(SYSTEMD_BINS))
+	install -d -m 0755 $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR) $(DESTDIR)$(SYSUSERSDIR)
+	for b in $(SYSTEMD_BINS); do install -m 0755 $(BIN)/$$b $(DESTDIR)$(BINDIR)/$$b; done
+	for u in $(SYSTEMD_UNITS); do \
+	  sed -e 's#/usr/local/bin/#$(BINDIR)/#g' -e 's#/usr/local/share/doc/toybox/#$(DOCDIR)/#g' systemd/$$u > $(DESTDIR)$(UNITDIR)/$$u.tmp && \
+	  chmod 0644 $(DESTDIR)$(UNITDIR)/$$u.tmp && mv -f $(DESTDIR)$(UNITDIR)/$$u.tmp $(DESTDIR)$(UNITDIR)/$$u || exit 1; \
+	done
+	install -m 0644 systemd/toybox.sysusers $(DESTDIR)$(SYSUSERSDIR)/toybox.conf
+	install -m 0644 docs/systemd.md $(DESTDIR)$(DOCDIR)/systemd.md
+	@if [ -z "$(DESTDIR)" ]; then \
+	  getent group toybox >/dev/null || groupadd --system toybox || exit 1; \
+	  getent passwd toybox >/dev/null || useradd --system --gid toybox --home-dir /var/lib/toybox --no-create-home \
+	    --shell /usr/sbin/nologin --comment "toybox supervisor" toybox || exit 1; \
+	  if $(systemd_pid1); then systemctl daemon-reload; else echo "systemd is not PID 1 here: skipping systemctl daemon-reload"; fi; \
+	  echo "installed; start with: systemctl enable --now switchboard.socket toybox.socket toybox-admin.socket"; \
+	fi
+
+# make uninstall: stops and removes the binaries, units and docs. Keeps the
+# state (/var/lib/toybox) and the toybox user and group that own it.
+uninstall:
+	@if [ -z "$(DESTDIR)" ] && $(systemd_pid1); then \
+	  systemctl disable --now toybox.service toybox.socket toybox-admin.socket switchboard.service switchboard.socket || true; \
+	fi
+	for u in $(SYSTEMD_UNITS); do rm -f $(DESTDIR)$(UNITDIR)/$$u; done
+	for b in $(SYSTEMD_BINS); do rm -f $(DESTDIR)$(BINDIR)/$$b; done
+	rm -f $(DESTDIR)$(SYSUSERSDIR)/toybox.conf $(DESTDIR)$(DOCDIR)/systemd.md
+	rmdir $(DESTDIR)$(DOCDIR) 2>/dev/null || true
+	@if [ -z "$(DESTDIR)" ] && $(systemd_pid1); then systemctl daemon-reload; fi
+	@echo "uninstalled; kept /var/lib/toybox and the toybox user and group (userdel toybox to remove them)"
+
+# test-systemd: the units under a real systemd as PID 1 in a docker container
+# (a Debian root from debootstrap, imported with docker import). Slow; needs
+# root, debootstrap, docker and the Debian mirror. See tests/systemd.
+test-systemd: build
+	$(GO) test -tags systemdcontainer -count=1 -timeout 30m -v -run 'TestUnderSystemd' ./tests/systemd/
