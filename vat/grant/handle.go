@@ -1,0 +1,392 @@
+package grant
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"capnproto.org/go/capnp/v3"
+
+	"toybox/labels"
+	"toybox/schema"
+	"toybox/schema/wire"
+)
+
+// handleServer is a vat's egress Handle: the union of its members, each a
+// label set the supervisor's root handle is constrained to. It lives on the
+// connection it was handed out on (down), where connected sockets go.
+type handleServer struct {
+	v       *Vat
+	down    *wire.Conn
+	members []labels.Set
+}
+
+// Describe returns the labels every member shares (for a single grant, its
+// labels): a truthful description of what the union may reach at most.
+func (h *handleServer) Describe(_ context.Context, call schema.Handle_describe) error {
+	if err := h.v.checkLive(); err != nil {
+		return err
+	}
+	res, err := call.AllocResults()
+	if err != nil {
+		return err
+	}
+	l, err := res.NewLabels()
+	if err != nil {
+		return err
+	}
+	return toSchema(l, common(h.members))
+}
+
+func common(ms []labels.Set) labels.Set {
+	c := ms[0]
+	for _, m := range ms[1:] {
+		if m.Scheme != c.Scheme {
+			c.Scheme = ""
+		}
+		if m.Host != c.Host {
+			c.Host = ""
+		}
+		if m.Port != c.Port {
+			c.Port = 0
+		}
+		if m.Network != c.Network {
+			c.Network = ""
+		}
+		if m.Vat != c.Vat {
+			c.Vat = ""
+		}
+	}
+	return c
+}
+
+// Constrain narrows every member and drops the members the labels conflict
+// with; when none is left, the narrowing is an error.
+func (h *handleServer) Constrain(_ context.Context, call schema.Handle_constrain) error {
+	if err := h.v.checkLive(); err != nil {
+		return err
+	}
+	sl, err := call.Args().Labels()
+	if err != nil {
+		return err
+	}
+	narrow, err := fromSchema(sl)
+	if err != nil {
+		return fmt.Errorf("constrain: %w", err)
+	}
+	var kept []labels.Set
+	var firstErr error
+	for _, m := range h.members {
+		n, err := labels.Constrain(m, narrow)
+		if err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		kept = append(kept, n)
+	}
+	if len(kept) == 0 {
+		return fmt.Errorf("constrain %s: %w", narrow, firstErr)
+	}
+	res, err := call.AllocResults()
+	if err != nil {
+		return err
+	}
+	return res.SetHandle(schema.Handle_ServerToClient(&handleServer{v: h.v, down: h.down, members: kept}))
+}
+
+// candidates returns the members whose labels admit r, or the refusal of
+// the first member when none does (the same words the switchboard would
+// use, since both decide with package labels).
+func (h *handleServer) candidates(r labels.Request) ([]labels.Set, error) {
+	var out []labels.Set
+	var first labels.Decision
+	for i, m := range h.members {
+		d := m.Admit(r)
+		if d.Allow {
+			out = append(out, m)
+		} else if i == 0 {
+			first = d
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("egress refused: " + first.Reason)
+	}
+	return out, nil
+}
+
+func targetRequest(t schema.Target) (labels.Request, error) {
+	scheme, _ := t.Scheme()
+	host, _ := t.Host()
+	ch, err := labels.CanonicalHost(host)
+	if err != nil {
+		return labels.Request{}, fmt.Errorf("egress refused: %w", err)
+	}
+	return labels.Request{Scheme: strings.ToLower(scheme), Host: ch, Port: t.Port()}, nil
+}
+
+// each runs op against the upstream handle of every candidate member in
+// turn until one is not refused; a disconnect is retried once on a fresh
+// session.
+func (h *handleServer) each(ctx context.Context, ms []labels.Set, op func(up schema.Handle, sess session) error) error {
+	var last error
+	for _, m := range ms {
+		for attempt := 0; attempt < 2; attempt++ {
+			up, sess, err := h.v.upstream(ctx, m)
+			if err != nil {
+				last = err
+				break
+			}
+			err = op(up, sess)
+			up.Release()
+			if err != nil && capnp.IsDisconnected(err) {
+				h.v.cfg.Upstream.broken(sess.gen)
+				last = err
+				continue
+			}
+			if err == nil {
+				return nil
+			}
+			last = relayErr(err)
+			break
+		}
+		if last != nil && !strings.HasPrefix(last.Error(), "egress refused: ") {
+			return last // not a refusal: another member would not help
+		}
+	}
+	return last
+}
+
+func (h *handleServer) begin(call interface{ Go() }) (func(), error) {
+	if err := h.v.checkLive(); err != nil {
+		return nil, err
+	}
+	done, err := h.v.acquire()
+	if err != nil {
+		return nil, err
+	}
+	call.Go()
+	return done, nil
+}
+
+func (h *handleServer) Check(ctx context.Context, call schema.Handle_check) error {
+	done, err := h.begin(call)
+	if err != nil {
+		return err
+	}
+	defer done()
+	t, err := call.Args().Target()
+	if err != nil {
+		return err
+	}
+	res, err := call.AllocResults()
+	if err != nil {
+		return err
+	}
+	r, err := targetRequest(t)
+	var ms []labels.Set
+	if err == nil {
+		ms, err = h.candidates(r)
+	}
+	if err != nil {
+		d, derr := res.NewDecision()
+		if derr != nil {
+			return derr
+		}
+		return d.SetReason(strings.TrimPrefix(err.Error(), "egress refused: "))
+	}
+	// A member's refusal is a decision, not an error: try the next member,
+	// and answer with the last decision seen.
+	var decided bool
+	err = h.each(ctx, ms, func(up schema.Handle, _ session) error {
+		fut, release := up.Check(ctx, func(p schema.Handle_check_Params) error { return p.SetTarget(t) })
+		defer release()
+		r, err := fut.Struct()
+		if err != nil {
+			return err
+		}
+		d, err := r.Decision()
+		if err != nil {
+			return err
+		}
+		if err := res.SetDecision(d); err != nil {
+			return err
+		}
+		decided = true
+		if !d.Allow() {
+			reason, _ := d.Reason()
+			return errors.New("egress refused: " + reason)
+		}
+		return nil
+	})
+	if decided && strings.HasPrefix(errText(err), "egress refused: ") {
+		return nil
+	}
+	return err
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func (h *handleServer) Connect(ctx context.Context, call schema.Handle_connect) error {
+	done, err := h.begin(call)
+	if err != nil {
+		return err
+	}
+	defer done()
+	args := call.Args()
+	t, err := args.Target()
+	if err != nil {
+		return err
+	}
+	r, err := targetRequest(t)
+	if err != nil {
+		return err
+	}
+	ms, err := h.candidates(r)
+	if err != nil {
+		return err
+	}
+	hello, _ := args.TlsHello()
+	wantFd := args.WantFd()
+	return h.each(ctx, ms, func(up schema.Handle, sess session) error {
+		fut, release := up.Connect(ctx, func(p schema.Handle_connect_Params) error {
+			if err := p.SetTarget(t); err != nil {
+				return err
+			}
+			if err := p.SetTlsHello(hello); err != nil {
+				return err
+			}
+			p.SetWantFd(wantFd)
+			if args.HasDownstream() {
+				return p.SetDownstream(args.Downstream().AddRef())
+			}
+			return nil
+		})
+		defer release()
+		r, err := fut.Struct()
+		if err != nil {
+			return err
+		}
+		res, err := call.AllocResults()
+		if err != nil {
+			return err
+		}
+		if seq := r.Fd(); seq != 0 {
+			f, err := sess.conn.TakeFD(seq)
+			if err != nil {
+				return fmt.Errorf("taking the connected socket from the switchboard: %w", err)
+			}
+			defer f.Close()
+			if !wantFd {
+				return errors.New("the switchboard handed over a socket nobody asked for")
+			}
+			nseq, err := h.down.SendFD(f)
+			if err != nil {
+				return fmt.Errorf("handing the connected socket to the vat: %w", err)
+			}
+			res.SetFd(nseq)
+			return nil
+		}
+		if r.HasUpstream() {
+			return res.SetUpstream(r.Upstream().AddRef())
+		}
+		return nil
+	})
+}
+
+func (h *handleServer) Request(ctx context.Context, call schema.Handle_request) error {
+	done, err := h.begin(call)
+	if err != nil {
+		return err
+	}
+	defer done()
+	args := call.Args()
+	url, _ := args.Url()
+	r, err := labels.ParseURL(url)
+	if err != nil {
+		return fmt.Errorf("egress refused: %w", err)
+	}
+	ms, err := h.candidates(r)
+	if err != nil {
+		return err
+	}
+	return h.each(ctx, ms, func(up schema.Handle, _ session) error {
+		fut, release := up.Request(ctx, func(p schema.Handle_request_Params) error {
+			m, _ := args.Method()
+			if err := p.SetMethod(m); err != nil {
+				return err
+			}
+			if err := p.SetUrl(url); err != nil {
+				return err
+			}
+			if hs, err := args.Headers(); err == nil && hs.Len() > 0 {
+				if err := p.SetHeaders(hs); err != nil {
+					return err
+				}
+			}
+			return p.SetResponder(args.Responder().AddRef())
+		})
+		defer release()
+		r, err := fut.Struct()
+		if err != nil {
+			return err
+		}
+		res, err := call.AllocResults()
+		if err != nil {
+			return err
+		}
+		return res.SetBody(r.Body().AddRef())
+	})
+}
+
+func (h *handleServer) WebSocket(ctx context.Context, call schema.Handle_webSocket) error {
+	done, err := h.begin(call)
+	if err != nil {
+		return err
+	}
+	defer done()
+	args := call.Args()
+	url, _ := args.Url()
+	r, err := labels.ParseURL(url)
+	if err != nil {
+		return fmt.Errorf("egress refused: %w", err)
+	}
+	ms, err := h.candidates(r)
+	if err != nil {
+		return err
+	}
+	return h.each(ctx, ms, func(up schema.Handle, _ session) error {
+		fut, release := up.WebSocket(ctx, func(p schema.Handle_webSocket_Params) error {
+			if err := p.SetUrl(url); err != nil {
+				return err
+			}
+			if hs, err := args.Headers(); err == nil && hs.Len() > 0 {
+				if err := p.SetHeaders(hs); err != nil {
+					return err
+				}
+			}
+			return p.SetDownstream(args.Downstream().AddRef())
+		})
+		defer release()
+		r, err := fut.Struct()
+		if err != nil {
+			return err
+		}
+		res, err := call.AllocResults()
+		if err != nil {
+			return err
+		}
+		proto, _ := r.Protocol()
+		if err := res.SetProtocol(proto); err != nil {
+			return err
+		}
+		return res.SetUpstream(r.Upstream().AddRef())
+	})
+}

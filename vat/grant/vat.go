@@ -1,0 +1,309 @@
+package grant
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+
+	"capnproto.org/go/capnp/v3"
+	"capnproto.org/go/capnp/v3/rpc"
+
+	"toybox/labels"
+	"toybox/schema"
+	"toybox/schema/wire"
+)
+
+// maxInFlight bounds the egress calls one vat may have outstanding, so that
+// a vat flooding its Handle cannot fill the supervisor's one switchboard
+// connection for every other vat.
+const maxInFlight = 64
+
+// VatConfig describes one vat's authority.
+type VatConfig struct {
+	// ID is the vat's id; every egress member carries it as the vat label.
+	ID string
+	// Grants are the vat's egress grants. Each becomes one member of the
+	// vat's Handle (a union). If empty, the vat has no Handle at all.
+	Grants []labels.Set
+	// Upstream is the supervisor's switchboard connection. Required when
+	// Grants is not empty.
+	Upstream *Upstream
+	// Doors returns a new reference to the vat's DoorSet (the caller
+	// releases it). If nil, the vat has an empty door set.
+	Doors func() schema.DoorSet
+	// Logger receives relay events. If nil, discarded.
+	Logger *slog.Logger
+}
+
+// Vat serves one vat's bootstrap capability on any number of connections
+// (the entry's and the app's) until it is revoked.
+type Vat struct {
+	cfg     VatConfig
+	log     *slog.Logger
+	members []labels.Set // each grant constrained to {vat: ID}
+	sem     chan struct{}
+
+	mu      sync.Mutex
+	revoked bool
+	cache   map[string]cached // upstream handle per member labels
+	conns   map[*rpc.Conn]struct{}
+}
+
+type cached struct {
+	gen uint64
+	h   schema.Handle
+}
+
+// NewVat returns the authority of one vat. A grant that conflicts with the
+// vat's own id (it names another vat) is an error.
+func NewVat(cfg VatConfig) (*Vat, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if !labels.ValidVatID(cfg.ID) {
+		return nil, fmt.Errorf("vat id %q is not valid", cfg.ID)
+	}
+	v := &Vat{cfg: cfg, log: log.With("vat", cfg.ID), sem: make(chan struct{}, maxInFlight),
+		cache: map[string]cached{}, conns: map[*rpc.Conn]struct{}{}}
+	for _, g := range cfg.Grants {
+		m, err := labels.Constrain(g, labels.Set{Vat: cfg.ID})
+		if err != nil {
+			return nil, fmt.Errorf("grant %s for vat %s: %w", g, cfg.ID, err)
+		}
+		v.members = append(v.members, m)
+	}
+	if len(v.members) > 0 && cfg.Upstream == nil {
+		return nil, errors.New("a vat with a grant needs the supervisor's switchboard upstream")
+	}
+	return v, nil
+}
+
+// Members returns the vat's egress members (its grants with its id).
+func (v *Vat) Members() []labels.Set { return append([]labels.Set(nil), v.members...) }
+
+// Serve serves the Vat bootstrap on c until the peer hangs up, ctx ends or
+// the vat is revoked. It takes ownership of c.
+func (v *Vat) Serve(ctx context.Context, c *wire.Conn) error {
+	srv := &vatServer{v: v, down: c}
+	rc := c.RPC(capnp.Client(schema.Vat_ServerToClient(srv)), v.log)
+	v.mu.Lock()
+	if v.revoked {
+		v.mu.Unlock()
+		_ = rc.Close()
+		return fmt.Errorf("vat %s: %w", v.cfg.ID, ErrRevoked)
+	}
+	v.conns[rc] = struct{}{}
+	v.mu.Unlock()
+	defer func() {
+		v.mu.Lock()
+		delete(v.conns, rc)
+		v.mu.Unlock()
+		_ = rc.Close()
+	}()
+	select {
+	case <-rc.Done():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Revoke stops every capability this vat was given: its Handles fail, the
+// upstream handles are released (so the switchboard shuts the connections
+// they made) and its served connections are closed. Doors are revoked by
+// whoever made them.
+func (v *Vat) Revoke() {
+	v.mu.Lock()
+	if v.revoked {
+		v.mu.Unlock()
+		return
+	}
+	v.revoked = true
+	cache := v.cache
+	v.cache = map[string]cached{}
+	conns := v.conns
+	v.conns = map[*rpc.Conn]struct{}{}
+	v.mu.Unlock()
+	for _, c := range cache {
+		c.h.Release()
+	}
+	for rc := range conns {
+		_ = rc.Close()
+	}
+}
+
+func (v *Vat) checkLive() error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.revoked {
+		return fmt.Errorf("egress revoked: vat %s stopped", v.cfg.ID)
+	}
+	return nil
+}
+
+// acquire takes one in-flight slot, or fails at once when the vat has too
+// many calls outstanding.
+func (v *Vat) acquire() (func(), error) {
+	select {
+	case v.sem <- struct{}{}:
+		return func() { <-v.sem }, nil
+	default:
+		return nil, fmt.Errorf("vat %s: %w (limit %d)", v.cfg.ID, ErrBusy, maxInFlight)
+	}
+}
+
+// upstream returns the switchboard handle for member m on the current
+// session (constraining the root anew after a reconnect). The returned
+// handle is a new reference: the caller must release it.
+func (v *Vat) upstream(ctx context.Context, m labels.Set) (schema.Handle, session, error) {
+	sess, err := v.cfg.Upstream.current(ctx)
+	if err != nil {
+		return schema.Handle{}, session{}, err
+	}
+	key := m.String()
+	v.mu.Lock()
+	if v.revoked {
+		v.mu.Unlock()
+		return schema.Handle{}, session{}, fmt.Errorf("egress revoked: vat %s stopped", v.cfg.ID)
+	}
+	if c, ok := v.cache[key]; ok && c.gen == sess.gen {
+		h := c.h.AddRef()
+		v.mu.Unlock()
+		return h, sess, nil
+	}
+	v.mu.Unlock()
+
+	fut, release := sess.root.Constrain(ctx, func(p schema.Handle_constrain_Params) error {
+		l, err := p.NewLabels()
+		if err != nil {
+			return err
+		}
+		return toSchema(l, m)
+	})
+	defer release()
+	res, err := fut.Struct()
+	if err != nil {
+		if capnp.IsDisconnected(err) {
+			v.cfg.Upstream.broken(sess.gen)
+		}
+		return schema.Handle{}, session{}, relayErr(err)
+	}
+	h := res.Handle().AddRef()
+
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.revoked {
+		h.Release()
+		return schema.Handle{}, session{}, fmt.Errorf("egress revoked: vat %s stopped", v.cfg.ID)
+	}
+	if old, ok := v.cache[key]; ok {
+		old.h.Release()
+	}
+	v.cache[key] = cached{gen: sess.gen, h: h.AddRef()}
+	return h, sess, nil
+}
+
+// relayErr keeps the words the switchboard chose: an error that carries an
+// "egress refused:" reason is passed on as exactly that reason.
+func relayErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	if i := strings.Index(msg, "egress refused: "); i >= 0 {
+		return errors.New(msg[i:])
+	}
+	return err
+}
+
+func toSchema(l schema.Labels, s labels.Set) error {
+	for _, f := range []struct {
+		v   string
+		set func(string) error
+	}{{s.Scheme, l.SetScheme}, {s.Host, l.SetHost}, {s.Network, l.SetNetwork}, {s.Vat, l.SetVat}} {
+		if f.v != "" {
+			if err := f.set(f.v); err != nil {
+				return err
+			}
+		}
+	}
+	l.SetPort(s.Port)
+	return nil
+}
+
+func fromSchema(l schema.Labels) (labels.Set, error) {
+	scheme, _ := l.Scheme()
+	host, _ := l.Host()
+	network, _ := l.Network()
+	vat, _ := l.Vat()
+	return labels.Canonical(labels.Set{Scheme: scheme, Host: host, Port: l.Port(), Network: network, Vat: vat})
+}
+
+// vatServer is the Vat bootstrap on one connection.
+type vatServer struct {
+	v    *Vat
+	down *wire.Conn
+}
+
+func (s *vatServer) Id(_ context.Context, call schema.Vat_id) error {
+	res, err := call.AllocResults()
+	if err != nil {
+		return err
+	}
+	return res.SetId(s.v.cfg.ID)
+}
+
+func (s *vatServer) Egress(_ context.Context, call schema.Vat_egress) error {
+	if err := s.v.checkLive(); err != nil {
+		return err
+	}
+	res, err := call.AllocResults()
+	if err != nil {
+		return err
+	}
+	if len(s.v.members) == 0 {
+		return nil // no grant: no Handle
+	}
+	h := &handleServer{v: s.v, down: s.down, members: s.v.members}
+	return res.SetHandle(schema.Handle_ServerToClient(h))
+}
+
+func (s *vatServer) Doors(_ context.Context, call schema.Vat_doors) error {
+	if err := s.v.checkLive(); err != nil {
+		return err
+	}
+	res, err := call.AllocResults()
+	if err != nil {
+		return err
+	}
+	if s.v.cfg.Doors == nil {
+		return res.SetDoors(schema.DoorSet_ServerToClient(emptyDoors{}))
+	}
+	return res.SetDoors(s.v.cfg.Doors())
+}
+
+// emptyDoors is the door set of a vat that has none.
+type emptyDoors struct{}
+
+func (emptyDoors) List(_ context.Context, call schema.DoorSet_list) error {
+	res, err := call.AllocResults()
+	if err != nil {
+		return err
+	}
+	_, err = res.NewEntries(0)
+	return err
+}
+
+func (emptyDoors) All(context.Context, schema.DoorSet_all) error {
+	return errors.New("door refused: this vat has no doors")
+}
+
+func (emptyDoors) Get(_ context.Context, call schema.DoorSet_get) error {
+	name, _ := call.Args().Name()
+	return fmt.Errorf("door refused: this vat has no door %q", name)
+}
