@@ -1,0 +1,263 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/coreos/go-systemd/v22/activation"
+	"github.com/coreos/go-systemd/v22/daemon"
+
+	"toybox/vat/grant"
+	"toybox/vat/store"
+	"toybox/vat/supervisor"
+	"toybox/vat/switches"
+	"toybox/vat/wall"
+)
+
+func init() { commands["serve"] = serveMain }
+
+const serveUsage = `usage: toybox serve --state DIR --switchboard PATH [--http ADDR|unix:PATH] [--admin PATH] [--entry PATH]
+
+Runs the supervisor: every installed vat starts, the admin API is served on
+the admin socket (mode 0600) and each vat's app on the http socket as
+/<vat>/... . Under systemd socket activation the sockets named "http" and
+"admin" are used instead of --http and --admin.
+
+Environment: TOYBOX_WALLS=off (kill switch: no walls at all),
+TOYBOX_WALLS_DEFAULT=off (this computer runs vats unwalled), TOYBOX_LOG=debug.
+`
+
+func serveMain(args []string) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(os.Stderr, serveUsage); fs.PrintDefaults() }
+	stateDir := fs.String("state", "", "state directory (code, data, records)")
+	sbPath := fs.String("switchboard", "", "the switchboard socket this supervisor holds (the most any vat can reach)")
+	httpAddr := fs.String("http", "", "public HTTP listener: host:port or unix:PATH")
+	adminPath := fs.String("admin", "", "admin unix socket path (created 0600)")
+	entryPath := fs.String("entry", "", "toybox-entry binary (default: next to this binary)")
+	readyTimeout := fs.Duration("ready-timeout", 10*time.Second, "how long an app has to listen on $TOYBOX_LISTEN")
+	stopGrace := fs.Duration("stop-grace", 5*time.Second, "time between SIGTERM and SIGKILL when stopping a vat")
+	maxBody := fs.Int64("max-body", store.DefaultMaxBody, "largest code upload in bytes")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	level := slog.LevelInfo
+	if os.Getenv("TOYBOX_LOG") == "debug" {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if *stateDir == "" {
+		fmt.Fprintln(os.Stderr, "toybox serve: --state is required")
+		fs.Usage()
+		return 2
+	}
+	if err := runServe(serveOptions{
+		state: *stateDir, switchboard: *sbPath, http: *httpAddr, admin: *adminPath, entry: *entryPath,
+		readyTimeout: *readyTimeout, stopGrace: *stopGrace, maxBody: *maxBody,
+		walls: os.Getenv("TOYBOX_WALLS"), wallsDefault: os.Getenv("TOYBOX_WALLS_DEFAULT"),
+	}, log); err != nil {
+		log.Error("toybox serve", "error", err.Error())
+		fmt.Fprintln(os.Stderr, "toybox serve:", err)
+		return 1
+	}
+	return 0
+}
+
+type serveOptions struct {
+	state, switchboard, http, admin, entry string
+	readyTimeout, stopGrace                time.Duration
+	maxBody                                int64
+	walls, wallsDefault                    string
+}
+
+func runServe(o serveOptions, log *slog.Logger) error {
+	sw, err := switches.New(switches.Config{Kill: o.walls, Default: o.wallsDefault, StateDir: o.state})
+	if err != nil {
+		return err
+	}
+	st, err := store.Open(store.Config{StateDir: o.state, MaxBody: o.maxBody, Logger: log})
+	if err != nil {
+		return err
+	}
+	if o.entry == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("finding toybox-entry: %w", err)
+		}
+		o.entry = filepath.Join(filepath.Dir(exe), "toybox-entry")
+	}
+	if _, err := os.Stat(o.entry); err != nil {
+		log.Warn("toybox-entry not found: walled vats with egress cannot start", "entry", o.entry, "error", err.Error())
+	}
+	var up *grant.Upstream
+	if o.switchboard != "" {
+		abs, err := filepath.Abs(o.switchboard)
+		if err != nil {
+			return err
+		}
+		up = grant.NewUpstream(grant.UpstreamConfig{Path: abs, Logger: log})
+		defer up.Close()
+	} else {
+		log.Warn("no --switchboard: no vat can be granted egress")
+	}
+	sup, err := supervisor.New(supervisor.Config{
+		Store: st, Switches: sw, Upstream: up, EntryPath: o.entry,
+		Launch: func(ctx context.Context, spec wall.Spec, l *slog.Logger) (supervisor.Process, error) {
+			p, err := wall.Start(ctx, spec, l)
+			if err != nil {
+				return nil, err
+			}
+			return p, nil
+		},
+		ReadyTimeout: o.readyTimeout, StopGrace: o.stopGrace, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+
+	httpL, adminL, cleanup, err := listeners(o)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+
+	if err := sup.Start(); err != nil {
+		log.Error("some installed vats could not be read", "error", err.Error())
+	}
+	pub := &http.Server{Handler: sup.PublicHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	adm := &http.Server{Handler: sup.AdminHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	errc := make(chan error, 2)
+	if httpL != nil {
+		go func() { errc <- pub.Serve(httpL) }()
+	}
+	go func() { errc <- adm.Serve(adminL) }()
+	if _, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
+		log.Warn("sd_notify READY=1 failed", "error", err.Error())
+	}
+	log.Info("toybox serving", "state", st.StateDir(), "admin", adminL.Addr().String(), "http", addrOf(httpL), "switchboard", o.switchboard, "entry", o.entry)
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	var serveErr error
+	select {
+	case s := <-sigs:
+		log.Info("stopping", "signal", s.String())
+	case serveErr = <-errc:
+		log.Error("a listener failed", "error", fmt.Sprint(serveErr))
+	}
+	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
+	ctx, cancel := context.WithTimeout(context.Background(), o.stopGrace+10*time.Second)
+	defer cancel()
+	_ = adm.Shutdown(ctx)
+	_ = pub.Shutdown(ctx)
+	if err := sup.Shutdown(ctx); err != nil {
+		return fmt.Errorf("stopping the vats: %w", err)
+	}
+	log.Info("stopped")
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return serveErr
+	}
+	return nil
+}
+
+func addrOf(l net.Listener) string {
+	if l == nil {
+		return ""
+	}
+	return l.Addr().String()
+}
+
+// listeners returns the http and admin listeners: systemd's (by name) if
+// the supervisor was socket-activated, else those the flags name.
+func listeners(o serveOptions) (httpL, adminL net.Listener, cleanup func(), err error) {
+	cleanup = func() {}
+	named, err := activation.ListenersWithNames() // sets CloseOnExec on every activated fd
+	if err != nil {
+		return nil, nil, cleanup, fmt.Errorf("reading activated sockets: %w", err)
+	}
+	if len(named) > 0 {
+		if ls := named["http"]; len(ls) > 0 {
+			httpL = ls[0]
+		}
+		if ls := named["admin"]; len(ls) > 0 {
+			adminL = ls[0]
+		}
+		if adminL == nil {
+			return nil, nil, cleanup, errors.New("socket-activated without a socket named \"admin\"")
+		}
+		return httpL, adminL, cleanup, nil
+	}
+	if o.admin == "" {
+		return nil, nil, cleanup, errors.New("--admin PATH is required (or socket activation with a socket named \"admin\")")
+	}
+	var closers []func()
+	cleanup = func() {
+		for _, c := range closers {
+			c()
+		}
+	}
+	adminL, err = listenUnix(o.admin, 0o600)
+	if err != nil {
+		return nil, nil, cleanup, fmt.Errorf("admin socket: %w", err)
+	}
+	closers = append(closers, func() { _ = os.Remove(o.admin) })
+	switch {
+	case o.http == "":
+	case strings.HasPrefix(o.http, "unix:"):
+		p := strings.TrimPrefix(o.http, "unix:")
+		httpL, err = listenUnix(p, 0o666)
+		if err != nil {
+			cleanup()
+			return nil, nil, func() {}, fmt.Errorf("http socket: %w", err)
+		}
+		closers = append(closers, func() { _ = os.Remove(p) })
+	default:
+		httpL, err = net.Listen("tcp", o.http)
+		if err != nil {
+			cleanup()
+			return nil, nil, func() {}, fmt.Errorf("http listener: %w", err)
+		}
+	}
+	return httpL, adminL, cleanup, nil
+}
+
+// listenUnix listens on a unix socket created with mode (the umask is
+// narrowed while binding, so the socket never exists with a wider mode).
+// A stale socket at path is replaced; any other file there is an error.
+func listenUnix(path string, mode os.FileMode) (net.Listener, error) {
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("%s exists and is not a socket", path)
+		}
+		if c, err := net.Dial("unix", path); err == nil {
+			_ = c.Close()
+			return nil, fmt.Errorf("%s is in use by another process", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, err
+		}
+	}
+	old := syscall.Umask(int(^mode & 0o777))
+	l, err := net.Listen("unix", path)
+	syscall.Umask(old)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, mode); err != nil {
+		_ = l.Close()
+		return nil, err
+	}
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	return l, nil
+}

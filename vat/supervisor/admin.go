@@ -1,0 +1,189 @@
+package supervisor
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"toybox/labels"
+	"toybox/vat/manifest"
+	"toybox/vat/store"
+)
+
+// AdminHandler serves the admin API (see docs/manifest.md and the README):
+//
+//	PUT    /<vat>[?egress=<grant>][&env=<JSON object>][&sha256=<hex>]  install or upgrade
+//	GET    /                     every vat's status
+//	GET    /<vat>                one vat's status
+//	GET    /<vat>/logs           the tail of its output
+//	POST   /<vat>/restart        restart it (also revives an off vat)
+//	POST   /<vat>/walls?walled=false|true   the owner's choice, then restart
+//	DELETE /<vat>[?purge=1]      stop and remove it (data kept unless purge)
+//
+// Answers are JSON; errors are {"error": "..."} with 400 for bad input.
+func (s *Supervisor) AdminHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+		id := parts[0]
+		sub := ""
+		if len(parts) == 2 {
+			sub = parts[1]
+		}
+		if len(parts) > 2 {
+			writeErr(w, http.StatusNotFound, fmt.Errorf("no such admin path %q", r.URL.Path))
+			return
+		}
+		if id == "" {
+			if r.Method != http.MethodGet {
+				writeErr(w, http.StatusMethodNotAllowed, fmt.Errorf("%s / is not allowed (GET lists the vats)", r.Method))
+				return
+			}
+			writeJSON(w, http.StatusOK, s.List())
+			return
+		}
+		if !labels.ValidVatID(id) {
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("%w: vat id %q is not [a-z0-9][a-z0-9-]{0,62}", ErrBadInput, id))
+			return
+		}
+		switch {
+		case sub == "" && r.Method == http.MethodPut:
+			s.handleInstall(w, r, id)
+		case sub == "" && r.Method == http.MethodGet:
+			st, err := s.Status(id)
+			if err != nil {
+				writeErr(w, http.StatusNotFound, err)
+				return
+			}
+			writeJSON(w, http.StatusOK, st)
+		case sub == "" && r.Method == http.MethodDelete:
+			purge := r.URL.Query().Get("purge") == "1"
+			if err := s.Remove(id, purge); err != nil {
+				writeErr(w, statusFor(err), err)
+				return
+			}
+			writeJSON(w, http.StatusOK, map[string]any{"id": id, "removed": true, "purged": purge})
+		case sub == "logs" && r.Method == http.MethodGet:
+			b, err := s.Logs(id)
+			if err != nil {
+				writeErr(w, http.StatusNotFound, err)
+				return
+			}
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			_, _ = w.Write(b)
+		case sub == "restart" && r.Method == http.MethodPost:
+			st, err := s.Restart(id)
+			if err != nil {
+				writeErr(w, statusFor(err), err)
+				return
+			}
+			writeJSON(w, http.StatusOK, st)
+		case sub == "walls" && r.Method == http.MethodPost:
+			var walled bool
+			switch r.URL.Query().Get("walled") {
+			case "true", "1":
+				walled = true
+			case "false", "0":
+			default:
+				writeErr(w, http.StatusBadRequest, fmt.Errorf("%w: want ?walled=true or ?walled=false", ErrBadInput))
+				return
+			}
+			st, err := s.SetWalled(id, walled)
+			if err != nil {
+				writeErr(w, statusFor(err), err)
+				return
+			}
+			writeJSON(w, http.StatusOK, st)
+		default:
+			writeErr(w, http.StatusMethodNotAllowed, fmt.Errorf("%s %s is not an admin operation", r.Method, r.URL.Path))
+		}
+	})
+}
+
+// InstallResult is what PUT /<vat> answers.
+type InstallResult struct {
+	Status
+	Upgraded bool `json:"upgraded"`
+}
+
+func (s *Supervisor) handleInstall(w http.ResponseWriter, r *http.Request, id string) {
+	q := r.URL.Query()
+	for k := range q {
+		switch k {
+		case "egress", "env", "sha256":
+		default:
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("%w: unknown parameter %q (want egress, env, sha256)", ErrBadInput, k))
+			return
+		}
+	}
+	egress := q.Get("egress")
+	if egress != "" {
+		// Refuse a bad grant before reading the body.
+		if _, err := labels.ParseGrant(egress); err != nil {
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("%w: %w: egress: %w", ErrBadInput, manifest.ErrBadGrant, err))
+			return
+		}
+	}
+	var env map[string]string
+	if q.Has("env") {
+		dec := json.NewDecoder(strings.NewReader(q.Get("env")))
+		if err := dec.Decode(&env); err != nil || env == nil || dec.More() {
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("%w: env must be a JSON object of strings, such as {\"API_KEY\":\"...\"}", ErrBadInput))
+			return
+		}
+	}
+	body := http.MaxBytesReader(w, r.Body, s.cfg.Store.MaxBody())
+	code, err := s.cfg.Store.Put(body, q.Get("sha256"))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			err = fmt.Errorf("%w: the body is larger than %d bytes", store.ErrTooLarge, s.cfg.Store.MaxBody())
+		}
+		writeErr(w, statusFor(err), err)
+		return
+	}
+	st, outcome, err := s.Install(InstallRequest{ID: id, Code: code, Egress: egress, Env: env})
+	if err != nil {
+		writeErr(w, statusFor(err), err)
+		return
+	}
+	res := InstallResult{Status: st, Upgraded: outcome == Upgraded}
+	switch outcome {
+	case Installed:
+		writeJSON(w, http.StatusCreated, res)
+	case Upgraded:
+		writeJSON(w, http.StatusOK, res)
+	default:
+		writeJSON(w, http.StatusServiceUnavailable, res)
+	}
+}
+
+func statusFor(err error) int {
+	switch {
+	case errors.Is(err, ErrNoVat):
+		return http.StatusNotFound
+	case errors.Is(err, ErrShutdown):
+		return http.StatusServiceUnavailable
+	case errors.Is(err, ErrBadInput), errors.Is(err, ErrNotReady),
+		errors.Is(err, store.ErrBadBundle), errors.Is(err, store.ErrTooLarge),
+		errors.Is(err, store.ErrDigestMismatch), errors.Is(err, store.ErrBadID),
+		errors.Is(err, manifest.ErrBadManifest), errors.Is(err, manifest.ErrBadGrant):
+		return http.StatusBadRequest
+	}
+	if errors.Is(err, ErrUpgradeRefused) {
+		return http.StatusBadRequest
+	}
+	return http.StatusInternalServerError
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeErr(w http.ResponseWriter, code int, err error) {
+	writeJSON(w, code, map[string]string{"error": err.Error()})
+}

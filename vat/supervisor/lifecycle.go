@@ -1,0 +1,284 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"toybox/vat/grant"
+	"toybox/vat/words"
+)
+
+// instance is one run of a vat on one version of its code: a loop that
+// spawns, waits for readiness, watches and restarts with backoff until it is
+// stopped or gives up.
+type instance struct {
+	s      *Supervisor
+	v      *vat
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	readyOnce sync.Once
+	readyDone chan struct{}
+	readyErr  error
+
+	sock      string
+	transport *http.Transport
+	proxy     *httputil.ReverseProxy
+}
+
+// running is one spawned process of an instance.
+type running struct {
+	proc    Process
+	gv      *grant.Vat
+	word    words.Word
+	gone    chan struct{}
+	exitErr error
+}
+
+// launch starts a new instance of v (the caller holds v.op) and returns it.
+func (s *Supervisor) launch(v *vat) *instance {
+	ctx, cancel := context.WithCancel(s.ctx)
+	in := &instance{s: s, v: v, ctx: ctx, cancel: cancel, done: make(chan struct{}), readyDone: make(chan struct{}),
+		sock: filepath.Join(s.cfg.Store.RunDir(v.id), "app.sock")}
+	in.transport = &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", in.sock)
+		},
+		MaxIdleConnsPerHost: 16,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	in.proxy = newProxy(v.id, in.transport, s.log)
+	go in.loop()
+	return in
+}
+
+func (in *instance) markReady(err error) {
+	in.readyOnce.Do(func() {
+		in.readyErr = err
+		close(in.readyDone)
+	})
+}
+
+// waitReady returns nil once the first spawn listens, or why it did not.
+func (in *instance) waitReady() error {
+	<-in.readyDone
+	return in.readyErr
+}
+
+// stopAndWait stops the instance and waits until its process is gone.
+func (in *instance) stopAndWait() {
+	in.cancel()
+	<-in.done
+}
+
+func (in *instance) update(f func(v *vat)) {
+	in.v.mu.Lock()
+	f(in.v)
+	in.v.mu.Unlock()
+}
+
+func (in *instance) loop() {
+	s, v := in.s, in.v
+	defer close(in.done)
+	defer in.transport.CloseIdleConnections()
+	backoff := s.cfg.BackoffMin
+	crashes := 0
+	for {
+		started := time.Now()
+		r, offWord, err := s.spawn(in.ctx, v)
+		if err != nil {
+			if in.ctx.Err() != nil {
+				in.markReady(errStopped)
+				return
+			}
+			in.update(func(v *vat) { v.word, v.lastError, v.pid, v.tier = offWord, err.Error(), 0, "" })
+			s.log.Error("vat launch refused", keyVat, v.id, keyWord, offWord.String(), keyErr, err)
+			in.markReady(err)
+			return
+		}
+		in.update(func(v *vat) { v.pid, v.tier = r.proc.Pid(), r.proc.Tier() })
+		readyErr := in.waitListening(r)
+		if readyErr == nil {
+			in.update(func(v *vat) { v.word = r.word })
+			s.log.Info("vat serving", keyVat, v.id, keyCode, v.status().Code, keyPid, r.proc.Pid(), keyTier, r.proc.Tier(), keyWord, r.word.String(), "ready_ms", time.Since(started).Milliseconds())
+			in.markReady(nil)
+		} else if in.ctx.Err() == nil {
+			in.update(func(v *vat) { v.lastError = readyErr.Error() })
+			_ = r.proc.Stop(s.cfg.StopGrace)
+		}
+		select {
+		case <-r.gone:
+		case <-in.ctx.Done():
+			_ = r.proc.Stop(s.cfg.StopGrace)
+			<-r.gone
+			r.gv.Revoke()
+			in.update(func(v *vat) { v.pid = 0; v.lastExit = exitText(r.exitErr) })
+			s.log.Info("vat stopped", keyVat, v.id, keyExit, exitText(r.exitErr))
+			in.markReady(errStopped)
+			return
+		}
+		r.gv.Revoke()
+		exit := exitText(r.exitErr)
+		in.update(func(v *vat) { v.pid, v.lastExit = 0, exit })
+		s.log.Warn("vat exited", keyVat, v.id, keyExit, exit)
+		if readyErr == nil {
+			readyErr = fmt.Errorf("it exited (%s)", exit)
+		} else {
+			readyErr = fmt.Errorf("%w (%s)", readyErr, exit)
+		}
+		in.markReady(readyErr)
+		if time.Since(started) >= s.cfg.StableAfter {
+			crashes, backoff = 0, s.cfg.BackoffMin
+		}
+		crashes++
+		if crashes > s.cfg.MaxRestarts {
+			in.update(func(v *vat) {
+				v.word = words.OffStopped
+				v.lastError = fmt.Sprintf("it stopped %d times in a row; the last time: %s", crashes, exit)
+			})
+			s.log.Error("vat off", keyVat, v.id, keyWord, words.OffStopped.String(), keyExit, exit)
+			return
+		}
+		in.update(func(v *vat) { v.word = words.Restarting; v.restarts++ })
+		select {
+		case <-time.After(backoff):
+		case <-in.ctx.Done():
+			in.update(func(v *vat) { v.word = words.OffStopped })
+			return
+		}
+		backoff = min(backoff*2, s.cfg.BackoffMax)
+	}
+}
+
+// waitListening polls the app's socket until it accepts a connection, the
+// process exits, the instance is stopped or ReadyTimeout passes.
+func (in *instance) waitListening(r *running) error {
+	deadline := time.NewTimer(in.s.cfg.ReadyTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		c, err := net.DialTimeout("unix", in.sock, 200*time.Millisecond)
+		if err == nil {
+			_ = c.Close()
+			return nil
+		}
+		select {
+		case <-r.gone:
+			return fmt.Errorf("%w: it exited before listening on $TOYBOX_LISTEN", ErrNotReady)
+		case <-in.ctx.Done():
+			return errStopped
+		case <-deadline.C:
+			return fmt.Errorf("%w: nothing listened on $TOYBOX_LISTEN within %s", ErrNotReady, in.s.cfg.ReadyTimeout)
+		case <-tick.C:
+		}
+	}
+}
+
+func exitText(err error) string {
+	if err == nil {
+		return "exit status 0"
+	}
+	if ee, ok := errors.AsType[*exec.ExitError](err); ok {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return "killed by signal " + ws.Signal().String()
+		}
+		return ee.String()
+	}
+	return err.Error()
+}
+
+// spawn starts one process of v: walled through the Launcher, or unwalled
+// only when the switches say so. On error it returns the off word to show.
+// Every descriptor and the grant are released on every error path.
+func (s *Supervisor) spawn(ctx context.Context, v *vat) (r *running, off words.Word, err error) {
+	dec, err := s.cfg.Switches.For(v.id)
+	if err != nil {
+		return nil, words.OffStopped, fmt.Errorf("reading the wall switches: %w", err)
+	}
+	off = words.OffStopped
+	if dec.Walled {
+		off = words.OffWall
+	}
+	v.mu.Lock()
+	code, rec, g := v.code, v.rec, v.grant
+	v.mu.Unlock()
+	if code.Manifest == nil {
+		return nil, off, errors.New("no code loaded")
+	}
+	if err := s.cfg.Store.PrepareDirs(v.id, s.cfg.UID, s.cfg.GID); err != nil {
+		return nil, off, err
+	}
+	gv, err := grant.NewVat(grant.VatConfig{ID: v.id, Grants: g, Upstream: s.cfg.Upstream, Logger: s.log})
+	if err != nil {
+		return nil, off, fmt.Errorf("building its grant: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			gv.Revoke()
+		}
+	}()
+	r = &running{gv: gv, gone: make(chan struct{})}
+	if dec.Walled {
+		if s.cfg.Launch == nil {
+			return nil, off, errors.New("no wall launcher configured")
+		}
+		r.proc, err = s.spawnWalled(ctx, v, code, rec, g, gv)
+		if err != nil {
+			return nil, off, err
+		}
+		r.word = words.FromTier(r.proc.Tier())
+		if r.word == words.Unknown {
+			_ = r.proc.Stop(0)
+			go func() { _ = r.proc.Wait() }()
+			return nil, off, fmt.Errorf("the wall reported an unknown tier %q", r.proc.Tier())
+		}
+	} else {
+		s.log.Warn("vat runs without its wall", keyVat, v.id, keyReason, dec.Reason, keyWord, dec.Word.String())
+		r.proc, err = s.spawnUnwalled(v, code, rec, gv)
+		if err != nil {
+			return nil, off, err
+		}
+		r.word = dec.Word
+	}
+	go func() {
+		r.exitErr = r.proc.Wait()
+		close(r.gone)
+	}()
+	return r, 0, nil
+}
+
+// pipeToRing returns the write end of a pipe whose output lands in ring.
+// The caller closes the write end once the child has it.
+func pipeToRing(rg *ring) (*os.File, error) {
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		defer pr.Close()
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := pr.Read(buf)
+			if n > 0 {
+				_, _ = rg.Write(buf[:n])
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return pw, nil
+}

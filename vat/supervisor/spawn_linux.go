@@ -1,0 +1,196 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"toybox/labels"
+	"toybox/schema/wire"
+	"toybox/vat/grant"
+	"toybox/vat/store"
+	"toybox/vat/wall"
+)
+
+// capPair makes a socketpair: mine is served with the Vat bootstrap (a
+// goroutine owns it from here), theirs goes to the child. The caller owns
+// theirs and must close it.
+func (s *Supervisor) capPair(ctx context.Context, gv *grant.Vat, name string) (*os.File, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, os.NewSyscallError("socketpair", err)
+	}
+	mine := os.NewFile(uintptr(fds[0]), name+"-supervisor")
+	theirs := os.NewFile(uintptr(fds[1]), name)
+	nc, err := net.FileConn(mine)
+	_ = mine.Close()
+	if err != nil {
+		_ = theirs.Close()
+		return nil, fmt.Errorf("wrapping %s: %w", name, err)
+	}
+	uc, ok := nc.(*net.UnixConn)
+	if !ok {
+		_ = nc.Close()
+		_ = theirs.Close()
+		return nil, wire.ErrNotUnixConn
+	}
+	go func() { _ = gv.Serve(ctx, wire.NewConn(uc, false)) }()
+	return theirs, nil
+}
+
+func (s *Supervisor) spawnWalled(ctx context.Context, v *vat, code store.Code, rec store.Record, g []labels.Set, gv *grant.Vat) (Process, error) {
+	m := code.Manifest
+	entryCap, err := s.capPair(ctx, gv, "entry-cap")
+	if err != nil {
+		return nil, err
+	}
+	appCap, err := s.capPair(ctx, gv, "app-cap")
+	if err != nil {
+		_ = entryCap.Close()
+		return nil, err
+	}
+	out, err := pipeToRing(v.logs)
+	if err != nil {
+		_ = entryCap.Close()
+		_ = appCap.Close()
+		return nil, err
+	}
+	defer out.Close()
+	env := map[string]string{}
+	for _, k := range m.Env {
+		if val, ok := rec.Env[k]; ok {
+			env[k] = val
+		}
+	}
+	spec := wall.Spec{
+		ID:         v.id,
+		InstallDir: code.Dir,
+		Command:    m.Command,
+		DataDir:    s.cfg.Store.DataDir(v.id),
+		RunDir:     s.cfg.Store.RunDir(v.id),
+		StateDir:   s.cfg.Store.StateDir(),
+		Env:        env,
+		Files:      wallFiles(m.Sandbox.Files.Read, m.Sandbox.Files.Write, m.Sandbox.Files.OAuthDir, env),
+		OwnEnvFile: m.OwnEnvFile,
+		Net:        m.Net(g),
+		EntryPath:  s.cfg.EntryPath,
+		EntryCap:   entryCap,
+		AppCap:     appCap,
+		Stdout:     out,
+		Stderr:     out,
+	}
+	if s.cfg.UID >= 0 {
+		spec.UID, spec.GID = s.cfg.UID, s.cfg.GID
+	}
+	p, err := s.cfg.Launch(ctx, spec, s.log)
+	if err != nil {
+		return nil, fmt.Errorf("starting its wall: %w", err)
+	}
+	return p, nil
+}
+
+func wallFiles(read, write, oauth []string, env map[string]string) wall.Files {
+	pick := func(keys []string) []string {
+		var out []string
+		for _, k := range keys {
+			if p := env[k]; p != "" {
+				out = append(out, filepath.Clean(p))
+			}
+		}
+		return out
+	}
+	return wall.Files{Read: pick(read), Write: pick(write), OAuthDir: pick(oauth)}
+}
+
+// unwalledProc is a vat run without a wall, only by the switches' choice.
+type unwalledProc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func (p *unwalledProc) Pid() int     { return p.cmd.Process.Pid }
+func (p *unwalledProc) Tier() string { return "" }
+
+func (p *unwalledProc) Wait() error {
+	err := p.cmd.Wait()
+	close(p.done)
+	return err
+}
+
+func (p *unwalledProc) Stop(grace time.Duration) error {
+	pgid := p.cmd.Process.Pid
+	_ = unix.Kill(-pgid, unix.SIGTERM)
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-p.done:
+		return nil
+	case <-t.C:
+	}
+	_ = unix.Kill(-pgid, unix.SIGKILL)
+	<-p.done
+	return nil
+}
+
+// spawnUnwalled runs the app directly: same code, data and runtime folders,
+// the same fd 3, no namespaces. It still drops to the vats' uid when the
+// supervisor is root, and gets no proxy (it has the host's network).
+func (s *Supervisor) spawnUnwalled(v *vat, code store.Code, rec store.Record, gv *grant.Vat) (Process, error) {
+	m := code.Manifest
+	argv0 := m.Command[0]
+	if !filepath.IsAbs(argv0) {
+		argv0 = filepath.Join(code.Dir, argv0)
+	}
+	appCap, err := s.capPair(s.ctx, gv, "app-cap")
+	if err != nil {
+		return nil, err
+	}
+	defer appCap.Close()
+	out, err := pipeToRing(v.logs)
+	if err != nil {
+		return nil, err
+	}
+	defer out.Close()
+	data, run := s.cfg.Store.DataDir(v.id), s.cfg.Store.RunDir(v.id)
+	env := []string{
+		"PATH=/usr/local/bin:/usr/bin:/bin",
+		"HOME=" + data,
+		"TMPDIR=" + data,
+		"TOYBOX_VAT=" + v.id,
+		"TOYBOX_DATA=" + data,
+		"TOYBOX_LISTEN=" + filepath.Join(run, "app.sock"),
+	}
+	var keys []string
+	for _, k := range m.Env {
+		if val, ok := rec.Env[k]; ok {
+			keys = append(keys, k+"="+val)
+		}
+	}
+	sort.Strings(keys)
+	env = append(env, keys...)
+	cmd := exec.Command(argv0, m.Command[1:]...)
+	cmd.Dir = code.Dir
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.ExtraFiles = []*os.File{appCap} // fd 3
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if s.cfg.UID >= 0 {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(s.cfg.UID), Gid: uint32(s.cfg.GID), NoSetGroups: false}
+	}
+	if err := cmd.Start(); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("starting %s: %w", m.Command[0], err)
+		}
+		return nil, fmt.Errorf("starting it: %w", err)
+	}
+	return &unwalledProc{cmd: cmd, done: make(chan struct{})}, nil
+}

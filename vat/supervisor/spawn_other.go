@@ -1,0 +1,19 @@
+//go:build !linux
+
+package supervisor
+
+import (
+	"context"
+
+	"toybox/labels"
+	"toybox/vat/grant"
+	"toybox/vat/store"
+)
+
+func (s *Supervisor) spawnWalled(context.Context, *vat, store.Code, store.Record, []labels.Set, *grant.Vat) (Process, error) {
+	return nil, ErrUnsupported
+}
+
+func (s *Supervisor) spawnUnwalled(*vat, store.Code, store.Record, *grant.Vat) (Process, error) {
+	return nil, ErrUnsupported
+}

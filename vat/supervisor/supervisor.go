@@ -1,0 +1,603 @@
+// Package supervisor runs installed vats: it installs and upgrades code from
+// the store, starts each vat inside its wall (or, only when the switches say
+// so, without one), serves every vat its Vat capability on fd 3, watches it,
+// restarts it with backoff, and serves the admin and public HTTP interfaces.
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"toybox/labels"
+	"toybox/vat/grant"
+	"toybox/vat/manifest"
+	"toybox/vat/store"
+	"toybox/vat/switches"
+	"toybox/vat/wall"
+	"toybox/vat/words"
+)
+
+// Process is one running spawn. *wall.Process satisfies it.
+type Process interface {
+	Pid() int
+	Tier() string
+	// Wait waits for the process to exit; called once.
+	Wait() error
+	// Stop sends SIGTERM, then SIGKILL after grace, and returns when the
+	// process is gone.
+	Stop(grace time.Duration) error
+}
+
+// Launcher starts a walled spawn (wall.Start, adapted).
+type Launcher func(ctx context.Context, spec wall.Spec, log *slog.Logger) (Process, error)
+
+// Config configures a Supervisor.
+type Config struct {
+	// Store is the code store and the vat records. Required.
+	Store *store.Store
+	// Switches decide whether each vat runs walled. Required.
+	Switches *switches.Switches
+	// Upstream is the supervisor's one switchboard connection. If nil, no
+	// vat can have egress: an install with a grant is refused.
+	Upstream *grant.Upstream
+	// Launch starts a walled spawn. Required unless every vat runs
+	// unwalled by the switches.
+	Launch Launcher
+	// EntryPath is the toybox-entry binary handed to the wall.
+	EntryPath string
+	// ReadyTimeout is how long an app has to listen on $TOYBOX_LISTEN. If
+	// zero, 10s.
+	ReadyTimeout time.Duration
+	// StopGrace is the time between SIGTERM and SIGKILL. If zero, 5s.
+	StopGrace time.Duration
+	// BackoffMin and BackoffMax bound the restart delay, which doubles
+	// after each crash. If zero, 200ms and 30s.
+	BackoffMin, BackoffMax time.Duration
+	// MaxRestarts is how many crashes in a row (each within StableAfter of
+	// its start) leave a vat off. If zero, 5.
+	MaxRestarts int
+	// StableAfter is how long a run must last to reset the crash count. If
+	// zero, 1 minute.
+	StableAfter time.Duration
+	// UID and GID are the host ids vats run as when the supervisor is
+	// root. If zero, 65534. Ignored when not root.
+	UID, GID int
+	// LogBytes is how much of each app's output GET /<vat>/logs keeps. If
+	// zero, 64 KiB.
+	LogBytes int
+	// Logger receives one record per launch, exit and admin change. If
+	// nil, discarded.
+	Logger *slog.Logger
+}
+
+// Log attribute keys.
+const (
+	keyVat    = "vat"
+	keyCode   = "code"
+	keyWord   = "status"
+	keyPid    = "pid"
+	keyErr    = "error"
+	keyTier   = "tier"
+	keyReason = "reason"
+	keyExit   = "exit"
+)
+
+// Supervisor runs the installed vats.
+type Supervisor struct {
+	cfg Config
+	log *slog.Logger
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu       sync.Mutex
+	vats     map[string]*vat
+	stopping bool
+}
+
+// New returns a Supervisor; nothing runs until Start.
+func New(cfg Config) (*Supervisor, error) {
+	if cfg.Store == nil || cfg.Switches == nil {
+		return nil, fmt.Errorf("%w: a store and switches are required", ErrBadInput)
+	}
+	if cfg.ReadyTimeout == 0 {
+		cfg.ReadyTimeout = 10 * time.Second
+	}
+	if cfg.StopGrace == 0 {
+		cfg.StopGrace = 5 * time.Second
+	}
+	if cfg.BackoffMin == 0 {
+		cfg.BackoffMin = 200 * time.Millisecond
+	}
+	if cfg.BackoffMax == 0 {
+		cfg.BackoffMax = 30 * time.Second
+	}
+	if cfg.MaxRestarts == 0 {
+		cfg.MaxRestarts = 5
+	}
+	if cfg.StableAfter == 0 {
+		cfg.StableAfter = time.Minute
+	}
+	if cfg.UID == 0 {
+		cfg.UID = 65534
+	}
+	if cfg.GID == 0 {
+		cfg.GID = 65534
+	}
+	if os.Geteuid() != 0 {
+		cfg.UID, cfg.GID = -1, -1
+	}
+	if cfg.LogBytes == 0 {
+		cfg.LogBytes = 64 << 10
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Supervisor{cfg: cfg, log: log, ctx: ctx, cancel: cancel, vats: map[string]*vat{}}, nil
+}
+
+// vat is one installed vat and its current run.
+type vat struct {
+	id   string
+	logs *ring
+
+	// op serialises admin operations on this id (install, upgrade,
+	// restart, delete).
+	op sync.Mutex
+
+	mu        sync.Mutex
+	rec       store.Record
+	code      store.Code
+	grant     []labels.Set
+	word      words.Word
+	tier      string
+	pid       int
+	restarts  int
+	lastExit  string
+	lastError string
+	run       *instance
+}
+
+// Status is what GET /<vat> answers.
+type Status struct {
+	ID        string       `json:"id"`
+	Status    string       `json:"status"`
+	StatusES  string       `json:"status_es"`
+	Tier      string       `json:"tier,omitempty"`
+	Code      string       `json:"code"`
+	Grant     []labels.Set `json:"grant"`
+	PID       int          `json:"pid,omitempty"`
+	Restarts  int          `json:"restarts"`
+	LastExit  string       `json:"last_exit,omitempty"`
+	LastError string       `json:"last_error,omitempty"`
+	Installed time.Time    `json:"installed"`
+	Env       []string     `json:"env,omitempty"`
+
+	word words.Word
+}
+
+// Word returns the status word.
+func (st Status) Word() words.Word { return st.word }
+
+func (v *vat) status() Status {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	g := v.grant
+	if g == nil {
+		g = []labels.Set{}
+	}
+	st := Status{
+		ID: v.id, Status: v.word.String(), StatusES: v.word.In("es"), Tier: v.tier,
+		Code: v.rec.Code, Grant: g, PID: v.pid, Restarts: v.restarts,
+		LastExit: v.lastExit, LastError: v.lastError, Installed: v.rec.Installed, word: v.word,
+	}
+	for k := range v.rec.Env {
+		st.Env = append(st.Env, k)
+	}
+	sort.Strings(st.Env)
+	return st
+}
+
+func (v *vat) setWord(w words.Word) {
+	v.mu.Lock()
+	v.word = w
+	v.mu.Unlock()
+}
+
+// Start starts every installed vat. A record that cannot be loaded leaves
+// that vat off with the reason; the others still start. It returns once
+// every vat has been launched (not necessarily ready).
+func (s *Supervisor) Start() error {
+	recs, rerr := s.cfg.Store.Records()
+	if rerr != nil {
+		s.log.Error("reading installed vats", keyErr, rerr)
+	}
+	var wg sync.WaitGroup
+	for _, rec := range recs {
+		v := &vat{id: rec.ID, logs: newRing(s.cfg.LogBytes), rec: rec, word: words.Starting}
+		s.mu.Lock()
+		s.vats[rec.ID] = v
+		s.mu.Unlock()
+		code, err := s.cfg.Store.Code(rec.Code)
+		if err == nil {
+			v.code = code
+			v.grant, err = code.Manifest.Grant(rec.Egress)
+		}
+		if err != nil {
+			v.word, v.lastError = words.OffStopped, "loading its code: "+err.Error()
+			s.log.Error("vat not started", keyVat, rec.ID, keyCode, rec.Code, keyErr, err)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v.op.Lock()
+			defer v.op.Unlock()
+			in := s.launch(v)
+			v.mu.Lock()
+			v.run = in
+			v.mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return rerr
+}
+
+// Shutdown stops every vat (SIGTERM, then SIGKILL after the grace period)
+// and returns when all are gone or ctx ends.
+func (s *Supervisor) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.stopping = true
+	vs := make([]*vat, 0, len(s.vats))
+	for _, v := range s.vats {
+		vs = append(vs, v)
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		var wg sync.WaitGroup
+		for _, v := range vs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				v.mu.Lock()
+				in := v.run
+				v.mu.Unlock()
+				if in != nil {
+					in.stopAndWait()
+				}
+				v.setWord(words.OffShutdown)
+			}()
+		}
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		s.cancel()
+		return nil
+	case <-ctx.Done():
+		s.cancel()
+		return ctx.Err()
+	}
+}
+
+func (s *Supervisor) get(id string) (*vat, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.vats[id]
+	return v, ok
+}
+
+// Status returns the status of vat id.
+func (s *Supervisor) Status(id string) (Status, error) {
+	v, ok := s.get(id)
+	if !ok {
+		return Status{}, fmt.Errorf("%w: %q", ErrNoVat, id)
+	}
+	return v.status(), nil
+}
+
+// List returns every vat's status, by id.
+func (s *Supervisor) List() []Status {
+	s.mu.Lock()
+	vs := make([]*vat, 0, len(s.vats))
+	for _, v := range s.vats {
+		vs = append(vs, v)
+	}
+	s.mu.Unlock()
+	out := make([]Status, 0, len(vs))
+	for _, v := range vs {
+		out = append(out, v.status())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Logs returns the tail of vat id's output.
+func (s *Supervisor) Logs(id string) ([]byte, error) {
+	v, ok := s.get(id)
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrNoVat, id)
+	}
+	return v.logs.Bytes(), nil
+}
+
+// InstallRequest is one PUT /<vat>.
+type InstallRequest struct {
+	ID string
+	// Code is the stored code to run.
+	Code store.Code
+	// Egress is the owner's ?egress= value ("" for none).
+	Egress string
+	// Env holds the owner's values; nil on an upgrade keeps the old
+	// values of keys the new manifest still declares.
+	Env map[string]string
+}
+
+// Outcome says how an install went.
+type Outcome int
+
+// Outcomes.
+const (
+	// Installed: a new vat, running.
+	Installed Outcome = iota + 1
+	// Upgraded: the new code runs; the data folder carried over.
+	Upgraded
+	// InstalledOff: a new vat, recorded, that did not come up (see its
+	// status).
+	InstalledOff
+)
+
+// Install installs or upgrades vat req.ID. Input problems are ErrBadInput
+// and change nothing. An upgrade whose new code does not come up is rolled
+// back: the old version runs again, the record is unchanged, and the error
+// says why.
+func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
+	if !labels.ValidVatID(req.ID) {
+		return Status{}, 0, fmt.Errorf("%w: vat id %q is not [a-z0-9][a-z0-9-]{0,62}", ErrBadInput, req.ID)
+	}
+	m := req.Code.Manifest
+	g, err := m.Grant(req.Egress)
+	if err != nil {
+		return Status{}, 0, fmt.Errorf("%w: %w", ErrBadInput, err)
+	}
+	if len(g) > 0 && s.cfg.Upstream == nil {
+		return Status{}, 0, fmt.Errorf("%w: this supervisor holds no switchboard socket, so it can grant no egress", ErrBadInput)
+	}
+	s.mu.Lock()
+	if s.stopping {
+		s.mu.Unlock()
+		return Status{}, 0, ErrShutdown
+	}
+	v, existed := s.vats[req.ID]
+	if !existed {
+		v = &vat{id: req.ID, logs: newRing(s.cfg.LogBytes), word: words.Starting}
+		s.vats[req.ID] = v
+	}
+	s.mu.Unlock()
+
+	v.op.Lock()
+	defer v.op.Unlock()
+	v.mu.Lock()
+	old := struct {
+		rec   store.Record
+		code  store.Code
+		grant []labels.Set
+		run   *instance
+	}{v.rec, v.code, v.grant, v.run}
+	v.mu.Unlock()
+	existed = old.rec.ID != ""
+
+	env := req.Env
+	if env == nil && existed {
+		env = map[string]string{}
+		for _, k := range m.Env {
+			if val, ok := old.rec.Env[k]; ok {
+				env[k] = val
+			}
+		}
+	}
+	if err := checkEnv(m.Env, m.Sandbox.Files, env); err != nil {
+		if !existed {
+			s.forget(v)
+		}
+		return Status{}, 0, err
+	}
+	rec := store.Record{ID: req.ID, Code: req.Code.Ref(), Egress: req.Egress, Env: env, Installed: time.Now().UTC()}
+
+	// Stop the old version (SIGTERM, grace, SIGKILL), then start the new.
+	if old.run != nil {
+		old.run.stopAndWait()
+	}
+	v.mu.Lock()
+	v.rec, v.code, v.grant = rec, req.Code, g
+	v.restarts, v.lastExit, v.lastError, v.word = 0, "", "", words.Starting
+	v.mu.Unlock()
+	in := s.launch(v)
+	readyErr := in.waitReady()
+	if readyErr != nil && existed {
+		in.stopAndWait()
+		s.log.Warn("upgrade rolled back", keyVat, req.ID, keyCode, rec.Code, keyErr, readyErr)
+		v.mu.Lock()
+		v.rec, v.code, v.grant = old.rec, old.code, old.grant
+		v.restarts, v.lastExit, v.word = 0, "", words.Starting
+		v.lastError = "upgrade to " + rec.Code + " failed: " + readyErr.Error()
+		v.mu.Unlock()
+		back := s.launch(v)
+		v.mu.Lock()
+		v.run = back
+		v.mu.Unlock()
+		_ = back.waitReady()
+		return v.status(), 0, fmt.Errorf("%w: the new version did not come up: %w; the old version (%s) runs again", ErrUpgradeRefused, readyErr, old.rec.Code)
+	}
+	if err := s.cfg.Store.SaveRecord(rec); err != nil {
+		in.stopAndWait()
+		v.setWord(words.OffStopped)
+		return v.status(), 0, fmt.Errorf("saving the vat record: %w", err)
+	}
+	v.mu.Lock()
+	v.run = in
+	v.mu.Unlock()
+	s.log.Info("vat installed", keyVat, req.ID, keyCode, rec.Code, "upgrade", existed, keyWord, v.status().Status)
+	switch {
+	case readyErr != nil:
+		return v.status(), InstalledOff, nil
+	case existed:
+		return v.status(), Upgraded, nil
+	}
+	return v.status(), Installed, nil
+}
+
+func (s *Supervisor) forget(v *vat) {
+	s.mu.Lock()
+	if s.vats[v.id] == v {
+		delete(s.vats, v.id)
+	}
+	s.mu.Unlock()
+}
+
+// checkEnv refuses values for undeclared keys and bind paths that are not
+// absolute.
+func checkEnv(declared []string, files manifest.Files, env map[string]string) error {
+	ok := map[string]bool{}
+	for _, k := range declared {
+		ok[k] = true
+	}
+	for k, val := range env {
+		if !ok[k] {
+			return fmt.Errorf("%w: env key %q is not declared by the manifest", ErrBadInput, k)
+		}
+		if len(val) > 64<<10 {
+			return fmt.Errorf("%w: env value of %q is too long", ErrBadInput, k)
+		}
+	}
+	for k, what := range fileKeys(files) {
+		if val := env[k]; val != "" && (val[0] != '/' || containsDotDot(val)) {
+			return fmt.Errorf("%w: %s of %s must be an absolute path without .., got %q", ErrBadInput, k, what, val)
+		}
+	}
+	return nil
+}
+
+// Restart stops vat id and starts it again on the same code, clearing its
+// crash count. It revives a vat that is off.
+func (s *Supervisor) Restart(id string) (Status, error) {
+	v, ok := s.get(id)
+	if !ok {
+		return Status{}, fmt.Errorf("%w: %q", ErrNoVat, id)
+	}
+	v.op.Lock()
+	defer v.op.Unlock()
+	v.mu.Lock()
+	in, loaded := v.run, v.code.Manifest != nil
+	v.mu.Unlock()
+	if in != nil {
+		in.stopAndWait()
+	}
+	if !loaded {
+		return v.status(), fmt.Errorf("%w: vat %s has no loadable code", ErrBadInput, id)
+	}
+	v.mu.Lock()
+	v.restarts, v.lastError, v.word = 0, "", words.Starting
+	v.mu.Unlock()
+	in = s.launch(v)
+	v.mu.Lock()
+	v.run = in
+	v.mu.Unlock()
+	_ = in.waitReady()
+	return v.status(), nil
+}
+
+// Remove stops vat id and deletes its record; with purge, its data too.
+func (s *Supervisor) Remove(id string, purge bool) error {
+	v, ok := s.get(id)
+	if !ok {
+		return fmt.Errorf("%w: %q", ErrNoVat, id)
+	}
+	v.op.Lock()
+	defer v.op.Unlock()
+	v.mu.Lock()
+	in := v.run
+	v.run = nil
+	v.mu.Unlock()
+	if in != nil {
+		in.stopAndWait()
+	}
+	v.setWord(words.OffRemoved)
+	if err := s.cfg.Store.DeleteRecord(id); err != nil {
+		return fmt.Errorf("removing the record of %s: %w", id, err)
+	}
+	s.forget(v)
+	if purge {
+		if err := s.cfg.Store.Purge(id); err != nil {
+			return fmt.Errorf("purging the data of %s: %w", id, err)
+		}
+	}
+	s.log.Info("vat removed", keyVat, id, "purged", purge)
+	return nil
+}
+
+// SetWalled records the owner's choice for vat id and restarts it.
+func (s *Supervisor) SetWalled(id string, walled bool) (Status, error) {
+	if !labels.ValidVatID(id) {
+		return Status{}, fmt.Errorf("%w: vat id %q is not valid", ErrBadInput, id)
+	}
+	if err := s.cfg.Switches.SetChoice(id, walled); err != nil {
+		return Status{}, err
+	}
+	s.log.Info("owner's wall choice", keyVat, id, "walled", walled)
+	if _, ok := s.get(id); !ok {
+		return Status{ID: id}, nil
+	}
+	return s.Restart(id)
+}
+
+// serving returns the running instance of vat id, or why there is none.
+func (s *Supervisor) serving(id string) (*instance, words.Word, bool) {
+	v, ok := s.get(id)
+	if !ok {
+		return nil, words.Unknown, false
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.run == nil || !v.word.Serving() {
+		return nil, v.word, true
+	}
+	return v.run, v.word, true
+}
+
+var errStopped = errors.New("stopped")
+
+// fileKeys maps each env key sandbox.files names to what it binds.
+func fileKeys(f manifest.Files) map[string]string {
+	out := map[string]string{}
+	for _, k := range f.Read {
+		out[k] = "sandbox.files.read"
+	}
+	for _, k := range f.Write {
+		out[k] = "sandbox.files.write"
+	}
+	for _, k := range f.OAuthDir {
+		out[k] = "sandbox.files.oauthDir"
+	}
+	return out
+}
+
+func containsDotDot(p string) bool {
+	for _, part := range strings.Split(p, "/") {
+		if part == ".." {
+			return true
+		}
+	}
+	return false
+}
