@@ -205,7 +205,7 @@ func TestUnitsSecurity(t *testing.T) {
 		ceiling float64
 	}{
 		{"switchboard.service", 1.5},
-		{"toybox.service", 2.7},
+		{"toybox.service", 2.1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.unit, func(t *testing.T) {
