@@ -1,0 +1,239 @@
+package switchboard
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"time"
+
+	"toybox/labels"
+)
+
+// LoopbackCheckFunc judges a connection a local handle would make to an
+// address of this host (loopback, or one of the host's own addresses),
+// before it is dialled: typically, whether the listener on addr belongs to
+// someone the handle's labels (h.Vat) may reach. It returns whether to allow
+// and, when refusing, why.
+type LoopbackCheckFunc func(ctx context.Context, addr netip.AddrPort, h labels.Set) (allow bool, reason string)
+
+// Config configures a Server. The zero value is usable: system resolver,
+// system roots, default limits, logs discarded, loopback not further judged.
+type Config struct {
+	// Logger receives one record per decision. If nil, logs are discarded.
+	Logger *slog.Logger
+
+	// Resolver is the host:port of the DNS server to ask (UDP, then TCP).
+	// If empty, the system's resolver configuration is used.
+	Resolver string
+
+	// Deny lists prefixes that are never reachable, on any handle.
+	Deny []netip.Prefix
+	// DenyNames lists host names that are never reachable, with every name
+	// below them.
+	DenyNames []string
+	// PublicNames lists this host's own public names: never reachable.
+	PublicNames []string
+	// OwnAddrs lists this host's addresses (never public; a connection to
+	// one is judged like loopback). If nil, the addresses of every
+	// interface are read when the Server is created.
+	OwnAddrs []netip.Addr
+
+	// RootCAs holds extra PEM certificates trusted for https requests, in
+	// addition to the system roots. If empty, only the system roots.
+	RootCAs []byte
+
+	// LoopbackCheck is called for every address of this host a local
+	// handle would dial, before dialling. If nil, such addresses are
+	// allowed on local handles (the listener-owner check is a later layer;
+	// the public network never reaches them in any case).
+	LoopbackCheck LoopbackCheckFunc
+
+	// Limits bounds what one peer connection may hold or queue.
+	Limits Limits
+
+	// DialTimeout bounds one TCP dial. If zero, 10s.
+	DialTimeout time.Duration
+	// ResolveTimeout bounds one name lookup. If zero, 5s.
+	ResolveTimeout time.Duration
+}
+
+// Limits bounds one peer connection. A zero field takes its default.
+type Limits struct {
+	// Calls is how many calls one connection may have outstanding (queued
+	// or running, on every object it holds). If zero, 256.
+	Calls int `json:"calls,omitempty"`
+	// Bytes is how many bytes of call arguments one connection may have
+	// outstanding (queued stream writes included): a writer's flow window
+	// must stay below it. If zero, 16 MiB.
+	Bytes int64 `json:"bytes,omitempty"`
+	// Conns is how many connections (handed-over sockets, streams, HTTP
+	// requests, WebSockets) one peer connection may hold open. If zero,
+	// 16384.
+	Conns int `json:"conns,omitempty"`
+	// Window is the flow-control window for streams the switchboard
+	// writes to, shared by every stream of one connection. If zero, 1 MiB.
+	// It is at least twice the 64 KiB chunk.
+	Window int64 `json:"window,omitempty"`
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.Calls <= 0 {
+		l.Calls = 256
+	}
+	if l.Bytes <= 0 {
+		l.Bytes = 16 << 20
+	}
+	if l.Conns <= 0 {
+		l.Conns = 16384
+	}
+	if l.Window <= 0 {
+		l.Window = 1 << 20
+	}
+	if l.Window < 2*chunkSize {
+		l.Window = 2 * chunkSize
+	}
+	return l
+}
+
+// File is the switchboard's JSON configuration file (see
+// docs/switchboard.md). Unknown keys are an error.
+type File struct {
+	// Sockets holds the labels of each socket's root handle, by socket
+	// name ("public" or "local"). network comes from the name.
+	Sockets map[string]json.RawMessage `json:"sockets,omitempty"`
+	// Deny lists CIDRs, addresses and host names never reachable.
+	Deny []string `json:"deny,omitempty"`
+	// PublicNames lists this host's own public names.
+	PublicNames []string `json:"publicNames,omitempty"`
+	// Resolver is host:port of the DNS server.
+	Resolver string `json:"resolver,omitempty"`
+	// RootCAs is a path to a PEM file of extra trusted roots.
+	RootCAs string `json:"rootCAs,omitempty"`
+	// Limits bounds each peer connection.
+	Limits Limits `json:"limits,omitempty"`
+
+	roots map[string]labels.Set
+}
+
+// ParseFile reads a configuration file's contents strictly: unknown keys,
+// trailing data, bad CIDRs or names, and socket labels that are invalid or
+// contradict the socket's name are errors wrapping ErrConfig.
+func ParseFile(data []byte) (*File, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var f File
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("%w: trailing data after the JSON object", ErrConfig)
+	}
+	f.roots = map[string]labels.Set{}
+	for name, raw := range f.Sockets {
+		if name != labels.NetworkPublic && name != labels.NetworkLocal {
+			return nil, fmt.Errorf("%w: socket %q: name must be public or local", ErrConfig, name)
+		}
+		s, err := labels.ParseSet(raw)
+		if err != nil {
+			return nil, fmt.Errorf("%w: socket %q: %v", ErrConfig, name, err)
+		}
+		if s.Network != "" && s.Network != name {
+			return nil, fmt.Errorf("%w: socket %q: network %q contradicts the socket's name", ErrConfig, name, s.Network)
+		}
+		if s.Vat != "" {
+			return nil, fmt.Errorf("%w: socket %q: vat is set by the supervisor, never in config", ErrConfig, name)
+		}
+		s.Network = name
+		f.roots[name] = s
+	}
+	if _, _, err := f.deny(); err != nil {
+		return nil, err
+	}
+	for _, n := range f.PublicNames {
+		if _, err := labels.CanonicalHost(n); err != nil {
+			return nil, fmt.Errorf("%w: publicNames: %v", ErrConfig, err)
+		}
+	}
+	if f.Resolver != "" {
+		if _, err := netip.ParseAddrPort(f.Resolver); err != nil {
+			return nil, fmt.Errorf("%w: resolver %q must be ip:port: %v", ErrConfig, f.Resolver, err)
+		}
+	}
+	if f.Limits.Calls < 0 || f.Limits.Bytes < 0 || f.Limits.Conns < 0 || f.Limits.Window < 0 {
+		return nil, fmt.Errorf("%w: limits must not be negative", ErrConfig)
+	}
+	return &f, nil
+}
+
+// Root returns the labels of the root handle of the socket called name
+// ("public" or "local"): those in the file, with network set to name.
+func (f *File) Root(name string) (labels.Set, error) {
+	if name != labels.NetworkPublic && name != labels.NetworkLocal {
+		return labels.Set{}, fmt.Errorf("%w: socket name %q must be public or local", ErrConfig, name)
+	}
+	if f != nil {
+		if s, ok := f.roots[name]; ok {
+			return s, nil
+		}
+	}
+	return labels.Set{Network: name}, nil
+}
+
+func (f *File) deny() ([]netip.Prefix, []string, error) {
+	var prefixes []netip.Prefix
+	var names []string
+	for _, d := range f.Deny {
+		switch {
+		case strings.Contains(d, "/"):
+			p, err := netip.ParsePrefix(d)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%w: deny %q: %v", ErrConfig, d, err)
+			}
+			prefixes = append(prefixes, p.Masked())
+		default:
+			if a, err := netip.ParseAddr(d); err == nil {
+				prefixes = append(prefixes, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+				continue
+			}
+			n, err := labels.CanonicalHost(d)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%w: deny: %v", ErrConfig, err)
+			}
+			names = append(names, n)
+		}
+	}
+	return prefixes, names, nil
+}
+
+// Config returns the Server configuration the file describes. rootCAs is
+// the content of the file named by RootCAs (the caller reads it).
+func (f *File) Config(logger *slog.Logger, rootCAs []byte) (Config, error) {
+	prefixes, names, err := f.deny()
+	if err != nil {
+		return Config{}, err
+	}
+	pn := make([]string, 0, len(f.PublicNames))
+	for _, n := range f.PublicNames {
+		c, _ := labels.CanonicalHost(n)
+		pn = append(pn, c)
+	}
+	if len(rootCAs) > 0 {
+		if ok := x509.NewCertPool().AppendCertsFromPEM(rootCAs); !ok {
+			return Config{}, fmt.Errorf("%w: rootCAs holds no PEM certificate", ErrConfig)
+		}
+	}
+	return Config{
+		Logger:      logger,
+		Resolver:    f.Resolver,
+		Deny:        prefixes,
+		DenyNames:   names,
+		PublicNames: pn,
+		RootCAs:     rootCAs,
+		Limits:      f.Limits,
+	}, nil
+}

@@ -1,0 +1,280 @@
+package switchboard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"toybox/labels"
+	"toybox/schema"
+)
+
+// Connect opens a TCP stream to a vetted address and hands it over: the
+// socket itself (wantFd), or a ByteStream pair.
+func (h *handle) Connect(ctx context.Context, call schema.Handle_connect) error {
+	call.Go()
+	if err := h.live(); err != nil {
+		return err
+	}
+	args := call.Args()
+	t, err := args.Target()
+	if err != nil {
+		return err
+	}
+	req, err := targetRequest(t)
+	if err != nil {
+		return err
+	}
+	target := targetString(req)
+	hello, err := args.TlsHello()
+	if err != nil {
+		return err
+	}
+	fail := func(addrs []netip.Addr, vetted string, err error) error {
+		h.logDecision("connect", target, addrs, vetted, false, err.Error())
+		return err
+	}
+	switch req.Scheme {
+	case "tcp":
+		if len(hello) > 0 {
+			return fail(nil, "", refuse("tlsHello is only for scheme https; scheme tcp carries no hello"))
+		}
+	case "https":
+		if len(hello) == 0 {
+			return fail(nil, "", refuse("an https connect must carry the stream's TLS ClientHello in tlsHello"))
+		}
+	default:
+		return fail(nil, "", refuse("connect takes scheme tcp or https, not %q", req.Scheme))
+	}
+	d, err := h.p.srv.decide(ctx, h.labels, req)
+	if err != nil {
+		return fail(nil, "", err)
+	}
+	if !d.allow {
+		return fail(d.addrs, "", d.err())
+	}
+	if req.Scheme == "https" {
+		if err := checkHello(hello, d.req.Host); err != nil {
+			return fail(d.addrs, "", err)
+		}
+	}
+	wantFd := args.WantFd()
+	var down schema.ByteStream
+	if !wantFd {
+		if !args.HasDownstream() {
+			return fail(d.addrs, "", errors.New("connect without wantFd needs a downstream ByteStream"))
+		}
+		down = args.Downstream().AddRef()
+	}
+	if err := h.p.acquireConn(); err != nil {
+		down.Release()
+		return fail(d.addrs, "", err)
+	}
+	conn, vetted, err := h.dial(ctx, d)
+	if err != nil {
+		h.p.releaseConn()
+		down.Release()
+		return fail(d.addrs, vetted, err)
+	}
+	if len(hello) > 0 {
+		_ = conn.SetWriteDeadline(time.Now().Add(h.p.srv.cfg.DialTimeout))
+		if _, err := conn.Write(hello); err != nil {
+			_ = conn.Close()
+			h.p.releaseConn()
+			down.Release()
+			return fail(d.addrs, vetted, fmt.Errorf("sending the ClientHello to %s: %w", vetted, err))
+		}
+		_ = conn.SetWriteDeadline(time.Time{})
+	}
+	x, err := h.hold(conn) // from here, x.shut releases conn and the count
+	if err != nil {
+		down.Release()
+		return fail(d.addrs, vetted, err)
+	}
+	res, err := call.AllocResults()
+	if err != nil {
+		x.shut()
+		down.Release()
+		return err
+	}
+	if wantFd {
+		seq, err := h.handOver(x)
+		if err != nil {
+			x.shut()
+			return fail(d.addrs, vetted, err)
+		}
+		res.SetFd(seq)
+	} else {
+		r := &relay{x: x, down: down}
+		down.SetFlowLimiter(h.p.flow)
+		up := schema.ByteStream(h.p.export(schema.ByteStream_NewServer(&upstream{r: r})))
+		if err := res.SetUpstream(up); err != nil {
+			x.shut()
+			down.Release()
+			return err
+		}
+		go r.pump()
+	}
+	h.logDecision("connect", target, d.addrs, vetted, true, d.reason)
+	return nil
+}
+
+// checkHello requires hello to be a ClientHello whose SNI is host (when
+// host is a name); an IP literal target takes no SNI.
+func checkHello(hello []byte, host string) error {
+	sni, err := parseClientHello(hello)
+	if err != nil {
+		return refuse("the stream does not open with a valid TLS ClientHello: %v", err)
+	}
+	if _, isIP := parseLiteral(host); isIP {
+		if sni != "" {
+			return refuse("the ClientHello names %q but the target is the address %s", sni, host)
+		}
+		return nil
+	}
+	if sni == "" {
+		return refuse("the ClientHello names no server (SNI); it must name %s", host)
+	}
+	c, err := labels.CanonicalHost(sni)
+	if err != nil || c != host {
+		return refuse("the ClientHello names %q, not %s", sni, host)
+	}
+	return nil
+}
+
+// dial connects to the first vetted address that answers, after the
+// loopback check for addresses of this host. It never resolves.
+func (h *handle) dial(ctx context.Context, d *decision) (net.Conn, string, error) {
+	var errs []error
+	for i, a := range d.vetted {
+		ap := netip.AddrPortFrom(a, d.req.Port)
+		if d.local[i] {
+			if ok, why := h.p.srv.loopbackCheck(ctx, ap, h.labels); !ok {
+				return nil, ap.String(), refuse("%s", why)
+			}
+		}
+		c, err := h.p.srv.dialer.DialContext(ctx, "tcp", ap.String())
+		if err == nil {
+			return c, ap.String(), nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, "", fmt.Errorf("connecting to %s: %w", d.req.Host, errors.Join(errs...))
+}
+
+// handOver queues a duplicate of x's socket on the peer's connection and
+// watches the switchboard's copy; it returns the descriptor's sequence
+// number.
+func (h *handle) handOver(x *held) (uint64, error) {
+	tc, ok := x.conn.(*net.TCPConn)
+	if !ok {
+		return 0, errors.New("handing over: not a TCP connection")
+	}
+	if err := h.p.srv.tracker.add(x); err != nil {
+		return 0, fmt.Errorf("watching the handed-over socket: %w", err)
+	}
+	f, err := tc.File()
+	if err != nil {
+		return 0, fmt.Errorf("duplicating the socket: %w", err)
+	}
+	defer f.Close()
+	seq, err := h.p.wc.SendFD(f)
+	if err != nil {
+		return 0, fmt.Errorf("passing the socket: %w", err)
+	}
+	return seq, nil
+}
+
+// relay carries a connection over a ByteStream pair.
+type relay struct {
+	x    *held
+	down schema.ByteStream // owned; released when the pump ends
+
+	mu       sync.Mutex
+	downDone bool
+	upDone   bool
+}
+
+// pump copies the remote's bytes to down, then ends it.
+func (r *relay) pump() {
+	ctx := context.Background()
+	buf := make([]byte, chunkSize)
+	var err error
+	for {
+		var n int
+		n, err = r.x.conn.Read(buf)
+		if n > 0 {
+			data := buf[:n]
+			if werr := r.down.Write(ctx, func(p schema.ByteStream_write_Params) error { return p.SetData(data) }); werr != nil {
+				err = werr
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	if errors.Is(err, io.EOF) {
+		if r.down.WaitStreaming() == nil {
+			_, release := r.down.End(ctx, nil)
+			release()
+		}
+	}
+	r.down.Release()
+	r.finish(true)
+}
+
+func (r *relay) finish(down bool) {
+	r.mu.Lock()
+	if down {
+		r.downDone = true
+	} else {
+		r.upDone = true
+	}
+	both := r.downDone && r.upDone
+	r.mu.Unlock()
+	if both {
+		r.x.shut()
+	}
+}
+
+// upstream is the ByteStream the caller writes its bytes to.
+type upstream struct {
+	r    *relay
+	once sync.Once
+}
+
+// Write sends bytes to the remote. It runs in order (no call.Go).
+func (u *upstream) Write(ctx context.Context, call schema.ByteStream_write) error {
+	data, err := call.Args().Data()
+	if err != nil {
+		return err
+	}
+	if _, err := u.r.x.conn.Write(data); err != nil {
+		return fmt.Errorf("writing to the remote: %w", err)
+	}
+	return nil
+}
+
+// End half-closes the connection towards the remote.
+func (u *upstream) End(ctx context.Context, call schema.ByteStream_end) error {
+	u.end()
+	return nil
+}
+
+// Shutdown runs when the caller releases the stream: as End.
+func (u *upstream) Shutdown() { u.end() }
+
+func (u *upstream) end() {
+	u.once.Do(func() {
+		if tc, ok := u.r.x.conn.(*net.TCPConn); ok {
+			_ = tc.CloseWrite()
+		}
+		u.r.finish(false)
+	})
+}

@@ -1,0 +1,119 @@
+package switchboard
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"toybox/labels"
+	"toybox/switchboard/addrclass"
+)
+
+// decision is the full outcome of one request: labels, DNS and address
+// classes. When allow is true, vetted holds the addresses that may be
+// dialled (in resolver order).
+type decision struct {
+	allow  bool
+	reason string
+	req    labels.Request // canonical host, explicit port
+	addrs  []netip.Addr   // every answer (or the literal)
+	vetted []netip.Addr   // dialable forms of the admitted answers
+	local  []bool         // vetted[i] reaches this host (loopback check applies)
+}
+
+// err returns the refusal as an error (nil when allowed).
+func (d *decision) err() error {
+	if d.allow {
+		return nil
+	}
+	return &refusal{reason: d.reason}
+}
+
+// decide judges req against the handle's labels h: the name first (labels,
+// metadata, deny list), then one lookup, then every answer's class. An
+// error (not a refusal) means the name could not be resolved.
+func (s *Server) decide(ctx context.Context, h labels.Set, req labels.Request) (*decision, error) {
+	d := &decision{req: req}
+	host, err := labels.CanonicalHost(req.Host)
+	if err != nil {
+		d.reason = strings.TrimPrefix(err.Error(), labels.ErrBadLabel.Error()+": ")
+		return d, nil
+	}
+	d.req.Host = host
+	if d.req.Port == 0 {
+		d.req.Port = labels.DefaultPort(req.Scheme)
+	}
+	// 1. Labels, before any lookup: resolving a name the handle was never
+	// granted would leak it through DNS.
+	if dec := h.Admit(d.req); !dec.Allow {
+		d.reason = dec.Reason
+		return d, nil
+	}
+	network := h.Network
+	if network == "" {
+		network = labels.NetworkPublic // strictest when unset
+	}
+	// 2. The name itself, then its addresses.
+	literal, isLiteral := parseLiteral(host)
+	if isLiteral {
+		d.addrs = []netip.Addr{literal}
+	} else {
+		if v, ok := s.classify.Name(host); ok {
+			d.reason = fmt.Sprintf("%s is %s", host, v.What)
+			return d, nil
+		}
+		addrs, err := s.lookup(ctx, host)
+		if err != nil {
+			return d, err
+		}
+		d.addrs = addrs
+	}
+	// 3. Every answer must be admissible; one bad answer refuses the name.
+	class := labels.NetworkPublic
+	for _, a := range d.addrs {
+		v := s.classify.Addr(a)
+		if !v.Admits(network) {
+			d.reason = describeRefusal(host, a, isLiteral, v, network)
+			d.vetted, d.local = nil, nil
+			return d, nil
+		}
+		if v.Class == addrclass.Local {
+			class = labels.NetworkLocal
+		}
+		d.vetted = append(d.vetted, addrclass.Dialable(a))
+		d.local = append(d.local, v.Loopback)
+	}
+	// 4. The labels again, now with the class known.
+	d.req.Class = class
+	dec := h.Admit(d.req)
+	if !dec.Allow {
+		d.reason = dec.Reason
+		d.vetted, d.local = nil, nil
+		return d, nil
+	}
+	d.allow, d.reason = true, dec.Reason
+	return d, nil
+}
+
+func describeRefusal(host string, a netip.Addr, literal bool, v addrclass.Verdict, network string) string {
+	var b strings.Builder
+	if literal {
+		fmt.Fprintf(&b, "%s is %s", host, v.What)
+	} else {
+		fmt.Fprintf(&b, "%s resolves to %s, %s", host, a, v.What)
+	}
+	if v.Class == addrclass.Local && network == labels.NetworkPublic {
+		b.WriteString("; this handle reaches public addresses only")
+	}
+	return b.String()
+}
+
+// parseLiteral reports whether a canonical host is an IP literal.
+func parseLiteral(host string) (netip.Addr, bool) {
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return a, true
+}

@@ -1,0 +1,307 @@
+package switchboard
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+
+	"toybox/labels"
+	"toybox/schema"
+)
+
+// handle is one Handle capability: labels, the peer it was made for, and
+// what it made. Revoking a handle (its capability released, its connection
+// closed, or a handle it derives from revoked) shuts down every connection
+// it or its descendants made and makes later calls fail.
+type handle struct {
+	p      *peer
+	labels labels.Set
+
+	ctx    context.Context // done when revoked
+	cancel context.CancelFunc
+
+	mu       sync.Mutex
+	revoked  bool
+	children map[*handle]struct{}
+	conns    map[*held]struct{}
+	parent   *handle
+}
+
+// held is one connection a handle made: a socket handed over (the
+// switchboard keeps this duplicate) or relayed.
+type held struct {
+	conn  net.Conn
+	owner *handle
+	fd    int // watched by the tracker when >= 0
+	once  sync.Once
+}
+
+// newHandle makes a handle with labels l under parent (nil for a root).
+func (p *peer) newHandle(l labels.Set, parent *handle) *handle {
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &handle{p: p, labels: l, ctx: ctx, cancel: cancel, parent: parent,
+		children: map[*handle]struct{}{}, conns: map[*held]struct{}{}}
+	if parent != nil {
+		parent.mu.Lock()
+		if parent.revoked {
+			h.revoked = true
+			cancel()
+		} else {
+			parent.children[h] = struct{}{}
+		}
+		parent.mu.Unlock()
+	}
+	return h
+}
+
+// client exports h; the caller owns the returned client.
+func (h *handle) client() schema.Handle {
+	return schema.Handle(h.p.export(schema.Handle_NewServer(h)))
+}
+
+// Shutdown is called by go-capnp when the last reference is released.
+func (h *handle) Shutdown() { h.revoke() }
+
+// revoke shuts down everything h and its descendants made.
+func (h *handle) revoke() {
+	h.mu.Lock()
+	if h.revoked {
+		h.mu.Unlock()
+		return
+	}
+	h.revoked = true
+	h.cancel()
+	kids := h.children
+	h.children = map[*handle]struct{}{}
+	conns := h.conns
+	h.conns = map[*held]struct{}{}
+	parent := h.parent
+	h.mu.Unlock()
+	for c := range conns {
+		c.shut()
+	}
+	for k := range kids {
+		k.revoke()
+	}
+	if parent != nil {
+		parent.mu.Lock()
+		delete(parent.children, h)
+		parent.mu.Unlock()
+	}
+}
+
+// live returns an error when h is revoked.
+func (h *handle) live() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.revoked {
+		return fmt.Errorf("%w: this handle was released, or one it derives from was", ErrRevoked)
+	}
+	return nil
+}
+
+// hold records c as made by h. If h is already revoked, c is shut at once
+// and an error returned. The peer's connection count is already taken; it
+// is given back when the connection is shut.
+func (h *handle) hold(c net.Conn) (*held, error) {
+	x := &held{conn: c, owner: h, fd: -1}
+	h.mu.Lock()
+	if h.revoked {
+		h.mu.Unlock()
+		x.shut()
+		return nil, fmt.Errorf("%w: this handle was released, or one it derives from was", ErrRevoked)
+	}
+	h.conns[x] = struct{}{}
+	h.mu.Unlock()
+	return x, nil
+}
+
+// shut shuts the connection down both ways (reaching every duplicate of
+// the socket, the one handed over included), closes the switchboard's
+// copy and forgets it.
+func (x *held) shut() {
+	x.once.Do(func() {
+		x.owner.p.srv.tracker.remove(x)
+		shutdownConn(x.conn)
+		_ = x.conn.Close()
+		x.owner.mu.Lock()
+		delete(x.owner.conns, x)
+		x.owner.mu.Unlock()
+		x.owner.p.releaseConn()
+	})
+}
+
+// Describe returns the handle's labels.
+func (h *handle) Describe(ctx context.Context, call schema.Handle_describe) error {
+	if err := h.live(); err != nil {
+		return err
+	}
+	res, err := call.AllocResults()
+	if err != nil {
+		return err
+	}
+	l, err := res.NewLabels()
+	if err != nil {
+		return err
+	}
+	return toSchema(l, h.labels)
+}
+
+// Constrain returns a narrower handle.
+func (h *handle) Constrain(ctx context.Context, call schema.Handle_constrain) error {
+	if err := h.live(); err != nil {
+		return err
+	}
+	l, err := call.Args().Labels()
+	if err != nil {
+		return err
+	}
+	narrow, err := fromSchema(l)
+	if err != nil {
+		h.logDecision("constrain", "", nil, "", false, err.Error())
+		return fmt.Errorf("constrain: %w", err)
+	}
+	out, err := labels.Constrain(h.labels, narrow)
+	if err != nil {
+		h.logDecision("constrain", narrow.String(), nil, "", false, err.Error())
+		return fmt.Errorf("constrain: %w", err)
+	}
+	res, err := call.AllocResults()
+	if err != nil {
+		return err
+	}
+	child := h.p.newHandle(out, h)
+	h.logDecision("constrain", narrow.String(), nil, "", true, "narrowed to "+out.String())
+	return res.SetHandle(child.client())
+}
+
+// Check returns the full decision without dialling.
+func (h *handle) Check(ctx context.Context, call schema.Handle_check) error {
+	call.Go()
+	if err := h.live(); err != nil {
+		return err
+	}
+	t, err := call.Args().Target()
+	if err != nil {
+		return err
+	}
+	req, err := targetRequest(t)
+	if err != nil {
+		return err
+	}
+	d, err := h.p.srv.decide(ctx, h.labels, req)
+	target := targetString(req)
+	if err != nil {
+		h.logDecision("check", target, nil, "", false, err.Error())
+		return err
+	}
+	vetted := ""
+	if d.allow && len(d.vetted) > 0 {
+		vetted = d.vetted[0].String()
+		if d.local[0] {
+			ap := netip.AddrPortFrom(d.vetted[0], d.req.Port)
+			if ok, why := h.p.srv.loopbackCheck(ctx, ap, h.labels); !ok {
+				d.allow, d.reason = false, why
+			}
+		}
+	}
+	h.logDecision("check", target, d.addrs, vetted, d.allow, d.reason)
+	res, err := call.AllocResults()
+	if err != nil {
+		return err
+	}
+	dec, err := res.NewDecision()
+	if err != nil {
+		return err
+	}
+	dec.SetAllow(d.allow)
+	if err := dec.SetReason(d.reason); err != nil {
+		return err
+	}
+	if err := dec.SetVetted(vetted); err != nil {
+		return err
+	}
+	list, err := dec.NewAddresses(int32(len(d.addrs)))
+	if err != nil {
+		return err
+	}
+	for i, a := range d.addrs {
+		if err := list.Set(i, a.String()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// loopbackCheck applies the configured listener-owner check.
+func (s *Server) loopbackCheck(ctx context.Context, ap netip.AddrPort, h labels.Set) (bool, string) {
+	if s.cfg.LoopbackCheck == nil {
+		return true, ""
+	}
+	ok, why := s.cfg.LoopbackCheck(ctx, ap, h)
+	if !ok && why == "" {
+		why = fmt.Sprintf("the listener on %s is not reachable from this handle", ap)
+	}
+	return ok, why
+}
+
+// targetRequest reads a schema Target.
+func targetRequest(t schema.Target) (labels.Request, error) {
+	scheme, err := t.Scheme()
+	if err != nil {
+		return labels.Request{}, err
+	}
+	host, err := t.Host()
+	if err != nil {
+		return labels.Request{}, err
+	}
+	return labels.Request{Scheme: scheme, Host: host, Port: t.Port()}, nil
+}
+
+func targetString(r labels.Request) string {
+	port := r.Port
+	if port == 0 {
+		port = labels.DefaultPort(r.Scheme)
+	}
+	return r.Scheme + "://" + net.JoinHostPort(r.Host, strconv.Itoa(int(port)))
+}
+
+// fromSchema reads and canonicalises a schema Labels.
+func fromSchema(l schema.Labels) (labels.Set, error) {
+	var s labels.Set
+	var err error
+	if s.Scheme, err = l.Scheme(); err != nil {
+		return s, err
+	}
+	if s.Host, err = l.Host(); err != nil {
+		return s, err
+	}
+	if s.Network, err = l.Network(); err != nil {
+		return s, err
+	}
+	if s.Vat, err = l.Vat(); err != nil {
+		return s, err
+	}
+	s.Port = l.Port()
+	return labels.Canonical(s)
+}
+
+func toSchema(l schema.Labels, s labels.Set) error {
+	if err := l.SetScheme(s.Scheme); err != nil {
+		return err
+	}
+	if err := l.SetHost(s.Host); err != nil {
+		return err
+	}
+	if err := l.SetNetwork(s.Network); err != nil {
+		return err
+	}
+	if err := l.SetVat(s.Vat); err != nil {
+		return err
+	}
+	l.SetPort(s.Port)
+	return nil
+}

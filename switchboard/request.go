@@ -1,0 +1,351 @@
+package switchboard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+
+	"toybox/labels"
+	"toybox/schema"
+)
+
+// vettedKey carries the decision of one request into the transport's dial.
+type vettedKey struct{}
+
+// vettedDial is what the transport may dial for one request.
+type vettedDial struct {
+	h      *handle
+	d      *decision
+	mu     sync.Mutex
+	vetted string
+	held   *held
+}
+
+// newTransport returns the Server's HTTP transport: it dials only the
+// address decided for the request, speaks TLS with the system roots plus
+// RootCAs, never uses a proxy, and keeps no idle connections (a pooled
+// connection would outlive the decision that vetted it).
+func (s *Server) newTransport() *http.Transport {
+	return &http.Transport{
+		Proxy: nil,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			v, ok := ctx.Value(vettedKey{}).(*vettedDial)
+			if !ok {
+				return nil, refuse("no decision for a dial to %s", addr)
+			}
+			host, port, err := net.SplitHostPort(addr)
+			if err != nil {
+				return nil, err
+			}
+			if p, _ := strconv.Atoi(port); strings.Trim(host, "[]") != v.d.req.Host || p != int(v.d.req.Port) {
+				return nil, refuse("dial to %s does not match the decision for %s", addr, v.d.req.Host)
+			}
+			return v.dial(ctx)
+		},
+		TLSClientConfig:        s.tlsConf.Clone(),
+		DisableKeepAlives:      true,
+		DisableCompression:     true,
+		ForceAttemptHTTP2:      false,
+		TLSHandshakeTimeout:    s.cfg.DialTimeout,
+		ResponseHeaderTimeout:  0,
+		MaxResponseHeaderBytes: 1 << 20,
+	}
+}
+
+// dial dials the vetted address and holds the connection on the handle.
+func (v *vettedDial) dial(ctx context.Context) (net.Conn, error) {
+	if err := v.h.p.acquireConn(); err != nil {
+		return nil, err
+	}
+	c, vetted, err := v.h.dial(ctx, v.d)
+	v.mu.Lock()
+	v.vetted = vetted
+	v.mu.Unlock()
+	if err != nil {
+		v.h.p.releaseConn()
+		return nil, err
+	}
+	x, err := v.h.hold(c)
+	if err != nil {
+		return nil, err
+	}
+	v.mu.Lock()
+	v.held = x
+	v.mu.Unlock()
+	return &heldConn{Conn: c, x: x}, nil
+}
+
+// heldConn gives the count back when the transport closes it.
+type heldConn struct {
+	net.Conn
+	x *held
+}
+
+func (c *heldConn) Close() error { c.x.shut(); return nil }
+
+// hopHeaders are not forwarded in either direction.
+var hopHeaders = map[string]bool{
+	"Connection": true, "Keep-Alive": true, "Proxy-Authenticate": true, "Proxy-Authorization": true,
+	"Proxy-Connection": true, "Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
+}
+
+// Request performs one HTTP(S) request: decided before it returns; the
+// caller writes the body to the returned stream; the answer goes to the
+// responder.
+func (h *handle) Request(ctx context.Context, call schema.Handle_request) error {
+	call.Go()
+	if err := h.live(); err != nil {
+		return err
+	}
+	args := call.Args()
+	method, err := args.Method()
+	if err != nil {
+		return err
+	}
+	rawURL, err := args.Url()
+	if err != nil {
+		return err
+	}
+	fail := func(addrs []netip.Addr, err error) error {
+		h.logDecision("request", rawURL, addrs, "", false, err.Error())
+		return err
+	}
+	if !validMethod(method) {
+		return fail(nil, fmt.Errorf("bad HTTP method %q", method))
+	}
+	lreq, err := labels.ParseURL(rawURL)
+	if err != nil {
+		return fail(nil, refuse("%s", strings.TrimPrefix(err.Error(), labels.ErrBadLabel.Error()+": ")))
+	}
+	if strings.HasPrefix(rawURL, "ws") {
+		return fail(nil, refuse("request takes http or https URLs; use webSocket for %s", rawURL))
+	}
+	hdrs, err := args.Headers()
+	if err != nil {
+		return err
+	}
+	header := http.Header{}
+	var contentLength int64 = -1
+	for i := 0; i < hdrs.Len(); i++ {
+		name, _ := hdrs.At(i).Name()
+		value, _ := hdrs.At(i).Value()
+		k := http.CanonicalHeaderKey(name)
+		switch {
+		case k == "Host":
+			want := hostHeader(lreq)
+			if !strings.EqualFold(value, want) && !strings.EqualFold(value, lreq.Host) {
+				return fail(nil, refuse("Host header %q does not match the URL's host %s", value, want))
+			}
+			continue
+		case k == "Content-Length":
+			n, err := strconv.ParseInt(value, 10, 64)
+			if err != nil || n < 0 {
+				return fail(nil, fmt.Errorf("bad Content-Length %q", value))
+			}
+			contentLength = n
+			continue
+		case hopHeaders[k]:
+			continue
+		}
+		header.Add(k, value)
+	}
+	d, err := h.p.srv.decide(ctx, h.labels, lreq)
+	if err != nil {
+		return fail(nil, err)
+	}
+	if !d.allow {
+		return fail(d.addrs, d.err())
+	}
+	if !args.HasResponder() {
+		return fail(d.addrs, errors.New("request needs a responder"))
+	}
+	responder := args.Responder().AddRef()
+
+	// The request body: what the caller writes to the returned stream.
+	pr, pw := io.Pipe()
+	var body io.ReadCloser = pr
+	if contentLength == 0 || (contentLength < 0 && noBodyMethod(method)) {
+		body = http.NoBody
+	}
+	rctx, cancel := context.WithCancel(h.ctx)
+	hreq, err := http.NewRequestWithContext(rctx, method, rawURL, body)
+	if err != nil {
+		cancel()
+		responder.Release()
+		return fail(d.addrs, fmt.Errorf("building the request: %w", err))
+	}
+	hreq.Header = header
+	hreq.ContentLength = contentLength
+	if body == http.NoBody {
+		hreq.ContentLength = 0
+	}
+	vd := &vettedDial{h: h, d: d}
+	hreq = hreq.WithContext(context.WithValue(rctx, vettedKey{}, vd))
+
+	res, err := call.AllocResults()
+	if err != nil {
+		cancel()
+		responder.Release()
+		return err
+	}
+	bs := &bodyStream{w: pw, noBody: body == http.NoBody}
+	if err := res.SetBody(schema.ByteStream(h.p.export(schema.ByteStream_NewServer(bs)))); err != nil {
+		cancel()
+		responder.Release()
+		return err
+	}
+	h.logDecision("request", rawURL, d.addrs, firstVetted(d), true, d.reason)
+	go h.roundTrip(hreq, cancel, responder, pr)
+	return nil
+}
+
+// roundTrip sends hreq and delivers the answer to responder (owned).
+func (h *handle) roundTrip(hreq *http.Request, cancel context.CancelFunc, responder schema.Responder, pr *io.PipeReader) {
+	defer cancel()
+	defer responder.Release()
+	ctx := context.Background()
+	resp, err := h.p.srv.http.RoundTrip(hreq)
+	if err != nil {
+		_ = pr.CloseWithError(err)
+		f, release := responder.Fail(ctx, func(p schema.Responder_fail_Params) error {
+			return p.SetMessage_(fmt.Sprintf("request to %s failed: %v", hreq.URL.Host, err))
+		})
+		_, _ = f.Struct()
+		release()
+		return
+	}
+	defer resp.Body.Close()
+	f, release := responder.Start(ctx, func(p schema.Responder_start_Params) error {
+		p.SetStatus(uint16(resp.StatusCode))
+		n := 0
+		for k, vs := range resp.Header {
+			if !hopHeaders[k] {
+				n += len(vs)
+			}
+		}
+		list, err := p.NewHeaders(int32(n))
+		if err != nil {
+			return err
+		}
+		i := 0
+		for k, vs := range resp.Header {
+			if hopHeaders[k] {
+				continue
+			}
+			for _, v := range vs {
+				if err := list.At(i).SetName(k); err != nil {
+					return err
+				}
+				if err := list.At(i).SetValue(v); err != nil {
+					return err
+				}
+				i++
+			}
+		}
+		return nil
+	})
+	defer release()
+	r, err := f.Struct()
+	if err != nil {
+		return
+	}
+	out := r.Body().AddRef()
+	defer out.Release()
+	out.SetFlowLimiter(h.p.flow)
+	buf := make([]byte, chunkSize)
+	for {
+		n, rerr := resp.Body.Read(buf)
+		if n > 0 {
+			data := buf[:n]
+			if err := out.Write(ctx, func(p schema.ByteStream_write_Params) error { return p.SetData(data) }); err != nil {
+				return
+			}
+		}
+		if rerr != nil {
+			if errors.Is(rerr, io.EOF) && out.WaitStreaming() == nil {
+				_, rel := out.End(ctx, nil)
+				rel()
+			}
+			return
+		}
+	}
+}
+
+// bodyStream is the request body stream the caller writes to.
+type bodyStream struct {
+	w      *io.PipeWriter
+	noBody bool
+	once   sync.Once
+}
+
+func (b *bodyStream) Write(ctx context.Context, call schema.ByteStream_write) error {
+	data, err := call.Args().Data()
+	if err != nil {
+		return err
+	}
+	if b.noBody {
+		if len(data) == 0 {
+			return nil
+		}
+		return errors.New("this request has no body (no Content-Length, and a method without one)")
+	}
+	if _, err := b.w.Write(data); err != nil {
+		return fmt.Errorf("request body: %w", err)
+	}
+	return nil
+}
+
+func (b *bodyStream) End(ctx context.Context, call schema.ByteStream_end) error {
+	b.once.Do(func() { _ = b.w.Close() })
+	return nil
+}
+
+// Shutdown without End aborts the body.
+func (b *bodyStream) Shutdown() {
+	b.once.Do(func() { _ = b.w.CloseWithError(errors.New("request body stream released before end")) })
+}
+
+func firstVetted(d *decision) string {
+	if len(d.vetted) == 0 {
+		return ""
+	}
+	return netip.AddrPortFrom(d.vetted[0], d.req.Port).String()
+}
+
+func hostHeader(r labels.Request) string {
+	h := r.Host
+	if strings.Contains(h, ":") {
+		h = "[" + h + "]"
+	}
+	if r.Port != labels.DefaultPort(r.Scheme) {
+		h += ":" + strconv.Itoa(int(r.Port))
+	}
+	return h
+}
+
+func validMethod(m string) bool {
+	if m == "" || len(m) > 32 {
+		return false
+	}
+	for _, c := range m {
+		if c < 'A' || c > 'Z' {
+			return false
+		}
+	}
+	return m != "CONNECT"
+}
+
+func noBodyMethod(m string) bool {
+	switch m {
+	case "GET", "HEAD", "DELETE", "OPTIONS", "TRACE":
+		return true
+	}
+	return false
+}

@@ -1,0 +1,267 @@
+package switchboard
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"capnproto.org/go/capnp/v3"
+	"capnproto.org/go/capnp/v3/flowcontrol"
+
+	"toybox/labels"
+	"toybox/schema/wire"
+	"toybox/switchboard/addrclass"
+)
+
+// chunkSize is the size of one stream write.
+const chunkSize = 64 << 10
+
+// Server is the switchboard service. It is safe for concurrent use; one
+// Server may serve many sockets.
+type Server struct {
+	cfg      Config
+	log      *slog.Logger
+	classify *addrclass.Classifier
+	resolver *net.Resolver
+	dialer   net.Dialer
+	tlsConf  *tls.Config
+	http     *http.Transport
+	tracker  *tracker
+}
+
+// New returns a Server for cfg. It reads the host's interface addresses
+// when cfg.OwnAddrs is nil. The caller must Close it.
+func New(cfg Config) (*Server, error) {
+	cfg.Limits = cfg.Limits.withDefaults()
+	if cfg.DialTimeout == 0 {
+		cfg.DialTimeout = 10 * time.Second
+	}
+	if cfg.ResolveTimeout == 0 {
+		cfg.ResolveTimeout = 5 * time.Second
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	own := cfg.OwnAddrs
+	if own == nil {
+		var err error
+		if own, err = addrclass.InterfaceAddrs(); err != nil {
+			return nil, err
+		}
+	}
+	roots, err := x509.SystemCertPool()
+	if err != nil || roots == nil {
+		roots = x509.NewCertPool()
+	}
+	if len(cfg.RootCAs) > 0 && !roots.AppendCertsFromPEM(cfg.RootCAs) {
+		return nil, fmt.Errorf("%w: RootCAs holds no PEM certificate", ErrConfig)
+	}
+	s := &Server{
+		cfg: cfg,
+		log: log,
+		classify: &addrclass.Classifier{
+			Deny: cfg.Deny, DenyNames: cfg.DenyNames, Own: own, PublicNames: cfg.PublicNames,
+		},
+		resolver: newResolver(cfg.Resolver),
+		dialer:   net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second},
+		tlsConf:  &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
+	}
+	s.http = s.newTransport()
+	t, err := newTracker()
+	if err != nil {
+		return nil, err
+	}
+	s.tracker = t
+	return s, nil
+}
+
+// Close stops the Server's shutdown tracker. Connections still handed over
+// stay as they are; Serve's return already revoked its own.
+func (s *Server) Close() error {
+	s.http.CloseIdleConnections()
+	return s.tracker.close()
+}
+
+// Serve accepts connections on l until ctx is done, serving each a root
+// Handle with labels root (root.Network must be "public" or "local"). name
+// names the socket in logs. Each connection gets its own root handle,
+// bound to that connection so that connect can pass descriptors on it.
+// Serve closes l when it returns; connections it accepted are closed and
+// their handles revoked.
+func (s *Server) Serve(ctx context.Context, name string, l *net.UnixListener, root labels.Set) error {
+	c, err := labels.Canonical(root)
+	if err != nil {
+		_ = l.Close()
+		return fmt.Errorf("%w: root labels of socket %s: %v", ErrConfig, name, err)
+	}
+	if c.Network != labels.NetworkPublic && c.Network != labels.NetworkLocal {
+		_ = l.Close()
+		return fmt.Errorf("%w: socket %s: root network must be public or local, not %q", ErrConfig, name, c.Network)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		<-ctx.Done()
+		_ = l.Close()
+	}()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		uc, err := l.AcceptUnix()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return fmt.Errorf("accepting on socket %s: %w", name, err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.serveConn(ctx, name, uc, c)
+		}()
+	}
+}
+
+// ServeConn serves one already accepted unix connection (taking ownership
+// of it) until it closes or ctx is done.
+func (s *Server) ServeConn(ctx context.Context, name string, uc *net.UnixConn, root labels.Set) error {
+	c, err := labels.Canonical(root)
+	if err != nil || (c.Network != labels.NetworkPublic && c.Network != labels.NetworkLocal) {
+		_ = uc.Close()
+		return fmt.Errorf("%w: root labels of socket %s must be valid with network public or local", ErrConfig, name)
+	}
+	s.serveConn(ctx, name, uc, c)
+	return nil
+}
+
+func (s *Server) serveConn(ctx context.Context, name string, uc *net.UnixConn, root labels.Set) {
+	wc := wire.NewConn(uc, false)
+	p := &peer{srv: s, socket: name, wc: wc, lim: s.cfg.Limits, flow: flowcontrol.NewFixedLimiter(s.cfg.Limits.Window)}
+	if pid, uid, _, err := wc.PeerCred(); err == nil {
+		p.pid, p.uid = pid, uid
+	} else {
+		p.pid, p.uid = -1, ^uint32(0)
+	}
+	rootH := p.newHandle(root, nil)
+	conn := wc.RPC(capnp.Client(rootH.client()), rpcLogger{s.log})
+	select {
+	case <-conn.Done():
+	case <-ctx.Done():
+	}
+	_ = conn.Close()
+	rootH.revoke()
+}
+
+// peer is one accepted connection: its credentials and what it holds.
+type peer struct {
+	srv    *Server
+	socket string
+	wc     *wire.Conn
+	pid    int32
+	uid    uint32
+	lim    Limits
+	flow   flowcontrol.FlowLimiter // shared by every stream we write to
+
+	mu    sync.Mutex
+	calls int
+	bytes int64
+	conns int
+}
+
+// acquireCall admits one more outstanding call of size bytes.
+func (p *peer) acquireCall(size int64) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.calls >= p.lim.Calls {
+		return fmt.Errorf("%w: %d calls outstanding on this connection", ErrLimit, p.calls)
+	}
+	if p.bytes+size > p.lim.Bytes {
+		return fmt.Errorf("%w: %d bytes of calls outstanding on this connection (limit %d)", ErrLimit, p.bytes+size, p.lim.Bytes)
+	}
+	p.calls++
+	p.bytes += size
+	return nil
+}
+
+func (p *peer) releaseCall(size int64) {
+	p.mu.Lock()
+	p.calls--
+	p.bytes -= size
+	p.mu.Unlock()
+}
+
+func (p *peer) acquireConn() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conns >= p.lim.Conns {
+		return fmt.Errorf("%w: %d connections open on this connection", ErrLimit, p.conns)
+	}
+	p.conns++
+	return nil
+}
+
+func (p *peer) releaseConn() {
+	p.mu.Lock()
+	p.conns--
+	p.mu.Unlock()
+}
+
+// limitHook wraps a server so that calls from the peer count against its
+// limits; a call past a limit is rejected at once, before it is queued.
+type limitHook struct {
+	capnp.ClientHook
+	p *peer
+}
+
+func (h limitHook) Recv(ctx context.Context, r capnp.Recv) capnp.PipelineCaller {
+	var size int64
+	if m := r.Args.Message(); m != nil {
+		if n, err := m.TotalSize(); err == nil {
+			size = int64(n)
+		}
+	}
+	if err := h.p.acquireCall(size); err != nil {
+		r.Reject(err)
+		return nil
+	}
+	r.Returner = &countingReturner{Returner: r.Returner, done: func() { h.p.releaseCall(size) }}
+	return h.ClientHook.Recv(ctx, r)
+}
+
+type countingReturner struct {
+	capnp.Returner
+	once sync.Once
+	done func()
+}
+
+func (c *countingReturner) Return() {
+	c.Returner.Return()
+	c.once.Do(c.done)
+}
+
+// export wraps a server hook in the peer's limits and returns the client.
+// The caller owns the returned client.
+func (p *peer) export(h capnp.ClientHook) capnp.Client {
+	return capnp.NewClient(limitHook{ClientHook: h, p: p})
+}
+
+// rpcLogger adapts slog to rpc.Logger at debug level (RPC chatter is not a
+// decision record).
+type rpcLogger struct{ l *slog.Logger }
+
+func (r rpcLogger) Debug(msg string, args ...any) { r.l.Debug(msg, args...) }
+func (r rpcLogger) Info(msg string, args ...any)  { r.l.Debug(msg, args...) }
+func (r rpcLogger) Warn(msg string, args ...any)  { r.l.Debug(msg, args...) }
+func (r rpcLogger) Error(msg string, args ...any) { r.l.Debug(msg, args...) }

@@ -1,0 +1,154 @@
+package switchboard
+
+import (
+	"errors"
+	"net"
+	"os"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// tracker watches sockets that were handed over: when a socket is shut
+// down both ways (by the receiver, or the remote) or fails, the
+// switchboard's duplicate is closed and forgotten. A receiver therefore
+// ends a handed-over connection with shutdown(2), not close(2) alone:
+// while the switchboard holds its duplicate, close alone sends no FIN.
+type tracker struct {
+	epfd int
+	wake int // eventfd that stops the loop
+
+	mu     sync.Mutex
+	m      map[int32]*held
+	closed bool
+	done   chan struct{}
+}
+
+func newTracker() (*tracker, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, os.NewSyscallError("epoll_create1", err)
+	}
+	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		_ = unix.Close(epfd)
+		return nil, os.NewSyscallError("eventfd", err)
+	}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wake, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wake)}); err != nil {
+		_ = unix.Close(epfd)
+		_ = unix.Close(wake)
+		return nil, os.NewSyscallError("epoll_ctl", err)
+	}
+	t := &tracker{epfd: epfd, wake: wake, m: map[int32]*held{}, done: make(chan struct{})}
+	go t.loop()
+	return t, nil
+}
+
+func (t *tracker) loop() {
+	defer close(t.done)
+	events := make([]unix.EpollEvent, 64)
+	for {
+		n, err := unix.EpollWait(t.epfd, events, -1)
+		if err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			return
+		}
+		for _, ev := range events[:n] {
+			if ev.Fd == int32(t.wake) {
+				return
+			}
+			t.mu.Lock()
+			x := t.m[ev.Fd]
+			t.mu.Unlock()
+			if x != nil {
+				go x.shut()
+			}
+		}
+	}
+}
+
+// add watches x's socket for a full shutdown or an error.
+func (t *tracker) add(x *held) error {
+	fd, err := connFD(x.conn)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return errors.New("switchboard closed")
+	}
+	// No requested events: EPOLLHUP and EPOLLERR are always reported.
+	if err := unix.EpollCtl(t.epfd, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: 0, Fd: int32(fd)}); err != nil {
+		return os.NewSyscallError("epoll_ctl", err)
+	}
+	x.fd = fd
+	t.m[int32(fd)] = x
+	return nil
+}
+
+// remove stops watching x (before its descriptor is closed).
+func (t *tracker) remove(x *held) {
+	if x.fd < 0 {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m[int32(x.fd)] == x {
+		delete(t.m, int32(x.fd))
+		if !t.closed {
+			_ = unix.EpollCtl(t.epfd, unix.EPOLL_CTL_DEL, x.fd, nil)
+		}
+	}
+	x.fd = -1
+}
+
+func (t *tracker) close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	t.mu.Unlock()
+	var one [8]byte
+	one[0] = 1
+	_, _ = unix.Write(t.wake, one[:])
+	<-t.done
+	_ = unix.Close(t.wake)
+	return unix.Close(t.epfd)
+}
+
+// connFD returns the descriptor of a socket connection (valid while the
+// connection is open).
+func connFD(c net.Conn) (int, error) {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return -1, errors.New("not a TCP connection")
+	}
+	raw, err := tc.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd := -1
+	if err := raw.Control(func(f uintptr) { fd = int(f) }); err != nil {
+		return -1, err
+	}
+	return fd, nil
+}
+
+// shutdownConn shuts a TCP socket down both ways: every descriptor of it,
+// in any process, sees the end.
+func shutdownConn(c net.Conn) {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return
+	}
+	raw, err := tc.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = raw.Control(func(fd uintptr) { _ = unix.Shutdown(int(fd), unix.SHUT_RDWR) })
+}

@@ -1,0 +1,418 @@
+package switchboard
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"crypto/sha1"
+	"crypto/tls"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"toybox/labels"
+	"toybox/schema"
+)
+
+// The WebSocket client is a minimal RFC 6455 implementation written here
+// (not golang.org/x/net/websocket, which cannot carry close codes): one
+// handshake, masked frames out, fragmented messages reassembled in,
+// ping answered, close codes both ways.
+
+const (
+	wsGUID       = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+	maxWSMessage = 16 << 20
+	opCont       = 0x0
+	opText       = 0x1
+	opBinary     = 0x2
+	opClose      = 0x8
+	opPing       = 0x9
+	opPong       = 0xA
+)
+
+// wsHeaderDrop are caller headers the switchboard sets itself.
+var wsHeaderDrop = map[string]bool{
+	"Host": true, "Upgrade": true, "Connection": true, "Sec-Websocket-Key": true,
+	"Sec-Websocket-Version": true, "Sec-Websocket-Accept": true, "Sec-Websocket-Extensions": true,
+	"Content-Length": true, "Transfer-Encoding": true,
+}
+
+// WebSocket opens a ws/wss connection to a vetted address and relays
+// messages both ways.
+func (h *handle) WebSocket(ctx context.Context, call schema.Handle_webSocket) error {
+	call.Go()
+	if err := h.live(); err != nil {
+		return err
+	}
+	args := call.Args()
+	rawURL, err := args.Url()
+	if err != nil {
+		return err
+	}
+	fail := func(addrs []netip.Addr, vetted string, err error) error {
+		h.logDecision("webSocket", rawURL, addrs, vetted, false, err.Error())
+		return err
+	}
+	if !strings.HasPrefix(rawURL, "ws://") && !strings.HasPrefix(rawURL, "wss://") {
+		return fail(nil, "", refuse("webSocket takes ws or wss URLs, not %q", rawURL))
+	}
+	lreq, err := labels.ParseURL(rawURL)
+	if err != nil {
+		return fail(nil, "", refuse("%s", strings.TrimPrefix(err.Error(), labels.ErrBadLabel.Error()+": ")))
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return fail(nil, "", err)
+	}
+	hdrs, err := args.Headers()
+	if err != nil {
+		return err
+	}
+	header := http.Header{}
+	for i := 0; i < hdrs.Len(); i++ {
+		name, _ := hdrs.At(i).Name()
+		value, _ := hdrs.At(i).Value()
+		k := http.CanonicalHeaderKey(name)
+		if wsHeaderDrop[k] || hopHeaders[k] {
+			continue
+		}
+		header.Add(k, value)
+	}
+	if !args.HasDownstream() {
+		return fail(nil, "", errors.New("webSocket needs a downstream MessageStream"))
+	}
+	d, err := h.p.srv.decide(ctx, h.labels, lreq)
+	if err != nil {
+		return fail(nil, "", err)
+	}
+	if !d.allow {
+		return fail(d.addrs, "", d.err())
+	}
+	if err := h.p.acquireConn(); err != nil {
+		return fail(d.addrs, "", err)
+	}
+	conn, vetted, err := h.dial(ctx, d)
+	if err != nil {
+		h.p.releaseConn()
+		return fail(d.addrs, vetted, err)
+	}
+	x, err := h.hold(conn)
+	if err != nil {
+		return fail(d.addrs, vetted, err)
+	}
+	var rw net.Conn = conn
+	_ = conn.SetDeadline(time.Now().Add(h.p.srv.cfg.DialTimeout))
+	if lreq.Scheme == "https" {
+		cfg := h.p.srv.tlsConf.Clone()
+		cfg.ServerName = d.req.Host
+		cfg.NextProtos = []string{"http/1.1"}
+		tc := tls.Client(conn, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			x.shut()
+			return fail(d.addrs, vetted, fmt.Errorf("TLS with %s: %w", d.req.Host, err))
+		}
+		rw = tc
+	}
+	br := bufio.NewReaderSize(rw, 16<<10)
+	protocol, err := wsHandshake(rw, br, u, hostHeader(lreq), header)
+	if err != nil {
+		x.shut()
+		return fail(d.addrs, vetted, err)
+	}
+	_ = conn.SetDeadline(time.Time{})
+
+	ws := &wsConn{x: x, rw: rw, br: br, down: args.Downstream().AddRef()}
+	ws.down.SetFlowLimiter(h.p.flow)
+	res, err := call.AllocResults()
+	if err != nil {
+		ws.down.Release()
+		x.shut()
+		return err
+	}
+	if err := res.SetProtocol(protocol); err != nil {
+		ws.down.Release()
+		x.shut()
+		return err
+	}
+	if err := res.SetUpstream(schema.MessageStream(h.p.export(schema.MessageStream_NewServer(&wsUpstream{ws: ws})))); err != nil {
+		ws.down.Release()
+		x.shut()
+		return err
+	}
+	h.logDecision("webSocket", rawURL, d.addrs, vetted, true, d.reason)
+	go ws.readLoop()
+	return nil
+}
+
+// wsHandshake performs the client opening handshake and returns the
+// protocol the server chose.
+func wsHandshake(w io.Writer, br *bufio.Reader, u *url.URL, host string, header http.Header) (string, error) {
+	var kb [16]byte
+	if _, err := rand.Read(kb[:]); err != nil {
+		return "", err
+	}
+	key := base64.StdEncoding.EncodeToString(kb[:])
+	path := u.RequestURI()
+	var b strings.Builder
+	fmt.Fprintf(&b, "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n", path, host, key)
+	for k, vs := range header {
+		for _, v := range vs {
+			if strings.ContainsAny(v, "\r\n") {
+				return "", fmt.Errorf("header %s has a line break", k)
+			}
+			fmt.Fprintf(&b, "%s: %s\r\n", k, v)
+		}
+	}
+	b.WriteString("\r\n")
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return "", fmt.Errorf("sending the WebSocket handshake: %w", err)
+	}
+	req := &http.Request{Method: http.MethodGet}
+	resp, err := http.ReadResponse(br, req)
+	if err != nil {
+		return "", fmt.Errorf("reading the WebSocket handshake answer: %w", err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		return "", fmt.Errorf("WebSocket upgrade refused by the server: %s", resp.Status)
+	}
+	if !strings.EqualFold(resp.Header.Get("Upgrade"), "websocket") || !headerHasToken(resp.Header, "Connection", "upgrade") {
+		return "", errors.New("WebSocket upgrade: the server did not switch to websocket")
+	}
+	sum := sha1.Sum([]byte(key + wsGUID))
+	if resp.Header.Get("Sec-WebSocket-Accept") != base64.StdEncoding.EncodeToString(sum[:]) {
+		return "", errors.New("WebSocket upgrade: wrong Sec-WebSocket-Accept")
+	}
+	if resp.Header.Get("Sec-WebSocket-Extensions") != "" {
+		return "", errors.New("WebSocket upgrade: the server chose an extension that was not offered")
+	}
+	return resp.Header.Get("Sec-WebSocket-Protocol"), nil
+}
+
+func headerHasToken(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// wsConn is one WebSocket connection.
+type wsConn struct {
+	x    *held
+	rw   net.Conn
+	br   *bufio.Reader
+	down schema.MessageStream // owned; released when the read loop ends
+
+	wmu        sync.Mutex
+	closeSent  bool
+	closedOnce sync.Once
+}
+
+// writeFrame writes one masked frame.
+func (w *wsConn) writeFrame(op byte, payload []byte) error {
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
+	if w.closeSent {
+		return errors.New("websocket: close already sent")
+	}
+	if op == opClose {
+		w.closeSent = true
+	}
+	hdr := make([]byte, 0, 14)
+	hdr = append(hdr, 0x80|op)
+	n := len(payload)
+	switch {
+	case n < 126:
+		hdr = append(hdr, 0x80|byte(n))
+	case n <= 0xffff:
+		hdr = append(hdr, 0x80|126, byte(n>>8), byte(n))
+	default:
+		hdr = append(hdr, 0x80|127)
+		hdr = binary.BigEndian.AppendUint64(hdr, uint64(n))
+	}
+	var mask [4]byte
+	if _, err := rand.Read(mask[:]); err != nil {
+		return err
+	}
+	hdr = append(hdr, mask[:]...)
+	buf := make([]byte, len(hdr)+n)
+	copy(buf, hdr)
+	for i, c := range payload {
+		buf[len(hdr)+i] = c ^ mask[i&3]
+	}
+	_, err := w.rw.Write(buf)
+	return err
+}
+
+// readFrame reads one frame from the server (which must not mask).
+func (w *wsConn) readFrame() (fin bool, op byte, payload []byte, err error) {
+	var h [2]byte
+	if _, err = io.ReadFull(w.br, h[:]); err != nil {
+		return
+	}
+	fin, op = h[0]&0x80 != 0, h[0]&0x0f
+	if h[0]&0x70 != 0 {
+		return false, 0, nil, errors.New("websocket: reserved bits set")
+	}
+	if h[1]&0x80 != 0 {
+		return false, 0, nil, errors.New("websocket: the server masked a frame")
+	}
+	n := uint64(h[1] & 0x7f)
+	switch n {
+	case 126:
+		var b [2]byte
+		if _, err = io.ReadFull(w.br, b[:]); err != nil {
+			return
+		}
+		n = uint64(binary.BigEndian.Uint16(b[:]))
+	case 127:
+		var b [8]byte
+		if _, err = io.ReadFull(w.br, b[:]); err != nil {
+			return
+		}
+		n = binary.BigEndian.Uint64(b[:])
+	}
+	if op >= opClose && (n > 125 || !fin) {
+		return false, 0, nil, errors.New("websocket: bad control frame")
+	}
+	if n > maxWSMessage {
+		return false, 0, nil, fmt.Errorf("websocket: frame of %d bytes over the %d limit", n, maxWSMessage)
+	}
+	payload = make([]byte, n)
+	_, err = io.ReadFull(w.br, payload)
+	return
+}
+
+// readLoop relays the server's messages downstream.
+func (w *wsConn) readLoop() {
+	ctx := context.Background()
+	defer w.finish()
+	var msg []byte
+	var msgOp byte
+	for {
+		fin, op, payload, err := w.readFrame()
+		if err != nil {
+			w.closeDown(ctx, 1006, err.Error())
+			return
+		}
+		switch op {
+		case opPing:
+			_ = w.writeFrame(opPong, payload)
+			continue
+		case opPong:
+			continue
+		case opClose:
+			code, reason := uint16(1005), ""
+			if len(payload) >= 2 {
+				code, reason = binary.BigEndian.Uint16(payload), string(payload[2:])
+			}
+			_ = w.writeFrame(opClose, payload[:min(len(payload), 2)])
+			w.closeDown(ctx, code, reason)
+			return
+		case opText, opBinary:
+			if msg != nil {
+				w.closeDown(ctx, 1002, "new message inside a fragmented one")
+				return
+			}
+			msgOp, msg = op, payload
+		case opCont:
+			if msg == nil {
+				w.closeDown(ctx, 1002, "continuation without a message")
+				return
+			}
+			if len(msg)+len(payload) > maxWSMessage {
+				w.closeDown(ctx, 1009, "message too big")
+				return
+			}
+			msg = append(msg, payload...)
+		default:
+			w.closeDown(ctx, 1002, fmt.Sprintf("unknown opcode %d", op))
+			return
+		}
+		if !fin {
+			continue
+		}
+		data, binaryMsg := msg, msgOp == opBinary
+		msg = nil
+		if err := w.down.Send(ctx, func(p schema.MessageStream_send_Params) error {
+			p.SetBinary(binaryMsg)
+			return p.SetData(data)
+		}); err != nil {
+			return
+		}
+	}
+}
+
+func (w *wsConn) closeDown(ctx context.Context, code uint16, reason string) {
+	w.closedOnce.Do(func() {
+		if w.down.WaitStreaming() != nil {
+			return
+		}
+		f, release := w.down.Close(ctx, func(p schema.MessageStream_close_Params) error {
+			p.SetCode(code)
+			return p.SetReason(reason)
+		})
+		_, _ = f.Struct()
+		release()
+	})
+}
+
+func (w *wsConn) finish() {
+	w.down.Release()
+	w.x.shut()
+}
+
+// wsUpstream is the MessageStream the caller sends messages to.
+type wsUpstream struct {
+	ws   *wsConn
+	once sync.Once
+}
+
+// Send writes one message (in order; no call.Go).
+func (u *wsUpstream) Send(ctx context.Context, call schema.MessageStream_send) error {
+	data, err := call.Args().Data()
+	if err != nil {
+		return err
+	}
+	op := byte(opText)
+	if call.Args().Binary() {
+		op = opBinary
+	}
+	if err := u.ws.writeFrame(op, data); err != nil {
+		return fmt.Errorf("websocket send: %w", err)
+	}
+	return nil
+}
+
+// Close sends a close frame with the caller's code and reason.
+func (u *wsUpstream) Close(ctx context.Context, call schema.MessageStream_close) error {
+	code := call.Args().Code()
+	reason, _ := call.Args().Reason()
+	if len(reason) > 123 {
+		reason = reason[:123]
+	}
+	if code == 0 {
+		code = 1000
+	}
+	payload := binary.BigEndian.AppendUint16(nil, code)
+	payload = append(payload, reason...)
+	u.once.Do(func() { _ = u.ws.writeFrame(opClose, payload) })
+	return nil
+}
+
+// Shutdown without Close ends the connection with 1001 (going away).
+func (u *wsUpstream) Shutdown() {
+	u.once.Do(func() { _ = u.ws.writeFrame(opClose, binary.BigEndian.AppendUint16(nil, 1001)) })
+}
