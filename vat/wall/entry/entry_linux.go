@@ -1,0 +1,186 @@
+package entry
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"capnproto.org/go/capnp/v3"
+	"golang.org/x/sys/unix"
+
+	"toybox/schema"
+	"toybox/schema/wire"
+)
+
+// Exit codes of the entry itself (the app's own code passes through).
+const (
+	ExitSetup = 125 // the entry could not set the wall's network up
+	ExitExec  = 127 // the app could not be started
+)
+
+// bootstrapTimeout bounds the Vat bootstrap and egress() call.
+const bootstrapTimeout = 15 * time.Second
+
+// CloexecAll marks every descriptor from 3 up close-on-exec, so nothing the
+// wall handed the entry reaches the app by accident. Call it first.
+func CloexecAll() error {
+	err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC)
+	if err == nil {
+		return nil
+	}
+	ents, rerr := os.ReadDir("/proc/self/fd")
+	if rerr != nil {
+		return fmt.Errorf("marking descriptors close-on-exec: %w (and reading /proc/self/fd: %w)", os.NewSyscallError("close_range", err), rerr)
+	}
+	for _, e := range ents {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			unix.CloseOnExec(fd)
+		}
+	}
+	return nil
+}
+
+// Run serves the wall's network and runs the app; it returns the app's exit
+// code (128+signal when a signal ended it), or ExitSetup / ExitExec when the
+// entry could not do its part. It never returns before the app is gone.
+func Run(ctx context.Context, cfg Config) int {
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	fail := func(code int, format string, args ...any) int {
+		fmt.Fprintf(os.Stderr, "toybox-entry: "+format+"\n", args...)
+		return code
+	}
+	if len(cfg.Argv) == 0 {
+		return fail(ExitExec, "no command")
+	}
+	if cfg.AppCap == nil {
+		return fail(ExitExec, "no app capability")
+	}
+	defer cfg.AppCap.Close()
+	// Nobody in the wall (the app shares the uid) may read or write this
+	// process's memory or descriptors through /proc.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fail(ExitSetup, "prctl(PR_SET_DUMPABLE): %v", err)
+	}
+
+	if cfg.Cap != nil {
+		proxy, closeNet, err := serveNet(ctx, cfg, logger)
+		if err != nil {
+			return fail(ExitSetup, "%v", err)
+		}
+		defer closeNet()
+		_ = proxy
+	}
+
+	// Signals for the app, and SIGCHLD for reaping, before it exists.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2)
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, unix.SIGCHLD)
+
+	proc, err := os.StartProcess(cfg.Argv[0], cfg.Argv, &os.ProcAttr{
+		Env:   os.Environ(),
+		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr, cfg.AppCap},
+	})
+	if err != nil {
+		return fail(ExitExec, "starting %s: %v", cfg.Argv[0], err)
+	}
+	_ = cfg.AppCap.Close()
+	pid := proc.Pid
+	_ = proc.Release()
+
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case s := <-sigs:
+			_ = unix.Kill(pid, s.(syscall.Signal))
+			continue
+		case <-chld:
+		case <-tick.C:
+		}
+		// Reap everything (this is pid 1); the app's status is the answer.
+		for {
+			var ws unix.WaitStatus
+			wpid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil || wpid <= 0 {
+				break
+			}
+			if wpid != pid {
+				continue
+			}
+			switch {
+			case ws.Exited():
+				return ws.ExitStatus()
+			case ws.Signaled():
+				return 128 + int(ws.Signal())
+			}
+		}
+	}
+}
+
+// serveNet takes the Handle and starts the proxy and the forwards. The
+// returned func stops them.
+func serveNet(ctx context.Context, cfg Config, logger *slog.Logger) (*Proxy, func(), error) {
+	conn, err := wire.FromFile(cfg.Cap, true)
+	if err != nil {
+		return nil, nil, fmt.Errorf("using the capability socket: %w", err)
+	}
+	rc := conn.RPC(capnp.Client{}, nil)
+	bctx, cancel := context.WithTimeout(ctx, bootstrapTimeout)
+	defer cancel()
+	vat := schema.Vat(rc.Bootstrap(bctx))
+	fut, rel := vat.Egress(bctx, nil)
+	res, err := fut.Struct()
+	var handle schema.Handle
+	if err == nil {
+		handle = res.Handle().AddRef()
+	}
+	rel()
+	vat.Release()
+	if err != nil {
+		_ = rc.Close()
+		return nil, nil, fmt.Errorf("asking the vat's capability for egress: %w", err)
+	}
+	proxy := NewProxy(cfg.ID, handle, conn, logger)
+	var listeners []net.Listener
+	stop := func() {
+		for _, l := range listeners {
+			_ = l.Close()
+		}
+		proxy.Close()
+		_ = rc.Close()
+	}
+	var lc net.ListenConfig
+	for _, f := range cfg.Forwards {
+		l, err := lc.Listen(ctx, "tcp4", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(f.Port))))
+		if err != nil {
+			stop()
+			return nil, nil, fmt.Errorf("forwarding port %d: %w", f.Port, err)
+		}
+		listeners = append(listeners, l)
+		go func() { _ = proxy.ServeForward(ctx, l, f) }()
+	}
+	if cfg.ProxyPort != 0 {
+		l, err := lc.Listen(ctx, "tcp4", net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.ProxyPort)))
+		if err != nil {
+			stop()
+			return nil, nil, fmt.Errorf("serving the proxy on port %d: %w", cfg.ProxyPort, err)
+		}
+		listeners = append(listeners, l)
+		go func() { _ = proxy.ServeProxy(ctx, l) }()
+	}
+	return proxy, stop, nil
+}

@@ -1,0 +1,578 @@
+package entry
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"capnproto.org/go/capnp/v3/flowcontrol"
+	"golang.org/x/sys/unix"
+
+	"toybox/schema"
+	"toybox/schema/wire"
+)
+
+// Log attribute keys.
+const (
+	keyVat    = "vat"
+	keyTarget = "target"
+	keyScheme = "scheme"
+	keyAllow  = "allow"
+	keyReason = "reason"
+	keyPath   = "path" // "fd" or "stream"
+)
+
+// Limits.
+const (
+	headerTimeout = 30 * time.Second
+	helloTimeout  = 10 * time.Second
+	maxTLSRecord  = 16384 + 2048
+	streamChunk   = 64 << 10
+	streamWindow  = 4 << 20
+	proxyAgent    = "toybox-entry"
+)
+
+// Proxy serves the CONNECT proxy and forwards through one Handle.
+type Proxy struct {
+	id      string
+	handle  schema.Handle // may be null: the vat has no grant
+	conn    *wire.Conn    // where connect()'s descriptors arrive
+	logger  *slog.Logger
+	limiter flowcontrol.FlowLimiter
+}
+
+// NewProxy serves through handle, whose descriptors arrive on conn. It takes
+// ownership of handle (Close releases it); a null handle refuses everything.
+func NewProxy(id string, handle schema.Handle, conn *wire.Conn, logger *slog.Logger) *Proxy {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Proxy{id: id, handle: handle, conn: conn, logger: logger, limiter: flowcontrol.NewFixedLimiter(streamWindow)}
+}
+
+// Close releases the Handle.
+func (p *Proxy) Close() { p.handle.Release() }
+
+// target is one destination, as the Handle is asked for it.
+type target struct {
+	scheme string
+	host   string
+	port   uint16
+}
+
+func (t target) String() string {
+	return t.scheme + "://" + net.JoinHostPort(t.host, strconv.Itoa(int(t.port)))
+}
+
+// ServeProxy accepts proxy clients on l until it fails.
+func (p *Proxy) ServeProxy(ctx context.Context, l net.Listener) error {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return err
+		}
+		go p.proxyConn(ctx, c.(*net.TCPConn))
+	}
+}
+
+// ServeForward accepts on l and connects each connection to f's target.
+func (p *Proxy) ServeForward(ctx context.Context, l net.Listener, f Forward) error {
+	t := target{scheme: "tcp", host: f.Host, port: f.TargetPort}
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return err
+		}
+		go func() {
+			client := c.(*net.TCPConn)
+			up, err := p.dial(ctx, t, nil, client)
+			if err != nil {
+				_ = client.Close()
+				return
+			}
+			up.relay(client, nil)
+		}()
+	}
+}
+
+func (p *Proxy) proxyConn(ctx context.Context, c *net.TCPConn) {
+	_ = c.SetReadDeadline(time.Now().Add(headerTimeout))
+	br := bufio.NewReader(c)
+	req, err := http.ReadRequest(br)
+	if err != nil {
+		_ = c.Close()
+		return
+	}
+	switch {
+	case req.Method == http.MethodConnect:
+		p.connect(ctx, c, br, req)
+	case req.URL.IsAbs() && req.URL.Scheme == "http":
+		p.plainHTTP(ctx, c, br, req)
+	case req.URL.IsAbs():
+		answer(c, http.StatusBadRequest, "bad_request", fmt.Sprintf("%v: use CONNECT for %s:// targets", ErrBadRequest, req.URL.Scheme))
+	default:
+		answer(c, http.StatusBadRequest, "bad_request", fmt.Sprintf("%v: this is a proxy: send CONNECT host:port or an absolute http:// URL", ErrBadRequest))
+	}
+}
+
+func (p *Proxy) connect(ctx context.Context, c *net.TCPConn, br *bufio.Reader, req *http.Request) {
+	host, portText, err := net.SplitHostPort(req.RequestURI)
+	port, perr := strconv.ParseUint(portText, 10, 16)
+	if err != nil || perr != nil || port == 0 || host == "" {
+		answer(c, http.StatusBadRequest, "bad_request", fmt.Sprintf("%v: CONNECT needs host:port, got %q", ErrBadRequest, req.RequestURI))
+		return
+	}
+	t := target{scheme: "tcp", host: host, port: uint16(port)}
+	if port == 443 {
+		t.scheme = "https"
+	}
+	if t.scheme != "https" {
+		up, err := p.dial(ctx, t, nil, c)
+		if err != nil {
+			refuse(c, err)
+			return
+		}
+		_ = c.SetReadDeadline(time.Time{})
+		if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+			up.close()
+			_ = c.Close()
+			return
+		}
+		up.relay(c, br)
+		return
+	}
+	// TLS: ask first (so a refusal can still be a 403), then read the
+	// client's ClientHello, which the switchboard checks against the host.
+	if err := p.check(ctx, t); err != nil {
+		refuse(c, err)
+		return
+	}
+	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		_ = c.Close()
+		return
+	}
+	_ = c.SetReadDeadline(time.Now().Add(helloTimeout))
+	hello, err := readTLSRecord(br)
+	if err != nil {
+		p.logger.Info("egress", keyVat, p.id, keyTarget, t.String(), keyAllow, false, keyReason, err.Error())
+		_ = c.Close()
+		return
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	up, err := p.dial(ctx, t, hello, c)
+	if err != nil {
+		_ = c.Close() // too late for a 403: the tunnel was already open
+		return
+	}
+	up.relay(c, br)
+}
+
+// plainHTTP relays one absolute-form request to a listed http: target and
+// its answer, then closes.
+func (p *Proxy) plainHTTP(ctx context.Context, c *net.TCPConn, br *bufio.Reader, req *http.Request) {
+	host := req.URL.Hostname()
+	port := uint64(80)
+	if ps := req.URL.Port(); ps != "" {
+		var err error
+		if port, err = strconv.ParseUint(ps, 10, 16); err != nil || port == 0 {
+			answer(c, http.StatusBadRequest, "bad_request", fmt.Sprintf("%v: port %q", ErrBadRequest, ps))
+			return
+		}
+	}
+	t := target{scheme: "http", host: host, port: uint16(port)}
+	up, err := p.dial(ctx, t, nil, c)
+	if err != nil {
+		refuse(c, err)
+		return
+	}
+	if up.nc == nil {
+		up.close()
+		answer(c, http.StatusBadGateway, "proxy_internal_error", "plain HTTP needs a socket from the switchboard")
+		return
+	}
+	defer c.Close()
+	defer up.close()
+	_ = c.SetReadDeadline(time.Now().Add(headerTimeout))
+	for _, h := range []string{"Proxy-Connection", "Proxy-Authorization", "Keep-Alive", "Upgrade", "Te", "Trailer"} {
+		req.Header.Del(h)
+	}
+	req.RequestURI = ""
+	req.Close = true
+	if err := req.Write(up.nc); err != nil {
+		answer(c, http.StatusBadGateway, "http_request_error", "writing the request: "+err.Error())
+		return
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(up.nc), req)
+	if err != nil {
+		answer(c, http.StatusBadGateway, "http_response_incomplete", "reading the answer: "+err.Error())
+		return
+	}
+	defer resp.Body.Close()
+	resp.Close = true
+	resp.Header.Del("Keep-Alive")
+	_ = resp.Write(c)
+}
+
+// check asks the Handle for its decision without dialling.
+func (p *Proxy) check(ctx context.Context, t target) error {
+	if !p.handle.IsValid() {
+		return ErrNoGrant
+	}
+	fut, rel := p.handle.Check(ctx, func(ps schema.Handle_check_Params) error {
+		return setTarget(ps.NewTarget, t)
+	})
+	defer rel()
+	res, err := fut.Struct()
+	if err != nil {
+		p.log(t, false, err.Error(), "")
+		return err
+	}
+	d, err := res.Decision()
+	if err != nil {
+		return err
+	}
+	if !d.Allow() {
+		reason, _ := d.Reason()
+		p.log(t, false, reason, "")
+		return fmt.Errorf("%w: %s", ErrRefused, strings.TrimPrefix(reason, "egress refused: "))
+	}
+	return nil
+}
+
+func setTarget(newTarget func() (schema.Target, error), t target) error {
+	st, err := newTarget()
+	if err != nil {
+		return err
+	}
+	if err := st.SetScheme(t.scheme); err != nil {
+		return err
+	}
+	if err := st.SetHost(t.host); err != nil {
+		return err
+	}
+	st.SetPort(t.port)
+	return nil
+}
+
+// upstream is a connection the Handle granted: the socket itself, or a
+// ByteStream pair when no socket could be handed over.
+type upstream struct {
+	nc     net.Conn          // the socket (fd path)
+	bs     schema.ByteStream // where to write (stream path); released by close
+	ds     *downstream       // where the remote's bytes arrive (stream path)
+	proxy  *Proxy
+	target target
+}
+
+func (u *upstream) close() {
+	if u.nc != nil {
+		_ = u.nc.Close()
+	}
+	if u.bs.IsValid() {
+		u.bs.Release()
+	}
+}
+
+// dial asks the Handle for a connection to t; the remote's bytes go to
+// client on the stream path.
+func (p *Proxy) dial(ctx context.Context, t target, hello []byte, client *net.TCPConn) (*upstream, error) {
+	if !p.handle.IsValid() {
+		p.log(t, false, ErrNoGrant.Error(), "")
+		return nil, ErrNoGrant
+	}
+	ds := &downstream{c: client, done: make(chan struct{})}
+	fut, rel := p.handle.Connect(ctx, func(ps schema.Handle_connect_Params) error {
+		if err := setTarget(ps.NewTarget, t); err != nil {
+			return err
+		}
+		if len(hello) > 0 {
+			if err := ps.SetTlsHello(hello); err != nil {
+				return err
+			}
+		}
+		ps.SetWantFd(true)
+		return ps.SetDownstream(schema.ByteStream_ServerToClient(ds))
+	})
+	defer rel()
+	res, err := fut.Struct()
+	if err != nil {
+		p.log(t, false, err.Error(), "")
+		return nil, err
+	}
+	if seq := res.Fd(); seq != 0 {
+		f, err := p.conn.TakeFD(seq)
+		if err != nil {
+			p.log(t, false, "taking the connected socket: "+err.Error(), "")
+			return nil, fmt.Errorf("taking the connected socket: %w", err)
+		}
+		nc, err := net.FileConn(f)
+		_ = f.Close()
+		if err != nil {
+			p.log(t, false, "using the connected socket: "+err.Error(), "")
+			return nil, fmt.Errorf("using the connected socket: %w", err)
+		}
+		p.log(t, true, "", "fd")
+		return &upstream{nc: nc, proxy: p, target: t}, nil
+	}
+	up := res.Upstream()
+	if !up.IsValid() {
+		p.log(t, false, "the Handle returned neither a socket nor a stream", "")
+		return nil, errors.New("the Handle returned neither a socket nor a stream")
+	}
+	bs := up.AddRef()
+	bs.SetFlowLimiter(p.limiter)
+	p.log(t, true, "", "stream")
+	return &upstream{bs: bs, ds: ds, proxy: p, target: t}, nil
+}
+
+func (p *Proxy) log(t target, allow bool, reason, path string) {
+	p.logger.Info("egress", keyVat, p.id, keyTarget, t.String(), keyScheme, t.scheme, keyAllow, allow, keyReason, reason, keyPath, path)
+}
+
+// relay moves bytes both ways until both sides are done, then closes
+// everything. Bytes the client sent early (still in br) go first.
+func (u *upstream) relay(client *net.TCPConn, br *bufio.Reader) {
+	var early []byte
+	if br != nil && br.Buffered() > 0 {
+		early, _ = br.Peek(br.Buffered())
+	}
+	if u.nc != nil {
+		defer u.close()
+		defer client.Close()
+		if len(early) > 0 {
+			if _, err := u.nc.Write(early); err != nil {
+				return
+			}
+		}
+		splicePair(client, u.nc)
+		return
+	}
+	u.streamRelay(client, early)
+}
+
+// splicePair relays a<->b with splice(2), half-close aware.
+func splicePair(a, b net.Conn) {
+	var wg sync.WaitGroup
+	wg.Add(2)
+	one := func(dst, src net.Conn) {
+		defer wg.Done()
+		if _, err := spliceCopy(dst, src); err != nil {
+			// A broken direction ends both.
+			_ = dst.Close()
+			_ = src.Close()
+			return
+		}
+		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		} else {
+			_ = dst.Close()
+		}
+	}
+	go one(b, a)
+	go one(a, b)
+	wg.Wait()
+}
+
+// spliceCopy moves bytes from src to dst through a pipe with splice(2),
+// never through user memory, until src reaches EOF.
+func spliceCopy(dst, src net.Conn) (int64, error) {
+	sc, ok1 := src.(syscall.Conn)
+	dc, ok2 := dst.(syscall.Conn)
+	if !ok1 || !ok2 {
+		return io.Copy(dst, src)
+	}
+	rs, err := sc.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	rd, err := dc.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var pfd [2]int
+	if err := unix.Pipe2(pfd[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		return 0, os.NewSyscallError("pipe2", err)
+	}
+	defer unix.Close(pfd[0])
+	defer unix.Close(pfd[1])
+	// A bigger pipe moves more per call; failure to grow it is harmless.
+	_, _ = unix.FcntlInt(uintptr(pfd[1]), unix.F_SETPIPE_SZ, 1<<20)
+	const flags = unix.SPLICE_F_MOVE | unix.SPLICE_F_NONBLOCK
+	var total int64
+	for {
+		var n int64
+		var serr error
+		err := rs.Read(func(fd uintptr) bool {
+			for {
+				n, serr = unix.Splice(int(fd), nil, pfd[1], nil, 1<<20, flags)
+				if serr != unix.EINTR {
+					return serr != unix.EAGAIN
+				}
+			}
+		})
+		if err != nil {
+			return total, err
+		}
+		if serr != nil {
+			return total, os.NewSyscallError("splice", serr)
+		}
+		if n == 0 {
+			return total, nil // EOF
+		}
+		for left := n; left > 0; {
+			var m int64
+			err := rd.Write(func(fd uintptr) bool {
+				for {
+					m, serr = unix.Splice(pfd[0], nil, int(fd), nil, int(left), flags)
+					if serr != unix.EINTR {
+						return serr != unix.EAGAIN
+					}
+				}
+			})
+			if err != nil {
+				return total, err
+			}
+			if serr != nil {
+				return total, os.NewSyscallError("splice", serr)
+			}
+			left -= m
+			total += m
+		}
+	}
+}
+
+// streamRelay is the ByteStream path: client bytes are written to u.bs in
+// chunks under the flow limiter; the remote's arrive at u.ds.
+func (u *upstream) streamRelay(client *net.TCPConn, early []byte) {
+	defer client.Close()
+	defer u.close()
+	ctx := context.Background()
+	send := func(b []byte) error {
+		return u.bs.Write(ctx, func(ps schema.ByteStream_write_Params) error { return ps.SetData(b) })
+	}
+	up := make(chan struct{})
+	go func() {
+		defer close(up)
+		if len(early) > 0 {
+			if err := send(early); err != nil {
+				return
+			}
+		}
+		buf := make([]byte, streamChunk)
+		for {
+			n, err := client.Read(buf)
+			if n > 0 {
+				if werr := send(buf[:n]); werr != nil {
+					return
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+		if err := u.bs.WaitStreaming(); err != nil {
+			return
+		}
+		fut, rel := u.bs.End(ctx, nil)
+		_, _ = fut.Struct()
+		rel()
+	}()
+	<-u.ds.done
+	<-up
+}
+
+// downstream receives the remote's bytes on the stream path.
+type downstream struct {
+	c    *net.TCPConn
+	once sync.Once
+	done chan struct{}
+}
+
+func (d *downstream) Write(_ context.Context, call schema.ByteStream_write) error {
+	data, err := call.Args().Data()
+	if err != nil {
+		return err
+	}
+	_, err = d.c.Write(data)
+	return err
+}
+
+func (d *downstream) End(context.Context, schema.ByteStream_end) error {
+	_ = d.c.CloseWrite()
+	d.once.Do(func() { close(d.done) })
+	return nil
+}
+
+// Shutdown runs when the switchboard lets go of the stream.
+func (d *downstream) Shutdown() { d.once.Do(func() { close(d.done) }) }
+
+// readTLSRecord reads one whole TLS record: it must be a handshake record
+// (the ClientHello).
+func readTLSRecord(br *bufio.Reader) ([]byte, error) {
+	hdr, err := br.Peek(5)
+	if err != nil {
+		return nil, fmt.Errorf("reading the TLS ClientHello: %w", err)
+	}
+	if hdr[0] != 0x16 {
+		return nil, fmt.Errorf("egress refused: the stream to a TLS port does not start with a TLS handshake (first byte %#x)", hdr[0])
+	}
+	n := int(hdr[3])<<8 | int(hdr[4])
+	if n == 0 || n > maxTLSRecord {
+		return nil, fmt.Errorf("egress refused: TLS record of %d bytes", n)
+	}
+	rec := make([]byte, 5+n)
+	if _, err := io.ReadFull(br, rec); err != nil {
+		return nil, fmt.Errorf("reading the TLS ClientHello: %w", err)
+	}
+	return rec, nil
+}
+
+// refuse answers a refused or failed connection.
+func refuse(c net.Conn, err error) {
+	msg := err.Error()
+	if i := strings.Index(msg, "egress refused:"); i >= 0 {
+		answer(c, http.StatusForbidden, "destination_ip_prohibited", msg[i:])
+		return
+	}
+	if errors.Is(err, ErrRefused) {
+		answer(c, http.StatusForbidden, "destination_ip_prohibited", "egress refused: "+msg)
+		return
+	}
+	answer(c, http.StatusBadGateway, "proxy_internal_error", "egress failed: "+msg)
+}
+
+// answer writes a complete text answer with an RFC 9209 Proxy-Status and
+// closes c.
+func answer(c net.Conn, status int, errType, text string) {
+	text = strings.ReplaceAll(text, "\n", " ")
+	body := text + "\n"
+	details := strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(text)
+	var b strings.Builder
+	fmt.Fprintf(&b, "HTTP/1.1 %d %s\r\n", status, http.StatusText(status))
+	b.WriteString("Content-Type: text/plain; charset=utf-8\r\n")
+	fmt.Fprintf(&b, "Proxy-Status: %s; error=%s; details=\"%s\"\r\n", proxyAgent, errType, details)
+	b.WriteString("Connection: close\r\n")
+	fmt.Fprintf(&b, "Content-Length: %d\r\n\r\n", len(body))
+	b.WriteString(body)
+	_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	_, _ = io.WriteString(c, b.String())
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.CloseWrite()
+		// Let the client read the answer before the reset a close with
+		// unread input would cause.
+		_ = tc.SetReadDeadline(time.Now().Add(time.Second))
+		_, _ = io.Copy(io.Discard, io.LimitReader(tc, 1<<16))
+	}
+	_ = c.Close()
+}

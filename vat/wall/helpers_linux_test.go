@@ -1,0 +1,176 @@
+package wall
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"toybox/tests/testenv"
+)
+
+// victimEnv names the attack a re-executed test binary performs inside the
+// wall (see TestMain).
+const victimEnv = "WALL_VICTIM"
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(victimEnv); mode != "" {
+		os.Exit(victim(mode))
+	}
+	os.Exit(m.Run())
+}
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildErr  error
+)
+
+// binaries builds toybox-entry and copies the test binary (the victim) into
+// a shared folder, once per run.
+func binaries(t testing.TB) (entryPath, victimPath string) {
+	t.Helper()
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "toybox-wall-bin-")
+		if buildErr != nil {
+			return
+		}
+		_ = os.Chmod(buildDir, 0o755)
+		out, err := exec.Command("go", "build", "-o", filepath.Join(buildDir, "toybox-entry"), "toybox/cmd/toybox-entry").CombinedOutput()
+		if err != nil {
+			buildErr = &buildError{out: string(out), err: err}
+			return
+		}
+		self, err := os.Executable()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		buildErr = copyFile(self, filepath.Join(buildDir, "victim"), 0o755)
+	})
+	if buildErr != nil {
+		t.Fatalf("building the test binaries: %v", buildErr)
+	}
+	return filepath.Join(buildDir, "toybox-entry"), filepath.Join(buildDir, "victim")
+}
+
+type buildError struct {
+	out string
+	err error
+}
+
+func (e *buildError) Error() string { return e.err.Error() + ": " + e.out }
+
+func copyFile(src, dst string, mode os.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// fixture is a state dir with one installed vat (the victim binary).
+type fixture struct {
+	state, install, data, run string
+	entry                     string
+	spec                      Spec
+	peer                      *os.File // the test's end of the app's capability socket
+}
+
+func newFixture(t *testing.T, id string) *fixture {
+	t.Helper()
+	testenv.RequireBwrap(t)
+	entry, victimBin := binaries(t)
+	root := t.TempDir()
+	_ = os.Chmod(root, 0o755)
+	_ = os.Chmod(filepath.Dir(root), 0o711)
+	f := &fixture{
+		state:   filepath.Join(root, "state"),
+		entry:   entry,
+		install: filepath.Join(root, "state", "code", "0123abcd"),
+		data:    filepath.Join(root, "state", "data", id),
+		run:     filepath.Join(root, "state", "run", id),
+	}
+	for _, d := range []string{f.install, f.data, f.run} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = os.Chmod(f.state, 0o700)
+	if err := copyFile(victimBin, filepath.Join(f.install, "app"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f.spec = Spec{
+		ID:         id,
+		InstallDir: f.install,
+		Command:    []string{"./app"},
+		DataDir:    f.data,
+		RunDir:     f.run,
+		StateDir:   f.state,
+		EntryPath:  entry,
+		Net:        Net{None: true},
+		HostEnv:    []string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8", "SECRET_TOKEN=hunter2", "HOME=/root"},
+	}
+	return f
+}
+
+// caps makes the app's capability socket pair; the wall gets one end.
+func (f *fixture) caps(t *testing.T) {
+	t.Helper()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.spec.AppCap = os.NewFile(uintptr(fds[0]), "app-cap")
+	f.peer = os.NewFile(uintptr(fds[1]), "app-cap-peer")
+	t.Cleanup(func() { f.peer.Close() })
+}
+
+// runVictim runs the victim in mode inside a real wall and returns its
+// output and Wait's error.
+func (f *fixture) runVictim(t *testing.T, mode string) (string, error) {
+	t.Helper()
+	if f.spec.Env == nil {
+		f.spec.Env = map[string]string{}
+	}
+	f.spec.Env[victimEnv] = mode
+	f.caps(t)
+	out, err := os.CreateTemp(t.TempDir(), "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	f.spec.Stdout, f.spec.Stderr = out, out
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := Start(ctx, f.spec, nil)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.Wait() }()
+	var werr error
+	select {
+	case werr = <-done:
+	case <-time.After(30 * time.Second):
+		_ = p.Stop(time.Second)
+		t.Fatalf("the victim (%s) did not finish", mode)
+	}
+	b, _ := os.ReadFile(out.Name())
+	return string(bytes.TrimSpace(b)), werr
+}

@@ -1,0 +1,759 @@
+package wall
+
+import (
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"toybox/vat/wall/seccomp"
+)
+
+// Fixed facts of every wall.
+const (
+	// InsideUID and InsideGID are the app's ids inside the wall: never 0.
+	InsideUID = 1000
+	InsideGID = 1000
+	// NobodyID is the host uid/gid a wall runs as when the supervisor is
+	// root and the Spec names none.
+	NobodyID = 65534
+	// DefaultProxyPort is the CONNECT proxy's port inside the wall.
+	DefaultProxyPort = 39080
+	// RunMount is where RunDir appears inside the wall.
+	RunMount = "/run/toybox"
+	// ListenPath is $TOYBOX_LISTEN.
+	ListenPath = RunMount + "/app.sock"
+	// CapFD is the app's capability descriptor ($TOYBOX_CAP_FD).
+	CapFD = 3
+	// MaxScanEntries bounds the scan of one bound tree for secrets; a larger
+	// tree is not bound.
+	MaxScanEntries = 50000
+)
+
+// OpKind is one bubblewrap setup operation.
+type OpKind string
+
+// Operation kinds, in the words of bwrap's options.
+const (
+	OpROBind   OpKind = "ro-bind"      // Src bound read-only at Dest, by path (system folders)
+	OpROBindFD OpKind = "ro-bind-fd"   // Src opened by fd, bound read-only at Dest
+	OpBindFD   OpKind = "bind-fd"      // Src opened by fd, bound read-write at Dest
+	OpSymlink  OpKind = "symlink"      // a symlink at Dest pointing at Src
+	OpTmpfs    OpKind = "tmpfs"        // an empty tmpfs at Dest
+	OpDir      OpKind = "dir"          // an empty directory at Dest
+	OpProc     OpKind = "proc"         // a new procfs at Dest
+	OpDev      OpKind = "dev"          // a minimal /dev at Dest
+	OpData     OpKind = "ro-bind-data" // Data as a read-only file at Dest
+	OpMaskFile OpKind = "mask-file"    // Dest hidden behind /dev/null
+	OpMaskDir  OpKind = "mask-dir"     // Dest hidden behind an empty tmpfs
+)
+
+// Op is one step of the wall's mount plan, applied in order.
+type Op struct {
+	Kind OpKind
+	Src  string // host path (binds) or link target (symlink)
+	Dest string // path inside the wall
+	Data []byte // OpData's content
+	Why  string // why this op exists, for people reading the plan
+
+	dir bool   // fd kinds: the source must be a directory
+	id  fileID // fd kinds: the source's identity when planned
+}
+
+// Plan is one walled spawn, computed from a Spec without side effects.
+type Plan struct {
+	ID   string
+	Tier string // TierWalled or TierWalledNoSeccomp
+	// Ops are the mounts, in order.
+	Ops []Op
+	// Env is the app's whole environment (KEY=VALUE, sorted).
+	Env []string
+	// Chdir is the working directory inside (the real install folder).
+	Chdir string
+	// Command is the app's argv; Command[0] is an absolute path inside.
+	Command []string
+	// EntryPath is the host path of toybox-entry, bound read-only at
+	// EntryMount.
+	EntryPath string
+	// ProxyPort is the CONNECT proxy's port; 0 when Net.None.
+	ProxyPort int
+	// Forwards are the loopback ports toybox-entry serves.
+	Forwards []Forward
+	// Masks lists every path hidden inside the wall (secrets in bound trees,
+	// the state dir, hidden entries of a home).
+	Masks []string
+	// UID and GID are the app's ids inside; HostUID and HostGID the ids
+	// bwrap runs as on the host (-1: the supervisor's own).
+	UID, GID         int
+	HostUID, HostGID int
+	// Seccomp reports whether the filter is applied.
+	Seccomp bool
+	// NoNet: the vat has no way out (no capability for the entry).
+	NoNet bool
+}
+
+// EntryMount is where toybox-entry appears inside the wall.
+const EntryMount = "/run/toybox-entry"
+
+var idRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+
+// systemDirs are bound read-only at their own path (or recreated as the
+// same symlink) in every wall.
+var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
+
+// etcFiles are the only entries of /etc a wall sees (besides the synthesised
+// passwd, group and hosts). /etc/shadow and friends are never among them.
+var etcFiles = []string{
+	"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/nsswitch.conf",
+	"/etc/host.conf", "/etc/gai.conf", "/etc/protocols", "/etc/services", "/etc/mime.types",
+	"/etc/ssl/certs", "/etc/ssl/openssl.cnf", "/etc/ca-certificates", "/etc/pki/tls/certs",
+	"/etc/alternatives", "/etc/localtime", "/etc/timezone", "/etc/os-release",
+}
+
+// secretNames are masked at any depth of a bound tree.
+var secretNames = map[string]bool{".env": true, ".mcp.json": true}
+
+// neverSources are never bind sources, nor anything under them.
+var neverSources = []string{
+	"/proc", "/sys", "/dev", "/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-",
+	"/etc/sudoers", "/etc/sudoers.d", "/etc/systemd", "/etc/xdg/autostart", "/run/systemd",
+	"/usr/lib/systemd", "/lib/systemd", "/var/lib/systemd", "/etc/credstore", "/etc/credstore.encrypted",
+	"/run/credentials", "/run/credstore",
+}
+
+// BuildPlan computes the wall for spec. It reads the filesystem (to resolve
+// paths and scan bound trees for secrets) and changes nothing.
+func BuildPlan(spec Spec) (*Plan, error) {
+	b := &planner{spec: spec, p: &Plan{ID: spec.ID, UID: InsideUID, GID: InsideGID, HostUID: -1, HostGID: -1}}
+	if err := b.build(); err != nil {
+		return nil, fmt.Errorf("planning the wall for %q: %w", spec.ID, err)
+	}
+	return b.p, nil
+}
+
+type planner struct {
+	spec Spec
+	p    *Plan
+
+	install, data, run, state string   // real paths
+	homes                     []string // home folders on this host
+	credDir                   string   // the supervisor's credentials directory
+	writable                  []string // real paths the vat can write
+	trees                     []string // real paths of scanned trees
+}
+
+func (b *planner) build() error {
+	s := b.spec
+	if !idRE.MatchString(s.ID) {
+		return fmt.Errorf("%w: id %q is not [a-z0-9][a-z0-9-]{0,62}", ErrSpec, s.ID)
+	}
+	if len(s.Command) == 0 || s.Command[0] == "" {
+		return fmt.Errorf("%w: no command", ErrSpec)
+	}
+	var err error
+	if b.state, err = realAbs("state dir", s.StateDir, false); err != nil {
+		return err
+	}
+	if b.install, err = realAbs("install folder", s.InstallDir, false); err != nil {
+		return err
+	}
+	if b.data, err = realAbs("data folder", s.DataDir, true); err != nil {
+		return err
+	}
+	if b.run, err = realAbs("run folder", s.RunDir, true); err != nil {
+		return err
+	}
+	if !filepath.IsAbs(s.EntryPath) {
+		return fmt.Errorf("%w: entry path %q is not absolute", ErrSpec, s.EntryPath)
+	}
+	if fi, err := os.Stat(s.EntryPath); err != nil {
+		return fmt.Errorf("%w: toybox-entry: %w", ErrSpec, err)
+	} else if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%w: toybox-entry %s is not a regular file", ErrSpec, s.EntryPath)
+	}
+	for _, d := range []struct{ name, path string }{{"install folder", b.install}, {"data folder", b.data}, {"run folder", b.run}} {
+		if d.path == b.state || !within(d.path, b.state) {
+			return fmt.Errorf("%w: %s %s is not inside the state dir %s", ErrSpec, d.name, d.path, b.state)
+		}
+	}
+	if err := b.tier(); err != nil {
+		return err
+	}
+	if os.Geteuid() == 0 {
+		b.p.HostUID, b.p.HostGID = NobodyID, NobodyID
+		if s.UID != 0 {
+			b.p.HostUID = s.UID
+		}
+		if s.GID != 0 {
+			b.p.HostGID = s.GID
+		}
+	}
+	b.hostFacts()
+	b.writable = []string{b.data, b.run, b.state, "/tmp", "/var/tmp", "/dev/shm"}
+
+	b.system()
+	if err := b.files(); err != nil {
+		return err
+	}
+	if err := b.own(); err != nil {
+		return err
+	}
+	if err := b.command(); err != nil {
+		return err
+	}
+	if err := b.net(); err != nil {
+		return err
+	}
+	b.env()
+	return nil
+}
+
+func (b *planner) tier() error {
+	err := seccomp.Supported()
+	switch {
+	case b.spec.NoSeccomp && err == nil:
+		return fmt.Errorf("%w: NoSeccomp asked for, but this architecture has a filter table; a wall is never weakened", ErrNoSeccomp)
+	case b.spec.NoSeccomp:
+		b.p.Tier = TierWalledNoSeccomp
+	case err != nil:
+		return fmt.Errorf("%w: %w (set NoSeccomp to run walled-noseccomp)", ErrNoSeccomp, err)
+	default:
+		b.p.Tier, b.p.Seccomp = TierWalled, true
+	}
+	return nil
+}
+
+// hostFacts collects the home folders and the credentials directory, whose
+// hidden entries and contents are never bound.
+func (b *planner) hostFacts() {
+	env := b.hostEnv()
+	seen := map[string]bool{}
+	add := func(p string) {
+		if p == "" || !filepath.IsAbs(p) || p == "/" {
+			return
+		}
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			p = r
+		}
+		if !seen[p] {
+			seen[p] = true
+			b.homes = append(b.homes, p)
+		}
+	}
+	add(env["HOME"])
+	add("/root")
+	if ents, err := os.ReadDir("/home"); err == nil {
+		for _, e := range ents {
+			add(filepath.Join("/home", e.Name()))
+		}
+	}
+	if c := env["CREDENTIALS_DIRECTORY"]; filepath.IsAbs(c) {
+		b.credDir = filepath.Clean(c)
+	}
+}
+
+func (b *planner) hostEnv() map[string]string {
+	list := b.spec.HostEnv
+	if list == nil {
+		list = os.Environ()
+	}
+	m := make(map[string]string, len(list))
+	for _, kv := range list {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+func (b *planner) add(op Op) { b.p.Ops = append(b.p.Ops, op) }
+
+// system adds the system folders, the chosen /etc entries and the kernel
+// filesystems.
+func (b *planner) system() {
+	for _, d := range systemDirs {
+		fi, err := os.Lstat(d)
+		switch {
+		case err != nil:
+			continue
+		case fi.Mode()&fs.ModeSymlink != 0:
+			if t, err := os.Readlink(d); err == nil {
+				b.add(Op{Kind: OpSymlink, Src: t, Dest: d, Why: "system folder (symlink)"})
+			}
+		case fi.IsDir():
+			b.add(Op{Kind: OpROBind, Src: d, Dest: d, Why: "system folder"})
+		}
+	}
+	for _, f := range etcFiles {
+		fi, err := os.Lstat(f)
+		switch {
+		case err != nil:
+			continue
+		case fi.Mode()&fs.ModeSymlink != 0:
+			if t, err := os.Readlink(f); err == nil {
+				b.add(Op{Kind: OpSymlink, Src: t, Dest: f, Why: "/etc entry programs need (symlink)"})
+			}
+		default:
+			b.add(Op{Kind: OpROBind, Src: f, Dest: f, Why: "/etc entry programs need"})
+		}
+	}
+	b.add(Op{Kind: OpData, Dest: "/etc/passwd", Data: []byte(b.passwd()), Why: "synthesised: the vat's user only"})
+	b.add(Op{Kind: OpData, Dest: "/etc/group", Data: []byte(b.group()), Why: "synthesised: the vat's group only"})
+	b.add(Op{Kind: OpData, Dest: "/etc/hosts", Data: []byte("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"), Why: "synthesised: loopback only"})
+	b.add(Op{Kind: OpData, Dest: "/etc/hostname", Data: []byte("toybox\n"), Why: "synthesised"})
+	b.add(Op{Kind: OpProc, Dest: "/proc", Why: "the wall's own processes"})
+	b.add(Op{Kind: OpDev, Dest: "/dev", Why: "null, zero, random, tty"})
+	b.add(Op{Kind: OpTmpfs, Dest: "/tmp", Why: "TMPDIR"})
+	b.add(Op{Kind: OpTmpfs, Dest: "/var/tmp", Why: "scratch"})
+}
+
+func (b *planner) passwd() string {
+	return fmt.Sprintf("root:x:0:0:root:/nonexistent:/usr/sbin/nologin\nvat:x:%d:%d:toybox vat %s:%s:/usr/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+		InsideUID, InsideGID, b.spec.ID, b.data)
+}
+
+func (b *planner) group() string {
+	return fmt.Sprintf("root:x:0:\nvat:x:%d:\nnogroup:x:65534:\n", InsideGID)
+}
+
+// files adds the owner-chosen binds, then the masks for every tree bound so
+// far.
+func (b *planner) files() error {
+	type fileBind struct {
+		path string
+		rw   bool
+		dir  bool
+		kind string
+	}
+	var binds []fileBind
+	for _, p := range b.spec.Files.Read {
+		binds = append(binds, fileBind{p, false, false, "sandbox.files.read"})
+	}
+	for _, p := range b.spec.Files.Write {
+		binds = append(binds, fileBind{p, true, false, "sandbox.files.write"})
+	}
+	for _, p := range b.spec.Files.OAuthDir {
+		binds = append(binds, fileBind{p, true, true, "sandbox.files.oauthDir"})
+	}
+	// Writable owner paths first: a command there is refused.
+	for _, fb := range binds {
+		if fb.rw {
+			if r, err := filepath.EvalSymlinks(filepath.Clean(fb.path)); err == nil {
+				b.writable = append(b.writable, r)
+			}
+		}
+	}
+	for _, fb := range binds {
+		if !filepath.IsAbs(fb.path) {
+			return fmt.Errorf("%w: %s path %q is not absolute", ErrRefusedBind, fb.kind, fb.path)
+		}
+		typed := filepath.Clean(fb.path)
+		if err := b.refuse(typed); err != nil {
+			return fmt.Errorf("%s %s: %w", fb.kind, typed, err)
+		}
+		real, err := filepath.EvalSymlinks(typed)
+		if err != nil {
+			return fmt.Errorf("%w: %s %s: %w", ErrRefusedBind, fb.kind, typed, err)
+		}
+		if err := b.refuse(real); err != nil {
+			return fmt.Errorf("%s %s (really %s): %w", fb.kind, typed, real, err)
+		}
+		fi, err := os.Stat(real)
+		if err != nil {
+			return fmt.Errorf("%w: %s %s: %w", ErrRefusedBind, fb.kind, typed, err)
+		}
+		if fb.dir && !fi.IsDir() {
+			return fmt.Errorf("%w: %s %s is not a folder", ErrRefusedBind, fb.kind, typed)
+		}
+		if !fi.IsDir() && !fi.Mode().IsRegular() {
+			return fmt.Errorf("%w: %s %s is neither a file nor a folder", ErrRefusedBind, fb.kind, typed)
+		}
+		kind := OpROBindFD
+		if fb.rw {
+			kind = OpBindFD
+		}
+		b.add(Op{Kind: kind, Src: real, Dest: typed, Why: fb.kind, dir: fi.IsDir(), id: idOf(fi)})
+		if fi.IsDir() {
+			b.trees = append(b.trees, real)
+		}
+	}
+	return b.maskTrees(b.trees)
+}
+
+// refuse says why p may never be a bind source, or nil.
+func (b *planner) refuse(p string) error {
+	if secretNames[filepath.Base(p)] {
+		return fmt.Errorf("%w: a %s file is never bound", ErrRefusedBind, filepath.Base(p))
+	}
+	if p == b.state || within(p, b.state) {
+		if p == b.data || within(p, b.data) {
+			return nil // its own data, bound anyway
+		}
+		return fmt.Errorf("%w: inside the supervisor's state dir (settings, code, other vats' data)", ErrRefusedBind)
+	}
+	for _, n := range neverSources {
+		if p == n || within(p, n) {
+			return fmt.Errorf("%w: %s is never a bind source", ErrRefusedBind, n)
+		}
+	}
+	if b.credDir != "" && (p == b.credDir || within(p, b.credDir)) {
+		return fmt.Errorf("%w: the supervisor's credentials directory", ErrRefusedBind)
+	}
+	for _, h := range b.homes {
+		if !within(p, h) {
+			continue
+		}
+		rel, _ := filepath.Rel(h, p)
+		if strings.HasPrefix(rel, ".") {
+			return fmt.Errorf("%w: a hidden entry of the home folder %s", ErrRefusedBind, h)
+		}
+		for _, bad := range []string{"autostart", "systemd"} {
+			if slices.Contains(strings.Split(rel, string(filepath.Separator)), bad) {
+				return fmt.Errorf("%w: an %s folder", ErrRefusedBind, bad)
+			}
+		}
+	}
+	return nil
+}
+
+// maskTrees scans trees and masks every secret in them, plus the state dir,
+// the credentials directory and the hidden entries of any home inside them.
+func (b *planner) maskTrees(trees []string) error {
+	for _, t := range trees {
+		secrets, err := scan(t)
+		if err != nil {
+			return err
+		}
+		for _, s := range secrets {
+			b.mask(s)
+		}
+		for _, n := range neverSources {
+			if within(n, t) {
+				b.mask(n)
+			}
+		}
+		for _, inner := range []string{b.state, b.credDir} {
+			if inner != "" && (inner == t || within(inner, t)) {
+				b.mask(inner)
+			}
+		}
+		for _, h := range b.homes {
+			if h != t && !within(h, t) {
+				continue
+			}
+			ents, err := os.ReadDir(h)
+			if err != nil {
+				continue
+			}
+			for _, e := range ents {
+				if strings.HasPrefix(e.Name(), ".") {
+					b.mask(filepath.Join(h, e.Name()))
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// mask hides p (a real host path, visible at the same path inside).
+func (b *planner) mask(p string) {
+	if slices.Contains(b.p.Masks, p) {
+		return
+	}
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return
+	}
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		// A symlinked secret: mask what it names if that is visible.
+		r, err := filepath.EvalSymlinks(p)
+		if err != nil || !b.visible(r) {
+			return
+		}
+		p = r
+		if fi, err = os.Stat(p); err != nil {
+			return
+		}
+	}
+	b.p.Masks = append(b.p.Masks, p)
+	if fi.IsDir() {
+		b.add(Op{Kind: OpMaskDir, Dest: p, Why: "masked"})
+	} else {
+		b.add(Op{Kind: OpMaskFile, Dest: p, Why: "masked"})
+	}
+}
+
+// visible reports whether host path p is inside a tree bound so far.
+func (b *planner) visible(p string) bool {
+	for _, t := range b.trees {
+		if p == t || within(p, t) {
+			return true
+		}
+	}
+	return false
+}
+
+// own adds the vat's own folders (after the owner's trees and their masks,
+// so they show through a masked state dir) and its own .env.
+func (b *planner) own() error {
+	fi, err := os.Stat(b.install)
+	if err != nil {
+		return fmt.Errorf("install folder: %w", err)
+	}
+	b.add(Op{Kind: OpROBindFD, Src: b.install, Dest: b.install, Why: "its code, read-only", dir: true, id: idOf(fi)})
+	b.trees = append(b.trees, b.install)
+	if err := b.maskTrees([]string{b.install}); err != nil {
+		return err
+	}
+	if fi, err = os.Stat(b.data); err != nil {
+		return fmt.Errorf("data folder: %w", err)
+	}
+	b.add(Op{Kind: OpBindFD, Src: b.data, Dest: b.data, Why: "its data, read-write", dir: true, id: idOf(fi)})
+	if fi, err = os.Stat(b.run); err != nil {
+		return fmt.Errorf("run folder: %w", err)
+	}
+	b.add(Op{Kind: OpBindFD, Src: b.run, Dest: RunMount, Why: "its HTTP socket", dir: true, id: idOf(fi)})
+	efi, err := os.Stat(b.spec.EntryPath)
+	if err != nil {
+		return fmt.Errorf("toybox-entry: %w", err)
+	}
+	b.add(Op{Kind: OpROBindFD, Src: b.spec.EntryPath, Dest: EntryMount, Why: "toybox-entry", id: idOf(efi)})
+	if b.spec.OwnEnvFile {
+		p := filepath.Join(b.install, ".env")
+		fi, err := os.Lstat(p)
+		switch {
+		case err != nil:
+			return fmt.Errorf("%w: ownEnvFile: %w", ErrRefusedBind, err)
+		case fi.Mode()&fs.ModeSymlink != 0:
+			return fmt.Errorf("%w: ownEnvFile %s is a symlink: it names a file the vat does not own", ErrSymlink, p)
+		case !fi.Mode().IsRegular():
+			return fmt.Errorf("%w: ownEnvFile %s is not a regular file", ErrRefusedBind, p)
+		}
+		b.add(Op{Kind: OpROBindFD, Src: p, Dest: p, Why: "ownEnvFile, read-only over its mask", id: idOf(fi)})
+	}
+	return nil
+}
+
+// command resolves the app's argv[0] and binds it when it lives outside the
+// folders already bound.
+func (b *planner) command() error {
+	argv := slices.Clone(b.spec.Command)
+	c := argv[0]
+	if !filepath.IsAbs(c) {
+		c = filepath.Join(b.install, c)
+	}
+	c = filepath.Clean(c)
+	real, err := filepath.EvalSymlinks(c)
+	if err != nil {
+		return fmt.Errorf("%w: command %s: %w", ErrSpec, c, err)
+	}
+	fi, err := os.Stat(real)
+	if err != nil {
+		return fmt.Errorf("%w: command %s: %w", ErrSpec, c, err)
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return fmt.Errorf("%w: command %s is not an executable file", ErrSpec, c)
+	}
+	if b.p.HostUID >= 0 && fi.Mode().Perm()&0o005 != 0o005 && within(real, b.install) {
+		return fmt.Errorf("%w: command %s is not readable and executable by others (mode %v); the wall runs as uid %d", ErrSpec, c, fi.Mode().Perm(), b.p.HostUID)
+	}
+	argv[0] = c
+	switch {
+	case within(real, b.install):
+	case b.inSystem(real):
+	default:
+		for _, w := range b.writable {
+			if real == w || within(real, w) {
+				return fmt.Errorf("%w: %s is in %s, which the vat can write", ErrCommandWritable, real, w)
+			}
+		}
+		if err := b.refuse(real); err != nil {
+			return fmt.Errorf("command %s: %w", real, err)
+		}
+		b.add(Op{Kind: OpROBindFD, Src: real, Dest: real, Why: "its command, read-only", id: idOf(fi)})
+		argv[0] = real
+	}
+	b.p.Command = argv
+	b.p.Chdir = b.install
+	b.p.EntryPath = b.spec.EntryPath
+	return nil
+}
+
+func (b *planner) inSystem(p string) bool {
+	for _, op := range b.p.Ops {
+		if op.Kind == OpROBind && (p == op.Src || within(p, op.Src)) {
+			return true
+		}
+	}
+	return false
+}
+
+// net validates the forwards and chooses the proxy port.
+func (b *planner) net() error {
+	n := b.spec.Net
+	if n.None {
+		if len(n.Forwards) > 0 {
+			return fmt.Errorf("%w: Net.None with forwards", ErrSpec)
+		}
+		b.p.NoNet = true
+		return nil
+	}
+	used := map[int]bool{}
+	for _, f := range n.Forwards {
+		if f.Port == 0 || f.TargetPort == 0 || f.Host == "" {
+			return fmt.Errorf("%w: forward %+v needs a port, a host and a target port", ErrSpec, f)
+		}
+		if strings.ContainsAny(f.Host, "/ \t\r\n=") {
+			return fmt.Errorf("%w: forward host %q", ErrSpec, f.Host)
+		}
+		if used[int(f.Port)] {
+			return fmt.Errorf("%w: port %d forwarded twice", ErrSpec, f.Port)
+		}
+		used[int(f.Port)] = true
+	}
+	port := n.ProxyPort
+	if port == 0 {
+		port = DefaultProxyPort
+	}
+	if port < 1 || port > 65535 {
+		return fmt.Errorf("%w: proxy port %d", ErrSpec, port)
+	}
+	for used[port] {
+		if port++; port > 65535 {
+			return fmt.Errorf("%w: no free proxy port", ErrSpec)
+		}
+	}
+	b.p.ProxyPort = port
+	b.p.Forwards = slices.Clone(n.Forwards)
+	return nil
+}
+
+// env builds the app's environment: nothing is inherited but the allowlist.
+func (b *planner) env() {
+	m := map[string]string{}
+	for k, v := range b.hostEnv() {
+		if k == "PATH" || k == "LANG" || k == "TZ" || strings.HasPrefix(k, "LC_") {
+			m[k] = v
+		}
+	}
+	if m["PATH"] == "" {
+		m["PATH"] = "/usr/local/bin:/usr/bin:/bin"
+	}
+	for k, v := range b.spec.Env {
+		if validEnvKey(k) && !strings.HasPrefix(k, "TOYBOX_") {
+			m[k] = v
+		}
+	}
+	cache := filepath.Join(b.data, ".cache")
+	for k, v := range map[string]string{
+		"TOYBOX_VAT":       b.spec.ID,
+		"TOYBOX_LISTEN":    ListenPath,
+		"TOYBOX_CAP_FD":    strconv.Itoa(CapFD),
+		"TOYBOX_DATA":      b.data,
+		"HOME":             b.data,
+		"XDG_CACHE_HOME":   cache,
+		"npm_config_cache": filepath.Join(cache, "npm"),
+		"UV_CACHE_DIR":     filepath.Join(cache, "uv"),
+		"TMPDIR":           "/tmp",
+		"USER":             "vat",
+		"LOGNAME":          "vat",
+	} {
+		m[k] = v
+	}
+	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy", "NODE_USE_ENV_PROXY"} {
+		delete(m, k)
+	}
+	if !b.p.NoNet {
+		proxy := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(b.p.ProxyPort))
+		for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
+			m[k] = proxy
+		}
+		m["NO_PROXY"] = "localhost,127.0.0.1,::1"
+		m["no_proxy"] = m["NO_PROXY"]
+		m["NODE_USE_ENV_PROXY"] = "1"
+	}
+	for k, v := range m {
+		b.p.Env = append(b.p.Env, k+"="+v)
+	}
+	slices.Sort(b.p.Env)
+}
+
+func validEnvKey(k string) bool {
+	if k == "" || strings.ContainsAny(k, "=\x00") {
+		return false
+	}
+	return true
+}
+
+// realAbs resolves an absolute folder to its real path. own folders (data,
+// run) must not be symlinks themselves.
+func realAbs(name, p string, noLink bool) (string, error) {
+	if p == "" || !filepath.IsAbs(p) {
+		return "", fmt.Errorf("%w: %s %q is not an absolute path", ErrSpec, name, p)
+	}
+	p = filepath.Clean(p)
+	if noLink {
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return "", fmt.Errorf("%w: %s: %w", ErrSpec, name, err)
+		}
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			return "", fmt.Errorf("%w: %s %s is a symlink", ErrSymlink, name, p)
+		}
+	}
+	r, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return "", fmt.Errorf("%w: %s: %w", ErrSpec, name, err)
+	}
+	fi, err := os.Stat(r)
+	if err != nil {
+		return "", fmt.Errorf("%w: %s: %w", ErrSpec, name, err)
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("%w: %s %s is not a folder", ErrSpec, name, p)
+	}
+	return r, nil
+}
+
+// within reports whether p is strictly inside dir (both clean and absolute).
+func within(p, dir string) bool {
+	if dir == "" {
+		return false
+	}
+	if dir == "/" {
+		return p != "/"
+	}
+	return strings.HasPrefix(p, dir+"/")
+}
+
+// scan walks the tree at root (not following symlinks) and returns every
+// secret (.env, .mcp.json) at any depth. More than MaxScanEntries entries:
+// ErrTreeTooLarge, and the tree is not bound.
+func scan(root string) ([]string, error) {
+	var found []string
+	n := 0
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return fmt.Errorf("scanning %s for secrets: %w", root, err)
+		}
+		if n++; n > MaxScanEntries {
+			return fmt.Errorf("%w: %s has more than %d entries; not bound", ErrTreeTooLarge, root, MaxScanEntries)
+		}
+		if p != root && secretNames[d.Name()] {
+			found = append(found, p)
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return found, nil
+}

@@ -1,0 +1,511 @@
+package wall
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"toybox/vat/wall/seccomp"
+)
+
+// Log attribute keys.
+const (
+	keyVat    = "vat"
+	keyTier   = "tier"
+	keyPid    = "pid"
+	keyReason = "reason"
+	keyMillis = "ms"
+)
+
+// startTimeout bounds how long bwrap may take to set the sandbox up.
+const startTimeout = 20 * time.Second
+
+// Process is a running wall. Its methods are safe for concurrent use.
+type Process struct {
+	id     string
+	tier   string
+	cmd    *exec.Cmd
+	child  int // the entry's pid on the host (pid 1 inside)
+	logger *slog.Logger
+
+	waitOnce sync.Once
+	done     chan struct{}
+	err      error
+	status   *os.File // bwrap's JSON status pipe (read end)
+}
+
+// Pid is bwrap's pid on the host.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Tier is TierWalled or TierWalledNoSeccomp.
+func (p *Process) Tier() string { return p.tier }
+
+// Wait waits for the wall to end and returns the app's exit: nil, an
+// *exec.ExitError carrying the app's status (bwrap exits with it), or an
+// error saying what failed.
+func (p *Process) Wait() error {
+	<-p.done
+	return p.err
+}
+
+// Stop asks the app to end (SIGTERM, forwarded by toybox-entry), and after
+// grace kills the whole wall. It waits for the wall to end and returns Wait's
+// error.
+func (p *Process) Stop(grace time.Duration) error {
+	select {
+	case <-p.done:
+		return p.err
+	default:
+	}
+	if p.child > 0 {
+		_ = unix.Kill(p.child, unix.SIGTERM)
+	} else {
+		_ = p.cmd.Process.Signal(unix.SIGTERM)
+	}
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-p.done:
+		return p.err
+	case <-t.C:
+	}
+	if p.child > 0 {
+		// pid 1 of the wall: the kernel kills everything inside with it.
+		_ = unix.Kill(p.child, unix.SIGKILL)
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.done
+	return p.err
+}
+
+func (p *Process) reap() {
+	err := p.cmd.Wait()
+	if p.status != nil {
+		_ = p.status.Close()
+	}
+	p.err = err
+	p.logger.Info("wall ended", keyVat, p.id, keyPid, p.cmd.Process.Pid, keyReason, fmt.Sprint(err))
+	close(p.done)
+}
+
+// fdTable numbers the descriptors bwrap inherits. It is the only place that
+// knows that ExtraFiles[i] is fd 3+i.
+type fdTable struct {
+	files []*os.File
+}
+
+// pass hands f to bwrap and returns "flag N" for its number there. The table
+// owns f from now on.
+func (t *fdTable) pass(f *os.File, flag string) []string {
+	t.files = append(t.files, f)
+	return []string{flag, strconv.Itoa(3 + len(t.files) - 1)}
+}
+
+func (t *fdTable) closeAll() {
+	for _, f := range t.files {
+		_ = f.Close()
+	}
+	t.files = nil
+}
+
+// cleanup runs registered releases in reverse unless released.
+type cleanup struct{ fns []func() }
+
+func (c *cleanup) add(f func()) { c.fns = append(c.fns, f) }
+
+func (c *cleanup) run() {
+	for i := len(c.fns) - 1; i >= 0; i-- {
+		c.fns[i]()
+	}
+	c.fns = nil
+}
+
+// Start builds the plan, opens every bind by fd, compiles the seccomp filter
+// and launches bwrap. It takes ownership of spec.EntryCap and spec.AppCap
+// (closing its copies on return, success or not). On any error nothing is
+// left running and the error says what failed.
+func Start(ctx context.Context, spec Spec, logger *slog.Logger) (*Process, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	var cl cleanup
+	defer cl.run()
+	for _, f := range []*os.File{spec.EntryCap, spec.AppCap} {
+		if f != nil {
+			cl.add(func() { _ = f.Close() })
+		}
+	}
+	began := time.Now()
+	p, err := start(ctx, spec, logger, &cl)
+	if err != nil {
+		logger.Error("wall refused", keyVat, spec.ID, keyReason, err.Error())
+		return nil, err
+	}
+	logger.Info("wall started", keyVat, spec.ID, keyTier, p.tier, keyPid, p.Pid(), keyMillis, time.Since(began).Milliseconds())
+	return p, nil
+}
+
+func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*Process, error) {
+	if spec.AppCap == nil {
+		return nil, fmt.Errorf("starting the wall for %q: %w: no app capability", spec.ID, ErrSpec)
+	}
+	if !spec.Net.None && spec.EntryCap == nil {
+		return nil, fmt.Errorf("starting the wall for %q: %w: a network shape but no entry capability", spec.ID, ErrSpec)
+	}
+	bwrap, err := exec.LookPath("bwrap")
+	if err != nil {
+		return nil, fmt.Errorf("starting the wall for %q: %w: bubblewrap is not installed (apt-get install bubblewrap)", spec.ID, ErrBwrap)
+	}
+	plan, err := BuildPlan(spec)
+	if err != nil {
+		return nil, err
+	}
+	if plan.HostUID >= 0 {
+		if err := own(spec, plan); err != nil {
+			return nil, fmt.Errorf("starting the wall for %q: %w", spec.ID, err)
+		}
+	}
+	var fds fdTable
+	cl.add(fds.closeAll)
+	args, err := plan.render(&fds, spec)
+	if err != nil {
+		return nil, fmt.Errorf("starting the wall for %q: %w", spec.ID, err)
+	}
+	// The status pipe: bwrap writes the sandbox's pid once it is set up, so
+	// a sandbox that cannot start is an error here, not a silent exit later.
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("starting the wall for %q: status pipe: %w", spec.ID, err)
+	}
+	cl.add(func() { _ = statusR.Close() })
+	args = append(fds.pass(statusW, "--json-status-fd"), args...)
+
+	cmd := exec.Command(bwrap, args...)
+	cmd.Args[0] = "bwrap"
+	cmd.Env = []string{} // bwrap itself gets nothing of the supervisor's environment
+	cmd.Dir = "/"
+	cmd.ExtraFiles = fds.files
+	if spec.Stdout != nil {
+		cmd.Stdout = spec.Stdout
+	}
+	head := &headWriter{max: 4096}
+	if spec.Stderr != nil {
+		head.w = spec.Stderr
+	}
+	cmd.Stderr = head
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if plan.HostUID >= 0 {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(plan.HostUID), Gid: uint32(plan.HostGID), Groups: []uint32{}}
+	}
+	// Pdeathsig follows the thread that forked; keep it for the fork.
+	runtime.LockOSThread()
+	err = cmd.Start()
+	runtime.UnlockOSThread()
+	// The child's copies are bwrap's now; ours go, so EOF means "bwrap gone".
+	fds.closeAll()
+	if err != nil {
+		return nil, fmt.Errorf("starting the wall for %q: %w: %w", spec.ID, ErrBwrap, err)
+	}
+	p := &Process{id: spec.ID, tier: plan.Tier, cmd: cmd, logger: logger, done: make(chan struct{}), status: statusR}
+	go p.reap()
+	kill := func() { _ = cmd.Process.Kill(); <-p.done }
+
+	child, err := readChildPid(ctx, statusR, p.done)
+	if err != nil {
+		kill()
+		msg := strings.TrimSpace(head.String())
+		if msg == "" {
+			msg = fmt.Sprint(p.err)
+		}
+		return nil, fmt.Errorf("starting the wall for %q: %w: %s (%w)", spec.ID, ErrBwrap, msg, err)
+	}
+	p.child = child
+	cl.fns = nil // success: the wall owns what it was handed; close our copies below
+	for _, f := range []*os.File{spec.EntryCap, spec.AppCap} {
+		if f != nil {
+			_ = f.Close()
+		}
+	}
+	return p, nil
+}
+
+// readChildPid reads bwrap's first JSON status ({"child-pid": N}).
+func readChildPid(ctx context.Context, r *os.File, done <-chan struct{}) (int, error) {
+	type result struct {
+		pid int
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		var st struct {
+			ChildPid int `json:"child-pid"`
+		}
+		dec := json.NewDecoder(bufio.NewReader(r))
+		if err := dec.Decode(&st); err != nil {
+			ch <- result{err: fmt.Errorf("reading bwrap's status: %w", err)}
+			return
+		}
+		if st.ChildPid <= 0 {
+			ch <- result{err: errors.New("bwrap's status names no child pid")}
+			return
+		}
+		ch <- result{pid: st.ChildPid}
+	}()
+	t := time.NewTimer(startTimeout)
+	defer t.Stop()
+	select {
+	case res := <-ch:
+		return res.pid, res.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-t.C:
+		return 0, fmt.Errorf("bwrap did not set the sandbox up within %v", startTimeout)
+	}
+}
+
+// own makes the vat's own folders belong to the uid the wall runs as, and
+// the way to its bind sources searchable by it: bubblewrap resolves each
+// --bind-fd source's path (then checks it is the descriptor's file) as that
+// uid. Folders inside the state dir gain o+x (search, not listing); a folder
+// above it that is not searchable is an error naming the fix.
+func own(spec Spec, plan *Plan) error {
+	for _, d := range []string{spec.DataDir, spec.RunDir} {
+		if err := os.Lchown(d, plan.HostUID, plan.HostGID); err != nil {
+			return fmt.Errorf("handing %s to uid %d: %w", d, plan.HostUID, err)
+		}
+		if err := os.Chmod(d, 0o700); err != nil {
+			return fmt.Errorf("setting the mode of %s: %w", d, err)
+		}
+	}
+	state, err := filepath.EvalSymlinks(spec.StateDir)
+	if err != nil {
+		return fmt.Errorf("resolving the state dir: %w", err)
+	}
+	for dir := filepath.Dir(state); ; dir = filepath.Dir(dir) {
+		fi, err := os.Stat(dir)
+		if err != nil {
+			return fmt.Errorf("checking %s: %w", dir, err)
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("the path to the state dir is not searchable by uid %d: %s has mode %v (fix: chmod o+x %s)", plan.HostUID, dir, fi.Mode().Perm(), dir)
+		}
+		if dir == "/" {
+			break
+		}
+	}
+	for _, op := range plan.Ops {
+		if (op.Kind != OpBindFD && op.Kind != OpROBindFD) || !within(op.Src, state) {
+			continue
+		}
+		for dir := filepath.Dir(op.Src); dir == state || within(dir, state); dir = filepath.Dir(dir) {
+			fi, err := os.Stat(dir)
+			if err != nil {
+				return fmt.Errorf("checking %s: %w", dir, err)
+			}
+			if fi.Mode().Perm()&0o001 == 0 {
+				if err := os.Chmod(dir, fi.Mode().Perm()|0o001); err != nil {
+					return fmt.Errorf("making %s searchable: %w", dir, err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// render turns the plan into bwrap's argv, opening each fd bind and data
+// file and passing it through fds.
+func (p *Plan) render(fds *fdTable, spec Spec) ([]string, error) {
+	a := []string{
+		"--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup",
+		"--disable-userns",
+		"--uid", strconv.Itoa(p.UID), "--gid", strconv.Itoa(p.GID),
+		"--hostname", "toybox",
+		"--die-with-parent", "--new-session", "--as-pid-1",
+		"--cap-drop", "ALL",
+		"--clearenv",
+	}
+	for _, kv := range p.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		a = append(a, "--setenv", k, v)
+	}
+	for i := range p.Ops {
+		op := &p.Ops[i]
+		switch op.Kind {
+		case OpROBind:
+			a = append(a, "--ro-bind", op.Src, op.Dest)
+		case OpSymlink:
+			a = append(a, "--symlink", op.Src, op.Dest)
+		case OpTmpfs:
+			a = append(a, "--tmpfs", op.Dest)
+		case OpDir:
+			a = append(a, "--dir", op.Dest)
+		case OpProc:
+			a = append(a, "--proc", op.Dest)
+		case OpDev:
+			a = append(a, "--dev", op.Dest)
+		case OpMaskFile:
+			a = append(a, "--ro-bind", "/dev/null", op.Dest)
+		case OpMaskDir:
+			a = append(a, "--perms", "0555", "--tmpfs", op.Dest)
+		case OpData:
+			f, err := dataFile(op.Dest, op.Data)
+			if err != nil {
+				return nil, err
+			}
+			a = append(a, "--perms", "0444")
+			a = append(append(a, fds.pass(f, "--ro-bind-data")...), op.Dest)
+		case OpROBindFD, OpBindFD:
+			f, err := openBind(op)
+			if err != nil {
+				return nil, err
+			}
+			a = append(append(a, fds.pass(f, "--"+string(op.Kind))...), op.Dest)
+		default:
+			return nil, fmt.Errorf("unknown plan op %q", op.Kind)
+		}
+	}
+	a = append(a, "--chdir", p.Chdir)
+	if p.Seccomp {
+		f, err := seccomp.File()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrNoSeccomp, err)
+		}
+		a = append(a, fds.pass(f, "--seccomp")...)
+	}
+	// The entry's own descriptors: its capability (unless the vat has no
+	// way out) and the app's, which it makes the app's fd 3.
+	entry := []string{"--", EntryMount, "--vat", p.ID}
+	if !p.NoNet {
+		ec, err := dupFile(spec.EntryCap, "entry-cap")
+		if err != nil {
+			return nil, err
+		}
+		entry = append(entry, fds.pass(ec, "--cap-fd")...)
+		entry = append(entry, "--proxy-port", strconv.Itoa(p.ProxyPort))
+		for _, f := range p.Forwards {
+			entry = append(entry, "--forward", fmt.Sprintf("%d=%s", f.Port, joinHostPort(f.Host, f.TargetPort)))
+		}
+	}
+	ac, err := dupFile(spec.AppCap, "app-cap")
+	if err != nil {
+		return nil, err
+	}
+	entry = append(entry, fds.pass(ac, "--app-cap-fd")...)
+	entry = append(entry, "--")
+	entry = append(entry, p.Command...)
+	return append(a, entry...), nil
+}
+
+func joinHostPort(host string, port uint16) string {
+	if strings.Contains(host, ":") {
+		return "[" + host + "]:" + strconv.Itoa(int(port))
+	}
+	return host + ":" + strconv.Itoa(int(port))
+}
+
+// dupFile duplicates f (CLOEXEC) so the fd table owns its own copy.
+func dupFile(f *os.File, name string) (*os.File, error) {
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 3)
+	if err != nil {
+		return nil, fmt.Errorf("duplicating the %s descriptor: %w", name, os.NewSyscallError("fcntl", err))
+	}
+	return os.NewFile(uintptr(fd), name), nil
+}
+
+// dataFile puts data in a sealed memfd for --ro-bind-data.
+func dataFile(name string, data []byte) (*os.File, error) {
+	fd, err := unix.MemfdCreate("toybox-data:"+name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, fmt.Errorf("data for %s: %w", name, os.NewSyscallError("memfd_create", err))
+	}
+	f := os.NewFile(uintptr(fd), "data:"+name)
+	if _, err := f.Write(data); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("data for %s: %w", name, err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("data for %s: %w", name, err)
+	}
+	return f, nil
+}
+
+// openBind opens a bind source as an O_PATH descriptor without following any
+// symlink on the way (openat2 RESOLVE_NO_SYMLINKS, or O_NOFOLLOW and a
+// check of the opened path where openat2 is missing), then checks that it is
+// the very file the plan saw.
+func openBind(op *Op) (*os.File, error) {
+	flags := uint64(unix.O_PATH | unix.O_CLOEXEC | unix.O_NOFOLLOW)
+	if op.dir {
+		flags |= unix.O_DIRECTORY
+	}
+	fd, err := unix.Openat2(unix.AT_FDCWD, op.Src, &unix.OpenHow{Flags: flags, Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS})
+	if errors.Is(err, unix.ENOSYS) {
+		fd, err = unix.Open(op.Src, int(flags), 0)
+		if err == nil {
+			if got, lerr := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd)); lerr != nil || got != op.Src {
+				_ = unix.Close(fd)
+				return nil, fmt.Errorf("%w: %s now resolves to %q", ErrSymlink, op.Src, got)
+			}
+		}
+	}
+	switch {
+	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENOTDIR) && op.dir:
+		return nil, fmt.Errorf("%w: %s (%s) is, or passes through, a symlink or not a folder: %w", ErrSymlink, op.Src, op.Why, err)
+	case err != nil:
+		return nil, fmt.Errorf("opening %s (%s) for its bind: %w", op.Src, op.Why, &os.PathError{Op: "openat2", Path: op.Src, Err: err})
+	}
+	f := os.NewFile(uintptr(fd), "bind:"+op.Src)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("checking %s: %w", op.Src, os.NewSyscallError("fstat", err))
+	}
+	if op.id != (fileID{}) && (uint64(st.Dev) != op.id.dev || st.Ino != op.id.ino) {
+		_ = f.Close()
+		return nil, fmt.Errorf("%w: %s (%s) is not the file that was planned", ErrChanged, op.Src, op.Why)
+	}
+	return f, nil
+}
+
+// headWriter forwards to w (if any) and keeps the first max bytes, for an
+// error message when bwrap fails.
+type headWriter struct {
+	mu  sync.Mutex
+	w   io.Writer
+	buf []byte
+	max int
+}
+
+func (h *headWriter) Write(b []byte) (int, error) {
+	h.mu.Lock()
+	if room := h.max - len(h.buf); room > 0 {
+		h.buf = append(h.buf, b[:min(room, len(b))]...)
+	}
+	h.mu.Unlock()
+	if h.w != nil {
+		_, _ = h.w.Write(b)
+	}
+	return len(b), nil
+}
+
+func (h *headWriter) String() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return string(h.buf)
+}

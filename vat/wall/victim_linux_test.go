@@ -1,0 +1,243 @@
+package wall
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// victim runs one attack from inside a wall. It prints HELD lines for each
+// attempt the wall stopped and BREACH lines for each that got through; the
+// tests read them. Exit code 0 unless the mode itself broke.
+func victim(mode string) int {
+	arg := os.Getenv("VICTIM_ARG")
+	held := func(format string, a ...any) { fmt.Printf("HELD "+format+"\n", a...) }
+	breach := func(format string, a ...any) { fmt.Printf("BREACH "+format+"\n", a...) }
+	// expectFail records an attempt that must fail.
+	expectFail := func(what string, err error) {
+		if err != nil {
+			held("%s: %v", what, err)
+		} else {
+			breach("%s succeeded", what)
+		}
+	}
+	switch mode {
+	case "hello":
+		fmt.Println("hello from inside")
+	case "env":
+		env := os.Environ()
+		sort.Strings(env)
+		for _, kv := range env {
+			fmt.Println("ENV " + kv)
+		}
+	case "ids":
+		fmt.Printf("UID %d GID %d EUID %d\n", os.Getuid(), os.Getgid(), os.Geteuid())
+		var st unix.Stat_t
+		if err := unix.Stat(os.Getenv("TOYBOX_DATA"), &st); err == nil {
+			fmt.Printf("DATAOWNER %d\n", st.Uid)
+		}
+		f, err := os.CreateTemp(os.Getenv("TOYBOX_DATA"), "w")
+		if err != nil {
+			breach("cannot write its own data folder: %v", err)
+		} else {
+			f.Close()
+			fmt.Println("DATAWRITE ok")
+		}
+	case "fds":
+		// Open the directory first so its own fd is known and skipped.
+		d, err := os.Open("/proc/self/fd")
+		if err != nil {
+			fmt.Println("ERROR", err)
+			return 1
+		}
+		names, err := d.Readdirnames(-1)
+		if err != nil {
+			fmt.Println("ERROR", err)
+			return 1
+		}
+		self := int(d.Fd())
+		var fds []int
+		for _, n := range names {
+			fd, _ := strconv.Atoi(n)
+			if fd != self {
+				fds = append(fds, fd)
+			}
+		}
+		sort.Ints(fds)
+		fmt.Printf("FDS %v\n", fds)
+		// fd 3 must be a unix socket (the capability).
+		if sa, err := unix.Getsockname(3); err == nil {
+			if _, ok := sa.(*unix.SockaddrUnix); ok {
+				fmt.Println("FD3 unix")
+			}
+		}
+	case "read":
+		// arg: paths separated by ':'; every read must fail or be empty.
+		for _, p := range strings.Split(arg, ":") {
+			b, err := os.ReadFile(p)
+			switch {
+			case err != nil:
+				held("read %s: %v", p, err)
+			case len(b) == 0:
+				held("read %s: empty (masked)", p)
+			default:
+				breach("read %s: %q", p, b)
+			}
+		}
+	case "list":
+		for _, p := range strings.Split(arg, ":") {
+			ents, err := os.ReadDir(p)
+			switch {
+			case err != nil:
+				held("list %s: %v", p, err)
+			case len(ents) == 0:
+				held("list %s: empty", p)
+			default:
+				var names []string
+				for _, e := range ents {
+					names = append(names, e.Name())
+				}
+				fmt.Printf("LIST %s %v\n", p, names)
+			}
+		}
+	case "readok":
+		b, err := os.ReadFile(arg)
+		if err != nil {
+			fmt.Printf("READ-ERROR %v\n", err)
+		} else {
+			fmt.Printf("READ %q\n", b)
+		}
+	case "write":
+		for _, p := range strings.Split(arg, ":") {
+			expectFail("write "+p, os.WriteFile(p, []byte("pwned"), 0o755))
+		}
+	case "environs":
+		// The supervisor's environment must be nowhere in the wall.
+		secret := arg
+		if strings.Contains(strings.Join(os.Environ(), "\n"), secret) {
+			breach("own environment holds the secret")
+		}
+		ents, _ := os.ReadDir("/proc")
+		n := 0
+		for _, e := range ents {
+			if _, err := strconv.Atoi(e.Name()); err != nil {
+				continue
+			}
+			for _, f := range []string{"environ", "cmdline"} {
+				b, err := os.ReadFile("/proc/" + e.Name() + "/" + f)
+				if err == nil && strings.Contains(string(b), secret) {
+					breach("/proc/%s/%s holds the secret", e.Name(), f)
+				}
+			}
+			n++
+		}
+		held("looked at %d processes", n)
+	case "dial":
+		for _, a := range strings.Split(arg, ",") {
+			c, err := net.DialTimeout("tcp", a, 2*time.Second)
+			if c != nil {
+				c.Close()
+			}
+			expectFail("dial "+a, err)
+		}
+	case "sockets":
+		for _, s := range []struct {
+			name        string
+			family, typ int
+			proto       int
+		}{
+			{"netlink", unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_ROUTE},
+			{"packet", unix.AF_PACKET, unix.SOCK_RAW, 0},
+			{"inet raw", unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_ICMP},
+			{"inet6 raw", unix.AF_INET6, unix.SOCK_RAW, unix.IPPROTO_ICMPV6},
+			{"vsock", unix.AF_VSOCK, unix.SOCK_STREAM, 0},
+			{"bluetooth", unix.AF_BLUETOOTH, unix.SOCK_RAW, 0},
+		} {
+			fd, err := unix.Socket(s.family, s.typ, s.proto)
+			if err == nil {
+				unix.Close(fd)
+			}
+			expectFail("socket "+s.name, err)
+		}
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM, 0)
+		if err != nil {
+			breach("cannot even open a TCP socket: %v", err)
+		} else {
+			unix.Close(fd)
+			fmt.Println("TCP socket ok")
+		}
+	case "syscalls":
+		errno := func(r1 uintptr, e syscall.Errno) error {
+			if e != 0 {
+				return e
+			}
+			return nil
+		}
+		call := func(name string, trap uintptr, a ...uintptr) {
+			var args [6]uintptr
+			copy(args[:], a)
+			r1, _, e := unix.Syscall6(trap, args[0], args[1], args[2], args[3], args[4], args[5])
+			err := errno(r1, e)
+			if err == nil && trap == unix.SYS_IO_URING_SETUP {
+				unix.Close(int(r1))
+			}
+			expectFail(name, err)
+		}
+		call("ptrace attach pid 1", unix.SYS_PTRACE, unix.PTRACE_ATTACH, 1)
+		call("ptrace traceme", unix.SYS_PTRACE, unix.PTRACE_TRACEME)
+		tmpfs := []byte("tmpfs\x00")
+		tgt := []byte("/tmp\x00")
+		call("mount", unix.SYS_MOUNT, uintptr(unsafe.Pointer(&tmpfs[0])), uintptr(unsafe.Pointer(&tgt[0])), uintptr(unsafe.Pointer(&tmpfs[0])), 0, 0)
+		call("umount2", unix.SYS_UMOUNT2, uintptr(unsafe.Pointer(&tgt[0])), unix.MNT_DETACH)
+		call("unshare user", unix.SYS_UNSHARE, unix.CLONE_NEWUSER)
+		call("unshare net", unix.SYS_UNSHARE, unix.CLONE_NEWNET)
+		call("setns", unix.SYS_SETNS, 0, 0)
+		desc := []byte("x\x00")
+		ktype := []byte("user\x00")
+		call("keyctl", unix.SYS_KEYCTL, unix.KEYCTL_GET_KEYRING_ID, uintptr(^uint32(2)), 0)
+		call("add_key", unix.SYS_ADD_KEY, uintptr(unsafe.Pointer(&ktype[0])), uintptr(unsafe.Pointer(&desc[0])), uintptr(unsafe.Pointer(&desc[0])), 1, uintptr(^uint32(3)))
+		call("request_key", unix.SYS_REQUEST_KEY, uintptr(unsafe.Pointer(&ktype[0])), uintptr(unsafe.Pointer(&desc[0])), 0, 0)
+		var params [120]byte
+		call("io_uring_setup", unix.SYS_IO_URING_SETUP, 4, uintptr(unsafe.Pointer(&params[0])))
+		call("bpf", unix.SYS_BPF, 0, 0, 0)
+		call("perf_event_open", unix.SYS_PERF_EVENT_OPEN, 0, 0, ^uintptr(0), ^uintptr(0), 0)
+		call("userfaultfd", unix.SYS_USERFAULTFD, 0)
+		call("personality addr_no_randomize", unix.SYS_PERSONALITY, 0x0040000)
+		call("chroot", unix.SYS_CHROOT, uintptr(unsafe.Pointer(&tgt[0])))
+		// clone with a namespace flag (no CLONE_VM: were it to succeed, the
+		// child exits at once).
+		r1, _, e := unix.RawSyscall6(unix.SYS_CLONE, unix.CLONE_NEWUSER|uintptr(unix.SIGCHLD), 0, 0, 0, 0, 0)
+		if e == 0 && r1 == 0 {
+			unix.RawSyscall(unix.SYS_EXIT_GROUP, 0, 0, 0)
+		}
+		expectFail("clone newuser", errno(r1, e))
+		// An allowed call still works.
+		if _, err := unix.Getrandom(make([]byte, 8), 0); err != nil {
+			breach("getrandom failed: %v", err)
+		} else {
+			fmt.Println("getrandom ok")
+		}
+	case "x32":
+		// A system call for the x32 ABI: the filter kills the process.
+		fmt.Println("calling x32 getpid")
+		os.Stdout.Sync()
+		unix.RawSyscall(0x40000000|unix.SYS_GETPID, 0, 0, 0)
+		breach("survived an x32 system call")
+	case "sleep":
+		fmt.Println("sleeping")
+		os.Stdout.Sync()
+		time.Sleep(time.Hour)
+	default:
+		fmt.Println("unknown victim mode", mode)
+		return 2
+	}
+	return 0
+}
