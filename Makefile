@@ -70,8 +70,21 @@ test: deps build
 test-integration: build
 	$(GO) test -count=1 -timeout 15m ./tests/...
 
-dev:
-	@echo "make dev: not built yet (the supervisor issue fills it in)"; exit 1
+# dev: build, then run the switchboard and the supervisor in the foreground
+# (state in ./state, HTTP on 127.0.0.1:8787, admin on ./admin.sock). Ctrl-C
+# stops both. toybox holds the switchboard's public socket; DEV_HANDLE=local
+# gives it the local one instead (may reach LAN and loopback), as the README's
+# offline quickstart does.
+DEV_HANDLE ?= public
+dev: build
+	@mkdir -p state
+	@set -u; sb=; tb=; \
+	stop() { trap - INT TERM EXIT; [ -n "$$tb" ] && kill -TERM $$tb 2>/dev/null; [ -n "$$tb" ] && wait $$tb; [ -n "$$sb" ] && kill -TERM $$sb 2>/dev/null; [ -n "$$sb" ] && wait $$sb; true; }; \
+	trap stop INT TERM EXIT; \
+	$(BIN)/switchboard --listen public=./state/switchboard-public.sock --listen local=./state/switchboard-local.sock & sb=$$!; \
+	for i in $$(seq 100); do [ -S ./state/switchboard-$(DEV_HANDLE).sock ] && break; sleep 0.05; done; \
+	$(BIN)/toybox serve --state ./state --switchboard ./state/switchboard-$(DEV_HANDLE).sock --http 127.0.0.1:8787 --admin ./admin.sock & tb=$$!; \
+	wait $$tb; tb=; stop
 
 bench:
 	@echo "make bench: not built yet (the benchmark issue fills it in)"; exit 1
