@@ -218,7 +218,7 @@ func readProc(pid int) (Proc, error) {
 			}
 			c = filepath.Join(p.Cwd, c)
 		}
-		if r, err := filepath.EvalSymlinks(c); err == nil && r != filepath.Clean(c) {
+		if r, ok := resolveExisting(c); ok && r != filepath.Clean(c) {
 			p.Resolved = append(p.Resolved, r)
 		}
 	}
@@ -226,4 +226,21 @@ func readProc(pid int) (Proc, error) {
 		p.Err = strings.Join(problems, "; ")
 	}
 	return p, nil
+}
+
+// resolveExisting resolves the symlinks of the longest existing prefix of the
+// absolute path and appends the rest unchanged, so "/link/not-yet-made" still
+// shows where it points.
+func resolveExisting(path string) (string, bool) {
+	path = filepath.Clean(path)
+	rest := ""
+	for dir := path; ; dir = filepath.Dir(dir) {
+		if r, err := filepath.EvalSymlinks(dir); err == nil {
+			return filepath.Join(r, rest), true
+		}
+		if dir == "/" || dir == "." {
+			return "", false
+		}
+		rest = filepath.Join(filepath.Base(dir), rest)
+	}
 }
