@@ -13,3 +13,12 @@ func Run(_ context.Context, _ Config) int {
 	fmt.Fprintln(os.Stderr, "toybox-entry:", ErrUnsupported)
 	return 125
 }
+
+// Exit codes of the entry itself.
+const (
+	ExitSetup = 125
+	ExitExec  = 127
+)
+
+// CloexecAll is unavailable off Linux.
+func CloexecAll() error { return ErrUnsupported }

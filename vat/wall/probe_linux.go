@@ -1,0 +1,182 @@
+package wall
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"toybox/vat/wall/seccomp"
+)
+
+// probeTimeout bounds the preflight sandbox.
+const probeTimeout = 10 * time.Second
+
+// Probe starts a real (minimal) sandbox the way Start would: as the uid a
+// wall runs as, with new user, pid and network namespaces. The error names
+// the cause and the fix.
+func Probe(ctx context.Context) error {
+	bwrap, err := exec.LookPath("bwrap")
+	if err != nil {
+		return fmt.Errorf("%w: bubblewrap is not installed (fix: apt-get install bubblewrap, or your distribution's bubblewrap package)", ErrProbe)
+	}
+	out, err := probeRun(ctx, bwrap)
+	if err == nil {
+		return nil
+	}
+	cause, fix := diagnose(out)
+	return fmt.Errorf("%w: bubblewrap cannot start a sandbox: %s (bwrap said: %s) (fix: %s)", ErrProbe, cause, strings.TrimSpace(out), fix)
+}
+
+func probeRun(ctx context.Context, bwrap string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bwrap,
+		"--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup",
+		"--disable-userns", "--uid", strconv.Itoa(InsideUID), "--gid", strconv.Itoa(InsideGID),
+		"--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv",
+		"--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
+		"--symlink", "usr/lib64", "/lib64", "--proc", "/proc", "--dev", "/dev",
+		"--", "/usr/bin/true")
+	cmd.Args[0] = "bwrap"
+	cmd.Env = []string{}
+	cmd.Dir = "/"
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if os.Geteuid() == 0 {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: NobodyID, Gid: NobodyID, Groups: []uint32{}}
+	}
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		return "the probe timed out after " + probeTimeout.String(), ctx.Err()
+	}
+	return buf.String(), err
+}
+
+// diagnose turns a failed probe into a cause and a fix, reading the host's
+// user-namespace switches.
+func diagnose(out string) (cause, fix string) {
+	if v, ok := readSysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns"); ok && v == "1" {
+		return "AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns=1)",
+			"allow bwrap an AppArmor profile with the userns permission (e.g. /etc/apparmor.d/bwrap with `userns,`), or sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"
+	}
+	if v, ok := readSysctl("/proc/sys/kernel/unprivileged_userns_clone"); ok && v == "0" {
+		return "unprivileged user namespaces are switched off (kernel.unprivileged_userns_clone=0)",
+			"sysctl -w kernel.unprivileged_userns_clone=1 (and persist it in /etc/sysctl.d/)"
+	}
+	if v, ok := readSysctl("/proc/sys/user/max_user_namespaces"); ok && v == "0" {
+		return "user namespaces are switched off (user.max_user_namespaces=0)",
+			"sysctl -w user.max_user_namespaces=15000 (and persist it in /etc/sysctl.d/)"
+	}
+	if inContainer() && seccompMode() != "0" {
+		return "this container's seccomp profile refuses the namespace calls bubblewrap needs",
+			"run the container with a seccomp profile that allows unshare/clone with CLONE_NEWUSER (docker: --security-opt seccomp=unconfined, or a custom profile), or run toybox on the host"
+	}
+	if strings.Contains(out, "setting up uid map") || strings.Contains(out, "Permission denied") || strings.Contains(out, "Operation not permitted") {
+		return "the kernel refused a new user namespace",
+			"check the user-namespace sysctls, any LSM (AppArmor, SELinux) policy for bwrap, and the service's sandboxing (e.g. systemd RestrictNamespaces=)"
+	}
+	return "bubblewrap failed", "run the probe by hand: bwrap --unshare-all --ro-bind /usr /usr --proc /proc --dev /dev /usr/bin/true"
+}
+
+func readSysctl(path string) (string, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", false
+	}
+	return strings.TrimSpace(string(b)), true
+}
+
+func inContainer() bool {
+	for _, f := range []string{"/.dockerenv", "/run/.containerenv"} {
+		if _, err := os.Stat(f); err == nil {
+			return true
+		}
+	}
+	if b, err := os.ReadFile("/proc/1/cgroup"); err == nil {
+		s := string(b)
+		if strings.Contains(s, "docker") || strings.Contains(s, "kubepods") || strings.Contains(s, "containerd") || strings.Contains(s, "libpod") {
+			return true
+		}
+	}
+	return false
+}
+
+// seccompMode is this process's Seccomp line in /proc/self/status.
+func seccompMode() string {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Seccomp:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// Doctor runs every check `toybox doctor` prints.
+func Doctor(ctx context.Context) []Check {
+	var checks []Check
+	bwrap, err := exec.LookPath("bwrap")
+	if err != nil {
+		checks = append(checks, Check{Name: "bubblewrap installed", Detail: "bwrap is not on PATH", Fix: "apt-get install bubblewrap"})
+	} else {
+		v, _ := exec.CommandContext(ctx, bwrap, "--version").Output()
+		checks = append(checks, Check{Name: "bubblewrap installed", OK: true, Detail: bwrap + " " + strings.TrimSpace(string(v))})
+		out, _ := exec.CommandContext(ctx, bwrap, "--help").CombinedOutput()
+		missing := []string{}
+		for _, opt := range []string{"--bind-fd", "--ro-bind-fd", "--disable-userns", "--json-status-fd", "--ro-bind-data", "--clearenv"} {
+			if !strings.Contains(string(out), opt) {
+				missing = append(missing, opt)
+			}
+		}
+		if len(missing) > 0 {
+			checks = append(checks, Check{Name: "bubblewrap options", Detail: "missing " + strings.Join(missing, ", "), Fix: "install bubblewrap 0.10 or later (Debian 12: 0.8.0-2+deb12u1 carries --bind-fd)"})
+		} else {
+			checks = append(checks, Check{Name: "bubblewrap options", OK: true, Detail: "--bind-fd, --disable-userns, --json-status-fd present"})
+		}
+	}
+	for _, s := range []struct{ name, path, bad, fix string }{
+		{"kernel.unprivileged_userns_clone", "/proc/sys/kernel/unprivileged_userns_clone", "0", "sysctl -w kernel.unprivileged_userns_clone=1"},
+		{"user.max_user_namespaces", "/proc/sys/user/max_user_namespaces", "0", "sysctl -w user.max_user_namespaces=15000"},
+		{"kernel.apparmor_restrict_unprivileged_userns", "/proc/sys/kernel/apparmor_restrict_unprivileged_userns", "1", "give bwrap an AppArmor profile with `userns,`, or sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"},
+	} {
+		v, ok := readSysctl(s.path)
+		switch {
+		case !ok:
+			checks = append(checks, Check{Name: s.name, OK: true, Detail: "not present on this kernel"})
+		case v == s.bad:
+			checks = append(checks, Check{Name: s.name, Detail: "= " + v, Fix: s.fix})
+		default:
+			checks = append(checks, Check{Name: s.name, OK: true, Detail: "= " + v})
+		}
+	}
+	if inContainer() {
+		checks = append(checks, Check{Name: "container", OK: true, Detail: "running in a container (seccomp mode " + seccompMode() + "); its profile must allow user namespaces"})
+	}
+	if err := seccomp.Supported(); err != nil {
+		checks = append(checks, Check{Name: "seccomp filter", Detail: err.Error(), Fix: "walls here run walled-noseccomp (set NoSeccomp), or build toybox with cgo and libseccomp on a supported architecture"})
+	} else if _, err := seccomp.BPF(); err != nil {
+		checks = append(checks, Check{Name: "seccomp filter", Detail: err.Error(), Fix: "install libseccomp (apt-get install libseccomp2) and rebuild with cgo"})
+	} else {
+		checks = append(checks, Check{Name: "seccomp filter", OK: true, Detail: "compiled"})
+	}
+	if err := Probe(ctx); err != nil {
+		checks = append(checks, Check{Name: "bubblewrap sandbox", Detail: err.Error(), Fix: "see the fix in the detail"})
+	} else {
+		who := "this user"
+		if os.Geteuid() == 0 {
+			who = "uid " + strconv.Itoa(NobodyID)
+		}
+		checks = append(checks, Check{Name: "bubblewrap sandbox", OK: true, Detail: "a sandbox with new user, pid and network namespaces started as " + who})
+	}
+	return checks
+}

@@ -1,0 +1,42 @@
+//go:build !linux
+
+package wall
+
+import (
+	"context"
+	"log/slog"
+	"time"
+)
+
+// Process is a running wall; there are none off Linux.
+type Process struct{}
+
+// Pid is always 0 here.
+func (p *Process) Pid() int { return 0 }
+
+// Tier is empty here.
+func (p *Process) Tier() string { return "" }
+
+// Wait returns ErrUnsupported.
+func (p *Process) Wait() error { return ErrUnsupported }
+
+// Stop returns ErrUnsupported.
+func (p *Process) Stop(time.Duration) error { return ErrUnsupported }
+
+// Start returns ErrUnsupported: walls need Linux.
+func Start(_ context.Context, spec Spec, _ *slog.Logger) (*Process, error) {
+	for _, f := range []interface{ Close() error }{spec.EntryCap, spec.AppCap} {
+		if f != nil {
+			_ = f.Close()
+		}
+	}
+	return nil, ErrUnsupported
+}
+
+// Probe returns ErrUnsupported.
+func Probe(context.Context) error { return ErrUnsupported }
+
+// Doctor reports that walls need Linux.
+func Doctor(context.Context) []Check {
+	return []Check{{Name: "platform", Detail: ErrUnsupported.Error(), Fix: "run toybox on Linux"}}
+}
