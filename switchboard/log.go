@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/netip"
+	"strings"
 )
 
 // Log attribute keys: constant, one record per decision.
@@ -22,6 +23,7 @@ const (
 
 // logDecision writes the one record of a decision.
 func (h *handle) logDecision(op, target string, addrs []netip.Addr, vetted string, allow bool, reason string) {
+	reason = strings.TrimPrefix(reason, RefusedPrefix)
 	as := make([]string, len(addrs))
 	for i, a := range addrs {
 		as[i] = a.String()

@@ -1,0 +1,341 @@
+package switchboard
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"toybox/labels"
+)
+
+// TestAddressClassesOverTheWire asks both sockets about every address class
+// and SSRF spelling, through a real connection.
+func TestAddressClassesOverTheWire(t *testing.T) {
+	f := newFixture(t, nil)
+	pub, loc := dial(t, f.public), dial(t, f.local)
+	tests := []struct {
+		name       string
+		host       string
+		public     bool   // admitted on the public socket
+		local      bool   // admitted on the local socket
+		reason     string // part of the public refusal
+		localWhy   string // part of the local refusal, when refused
+	}{
+		{"loopback", "127.0.0.1", false, true, "127.0.0.1 is a loopback address; this handle reaches public addresses only", ""},
+		{"loopback v6", "::1", false, true, "loopback", ""},
+		{"bracketed v6", "[::1]", false, true, "loopback", ""},
+		{"private", "10.0.0.7", false, true, "10.0.0.7 is a private address", ""},
+		{"cgnat", "100.64.1.1", false, true, "CGNAT", ""},
+		{"link local", "169.254.3.4", false, true, "link-local", ""},
+		{"unique local", "fd12::1", false, true, "unique-local", ""},
+		{"metadata", "169.254.169.254", false, false, "169.254.169.254 is a cloud metadata address", "cloud metadata"},
+		{"metadata v6", "fd00:ec2::254", false, false, "metadata", "metadata"},
+		{"alibaba metadata", "100.100.100.200", false, false, "metadata", "metadata"},
+		{"azure wire server", "168.63.129.16", false, false, "metadata", "metadata"},
+		{"unspecified", "0.0.0.0", false, false, "unspecified", "unspecified"},
+		{"unspecified v6", "::", false, false, "unspecified", "unspecified"},
+		{"broadcast", "255.255.255.255", false, false, "broadcast", "broadcast"},
+		{"multicast", "224.0.0.251", false, false, "multicast", "multicast"},
+		{"documentation", "192.0.2.10", false, false, "documentation", "documentation"},
+		{"benchmarking", "198.18.0.5", false, false, "benchmarking", "benchmarking"},
+		{"reserved", "240.1.2.3", false, false, "reserved", "reserved"},
+		{"mapped loopback", "::ffff:127.0.0.1", false, true, "loopback", ""},
+		{"mapped metadata", "::ffff:169.254.169.254", false, false, "metadata", "metadata"},
+		{"compatible loopback", "::127.0.0.1", false, false, "IPv4-compatible", "IPv4-compatible"},
+		{"nat64 loopback", "64:ff9b::7f00:1", false, true, "NAT64", ""},
+		{"nat64 metadata", "64:ff9b::a9fe:a9fe", false, false, "metadata", "metadata"},
+		{"local-use nat64", "64:ff9b:1::808:808", false, false, "local-use NAT64", "local-use NAT64"},
+		{"6to4 private", "2002:a00:1::1", false, true, "6to4", ""},
+		{"6to4 metadata", "2002:a9fe:a9fe::1", false, false, "metadata", "metadata"},
+		{"teredo loopback client", "2001:0:4136:e378:8000:63bf:80ff:fffe", false, true, "Teredo", ""},
+		{"decimal ipv4", "2130706433", false, false, "", ""},
+		{"octal ipv4", "0177.0.0.1", false, false, "", ""},
+		{"hex ipv4", "0x7f.0.0.1", false, false, "", ""},
+		{"short ipv4", "127.1", false, false, "", ""},
+		{"bracketed ipv4", "[127.0.0.1]", false, false, "brackets", "brackets"},
+		{"zone", "fe80::1%eth0", false, false, "", ""},
+		{"public", "8.8.8.8", true, true, "", ""},
+		{"public v6", "2606:4700:4700::1111", true, true, "", ""},
+		{"nat64 public", "64:ff9b::808:808", true, true, "", ""},
+	}
+	ctx := context.Background()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, side := range []struct {
+				c     *client
+				want  bool
+				why   string
+				label string
+			}{{pub, tt.public, tt.reason, "public"}, {loc, tt.local, tt.localWhy, "local"}} {
+				got, err := check(ctx, side.c.root, "tcp", tt.host, 443)
+				if err != nil {
+					t.Fatalf("%s check(%s): %v", side.label, tt.host, err)
+				}
+				if got.allow != side.want {
+					t.Errorf("%s check(%s).allow = %v (%s); want %v", side.label, tt.host, got.allow, got.reason, side.want)
+				}
+				if !side.want && side.why != "" {
+					mustContain(t, side.label+" reason", got.reason, side.why)
+				}
+			}
+		})
+	}
+}
+
+// TestRefusalTextReachesTheCaller checks that err.Error() on the calling
+// side still carries the "egress refused: " text.
+func TestRefusalTextReachesTheCaller(t *testing.T) {
+	f := newFixture(t, nil)
+	c := dial(t, f.public)
+	ctx := context.Background()
+	_, err := c.connectFD(ctx, c.root, "tcp", "169.254.169.254", 80, nil)
+	if err == nil {
+		t.Fatal("connect to metadata succeeded")
+	}
+	mustContain(t, "error", err.Error(), "egress refused: 169.254.169.254 is a cloud metadata address")
+	f.dns.Set("example.net", netip.MustParseAddr("10.0.0.7"))
+	_, err = c.connectFD(ctx, c.root, "tcp", "example.net", 80, nil)
+	if err == nil {
+		t.Fatal("connect to a private name succeeded on the public socket")
+	}
+	mustContain(t, "error", err.Error(), "egress refused: example.net resolves to 10.0.0.7, a private address")
+}
+
+func TestNames(t *testing.T) {
+	f := newFixture(t, func(c *Config) {
+		c.DenyNames = []string{"blocked.test"}
+		c.PublicNames = []string{"me.test"}
+		c.Deny = []netip.Prefix{netip.MustParsePrefix("127.0.0.99/32")}
+	})
+	A := netip.MustParseAddr
+	f.dns.Set("loop.test", A("127.0.0.1"))
+	f.dns.Set("mixed.test", A("8.8.8.8"), A("10.1.2.3"))
+	f.dns.Set("mixed6.test", A("8.8.8.8"), A("::1"))
+	f.dns.Set("meta.test", A("169.254.169.254"))
+	f.dns.Set("meta6.test", A("fd00:ec2::254"))
+	f.dns.Set("mapped.test", A("::ffff:10.0.0.1"))
+	f.dns.Set("empty.test")
+	f.dns.Set("pub.test", A("8.8.4.4"), A("2001:4860:4860::8888"))
+	f.dns.Set("denied-addr.test", A("127.0.0.99"))
+	f.dns.Set("blocked.test", A("8.8.8.8"))
+	f.dns.Set("x.blocked.test", A("8.8.8.8"))
+	f.dns.Set("metadata.google.internal", A("8.8.8.8"))
+	f.dns.Set("me.test", A("8.8.8.8"))
+	pub, loc := dial(t, f.public), dial(t, f.local)
+	ctx := context.Background()
+	tests := []struct {
+		name          string
+		host          string
+		public, local bool
+		reason        string
+		queried       bool
+	}{
+		{"loopback name", "loop.test", false, true, "loop.test resolves to 127.0.0.1, a loopback address", true},
+		{"trailing dot", "loop.test.", false, true, "loop.test resolves to 127.0.0.1", true},
+		{"upper case", "LOOP.Test", false, true, "loop.test resolves", true},
+		{"mixed answers", "mixed.test", false, true, "mixed.test resolves to 10.1.2.3, a private address", true},
+		{"mixed v6 answers", "mixed6.test", false, true, "resolves to ::1", true},
+		{"metadata answer", "meta.test", false, false, "meta.test resolves to 169.254.169.254, a cloud metadata address", true},
+		{"metadata v6 answer", "meta6.test", false, false, "cloud metadata", true},
+		{"mapped answer", "mapped.test", false, true, "embedding 10.0.0.1", true},
+		{"public answers", "pub.test", true, true, "", true},
+		{"deny list address", "denied-addr.test", false, false, "deny list", true},
+		{"deny list name", "blocked.test", false, false, "blocked.test is a name on the operator's deny list", false},
+		{"deny list subname", "x.blocked.test", false, false, "deny list", false},
+		{"metadata name", "metadata.google.internal", false, false, "metadata.google.internal is a cloud metadata name", false},
+		{"own public name", "me.test", false, false, "public name of this host", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, side := range []struct {
+				c     *client
+				want  bool
+				label string
+			}{{pub, tt.public, "public"}, {loc, tt.local, "local"}} {
+				got, err := check(ctx, side.c.root, "tcp", tt.host, 443)
+				if err != nil {
+					t.Fatalf("%s check(%s): %v", side.label, tt.host, err)
+				}
+				if got.allow != side.want {
+					t.Errorf("%s check(%s) = %v (%s); want %v", side.label, tt.host, got.allow, got.reason, side.want)
+				}
+				if !got.allow && tt.reason != "" && (side.label == "public" || !tt.local) {
+					mustContain(t, side.label+" reason", got.reason, tt.reason)
+				}
+			}
+			if q := f.dns.Queries(strings.ToLower(strings.TrimSuffix(tt.host, ".")), ""); (q > 0) != tt.queried {
+				t.Errorf("%s: %d DNS queries; want queried=%v", tt.host, q, tt.queried)
+			}
+		})
+	}
+	t.Run("empty answer", func(t *testing.T) {
+		_, err := check(ctx, loc.root, "tcp", "empty.test", 443)
+		if err == nil || !strings.Contains(err.Error(), "empty.test") {
+			t.Errorf("check(empty.test) = %v; want a resolution error naming it", err)
+		}
+		if err != nil && strings.Contains(err.Error(), "egress refused") {
+			t.Errorf("check(empty.test) = %v; a failed lookup is not a policy refusal", err)
+		}
+	})
+	t.Run("no such name", func(t *testing.T) {
+		_, err := check(ctx, loc.root, "tcp", "nonexistent.test", 443)
+		if err == nil || !strings.Contains(err.Error(), "no such host") {
+			t.Errorf("check(nonexistent.test) = %v; want no such host", err)
+		}
+	})
+}
+
+// TestNotGrantedNameIsNeverResolved: labels are decided before DNS, so a
+// name the handle was not granted never leaves through a lookup.
+func TestNotGrantedNameIsNeverResolved(t *testing.T) {
+	f := newFixture(t, nil)
+	f.dns.Set("secret.test", netip.MustParseAddr("127.0.0.1"))
+	c := dial(t, f.local)
+	h, err := constrain(t, c.root, labels.Set{Host: "granted.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release()
+	got, err := check(context.Background(), h, "tcp", "secret.test", 443)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.allow {
+		t.Fatal("check(secret.test) allowed on a handle granted granted.test")
+	}
+	mustContain(t, "reason", got.reason, "egress to secret.test not granted")
+	if q := f.dns.Queries("secret.test", ""); q != 0 {
+		t.Errorf("secret.test was queried %d times; want 0", q)
+	}
+}
+
+// TestRebinding: the name is resolved once per operation and the dialled
+// address is the one judged. The resolver alternates a loopback answer
+// (allowed on local) with a metadata one.
+func TestRebinding(t *testing.T) {
+	f := newFixture(t, nil)
+	_, port := echoServer(t, "")
+	f.dns.SetFunc("rebind.test", func(n int, qtype string) []netip.Addr {
+		if qtype != "A" {
+			return nil
+		}
+		if n%2 == 1 {
+			return []netip.Addr{netip.MustParseAddr("127.0.0.1")}
+		}
+		return []netip.Addr{netip.MustParseAddr("169.254.169.254")}
+	})
+	c := dial(t, f.local)
+	ctx := context.Background()
+	var allowed, refused int
+	for i := 0; i < 6; i++ {
+		before := f.dns.Queries("rebind.test", "A")
+		conn, err := c.connectFD(ctx, c.root, "tcp", "rebind.test", port, nil)
+		after := f.dns.Queries("rebind.test", "A")
+		if after-before != 1 {
+			t.Fatalf("connect %d made %d A queries; want exactly 1", i, after-before)
+		}
+		if err != nil {
+			mustContain(t, "refusal", err.Error(), "egress refused: rebind.test resolves to 169.254.169.254, a cloud metadata address")
+			refused++
+			continue
+		}
+		allowed++
+		if got := conn.RemoteAddr().String(); got != "127.0.0.1:"+itoa(port) {
+			t.Errorf("connected to %s; want the vetted 127.0.0.1:%d", got, port)
+		}
+		_ = conn.Close()
+	}
+	if allowed != 3 || refused != 3 {
+		t.Errorf("allowed %d, refused %d; want 3 and 3", allowed, refused)
+	}
+}
+
+// TestConstrainNeverWidens tries every widening and conflicting constraint.
+func TestConstrainNeverWidens(t *testing.T) {
+	f := newFixture(t, nil)
+	pub, loc := dial(t, f.public), dial(t, f.local)
+	if _, err := constrain(t, pub.root, labels.Set{Network: "local"}); err == nil || !errors.Is(err, err) || !strings.Contains(err.Error(), "widen") {
+		t.Errorf("public constrain(network local) = %v; want a widening error", err)
+	}
+	narrowed, err := constrain(t, loc.root, labels.Set{Network: "public"})
+	if err != nil {
+		t.Fatalf("local constrain(network public): %v", err)
+	}
+	defer narrowed.Release()
+	got, err := check(context.Background(), narrowed, "tcp", "127.0.0.1", 80)
+	if err != nil || got.allow {
+		t.Errorf("check(127.0.0.1) on local narrowed to public = %+v, %v; want refused", got, err)
+	}
+	h, err := constrain(t, loc.root, labels.Set{Host: "a.test", Port: 443})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release()
+	for _, s := range []labels.Set{{Host: "b.test"}, {Port: 80}, {Network: "local", Host: "b.test"}} {
+		if h2, err := constrain(t, h, s); err == nil {
+			h2.Release()
+			t.Errorf("constrain(%s) on {a.test:443} succeeded; want a conflict", s)
+		}
+	}
+	vat, err := constrain(t, h, labels.Set{Vat: "v1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vat.Release()
+	if h2, err := constrain(t, vat, labels.Set{Vat: "v2"}); err == nil {
+		h2.Release()
+		t.Error("constrain(vat v2) on vat v1 succeeded")
+	}
+	f.dns.Set("a.test", netip.MustParseAddr("127.0.0.1"))
+	for _, tc := range []struct {
+		host string
+		port uint16
+		want bool
+	}{{"a.test", 443, true}, {"a.test", 80, false}, {"b.test", 443, false}} {
+		got, err := check(context.Background(), vat, "tcp", tc.host, tc.port)
+		if err != nil || got.allow != tc.want {
+			t.Errorf("check(%s:%d) on vat handle = %+v, %v; want allow %v", tc.host, tc.port, got, err, tc.want)
+		}
+	}
+	d, release := vat.Describe(context.Background(), nil)
+	defer release()
+	r, err := d.Struct()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _ := r.Labels()
+	s, _ := fromSchema(l)
+	if want := (labels.Set{Host: "a.test", Port: 443, Network: "local", Vat: "v1"}); s != want {
+		t.Errorf("describe = %s; want %s", s, want)
+	}
+}
+
+// FuzzDecideLiteral: whatever host text arrives, a public handle never
+// admits an address that is not public, and never panics.
+func FuzzDecideLiteral(f *testing.F) {
+	for _, s := range []string{"127.0.0.1", "::ffff:127.0.0.1", "[::1]", "0x7f.1", "2130706433", "8.8.8.8", "64:ff9b::7f00:1", "2002:7f00:1::", "fe80::1%lo", "ｅxample.com", "1.1.1.1.", "[2001:db8::1]"} {
+		f.Add(s)
+	}
+	srv, err := New(Config{OwnAddrs: []netip.Addr{}, Resolver: "127.0.0.1:1", ResolveTimeout: 10 * time.Millisecond})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer srv.Close()
+	f.Fuzz(func(t *testing.T, host string) {
+		if _, isIP := parseLiteral(strings.Trim(host, "[]")); !isIP {
+			host = "[" + host + "]" // keep it off the resolver
+		}
+		d, err := srv.decide(context.Background(), labels.Set{Network: "public"}, labels.Request{Scheme: "tcp", Host: host, Port: 1})
+		if err != nil || !d.allow {
+			return
+		}
+		for _, a := range d.vetted {
+			if v := srv.classify.Addr(a); v.Class.String() != "public" {
+				t.Fatalf("decide(%q) admitted %s, %s", host, a, v.What)
+			}
+		}
+	})
+}
