@@ -63,11 +63,16 @@ func (s *Server) decide(ctx context.Context, h labels.Set, req labels.Request) (
 			d.reason = fmt.Sprintf("%s is %s", host, v.What)
 			return d, nil
 		}
-		addrs, err := s.lookup(ctx, host)
-		if err != nil {
-			return d, err
+		if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+			// RFC 6761 6.3: loopback, answered here and never asked of DNS.
+			d.addrs = []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.IPv6Loopback()}
+		} else {
+			addrs, err := s.lookup(ctx, host)
+			if err != nil {
+				return d, err
+			}
+			d.addrs = addrs
 		}
-		d.addrs = addrs
 	}
 	// 3. Every answer must be admissible; one bad answer refuses the name.
 	class := labels.NetworkPublic

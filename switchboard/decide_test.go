@@ -17,12 +17,12 @@ func TestAddressClassesOverTheWire(t *testing.T) {
 	f := newFixture(t, nil)
 	pub, loc := dial(t, f.public), dial(t, f.local)
 	tests := []struct {
-		name       string
-		host       string
-		public     bool   // admitted on the public socket
-		local      bool   // admitted on the local socket
-		reason     string // part of the public refusal
-		localWhy   string // part of the local refusal, when refused
+		name     string
+		host     string
+		public   bool   // admitted on the public socket
+		local    bool   // admitted on the local socket
+		reason   string // part of the public refusal
+		localWhy string // part of the local refusal, when refused
 	}{
 		{"loopback", "127.0.0.1", false, true, "127.0.0.1 is a loopback address; this handle reaches public addresses only", ""},
 		{"loopback v6", "::1", false, true, "loopback", ""},

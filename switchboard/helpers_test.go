@@ -269,3 +269,5 @@ func mustContain(t *testing.T, what, got, want string) {
 }
 
 func itoa(p uint16) string { return fmt.Sprint(p) }
+
+func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }

@@ -152,3 +152,10 @@ func shutdownConn(c net.Conn) {
 	}
 	_ = raw.Control(func(fd uintptr) { _ = unix.Shutdown(int(fd), unix.SHUT_RDWR) })
 }
+
+// count reports how many sockets are watched.
+func (t *tracker) count() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.m)
+}
