@@ -1,0 +1,188 @@
+package tests
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"golang.org/x/net/websocket"
+)
+
+// echoServer runs a line echo server on 127.0.0.1 and returns its port.
+func echoServer(t testing.TB, prefix string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					if _, err := io.WriteString(c, prefix+line); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return fmt.Sprint(l.Addr().(*net.TCPAddr).Port)
+}
+
+// webServer runs an HTTP server on 127.0.0.1 with / (a page) and /ws (a
+// WebSocket echo), and returns its port.
+func webServer(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "<p>hello from the local web server</p>")
+	})
+	mux.Handle("/ws", websocket.Handler(func(ws *websocket.Conn) {
+		var msg string
+		if err := websocket.Message.Receive(ws, &msg); err != nil {
+			return
+		}
+		_ = websocket.Message.Send(ws, "echo: "+msg)
+	}))
+	srv := &http.Server{Handler: mux}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { srv.Close() })
+	return fmt.Sprint(l.Addr().(*net.TCPAddr).Port)
+}
+
+func q(kv ...string) string {
+	v := url.Values{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		v.Set(kv[i], kv[i+1])
+	}
+	return v.Encode()
+}
+
+func wantPrefix(t *testing.T, s *stack, path, prefix string) string {
+	t.Helper()
+	code, body := s.get(path)
+	if code != http.StatusOK || !strings.HasPrefix(body, prefix) {
+		t.Errorf("GET %s = %d %q; want 200 starting %q", path, code, body, prefix)
+	}
+	return body
+}
+
+// TestEgressGrants: a granted local echo server is reachable through the
+// wall's proxy; an ungranted one is refused with a reason; fetch and a
+// WebSocket go out through the switchboard too.
+func TestEgressGrants(t *testing.T) {
+	s := newStack(t, stackOpts{handle: "local"})
+	granted := echoServer(t, "echo: ")
+	other := echoServer(t, "other: ")
+	web := webServer(t)
+	grant := fmt.Sprintf(`[{"host":"127.0.0.1","port":%s},{"scheme":"http","host":"127.0.0.1","port":%s}]`, granted, web)
+	st := s.mustInstall("erin", example(t, "egress-probe"), q("egress", grant))
+	if st["status"] != "walled" {
+		t.Fatalf("status = %v; want walled", st)
+	}
+	if g := fmt.Sprint(st["grant"]); !strings.Contains(g, granted) || !strings.Contains(g, web) {
+		t.Errorf("grant = %s; want both ports", g)
+	}
+	t.Run("raw TCP granted", func(t *testing.T) {
+		s.mustGet("/erin/tcp?"+q("addr", "127.0.0.1:"+granted, "send", "ping"), "got: echo: ping")
+	})
+	t.Run("raw TCP ungranted", func(t *testing.T) {
+		body := wantPrefix(t, s, "/erin/tcp?"+q("addr", "127.0.0.1:"+other, "send", "ping"), "got: egress refused:")
+		if strings.Contains(body, "other:") {
+			t.Errorf("the ungranted server answered: %q", body)
+		}
+	})
+	t.Run("fetch granted", func(t *testing.T) {
+		s.mustGet("/erin/?"+q("url", "http://127.0.0.1:"+web+"/"), "got: <p>hello from the local web server</p>")
+	})
+	t.Run("fetch ungranted name", func(t *testing.T) {
+		body := wantPrefix(t, s, "/erin/?"+q("url", "https://example.org/"), "got: egress refused:")
+		if !strings.Contains(body, "example.org") {
+			t.Errorf("refusal %q does not name the host", body)
+		}
+	})
+	t.Run("websocket", func(t *testing.T) {
+		// The WebSocket goes as a TCP stream through the proxy: grant it.
+		s.mustInstall("wendy", example(t, "egress-probe"), q("egress", fmt.Sprintf(`{"host":"127.0.0.1","port":%s}`, web)))
+		s.mustGet("/wendy/ws?"+q("url", "ws://127.0.0.1:"+web+"/ws", "send", "hi"), "got: echo: hi")
+	})
+	t.Run("no grant no way out", func(t *testing.T) {
+		s.mustInstall("nora", example(t, "egress-probe"), "")
+		body := wantPrefix(t, s, "/nora/tcp?"+q("addr", "127.0.0.1:"+granted, "send", "ping"), "got: ")
+		if strings.Contains(body, "echo:") {
+			t.Errorf("a vat with no grant reached the echo server: %q", body)
+		}
+	})
+}
+
+// TestCapabilityConstrain: a vat using fd 3 directly connects with the
+// socket handed over; a handle it narrowed itself is enforced.
+func TestCapabilityConstrain(t *testing.T) {
+	s := newStack(t, stackOpts{handle: "local"})
+	a := echoServer(t, "a: ")
+	b := echoServer(t, "b: ")
+	grant := fmt.Sprintf(`[{"host":"127.0.0.1","port":%s},{"host":"127.0.0.1","port":%s}]`, a, b)
+	s.mustInstall("cap", example(t, "capnp-probe"), q("egress", grant))
+	s.mustGet("/cap/connect?"+q("addr", "127.0.0.1:"+a, "send", "x"), "got: a: x")
+	s.mustGet("/cap/connect?"+q("addr", "127.0.0.1:"+b, "send", "y"), "got: b: y")
+	narrow := fmt.Sprintf(`{"port":%s}`, b)
+	s.mustGet("/cap/connect?"+q("addr", "127.0.0.1:"+b, "send", "z", "constrain", narrow), "got: b: z")
+	body := wantPrefix(t, s, "/cap/connect?"+q("addr", "127.0.0.1:"+a, "send", "z", "constrain", narrow), "got: egress refused:")
+	if strings.Contains(body, "a: z") {
+		t.Errorf("the narrowed handle reached a: %q", body)
+	}
+	desc := wantPrefix(t, s, "/cap/describe?"+q("constrain", narrow), "got: ")
+	if !strings.Contains(desc, "port="+b) || !strings.Contains(desc, "vat=cap") {
+		t.Errorf("describe = %q; want the narrowed port and vat=cap", desc)
+	}
+	// Widening is impossible: a network the handle does not have.
+	wantPrefix(t, s, "/cap/connect?"+q("addr", "127.0.0.1:"+a, "send", "z", "constrain", `{"host":"10.0.0.1"}`), "got: ")
+	if _, body := s.get("/cap/connect?" + q("addr", "127.0.0.1:"+a, "send", "z", "constrain", `{"host":"10.0.0.1"}`)); strings.Contains(body, "a: z") {
+		t.Errorf("a conflicting constrain still reached a: %q", body)
+	}
+}
+
+// TestPublicHandleNeverReachesLocal: a supervisor holding only the public
+// switchboard socket cannot reach a local echo server, whatever the grant.
+func TestPublicHandleNeverReachesLocal(t *testing.T) {
+	s := newStack(t, stackOpts{handle: "public"})
+	port := echoServer(t, "echo: ")
+	s.mustInstall("erin", example(t, "egress-probe"), q("egress", fmt.Sprintf(`{"host":"127.0.0.1","port":%s}`, port)))
+	body := wantPrefix(t, s, "/erin/tcp?"+q("addr", "127.0.0.1:"+port, "send", "ping"), "got: egress refused:")
+	if strings.Contains(body, "echo:") {
+		t.Errorf("reached the local echo server through the public handle: %q", body)
+	}
+	s.mustInstall("cap", example(t, "capnp-probe"), q("egress", fmt.Sprintf(`{"host":"127.0.0.1","port":%s}`, port)))
+	body = wantPrefix(t, s, "/cap/connect?"+q("addr", "127.0.0.1:"+port, "send", "ping"), "got: egress refused:")
+	if strings.Contains(body, "echo:") {
+		t.Errorf("fd 3 reached the local echo server through the public handle: %q", body)
+	}
+	// Asking for network local in the grant is a conflict, never a widening.
+	code, out := s.install("lou", example(t, "egress-probe"), q("egress", fmt.Sprintf(`{"host":"127.0.0.1","port":%s,"network":"local"}`, port)))
+	if code == http.StatusCreated {
+		_, body := s.get("/lou/tcp?" + q("addr", "127.0.0.1:"+port, "send", "ping"))
+		if strings.Contains(body, "echo:") {
+			t.Errorf("a grant naming network local widened a public handle: %q (install said %s)", body, out)
+		}
+	}
+}

@@ -1,0 +1,369 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"toybox/tests/testenv"
+)
+
+// bins holds the binaries TestMain built: toybox, toybox-entry, switchboard,
+// and examples/<name>.
+var bins string
+
+var examples = []string{"counter-v1", "counter-v2", "egress-probe", "capnp-probe"}
+
+func TestMain(m *testing.M) {
+	code, err := buildAll()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tests: building the binaries:", err)
+		os.Exit(1)
+	}
+	if code == 0 {
+		code = m.Run()
+	}
+	_ = os.RemoveAll(bins)
+	os.Exit(code)
+}
+
+func repoRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Dir(strings.TrimSpace(string(out))), nil
+}
+
+func buildAll() (int, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return 1, err
+	}
+	bins, err = os.MkdirTemp("", "tbx-bin-")
+	if err != nil {
+		return 1, err
+	}
+	if err := os.Chmod(bins, 0o755); err != nil {
+		return 1, err
+	}
+	build := func(out string, pkgs ...string) error {
+		args := append([]string{"build", "-o", out}, pkgs...)
+		cmd := exec.Command("go", args...)
+		cmd.Dir = root
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, b)
+		}
+		return nil
+	}
+	if err := build(bins+"/", "./cmd/toybox", "./cmd/toybox-entry", "./cmd/switchboard"); err != nil {
+		return 1, err
+	}
+	for _, e := range examples {
+		if err := build(filepath.Join(bins, "examples", e), "./examples/"+e); err != nil {
+			return 1, err
+		}
+	}
+	if err := build(filepath.Join(bins, "examples", "snoop"), "./tests/snoop"); err != nil {
+		return 1, err
+	}
+	return 0, nil
+}
+
+// example returns the path of a built example (or the shell script vat).
+func example(t testing.TB, name string) string {
+	t.Helper()
+	if name == "shell-script" {
+		root, err := repoRoot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return filepath.Join(root, "examples", "shell-script", "app.sh")
+	}
+	return filepath.Join(bins, "examples", name)
+}
+
+// stack is a switchboard and a supervisor, run as real processes.
+type stack struct {
+	t      testing.TB
+	dir    string
+	state  string
+	admin  string
+	http   string // host:port
+	handle string // which switchboard socket toybox holds: public or local
+	env    []string
+	extra  []string // more toybox serve flags
+
+	sbPublic, sbLocal string
+	sb, tb            *exec.Cmd
+	sbLog, tbLog      *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type stackOpts struct {
+	handle string   // "local" (default) or "public"
+	env    []string // extra environment for toybox serve
+	extra  []string // extra flags for toybox serve
+}
+
+// newStack starts a switchboard and a supervisor holding opts.handle. Every
+// test that uses it needs bubblewrap (vats run walled).
+func newStack(t testing.TB, opts stackOpts) *stack {
+	t.Helper()
+	testenv.RequireBwrap(t)
+	testenv.RequireRoot(t)
+	dir, err := os.MkdirTemp("", "tbx-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The walls' uid must be able to traverse to the state folders.
+	if err := os.Chmod(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	if opts.handle == "" {
+		opts.handle = "local"
+	}
+	s := &stack{t: t, dir: dir, state: filepath.Join(dir, "state"), admin: filepath.Join(dir, "admin.sock"),
+		http: "127.0.0.1:" + freePort(t), handle: opts.handle, env: opts.env, extra: opts.extra,
+		sbPublic: filepath.Join(dir, "sb-public.sock"), sbLocal: filepath.Join(dir, "sb-local.sock")}
+	t.Cleanup(func() {
+		s.stopToybox()
+		s.stopSwitchboard()
+		if t.Failed() {
+			t.Logf("toybox log:\n%s", tail(s.tbLog))
+			t.Logf("switchboard log:\n%s", tail(s.sbLog))
+		}
+		_ = os.RemoveAll(dir)
+	})
+	s.startSwitchboard()
+	s.startToybox()
+	return s
+}
+
+func tail(b *syncBuffer) string {
+	if b == nil {
+		return ""
+	}
+	s := b.String()
+	if len(s) > 12000 {
+		s = "…" + s[len(s)-12000:]
+	}
+	return s
+}
+
+func freePort(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return fmt.Sprint(l.Addr().(*net.TCPAddr).Port)
+}
+
+func waitFor(t testing.TB, what string, d time.Duration, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (s *stack) startSwitchboard() {
+	s.t.Helper()
+	s.sbLog = &syncBuffer{}
+	s.sb = exec.Command(filepath.Join(bins, "switchboard"), "--listen", "public="+s.sbPublic, "--listen", "local="+s.sbLocal)
+	s.sb.Stdout, s.sb.Stderr = s.sbLog, s.sbLog
+	s.sb.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := s.sb.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	waitFor(s.t, "the switchboard's sockets", 10*time.Second, func() bool {
+		_, e1 := os.Stat(s.sbPublic)
+		_, e2 := os.Stat(s.sbLocal)
+		return e1 == nil && e2 == nil
+	})
+}
+
+func (s *stack) stopSwitchboard() {
+	if s.sb == nil || s.sb.Process == nil {
+		return
+	}
+	_ = s.sb.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = s.sb.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = s.sb.Process.Kill()
+		<-done
+	}
+	s.sb = nil
+}
+
+func (s *stack) sbSock() string {
+	if s.handle == "public" {
+		return s.sbPublic
+	}
+	return s.sbLocal
+}
+
+func (s *stack) startToybox() {
+	s.t.Helper()
+	if s.tbLog == nil {
+		s.tbLog = &syncBuffer{}
+	}
+	args := append([]string{"serve", "--state", s.state, "--switchboard", s.sbSock(), "--http", s.http, "--admin", s.admin,
+		"--entry", filepath.Join(bins, "toybox-entry"), "--stop-grace", "2s"}, s.extra...)
+	s.tb = exec.Command(filepath.Join(bins, "toybox"), args...)
+	s.tb.Env = append([]string{"PATH=" + os.Getenv("PATH")}, s.env...)
+	s.tb.Stdout, s.tb.Stderr = s.tbLog, s.tbLog
+	if err := s.tb.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	waitFor(s.t, "toybox's admin socket", 15*time.Second, func() bool {
+		code, _ := s.adminDo("GET", "/", nil)
+		return code == http.StatusOK
+	})
+}
+
+// stopToybox stops the supervisor with SIGTERM (as systemd would).
+func (s *stack) stopToybox() {
+	if s.tb == nil || s.tb.Process == nil {
+		return
+	}
+	_ = s.tb.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = s.tb.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		s.t.Errorf("toybox did not stop within 20s of SIGTERM")
+		_ = s.tb.Process.Kill()
+		<-done
+	}
+	s.tb = nil
+}
+
+// killToybox kills the supervisor outright (SIGKILL), as a crash would.
+func (s *stack) killToybox() {
+	_ = s.tb.Process.Kill()
+	_ = s.tb.Wait()
+	s.tb = nil
+}
+
+func (s *stack) adminClient() *http.Client {
+	return &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", s.admin)
+		},
+	}}
+}
+
+func (s *stack) adminDo(method, path string, body io.Reader) (int, string) {
+	req, err := http.NewRequest(method, "http://toybox"+path, body)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	resp, err := s.adminClient().Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// install PUTs the file at path as vat id with query (already encoded).
+func (s *stack) install(id, path, query string) (int, string) {
+	s.t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer f.Close()
+	p := "/" + id
+	if query != "" {
+		p += "?" + query
+	}
+	return s.adminDo("PUT", p, f)
+}
+
+func (s *stack) mustInstall(id, path, query string) map[string]any {
+	s.t.Helper()
+	code, body := s.install(id, path, query)
+	if code != http.StatusCreated && code != http.StatusOK {
+		s.t.Fatalf("PUT /%s = %d %s; want 201 or 200", id, code, body)
+	}
+	var st map[string]any
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		s.t.Fatalf("PUT /%s answered %q: %v", id, body, err)
+	}
+	return st
+}
+
+func (s *stack) status(id string) map[string]any {
+	s.t.Helper()
+	code, body := s.adminDo("GET", "/"+id, nil)
+	if code != http.StatusOK {
+		s.t.Fatalf("GET /%s = %d %s", id, code, body)
+	}
+	var st map[string]any
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		s.t.Fatal(err)
+	}
+	return st
+}
+
+// get fetches path from the public HTTP listener.
+func (s *stack) get(path string) (int, string) {
+	s.t.Helper()
+	c := &http.Client{Timeout: 30 * time.Second}
+	resp, err := c.Get("http://" + s.http + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, strings.TrimRight(string(b), "\n")
+}
+
+func (s *stack) mustGet(path, want string) {
+	s.t.Helper()
+	code, body := s.get(path)
+	if code != http.StatusOK || body != want {
+		s.t.Fatalf("GET %s = %d %q; want 200 %q", path, code, body, want)
+	}
+}

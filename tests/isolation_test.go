@@ -1,0 +1,191 @@
+package tests
+
+import (
+	"archive/tar"
+	"bytes"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// TestIsolation: a hostile vat cannot read, list or write another vat's data,
+// reach its socket, the admin socket, the supervisor's records, or the public
+// port from inside its wall. Its own things work (the positive controls).
+func TestIsolation(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	s.mustInstall("alice", example(t, "counter-v1"), "")
+	s.mustGet("/alice", "v1 count 1")
+	s.mustInstall("mallory", example(t, "snoop"), "")
+	alicePid := int(s.status("alice")["pid"].(float64))
+
+	own := func(path, wantPrefix string) {
+		t.Helper()
+		code, body := s.get("/mallory" + path)
+		if code != http.StatusOK || !strings.HasPrefix(body, wantPrefix) {
+			t.Errorf("GET /mallory%s = %d %q; want %q", path, code, body, wantPrefix)
+		}
+	}
+	// Positive controls: its own data and socket.
+	own("/write?"+q("path", filepath.Join(s.state, "data", "mallory", "mine")), "ok: written")
+	own("/read?"+q("path", filepath.Join(s.state, "data", "mallory", "mine")), "ok: snooped")
+	own("/dial?"+q("addr", "/run/toybox/app.sock"), "ok: connected")
+
+	attacks := []struct{ name, path string }{
+		{"read alice's data", "/read?" + q("path", filepath.Join(s.state, "data", "alice", "count"))},
+		{"write alice's data", "/write?" + q("path", filepath.Join(s.state, "data", "alice", "count"))},
+		{"read alice's record", "/read?" + q("path", filepath.Join(s.state, "vats", "alice.json"))},
+		{"read walls.json", "/read?" + q("path", filepath.Join(s.state, "walls.json"))},
+		{"dial alice's socket", "/dial?" + q("addr", filepath.Join(s.state, "run", "alice", "app.sock"))},
+		{"dial the admin socket", "/dial?" + q("addr", s.admin)},
+		{"dial the switchboard", "/dial?" + q("addr", s.sbLocal)},
+		{"dial the public port", "/dial?" + q("net", "tcp", "addr", s.http)},
+		{"read alice's environ", "/read?" + q("path", fmt.Sprintf("/proc/%d/environ", alicePid))},
+		{"read through alice's root", "/read?" + q("path", fmt.Sprintf("/proc/%d/root%s", alicePid, filepath.Join(s.state, "data", "alice", "count")))},
+	}
+	for _, a := range attacks {
+		t.Run(a.name, func(t *testing.T) {
+			code, body := s.get("/mallory" + a.path)
+			if code != http.StatusOK || !strings.HasPrefix(body, "denied:") {
+				t.Errorf("GET /mallory%s = %d %q; want denied", a.path, code, body)
+			}
+		})
+	}
+	t.Run("list other vats", func(t *testing.T) {
+		for _, dir := range []string{filepath.Join(s.state, "data"), filepath.Join(s.state, "run"), filepath.Join(s.state, "vats"), s.state} {
+			_, body := s.get("/mallory/list?" + q("path", dir))
+			if strings.Contains(body, "alice") {
+				t.Errorf("listing %s from mallory shows alice: %q", dir, body)
+			}
+		}
+	})
+	// Alice is untouched.
+	s.mustGet("/alice", "v1 count 2")
+}
+
+type tarEntry struct {
+	name, body, link string
+	typ              byte
+	mode             int64
+}
+
+func mkTar(t testing.TB, ents ...tarEntry) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, e := range ents {
+		typ := e.typ
+		if typ == 0 {
+			typ = tar.TypeReg
+		}
+		mode := e.mode
+		if mode == 0 {
+			mode = 0o644
+		}
+		h := &tar.Header{Name: e.name, Typeflag: typ, Mode: mode, Linkname: e.link}
+		if typ == tar.TypeReg {
+			h.Size = int64(len(e.body))
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if typ == tar.TypeReg {
+			if _, err := tw.Write([]byte(e.body)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func snapshot(t testing.TB, s *stack) string {
+	t.Helper()
+	ents, err := os.ReadDir(filepath.Join(s.state, "code"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	sort.Strings(names)
+	rec, err := os.ReadFile(filepath.Join(s.state, "vats", "alice.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(names, ",") + "\n" + string(rec)
+}
+
+// TestBadInputChangesNothing: every kind of bad install is 400 with a
+// message naming the problem, stores nothing, and leaves the running version
+// running; a failed upgrade rolls back.
+func TestBadInputChangesNothing(t *testing.T) {
+	s := newStack(t, stackOpts{extra: []string{"--max-body", "16000000"}})
+	s.mustInstall("alice", example(t, "counter-v1"), "")
+	s.mustGet("/alice", "v1 count 1")
+	before := snapshot(t, s)
+	goodManifest := tarEntry{name: "manifest.json", body: `{"command":["./app"]}`}
+	goodApp := tarEntry{name: "app", body: "#!/bin/sh\nexit 0\n", mode: 0o755}
+	big := bytes.Repeat([]byte("#"), 16000001)
+	cases := []struct {
+		name, id, query string
+		body            []byte
+		want            string
+	}{
+		{"bad id upper", "Alice", "", []byte("#!/bin/sh\n"), "vat id"},
+		{"bad id leading dash", "-alice", "", []byte("#!/bin/sh\n"), "vat id"},
+		{"bad id underscore", "al_ice", "", []byte("#!/bin/sh\n"), "vat id"},
+		{"too large", "alice", "", big, "larger than"},
+		{"garbage", "alice", "", []byte("this is not code"), "neither an executable"},
+		{"tar dotdot", "alice", "", mkTar(t, goodManifest, goodApp, tarEntry{name: "../../escape", body: "x"}), "contains .."},
+		{"tar absolute", "alice", "", mkTar(t, goodManifest, goodApp, tarEntry{name: "/etc/cron.d/x", body: "x"}), "absolute"},
+		{"tar symlink out", "alice", "", mkTar(t, goodManifest, goodApp, tarEntry{name: "l", typ: tar.TypeSymlink, link: "../../../etc"}), "leaves the bundle"},
+		{"tar device", "alice", "", mkTar(t, goodManifest, goodApp, tarEntry{name: "mem", typ: tar.TypeChar}), "device"},
+		{"tar missing command", "alice", "", mkTar(t, goodManifest), "missing"},
+		{"bad manifest key", "alice", "", mkTar(t, tarEntry{name: "manifest.json", body: `{"command":["./app"],"privileged":true}`}, goodApp), "unknown field"},
+		{"grant names vat", "alice", q("egress", `{"vat":"bob"}`), []byte("#!/bin/sh\n"), "vat"},
+		{"grant wildcard", "alice", q("egress", `{"host":"*.example.com"}`), []byte("#!/bin/sh\n"), "egress"},
+		{"grant bad port", "alice", q("egress", `{"host":"example.com","port":70000}`), []byte("#!/bin/sh\n"), "port"},
+		{"env undeclared", "alice", q("env", `{"SECRET":"x"}`), []byte("#!/bin/sh\n"), "not declared"},
+		{"env not an object", "alice", q("env", `["x"]`), []byte("#!/bin/sh\n"), "JSON object"},
+		{"unknown parameter", "alice", q("colour", "red"), []byte("#!/bin/sh\n"), "unknown parameter"},
+		{"digest mismatch", "alice", q("sha256", strings.Repeat("0", 64)), []byte("#!/bin/sh\n"), "digest mismatch"},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, body := s.adminDo("PUT", "/"+c.id+"?"+c.query, bytes.NewReader(c.body))
+			if code != http.StatusBadRequest || !strings.Contains(body, c.want) {
+				t.Errorf("PUT = %d %s; want 400 mentioning %q", code, body, c.want)
+			}
+			if after := snapshot(t, s); after != before {
+				t.Errorf("the store changed:\nbefore %s\nafter  %s", before, after)
+			}
+			s.mustGet("/alice", fmt.Sprintf("v1 count %d", i+2))
+		})
+	}
+	t.Run("failed upgrade rolls back", func(t *testing.T) {
+		dir := t.TempDir()
+		bad := filepath.Join(dir, "bad.sh")
+		if err := os.WriteFile(bad, []byte("#!/bin/sh\necho broken >&2\nexit 3\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		code, body := s.install("alice", bad, "")
+		if code != http.StatusBadRequest || !strings.Contains(body, "upgrade refused") || !strings.Contains(body, "exit status 3") {
+			t.Fatalf("bad upgrade = %d %s; want 400 upgrade refused naming exit status 3", code, body)
+		}
+		rec, err := os.ReadFile(filepath.Join(s.state, "vats", "alice.json"))
+		if err != nil || !strings.Contains(before, string(rec)) {
+			t.Errorf("the record changed after a failed upgrade: %s", rec)
+		}
+		s.mustGet("/alice", fmt.Sprintf("v1 count %d", len(cases)+2))
+		if st := s.status("alice"); st["status"] != "walled" {
+			t.Errorf("status after rollback = %v; want walled", st)
+		}
+	})
+}

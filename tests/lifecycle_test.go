@@ -1,0 +1,157 @@
+package tests
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestInstallAndUpgrade: install counter-v1, talk to it, upgrade to
+// counter-v2: the data folder carries over, the code changes, it stays walled.
+func TestInstallAndUpgrade(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	st := s.mustInstall("alice", example(t, "counter-v1"), "")
+	if st["status"] != "walled" || st["upgraded"] != false {
+		t.Fatalf("install status = %v; want walled, not an upgrade", st)
+	}
+	if code, _ := st["code"].(string); !strings.HasPrefix(code, "sha256:") || len(code) != 71 {
+		t.Errorf("code = %q; want sha256:<64 hex>", code)
+	}
+	s.mustGet("/alice", "v1 count 1")
+	s.mustGet("/alice/", "v1 count 2")
+	st2 := s.mustInstall("alice", example(t, "counter-v2"), "")
+	if st2["upgraded"] != true || st2["code"] == st["code"] || st2["status"] != "walled" {
+		t.Fatalf("upgrade status = %v; want an upgrade to new code, walled", st2)
+	}
+	s.mustGet("/alice", "v2 count 3")
+	if code, body := s.get("/alice/nothing-here"); code != http.StatusNotFound {
+		t.Errorf("GET /alice/nothing-here = %d %q; want the app's 404", code, body)
+	}
+	if code, body := s.get("/nobody/"); code != http.StatusNotFound {
+		t.Errorf("GET /nobody/ = %d %q; want 404 for an unknown vat", code, body)
+	}
+	// Logs and the list.
+	code, body := s.adminDo("GET", "/", nil)
+	if code != http.StatusOK || !strings.Contains(body, `"alice"`) {
+		t.Errorf("GET / = %d %s; want the list with alice", code, body)
+	}
+	if code, _ := s.adminDo("GET", "/alice/logs", nil); code != http.StatusOK {
+		t.Errorf("GET /alice/logs = %d; want 200", code)
+	}
+	// Delete keeps the data; a new install sees it.
+	if code, body := s.adminDo("DELETE", "/alice", nil); code != http.StatusOK {
+		t.Fatalf("DELETE /alice = %d %s", code, body)
+	}
+	if code, _ := s.get("/alice"); code != http.StatusNotFound {
+		t.Errorf("GET /alice after DELETE = %d; want 404", code)
+	}
+	s.mustInstall("alice", example(t, "counter-v1"), "")
+	s.mustGet("/alice", "v1 count 4")
+	if code, body := s.adminDo("DELETE", "/alice?purge=1", nil); code != http.StatusOK {
+		t.Fatalf("DELETE /alice?purge=1 = %d %s", code, body)
+	}
+	if _, err := os.Stat(filepath.Join(s.state, "data", "alice")); !os.IsNotExist(err) {
+		t.Errorf("data/alice after purge: %v; want gone", err)
+	}
+}
+
+// TestShellScriptVat: a #!/bin/sh program is a vat like any other.
+func TestShellScriptVat(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	st := s.mustInstall("shelly", example(t, "shell-script"), "")
+	if st["status"] != "walled" {
+		t.Fatalf("status = %v; want walled", st)
+	}
+	s.mustGet("/shelly/hello", "sh says hello: GET /hello, hit 1")
+	s.mustGet("/shelly/", "sh says hello: GET /, hit 2")
+}
+
+// TestCrashAndRestart: kill the app's wall: it is restarted with its data;
+// kill the supervisor outright and start it again: every vat is back.
+func TestCrashAndRestart(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	s.mustInstall("alice", example(t, "counter-v1"), "")
+	s.mustInstall("bob", example(t, "counter-v2"), "")
+	s.mustGet("/alice", "v1 count 1")
+	s.mustGet("/bob", "v2 count 1")
+
+	pid := int(s.status("alice")["pid"].(float64))
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("killing alice's wall (pid %d): %v", pid, err)
+	}
+	waitFor(t, "alice to be restarted", 20*time.Second, func() bool {
+		st := s.status("alice")
+		p, _ := st["pid"].(float64)
+		return st["status"] == "walled" && int(p) != pid && int(p) != 0
+	})
+	st := s.status("alice")
+	if st["restarts"].(float64) < 1 || !strings.Contains(fmt.Sprint(st["last_exit"]), "signal") {
+		t.Errorf("status after a crash = %v; want restarts >= 1 and the signal in last_exit", st)
+	}
+	s.mustGet("/alice", "v1 count 2")
+
+	s.killToybox()
+	if code, _ := s.get("/alice"); code == http.StatusOK {
+		t.Fatal("alice still answers with its supervisor dead")
+	}
+	s.startToybox()
+	waitFor(t, "every vat back", 20*time.Second, func() bool {
+		return s.status("alice")["status"] == "walled" && s.status("bob")["status"] == "walled"
+	})
+	s.mustGet("/alice", "v1 count 3")
+	s.mustGet("/bob", "v2 count 2")
+}
+
+// TestRepeatedCrashesLeaveItOff: an app that keeps dying ends "off: it
+// stopped" with its exit status, and answers 503 with that word.
+func TestRepeatedCrashesLeaveItOff(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	dir := t.TempDir()
+	script := filepath.Join(dir, "dies.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho dying on purpose >&2\nexit 7\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	code, body := s.install("crashy", script, "")
+	if code != http.StatusServiceUnavailable {
+		t.Fatalf("PUT /crashy = %d %s; want 503 (installed, not up)", code, body)
+	}
+	waitFor(t, "crashy to be off", 60*time.Second, func() bool {
+		return s.status("crashy")["status"] == "off: it stopped"
+	})
+	st := s.status("crashy")
+	if !strings.Contains(fmt.Sprint(st["last_exit"]), "exit status 7") || st["status_es"] != "apagado: se detuvo" {
+		t.Errorf("status = %v; want exit status 7 and the Spanish word", st)
+	}
+	if code, body := s.get("/crashy/"); code != http.StatusServiceUnavailable || !strings.Contains(body, "off: it stopped") {
+		t.Errorf("GET /crashy/ = %d %q; want 503 with the status word", code, body)
+	}
+	if _, logs := s.adminDo("GET", "/crashy/logs", nil); !strings.Contains(logs, "dying on purpose") {
+		t.Errorf("logs = %q; want the app's stderr", logs)
+	}
+}
+
+// TestOwnerChoiceUnwalled: the owner's choice runs a vat without its wall and
+// the status says so; walled=true puts it back.
+func TestOwnerChoiceUnwalled(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	s.mustInstall("alice", example(t, "counter-v1"), "")
+	code, body := s.adminDo("POST", "/alice/walls?walled=false", nil)
+	if code != http.StatusOK || !strings.Contains(body, "not walled (your choice)") {
+		t.Fatalf("POST walls=false = %d %s; want not walled (your choice)", code, body)
+	}
+	s.mustGet("/alice", "v1 count 1")
+	fi, err := os.Stat(filepath.Join(s.state, "walls.json"))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("walls.json: %v %v; want mode 0600", fi, err)
+	}
+	code, body = s.adminDo("POST", "/alice/walls?walled=true", nil)
+	if code != http.StatusOK || !strings.Contains(body, `"status": "walled"`) {
+		t.Fatalf("POST walls=true = %d %s; want walled", code, body)
+	}
+	s.mustGet("/alice", "v1 count 2")
+}

@@ -1,0 +1,73 @@
+// Command snoop is a hostile vat for the isolation tests: on request it tries
+// to read a file, list a folder or dial a unix socket, and reports what
+// happened ("ok: ..." or "denied: ..."). It must only ever succeed on its own
+// things.
+package main
+
+import (
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+)
+
+func main() {
+	listen := os.Getenv("TOYBOX_LISTEN")
+	if listen == "" {
+		log.Fatal("snoop: TOYBOX_LISTEN must be set")
+	}
+	http.HandleFunc("/read", func(w http.ResponseWriter, r *http.Request) {
+		b, err := os.ReadFile(r.URL.Query().Get("path"))
+		if err != nil {
+			fmt.Fprintf(w, "denied: %v\n", err)
+			return
+		}
+		fmt.Fprintf(w, "ok: %s\n", strings.TrimSpace(string(b)))
+	})
+	http.HandleFunc("/write", func(w http.ResponseWriter, r *http.Request) {
+		err := os.WriteFile(r.URL.Query().Get("path"), []byte("snooped"), 0o600)
+		if err != nil {
+			fmt.Fprintf(w, "denied: %v\n", err)
+			return
+		}
+		fmt.Fprintln(w, "ok: written")
+	})
+	http.HandleFunc("/list", func(w http.ResponseWriter, r *http.Request) {
+		ents, err := os.ReadDir(r.URL.Query().Get("path"))
+		if err != nil {
+			fmt.Fprintf(w, "denied: %v\n", err)
+			return
+		}
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		fmt.Fprintf(w, "ok: %s\n", strings.Join(names, " "))
+	})
+	http.HandleFunc("/dial", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		network := q.Get("net")
+		if network == "" {
+			network = "unix"
+		}
+		c, err := net.DialTimeout(network, q.Get("addr"), 2*time.Second)
+		if err != nil {
+			fmt.Fprintf(w, "denied: %v\n", err)
+			return
+		}
+		c.Close()
+		fmt.Fprintln(w, "ok: connected")
+	})
+	http.HandleFunc("/env", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "ok: %s\n", strings.Join(os.Environ(), "\n"))
+	})
+	_ = os.Remove(listen)
+	l, err := net.Listen("unix", listen)
+	if err != nil {
+		log.Fatal(err)
+	}
+	log.Fatal(http.Serve(l, nil))
+}
