@@ -179,8 +179,11 @@ var setCases = []struct {
 	errSub   string
 }{
 	{"host and port", `{"host":"example.com","port":443}`, Set{Host: "example.com", Port: 443}, ""},
-	{"all keys", `{"scheme":"HTTPS","host":"Example.COM.","port":"8443","network":"public","vat":"my-vat-1"}`,
-		Set{Scheme: "https", Host: "example.com", Port: 8443, Network: "public", Vat: "my-vat-1"}, ""},
+	{
+		"all keys", `{"scheme":"HTTPS","host":"Example.COM.","port":"8443","network":"public","vat":"my-vat-1"}`,
+		Set{Scheme: "https", Host: "example.com", Port: 8443, Network: "public", Vat: "my-vat-1"},
+		"",
+	},
 	{"empty object", `{}`, Set{}, ""},
 	{"white space", " \n{ \"network\" : \"local\" }\t", Set{Network: "local"}, ""},
 	{"port string", `{"port":"80"}`, Set{Port: 80}, ""},
@@ -257,8 +260,11 @@ func TestSetString(t *testing.T) {
 	}{
 		{"zero", Set{}, `{}`},
 		{"host and port", Set{Host: "example.com", Port: 443}, `{"host":"example.com","port":443}`},
-		{"all sorted", Set{Scheme: "https", Host: "a.com", Port: 1, Network: "local", Vat: "v"},
-			`{"host":"a.com","network":"local","port":1,"scheme":"https","vat":"v"}`},
+		{
+			"all sorted",
+			Set{Scheme: "https", Host: "a.com", Port: 1, Network: "local", Vat: "v"},
+			`{"host":"a.com","network":"local","port":1,"scheme":"https","vat":"v"}`,
+		},
 		{"escapes", Set{Host: "a\"b<"}, `{"host":"a\"b\u003c"}`},
 	}
 	for _, tt := range tests {
@@ -422,9 +428,21 @@ func TestValidVatID(t *testing.T) {
 		id   string
 		want bool
 	}{
-		{"a", true}, {"0", true}, {"my-vat-2", true}, {"a-", true}, {strings.Repeat("a", 63), true},
-		{"", false}, {"-a", false}, {"A", false}, {"a_b", false}, {"a.b", false}, {"a b", false},
-		{strings.Repeat("a", 64), false}, {"ä", false}, {"a/b", false}, {"..", false},
+		{"a", true},
+		{"0", true},
+		{"my-vat-2", true},
+		{"a-", true},
+		{strings.Repeat("a", 63), true},
+		{"", false},
+		{"-a", false},
+		{"A", false},
+		{"a_b", false},
+		{"a.b", false},
+		{"a b", false},
+		{strings.Repeat("a", 64), false},
+		{"ä", false},
+		{"a/b", false},
+		{"..", false},
 	} {
 		t.Run(tt.id, func(t *testing.T) {
 			if got := ValidVatID(tt.id); got != tt.want {
@@ -505,8 +523,13 @@ var admitCases = []struct {
 	{"default port differs", Set{Port: 443}, Request{Scheme: "http", Host: "a.com"}, false, "port 80 not granted"},
 	{"other scheme", Set{Scheme: "https"}, Request{Scheme: "http", Host: "a.com"}, false, "scheme http not granted"},
 	{"tcp is not https", Set{Scheme: "https"}, Request{Scheme: "tcp", Host: "a.com", Port: 443}, false, "scheme tcp not granted"},
-	{"public refuses local", Set{Network: "public"}, Request{Scheme: "http", Host: "example.org", Class: "local"}, false,
-		"example.org is a local address; this handle reaches public addresses only"},
+	{
+		"public refuses local",
+		Set{Network: "public"},
+		Request{Scheme: "http", Host: "example.org", Class: "local"},
+		false,
+		"example.org is a local address; this handle reaches public addresses only",
+	},
 	{"tcp without port", Set{}, Request{Scheme: "tcp", Host: "a.com"}, false, "a tcp request needs a port"},
 	{"unknown scheme", Set{}, Request{Scheme: "ftp", Host: "a.com"}, false, `scheme "ftp" not supported`},
 	{"no scheme", Set{}, Request{Host: "a.com"}, false, "request has no scheme"},
