@@ -72,17 +72,32 @@ func (p *Process) Stop(grace time.Duration) error {
 		return p.err
 	default:
 	}
-	if p.child > 0 {
-		_ = unix.Kill(p.child, unix.SIGTERM)
-	} else {
-		_ = p.cmd.Process.Signal(unix.SIGTERM)
+	term := func() {
+		if p.child > 0 {
+			_ = unix.Kill(p.child, unix.SIGTERM)
+		} else {
+			_ = p.cmd.Process.Signal(unix.SIGTERM)
+		}
 	}
+	term()
 	t := time.NewTimer(grace)
 	defer t.Stop()
-	select {
-	case <-p.done:
-		return p.err
-	case <-t.C:
+	// A wall that was just started may not have its handler yet (pid 1
+	// drops unhandled signals): repeat the request a few times early on.
+	resend := time.NewTicker(200 * time.Millisecond)
+	defer resend.Stop()
+	for n := 0; ; n++ {
+		select {
+		case <-p.done:
+			return p.err
+		case <-resend.C:
+			if n < 5 {
+				term()
+			}
+			continue
+		case <-t.C:
+		}
+		break
 	}
 	if p.child > 0 {
 		// pid 1 of the wall: the kernel kills everything inside with it.

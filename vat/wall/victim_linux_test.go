@@ -52,27 +52,18 @@ func victim(mode string) int {
 			fmt.Println("DATAWRITE ok")
 		}
 	case "fds":
-		// Open the directory first so its own fd is known and skipped.
-		d, err := os.Open("/proc/self/fd")
+		// Raw system calls only: the Go runtime's own descriptors (its
+		// poller) must not be mistaken for inherited ones.
+		fds, err := rawFDs()
 		if err != nil {
 			fmt.Println("ERROR", err)
 			return 1
 		}
-		names, err := d.Readdirnames(-1)
-		if err != nil {
-			fmt.Println("ERROR", err)
-			return 1
-		}
-		self := int(d.Fd())
-		var fds []int
-		for _, n := range names {
-			fd, _ := strconv.Atoi(n)
-			if fd != self {
-				fds = append(fds, fd)
-			}
-		}
-		sort.Ints(fds)
 		fmt.Printf("FDS %v\n", fds)
+		for _, fd := range fds {
+			target, _ := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+			fmt.Printf("FD %d %s\n", fd, target)
+		}
 		// fd 3 must be a unix socket (the capability).
 		if sa, err := unix.Getsockname(3); err == nil {
 			if _, ok := sa.(*unix.SockaddrUnix); ok {
@@ -120,8 +111,14 @@ func victim(mode string) int {
 			expectFail("write "+p, os.WriteFile(p, []byte("pwned"), 0o755))
 		}
 	case "environs":
-		// The supervisor's environment must be nowhere in the wall.
-		secret := arg
+		// The supervisor's environment must be nowhere in the wall. The
+		// test passes the secret reversed, so this process's own env does
+		// not hold it.
+		r := []byte(arg)
+		for i, j := 0, len(r)-1; i < j; i, j = i+1, j-1 {
+			r[i], r[j] = r[j], r[i]
+		}
+		secret := string(r)
 		if strings.Contains(strings.Join(os.Environ(), "\n"), secret) {
 			breach("own environment holds the secret")
 		}
@@ -240,4 +237,34 @@ func victim(mode string) int {
 		return 2
 	}
 	return 0
+}
+
+// rawFDs lists /proc/self/fd with getdents, skipping its own descriptor.
+func rawFDs() ([]int, error) {
+	dfd, err := unix.Open("/proc/self/fd", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(dfd)
+	buf := make([]byte, 8192)
+	var names []string
+	for {
+		n, err := unix.ReadDirent(dfd, buf)
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			break
+		}
+		_, _, names = unix.ParseDirent(buf[:n], -1, names)
+	}
+	var fds []int
+	for _, name := range names {
+		fd, err := strconv.Atoi(name)
+		if err == nil && fd != dfd {
+			fds = append(fds, fd)
+		}
+	}
+	sort.Ints(fds)
+	return fds, nil
 }

@@ -1,9 +1,45 @@
 package wall
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
+
+// held fails t on any BREACH line and returns the number of HELD lines.
+func held(t *testing.T, out string) int {
+	t.Helper()
+	n := 0
+	for _, line := range strings.Split(out, "\n") {
+		switch {
+		case strings.HasPrefix(line, "BREACH"):
+			t.Errorf("the wall did not hold: %s", line)
+		case strings.HasPrefix(line, "HELD"):
+			n++
+		}
+	}
+	return n
+}
+
+func lines(out, prefix string) []string {
+	var got []string
+	for _, line := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(line, prefix); ok {
+			got = append(got, v)
+		}
+	}
+	return got
+}
 
 func TestWallRunsApp(t *testing.T) {
 	f := newFixture(t, "hello")
@@ -14,4 +50,589 @@ func TestWallRunsApp(t *testing.T) {
 	if !strings.Contains(out, "hello from inside") {
 		t.Errorf("output = %q; want the app's greeting", out)
 	}
+}
+
+func TestAppExitStatusPreserved(t *testing.T) {
+	f := newFixture(t, "exit")
+	_, err := f.runVictim(t, "no-such-mode") // the victim exits 2
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+		t.Fatalf("Wait = %v; want exit status 2", err)
+	}
+}
+
+func TestAppInheritsExactlyFourFDs(t *testing.T) {
+	f := newFixture(t, "fds")
+	f.spec.Net = Net{} // with the entry's capability and proxy too
+	entryA, entryB := socketpair(t)
+	defer entryB.Close()
+	f.spec.EntryCap = entryA
+	// Leak bait: an fd the supervisor holds open without CLOEXEC.
+	bait, err := os.Open("/etc/hostname")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bait.Close()
+	clearCloexec(t, bait)
+	out, err := f.runVictimNoVat(t, "fds", entryB)
+	if err != nil {
+		t.Fatalf("Wait = %v; output:\n%s", err, out)
+	}
+	if got := lines(out, "FDS "); len(got) != 1 || got[0] != "[0 1 2 3]" {
+		t.Errorf("the app's fds = %v; want [[0 1 2 3]] (output:\n%s)", got, out)
+	}
+	if !strings.Contains(out, "FD3 unix") {
+		t.Errorf("fd 3 is not the unix capability socket; output:\n%s", out)
+	}
+}
+
+func TestEnvironmentIsBuilt(t *testing.T) {
+	f := newFixture(t, "envy")
+	f.spec.Net = Net{ProxyPort: 39080, Forwards: []Forward{{Port: 39080, Host: "127.0.0.1", TargetPort: 5432}}}
+	f.spec.Env = map[string]string{"API_KEY": "owner-typed", "TOYBOX_VAT": "spoofed"}
+	entryA, entryB := socketpair(t)
+	defer entryB.Close()
+	f.spec.EntryCap = entryA
+	out, err := f.runVictimNoVat(t, "env", entryB)
+	if err != nil {
+		t.Fatalf("Wait = %v; output:\n%s", err, out)
+	}
+	env := map[string]string{}
+	for _, kv := range lines(out, "ENV ") {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	want := map[string]string{
+		"API_KEY":            "owner-typed",
+		"TOYBOX_VAT":         "envy",
+		"TOYBOX_LISTEN":      "/run/toybox/app.sock",
+		"TOYBOX_CAP_FD":      "3",
+		"TOYBOX_DATA":        f.data,
+		"HOME":               f.data,
+		"XDG_CACHE_HOME":     f.data + "/.cache",
+		"npm_config_cache":   f.data + "/.cache/npm",
+		"UV_CACHE_DIR":       f.data + "/.cache/uv",
+		"TMPDIR":             "/tmp",
+		"PATH":               "/usr/bin:/bin",
+		"LANG":               "C.UTF-8",
+		"HTTP_PROXY":         "http://127.0.0.1:39081", // bumped past the forward
+		"HTTPS_PROXY":        "http://127.0.0.1:39081",
+		"http_proxy":         "http://127.0.0.1:39081",
+		"https_proxy":        "http://127.0.0.1:39081",
+		"NO_PROXY":           "localhost,127.0.0.1,::1",
+		"no_proxy":           "localhost,127.0.0.1,::1",
+		"NODE_USE_ENV_PROXY": "1",
+		victimEnv:            "env",
+	}
+	for k, v := range want {
+		if env[k] != v {
+			t.Errorf("env %s = %q; want %q", k, env[k], v)
+		}
+	}
+	for _, k := range []string{"SECRET_TOKEN"} {
+		if _, ok := env[k]; ok {
+			t.Errorf("env has the supervisor's %s", k)
+		}
+	}
+	for k := range env {
+		if _, ok := want[k]; !ok && k != "USER" && k != "LOGNAME" && k != "PWD" {
+			t.Errorf("env has unexpected %s=%q", k, env[k])
+		}
+	}
+}
+
+func TestNoNetHasNoProxyVariables(t *testing.T) {
+	f := newFixture(t, "quiet")
+	out, err := f.runVictim(t, "env")
+	if err != nil {
+		t.Fatalf("Wait = %v; output:\n%s", err, out)
+	}
+	for _, kv := range lines(out, "ENV ") {
+		if k, _, _ := strings.Cut(kv, "="); strings.Contains(strings.ToLower(k), "proxy") {
+			t.Errorf("Net.None, yet the env has %s", kv)
+		}
+	}
+}
+
+func TestAppNeverRunsAsRoot(t *testing.T) {
+	f := newFixture(t, "ids")
+	out, err := f.runVictim(t, "ids")
+	if err != nil {
+		t.Fatalf("Wait = %v; output:\n%s", err, out)
+	}
+	held(t, out)
+	want := fmt.Sprintf("UID %d GID %d EUID %d", InsideUID, InsideGID, InsideUID)
+	if !strings.Contains(out, want) {
+		t.Errorf("output = %q; want %q", out, want)
+	}
+	if !strings.Contains(out, fmt.Sprintf("DATAOWNER %d", InsideUID)) || !strings.Contains(out, "DATAWRITE ok") {
+		t.Errorf("the app does not own its data folder; output:\n%s", out)
+	}
+	if os.Geteuid() == 0 {
+		fi, err := os.Stat(f.data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if uid := fileUID(fi); uid != NobodyID {
+			t.Errorf("data folder owned by host uid %d; want %d", uid, NobodyID)
+		}
+	}
+}
+
+func TestAttackReadSecrets(t *testing.T) {
+	f := newFixture(t, "thief")
+	// Another vat's data, the settings file, the supervisor's secrets.
+	other := filepath.Join(f.state, "data", "other")
+	mustWrite(t, filepath.Join(other, "secret.txt"), "other vat's secret")
+	mustWrite(t, filepath.Join(f.state, "walls.json"), `{"secret":1}`)
+	mustWrite(t, filepath.Join(f.install, ".env"), "API_KEY=install-secret")
+	mustWrite(t, filepath.Join(f.install, "sub", "deeper", ".env"), "API_KEY=deep-secret")
+	mustWrite(t, filepath.Join(f.install, "sub", ".mcp.json"), `{"token":"resolved"}`)
+	// An owner-chosen read-only tree with its own secrets inside.
+	tree := filepath.Join(filepath.Dir(f.state), "owner-tree")
+	mustWrite(t, filepath.Join(tree, "notes.txt"), "fine to read")
+	mustWrite(t, filepath.Join(tree, ".env"), "OWNER=secret")
+	mustWrite(t, filepath.Join(tree, "a", "b", ".env"), "OWNER=deep")
+	f.spec.Files.Read = []string{tree}
+	f.spec.Env = map[string]string{"VICTIM_ARG": strings.Join([]string{
+		"/etc/shadow", "/etc/gshadow",
+		filepath.Join(other, "secret.txt"),
+		filepath.Join(f.state, "walls.json"),
+		filepath.Join(f.install, ".env"),
+		filepath.Join(f.install, "sub", "deeper", ".env"),
+		filepath.Join(f.install, "sub", ".mcp.json"),
+		filepath.Join(tree, ".env"),
+		filepath.Join(tree, "a", "b", ".env"),
+		"/proc/1/environ",
+	}, ":")}
+	out, err := f.runVictim(t, "read")
+	if err != nil {
+		t.Fatalf("Wait = %v; output:\n%s", err, out)
+	}
+	if n := held(t, out); n != 10 {
+		t.Errorf("held %d of 10 reads; output:\n%s", n, out)
+	}
+	// Control: the owner's ordinary file is readable.
+	f2 := newFixture(t, "reader")
+	mustWrite(t, filepath.Join(filepath.Dir(f2.state), "owner-tree", "notes.txt"), "fine to read")
+	f2.spec.Files.Read = []string{filepath.Join(filepath.Dir(f2.state), "owner-tree")}
+	f2.spec.Env = map[string]string{"VICTIM_ARG": filepath.Join(filepath.Dir(f2.state), "owner-tree", "notes.txt")}
+	out, err = f2.runVictim(t, "readok")
+	if err != nil || !strings.Contains(out, `READ "fine to read"`) {
+		t.Errorf("reading an owner-chosen file: err %v, output %q", err, out)
+	}
+}
+
+func TestAttackListStateDir(t *testing.T) {
+	f := newFixture(t, "lister")
+	mustWrite(t, filepath.Join(f.state, "data", "other", "x"), "x")
+	f.spec.Env = map[string]string{"VICTIM_ARG": strings.Join([]string{f.state, filepath.Join(f.state, "data"), filepath.Join(f.state, "code"), "/root", "/home", "/etc"}, ":")}
+	out, err := f.runVictim(t, "list")
+	if err != nil {
+		t.Fatalf("Wait = %v; output:\n%s", err, out)
+	}
+	held(t, out)
+	for _, l := range lines(out, "LIST ") {
+		p, names, _ := strings.Cut(l, " ")
+		switch p {
+		case f.state:
+			if names != "[code data]" {
+				t.Errorf("the state dir shows %s; want only the parents of the vat's own folders", names)
+			}
+		case filepath.Join(f.state, "data"):
+			if names != "[lister]" {
+				t.Errorf("the data dir shows %s; want only its own", names)
+			}
+		case "/etc":
+			for _, bad := range []string{"shadow", "gshadow", "sudoers", "ssh", "credstore"} {
+				if strings.Contains(names, bad) {
+					t.Errorf("/etc shows %s: %s", bad, names)
+				}
+			}
+		case "/root", "/home":
+			t.Errorf("%s is visible: %s", p, names)
+		}
+	}
+}
+
+func TestAttackSupervisorEnv(t *testing.T) {
+	f := newFixture(t, "envthief")
+	secret := "supervisor-secret-" + strconv.Itoa(os.Getpid())
+	f.spec.HostEnv = []string{"PATH=/usr/bin:/bin", "SUPERVISOR_SECRET=" + secret, "CREDENTIALS_DIRECTORY=/run/credentials/toybox.service"}
+	f.spec.Env = map[string]string{"VICTIM_ARG": reverse(secret)}
+	out, err := f.runVictim(t, "environs")
+	if err != nil {
+		t.Fatalf("Wait = %v; output:\n%s", err, out)
+	}
+	if held(t, out) != 1 {
+		t.Errorf("output:\n%s", out)
+	}
+}
+
+func TestAttackWriteOwnCode(t *testing.T) {
+	f := newFixture(t, "rewriter")
+	f.spec.Env = map[string]string{"VICTIM_ARG": strings.Join([]string{
+		filepath.Join(f.install, "app"), filepath.Join(f.install, "new-file"), "/usr/bin/evil", "/etc/passwd", "/run/toybox-entry",
+	}, ":")}
+	out, err := f.runVictim(t, "write")
+	if err != nil {
+		t.Fatalf("Wait = %v; output:\n%s", err, out)
+	}
+	if n := held(t, out); n != 5 {
+		t.Errorf("held %d of 5 writes; output:\n%s", n, out)
+	}
+	if b, _ := os.ReadFile(filepath.Join(f.install, "app")); string(b) == "pwned" {
+		t.Error("the app rewrote its code")
+	}
+}
+
+func TestAttackNetwork(t *testing.T) {
+	f := newFixture(t, "dialer")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan struct{}, 1)
+	go func() {
+		c, err := l.Accept()
+		if err == nil {
+			c.Close()
+			accepted <- struct{}{}
+		}
+	}()
+	targets := []string{l.Addr().String(), "10.0.0.1:80", "192.168.1.1:80", "1.1.1.1:443", "[::1]:" + strconv.Itoa(l.Addr().(*net.TCPAddr).Port)}
+	if ip := hostIP(); ip != "" {
+		targets = append(targets, net.JoinHostPort(ip, strconv.Itoa(l.Addr().(*net.TCPAddr).Port)))
+	}
+	f.spec.Env = map[string]string{"VICTIM_ARG": strings.Join(targets, ",")}
+	out, err := f.runVictim(t, "dial")
+	if err != nil {
+		t.Fatalf("Wait = %v; output:\n%s", err, out)
+	}
+	if n := held(t, out); n != len(targets) {
+		t.Errorf("held %d of %d dials; output:\n%s", n, len(targets), out)
+	}
+	select {
+	case <-accepted:
+		t.Error("the host's loopback listener accepted a connection from inside the wall")
+	default:
+	}
+}
+
+func TestAttackSockets(t *testing.T) {
+	f := newFixture(t, "raw")
+	out, err := f.runVictim(t, "sockets")
+	if err != nil {
+		t.Fatalf("Wait = %v; output:\n%s", err, out)
+	}
+	if n := held(t, out); n != 6 {
+		t.Errorf("held %d of 6 socket attempts; output:\n%s", n, out)
+	}
+	if !strings.Contains(out, "TCP socket ok") {
+		t.Errorf("an ordinary TCP socket failed; output:\n%s", out)
+	}
+}
+
+func TestAttackSyscalls(t *testing.T) {
+	f := newFixture(t, "escaper")
+	out, err := f.runVictim(t, "syscalls")
+	if err != nil {
+		t.Fatalf("Wait = %v; output:\n%s", err, out)
+	}
+	if n := held(t, out); n != 17 {
+		t.Errorf("held %d of 17 calls; output:\n%s", n, out)
+	}
+	for _, l := range lines(out, "HELD ") {
+		if !strings.Contains(l, "operation not permitted") {
+			t.Errorf("%s: want EPERM from the filter", l)
+		}
+	}
+	if !strings.Contains(out, "getrandom ok") {
+		t.Errorf("an allowed call failed; output:\n%s", out)
+	}
+}
+
+func TestSeccompVictimDies(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		testenvUnavailable(t, "the x32 victim is amd64 only")
+	}
+	f := newFixture(t, "x32")
+	out, err := f.runVictim(t, "x32")
+	held(t, out)
+	var ee *exec.ExitError
+	// toybox-entry reports a signalled app as 128+signal; SIGSYS is 31.
+	if !errors.As(err, &ee) || ee.ExitCode() != 128+31 {
+		t.Fatalf("Wait = %v; want exit status 159 (killed by SIGSYS); output:\n%s", err, out)
+	}
+	if !strings.Contains(out, "calling x32 getpid") {
+		t.Errorf("the victim never reached the call; output:\n%s", out)
+	}
+}
+
+func TestNoSeccompTier(t *testing.T) {
+	f := newFixture(t, "tier")
+	f.spec.NoSeccomp = true
+	if _, err := BuildPlan(f.spec); !errors.Is(err, ErrNoSeccomp) {
+		t.Errorf("BuildPlan(NoSeccomp where a table exists) = %v; want ErrNoSeccomp", err)
+	}
+	f.spec.NoSeccomp = false
+	p, err := BuildPlan(f.spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Tier != TierWalled || !p.Seccomp {
+		t.Errorf("tier = %q seccomp=%v; want walled with seccomp", p.Tier, p.Seccomp)
+	}
+}
+
+func TestAttackSymlinkSwapBetweenPlanAndBind(t *testing.T) {
+	tests := []struct {
+		name string
+		swap func(t *testing.T, f *fixture, decoy string)
+		want error
+	}{
+		{"symlink", func(t *testing.T, f *fixture, decoy string) {
+			mustRename(t, f.data, f.data+".moved")
+			if err := os.Symlink(decoy, f.data); err != nil {
+				t.Fatal(err)
+			}
+		}, ErrSymlink},
+		{"another folder", func(t *testing.T, f *fixture, decoy string) {
+			mustRename(t, f.data, f.data+".moved")
+			mustRename(t, decoy, f.data)
+		}, ErrChanged},
+		{"symlinked parent", func(t *testing.T, f *fixture, _ string) {
+			data := filepath.Dir(f.data)
+			elsewhere := filepath.Join(filepath.Dir(f.state), "elsewhere")
+			mustWrite(t, filepath.Join(elsewhere, filepath.Base(f.data), "planted"), "x")
+			mustRename(t, data, data+".moved")
+			if err := os.Symlink(elsewhere, data); err != nil {
+				t.Fatal(err)
+			}
+		}, ErrSymlink},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, "swapper")
+			decoy := filepath.Join(f.state, "data", "victim-of-swap")
+			mustWrite(t, filepath.Join(decoy, "secret"), "another vat's data")
+			f.caps(t)
+			plan, err := BuildPlan(f.spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.swap(t, f, decoy)
+			var fds fdTable
+			defer fds.closeAll()
+			_, err = plan.render(&fds, f.spec)
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("render after the swap = %v; want %v", err, tt.want)
+			}
+			// And Start, planning afresh, refuses a symlinked data folder.
+			if tt.want == ErrSymlink && tt.name == "symlink" {
+				f.caps(t)
+				p, err := Start(context.Background(), f.spec, nil)
+				if err == nil {
+					_ = p.Stop(time.Second)
+					t.Fatal("Start with a symlinked data folder succeeded")
+				}
+				if !errors.Is(err, ErrSymlink) {
+					t.Errorf("Start = %v; want ErrSymlink", err)
+				}
+			}
+		})
+	}
+}
+
+func TestStopEndsTheWall(t *testing.T) {
+	f := newFixture(t, "sleeper")
+	f.caps(t)
+	f.spec.Env = map[string]string{victimEnv: "sleep"}
+	p, err := Start(context.Background(), f.spec, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Tier() != TierWalled || p.Pid() <= 0 {
+		t.Errorf("Tier() = %q Pid() = %d", p.Tier(), p.Pid())
+	}
+	began := time.Now()
+	err = p.Stop(5 * time.Second)
+	if took := time.Since(began); took > 4*time.Second {
+		t.Errorf("Stop took %v; SIGTERM should end the sleeping app at once", took)
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 128+15 {
+		t.Errorf("Stop = %v; want exit status 143 (SIGTERM forwarded to the app)", err)
+	}
+	if err := syscallKill0(p.Pid()); err == nil {
+		t.Errorf("bwrap (pid %d) still exists after Stop", p.Pid())
+	}
+}
+
+func TestStartFailsClosed(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(f *fixture)
+		want   error
+	}{
+		{"no command", func(f *fixture) { f.spec.Command = nil }, ErrSpec},
+		{"bad id", func(f *fixture) { f.spec.ID = "../x" }, ErrSpec},
+		{"missing entry", func(f *fixture) { f.spec.EntryPath = "/nonexistent/toybox-entry" }, ErrSpec},
+		{"data outside state", func(f *fixture) { f.spec.DataDir = "/tmp" }, ErrSpec},
+		{"read the state dir", func(f *fixture) { f.spec.Files.Read = []string{f.state} }, ErrRefusedBind},
+		{"read another vat", func(f *fixture) { f.spec.Files.Read = []string{filepath.Join(f.state, "data")} }, ErrRefusedBind},
+		{"write /etc/shadow", func(f *fixture) { f.spec.Files.Write = []string{"/etc/shadow"} }, ErrRefusedBind},
+		{"read a .env", func(f *fixture) { f.spec.Files.Read = []string{filepath.Join(f.install, ".env")} }, ErrRefusedBind},
+		{"hidden home entry", func(f *fixture) {
+			f.spec.HostEnv = append(f.spec.HostEnv, "HOME="+filepath.Dir(f.state))
+			f.spec.Files.Read = []string{filepath.Join(filepath.Dir(f.state), ".ssh")}
+		}, ErrRefusedBind},
+		{"systemd folder", func(f *fixture) { f.spec.Files.Read = []string{"/etc/systemd"} }, ErrRefusedBind},
+		{"command in data", func(f *fixture) {
+			mustWrite(t0, filepath.Join(f.data, "run.sh"), "#!/bin/sh\n")
+			_ = os.Chmod(filepath.Join(f.data, "run.sh"), 0o755)
+			f.spec.Command = []string{filepath.Join(f.data, "run.sh")}
+		}, ErrCommandWritable},
+		{"command in a writable owner folder", func(f *fixture) {
+			dir := filepath.Join(filepath.Dir(f.state), "rw")
+			mustWrite(t0, filepath.Join(dir, "tool"), "#!/bin/sh\n")
+			_ = os.Chmod(filepath.Join(dir, "tool"), 0o755)
+			f.spec.Files.Write = []string{dir}
+			f.spec.Command = []string{filepath.Join(dir, "tool")}
+		}, ErrCommandWritable},
+		{"symlinked ownEnvFile", func(f *fixture) {
+			mustWrite(t0, filepath.Join(filepath.Dir(f.state), "elsewhere.env"), "X=1")
+			_ = os.Symlink(filepath.Join(filepath.Dir(f.state), "elsewhere.env"), filepath.Join(f.install, ".env"))
+			f.spec.OwnEnvFile = true
+		}, ErrSymlink},
+		{"tree too large", func(f *fixture) {
+			big := filepath.Join(filepath.Dir(f.state), "big")
+			_ = os.MkdirAll(big, 0o755)
+			for i := range MaxScanEntries + 1 {
+				fh, err := os.Create(filepath.Join(big, strconv.Itoa(i)))
+				if err == nil {
+					fh.Close()
+				}
+			}
+			f.spec.Files.Read = []string{big}
+		}, ErrTreeTooLarge},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t0 = t
+			f := newFixture(t, "closed")
+			tt.mutate(f)
+			f.caps(t)
+			p, err := Start(context.Background(), f.spec, nil)
+			if err == nil {
+				_ = p.Stop(time.Second)
+				t.Fatalf("Start = nil; want %v", tt.want)
+			}
+			if !errors.Is(err, tt.want) {
+				t.Errorf("Start = %v; want %v", err, tt.want)
+			}
+			// Start took ownership of the capability and closed it.
+			if _, err := f.spec.AppCap.Stat(); err == nil {
+				t.Errorf("the app capability is still open after a failed Start")
+			}
+		})
+	}
+}
+
+// t0 lets table mutators report setup failures.
+var t0 *testing.T
+
+func TestOwnEnvFileRebound(t *testing.T) {
+	f := newFixture(t, "ownenv")
+	mustWrite(t, filepath.Join(f.install, ".env"), "OWN=1")
+	mustWrite(t, filepath.Join(f.install, "sub", ".env"), "OTHER=1")
+	f.spec.OwnEnvFile = true
+	f.spec.Env = map[string]string{"VICTIM_ARG": filepath.Join(f.install, ".env")}
+	out, err := f.runVictim(t, "readok")
+	if err != nil || !strings.Contains(out, `READ "OWN=1"`) {
+		t.Errorf("reading its own .env: err %v, output %q", err, out)
+	}
+	f.spec.Env = map[string]string{"VICTIM_ARG": filepath.Join(f.install, "sub", ".env") + ":" + filepath.Join(f.install, ".env")}
+	f.spec.Env["VICTIM_ARG"] = filepath.Join(f.install, "sub", ".env")
+	out, err = f.runVictim(t, "read")
+	if err != nil || held(t, out) != 1 {
+		t.Errorf("a nested .env beside ownEnvFile: err %v, output %q", err, out)
+	}
+	f.spec.Env["VICTIM_ARG"] = filepath.Join(f.install, ".env")
+	out, err = f.runVictim(t, "write")
+	if err != nil || held(t, out) != 1 {
+		t.Errorf("writing its own .env: err %v, output %q", err, out)
+	}
+}
+
+func TestPlanMasksAndBinds(t *testing.T) {
+	f := newFixture(t, "planner")
+	home := filepath.Join(filepath.Dir(f.state), "home")
+	mustWrite(t, filepath.Join(home, ".ssh", "id_ed25519"), "key")
+	mustWrite(t, filepath.Join(home, ".netrc"), "machine x")
+	mustWrite(t, filepath.Join(home, "docs", "a.txt"), "a")
+	f.spec.HostEnv = []string{"PATH=/bin", "HOME=" + home}
+	f.spec.Files.Read = []string{filepath.Dir(f.state)} // a tree that holds the state dir and a home
+	p, err := BuildPlan(f.spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{f.state, filepath.Join(home, ".ssh"), filepath.Join(home, ".netrc")} {
+		if !slices.Contains(p.Masks, m) {
+			t.Errorf("Masks = %v; want %s masked", p.Masks, m)
+		}
+	}
+	var sawState, sawData bool
+	for i, op := range p.Ops {
+		if op.Dest == f.state && op.Kind == OpMaskDir {
+			sawState = true
+		}
+		if op.Dest == f.data && op.Kind == OpBindFD {
+			sawData = true
+			if !sawState {
+				t.Errorf("op %d binds the data folder before the state dir is masked", i)
+			}
+		}
+		if op.Src == "/etc/shadow" || op.Dest == "/etc/shadow" {
+			t.Errorf("op %d touches /etc/shadow", i)
+		}
+		if op.Kind == OpROBind && op.Src == "/etc" {
+			t.Errorf("op %d binds /etc wholesale", i)
+		}
+	}
+	if !sawData {
+		t.Error("the data folder is not bound read-write by fd")
+	}
+}
+
+func TestProbe(t *testing.T) {
+	testenvRequireBwrap(t)
+	if err := Probe(context.Background()); err != nil {
+		t.Fatalf("Probe = %v", err)
+	}
+	checks := Doctor(context.Background())
+	if len(checks) < 5 {
+		t.Fatalf("Doctor gave %d checks", len(checks))
+	}
+	for _, c := range checks {
+		if !c.OK {
+			t.Errorf("doctor check %s failed: %s (fix: %s)", c.Name, c.Detail, c.Fix)
+		}
+	}
+}
+
+func TestDiagnoseNamesCauseAndFix(t *testing.T) {
+	cause, fix := diagnose("bwrap: setting up uid map: Permission denied")
+	if cause == "" || fix == "" {
+		t.Errorf("diagnose = %q, %q; want a cause and a fix", cause, fix)
+	}
+}
+
+func reverse(s string) string {
+	r := []byte(s)
+	for i, j := 0, len(r)-1; i < j; i, j = i+1, j-1 {
+		r[i], r[j] = r[j], r[i]
+	}
+	return string(r)
 }

@@ -25,6 +25,18 @@ const (
 	ExitExec  = 127 // the app could not be started
 )
 
+// Signals for the app, and SIGCHLD for reaping, caught from the first
+// moment: as the wall's pid 1, a signal with no handler is dropped.
+var (
+	sigs = make(chan os.Signal, 16)
+	chld = make(chan os.Signal, 1)
+)
+
+func init() {
+	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2)
+	signal.Notify(chld, unix.SIGCHLD)
+}
+
 // bootstrapTimeout bounds the Vat bootstrap and egress() call.
 const bootstrapTimeout = 15 * time.Second
 
@@ -81,12 +93,6 @@ func Run(ctx context.Context, cfg Config) int {
 		_ = proxy
 	}
 
-	// Signals for the app, and SIGCHLD for reaping, before it exists.
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2)
-	chld := make(chan os.Signal, 1)
-	signal.Notify(chld, unix.SIGCHLD)
-
 	proc, err := os.StartProcess(cfg.Argv[0], cfg.Argv, &os.ProcAttr{
 		Env:   os.Environ(),
 		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr, cfg.AppCap},
@@ -103,7 +109,9 @@ func Run(ctx context.Context, cfg Config) int {
 	for {
 		select {
 		case s := <-sigs:
-			_ = unix.Kill(pid, s.(syscall.Signal))
+			if sig, ok := s.(syscall.Signal); ok {
+				_ = unix.Kill(pid, sig)
+			}
 			continue
 		case <-chld:
 		case <-tick.C:
