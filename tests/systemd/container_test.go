@@ -1,0 +1,514 @@
+//go:build systemdcontainer
+
+package systemd
+
+import (
+	"bufio"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"toybox/tests/dockertest"
+	"toybox/tests/testenv"
+)
+
+// The Debian root the container boots: debootstrap --variant=minbase with
+// what the units and the test need.
+const debianSuite = "bookworm"
+
+var debianPackages = []string{
+	"systemd", "systemd-sysv", "dbus", "bubblewrap", "libseccomp2",
+	"curl", "ca-certificates", "iproute2", "passwd", "util-linux",
+}
+
+// rootfsCache keeps debootstrap roots between runs (one per package set).
+const rootfsCache = "/var/tmp/toybox-systemd"
+
+// debianMirror is the mirror debootstrap uses: $TOYBOX_DEBIAN_MIRROR, else
+// the first Debian URI apt is configured with, else deb.debian.org.
+func debianMirror() string {
+	if m := os.Getenv("TOYBOX_DEBIAN_MIRROR"); m != "" {
+		return m
+	}
+	files, _ := filepath.Glob("/etc/apt/sources.list.d/*.sources")
+	files = append(files, "/etc/apt/sources.list")
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(strings.NewReader(string(data)))
+		for sc.Scan() {
+			fields := strings.Fields(sc.Text())
+			for _, fl := range fields {
+				fl = strings.TrimPrefix(fl, "URIs:")
+				if (strings.HasPrefix(fl, "http://") || strings.HasPrefix(fl, "https://")) && strings.HasSuffix(strings.TrimSuffix(fl, "/"), "/debian") {
+					return strings.TrimSuffix(fl, "/")
+				}
+			}
+		}
+	}
+	return "http://deb.debian.org/debian"
+}
+
+// docker runs the docker CLI against the test daemon.
+func docker(t testing.TB, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command("docker", args...)
+	cmd.Env = append(os.Environ(), "DOCKER_HOST="+dockertest.Host)
+	out, err := cmd.CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+func mustDocker(t testing.TB, args ...string) string {
+	t.Helper()
+	out, err := docker(t, args...)
+	if err != nil {
+		t.Fatalf("docker %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// systemdImage returns an image whose /sbin/init is systemd: imported from
+// a debootstrap root (built once and cached), since nothing can be pulled.
+func systemdImage(t testing.TB) string {
+	t.Helper()
+	mirror := debianMirror()
+	sum := sha256.Sum256([]byte(debianSuite + "\n" + mirror + "\n" + strings.Join(debianPackages, ",")))
+	tag := hex.EncodeToString(sum[:6])
+	ref := "toybox-test/systemd-debian:" + tag
+	if _, err := docker(t, "image", "inspect", ref); err == nil {
+		return ref
+	}
+	root := filepath.Join(rootfsCache, "rootfs-"+tag)
+	if _, err := os.Stat(filepath.Join(root, "sbin/init")); err != nil {
+		debootstrap, err := exec.LookPath("debootstrap")
+		if err != nil {
+			testenv.Unavailable(t, "debootstrap is not installed (apt-get install debootstrap)")
+		}
+		tmp := root + ".tmp"
+		os.RemoveAll(tmp)
+		if err := os.MkdirAll(rootfsCache, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("debootstrap %s from %s into %s (once; a few minutes)", debianSuite, mirror, root)
+		cmd := exec.Command(debootstrap, "--variant=minbase", "--include="+strings.Join(debianPackages, ","), debianSuite, tmp, mirror)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			testenv.Unavailable(t, fmt.Sprintf("debootstrap %s from %s failed: %v\n%s", debianSuite, mirror, err, tail(string(out), 20)))
+		}
+		if err := os.Rename(tmp, root); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command("sh", "-c", `tar -C "$1" -c . | docker import - "$2"`, "sh", root, ref)
+	cmd.Env = append(os.Environ(), "DOCKER_HOST="+dockertest.Host)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("docker import %s: %v\n%s", root, err, out)
+	}
+	return ref
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// capNames are the capabilities by number, for --cap-drop.
+var capNames = []string{
+	"CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID",
+	"SETPCAP", "LINUX_IMMUTABLE", "NET_BIND_SERVICE", "NET_BROADCAST", "NET_ADMIN", "NET_RAW",
+	"IPC_LOCK", "IPC_OWNER", "SYS_MODULE", "SYS_RAWIO", "SYS_CHROOT", "SYS_PTRACE", "SYS_PACCT",
+	"SYS_ADMIN", "SYS_BOOT", "SYS_NICE", "SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "MKNOD",
+	"LEASE", "AUDIT_WRITE", "AUDIT_CONTROL", "SETFCAP", "MAC_OVERRIDE", "MAC_ADMIN", "SYSLOG",
+	"WAKE_ALARM", "BLOCK_SUSPEND", "AUDIT_READ", "PERFMON", "BPF", "CHECKPOINT_RESTORE",
+}
+
+// capFlags grants the container every capability this process may hand
+// on. --privileged asks for all of them, which fails ("unable to apply
+// caps") where our own bounding set lacks one.
+func capFlags(t testing.TB) []string {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bnd uint64
+	for _, l := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(l, "CapBnd:"); ok {
+			bnd, err = strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	flags := []string{"--cap-add", "ALL"}
+	for i, name := range capNames {
+		if bnd&(1<<i) == 0 {
+			flags = append(flags, "--cap-drop", name)
+		}
+	}
+	return flags
+}
+
+// container is a booted systemd container.
+type container struct{ name string }
+
+// exec runs a command in the container.
+func (c container) exec(t testing.TB, args ...string) (string, error) {
+	t.Helper()
+	return docker(t, append([]string{"exec", c.name}, args...)...)
+}
+
+func (c container) mustExec(t testing.TB, args ...string) string {
+	t.Helper()
+	out, err := c.exec(t, args...)
+	if err != nil {
+		t.Fatalf("in the container: %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// show returns systemctl show -p prop for unit.
+func (c container) show(t testing.TB, unit, prop string) string {
+	t.Helper()
+	return strings.TrimPrefix(c.mustExec(t, "systemctl", "show", "-p", prop, unit), prop+"=")
+}
+
+// bootSystemd starts a container whose PID 1 is systemd and waits until it
+// is up.
+func bootSystemd(t *testing.T) container {
+	t.Helper()
+	testenv.RequireRoot(t)
+	if _, err := exec.LookPath("docker"); err != nil {
+		testenv.Unavailable(t, "the docker CLI is not installed")
+	}
+	dockertest.Require(t)
+	image := systemdImage(t)
+	rnd := make([]byte, 4)
+	_, _ = rand.Read(rnd)
+	c := container{name: "toybox-systemd-" + hex.EncodeToString(rnd)}
+	args := []string{"run", "-d", "--name", c.name}
+	args = append(args, capFlags(t)...)
+	args = append(args,
+		"--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined",
+		"--network", "none",
+		"--tmpfs", "/run", "--tmpfs", "/run/lock", "--tmpfs", "/tmp",
+		"-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", "--cgroupns=host",
+		"-e", "container=docker",
+		image, "/sbin/init")
+	mustDocker(t, args...)
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := c.exec(t, "journalctl", "-b", "--no-pager", "-n", "300")
+			t.Logf("container journal:\n%s", out)
+		}
+		_, _ = docker(t, "rm", "-f", c.name)
+	})
+	// Until PID 1 has its bus up, systemctl cannot even ask; then --wait
+	// waits for the boot to finish.
+	var state string
+	for deadline := time.Now().Add(90 * time.Second); ; {
+		state, _ = c.exec(t, "timeout", "90", "systemctl", "is-system-running", "--wait")
+		if state == "running" || state == "degraded" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("systemd in the container did not come up: %q", state)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if state == "degraded" {
+		failed, _ := c.exec(t, "systemctl", "--failed", "--no-legend", "--plain")
+		t.Logf("the container booted degraded; failed units (not ours):\n%s", failed)
+	}
+	if pid1, _ := c.exec(t, "cat", "/proc/1/comm"); pid1 != "systemd" {
+		t.Fatalf("PID 1 in the container is %q; want systemd", pid1)
+	}
+	return c
+}
+
+// TestUnderSystemd installs the units with make install into a root, copies
+// it into a container whose PID 1 is systemd, and runs them for real: socket
+// activation, READY=1 (Type=notify), users, modes, the hardening as the
+// kernel sees it, the quickstart round, and a restart.
+func TestUnderSystemd(t *testing.T) {
+	c := bootSystemd(t)
+	bin := binaries(t)
+	root := t.TempDir()
+	makeInstall(t, "install", root, bin)
+	mustDocker(t, "cp", root+"/.", c.name+":/")
+	c.mustExec(t, "systemd-sysusers")
+	if out := c.mustExec(t, "getent", "passwd", "toybox"); !strings.HasPrefix(out, "toybox:") {
+		t.Fatalf("systemd-sysusers did not create toybox: %q", out)
+	}
+	if out, err := c.exec(t, "systemd-analyze", "verify", "--man=no", "switchboard.socket", "switchboard.service", "toybox.socket", "toybox-admin.socket", "toybox.service"); err != nil || out != "" {
+		t.Errorf("systemd-analyze verify inside the container: %v\n%s", err, out)
+	}
+	c.mustExec(t, "systemctl", "daemon-reload")
+	c.mustExec(t, "systemctl", "enable", "--now", "switchboard.socket", "toybox.socket", "toybox-admin.socket")
+
+	t.Run("sockets listen, services wait", func(t *testing.T) {
+		for _, u := range []string{"switchboard.socket", "toybox.socket", "toybox-admin.socket"} {
+			if got := c.show(t, u, "ActiveState"); got != "active" {
+				t.Errorf("%s ActiveState = %q; want active", u, got)
+			}
+		}
+		for _, u := range []string{"switchboard.service", "toybox.service"} {
+			if got := c.show(t, u, "ActiveState"); got != "inactive" {
+				t.Errorf("%s ActiveState = %q before any connection; want inactive (socket activation)", u, got)
+			}
+		}
+	})
+
+	t.Run("socket owners and modes", func(t *testing.T) {
+		tests := []struct{ path, want string }{
+			{"/run/toybox-switchboard/public.sock", "root:toybox 660"},
+			{"/run/toybox/admin.sock", "root:root 600"},
+		}
+		for _, tt := range tests {
+			if got := c.mustExec(t, "stat", "-c", "%U:%G %a", tt.path); got != tt.want {
+				t.Errorf("stat %s = %q; want %q", tt.path, got, tt.want)
+			}
+		}
+	})
+
+	t.Run("toybox starts on its admin socket and is ready", func(t *testing.T) {
+		out, err := c.exec(t, "curl", "-sS", "--max-time", "60", "-o", "/dev/null", "-w", "%{http_code}",
+			"--unix-socket", "/run/toybox/admin.sock", "http://toybox/")
+		if err != nil || out != "200" {
+			t.Fatalf("GET / on the admin socket: %v %q; want 200", err, out)
+		}
+		// Type=notify: active/running means systemd received READY=1
+		// from the main process.
+		if got := c.show(t, "toybox.service", "ActiveState") + "/" + c.show(t, "toybox.service", "SubState"); got != "active/running" {
+			t.Errorf("toybox.service = %s; want active/running", got)
+		}
+	})
+
+	t.Run("switchboard starts and is ready", func(t *testing.T) {
+		if out, err := c.exec(t, "timeout", "60", "systemctl", "start", "switchboard.service"); err != nil {
+			t.Fatalf("systemctl start switchboard.service: %v\n%s", err, out)
+		}
+		if got := c.show(t, "switchboard.service", "ActiveState") + "/" + c.show(t, "switchboard.service", "SubState"); got != "active/running" {
+			t.Errorf("switchboard.service = %s; want active/running", got)
+		}
+		if got := c.mustExec(t, "stat", "-c", "%a %F", "/run/toybox-switchboard-local"); got != "700 directory" {
+			t.Errorf("the local socket's runtime directory = %q; want 700 directory", got)
+		}
+		if got := c.mustExec(t, "stat", "-c", "%F", "/run/toybox-switchboard-local/local.sock"); got != "socket" {
+			t.Errorf("/run/toybox-switchboard-local/local.sock is %q; want the socket the switchboard bound", got)
+		}
+		// toybox (user toybox) must not be able to reach the local socket.
+		out, err := c.exec(t, "setpriv", "--reuid=toybox", "--regid=toybox", "--init-groups",
+			"curl", "-sS", "--max-time", "5", "--unix-socket", "/run/toybox-switchboard-local/local.sock", "http://x/")
+		if err == nil || !strings.Contains(out, "ermission denied") && !strings.Contains(out, "Couldn't connect") {
+			t.Errorf("the toybox user opened the local socket: %v %q; want permission denied", err, out)
+		}
+	})
+
+	t.Run("what the kernel sees of the services", func(t *testing.T) {
+		toyboxUID := strings.Split(c.mustExec(t, "getent", "passwd", "toybox"), ":")[2]
+		for _, tt := range []struct {
+			unit    string
+			wantUID string // "" = any uid but 0
+		}{
+			{"toybox.service", toyboxUID},
+			{"switchboard.service", ""},
+		} {
+			t.Run(tt.unit, func(t *testing.T) {
+				pid := c.show(t, tt.unit, "MainPID")
+				if pid == "0" || pid == "" {
+					t.Fatalf("%s has no main process", tt.unit)
+				}
+				status := c.mustExec(t, "cat", "/proc/"+pid+"/status")
+				fields := map[string]string{}
+				for _, l := range strings.Split(status, "\n") {
+					k, v, _ := strings.Cut(l, ":")
+					fields[k] = strings.TrimSpace(v)
+				}
+				uid := strings.Fields(fields["Uid"])
+				if len(uid) == 0 || uid[0] == "0" || (tt.wantUID != "" && uid[0] != tt.wantUID) {
+					t.Errorf("Uid = %q; want %q (not root)", fields["Uid"], tt.wantUID)
+				}
+				for k, want := range map[string]string{
+					"NoNewPrivs": "1", "Seccomp": "2",
+					"CapEff": "0000000000000000", "CapPrm": "0000000000000000", "CapBnd": "0000000000000000",
+				} {
+					if fields[k] != want {
+						t.Errorf("%s = %q; want %q", k, fields[k], want)
+					}
+				}
+			})
+		}
+		pid := c.show(t, "toybox.service", "MainPID")
+		links := c.mustExec(t, "nsenter", "-t", pid, "-n", "ip", "-o", "link")
+		for _, l := range strings.Split(links, "\n") {
+			if f := strings.Fields(l); len(f) > 1 && f[1] != "lo:" {
+				t.Errorf("toybox.service sees network interface %q; want loopback only (PrivateNetwork=yes)", f[1])
+			}
+		}
+	})
+
+	probe := buildProbeVat(t)
+	probePath := filepath.Join(t.TempDir(), "probevat")
+	if err := os.WriteFile(probePath, probe, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mustDocker(t, "cp", probePath, c.name+":/root/probevat")
+
+	reach := func(t *testing.T, path string) (string, string) {
+		t.Helper()
+		out, _ := c.exec(t, "curl", "-sS", "--max-time", "30", "-w", "\n%{http_code}", "http://127.0.0.1:8787"+path)
+		i := strings.LastIndex(out, "\n")
+		if i < 0 {
+			return out, ""
+		}
+		return out[i+1:], out[:i]
+	}
+	waitHello := func(t *testing.T) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			code, body := reach(t, "/probe/")
+			if code == "200" && strings.Contains(body, "probevat: hello") {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("GET /probe/ = %s %q; want 200 probevat: hello", code, body)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
+
+	t.Run("quickstart under systemd", func(t *testing.T) {
+		grant := `{"host":"127.0.0.1","port":9}`
+		out := c.mustExec(t, "curl", "-sS", "--max-time", "60", "-w", "\n%{http_code}", "-X", "PUT",
+			"--unix-socket", "/run/toybox/admin.sock", "--data-binary", "@/root/probevat",
+			"http://toybox/probe?egress="+url.QueryEscape(grant))
+		if !strings.HasSuffix(out, "\n201") {
+			t.Fatalf("PUT /probe?egress=%s: %s; want 201", grant, out)
+		}
+		waitHello(t)
+		// The units give toybox the public handle: loopback is never
+		// reachable through it, granted or not.
+		for _, target := range []string{"127.0.0.1:9", "127.0.0.1:10"} {
+			code, body := reach(t, "/probe/?connect="+url.QueryEscape(target))
+			if code != "502" || !strings.Contains(body, "egress refused") {
+				t.Errorf("GET /probe/?connect=%s = %s %q; want 502 with egress refused", target, code, body)
+			}
+		}
+		// The refusal was the switchboard's: it logged the decision.
+		log := c.mustExec(t, "journalctl", "-u", "switchboard.service", "--no-pager", "-o", "cat")
+		if !strings.Contains(log, "probe") {
+			t.Errorf("the switchboard's journal names no decision for vat probe:\n%s", tail(log, 30))
+		}
+	})
+
+	t.Run("restart keeps the vats", func(t *testing.T) {
+		c.mustExec(t, "systemctl", "restart", "toybox.service")
+		waitHello(t)
+		if got := c.mustExec(t, "stat", "-c", "%U %a", "/var/lib/toybox"); got != "toybox 700" {
+			t.Errorf("/var/lib/toybox = %q; want toybox 700 (StateDirectory=)", got)
+		}
+	})
+
+	t.Run("nothing failed", func(t *testing.T) {
+		if out := c.mustExec(t, "systemctl", "--failed", "--no-legend", "--plain"); out != "" {
+			t.Errorf("failed units:\n%s", out)
+		}
+		for _, u := range []string{"toybox.service", "switchboard.service"} {
+			if got := c.show(t, u, "NRestarts"); got != "0" {
+				t.Errorf("%s NRestarts = %s; want 0", u, got)
+			}
+		}
+	})
+}
+
+// TestBwrapUnderToyboxSettings backs the comments in systemd/toybox.service
+// under a real systemd: a wall-shaped bwrap runs as the toybox user under
+// the unit's own [Service] settings, and fails under each setting the unit
+// leaves out on purpose. It needs no binaries: only the unit and the
+// sysusers entry.
+func TestBwrapUnderToyboxSettings(t *testing.T) {
+	c := bootSystemd(t)
+	c.mustExec(t, "mkdir", "-p", "/etc/sysusers.d")
+	mustDocker(t, "cp", filepath.Join(repoRoot(t), "systemd", "toybox.sysusers"), c.name+":/etc/sysusers.d/toybox.conf")
+	c.mustExec(t, "systemd-sysusers")
+	data, err := os.ReadFile(filepath.Join(repoRoot(t), "systemd", "toybox.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unsetSettingsBreakBwrap(t, c, string(data))
+}
+
+// unsetSettingsBreakBwrap runs bwrap in oneshot units made of the
+// [Service] settings of unitText (less how it starts), plus one more each.
+func unsetSettingsBreakBwrap(t *testing.T, c container, unitText string) {
+	installed := unitText
+	var service []string
+	in := false
+	for _, l := range strings.Split(installed, "\n") {
+		l = strings.TrimSpace(l)
+		switch {
+		case strings.HasPrefix(l, "["):
+			in = l == "[Service]"
+			continue
+		case !in || l == "" || strings.HasPrefix(l, "#"):
+			continue
+		}
+		key, _, _ := strings.Cut(l, "=")
+		switch key {
+		case "Type", "ExecStart", "Sockets", "Restart", "RestartSec", "NotifyAccess":
+			continue
+		}
+		service = append(service, l)
+	}
+	bwrap := "/usr/bin/bwrap --unshare-user --unshare-ipc --unshare-pid --unshare-net --unshare-uts --unshare-cgroup" +
+		" --disable-userns --hostname toybox --die-with-parent --new-session --as-pid-1 --cap-drop ALL" +
+		" --ro-bind / / --dev /dev --proc /proc --tmpfs /tmp /bin/true"
+	tests := []struct {
+		name, extra string
+		wantOK      bool
+		wantLog     string // what bwrap says when it fails
+	}{
+		{"as installed", "", true, ""},
+		{"ProtectKernelTunables", "ProtectKernelTunables=yes", false, "Can't mount proc"},
+		{"ProtectKernelLogs", "ProtectKernelLogs=yes", false, "Can't mount proc"},
+		{"ProtectHostname", "ProtectHostname=yes", false, "Can't mount proc"},
+		{"ProcSubset", "ProcSubset=pid", false, "overflowuid"},
+		{"RestrictNamespaces=yes", "RestrictNamespaces=yes", false, "new namespace"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			unit := fmt.Sprintf("toybox-bwrap-probe-%d.service", i)
+			body := "[Unit]\nDescription=bwrap under toybox.service's settings\n[Service]\n" +
+				strings.Join(service, "\n") + "\n" + tt.extra + "\nType=oneshot\nExecStart=" + bwrap + "\n"
+			f := filepath.Join(t.TempDir(), unit)
+			if err := os.WriteFile(f, []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			mustDocker(t, "cp", f, c.name+":/etc/systemd/system/"+unit)
+			c.mustExec(t, "systemctl", "daemon-reload")
+			out, err := c.exec(t, "systemctl", "start", unit)
+			log, _ := c.exec(t, "journalctl", "-u", unit, "--no-pager", "-o", "cat")
+			if ok := err == nil; ok != tt.wantOK {
+				t.Errorf("bwrap under toybox.service + %q: ran = %v; want %v\n%s\n%s", tt.extra, ok, tt.wantOK, out, tail(log, 10))
+			}
+			if !tt.wantOK && !strings.Contains(log, tt.wantLog) {
+				t.Errorf("bwrap under toybox.service + %q failed, but not saying %q:\n%s", tt.extra, tt.wantLog, tail(log, 10))
+			}
+		})
+	}
+}
