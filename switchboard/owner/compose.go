@@ -501,7 +501,7 @@ func splitFlow(s string) []string {
 }
 
 // unquote returns a scalar's value: quoted (single or double, no escapes
-// but '') or plain.
+// but ”) or plain.
 func unquote(s string) (string, error) {
 	if s == "" {
 		return "", nil
