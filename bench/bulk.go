@@ -1,0 +1,178 @@
+package bench
+
+import (
+	"toybox/bench/load"
+
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+)
+
+// pathRun is one way of moving bytes to the sink.
+type pathRun struct {
+	name  string
+	bytes int64
+	run   func(ctx context.Context, n int64) error
+	err   error // first failure; the path is dropped after it
+	secs  Samples
+	mbps  Samples
+	cpuGB Samples // CPU seconds per GB moved
+}
+
+// bulkSection moves Bytes through every path, Repeats times, interleaved
+// (raw, proxy, handed-over socket, ByteStream, wall; then again), so that
+// drift in the machine's load touches every path alike.
+func (r *run) bulkSection(ctx context.Context) {
+	sink := net.JoinHostPort(r.sinkHost, strconv.Itoa(int(r.sinkPort)))
+	raw := &pathRun{name: "raw TCP", bytes: r.cfg.Bytes, run: func(ctx context.Context, n int64) error {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "tcp", sink)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		return load.Upload(c, n)
+	}}
+	proxy := &pathRun{name: "CONNECT proxy", bytes: r.cfg.Bytes, run: func(ctx context.Context, n int64) error {
+		c, err := load.DialConnect(ctx, r.proxy.Addrs["proxy"], sink)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		return load.Upload(c, n)
+	}}
+	paths := []*pathRun{raw, proxy}
+	var handoff, stream, wall *pathRun
+	if r.sb != nil {
+		client, err := DialSwitchboard(ctx, r.sb.Socket)
+		if err != nil {
+			r.sbErr = err
+		} else {
+			defer client.Close()
+			handoff = &pathRun{name: "granted, socket handed over", bytes: r.cfg.Bytes, run: func(ctx context.Context, n int64) error {
+				h, err := Constrain(ctx, client.Root, r.sinkHost, r.sinkPort)
+				if err != nil {
+					return err
+				}
+				defer h.Release()
+				c, err := client.ConnectFD(ctx, h, r.sinkHost, r.sinkPort)
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				return load.Upload(c, n)
+			}}
+			stream = &pathRun{name: "granted, ByteStream", bytes: r.cfg.StreamBytes, run: func(ctx context.Context, n int64) error {
+				h, err := Constrain(ctx, client.Root, r.sinkHost, r.sinkPort)
+				if err != nil {
+					return err
+				}
+				defer h.Release()
+				c, err := ConnectStream(ctx, h, r.sinkHost, r.sinkPort)
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				return load.Upload(c, n)
+			}}
+			paths = append(paths, handoff, stream)
+		}
+	}
+	if r.wallVat != "" {
+		wall = &pathRun{name: "app in a wall", bytes: r.cfg.Bytes, run: func(ctx context.Context, n int64) error {
+			var out struct {
+				NS  int64  `json:"ns"`
+				Err string `json:"error"`
+			}
+			q := fmt.Sprintf("/%s/upload?target=%s&bytes=%d", r.wallVat, sink, n)
+			if err := r.sup.GetJSON(ctx, q, &out); err != nil {
+				return err
+			}
+			if out.Err != "" {
+				return fmt.Errorf("the app in the wall: %s", out.Err)
+			}
+			return nil
+		}}
+		paths = append(paths, wall)
+	}
+	for i := range r.cfg.Repeats {
+		for _, p := range paths {
+			if p.err != nil {
+				continue
+			}
+			cpu0 := r.cpuNow()
+			t0 := time.Now()
+			err := p.run(ctx, p.bytes)
+			d := time.Since(t0)
+			cpu := r.cpuNow() - cpu0
+			if err != nil {
+				p.err = err
+				r.log.Warn("bulk path failed", "path", p.name, "error", err)
+				continue
+			}
+			p.secs = append(p.secs, d.Seconds())
+			p.mbps = append(p.mbps, MBps(p.bytes, d))
+			p.cpuGB = append(p.cpuGB, cpu.Seconds()/(float64(p.bytes)/1e9))
+			r.log.Info("bulk", "repeat", i+1, "path", p.name, "MB/s", fmt.Sprintf("%.0f", MBps(p.bytes, d)), "cpu_s_per_GB", fmt.Sprintf("%.2f", cpu.Seconds()/(float64(p.bytes)/1e9)))
+		}
+	}
+	if raw.err != nil || proxy.err != nil {
+		for _, id := range []string{RowHandoff, RowStream, RowWallThru, RowCPUHandoff, RowCPUStream, RowCPUWall} {
+			r.row(id).NotMeasured(fmt.Sprintf("the baseline failed: raw %v, proxy %v", raw.err, proxy.err))
+		}
+		return
+	}
+	setThru := func(id string, base, ours *pathRun, missing string, note string) {
+		row := r.row(id)
+		row.Baseline, row.BaselineSamples = ptr(base.mbps.Median()), base.mbps
+		switch {
+		case ours == nil:
+			row.NotMeasured(missing)
+		case ours.err != nil:
+			row.NotMeasured(ours.name + " failed: " + errText(ours.err))
+		default:
+			row.Ours, row.OurSamples = ptr(ours.mbps.Median()), ours.mbps
+			row.Note = note
+		}
+	}
+	setCPU := func(id string, base, ours *pathRun, missing string, note string) {
+		row := r.row(id)
+		row.Baseline, row.BaselineSamples = ptr(base.cpuGB.Median()), base.cpuGB
+		switch {
+		case ours == nil:
+			row.NotMeasured(missing)
+		case ours.err != nil:
+			row.NotMeasured(ours.name + " failed: " + errText(ours.err))
+		default:
+			row.Ours, row.OurSamples = ptr(ours.cpuGB.Median()), ours.cpuGB
+			row.Note = note
+		}
+	}
+	size := func(n int64) string { return fmt.Sprintf("%d MiB", n>>20) }
+	common := fmt.Sprintf("median of %d interleaved repeats; one transfer = connect + %s upload (%d KiB writes) + the sink's 8-byte count", r.cfg.Repeats, size(r.cfg.Bytes), load.ChunkSize>>10)
+	sbMissing := r.sbMissing()
+	setThru(RowHandoff, raw, handoff, sbMissing, common+"; ours = constrain + connect(wantFd) through the switchboard process, then the same upload on the received socket")
+	setThru(RowStream, raw, stream, sbMissing, fmt.Sprintf("median of %d repeats of a %s upload written as 64 KiB ByteStream messages under a 1 MiB flow window (the switchboard's own stream settings), switchboard → sink over TCP", r.cfg.Repeats, size(r.cfg.StreamBytes)))
+	setThru(RowWallThru, proxy, wall, r.wallMissing(), common+"; ours = an app inside a real wall (bwrap, seccomp, toybox-entry) dials the in-wall CONNECT proxy, which connects through the vat's Handle (supervisor relay → switchboard, socket handed over) and splices; timed inside the app, the baseline from the host")
+	cpuNote := "CPU time (user+sys) of every bench process (runner, sink, proxy, switchboard, supervisor and its walls) during the transfer, per GB moved"
+	setCPU(RowCPUHandoff, raw, handoff, sbMissing, cpuNote)
+	setCPU(RowCPUStream, raw, stream, sbMissing, cpuNote)
+	setCPU(RowCPUWall, proxy, wall, r.wallMissing(), cpuNote)
+	// The proxy's own throughput against raw TCP, for the notes.
+	if row := r.row(RowWallThru); row.Verdict != VerdictNotMeasured {
+		row.Note += fmt.Sprintf("; for scale: raw loopback TCP %.0f MB/s, the plain proxy %.2f× of it", raw.mbps.Median(), proxy.mbps.Median()/raw.mbps.Median())
+	}
+}
+
+func (r *run) wallMissing() string {
+	switch {
+	case r.wallErr != nil:
+		return errText(r.wallErr)
+	case r.supErr != nil:
+		return "the supervisor did not run: " + errText(r.supErr)
+	default:
+		return "the supervisor did not run"
+	}
+}

@@ -1,0 +1,63 @@
+// Command toybench runs toybox's benchmarks side by side with their
+// baselines and writes the table (docs/benchmarks.md, between its markers)
+// and its JSON twin (bench/results.json). `make bench` builds the binaries
+// and runs it from the repository root.
+//
+//	toybench [-bin DIR] [-md FILE] [-json FILE] [-quick]
+//	toybench helper targets|proxy   (started by the runner itself)
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"toybox/bench"
+)
+
+func main() {
+	if len(os.Args) >= 3 && os.Args[1] == "helper" {
+		if err := bench.RunHelper(os.Args[2]); err != nil {
+			fmt.Fprintln(os.Stderr, "toybench helper:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	bin := flag.String("bin", "bin", "directory holding switchboard, toybox, toybox-entry and benchvat")
+	md := flag.String("md", "docs/benchmarks.md", "markdown file whose generated part is rewritten")
+	js := flag.String("json", "bench/results.json", "JSON results file")
+	quick := flag.Bool("quick", false, "small sizes, to try the runner (not for committed results)")
+	flag.Parse()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "toybench:", err)
+		os.Exit(1)
+	}
+	cfg := bench.Config{Bin: *bin, Self: self, Logger: log}
+	if *quick {
+		cfg.Repeats, cfg.Bytes, cfg.LatencyRounds, cfg.LatencyPerRound = 2, 64<<20, 2, 50
+		cfg.Spawns, cfg.Vats, cfg.HeldConns = 3, 3, 500
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, err := bench.Run(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "toybench:", err)
+		os.Exit(1)
+	}
+	table := bench.Table(res)
+	fmt.Print(table)
+	if err := bench.WriteJSON(*js, res); err != nil {
+		fmt.Fprintln(os.Stderr, "toybench: writing", *js+":", err)
+		os.Exit(1)
+	}
+	if err := bench.WriteMarkdown(*md, table); err != nil {
+		fmt.Fprintln(os.Stderr, "toybench: writing", *md+":", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,275 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Config is one run of the benchmarks. The zero value of each size takes
+// the default noted; the defaults keep `make bench` under 10 minutes on 2
+// cores.
+type Config struct {
+	// Bin is the directory holding switchboard, toybox, toybox-entry and
+	// benchvat (built by make bench). A missing binary makes the rows that
+	// need it "not measured", with the reason.
+	Bin string
+	// Self is this runner's binary, started again as the helpers.
+	Self string
+	// Repeats is how many times each bulk transfer runs. If zero, 5.
+	Repeats int
+	// Bytes is the size of one bulk transfer. If zero, 1 GiB.
+	Bytes int64
+	// StreamBytes is the size of one ByteStream transfer. If zero, Bytes.
+	StreamBytes int64
+	// LatencyRounds × LatencyPerRound connects per path, interleaved by
+	// round. If zero, 10 × 100.
+	LatencyRounds, LatencyPerRound int
+	// Spawns is how many spawns of each kind. If zero, 20.
+	Spawns int
+	// Vats is how many vats are installed (each timed) and then held idle
+	// for the memory figure. If zero, 20.
+	Vats int
+	// HeldConns is how many granted connections the switchboard holds for
+	// the memory figure. If zero, 10000.
+	HeldConns int
+	// Logger receives progress. If nil, discarded.
+	Logger *slog.Logger
+}
+
+func (c *Config) defaults() {
+	if c.Repeats == 0 {
+		c.Repeats = 5
+	}
+	if c.Bytes == 0 {
+		c.Bytes = 1 << 30
+	}
+	if c.StreamBytes == 0 {
+		c.StreamBytes = c.Bytes
+	}
+	if c.LatencyRounds == 0 {
+		c.LatencyRounds = 10
+	}
+	if c.LatencyPerRound == 0 {
+		c.LatencyPerRound = 100
+	}
+	if c.Spawns == 0 {
+		c.Spawns = 20
+	}
+	if c.Vats == 0 {
+		c.Vats = 20
+	}
+	if c.HeldConns == 0 {
+		c.HeldConns = 10000
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Row ids, in table order.
+const (
+	RowHandoff      = "handoff-throughput"
+	RowStream       = "bytestream-throughput"
+	RowConnectP50   = "connect-latency-p50"
+	RowConnectP99   = "connect-latency-p99"
+	RowWallThru     = "wall-throughput"
+	RowWallLatency  = "wall-connect-latency-p50"
+	RowSpawn        = "walled-spawn"
+	RowInstall      = "install-first-response"
+	RowIdleVat      = "idle-vat-rss"
+	RowHeldConns    = "switchboard-rss-10k"
+	RowCPUHandoff   = "cpu-per-gb-handoff"
+	RowCPUStream    = "cpu-per-gb-bytestream"
+	RowCPUWall      = "cpu-per-gb-wall"
+	RowRawLatency   = "raw-dial-echo-latency"
+	RowProxyThru    = "connect-proxy-throughput"
+	sbListenTimeout = 10 * time.Second
+)
+
+// newRows returns the table's rows, not yet measured.
+func newRows() []*Row {
+	return []*Row{
+		{ID: RowHandoff, Figure: "bulk throughput over a granted connection (socket handed over)", Unit: "MB/s", BaselineName: "raw loopback TCP", Target: Target{Kind: RatioAtLeast, Value: 0.9}},
+		{ID: RowStream, Figure: "throughput over the ByteStream fallback", Unit: "MB/s", BaselineName: "raw loopback TCP", Target: Target{Kind: ReportRatio, Value: 0.25}},
+		{ID: RowConnectP50, Figure: "connect latency p50 (constrain + connect + first echoed byte)", Unit: "µs", BaselineName: "plain Go CONNECT proxy", Target: Target{Kind: RatioAtMost, Value: 1.0}},
+		{ID: RowConnectP99, Figure: "connect latency p99 (constrain + connect + first echoed byte)", Unit: "µs", BaselineName: "plain Go CONNECT proxy", Target: Target{Kind: RatioAtMost, Value: 1.0}},
+		{ID: RowWallThru, Figure: "app in a wall → CONNECT proxy → switchboard → sink, throughput", Unit: "MB/s", BaselineName: "plain Go CONNECT proxy", Target: Target{Kind: RatioAtLeast, Value: 1.0}},
+		{ID: RowWallLatency, Figure: "same path, connect latency p50", Unit: "µs", BaselineName: "plain Go CONNECT proxy", Target: Target{Kind: RatioAtMost, Value: 1.5}},
+		{ID: RowSpawn, Figure: "walled spawn to app exec (median)", Unit: "ms", BaselineName: "bare bwrap spawn", Target: Target{Kind: RatioAtMost, Value: 1.5}},
+		{ID: RowInstall, Figure: "install → first response, static Go vat (median)", Unit: "ms", Target: Target{Kind: AtMost, Value: 150}},
+		{ID: RowIdleVat, Figure: "RSS per idle vat (supervisor share + bwrap + entry)", Unit: "MiB", Target: Target{Kind: AtMost, Value: 12}},
+		{ID: RowHeldConns, Figure: "switchboard RSS with 10,000 granted connections open", Unit: "MiB", Target: Target{Kind: AtMost, Value: 64}},
+		{ID: RowCPUHandoff, Figure: "CPU per GB, granted connection (socket handed over)", Unit: "CPU s/GB", BaselineName: "raw loopback TCP", Target: Target{Kind: ReportRatio}},
+		{ID: RowCPUStream, Figure: "CPU per GB, ByteStream fallback", Unit: "CPU s/GB", BaselineName: "raw loopback TCP", Target: Target{Kind: ReportRatio}},
+		{ID: RowCPUWall, Figure: "CPU per GB, app in a wall → proxy → switchboard", Unit: "CPU s/GB", BaselineName: "plain Go CONNECT proxy", Target: Target{Kind: ReportRatio}},
+	}
+}
+
+// run is the state of one run.
+type run struct {
+	cfg  Config
+	log  *slog.Logger
+	tmp  string
+	rows map[string]*Row
+
+	targets, proxy *Helper
+	sinkHost       string
+	sinkPort       uint16
+	echoPort       uint16
+
+	sb      *Switchboard // nil when it could not start
+	sbErr   error
+	sup     *Supervisor // nil when it could not start
+	supErr  error
+	wallVat string // the vat that measures the wall path; "" if none
+	wallErr error
+}
+
+func (r *run) row(id string) *Row { return r.rows[id] }
+
+// Run runs every benchmark and returns the results. It fails only when the
+// baselines themselves cannot run; a piece of toybox that cannot run makes
+// its rows "not measured" with the reason.
+func Run(ctx context.Context, cfg Config) (Results, error) {
+	cfg.defaults()
+	start := time.Now()
+	res := Results{Started: start.UTC().Format(time.RFC3339), Machine: ReadMachine()}
+	if out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {
+		res.Commit = strings.TrimSpace(string(out))
+		if out, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(out) > 0 {
+			res.Commit += " (with uncommitted changes)"
+		}
+	}
+	tmp, err := os.MkdirTemp("", "toybench-")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(tmp)
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return res, err
+	}
+	r := &run{cfg: cfg, log: cfg.Logger, tmp: tmp, rows: map[string]*Row{}}
+	rows := newRows()
+	for _, row := range rows {
+		r.rows[row.ID] = row
+	}
+	if _, err := RaiseNoFile(1 << 17); err != nil {
+		return res, fmt.Errorf("raising RLIMIT_NOFILE: %w", err)
+	}
+	if err := r.startHelpers(ctx); err != nil {
+		return res, err
+	}
+	defer r.targets.Stop()
+	defer r.proxy.Stop()
+
+	r.sb, r.sbErr = StartSwitchboard(ctx, filepath.Join(cfg.Bin, "switchboard"), filepath.Join(tmp, "sb"), r.log)
+	if r.sb != nil {
+		defer r.sb.Stop()
+	}
+	if r.sbErr != nil {
+		r.log.Warn("switchboard not running", "error", r.sbErr)
+	}
+
+	// The supervisor: installs, idle memory, then the vat that measures
+	// the wall path.
+	r.supervisorSection(ctx)
+	if r.sup != nil {
+		defer r.sup.Stop()
+	}
+
+	r.bulkSection(ctx)
+	r.latencySection(ctx)
+	r.spawnSection(ctx)
+	if r.sup != nil {
+		r.sup.Stop()
+		r.sup = nil
+	}
+	r.heldConnsSection(ctx)
+
+	for _, row := range rows {
+		if row.Verdict == "" {
+			row.Judge()
+		}
+		res.Rows = append(res.Rows, *row)
+	}
+	res.Duration = time.Since(start).Round(time.Second).String()
+	return res, nil
+}
+
+func (r *run) startHelpers(ctx context.Context) error {
+	var err error
+	if r.targets, err = StartHelper(ctx, r.cfg.Self, HelperTargets); err != nil {
+		return err
+	}
+	if r.proxy, err = StartHelper(ctx, r.cfg.Self, HelperProxy); err != nil {
+		_ = r.targets.Stop()
+		return err
+	}
+	host, port, err := splitHostPort(r.targets.Addrs["sink"])
+	if err != nil {
+		return err
+	}
+	r.sinkHost, r.sinkPort = host, port
+	if _, r.echoPort, err = splitHostPort(r.targets.Addrs["echo"]); err != nil {
+		return err
+	}
+	return nil
+}
+
+// cpuPids lists every process whose CPU counts: the helpers, the
+// switchboard, the supervisor and everything below it.
+func (r *run) cpuPids() []int {
+	pids := []int{r.targets.Pid(), r.proxy.Pid()}
+	if r.sb != nil {
+		pids = append(pids, r.sb.Pid())
+	}
+	if r.sup != nil {
+		pids = append(pids, r.sup.Pid())
+		if ds, err := Descendants(r.sup.Pid()); err == nil {
+			for _, d := range ds {
+				pids = append(pids, d.Pid)
+			}
+		}
+	}
+	return pids
+}
+
+// cpuNow is the CPU used so far by this runner and every process of the
+// bench.
+func (r *run) cpuNow() time.Duration {
+	total := SelfCPU()
+	for _, p := range r.cpuPids() {
+		if d, err := ProcCPU(p); err == nil {
+			total += d
+		}
+	}
+	return total
+}
+
+// missing says why a row that needs the switchboard is not measured.
+func (r *run) sbMissing() string {
+	if r.sbErr != nil {
+		return "the switchboard did not run: " + r.sbErr.Error()
+	}
+	return "the switchboard did not run"
+}
+
+func errText(err error) string {
+	if err == nil {
+		return "unknown"
+	}
+	s := err.Error()
+	if len(s) > 300 {
+		s = s[:300] + "…"
+	}
+	return strings.ReplaceAll(s, "|", "/")
+}
+
+var errSkipped = errors.New("skipped")

@@ -1,0 +1,220 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"toybox/labels"
+	"toybox/schema/wire"
+	"toybox/vat/grant"
+	"toybox/vat/wall"
+)
+
+// spawnUID is who the walls run as when the runner is root (wall.Spec's
+// default), and so who the bare baseline runs as too.
+const spawnUID = 65534
+
+// spawnSection times Spawns walled spawns (wall.Start: plan, bwrap,
+// toybox-entry, then the app's exec, seen as its first byte on stdout)
+// against bare bwrap spawns of the same static binary, interleaved.
+func (r *run) spawnSection(ctx context.Context) {
+	row := r.row(RowSpawn)
+	bwrap, err := exec.LookPath("bwrap")
+	if err != nil {
+		row.NotMeasured("bwrap is not installed")
+		return
+	}
+	entry := filepath.Join(r.cfg.Bin, "toybox-entry")
+	if err := needBinary(entry); err != nil {
+		row.NotMeasured(errText(err))
+		return
+	}
+	dir := filepath.Join(r.tmp, "spawn")
+	state := filepath.Join(dir, "state")
+	code := filepath.Join(state, "code", "benchvat")
+	for _, d := range []string{code, state, filepath.Join(state, "data"), filepath.Join(state, "run")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			row.NotMeasured(errText(err))
+			return
+		}
+	}
+	app := filepath.Join(code, "benchvat")
+	if err := copyFile(filepath.Join(r.cfg.Bin, "benchvat"), app, 0o755); err != nil {
+		row.NotMeasured("copying benchvat: " + errText(err))
+		return
+	}
+	var up *grant.Upstream
+	if r.sb != nil {
+		up = grant.NewUpstream(grant.UpstreamConfig{Path: r.sb.Socket})
+		defer up.Close()
+	}
+	var bare, walled []time.Duration
+	for i := range r.cfg.Spawns {
+		d, err := bareSpawn(ctx, bwrap, app)
+		if err != nil {
+			row.NotMeasured("the bare bwrap spawn failed: " + errText(err))
+			return
+		}
+		bare = append(bare, d)
+		id := fmt.Sprintf("spawn-%02d", i+1)
+		d, err = r.wallSpawn(ctx, id, entry, code, state, up)
+		if err != nil {
+			row.NotMeasured("the walled spawn failed: " + errText(err))
+			return
+		}
+		walled = append(walled, d)
+	}
+	b, w := Durations(bare, time.Millisecond), Durations(walled, time.Millisecond)
+	row.Baseline, row.BaselineSamples = ptr(b.Median()), b
+	row.Ours, row.OurSamples = ptr(w.Median()), w
+	grantNote := "with one egress grant (so toybox-entry starts its CONNECT proxy)"
+	if up == nil {
+		grantNote = "with no network (the switchboard did not run)"
+	}
+	row.Note = fmt.Sprintf("%d spawns of each, interleaved, each timed from the start to the first byte the app writes on stdout; baseline = `bwrap --unshare-all --die-with-parent --ro-bind / / benchvat` as uid %d; ours = wall.Start (plan, seccomp, binds, bwrap, toybox-entry) %s, same binary and uid; p90 %.1f vs %.1f ms",
+		len(bare), spawnUID, grantNote, b.Percentile(90), w.Percentile(90))
+}
+
+// bareSpawn runs the baseline once and returns the time to the app's first
+// byte.
+func bareSpawn(ctx context.Context, bwrap, app string) (time.Duration, error) {
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return 0, err
+	}
+	defer pr.Close()
+	cmd := exec.CommandContext(ctx, bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", app, "spawned")
+	cmd.Stdout = pw
+	cmd.Env = []string{}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if os.Getuid() == 0 {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: spawnUID, Gid: spawnUID, Groups: []uint32{}}
+	}
+	var out [1]byte
+	t0 := time.Now()
+	err = cmd.Start()
+	_ = pw.Close()
+	if err != nil {
+		return 0, err
+	}
+	_, rerr := io.ReadFull(pr, out[:])
+	d := time.Since(t0)
+	werr := cmd.Wait()
+	if rerr != nil {
+		return 0, fmt.Errorf("reading the app's first byte: %w (bwrap: %v)", rerr, werr)
+	}
+	return d, werr
+}
+
+// wallSpawn starts one wall the way the supervisor does and returns the
+// time to the app's first byte.
+func (r *run) wallSpawn(ctx context.Context, id, entry, code, state string, up *grant.Upstream) (time.Duration, error) {
+	cfg := grant.VatConfig{ID: id}
+	netShape := wall.Net{None: true}
+	if up != nil {
+		cfg.Grants = []labels.Set{{Scheme: "tcp", Host: r.sinkHost, Port: r.sinkPort}}
+		cfg.Upstream = up
+		netShape = wall.Net{}
+	}
+	gv, err := grant.NewVat(cfg)
+	if err != nil {
+		return 0, err
+	}
+	defer gv.Revoke()
+	data, run := filepath.Join(state, "data", id), filepath.Join(state, "run", id)
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		return 0, err
+	}
+	if err := os.MkdirAll(run, 0o700); err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(data)
+	defer os.RemoveAll(run)
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return 0, err
+	}
+	defer pr.Close()
+	defer pw.Close()
+
+	t0 := time.Now()
+	entryCap, err := capPair(ctx, gv, "entry-cap")
+	if err != nil {
+		return 0, err
+	}
+	appCap, err := capPair(ctx, gv, "app-cap")
+	if err != nil {
+		_ = entryCap.Close()
+		return 0, err
+	}
+	spec := wall.Spec{
+		ID: id, InstallDir: code, Command: []string{"benchvat", "spawned"},
+		DataDir: data, RunDir: run, StateDir: state,
+		Net: netShape, EntryPath: entry, EntryCap: entryCap, AppCap: appCap,
+		Stdout: pw,
+	}
+	if netShape.None {
+		_ = entryCap.Close()
+		spec.EntryCap = nil
+	}
+	p, err := wall.Start(ctx, spec, nil)
+	_ = pw.Close()
+	if err != nil {
+		return 0, err
+	}
+	var out [1]byte
+	_, rerr := io.ReadFull(pr, out[:])
+	d := time.Since(t0)
+	werr := p.Wait()
+	if rerr != nil {
+		return 0, fmt.Errorf("reading the app's first byte: %w (wall: %v)", rerr, werr)
+	}
+	var ee *exec.ExitError
+	if werr != nil && !errors.As(werr, &ee) {
+		return 0, werr
+	}
+	return d, nil
+}
+
+// capPair makes a socketpair, serves gv's bootstrap on one end and returns
+// the other, which the caller owns.
+func capPair(ctx context.Context, gv *grant.Vat, name string) (*os.File, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, os.NewSyscallError("socketpair", err)
+	}
+	mine := os.NewFile(uintptr(fds[0]), name+"-runner")
+	theirs := os.NewFile(uintptr(fds[1]), name)
+	nc, err := net.FileConn(mine)
+	_ = mine.Close()
+	if err != nil {
+		_ = theirs.Close()
+		return nil, err
+	}
+	uc, ok := nc.(*net.UnixConn)
+	if !ok {
+		_ = nc.Close()
+		_ = theirs.Close()
+		return nil, wire.ErrNotUnixConn
+	}
+	go func() { _ = gv.Serve(ctx, wire.NewConn(uc, false)) }()
+	return theirs, nil
+}
+
+func copyFile(src, dst string, mode os.FileMode) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, mode)
+}

@@ -1,0 +1,195 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// Supervisor is a running `toybox serve`, its admin and http sockets.
+type Supervisor struct {
+	cmd    *exec.Cmd
+	done   chan struct{}
+	Log    string
+	admin  *http.Client
+	public *http.Client
+}
+
+func unixClient(path string) *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		},
+		MaxIdleConnsPerHost: 4,
+	}}
+}
+
+// StartSupervisor runs `bin/toybox serve` with its state in dir, holding
+// the switchboard socket sbSock ("" for none), and waits for its admin
+// socket. Stop it when done.
+func StartSupervisor(ctx context.Context, bin, dir, sbSock string, log *slog.Logger) (*Supervisor, error) {
+	toybox := filepath.Join(bin, "toybox")
+	for _, b := range []string{toybox, filepath.Join(bin, "toybox-entry")} {
+		if err := needBinary(b); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	admin, pub := filepath.Join(dir, "admin.sock"), filepath.Join(dir, "http.sock")
+	logPath := filepath.Join(dir, "toybox.log")
+	lf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer lf.Close()
+	args := []string{"serve", "--state", filepath.Join(dir, "state"), "--http", "unix:" + pub, "--admin", admin,
+		"--entry", filepath.Join(bin, "toybox-entry")}
+	if sbSock != "" {
+		args = append(args, "--switchboard", sbSock)
+	}
+	cmd := exec.Command(toybox, args...)
+	cmd.Stdout, cmd.Stderr = lf, lf
+	cmd.Env = append(os.Environ(), "TOYBOX_WALLS=", "TOYBOX_WALLS_DEFAULT=")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting toybox serve: %w", err)
+	}
+	s := &Supervisor{cmd: cmd, done: make(chan struct{}), Log: logPath, admin: unixClient(admin), public: unixClient(pub)}
+	go func() { _ = cmd.Wait(); close(s.done) }()
+	for _, sock := range []string{admin, pub} {
+		if err := waitUnix(ctx, sock, s.done, 10*time.Second); err != nil {
+			s.Stop()
+			return nil, fmt.Errorf("toybox serve socket %s: %w (log: %s)", sock, err, tail(logPath))
+		}
+	}
+	log.Info("supervisor running", "pid", cmd.Process.Pid)
+	return s, nil
+}
+
+// Pid returns the supervisor's process id.
+func (s *Supervisor) Pid() int { return s.cmd.Process.Pid }
+
+// Stop ends the supervisor and its vats.
+func (s *Supervisor) Stop() { stopProc(s.cmd, s.done) }
+
+// Install PUTs code as vat id with the egress grant (JSON, "" for none).
+func (s *Supervisor) Install(ctx context.Context, id string, code []byte, egress string) error {
+	u := "http://toybox/" + id
+	if egress != "" {
+		u += "?egress=" + url.QueryEscape(egress)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u, bytes.NewReader(code))
+	if err != nil {
+		return err
+	}
+	resp, err := s.admin.Do(req)
+	if err != nil {
+		return fmt.Errorf("installing %s: %w", id, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("installing %s: %s: %s", id, resp.Status, bytes.TrimSpace(body))
+	}
+	return nil
+}
+
+// Remove DELETEs vat id with its data.
+func (s *Supervisor) Remove(ctx context.Context, id string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, "http://toybox/"+id+"?purge=1", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := s.admin.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("removing %s: %s", id, resp.Status)
+	}
+	return nil
+}
+
+// Get sends GET path to the public socket and returns the status and body.
+func (s *Supervisor) Get(ctx context.Context, path string) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://toybox"+path, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	resp, err := s.public.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	return resp.StatusCode, b, err
+}
+
+// GetJSON sends GET path to the public socket and decodes a 200 answer.
+func (s *Supervisor) GetJSON(ctx context.Context, path string, v any) error {
+	code, b, err := s.Get(ctx, path)
+	if err != nil {
+		return err
+	}
+	if code != http.StatusOK {
+		return fmt.Errorf("GET %s: %d: %s", path, code, bytes.TrimSpace(b))
+	}
+	return json.Unmarshal(b, v)
+}
+
+// AdminGet sends GET path to the admin socket and returns the body.
+func (s *Supervisor) AdminGet(ctx context.Context, path string) string {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://toybox"+path, nil)
+	if err != nil {
+		return err.Error()
+	}
+	resp, err := s.admin.Do(req)
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	return string(bytes.TrimSpace(b))
+}
+
+// WaitOK polls GET path until it answers 200, every interval, until
+// timeout.
+func (s *Supervisor) WaitOK(ctx context.Context, path string, interval, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var last string
+	for {
+		code, b, err := s.Get(ctx, path)
+		if err == nil && code == http.StatusOK {
+			return nil
+		}
+		if err != nil {
+			last = err.Error()
+		} else {
+			last = fmt.Sprintf("%d: %s", code, bytes.TrimSpace(b))
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("GET %s did not answer 200 within %s; last: %s", path, timeout, last)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(interval):
+		}
+	}
+}
