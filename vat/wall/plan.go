@@ -425,7 +425,7 @@ func (b *planner) refuse(p string) error {
 // the credentials directory and the hidden entries of any home inside them.
 func (b *planner) maskTrees(trees []string) error {
 	for _, t := range trees {
-		secrets, err := scan(t)
+		secrets, err := scan(t, b.scanLimit())
 		if err != nil {
 			return err
 		}
@@ -458,6 +458,13 @@ func (b *planner) maskTrees(trees []string) error {
 		}
 	}
 	return nil
+}
+
+func (b *planner) scanLimit() int {
+	if b.spec.ScanLimit > 0 {
+		return b.spec.ScanLimit
+	}
+	return MaxScanEntries
 }
 
 // mask hides p (a real host path, visible at the same path inside).
@@ -734,15 +741,15 @@ func within(p, dir string) bool {
 // scan walks the tree at root (not following symlinks) and returns every
 // secret (.env, .mcp.json) at any depth. More than MaxScanEntries entries:
 // ErrTreeTooLarge, and the tree is not bound.
-func scan(root string) ([]string, error) {
+func scan(root string, limit int) ([]string, error) {
 	var found []string
 	n := 0
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return fmt.Errorf("scanning %s for secrets: %w", root, err)
 		}
-		if n++; n > MaxScanEntries {
-			return fmt.Errorf("%w: %s has more than %d entries; not bound", ErrTreeTooLarge, root, MaxScanEntries)
+		if n++; n > limit {
+			return fmt.Errorf("%w: %s has more than %d entries; not bound", ErrTreeTooLarge, root, limit)
 		}
 		if p != root && secretNames[d.Name()] {
 			found = append(found, p)

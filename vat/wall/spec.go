@@ -62,6 +62,9 @@ type Spec struct {
 	// root (the app must never run as a uid mapped onto host root). If zero
 	// and the supervisor is root, 65534.
 	UID, GID int
+	// ScanLimit bounds the entries scanned for secrets in one bound tree;
+	// a larger tree is not bound (the plan fails). If zero, MaxScanEntries.
+	ScanLimit int
 }
 
 // Files are the owner-chosen files and folders a vat may see.

@@ -509,7 +509,8 @@ func TestStartFailsClosed(t *testing.T) {
 		{"tree too large", func(f *fixture) {
 			big := filepath.Join(filepath.Dir(f.state), "big")
 			_ = os.MkdirAll(big, 0o755)
-			for i := range MaxScanEntries + 1 {
+			f.spec.ScanLimit = 100
+			for i := range 101 {
 				fh, err := os.Create(filepath.Join(big, strconv.Itoa(i)))
 				if err == nil {
 					fh.Close()
