@@ -40,7 +40,10 @@ const ComposeProjectLabel = "com.docker.compose.project"
 // Facts is everything the judgement needs, gathered beforehand (by Check,
 // from /proc and Docker; by tests, by hand). Judge does no I/O.
 type Facts struct {
-	Target     netip.AddrPort
+	Target netip.AddrPort
+	// OwnAddr: Target's address is one of this host's own (non-loopback)
+	// interface addresses, which reaches the same listeners as loopback.
+	OwnAddr    bool
 	Vat        string // the handle's vat id; "" for a handle of no vat
 	OwnerTyped bool   // the address is one the owner typed, not a manifest default
 
@@ -69,8 +72,8 @@ type Facts struct {
 // /proc or Docker error, or a missing fact is a refusal.
 func Judge(f Facts) Decision {
 	t := f.Target
-	if !t.Addr().Unmap().IsLoopback() {
-		return refuse("%s is not a loopback address", t)
+	if !t.Addr().Unmap().IsLoopback() && !f.OwnAddr {
+		return refuse("%s is neither a loopback address nor one of this host's", t)
 	}
 	if f.ProcErr != nil {
 		return refuse("cannot tell who listens on %s: %v", t, f.ProcErr)

@@ -39,7 +39,13 @@ func TestJudge(t *testing.T) {
 		allow  bool
 		reason string // a substring of the reason
 	}{
-		{"not loopback", func(f *Facts) { f.Target = netip.MustParseAddrPort("192.0.2.1:5432") }, false, "not a loopback address"},
+		{"not loopback", func(f *Facts) { f.Target = netip.MustParseAddrPort("192.0.2.1:5432") }, false, "192.0.2.1:5432 is neither a loopback address nor one of this host's"},
+		{"this host's own address", func(f *Facts) {
+			f.Target = netip.MustParseAddrPort("192.0.2.1:5432")
+			f.OwnAddr = true
+			f.Listeners = []Listener{l("0.0.0.0", 5432, toy, 10)}
+			f.Holders = map[uint64][]Proc{10: {svc}}
+		}, true, "192.0.2.1:5432 is held by pid 100"},
 		{"proc unreadable", func(f *Facts) { f.ProcErr = errors.New("permission denied") }, false, "cannot tell who listens on 127.0.0.1:5432: permission denied"},
 		{"nothing listening", func(f *Facts) {}, false, "nothing listens on 127.0.0.1:5432"},
 		{"own service, owner typed", func(f *Facts) {

@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/docker/docker/client"
+
+	"toybox/labels"
 )
 
 // MaxCacheTTL is the longest a decision may be reused: a port that changes
@@ -131,8 +134,39 @@ func New(cfg Config) (*Checker, error) {
 // Close releases the Docker client.
 func (c *Checker) Close() error { return c.docker.Close() }
 
+// hostAddr reports whether a is an address of one of this host's interfaces.
+func hostAddr(a netip.Addr) (bool, error) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return false, fmt.Errorf("listing this host's addresses: %w", err)
+	}
+	a = a.Unmap()
+	for _, ia := range addrs {
+		if n, ok := ia.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap() == a && !a.IsUnspecified() {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}
+
+// LoopbackFunc adapts the checker to the switchboard's LoopbackCheck hook
+// (switchboard.Config.LoopbackCheck): the vat is the handle's vat label,
+// and ownerTyped(h) says whether the handle's address is one the owner typed.
+// A nil ownerTyped means never: every handle is judged as a manifest default,
+// so it may reach its own containers but no process of the toybox user.
+func (c *Checker) LoopbackFunc(ownerTyped func(h labels.Set) bool) func(ctx context.Context, addr netip.AddrPort, h labels.Set) (bool, string) {
+	return func(ctx context.Context, addr netip.AddrPort, h labels.Set) (bool, string) {
+		typed := ownerTyped != nil && ownerTyped(h)
+		d := c.Check(ctx, addr, h.Vat, typed)
+		return d.Allow, d.Reason
+	}
+}
+
 // Check decides whether the vat (its id; "" for a handle of no vat) may
-// connect to the loopback address addr, which the owner typed (ownerTyped) or
+// connect to addr — a loopback address, or one of this host's own addresses
+// (anything else is refused) — which the owner typed (ownerTyped) or
 // which comes from a manifest default. A decision is reused for at most the
 // cache TTL. Every error is a refusal.
 func (c *Checker) Check(ctx context.Context, addr netip.AddrPort, vat string, ownerTyped bool) Decision {
@@ -170,7 +204,14 @@ func (c *Checker) facts(ctx context.Context, addr netip.AddrPort, vat string, ow
 		ToyboxUID: c.cfg.ToyboxUID, OwnRoots: c.roots, Exceptions: c.cfg.Exceptions,
 	}
 	if !addr.Addr().Unmap().IsLoopback() {
-		return f // Judge refuses it
+		own, err := hostAddr(addr.Addr())
+		if err != nil {
+			f.ProcErr = err
+			return f
+		}
+		if f.OwnAddr = own; !own {
+			return f // Judge refuses it
+		}
 	}
 	all, err := readListeners()
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"toybox/labels"
 	"toybox/tests/dockertest"
 	"toybox/tests/testenv"
 )
@@ -186,9 +187,46 @@ func TestProcessListeners(t *testing.T) {
 		check(t, w.chk, ln.Addr().String(), "myvat", true, false, "is held by root and no running container publishes it")
 	})
 
-	t.Run("not loopback", func(t *testing.T) {
-		check(t, w.chk, "192.0.2.2:22", "myvat", true, false, "not a loopback address")
+	t.Run("this host's own address, and a foreign one", func(t *testing.T) {
+		pid, addr, _ := listener{bin: w.outside, addr: "0.0.0.0:0", uid: testUID}.start(t)
+		port := portOf(t, addr)
+		own := ownV4(t)
+		check(t, w.chk, netip.AddrPortFrom(own, port).String(), "myvat", true, true, fmt.Sprintf("is held by pid %d", pid))
+		check(t, w.chk, fmt.Sprintf("203.0.113.9:%d", port), "myvat", true, false, "neither a loopback address nor one of this host's")
 	})
+
+	t.Run("the switchboard hook", func(t *testing.T) {
+		_, addr, _ := listener{bin: w.outside, addr: "127.0.0.1:0", uid: testUID}.start(t)
+		ap := netip.MustParseAddrPort(addr)
+		h := labels.Set{Network: labels.NetworkLocal, Vat: "myvat"}
+		if ok, why := w.chk.LoopbackFunc(nil)(context.Background(), ap, h); ok || !strings.Contains(why, "never a manifest default") {
+			t.Errorf("LoopbackFunc(nil) = %v, %q; want a refusal: nil ownerTyped means never typed", ok, why)
+		}
+		typed := func(labels.Set) bool { return true }
+		if ok, why := w.chk.LoopbackFunc(typed)(context.Background(), ap, h); !ok {
+			t.Errorf("LoopbackFunc(typed) = %v, %q; want allowed", ok, why)
+		}
+	})
+}
+
+// ownV4 returns a non-loopback IPv4 address of this host (one always exists
+// on the machines these tests run on; the loopback-only case would make the
+// subtest meaningless, so it fails).
+func ownV4(t *testing.T) netip.Addr {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap().Is4() && !ip.IsLoopback() {
+				return ip.Unmap()
+			}
+		}
+	}
+	t.Fatal("this host has no non-loopback IPv4 address")
+	return netip.Addr{}
 }
 
 // TestPortChangesHands: a decision is reused inside the cache window and
