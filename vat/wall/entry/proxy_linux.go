@@ -178,51 +178,179 @@ func (p *Proxy) connect(ctx context.Context, c *net.TCPConn, br *bufio.Reader, r
 	up.relay(c, br)
 }
 
-// plainHTTP relays one absolute-form request to a listed http: target and
-// its answer, then closes.
+// plainHTTP carries one absolute-form request to an http: target through
+// the Handle's request() (the switchboard makes the request and decides it
+// like a CONNECT), answers with Connection: close, and closes.
 func (p *Proxy) plainHTTP(ctx context.Context, c *net.TCPConn, br *bufio.Reader, req *http.Request) {
-	host := req.URL.Hostname()
-	port := uint64(80)
+	defer c.Close()
+	port := 80
 	if ps := req.URL.Port(); ps != "" {
-		var err error
-		if port, err = strconv.ParseUint(ps, 10, 16); err != nil || port == 0 {
+		n, err := strconv.ParseUint(ps, 10, 16)
+		if err != nil || n == 0 {
 			answer(c, http.StatusBadRequest, "bad_request", fmt.Sprintf("%v: port %q", ErrBadRequest, ps))
 			return
 		}
+		port = int(n)
 	}
-	t := target{scheme: "http", host: host, port: uint16(port)}
-	up, err := p.dial(ctx, t, nil, c)
+	t := target{scheme: "http", host: req.URL.Hostname(), port: uint16(port)}
+	if !p.handle.IsValid() {
+		p.log(t, false, ErrNoGrant.Error(), "")
+		refuse(c, ErrNoGrant)
+		return
+	}
+	var hdrs [][2]string
+	for k, vs := range req.Header {
+		if hopByHop[k] || strings.HasPrefix(k, "Proxy-") {
+			continue
+		}
+		for _, v := range vs {
+			hdrs = append(hdrs, [2]string{k, v})
+		}
+	}
+	hdrs = append(hdrs, [2]string{"Host", req.Host})
+	if req.ContentLength > 0 {
+		hdrs = append(hdrs, [2]string{"Content-Length", strconv.FormatInt(req.ContentLength, 10)})
+	}
+	resp := &responder{c: c, done: make(chan struct{})}
+	fut, rel := p.handle.Request(ctx, func(ps schema.Handle_request_Params) error {
+		if err := ps.SetMethod(req.Method); err != nil {
+			return err
+		}
+		if err := ps.SetUrl(req.URL.String()); err != nil {
+			return err
+		}
+		list, err := ps.NewHeaders(int32(len(hdrs)))
+		if err != nil {
+			return err
+		}
+		for i, h := range hdrs {
+			if err := list.At(i).SetName(h[0]); err != nil {
+				return err
+			}
+			if err := list.At(i).SetValue(h[1]); err != nil {
+				return err
+			}
+		}
+		return ps.SetResponder(schema.Responder_ServerToClient(resp))
+	})
+	defer rel()
+	res, err := fut.Struct()
 	if err != nil {
+		p.log(t, false, err.Error(), "")
 		refuse(c, err)
 		return
 	}
-	if up.nc == nil {
-		up.close()
-		answer(c, http.StatusBadGateway, "proxy_internal_error", "plain HTTP needs a socket from the switchboard")
-		return
+	p.log(t, true, "", "request")
+	body := res.Body().AddRef()
+	defer body.Release()
+	body.SetFlowLimiter(p.limiter)
+	if req.Body != nil && req.Body != http.NoBody {
+		buf := make([]byte, streamChunk)
+		for {
+			n, rerr := req.Body.Read(buf)
+			if n > 0 {
+				chunk := buf[:n]
+				if err := body.Write(ctx, func(ps schema.ByteStream_write_Params) error { return ps.SetData(chunk) }); err != nil {
+					break
+				}
+			}
+			if rerr != nil {
+				break
+			}
+		}
 	}
-	defer c.Close()
-	defer up.close()
-	_ = c.SetReadDeadline(time.Now().Add(headerTimeout))
-	for _, h := range []string{"Proxy-Connection", "Proxy-Authorization", "Keep-Alive", "Upgrade", "Te", "Trailer"} {
-		req.Header.Del(h)
+	if body.WaitStreaming() == nil {
+		efut, erel := body.End(ctx, nil)
+		_, _ = efut.Struct()
+		erel()
 	}
-	req.RequestURI = ""
-	req.Close = true
-	if err := req.Write(up.nc); err != nil {
-		answer(c, http.StatusBadGateway, "http_request_error", "writing the request: "+err.Error())
-		return
+	select {
+	case <-resp.done:
+	case <-ctx.Done():
+	case <-time.After(plainHTTPTimeout):
 	}
-	resp, err := http.ReadResponse(bufio.NewReader(up.nc), req)
-	if err != nil {
-		answer(c, http.StatusBadGateway, "http_response_incomplete", "reading the answer: "+err.Error())
-		return
-	}
-	defer resp.Body.Close()
-	resp.Close = true
-	resp.Header.Del("Keep-Alive")
-	_ = resp.Write(c)
+	_ = br
 }
+
+// hopByHop headers are never forwarded.
+var hopByHop = map[string]bool{
+	"Connection": true, "Keep-Alive": true, "Te": true, "Trailer": true,
+	"Transfer-Encoding": true, "Upgrade": true, "Content-Length": true, "Host": true,
+}
+
+// plainHTTPTimeout bounds one plain-HTTP exchange.
+const plainHTTPTimeout = 10 * time.Minute
+
+// responder receives the answer to a plain-HTTP request and writes it to
+// the client, always with Connection: close.
+type responder struct {
+	c    *net.TCPConn
+	once sync.Once
+	done chan struct{}
+}
+
+func (r *responder) finish() { r.once.Do(func() { close(r.done) }) }
+
+func (r *responder) Start(_ context.Context, call schema.Responder_start) error {
+	args := call.Args()
+	status := int(args.Status())
+	var b strings.Builder
+	fmt.Fprintf(&b, "HTTP/1.1 %d %s\r\n", status, http.StatusText(status))
+	hs, err := args.Headers()
+	if err != nil {
+		r.finish()
+		return err
+	}
+	for i := 0; i < hs.Len(); i++ {
+		name, _ := hs.At(i).Name()
+		value, _ := hs.At(i).Value()
+		k := http.CanonicalHeaderKey(name)
+		if k == "Connection" || k == "Keep-Alive" || k == "Transfer-Encoding" || strings.ContainsAny(k+value, "\r\n") {
+			continue
+		}
+		fmt.Fprintf(&b, "%s: %s\r\n", k, value)
+	}
+	b.WriteString("Connection: close\r\n\r\n")
+	if _, err := io.WriteString(r.c, b.String()); err != nil {
+		r.finish()
+		return err
+	}
+	res, err := call.AllocResults()
+	if err != nil {
+		r.finish()
+		return err
+	}
+	return res.SetBody(schema.ByteStream_ServerToClient(&respBody{r: r}))
+}
+
+func (r *responder) Fail(_ context.Context, call schema.Responder_fail) error {
+	msg, _ := call.Args().Message_()
+	answer(r.c, http.StatusBadGateway, "http_request_error", msg)
+	r.finish()
+	return nil
+}
+
+// Shutdown: the switchboard let go without an answer.
+func (r *responder) Shutdown() { r.finish() }
+
+// respBody writes a plain-HTTP answer's body to the client.
+type respBody struct{ r *responder }
+
+func (b *respBody) Write(_ context.Context, call schema.ByteStream_write) error {
+	data, err := call.Args().Data()
+	if err != nil {
+		return err
+	}
+	_, err = b.r.c.Write(data)
+	return err
+}
+
+func (b *respBody) End(context.Context, schema.ByteStream_end) error {
+	b.r.finish()
+	return nil
+}
+
+func (b *respBody) Shutdown() { b.r.finish() }
 
 // check asks the Handle for its decision without dialling.
 func (p *Proxy) check(ctx context.Context, t target) error {

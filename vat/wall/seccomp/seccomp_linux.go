@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"sync"
 
 	libseccomp "github.com/seccomp/libseccomp-golang"
 	"golang.org/x/sys/unix"
@@ -22,9 +23,21 @@ func Supported() error {
 	return fmt.Errorf("%w: %s", ErrUnsupported, runtime.GOARCH)
 }
 
-// BPF compiles the filter and returns the classic BPF program, as
-// bubblewrap's --seccomp option reads it (struct sock_filter, native endian).
+var compiled struct {
+	once sync.Once
+	prog []byte
+	err  error
+}
+
+// BPF returns the classic BPF program, as bubblewrap's --seccomp option
+// reads it (struct sock_filter, native endian). It is compiled once per
+// process; the caller must not modify the result.
 func BPF() ([]byte, error) {
+	compiled.once.Do(func() { compiled.prog, compiled.err = compile() })
+	return compiled.prog, compiled.err
+}
+
+func compile() ([]byte, error) {
 	f, err := build()
 	if err != nil {
 		return nil, err
