@@ -486,7 +486,7 @@ func unsetSettingsBreakBwrap(t *testing.T, c container, unitText string) {
 		{"as installed", "", true, ""},
 		{"ProtectKernelTunables", "ProtectKernelTunables=yes", false, "Can't mount proc"},
 		{"ProtectKernelLogs", "ProtectKernelLogs=yes", false, "Can't mount proc"},
-		{"ProtectHostname", "ProtectHostname=yes", false, "Can't mount proc"},
+		{"ProtectHostname", "ProtectHostname=yes", false, "Can't set hostname"},
 		{"ProcSubset", "ProcSubset=pid", false, "overflowuid"},
 		{"RestrictNamespaces=yes", "RestrictNamespaces=yes", false, "new namespace"},
 	}
