@@ -18,6 +18,7 @@ import (
 	"github.com/coreos/go-systemd/v22/activation"
 	"github.com/coreos/go-systemd/v22/daemon"
 
+	"toybox/vat/doors"
 	"toybox/vat/grant"
 	"toybox/vat/store"
 	"toybox/vat/supervisor"
@@ -27,7 +28,7 @@ import (
 
 func init() { commands["serve"] = serveMain }
 
-const serveUsage = `usage: toybox serve --state DIR --switchboard PATH [--http ADDR|unix:PATH] [--admin PATH] [--entry PATH]
+const serveUsage = `usage: toybox serve --state DIR --switchboard PATH [--http ADDR|unix:PATH] [--admin PATH] [--entry PATH] [--doors FILE]
 
 Runs the supervisor: every installed vat starts, the admin API is served on
 the admin socket (mode 0600) and each vat's app on the http socket as
@@ -46,6 +47,7 @@ func serveMain(args []string) int {
 	httpAddr := fs.String("http", "", "public HTTP listener: host:port or unix:PATH")
 	adminPath := fs.String("admin", "", "admin unix socket path (created 0600)")
 	entryPath := fs.String("entry", "", "toybox-entry binary (default: next to this binary)")
+	doorsPath := fs.String("doors", "", "the operator's door table (default: <state>/doors.json, where a missing file means no doors)")
 	readyTimeout := fs.Duration("ready-timeout", 10*time.Second, "how long an app has to listen on $TOYBOX_LISTEN")
 	stopGrace := fs.Duration("stop-grace", 5*time.Second, "time between SIGTERM and SIGKILL when stopping a vat")
 	maxBody := fs.Int64("max-body", store.DefaultMaxBody, "largest code upload in bytes")
@@ -63,7 +65,7 @@ func serveMain(args []string) int {
 		return 2
 	}
 	if err := runServe(serveOptions{
-		state: *stateDir, switchboard: *sbPath, http: *httpAddr, admin: *adminPath, entry: *entryPath,
+		state: *stateDir, switchboard: *sbPath, http: *httpAddr, admin: *adminPath, entry: *entryPath, doors: *doorsPath,
 		readyTimeout: *readyTimeout, stopGrace: *stopGrace, maxBody: *maxBody,
 		walls: os.Getenv("TOYBOX_WALLS"), wallsDefault: os.Getenv("TOYBOX_WALLS_DEFAULT"),
 	}, log); err != nil {
@@ -75,10 +77,10 @@ func serveMain(args []string) int {
 }
 
 type serveOptions struct {
-	state, switchboard, http, admin, entry string
-	readyTimeout, stopGrace                time.Duration
-	maxBody                                int64
-	walls, wallsDefault                    string
+	state, switchboard, http, admin, entry, doors string
+	readyTimeout, stopGrace                       time.Duration
+	maxBody                                       int64
+	walls, wallsDefault                           string
 }
 
 func runServe(o serveOptions, log *slog.Logger) error {
@@ -100,6 +102,10 @@ func runServe(o serveOptions, log *slog.Logger) error {
 	if _, err := os.Stat(o.entry); err != nil {
 		log.Warn("toybox-entry not found: walled vats with egress cannot start", "entry", o.entry, "error", err.Error())
 	}
+	doorTable, err := loadDoors(o, log)
+	if err != nil {
+		return err
+	}
 	var up *grant.Upstream
 	if o.switchboard != "" {
 		abs, err := filepath.Abs(o.switchboard)
@@ -112,7 +118,7 @@ func runServe(o serveOptions, log *slog.Logger) error {
 		log.Warn("no --switchboard: no vat can be granted egress")
 	}
 	sup, err := supervisor.New(supervisor.Config{
-		Store: st, Switches: sw, Upstream: up, EntryPath: o.entry,
+		Store: st, Switches: sw, Upstream: up, EntryPath: o.entry, Doors: doorTable,
 		Launch: func(ctx context.Context, spec wall.Spec, l *slog.Logger) (supervisor.Process, error) {
 			p, err := wall.Start(ctx, spec, l)
 			if err != nil {
@@ -169,6 +175,25 @@ func runServe(o serveOptions, log *slog.Logger) error {
 		return serveErr
 	}
 	return nil
+}
+
+// loadDoors reads the operator's door table: --doors FILE (which must
+// exist), else <state>/doors.json (where a missing file means no doors).
+func loadDoors(o serveOptions, log *slog.Logger) (*doors.Table, error) {
+	path, explicit := o.doors, o.doors != ""
+	if !explicit {
+		path = filepath.Join(o.state, "doors.json")
+	}
+	t, err := doors.LoadTable(path)
+	if !explicit && errors.Is(err, os.ErrNotExist) {
+		log.Info("no door table: no vat has doors", "doors", path)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the door table: %w", err)
+	}
+	log.Info("door table read", "doors", path, "sets", t.IDs())
+	return t, nil
 }
 
 func addrOf(l net.Listener) string {

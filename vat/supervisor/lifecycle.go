@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"toybox/schema"
+	"toybox/vat/doors"
 	"toybox/vat/grant"
 	"toybox/vat/words"
 )
@@ -41,6 +43,7 @@ type instance struct {
 type running struct {
 	proc    Process
 	gv      *grant.Vat
+	doors   *doors.Granted // nil: no doors
 	word    words.Word
 	gone    chan struct{}
 	exitErr error
@@ -123,15 +126,15 @@ func (in *instance) loop() {
 		case <-in.ctx.Done():
 			_ = r.proc.Stop(s.cfg.StopGrace)
 			<-r.gone
-			r.gv.Revoke()
-			in.update(func(v *vat) { v.pid = 0; v.lastExit = exitText(r.exitErr) })
+			r.revoke("stopped")
+			in.update(func(v *vat) { v.pid = 0; v.lastExit = exitText(r.exitErr); v.doors = nil })
 			s.log.Info("vat stopped", keyVat, v.id, keyExit, exitText(r.exitErr))
 			in.markReady(errStopped)
 			return
 		}
-		r.gv.Revoke()
+		r.revoke("exited")
 		exit := exitText(r.exitErr)
-		in.update(func(v *vat) { v.pid, v.lastExit = 0, exit })
+		in.update(func(v *vat) { v.pid, v.lastExit, v.doors = 0, exit, nil })
 		s.log.Warn("vat exited", keyVat, v.id, keyExit, exit)
 		if readyErr == nil {
 			readyErr = fmt.Errorf("it exited (%s)", exit)
@@ -221,16 +224,31 @@ func (s *Supervisor) spawn(ctx context.Context, v *vat) (r *running, off words.W
 	if err := s.cfg.Store.PrepareDirs(v.id, s.cfg.UID, s.cfg.GID); err != nil {
 		return nil, off, err
 	}
-	gv, err := grant.NewVat(grant.VatConfig{ID: v.id, Grants: g, Upstream: s.cfg.Upstream, Logger: s.log})
+	// Doors: only a set the manifest names, checked again against the
+	// table this supervisor read at start; fresh capabilities per spawn.
+	var gd *doors.Granted
+	var doorSet func() schema.DoorSet
+	if len(code.Manifest.Doors) > 0 {
+		if err := s.cfg.Doors.CheckManifest(v.id, code.Manifest.Doors); err != nil {
+			return nil, off, err
+		}
+		gd = s.cfg.Doors.Grant(v.id, s.log)
+		doorSet = gd.DoorSet
+	}
+	gv, err := grant.NewVat(grant.VatConfig{ID: v.id, Grants: g, Upstream: s.cfg.Upstream, Doors: doorSet, Logger: s.log})
 	if err != nil {
+		if gd != nil {
+			gd.Revoke()
+		}
 		return nil, off, fmt.Errorf("building its grant: %w", err)
 	}
+	r = &running{gv: gv, doors: gd, gone: make(chan struct{})}
+	spawned := r // the named result is nil on an error return
 	defer func() {
 		if err != nil {
-			gv.Revoke()
+			spawned.revoke("stopped")
 		}
 	}()
-	r = &running{gv: gv, gone: make(chan struct{})}
 	if dec.Walled {
 		if s.cfg.Launch == nil {
 			return nil, off, errors.New("no wall launcher configured")
@@ -257,7 +275,21 @@ func (s *Supervisor) spawn(ctx context.Context, v *vat) (r *running, off words.W
 		r.exitErr = r.proc.Wait()
 		close(r.gone)
 	}()
+	if gd != nil {
+		names := gd.Names()
+		v.mu.Lock()
+		v.doors = names
+		v.mu.Unlock()
+	}
 	return r, 0, nil
+}
+
+// revoke ends the spawn's capabilities: its Vat (egress) and its doors.
+func (r *running) revoke(why string) {
+	r.gv.Revoke()
+	if r.doors != nil {
+		r.doors.RevokeBecause(why)
+	}
 }
 
 // pipeToRing returns the write end of a pipe whose output lands in ring.

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"toybox/labels"
+	"toybox/vat/doors"
 	"toybox/vat/grant"
 	"toybox/vat/manifest"
 	"toybox/vat/store"
@@ -47,6 +48,10 @@ type Config struct {
 	// Upstream is the supervisor's one switchboard connection. If nil, no
 	// vat can have egress: an install with a grant is refused.
 	Upstream *grant.Upstream
+	// Doors is the operator's door table. A vat whose manifest names its
+	// own set gets its doors on fd 3 (revoked when the spawn ends). If nil,
+	// no vat has doors and a manifest naming one is refused.
+	Doors *doors.Table
 	// Launch starts a walled spawn. Required unless every vat runs
 	// unwalled by the switches.
 	Launch Launcher
@@ -164,6 +169,7 @@ type vat struct {
 	restarts  int
 	lastExit  string
 	lastError string
+	doors     []string // the door entries the running spawn holds
 	run       *instance
 }
 
@@ -181,6 +187,7 @@ type Status struct {
 	LastError string       `json:"last_error,omitempty"`
 	Installed time.Time    `json:"installed"`
 	Env       []string     `json:"env,omitempty"`
+	Doors     []string     `json:"doors,omitempty"`
 
 	word words.Word
 }
@@ -199,6 +206,7 @@ func (v *vat) status() Status {
 		ID: v.id, Status: v.word.String(), StatusES: v.word.In("es"), Tier: v.tier,
 		Code: v.rec.Code, Grant: g, PID: v.pid, Restarts: v.restarts,
 		LastExit: v.lastExit, LastError: v.lastError, Installed: v.rec.Installed, word: v.word,
+		Doors: append([]string(nil), v.doors...),
 	}
 	for k := range v.rec.Env {
 		st.Env = append(st.Env, k)
@@ -367,12 +375,9 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 		return Status{}, 0, fmt.Errorf("%w: vat id %q is not [a-z0-9][a-z0-9-]{0,62}", ErrBadInput, req.ID)
 	}
 	m := req.Code.Manifest
-	g, err := m.Grant(req.Egress)
+	g, err := s.checkGrant(m, req.Egress)
 	if err != nil {
-		return Status{}, 0, fmt.Errorf("%w: %w", ErrBadInput, err)
-	}
-	if len(g) > 0 && s.cfg.Upstream == nil {
-		return Status{}, 0, fmt.Errorf("%w: this supervisor holds no switchboard socket, so it can grant no egress", ErrBadInput)
+		return Status{}, 0, err
 	}
 	s.mu.Lock()
 	if s.stopping {
@@ -400,12 +405,7 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 
 	env := req.Env
 	if env == nil && existed {
-		env = map[string]string{}
-		for _, k := range m.Env {
-			if val, ok := old.rec.Env[k]; ok {
-				env[k] = val
-			}
-		}
+		env = carryEnv(m, old.rec.Env)
 	}
 	if err := checkEnv(m.Env, m.Sandbox.Files, env); err != nil {
 		if !existed {
@@ -456,6 +456,47 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 		return v.status(), Upgraded, nil
 	}
 	return v.status(), Installed, nil
+}
+
+// Check validates an install before its code is stored: the grant, and the
+// env values (or, on an upgrade without them, the old values carried over).
+func (s *Supervisor) Check(id string, m *manifest.Manifest, egress string, env map[string]string) error {
+	if !labels.ValidVatID(id) {
+		return fmt.Errorf("%w: vat id %q is not [a-z0-9][a-z0-9-]{0,62}", ErrBadInput, id)
+	}
+	if _, err := s.checkGrant(m, egress); err != nil {
+		return err
+	}
+	if env == nil {
+		if v, ok := s.get(id); ok {
+			v.mu.Lock()
+			env = carryEnv(m, v.rec.Env)
+			v.mu.Unlock()
+		}
+	}
+	return checkEnv(m.Env, m.Sandbox.Files, env)
+}
+
+func (s *Supervisor) checkGrant(m *manifest.Manifest, egress string) ([]labels.Set, error) {
+	g, err := m.Grant(egress)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadInput, err)
+	}
+	if len(g) > 0 && s.cfg.Upstream == nil {
+		return nil, fmt.Errorf("%w: this supervisor holds no switchboard socket, so it can grant no egress", ErrBadInput)
+	}
+	return g, nil
+}
+
+// carryEnv keeps the old values of the keys m still declares.
+func carryEnv(m *manifest.Manifest, old map[string]string) map[string]string {
+	env := map[string]string{}
+	for _, k := range m.Env {
+		if val, ok := old[k]; ok {
+			env[k] = val
+		}
+	}
+	return env
 }
 
 func (s *Supervisor) forget(v *vat) {
