@@ -61,10 +61,20 @@ func main() {
 	vat.Release()
 	defer a.doors.Release()
 
-	mux := http.NewServeMux()
-	mux.HandleFunc("/doors", a.list)
-	mux.HandleFunc("/door/", a.call)
-	mux.HandleFunc("/reach", reach)
+	// No ServeMux: it would clean "..", "//" and the like before the door
+	// could refuse them, and this example shows the door refusing.
+	mux := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch raw := r.URL.EscapedPath(); {
+		case raw == "/doors":
+			a.list(w, r)
+		case strings.HasPrefix(raw, "/door/"):
+			a.call(w, r)
+		case raw == "/reach":
+			reach(w, r)
+		default:
+			http.Error(w, "not found: try /doors, /door/<path> or /reach", http.StatusNotFound)
+		}
+	})
 	_ = os.Remove(listen)
 	l, err := net.Listen("unix", listen)
 	if err != nil {
@@ -97,9 +107,7 @@ func (a *app) list(w http.ResponseWriter, r *http.Request) {
 func (a *app) call(w http.ResponseWriter, r *http.Request) {
 	// The raw path as received: the door, not this app, decides what a
 	// path may look like.
-	raw := r.URL.EscapedPath()
-	i := strings.Index(raw, "/door/")
-	path := raw[i+len("/door"):]
+	path := strings.TrimPrefix(r.URL.EscapedPath(), "/door")
 	if r.URL.RawQuery != "" || r.URL.ForceQuery {
 		path += "?" + r.URL.RawQuery
 	}
