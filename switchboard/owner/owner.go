@@ -51,7 +51,7 @@ type Config struct {
 	DockerHost string
 
 	// InstalledVats returns the ids of the installed vats; a container's
-	// compose project must name one of them (see DirVats). Called once per
+	// compose project must name one of them (see StateVats, DirVats). Called once per
 	// uncached decision that meets a root-owned socket. If nil, no vat is
 	// installed: only Exceptions can be reached in a container.
 	InstalledVats func() []string

@@ -34,8 +34,13 @@ func newWorld(t *testing.T, dockerHost string, ttl time.Duration) *world {
 	w := &world{dir: helperTree(t)}
 	w.install = filepath.Join(w.dir, "install")
 	w.state = filepath.Join(w.dir, "state")
-	for _, d := range []string{w.install, filepath.Join(w.state, "data", "myvat"), filepath.Join(w.state, "data", "other-vat")} {
+	for _, d := range []string{w.install, filepath.Join(w.state, "data", "myvat"), filepath.Join(w.state, "vats")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"myvat", "other-vat"} {
+		if err := os.WriteFile(filepath.Join(w.state, "vats", id+".json"), []byte("{}\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -44,7 +49,7 @@ func newWorld(t *testing.T, dockerHost string, ttl time.Duration) *world {
 		ToyboxUID:     testUID,
 		OwnRoots:      []string{w.install, w.state},
 		DockerHost:    dockerHost,
-		InstalledVats: DirVats(filepath.Join(w.state, "data"), nil),
+		InstalledVats: StateVats(w.state, nil),
 		Exceptions:    []string{"tts"},
 		CacheTTL:      ttl,
 	})

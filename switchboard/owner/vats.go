@@ -3,19 +3,27 @@ package owner
 import (
 	"log/slog"
 	"os"
+	"path/filepath"
 	"regexp"
+	"strings"
 )
 
 // vatID is the syntax of a vat id (labels: [a-z0-9][a-z0-9-]{0,62}).
 var vatID = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 
-// DirVats returns an InstalledVats function that lists the installed vats as
-// the names of the subdirectories of dir that are valid vat ids — for the
-// supervisor's state layout, dir is <state>/data (one folder per installed
-// vat, kept across upgrades). It reads dir on every call, so an install or a
-// removal is seen by the next uncached decision. A dir that cannot be read
-// yields no vats (every container refused, never passed) and one warning on
-// log (nil = discard).
+// StateVats returns an InstalledVats function for the supervisor's state
+// layout: the installed vats are the records <state>/vats/<id>.json (see
+// vat/store). The directory is 0700 and owned by the toybox user, so the
+// checker's process must be able to read it.
+func StateVats(stateDir string, log *slog.Logger) func() []string {
+	return DirVats(filepath.Join(stateDir, "vats"), log)
+}
+
+// DirVats returns an InstalledVats function that lists dir on every call: each
+// regular file <id>.json and each directory <id>, where id is a valid vat id,
+// names an installed vat. An install or a removal is seen by the next
+// uncached decision. A dir that cannot be read yields no vats (every
+// container refused, never passed) and a warning on log (nil = discard).
 func DirVats(dir string, log *slog.Logger) func() []string {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -28,8 +36,12 @@ func DirVats(dir string, log *slog.Logger) func() []string {
 		}
 		var ids []string
 		for _, e := range ents {
-			if e.IsDir() && vatID.MatchString(e.Name()) {
-				ids = append(ids, e.Name())
+			name := e.Name()
+			switch {
+			case e.IsDir() && vatID.MatchString(name):
+				ids = append(ids, name)
+			case e.Type().IsRegular() && strings.HasSuffix(name, ".json") && vatID.MatchString(strings.TrimSuffix(name, ".json")):
+				ids = append(ids, strings.TrimSuffix(name, ".json"))
 			}
 		}
 		return ids
