@@ -57,13 +57,13 @@ func webServer(t testing.TB) string {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, "<p>hello from the local web server</p>")
 	})
-	mux.Handle("/ws", websocket.Handler(func(ws *websocket.Conn) {
+	mux.Handle("/ws", websocket.Server{Handler: func(ws *websocket.Conn) {
 		var msg string
 		if err := websocket.Message.Receive(ws, &msg); err != nil {
 			return
 		}
 		_ = websocket.Message.Send(ws, "echo: "+msg)
-	}))
+	}})
 	srv := &http.Server{Handler: mux}
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(func() { srv.Close() })
@@ -95,7 +95,7 @@ func TestEgressGrants(t *testing.T) {
 	granted := echoServer(t, "echo: ")
 	other := echoServer(t, "other: ")
 	web := webServer(t)
-	grant := fmt.Sprintf(`[{"host":"127.0.0.1","port":%s},{"scheme":"http","host":"127.0.0.1","port":%s}]`, granted, web)
+	grant := fmt.Sprintf(`[{"host":"127.0.0.1","port":%s},{"host":"127.0.0.1","port":%s}]`, granted, web)
 	st := s.mustInstall("erin", example(t, "egress-probe"), q("egress", grant))
 	if st["status"] != "walled" {
 		t.Fatalf("status = %v; want walled", st)
@@ -104,29 +104,41 @@ func TestEgressGrants(t *testing.T) {
 		t.Errorf("grant = %s; want both ports", g)
 	}
 	t.Run("raw TCP granted", func(t *testing.T) {
+		s := s.in(t)
 		s.mustGet("/erin/tcp?"+q("addr", "127.0.0.1:"+granted, "send", "ping"), "got: echo: ping")
 	})
 	t.Run("raw TCP ungranted", func(t *testing.T) {
+		s := s.in(t)
 		body := wantPrefix(t, s, "/erin/tcp?"+q("addr", "127.0.0.1:"+other, "send", "ping"), "got: egress refused:")
 		if strings.Contains(body, "other:") {
 			t.Errorf("the ungranted server answered: %q", body)
 		}
 	})
 	t.Run("fetch granted", func(t *testing.T) {
+		s := s.in(t)
 		s.mustGet("/erin/?"+q("url", "http://127.0.0.1:"+web+"/"), "got: <p>hello from the local web server</p>")
 	})
+	t.Run("fetch absolute-form through the proxy", func(t *testing.T) {
+		// What curl and most HTTP clients do with HTTP_PROXY for http://.
+		s := s.in(t)
+		s.mustInstall("hugo", example(t, "egress-probe"), q("egress", fmt.Sprintf(`{"scheme":"http","host":"127.0.0.1","port":%s}`, web)))
+		s.mustGet("/hugo/?"+q("url", "http://127.0.0.1:"+web+"/", "proxy", "absolute"), "got: <p>hello from the local web server</p>")
+	})
 	t.Run("fetch ungranted name", func(t *testing.T) {
+		s := s.in(t)
 		body := wantPrefix(t, s, "/erin/?"+q("url", "https://example.org/"), "got: egress refused:")
 		if !strings.Contains(body, "example.org") {
 			t.Errorf("refusal %q does not name the host", body)
 		}
 	})
 	t.Run("websocket", func(t *testing.T) {
+		s := s.in(t)
 		// The WebSocket goes as a TCP stream through the proxy: grant it.
 		s.mustInstall("wendy", example(t, "egress-probe"), q("egress", fmt.Sprintf(`{"host":"127.0.0.1","port":%s}`, web)))
 		s.mustGet("/wendy/ws?"+q("url", "ws://127.0.0.1:"+web+"/ws", "send", "hi"), "got: echo: hi")
 	})
 	t.Run("no grant no way out", func(t *testing.T) {
+		s := s.in(t)
 		s.mustInstall("nora", example(t, "egress-probe"), "")
 		body := wantPrefix(t, s, "/nora/tcp?"+q("addr", "127.0.0.1:"+granted, "send", "ping"), "got: ")
 		if strings.Contains(body, "echo:") {

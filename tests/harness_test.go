@@ -68,7 +68,14 @@ func buildAll() (int, error) {
 		}
 		return nil
 	}
-	if err := build(bins+"/", "./cmd/toybox", "./cmd/toybox-entry", "./cmd/switchboard"); err != nil {
+	sbPkg := "./cmd/switchboard"
+	if _, err := os.Stat(filepath.Join(root, "cmd", "switchboard")); err != nil {
+		sbPkg = "./tests/tmpsb" // TEMPORARY until cmd/switchboard lands
+	}
+	if err := build(bins+"/", "./cmd/toybox", "./cmd/toybox-entry"); err != nil {
+		return 1, err
+	}
+	if err := build(filepath.Join(bins, "switchboard"), sbPkg); err != nil {
 		return 1, err
 	}
 	for _, e := range examples {
@@ -230,6 +237,13 @@ func (s *stack) stopSwitchboard() {
 		<-done
 	}
 	s.sb = nil
+}
+
+// in returns s reporting to t (for subtests).
+func (s *stack) in(t testing.TB) *stack {
+	c := *s
+	c.t = t
+	return &c
 }
 
 func (s *stack) sbSock() string {

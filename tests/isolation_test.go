@@ -48,6 +48,7 @@ func TestIsolation(t *testing.T) {
 	}
 	for _, a := range attacks {
 		t.Run(a.name, func(t *testing.T) {
+			s := s.in(t)
 			code, body := s.get("/mallory" + a.path)
 			if code != http.StatusOK || !strings.HasPrefix(body, "denied:") {
 				t.Errorf("GET /mallory%s = %d %q; want denied", a.path, code, body)
@@ -55,6 +56,7 @@ func TestIsolation(t *testing.T) {
 		})
 	}
 	t.Run("list other vats", func(t *testing.T) {
+		s := s.in(t)
 		for _, dir := range []string{filepath.Join(s.state, "data"), filepath.Join(s.state, "run"), filepath.Join(s.state, "vats"), s.state} {
 			_, body := s.get("/mallory/list?" + q("path", dir))
 			if strings.Contains(body, "alice") {
@@ -159,6 +161,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			s := s.in(t)
 			code, body := s.adminDo("PUT", "/"+c.id+"?"+c.query, bytes.NewReader(c.body))
 			if code != http.StatusBadRequest || !strings.Contains(body, c.want) {
 				t.Errorf("PUT = %d %s; want 400 mentioning %q", code, body, c.want)
@@ -170,6 +173,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		})
 	}
 	t.Run("failed upgrade rolls back", func(t *testing.T) {
+		s := s.in(t)
 		dir := t.TempDir()
 		bad := filepath.Join(dir, "bad.sh")
 		if err := os.WriteFile(bad, []byte("#!/bin/sh\necho broken >&2\nexit 3\n"), 0o755); err != nil {

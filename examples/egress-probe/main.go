@@ -4,6 +4,9 @@
 // was granted:
 //
 //	GET /?url=https://example.com/   fetch: "got: <first bytes>" or "got: egress refused: ..."
+//	GET /?url=http://...&proxy=absolute   send an http:// request to the proxy in
+//	                                 absolute form (as curl and most clients do)
+//	                                 instead of through a CONNECT tunnel
 //	GET /tcp?addr=host:port&send=s   raw TCP: send s, "got: <reply>"
 //	GET /ws?url=ws://host:port/p&send=s   WebSocket: send s as a text message, "got: <reply>"
 //
@@ -99,13 +102,14 @@ func tunnel(ctx context.Context, addr string) (net.Conn, error) {
 	return c, nil
 }
 
-func client() *http.Client {
+func client(absolute bool) *http.Client {
 	proxy := proxyAddr()
 	tr := &http.Transport{
-		// http:// goes to the proxy as an absolute-form request (the
-		// switchboard then sees scheme http); https:// is CONNECTed.
+		// Every connection is a CONNECT tunnel (the switchboard sees a TCP
+		// stream, or a TLS one for https), unless absolute: then http://
+		// goes to the proxy as an absolute-form request.
 		Proxy: func(r *http.Request) (*url.URL, error) {
-			if proxy != "" && r.URL.Scheme == "http" {
+			if absolute && proxy != "" && r.URL.Scheme == "http" {
 				return &url.URL{Scheme: "http", Host: proxy}, nil
 			}
 			return nil, nil
@@ -152,7 +156,7 @@ func fetch(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "egress-probe: ask /?url=https://example.com/")
 		return
 	}
-	resp, err := client().Get(target)
+	resp, err := client(r.URL.Query().Get("proxy") == "absolute").Get(target)
 	if err != nil {
 		sayErr(w, err)
 		return

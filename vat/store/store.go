@@ -165,10 +165,12 @@ func (s *Store) RunDir(id string) string { return filepath.Join(s.cfg.StateDir, 
 func (s *Store) codeDir() string { return filepath.Join(s.cfg.StateDir, "code") }
 
 // Put stores code read from r. want, if not empty, is the expected hex
-// SHA-256; a mismatch stores nothing. The result is the stored code; if the
-// same bytes were stored before, the existing copy is returned unchanged.
-// Nothing becomes visible under code/ unless every check passed.
-func (s *Store) Put(r io.Reader, want string) (Code, error) {
+// SHA-256; a mismatch stores nothing. check, if not nil, sees the unpacked
+// code (its manifest) before it becomes visible; its error stores nothing.
+// The result is the stored code; if the same bytes were stored before, the
+// existing copy is returned unchanged. Nothing becomes visible under code/
+// unless every check passed.
+func (s *Store) Put(r io.Reader, want string, check func(Code) error) (Code, error) {
 	want = strings.TrimPrefix(strings.ToLower(want), "sha256:")
 	if want != "" && !digestRe.MatchString(want) {
 		return Code{}, fmt.Errorf("%w: expected digest %q is not 64 hex digits", ErrBadBundle, want)
@@ -208,7 +210,11 @@ func (s *Store) Put(r io.Reader, want string) (Code, error) {
 	final := filepath.Join(s.codeDir(), digest)
 	if _, err := os.Lstat(final); err == nil {
 		// Already stored: the digest names the same bytes. Never touched.
-		return s.Code(digest)
+		code, err := s.Code(digest)
+		if err == nil && check != nil {
+			err = check(code)
+		}
+		return code, err
 	}
 	kind, err := sniff(tmpName)
 	if err != nil {
@@ -236,6 +242,11 @@ func (s *Store) Put(r io.Reader, want string) (Code, error) {
 	if err != nil {
 		return Code{}, err
 	}
+	if check != nil {
+		if err := check(code); err != nil {
+			return Code{}, err
+		}
+	}
 	if err := os.Chmod(stage, 0o755); err != nil {
 		return Code{}, err
 	}
@@ -246,7 +257,11 @@ func (s *Store) Put(r io.Reader, want string) (Code, error) {
 	// appeared since the check above.
 	if err := unix.Renameat2(unix.AT_FDCWD, stage, unix.AT_FDCWD, final, unix.RENAME_NOREPLACE); err != nil {
 		if errors.Is(err, unix.EEXIST) {
-			return s.Code(digest)
+			code, err := s.Code(digest)
+			if err == nil && check != nil {
+				err = check(code)
+			}
+			return code, err
 		}
 		return Code{}, fmt.Errorf("renaming code into place: %w", err)
 	}

@@ -111,7 +111,7 @@ func TestPutGood(t *testing.T) {
 			s := openStore(t)
 			sum := sha256.Sum256(tt.body)
 			want := hex.EncodeToString(sum[:])
-			c, err := s.Put(bytes.NewReader(tt.body), "sha256:"+want)
+			c, err := s.Put(bytes.NewReader(tt.body), "sha256:"+want, nil)
 			if err != nil {
 				t.Fatalf("Put = %v", err)
 			}
@@ -127,7 +127,7 @@ func TestPutGood(t *testing.T) {
 			}
 			// The same bytes again: the same code, untouched.
 			before, _ := os.Stat(c.Dir)
-			c2, err := s.Put(bytes.NewReader(tt.body), "")
+			c2, err := s.Put(bytes.NewReader(tt.body), "", nil)
 			if err != nil || c2.Digest != c.Digest {
 				t.Fatalf("second Put = %+v, %v", c2, err)
 			}
@@ -175,7 +175,7 @@ func TestPutRefused(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := openStore(t)
-			_, err := s.Put(bytes.NewReader(tt.body), "")
+			_, err := s.Put(bytes.NewReader(tt.body), "", nil)
 			if err == nil {
 				t.Fatal("Put succeeded; want a refusal")
 			}
@@ -194,12 +194,31 @@ func TestPutRefused(t *testing.T) {
 
 func TestPutDigestMismatch(t *testing.T) {
 	s := openStore(t)
-	_, err := s.Put(strings.NewReader("#!/bin/sh\n"), strings.Repeat("0", 64))
+	_, err := s.Put(strings.NewReader("#!/bin/sh\n"), strings.Repeat("0", 64), nil)
 	if !errors.Is(err, ErrDigestMismatch) {
 		t.Fatalf("Put err = %v; want ErrDigestMismatch", err)
 	}
 	if got := codeEntries(t, s); len(got) != 0 {
 		t.Errorf("code/ = %v; want nothing", got)
+	}
+}
+
+func TestPutCheckRefusal(t *testing.T) {
+	s := openStore(t)
+	errNo := errors.New("refused by the caller")
+	var seen *Code
+	_, err := s.Put(bytes.NewReader(mkTar(t, false, goodManifest, goodApp)), "", func(c Code) error {
+		seen = &c
+		return errNo
+	})
+	if !errors.Is(err, errNo) {
+		t.Fatalf("Put err = %v; want the check's error", err)
+	}
+	if seen == nil || seen.Manifest == nil || seen.Manifest.Command[0] != "./bin/app" {
+		t.Errorf("check saw %+v; want the bundle's manifest", seen)
+	}
+	if got := codeEntries(t, s); len(got) != 0 {
+		t.Errorf("code/ after a refused check = %v; want nothing", got)
 	}
 }
 

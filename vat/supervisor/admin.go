@@ -134,7 +134,9 @@ func (s *Supervisor) handleInstall(w http.ResponseWriter, r *http.Request, id st
 		}
 	}
 	body := http.MaxBytesReader(w, r.Body, s.cfg.Store.MaxBody())
-	code, err := s.cfg.Store.Put(body, q.Get("sha256"))
+	code, err := s.cfg.Store.Put(body, q.Get("sha256"), func(c store.Code) error {
+		return s.Check(id, c.Manifest, egress, env)
+	})
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			err = fmt.Errorf("%w: the body is larger than %d bytes", store.ErrTooLarge, s.cfg.Store.MaxBody())
