@@ -4,6 +4,7 @@ import (
 	"toybox/bench/load"
 
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -12,24 +13,39 @@ import (
 
 // latPath is one way of reaching the echo server.
 type latPath struct {
-	name  string
-	round func(ctx context.Context, n int) ([]time.Duration, error)
-	err   error
-	got   []time.Duration
+	name string
+	// round makes n connects and returns the times of those that worked
+	// and the errors of those that did not; err means the path itself
+	// could not be tried.
+	round    func(ctx context.Context, n int) (got []time.Duration, fails []string, err error)
+	err      error
+	got      []time.Duration
+	fails    int
+	attempts int
+	firstErr string
 }
 
+// connectTimeout bounds one connect + echo.
+const connectTimeout = 10 * time.Second
+
 // one turns a single connect into a round of n.
-func one(f func(ctx context.Context) error) func(ctx context.Context, n int) ([]time.Duration, error) {
-	return func(ctx context.Context, n int) ([]time.Duration, error) {
+func one(f func(ctx context.Context) error) func(ctx context.Context, n int) ([]time.Duration, []string, error) {
+	return func(ctx context.Context, n int) ([]time.Duration, []string, error) {
 		out := make([]time.Duration, 0, n)
+		var fails []string
 		for range n {
+			cctx, cancel := context.WithTimeout(ctx, connectTimeout)
 			t0 := time.Now()
-			if err := f(ctx); err != nil {
-				return out, err
+			err := f(cctx)
+			d := time.Since(t0)
+			cancel()
+			if err != nil {
+				fails = append(fails, err.Error())
+				continue
 			}
-			out = append(out, time.Since(t0))
+			out = append(out, d)
 		}
-		return out, nil
+		return out, fails, nil
 	}
 }
 
@@ -44,7 +60,7 @@ func (r *run) latencySection(ctx context.Context) {
 			return err
 		}
 		defer c.Close()
-		return load.EchoOnce(c)
+		return echoOne(c)
 	})}
 	proxy := &latPath{name: "CONNECT proxy", round: one(func(ctx context.Context) error {
 		c, err := load.DialConnect(ctx, r.proxy.Addrs["proxy"], echo)
@@ -73,29 +89,26 @@ func (r *run) latencySection(ctx context.Context) {
 					return err
 				}
 				defer c.Close()
-				return load.EchoOnce(c)
+				return echoOne(c)
 			})}
 			paths = append(paths, sb)
 		}
 	}
 	if r.wallVat != "" {
-		wall = &latPath{name: "app in a wall", round: func(ctx context.Context, n int) ([]time.Duration, error) {
+		wall = &latPath{name: "app in a wall", round: func(ctx context.Context, n int) ([]time.Duration, []string, error) {
 			var out struct {
-				NS  []int64 `json:"ns"`
-				Err string  `json:"error"`
+				NS     []int64  `json:"ns"`
+				Errors []string `json:"errors"`
 			}
 			q := fmt.Sprintf("/%s/latency?target=%s&n=%d", r.wallVat, echo, n)
 			if err := r.sup.GetJSON(ctx, q, &out); err != nil {
-				return nil, err
-			}
-			if out.Err != "" {
-				return nil, fmt.Errorf("the app in the wall: %s", out.Err)
+				return nil, nil, err
 			}
 			ds := make([]time.Duration, len(out.NS))
 			for i, ns := range out.NS {
 				ds[i] = time.Duration(ns)
 			}
-			return ds, nil
+			return ds, out.Errors, nil
 		}}
 		paths = append(paths, wall)
 	}
@@ -104,11 +117,23 @@ func (r *run) latencySection(ctx context.Context) {
 			if p.err != nil {
 				continue
 			}
-			ds, err := p.round(ctx, r.cfg.LatencyPerRound)
-			p.got = append(p.got, ds...)
+			ds, fails, err := p.round(ctx, r.cfg.LatencyPerRound)
 			if err != nil {
 				p.err = err
 				r.log.Warn("latency path failed", "path", p.name, "error", err)
+				continue
+			}
+			p.got = append(p.got, ds...)
+			p.attempts += len(ds) + len(fails)
+			p.fails += len(fails)
+			if len(fails) > 0 {
+				if p.firstErr == "" {
+					p.firstErr = fails[0]
+				}
+				r.log.Warn("connects failed", "path", p.name, "failed", len(fails), "of", len(ds)+len(fails), "first", fails[0])
+			}
+			if p.fails*2 > p.attempts {
+				p.err = fmt.Errorf("%d of %d connects failed, first: %s", p.fails, p.attempts, p.firstErr)
 			}
 		}
 	}
@@ -116,9 +141,9 @@ func (r *run) latencySection(ctx context.Context) {
 		us := Durations(p.got, time.Microsecond)
 		r.log.Info("latency", "path", p.name, "n", len(us), "p50_us", fmt.Sprintf("%.0f", us.Percentile(50)), "p99_us", fmt.Sprintf("%.0f", us.Percentile(99)))
 	}
-	if proxy.err != nil || raw.err != nil {
+	if proxy.err != nil || raw.err != nil || proxy.fails > 0 || raw.fails > 0 {
 		for _, id := range []string{RowConnectP50, RowConnectP99, RowWallLatency} {
-			r.row(id).NotMeasured(fmt.Sprintf("the baseline failed: raw %v, proxy %v", raw.err, proxy.err))
+			r.row(id).NotMeasured(fmt.Sprintf("the baseline failed: raw %v %s, proxy %v %s", raw.err, raw.firstErr, proxy.err, proxy.firstErr))
 		}
 		return
 	}
@@ -136,6 +161,7 @@ func (r *run) latencySection(ctx context.Context) {
 		default:
 			row.Ours = ptr(Durations(ours.got, time.Microsecond).Percentile(p))
 			row.Note = note
+			row.Failures, row.Attempts, row.FirstErr = ours.fails, ours.attempts, errText(errors.New(ours.firstErr))
 		}
 	}
 	scale := fmt.Sprintf("raw dial + 1-byte echo: p50 %.0f µs, p99 %.0f µs", rawUS.Percentile(50), rawUS.Percentile(99))

@@ -69,6 +69,11 @@ type Row struct {
 	Verdict      string   `json:"verdict"`
 	// Note says how it was measured, or, when not measured, why not.
 	Note string `json:"note,omitempty"`
+	// Failures counts our attempts that failed (a transfer or a connect
+	// that broke); a row with failures fails, whatever its median says.
+	Failures int    `json:"failures,omitempty"`
+	Attempts int    `json:"attempts,omitempty"`
+	FirstErr string `json:"firstError,omitempty"`
 	// BaselineSamples and OurSamples are the per-repeat values.
 	BaselineSamples Samples `json:"baselineSamples,omitempty"`
 	OurSamples      Samples `json:"ourSamples,omitempty"`
@@ -100,7 +105,13 @@ func (r *Row) Judge() {
 		ok = *r.Ours <= r.Target.Value
 	default:
 		r.Verdict = VerdictReport
+		if r.Failures > 0 {
+			r.Verdict = VerdictFail
+		}
 		return
+	}
+	if r.Failures > 0 {
+		ok = false
 	}
 	if ok {
 		r.Verdict = VerdictPass
@@ -187,6 +198,9 @@ func Table(r Results) string {
 		verdict := row.Verdict
 		if row.Verdict == VerdictNotMeasured {
 			verdict = row.Note
+		}
+		if row.Failures > 0 {
+			verdict += fmt.Sprintf(" (%d of %d attempts failed: %s)", row.Failures, row.Attempts, row.FirstErr)
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", row.Figure, row.Unit, base, fmtVal(row.Ours), ratio, row.Target, verdict)
 	}

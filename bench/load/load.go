@@ -205,12 +205,16 @@ func (p *proxiedConn) CloseWrite() error {
 
 // DialConnect dials the HTTP CONNECT proxy at proxy and asks it for target
 // (host:port). Anything but a 2xx answer is an error quoting the answer.
-// The caller must close the returned connection.
+// ctx's deadline, if any, becomes the connection's. The caller must close
+// the returned connection.
 func DialConnect(ctx context.Context, proxy, target string) (net.Conn, error) {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", proxy)
 	if err != nil {
 		return nil, fmt.Errorf("dialling proxy %s: %w", proxy, err)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
 	}
 	if _, err := fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target); err != nil {
 		_ = c.Close()

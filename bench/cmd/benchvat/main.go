@@ -6,7 +6,9 @@
 //	  GET /upload?target=HOST:PORT&bytes=N   one bulk upload through the wall's
 //	                                         CONNECT proxy ($HTTP_PROXY); {"ns": N}
 //	  GET /latency?target=HOST:PORT&n=N      N connects + 1-byte echoes through
-//	                                         the proxy; {"ns": [...]}
+//	                                         the proxy; {"ns": [...], "errors": [...]}
+//	                                         (the times of those that worked, and
+//	                                         why the others failed)
 //
 // Failures answer 502 with {"error": "..."}.
 package main
@@ -120,16 +122,23 @@ func latency(w http.ResponseWriter, r *http.Request) {
 		answer(w, nil, err)
 		return
 	}
-	out := make([]int64, 0, n)
-	for range n {
-		t0 := time.Now()
-		if err := once(r.Context(), proxy, target); err != nil {
-			answer(w, nil, fmt.Errorf("connect %d: %w", len(out)+1, err))
-			return
-		}
-		out = append(out, time.Since(t0).Nanoseconds())
+	var res struct {
+		NS     []int64  `json:"ns"`
+		Errors []string `json:"errors,omitempty"`
 	}
-	answer(w, map[string][]int64{"ns": out}, nil)
+	for i := range n {
+		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		t0 := time.Now()
+		err := once(ctx, proxy, target)
+		d := time.Since(t0)
+		cancel()
+		if err != nil {
+			res.Errors = append(res.Errors, fmt.Sprintf("connect %d: %v", i+1, err))
+			continue
+		}
+		res.NS = append(res.NS, d.Nanoseconds())
+	}
+	answer(w, res, nil)
 }
 
 func once(ctx context.Context, proxy, target string) error {
