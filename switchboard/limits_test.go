@@ -1,0 +1,170 @@
+package switchboard
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"toybox/schema"
+)
+
+// TestFloodingPeerDoesNotHurtAnother: one peer queues far more calls than
+// its limit (each held up by a slow DNS answer); past the limit it gets
+// errors at once, and a second peer's calls still answer promptly.
+func TestFloodingPeerDoesNotHurtAnother(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.Limits.Calls = 32 })
+	f.dns.Set("slow.test", mustAddr("127.0.0.1"))
+	f.dns.SetDelay("slow.test", 1200*time.Millisecond)
+	flood, calm := dial(t, f.local), dial(t, f.local)
+	ctx := context.Background()
+
+	const n = 400
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	limited, ok := 0, 0
+	for i := 0; i < n; i++ {
+		fut, release := flood.root.Check(ctx, func(p schema.Handle_check_Params) error {
+			tg, err := p.NewTarget()
+			if err != nil {
+				return err
+			}
+			return target("tcp", "slow.test", 80)(tg)
+		})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer release()
+			_, err := fut.Struct()
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				ok++
+			case strings.Contains(err.Error(), "limit"):
+				limited++
+			default:
+				t.Errorf("flood call: %v", err)
+			}
+		}()
+	}
+	// While the flood is outstanding, the calm peer is served.
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	got, err := check(ctx, calm.root, "tcp", "127.0.0.1", 80)
+	if err != nil || !got.allow {
+		t.Fatalf("calm peer check = %+v, %v", got, err)
+	}
+	t.Logf("calm check took %v", time.Since(start))
+	for i := 0; i < 3; i++ {
+		s2 := time.Now()
+		_, _ = check(ctx, calm.root, "tcp", "127.0.0.1", 80)
+		t.Logf("calm check again took %v", time.Since(s2))
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("calm peer waited %v behind the flood", d)
+	}
+	wg.Wait()
+	if limited == 0 || ok == 0 {
+		t.Errorf("flood: %d served, %d refused by the limit; want some of each", ok, limited)
+	}
+	// And the flooding peer recovers once its calls are answered.
+	if got, err := check(ctx, flood.root, "tcp", "127.0.0.1", 80); err != nil || !got.allow {
+		t.Errorf("flood peer after the flood = %+v, %v", got, err)
+	}
+}
+
+// TestDecisionLog: one JSON record per decision with the constant keys.
+func TestDecisionLog(t *testing.T) {
+	f := newFixture(t, nil)
+	f.dns.Set("two.test", mustAddr("127.0.0.1"), mustAddr("::1"))
+	c := dial(t, f.public)
+	ctx := context.Background()
+	if _, err := check(ctx, c.root, "tcp", "two.test", 22); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(f.log.String()), "\n")
+	var found map[string]any
+	for _, l := range lines {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("log line %q: %v", l, err)
+		}
+		if m["op"] == "check" {
+			if found != nil {
+				t.Errorf("more than one record for one check")
+			}
+			found = m
+		}
+	}
+	if found == nil {
+		t.Fatalf("no check record in %q", lines)
+	}
+	for _, k := range []string{keySocket, keyPeerPID, keyPeerUID, keyLabels, keyOp, keyTarget, keyAddresses, keyVetted, keyAllow, keyReason} {
+		if _, ok := found[k]; !ok {
+			t.Errorf("record lacks key %q: %v", k, found)
+		}
+	}
+	if found[keySocket] != "public" || found[keyAllow] != false || found[keyTarget] != "tcp://two.test:22" || found[keyLabels] != `{"network":"public"}` {
+		t.Errorf("record = %v", found)
+	}
+	if addrs, _ := found[keyAddresses].([]any); len(addrs) != 2 {
+		t.Errorf("addresses = %v; want both answers", found[keyAddresses])
+	}
+	mustContain(t, "reason", found[keyReason].(string), "a loopback address; this handle reaches public addresses only")
+}
+
+// TestByteLimit: a peer that ignores flow control and pushes stream writes
+// at a remote that never reads gets an error once its queued bytes pass
+// the limit, instead of growing the switchboard's memory.
+func TestByteLimit(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.Limits.Bytes = 4 << 20 })
+	l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		c, err := l.Accept()
+		if err == nil {
+			defer c.Close()
+			<-stop // never reads
+		}
+	}()
+	c := dial(t, f.local)
+	ctx := context.Background()
+	col := newCollector()
+	fut, release := c.root.Connect(ctx, func(p schema.Handle_connect_Params) error {
+		tg, err := p.NewTarget()
+		if err != nil {
+			return err
+		}
+		if err := target("tcp", "127.0.0.1", uint16(l.Addr().(*net.TCPAddr).Port))(tg); err != nil {
+			return err
+		}
+		return p.SetDownstream(schema.ByteStream_ServerToClient(col))
+	})
+	defer release()
+	r, err := fut.Struct()
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := r.Upstream().AddRef() // no flow limiter: the misbehaving peer
+	defer up.Release()
+	chunk := make([]byte, 1<<20)
+	var werr error
+	for i := 0; i < 200 && werr == nil; i++ {
+		werr = up.Write(ctx, func(p schema.ByteStream_write_Params) error { return p.SetData(chunk) })
+	}
+	if werr == nil {
+		werr = up.WaitStreaming()
+	}
+	if werr == nil || !strings.Contains(werr.Error(), "limit") {
+		t.Fatalf("200 MiB of unflowed writes: err = %v; want a limit error", werr)
+	}
+}

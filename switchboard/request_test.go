@@ -1,0 +1,341 @@
+package switchboard
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"capnproto.org/go/capnp/v3/flowcontrol"
+	"golang.org/x/net/websocket"
+
+	"toybox/schema"
+)
+
+// respCollector is a Responder that gathers the answer.
+type respCollector struct {
+	mu      sync.Mutex
+	status  uint16
+	headers http.Header
+	failed  string
+	body    *collector
+	done    chan struct{}
+	once    sync.Once
+}
+
+func newResp() *respCollector {
+	return &respCollector{done: make(chan struct{}), body: newCollector(), headers: http.Header{}}
+}
+
+func (r *respCollector) Start(ctx context.Context, call schema.Responder_start) error {
+	r.mu.Lock()
+	r.status = call.Args().Status()
+	hs, _ := call.Args().Headers()
+	for i := 0; i < hs.Len(); i++ {
+		n, _ := hs.At(i).Name()
+		v, _ := hs.At(i).Value()
+		r.headers.Add(n, v)
+	}
+	r.mu.Unlock()
+	res, err := call.AllocResults()
+	if err != nil {
+		return err
+	}
+	go func() {
+		<-r.body.done
+		r.once.Do(func() { close(r.done) })
+	}()
+	return res.SetBody(schema.ByteStream_ServerToClient(r.body))
+}
+
+func (r *respCollector) Fail(ctx context.Context, call schema.Responder_fail) error {
+	msg, _ := call.Args().Message_()
+	r.mu.Lock()
+	r.failed = msg
+	r.mu.Unlock()
+	r.once.Do(func() { close(r.done) })
+	return nil
+}
+
+// doRequest sends one request through h and waits for the answer.
+func doRequest(t *testing.T, h schema.Handle, method, url string, headers map[string]string, body string) (*respCollector, error) {
+	t.Helper()
+	ctx := context.Background()
+	rc := newResp()
+	fut, release := h.Request(ctx, func(p schema.Handle_request_Params) error {
+		if err := p.SetMethod(method); err != nil {
+			return err
+		}
+		if err := p.SetUrl(url); err != nil {
+			return err
+		}
+		hl, err := p.NewHeaders(int32(len(headers)))
+		if err != nil {
+			return err
+		}
+		i := 0
+		for k, v := range headers {
+			_ = hl.At(i).SetName(k)
+			_ = hl.At(i).SetValue(v)
+			i++
+		}
+		return p.SetResponder(schema.Responder_ServerToClient(rc))
+	})
+	defer release()
+	r, err := fut.Struct()
+	if err != nil {
+		return nil, err
+	}
+	bs := r.Body().AddRef()
+	defer bs.Release()
+	bs.SetFlowLimiter(flowcontrol.NewFixedLimiter(1 << 20))
+	for i := 0; i < len(body); i += chunkSize {
+		chunk := []byte(body[i:min(i+chunkSize, len(body))])
+		if err := bs.Write(ctx, func(p schema.ByteStream_write_Params) error { return p.SetData(chunk) }); err != nil {
+			return nil, err
+		}
+	}
+	if err := bs.WaitStreaming(); err != nil {
+		return nil, err
+	}
+	ef, erel := bs.End(ctx, nil)
+	_, _ = ef.Struct()
+	erel()
+	select {
+	case <-rc.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no answer within 10s")
+	}
+	return rc, nil
+}
+
+func TestRequestHTTP(t *testing.T) {
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/redirect":
+			http.Redirect(w, r, "http://169.254.169.254/latest/meta-data/", http.StatusFound)
+		case "/echo":
+			b, _ := io.ReadAll(r.Body)
+			w.Header().Set("X-Len", fmt.Sprint(len(b)))
+			_, _ = w.Write(b)
+		default:
+			_, _ = fmt.Fprintf(w, "%s %s host=%s", r.Method, r.URL.Path, r.Host)
+		}
+	}))
+	defer hs.Close()
+	port := hs.Listener.Addr().(*net.TCPAddr).Port
+	f := newFixture(t, nil)
+	f.dns.Set("web.test", mustAddr("127.0.0.1"))
+	c := dial(t, f.local)
+	base := fmt.Sprintf("http://web.test:%d", port)
+
+	rc, err := doRequest(t, c.root, "GET", base+"/hello", nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc.status != 200 || string(rc.body.bytes()) != fmt.Sprintf("GET /hello host=web.test:%d", port) {
+		t.Errorf("GET = %d %q", rc.status, rc.body.bytes())
+	}
+
+	big := strings.Repeat("x", 300_000)
+	rc, err = doRequest(t, c.root, "POST", base+"/echo", map[string]string{"Content-Type": "text/plain"}, big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc.status != 200 || len(rc.body.bytes()) != len(big) || rc.headers.Get("X-Len") != fmt.Sprint(len(big)) {
+		t.Errorf("POST echo = %d, %d bytes, X-Len %s; want 200, %d", rc.status, len(rc.body.bytes()), rc.headers.Get("X-Len"), len(big))
+	}
+
+	rc, err = doRequest(t, c.root, "GET", base+"/redirect", nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc.status != http.StatusFound || !strings.Contains(rc.headers.Get("Location"), "169.254.169.254") {
+		t.Errorf("redirect = %d %v; want the 302 itself, not followed", rc.status, rc.headers)
+	}
+
+	if _, err := doRequest(t, c.root, "GET", base+"/", map[string]string{"Host": "169.254.169.254"}, ""); err == nil {
+		t.Error("a Host header naming another host was sent")
+	} else {
+		mustContain(t, "Host mismatch", err.Error(), "egress refused: Host header")
+	}
+
+	pub := dial(t, f.public)
+	if _, err := doRequest(t, pub.root, "GET", base+"/", nil, ""); err == nil {
+		t.Error("the public socket requested a loopback name")
+	} else {
+		mustContain(t, "public", err.Error(), "egress refused: web.test resolves to 127.0.0.1, a loopback address")
+	}
+	for _, u := range []string{"http://user:pw@web.test/", "ftp://web.test/", "http://169.254.169.254/", "http://[::ffff:169.254.169.254]/", "http://0x7f.1/"} {
+		if _, err := doRequest(t, c.root, "GET", u, nil, ""); err == nil {
+			t.Errorf("request(%s) succeeded", u)
+		} else {
+			mustContain(t, u, err.Error(), "egress refused: ")
+		}
+	}
+}
+
+func TestRequestHTTPSWithRootCAs(t *testing.T) {
+	ts, _, pemBytes := testTLSServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "tls ok")
+	}))
+	port := ts.Listener.Addr().(*net.TCPAddr).Port
+	url := fmt.Sprintf("https://example.com:%d/", port)
+
+	without := newFixture(t, nil)
+	without.dns.Set("example.com", mustAddr("127.0.0.1"))
+	rc, err := doRequest(t, dial(t, without.local).root, "GET", url, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc.failed == "" || !strings.Contains(rc.failed, "certificate") {
+		t.Errorf("without rootCAs: failed = %q, status %d; want a certificate failure", rc.failed, rc.status)
+	}
+
+	with := newFixture(t, func(c *Config) { c.RootCAs = pemBytes })
+	with.dns.Set("example.com", mustAddr("127.0.0.1"))
+	rc, err = doRequest(t, dial(t, with.local).root, "GET", url, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc.status != 200 || string(rc.body.bytes()) != "tls ok" {
+		t.Errorf("with rootCAs = %d %q (%s)", rc.status, rc.body.bytes(), rc.failed)
+	}
+}
+
+// msgCollector is a MessageStream that gathers messages.
+type msgCollector struct {
+	mu     sync.Mutex
+	msgs   []string
+	binary []bool
+	code   uint16
+	got    chan struct{}
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (m *msgCollector) Send(ctx context.Context, call schema.MessageStream_send) error {
+	d, _ := call.Args().Data()
+	m.mu.Lock()
+	m.msgs = append(m.msgs, string(d))
+	m.binary = append(m.binary, call.Args().Binary())
+	m.mu.Unlock()
+	m.got <- struct{}{}
+	return nil
+}
+
+func (m *msgCollector) Close(ctx context.Context, call schema.MessageStream_close) error {
+	m.mu.Lock()
+	m.code = call.Args().Code()
+	m.mu.Unlock()
+	m.once.Do(func() { close(m.closed) })
+	return nil
+}
+
+func TestWebSocket(t *testing.T) {
+	hs := httptest.NewServer(websocket.Server{
+		Handshake: func(cfg *websocket.Config, r *http.Request) error {
+			cfg.Protocol = []string{"chat"}
+			return nil
+		},
+		Handler: func(ws *websocket.Conn) {
+			for {
+				var data []byte
+				var typ byte
+				codec := websocket.Codec{
+					Marshal: func(v any) ([]byte, byte, error) { return v.([]byte), typ, nil },
+					Unmarshal: func(b []byte, pt byte, v any) error {
+						*(v.(*[]byte)) = b
+						typ = pt
+						return nil
+					},
+				}
+				if err := codec.Receive(ws, &data); err != nil {
+					return
+				}
+				if err := codec.Send(ws, append([]byte("echo:"), data...)); err != nil {
+					return
+				}
+			}
+		},
+	})
+	defer hs.Close()
+	port := hs.Listener.Addr().(*net.TCPAddr).Port
+	f := newFixture(t, nil)
+	f.dns.Set("ws.test", mustAddr("127.0.0.1"))
+	c := dial(t, f.local)
+	ctx := context.Background()
+	mc := &msgCollector{got: make(chan struct{}, 16), closed: make(chan struct{})}
+	fut, release := c.root.WebSocket(ctx, func(p schema.Handle_webSocket_Params) error {
+		if err := p.SetUrl(fmt.Sprintf("ws://ws.test:%d/chat", port)); err != nil {
+			return err
+		}
+		hl, err := p.NewHeaders(2)
+		if err != nil {
+			return err
+		}
+		_ = hl.At(0).SetName("Sec-WebSocket-Protocol")
+		_ = hl.At(0).SetValue("chat")
+		_ = hl.At(1).SetName("Origin")
+		_ = hl.At(1).SetValue(fmt.Sprintf("http://ws.test:%d", port))
+		return p.SetDownstream(schema.MessageStream_ServerToClient(mc))
+	})
+	defer release()
+	r, err := fut.Struct()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if proto, _ := r.Protocol(); proto != "chat" {
+		t.Errorf("protocol = %q; want chat", proto)
+	}
+	up := r.Upstream().AddRef()
+	defer up.Release()
+	up.SetFlowLimiter(flowcontrol.NewFixedLimiter(1 << 20))
+	send := func(s string, bin bool) {
+		if err := up.Send(ctx, func(p schema.MessageStream_send_Params) error {
+			p.SetBinary(bin)
+			return p.SetData([]byte(s))
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send("hello", false)
+	send(strings.Repeat("b", 70000), true)
+	for i := 0; i < 2; i++ {
+		select {
+		case <-mc.got:
+		case <-time.After(5 * time.Second):
+			t.Fatal("no echo")
+		}
+	}
+	mc.mu.Lock()
+	if mc.msgs[0] != "echo:hello" || mc.binary[0] || len(mc.msgs[1]) != 70005 || !mc.binary[1] {
+		t.Errorf("messages = %q.. binary %v", mc.msgs[0], mc.binary)
+	}
+	mc.mu.Unlock()
+	cf, crel := up.Close(ctx, func(p schema.MessageStream_close_Params) error { p.SetCode(1000); return nil })
+	_, _ = cf.Struct()
+	crel()
+	select {
+	case <-mc.closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no close downstream")
+	}
+	pub := dial(t, f.public)
+	fut2, rel2 := pub.root.WebSocket(ctx, func(p schema.Handle_webSocket_Params) error {
+		_ = p.SetUrl(fmt.Sprintf("ws://ws.test:%d/chat", port))
+		return p.SetDownstream(schema.MessageStream_ServerToClient(&msgCollector{got: make(chan struct{}, 1), closed: make(chan struct{})}))
+	})
+	defer rel2()
+	if _, err := fut2.Struct(); err == nil {
+		t.Error("public webSocket to a loopback name succeeded")
+	} else {
+		mustContain(t, "public ws", err.Error(), "egress refused: ws.test resolves to 127.0.0.1")
+	}
+}
