@@ -29,8 +29,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"toybox/vat/manifest"
 )
 
@@ -255,8 +253,8 @@ func (s *Store) Put(r io.Reader, want string, check func(Code) error) (Code, err
 	}
 	// RENAME_NOREPLACE: never overwrite an existing digest, even if one
 	// appeared since the check above.
-	if err := unix.Renameat2(unix.AT_FDCWD, stage, unix.AT_FDCWD, final, unix.RENAME_NOREPLACE); err != nil {
-		if errors.Is(err, unix.EEXIST) {
+	if err := renameNoReplace(stage, final); err != nil {
+		if errors.Is(err, fs.ErrExist) {
 			code, err := s.Code(digest)
 			if err == nil && check != nil {
 				err = check(code)

@@ -47,6 +47,9 @@ type running struct {
 	word    words.Word
 	gone    chan struct{}
 	exitErr error
+	// closeAfter is closed once the process is gone (the wall's output
+	// pipe).
+	closeAfter *os.File
 }
 
 // launch starts a new instance of v (the caller holds v.op) and returns it.
@@ -253,14 +256,16 @@ func (s *Supervisor) spawn(ctx context.Context, v *vat) (r *running, off words.W
 		if s.cfg.Launch == nil {
 			return nil, off, errors.New("no wall launcher configured")
 		}
-		r.proc, err = s.spawnWalled(ctx, v, code, rec, g, gv)
+		var out *os.File
+		r.proc, out, err = s.spawnWalled(ctx, v, code, rec, g, gv)
 		if err != nil {
 			return nil, off, err
 		}
+		r.closeAfter = out
 		r.word = words.FromTier(r.proc.Tier())
 		if r.word == words.Unknown {
 			_ = r.proc.Stop(0)
-			go func() { _ = r.proc.Wait() }()
+			go func() { _ = r.proc.Wait(); _ = out.Close() }()
 			return nil, off, fmt.Errorf("the wall reported an unknown tier %q", r.proc.Tier())
 		}
 	} else {
@@ -273,6 +278,9 @@ func (s *Supervisor) spawn(ctx context.Context, v *vat) (r *running, off words.W
 	}
 	go func() {
 		r.exitErr = r.proc.Wait()
+		if r.closeAfter != nil {
+			_ = r.closeAfter.Close()
+		}
 		close(r.gone)
 	}()
 	if gd != nil {

@@ -47,24 +47,26 @@ func (s *Supervisor) capPair(ctx context.Context, gv *grant.Vat, name string) (*
 	return theirs, nil
 }
 
-func (s *Supervisor) spawnWalled(ctx context.Context, v *vat, code store.Code, rec store.Record, g []labels.Set, gv *grant.Vat) (Process, error) {
+// spawnWalled starts v in its wall. The returned output pipe must stay open
+// until the process is gone (the wall copies the app's stderr into it); the
+// caller closes it then.
+func (s *Supervisor) spawnWalled(ctx context.Context, v *vat, code store.Code, rec store.Record, g []labels.Set, gv *grant.Vat) (Process, *os.File, error) {
 	m := code.Manifest
 	entryCap, err := s.capPair(ctx, gv, "entry-cap")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	appCap, err := s.capPair(ctx, gv, "app-cap")
 	if err != nil {
 		_ = entryCap.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	out, err := pipeToRing(v.logs)
 	if err != nil {
 		_ = entryCap.Close()
 		_ = appCap.Close()
-		return nil, err
+		return nil, nil, err
 	}
-	defer out.Close()
 	env := map[string]string{}
 	for _, k := range m.Env {
 		if val, ok := rec.Env[k]; ok {
@@ -93,9 +95,10 @@ func (s *Supervisor) spawnWalled(ctx context.Context, v *vat, code store.Code, r
 	}
 	p, err := s.cfg.Launch(ctx, spec, s.log)
 	if err != nil {
-		return nil, fmt.Errorf("starting its wall: %w", err)
+		_ = out.Close()
+		return nil, nil, fmt.Errorf("starting its wall: %w", err)
 	}
-	return p, nil
+	return p, out, nil
 }
 
 func wallFiles(read, write, oauth []string, env map[string]string) wall.Files {

@@ -4,14 +4,15 @@ package supervisor
 
 import (
 	"context"
+	"os"
 
 	"toybox/labels"
 	"toybox/vat/grant"
 	"toybox/vat/store"
 )
 
-func (s *Supervisor) spawnWalled(context.Context, *vat, store.Code, store.Record, []labels.Set, *grant.Vat) (Process, error) {
-	return nil, ErrUnsupported
+func (s *Supervisor) spawnWalled(context.Context, *vat, store.Code, store.Record, []labels.Set, *grant.Vat) (Process, *os.File, error) {
+	return nil, nil, ErrUnsupported
 }
 
 func (s *Supervisor) spawnUnwalled(*vat, store.Code, store.Record, *grant.Vat) (Process, error) {

@@ -1,0 +1,74 @@
+package supervisor
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+
+	"toybox/vat/store"
+	"toybox/vat/switches"
+)
+
+func newTestSupervisor(t *testing.T) *Supervisor {
+	t.Helper()
+	st, err := store.Open(store.Config{StateDir: t.TempDir(), MaxBody: 1 << 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, err := switches.New(switches.Config{StateDir: st.StateDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{Store: st, Switches: sw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestAdminRefusals(t *testing.T) {
+	s := newTestSupervisor(t)
+	h := s.AdminHandler()
+	tests := []struct {
+		name, method, target, body string
+		code                       int
+		want                       string
+	}{
+		{"bad id", "PUT", "/Bad_ID", "#!/bin/sh\n", 400, "vat id"},
+		{"unknown vat", "GET", "/nobody", "", 404, "no such vat"},
+		{"unknown op", "POST", "/nobody/explode", "", 405, "not an admin operation"},
+		{"too deep", "GET", "/a/b/c", "", 404, "no such admin path"},
+		{"grant without switchboard", "PUT", `/erin?egress={"host":"example.com"}`, "#!/bin/sh\n", 400, "no switchboard"},
+		{"bad grant", "PUT", `/erin?egress={"vat":"x"}`, "#!/bin/sh\n", 400, "egress"},
+		{"body too large", "PUT", "/erin", "#!" + strings.Repeat("x", 1<<16), 400, "larger than"},
+		{"bad walls choice", "POST", "/erin/walls?walled=maybe", "", 400, "walled=true"},
+		{"list", "GET", "/", "", 200, "[]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := httptest.NewRequest(tt.method, "http://toybox"+tt.target, strings.NewReader(tt.body))
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code != tt.code || !strings.Contains(rec.Body.String(), tt.want) {
+				t.Errorf("%s %s = %d %s; want %d mentioning %q", tt.method, tt.target, rec.Code, rec.Body, tt.code, tt.want)
+			}
+		})
+	}
+	ents, err := os.ReadDir(s.cfg.Store.StateDir() + "/code")
+	if err != nil || len(ents) != 0 {
+		t.Errorf("code/ after refusals = %v, %v; want empty", ents, err)
+	}
+}
+
+func TestPublicUnknownVat(t *testing.T) {
+	s := newTestSupervisor(t)
+	for _, target := range []string{"/", "/nobody/x", "/NOT_AN_ID/"} {
+		rec := httptest.NewRecorder()
+		s.PublicHandler().ServeHTTP(rec, httptest.NewRequest("GET", "http://x"+target, nil))
+		if rec.Code != http.StatusNotFound {
+			t.Errorf("GET %s = %d; want 404", target, rec.Code)
+		}
+	}
+}

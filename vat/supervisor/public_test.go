@@ -1,0 +1,105 @@
+package supervisor
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// appOnUnix serves h on a unix socket in a temp dir, as a vat's app would.
+func appOnUnix(t *testing.T, h http.Handler) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "app.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { srv.Close() })
+	return sock
+}
+
+func unixTransport(sock string) *http.Transport {
+	return &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}
+}
+
+func TestProxyRewrite(t *testing.T) {
+	sock := appOnUnix(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "path=%s raw=%s query=%s prefix=%s xff=%s host=%s",
+			r.URL.Path, r.URL.RawPath, r.URL.RawQuery, r.Header.Get("X-Forwarded-Prefix"), r.Header.Get("X-Forwarded-For"), r.Host)
+	}))
+	p := newProxy("alice", unixTransport(sock), nil)
+	tests := []struct {
+		name, target, want string
+	}{
+		{"bare", "/alice", "path=/ raw= query= prefix=/alice xff=192.0.2.1 host=example.test"},
+		{"slash", "/alice/", "path=/ raw= query= prefix=/alice xff=192.0.2.1 host=example.test"},
+		{"deep with query", "/alice/a/b?x=1&y=2", "path=/a/b raw= query=x=1&y=2 prefix=/alice xff=192.0.2.1 host=example.test"},
+		{"escaped", "/alice/a%2Fb", "path=/a/b raw=/a%2Fb query= prefix=/alice xff=192.0.2.1 host=example.test"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := httptest.NewRequest("GET", "http://example.test"+tt.target, nil)
+			req.RemoteAddr = "192.0.2.1:1234"
+			req.Header.Set("X-Forwarded-For", "10.9.9.9") // a client's claim is dropped
+			rec := httptest.NewRecorder()
+			p.ServeHTTP(rec, req)
+			if got := rec.Body.String(); got != tt.want {
+				t.Errorf("GET %s upstream saw %q; want %q", tt.target, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestProxyWebSocketUpgrade: an Upgrade passes through both ways.
+func TestProxyWebSocketUpgrade(t *testing.T) {
+	sock := appOnUnix(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "echo" {
+			http.Error(w, "want Upgrade: echo", http.StatusBadRequest)
+			return
+		}
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		fmt.Fprint(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+		_ = brw.Flush()
+		line, _ := brw.ReadString('\n')
+		fmt.Fprint(brw, "echo: "+line)
+		_ = brw.Flush()
+	}))
+	front := httptest.NewServer(newProxy("alice", unixTransport(sock), nil))
+	defer front.Close()
+	c, err := net.Dial("tcp", strings.TrimPrefix(front.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprint(c, "GET /alice/ws HTTP/1.1\r\nHost: x\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("upgrade = %d %s; want 101", resp.StatusCode, b)
+	}
+	fmt.Fprint(c, "hello\n")
+	line, err := br.ReadString('\n')
+	if err != nil || line != "echo: hello\n" {
+		t.Errorf("after upgrade read %q, %v; want echo: hello", line, err)
+	}
+}
