@@ -375,7 +375,7 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 		return Status{}, 0, fmt.Errorf("%w: vat id %q is not [a-z0-9][a-z0-9-]{0,62}", ErrBadInput, req.ID)
 	}
 	m := req.Code.Manifest
-	g, err := s.checkGrant(m, req.Egress)
+	g, err := s.checkGrant(req.ID, m, req.Egress)
 	if err != nil {
 		return Status{}, 0, err
 	}
@@ -464,7 +464,7 @@ func (s *Supervisor) Check(id string, m *manifest.Manifest, egress string, env m
 	if !labels.ValidVatID(id) {
 		return fmt.Errorf("%w: vat id %q is not [a-z0-9][a-z0-9-]{0,62}", ErrBadInput, id)
 	}
-	if _, err := s.checkGrant(m, egress); err != nil {
+	if _, err := s.checkGrant(id, m, egress); err != nil {
 		return err
 	}
 	if env == nil {
@@ -477,13 +477,18 @@ func (s *Supervisor) Check(id string, m *manifest.Manifest, egress string, env m
 	return checkEnv(m.Env, m.Sandbox.Files, env)
 }
 
-func (s *Supervisor) checkGrant(m *manifest.Manifest, egress string) ([]labels.Set, error) {
+// checkGrant checks what vat id's manifest asks for: its egress grant, and
+// the doors it names against the operator's door table.
+func (s *Supervisor) checkGrant(id string, m *manifest.Manifest, egress string) ([]labels.Set, error) {
 	g, err := m.Grant(egress)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadInput, err)
 	}
 	if len(g) > 0 && s.cfg.Upstream == nil {
 		return nil, fmt.Errorf("%w: this supervisor holds no switchboard socket, so it can grant no egress", ErrBadInput)
+	}
+	if err := s.cfg.Doors.CheckManifest(id, m.Doors); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadInput, err)
 	}
 	return g, nil
 }
