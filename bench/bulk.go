@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -23,7 +24,30 @@ type pathRun struct {
 	firstErr string
 	secs     Samples
 	mbps     Samples
-	cpuGB    Samples // CPU seconds per GB moved
+	cpuGB    Samples                  // CPU seconds per GB moved
+	byProc   map[string]time.Duration // CPU by role over every transfer
+	moved    int64
+}
+
+// breakdown says where the path's CPU went, per GB, by process role.
+func (p *pathRun) breakdown() string {
+	if p.moved == 0 {
+		return ""
+	}
+	roles := make([]string, 0, len(p.byProc))
+	for k := range p.byProc {
+		roles = append(roles, k)
+	}
+	sort.Strings(roles)
+	var parts []string
+	for _, k := range roles {
+		v := p.byProc[k].Seconds() / (float64(p.moved) / 1e9)
+		if v < 0.005 {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s %.2f", k, v))
+	}
+	return p.name + ": " + strings.Join(parts, ", ")
 }
 
 // bulkSection moves Bytes through every path, Repeats times, interleaved
@@ -107,11 +131,12 @@ func (r *run) bulkSection(ctx context.Context) {
 			if p.err != nil {
 				continue
 			}
-			cpu0 := r.cpuNow()
+			cpu0 := r.cpuByProc()
 			t0 := time.Now()
 			err := p.run(ctx, p.bytes)
 			d := time.Since(t0)
-			cpu := r.cpuNow() - cpu0
+			cpu1 := r.cpuByProc()
+			cpu := sumCPU(cpu1) - sumCPU(cpu0)
 			p.attempts++
 			if err != nil {
 				p.fails++
@@ -124,6 +149,13 @@ func (r *run) bulkSection(ctx context.Context) {
 				r.log.Warn("bulk transfer failed", "path", p.name, "error", err)
 				continue
 			}
+			if p.byProc == nil {
+				p.byProc = map[string]time.Duration{}
+			}
+			for k, v := range cpu1 {
+				p.byProc[k] += v - cpu0[k]
+			}
+			p.moved += p.bytes
 			p.secs = append(p.secs, d.Seconds())
 			p.mbps = append(p.mbps, MBps(p.bytes, d))
 			p.cpuGB = append(p.cpuGB, cpu.Seconds()/(float64(p.bytes)/1e9))
@@ -160,7 +192,7 @@ func (r *run) bulkSection(ctx context.Context) {
 			row.NotMeasured(ours.name + " failed: " + errText(ours.err))
 		default:
 			row.Ours, row.OurSamples = ptr(ours.cpuGB.Median()), ours.cpuGB
-			row.Note = note
+			row.Note = note + "; CPU s/GB by process, " + base.breakdown() + "; " + ours.breakdown()
 			row.Failures, row.Attempts, row.FirstErr = ours.fails, ours.attempts, errText(errors.New(ours.firstErr))
 		}
 	}
@@ -176,7 +208,6 @@ func (r *run) bulkSection(ctx context.Context) {
 	setCPU(RowCPUWall, proxy, wall, r.wallMissing(), cpuNote)
 	// The proxy's own throughput against raw TCP, for the notes.
 	if row := r.row(RowWallThru); row.Verdict != VerdictNotMeasured {
-		row.Note += r.entryPaths(ctx)
 		row.Note += fmt.Sprintf("; for scale: raw loopback TCP %.0f MB/s, the plain proxy %.2f× of it", raw.mbps.Median(), proxy.mbps.Median()/raw.mbps.Median())
 	}
 }
@@ -190,14 +221,4 @@ func (r *run) wallMissing() string {
 	default:
 		return "the supervisor did not run"
 	}
-}
-
-// entryPaths says how toybox-entry in the wall vat reached its targets, from
-// its egress records in the vat's log: the socket handed over ("fd") or
-// the ByteStream fallback ("stream").
-func (r *run) entryPaths(ctx context.Context) string {
-	logs := r.sup.AdminGet(ctx, "/"+r.wallVat+"/logs")
-	fd := strings.Count(logs, `"path":"fd"`)
-	stream := strings.Count(logs, `"path":"stream"`)
-	return fmt.Sprintf("; in the vat's log tail toybox-entry recorded %d connections with the socket handed over and %d over the ByteStream fallback", fd, stream)
 }

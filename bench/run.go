@@ -22,7 +22,7 @@ type Config struct {
 	Bin string
 	// Self is this runner's binary, started again as the helpers.
 	Self string
-	// Repeats is how many times each bulk transfer runs. If zero, 5.
+	// Repeats is how many times each bulk transfer runs. If zero, 7.
 	Repeats int
 	// Bytes is the size of one bulk transfer. If zero, 1 GiB.
 	Bytes int64
@@ -31,10 +31,10 @@ type Config struct {
 	// LatencyRounds × LatencyPerRound connects per path, interleaved by
 	// round. If zero, 10 × 100.
 	LatencyRounds, LatencyPerRound int
-	// Spawns is how many spawns of each kind. If zero, 20.
+	// Spawns is how many spawns of each kind. If zero, 30.
 	Spawns int
 	// Vats is how many vats are installed (each timed) and then held idle
-	// for the memory figure. If zero, 20.
+	// for the memory figure. If zero, 30.
 	Vats int
 	// HeldConns is how many granted connections the switchboard holds for
 	// the memory figure. If zero, 10000.
@@ -45,7 +45,7 @@ type Config struct {
 
 func (c *Config) defaults() {
 	if c.Repeats == 0 {
-		c.Repeats = 5
+		c.Repeats = 7
 	}
 	if c.Bytes == 0 {
 		c.Bytes = 1 << 30
@@ -60,10 +60,10 @@ func (c *Config) defaults() {
 		c.LatencyPerRound = 100
 	}
 	if c.Spawns == 0 {
-		c.Spawns = 20
+		c.Spawns = 30
 	}
 	if c.Vats == 0 {
-		c.Vats = 20
+		c.Vats = 30
 	}
 	if c.HeldConns == 0 {
 		c.HeldConns = 10000
@@ -223,34 +223,42 @@ func (r *run) startHelpers(ctx context.Context) error {
 	return nil
 }
 
-// cpuPids lists every process whose CPU counts: the helpers, the
-// switchboard, the supervisor and everything below it.
-func (r *run) cpuPids() []int {
-	pids := []int{r.targets.Pid(), r.proxy.Pid()}
+// cpuByProc is the CPU used so far by this runner and every process of the
+// bench (the helpers, the switchboard, the supervisor and everything below
+// it), by role.
+func (r *run) cpuByProc() map[string]time.Duration {
+	out := map[string]time.Duration{"runner": SelfCPU()}
+	add := func(role string, pid int) {
+		if d, err := ProcCPU(pid); err == nil {
+			out[role] += d
+		}
+	}
+	add("sink", r.targets.Pid())
+	add("proxy", r.proxy.Pid())
 	if r.sb != nil {
-		pids = append(pids, r.sb.Pid())
+		add("switchboard", r.sb.Pid())
 	}
 	if r.sup != nil {
-		pids = append(pids, r.sup.Pid())
+		add("supervisor", r.sup.Pid())
 		if ds, err := Descendants(r.sup.Pid()); err == nil {
 			for _, d := range ds {
-				pids = append(pids, d.Pid)
+				role := "app"
+				if d.Comm == "bwrap" || d.Comm == "toybox-entry" {
+					role = d.Comm
+				}
+				add(role, d.Pid)
 			}
 		}
 	}
-	return pids
+	return out
 }
 
-// cpuNow is the CPU used so far by this runner and every process of the
-// bench.
-func (r *run) cpuNow() time.Duration {
-	total := SelfCPU()
-	for _, p := range r.cpuPids() {
-		if d, err := ProcCPU(p); err == nil {
-			total += d
-		}
+func sumCPU(m map[string]time.Duration) time.Duration {
+	var t time.Duration
+	for _, d := range m {
+		t += d
 	}
-	return total
+	return t
 }
 
 // missing says why a row that needs the switchboard is not measured.
