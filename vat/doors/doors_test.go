@@ -408,3 +408,36 @@ func TestNoDoorsForStrangers(t *testing.T) {
 		})
 	}
 }
+
+// TestLoopbackBackend serves a set from a loopback HTTP backend, then stops
+// the backend: the call fails with a reason, and the details stay in the log.
+func TestLoopbackBackend(t *testing.T) {
+	addr, stop := startBackend(t, "127.0.0.1:0")
+	tab, err := ParseTable([]byte(`{"sets": {"kiosk": {"firstParty": true, "backend": "http://` + addr + `", "entries": ["GET /kiosk/state"]}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	gr := tab.Grant("kiosk", slog.New(slog.NewJSONHandler(&logs, nil)))
+	defer gr.Revoke()
+	vat := startHelper(t, "vat", serveDoors(t, gr))
+	if r := vat.do(command{Op: "get", Name: "GET /kiosk/state", As: "k"}); r.Err != "" {
+		t.Fatalf("get: %s", r.Err)
+	}
+	a := decodeAnswer(t, vat.do(command{Op: "call", Door: "k", Method: "GET", Path: "/kiosk/state", Headers: [][2]string{{"Host", "evil.example"}}}))
+	if a.Request.Host != addr || a.Request.Vat != "kiosk" {
+		t.Errorf("backend saw Host %q, vat %q; want %q, kiosk", a.Request.Host, a.Request.Vat, addr)
+	}
+	stop()
+	r := vat.do(command{Op: "call", Door: "k", Method: "GET", Path: "/kiosk/state"})
+	if want := "door failed: the backend is unreachable or broke off"; !strings.Contains(r.Err, want) {
+		t.Errorf("call to a stopped backend = %+v; want %q", r, want)
+	}
+	if strings.Contains(r.Err, addr) {
+		t.Errorf("the vat learns the backend's address: %q", r.Err)
+	}
+	recs := logs.records(t, "door call")
+	if len(recs) != 2 || !strings.Contains(recs[1][keyReason].(string), "connection refused") {
+		t.Errorf("records = %v; want the second to carry the dial error", recs)
+	}
+}

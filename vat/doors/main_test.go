@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -366,9 +367,9 @@ func backendBinary(t *testing.T) string {
 	return backendPath
 }
 
-// startBackend runs the example backend listening at spec and waits until
-// it is ready.
-func startBackend(t *testing.T, spec string) {
+// startBackend runs the example backend listening at spec, waits until it
+// is ready, and returns the address it listens on and a func that stops it.
+func startBackend(t *testing.T, spec string) (string, func()) {
 	t.Helper()
 	cmd := exec.Command(backendBinary(t), "-listen", spec)
 	cmd.Stderr = os.Stderr
@@ -379,15 +380,21 @@ func startBackend(t *testing.T, spec string) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		_ = cmd.Wait()
-	})
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			_ = cmd.Process.Signal(os.Interrupt)
+			_ = cmd.Wait()
+		})
+	}
+	t.Cleanup(stop)
 	line, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil {
 		t.Fatalf("door-backend did not get ready: %v", err)
 	}
-	if len(line) < 6 || line[:6] != "ready " {
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "ready ")
+	if !ok {
 		t.Fatalf("door-backend said %q; want ready", line)
 	}
+	return addr, stop
 }
