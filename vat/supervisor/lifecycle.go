@@ -233,7 +233,7 @@ func (s *Supervisor) spawn(ctx context.Context, v *vat) (r *running, off words.W
 	var doorSet func() schema.DoorSet
 	if len(code.Manifest.Doors) > 0 {
 		if err := s.cfg.Doors.CheckManifest(v.id, code.Manifest.Doors); err != nil {
-			return nil, off, err
+			return nil, words.OffStopped, err // not the wall's fault: the table refuses
 		}
 		gd = s.cfg.Doors.Grant(v.id, s.log)
 		doorSet = gd.DoorSet
