@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/net/websocket"
 )
@@ -196,5 +197,35 @@ func TestPublicHandleNeverReachesLocal(t *testing.T) {
 		if strings.Contains(body, "echo:") {
 			t.Errorf("a grant naming network local widened a public handle: %q (install said %s)", body, out)
 		}
+	}
+}
+
+// TestSwitchboardRestart: when the switchboard restarts, the supervisor
+// dials it again and the vats' Handles keep working for new connections,
+// without the vats restarting.
+func TestSwitchboardRestart(t *testing.T) {
+	s := newStack(t, stackOpts{handle: "local"})
+	port := echoServer(t, "echo: ")
+	s.mustInstall("erin", example(t, "egress-probe"), q("egress", fmt.Sprintf(`{"host":"127.0.0.1","port":%s}`, port)))
+	s.mustInstall("cap", example(t, "capnp-probe"), q("egress", fmt.Sprintf(`{"host":"127.0.0.1","port":%s}`, port)))
+	path := "/erin/tcp?" + q("addr", "127.0.0.1:"+port, "send", "one")
+	capPath := "/cap/connect?" + q("addr", "127.0.0.1:"+port, "send", "two")
+	s.mustGet(path, "got: echo: one")
+	s.mustGet(capPath, "got: echo: two")
+	pids := []any{s.status("erin")["pid"], s.status("cap")["pid"]}
+
+	s.stopSwitchboard()
+	if _, body := s.get(path); strings.Contains(body, "echo:") {
+		t.Fatalf("reached the echo server with the switchboard down: %q", body)
+	}
+	s.startSwitchboard()
+	for _, p := range []struct{ path, want string }{{path, "got: echo: one"}, {capPath, "got: echo: two"}} {
+		waitFor(t, "egress through the restarted switchboard: "+p.path, 15*time.Second, func() bool {
+			_, body := s.get(p.path)
+			return body == p.want
+		})
+	}
+	if got := []any{s.status("erin")["pid"], s.status("cap")["pid"]}; fmt.Sprint(got) != fmt.Sprint(pids) {
+		t.Errorf("vat pids %v -> %v; the vats must not restart with the switchboard", pids, got)
 	}
 }

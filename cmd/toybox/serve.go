@@ -102,6 +102,15 @@ func runServe(o serveOptions, log *slog.Logger) error {
 	if _, err := os.Stat(o.entry); err != nil {
 		log.Warn("toybox-entry not found: walled vats with egress cannot start", "entry", o.entry, "error", err.Error())
 	}
+	if d, err := sw.For("probe"); err == nil && d.Walled {
+		pctx, pcancel := context.WithTimeout(context.Background(), 15*time.Second)
+		if err := wall.Probe(pctx); err != nil {
+			// Vats stay off ("off: it could not run inside its wall"),
+			// never unwalled; say why once, loudly.
+			log.Error("walls cannot be built on this host: every walled vat stays off", "error", err.Error())
+		}
+		pcancel()
+	}
 	doorTable, err := loadDoors(o, log)
 	if err != nil {
 		return err
