@@ -102,7 +102,7 @@ func runServe(o serveOptions, log *slog.Logger) error {
 	if _, err := os.Stat(o.entry); err != nil {
 		log.Warn("toybox-entry not found: walled vats with egress cannot start", "entry", o.entry, "error", err.Error())
 	}
-	if d, err := sw.For("probe"); err == nil && d.Walled {
+	if sw.HostWalled() {
 		pctx, pcancel := context.WithTimeout(context.Background(), 15*time.Second)
 		if err := wall.Probe(pctx); err != nil {
 			// Vats stay off ("off: it could not run inside its wall"),

@@ -90,6 +90,11 @@ func New(cfg Config) (*Switches, error) {
 	return s, nil
 }
 
+// HostWalled reports whether walls are on for this computer at all (neither
+// the kill switch nor the per-host default turned them off); an owner may
+// still have chosen to unwall a single vat.
+func (s *Switches) HostWalled() bool { return !s.kill && !s.hostOff }
+
 // file is walls.json.
 type file struct {
 	// Unwalled lists the vats their owner chose to run without a wall.
