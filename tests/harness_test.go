@@ -68,14 +68,7 @@ func buildAll() (int, error) {
 		}
 		return nil
 	}
-	sbPkg := "./cmd/switchboard"
-	if _, err := os.Stat(filepath.Join(root, "cmd", "switchboard")); err != nil {
-		sbPkg = "./tests/tmpsb" // TEMPORARY until cmd/switchboard lands
-	}
-	if err := build(bins+"/", "./cmd/toybox", "./cmd/toybox-entry"); err != nil {
-		return 1, err
-	}
-	if err := build(filepath.Join(bins, "switchboard"), sbPkg); err != nil {
+	if err := build(bins+"/", "./cmd/toybox", "./cmd/toybox-entry", "./cmd/switchboard"); err != nil {
 		return 1, err
 	}
 	for _, e := range examples {
