@@ -183,30 +183,40 @@ func TestDoorsEndToEnd(t *testing.T) {
 
 	admin, pub := filepath.Join(tmp, "admin.sock"), filepath.Join(tmp, "http.sock")
 	var logs doorsLog
-	serve := exec.Command(bins["toybox"], "serve", "--state", filepath.Join(tmp, "state"), "--admin", admin,
-		"--http", "unix:"+pub, "--entry", bins["toybox-entry"], "--doors", table, "--stop-grace", "1s")
-	serve.Env = append(os.Environ(), "TOYBOX_WALLS=", "TOYBOX_WALLS_DEFAULT=walled")
-	serve.Stdout, serve.Stderr = &logs, &logs
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
+	var serve *exec.Cmd
+	start := func() {
+		t.Helper()
+		serve = exec.Command(bins["toybox"], "serve", "--state", filepath.Join(tmp, "state"), "--admin", admin,
+			"--http", "unix:"+pub, "--entry", bins["toybox-entry"], "--doors", table, "--stop-grace", "1s")
+		serve.Env = append(os.Environ(), "TOYBOX_WALLS=", "TOYBOX_WALLS_DEFAULT=walled")
+		serve.Stdout, serve.Stderr = &logs, &logs
+		if err := serve.Start(); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; ; i++ {
+			if c, err := net.Dial("unix", admin); err == nil {
+				_ = c.Close()
+				return
+			}
+			if i > 200 {
+				t.Fatalf("toybox serve did not listen on %s\n%s", admin, logs.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
+	stop := func() {
+		if serve != nil && serve.ProcessState == nil {
+			_ = serve.Process.Signal(os.Interrupt)
+			_ = serve.Wait()
+		}
+	}
+	start()
 	t.Cleanup(func() {
-		_ = serve.Process.Signal(os.Interrupt)
-		_ = serve.Wait()
+		stop()
 		if t.Failed() {
 			t.Logf("toybox serve said:\n%s", logs.String())
 		}
 	})
-	for i := 0; ; i++ {
-		if c, err := net.Dial("unix", admin); err == nil {
-			_ = c.Close()
-			break
-		}
-		if i > 200 {
-			t.Fatalf("toybox serve did not listen on %s\n%s", admin, logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 	ac, pc := unixClient(admin), unixClient(pub)
 
 	t.Run("installs naming doors they may not have are refused", func(t *testing.T) {
@@ -357,6 +367,34 @@ func TestDoorsEndToEnd(t *testing.T) {
 		}
 		if recs := logs.records("doors revoked"); len(recs) != 2 {
 			t.Errorf("doors revoked records = %d; want 2 (upgrade, delete)", len(recs))
+		}
+	})
+
+	t.Run("the table is read again at start, and a refusal keeps the vat off", func(t *testing.T) {
+		code, body := doorsDo(t, ac, http.MethodPut, "http://admin/kiosk", doorsBundle(t, bins["door-vat"], `{"command": ["./door-vat"], "doors": ["kiosk"]}`))
+		if code != http.StatusCreated {
+			t.Fatalf("install again = %d %s", code, body)
+		}
+		stop()
+		if err := os.WriteFile(table, []byte(fmt.Sprintf(`{"sets": {
+			"kiosk": {"firstParty": false, "backend": "unix:%s", "entries": ["GET /kiosk/state"]}}}`, sock)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		start()
+		var st struct {
+			Status    string   `json:"status"`
+			LastError string   `json:"last_error"`
+			Doors     []string `json:"doors"`
+		}
+		code, body = doorsDo(t, ac, http.MethodGet, "http://admin/kiosk", nil)
+		if code != 200 || json.Unmarshal([]byte(body), &st) != nil {
+			t.Fatalf("GET /kiosk = %d %s", code, body)
+		}
+		if st.Status != "off: it stopped" || !strings.Contains(st.LastError, "doors refused: vat kiosk is not first-party") || len(st.Doors) != 0 {
+			t.Errorf("kiosk after the table dropped it = %+v; want off with the doors refusal", st)
+		}
+		if code, _ := doorsDo(t, pc, http.MethodGet, "http://toybox/kiosk/door/kiosk/state", nil); code != http.StatusServiceUnavailable {
+			t.Errorf("kiosk answers %d; want 503 (off)", code)
 		}
 	})
 }
