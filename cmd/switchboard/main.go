@@ -1,0 +1,266 @@
+// Command switchboard serves egress Handles on unix sockets: the only way
+// out to the network for everything toybox runs (see docs/switchboard.md).
+//
+//	switchboard [--config FILE] [--listen NAME=PATH]... [--mode 0600]
+//
+// Sockets come from systemd socket activation (LISTEN_FDS, with
+// FileDescriptorName=public or local) and/or --listen. It sends READY=1
+// when NOTIFY_SOCKET is set, logs one JSON record per decision on stderr,
+// and shuts down cleanly on SIGTERM or SIGINT.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/coreos/go-systemd/v22/activation"
+	"github.com/coreos/go-systemd/v22/daemon"
+
+	"toybox/switchboard"
+)
+
+type listenFlag []string
+
+func (l *listenFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listenFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+func main() { os.Exit(run(os.Args[1:])) }
+
+func run(args []string) int {
+	// Signals first: a SIGTERM that arrives once a socket exists must
+	// still shut down cleanly.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	fs := flag.NewFlagSet("switchboard", flag.ContinueOnError)
+	var listens listenFlag
+	fs.Var(&listens, "listen", "NAME=PATH: create a unix socket at PATH serving the root handle NAME (public or local); repeatable")
+	mode := fs.String("mode", "0600", "file mode of sockets created by --listen (0600 or 0660)")
+	configPath := fs.String("config", "", "JSON configuration file (docs/switchboard.md)")
+	debug := fs.Bool("debug", false, "log RPC chatter too")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 0 {
+		fmt.Fprintf(os.Stderr, "switchboard: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	level := slog.LevelInfo
+	if *debug {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	perm, err := parseMode(*mode)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "switchboard: %v\n", err)
+		return 2
+	}
+
+	file := &switchboard.File{}
+	var rootCAs []byte
+	if *configPath != "" {
+		data, err := os.ReadFile(*configPath)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "switchboard: reading config: %v\n", err)
+			return 1
+		}
+		if file, err = switchboard.ParseFile(data); err != nil {
+			fmt.Fprintf(os.Stderr, "switchboard: %s: %v\n", *configPath, err)
+			return 1
+		}
+		if file.RootCAs != "" {
+			if rootCAs, err = os.ReadFile(file.RootCAs); err != nil {
+				fmt.Fprintf(os.Stderr, "switchboard: reading rootCAs: %v\n", err)
+				return 1
+			}
+		}
+	}
+	cfg, err := file.Config(log, rootCAs)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "switchboard: %v\n", err)
+		return 1
+	}
+
+	sockets := map[string]*net.UnixListener{}
+	closeAll := func() {
+		for _, l := range sockets {
+			_ = l.Close()
+		}
+	}
+	activated, err := activatedListeners()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "switchboard: socket activation: %v\n", err)
+		return 1
+	}
+	for name, l := range activated {
+		sockets[name] = l
+	}
+	for _, spec := range listens {
+		name, path, ok := strings.Cut(spec, "=")
+		if !ok || path == "" || (name != "public" && name != "local") {
+			closeAll()
+			fmt.Fprintf(os.Stderr, "switchboard: --listen %q: want public=PATH or local=PATH\n", spec)
+			return 2
+		}
+		if _, dup := sockets[name]; dup {
+			closeAll()
+			fmt.Fprintf(os.Stderr, "switchboard: socket %q given twice\n", name)
+			return 2
+		}
+		l, err := listenUnix(path, perm)
+		if err != nil {
+			closeAll()
+			fmt.Fprintf(os.Stderr, "switchboard: --listen %s: %v\n", spec, err)
+			return 1
+		}
+		sockets[name] = l
+	}
+	if len(sockets) == 0 {
+		fmt.Fprintln(os.Stderr, "switchboard: no sockets: use socket activation (FileDescriptorName=public|local) or --listen NAME=PATH")
+		return 2
+	}
+
+	srv, err := switchboard.New(cfg)
+	if err != nil {
+		closeAll()
+		fmt.Fprintf(os.Stderr, "switchboard: %v\n", err)
+		return 1
+	}
+	defer srv.Close()
+
+	var wg sync.WaitGroup
+	errs := make(chan error, len(sockets))
+	for name, l := range sockets {
+		root, err := file.Root(name)
+		if err != nil {
+			closeAll()
+			fmt.Fprintf(os.Stderr, "switchboard: %v\n", err)
+			return 1
+		}
+		log.Info("serving", "socket", name, "path", l.Addr().String(), "labels", root.String())
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := srv.Serve(ctx, name, l, root); err != nil {
+				errs <- err
+				stop()
+			}
+		}()
+	}
+	if _, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
+		log.Warn("sd_notify READY=1 failed", "error", err.Error())
+	}
+	<-ctx.Done()
+	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		fmt.Fprintf(os.Stderr, "switchboard: %v\n", err)
+		return 1
+	default:
+	}
+	log.Info("stopped")
+	return 0
+}
+
+// parseMode reads an octal socket mode; others may never have access.
+func parseMode(s string) (os.FileMode, error) {
+	m, err := strconv.ParseUint(s, 8, 32)
+	if err != nil || m > 0o777 {
+		return 0, fmt.Errorf("--mode %q: want an octal mode such as 0600", s)
+	}
+	if m&0o007 != 0 {
+		return 0, fmt.Errorf("--mode %s would let every user on the host reach the socket; use 0600 or 0660", s)
+	}
+	if m&0o600 != 0o600 {
+		return 0, fmt.Errorf("--mode %s: the owner needs read and write", s)
+	}
+	return os.FileMode(m), nil
+}
+
+// activatedListeners takes the sockets systemd passed (LISTEN_FDS), each
+// named public or local, each a listening unix stream socket. Anything
+// else is an error, not a silent skip. The descriptors are close-on-exec.
+func activatedListeners() (map[string]*net.UnixListener, error) {
+	files := activation.Files(true) // sets CloseOnExec, unsets the variables
+	out := map[string]*net.UnixListener{}
+	fail := func(err error) (map[string]*net.UnixListener, error) {
+		for _, f := range files {
+			_ = f.Close()
+		}
+		for _, l := range out {
+			_ = l.Close()
+		}
+		return nil, err
+	}
+	for i, f := range files {
+		name := f.Name()
+		if name != "public" && name != "local" {
+			return fail(fmt.Errorf("activated fd %d is named %q; want FileDescriptorName=public or local", 3+i, name))
+		}
+		if _, dup := out[name]; dup {
+			return fail(fmt.Errorf("two activated sockets named %q", name))
+		}
+		if err := checkUnixListener(f); err != nil {
+			return fail(fmt.Errorf("activated fd %d (%s): %w", 3+i, name, err))
+		}
+		l, err := net.FileListener(f)
+		if err != nil {
+			return fail(fmt.Errorf("activated fd %d (%s): %w", 3+i, name, err))
+		}
+		ul, ok := l.(*net.UnixListener)
+		if !ok {
+			_ = l.Close()
+			return fail(fmt.Errorf("activated fd %d (%s) is not a unix listener", 3+i, name))
+		}
+		ul.SetUnlinkOnClose(false) // systemd owns the path
+		out[name] = ul
+	}
+	for _, f := range files {
+		_ = f.Close() // net.FileListener duplicated each
+	}
+	return out, nil
+}
+
+// listenUnix creates a unix socket at path with mode perm. A live socket
+// at path is never replaced; a stale one (nobody listening) is removed;
+// anything else at path is an error.
+func listenUnix(path string, perm os.FileMode) (*net.UnixListener, error) {
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode().Type() != os.ModeSocket {
+			return nil, fmt.Errorf("%s exists and is not a socket", path)
+		}
+		c, err := net.Dial("unix", path)
+		if err == nil {
+			_ = c.Close()
+			return nil, fmt.Errorf("%s is a live socket (another switchboard?); refusing to replace it", path)
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, fmt.Errorf("probing %s: %w", path, err)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("removing stale socket: %w", err)
+		}
+	}
+	old := umask(0o177) // the socket is born 0600, never wider, then chmod
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	umask(old)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, perm); err != nil {
+		_ = l.Close()
+		return nil, err
+	}
+	l.SetUnlinkOnClose(true)
+	return l, nil
+}

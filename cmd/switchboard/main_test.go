@@ -1,0 +1,258 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"toybox/switchboard/dnstest"
+)
+
+var binDir string
+
+// TestMain builds the switchboard and toybox binaries once; the tests drive
+// them as black boxes.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "switchboard-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binDir = dir
+	for _, pkg := range []string{"toybox/cmd/switchboard", "toybox/cmd/toybox"} {
+		out, err := exec.Command("go", "build", "-o", dir, pkg).CombinedOutput()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "building %s: %v\n%s", pkg, err, out)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type running struct {
+	cmd    *exec.Cmd
+	stderr *bytes.Buffer
+	public string
+	local  string
+	dns    *dnstest.Server
+}
+
+// startSwitchboard runs the binary with both sockets and a config naming
+// a test DNS server; it waits until both sockets answer.
+func startSwitchboard(t *testing.T, extra map[string]any) *running {
+	t.Helper()
+	dns, err := dnstest.New("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dns.Close() })
+	dir := t.TempDir()
+	cfg := map[string]any{"resolver": dns.Addr()}
+	for k, v := range extra {
+		cfg[k] = v
+	}
+	b, _ := json.Marshal(cfg)
+	cfgPath := filepath.Join(dir, "config.json")
+	if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := &running{public: filepath.Join(dir, "public.sock"), local: filepath.Join(dir, "local.sock"), dns: dns, stderr: &bytes.Buffer{}}
+	r.cmd = exec.Command(filepath.Join(binDir, "switchboard"), "--config", cfgPath, "--listen", "public="+r.public, "--listen", "local="+r.local)
+	r.cmd.Stderr = r.stderr
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = r.cmd.Process.Signal(syscall.SIGTERM)
+		_ = r.cmd.Wait()
+	})
+	waitSocket(t, r.public)
+	waitSocket(t, r.local)
+	return r
+}
+
+func waitSocket(t *testing.T, path string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if c, err := net.Dial("unix", path); err == nil {
+			_ = c.Close()
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("socket %s never came up", path)
+}
+
+// egress runs toybox egress and returns its exit code, stdout and stderr.
+func egress(t *testing.T, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, "toybox"), append([]string{"egress"}, args...)...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	cmd.Stdin = strings.NewReader(stdin)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("toybox egress %q timed out; stderr %s", args, errb.String())
+	}
+	return cmd.ProcessState.ExitCode(), out.String(), errb.String()
+}
+
+func TestEgressBlackBox(t *testing.T) {
+	r := startSwitchboard(t, nil)
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer echo.Close()
+	go func() {
+		for {
+			c, err := echo.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_, _ = io.Copy(c, c)
+			}()
+		}
+	}()
+	echoPort := echo.Addr().(*net.TCPAddr).Port
+	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = fmt.Fprintf(w, "hello from %s", r.URL.Path)
+	}))
+	defer web.Close()
+	webPort := web.Listener.Addr().(*net.TCPAddr).Port
+	r.dns.Set("web.test", netip.MustParseAddr("127.0.0.1"))
+	r.dns.Set("meta.test", netip.MustParseAddr("169.254.169.254"))
+
+	tests := []struct {
+		name     string
+		stdin    string
+		args     []string
+		code     int
+		stdout   string
+		stderr   string
+	}{
+		{"check public loopback", "", []string{"--socket", r.public, "check", "127.0.0.1:22"}, 3, "", "egress refused: 127.0.0.1 is a loopback address"},
+		{"check public metadata", "", []string{"--socket", r.public, "check", "http://169.254.169.254/latest/"}, 3, "", "egress refused: 169.254.169.254 is a cloud metadata address"},
+		{"check local loopback", "", []string{"--socket", r.local, "check", fmt.Sprintf("127.0.0.1:%d", echoPort)}, 0, "allowed", ""},
+		{"check local metadata name", "", []string{"--socket", r.local, "check", "meta.test:80"}, 3, "", "egress refused: meta.test resolves to 169.254.169.254, a cloud metadata address"},
+		{"check not granted", "", []string{"--socket", r.local, "--constrain", `{"host":"example.org"}`, "check", "web.test:80"}, 3, "", "egress refused: egress to web.test not granted"},
+		{"check port not granted", "", []string{"--socket", r.local, "--constrain", `web.test:443`, "check", "web.test:80"}, 3, "", "egress refused: port 80 not granted"},
+		{"constrain widens", "", []string{"--socket", r.public, "--constrain", `{"network":"local"}`, "check", "web.test:80"}, 1, "", "widen"},
+		{"bad constrain", "", []string{"--socket", r.public, "--constrain", `{"hots":"x"}`, "check", "web.test:80"}, 2, "", "hots"},
+		{"fetch local", "", []string{"--socket", r.local, "fetch", fmt.Sprintf("http://web.test:%d/x", webPort)}, 0, "hello from /x", ""},
+		{"fetch public", "", []string{"--socket", r.public, "fetch", fmt.Sprintf("http://web.test:%d/x", webPort)}, 3, "", "egress refused: web.test resolves to 127.0.0.1, a loopback address"},
+		{"connect echo", "ping\n", []string{"--socket", r.local, "connect", fmt.Sprintf("localhost:%d", echoPort)}, 0, "ping\n", ""},
+		{"connect public", "ping\n", []string{"--socket", r.public, "connect", fmt.Sprintf("localhost:%d", echoPort)}, 3, "", "egress refused: localhost resolves to 127.0.0.1, a loopback address"},
+		{"octal spelling", "", []string{"--socket", r.local, "check", "0177.0.0.1:80"}, 3, "", "egress refused: "},
+		{"no args", "", []string{"--socket", r.local}, 2, "", "usage"},
+		{"unknown op", "", []string{"--socket", r.local, "frob", "a.test:1"}, 2, "", "unknown operation"},
+		{"no socket", "", []string{"--socket", filepath.Join(t.TempDir(), "none"), "check", "a.test:1"}, 1, "", "connecting"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, errs := egress(t, tt.stdin, tt.args...)
+			if code != tt.code {
+				t.Errorf("exit = %d; want %d (stdout %q, stderr %q)", code, tt.code, out, errs)
+			}
+			if tt.stdout != "" && !strings.Contains(out, tt.stdout) {
+				t.Errorf("stdout = %q; want %q", out, tt.stdout)
+			}
+			if tt.stderr != "" && !strings.Contains(errs, tt.stderr) {
+				t.Errorf("stderr = %q; want %q", errs, tt.stderr)
+			}
+			if tt.code == 3 && !strings.HasPrefix(errs, "egress refused: ") {
+				t.Errorf("refusal stderr %q does not start with \"egress refused: \"", errs)
+			}
+		})
+	}
+	// One JSON record per decision on the switchboard's stderr.
+	logs := r.stderr.String()
+	for _, want := range []string{`"op":"check"`, `"socket":"public"`, `"reason":"169.254.169.254 is a cloud metadata address"`, `"allow":false`} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("switchboard log lacks %s", want)
+		}
+	}
+}
+
+func TestListenRefusesLiveSocketAndReplacesStale(t *testing.T) {
+	r := startSwitchboard(t, nil)
+	out, err := exec.Command(filepath.Join(binDir, "switchboard"), "--listen", "public="+r.public).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "live socket") {
+		t.Errorf("second switchboard on a live socket: %v %s; want a refusal", err, out)
+	}
+	fi, err := os.Stat(r.public)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("socket mode = %v, %v; want 0600", fi.Mode(), err)
+	}
+	// A stale socket (nobody listening) is replaced.
+	stale := filepath.Join(t.TempDir(), "stale.sock")
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: stale, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.SetUnlinkOnClose(false)
+	_ = l.Close()
+	cmd := exec.Command(filepath.Join(binDir, "switchboard"), "--listen", "local="+stale, "--mode", "0660")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitSocket(t, stale)
+	if fi, err := os.Stat(stale); err != nil || fi.Mode().Perm() != 0o660 {
+		t.Errorf("--mode 0660 socket mode = %v, %v", fi.Mode(), err)
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("SIGTERM exit: %v; want a clean exit", err)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("socket left behind after shutdown: %v", err)
+	}
+	for _, bad := range [][]string{{"--mode", "0666", "--listen", "public=" + stale}, {"--listen", "lan=" + stale}, {}} {
+		if err := exec.Command(filepath.Join(binDir, "switchboard"), bad...).Run(); err == nil {
+			t.Errorf("switchboard %q started", bad)
+		}
+	}
+	regular := filepath.Join(t.TempDir(), "file")
+	_ = os.WriteFile(regular, nil, 0o600)
+	if out, err := exec.Command(filepath.Join(binDir, "switchboard"), "--listen", "public="+regular).CombinedOutput(); err == nil || !strings.Contains(string(out), "not a socket") {
+		t.Errorf("--listen over a regular file: %v %s", err, out)
+	}
+}
+
+func TestBadConfig(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "c.json")
+	_ = os.WriteFile(p, []byte(`{"sockets":{"public":{}},"dney":[]}`), 0o600)
+	out, err := exec.Command(filepath.Join(binDir, "switchboard"), "--config", p, "--listen", "public="+filepath.Join(dir, "s")).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "dney") {
+		t.Errorf("unknown config key: %v %s; want an error naming it", err, out)
+	}
+}
