@@ -5,9 +5,11 @@ package owner
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,6 +34,8 @@ func TestMain(m *testing.M) {
 		os.Exit(helperListen())
 	case "hold":
 		os.Exit(helperHold())
+	case "check":
+		os.Exit(helperCheck())
 	default:
 		fmt.Fprintf(os.Stderr, "unknown helper %q\n", os.Getenv(helperEnv))
 		os.Exit(2)
@@ -54,6 +58,12 @@ func helperListen() int {
 				return err
 			}
 			return serr
+		}
+	}
+	if os.Getenv("TOYBOX_OWNER_TEST_NODUMP") == "1" {
+		if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+			fmt.Fprintln(os.Stderr, "prctl:", err)
+			return 1
 		}
 	}
 	network := "tcp4"
@@ -93,6 +103,37 @@ func helperListen() int {
 	fmt.Println(ln.Addr().String())
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	return 0
+}
+
+// helperCheck runs a Checker in this (unprivileged) process, as the
+// switchboard would run it, and prints one decision as JSON:
+// TOYBOX_OWNER_TEST_CHECK holds a JSON checkRequest.
+func helperCheck() int {
+	var req checkRequest
+	if err := json.Unmarshal([]byte(os.Getenv("TOYBOX_OWNER_TEST_CHECK")), &req); err != nil {
+		fmt.Fprintln(os.Stderr, "request:", err)
+		return 1
+	}
+	c, err := New(Config{ToyboxUID: req.UID, OwnRoots: req.Roots, DockerHost: req.DockerHost, CacheTTL: -1})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "new:", err)
+		return 1
+	}
+	defer c.Close()
+	d := c.Check(context.Background(), netip.MustParseAddrPort(req.Target), req.Vat, req.Typed)
+	if err := json.NewEncoder(os.Stdout).Encode(d); err != nil {
+		return 1
+	}
+	return 0
+}
+
+type checkRequest struct {
+	UID        int
+	Roots      []string
+	DockerHost string
+	Target     string
+	Vat        string
+	Typed      bool
 }
 
 // helperHold keeps fd 3 (a listening socket) open until stdin closes.
@@ -148,6 +189,7 @@ type listener struct {
 	addr      string   // listen address, e.g. 127.0.0.1:0
 	uid       int      // run as this uid and gid; 0 = as the test (root)
 	reusePort bool
+	noDump    bool   // prctl(PR_SET_DUMPABLE, 0): /proc/<pid>/fd becomes root's
 	share     string // a binary to hand the socket to after listening
 }
 
@@ -166,6 +208,9 @@ func (l listener) start(t *testing.T) (int, string, func()) {
 	cmd.Env = append(os.Environ(), helperEnv+"=listen", "TOYBOX_OWNER_TEST_ADDR="+l.addr)
 	if l.reusePort {
 		cmd.Env = append(cmd.Env, "TOYBOX_OWNER_TEST_REUSEPORT=1")
+	}
+	if l.noDump {
+		cmd.Env = append(cmd.Env, "TOYBOX_OWNER_TEST_NODUMP=1")
 	}
 	if l.share != "" {
 		cmd.Env = append(cmd.Env, "TOYBOX_OWNER_TEST_SHARE="+l.share)

@@ -41,8 +41,8 @@ type Config struct {
 	// example /usr/local/lib/toybox, /var/lib/toybox): a process whose
 	// executable, working directory or an argv element lies under one is
 	// never a vat's own service. Each must be absolute; New also adds each
-	// one's symlink-resolved form. If empty, no process is excluded for
-	// where it lies (roles and the owner-typed rule still apply).
+	// one's symlink-resolved form. Required (New refuses an empty list)
+	// unless ToyboxUID is 0, where no process is ever a vat's service.
 	OwnRoots []string
 
 	// DockerHost is the Docker Engine address, e.g.
@@ -108,6 +108,9 @@ func New(cfg Config) (*Checker, error) {
 		ttl = time.Second
 	case ttl > MaxCacheTTL:
 		return nil, fmt.Errorf("%w: cache ttl %v exceeds %v", ErrConfig, ttl, MaxCacheTTL)
+	}
+	if cfg.ToyboxUID != 0 && len(cfg.OwnRoots) == 0 {
+		return nil, fmt.Errorf("%w: no own roots: toybox's own installation and state dirs must be named, or their processes could pass as a vat's service", ErrConfig)
 	}
 	var roots []string
 	for _, r := range cfg.OwnRoots {

@@ -4,12 +4,16 @@ package owner
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -330,4 +334,115 @@ func TestContainers(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	})
+}
+
+// TestConcurrentChecks: many callers at once, cached and not, agree.
+func TestConcurrentChecks(t *testing.T) {
+	dockertest.Require(t)
+	w := newWorld(t, dockertest.Host, 50*time.Millisecond)
+	pid, addr, _ := listener{bin: w.outside, addr: "127.0.0.1:0", uid: testUID}.start(t)
+	ap := netip.MustParseAddrPort(addr)
+	want := fmt.Sprintf("pid %d", pid)
+	errs := make(chan string, 8*20)
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 20; i++ {
+				d := w.chk.Check(context.Background(), ap, "myvat", i%2 == 0)
+				if typed := i%2 == 0; d.Allow != typed || (typed && !strings.Contains(d.Reason, want)) {
+					errs <- fmt.Sprintf("Check(typed %v) = {%v, %q}", typed, d.Allow, d.Reason)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+}
+
+// BenchmarkCheckUncached measures one full look at /proc per check.
+func BenchmarkCheckUncached(b *testing.B) {
+	testenv.RequireRoot(b)
+	chk, err := New(Config{ToyboxUID: testUID, OwnRoots: []string{"/var/lib/toybox"}, CacheTTL: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer chk.Close()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	// A root listener: /proc tables, every process's descriptors, then a
+	// docker question (to the default socket, answered or refused).
+	ap := netip.MustParseAddrPort(ln.Addr().String())
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		chk.Check(context.Background(), ap, "myvat", true)
+	}
+}
+
+// checkAs runs one check in a helper process of uid (the way a switchboard
+// running as that user sees /proc and docker).
+func checkAs(t *testing.T, bin string, uid int, req checkRequest) Decision {
+	t.Helper()
+	b, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin)
+	cmd.Dir = "/"
+	cmd.Env = append(os.Environ(), helperEnv+"=check", "TOYBOX_OWNER_TEST_CHECK="+string(b))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("check helper as uid %d: %v", uid, err)
+	}
+	var d Decision
+	if err := json.Unmarshal(out, &d); err != nil {
+		t.Fatalf("check helper output %q: %v", out, err)
+	}
+	return d
+}
+
+// TestUnprivilegedChecker runs the checker as the toybox user itself, as a
+// switchboard of that user would: it sees its own user's processes, cannot
+// read a non-dumpable one's descriptors (refused: it might hold the port),
+// and cannot reach a root-only docker socket (refused).
+func TestUnprivilegedChecker(t *testing.T) {
+	dockertest.Require(t)
+	w := newWorld(t, dockertest.Host, -1)
+	checker := copyHelper(t, filepath.Join(w.dir, "checker", "owner-check"))
+	req := func(target string) checkRequest {
+		return checkRequest{UID: testUID, Roots: []string{w.install, w.state}, DockerHost: dockertest.Host, Target: target, Vat: "myvat", Typed: true}
+	}
+
+	pid, addr, _ := listener{bin: w.outside, addr: "127.0.0.1:0", uid: testUID}.start(t)
+	if d := checkAs(t, checker, testUID, req(addr)); !d.Allow || !strings.Contains(d.Reason, fmt.Sprintf("pid %d", pid)) {
+		t.Errorf("own service seen by a checker of the toybox user = {%v, %q}; want allowed, naming pid %d", d.Allow, d.Reason, pid)
+	}
+
+	// A non-dumpable process of the toybox user: its descriptors are
+	// unreadable, so it could be holding any socket of that user.
+	hid, _, _ := listener{bin: w.outside, addr: "127.0.0.1:0", uid: testUID, noDump: true}.start(t)
+	if d := checkAs(t, checker, testUID, req(addr)); d.Allow || !strings.Contains(d.Reason, fmt.Sprintf("pid %d of that user cannot be inspected", hid)) {
+		t.Errorf("with a hidden process of the toybox user = {%v, %q}; want refused naming pid %d", d.Allow, d.Reason, hid)
+	}
+
+	// A root listener: the docker socket is root's, so docker cannot be
+	// asked, and the answer is a refusal.
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if d := checkAs(t, checker, testUID, req(ln.Addr().String())); d.Allow || !strings.Contains(d.Reason, "docker cannot be asked") {
+		t.Errorf("root listener, docker out of reach = {%v, %q}; want refused: docker cannot be asked", d.Allow, d.Reason)
+	}
 }
