@@ -152,12 +152,12 @@ func TestEgressBlackBox(t *testing.T) {
 	r.dns.Set("meta.test", netip.MustParseAddr("169.254.169.254"))
 
 	tests := []struct {
-		name     string
-		stdin    string
-		args     []string
-		code     int
-		stdout   string
-		stderr   string
+		name   string
+		stdin  string
+		args   []string
+		code   int
+		stdout string
+		stderr string
 	}{
 		{"check public loopback", "", []string{"--socket", r.public, "check", "127.0.0.1:22"}, 3, "", "egress refused: 127.0.0.1 is a loopback address"},
 		{"check public metadata", "", []string{"--socket", r.public, "check", "http://169.254.169.254/latest/"}, 3, "", "egress refused: 169.254.169.254 is a cloud metadata address"},
