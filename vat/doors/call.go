@@ -127,6 +127,19 @@ func (d *doorServer) read(args schema.Door_call_Params) (doorRequest, error) {
 	}
 	r.header = http.Header{}
 	size := 0
+	// Headers named in a Connection header are hop-by-hop too (RFC 9110
+	// 7.6.1): find them first, drop them below.
+	named := map[string]bool{}
+	for i := 0; i < hl.Len(); i++ {
+		if name, err := hl.At(i).Name(); err == nil && http.CanonicalHeaderKey(name) == "Connection" {
+			value, _ := hl.At(i).Value()
+			for _, f := range strings.Split(value, ",") {
+				if f = strings.TrimSpace(f); f != "" {
+					named[http.CanonicalHeaderKey(f)] = true
+				}
+			}
+		}
+	}
 	for i := 0; i < hl.Len(); i++ {
 		name, err := hl.At(i).Name()
 		if err != nil {
@@ -147,7 +160,7 @@ func (d *doorServer) read(args schema.Door_call_Params) (doorRequest, error) {
 			return r, fmt.Errorf("%w: header %s has an invalid value", ErrRefused, name)
 		}
 		canon := http.CanonicalHeaderKey(name)
-		if dropRequestHeader(canon) {
+		if dropRequestHeader(canon) || named[canon] {
 			continue
 		}
 		r.header.Add(canon, value)
@@ -242,9 +255,17 @@ func (d *doorServer) forward(ctx context.Context, call schema.Door_call, r doorR
 		return outcome{status: resp.StatusCode}, err
 	}
 	res.SetStatus(uint16(resp.StatusCode))
+	named := map[string]bool{} // headers the backend's Connection names
+	for _, v := range resp.Header["Connection"] {
+		for _, f := range strings.Split(v, ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				named[http.CanonicalHeaderKey(f)] = true
+			}
+		}
+	}
 	var names []string
 	for k := range resp.Header {
-		if !droppedResponse[k] {
+		if !droppedResponse[k] && !named[k] {
 			names = append(names, k)
 		}
 	}
