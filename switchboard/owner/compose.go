@@ -227,6 +227,7 @@ type composeParser struct {
 }
 
 func (p *composeParser) run() (bool, error) {
+	seen := map[string]bool{}
 	for p.i < len(p.lines) {
 		l := p.lines[p.i]
 		if l.indent != 0 {
@@ -239,6 +240,10 @@ func (p *composeParser) run() (bool, error) {
 		if !ok {
 			return false, composeErr(l.n, "top level is not a mapping")
 		}
+		if seen[k] {
+			return false, composeErr(l.n, "key %q twice", k)
+		}
+		seen[k] = true
 		p.i++
 		if k != "services" {
 			p.skipBlock(0)
@@ -265,6 +270,7 @@ func (p *composeParser) skipBlock(indent int) {
 
 func (p *composeParser) services() error {
 	svcIndent := -1
+	seen := map[string]bool{}
 	for p.i < len(p.lines) && p.lines[p.i].indent > 0 {
 		l := p.lines[p.i]
 		if svcIndent < 0 {
@@ -283,6 +289,10 @@ func (p *composeParser) services() error {
 		if v != "" {
 			return composeErr(l.n, "service %q is not a block mapping", name)
 		}
+		if seen[name] {
+			return composeErr(l.n, "service %q twice", name)
+		}
+		seen[name] = true
 		p.i++
 		if err := p.service(svcIndent); err != nil {
 			return err
@@ -293,6 +303,7 @@ func (p *composeParser) services() error {
 
 func (p *composeParser) service(svcIndent int) error {
 	keyIndent := -1
+	seen := map[string]bool{}
 	for p.i < len(p.lines) && p.lines[p.i].indent > svcIndent {
 		l := p.lines[p.i]
 		if keyIndent < 0 {
@@ -312,6 +323,10 @@ func (p *composeParser) service(svcIndent int) error {
 		if !ok {
 			return composeErr(l.n, "service entry is not a key")
 		}
+		if seen[k] {
+			return composeErr(l.n, "service key %q twice", k)
+		}
+		seen[k] = true
 		p.i++
 		if k != "ports" {
 			continue

@@ -238,6 +238,9 @@ var composeRefusals = []struct {
 	{"escape in double quotes", "services:\n  db:\n    ports:\n      - \"127.0.0.1:5432:54\\x32\"\n"},
 	{"long value spans lines", "services:\n  db:\n    ports:\n      - target: 5432\n          published: 5432\n"},
 	{"directive", "%YAML 1.2\nservices: {}\n"},
+	{"services twice", "services:\n  db:\n    ports:\n      - \"127.0.0.1:5432:5432\"\nservices: {}\n"},
+	{"service twice", "services:\n  db:\n    ports:\n      - \"127.0.0.1:5432:5432\"\n  db:\n    image: x\n"},
+	{"ports twice", "services:\n  db:\n    ports:\n      - \"127.0.0.1:5432:5432\"\n    ports: []\n"},
 }
 
 func TestComposePublishesRefuses(t *testing.T) {
