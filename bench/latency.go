@@ -72,6 +72,7 @@ func (r *run) latencySection(ctx context.Context) {
 	})}
 	paths := []*latPath{raw, proxy}
 	var sb, wall *latPath
+	var phases [3][]time.Duration // constrain, connect + take the socket, echo
 	if r.sb != nil {
 		client, err := DialSwitchboard(ctx, r.sb.Socket)
 		if err != nil {
@@ -79,17 +80,26 @@ func (r *run) latencySection(ctx context.Context) {
 		} else {
 			defer client.Close()
 			sb = &latPath{name: "switchboard", round: one(func(ctx context.Context) error {
+				t0 := time.Now()
 				h, err := Constrain(ctx, client.Root, r.sinkHost, r.echoPort)
 				if err != nil {
 					return err
 				}
 				defer h.Release()
+				t1 := time.Now()
 				c, err := client.ConnectFD(ctx, h, r.sinkHost, r.echoPort)
 				if err != nil {
 					return err
 				}
 				defer c.Close()
-				return echoOne(c)
+				t2 := time.Now()
+				if err := echoOne(c); err != nil {
+					return err
+				}
+				phases[0] = append(phases[0], t1.Sub(t0))
+				phases[1] = append(phases[1], t2.Sub(t1))
+				phases[2] = append(phases[2], time.Since(t2))
+				return nil
 			})}
 			paths = append(paths, sb)
 		}
@@ -166,6 +176,10 @@ func (r *run) latencySection(ctx context.Context) {
 	}
 	scale := fmt.Sprintf("raw dial + 1-byte echo: p50 %.0f µs, p99 %.0f µs", rawUS.Percentile(50), rawUS.Percentile(99))
 	note := fmt.Sprintf("%d connects per path in %d interleaved rounds of %d; baseline = dial the proxy + CONNECT + 200 + 1-byte echo; ours = constrain(root → tcp host:port) + connect(wantFd) + take the socket + 1-byte echo, from a client holding a switchboard connection; for scale, %s", n, r.cfg.LatencyRounds, r.cfg.LatencyPerRound, scale)
+	if len(phases[0]) > 0 {
+		p := func(i int) float64 { return Durations(phases[i], time.Microsecond).Median() }
+		note += fmt.Sprintf("; ours by phase (medians): constrain %.0f µs, connect until the socket is taken %.0f µs, echo %.0f µs", p(0), p(1), p(2))
+	}
 	set(RowConnectP50, 50, sb, r.sbMissing(), note)
 	set(RowConnectP99, 99, sb, r.sbMissing(), note)
 	set(RowWallLatency, 50, wall, r.wallMissing(), fmt.Sprintf("%d connects per path in %d interleaved rounds; ours = inside the wall, dial the entry's proxy on 127.0.0.1 + CONNECT (entry → supervisor relay → switchboard, socket handed over) + 1-byte echo, timed by the app; baseline = the same from the host through the plain proxy", n, r.cfg.LatencyRounds))

@@ -124,12 +124,15 @@ type run struct {
 	sinkPort       uint16
 	echoPort       uint16
 
-	sb      *Switchboard // nil when it could not start
-	sbErr   error
-	sup     *Supervisor // nil when it could not start
-	supErr  error
-	wallVat string // the vat that measures the wall path; "" if none
-	wallErr error
+	sb           *Switchboard // nil when it could not start
+	sbErr        error
+	sup          *Supervisor // nil when it could not start
+	supErr       error
+	wallVat      string          // the vat that measures the wall path; "" if none
+	spawnStarted []time.Duration // how long wall.Start took, per walled spawn
+	planOps      int             // operations in the spawn's plan
+	planMasks    int             // masks in the spawn's plan
+	wallErr      error
 }
 
 func (r *run) row(id string) *Row { return r.rows[id] }
@@ -139,6 +142,9 @@ func (r *run) row(id string) *Row { return r.rows[id] }
 // its rows "not measured" with the reason.
 func Run(ctx context.Context, cfg Config) (Results, error) {
 	cfg.defaults()
+	if abs, err := filepath.Abs(cfg.Bin); err == nil {
+		cfg.Bin = abs
+	}
 	start := time.Now()
 	res := Results{Started: start.UTC().Format(time.RFC3339), Machine: ReadMachine()}
 	if out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -75,14 +76,15 @@ func (r *run) spawnSection(ctx context.Context) {
 		walled = append(walled, d)
 	}
 	b, w := Durations(bare, time.Millisecond), Durations(walled, time.Millisecond)
+	planMS := r.planTime(entry, code, state)
 	row.Baseline, row.BaselineSamples = ptr(b.Median()), b
 	row.Ours, row.OurSamples = ptr(w.Median()), w
 	grantNote := "with one egress grant (so toybox-entry starts its CONNECT proxy)"
 	if up == nil {
 		grantNote = "with no network (the switchboard did not run)"
 	}
-	row.Note = fmt.Sprintf("%d spawns of each, interleaved, each timed from the start to the first byte the app writes on stdout; baseline = `bwrap --unshare-all --die-with-parent --ro-bind / / benchvat` as uid %d; ours = wall.Start (plan, seccomp, binds, bwrap, toybox-entry) %s, same binary and uid; p90 %.1f vs %.1f ms",
-		len(bare), spawnUID, grantNote, b.Percentile(90), w.Percentile(90))
+	row.Note = fmt.Sprintf("%d spawns of each, interleaved, each timed from the start to the first byte the app writes on stdout; baseline = `bwrap --unshare-all --die-with-parent --ro-bind / / benchvat` as uid %d; ours = wall.Start (plan, seccomp, binds, bwrap, toybox-entry) %s, same binary and uid; p90 %.1f vs %.1f ms; of ours, wall.Start returned (bwrap reported the sandbox's pid) after a median %.1f ms, and wall.BuildPlan alone takes a median %.2f ms (a plan of %d bwrap operations and %d masks)",
+		len(bare), spawnUID, grantNote, b.Percentile(90), w.Percentile(90), Durations(r.spawnStarted, time.Millisecond).Median(), planMS, r.planOps, r.planMasks)
 }
 
 // bareSpawn runs the baseline once and returns the time to the app's first
@@ -168,6 +170,7 @@ func (r *run) wallSpawn(ctx context.Context, id, entry, code, state string, up *
 		spec.EntryCap = nil
 	}
 	p, err := wall.Start(ctx, spec, nil)
+	started := time.Since(t0)
 	_ = pw.Close()
 	if err != nil {
 		return 0, err
@@ -175,6 +178,7 @@ func (r *run) wallSpawn(ctx context.Context, id, entry, code, state string, up *
 	var out [1]byte
 	_, rerr := io.ReadFull(pr, out[:])
 	d := time.Since(t0)
+	r.spawnStarted = append(r.spawnStarted, started)
 	werr := p.Wait()
 	if rerr != nil {
 		return 0, fmt.Errorf("reading the app's first byte: %w (wall: %v)", rerr, werr)
@@ -217,4 +221,33 @@ func copyFile(src, dst string, mode os.FileMode) error {
 		return err
 	}
 	return os.WriteFile(dst, b, mode)
+}
+
+// planTime returns the median time of wall.BuildPlan for the spawn spec, in
+// ms (NaN if it fails): the pure part of a walled spawn.
+func (r *run) planTime(entry, code, state string) float64 {
+	id := "spawn-plan"
+	data, run := filepath.Join(state, "data", id), filepath.Join(state, "run", id)
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		return math.NaN()
+	}
+	if err := os.MkdirAll(run, 0o700); err != nil {
+		return math.NaN()
+	}
+	defer os.RemoveAll(data)
+	defer os.RemoveAll(run)
+	spec := wall.Spec{ID: id, InstallDir: code, Command: []string{"benchvat", "spawned"},
+		DataDir: data, RunDir: run, StateDir: state, Net: wall.Net{}, EntryPath: entry}
+	var ds []time.Duration
+	for range 10 {
+		t0 := time.Now()
+		plan, err := wall.BuildPlan(spec)
+		if err != nil {
+			r.log.Warn("wall.BuildPlan", "error", err)
+			return math.NaN()
+		}
+		ds = append(ds, time.Since(t0))
+		r.planOps, r.planMasks = len(plan.Ops), len(plan.Masks)
+	}
+	return Durations(ds, time.Millisecond).Median()
 }
