@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"sort"
 	"strings"
 	"time"
 
@@ -273,6 +274,7 @@ func (d *doorServer) forward(ctx context.Context, call schema.Door_call, r doorR
 	for _, k := range names {
 		n += len(resp.Header[k])
 	}
+	sort.Strings(names)
 	hl, err := res.NewHeaders(int32(n))
 	if err != nil {
 		return outcome{status: resp.StatusCode}, err

@@ -2,6 +2,7 @@ package doors
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 	"capnproto.org/go/capnp/v3"
 	"golang.org/x/sys/unix"
 
+	"toybox/schema"
 	"toybox/schema/wire"
 )
 
@@ -444,5 +446,53 @@ func TestLoopbackBackend(t *testing.T) {
 	recs := logs.records(t, "door call")
 	if len(recs) != 2 || !strings.Contains(recs[1][keyReason].(string), "connection refused") {
 		t.Errorf("records = %v; want the second to carry the dial error", recs)
+	}
+}
+
+// TestInFlightBound: with one call in flight allowed, a second call while a
+// slow one runs is refused at once, and the grant works again afterwards.
+func TestInFlightBound(t *testing.T) {
+	tab, _ := fixture(t)
+	tab.Limits = Limits{MaxInFlight: 1, Timeout: 3 * time.Second}
+	gr := tab.Grant("kiosk", nil)
+	defer gr.Revoke()
+	ds := gr.DoorSet()
+	defer ds.Release()
+	ctx := context.Background()
+	af, releaseAll := ds.All(ctx, nil)
+	defer releaseAll()
+	door := af.Door()
+	call := func(path string) (capnp.ReleaseFunc, error) {
+		f, release := door.Call(ctx, func(p schema.Door_call_Params) error {
+			if err := p.SetMethod("GET"); err != nil {
+				return err
+			}
+			return p.SetPath(path)
+		})
+		_, err := f.Struct()
+		return release, err
+	}
+	slowDone := make(chan error, 1)
+	go func() {
+		release, err := call("/slow/5000")
+		release()
+		slowDone <- err
+	}()
+	deadline := time.Now().Add(2 * time.Second)
+	for len(gr.g.sem) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	release, err := call("/kiosk/state")
+	release()
+	if want := "door refused: 1 calls of vat kiosk are already in flight"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("second call = %v; want %q", err, want)
+	}
+	if err := <-slowDone; err == nil || !strings.Contains(err.Error(), "did not answer within 3s") {
+		t.Errorf("slow call = %v; want the timeout", err)
+	}
+	release, err = call("/kiosk/state")
+	release()
+	if err != nil {
+		t.Errorf("call after the slow one = %v; want it answered", err)
 	}
 }
