@@ -16,11 +16,11 @@ import (
 	"toybox/schema/wire"
 )
 
-// Stream settings of the ByteStream fallback client: the switchboard's own
-// for the streams it writes (64 KiB messages, a 1 MiB window).
+// Stream settings of the ByteStream fallback client: toybox-entry's, the
+// writer of this direction in toybox (64 KiB messages, a 4 MiB window).
 const (
 	streamChunk  = 64 << 10
-	streamWindow = 1 << 20
+	streamWindow = 4 << 20
 )
 
 // SwitchboardClient is one connection to a switchboard socket and its root
