@@ -2,6 +2,7 @@ package owner
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -59,7 +60,8 @@ type Facts struct {
 	// Holders maps a listener's inode to the processes holding it.
 	Holders map[uint64][]Proc
 	// Hidden lists processes whose descriptors could not be read, by pid,
-	// with their effective uid; any of them might hold a socket.
+	// with their effective uid (-1 when unknown); any of them might hold a
+	// socket.
 	Hidden map[int]int
 	// Containers are the running containers; nil with DockerErr set when
 	// Docker could not be asked. Only consulted for a root-owned socket.
@@ -115,9 +117,13 @@ func judgeListener(f Facts, l Listener) Decision {
 
 func judgeToyboxProcess(f Facts, l Listener, holders []Proc) Decision {
 	t := f.Target
-	for pid, uid := range f.Hidden {
-		if uid == f.ToyboxUID {
+	for _, pid := range slices.Sorted(maps.Keys(f.Hidden)) {
+		uid := f.Hidden[pid]
+		switch {
+		case uid == f.ToyboxUID:
 			return refuse("%s is held by the toybox user and pid %d of that user cannot be inspected", t, pid)
+		case uid < 0:
+			return refuse("%s is held by the toybox user and pid %d, of an unknown user, cannot be inspected", t, pid)
 		}
 	}
 	if len(holders) == 0 {

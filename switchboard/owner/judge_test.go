@@ -98,6 +98,11 @@ func TestJudge(t *testing.T) {
 			f.Holders = map[uint64][]Proc{10: {svc}}
 			f.Hidden = map[int]int{555: toy}
 		}, false, "pid 555 of that user cannot be inspected"},
+		{"a process of unknown user cannot be inspected", func(f *Facts) {
+			f.Listeners = []Listener{toyL}
+			f.Holders = map[uint64][]Proc{10: {svc}}
+			f.Hidden = map[int]int{556: -1}
+		}, false, "pid 556, of an unknown user, cannot be inspected"},
 		{"hidden process of another user does not block", func(f *Facts) {
 			f.Listeners = []Listener{toyL}
 			f.Holders = map[uint64][]Proc{10: {svc}}

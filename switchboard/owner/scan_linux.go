@@ -68,27 +68,30 @@ func scanHolders(inodes map[uint64]bool) (map[uint64][]Proc, map[int]int, error)
 			continue
 		}
 		dir := filepath.Join(procRoot, e.Name())
+		hide := func() {
+			uids, err := readUIDs(dir)
+			switch {
+			case err == nil:
+				hidden[pid] = uids[1]
+			case !gone(err):
+				hidden[pid] = -1
+			}
+		}
 		fds, err := os.ReadDir(filepath.Join(dir, "fd"))
 		if err != nil {
-			if gone(err) {
-				continue
+			if !gone(err) {
+				hide()
 			}
-			uids, uerr := readUIDs(dir)
-			if uerr != nil {
-				if gone(uerr) {
-					continue
-				}
-				hidden[pid] = -1
-				continue
-			}
-			hidden[pid] = uids[1]
 			continue
 		}
 		var held []uint64
 		for _, fd := range fds {
 			link, err := os.Readlink(filepath.Join(dir, "fd", fd.Name()))
 			if err != nil {
-				continue // closed meanwhile
+				if !gone(err) {
+					hide() // a descriptor we cannot see might be the socket
+				}
+				continue // or closed meanwhile
 			}
 			ino, ok := socketInode(link)
 			if ok && inodes[ino] && !containsU64(held, ino) {
