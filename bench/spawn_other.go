@@ -1,0 +1,9 @@
+//go:build !linux
+
+package bench
+
+import "context"
+
+func (r *run) spawnSection(context.Context) {
+	r.row(RowSpawn).NotMeasured(ErrUnsupported.Error())
+}
