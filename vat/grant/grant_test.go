@@ -1,0 +1,464 @@
+package grant
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"capnproto.org/go/capnp/v3"
+	"golang.org/x/sys/unix"
+
+	"toybox/labels"
+	"toybox/schema"
+	"toybox/schema/wire"
+)
+
+var leaks struct {
+	sync.Mutex
+	msgs []string
+}
+
+func TestMain(m *testing.M) {
+	capnp.SetClientLeakFunc(func(msg string) {
+		leaks.Lock()
+		leaks.msgs = append(leaks.msgs, msg)
+		leaks.Unlock()
+	})
+	code := m.Run()
+	leaks.Lock()
+	if len(leaks.msgs) > 0 && code == 0 {
+		fmt.Fprintf(os.Stderr, "capability leaks:\n%s\n", strings.Join(leaks.msgs, "\n"))
+		code = 1
+	}
+	leaks.Unlock()
+	os.Exit(code)
+}
+
+var buildOnce struct {
+	sync.Once
+	bin string
+	err error
+}
+
+// switchboardBin builds cmd/switchboard once for the package's tests.
+func switchboardBin(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "grant-test-bin")
+		if err != nil {
+			buildOnce.err = err
+			return
+		}
+		buildOnce.bin = filepath.Join(dir, "switchboard")
+		out, err := exec.Command("go", "build", "-o", buildOnce.bin, "toybox/cmd/switchboard").CombinedOutput()
+		if err != nil {
+			buildOnce.err = fmt.Errorf("building switchboard: %v\n%s", err, out)
+		}
+	})
+	if buildOnce.err != nil {
+		t.Fatal(buildOnce.err)
+	}
+	return buildOnce.bin
+}
+
+// startSwitchboard runs a real switchboard serving a local root handle on
+// sock and returns a func that stops it.
+func startSwitchboard(t *testing.T, sock string) func() {
+	t.Helper()
+	cmd := exec.Command(switchboardBin(t), "--listen", "local="+sock)
+	cmd.Stderr = &testLog{t: t}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if c, err := net.Dial("unix", sock); err == nil {
+			_ = c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			t.Fatalf("switchboard did not listen on %s", sock)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			_ = cmd.Process.Signal(unix.SIGTERM)
+			_ = cmd.Wait()
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+type testLog struct{ t *testing.T }
+
+func (l *testLog) Write(p []byte) (int, error) {
+	l.t.Logf("switchboard: %s", strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// echoServer echoes every connection until the test ends.
+func echoServer(t *testing.T) uint16 {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = io.Copy(c, c); _ = c.Close() }()
+		}
+	}()
+	return uint16(l.Addr().(*net.TCPAddr).Port)
+}
+
+// vatClient serves v on one end of a socketpair and returns the Vat
+// capability a vat would find on fd 3, with the connection it came on.
+func vatClient(t *testing.T, v *Vat) (schema.Vat, *wire.Conn) {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := wire.FromFile(os.NewFile(uintptr(fds[0]), "supervisor-end"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = v.Serve(ctx, srv); close(done) }()
+	cli, err := wire.FromFile(os.NewFile(uintptr(fds[1]), "vat-end"), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := cli.RPC(capnp.Client{}, nil)
+	vc := schema.Vat(rc.Bootstrap(context.Background()))
+	t.Cleanup(func() {
+		vc.Release()
+		_ = rc.Close()
+		cancel()
+		<-done
+	})
+	return vc, cli
+}
+
+func egress(t *testing.T, vc schema.Vat) schema.Handle {
+	t.Helper()
+	fut, release := vc.Egress(context.Background(), nil)
+	defer release()
+	res, err := fut.Struct()
+	if err != nil {
+		t.Fatalf("egress(): %v", err)
+	}
+	h := res.Handle().AddRef()
+	t.Cleanup(h.Release)
+	return h
+}
+
+// connectFD asks h for a TCP stream to 127.0.0.1:port with the socket
+// handed over, and returns it.
+func connectFD(ctx context.Context, h schema.Handle, c *wire.Conn, host string, port uint16) (net.Conn, error) {
+	fut, release := h.Connect(ctx, func(p schema.Handle_connect_Params) error {
+		t, err := p.NewTarget()
+		if err != nil {
+			return err
+		}
+		_ = t.SetScheme("tcp")
+		_ = t.SetHost(host)
+		t.SetPort(port)
+		p.SetWantFd(true)
+		return nil
+	})
+	defer release()
+	res, err := fut.Struct()
+	if err != nil {
+		return nil, err
+	}
+	if res.Fd() == 0 {
+		return nil, errors.New("no socket handed over")
+	}
+	f, err := c.TakeFD(res.Fd())
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return net.FileConn(f)
+}
+
+func roundTrip(t *testing.T, c net.Conn, msg string) {
+	t.Helper()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write([]byte(msg)); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, len(msg))
+	if _, err := io.ReadFull(c, buf); err != nil {
+		t.Fatal(err)
+	}
+	if string(buf) != msg {
+		t.Fatalf("echo = %q; want %q", buf, msg)
+	}
+}
+
+func newVat(t *testing.T, sock, id string, grants ...labels.Set) (*Vat, *Upstream) {
+	t.Helper()
+	u := NewUpstream(UpstreamConfig{Path: sock})
+	t.Cleanup(func() { _ = u.Close() })
+	v, err := NewVat(VatConfig{ID: id, Grants: grants, Upstream: u})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(v.Revoke)
+	return v, u
+}
+
+// TestRelayHandsOverSocket: a vat's connect through the supervisor's relay
+// gets the connected socket itself, passed from the switchboard through the
+// supervisor to the vat.
+func TestRelayHandsOverSocket(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "sb.sock")
+	startSwitchboard(t, sock)
+	port := echoServer(t)
+	v, _ := newVat(t, sock, "alice", labels.Set{Host: "127.0.0.1", Port: port})
+	vc, cli := vatClient(t, v)
+	h := egress(t, vc)
+	c, err := connectFD(context.Background(), h, cli, "127.0.0.1", port)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	defer c.Close()
+	roundTrip(t, c, "hello through the wall")
+}
+
+// TestRefusalsKeepTheirReason: an ungranted port is refused with the
+// switchboard's words, prefix and all, exactly once.
+func TestRefusalsKeepTheirReason(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "sb.sock")
+	startSwitchboard(t, sock)
+	port := echoServer(t)
+	v, _ := newVat(t, sock, "bob", labels.Set{Host: "127.0.0.1", Port: port})
+	vc, cli := vatClient(t, v)
+	h := egress(t, vc)
+	tests := []struct {
+		name, host string
+		port       uint16
+		want       string
+	}{
+		{"other port", "127.0.0.1", port + 1, "not granted"},
+		{"other host", "127.0.0.2", port, "not granted"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := connectFD(context.Background(), h, cli, tt.host, tt.port)
+			if err == nil {
+				t.Fatalf("connect %s:%d admitted; want refused", tt.host, tt.port)
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, "egress refused: ") || !strings.Contains(msg, tt.want) {
+				t.Fatalf("connect %s:%d error = %q; want an \"egress refused: ... %s\"", tt.host, tt.port, msg, tt.want)
+			}
+			if strings.Count(msg, "egress refused:") != 1 {
+				t.Errorf("error %q repeats its prefix", msg)
+			}
+		})
+	}
+}
+
+// TestUnionAndConstrain: a two-grant vat reaches both; a self-narrowed
+// handle reaches only what it kept; narrowing to nothing is an error;
+// the vat label can never change.
+func TestUnionAndConstrain(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "sb.sock")
+	startSwitchboard(t, sock)
+	p1, p2 := echoServer(t), echoServer(t)
+	v, _ := newVat(t, sock, "carol", labels.Set{Host: "127.0.0.1", Port: p1}, labels.Set{Host: "127.0.0.1", Port: p2})
+	vc, cli := vatClient(t, v)
+	h := egress(t, vc)
+	ctx := context.Background()
+	for _, p := range []uint16{p1, p2} {
+		c, err := connectFD(ctx, h, cli, "127.0.0.1", p)
+		if err != nil {
+			t.Fatalf("union member port %d: %v", p, err)
+		}
+		roundTrip(t, c, "x")
+		_ = c.Close()
+	}
+
+	constrain := func(l labels.Set) (schema.Handle, error) {
+		fut, release := h.Constrain(ctx, func(p schema.Handle_constrain_Params) error {
+			sl, err := p.NewLabels()
+			if err != nil {
+				return err
+			}
+			return toSchema(sl, l)
+		})
+		defer release()
+		res, err := fut.Struct()
+		if err != nil {
+			return schema.Handle{}, err
+		}
+		return res.Handle().AddRef(), nil
+	}
+	narrow, err := constrain(labels.Set{Port: p2})
+	if err != nil {
+		t.Fatalf("constrain to port %d: %v", p2, err)
+	}
+	defer narrow.Release()
+	if _, err := connectFD(ctx, narrow, cli, "127.0.0.1", p1); err == nil || !strings.Contains(err.Error(), "egress refused: ") {
+		t.Fatalf("narrowed handle reached port %d: err = %v; want refused", p1, err)
+	}
+	c, err := connectFD(ctx, narrow, cli, "127.0.0.1", p2)
+	if err != nil {
+		t.Fatalf("narrowed handle port %d: %v", p2, err)
+	}
+	roundTrip(t, c, "kept")
+	_ = c.Close()
+
+	if _, err := constrain(labels.Set{Port: 1}); err == nil {
+		t.Error("constrain to a port no member has succeeded; want a conflict")
+	}
+	if _, err := constrain(labels.Set{Vat: "mallory"}); err == nil {
+		t.Error("constrain to another vat id succeeded; want a conflict")
+	}
+}
+
+// TestRevokeShutsConnections: revoking a vat shuts the connections it was
+// handed and every later call fails.
+func TestRevokeShutsConnections(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "sb.sock")
+	startSwitchboard(t, sock)
+	port := echoServer(t)
+	v, _ := newVat(t, sock, "dave", labels.Set{Host: "127.0.0.1", Port: port})
+	vc, cli := vatClient(t, v)
+	h := egress(t, vc)
+	c, err := connectFD(context.Background(), h, cli, "127.0.0.1", port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	roundTrip(t, c, "before")
+	v.Revoke()
+	// The switchboard shuts its duplicate once the upstream handle is
+	// released (go-capnp finishes calls up to 250 ms late).
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	n, err := c.Read(make([]byte, 1))
+	if err == nil || n != 0 {
+		t.Fatalf("read after revoke = %d, %v; want EOF", n, err)
+	}
+	if !errors.Is(err, io.EOF) {
+		t.Fatalf("read after revoke: %v; want EOF (shut down by the switchboard)", err)
+	}
+	if _, err := connectFD(context.Background(), h, cli, "127.0.0.1", port); err == nil {
+		t.Fatal("connect after revoke succeeded")
+	}
+}
+
+// TestReconnectAfterSwitchboardRestart: the vat keeps its Handle; after the
+// switchboard restarts, new connections work without restarting the vat.
+func TestReconnectAfterSwitchboardRestart(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "sb.sock")
+	stop := startSwitchboard(t, sock)
+	port := echoServer(t)
+	v, _ := newVat(t, sock, "erin", labels.Set{Host: "127.0.0.1", Port: port})
+	vc, cli := vatClient(t, v)
+	h := egress(t, vc)
+	c, err := connectFD(context.Background(), h, cli, "127.0.0.1", port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Close()
+	stop()
+	startSwitchboard(t, sock)
+	c, err = connectFD(context.Background(), h, cli, "127.0.0.1", port)
+	if err != nil {
+		t.Fatalf("connect after switchboard restart: %v", err)
+	}
+	roundTrip(t, c, "again")
+	_ = c.Close()
+}
+
+// TestNoGrantNoHandle: a vat without a grant gets a null Handle and an
+// empty door set.
+func TestNoGrantNoHandle(t *testing.T) {
+	v, err := NewVat(VatConfig{ID: "frank"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Revoke()
+	vc, _ := vatClient(t, v)
+	fut, release := vc.Egress(context.Background(), nil)
+	defer release()
+	res, err := fut.Struct()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.HasHandle() {
+		t.Fatal("a vat with no grant got a Handle")
+	}
+	dfut, drelease := vc.Doors(context.Background(), nil)
+	defer drelease()
+	lfut, lrelease := dfut.Doors().List(context.Background(), nil)
+	defer lrelease()
+	lres, err := lfut.Struct()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if es, _ := lres.Entries(); es.Len() != 0 {
+		t.Fatalf("doors = %d entries; want none", es.Len())
+	}
+}
+
+// TestGrantNamingAnotherVat: a grant that names a vat is refused.
+func TestGrantNamingAnotherVat(t *testing.T) {
+	_, err := NewVat(VatConfig{ID: "gina", Grants: []labels.Set{{Vat: "mallory"}}, Upstream: NewUpstream(UpstreamConfig{Path: "/nonexistent"})})
+	if err == nil {
+		t.Fatal("NewVat with a grant naming vat mallory succeeded")
+	}
+}
+
+// TestVatCannotPushFDs: a vat sending descriptors to the supervisor breaks
+// its own connection and nothing else.
+func TestVatCannotPushFDs(t *testing.T) {
+	v, err := NewVat(VatConfig{ID: "henry"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Revoke()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, _ := wire.FromFile(os.NewFile(uintptr(fds[0]), "supervisor-end"), false)
+	done := make(chan error, 1)
+	go func() { done <- v.Serve(context.Background(), srv) }()
+	r, w, _ := os.Pipe()
+	defer w.Close()
+	rights := unix.UnixRights(int(r.Fd()))
+	if err := unix.Sendmsg(fds[1], []byte{0}, rights, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	_ = r.Close()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the supervisor kept serving a connection that pushed a descriptor")
+	}
+	_ = unix.Close(fds[1])
+}
