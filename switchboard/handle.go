@@ -33,10 +33,11 @@ type handle struct {
 // held is one connection a handle made: a socket handed over (the
 // switchboard keeps this duplicate) or relayed.
 type held struct {
-	conn  net.Conn
-	owner *handle
-	fd    int // watched by the tracker when >= 0
-	once  sync.Once
+	conn    net.Conn
+	owner   *handle
+	fd      int    // watched by the tracker when >= 0
+	trackID uint64 // the tracker's registration id
+	once    sync.Once
 }
 
 // newHandle makes a handle with labels l under parent (nil for a root).

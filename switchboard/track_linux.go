@@ -19,7 +19,8 @@ type tracker struct {
 	wake int // eventfd that stops the loop
 
 	mu     sync.Mutex
-	m      map[int32]*held
+	m      map[uint64]*held // by registration id, never by fd (fds are reused)
+	nextID uint64
 	closed bool
 	done   chan struct{}
 }
@@ -34,12 +35,12 @@ func newTracker() (*tracker, error) {
 		_ = unix.Close(epfd)
 		return nil, os.NewSyscallError("eventfd", err)
 	}
-	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wake, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wake)}); err != nil {
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wake, &unix.EpollEvent{Events: unix.EPOLLIN}); err != nil { // id 0
 		_ = unix.Close(epfd)
 		_ = unix.Close(wake)
 		return nil, os.NewSyscallError("epoll_ctl", err)
 	}
-	t := &tracker{epfd: epfd, wake: wake, m: map[int32]*held{}, done: make(chan struct{})}
+	t := &tracker{epfd: epfd, wake: wake, m: map[uint64]*held{}, done: make(chan struct{})}
 	go t.loop()
 	return t, nil
 }
@@ -56,11 +57,12 @@ func (t *tracker) loop() {
 			return
 		}
 		for _, ev := range events[:n] {
-			if ev.Fd == int32(t.wake) {
-				return
+			id := uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32
+			if id == 0 {
+				return // the wake eventfd
 			}
 			t.mu.Lock()
-			x := t.m[ev.Fd]
+			x := t.m[id]
 			t.mu.Unlock()
 			if x != nil {
 				go x.shut()
@@ -80,12 +82,18 @@ func (t *tracker) add(x *held) error {
 	if t.closed {
 		return errors.New("switchboard closed")
 	}
-	// No requested events: EPOLLHUP and EPOLLERR are always reported.
-	if err := unix.EpollCtl(t.epfd, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: 0, Fd: int32(fd)}); err != nil {
+	t.nextID++
+	id := t.nextID
+	// No requested events: EPOLLHUP and EPOLLERR are always reported, once
+	// (EPOLLONESHOT: the loop must not spin while shut runs). The
+	// event carries the registration id, so a late event for a closed fd
+	// never reaches a newer socket that reused its number.
+	ev := unix.EpollEvent{Events: unix.EPOLLONESHOT, Fd: int32(uint32(id)), Pad: int32(uint32(id >> 32))}
+	if err := unix.EpollCtl(t.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
 		return os.NewSyscallError("epoll_ctl", err)
 	}
-	x.fd = fd
-	t.m[int32(fd)] = x
+	x.fd, x.trackID = fd, id
+	t.m[id] = x
 	return nil
 }
 
@@ -96,8 +104,8 @@ func (t *tracker) remove(x *held) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.m[int32(x.fd)] == x {
-		delete(t.m, int32(x.fd))
+	if t.m[x.trackID] == x {
+		delete(t.m, x.trackID)
 		if !t.closed {
 			_ = unix.EpollCtl(t.epfd, unix.EPOLL_CTL_DEL, x.fd, nil)
 		}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -444,5 +445,71 @@ func TestUnprivilegedChecker(t *testing.T) {
 	defer ln.Close()
 	if d := checkAs(t, checker, testUID, req(ln.Addr().String())); d.Allow || !strings.Contains(d.Reason, "docker cannot be asked") {
 		t.Errorf("root listener, docker out of reach = {%v, %q}; want refused: docker cannot be asked", d.Allow, d.Reason)
+	}
+}
+
+// TestDockerView: the checker works through the read-only view, and the view
+// refuses everything but the container list.
+func TestDockerView(t *testing.T) {
+	c := dockertest.Require(t)
+	sock := filepath.Join(t.TempDir(), "view.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: DockerView(dockertest.Socket, nil)}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+
+	id, pub := dockertest.Run(t, c, dockertest.Spec{Name: "owner", Labels: map[string]string{ComposeProjectLabel: "myvat"}})
+	w := newWorld(t, "unix://"+sock, -1)
+	target := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), pub.Port())
+	check(t, w.chk, target.String(), "myvat", true, true, "this vat's compose project")
+	check(t, w.chk, target.String(), "other-vat", true, false, "not this vat's")
+
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}}
+	tests := []struct {
+		method, path string
+		want         int
+	}{
+		{"GET", "/_ping", 200},
+		{"HEAD", "/_ping", 200},
+		{"GET", "/v1.41/containers/json?all=1", 200},
+		{"GET", "/version", 200},
+		{"POST", "/v1.41/containers/create", 403},
+		{"POST", "/containers/" + id + "/kill", 403},
+		{"GET", "/v1.41/containers/" + id + "/json", 403},
+		{"DELETE", "/containers/" + id, 403},
+		{"POST", "/containers/json", 403},
+		{"GET", "/v1.41/containers/json/../create", 403},
+		{"GET", "/v1.41/containers%2fjson", 403},
+		{"GET", "/images/json", 403},
+	}
+	for _, tt := range tests {
+		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
+			req, err := http.NewRequest(tt.method, "http://docker"+tt.path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.URL.Opaque = tt.path // send the path exactly as written
+			if i := strings.IndexByte(tt.path, '?'); i >= 0 {
+				req.URL.Opaque, req.URL.RawQuery = tt.path[:i], tt.path[i+1:]
+			}
+			resp, err := hc.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tt.want {
+				t.Errorf("%s %s = %d; want %d", tt.method, tt.path, resp.StatusCode, tt.want)
+			}
+		})
+	}
+	// The container is still there: nothing got through.
+	if _, err := c.ContainerInspect(context.Background(), id); err != nil {
+		t.Errorf("container gone after the refused calls: %v", err)
 	}
 }
