@@ -1,8 +1,6 @@
 package bench
 
 import (
-	"toybox/bench/load"
-
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"toybox/bench/load"
 )
 
 // pathRun is one way of moving bytes to the sink.

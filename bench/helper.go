@@ -1,8 +1,6 @@
 package bench
 
 import (
-	"toybox/bench/load"
-
 	"bufio"
 	"context"
 	"encoding/json"
@@ -13,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+
+	"toybox/bench/load"
 )
 
 // Helper names: the runner starts these as child processes of its own

@@ -1,14 +1,14 @@
 package bench
 
 import (
-	"toybox/bench/load"
-
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"strconv"
 	"time"
+
+	"toybox/bench/load"
 )
 
 // latPath is one way of reaching the echo server.

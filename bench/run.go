@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -285,5 +284,3 @@ func errText(err error) string {
 	}
 	return strings.ReplaceAll(s, "|", "/")
 }
-
-var errSkipped = errors.New("skipped")

@@ -236,8 +236,10 @@ func (r *run) planTime(entry, code, state string) float64 {
 	}
 	defer os.RemoveAll(data)
 	defer os.RemoveAll(run)
-	spec := wall.Spec{ID: id, InstallDir: code, Command: []string{"benchvat", "spawned"},
-		DataDir: data, RunDir: run, StateDir: state, Net: wall.Net{}, EntryPath: entry}
+	spec := wall.Spec{
+		ID: id, InstallDir: code, Command: []string{"benchvat", "spawned"},
+		DataDir: data, RunDir: run, StateDir: state, Net: wall.Net{}, EntryPath: entry,
+	}
 	var ds []time.Duration
 	for range 10 {
 		t0 := time.Now()

@@ -56,8 +56,10 @@ func StartSupervisor(ctx context.Context, bin, dir, sbSock string, log *slog.Log
 		return nil, err
 	}
 	defer lf.Close()
-	args := []string{"serve", "--state", filepath.Join(dir, "state"), "--http", "unix:" + pub, "--admin", admin,
-		"--entry", filepath.Join(bin, "toybox-entry")}
+	args := []string{
+		"serve", "--state", filepath.Join(dir, "state"), "--http", "unix:" + pub, "--admin", admin,
+		"--entry", filepath.Join(bin, "toybox-entry"),
+	}
 	if sbSock != "" {
 		args = append(args, "--switchboard", sbSock)
 	}
