@@ -281,6 +281,10 @@ func (s *stack) stopToybox() {
 		<-done
 	}
 	s.tb = nil
+	// With GOFLAGS=-race the binaries are race-enabled: a race is a failure.
+	if strings.Contains(s.tbLog.String(), "WARNING: DATA RACE") {
+		s.t.Errorf("toybox reported a data race:\n%s", tail(s.tbLog))
+	}
 }
 
 // killToybox kills the supervisor outright (SIGKILL), as a crash would.
