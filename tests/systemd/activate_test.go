@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -289,7 +290,14 @@ func handleAt(t testing.TB, path string) (schema.Handle, func()) {
 		t.Fatalf("dialling %s: %v", path, err)
 	}
 	conn := c.RPC(capnp.Client{}, nil)
-	h := schema.Handle(conn.Bootstrap(ctx))
+	// The bootstrap outlives ctx: cancelling the context given to
+	// Bootstrap abandons the capability.
+	h := schema.Handle(conn.Bootstrap(context.Background()))
+	if err := h.Resolve(ctx); err != nil {
+		h.Release()
+		conn.Close()
+		t.Fatalf("bootstrapping the handle at %s: %v", path, err)
+	}
 	return h, func() { h.Release(); conn.Close() }
 }
 
@@ -395,6 +403,13 @@ func startToybox(t testing.TB, notify *notifySocket, sbPath string) *toyboxRig {
 	t.Helper()
 	bin := binaries(t)
 	dir := t.TempDir()
+	// A root supervisor runs its walls as uid 65534, which must be able to
+	// traverse to the state directory; t.TempDir's directories are 0700.
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
 	state := filepath.Join(dir, "state")
 	admin := filepath.Join(dir, "admin.sock")
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
@@ -498,21 +513,37 @@ func echoServer(t testing.TB, host string) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// buildProbeVat builds tests/systemd/probevat as a static binary.
+var (
+	probeOnce sync.Once
+	probeData []byte
+	probeErr  error
+)
+
+// buildProbeVat builds tests/systemd/probevat as a static binary, once per
+// test process.
 func buildProbeVat(t testing.TB) []byte {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), "probevat")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, "./tests/systemd/probevat")
-	cmd.Dir = repoRoot(t)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building probevat: %v\n%s", err, b)
+	probeOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "toybox-probevat-")
+		if err != nil {
+			probeErr = err
+			return
+		}
+		defer os.RemoveAll(dir)
+		out := filepath.Join(dir, "probevat")
+		cmd := exec.Command("go", "build", "-ldflags=-s -w", "-o", out, "./tests/systemd/probevat")
+		cmd.Dir = repoRoot(t)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			probeErr = fmt.Errorf("building probevat: %w\n%s", err, b)
+			return
+		}
+		probeData, probeErr = os.ReadFile(out)
+	})
+	if probeErr != nil {
+		t.Fatal(probeErr)
 	}
-	data, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return data
+	return probeData
 }
 
 // TestQuickstartActivated is the README's quickstart round against both
@@ -549,7 +580,8 @@ func quickstart(t *testing.T, adminPath, base, host string) {
 	grant := fmt.Sprintf(`{"host":%q,"port":%d}`, host, port)
 	code, body := do(t, admin, http.MethodPut, "http://toybox/probe?egress="+url.QueryEscape(grant), bytes.NewReader(probe))
 	if code != http.StatusCreated {
-		t.Fatalf("PUT /probe?egress=%s = %d %s; want 201", grant, code, body)
+		_, logs := do(t, admin, http.MethodGet, "http://toybox/probe/logs", nil)
+		t.Fatalf("PUT /probe?egress=%s = %d %s; want 201\nthe vat's logs:\n%s", grant, code, body, logs)
 	}
 	t.Logf("installed: %s", body)
 
@@ -577,11 +609,12 @@ func quickstart(t *testing.T, adminPath, base, host string) {
 		want     string
 	}{
 		{"granted target", fmt.Sprintf("%s:%d", host, port), http.StatusOK, "got: pong ping"},
-		{"other port", fmt.Sprintf("%s:%d", host, other), http.StatusBadGateway, "egress refused"},
+		{"other port", fmt.Sprintf("%s:%d", host, other), http.StatusBadGateway, "egress refused: port " + strconv.Itoa(other) + " not granted"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c, b := do(t, http.DefaultClient, http.MethodGet, base+"/probe/?connect="+url.QueryEscape(tt.target), nil)
+			t.Logf("GET /probe/?connect=%s = %d %s", tt.target, c, strings.TrimSpace(b))
 			if c != tt.wantCode || !strings.Contains(b, tt.want) {
 				t.Errorf("GET /probe/?connect=%s = %d %q; want %d containing %q", tt.target, c, b, tt.wantCode, tt.want)
 			}

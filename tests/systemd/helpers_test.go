@@ -55,6 +55,12 @@ func binaries(t testing.TB) string {
 			return
 		}
 		buildDir = dir
+		// A root supervisor runs its walls as uid 65534, which must be
+		// able to reach toybox-entry here.
+		if err := os.Chmod(dir, 0o755); err != nil {
+			buildErr = err
+			return
+		}
 		cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/...")
 		cmd.Dir = repoRoot(t)
 		if out, err := cmd.CombinedOutput(); err != nil {
