@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -42,6 +43,13 @@ func TestInstallAndUpgrade(t *testing.T) {
 	}
 	if code, _ := s.adminDo("GET", "/alice/logs", nil); code != http.StatusOK {
 		t.Errorf("GET /alice/logs = %d; want 200", code)
+	}
+	// The CLI prints the same words, in either language.
+	for lang, want := range map[string]string{"en": "walled", "es": "amurallado"} {
+		out, err := exec.Command(filepath.Join(bins, "toybox"), "status", "--admin", s.admin, "--lang", lang).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "alice") || !strings.Contains(string(out), want) {
+			t.Errorf("toybox status --lang %s = %q, %v; want alice %s", lang, out, err, want)
+		}
 	}
 	// Delete keeps the data; a new install sees it.
 	if code, body := s.adminDo("DELETE", "/alice", nil); code != http.StatusOK {

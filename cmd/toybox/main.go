@@ -1,6 +1,7 @@
 // Command toybox is the supervisor and its operator tools:
 //
 //	toybox serve   run the supervisor (see serve.go)
+//	toybox status  print the vats' status words (status.go)
 //	toybox egress  ask a switchboard socket what it would admit (egress.go)
 //	toybox doctor  check that walls can be built on this host (doctor.go)
 package main
@@ -14,7 +15,7 @@ import (
 var commands = map[string]func(args []string) int{}
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: toybox serve|egress|doctor [flags]")
+	fmt.Fprintln(os.Stderr, "usage: toybox serve|status|egress|doctor [flags]")
 }
 
 func main() {
