@@ -25,6 +25,7 @@ type pathRun struct {
 	secs     Samples
 	mbps     Samples
 	cpuGB    Samples                  // CPU seconds per GB moved
+	byRep    map[int]float64          // MB/s by repeat, for paired ratios
 	byProc   map[string]time.Duration // CPU by role over every transfer
 	moved    int64
 }
@@ -156,6 +157,10 @@ func (r *run) bulkSection(ctx context.Context) {
 				p.byProc[k] += v - cpu0[k]
 			}
 			p.moved += p.bytes
+			if p.byRep == nil {
+				p.byRep = map[int]float64{}
+			}
+			p.byRep[i] = MBps(p.bytes, d)
 			p.secs = append(p.secs, d.Seconds())
 			p.mbps = append(p.mbps, MBps(p.bytes, d))
 			p.cpuGB = append(p.cpuGB, cpu.Seconds()/(float64(p.bytes)/1e9))
@@ -178,7 +183,7 @@ func (r *run) bulkSection(ctx context.Context) {
 			row.NotMeasured(ours.name + " failed: " + errText(ours.err))
 		default:
 			row.Ours, row.OurSamples = ptr(ours.mbps.Median()), ours.mbps
-			row.Note = note
+			row.Note = note + paired(base, ours)
 			row.Failures, row.Attempts, row.FirstErr = ours.fails, ours.attempts, errText(errors.New(ours.firstErr))
 		}
 	}
@@ -221,4 +226,20 @@ func (r *run) wallMissing() string {
 	default:
 		return "the supervisor did not run"
 	}
+}
+
+// paired says what the ratio is repeat by repeat (each repeat ran the two
+// paths back to back), which is less touched by drift in the machine's load
+// than the ratio of the medians.
+func paired(base, ours *pathRun) string {
+	var rs Samples
+	for i, o := range ours.byRep {
+		if b, ok := base.byRep[i]; ok && b > 0 {
+			rs = append(rs, o/b)
+		}
+	}
+	if len(rs) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; repeat by repeat the ratio was %.2f× at the median (%.2f–%.2f× over %d pairs)", rs.Median(), rs.Percentile(0.01), rs.Percentile(100), len(rs))
 }

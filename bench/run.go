@@ -21,16 +21,16 @@ type Config struct {
 	Bin string
 	// Self is this runner's binary, started again as the helpers.
 	Self string
-	// Repeats is how many times each bulk transfer runs. If zero, 7.
+	// Repeats is how many times each bulk transfer runs. If zero, 11.
 	Repeats int
 	// Bytes is the size of one bulk transfer. If zero, 1 GiB.
 	Bytes int64
 	// StreamBytes is the size of one ByteStream transfer. If zero, Bytes.
 	StreamBytes int64
 	// LatencyRounds × LatencyPerRound connects per path, interleaved by
-	// round. If zero, 10 × 100.
+	// round. If zero, 20 × 100.
 	LatencyRounds, LatencyPerRound int
-	// Spawns is how many spawns of each kind. If zero, 30.
+	// Spawns is how many spawns of each kind. If zero, 40.
 	Spawns int
 	// Vats is how many vats are installed (each timed) and then held idle
 	// for the memory figure. If zero, 30.
@@ -44,7 +44,7 @@ type Config struct {
 
 func (c *Config) defaults() {
 	if c.Repeats == 0 {
-		c.Repeats = 7
+		c.Repeats = 11
 	}
 	if c.Bytes == 0 {
 		c.Bytes = 1 << 30
@@ -53,13 +53,13 @@ func (c *Config) defaults() {
 		c.StreamBytes = c.Bytes
 	}
 	if c.LatencyRounds == 0 {
-		c.LatencyRounds = 10
+		c.LatencyRounds = 20
 	}
 	if c.LatencyPerRound == 0 {
 		c.LatencyPerRound = 100
 	}
 	if c.Spawns == 0 {
-		c.Spawns = 30
+		c.Spawns = 40
 	}
 	if c.Vats == 0 {
 		c.Vats = 30
