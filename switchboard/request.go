@@ -44,7 +44,7 @@ func (s *Server) newTransport() *http.Transport {
 			if err != nil {
 				return nil, err
 			}
-			if p, _ := strconv.Atoi(port); strings.Trim(host, "[]") != v.d.req.Host || p != int(v.d.req.Port) {
+			if p, _ := strconv.Atoi(port); !strings.EqualFold(strings.Trim(host, "[]"), v.d.req.Host) || p != int(v.d.req.Port) {
 				return nil, refuse("dial to %s does not match the decision for %s", addr, v.d.req.Host)
 			}
 			return v.dial(ctx)
@@ -181,6 +181,10 @@ func (h *handle) Request(ctx context.Context, call schema.Handle_request) error 
 		responder.Release()
 		return fail(d.addrs, fmt.Errorf("building the request: %w", err))
 	}
+	// The request goes to the canonical host the decision was made for
+	// (lower case, A-labels), whatever the caller's spelling.
+	hreq.URL.Host = hostHeader(d.req)
+	hreq.Host = hreq.URL.Host
 	hreq.Header = header
 	hreq.ContentLength = contentLength
 	if body == http.NoBody {

@@ -143,6 +143,14 @@ func TestRequestHTTP(t *testing.T) {
 		t.Errorf("GET = %d %q", rc.status, rc.body.bytes())
 	}
 
+	rc, err = doRequest(t, c.root, "GET", fmt.Sprintf("http://WEB.Test:%d/case", port), nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("GET /case host=web.test:%d", port); rc.status != 200 || string(rc.body.bytes()) != want {
+		t.Errorf("GET with a mixed-case host = %d %q; want %q", rc.status, rc.body.bytes(), want)
+	}
+
 	big := strings.Repeat("x", 300_000)
 	rc, err = doRequest(t, c.root, "POST", base+"/echo", map[string]string{"Content-Type": "text/plain"}, big)
 	if err != nil {
