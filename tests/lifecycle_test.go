@@ -163,3 +163,29 @@ func TestOwnerChoiceUnwalled(t *testing.T) {
 	}
 	s.mustGet("/alice", "v1 count 2")
 }
+
+// TestFailedWallNeverRunsUnwalled: when the wall cannot be built (here: its
+// toybox-entry is missing), the vat stays off with the word that says so,
+// and its app never runs outside a wall.
+func TestFailedWallNeverRunsUnwalled(t *testing.T) {
+	s := newStack(t, stackOpts{extra: []string{"--entry", "/nonexistent/toybox-entry"}})
+	code, body := s.install("alice", example(t, "counter-v1"), "")
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "off: it could not run inside its wall") {
+		t.Fatalf("PUT /alice = %d %s; want 503 off: it could not run inside its wall", code, body)
+	}
+	st := s.status("alice")
+	if st["last_error"] == nil || st["last_error"] == "" || st["status_es"] != "apagado: no pudo funcionar dentro de su muro" {
+		t.Errorf("status = %v; want the reason and the Spanish word", st)
+	}
+	if code, body := s.get("/alice"); code != http.StatusServiceUnavailable || !strings.Contains(body, "could not run inside its wall") {
+		t.Errorf("GET /alice = %d %q; want 503 with the word", code, body)
+	}
+	if _, err := os.Stat(filepath.Join(s.state, "data", "alice", "count")); !os.IsNotExist(err) {
+		t.Errorf("the app ran (its count file exists: %v)", err)
+	}
+	// The admin socket is the owner's alone.
+	fi, err := os.Stat(s.admin)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("admin socket mode = %v, %v; want 0600", fi.Mode().Perm(), err)
+	}
+}

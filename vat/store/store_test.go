@@ -261,3 +261,52 @@ func FuzzEntryName(f *testing.F) {
 		}
 	})
 }
+
+// FuzzPut feeds arbitrary bodies to the store: a refusal leaves code/ empty;
+// an accepted bundle holds only files, folders and links that stay inside.
+func FuzzPut(f *testing.F) {
+	f.Add(mkTar(f, false, goodManifest, goodApp))
+	f.Add(mkTar(f, true, goodManifest, goodApp, entry{name: "l", typ: tar.TypeSymlink, link: "bin/app"}))
+	f.Add(mkTar(f, false, goodManifest, goodApp, entry{name: "../x", body: "x"}))
+	f.Add(mkTar(f, false, goodManifest, goodApp, entry{name: "h", typ: tar.TypeLink, link: "bin/app"}))
+	f.Add([]byte("#!/bin/sh\n"))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		s, err := Open(Config{StateDir: t.TempDir(), MaxBody: 1 << 20, MaxUnpacked: 1 << 20, MaxEntries: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := s.Put(bytes.NewReader(body), "", nil)
+		if err != nil {
+			if got := codeEntries(t, s); len(got) != 0 {
+				t.Fatalf("refused (%v) but code/ holds %v", err, got)
+			}
+			return
+		}
+		err = filepath.Walk(c.Dir, func(p string, fi os.FileInfo, err error) error {
+			if err != nil {
+				return err
+			}
+			switch {
+			case fi.Mode()&os.ModeSymlink != 0:
+				target, err := os.Readlink(p)
+				if err != nil {
+					return err
+				}
+				resolved := filepath.Join(filepath.Dir(p), target)
+				if filepath.IsAbs(target) || !strings.HasPrefix(resolved, c.Dir+"/") {
+					t.Errorf("link %s -> %s leaves the bundle", p, target)
+				}
+			case fi.Mode().IsRegular(), fi.IsDir():
+				if fi.Mode()&(os.ModeSetuid|os.ModeSetgid|os.ModeSticky) != 0 {
+					t.Errorf("%s has mode %v", p, fi.Mode())
+				}
+			default:
+				t.Errorf("%s is a special file (%v)", p, fi.Mode())
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+}
