@@ -129,6 +129,7 @@ type run struct {
 	supErr       error
 	wallVat      string          // the vat that measures the wall path; "" if none
 	spawnStarted []time.Duration // how long wall.Start took, per walled spawn
+	entrySeen    []time.Duration // when toybox-entry first spoke on its capability
 	planOps      int             // operations in the spawn's plan
 	planMasks    int             // masks in the spawn's plan
 	wallErr      error
