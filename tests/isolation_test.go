@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -21,6 +22,22 @@ func TestIsolation(t *testing.T) {
 	s.mustGet("/alice", "v1 count 1")
 	s.mustInstall("mallory", example(t, "snoop"), "")
 	alicePid := int(s.status("alice")["pid"].(float64))
+	// Each vat has its own host uid, and its folders belong to it.
+	aliceUID, malloryUID := s.status("alice")["uid"], s.status("mallory")["uid"]
+	if aliceUID == nil || aliceUID == malloryUID {
+		t.Errorf("uids alice=%v mallory=%v; want two different uids", aliceUID, malloryUID)
+	}
+	for id, uid := range map[string]any{"alice": aliceUID, "mallory": malloryUID} {
+		for _, d := range []string{"data", "run"} {
+			fi, err := os.Stat(filepath.Join(s.state, d, id))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st := fi.Sys().(*syscall.Stat_t); float64(st.Uid) != uid || fi.Mode().Perm() != 0o700 {
+				t.Errorf("%s/%s: uid %d mode %v; want uid %v mode 0700", d, id, st.Uid, fi.Mode().Perm(), uid)
+			}
+		}
+	}
 
 	own := func(path, wantPrefix string) {
 		t.Helper()

@@ -27,6 +27,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"time"
 
 	"toybox/vat/manifest"
@@ -89,6 +90,9 @@ type Record struct {
 	Env map[string]string `json:"env,omitempty"`
 	// Installed is when this version was installed.
 	Installed time.Time `json:"installed"`
+	// UID is the vat's own host uid (and gid) when the supervisor gives
+	// each vat one; 0 otherwise.
+	UID int `json:"uid,omitempty"`
 }
 
 // exeName is the file a single executable is stored as.
@@ -422,7 +426,9 @@ func (s *Store) Records() ([]Record, error) {
 }
 
 // PrepareDirs creates <state>/data/<id> and <state>/run/<id> (0700) owned by
-// uid:gid (when uid is not -1), and clears a stale socket from run/.
+// uid:gid (when uid is not -1), and clears a stale socket from run/. A data
+// folder that belonged to another uid is handed over whole (every entry,
+// links not followed).
 func (s *Store) PrepareDirs(id string, uid, gid int) error {
 	for _, d := range []string{s.DataDir(id), s.RunDir(id)} {
 		if err := os.Mkdir(d, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
@@ -436,8 +442,10 @@ func (s *Store) PrepareDirs(id string, uid, gid int) error {
 			return fmt.Errorf("%w: %s is not a directory", ErrBadState, d)
 		}
 		if uid != -1 {
-			if err := os.Lchown(d, uid, gid); err != nil {
-				return fmt.Errorf("handing %s to uid %d: %w", d, uid, err)
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok && (int(st.Uid) != uid || int(st.Gid) != gid) {
+				if err := chownTree(d, uid, gid); err != nil {
+					return fmt.Errorf("handing %s to uid %d: %w", d, uid, err)
+				}
 			}
 		}
 		if err := os.Chmod(d, 0o700); err != nil {
@@ -454,6 +462,17 @@ func (s *Store) PrepareDirs(id string, uid, gid int) error {
 		}
 	}
 	return nil
+}
+
+// chownTree hands dir and everything below it to uid:gid without following
+// links.
+func chownTree(dir string, uid, gid int) error {
+	return filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, gid)
+	})
 }
 
 // Purge removes a vat's data and runtime folders.

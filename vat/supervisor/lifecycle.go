@@ -224,7 +224,8 @@ func (s *Supervisor) spawn(ctx context.Context, v *vat) (r *running, off words.W
 	if code.Manifest == nil {
 		return nil, off, errors.New("no code loaded")
 	}
-	if err := s.cfg.Store.PrepareDirs(v.id, s.cfg.UID, s.cfg.GID); err != nil {
+	uid, gid := s.ids(rec)
+	if err := s.cfg.Store.PrepareDirs(v.id, uid, gid); err != nil {
 		return nil, off, err
 	}
 	// Doors: only a set the manifest names, checked again against the

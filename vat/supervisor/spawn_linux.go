@@ -90,8 +90,8 @@ func (s *Supervisor) spawnWalled(ctx context.Context, v *vat, code store.Code, r
 		Stdout:     out,
 		Stderr:     out,
 	}
-	if s.cfg.UID >= 0 {
-		spec.UID, spec.GID = s.cfg.UID, s.cfg.GID
+	if uid, gid := s.ids(rec); uid >= 0 {
+		spec.UID, spec.GID = uid, gid
 	}
 	p, err := s.cfg.Launch(ctx, spec, s.log)
 	if err != nil {
@@ -186,8 +186,8 @@ func (s *Supervisor) spawnUnwalled(v *vat, code store.Code, rec store.Record, gv
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.ExtraFiles = []*os.File{appCap} // fd 3
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if s.cfg.UID >= 0 {
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(s.cfg.UID), Gid: uint32(s.cfg.GID), NoSetGroups: false}
+	if uid, gid := s.ids(rec); uid >= 0 {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}
 	}
 	if err := cmd.Start(); err != nil {
 		if errors.Is(err, os.ErrNotExist) {

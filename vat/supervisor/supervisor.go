@@ -72,8 +72,15 @@ type Config struct {
 	// zero, 1 minute.
 	StableAfter time.Duration
 	// UID and GID are the host ids vats run as when the supervisor is
-	// root. If zero, 65534. Ignored when not root.
+	// root and UIDBase is negative. If zero, 65534. Ignored when not root.
 	UID, GID int
+	// UIDBase, when the supervisor is root, gives every vat its own host
+	// uid and gid, UIDBase+n with the lowest n no other installed vat
+	// holds, kept in the vat's record: no two vats share an owner on the
+	// host, whatever happens inside their walls. If zero, 1000000. If
+	// negative, every vat runs as UID:GID. Ignored when not root (then
+	// every vat runs as the supervisor's user, inside its own namespace).
+	UIDBase int
 	// LogBytes is how much of each app's output GET /<vat>/logs keeps. If
 	// zero, 64 KiB.
 	LogBytes int
@@ -136,8 +143,11 @@ func New(cfg Config) (*Supervisor, error) {
 	if cfg.GID == 0 {
 		cfg.GID = 65534
 	}
+	if cfg.UIDBase == 0 {
+		cfg.UIDBase = 1000000
+	}
 	if os.Geteuid() != 0 {
-		cfg.UID, cfg.GID = -1, -1
+		cfg.UID, cfg.GID, cfg.UIDBase = -1, -1, -1
 	}
 	if cfg.LogBytes == 0 {
 		cfg.LogBytes = 64 << 10
@@ -186,8 +196,10 @@ type Status struct {
 	LastExit  string       `json:"last_exit,omitempty"`
 	LastError string       `json:"last_error,omitempty"`
 	Installed time.Time    `json:"installed"`
-	Env       []string     `json:"env,omitempty"`
-	Doors     []string     `json:"doors,omitempty"`
+	// UID is the vat's own host uid, when it has one.
+	UID   int      `json:"uid,omitempty"`
+	Env   []string `json:"env,omitempty"`
+	Doors []string `json:"doors,omitempty"`
 
 	word words.Word
 }
@@ -205,7 +217,7 @@ func (v *vat) status() Status {
 	st := Status{
 		ID: v.id, Status: v.word.String(), StatusES: v.word.In("es"), Tier: v.tier,
 		Code: v.rec.Code, Grant: g, PID: v.pid, Restarts: v.restarts,
-		LastExit: v.lastExit, LastError: v.lastError, Installed: v.rec.Installed, word: v.word,
+		LastExit: v.lastExit, LastError: v.lastError, Installed: v.rec.Installed, UID: v.rec.UID, word: v.word,
 		Doors: append([]string(nil), v.doors...),
 	}
 	for k := range v.rec.Env {
@@ -235,6 +247,12 @@ func (s *Supervisor) Start() error {
 		s.mu.Lock()
 		s.vats[rec.ID] = v
 		s.mu.Unlock()
+		if rec.UID == 0 && s.cfg.UIDBase >= 0 {
+			v.rec.UID = s.allocUID(v)
+			if err := s.cfg.Store.SaveRecord(v.rec); err != nil {
+				s.log.Error("saving the vat's uid", keyVat, rec.ID, keyErr, err)
+			}
+		}
 		code, err := s.cfg.Store.Code(rec.Code)
 		if err == nil {
 			v.code = code
@@ -413,7 +431,10 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 		}
 		return Status{}, 0, err
 	}
-	rec := store.Record{ID: req.ID, Code: req.Code.Ref(), Egress: req.Egress, Env: env, Installed: time.Now().UTC()}
+	rec := store.Record{ID: req.ID, Code: req.Code.Ref(), Egress: req.Egress, Env: env, Installed: time.Now().UTC(), UID: old.rec.UID}
+	if rec.UID == 0 {
+		rec.UID = s.allocUID(v)
+	}
 
 	// Stop the old version (SIGTERM, grace, SIGKILL), then start the new.
 	if old.run != nil {
@@ -502,6 +523,38 @@ func carryEnv(m *manifest.Manifest, old map[string]string) map[string]string {
 		}
 	}
 	return env
+}
+
+// allocUID returns the lowest free per-vat uid for v, or 0 when vats do not
+// get their own uids.
+func (s *Supervisor) allocUID(v *vat) int {
+	if s.cfg.UIDBase < 0 {
+		return 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	used := map[int]bool{}
+	for _, o := range s.vats {
+		if o == v {
+			continue
+		}
+		o.mu.Lock()
+		used[o.rec.UID] = true
+		o.mu.Unlock()
+	}
+	for n := 0; ; n++ {
+		if !used[s.cfg.UIDBase+n] {
+			return s.cfg.UIDBase + n
+		}
+	}
+}
+
+// ids returns the host uid and gid vat v runs as (-1 when not root).
+func (s *Supervisor) ids(rec store.Record) (int, int) {
+	if s.cfg.UIDBase >= 0 && rec.UID > 0 {
+		return rec.UID, rec.UID
+	}
+	return s.cfg.UID, s.cfg.GID
 }
 
 func (s *Supervisor) forget(v *vat) {
