@@ -46,12 +46,12 @@ func TestConnectServerSpeaksFirst(t *testing.T) {
 	f := newFixture(t, nil)
 	_, port := echoServer(t, "220 hello\r\n")
 	c := dial(t, f.local)
-	conn, err := c.connectFD(context.Background(), c.root, "tcp", "localhost.test", port, nil)
-	if err == nil {
+	if conn, err := c.connectFD(context.Background(), c.root, "tcp", "unknown.test", port, nil); err == nil {
+		conn.Close()
 		t.Fatal("unknown name connected")
 	}
 	f.dns.Set("smtp.test", mustAddr("127.0.0.1"))
-	conn, err = c.connectFD(context.Background(), c.root, "tcp", "smtp.test", port, nil)
+	conn, err := c.connectFD(context.Background(), c.root, "tcp", "smtp.test", port, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

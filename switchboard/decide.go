@@ -59,7 +59,7 @@ func (s *Server) decide(ctx context.Context, h labels.Set, req labels.Request) (
 	if isLiteral {
 		d.addrs = []netip.Addr{literal}
 	} else {
-		if v, ok := s.classify.Name(host); ok {
+		if v, ok := s.classify().Name(host); ok {
 			d.reason = fmt.Sprintf("%s is %s", host, v.What)
 			return d, nil
 		}
@@ -77,7 +77,7 @@ func (s *Server) decide(ctx context.Context, h labels.Set, req labels.Request) (
 	// 3. Every answer must be admissible; one bad answer refuses the name.
 	class := labels.NetworkPublic
 	for _, a := range d.addrs {
-		v := s.classify.Addr(a)
+		v := s.classify().Addr(a)
 		if !v.Admits(network) {
 			d.reason = describeRefusal(host, a, isLiteral, v, network)
 			d.vetted, d.local = nil, nil

@@ -333,8 +333,37 @@ func FuzzDecideLiteral(f *testing.F) {
 			return
 		}
 		for _, a := range d.vetted {
-			if v := srv.classify.Addr(a); v.Class.String() != "public" {
+			if v := srv.classify().Addr(a); v.Class.String() != "public" {
 				t.Fatalf("decide(%q) admitted %s, %s", host, a, v.What)
+			}
+		}
+	})
+}
+
+// FuzzDecideURL: any URL that parses is decided without panics, and a
+// public handle never admits a non-public address. Names go to a resolver
+// that refuses at once, so only literals can be admitted.
+func FuzzDecideURL(f *testing.F) {
+	for _, s := range []string{"http://127.0.0.1/", "https://[::ffff:a9fe:a9fe]:443/x", "ws://8.8.8.8:80", "http://0177.1/", "http://[64:ff9b::7f00:1]/", "https://example.com./", "http://%31%32%37.0.0.1/", "http://127.0.0.1\\@8.8.8.8/"} {
+		f.Add(s)
+	}
+	srv, err := New(Config{OwnAddrs: []netip.Addr{}, Resolver: "127.0.0.1:1", ResolveTimeout: 10 * time.Millisecond})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer srv.Close()
+	f.Fuzz(func(t *testing.T, raw string) {
+		req, err := labels.ParseURL(raw)
+		if err != nil {
+			return
+		}
+		d, err := srv.decide(context.Background(), labels.Set{Network: "public"}, req)
+		if err != nil || !d.allow {
+			return
+		}
+		for _, a := range d.vetted {
+			if v := srv.classify().Addr(a); v.Class.String() != "public" {
+				t.Fatalf("decide(%q) admitted %s, %s", raw, a, v.What)
 			}
 		}
 	})

@@ -43,8 +43,10 @@ type held struct {
 // newHandle makes a handle with labels l under parent (nil for a root).
 func (p *peer) newHandle(l labels.Set, parent *handle) *handle {
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &handle{p: p, labels: l, ctx: ctx, cancel: cancel, parent: parent,
-		children: map[*handle]struct{}{}, conns: map[*held]struct{}{}}
+	h := &handle{
+		p: p, labels: l, ctx: ctx, cancel: cancel, parent: parent,
+		children: map[*handle]struct{}{}, conns: map[*held]struct{}{},
+	}
 	if parent != nil {
 		parent.mu.Lock()
 		if parent.revoked {

@@ -259,7 +259,7 @@ func TestWebSocket(t *testing.T) {
 				codec := websocket.Codec{
 					Marshal: func(v any) ([]byte, byte, error) { return v.([]byte), typ, nil },
 					Unmarshal: func(b []byte, pt byte, v any) error {
-						*(v.(*[]byte)) = b
+						*v.(*[]byte) = b
 						typ = pt
 						return nil
 					},

@@ -9,7 +9,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"capnproto.org/go/capnp/v3"
@@ -28,7 +30,9 @@ const chunkSize = 64 << 10
 type Server struct {
 	cfg      Config
 	log      *slog.Logger
-	classify *addrclass.Classifier
+	classes  atomic.Pointer[addrclass.Classifier]
+	stop     chan struct{} // closes the own-address refresher
+	stopOnce sync.Once
 	resolver *net.Resolver
 	dialer   net.Dialer
 	tlsConf  *tls.Config
@@ -65,27 +69,59 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("%w: RootCAs holds no PEM certificate", ErrConfig)
 	}
 	s := &Server{
-		cfg: cfg,
-		log: log,
-		classify: &addrclass.Classifier{
-			Deny: cfg.Deny, DenyNames: cfg.DenyNames, Own: own, PublicNames: cfg.PublicNames,
-		},
+		cfg:      cfg,
+		log:      log,
+		stop:     make(chan struct{}),
 		resolver: newResolver(cfg.Resolver),
 		dialer:   net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second},
 		tlsConf:  &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
 	}
+	s.setOwn(own)
 	s.http = s.newTransport()
 	t, err := newTracker()
 	if err != nil {
 		return nil, err
 	}
 	s.tracker = t
+	if cfg.OwnAddrs == nil {
+		go s.refreshOwn()
+	}
 	return s, nil
+}
+
+// ownRefresh is how often the host's interface addresses are read again
+// when Config.OwnAddrs is nil (addresses change: DHCP, VPNs, containers).
+const ownRefresh = 15 * time.Second
+
+func (s *Server) setOwn(own []netip.Addr) {
+	s.classes.Store(&addrclass.Classifier{
+		Deny: s.cfg.Deny, DenyNames: s.cfg.DenyNames, Own: own, PublicNames: s.cfg.PublicNames,
+	})
+}
+
+func (s *Server) classify() *addrclass.Classifier { return s.classes.Load() }
+
+func (s *Server) refreshOwn() {
+	t := time.NewTicker(ownRefresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			if own, err := addrclass.InterfaceAddrs(); err == nil {
+				s.setOwn(own)
+			} else {
+				s.log.Warn("reading this host's addresses", "error", err.Error())
+			}
+		}
+	}
 }
 
 // Close stops the Server's shutdown tracker. Connections still handed over
 // stay as they are; Serve's return already revoked its own.
 func (s *Server) Close() error {
+	s.stopOnce.Do(func() { close(s.stop) })
 	s.http.CloseIdleConnections()
 	return s.tracker.close()
 }

@@ -265,9 +265,13 @@ func TestAdmits(t *testing.T) {
 		network string
 		want    bool
 	}{
-		{Public, "public", true}, {Public, "local", true}, {Public, "", false},
-		{Local, "public", false}, {Local, "local", true},
-		{Never, "public", false}, {Never, "local", false},
+		{Public, "public", true},
+		{Public, "local", true},
+		{Public, "", false},
+		{Local, "public", false},
+		{Local, "local", true},
+		{Never, "public", false},
+		{Never, "local", false},
 	}
 	for _, tt := range tests {
 		if got := (Verdict{Class: tt.c}).Admits(tt.network); got != tt.want {
