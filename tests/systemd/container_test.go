@@ -256,6 +256,13 @@ func TestUnderSystemd(t *testing.T) {
 	if out, err := c.exec(t, "systemd-analyze", "verify", "--man=no", "switchboard.socket", "switchboard.service", "toybox.socket", "toybox-admin.socket", "toybox.service"); err != nil || out != "" {
 		t.Errorf("systemd-analyze verify inside the container: %v\n%s", err, out)
 	}
+	probe := buildProbeVat(t)
+	probePath := filepath.Join(t.TempDir(), "probevat")
+	if err := os.WriteFile(probePath, probe, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mustDocker(t, "cp", probePath, c.name+":/root/probevat")
+	farNetwork(t, c)
 	c.mustExec(t, "systemctl", "daemon-reload")
 	c.mustExec(t, "systemctl", "enable", "--now", "switchboard.socket", "toybox.socket", "toybox-admin.socket")
 
@@ -361,13 +368,6 @@ func TestUnderSystemd(t *testing.T) {
 		}
 	})
 
-	probe := buildProbeVat(t)
-	probePath := filepath.Join(t.TempDir(), "probevat")
-	if err := os.WriteFile(probePath, probe, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	mustDocker(t, "cp", probePath, c.name+":/root/probevat")
-
 	reach := func(t *testing.T, path string) (string, string) {
 		t.Helper()
 		out, _ := c.exec(t, "curl", "-sS", "--max-time", "30", "-w", "\n%{http_code}", "http://127.0.0.1:8787"+path)
@@ -393,34 +393,55 @@ func TestUnderSystemd(t *testing.T) {
 	}
 
 	t.Run("quickstart under systemd", func(t *testing.T) {
-		grant := `{"host":"127.0.0.1","port":9}`
-		out := c.mustExec(t, "curl", "-sS", "--max-time", "60", "-w", "\n%{http_code}", "-X", "PUT",
-			"--unix-socket", "/run/toybox/admin.sock", "--data-binary", "@/root/probevat",
-			"http://toybox/probe?egress="+url.QueryEscape(grant))
-		if !strings.HasSuffix(out, "\n201") {
-			t.Fatalf("PUT /probe?egress=%s: %s; want 201", grant, out)
+		install := func(t *testing.T, id, grant string) {
+			t.Helper()
+			out := c.mustExec(t, "curl", "-sS", "--max-time", "60", "-w", "\n%{http_code}", "-X", "PUT",
+				"--unix-socket", "/run/toybox/admin.sock", "--data-binary", "@/root/probevat",
+				"http://toybox/"+id+"?egress="+url.QueryEscape(grant))
+			if !strings.HasSuffix(out, "\n201") {
+				t.Fatalf("PUT /%s?egress=%s: %s; want 201", id, grant, out)
+			}
 		}
+		install(t, "probe", fmt.Sprintf(`{"host":%q,"port":%d}`, farAddr, farPort))
+		install(t, "loopy", `{"host":"127.0.0.1","port":7}`)
 		waitHello(t)
 		status := c.mustExec(t, "curl", "-sS", "--max-time", "30", "--unix-socket", "/run/toybox/admin.sock", "http://toybox/probe")
 		if !strings.Contains(status, `"tier": "walled"`) && !strings.Contains(status, `"tier":"walled"`) {
 			t.Errorf("GET /probe on the admin socket = %s; want tier walled (bubblewrap under toybox.service)", status)
 		}
-		// The units give toybox the public handle: loopback is never
-		// reachable through it, granted or not.
-		for _, target := range []string{"127.0.0.1:9", "127.0.0.1:10"} {
-			code, body := reach(t, "/probe/?connect="+url.QueryEscape(target))
-			t.Logf("GET /probe/?connect=%s = %s %s", target, code, strings.TrimSpace(body))
-			if code != "502" || !strings.Contains(body, "egress refused") {
-				t.Errorf("GET /probe/?connect=%s = %s %q; want 502 with egress refused", target, code, body)
+		far := fmt.Sprintf("%s:%d", farAddr, farPort)
+		tests := []struct {
+			vat, target, wantCode, want string
+		}{
+			// Granted, public, reachable: through the wall's proxy, the
+			// supervisor's constrained handle and the switchboard's
+			// public socket to the far namespace.
+			{"probe", far, "200", "got: pong ping"},
+			{"probe", fmt.Sprintf("%s:%d", farAddr, farPort+1), "502", fmt.Sprintf("egress refused: port %d not granted", farPort+1)},
+			// The units give toybox the public handle: loopback is never
+			// reachable through it, even when granted.
+			{"loopy", "127.0.0.1:7", "502", "egress refused: 127.0.0.1 is a loopback address"},
+		}
+		for _, tt := range tests {
+			path := "/" + tt.vat + "/?connect=" + url.QueryEscape(tt.target)
+			var code, body string
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(300 * time.Millisecond) {
+				code, body = reach(t, path)
+				if code != "503" || time.Now().After(deadline) { // 503: the vat is still starting
+					break
+				}
+			}
+			t.Logf("GET %s = %s %s", path, code, strings.TrimSpace(body))
+			if code != tt.wantCode || !strings.Contains(body, tt.want) {
+				t.Errorf("GET %s = %s %q; want %s containing %q", path, code, body, tt.wantCode, tt.want)
 			}
 		}
-		// The refusal was the switchboard's: it logged the decision.
-		// The refusal was the switchboard's: it logged the decision, with
-		// the vat's label, as the toybox user (journald may lag a little).
-		decided := func(log string) bool {
+		// Both decisions were the switchboard's, logged with the vat's
+		// label (journald may lag a little).
+		decided := func(log, vat, allow string) bool {
 			for _, l := range strings.Split(log, "\n") {
-				if strings.Contains(l, `"egress decision"`) && strings.Contains(l, `"allow":false`) &&
-					strings.Contains(l, `127.0.0.1`) && strings.Contains(l, `\"vat\":\"probe\"`) {
+				if strings.Contains(l, `"egress decision"`) && strings.Contains(l, `"op":"connect"`) &&
+					strings.Contains(l, `"allow":`+allow) && strings.Contains(l, `\"vat\":\"`+vat+`\"`) {
 					return true
 				}
 			}
@@ -429,12 +450,15 @@ func TestUnderSystemd(t *testing.T) {
 		var log string
 		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(300 * time.Millisecond) {
 			log = c.mustExec(t, "journalctl", "-u", "switchboard.service", "--no-pager", "-o", "cat")
-			if decided(log) || time.Now().After(deadline) {
+			if decided(log, "probe", "true") && decided(log, "loopy", "false") || time.Now().After(deadline) {
 				break
 			}
 		}
-		if !decided(log) {
-			t.Errorf("the switchboard's journal has no refusal for vat probe:\n%s", tail(log, 30))
+		if !decided(log, "probe", "true") {
+			t.Errorf("the switchboard's journal has no allowed connect for vat probe:\n%s", tail(log, 30))
+		}
+		if !decided(log, "loopy", "false") {
+			t.Errorf("the switchboard's journal has no refused connect for vat loopy:\n%s", tail(log, 30))
 		}
 	})
 
@@ -461,6 +485,48 @@ func TestUnderSystemd(t *testing.T) {
 			}
 		}
 	})
+}
+
+// The far end of the quickstart's egress: a global address that exists only
+// in a network namespace of the container ("far"), joined to the container's
+// own namespace by a veth pair. This host has no internet, yet the
+// switchboard's public handle has a public address to reach; it is not one of
+// the container's own addresses, so the switchboard judges it public.
+const (
+	farAddr = "9.9.9.9"
+	farPort = 7
+	nearNet = "10.99.0.1/32"
+)
+
+// farNetwork builds the far namespace and runs the echo server there as a
+// transient unit.
+func farNetwork(t *testing.T, c container) {
+	t.Helper()
+	for _, args := range [][]string{
+		{"ip", "netns", "add", "far"},
+		{"ip", "link", "add", "tbx-near", "type", "veth", "peer", "name", "tbx-far"},
+		{"ip", "link", "set", "tbx-far", "netns", "far"},
+		{"ip", "addr", "add", nearNet, "dev", "tbx-near"},
+		{"ip", "link", "set", "tbx-near", "up"},
+		{"ip", "route", "add", farAddr + "/32", "dev", "tbx-near"},
+		{"ip", "-n", "far", "addr", "add", farAddr + "/32", "dev", "tbx-far"},
+		{"ip", "-n", "far", "link", "set", "lo", "up"},
+		{"ip", "-n", "far", "link", "set", "tbx-far", "up"},
+		{"ip", "-n", "far", "route", "add", "default", "dev", "tbx-far"},
+		{"systemd-run", "--unit=far-echo", "ip", "netns", "exec", "far", "/root/probevat", "--echo", fmt.Sprintf("%s:%d", farAddr, farPort)},
+	} {
+		c.mustExec(t, args...)
+	}
+	// The echo answers from the container's own namespace.
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		out, err := c.exec(t, "bash", "-c", fmt.Sprintf(`exec 3<>/dev/tcp/%s/%d; echo ping >&3; head -n1 <&3`, farAddr, farPort))
+		if err == nil && out == "pong ping" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the far echo server does not answer: %v %q", err, out)
+		}
+	}
 }
 
 // TestBwrapUnderToyboxSettings backs the comments in systemd/toybox.service

@@ -7,6 +7,9 @@
 //
 // Answers: "probevat: hello" for any other request; "got: LINE" when the
 // stream worked; "refused: STATUS: BODY" (502) when the proxy said no.
+//
+// "probevat --echo ADDR" is the other end the tests reach: a TCP server on
+// ADDR answering each connection's first line with "pong LINE".
 package main
 
 import (
@@ -23,6 +26,13 @@ import (
 )
 
 func main() {
+	if len(os.Args) == 3 && os.Args[1] == "--echo" {
+		if err := echo(os.Args[2]); err != nil {
+			fmt.Fprintln(os.Stderr, "probevat --echo:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	listen := os.Getenv("TOYBOX_LISTEN")
 	if listen == "" {
 		fmt.Fprintln(os.Stderr, "probevat: TOYBOX_LISTEN is not set")
@@ -94,4 +104,28 @@ func connect(target string) (line, refusal string, err error) {
 		return "", "", fmt.Errorf("reading through the tunnel: %w", err)
 	}
 	return strings.TrimSpace(got), "", nil
+}
+
+// echo serves addr: each connection's first line comes back as "pong LINE".
+func echo(addr string) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(os.Stderr, "probevat: echo on", l.Addr())
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return err
+		}
+		go func() {
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+			line, err := bufio.NewReader(c).ReadString('\n')
+			if err != nil {
+				return
+			}
+			fmt.Fprintf(c, "pong %s\n", strings.TrimSpace(line))
+		}()
+	}
 }
