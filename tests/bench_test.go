@@ -95,12 +95,16 @@ func descendants(pid int) []int {
 	return out
 }
 
-// BenchmarkIdleVatCost starts 20 idle walled vats and reports, per vat, the
+// BenchmarkIdleVatCost starts 20 (or $TOYBOX_BENCH_VATS) idle walled vats,
+// each with an egress grant, checks that every one answers, and reports, per vat, the
 // memory of what toybox adds around an app: the supervisor's growth plus
 // the wall's own processes (bwrap, toybox-entry), app excluded. RSS counts
 // shared pages once per process; PSS shares them out.
 func BenchmarkIdleVatCost(b *testing.B) {
-	const n = 20
+	n := 20
+	if v, err := strconv.Atoi(os.Getenv("TOYBOX_BENCH_VATS")); err == nil && v > 0 {
+		n = v
+	}
 	for i := 0; i < b.N; i++ {
 		func() {
 			s := newStack(b, stackOpts{})
@@ -111,6 +115,9 @@ func BenchmarkIdleVatCost(b *testing.B) {
 			bin := example(b, "counter-v1")
 			for v := 0; v < n; v++ {
 				s.mustInstall(fmt.Sprintf("idle-%d", v), bin, q("egress", `{"host":"example.com"}`))
+			}
+			for v := 0; v < n; v++ {
+				s.mustGet(fmt.Sprintf("/idle-%d", v), "v1 count 1")
 			}
 			time.Sleep(2 * time.Second) // settle
 			supRSS1, supPSS1, _ := procMem(s.tb.Process.Pid)
@@ -131,12 +138,13 @@ func BenchmarkIdleVatCost(b *testing.B) {
 					}
 				}
 			}
-			perRSS := float64(supRSS1-supRSS0+wallRSS) / n / 1024
-			perPSS := float64(supPSS1-supPSS0+wallPSS) / n / 1024
+			perRSS := float64(supRSS1-supRSS0+wallRSS) / float64(n) / 1024
+			perPSS := float64(supPSS1-supPSS0+wallPSS) / float64(n) / 1024
 			b.ReportMetric(perRSS, "MiB-RSS/vat")
 			b.ReportMetric(perPSS, "MiB-PSS/vat")
-			b.ReportMetric(float64(supRSS1-supRSS0)/n/1024, "MiB-supervisor/vat")
-			b.ReportMetric(float64(appRSS)/n/1024, "MiB-app-RSS/vat")
+			b.ReportMetric(float64(supRSS1-supRSS0)/float64(n)/1024, "MiB-supervisor/vat")
+			b.ReportMetric(float64(appRSS)/float64(n)/1024, "MiB-app-RSS/vat")
+			b.ReportMetric(float64(n), "vats")
 		}()
 	}
 }
