@@ -150,7 +150,7 @@ func Run(ctx context.Context, cfg Config) (Results, error) {
 	if out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {
 		res.Commit = strings.TrimSpace(string(out))
 		if out, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(out) > 0 {
-			res.Commit += " (with uncommitted changes)"
+			res.Commit += " (built from the working tree, which had uncommitted changes)"
 		}
 	}
 	tmp, err := os.MkdirTemp("", "toybench-")
