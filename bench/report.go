@@ -159,11 +159,14 @@ type Results struct {
 
 // WriteJSON writes r to path, indented.
 func WriteJSON(path string, r Results) error {
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(r); err != nil {
 		return err
 	}
-	return os.WriteFile(path, append(b, '\n'), 0o644)
+	return os.WriteFile(path, b.Bytes(), 0o644)
 }
 
 func fmtVal(v *float64) string {
