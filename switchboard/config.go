@@ -75,6 +75,9 @@ type Limits struct {
 	// requests, WebSockets) one peer connection may hold open. If zero,
 	// 16384.
 	Conns int `json:"conns,omitempty"`
+	// Handles is how many live handles (made by constrain) one connection
+	// may hold. If zero, 65536.
+	Handles int `json:"handles,omitempty"`
 	// Window is the flow-control window for streams the switchboard
 	// writes to, shared by every stream of one connection. If zero, 1 MiB.
 	// It is at least twice the 64 KiB chunk.
@@ -90,6 +93,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.Conns <= 0 {
 		l.Conns = 16384
+	}
+	if l.Handles <= 0 {
+		l.Handles = 65536
 	}
 	if l.Window <= 0 {
 		l.Window = 1 << 20
@@ -164,7 +170,7 @@ func ParseFile(data []byte) (*File, error) {
 			return nil, fmt.Errorf("%w: resolver %q must be ip:port: %v", ErrConfig, f.Resolver, err)
 		}
 	}
-	if f.Limits.Calls < 0 || f.Limits.Bytes < 0 || f.Limits.Conns < 0 || f.Limits.Window < 0 {
+	if f.Limits.Calls < 0 || f.Limits.Bytes < 0 || f.Limits.Conns < 0 || f.Limits.Handles < 0 || f.Limits.Window < 0 {
 		return nil, fmt.Errorf("%w: limits must not be negative", ErrConfig)
 	}
 	return &f, nil

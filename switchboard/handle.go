@@ -23,6 +23,8 @@ type handle struct {
 	ctx    context.Context // done when revoked
 	cancel context.CancelFunc
 
+	counted bool // counts against the peer's handle limit until revoked
+
 	mu       sync.Mutex
 	revoked  bool
 	children map[*handle]struct{}
@@ -41,10 +43,12 @@ type held struct {
 }
 
 // newHandle makes a handle with labels l under parent (nil for a root).
-func (p *peer) newHandle(l labels.Set, parent *handle) *handle {
+// counted says the handle holds one count of the peer's handle limit,
+// given back when it is revoked.
+func (p *peer) newHandle(l labels.Set, parent *handle, counted bool) *handle {
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &handle{
-		p: p, labels: l, ctx: ctx, cancel: cancel, parent: parent,
+		p: p, labels: l, ctx: ctx, cancel: cancel, parent: parent, counted: counted,
 		children: map[*handle]struct{}{}, conns: map[*held]struct{}{},
 	}
 	if parent != nil {
@@ -52,6 +56,9 @@ func (p *peer) newHandle(l labels.Set, parent *handle) *handle {
 		if parent.revoked {
 			h.revoked = true
 			cancel()
+			if counted {
+				p.releaseHandle()
+			}
 		} else {
 			parent.children[h] = struct{}{}
 		}
@@ -83,6 +90,9 @@ func (h *handle) revoke() {
 	h.conns = map[*held]struct{}{}
 	parent := h.parent
 	h.mu.Unlock()
+	if h.counted {
+		h.p.releaseHandle()
+	}
 	for c := range conns {
 		c.shut()
 	}
@@ -176,7 +186,11 @@ func (h *handle) Constrain(ctx context.Context, call schema.Handle_constrain) er
 	if err != nil {
 		return err
 	}
-	child := h.p.newHandle(out, h)
+	if err := h.p.acquireHandle(); err != nil {
+		h.logDecision("constrain", narrow.String(), nil, "", false, err.Error())
+		return err
+	}
+	child := h.p.newHandle(out, h, true)
 	h.logDecision("constrain", narrow.String(), nil, "", true, "narrowed to "+out.String())
 	return res.SetHandle(child.client())
 }

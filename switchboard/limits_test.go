@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"toybox/labels"
 	"toybox/schema"
 )
 
@@ -166,5 +167,41 @@ func TestByteLimit(t *testing.T) {
 	}
 	if werr == nil || !strings.Contains(werr.Error(), "limit") {
 		t.Fatalf("200 MiB of unflowed writes: err = %v; want a limit error", werr)
+	}
+}
+
+// TestHandleLimit: constrain past the handle limit fails; releasing
+// handles gives the count back.
+func TestHandleLimit(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.Limits.Handles = 5 })
+	c := dial(t, f.local)
+	var hs []schema.Handle
+	for i := 0; i < 5; i++ {
+		h, err := constrain(t, c.root, labels.Set{Port: 443})
+		if err != nil {
+			t.Fatalf("constrain %d: %v", i, err)
+		}
+		hs = append(hs, h)
+	}
+	if h, err := constrain(t, c.root, labels.Set{Port: 443}); err == nil {
+		h.Release()
+		t.Fatal("a sixth handle was made past the limit of 5")
+	} else {
+		mustContain(t, "error", err.Error(), "limit")
+	}
+	for _, h := range hs {
+		h.Release()
+	}
+	deadline := time.Now().Add(5 * time.Second) // go-capnp finishes ~250ms after release
+	for {
+		h, err := constrain(t, c.root, labels.Set{Port: 443})
+		if err == nil {
+			h.Release()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("constrain after releasing every handle: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

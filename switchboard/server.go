@@ -190,7 +190,7 @@ func (s *Server) serveConn(ctx context.Context, name string, uc *net.UnixConn, r
 	} else {
 		p.pid, p.uid = -1, ^uint32(0)
 	}
-	rootH := p.newHandle(root, nil)
+	rootH := p.newHandle(root, nil, false)
 	conn := wc.RPC(capnp.Client(rootH.client()), rpcLogger{s.log})
 	select {
 	case <-conn.Done():
@@ -210,10 +210,28 @@ type peer struct {
 	lim    Limits
 	flow   flowcontrol.FlowLimiter // shared by every stream we write to
 
-	mu    sync.Mutex
-	calls int
-	bytes int64
-	conns int
+	mu      sync.Mutex
+	calls   int
+	bytes   int64
+	conns   int
+	handles int
+}
+
+// acquireHandle admits one more handle made by constrain.
+func (p *peer) acquireHandle() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.handles >= p.lim.Handles {
+		return fmt.Errorf("%w: %d handles held on this connection", ErrLimit, p.handles)
+	}
+	p.handles++
+	return nil
+}
+
+func (p *peer) releaseHandle() {
+	p.mu.Lock()
+	p.handles--
+	p.mu.Unlock()
 }
 
 // acquireCall admits one more outstanding call of size bytes.
