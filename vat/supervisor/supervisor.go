@@ -295,6 +295,8 @@ func (s *Supervisor) Shutdown(ctx context.Context) error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				v.op.Lock() // let an operation in progress finish first
+				defer v.op.Unlock()
 				v.mu.Lock()
 				in := v.run
 				v.mu.Unlock()
@@ -397,19 +399,10 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 	if err != nil {
 		return Status{}, 0, err
 	}
-	s.mu.Lock()
-	if s.stopping {
-		s.mu.Unlock()
-		return Status{}, 0, ErrShutdown
+	v, err := s.lockVat(req.ID, true)
+	if err != nil {
+		return Status{}, 0, err
 	}
-	v, existed := s.vats[req.ID]
-	if !existed {
-		v = &vat{id: req.ID, logs: newRing(s.cfg.LogBytes), word: words.Starting}
-		s.vats[req.ID] = v
-	}
-	s.mu.Unlock()
-
-	v.op.Lock()
 	defer v.op.Unlock()
 	v.mu.Lock()
 	old := struct {
@@ -419,7 +412,7 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 		run   *instance
 	}{v.rec, v.code, v.grant, v.run}
 	v.mu.Unlock()
-	existed = old.rec.ID != ""
+	existed := old.rec.ID != ""
 
 	env := req.Env
 	if env == nil && existed {
@@ -445,26 +438,36 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 	v.restarts, v.lastExit, v.lastError, v.word = 0, "", "", words.Starting
 	v.mu.Unlock()
 	in := s.launch(v)
+	v.mu.Lock()
+	v.run = in
+	v.mu.Unlock()
 	readyErr := in.waitReady()
-	if readyErr != nil && existed {
+	rollback := func(why error) (Status, Outcome, error) {
 		in.stopAndWait()
-		s.log.Warn("upgrade rolled back", keyVat, req.ID, keyCode, rec.Code, keyErr, readyErr)
+		s.log.Warn("upgrade rolled back", keyVat, req.ID, keyCode, rec.Code, keyErr, why)
 		v.mu.Lock()
 		v.rec, v.code, v.grant = old.rec, old.code, old.grant
 		v.restarts, v.lastExit, v.word = 0, "", words.Starting
-		v.lastError = "upgrade to " + rec.Code + " failed: " + readyErr.Error()
+		v.lastError = "upgrade to " + rec.Code + " failed: " + why.Error()
 		v.mu.Unlock()
 		back := s.launch(v)
 		v.mu.Lock()
 		v.run = back
 		v.mu.Unlock()
 		_ = back.waitReady()
-		return v.status(), 0, fmt.Errorf("%w: the new version did not come up: %w; the old version (%s) runs again", ErrUpgradeRefused, readyErr, old.rec.Code)
+		return v.status(), 0, fmt.Errorf("%w: %w; the old version (%s) runs again", ErrUpgradeRefused, why, old.rec.Code)
+	}
+	if readyErr != nil && existed {
+		return rollback(fmt.Errorf("the new version did not come up: %w", readyErr))
 	}
 	if err := s.cfg.Store.SaveRecord(rec); err != nil {
+		err = fmt.Errorf("saving the vat record: %w", err)
+		if existed {
+			return rollback(err)
+		}
 		in.stopAndWait()
-		v.setWord(words.OffStopped)
-		return v.status(), 0, fmt.Errorf("saving the vat record: %w", err)
+		s.forget(v)
+		return Status{}, 0, err
 	}
 	v.mu.Lock()
 	v.run = in
@@ -557,6 +560,37 @@ func (s *Supervisor) ids(rec store.Record) (int, int) {
 	return s.cfg.UID, s.cfg.GID
 }
 
+// lockVat returns vat id with its op lock held (the caller unlocks), making
+// it first when create is set. It retries when the vat it locked was removed
+// meanwhile, so an operation never acts on a vat that is no longer listed.
+func (s *Supervisor) lockVat(id string, create bool) (*vat, error) {
+	for {
+		s.mu.Lock()
+		if s.stopping {
+			s.mu.Unlock()
+			return nil, ErrShutdown
+		}
+		v, ok := s.vats[id]
+		if !ok {
+			if !create {
+				s.mu.Unlock()
+				return nil, fmt.Errorf("%w: %q", ErrNoVat, id)
+			}
+			v = &vat{id: id, logs: newRing(s.cfg.LogBytes), word: words.Starting}
+			s.vats[id] = v
+		}
+		s.mu.Unlock()
+		v.op.Lock()
+		s.mu.Lock()
+		cur := s.vats[id]
+		s.mu.Unlock()
+		if cur == v {
+			return v, nil
+		}
+		v.op.Unlock()
+	}
+}
+
 func (s *Supervisor) forget(v *vat) {
 	s.mu.Lock()
 	if s.vats[v.id] == v {
@@ -591,11 +625,10 @@ func checkEnv(declared []string, files manifest.Files, env map[string]string) er
 // Restart stops vat id and starts it again on the same code, clearing its
 // crash count. It revives a vat that is off.
 func (s *Supervisor) Restart(id string) (Status, error) {
-	v, ok := s.get(id)
-	if !ok {
-		return Status{}, fmt.Errorf("%w: %q", ErrNoVat, id)
+	v, err := s.lockVat(id, false)
+	if err != nil {
+		return Status{}, err
 	}
-	v.op.Lock()
 	defer v.op.Unlock()
 	v.mu.Lock()
 	in, loaded := v.run, v.code.Manifest != nil
@@ -619,11 +652,10 @@ func (s *Supervisor) Restart(id string) (Status, error) {
 
 // Remove stops vat id and deletes its record; with purge, its data too.
 func (s *Supervisor) Remove(id string, purge bool) error {
-	v, ok := s.get(id)
-	if !ok {
-		return fmt.Errorf("%w: %q", ErrNoVat, id)
+	v, err := s.lockVat(id, false)
+	if err != nil {
+		return err
 	}
-	v.op.Lock()
 	defer v.op.Unlock()
 	v.mu.Lock()
 	in := v.run
