@@ -1,0 +1,132 @@
+package supervisor
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"toybox/vat/store"
+	"toybox/vat/switches"
+)
+
+// TestConcurrentOperations runs real (unwalled, by the kill switch) vats
+// and races installs, restarts and removals of the same ids against each
+// other: every operation ends, the listed state is consistent, and no
+// process outlives the vat that owned it. Run it with -race.
+func TestConcurrentOperations(t *testing.T) {
+	dir, err := os.MkdirTemp("", "tbx-sup-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A tiny vat: a shell script serving its socket with perl, as
+	// examples/shell-script does.
+	root, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(filepath.Dir(strings.TrimSpace(string(root))), "examples", "shell-script", "app.sh")
+	st, err := store.Open(store.Config{StateDir: filepath.Join(dir, "state")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, err := switches.New(switches.Config{Kill: "off", StateDir: st.StateDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{Store: st, Switches: sw, StopGrace: time.Second, ReadyTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Shutdown(t.Context()) })
+	put := func(id string) error {
+		f, err := os.Open(script)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		code, err := st.Put(f, "", nil)
+		if err != nil {
+			return err
+		}
+		_, _, err = s.Install(InstallRequest{ID: id, Code: code})
+		return err
+	}
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 4; i++ {
+				id := fmt.Sprintf("v%d", i%2)
+				switch (w + i) % 3 {
+				case 0:
+					if err := put(id); err != nil {
+						t.Errorf("install %s: %v", id, err)
+					}
+				case 1:
+					_, _ = s.Restart(id) // may be absent: ErrNoVat is fine
+				case 2:
+					_ = s.Remove(id, false)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, id := range []string{"v0", "v1"} {
+		if err := put(id); err != nil {
+			t.Fatalf("final install %s: %v", id, err)
+		}
+	}
+	list := s.List()
+	if len(list) != 2 {
+		t.Fatalf("List = %+v; want v0 and v1", list)
+	}
+	for _, v := range list {
+		if !v.Word().Serving() || v.PID == 0 {
+			t.Errorf("%s: %s pid %d; want serving", v.ID, v.Status, v.PID)
+		}
+	}
+	recs, err := st.Records()
+	if err != nil || len(recs) != 2 {
+		t.Errorf("records = %+v, %v; want two", recs, err)
+	}
+	// Each listed pid is that vat's app.
+	for _, v := range list {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", v.PID))
+		if err != nil {
+			t.Errorf("%s: pid %d is not running: %v", v.ID, v.PID, err)
+			continue
+		}
+		if !strings.Contains(string(b), "TOYBOX_VAT="+v.ID) {
+			t.Errorf("%s: pid %d is not that vat's app", v.ID, v.PID)
+		}
+	}
+	if err := s.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	// No app of this state dir is left anywhere (orphans of raced
+	// operations included).
+	time.Sleep(200 * time.Millisecond)
+	procs, _ := filepath.Glob("/proc/[0-9]*/environ")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		if strings.Contains(string(b), "TOYBOX_DATA="+st.StateDir()+"/") {
+			stat, _ := os.ReadFile(strings.TrimSuffix(p, "environ") + "stat")
+			if !strings.Contains(string(stat), ") Z ") {
+				t.Errorf("%s belongs to a vat of this supervisor and outlived Shutdown", p)
+			}
+		}
+	}
+}
