@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"toybox/labels"
+	"toybox/schema"
 )
 
 // sinkServer accepts on loopback and discards what it reads, answering
@@ -187,6 +188,35 @@ func BenchmarkConnectLatency(b *testing.B) {
 		reportPercentiles(b, d)
 	})
 	b.Run("switchboard", func(b *testing.B) {
+		f := newBenchFixture(b)
+		c := dial(b, f.local)
+		ctx := context.Background()
+		d := make([]time.Duration, 0, b.N)
+		for i := 0; i < b.N; i++ {
+			start := time.Now()
+			// constrain, then connect on the promised handle (pipelined:
+			// one round trip for both), then the first echoed byte.
+			cf, crel := c.root.Constrain(ctx, func(p schema.Handle_constrain_Params) error {
+				l, err := p.NewLabels()
+				if err != nil {
+					return err
+				}
+				return toSchema(l, labels.Set{Host: "127.0.0.1", Port: port, Vat: "bench"})
+			})
+			h := cf.Handle()
+			conn, err := c.connectFD(ctx, h, "tcp", "127.0.0.1", port, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			echoByte(b, conn)
+			d = append(d, time.Since(start))
+			shutdownConn(conn)
+			_ = conn.Close()
+			crel()
+		}
+		reportPercentiles(b, d)
+	})
+	b.Run("switchboard-sequential", func(b *testing.B) {
 		f := newBenchFixture(b)
 		c := dial(b, f.local)
 		ctx := context.Background()
