@@ -151,9 +151,11 @@ func newStack(t testing.TB, opts stackOpts) *stack {
 	if opts.handle == "" {
 		opts.handle = "local"
 	}
-	s := &stack{t: t, dir: dir, state: filepath.Join(dir, "state"), admin: filepath.Join(dir, "admin.sock"),
+	s := &stack{
+		t: t, dir: dir, state: filepath.Join(dir, "state"), admin: filepath.Join(dir, "admin.sock"),
 		http: "127.0.0.1:" + freePort(t), handle: opts.handle, env: opts.env, extra: opts.extra,
-		sbPublic: filepath.Join(dir, "sb-public.sock"), sbLocal: filepath.Join(dir, "sb-local.sock")}
+		sbPublic: filepath.Join(dir, "sb-public.sock"), sbLocal: filepath.Join(dir, "sb-local.sock"),
+	}
 	t.Cleanup(func() {
 		s.stopToybox()
 		s.stopSwitchboard()
@@ -251,8 +253,10 @@ func (s *stack) startToybox() {
 	if s.tbLog == nil {
 		s.tbLog = &syncBuffer{}
 	}
-	args := append([]string{"serve", "--state", s.state, "--switchboard", s.sbSock(), "--http", s.http, "--admin", s.admin,
-		"--entry", filepath.Join(bins, "toybox-entry"), "--stop-grace", "2s"}, s.extra...)
+	args := append([]string{
+		"serve", "--state", s.state, "--switchboard", s.sbSock(), "--http", s.http, "--admin", s.admin,
+		"--entry", filepath.Join(bins, "toybox-entry"), "--stop-grace", "2s",
+	}, s.extra...)
 	s.tb = exec.Command(filepath.Join(bins, "toybox"), args...)
 	s.tb.Env = append([]string{"PATH=" + os.Getenv("PATH")}, s.env...)
 	s.tb.Stdout, s.tb.Stderr = s.tbLog, s.tbLog

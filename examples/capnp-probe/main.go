@@ -22,7 +22,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"capnproto.org/go/capnp/v3"
@@ -32,7 +31,6 @@ import (
 )
 
 type probe struct {
-	mu   sync.Mutex
 	conn *wire.Conn
 	vat  schema.Vat
 }

@@ -161,7 +161,7 @@ func entryName(name string) (string, error) {
 	}
 	for _, part := range strings.Split(name, "/") {
 		if part == ".." {
-			return "", fmt.Errorf("%w: entry %q contains ..", ErrBadBundle, name)
+			return "", fmt.Errorf("%w: entry %q contains a .. element", ErrBadBundle, name)
 		}
 	}
 	return path.Clean(name), nil

@@ -55,8 +55,10 @@ type running struct {
 // launch starts a new instance of v (the caller holds v.op) and returns it.
 func (s *Supervisor) launch(v *vat) *instance {
 	ctx, cancel := context.WithCancel(s.ctx)
-	in := &instance{s: s, v: v, ctx: ctx, cancel: cancel, done: make(chan struct{}), readyDone: make(chan struct{}),
-		sock: filepath.Join(s.cfg.Store.RunDir(v.id), "app.sock")}
+	in := &instance{
+		s: s, v: v, ctx: ctx, cancel: cancel, done: make(chan struct{}), readyDone: make(chan struct{}),
+		sock: filepath.Join(s.cfg.Store.RunDir(v.id), "app.sock"),
+	}
 	in.transport = &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
