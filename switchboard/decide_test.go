@@ -3,6 +3,7 @@ package switchboard
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -367,4 +368,97 @@ func FuzzDecideURL(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestLoopbackCheckHook: every address of this host a local handle would
+// dial goes through Config.LoopbackCheck first, with the handle's labels;
+// its refusal is an egress refusal; public addresses never reach it.
+func TestLoopbackCheckHook(t *testing.T) {
+	type call struct {
+		addr netip.AddrPort
+		vat  string
+	}
+	calls := make(chan call, 16)
+	_, okPort := echoServer(t, "")
+	f := newFixture(t, func(c *Config) {
+		c.OwnAddrs = []netip.Addr{netip.MustParseAddr("81.2.69.1")}
+		c.LoopbackCheck = func(ctx context.Context, addr netip.AddrPort, h labels.Set) (bool, string) {
+			calls <- call{addr, h.Vat}
+			if addr.Port() == okPort {
+				return true, ""
+			}
+			return false, fmt.Sprintf("the listener on %s belongs to another vat", addr)
+		}
+	})
+	c := dial(t, f.local)
+	h, err := constrain(t, c.root, labels.Set{Vat: "v7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release()
+	ctx := context.Background()
+	conn, err := c.connectFD(ctx, h, "tcp", "localhost", okPort, nil)
+	if err != nil {
+		t.Fatalf("connect to an allowed loopback listener: %v", err)
+	}
+	conn.Close()
+	if got := <-calls; got.addr.Port() != okPort || got.vat != "v7" || !got.addr.Addr().IsLoopback() {
+		t.Errorf("hook called with %+v; want a loopback address, port %d, vat v7", got, okPort)
+	}
+	_, err = c.connectFD(ctx, h, "tcp", "127.0.0.1", 9, nil)
+	if err == nil {
+		t.Fatal("connect past a refusing listener-owner check succeeded")
+	}
+	mustContain(t, "refusal", err.Error(), "egress refused: the listener on 127.0.0.1:9 belongs to another vat")
+	<-calls
+	got, err := check(ctx, h, "tcp", "81.2.69.1", 9)
+	if err != nil || got.allow {
+		t.Errorf("check(own public address) = %+v, %v; want refused by the hook", got, err)
+	}
+	if c := <-calls; c.addr.Addr() != netip.MustParseAddr("81.2.69.1") {
+		t.Errorf("hook called with %v; want the host's own address", c.addr)
+	}
+	if _, err := check(ctx, h, "tcp", "8.8.8.8", 9); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case c := <-calls:
+		t.Errorf("hook called for a public address: %+v", c)
+	default:
+	}
+	pub := dial(t, f.public)
+	if got, _ := check(ctx, pub.root, "tcp", "81.2.69.1", 9); got.allow {
+		t.Error("the public socket admitted this host's own address")
+	}
+}
+
+// TestIDNAOverTheWire: Unicode and fullwidth spellings are decided on
+// their canonical A-label form, the name the resolver is asked.
+func TestIDNAOverTheWire(t *testing.T) {
+	f := newFixture(t, nil)
+	f.dns.Set("xn--bcher-kva.test", netip.MustParseAddr("10.0.0.9"))
+	f.dns.Set("loop.test", netip.MustParseAddr("127.0.0.1"))
+	pub, loc := dial(t, f.public), dial(t, f.local)
+	ctx := context.Background()
+	for _, host := range []string{"bücher.test", "BÜCHER.test", "ｌｏｏｐ.test"} {
+		got, err := check(ctx, pub.root, "tcp", host, 80)
+		if err != nil {
+			t.Fatalf("check(%s): %v", host, err)
+		}
+		if got.allow {
+			t.Errorf("public check(%s) allowed", host)
+		}
+		mustContain(t, "reason", got.reason, ".test resolves to")
+		if got, err := check(ctx, loc.root, "tcp", host, 80); err != nil || !got.allow {
+			t.Errorf("local check(%s) = %+v, %v", host, got, err)
+		}
+	}
+	h, err := constrain(t, loc.root, labels.Set{Host: "xn--bcher-kva.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release()
+	if got, err := check(ctx, h, "tcp", "bücher.test", 80); err != nil || !got.allow {
+		t.Errorf("a grant of the A-label admits the U-label: %+v, %v", got, err)
+	}
 }
