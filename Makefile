@@ -131,7 +131,8 @@ install: $(addprefix $(BIN)/,$(SYSTEMD_BINS))
 	  getent group toybox >/dev/null || groupadd --system toybox || exit 1; \
 	  getent passwd toybox >/dev/null || useradd --system --gid toybox --home-dir /var/lib/toybox --no-create-home \
 	    --shell /usr/sbin/nologin --comment "toybox supervisor" toybox || exit 1; \
-	  if $(systemd_pid1); then systemctl daemon-reload; else echo "systemd is not PID 1 here: skipping systemctl daemon-reload"; fi; \
+	  if $(systemd_pid1); then echo "systemd is PID 1: systemctl daemon-reload"; systemctl daemon-reload || exit 1; \
+	  else echo "systemd is not PID 1 here: skipping systemctl daemon-reload"; fi; \
 	  echo "installed; start with: systemctl enable --now switchboard.socket toybox.socket toybox-admin.socket"; \
 	fi
 
@@ -145,11 +146,12 @@ uninstall:
 	for b in $(SYSTEMD_BINS); do rm -f $(DESTDIR)$(BINDIR)/$$b; done
 	rm -f $(DESTDIR)$(SYSUSERSDIR)/toybox.conf $(DESTDIR)$(DOCDIR)/systemd.md
 	rmdir $(DESTDIR)$(DOCDIR) 2>/dev/null || true
-	@if [ -z "$(DESTDIR)" ] && $(systemd_pid1); then systemctl daemon-reload; fi
+	@if [ -z "$(DESTDIR)" ] && $(systemd_pid1); then echo "systemd is PID 1: systemctl daemon-reload"; systemctl daemon-reload; fi
 	@echo "uninstalled; kept /var/lib/toybox and the toybox user and group (userdel toybox to remove them)"
 
 # test-systemd: the units under a real systemd as PID 1 in a docker container
 # (a Debian root from debootstrap, imported with docker import). Slow; needs
 # root, debootstrap, docker and the Debian mirror. See tests/systemd.
 test-systemd: build
+	@command -v debootstrap >/dev/null || { [ "$$(id -u)" = 0 ] && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null; } || { echo "test-systemd needs debootstrap: apt-get install debootstrap"; exit 1; }
 	$(GO) test -tags systemdcontainer -count=1 -timeout 30m -v -run 'TestUnderSystemd|TestBwrapUnderToyboxSettings' ./tests/systemd/

@@ -27,7 +27,7 @@ const debianSuite = "bookworm"
 
 var debianPackages = []string{
 	"systemd", "systemd-sysv", "dbus", "bubblewrap", "libseccomp2",
-	"curl", "ca-certificates", "iproute2", "passwd", "util-linux",
+	"curl", "ca-certificates", "iproute2", "passwd", "util-linux", "make",
 }
 
 // rootfsCache keeps debootstrap roots between runs (one per package set).
@@ -246,13 +246,39 @@ func bootSystemd(t *testing.T) container {
 func TestUnderSystemd(t *testing.T) {
 	c := bootSystemd(t)
 	bin := binaries(t)
-	root := t.TempDir()
-	makeInstall(t, "install", root, bin)
-	mustDocker(t, "cp", root+"/.", c.name+":/")
-	c.mustExec(t, "systemd-sysusers")
-	if out := c.mustExec(t, "getent", "passwd", "toybox"); !strings.HasPrefix(out, "toybox:") {
-		t.Fatalf("systemd-sysusers did not create toybox: %q", out)
+	// The checkout's install inputs go in as they are, and `make install`
+	// runs in the container for real: no DESTDIR, so it creates the user and
+	// reloads systemd itself.
+	src := t.TempDir()
+	for _, f := range []string{"Makefile", "systemd", "docs/systemd.md"} {
+		dst := filepath.Join(src, f)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("cp", "-a", filepath.Join(repoRoot(t), f), dst).CombinedOutput(); err != nil {
+			t.Fatalf("cp %s: %v\n%s", f, err, out)
+		}
 	}
+	if out, err := exec.Command("cp", "-a", bin, filepath.Join(src, "bin")).CombinedOutput(); err != nil {
+		t.Fatalf("cp bin: %v\n%s", err, out)
+	}
+	mustDocker(t, "cp", src, c.name+":/root/toybox")
+	if out, _ := c.exec(t, "getent", "passwd", "toybox"); out != "" {
+		t.Fatalf("the image already has a toybox user: %q", out)
+	}
+	installOut := c.mustExec(t, "make", "-C", "/root/toybox", "install")
+	t.Logf("make install in the container:\n%s", installOut)
+	if !strings.Contains(installOut, "systemd is PID 1: systemctl daemon-reload") {
+		t.Errorf("make install did not report reloading systemd:\n%s", installOut)
+	}
+	if out, _ := c.exec(t, "getent", "passwd", "toybox"); !strings.HasPrefix(out, "toybox:") || !strings.HasSuffix(out, ":/var/lib/toybox:/usr/sbin/nologin") {
+		t.Fatalf("make install did not create the toybox user as wanted: %q", out)
+	}
+	if out, _ := c.exec(t, "getent", "group", "toybox"); !strings.HasPrefix(out, "toybox:") {
+		t.Fatalf("make install did not create the toybox group: %q", out)
+	}
+	// Once more: nothing to create, nothing breaks.
+	c.mustExec(t, "make", "-C", "/root/toybox", "install")
 	if out, err := c.exec(t, "systemd-analyze", "verify", "--man=no", "switchboard.socket", "switchboard.service", "toybox.socket", "toybox-admin.socket", "toybox.service"); err != nil || out != "" {
 		t.Errorf("systemd-analyze verify inside the container: %v\n%s", err, out)
 	}
@@ -263,7 +289,6 @@ func TestUnderSystemd(t *testing.T) {
 	}
 	mustDocker(t, "cp", probePath, c.name+":/root/probevat")
 	farNetwork(t, c)
-	c.mustExec(t, "systemctl", "daemon-reload")
 	c.mustExec(t, "systemctl", "enable", "--now", "switchboard.socket", "toybox.socket", "toybox-admin.socket")
 
 	t.Run("sockets listen, services wait", func(t *testing.T) {
@@ -370,12 +395,7 @@ func TestUnderSystemd(t *testing.T) {
 
 	reach := func(t *testing.T, path string) (string, string) {
 		t.Helper()
-		out, _ := c.exec(t, "curl", "-sS", "--max-time", "30", "-w", "\n%{http_code}", "http://127.0.0.1:8787"+path)
-		i := strings.LastIndex(out, "\n")
-		if i < 0 {
-			return out, ""
-		}
-		return out[i+1:], out[:i]
+		return reachRaw(c, t, path)
 	}
 	waitHello := func(t *testing.T) {
 		t.Helper()
@@ -485,6 +505,45 @@ func TestUnderSystemd(t *testing.T) {
 			}
 		}
 	})
+
+	t.Run("make uninstall stops everything and keeps the state", func(t *testing.T) {
+		out := c.mustExec(t, "make", "-C", "/root/toybox", "uninstall")
+		t.Logf("make uninstall in the container:\n%s", out)
+		for _, u := range []string{"switchboard.socket", "switchboard.service", "toybox.socket", "toybox-admin.socket", "toybox.service"} {
+			if got := c.show(t, u, "ActiveState"); got != "inactive" {
+				t.Errorf("%s ActiveState after uninstall = %q; want inactive", u, got)
+			}
+			if got := c.show(t, u, "LoadState"); got != "not-found" {
+				t.Errorf("%s LoadState after uninstall = %q; want not-found", u, got)
+			}
+		}
+		for _, p := range []string{"/usr/local/bin/toybox", "/usr/local/bin/switchboard", "/usr/local/bin/toybox-entry",
+			"/etc/systemd/system/toybox.service", "/etc/sysusers.d/toybox.conf", "/run/toybox/admin.sock"} {
+			if _, err := c.exec(t, "test", "!", "-e", p); err != nil {
+				t.Errorf("%s is still there after make uninstall", p)
+			}
+		}
+		if _, err := c.exec(t, "test", "-d", "/var/lib/toybox/data"); err != nil {
+			t.Errorf("make uninstall removed the state /var/lib/toybox")
+		}
+		if out, _ := c.exec(t, "getent", "passwd", "toybox"); !strings.HasPrefix(out, "toybox:") {
+			t.Errorf("make uninstall removed the toybox user that owns the state")
+		}
+		if code, _ := reachRaw(c, t, "/probe/"); code == "200" {
+			t.Errorf("a vat still answers on 127.0.0.1:8787 after make uninstall")
+		}
+	})
+}
+
+// reachRaw GETs path on 127.0.0.1:8787 in the container: status and body.
+func reachRaw(c container, t testing.TB, path string) (string, string) {
+	t.Helper()
+	out, _ := c.exec(t, "curl", "-sS", "--max-time", "30", "-w", "\n%{http_code}", "http://127.0.0.1:8787"+path)
+	i := strings.LastIndex(out, "\n")
+	if i < 0 {
+		return out, ""
+	}
+	return out[i+1:], out[:i]
 }
 
 // The far end of the quickstart's egress: a global address that exists only

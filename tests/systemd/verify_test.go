@@ -237,8 +237,8 @@ func TestInstallUninstall(t *testing.T) {
 	bin := binaries(t)
 	root := t.TempDir()
 	out := makeInstall(t, "install", root, bin)
-	if strings.Contains(out, "daemon-reload") && !strings.Contains(out, "skipping") {
-		t.Errorf("make install with DESTDIR talked to systemctl:\n%s", out)
+	if strings.Contains(out, "systemctl") || strings.Contains(out, "useradd") {
+		t.Errorf("make install with DESTDIR touched the host (systemctl or useradd):\n%s", out)
 	}
 	want := map[string]fs.FileMode{
 		"usr/local/bin/switchboard":              0o755,
