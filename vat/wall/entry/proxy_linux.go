@@ -405,7 +405,7 @@ type upstream struct {
 
 func (u *upstream) close() {
 	if u.nc != nil {
-		_ = u.nc.Close()
+		shutdown(u.nc)
 	}
 	if u.bs.IsValid() {
 		u.bs.Release()
@@ -483,22 +483,31 @@ func (u *upstream) relay(client *net.TCPConn, br *bufio.Reader) {
 				return
 			}
 		}
-		splicePair(client, u.nc)
+		up, down, err := splicePair(client, u.nc)
+		u.proxy.logger.Debug("relay ended", keyVat, u.proxy.id, keyTarget, u.target.String(), "up", up, "down", down)
+		if err != nil {
+			u.proxy.logger.Warn("relay ended with an error", keyVat, u.proxy.id, keyTarget, u.target.String(), keyReason, err.Error())
+		}
 		return
 	}
 	u.streamRelay(client, early)
 }
 
-// splicePair relays a<->b with splice(2), half-close aware.
-func splicePair(a, b net.Conn) {
+// splicePair relays a<->b with splice(2), half-close aware. It returns the
+// first error either direction met.
+func splicePair(a, b net.Conn) (ab, ba int64, err error) {
 	var wg sync.WaitGroup
 	wg.Add(2)
-	one := func(dst, src net.Conn) {
+	errs := make(chan error, 2)
+	one := func(dst, src net.Conn, count *int64) {
 		defer wg.Done()
-		if _, err := spliceCopy(dst, src); err != nil {
+		n, err := spliceCopy(dst, src)
+		*count = n
+		if err != nil {
+			errs <- err
 			// A broken direction ends both.
-			_ = dst.Close()
-			_ = src.Close()
+			shutdown(dst)
+			shutdown(src)
 			return
 		}
 		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
@@ -507,9 +516,24 @@ func splicePair(a, b net.Conn) {
 			_ = dst.Close()
 		}
 	}
-	go one(b, a)
-	go one(a, b)
+	go one(b, a, &ab)
+	go one(a, b, &ba)
 	wg.Wait()
+	select {
+	case err = <-errs:
+	default:
+	}
+	return ab, ba, err
+}
+
+// shutdown ends c both ways. A handed-over socket has a duplicate in the
+// switchboard, so close(2) alone would send no FIN.
+func shutdown(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.CloseRead()
+		_ = tc.CloseWrite()
+	}
+	_ = c.Close()
 }
 
 // spliceCopy moves bytes from src to dst through a pipe with splice(2),

@@ -1,0 +1,392 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"toybox/labels"
+	"toybox/schema/wire"
+	"toybox/switchboard"
+	"toybox/tests/testenv"
+	"toybox/vat/grant"
+	"toybox/vat/wall"
+)
+
+// probeEnv names what the re-executed test binary does inside the wall.
+const probeEnv = "ENTRY_PROBE"
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(probeEnv); mode != "" {
+		os.Exit(probe(mode, os.Getenv("PROBE_ARG")))
+	}
+	os.Exit(m.Run())
+}
+
+// probe is the app inside the wall. It speaks to the proxy by hand (Go's
+// own proxy support skips loopback targets) and prints what it saw.
+func probe(mode, arg string) int {
+	proxy := os.Getenv("HTTP_PROXY")
+	switch mode {
+	case "env":
+		fmt.Printf("HTTP_PROXY=%q\n", proxy)
+		c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(wall.DefaultProxyPort), time.Second)
+		if err != nil {
+			fmt.Println("DIAL-ERR", err)
+		} else {
+			c.Close()
+			fmt.Println("DIAL-OK")
+		}
+	case "connect":
+		target, msg, _ := strings.Cut(arg, "|")
+		c, err := proxyConn(proxy)
+		if err != nil {
+			fmt.Println("ERROR", err)
+			return 1
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+		if err != nil {
+			fmt.Println("ERROR", err)
+			return 1
+		}
+		if resp.StatusCode != 200 {
+			report(resp)
+			return 0
+		}
+		// A 200 to CONNECT has no body: the tunnel follows.
+		fmt.Printf("STATUS %d\n", resp.StatusCode)
+		io.WriteString(c, msg)
+		got := make([]byte, len(msg))
+		if _, err := io.ReadFull(br, got); err != nil {
+			fmt.Println("ERROR reading the echo:", err)
+			return 1
+		}
+		fmt.Printf("ECHO %s\n", got)
+	case "forward":
+		target, msg, _ := strings.Cut(arg, "|")
+		c, err := net.DialTimeout("tcp", target, 5*time.Second)
+		if err != nil {
+			fmt.Println("ERROR", err)
+			return 1
+		}
+		defer c.Close()
+		io.WriteString(c, msg)
+		got := make([]byte, len(msg))
+		if _, err := io.ReadFull(c, got); err != nil {
+			fmt.Println("ERROR reading the echo:", err)
+			return 1
+		}
+		fmt.Printf("ECHO %s\n", got)
+	case "get":
+		c, err := proxyConn(proxy)
+		if err != nil {
+			fmt.Println("ERROR", err)
+			return 1
+		}
+		defer c.Close()
+		u, _ := url.Parse(arg)
+		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: probe\r\n\r\n", arg, u.Host)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			fmt.Println("ERROR", err)
+			return 1
+		}
+		report(resp)
+		fmt.Printf("CLOSE %v\n", resp.Close)
+	case "bulk":
+		// Upload n bytes through a CONNECT tunnel to a sink that answers
+		// with the count; print the elapsed time.
+		target, ns, _ := strings.Cut(arg, "|")
+		n, _ := strconv.ParseInt(ns, 10, 64)
+		c, err := proxyConn(proxy)
+		if err != nil {
+			fmt.Println("ERROR", err)
+			return 1
+		}
+		defer c.Close()
+		secs, err := upload(c, target, n)
+		if err != nil {
+			fmt.Println("ERROR", err)
+			return 1
+		}
+		fmt.Printf("SECONDS %f\n", secs)
+	default:
+		fmt.Println("unknown probe", mode)
+		return 2
+	}
+	return 0
+}
+
+func proxyConn(proxy string) (net.Conn, error) {
+	u, err := url.Parse(proxy)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("no proxy in HTTP_PROXY=%q", proxy)
+	}
+	return net.DialTimeout("tcp", u.Host, 5*time.Second)
+}
+
+func report(resp *http.Response) {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	fmt.Printf("STATUS %d\n", resp.StatusCode)
+	if ps := resp.Header.Get("Proxy-Status"); ps != "" {
+		fmt.Printf("PROXY-STATUS %s\n", ps)
+	}
+	if len(body) > 0 {
+		fmt.Printf("BODY %s\n", strings.TrimSpace(string(body)))
+	}
+}
+
+// upload CONNECTs through c to target, sends n bytes, half-closes and
+// waits for the sink's count. It returns the seconds the transfer took.
+func upload(c net.Conn, target string, n int64) (float64, error) {
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil {
+		return 0, err
+	}
+	if resp.StatusCode != 200 {
+		return 0, fmt.Errorf("CONNECT answered %s", resp.Status)
+	}
+	buf := make([]byte, 256<<10)
+	began := time.Now()
+	for left := n; left > 0; {
+		chunk := buf[:min(int64(len(buf)), left)]
+		w, err := c.Write(chunk)
+		if err != nil {
+			return 0, err
+		}
+		left -= int64(w)
+	}
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	line, err := br.ReadString('\n')
+	if err != nil {
+		return 0, fmt.Errorf("reading the sink's count: %w", err)
+	}
+	if got := strings.TrimSpace(line); got != strconv.FormatInt(n, 10) {
+		return 0, fmt.Errorf("the sink counted %s bytes; sent %d", got, n)
+	}
+	return time.Since(began).Seconds(), nil
+}
+
+// --- the host side ---
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildErr  error
+)
+
+func binaries(t testing.TB) (entryPath, probePath string) {
+	t.Helper()
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "toybox-entry-test-")
+		if buildErr != nil {
+			return
+		}
+		_ = os.Chmod(buildDir, 0o755)
+		out, err := exec.Command("go", "build", "-o", filepath.Join(buildDir, "toybox-entry"), "toybox/cmd/toybox-entry").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("building toybox-entry: %v\n%s", err, out)
+			return
+		}
+		self, err := os.Executable()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		buildErr = copyFile(self, filepath.Join(buildDir, "probe"))
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return filepath.Join(buildDir, "toybox-entry"), filepath.Join(buildDir, "probe")
+}
+
+func copyFile(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, 0o755)
+}
+
+// startSwitchboard serves a real switchboard (network local, loopback not
+// further judged) on a unix socket in dir.
+func startSwitchboard(t testing.TB, dir string) string {
+	t.Helper()
+	srv, err := switchboard.New(switchboard.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "switchboard.sock")
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ctx, "local", l, labels.Set{Network: labels.NetworkLocal})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		_ = srv.Close()
+	})
+	return sock
+}
+
+// echoServer echoes every connection; sinkServer counts what it receives
+// and answers with the count when the client half-closes.
+func echoServer(t testing.TB) int {
+	t.Helper()
+	return serve(t, func(c net.Conn) { _, _ = io.Copy(c, c) })
+}
+
+func sinkServer(t testing.TB) int {
+	t.Helper()
+	return serve(t, func(c net.Conn) {
+		n, _ := io.Copy(io.Discard, c)
+		fmt.Fprintf(c, "%d\n", n)
+	})
+}
+
+func serve(t testing.TB, h func(net.Conn)) int {
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); h(c) }()
+		}
+	}()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// walled is one vat in a real wall with a real grant.Vat over a real
+// switchboard.
+type walled struct {
+	spec wall.Spec
+	sock string
+}
+
+func newWalled(t testing.TB, id string, net wall.Net) *walled {
+	t.Helper()
+	testenv.RequireBwrap(t)
+	entry, probeBin := binaries(t)
+	root := t.TempDir()
+	_ = os.Chmod(root, 0o755)
+	_ = os.Chmod(filepath.Dir(root), 0o711)
+	state := filepath.Join(root, "state")
+	w := &walled{spec: wall.Spec{
+		ID:         id,
+		InstallDir: filepath.Join(state, "code", "abc"),
+		DataDir:    filepath.Join(state, "data", id),
+		RunDir:     filepath.Join(state, "run", id),
+		StateDir:   state,
+		Command:    []string{"./probe"},
+		EntryPath:  entry,
+		Net:        net,
+		HostEnv:    []string{"PATH=/usr/bin:/bin"},
+	}}
+	for _, d := range []string{w.spec.InstallDir, w.spec.DataDir, w.spec.RunDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := copyFile(probeBin, filepath.Join(w.spec.InstallDir, "probe")); err != nil {
+		t.Fatal(err)
+	}
+	w.sock = startSwitchboard(t, root)
+	return w
+}
+
+// run starts the wall with grants, runs the probe in mode and returns its
+// output.
+func (w *walled) run(t testing.TB, grants []labels.Set, mode, arg string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	u := grant.NewUpstream(grant.UpstreamConfig{Path: w.sock})
+	defer u.Close()
+	v, err := grant.NewVat(grant.VatConfig{ID: w.spec.ID, Grants: grants, Upstream: u})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Revoke()
+	spec := w.spec
+	spec.Env = map[string]string{probeEnv: mode, "PROBE_ARG": arg}
+	spec.AppCap = serveVat(t, ctx, v)
+	if !spec.Net.None {
+		spec.EntryCap = serveVat(t, ctx, v)
+	}
+	out, err := os.CreateTemp(t.TempDir(), "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	spec.Stdout, spec.Stderr = out, out
+	p, err := wall.Start(ctx, spec, nil)
+	if err != nil {
+		t.Fatalf("wall.Start: %v", err)
+	}
+	werr := make(chan error, 1)
+	go func() { werr <- p.Wait() }()
+	select {
+	case err = <-werr:
+	case <-ctx.Done():
+		_ = p.Stop(time.Second)
+		b, _ := os.ReadFile(out.Name())
+		t.Fatalf("the probe did not finish; output:\n%s", b)
+	}
+	b, _ := os.ReadFile(out.Name())
+	if err != nil {
+		t.Logf("the wall ended with %v", err)
+	}
+	return string(b)
+}
+
+// serveVat serves v on one end of a socketpair and returns the other, for
+// the wall.
+func serveVat(t testing.TB, ctx context.Context, v *grant.Vat) *os.File {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine := os.NewFile(uintptr(fds[0]), "vat-server")
+	nc, err := net.FileConn(mine)
+	_ = mine.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = v.Serve(ctx, wire.NewConn(nc.(*net.UnixConn), false)) }()
+	return os.NewFile(uintptr(fds[1]), "vat-client")
+}

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+
+	"toybox/labels"
+	"toybox/vat/wall"
+)
+
+func want(t *testing.T, out string, wants ...string) {
+	t.Helper()
+	for _, w := range wants {
+		if !strings.Contains(out, w) {
+			t.Errorf("output lacks %q; output:\n%s", w, out)
+		}
+	}
+}
+
+func TestShapeNone(t *testing.T) {
+	w := newWalled(t, "none", wall.Net{None: true})
+	out := w.run(t, nil, "env", "")
+	want(t, out, `HTTP_PROXY=""`, "DIAL-ERR")
+}
+
+func TestShapeListedHost(t *testing.T) {
+	echo := echoServer(t)
+	other := echoServer(t)
+	w := newWalled(t, "listed", wall.Net{})
+	grants := []labels.Set{{Host: "127.0.0.1", Port: uint16(echo)}}
+	tests := []struct {
+		name  string
+		arg   string
+		wants []string
+	}{
+		{"the listed host:port", fmt.Sprintf("127.0.0.1:%d|hello through the wall", echo), []string{"STATUS 200", "ECHO hello through the wall"}},
+		{"another port of the same host", fmt.Sprintf("127.0.0.1:%d|nope", other), []string{
+			"STATUS 403", "PROXY-STATUS toybox-entry; error=destination_ip_prohibited; details=\"egress refused:", "BODY egress refused:"}},
+		{"another host", fmt.Sprintf("127.0.0.2:%d|nope", echo), []string{"STATUS 403", "BODY egress refused:"}},
+		{"a name that is not the listed address", fmt.Sprintf("localhost:%d|nope", echo), []string{"STATUS 403", "BODY egress refused:"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			want(t, w.run(t, grants, "connect", tt.arg), tt.wants...)
+		})
+	}
+}
+
+func TestShapeNoGrantRefusesWithReason(t *testing.T) {
+	echo := echoServer(t)
+	w := newWalled(t, "nogrant", wall.Net{})
+	out := w.run(t, nil, "connect", fmt.Sprintf("127.0.0.1:%d|x", echo))
+	want(t, out, "STATUS 403", "BODY egress refused: this vat has no egress grant", "error=destination_ip_prohibited")
+}
+
+func TestShapeInternet(t *testing.T) {
+	echo := echoServer(t)
+	w := newWalled(t, "internet", wall.Net{})
+	internet := []labels.Set{{Scheme: "https", Port: 443, Network: labels.NetworkPublic}}
+	tests := []struct {
+		name string
+		arg  string
+	}{
+		{"a loopback port", fmt.Sprintf("127.0.0.1:%d|x", echo)},
+		{"loopback on 443", "127.0.0.1:443|x"},
+		{"a private address on 443", "10.1.2.3:443|x"},
+		{"the metadata address", "169.254.169.254:443|x"},
+		{"a public address on port 80", "1.1.1.1:80|x"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out := w.run(t, internet, "connect", tt.arg)
+			want(t, out, "STATUS 403", "BODY egress refused:", "PROXY-STATUS toybox-entry; error=destination_ip_prohibited")
+		})
+	}
+}
+
+func TestForwardedPort(t *testing.T) {
+	echo := echoServer(t)
+	w := newWalled(t, "forward", wall.Net{Forwards: []wall.Forward{{Port: 5432, Host: "127.0.0.1", TargetPort: uint16(echo)}}})
+	out := w.run(t, []labels.Set{{Host: "127.0.0.1", Port: uint16(echo)}}, "forward", "127.0.0.1:5432|through a forwarded port")
+	want(t, out, "ECHO through a forwarded port")
+}
+
+func TestPlainHTTP(t *testing.T) {
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		rw.Header().Set("X-Seen-Path", r.URL.Path)
+		fmt.Fprintf(rw, "plain answer for %s", r.URL.Path)
+	})}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	port := l.Addr().(*net.TCPAddr).Port
+	w := newWalled(t, "plain", wall.Net{})
+	grants := []labels.Set{{Scheme: "http", Host: "127.0.0.1", Port: uint16(port)}}
+	t.Run("listed http address", func(t *testing.T) {
+		out := w.run(t, grants, "get", "http://127.0.0.1:"+strconv.Itoa(port)+"/hello")
+		want(t, out, "STATUS 200", "BODY plain answer for /hello", "CLOSE true")
+	})
+	t.Run("unlisted http address", func(t *testing.T) {
+		out := w.run(t, grants, "get", "http://127.0.0.1:"+strconv.Itoa(port+1)+"/x")
+		want(t, out, "STATUS 403", "BODY egress refused:", "PROXY-STATUS toybox-entry; error=destination_ip_prohibited")
+	})
+	t.Run("https target in absolute form", func(t *testing.T) {
+		out := w.run(t, grants, "get", "https://127.0.0.1:"+strconv.Itoa(port)+"/x")
+		want(t, out, "STATUS 400")
+	})
+}
