@@ -148,6 +148,12 @@ func (r *run) wallSpawn(ctx context.Context, id, entry, code, state string, up *
 	}
 	defer pr.Close()
 	defer pw.Close()
+	errf, err := os.CreateTemp(state, "stderr-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(errf.Name())
+	defer errf.Close()
 
 	t0 := time.Now()
 	entryCap, err := capPair(ctx, gv, "entry-cap", func() { r.entrySeen = append(r.entrySeen, time.Since(t0)) })
@@ -163,7 +169,7 @@ func (r *run) wallSpawn(ctx context.Context, id, entry, code, state string, up *
 		ID: id, InstallDir: code, Command: []string{"benchvat", "spawned"},
 		DataDir: data, RunDir: run, StateDir: state,
 		Net: netShape, EntryPath: entry, EntryCap: entryCap, AppCap: appCap,
-		Stdout: pw,
+		Stdout: pw, Stderr: errf,
 	}
 	if netShape.None {
 		_ = entryCap.Close()
@@ -181,7 +187,7 @@ func (r *run) wallSpawn(ctx context.Context, id, entry, code, state string, up *
 	r.spawnStarted = append(r.spawnStarted, started)
 	werr := p.Wait()
 	if rerr != nil {
-		return 0, fmt.Errorf("reading the app's first byte: %w (wall: %v)", rerr, werr)
+		return 0, fmt.Errorf("reading the app's first byte: %w (wall: %v; its stderr: %s)", rerr, werr, tail(errf.Name()))
 	}
 	var ee *exec.ExitError
 	if werr != nil && !errors.As(werr, &ee) {
