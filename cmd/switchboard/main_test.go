@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -44,9 +45,27 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// lockedBuffer collects a running child's output safely.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 type running struct {
 	cmd    *exec.Cmd
-	stderr *bytes.Buffer
+	stderr *lockedBuffer
 	public string
 	local  string
 	dns    *dnstest.Server
@@ -71,7 +90,7 @@ func startSwitchboard(t *testing.T, extra map[string]any) *running {
 	if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	r := &running{public: filepath.Join(dir, "public.sock"), local: filepath.Join(dir, "local.sock"), dns: dns, stderr: &bytes.Buffer{}}
+	r := &running{public: filepath.Join(dir, "public.sock"), local: filepath.Join(dir, "local.sock"), dns: dns, stderr: &lockedBuffer{}}
 	r.cmd = exec.Command(filepath.Join(binDir, "switchboard"), "--config", cfgPath, "--listen", "public="+r.public, "--listen", "local="+r.local)
 	r.cmd.Stderr = r.stderr
 	if err := r.cmd.Start(); err != nil {

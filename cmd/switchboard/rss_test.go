@@ -25,19 +25,22 @@ func TestTenThousandConnectionsRSS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	accepted := make(chan net.Conn, 10001)
+	var accepted []net.Conn
+	acceptDone := make(chan struct{})
 	go func() {
+		defer close(acceptDone)
 		for {
 			c, err := l.Accept()
 			if err != nil {
 				return
 			}
-			accepted <- c
+			accepted = append(accepted, c)
 		}
 	}()
 	defer func() {
-		close(accepted)
-		for c := range accepted {
+		_ = l.Close()
+		<-acceptDone
+		for _, c := range accepted {
 			_ = c.Close()
 		}
 	}()
