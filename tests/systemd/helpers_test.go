@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"capnproto.org/go/capnp/v3"
 )
 
 // unitNames are the units in systemd/, in the order make install lists them.
@@ -81,10 +83,28 @@ func binaries(t testing.TB) string {
 }
 
 func TestMain(m *testing.M) {
+	var (
+		leakMu sync.Mutex
+		leaks  []string
+	)
+	capnp.SetClientLeakFunc(func(msg string) {
+		leakMu.Lock()
+		defer leakMu.Unlock()
+		leaks = append(leaks, msg)
+	})
 	code := m.Run()
 	if buildDir != "" {
 		os.RemoveAll(buildDir)
 	}
+	// Leaked clients are reported when the garbage collector finds them.
+	runtime.GC()
+	runtime.GC()
+	leakMu.Lock()
+	if len(leaks) > 0 {
+		fmt.Fprintf(os.Stderr, "%d capability client(s) leaked:\n%s\n", len(leaks), strings.Join(leaks, "\n"))
+		code = 1
+	}
+	leakMu.Unlock()
 	os.Exit(code)
 }
 
@@ -111,6 +131,9 @@ func parseUnit(data []byte) (unit, error) {
 				return nil, fmt.Errorf("line %d: malformed section %q", n, line)
 			}
 			section = line[1 : len(line)-1]
+			if strings.TrimSpace(section) == "" {
+				return nil, fmt.Errorf("line %d: empty section name", n)
+			}
 			if u[section] == nil {
 				u[section] = map[string][]string{}
 			}
@@ -121,6 +144,9 @@ func parseUnit(data []byte) (unit, error) {
 			return nil, fmt.Errorf("line %d: not Key=Value inside a section: %q", n, line)
 		}
 		key, value = strings.TrimSpace(key), strings.TrimSpace(value)
+		if key == "" || strings.ContainsAny(key, " \t") {
+			return nil, fmt.Errorf("line %d: malformed key %q", n, key)
+		}
 		if value == "" {
 			u[section][key] = []string{}
 			continue
