@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"toybox/bench/load"
@@ -23,6 +25,28 @@ type latPath struct {
 	fails    int
 	attempts int
 	firstErr string
+	byProc   map[string]time.Duration // CPU by process role over every round
+}
+
+// perConnect says how much CPU each process spent per connect on the path.
+func (p *latPath) perConnect() string {
+	if p.attempts == 0 {
+		return ""
+	}
+	roles := make([]string, 0, len(p.byProc))
+	for k := range p.byProc {
+		roles = append(roles, k)
+	}
+	sort.Strings(roles)
+	var parts []string
+	for _, k := range roles {
+		us := float64(p.byProc[k].Microseconds()) / float64(p.attempts)
+		if us < 5 {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s %.0f", k, us))
+	}
+	return p.name + ": " + strings.Join(parts, ", ")
 }
 
 // connectTimeout bounds one connect + echo.
@@ -135,7 +159,15 @@ func (r *run) latencySection(ctx context.Context) {
 			if p.err != nil {
 				continue
 			}
+			cpu0 := r.cpuByProc()
 			ds, fails, err := p.round(ctx, r.cfg.LatencyPerRound)
+			cpu1 := r.cpuByProc()
+			if p.byProc == nil {
+				p.byProc = map[string]time.Duration{}
+			}
+			for k, v := range cpu1 {
+				p.byProc[k] += v - cpu0[k]
+			}
 			if err != nil {
 				p.err = err
 				r.log.Warn("latency path failed", "path", p.name, "error", err)
@@ -192,13 +224,25 @@ func (r *run) latencySection(ctx context.Context) {
 		pu := Durations(piped.got, time.Microsecond)
 		note += fmt.Sprintf("; the same with connect pipelined on the promised handle of constrain (one round trip, not two; measured in the same rounds, not the row's figure): p50 %.0f µs, p99 %.0f µs, %d of %d failed", pu.Percentile(50), pu.Percentile(99), piped.fails, piped.attempts)
 	}
+	cpuNote := "; CPU µs per connect by process (all processes of the bench), " + proxy.perConnect()
+	if sb != nil {
+		cpuNote += "; " + sb.perConnect()
+	}
+	note += cpuNote
 	set(RowConnectP50, 50, sb, r.sbMissing(), note)
 	set(RowConnectP99, 99, sb, r.sbMissing(), note)
-	set(RowWallLatency, 50, wall, r.wallMissing(), fmt.Sprintf("%d connects per path in %d interleaved rounds; ours = inside the wall, dial the entry's proxy on 127.0.0.1 + CONNECT (entry → supervisor relay → switchboard, socket handed over) + 1-byte echo, timed by the app; baseline = the same from the host through the plain proxy", n, r.cfg.LatencyRounds))
+	set(RowWallLatency, 50, wall, r.wallMissing(), fmt.Sprintf("%d connects per path in %d interleaved rounds; ours = inside the wall, dial the entry's proxy on 127.0.0.1 + CONNECT (entry → supervisor relay → switchboard, socket handed over) + 1-byte echo, timed by the app; baseline = the same from the host through the plain proxy%s", n, r.cfg.LatencyRounds, wallCPU(proxy, wall)))
 }
 
 func echoOne(c net.Conn) error {
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 	defer c.SetDeadline(time.Time{})
 	return load.EchoOnce(c)
+}
+
+func wallCPU(proxy, wall *latPath) string {
+	if wall == nil || wall.attempts == 0 {
+		return ""
+	}
+	return "; CPU µs per connect by process, " + proxy.perConnect() + "; " + wall.perConnect()
 }
