@@ -110,18 +110,24 @@ func probe(mode, arg string) int {
 		}
 		report(resp)
 		fmt.Printf("CLOSE %v\n", resp.Close)
-	case "bulk":
-		// Upload n bytes through a CONNECT tunnel to a sink that answers
-		// with the count; print the elapsed time.
+	case "bulk", "bulkraw":
+		// Upload n bytes (through a CONNECT tunnel, or straight for
+		// bulkraw) to a sink that answers with the count; print the time.
 		target, ns, _ := strings.Cut(arg, "|")
 		n, _ := strconv.ParseInt(ns, 10, 64)
-		c, err := proxyConn(proxy)
+		var c net.Conn
+		var err error
+		if mode == "bulk" {
+			c, err = proxyConn(proxy)
+		} else {
+			c, err = net.Dial("tcp", target)
+		}
 		if err != nil {
 			fmt.Println("ERROR", err)
 			return 1
 		}
 		defer c.Close()
-		secs, err := upload(c, target, n)
+		secs, err := upload(c, target, n, mode == "bulk")
 		if err != nil {
 			fmt.Println("ERROR", err)
 			return 1
@@ -155,15 +161,17 @@ func report(resp *http.Response) {
 
 // upload CONNECTs through c to target, sends n bytes, half-closes and
 // waits for the sink's count. It returns the seconds the transfer took.
-func upload(c net.Conn, target string, n int64) (float64, error) {
-	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+func upload(c net.Conn, target string, n int64, connect bool) (float64, error) {
 	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
-	if err != nil {
-		return 0, err
-	}
-	if resp.StatusCode != 200 {
-		return 0, fmt.Errorf("CONNECT answered %s", resp.Status)
+	if connect {
+		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+		if err != nil {
+			return 0, err
+		}
+		if resp.StatusCode != 200 {
+			return 0, fmt.Errorf("CONNECT answered %s", resp.Status)
+		}
 	}
 	buf := make([]byte, 256<<10)
 	began := time.Now()

@@ -92,7 +92,7 @@ type fixture struct {
 	peer                      *os.File // the test's end of the app's capability socket
 }
 
-func newFixture(t *testing.T, id string) *fixture {
+func newFixture(t testing.TB, id string) *fixture {
 	t.Helper()
 	testenv.RequireBwrap(t)
 	entry, victimBin := binaries(t)
@@ -130,7 +130,7 @@ func newFixture(t *testing.T, id string) *fixture {
 }
 
 // caps makes the app's capability socket pair; the wall gets one end.
-func (f *fixture) caps(t *testing.T) {
+func (f *fixture) caps(t testing.TB) {
 	t.Helper()
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {

@@ -1,0 +1,60 @@
+package wall
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+
+	"syscall"
+	"testing"
+
+	"toybox/tests/testenv"
+)
+
+// BenchmarkSpawn compares a walled spawn (plan, fds, seccomp, bwrap,
+// toybox-entry, app) of a static binary with a bare bwrap spawn of the same
+// binary (new namespaces, one read-only bind, no entry). The target
+// is walled <= 1.5x bare.
+func BenchmarkSpawn(b *testing.B) {
+	bwrap := testenv.RequireBwrap(b)
+	busybox, err := exec.LookPath("busybox")
+	if err != nil {
+		testenv.Unavailable(b, "busybox (static) is not installed")
+	}
+	f := newFixture(b, "spawn")
+	if err := copyFile(busybox, filepath.Join(f.install, "busybox"), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	f.spec.Command = []string{"./busybox", "true"}
+
+	b.Run("walled", func(b *testing.B) {
+		for b.Loop() {
+			f.caps(b)
+			p, err := Start(context.Background(), f.spec, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := p.Wait(); err != nil {
+				b.Fatal(err)
+			}
+			f.peer.Close()
+		}
+	})
+	b.Run("bare-bwrap", func(b *testing.B) {
+		args := []string{"--unshare-all", "--die-with-parent", "--new-session",
+			"--ro-bind", f.install, f.install, "--proc", "/proc", "--dev", "/dev",
+			filepath.Join(f.install, "busybox"), "true"}
+		for b.Loop() {
+			cmd := exec.Command(bwrap, args...)
+			cmd.Env = []string{}
+			if os.Geteuid() == 0 {
+				cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: NobodyID, Gid: NobodyID, Groups: []uint32{}}}
+			}
+			if out, err := cmd.CombinedOutput(); err != nil {
+				b.Fatalf("bare bwrap: %v: %s", err, out)
+			}
+		}
+	})
+
+}
