@@ -122,8 +122,32 @@ type File struct {
 	RootCAs string `json:"rootCAs,omitempty"`
 	// Limits bounds each peer connection.
 	Limits Limits `json:"limits,omitempty"`
+	// Owner configures the listener-owner check (package
+	// switchboard/owner) that judges every address of this host a local
+	// handle would dial. If absent, no such check runs: a local handle
+	// reaches every loopback listener its labels admit.
+	Owner *OwnerFile `json:"owner,omitempty"`
 
 	roots map[string]labels.Set
+}
+
+// OwnerFile is the "owner" section of the configuration file; cmd/switchboard
+// turns it into an owner.Config.
+type OwnerFile struct {
+	// ToyboxUID is the uid the supervisor and the walls run as.
+	ToyboxUID int `json:"toyboxUID"`
+	// OwnRoots are toybox's installation and state directories (absolute).
+	OwnRoots []string `json:"ownRoots"`
+	// StateDir is the supervisor's state directory: the installed vats are
+	// read from <stateDir>/vats. If empty, no vat is installed.
+	StateDir string `json:"stateDir,omitempty"`
+	// DockerHost is the Docker Engine address; "" is docker's default.
+	DockerHost string `json:"dockerHost,omitempty"`
+	// Exceptions are compose projects every vat may reach.
+	Exceptions []string `json:"exceptions,omitempty"`
+	// CacheTTL is how long a decision is reused (Go duration text); "" is
+	// the owner package's default.
+	CacheTTL string `json:"cacheTTL,omitempty"`
 }
 
 // ParseFile reads a configuration file's contents strictly: unknown keys,
@@ -168,6 +192,19 @@ func ParseFile(data []byte) (*File, error) {
 	if f.Resolver != "" {
 		if _, err := netip.ParseAddrPort(f.Resolver); err != nil {
 			return nil, fmt.Errorf("%w: resolver %q must be ip:port: %v", ErrConfig, f.Resolver, err)
+		}
+	}
+	if o := f.Owner; o != nil {
+		if o.ToyboxUID < 0 {
+			return nil, fmt.Errorf("%w: owner.toyboxUID must not be negative", ErrConfig)
+		}
+		if len(o.OwnRoots) == 0 {
+			return nil, fmt.Errorf("%w: owner.ownRoots must name toybox's installation and state directories", ErrConfig)
+		}
+		if o.CacheTTL != "" {
+			if _, err := time.ParseDuration(o.CacheTTL); err != nil {
+				return nil, fmt.Errorf("%w: owner.cacheTTL: %v", ErrConfig, err)
+			}
 		}
 	}
 	if f.Limits.Calls < 0 || f.Limits.Bytes < 0 || f.Limits.Conns < 0 || f.Limits.Handles < 0 || f.Limits.Window < 0 {

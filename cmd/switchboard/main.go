@@ -22,11 +22,13 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/coreos/go-systemd/v22/activation"
 	"github.com/coreos/go-systemd/v22/daemon"
 
 	"toybox/switchboard"
+	"toybox/switchboard/owner"
 )
 
 type listenFlag []string
@@ -88,6 +90,20 @@ func run(args []string) int {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "switchboard: %v\n", err)
 		return 1
+	}
+
+	if file.Owner != nil {
+		checker, err := newOwnerChecker(file.Owner, log)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "switchboard: listener-owner check: %v\n", err)
+			return 1
+		}
+		defer checker.Close()
+		// No handle is marked as typed by the owner: every loopback target is
+		// judged as a manifest default (its own containers, never a process).
+		cfg.LoopbackCheck = checker.LoopbackFunc(nil)
+	} else {
+		log.Warn("no listener-owner check configured (config key \"owner\"): local handles reach every loopback listener their labels admit")
 	}
 
 	sockets := map[string]*net.UnixListener{}
@@ -263,4 +279,27 @@ func listenUnix(path string, perm os.FileMode) (*net.UnixListener, error) {
 	}
 	l.SetUnlinkOnClose(true)
 	return l, nil
+}
+
+// newOwnerChecker builds the listener-owner check from the config file.
+func newOwnerChecker(o *switchboard.OwnerFile, log *slog.Logger) (*owner.Checker, error) {
+	var ttl time.Duration
+	if o.CacheTTL != "" {
+		var err error
+		if ttl, err = time.ParseDuration(o.CacheTTL); err != nil {
+			return nil, err
+		}
+	}
+	cfg := owner.Config{
+		ToyboxUID:  o.ToyboxUID,
+		OwnRoots:   o.OwnRoots,
+		DockerHost: o.DockerHost,
+		Exceptions: o.Exceptions,
+		CacheTTL:   ttl,
+		Logger:     log,
+	}
+	if o.StateDir != "" {
+		cfg.InstalledVats = owner.StateVats(o.StateDir, log)
+	}
+	return owner.New(cfg)
 }

@@ -275,3 +275,38 @@ func TestBadConfig(t *testing.T) {
 		t.Errorf("unknown config key: %v %s; want an error naming it", err, out)
 	}
 }
+
+// TestOwnerCheckWired: with an "owner" section the listener-owner check
+// judges loopback targets of local handles (a root-owned listener that no
+// container publishes is refused); without it the switchboard warns.
+func TestOwnerCheckWired(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	r := startSwitchboard(t, map[string]any{"owner": map[string]any{
+		"toyboxUID":  65534,
+		"ownRoots":   []string{t.TempDir()},
+		"dockerHost": "unix://" + filepath.Join(t.TempDir(), "no-docker.sock"),
+	}})
+	code, _, errs := egress(t, "", "--socket", r.local, "check", fmt.Sprintf("127.0.0.1:%d", port))
+	if code != 3 || !strings.HasPrefix(errs, "egress refused: ") {
+		t.Errorf("check of a root-owned loopback listener: exit %d, stderr %q; want refused by the owner check", code, errs)
+	}
+	t.Logf("owner check said: %s", strings.TrimSpace(errs))
+	plain := startSwitchboard(t, nil)
+	code, _, errs = egress(t, "", "--socket", plain.local, "check", fmt.Sprintf("127.0.0.1:%d", port))
+	if code != 0 {
+		t.Errorf("without an owner section: exit %d, %q; want allowed", code, errs)
+	}
+	if !strings.Contains(plain.stderr.String(), "no listener-owner check configured") {
+		t.Error("no warning that the listener-owner check is off")
+	}
+	bad := filepath.Join(t.TempDir(), "c.json")
+	_ = os.WriteFile(bad, []byte(`{"owner":{"toyboxUID":1}}`), 0o600)
+	if out, err := exec.Command(filepath.Join(binDir, "switchboard"), "--config", bad, "--listen", "local="+filepath.Join(t.TempDir(), "s")).CombinedOutput(); err == nil || !strings.Contains(string(out), "ownRoots") {
+		t.Errorf("owner section without ownRoots: %v %s", err, out)
+	}
+}
