@@ -27,6 +27,11 @@ func TestParseFile(t *testing.T) {
 		{"bad resolver", `{"resolver":"dns.example:53"}`, "resolver"},
 		{"negative limit", `{"limits":{"calls":-1}}`, "negative"},
 		{"trailing", `{} {}`, "trailing"},
+		{"owner", `{"owner":{"toyboxUID":999,"ownRoots":["/var/lib/toybox"],"stateDir":"/var/lib/toybox","cacheTTL":"1s"}}`, ""},
+		{"owner without roots", `{"owner":{"toyboxUID":999}}`, "ownRoots"},
+		{"owner negative uid", `{"owner":{"toyboxUID":-1,"ownRoots":["/x"]}}`, "negative"},
+		{"owner bad ttl", `{"owner":{"toyboxUID":1,"ownRoots":["/x"],"cacheTTL":"soon"}}`, "cacheTTL"},
+		{"owner unknown key", `{"owner":{"toyboxUID":1,"ownRoots":["/x"],"uid":3}}`, "unknown field"},
 		{"not json", `sockets: {}`, "invalid"},
 	}
 	for _, tt := range tests {
