@@ -80,6 +80,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, "toybox-entry: --app-cap-fd is required")
 		os.Exit(entry.ExitSetup)
 	}
+	// Hold only what is ours: the two capability sockets.
+	if err := entry.CloseInherited(*capFD, *appCapFD); err != nil {
+		fmt.Fprintln(os.Stderr, "toybox-entry:", err)
+		os.Exit(entry.ExitSetup)
+	}
 	cfg.AppCap = os.NewFile(uintptr(*appCapFD), "app-cap")
 	if *capFD >= 3 {
 		cfg.Cap = os.NewFile(uintptr(*capFD), "entry-cap")

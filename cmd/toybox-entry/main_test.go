@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -94,6 +95,38 @@ func probe(mode, arg string) int {
 			return 1
 		}
 		fmt.Printf("ECHO %s\n", got)
+	case "tls":
+		// CONNECT to a TLS port, then speak TLS through the tunnel.
+		target, sni, _ := strings.Cut(arg, "|")
+		c, err := proxyConn(proxy)
+		if err != nil {
+			fmt.Println("ERROR", err)
+			return 1
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+		if err != nil {
+			fmt.Println("ERROR", err)
+			return 1
+		}
+		if resp.StatusCode != 200 {
+			report(resp)
+			return 0
+		}
+		fmt.Printf("STATUS %d\n", resp.StatusCode)
+		tc := tls.Client(&bufConn{Conn: c, r: br}, &tls.Config{ServerName: sni, InsecureSkipVerify: true})
+		_ = tc.SetDeadline(time.Now().Add(10 * time.Second))
+		if err := tc.Handshake(); err != nil {
+			fmt.Println("TLS-ERROR", err)
+			return 0
+		}
+		io.WriteString(tc, "GET / HTTP/1.0\r\nHost: x\r\n\r\n")
+		b, _ := io.ReadAll(tc)
+		if i := strings.Index(string(b), "\r\n\r\n"); i >= 0 {
+			fmt.Printf("TLS-BODY %s\n", b[i+4:])
+		}
 	case "get":
 		c, err := proxyConn(proxy)
 		if err != nil {
@@ -139,6 +172,14 @@ func probe(mode, arg string) int {
 	}
 	return 0
 }
+
+// bufConn reads through a bufio.Reader that may hold bytes already read.
+type bufConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (b *bufConn) Read(p []byte) (int, error) { return b.r.Read(p) }
 
 func proxyConn(proxy string) (net.Conn, error) {
 	u, err := url.Parse(proxy)

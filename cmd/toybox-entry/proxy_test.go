@@ -1,14 +1,23 @@
 package main
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"fmt"
+	"math/big"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"toybox/labels"
+	"toybox/tests/testenv"
 	"toybox/vat/wall"
 )
 
@@ -111,5 +120,55 @@ func TestPlainHTTP(t *testing.T) {
 	t.Run("https target in absolute form", func(t *testing.T) {
 		out := w.run(t, grants, "get", "https://127.0.0.1:"+strconv.Itoa(port)+"/x")
 		want(t, out, "STATUS 400")
+	})
+}
+
+// tlsServer serves HTTPS on 127.0.0.1:443 (a self-signed certificate).
+func tlsServer(t *testing.T) {
+	t.Helper()
+	testenv.RequireRoot(t)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "localhost"},
+		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp4", "127.0.0.1:443")
+	if err != nil {
+		testenv.Unavailable(t, "cannot listen on 127.0.0.1:443: "+err.Error())
+	}
+	srv := &http.Server{
+		Handler:   http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) { fmt.Fprint(rw, "secret over tls") }),
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}},
+	}
+	go func() { _ = srv.ServeTLS(l, "", "") }()
+	t.Cleanup(func() { _ = srv.Close() })
+}
+
+func TestConnectTLS(t *testing.T) {
+	tlsServer(t)
+	w := newWalled(t, "tls", wall.Net{})
+	byIP := []labels.Set{{Scheme: "https", Host: "127.0.0.1", Port: 443}}
+	byName := []labels.Set{{Scheme: "https", Host: "localhost", Port: 443}}
+	t.Run("address target, no SNI", func(t *testing.T) {
+		want(t, w.run(t, byIP, "tls", "127.0.0.1:443|"), "STATUS 200", "TLS-BODY secret over tls")
+	})
+	t.Run("name target, matching SNI", func(t *testing.T) {
+		want(t, w.run(t, byName, "tls", "localhost:443|localhost"), "STATUS 200", "TLS-BODY secret over tls")
+	})
+	t.Run("name target, another SNI", func(t *testing.T) {
+		out := w.run(t, byName, "tls", "localhost:443|evil.example")
+		want(t, out, "STATUS 200", "TLS-ERROR")
+		if strings.Contains(out, "TLS-BODY") {
+			t.Errorf("a ClientHello naming another server got through; output:\n%s", out)
+		}
+	})
+	t.Run("ungranted TLS target", func(t *testing.T) {
+		want(t, w.run(t, byIP, "tls", "localhost:443|localhost"), "STATUS 403", "BODY egress refused:")
 	})
 }

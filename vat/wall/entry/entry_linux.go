@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -55,6 +56,38 @@ func CloexecAll() error {
 		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
 			unix.CloseOnExec(fd)
 		}
+	}
+	return nil
+}
+
+// CloseInherited closes every descriptor from 3 up except keep: whatever
+// bubblewrap (or the supervisor, by accident) left open is not the entry's
+// to hold. Call it first, before the runtime opens descriptors of its own.
+func CloseInherited(keep ...int) error {
+	dfd, err := unix.Open("/proc/self/fd", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("listing inherited descriptors: %w", os.NewSyscallError("open /proc/self/fd", err))
+	}
+	var names []string
+	buf := make([]byte, 4096)
+	for {
+		n, err := unix.ReadDirent(dfd, buf)
+		if err != nil {
+			_ = unix.Close(dfd)
+			return fmt.Errorf("listing inherited descriptors: %w", os.NewSyscallError("getdents", err))
+		}
+		if n == 0 {
+			break
+		}
+		_, _, names = unix.ParseDirent(buf[:n], -1, names)
+	}
+	_ = unix.Close(dfd)
+	for _, name := range names {
+		fd, err := strconv.Atoi(name)
+		if err != nil || fd < 3 || fd == dfd || slices.Contains(keep, fd) {
+			continue
+		}
+		_ = unix.Close(fd)
 	}
 	return nil
 }

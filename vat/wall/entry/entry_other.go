@@ -22,3 +22,6 @@ const (
 
 // CloexecAll is unavailable off Linux.
 func CloexecAll() error { return ErrUnsupported }
+
+// CloseInherited is unavailable off Linux.
+func CloseInherited(...int) error { return ErrUnsupported }
