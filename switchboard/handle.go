@@ -39,7 +39,9 @@ type held struct {
 	owner   *handle
 	fd      int    // watched by the tracker when >= 0
 	trackID uint64 // the tracker's registration id
-	once    sync.Once
+	// untracked is set (under the tracker's lock) once shut began.
+	untracked bool
+	once      sync.Once
 }
 
 // newHandle makes a handle with labels l under parent (nil for a root).

@@ -82,6 +82,9 @@ func (t *tracker) add(x *held) error {
 	if t.closed {
 		return errors.New("switchboard closed")
 	}
+	if x.untracked {
+		return errors.New("connection already shut")
+	}
 	t.nextID++
 	id := t.nextID
 	// No requested events: EPOLLHUP and EPOLLERR are always reported, once
@@ -99,11 +102,12 @@ func (t *tracker) add(x *held) error {
 
 // remove stops watching x (before its descriptor is closed).
 func (t *tracker) remove(x *held) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	x.untracked = true // a later add fails
 	if x.fd < 0 {
 		return
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	if t.m[x.trackID] == x {
 		delete(t.m, x.trackID)
 		if !t.closed {
