@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"toybox/tests/dockertest"
 	"toybox/tests/testenv"
 )
@@ -89,6 +91,22 @@ func systemdImage(t testing.TB) string {
 	if _, err := docker(t, "image", "inspect", ref); err == nil {
 		return ref
 	}
+	if err := os.MkdirAll(rootfsCache, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// One builder at a time (another test process may be making the same
+	// root).
+	lock, err := os.OpenFile(filepath.Join(rootfsCache, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatalf("locking %s: %v", lock.Name(), err)
+	}
+	if _, err := docker(t, "image", "inspect", ref); err == nil {
+		return ref
+	}
 	root := filepath.Join(rootfsCache, "rootfs-"+tag)
 	if _, err := os.Stat(filepath.Join(root, "sbin/init")); err != nil {
 		debootstrap, err := exec.LookPath("debootstrap")
@@ -96,8 +114,7 @@ func systemdImage(t testing.TB) string {
 			testenv.Unavailable(t, "debootstrap is not installed (apt-get install debootstrap)")
 		}
 		tmp := root + ".tmp"
-		os.RemoveAll(tmp)
-		if err := os.MkdirAll(rootfsCache, 0o755); err != nil {
+		if err := os.RemoveAll(tmp); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("debootstrap %s from %s into %s (once; a few minutes)", debianSuite, mirror, root)
