@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -203,5 +204,32 @@ func TestHandleLimit(t *testing.T) {
 			t.Fatalf("constrain after releasing every handle: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestPeerCannotPushDescriptors: a peer that sends a descriptor to the
+// switchboard loses its connection; the switchboard and other peers go on.
+func TestPeerCannotPushDescriptors(t *testing.T) {
+	f := newFixture(t, nil)
+	bad := dial(t, f.local)
+	ctx := context.Background()
+	if _, err := check(ctx, bad.root, "tcp", "127.0.0.1", 80); err != nil {
+		t.Fatal(err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	if _, err := bad.wc.SendFD(r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := check(ctx, bad.root, "tcp", "127.0.0.1", 80); err == nil {
+		t.Error("a call riding with a pushed descriptor was answered")
+	}
+	good := dial(t, f.local)
+	if got, err := check(ctx, good.root, "tcp", "127.0.0.1", 80); err != nil || !got.allow {
+		t.Errorf("another peer after the bad one: %+v, %v", got, err)
 	}
 }
