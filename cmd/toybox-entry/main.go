@@ -18,6 +18,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"toybox/vat/wall/entry"
 )
@@ -42,6 +43,9 @@ func (f *forwards) Set(s string) error {
 	tport, err := strconv.ParseUint(tp, 10, 16)
 	if err != nil || tport == 0 || host == "" {
 		return fmt.Errorf("bad target %q", hostPort)
+	}
+	if strings.ContainsFunc(host, func(r rune) bool { return unicode.IsControl(r) || unicode.IsSpace(r) || strings.ContainsRune(`/\@`, r) }) {
+		return fmt.Errorf("bad host %q", host)
 	}
 	*f = append(*f, entry.Forward{Port: uint16(port), Host: host, TargetPort: uint16(tport)})
 	return nil

@@ -12,12 +12,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"capnproto.org/go/capnp/v3"
 	"golang.org/x/sys/unix"
 
 	"toybox/labels"
@@ -35,7 +37,24 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv(probeEnv); mode != "" {
 		os.Exit(probe(mode, os.Getenv("PROBE_ARG")))
 	}
-	os.Exit(m.Run())
+	var mu sync.Mutex
+	var leaks []string
+	capnp.SetClientLeakFunc(func(msg string) {
+		mu.Lock()
+		leaks = append(leaks, msg)
+		mu.Unlock()
+	})
+	code := m.Run()
+	runtime.GC()
+	time.Sleep(300 * time.Millisecond) // go-capnp finishes calls 250ms late
+	runtime.GC()
+	mu.Lock()
+	if len(leaks) > 0 && code == 0 {
+		fmt.Fprintf(os.Stderr, "capability leaks:\n%s\n", strings.Join(leaks, "\n"))
+		code = 1
+	}
+	mu.Unlock()
+	os.Exit(code)
 }
 
 // probe is the app inside the wall. It speaks to the proxy by hand (Go's
