@@ -616,7 +616,9 @@ func (b *planner) net() error {
 		if f.Port == 0 || f.TargetPort == 0 || f.Host == "" {
 			return fmt.Errorf("%w: forward %+v needs a port, a host and a target port", ErrSpec, f)
 		}
-		if strings.ContainsFunc(f.Host, func(r rune) bool { return unicode.IsControl(r) || unicode.IsSpace(r) || strings.ContainsRune("/\\@=", r) }) {
+		if strings.ContainsFunc(f.Host, func(r rune) bool {
+			return unicode.IsControl(r) || unicode.IsSpace(r) || strings.ContainsRune("/\\@=", r)
+		}) {
 			return fmt.Errorf("%w: forward host %q", ErrSpec, f.Host)
 		}
 		if used[int(f.Port)] {
