@@ -106,6 +106,9 @@ type stack struct {
 	env    []string
 	extra  []string // more toybox serve flags
 
+	activated bool
+	listened  []*os.File // the activated sockets (ours; toybox gets copies)
+
 	sbPublic, sbLocal string
 	sb, tb            *exec.Cmd
 	sbLog, tbLog      *syncBuffer
@@ -129,7 +132,8 @@ func (s *syncBuffer) String() string {
 }
 
 type stackOpts struct {
-	handle string   // "local" (default) or "public"
+	activated bool   // hand toybox its sockets as systemd would (LISTEN_FDS)
+	handle    string // "local" (default) or "public"
 	env    []string // extra environment for toybox serve
 	extra  []string // extra flags for toybox serve
 }
@@ -153,7 +157,7 @@ func newStack(t testing.TB, opts stackOpts) *stack {
 	}
 	s := &stack{
 		t: t, dir: dir, state: filepath.Join(dir, "state"), admin: filepath.Join(dir, "admin.sock"),
-		http: "127.0.0.1:" + freePort(t), handle: opts.handle, env: opts.env, extra: opts.extra,
+		http: "127.0.0.1:" + freePort(t), handle: opts.handle, env: opts.env, extra: opts.extra, activated: opts.activated,
 		sbPublic: filepath.Join(dir, "sb-public.sock"), sbLocal: filepath.Join(dir, "sb-local.sock"),
 	}
 	t.Cleanup(func() {
@@ -254,10 +258,21 @@ func (s *stack) startToybox() {
 		s.tbLog = &syncBuffer{}
 	}
 	args := append([]string{
-		"serve", "--state", s.state, "--switchboard", s.sbSock(), "--http", s.http, "--admin", s.admin,
+		"serve", "--state", s.state, "--switchboard", s.sbSock(),
 		"--entry", filepath.Join(bins, "toybox-entry"), "--stop-grace", "2s",
 	}, s.extra...)
-	s.tb = exec.Command(filepath.Join(bins, "toybox"), args...)
+	if s.activated {
+		// As systemd does: the sockets as fds 3 and 4, named; LISTEN_PID
+		// is the shell's pid, which exec keeps.
+		if s.listened == nil {
+			s.listened = activatedSockets(s.t, s.http, s.admin)
+		}
+		s.tb = exec.Command("sh", append([]string{"-c", `LISTEN_PID=$$ LISTEN_FDS=2 LISTEN_FDNAMES=http:admin exec "$0" "$@"`, filepath.Join(bins, "toybox")}, args...)...)
+		s.tb.ExtraFiles = s.listened
+	} else {
+		args = append(args, "--http", s.http, "--admin", s.admin)
+		s.tb = exec.Command(filepath.Join(bins, "toybox"), args...)
+	}
 	s.tb.Env = append([]string{"PATH=" + os.Getenv("PATH")}, s.env...)
 	s.tb.Stdout, s.tb.Stderr = s.tbLog, s.tbLog
 	if err := s.tb.Start(); err != nil {
@@ -267,6 +282,36 @@ func (s *stack) startToybox() {
 		code, _ := s.adminDo("GET", "/", nil)
 		return code == http.StatusOK
 	})
+}
+
+// activatedSockets listens on httpAddr (tcp) and adminPath (unix, 0600) and
+// returns the sockets as files, for LISTEN_FDS.
+func activatedSockets(t testing.TB, httpAddr, adminPath string) []*os.File {
+	t.Helper()
+	hl, err := net.Listen("tcp", httpAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	al, err := net.Listen("unix", adminPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(adminPath, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hf, err := hl.(*net.TCPListener).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	af, err := al.(*net.UnixListener).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = hl.Close()
+	al.(*net.UnixListener).SetUnlinkOnClose(false)
+	_ = al.Close()
+	t.Cleanup(func() { hf.Close(); af.Close() })
+	return []*os.File{hf, af}
 }
 
 // stopToybox stops the supervisor with SIGTERM (as systemd would).
@@ -281,8 +326,13 @@ func (s *stack) stopToybox() {
 	case <-done:
 	case <-time.After(20 * time.Second):
 		s.t.Errorf("toybox did not stop within 20s of SIGTERM")
-		_ = s.tb.Process.Kill()
-		<-done
+		_ = s.tb.Process.Signal(syscall.SIGQUIT) // a goroutine dump into the log
+		select {
+		case <-done:
+		case <-time.After(2 * time.Second):
+			_ = s.tb.Process.Kill()
+			<-done
+		}
 	}
 	s.tb = nil
 	// With GOFLAGS=-race the binaries are race-enabled: a race is a failure.

@@ -189,3 +189,57 @@ func TestFailedWallNeverRunsUnwalled(t *testing.T) {
 		t.Errorf("admin socket mode = %v, %v; want 0600", fi.Mode().Perm(), err)
 	}
 }
+
+// socketInode returns the "socket:[N]" link text of f. It does not call
+// f.Fd(), which would put the socket (shared with toybox) in blocking mode.
+func socketInode(t *testing.T, f *os.File) string {
+	t.Helper()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st syscall.Stat_t
+	var serr error
+	if err := rc.Control(func(fd uintptr) { serr = syscall.Fstat(int(fd), &st) }); err != nil {
+		t.Fatal(err)
+	}
+	if serr != nil {
+		t.Fatal(serr)
+	}
+	return fmt.Sprintf("socket:[%d]", st.Ino)
+}
+
+// TestSocketActivation: toybox serves on the sockets it is handed (named
+// http and admin), and they never reach a vat: no process in a wall holds
+// either of them.
+func TestSocketActivation(t *testing.T) {
+	s := newStack(t, stackOpts{activated: true})
+	s.mustInstall("alice", example(t, "counter-v1"), "")
+	s.mustGet("/alice", "v1 count 1")
+	banned := map[string]string{socketInode(t, s.listened[0]): "http", socketInode(t, s.listened[1]): "admin"}
+	pid := int(s.status("alice")["pid"].(float64))
+	procs := descendants(pid)
+	if len(procs) < 2 {
+		t.Fatalf("the wall of alice has processes %v; want bwrap and what it runs", procs)
+	}
+	for _, p := range procs {
+		fds, err := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, fd := range fds {
+			link, err := os.Readlink(fd)
+			if err != nil {
+				continue
+			}
+			if name, bad := banned[link]; bad {
+				t.Errorf("pid %d (%s) of alice's wall holds the activated %s socket as %s", p, comm(p), name, fd)
+			}
+		}
+	}
+	// Restarted on the same sockets, the vats come back.
+	s.stopToybox()
+	s.startToybox()
+	waitFor(t, "alice back", 20*time.Second, func() bool { return s.status("alice")["status"] == "walled" })
+	s.mustGet("/alice", "v1 count 2")
+}
