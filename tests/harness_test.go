@@ -132,10 +132,10 @@ func (s *syncBuffer) String() string {
 }
 
 type stackOpts struct {
-	activated bool   // hand toybox its sockets as systemd would (LISTEN_FDS)
-	handle    string // "local" (default) or "public"
-	env    []string // extra environment for toybox serve
-	extra  []string // extra flags for toybox serve
+	activated bool     // hand toybox its sockets as systemd would (LISTEN_FDS)
+	handle    string   // "local" (default) or "public"
+	env       []string // extra environment for toybox serve
+	extra     []string // extra flags for toybox serve
 }
 
 // newStack starts a switchboard and a supervisor holding opts.handle. Every
