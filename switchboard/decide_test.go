@@ -146,6 +146,9 @@ func TestNames(t *testing.T) {
 		{"deny list address", "denied-addr.test", false, false, "deny list", true},
 		{"deny list name", "blocked.test", false, false, "blocked.test is a name on the operator's deny list", false},
 		{"deny list subname", "x.blocked.test", false, false, "deny list", false},
+		{"deny list trailing dot", "blocked.test.", false, false, "deny list", false},
+		{"deny list upper case", "BLOCKED.Test", false, false, "deny list", false},
+		{"metadata name trailing dot", "metadata.google.internal.", false, false, "cloud metadata name", false},
 		{"metadata name", "metadata.google.internal", false, false, "metadata.google.internal is a cloud metadata name", false},
 		{"own public name", "me.test", false, false, "public name of this host", false},
 	}
