@@ -27,12 +27,6 @@ func socketpair(t *testing.T) (*os.File, *os.File) {
 	return os.NewFile(uintptr(fds[0]), "pair-a"), os.NewFile(uintptr(fds[1]), "pair-b")
 }
 
-func clearCloexec(t *testing.T, f *os.File) {
-	t.Helper()
-	if _, err := unix.FcntlInt(f.Fd(), unix.F_SETFD, 0); err != nil {
-		t.Fatal(err)
-	}
-}
 
 func fileUID(fi os.FileInfo) int { return int(fi.Sys().(*syscall.Stat_t).Uid) }
 
@@ -122,3 +116,18 @@ func (f *fixture) runVictimNoVat(t *testing.T, mode string, entryPeer *os.File) 
 }
 
 func capnpClient(v schema.Vat) capnp.Client { return capnp.Client(v) }
+
+// highFD opens path at descriptor 300 or above, inheritable (no CLOEXEC).
+func highFD(t *testing.T, path string) *os.File {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD, 300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return os.NewFile(uintptr(fd), path)
+}

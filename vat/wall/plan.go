@@ -210,8 +210,7 @@ func (b *planner) build() error {
 	if err := b.net(); err != nil {
 		return err
 	}
-	b.env()
-	return nil
+	return b.env()
 }
 
 func (b *planner) tier() error {
@@ -644,7 +643,9 @@ func (b *planner) net() error {
 }
 
 // env builds the app's environment: nothing is inherited but the allowlist.
-func (b *planner) env() {
+// A declared key that is not a name, or a value holding a NUL byte, is an
+// error; a declared TOYBOX_* key is overridden by the wall's own.
+func (b *planner) env() error {
 	m := map[string]string{}
 	for k, v := range b.hostEnv() {
 		if k == "PATH" || k == "LANG" || k == "TZ" || strings.HasPrefix(k, "LC_") {
@@ -655,7 +656,13 @@ func (b *planner) env() {
 		m["PATH"] = "/usr/local/bin:/usr/bin:/bin"
 	}
 	for k, v := range b.spec.Env {
-		if validEnvKey(k) && !strings.HasPrefix(k, "TOYBOX_") {
+		if !validEnvKey(k) {
+			return fmt.Errorf("%w: environment key %q is not a variable name", ErrSpec, k)
+		}
+		if strings.ContainsRune(v, 0) {
+			return fmt.Errorf("%w: the value of %s holds a NUL byte", ErrSpec, k)
+		}
+		if !strings.HasPrefix(k, "TOYBOX_") {
 			m[k] = v
 		}
 	}
@@ -691,11 +698,18 @@ func (b *planner) env() {
 		b.p.Env = append(b.p.Env, k+"="+v)
 	}
 	slices.Sort(b.p.Env)
+	return nil
 }
 
+// validEnvKey reports whether k is a portable variable name.
 func validEnvKey(k string) bool {
-	if k == "" || strings.ContainsAny(k, "=\x00") {
+	if k == "" || (k[0] >= '0' && k[0] <= '9') {
 		return false
+	}
+	for _, r := range k {
+		if !(r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+			return false
+		}
 	}
 	return true
 }

@@ -68,12 +68,8 @@ func TestAppInheritsExactlyFourFDs(t *testing.T) {
 	defer entryB.Close()
 	f.spec.EntryCap = entryA
 	// Leak bait: an fd the supervisor holds open without CLOEXEC.
-	bait, err := os.Open("/etc/hostname")
-	if err != nil {
-		t.Fatal(err)
-	}
+	bait := highFD(t, "/etc/hostname")
 	defer bait.Close()
-	clearCloexec(t, bait)
 	out, err := f.runVictimNoVat(t, "fds", entryB)
 	if err != nil {
 		t.Fatalf("Wait = %v; output:\n%s", err, out)
@@ -636,4 +632,49 @@ func reverse(s string) string {
 		r[i], r[j] = r[j], r[i]
 	}
 	return string(r)
+}
+
+func TestEntryHoldsNoInheritedFD(t *testing.T) {
+	f := newFixture(t, "holder")
+	// Bait: a descriptor the supervisor left inheritable by accident, at a
+	// number above the ones Start hands bwrap (those are dup2'ed over).
+	bait := highFD(t, "/etc/hostname")
+	defer bait.Close()
+	f.caps(t)
+	f.spec.Env = map[string]string{victimEnv: "sleep"}
+	out, err := os.CreateTemp(t.TempDir(), "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	f.spec.Stdout = out
+	p, err := Start(context.Background(), f.spec, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop(time.Second)
+	// Wait until the app runs (so the entry is past its setup).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, _ := os.ReadFile(out.Name())
+		if strings.Contains(string(b), "sleeping") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the app never started; output %q", b)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, pid := range []int{p.child} {
+		ents, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			target, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/fd/" + e.Name())
+			if target == "/etc/hostname" {
+				t.Errorf("toybox-entry (pid %d) holds the supervisor's fd %s -> %s", pid, e.Name(), target)
+			}
+		}
+	}
 }

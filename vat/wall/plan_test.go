@@ -1,0 +1,172 @@
+package wall
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"toybox/tests/testenv"
+	"toybox/vat/wall/seccomp"
+)
+
+// planSpec is a Spec over a fresh state dir, with no bwrap needed.
+func planSpec(t testing.TB) Spec {
+	t.Helper()
+	root := t.TempDir()
+	state := filepath.Join(root, "state")
+	s := Spec{
+		ID:         "planned",
+		StateDir:   state,
+		InstallDir: filepath.Join(state, "code", "c0de"),
+		DataDir:    filepath.Join(state, "data", "planned"),
+		RunDir:     filepath.Join(state, "run", "planned"),
+		EntryPath:  filepath.Join(root, "toybox-entry"),
+		Command:    []string{"./app", "--flag"},
+		HostEnv:    []string{"PATH=/usr/bin", "LC_ALL=C", "TZ=UTC", "AWS_SECRET_ACCESS_KEY=x", "HOME=/root"},
+		Net:        Net{None: true},
+	}
+	for _, d := range []string{s.InstallDir, s.DataDir, s.RunDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{filepath.Join(s.InstallDir, "app"), s.EntryPath} {
+		if err := os.WriteFile(f, []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+func TestPlanEnv(t *testing.T) {
+	if seccomp.Supported() != nil {
+		testenv.Unavailable(t, "no seccomp table here")
+	}
+	tests := []struct {
+		name    string
+		env     map[string]string
+		wantErr error
+		want    []string
+		notWant []string
+	}{
+		{"allowlist only", nil, nil, []string{"PATH=/usr/bin", "LC_ALL=C", "TZ=UTC"}, []string{"AWS_SECRET_ACCESS_KEY=x", "HOME=/root"}},
+		{"declared keys", map[string]string{"API_KEY": "v", "url": "http://x"}, nil, []string{"API_KEY=v", "url=http://x"}, nil},
+		{"reserved keys overridden", map[string]string{"TOYBOX_VAT": "spoof", "TOYBOX_CAP_FD": "9"}, nil, []string{"TOYBOX_VAT=planned", "TOYBOX_CAP_FD=3"}, []string{"TOYBOX_VAT=spoof"}},
+		{"proxy keys dropped without a network", map[string]string{"HTTP_PROXY": "http://evil"}, nil, nil, []string{"HTTP_PROXY=http://evil"}},
+		{"key with equals", map[string]string{"A=B": "x"}, ErrSpec, nil, nil},
+		{"key with dash", map[string]string{"A-B": "x"}, ErrSpec, nil, nil},
+		{"empty key", map[string]string{"": "x"}, ErrSpec, nil, nil},
+		{"NUL in a value", map[string]string{"A": "x\x00y"}, ErrSpec, nil, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := planSpec(t)
+			s.Env = tt.env
+			p, err := BuildPlan(s)
+			if tt.wantErr != nil {
+				if !errors.Is(err, tt.wantErr) {
+					t.Fatalf("BuildPlan = %v; want %v", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := strings.Join(p.Env, "\n")
+			for _, w := range tt.want {
+				if !strings.Contains("\n"+got+"\n", "\n"+w+"\n") {
+					t.Errorf("Env lacks %q; Env:\n%s", w, got)
+				}
+			}
+			for _, w := range tt.notWant {
+				if strings.Contains(got, w) {
+					t.Errorf("Env has %q", w)
+				}
+			}
+		})
+	}
+}
+
+func TestPlanProxyPortBump(t *testing.T) {
+	if seccomp.Supported() != nil {
+		testenv.Unavailable(t, "no seccomp table here")
+	}
+	tests := []struct {
+		name     string
+		net      Net
+		wantPort int
+		wantErr  error
+	}{
+		{"default", Net{}, DefaultProxyPort, nil},
+		{"chosen", Net{ProxyPort: 8888}, 8888, nil},
+		{"bumped past forwards", Net{Forwards: []Forward{{Port: 39080, Host: "h", TargetPort: 1}, {Port: 39081, Host: "h", TargetPort: 2}}}, 39082, nil},
+		{"forward twice", Net{Forwards: []Forward{{Port: 1, Host: "h", TargetPort: 1}, {Port: 1, Host: "g", TargetPort: 2}}}, 0, ErrSpec},
+		{"forward without host", Net{Forwards: []Forward{{Port: 1, TargetPort: 1}}}, 0, ErrSpec},
+		{"forward host with a newline", Net{Forwards: []Forward{{Port: 1, Host: "h\n--x", TargetPort: 1}}}, 0, ErrSpec},
+		{"none with forwards", Net{None: true, Forwards: []Forward{{Port: 1, Host: "h", TargetPort: 1}}}, 0, ErrSpec},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := planSpec(t)
+			s.Net = tt.net
+			p, err := BuildPlan(s)
+			if tt.wantErr != nil {
+				if !errors.Is(err, tt.wantErr) {
+					t.Fatalf("BuildPlan = %v; want %v", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.ProxyPort != tt.wantPort {
+				t.Errorf("ProxyPort = %d; want %d", p.ProxyPort, tt.wantPort)
+			}
+		})
+	}
+}
+
+// FuzzBuildPlan feeds arbitrary declared env and forward hosts to the plan:
+// whatever it accepts keeps the wall's own variables and carries nothing
+// that could be read as another bwrap option.
+func FuzzBuildPlan(f *testing.F) {
+	if seccomp.Supported() != nil {
+		f.Skip("no seccomp table here")
+	}
+	f.Add("API_KEY", "value", "127.0.0.1", uint16(5432))
+	f.Add("TOYBOX_VAT", "spoof", "db.lan", uint16(39080))
+	f.Add("A=B", "x\x00", "h\n--bind / /", uint16(1))
+	f.Fuzz(func(t *testing.T, key, value, host string, port uint16) {
+		s := planSpec(t)
+		s.Env = map[string]string{key: value}
+		s.Net = Net{Forwards: []Forward{{Port: port, Host: host, TargetPort: 80}}}
+		p, err := BuildPlan(s)
+		if err != nil {
+			return
+		}
+		env := map[string]string{}
+		for _, kv := range p.Env {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || !validEnvKey(k) || strings.ContainsRune(v, 0) {
+				t.Fatalf("bad env entry %q", kv)
+			}
+			env[k] = v
+		}
+		if env["TOYBOX_VAT"] != "planned" || env["TOYBOX_CAP_FD"] != "3" || env["TOYBOX_LISTEN"] != ListenPath {
+			t.Fatalf("the wall's own variables were overridden: %v", p.Env)
+		}
+		if _, ok := env["AWS_SECRET_ACCESS_KEY"]; ok {
+			t.Fatal("a host variable outside the allowlist reached the plan")
+		}
+		for _, fw := range p.Forwards {
+			if strings.ContainsAny(fw.Host, " \t\r\n\x00=") {
+				t.Fatalf("forward host %q accepted", fw.Host)
+			}
+		}
+		if p.ProxyPort == int(port) {
+			t.Fatalf("proxy port %d collides with a forward", port)
+		}
+	})
+}
