@@ -27,7 +27,6 @@ func socketpair(t *testing.T) (*os.File, *os.File) {
 	return os.NewFile(uintptr(fds[0]), "pair-a"), os.NewFile(uintptr(fds[1]), "pair-b")
 }
 
-
 func fileUID(fi os.FileInfo) int { return int(fi.Sys().(*syscall.Stat_t).Uid) }
 
 func mustWrite(t *testing.T, p, content string) {
