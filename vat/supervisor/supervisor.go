@@ -241,18 +241,11 @@ func (s *Supervisor) Start() error {
 	if rerr != nil {
 		s.log.Error("reading installed vats", keyErr, rerr)
 	}
-	var wg sync.WaitGroup
+	// Load every record first, so that uids handed to records that have
+	// none never collide with a uid a later record holds.
+	var load []*vat
 	for _, rec := range recs {
 		v := &vat{id: rec.ID, logs: newRing(s.cfg.LogBytes), rec: rec, word: words.Starting}
-		s.mu.Lock()
-		s.vats[rec.ID] = v
-		s.mu.Unlock()
-		if rec.UID == 0 && s.cfg.UIDBase >= 0 {
-			v.rec.UID = s.allocUID(v)
-			if err := s.cfg.Store.SaveRecord(v.rec); err != nil {
-				s.log.Error("saving the vat's uid", keyVat, rec.ID, keyErr, err)
-			}
-		}
 		code, err := s.cfg.Store.Code(rec.Code)
 		if err == nil {
 			v.code = code
@@ -261,7 +254,24 @@ func (s *Supervisor) Start() error {
 		if err != nil {
 			v.word, v.lastError = words.OffStopped, "loading its code: "+err.Error()
 			s.log.Error("vat not started", keyVat, rec.ID, keyCode, rec.Code, keyErr, err)
-			continue
+		} else {
+			load = append(load, v)
+		}
+		s.mu.Lock()
+		s.vats[rec.ID] = v
+		s.mu.Unlock()
+	}
+	var wg sync.WaitGroup
+	for _, v := range load {
+		if v.rec.UID == 0 && s.cfg.UIDBase >= 0 {
+			uid := s.allocUID(v)
+			v.mu.Lock()
+			v.rec.UID = uid
+			rec := v.rec
+			v.mu.Unlock()
+			if err := s.cfg.Store.SaveRecord(rec); err != nil {
+				s.log.Error("saving the vat's uid", keyVat, rec.ID, keyErr, err)
+			}
 		}
 		wg.Add(1)
 		go func() {
