@@ -48,7 +48,8 @@ func TestShapeListedHost(t *testing.T) {
 	}{
 		{"the listed host:port", fmt.Sprintf("127.0.0.1:%d|hello through the wall", echo), []string{"STATUS 200", "ECHO hello through the wall"}},
 		{"another port of the same host", fmt.Sprintf("127.0.0.1:%d|nope", other), []string{
-			"STATUS 403", "PROXY-STATUS toybox-entry; error=destination_ip_prohibited; details=\"egress refused:", "BODY egress refused:"}},
+			"STATUS 403", "PROXY-STATUS toybox-entry; error=destination_ip_prohibited; details=\"egress refused:", "BODY egress refused:",
+		}},
 		{"another host", fmt.Sprintf("127.0.0.2:%d|nope", echo), []string{"STATUS 403", "BODY egress refused:"}},
 		{"a name that is not the listed address", fmt.Sprintf("localhost:%d|nope", echo), []string{"STATUS 403", "BODY egress refused:"}},
 	}
@@ -131,9 +132,11 @@ func tlsServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "localhost"},
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "localhost"},
 		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
 		t.Fatal(err)

@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-
 	"syscall"
 	"testing"
 
@@ -42,9 +41,11 @@ func BenchmarkSpawn(b *testing.B) {
 		}
 	})
 	b.Run("bare-bwrap", func(b *testing.B) {
-		args := []string{"--unshare-all", "--die-with-parent", "--new-session",
+		args := []string{
+			"--unshare-all", "--die-with-parent", "--new-session",
 			"--ro-bind", f.install, f.install, "--proc", "/proc", "--dev", "/dev",
-			filepath.Join(f.install, "busybox"), "true"}
+			filepath.Join(f.install, "busybox"), "true",
+		}
 		for b.Loop() {
 			cmd := exec.Command(bwrap, args...)
 			cmd.Env = []string{}
@@ -56,5 +57,4 @@ func BenchmarkSpawn(b *testing.B) {
 			}
 		}
 	})
-
 }

@@ -43,7 +43,6 @@ type Process struct {
 	child  int // the entry's pid on the host (pid 1 inside)
 	logger *slog.Logger
 
-	waitOnce sync.Once
 	done     chan struct{}
 	err      error
 	status   *os.File // bwrap's JSON status pipe (read end)

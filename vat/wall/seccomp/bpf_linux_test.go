@@ -130,7 +130,7 @@ func TestFilterTable(t *testing.T) {
 		{"ioctl TCGETS allowed", unix.SYS_IOCTL, auditArchX8664, []uint64{0, unix.TCGETS}, retAllow},
 		{"i386 getpid kills", 20, auditArchI386, nil, retKillProcess},
 		{"i386 ptrace kills", 26, auditArchI386, nil, retKillProcess},
-		{"x32 read kills", x32Bit | 0, auditArchX8664, nil, retKillProcess},
+		{"x32 read kills", x32Bit, auditArchX8664, nil, retKillProcess},
 		{"x32 ptrace kills", x32Bit | 521, auditArchX8664, nil, retKillProcess},
 		{"aarch64 arch kills", unix.SYS_READ, 0xc00000b7, nil, retKillProcess},
 	}
