@@ -43,9 +43,9 @@ type Process struct {
 	child  int // the entry's pid on the host (pid 1 inside)
 	logger *slog.Logger
 
-	done     chan struct{}
-	err      error
-	status   *os.File // bwrap's JSON status pipe (read end)
+	done   chan struct{}
+	err    error
+	status *os.File // bwrap's JSON status pipe (read end)
 }
 
 // Pid is bwrap's pid on the host.
