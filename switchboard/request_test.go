@@ -15,6 +15,7 @@ import (
 	"capnproto.org/go/capnp/v3/flowcontrol"
 	"golang.org/x/net/websocket"
 
+	"toybox/labels"
 	"toybox/schema"
 )
 
@@ -345,5 +346,92 @@ func TestWebSocket(t *testing.T) {
 		t.Error("public webSocket to a loopback name succeeded")
 	} else {
 		mustContain(t, "public ws", err.Error(), "egress refused: ws.test resolves to 127.0.0.1")
+	}
+}
+
+func TestWebSocketTLS(t *testing.T) {
+	ts, _, pemBytes := testTLSServer(t, websocket.Server{
+		Handshake: func(*websocket.Config, *http.Request) error { return nil },
+		Handler:   func(c *websocket.Conn) { _, _ = io.Copy(c, c) },
+	})
+	port := ts.Listener.Addr().(*net.TCPAddr).Port
+	f := newFixture(t, func(c *Config) { c.RootCAs = pemBytes })
+	f.dns.Set("example.com", mustAddr("127.0.0.1"))
+	c := dial(t, f.local)
+	ctx := context.Background()
+	mc := &msgCollector{got: make(chan struct{}, 4), closed: make(chan struct{})}
+	fut, release := c.root.WebSocket(ctx, func(p schema.Handle_webSocket_Params) error {
+		if err := p.SetUrl(fmt.Sprintf("wss://example.com:%d/", port)); err != nil {
+			return err
+		}
+		return p.SetDownstream(schema.MessageStream_ServerToClient(mc))
+	})
+	defer release()
+	r, err := fut.Struct()
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := r.Upstream().AddRef()
+	defer up.Release()
+	up.SetFlowLimiter(flowcontrol.NewFixedLimiter(1 << 20))
+	if err := up.Send(ctx, func(p schema.MessageStream_send_Params) error { return p.SetData([]byte("secure hello")) }); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-mc.got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no echo over wss")
+	}
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	if mc.msgs[0] != "secure hello" {
+		t.Errorf("wss echo = %q", mc.msgs[0])
+	}
+}
+
+// TestReleaseCancelsRequest: releasing the handle ends a request that is
+// still waiting for its answer.
+func TestReleaseCancelsRequest(t *testing.T) {
+	arrived := make(chan struct{})
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(arrived)
+		<-r.Context().Done() // never answers; ends when the connection does
+	}))
+	defer hs.Close()
+	port := hs.Listener.Addr().(*net.TCPAddr).Port
+	f := newFixture(t, nil)
+	c := dial(t, f.local)
+	h, err := constrain(t, c.root, labels.Set{Host: "127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	rc := newResp()
+	fut, release := h.Request(ctx, func(p schema.Handle_request_Params) error {
+		_ = p.SetMethod("GET")
+		_ = p.SetUrl(fmt.Sprintf("http://127.0.0.1:%d/slow", port))
+		return p.SetResponder(schema.Responder_ServerToClient(rc))
+	})
+	defer release()
+	res, err := fut.Struct()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ef, erel := res.Body().End(ctx, nil)
+	_, _ = ef.Struct()
+	erel()
+	select {
+	case <-arrived:
+	case <-time.After(5 * time.Second):
+		t.Fatal("request never arrived")
+	}
+	h.Release()
+	select {
+	case <-rc.done:
+		if rc.failed == "" {
+			t.Errorf("request ended with status %d; want a failure", rc.status)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("request still pending after its handle was released")
 	}
 }
