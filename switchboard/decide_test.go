@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"toybox/labels"
+	"toybox/switchboard/dnstest"
 )
 
 // TestAddressClassesOverTheWire asks both sockets about every address class
@@ -124,7 +125,7 @@ func TestNames(t *testing.T) {
 	f.dns.Set("blocked.test", A("8.8.8.8"))
 	f.dns.Set("x.blocked.test", A("8.8.8.8"))
 	f.dns.Set("metadata.google.internal", A("8.8.8.8"))
-	f.dns.Set("me.test", A("8.8.8.8"))
+	f.dns.Set("me.test", A("81.2.69.77"))
 	pub, loc := dial(t, f.public), dial(t, f.local)
 	ctx := context.Background()
 	tests := []struct {
@@ -150,7 +151,7 @@ func TestNames(t *testing.T) {
 		{"deny list upper case", "BLOCKED.Test", false, false, "deny list", false},
 		{"metadata name trailing dot", "metadata.google.internal.", false, false, "cloud metadata name", false},
 		{"metadata name", "metadata.google.internal", false, false, "metadata.google.internal is a cloud metadata name", false},
-		{"own public name", "me.test", false, false, "public name of this host", false},
+		{"own public name", "me.test", false, false, "public name of this host", true}, // resolved by the own-address refresher, never by a check
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -464,4 +465,36 @@ func TestIDNAOverTheWire(t *testing.T) {
 	if got, err := check(ctx, h, "tcp", "bücher.test", 80); err != nil || !got.allow {
 		t.Errorf("a grant of the A-label admits the U-label: %+v, %v", got, err)
 	}
+}
+
+// TestPublicNamesAddresses: the addresses this host's public names resolve
+// to are this host's own (behind NAT they reach it): never public.
+func TestPublicNamesAddresses(t *testing.T) {
+	dns, err := dnstest.New("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dns.Close()
+	dns.Set("me.test", netip.MustParseAddr("81.2.69.5"))
+	dns.Set("alias.test", netip.MustParseAddr("81.2.69.5"))
+	f := newFixture(t, func(c *Config) {
+		c.PublicNames = []string{"me.test"}
+		c.Resolver = dns.Addr()
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for f.srv.classify().Addr(netip.MustParseAddr("81.2.69.5")).Class.String() == "public" {
+		if time.Now().After(deadline) {
+			t.Fatal("the public name's address never became this host's own")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	pub := dial(t, f.public)
+	got, err := check(context.Background(), pub.root, "tcp", "alias.test", 443)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.allow {
+		t.Error("the public socket admitted an address of this host's public name")
+	}
+	mustContain(t, "reason", got.reason, "an address of this host")
 }

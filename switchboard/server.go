@@ -83,7 +83,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.tracker = t
-	if cfg.OwnAddrs == nil {
+	if cfg.OwnAddrs == nil || len(cfg.PublicNames) > 0 {
 		go s.refreshOwn()
 	}
 	return s, nil
@@ -101,19 +101,40 @@ func (s *Server) setOwn(own []netip.Addr) {
 
 func (s *Server) classify() *addrclass.Classifier { return s.classes.Load() }
 
+// refreshOwn keeps the host's own addresses current: the interfaces (when
+// Config.OwnAddrs is nil) and the addresses this host's public names
+// resolve to (a public address behind NAT reaches this host too).
 func (s *Server) refreshOwn() {
 	t := time.NewTicker(ownRefresh)
 	defer t.Stop()
+	named := map[string][]netip.Addr{} // the last answers, kept when a lookup fails
 	for {
+		own := s.cfg.OwnAddrs
+		if own == nil {
+			if got, err := addrclass.InterfaceAddrs(); err == nil {
+				own = got
+			} else {
+				s.log.Warn("reading this host's addresses", "error", err.Error())
+				own = s.classify().Own
+			}
+		}
+		own = append([]netip.Addr(nil), own...)
+		for _, name := range s.cfg.PublicNames {
+			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ResolveTimeout)
+			addrs, err := s.lookup(ctx, name)
+			cancel()
+			if err != nil {
+				s.log.Warn("resolving this host's public name", "name", name, "error", err.Error())
+			} else {
+				named[name] = addrs
+			}
+			own = append(own, named[name]...)
+		}
+		s.setOwn(own)
 		select {
 		case <-s.stop:
 			return
 		case <-t.C:
-			if own, err := addrclass.InterfaceAddrs(); err == nil {
-				s.setOwn(own)
-			} else {
-				s.log.Warn("reading this host's addresses", "error", err.Error())
-			}
 		}
 	}
 }
