@@ -183,6 +183,9 @@ func (h *handle) handOver(x *held) (uint64, error) {
 		return 0, fmt.Errorf("duplicating the socket: %w", err)
 	}
 	defer f.Close()
+	// SendFD calls f.Fd(), which puts the socket in blocking mode: the
+	// receiver gets it as a freshly accepted socket comes. The switchboard
+	// does no I/O on its own copy after this point.
 	seq, err := h.p.wc.SendFD(f)
 	if err != nil {
 		return 0, fmt.Errorf("passing the socket: %w", err)
