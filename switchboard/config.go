@@ -37,10 +37,12 @@ type Config struct {
 	// below them.
 	DenyNames []string
 	// PublicNames lists this host's own public names: never reachable.
+	// The addresses they resolve to (re-resolved every 15s) are added to
+	// the host's own addresses.
 	PublicNames []string
 	// OwnAddrs lists this host's addresses (never public; a connection to
 	// one is judged like loopback). If nil, the addresses of every
-	// interface are read when the Server is created.
+	// interface are read when the Server is created and every 15s after.
 	OwnAddrs []netip.Addr
 
 	// RootCAs holds extra PEM certificates trusted for https requests, in
