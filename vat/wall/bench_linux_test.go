@@ -40,6 +40,27 @@ func BenchmarkSpawn(b *testing.B) {
 			f.peer.Close()
 		}
 	})
+	b.Run("walled-with-entry", func(b *testing.B) {
+		// A vat with a network shape: toybox-entry starts its proxy (no
+		// grant here) and runs the app as its child.
+		spec := f.spec
+		spec.Net = Net{}
+		for b.Loop() {
+			f.caps(b)
+			spec.AppCap = f.spec.AppCap
+			ea, eb := socketpair(b)
+			serveNoGrant(b, eb, spec.ID)
+			spec.EntryCap = ea
+			p, err := Start(context.Background(), spec, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := p.Wait(); err != nil {
+				b.Fatal(err)
+			}
+			f.peer.Close()
+		}
+	})
 	b.Run("bare-bwrap", func(b *testing.B) {
 		args := []string{
 			"--unshare-all", "--die-with-parent", "--new-session",

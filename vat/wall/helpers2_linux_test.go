@@ -18,7 +18,7 @@ import (
 	"toybox/tests/testenv"
 )
 
-func socketpair(t *testing.T) (*os.File, *os.File) {
+func socketpair(t testing.TB) (*os.File, *os.File) {
 	t.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -86,7 +86,7 @@ func (v noGrantVat) Id(_ context.Context, call schema.Vat_id) error {
 
 // serveNoGrant serves a no-grant Vat on the entry's capability socket until
 // the test ends.
-func serveNoGrant(t *testing.T, peer *os.File, id string) {
+func serveNoGrant(t testing.TB, peer *os.File, id string) {
 	t.Helper()
 	conn, err := wire.FromFile(peer, false)
 	if err != nil {

@@ -49,7 +49,8 @@ const (
 	OpDir      OpKind = "dir"          // an empty directory at Dest
 	OpProc     OpKind = "proc"         // a new procfs at Dest
 	OpDev      OpKind = "dev"          // a minimal /dev at Dest
-	OpData     OpKind = "ro-bind-data" // Data as a read-only file at Dest
+	OpData     OpKind = "ro-bind-data" // Data as a read-only file at Dest (a bind mount)
+	OpFile     OpKind = "file"         // a copy of Src (or Data) at Dest, no mount
 	OpMaskFile OpKind = "mask-file"    // Dest hidden behind /dev/null
 	OpMaskDir  OpKind = "mask-dir"     // Dest hidden behind an empty tmpfs
 )
@@ -79,7 +80,8 @@ type Plan struct {
 	// Command is the app's argv; Command[0] is an absolute path inside.
 	Command []string
 	// EntryPath is the host path of toybox-entry, bound read-only at
-	// EntryMount.
+	// EntryMount; empty when the vat has no way out (NoNet), whose app runs
+	// directly under bubblewrap's init.
 	EntryPath string
 	// ProxyPort is the CONNECT proxy's port; 0 when Net.None.
 	ProxyPort int
@@ -94,7 +96,8 @@ type Plan struct {
 	HostUID, HostGID int
 	// Seccomp reports whether the filter is applied.
 	Seccomp bool
-	// NoNet: the vat has no way out (no capability for the entry).
+	// NoNet: the vat has no way out: no entry, no proxy, no capability
+	// but the app's own fd 3.
 	NoNet bool
 }
 
@@ -115,6 +118,10 @@ var etcFiles = []string{
 	"/etc/ssl/certs", "/etc/ssl/openssl.cnf", "/etc/ca-certificates", "/etc/pki/tls/certs",
 	"/etc/alternatives", "/etc/localtime", "/etc/timezone", "/etc/os-release",
 }
+
+// maxEtcCopy is the largest /etc file copied into the wall rather than
+// bound.
+const maxEtcCopy = 1 << 20
 
 // secretNames are masked at any depth of a bound tree.
 var secretNames = map[string]bool{".env": true, ".mcp.json": true}
@@ -169,14 +176,6 @@ func (b *planner) build() error {
 	if b.run, err = realAbs("run folder", s.RunDir, true); err != nil {
 		return err
 	}
-	if !filepath.IsAbs(s.EntryPath) {
-		return fmt.Errorf("%w: entry path %q is not absolute", ErrSpec, s.EntryPath)
-	}
-	if fi, err := os.Stat(s.EntryPath); err != nil {
-		return fmt.Errorf("%w: toybox-entry: %w", ErrSpec, err)
-	} else if !fi.Mode().IsRegular() {
-		return fmt.Errorf("%w: toybox-entry %s is not a regular file", ErrSpec, s.EntryPath)
-	}
 	for _, d := range []struct{ name, path string }{{"install folder", b.install}, {"data folder", b.data}, {"run folder", b.run}} {
 		if d.path == b.state || !within(d.path, b.state) {
 			return fmt.Errorf("%w: %s %s is not inside the state dir %s", ErrSpec, d.name, d.path, b.state)
@@ -208,6 +207,9 @@ func (b *planner) build() error {
 		return err
 	}
 	if err := b.net(); err != nil {
+		return err
+	}
+	if err := b.entry(); err != nil {
 		return err
 	}
 	return b.env()
@@ -298,14 +300,18 @@ func (b *planner) system() {
 			if t, err := os.Readlink(f); err == nil {
 				b.add(Op{Kind: OpSymlink, Src: t, Dest: f, Why: "/etc entry programs need (symlink)"})
 			}
+		case fi.Mode().IsRegular() && fi.Size() <= maxEtcCopy:
+			// A copy costs no mount (each mount makes bwrap re-read the
+			// mount table); small files go this way.
+			b.add(Op{Kind: OpFile, Src: f, Dest: f, Why: "/etc entry programs need (copied)"})
 		default:
 			b.add(Op{Kind: OpROBind, Src: f, Dest: f, Why: "/etc entry programs need"})
 		}
 	}
-	b.add(Op{Kind: OpData, Dest: "/etc/passwd", Data: []byte(b.passwd()), Why: "synthesised: the vat's user only"})
-	b.add(Op{Kind: OpData, Dest: "/etc/group", Data: []byte(b.group()), Why: "synthesised: the vat's group only"})
-	b.add(Op{Kind: OpData, Dest: "/etc/hosts", Data: []byte("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"), Why: "synthesised: loopback only"})
-	b.add(Op{Kind: OpData, Dest: "/etc/hostname", Data: []byte("toybox\n"), Why: "synthesised"})
+	b.add(Op{Kind: OpFile, Dest: "/etc/passwd", Data: []byte(b.passwd()), Why: "synthesised: the vat's user only"})
+	b.add(Op{Kind: OpFile, Dest: "/etc/group", Data: []byte(b.group()), Why: "synthesised: the vat's group only"})
+	b.add(Op{Kind: OpFile, Dest: "/etc/hosts", Data: []byte("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"), Why: "synthesised: loopback only"})
+	b.add(Op{Kind: OpFile, Dest: "/etc/hostname", Data: []byte("toybox\n"), Why: "synthesised"})
 	b.add(Op{Kind: OpProc, Dest: "/proc", Why: "the wall's own processes"})
 	b.add(Op{Kind: OpDev, Dest: "/dev", Why: "null, zero, random, tty"})
 	b.add(Op{Kind: OpTmpfs, Dest: "/tmp", Why: "TMPDIR"})
@@ -525,11 +531,6 @@ func (b *planner) own() error {
 		return fmt.Errorf("run folder: %w", err)
 	}
 	b.add(Op{Kind: OpBindFD, Src: b.run, Dest: RunMount, Why: "its HTTP socket", dir: true, id: idOf(fi)})
-	efi, err := os.Stat(b.spec.EntryPath)
-	if err != nil {
-		return fmt.Errorf("toybox-entry: %w", err)
-	}
-	b.add(Op{Kind: OpROBindFD, Src: b.spec.EntryPath, Dest: EntryMount, Why: "toybox-entry", id: idOf(efi)})
 	if b.spec.OwnEnvFile {
 		p := filepath.Join(b.install, ".env")
 		fi, err := os.Lstat(p)
@@ -598,6 +599,29 @@ func (b *planner) inSystem(p string) bool {
 		}
 	}
 	return false
+}
+
+// entry binds toybox-entry when the vat has a network shape to serve. A vat
+// with no way out runs its app directly under bubblewrap's own init: no
+// proxy, no forwards, nothing for an entry to do.
+func (b *planner) entry() error {
+	if b.p.NoNet {
+		b.p.EntryPath = ""
+		return nil
+	}
+	s := b.spec
+	if !filepath.IsAbs(s.EntryPath) {
+		return fmt.Errorf("%w: entry path %q is not absolute", ErrSpec, s.EntryPath)
+	}
+	fi, err := os.Stat(s.EntryPath)
+	if err != nil {
+		return fmt.Errorf("%w: toybox-entry: %w", ErrSpec, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%w: toybox-entry %s is not a regular file", ErrSpec, s.EntryPath)
+	}
+	b.add(Op{Kind: OpROBindFD, Src: s.EntryPath, Dest: EntryMount, Why: "toybox-entry", id: idOf(fi)})
+	return nil
 }
 
 // net validates the forwards and chooses the proxy port.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -40,7 +41,8 @@ type Process struct {
 	id     string
 	tier   string
 	cmd    *exec.Cmd
-	child  int // the entry's pid on the host (pid 1 inside)
+	child  int  // the wall's pid 1 on the host (toybox-entry, or bwrap's init)
+	direct bool // no entry: the app is bwrap's command
 	logger *slog.Logger
 
 	done   chan struct{}
@@ -72,9 +74,16 @@ func (p *Process) Stop(grace time.Duration) error {
 	default:
 	}
 	term := func() {
-		if p.child > 0 {
+		switch {
+		case p.child > 0 && p.direct:
+			// bubblewrap's init is pid 1 and forwards nothing: signal
+			// the app (its children) directly.
+			for _, pid := range childrenOf(p.child) {
+				_ = unix.Kill(pid, unix.SIGTERM)
+			}
+		case p.child > 0:
 			_ = unix.Kill(p.child, unix.SIGTERM)
-		} else {
+		default:
 			_ = p.cmd.Process.Signal(unix.SIGTERM)
 		}
 	}
@@ -128,6 +137,18 @@ type fdTable struct {
 func (t *fdTable) pass(f *os.File, flag string) []string {
 	t.files = append(t.files, f)
 	return []string{flag, strconv.Itoa(3 + len(t.files) - 1)}
+}
+
+// first hands f over as fd 3, with no option naming it (the app's
+// capability when the app is bubblewrap's command). It must be the first
+// descriptor handed over.
+func (t *fdTable) first(f *os.File) error {
+	if len(t.files) != 0 {
+		_ = f.Close()
+		return errors.New("the app's capability must be the first descriptor handed to bwrap")
+	}
+	t.files = append(t.files, f)
+	return nil
 }
 
 func (t *fdTable) closeAll() {
@@ -226,6 +247,13 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 	if plan.HostUID >= 0 {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(plan.HostUID), Gid: uint32(plan.HostGID), Groups: []uint32{}}
 	}
+	// Nothing of the supervisor's may reach the wall but what fds hands
+	// over: mark every descriptor close-on-exec (ExtraFiles are dup2'ed
+	// into the child regardless). Go opens its own that way already; this
+	// catches one left inheritable by accident.
+	if err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return nil, fmt.Errorf("starting the wall for %q: marking descriptors close-on-exec: %w", spec.ID, os.NewSyscallError("close_range", err))
+	}
 	// Pdeathsig follows the thread that forked; keep it for the fork.
 	runtime.LockOSThread()
 	err = cmd.Start()
@@ -235,7 +263,7 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 	if err != nil {
 		return nil, fmt.Errorf("starting the wall for %q: %w: %w", spec.ID, ErrBwrap, err)
 	}
-	p := &Process{id: spec.ID, tier: plan.Tier, cmd: cmd, logger: logger, done: make(chan struct{}), status: statusR}
+	p := &Process{id: spec.ID, tier: plan.Tier, cmd: cmd, logger: logger, done: make(chan struct{}), status: statusR, direct: plan.NoNet}
 	go p.reap()
 	kill := func() { _ = cmd.Process.Kill(); <-p.done }
 
@@ -256,6 +284,24 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 		}
 	}
 	return p, nil
+}
+
+// childrenOf lists pid's children (all its threads').
+func childrenOf(pid int) []int {
+	var out []int
+	tasks, _ := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	for _, t := range tasks {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + t.Name() + "/children")
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if c, err := strconv.Atoi(f); err == nil {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
 }
 
 // readChildPid reads bwrap's first JSON status ({"child-pid": N}).
@@ -306,6 +352,11 @@ func own(spec Spec, plan *Plan) error {
 			return fmt.Errorf("setting the mode of %s: %w", d, err)
 		}
 	}
+	if fi, err := os.Stat(plan.Chdir); err != nil {
+		return fmt.Errorf("checking the install folder: %w", err)
+	} else if fi.Mode().Perm()&0o005 != 0o005 {
+		return fmt.Errorf("the install folder %s is not readable by uid %d (mode %v; fix: chmod o+rx)", plan.Chdir, plan.HostUID, fi.Mode().Perm())
+	}
 	state, err := filepath.EvalSymlinks(spec.StateDir)
 	if err != nil {
 		return fmt.Errorf("resolving the state dir: %w", err)
@@ -349,9 +400,23 @@ func (p *Plan) render(fds *fdTable, spec Spec) ([]string, error) {
 		"--disable-userns",
 		"--uid", strconv.Itoa(p.UID), "--gid", strconv.Itoa(p.GID),
 		"--hostname", "toybox",
-		"--die-with-parent", "--new-session", "--as-pid-1",
+		"--die-with-parent", "--new-session",
 		"--cap-drop", "ALL",
 		"--clearenv",
+	}
+	if p.NoNet {
+		// The app runs directly; its capability must be fd 3, so it is
+		// the first descriptor handed over.
+		ac, err := dupFile(spec.AppCap, "app-cap")
+		if err != nil {
+			return nil, err
+		}
+		if err := fds.first(ac); err != nil {
+			return nil, err
+		}
+	} else {
+		// toybox-entry is the wall's pid 1: it reaps and forwards signals.
+		a = append(a, "--as-pid-1")
 	}
 	for _, kv := range p.Env {
 		k, v, _ := strings.Cut(kv, "=")
@@ -383,6 +448,19 @@ func (p *Plan) render(fds *fdTable, spec Spec) ([]string, error) {
 			}
 			a = append(a, "--perms", "0444")
 			a = append(append(a, fds.pass(f, "--ro-bind-data")...), op.Dest)
+		case OpFile:
+			var f *os.File
+			var err error
+			if op.Data != nil {
+				f, err = dataFile(op.Dest, op.Data)
+			} else {
+				f, err = openCopy(op.Src)
+			}
+			if err != nil {
+				return nil, err
+			}
+			a = append(a, "--perms", "0444")
+			a = append(append(a, fds.pass(f, "--file")...), op.Dest)
 		case OpROBindFD, OpBindFD:
 			f, err := openBind(op)
 			if err != nil {
@@ -393,7 +471,9 @@ func (p *Plan) render(fds *fdTable, spec Spec) ([]string, error) {
 			return nil, fmt.Errorf("unknown plan op %q", op.Kind)
 		}
 	}
-	a = append(a, "--chdir", p.Chdir)
+	// The root (a tmpfs bwrap made) goes read-only: the app writes only
+	// where a bind or a tmpfs lets it (its data, /run/toybox, /tmp).
+	a = append(a, "--remount-ro", "/", "--chdir", p.Chdir)
 	if p.Seccomp {
 		f, err := seccomp.File()
 		if err != nil {
@@ -401,19 +481,20 @@ func (p *Plan) render(fds *fdTable, spec Spec) ([]string, error) {
 		}
 		a = append(a, fds.pass(f, "--seccomp")...)
 	}
-	// The entry's own descriptors: its capability (unless the vat has no
-	// way out) and the app's, which it makes the app's fd 3.
+	if p.NoNet {
+		return append(append(a, "--"), p.Command...), nil
+	}
+	// The entry's own descriptors: its capability and the app's, which it
+	// makes the app's fd 3.
 	entry := []string{"--", EntryMount, "--vat", p.ID}
-	if !p.NoNet {
-		ec, err := dupFile(spec.EntryCap, "entry-cap")
-		if err != nil {
-			return nil, err
-		}
-		entry = append(entry, fds.pass(ec, "--cap-fd")...)
-		entry = append(entry, "--proxy-port", strconv.Itoa(p.ProxyPort))
-		for _, f := range p.Forwards {
-			entry = append(entry, "--forward", fmt.Sprintf("%d=%s", f.Port, joinHostPort(f.Host, f.TargetPort)))
-		}
+	ec, err := dupFile(spec.EntryCap, "entry-cap")
+	if err != nil {
+		return nil, err
+	}
+	entry = append(entry, fds.pass(ec, "--cap-fd")...)
+	entry = append(entry, "--proxy-port", strconv.Itoa(p.ProxyPort))
+	for _, f := range p.Forwards {
+		entry = append(entry, "--forward", fmt.Sprintf("%d=%s", f.Port, joinHostPort(f.Host, f.TargetPort)))
 	}
 	ac, err := dupFile(spec.AppCap, "app-cap")
 	if err != nil {
@@ -457,6 +538,15 @@ func dataFile(name string, data []byte) (*os.File, error) {
 		return nil, fmt.Errorf("data for %s: %w", name, err)
 	}
 	return f, nil
+}
+
+// openCopy opens a host file whose content bwrap copies into the wall.
+func openCopy(path string) (*os.File, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, fmt.Errorf("opening %s to copy it into the wall: %w", path, &os.PathError{Op: "open", Path: path, Err: err})
+	}
+	return os.NewFile(uintptr(fd), "copy:"+path), nil
 }
 
 // openBind opens a bind source as an O_PATH descriptor without following any

@@ -82,6 +82,22 @@ func TestAppInheritsExactlyFourFDs(t *testing.T) {
 	}
 }
 
+func TestAppInheritsExactlyFourFDsWithoutEntry(t *testing.T) {
+	f := newFixture(t, "fds-direct") // Net.None: the app is bwrap's command
+	bait := highFD(t, "/etc/hostname")
+	defer bait.Close()
+	out, err := f.runVictim(t, "fds")
+	if err != nil {
+		t.Fatalf("Wait = %v; output:\n%s", err, out)
+	}
+	if got := lines(out, "FDS "); len(got) != 1 || got[0] != "[0 1 2 3]" {
+		t.Errorf("the app's fds = %v; want [[0 1 2 3]] (output:\n%s)", got, out)
+	}
+	if !strings.Contains(out, "FD3 unix") {
+		t.Errorf("fd 3 is not the unix capability socket; output:\n%s", out)
+	}
+}
+
 func TestEnvironmentIsBuilt(t *testing.T) {
 	f := newFixture(t, "envy")
 	f.spec.Net = Net{ProxyPort: 39080, Forwards: []Forward{{Port: 39080, Host: "127.0.0.1", TargetPort: 5432}}}
@@ -474,7 +490,11 @@ func TestStartFailsClosed(t *testing.T) {
 	}{
 		{"no command", func(f *fixture) { f.spec.Command = nil }, ErrSpec},
 		{"bad id", func(f *fixture) { f.spec.ID = "../x" }, ErrSpec},
-		{"missing entry", func(f *fixture) { f.spec.EntryPath = "/nonexistent/toybox-entry" }, ErrSpec},
+		{"missing entry", func(f *fixture) {
+			f.spec.Net = Net{}
+			f.spec.EntryCap, _ = socketpair(t0)
+			f.spec.EntryPath = "/nonexistent/toybox-entry"
+		}, ErrSpec},
 		{"data outside state", func(f *fixture) { f.spec.DataDir = "/tmp" }, ErrSpec},
 		{"read the state dir", func(f *fixture) { f.spec.Files.Read = []string{f.state} }, ErrRefusedBind},
 		{"read another vat", func(f *fixture) { f.spec.Files.Read = []string{filepath.Join(f.state, "data")} }, ErrRefusedBind},
@@ -641,6 +661,10 @@ func TestEntryHoldsNoInheritedFD(t *testing.T) {
 	bait := highFD(t, "/etc/hostname")
 	defer bait.Close()
 	f.caps(t)
+	f.spec.Net = Net{} // with the entry
+	entryA, entryB := socketpair(t)
+	f.spec.EntryCap = entryA
+	serveNoGrant(t, entryB, f.spec.ID)
 	f.spec.Env = map[string]string{victimEnv: "sleep"}
 	out, err := os.CreateTemp(t.TempDir(), "out")
 	if err != nil {
