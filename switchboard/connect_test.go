@@ -390,3 +390,51 @@ func isTimeout(err error) bool {
 }
 
 var _ = capnp.Client{}
+
+// TestConnectHTTPSByteStream: the https connect over the ByteStream
+// fallback sends the checked ClientHello first, then relays; the TLS
+// server answers with its ServerHello downstream.
+func TestConnectHTTPSByteStream(t *testing.T) {
+	ts, _, _ := testTLSServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	port := uint16(ts.Listener.Addr().(*net.TCPAddr).Port)
+	f := newFixture(t, nil)
+	f.dns.Set("example.com", mustAddr("127.0.0.1"))
+	c := dial(t, f.local)
+	ctx := context.Background()
+	col := newCollector()
+	hello := realHello(t, "example.com")
+	fut, release := c.root.Connect(ctx, func(p schema.Handle_connect_Params) error {
+		tg, err := p.NewTarget()
+		if err != nil {
+			return err
+		}
+		if err := target("https", "example.com", port)(tg); err != nil {
+			return err
+		}
+		if err := p.SetTlsHello(hello); err != nil {
+			return err
+		}
+		return p.SetDownstream(schema.ByteStream_ServerToClient(col))
+	})
+	defer release()
+	r, err := fut.Struct()
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := r.Upstream().AddRef()
+	defer up.Release()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b := col.bytes()
+		if len(b) >= 6 {
+			if b[0] != 22 || b[5] != 2 {
+				t.Fatalf("first bytes downstream = % x; want a ServerHello record", b[:6])
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no ServerHello downstream (%d bytes)", len(b))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
