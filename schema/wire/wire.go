@@ -11,6 +11,7 @@ package wire
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -28,6 +29,7 @@ const (
 	maxFDsPerWrite = 8
 	maxUnclaimed   = 256
 	oobSize        = 4 * 64 // room for 64 descriptors in one read
+	readAhead      = 64 << 10
 )
 
 // Errors.
@@ -46,6 +48,11 @@ type Conn struct {
 	wmu     sync.Mutex
 	pending []*os.File // sent with the next write; owned here until then
 	sent    uint64
+	wbufs   net.Buffers // the Cap'n Proto message being gathered
+	wleft   int         // bytes of that message still to come
+
+	rbuf     []byte // read-ahead; descriptors that came with it are in inbox
+	rlo, rhi int
 
 	rmu      sync.Mutex
 	acceptFD bool
@@ -59,7 +66,10 @@ type Conn struct {
 // closed at once and the connection is broken (a vat must never be able to
 // push descriptors into the supervisor). NewConn takes ownership of uc.
 func NewConn(uc *net.UnixConn, acceptFDs bool) *Conn {
-	return &Conn{uc: uc, acceptFD: acceptFDs, inbox: map[uint64]*os.File{}, oob: make([]byte, syscall.CmsgSpace(oobSize))}
+	return &Conn{
+		uc: uc, acceptFD: acceptFDs, inbox: map[uint64]*os.File{},
+		oob: make([]byte, syscall.CmsgSpace(oobSize)), rbuf: make([]byte, readAhead),
+	}
 }
 
 // Unix returns the underlying connection (for peer credentials).
@@ -117,13 +127,36 @@ func (c *Conn) TakeFD(seq uint64) (*os.File, error) {
 	return f, nil
 }
 
-// Read implements io.Reader, collecting any descriptors that arrive.
+// Read implements io.Reader, collecting any descriptors that arrive. It
+// reads ahead, so a Cap'n Proto message costs one recvmsg, not one per
+// header and segment; a descriptor is collected when the bytes it rode on
+// are read, which is never after the message naming it is decoded.
+// Read is called from one goroutine (the rpc transport's reader).
 func (c *Conn) Read(p []byte) (int, error) {
+	if c.rlo == c.rhi {
+		if len(p) >= len(c.rbuf) {
+			return c.readMsg(p)
+		}
+		n, err := c.readMsg(c.rbuf)
+		c.rlo, c.rhi = 0, n
+		if n == 0 {
+			return 0, err
+		}
+	}
+	n := copy(p, c.rbuf[c.rlo:c.rhi])
+	c.rlo += n
+	return n, nil
+}
+
+func (c *Conn) readMsg(p []byte) (int, error) {
 	n, oobn, _, _, err := c.uc.ReadMsgUnix(p, c.oob)
+	if n < 0 {
+		n = 0 // an error can come with n = -1
+	}
 	if oobn > 0 {
 		if ferr := c.collect(c.oob[:oobn]); ferr != nil {
 			_ = c.uc.Close()
-			return n, ferr
+			return 0, ferr
 		}
 	}
 	return n, err
@@ -163,12 +196,67 @@ func (c *Conn) collect(oob []byte) error {
 	return bad
 }
 
-// Write implements io.Writer; queued descriptors ride on the first bytes.
+// Write implements io.Writer. The Cap'n Proto encoder writes a message as
+// its stream header, then each segment; Write reads the header's sizes and
+// gathers the pieces, so the whole message leaves in one writev. Queued
+// descriptors ride on the message's first byte. Bytes that do not start
+// with a well-formed header are written at once.
 func (c *Conn) Write(p []byte) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	total := 0
-	for len(c.pending) > 0 && len(p) > 0 {
+	if c.wleft == 0 {
+		size, ok := messageSize(p)
+		if !ok || size <= len(p) {
+			return len(p), c.flush(net.Buffers{p})
+		}
+		c.wbufs = append(c.wbufs[:0], p)
+		c.wleft = size - len(p)
+		return len(p), nil
+	}
+	c.wbufs = append(c.wbufs, p)
+	c.wleft -= len(p)
+	if c.wleft > 0 {
+		return len(p), nil
+	}
+	c.wleft = 0
+	bufs := c.wbufs
+	c.wbufs = nil
+	return len(p), c.flush(bufs)
+}
+
+// messageSize reads a Cap'n Proto stream header at the start of p and
+// reports the whole message's size (header and segments).
+func messageSize(p []byte) (int, bool) {
+	if len(p) < 8 {
+		return 0, false
+	}
+	nseg := int(binary.LittleEndian.Uint32(p)) + 1
+	if nseg > 512 {
+		return 0, false
+	}
+	hdr := ((nseg+1)*4 + 7) &^ 7
+	if len(p) < hdr {
+		return 0, false
+	}
+	size := hdr
+	for i := 0; i < nseg; i++ {
+		size += 8 * int(binary.LittleEndian.Uint32(p[4+4*i:]))
+		if size > 1<<30 {
+			return 0, false
+		}
+	}
+	return size, true
+}
+
+// flush writes bufs, with any queued descriptors on the first byte.
+func (c *Conn) flush(bufs net.Buffers) error {
+	for len(c.pending) > 0 {
+		for len(bufs) > 0 && len(bufs[0]) == 0 {
+			bufs = bufs[1:]
+		}
+		if len(bufs) == 0 {
+			return nil // descriptors wait for bytes to ride on
+		}
 		batch := c.pending
 		if len(batch) > maxFDsPerWrite {
 			batch = batch[:maxFDsPerWrite]
@@ -177,20 +265,17 @@ func (c *Conn) Write(p []byte) (int, error) {
 		for i, f := range batch {
 			fds[i] = int(f.Fd())
 		}
-		// One byte per batch carries the rights; the rest follows plainly.
-		n, _, err := c.uc.WriteMsgUnix(p[:1], syscall.UnixRights(fds...), nil)
-		if err != nil {
-			return total, err
+		if _, _, err := c.uc.WriteMsgUnix(bufs[0][:1], syscall.UnixRights(fds...), nil); err != nil {
+			return err
 		}
 		for _, f := range batch {
 			_ = f.Close()
 		}
 		c.pending = c.pending[len(batch):]
-		total += n
-		p = p[n:]
+		bufs[0] = bufs[0][1:]
 	}
-	n, err := c.uc.Write(p)
-	return total + n, err
+	_, err := bufs.WriteTo(c.uc)
+	return err
 }
 
 // Close closes the connection and every unclaimed descriptor.

@@ -106,3 +106,35 @@ func TestRefusingSideBreaks(t *testing.T) {
 	var ne net.Error
 	_ = errors.As(err, &ne)
 }
+
+// TestMessageSize reads Cap'n Proto stream headers as the write path does.
+func TestMessageSize(t *testing.T) {
+	le := func(words ...uint32) []byte {
+		var b []byte
+		for _, w := range words {
+			b = append(b, byte(w), byte(w>>8), byte(w>>16), byte(w>>24))
+		}
+		return b
+	}
+	tests := []struct {
+		name string
+		p    []byte
+		size int
+		ok   bool
+	}{
+		{"one segment of 3 words", le(0, 3), 8 + 24, true},
+		{"two segments, padded header", le(1, 2, 5, 0), 16 + 56, true},
+		{"short", []byte{0, 0, 0}, 0, false},
+		{"header cut off", le(3, 1, 1), 0, false},
+		{"absurd segment count", le(100000, 1), 0, false},
+		{"plain text is no header", []byte("hello world"), 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			size, ok := messageSize(tt.p)
+			if size != tt.size || ok != tt.ok {
+				t.Errorf("messageSize = %d, %v; want %d, %v", size, ok, tt.size, tt.ok)
+			}
+		})
+	}
+}
