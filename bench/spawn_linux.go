@@ -54,37 +54,54 @@ func (r *run) spawnSection(ctx context.Context) {
 		row.NotMeasured("copying benchvat: " + errText(err))
 		return
 	}
-	var up *grant.Upstream
+	// The grant's upstream is dialled lazily, and a spawn never dials it.
+	sbSock := filepath.Join(r.tmp, "no-switchboard.sock")
 	if r.sb != nil {
-		up = grant.NewUpstream(grant.UpstreamConfig{Path: r.sb.Socket})
-		defer up.Close()
+		sbSock = r.sb.Socket
 	}
-	var bare, walled []time.Duration
+	up := grant.NewUpstream(grant.UpstreamConfig{Path: sbSock})
+	defer up.Close()
+	none := r.row(RowSpawnNone)
+	var bare, walled, closed []time.Duration
 	for i := range r.cfg.Spawns {
 		d, err := bareSpawn(ctx, bwrap, app)
 		if err != nil {
 			row.NotMeasured("the bare bwrap spawn failed: " + errText(err))
+			none.NotMeasured("the bare bwrap spawn failed: " + errText(err))
 			return
 		}
 		bare = append(bare, d)
-		id := fmt.Sprintf("spawn-%02d", i+1)
-		d, err = r.wallSpawn(ctx, id, entry, code, state, up)
-		if err != nil {
-			row.NotMeasured("the walled spawn failed: " + errText(err))
-			return
+		if row.Verdict != VerdictNotMeasured {
+			d, err = r.wallSpawn(ctx, fmt.Sprintf("spawn-%02d", i+1), entry, code, state, up)
+			if err != nil {
+				row.NotMeasured("the walled spawn failed: " + errText(err))
+			}
+			walled = append(walled, d)
 		}
-		walled = append(walled, d)
+		if none.Verdict != VerdictNotMeasured {
+			d, err = r.wallSpawn(ctx, fmt.Sprintf("closed-%02d", i+1), entry, code, state, nil)
+			if err != nil {
+				none.NotMeasured("the walled spawn failed: " + errText(err))
+			}
+			closed = append(closed, d)
+		}
 	}
-	b, w := Durations(bare, time.Millisecond), Durations(walled, time.Millisecond)
+	b := Durations(bare, time.Millisecond)
 	planMS := r.planTime(entry, code, state)
-	row.Baseline, row.BaselineSamples = ptr(b.Median()), b
-	row.Ours, row.OurSamples = ptr(w.Median()), w
-	grantNote := "with one egress grant (so toybox-entry starts its CONNECT proxy)"
-	if up == nil {
-		grantNote = "with no network (the switchboard did not run)"
+	common := fmt.Sprintf("%d spawns of each kind, interleaved, each timed from the start to the first byte the app writes on stdout; baseline = `bwrap --unshare-all --die-with-parent --ro-bind / / benchvat` as uid %d (p90 %.1f ms)", len(bare), spawnUID, b.Percentile(90))
+	if row.Verdict != VerdictNotMeasured {
+		w := Durations(walled, time.Millisecond)
+		row.Baseline, row.BaselineSamples = ptr(b.Median()), b
+		row.Ours, row.OurSamples = ptr(w.Median()), w
+		row.Note = fmt.Sprintf("%s; ours = wall.Start (plan, seccomp, binds, bwrap, toybox-entry) of a vat with one egress grant, so toybox-entry takes its capability and starts its CONNECT proxy before the app; same binary and uid; p90 %.1f ms; wall.Start returned (bwrap reported the sandbox's pid) after a median %.1f ms, toybox-entry's first bytes on its capability socket (it is running: bwrap's setup is done) came at a median %.1f ms; wall.BuildPlan alone takes a median %.2f ms (a plan of %d bwrap operations and %d masks)",
+			common, w.Percentile(90), Durations(r.spawnStarted, time.Millisecond).Median(), Durations(r.entrySeen, time.Millisecond).Median(), planMS, r.planOps, r.planMasks)
 	}
-	row.Note = fmt.Sprintf("%d spawns of each, interleaved, each timed from the start to the first byte the app writes on stdout; baseline = `bwrap --unshare-all --die-with-parent --ro-bind / / benchvat` as uid %d; ours = wall.Start (plan, seccomp, binds, bwrap, toybox-entry) %s, same binary and uid; p90 %.1f vs %.1f ms; of ours, wall.Start returned (bwrap reported the sandbox's pid) after a median %.1f ms, toybox-entry's first bytes on its capability socket (it is running: bwrap's setup is done) came at a median %.1f ms, and wall.BuildPlan alone takes a median %.2f ms (a plan of %d bwrap operations and %d masks)",
-		len(bare), spawnUID, grantNote, b.Percentile(90), w.Percentile(90), Durations(r.spawnStarted, time.Millisecond).Median(), Durations(r.entrySeen, time.Millisecond).Median(), planMS, r.planOps, r.planMasks)
+	if none.Verdict != VerdictNotMeasured {
+		w := Durations(closed, time.Millisecond)
+		none.Baseline, none.BaselineSamples = ptr(b.Median()), b
+		none.Ours, none.OurSamples = ptr(w.Median()), w
+		none.Note = fmt.Sprintf("%s; ours = wall.Start of a vat with no grant (no way out: wall.Net{None: true}), same binary and uid; p90 %.1f ms", common, w.Percentile(90))
+	}
 }
 
 // bareSpawn runs the baseline once and returns the time to the app's first
@@ -156,7 +173,11 @@ func (r *run) wallSpawn(ctx context.Context, id, entry, code, state string, up *
 	defer errf.Close()
 
 	t0 := time.Now()
-	entryCap, err := capPair(ctx, gv, "entry-cap", func() { r.entrySeen = append(r.entrySeen, time.Since(t0)) })
+	var seen func()
+	if !netShape.None {
+		seen = func() { r.entrySeen = append(r.entrySeen, time.Since(t0)) }
+	}
+	entryCap, err := capPair(ctx, gv, "entry-cap", seen)
 	if err != nil {
 		return 0, err
 	}
@@ -184,7 +205,9 @@ func (r *run) wallSpawn(ctx context.Context, id, entry, code, state string, up *
 	var out [1]byte
 	_, rerr := io.ReadFull(pr, out[:])
 	d := time.Since(t0)
-	r.spawnStarted = append(r.spawnStarted, started)
+	if !netShape.None {
+		r.spawnStarted = append(r.spawnStarted, started)
+	}
 	werr := p.Wait()
 	if rerr != nil {
 		return 0, fmt.Errorf("reading the app's first byte: %w (wall: %v; its stderr: %s)", rerr, werr, tail(errf.Name()))

@@ -6,4 +6,5 @@ import "context"
 
 func (r *run) spawnSection(context.Context) {
 	r.row(RowSpawn).NotMeasured(ErrUnsupported.Error())
+	r.row(RowSpawnNone).NotMeasured(ErrUnsupported.Error())
 }

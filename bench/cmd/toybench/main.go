@@ -3,7 +3,7 @@
 // and its JSON twin (bench/results.json). `make bench` builds the binaries
 // and runs it from the repository root.
 //
-//	toybench [-bin DIR] [-md FILE] [-json FILE] [-quick]
+//	toybench [-bin DIR] [-md FILE] [-json FILE] [-quick] [-commit TEXT]
 //	toybench helper targets|proxy   (started by the runner itself)
 package main
 
@@ -31,6 +31,7 @@ func main() {
 	md := flag.String("md", "docs/benchmarks.md", "markdown file whose generated part is rewritten")
 	js := flag.String("json", "bench/results.json", "JSON results file")
 	quick := flag.Bool("quick", false, "small sizes, to try the runner (not for committed results)")
+	commit := flag.String("commit", "", "what code is measured (default: git rev-parse HEAD of the current directory)")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	self, err := os.Executable()
@@ -38,7 +39,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "toybench:", err)
 		os.Exit(1)
 	}
-	cfg := bench.Config{Bin: *bin, Self: self, Logger: log}
+	cfg := bench.Config{Bin: *bin, Self: self, Logger: log, Commit: *commit}
 	if *quick {
 		cfg.Repeats, cfg.Bytes, cfg.LatencyRounds, cfg.LatencyPerRound = 2, 64<<20, 2, 50
 		cfg.Spawns, cfg.Vats, cfg.HeldConns = 3, 3, 500
