@@ -65,6 +65,16 @@ func (s *Supervisor) PublicHandler() http.Handler {
 			http.Error(w, fmt.Sprintf("vat %s is %s", id, word), http.StatusServiceUnavailable)
 			return
 		}
-		in.proxy.ServeHTTP(w, r)
+		duplex(in.proxy).ServeHTTP(w, r)
+	})
+}
+
+// duplex lets h write the response while the request body is still being
+// read (HTTP/1.1 servers are half duplex by default), so a request and its
+// answer can both stream.
+func duplex(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = http.NewResponseController(w).EnableFullDuplex()
+		h.ServeHTTP(w, r)
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // appOnUnix serves h on a unix socket in a temp dir, as a vat's app would.
@@ -101,5 +102,45 @@ func TestProxyWebSocketUpgrade(t *testing.T) {
 	line, err := br.ReadString('\n')
 	if err != nil || line != "echo: hello\n" {
 		t.Errorf("after upgrade read %q, %v; want echo: hello", line, err)
+	}
+}
+
+// TestProxyStreams: bytes reach the client as the app writes them, in both
+// directions, without waiting for the end of the body.
+func TestProxyStreams(t *testing.T) {
+	gotFirst := make(chan struct{})
+	sock := appOnUnix(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = http.NewResponseController(w).EnableFullDuplex()
+		br := bufio.NewReader(r.Body)
+		line, _ := br.ReadString('\n') // the request body arrives before it ends
+		fmt.Fprintf(w, "first: %s", line)
+		w.(http.Flusher).Flush()
+		<-gotFirst // the client has read it: it was not buffered
+		fmt.Fprint(w, "second\n")
+	}))
+	front := httptest.NewServer(duplex(newProxy("alice", unixTransport(sock), nil)))
+	defer front.Close()
+	pr, pw := io.Pipe()
+	req, err := http.NewRequest("POST", front.URL+"/alice/stream", pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { fmt.Fprint(pw, "hello\n") }() // and the body stays open
+	c := &http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	line, err := br.ReadString('\n')
+	if err != nil || line != "first: hello\n" {
+		t.Fatalf("first line %q, %v; want first: hello", line, err)
+	}
+	close(gotFirst)
+	pw.Close()
+	line, err = br.ReadString('\n')
+	if err != nil || line != "second\n" {
+		t.Errorf("second line %q, %v", line, err)
 	}
 }
