@@ -77,7 +77,8 @@ type Files struct {
 // Net describes the loopback services toybox-entry runs inside the wall.
 type Net struct {
 	// None: the vat has no way out at all (no proxy, no forwards, and
-	// no proxy variables).
+	// no proxy variables). Its app then runs directly under bubblewrap's
+	// init, without toybox-entry, and EntryCap is closed unused.
 	None bool
 	// ProxyPort is the HTTP CONNECT proxy's port on 127.0.0.1. If zero,
 	// 39080 (bumped when a forwarded port needs it).

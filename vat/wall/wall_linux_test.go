@@ -458,27 +458,55 @@ func TestAttackSymlinkSwapBetweenPlanAndBind(t *testing.T) {
 }
 
 func TestStopEndsTheWall(t *testing.T) {
-	f := newFixture(t, "sleeper")
-	f.caps(t)
-	f.spec.Env = map[string]string{victimEnv: "sleep"}
-	p, err := Start(context.Background(), f.spec, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p.Tier() != TierWalled || p.Pid() <= 0 {
-		t.Errorf("Tier() = %q Pid() = %d", p.Tier(), p.Pid())
-	}
-	began := time.Now()
-	err = p.Stop(5 * time.Second)
-	if took := time.Since(began); took > 4*time.Second {
-		t.Errorf("Stop took %v; SIGTERM should end the sleeping app at once", took)
-	}
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 128+15 {
-		t.Errorf("Stop = %v; want exit status 143 (SIGTERM forwarded to the app)", err)
-	}
-	if err := syscallKill0(p.Pid()); err == nil {
-		t.Errorf("bwrap (pid %d) still exists after Stop", p.Pid())
+	for _, withEntry := range []bool{false, true} {
+		t.Run(map[bool]string{false: "app under bwrap's init", true: "app under toybox-entry"}[withEntry], func(t *testing.T) {
+			f := newFixture(t, "sleeper")
+			f.caps(t)
+			if withEntry {
+				f.spec.Net = Net{}
+				ea, eb := socketpair(t)
+				serveNoGrant(t, eb, f.spec.ID)
+				f.spec.EntryCap = ea
+			}
+			out, err := os.CreateTemp(t.TempDir(), "out")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer out.Close()
+			f.spec.Stdout = out
+			f.spec.Env = map[string]string{victimEnv: "sleep"}
+			p, err := Start(context.Background(), f.spec, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Tier() != TierWalled || p.Pid() <= 0 {
+				t.Errorf("Tier() = %q Pid() = %d", p.Tier(), p.Pid())
+			}
+			// Let the app get going, then stop it.
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				b, _ := os.ReadFile(out.Name())
+				if strings.Contains(string(b), "sleeping") || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			began := time.Now()
+			err = p.Stop(5 * time.Second)
+			if took := time.Since(began); took > 4*time.Second {
+				t.Errorf("Stop took %v; SIGTERM should end the sleeping app at once", took)
+			}
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 128+15 {
+				t.Errorf("Stop = %v; want exit status 143 (SIGTERM reached the app)", err)
+			}
+			if err := syscallKill0(p.Pid()); err == nil {
+				t.Errorf("bwrap (pid %d) still exists after Stop", p.Pid())
+			}
+			if err := p.Wait(); !errors.As(err, &ee) {
+				t.Errorf("Wait after Stop = %v; want the same exit", err)
+			}
+		})
 	}
 }
 
