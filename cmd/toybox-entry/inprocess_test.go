@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -22,7 +23,7 @@ import (
 
 // inProcessProxy runs the entry's proxy in this process (no wall) over a
 // real grant.Vat and switchboard, and returns its address.
-func inProcessProxy(t testing.TB, grants []labels.Set) string {
+func inProcessProxy(t testing.TB, grants []labels.Set, opts ...func(*entry.Proxy)) string {
 	t.Helper()
 	dir := t.TempDir()
 	sock := startSwitchboard(t, dir)
@@ -52,6 +53,9 @@ func inProcessProxy(t testing.TB, grants []labels.Set) string {
 	}
 	p := entry.NewProxy("inproc", res.Handle().AddRef(), conn, nil)
 	t.Cleanup(p.Close)
+	for _, o := range opts {
+		o(p)
+	}
 	l, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -62,33 +66,47 @@ func inProcessProxy(t testing.TB, grants []labels.Set) string {
 }
 
 func TestProxyInProcess(t *testing.T) {
-	echo := echoServer(t)
-	addr := inProcessProxy(t, []labels.Set{{Host: "127.0.0.1", Port: uint16(echo)}})
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
+	tests := []struct {
+		name string
+		opts []func(*entry.Proxy)
+		size int
+	}{
+		{"socket handed over", nil, 1 << 20},
+		{"ByteStream pair", []func(*entry.Proxy){(*entry.Proxy).UseStreams}, 1 << 20},
 	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	target := fmt.Sprintf("127.0.0.1:%d", echo)
-	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != 200 {
-		b, _ := io.ReadAll(resp.Body)
-		t.Fatalf("CONNECT = %s %s", resp.Status, b)
-	}
-	msg := "in-process echo"
-	io.WriteString(c, msg)
-	got := make([]byte, len(msg))
-	if _, err := io.ReadFull(br, got); err != nil {
-		t.Fatalf("reading the echo: %v", err)
-	}
-	if string(got) != msg {
-		t.Errorf("echo = %q; want %q", got, msg)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			echo := echoServer(t)
+			addr := inProcessProxy(t, []labels.Set{{Host: "127.0.0.1", Port: uint16(echo)}}, tt.opts...)
+			c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+			target := fmt.Sprintf("127.0.0.1:%d", echo)
+			fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+			br := bufio.NewReader(c)
+			resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != 200 {
+				t.Fatalf("CONNECT = %s", resp.Status)
+			}
+			msg := bytes.Repeat([]byte("through the proxy "), tt.size/18)
+			go func() {
+				_, _ = c.Write(msg)
+				_ = c.(*net.TCPConn).CloseWrite()
+			}()
+			got, err := io.ReadAll(br)
+			if err != nil {
+				t.Fatalf("reading the echo: %v", err)
+			}
+			if !bytes.Equal(got, msg) {
+				t.Errorf("echo = %d bytes; want the %d sent", len(got), len(msg))
+			}
+		})
 	}
 }
 

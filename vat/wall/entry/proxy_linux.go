@@ -50,7 +50,13 @@ type Proxy struct {
 	conn    *wire.Conn    // where connect()'s descriptors arrive
 	logger  *slog.Logger
 	limiter flowcontrol.FlowLimiter
+	noFD    bool // ask for ByteStreams instead of the socket
 }
+
+// UseStreams makes the proxy ask the Handle for a ByteStream pair instead
+// of the connected socket (wantFd false): for a peer that cannot pass
+// descriptors, and for tests of that path.
+func (p *Proxy) UseStreams() { p.noFD = true }
 
 // NewProxy serves through handle, whose descriptors arrive on conn. It takes
 // ownership of handle (Close releases it); a null handle refuses everything.
@@ -429,7 +435,7 @@ func (p *Proxy) dial(ctx context.Context, t target, hello []byte, client *net.TC
 				return err
 			}
 		}
-		ps.SetWantFd(true)
+		ps.SetWantFd(!p.noFD)
 		return ps.SetDownstream(schema.ByteStream_ServerToClient(ds))
 	})
 	defer rel()
