@@ -164,12 +164,13 @@ func TestOwnerChoiceUnwalled(t *testing.T) {
 	s.mustGet("/alice", "v1 count 2")
 }
 
-// TestFailedWallNeverRunsUnwalled: when the wall cannot be built (here: its
-// toybox-entry is missing), the vat stays off with the word that says so,
-// and its app never runs outside a wall.
+// TestFailedWallNeverRunsUnwalled: when the wall cannot be built (here: the
+// vat has a grant, so its wall needs toybox-entry, which is missing), the vat
+// stays off with the word that says so, and its app never runs outside a
+// wall.
 func TestFailedWallNeverRunsUnwalled(t *testing.T) {
 	s := newStack(t, stackOpts{extra: []string{"--entry", "/nonexistent/toybox-entry"}})
-	code, body := s.install("alice", example(t, "counter-v1"), "")
+	code, body := s.install("alice", example(t, "counter-v1"), q("egress", `{"host":"example.com"}`))
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "off: it could not run inside its wall") {
 		t.Fatalf("PUT /alice = %d %s; want 503 off: it could not run inside its wall", code, body)
 	}
