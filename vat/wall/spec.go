@@ -2,6 +2,21 @@
 // in: a pure plan (bwrap argv, binds, environment, fds) from a Spec, then the
 // launch. It fails closed: a wall that cannot be built returns an error and
 // nothing runs.
+//
+// A wall has new user, pid, ipc, uts, cgroup and network namespaces (loopback
+// only), no capabilities, the seccomp filter of package seccomp, a read-only
+// root with the system folders, a few /etc files (passwd and group made for
+// the vat), its code read-only, its data folder read-write by fd, its run
+// folder at /run/toybox, and the owner's files; every .env and .mcp.json in a
+// bound tree is masked. When the supervisor is root, bwrap runs as Spec.UID
+// (65534 by default) so nothing in the wall maps onto host root.
+//
+// Descriptors: fdTable numbers everything bwrap inherits. A vat with a
+// network shape runs toybox-entry as the wall's pid 1 (--cap-fd for its own
+// capability, --app-cap-fd for the app's); the entry serves the proxy and
+// makes the app's capability its fd 3. A vat with no way out runs its app
+// directly under bwrap's init with its capability handed over first, so it
+// is fd 3. Either way the app holds exactly fds 0-3.
 package wall
 
 import (

@@ -118,12 +118,14 @@ func Run(ctx context.Context, cfg Config) int {
 	}
 
 	if cfg.Cap != nil {
-		proxy, closeNet, err := serveNet(ctx, cfg, logger)
+		_, closeNet, err := serveNet(ctx, cfg, logger)
 		if err != nil {
 			return fail(ExitSetup, "%v", err)
 		}
-		defer closeNet()
-		_ = proxy
+		// When the app is gone the wall ends with this process: release
+		// the network without waiting on it (a Cap'n Proto close can wait
+		// on the peer).
+		defer func() { go closeNet() }()
 	}
 
 	proc, err := os.StartProcess(cfg.Argv[0], cfg.Argv, &os.ProcAttr{
