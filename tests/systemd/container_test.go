@@ -545,8 +545,10 @@ func TestUnderSystemd(t *testing.T) {
 				t.Errorf("%s LoadState after uninstall = %q; want not-found", u, got)
 			}
 		}
-		for _, p := range []string{"/usr/local/bin/toybox", "/usr/local/bin/switchboard", "/usr/local/bin/toybox-entry",
-			"/etc/systemd/system/toybox.service", "/etc/sysusers.d/toybox.conf", "/run/toybox/admin.sock"} {
+		for _, p := range []string{
+			"/usr/local/bin/toybox", "/usr/local/bin/switchboard", "/usr/local/bin/toybox-entry",
+			"/etc/systemd/system/toybox.service", "/etc/sysusers.d/toybox.conf", "/run/toybox/admin.sock",
+		} {
 			if _, err := c.exec(t, "test", "!", "-e", p); err != nil {
 				t.Errorf("%s is still there after make uninstall", p)
 			}

@@ -196,18 +196,25 @@ func TestSystemCallFilters(t *testing.T) {
 	// flags, the mount calls and pivot_root for the new root, sethostname in
 	// its UTS namespace, capset/prctl to drop capabilities, seccomp (or
 	// prctl) for the filter, setuid/setgid family in the user namespace.
-	bwrapNeeds := []string{"clone", "clone3", "unshare", "setns", "mount", "umount2", "pivot_root",
-		"sethostname", "capset", "prctl", "seccomp", "setresuid", "setresgid", "setgroups", "execve", "socket", "sendmsg"}
-	neverNeeded := []string{"reboot", "kexec_load", "init_module", "finit_module", "delete_module", "swapon",
-		"ptrace", "process_vm_writev", "settimeofday", "clock_settime", "iopl", "ioperm", "acct", "bpf"}
+	bwrapNeeds := []string{
+		"clone", "clone3", "unshare", "setns", "mount", "umount2", "pivot_root",
+		"sethostname", "capset", "prctl", "seccomp", "setresuid", "setresgid", "setgroups", "execve", "socket", "sendmsg",
+	}
+	neverNeeded := []string{
+		"reboot", "kexec_load", "init_module", "finit_module", "delete_module", "swapon",
+		"ptrace", "process_vm_writev", "settimeofday", "clock_settime", "iopl", "ioperm", "acct", "bpf",
+	}
 	tests := []struct {
 		unit         string
 		mustAllow    []string
 		mustNotAllow []string
 	}{
 		{"toybox.service", bwrapNeeds, neverNeeded},
-		{"switchboard.service", []string{"socket", "connect", "accept4", "sendmsg", "recvmsg", "execve", "epoll_pwait"},
-			append([]string{"mount", "umount2", "pivot_root", "sethostname", "setns", "chroot", "setuid", "setresuid"}, neverNeeded...)},
+		{
+			"switchboard.service",
+			[]string{"socket", "connect", "accept4", "sendmsg", "recvmsg", "execve", "epoll_pwait"},
+			append([]string{"mount", "umount2", "pivot_root", "sethostname", "setns", "chroot", "setuid", "setresuid"}, neverNeeded...),
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.unit, func(t *testing.T) {

@@ -68,8 +68,10 @@ func NewVat(cfg VatConfig) (*Vat, error) {
 	if !labels.ValidVatID(cfg.ID) {
 		return nil, fmt.Errorf("vat id %q is not valid", cfg.ID)
 	}
-	v := &Vat{cfg: cfg, log: log.With("vat", cfg.ID), sem: make(chan struct{}, maxInFlight),
-		cache: map[string]cached{}, conns: map[*rpc.Conn]struct{}{}}
+	v := &Vat{
+		cfg: cfg, log: log.With("vat", cfg.ID), sem: make(chan struct{}, maxInFlight),
+		cache: map[string]cached{}, conns: map[*rpc.Conn]struct{}{},
+	}
 	for _, g := range cfg.Grants {
 		m, err := labels.Constrain(g, labels.Set{Vat: cfg.ID})
 		if err != nil {

@@ -27,11 +27,9 @@ import (
 
 func main() {
 	if len(os.Args) == 3 && os.Args[1] == "--echo" {
-		if err := echo(os.Args[2]); err != nil {
-			fmt.Fprintln(os.Stderr, "probevat --echo:", err)
-			os.Exit(1)
-		}
-		return
+		// echo serves until it fails.
+		fmt.Fprintln(os.Stderr, "probevat --echo:", echo(os.Args[2]))
+		os.Exit(1)
 	}
 	listen := os.Getenv("TOYBOX_LISTEN")
 	if listen == "" {
