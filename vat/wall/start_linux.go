@@ -41,8 +41,7 @@ type Process struct {
 	id     string
 	tier   string
 	cmd    *exec.Cmd
-	child  int  // the wall's pid 1 on the host (toybox-entry, or bwrap's init)
-	direct bool // no entry: the app is bwrap's command
+	child  int // the wall's pid 1 on the host (toybox-entry, or the app)
 	logger *slog.Logger
 
 	done   chan struct{}
@@ -74,16 +73,12 @@ func (p *Process) Stop(grace time.Duration) error {
 	default:
 	}
 	term := func() {
-		switch {
-		case p.child > 0 && p.direct:
-			// bubblewrap's init is pid 1 and forwards nothing: signal
-			// the app (its children) directly.
-			for _, pid := range childrenOf(p.child) {
-				_ = unix.Kill(pid, unix.SIGTERM)
-			}
-		case p.child > 0:
+		// The wall's pid 1: toybox-entry (which forwards it to the app),
+		// or the app itself. As pid 1 a signal it has no handler for is
+		// dropped; the kill after grace still ends it.
+		if p.child > 0 {
 			_ = unix.Kill(p.child, unix.SIGTERM)
-		default:
+		} else {
 			_ = p.cmd.Process.Signal(unix.SIGTERM)
 		}
 	}
@@ -263,7 +258,7 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 	if err != nil {
 		return nil, fmt.Errorf("starting the wall for %q: %w: %w", spec.ID, ErrBwrap, err)
 	}
-	p := &Process{id: spec.ID, tier: plan.Tier, cmd: cmd, logger: logger, done: make(chan struct{}), status: statusR, direct: plan.NoNet}
+	p := &Process{id: spec.ID, tier: plan.Tier, cmd: cmd, logger: logger, done: make(chan struct{}), status: statusR}
 	go p.reap()
 	kill := func() { _ = cmd.Process.Kill(); <-p.done }
 
@@ -284,24 +279,6 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 		}
 	}
 	return p, nil
-}
-
-// childrenOf lists pid's children (all its threads').
-func childrenOf(pid int) []int {
-	var out []int
-	tasks, _ := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
-	for _, t := range tasks {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + t.Name() + "/children")
-		if err != nil {
-			continue
-		}
-		for _, f := range strings.Fields(string(b)) {
-			if c, err := strconv.Atoi(f); err == nil {
-				out = append(out, c)
-			}
-		}
-	}
-	return out
 }
 
 // readChildPid reads bwrap's first JSON status ({"child-pid": N}).
@@ -404,6 +381,12 @@ func (p *Plan) render(fds *fdTable, spec Spec) ([]string, error) {
 		"--cap-drop", "ALL",
 		"--clearenv",
 	}
+	// No bwrap init inside the wall: it would be a process of the vat's
+	// own uid running outside the seccomp filter, its memory open to the
+	// app through /proc. The wall's pid 1 is toybox-entry (filtered, not
+	// dumpable; it reaps and forwards signals) or, for a vat with no way
+	// out, the app itself.
+	a = append(a, "--as-pid-1")
 	if p.NoNet {
 		// The app runs directly; its capability must be fd 3, so it is
 		// the first descriptor handed over.
@@ -414,9 +397,6 @@ func (p *Plan) render(fds *fdTable, spec Spec) ([]string, error) {
 		if err := fds.first(ac); err != nil {
 			return nil, err
 		}
-	} else {
-		// toybox-entry is the wall's pid 1: it reaps and forwards signals.
-		a = append(a, "--as-pid-1")
 	}
 	for _, kv := range p.Env {
 		k, v, _ := strings.Cut(kv, "=")

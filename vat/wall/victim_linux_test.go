@@ -228,6 +228,36 @@ func victim(mode string) int {
 		os.Stdout.Sync()
 		unix.RawSyscall(0x40000000|unix.SYS_GETPID, 0, 0, 0)
 		breach("survived an x32 system call")
+	case "procmem":
+		// Another process of the wall (pid 1: bwrap's init or
+		// toybox-entry) must not be open to this one: its memory is where
+		// code runs outside the app's seccomp filter.
+		for _, f := range []string{"/proc/1/mem", "/proc/1/environ"} {
+			fd, err := unix.Open(f, unix.O_RDWR, 0)
+			if err == nil {
+				unix.Close(fd)
+			}
+			if f == "/proc/1/environ" {
+				fd, err = unix.Open(f, unix.O_RDONLY, 0)
+				if err == nil {
+					unix.Close(fd)
+				}
+			}
+			expectFail("open "+f, err)
+		}
+		if err := unix.Kill(1, 0); err == nil {
+			fmt.Println("pid 1 signalable")
+		}
+	case "procs":
+		ents, _ := os.ReadDir("/proc")
+		var pids []int
+		for _, e := range ents {
+			if n, err := strconv.Atoi(e.Name()); err == nil {
+				pids = append(pids, n)
+			}
+		}
+		sort.Ints(pids)
+		fmt.Printf("PIDS %v SELF %d\n", pids, os.Getpid())
 	case "sleep":
 		fmt.Println("sleeping")
 		os.Stdout.Sync()
