@@ -390,7 +390,8 @@ func (s *stack) mustInstall(id, path, query string) map[string]any {
 	s.t.Helper()
 	code, body := s.install(id, path, query)
 	if code != http.StatusCreated && code != http.StatusOK {
-		s.t.Fatalf("PUT /%s = %d %s; want 201 or 200", id, code, body)
+		_, logs := s.adminDo("GET", "/"+id+"/logs", nil)
+		s.t.Fatalf("PUT /%s = %d %s; want 201 or 200\nits output:\n%s", id, code, body, logs)
 	}
 	var st map[string]any
 	if err := json.Unmarshal([]byte(body), &st); err != nil {
