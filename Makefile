@@ -74,14 +74,18 @@ test-integration: build
 # (state in ./state, HTTP on 127.0.0.1:8787, admin on ./admin.sock). Ctrl-C
 # stops both. toybox holds the switchboard's public socket; DEV_HANDLE=local
 # gives it the local one instead (may reach LAN and loopback), as the README's
-# offline quickstart does.
+# offline quickstart does. With the local handle, the switchboard runs with
+# --loopback unchecked (development only): it has no listener-owner facts
+# (toybox's uid, its directories, docker) to judge who holds a loopback port,
+# and without them it would refuse every loopback target.
 DEV_HANDLE ?= public
+DEV_LOOPBACK ?= $(if $(filter local,$(DEV_HANDLE)),--loopback unchecked,)
 dev: build
 	@mkdir -p state
 	@set -u; sb=; tb=; \
 	stop() { trap - INT TERM EXIT; [ -n "$$tb" ] && kill -TERM $$tb 2>/dev/null; [ -n "$$tb" ] && wait $$tb; [ -n "$$sb" ] && kill -TERM $$sb 2>/dev/null; [ -n "$$sb" ] && wait $$sb; true; }; \
 	trap stop INT TERM EXIT; \
-	$(BIN)/switchboard --listen public=./state/switchboard-public.sock --listen local=./state/switchboard-local.sock & sb=$$!; \
+	$(BIN)/switchboard --listen public=./state/switchboard-public.sock --listen local=./state/switchboard-local.sock $(DEV_LOOPBACK) & sb=$$!; \
 	for i in $$(seq 100); do [ -S ./state/switchboard-$(DEV_HANDLE).sock ] && break; sleep 0.05; done; \
 	$(BIN)/toybox serve --state ./state --switchboard ./state/switchboard-$(DEV_HANDLE).sock --http 127.0.0.1:8787 --admin ./admin.sock & tb=$$!; \
 	wait $$tb; tb=; stop

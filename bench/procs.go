@@ -54,7 +54,7 @@ func StartSwitchboard(ctx context.Context, bin, dir string, log *slog.Logger) (*
 		return nil, err
 	}
 	defer lf.Close()
-	cmd := exec.Command(bin, "--listen", "local="+sock)
+	cmd := exec.Command(bin, "--listen", "local="+sock, "--loopback", "unchecked")
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

@@ -209,7 +209,7 @@ func waitFor(t testing.TB, what string, d time.Duration, ok func() bool) {
 func (s *stack) startSwitchboard() {
 	s.t.Helper()
 	s.sbLog = &syncBuffer{}
-	s.sb = exec.Command(filepath.Join(bins, "switchboard"), "--listen", "public="+s.sbPublic, "--listen", "local="+s.sbLocal)
+	s.sb = exec.Command(filepath.Join(bins, "switchboard"), "--listen", "public="+s.sbPublic, "--listen", "local="+s.sbLocal, "--loopback", "unchecked")
 	s.sb.Stdout, s.sb.Stderr = s.sbLog, s.sbLog
 	s.sb.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := s.sb.Start(); err != nil {

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strconv"
@@ -27,6 +28,7 @@ import (
 	"github.com/coreos/go-systemd/v22/activation"
 	"github.com/coreos/go-systemd/v22/daemon"
 
+	"toybox/labels"
 	"toybox/switchboard"
 	"toybox/switchboard/owner"
 )
@@ -49,6 +51,7 @@ func run(args []string) int {
 	mode := fs.String("mode", "0600", "file mode of sockets created by --listen (0600 or 0660)")
 	configPath := fs.String("config", "", "JSON configuration file (docs/switchboard.md)")
 	debug := fs.Bool("debug", false, "log RPC chatter too")
+	loopback := fs.String("loopback", "owner", "how a local handle's loopback and own-address targets are judged: owner (the listener-owner check of the config's \"owner\" section; without it every such target is refused) or unchecked (no check: tests and development only)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -92,7 +95,16 @@ func run(args []string) int {
 		return 1
 	}
 
-	if file.Owner != nil {
+	switch {
+	case *loopback == "unchecked" && file.Owner != nil:
+		fmt.Fprintln(os.Stderr, "switchboard: --loopback unchecked contradicts the config's \"owner\" section")
+		return 2
+	case *loopback == "unchecked":
+		log.Warn("--loopback unchecked: local handles reach every loopback listener their labels admit, whoever holds it (tests and development only)")
+	case *loopback != "owner":
+		fmt.Fprintf(os.Stderr, "switchboard: --loopback %q: want owner or unchecked\n", *loopback)
+		return 2
+	case file.Owner != nil:
 		checker, err := newOwnerChecker(file.Owner, log)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "switchboard: listener-owner check: %v\n", err)
@@ -102,8 +114,13 @@ func run(args []string) int {
 		// No handle is marked as typed by the owner: every loopback target is
 		// judged as a manifest default (its own containers, never a process).
 		cfg.LoopbackCheck = checker.LoopbackFunc(nil)
-	} else {
-		log.Warn("no listener-owner check configured (config key \"owner\"): local handles reach every loopback listener their labels admit")
+	default:
+		// Fail closed: who holds a loopback port cannot be judged without
+		// the operator's facts (toybox's uid, its directories, docker).
+		cfg.LoopbackCheck = func(context.Context, netip.AddrPort, labels.Set) (bool, string) {
+			return false, "no listener-owner check is configured (switchboard config \"owner\"), so no listener on this host is reachable"
+		}
+		log.Info("no listener-owner check configured (config key \"owner\"): local handles reach no listener on this host")
 	}
 
 	sockets := map[string]*net.UnixListener{}

@@ -73,8 +73,15 @@ type running struct {
 
 // startSwitchboard runs the binary with both sockets and a config naming
 // a test DNS server; it waits until both sockets answer.
-func startSwitchboard(t *testing.T, extra map[string]any) *running {
+//
+// flags are extra command-line flags; when there are none and extra has no
+// "owner" section, the switchboard runs with --loopback unchecked, so that
+// tests reach their own loopback servers.
+func startSwitchboard(t *testing.T, extra map[string]any, flags ...string) *running {
 	t.Helper()
+	if _, ok := extra["owner"]; !ok && len(flags) == 0 {
+		flags = []string{"--loopback", "unchecked"}
+	}
 	dns, err := dnstest.New("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -91,7 +98,7 @@ func startSwitchboard(t *testing.T, extra map[string]any) *running {
 		t.Fatal(err)
 	}
 	r := &running{public: filepath.Join(dir, "public.sock"), local: filepath.Join(dir, "local.sock"), dns: dns, stderr: &lockedBuffer{}}
-	r.cmd = exec.Command(filepath.Join(binDir, "switchboard"), "--config", cfgPath, "--listen", "public="+r.public, "--listen", "local="+r.local)
+	r.cmd = exec.Command(filepath.Join(binDir, "switchboard"), append([]string{"--config", cfgPath, "--listen", "public=" + r.public, "--listen", "local=" + r.local}, flags...)...)
 	r.cmd.Stderr = r.stderr
 	if err := r.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -278,7 +285,8 @@ func TestBadConfig(t *testing.T) {
 
 // TestOwnerCheckWired: with an "owner" section the listener-owner check
 // judges loopback targets of local handles (a root-owned listener that no
-// container publishes is refused); without it the switchboard warns.
+// container publishes is refused); without it every such target is refused,
+// unless --loopback unchecked says so (with a warning).
 func TestOwnerCheckWired(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -296,13 +304,21 @@ func TestOwnerCheckWired(t *testing.T) {
 		t.Errorf("check of a root-owned loopback listener: exit %d, stderr %q; want refused by the owner check", code, errs)
 	}
 	t.Logf("owner check said: %s", strings.TrimSpace(errs))
-	plain := startSwitchboard(t, nil)
+	closed := startSwitchboard(t, nil, "--loopback", "owner")
+	code, _, errs = egress(t, "", "--socket", closed.local, "check", fmt.Sprintf("127.0.0.1:%d", port))
+	if code != 3 || !strings.Contains(errs, "no listener-owner check is configured") {
+		t.Errorf("without an owner section: exit %d, %q; want refused: no listener-owner check is configured", code, errs)
+	}
+	plain := startSwitchboard(t, nil, "--loopback", "unchecked")
 	code, _, errs = egress(t, "", "--socket", plain.local, "check", fmt.Sprintf("127.0.0.1:%d", port))
 	if code != 0 {
-		t.Errorf("without an owner section: exit %d, %q; want allowed", code, errs)
+		t.Errorf("--loopback unchecked: exit %d, %q; want allowed", code, errs)
 	}
-	if !strings.Contains(plain.stderr.String(), "no listener-owner check configured") {
+	if !strings.Contains(plain.stderr.String(), "--loopback unchecked") {
 		t.Error("no warning that the listener-owner check is off")
+	}
+	if out, err := exec.Command(filepath.Join(binDir, "switchboard"), "--loopback", "sometimes", "--listen", "local="+filepath.Join(t.TempDir(), "s")).CombinedOutput(); err == nil || !strings.Contains(string(out), "want owner or unchecked") {
+		t.Errorf("--loopback sometimes: %v %s; want a usage error", err, out)
 	}
 	bad := filepath.Join(t.TempDir(), "c.json")
 	_ = os.WriteFile(bad, []byte(`{"owner":{"toyboxUID":1}}`), 0o600)

@@ -74,7 +74,7 @@ func switchboardBin(t *testing.T) string {
 // sock and returns a func that stops it.
 func startSwitchboard(t *testing.T, sock string) func() {
 	t.Helper()
-	cmd := exec.Command(switchboardBin(t), "--listen", "local="+sock)
+	cmd := exec.Command(switchboardBin(t), "--listen", "local="+sock, "--loopback", "unchecked")
 	cmd.Stderr = &testLog{t: t}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
