@@ -99,7 +99,8 @@ func descendants(pid int) []int {
 // each with an egress grant, checks that every one answers, and reports, per vat, the
 // memory of what toybox adds around an app: the supervisor's growth plus
 // the wall's own processes (bwrap, toybox-entry), app excluded. RSS counts
-// shared pages once per process; PSS shares them out.
+// shared pages once per process; PSS shares them out. Each b.N iteration
+// is a whole run: use -benchtime 1x.
 func BenchmarkIdleVatCost(b *testing.B) {
 	n := 20
 	if v, err := strconv.Atoi(os.Getenv("TOYBOX_BENCH_VATS")); err == nil && v > 0 {
