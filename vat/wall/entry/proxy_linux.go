@@ -436,6 +436,12 @@ func (p *Proxy) dial(ctx context.Context, t target, hello []byte, client *net.TC
 			}
 		}
 		ps.SetWantFd(!p.noFD)
+		if !p.noFD {
+			// The socket itself comes back: no stream to export (a
+			// capability passed through the supervisor costs messages
+			// both ways on every connect).
+			return nil
+		}
 		return ps.SetDownstream(schema.ByteStream_ServerToClient(ds))
 	})
 	defer rel()
