@@ -119,6 +119,9 @@ func Constrain(base, narrow Set) (Set, error) {
 	if err := pick("host", b.Host, n.Host, &out.Host); err != nil {
 		return Set{}, err
 	}
+	if err := pick("origin", b.Origin, n.Origin, &out.Origin); err != nil {
+		return Set{}, err
+	}
 	if err := pick("vat", b.Vat, n.Vat, &out.Vat); err != nil {
 		return Set{}, err
 	}

@@ -59,5 +59,5 @@ func ExampleParseGrant() {
 	// [{"host":"a.example","port":443} {"host":"db.example","port":5432,"scheme":"tcp"}] <nil>
 	// [] bad label: wildcard host "*.example.com" not allowed
 	// [] bad label: grant names vat "me": vat is set only by the supervisor, never by a grant
-	// [] bad label: unknown key "prot" (known: host, network, port, scheme, vat)
+	// [] bad label: unknown key "prot" (known: host, network, origin, port, scheme, vat)
 }

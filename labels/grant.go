@@ -55,6 +55,9 @@ func ParseGrant(s string) ([]Set, error) {
 		if len(sets) > 1 {
 			where = " (entry " + strconv.Itoa(i) + ")"
 		}
+		if set.Origin != "" {
+			return nil, badf("grant%s names origin %q: origin is set only by the supervisor, never by a grant", where, set.Origin)
+		}
 		if set.Vat != "" {
 			return nil, badf("grant%s names vat %q: vat is set only by the supervisor, never by a grant", where, set.Vat)
 		}

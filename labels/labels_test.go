@@ -190,6 +190,8 @@ var setCases = []struct {
 	{"tcp", `{"scheme":"tcp","port":22}`, Set{Scheme: "tcp", Port: 22}, ""},
 	{"ipv6 host", `{"host":"[::1]"}`, Set{Host: "::1"}, ""},
 	{"escaped key", `{"ho\u0073t":"a.com"}`, Set{Host: "a.com"}, ""},
+	{"origin manifest", `{"host":"a.com","origin":"manifest"}`, Set{Host: "a.com", Origin: OriginManifest}, ""},
+	{"origin other", `{"origin":"owner"}`, Set{}, `origin "owner" not allowed`},
 
 	{"unknown key", `{"x":"y"}`, Set{}, `unknown key "x"`},
 	{"key case", `{"Host":"a.com"}`, Set{}, `unknown key "Host"`},
@@ -330,6 +332,7 @@ var grantCases = []struct {
 	{"empty object in list", `[{"host":"a.com"},{}]`, nil, "(entry 1) is empty"},
 	{"vat", `{"host":"a.com","vat":"me"}`, nil, `names vat "me": vat is set only by the supervisor`},
 	{"vat in list", `[{"host":"a.com"},{"vat":"me"}]`, nil, "vat is set only by the supervisor"},
+	{"origin", `{"host":"a.com","origin":"manifest"}`, nil, `names origin "manifest": origin is set only by the supervisor`},
 	{"unknown key in list", `[{"host":"a.com","x":1}]`, nil, `entry 0: bad label: unknown key "x"`},
 	{"string in list", `["a.com"]`, nil, "must be a JSON object, not a string"},
 	{"malformed list", `[{"host":"a.com"},]`, nil, "malformed JSON"},
@@ -459,6 +462,9 @@ var constrainCases = []struct {
 	wantErr      error
 	errSub       string
 }{
+	{name: "origin accumulates", base: Set{Host: "a.com", Vat: "v"}, narrow: Set{Origin: OriginManifest}, want: Set{Host: "a.com", Vat: "v", Origin: OriginManifest}},
+	{name: "origin is never dropped", base: Set{Origin: OriginManifest}, narrow: Set{Port: 5432}, want: Set{Origin: OriginManifest, Port: 5432}},
+	{name: "origin bad value", base: Set{}, narrow: Set{Origin: "owner"}, wantErr: ErrBadLabel, errSub: `origin "owner" not allowed`},
 	{"zero and zero", Set{}, Set{}, Set{}, nil, ""},
 	{"accumulate", Set{Network: "public"}, Set{Host: "a.com", Port: 443}, Set{Network: "public", Host: "a.com", Port: 443}, nil, ""},
 	{"narrow empty keeps base", Set{Host: "a.com", Scheme: "https"}, Set{}, Set{Host: "a.com", Scheme: "https"}, nil, ""},

@@ -24,7 +24,15 @@ type Set struct {
 	Port    uint16
 	Network string // "public" or "local"
 	Vat     string // [a-z0-9][a-z0-9-]{0,62}
+	// Origin "manifest" marks a grant the add-on's author wrote (its
+	// manifest), not one its owner typed. Absent: typed by whoever holds
+	// the handle. Set only by the supervisor; only the listener-owner check
+	// reads it (a manifest grant never reaches a process of toybox's user).
+	Origin string
 }
+
+// OriginManifest is the one value of the origin label.
+const OriginManifest = "manifest"
 
 // IsZero reports whether s sets no key at all.
 func (s Set) IsZero() bool { return s == Set{} }
@@ -54,6 +62,9 @@ func (s Set) String() string {
 	}
 	if s.Network != "" {
 		field("network", str(s.Network))
+	}
+	if s.Origin != "" {
+		field("origin", str(s.Origin))
 	}
 	if s.Port != 0 {
 		field("port", strconv.Itoa(int(s.Port)))
@@ -172,8 +183,10 @@ func (s *Set) setKey(key string, val json.Token) error {
 		dst = &s.Network
 	case "vat":
 		dst = &s.Vat
+	case "origin":
+		dst = &s.Origin
 	default:
-		return badf("unknown key %q (known: host, network, port, scheme, vat)", key)
+		return badf("unknown key %q (known: host, network, origin, port, scheme, vat)", key)
 	}
 	v, ok := val.(string)
 	if !ok {
@@ -241,6 +254,9 @@ func Canonical(s Set) (Set, error) {
 	}
 	if s.Vat != "" && !ValidVatID(s.Vat) {
 		return Set{}, badf("vat id %q not allowed ([a-z0-9][a-z0-9-]{0,62})", s.Vat)
+	}
+	if s.Origin != "" && s.Origin != OriginManifest {
+		return Set{}, badf("origin %q not allowed (manifest)", s.Origin)
 	}
 	return s, nil
 }

@@ -15,6 +15,9 @@ struct Labels {
   port    @2 :UInt16;  # 1-65535; 0 = absent
   network @3 :Text;    # "public" or "local"; set by the switchboard socket
   vat     @4 :Text;    # the vat's id; set only by the supervisor
+  origin  @5 :Text;    # "manifest": written by the add-on's author, not typed
+                       # by its owner; set only by the supervisor; read only by
+                       # the listener-owner check
 }
 
 struct Target {

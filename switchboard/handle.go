@@ -290,37 +290,13 @@ func targetString(r labels.Request) string {
 
 // fromSchema reads and canonicalises a schema Labels.
 func fromSchema(l schema.Labels) (labels.Set, error) {
-	var s labels.Set
-	var err error
-	if s.Scheme, err = l.Scheme(); err != nil {
-		return s, err
+	f, err := l.Fields()
+	if err != nil {
+		return labels.Set{}, err
 	}
-	if s.Host, err = l.Host(); err != nil {
-		return s, err
-	}
-	if s.Network, err = l.Network(); err != nil {
-		return s, err
-	}
-	if s.Vat, err = l.Vat(); err != nil {
-		return s, err
-	}
-	s.Port = l.Port()
-	return labels.Canonical(s)
+	return labels.Canonical(labels.Set{Scheme: f.Scheme, Host: f.Host, Port: f.Port, Network: f.Network, Vat: f.Vat, Origin: f.Origin})
 }
 
 func toSchema(l schema.Labels, s labels.Set) error {
-	if err := l.SetScheme(s.Scheme); err != nil {
-		return err
-	}
-	if err := l.SetHost(s.Host); err != nil {
-		return err
-	}
-	if err := l.SetNetwork(s.Network); err != nil {
-		return err
-	}
-	if err := l.SetVat(s.Vat); err != nil {
-		return err
-	}
-	l.SetPort(s.Port)
-	return nil
+	return l.SetFields(schema.LabelFields{Scheme: s.Scheme, Host: s.Host, Port: s.Port, Network: s.Network, Vat: s.Vat, Origin: s.Origin})
 }

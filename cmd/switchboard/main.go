@@ -111,9 +111,11 @@ func run(args []string) int {
 			return 1
 		}
 		defer checker.Close()
-		// No handle is marked as typed by the owner: every loopback target is
-		// judged as a manifest default (its own containers, never a process).
-		cfg.LoopbackCheck = checker.LoopbackFunc(nil)
+		// A handle whose labels carry origin "manifest" (a grant the add-on's
+		// author wrote) is judged as a manifest default: its own containers,
+		// never a process of toybox's user. Any other address was typed by
+		// whoever holds the handle (the owner, through the supervisor).
+		cfg.LoopbackCheck = checker.LoopbackFunc(func(h labels.Set) bool { return h.Origin == "" })
 	default:
 		// Fail closed: who holds a loopback port cannot be judged without
 		// the operator's facts (toybox's uid, its directories, docker).

@@ -70,16 +70,18 @@ func egressMain(args []string) int {
 	op, tgt := fs.Arg(0), fs.Arg(1)
 	var narrow []labels.Set
 	for _, c := range cons {
-		sets, err := labels.ParseGrant(c)
+		// Any label may narrow the operator's handle, vat and origin
+		// included: that is how to ask "would this vat reach that?".
+		set, err := labels.ParseSet([]byte(c))
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "toybox egress: --constrain %s: %v\n", c, err)
-			return exitUsage
+			sets, gerr := labels.ParseGrant(c) // a legacy host[:port]
+			if gerr != nil || len(sets) != 1 || strings.HasPrefix(strings.TrimSpace(c), "{") {
+				fmt.Fprintf(os.Stderr, "toybox egress: --constrain %s: %v (give one label set per --constrain)\n", c, err)
+				return exitUsage
+			}
+			set = sets[0]
 		}
-		if len(sets) != 1 {
-			fmt.Fprintf(os.Stderr, "toybox egress: --constrain %s: give one label set per --constrain\n", c)
-			return exitUsage
-		}
-		narrow = append(narrow, sets[0])
+		narrow = append(narrow, set)
 	}
 	isURL := strings.Contains(tgt, "://")
 	var req labels.Request
@@ -172,20 +174,7 @@ func constrainHandle(ctx context.Context, h schema.Handle, s labels.Set) (schema
 		if err != nil {
 			return err
 		}
-		if err := l.SetScheme(s.Scheme); err != nil {
-			return err
-		}
-		if err := l.SetHost(s.Host); err != nil {
-			return err
-		}
-		if err := l.SetNetwork(s.Network); err != nil {
-			return err
-		}
-		if err := l.SetVat(s.Vat); err != nil {
-			return err
-		}
-		l.SetPort(s.Port)
-		return nil
+		return l.SetFields(schema.LabelFields{Scheme: s.Scheme, Host: s.Host, Port: s.Port, Network: s.Network, Vat: s.Vat, Origin: s.Origin})
 	})
 	defer release()
 	r, err := f.Struct()

@@ -224,26 +224,15 @@ func relayErr(err error) error {
 }
 
 func toSchema(l schema.Labels, s labels.Set) error {
-	for _, f := range []struct {
-		v   string
-		set func(string) error
-	}{{s.Scheme, l.SetScheme}, {s.Host, l.SetHost}, {s.Network, l.SetNetwork}, {s.Vat, l.SetVat}} {
-		if f.v != "" {
-			if err := f.set(f.v); err != nil {
-				return err
-			}
-		}
-	}
-	l.SetPort(s.Port)
-	return nil
+	return l.SetFields(schema.LabelFields{Scheme: s.Scheme, Host: s.Host, Port: s.Port, Network: s.Network, Vat: s.Vat, Origin: s.Origin})
 }
 
 func fromSchema(l schema.Labels) (labels.Set, error) {
-	scheme, _ := l.Scheme()
-	host, _ := l.Host()
-	network, _ := l.Network()
-	vat, _ := l.Vat()
-	return labels.Canonical(labels.Set{Scheme: scheme, Host: host, Port: l.Port(), Network: network, Vat: vat})
+	f, err := l.Fields()
+	if err != nil {
+		return labels.Set{}, err
+	}
+	return labels.Canonical(labels.Set{Scheme: f.Scheme, Host: f.Host, Port: f.Port, Network: f.Network, Vat: f.Vat, Origin: f.Origin})
 }
 
 // vatServer is the Vat bootstrap on one connection.

@@ -9,13 +9,22 @@ import (
 	"toybox/vat/wall"
 )
 
+// ownerGrant names the ?egress= part of a grant: the one the owner typed.
+const ownerGrant = "egress"
+
 // internetGrant is what "network": "internet" means: HTTPS to public addresses.
 const internetGrant = `{"scheme":"https","port":443,"network":"public"}`
 
 // Grant returns the vat's egress grant: the owner's ?egress= value (param,
 // may be empty), then the manifest's egress, then its network shape mapped to
 // labels. An empty result means no egress at all. Every part is parsed by
-// the labels package, which refuses a grant that names vat.
+// the labels package, which refuses a grant that names vat or origin.
+//
+// What the manifest grants was written by the add-on's author, not typed by
+// its owner: those sets carry origin "manifest", so the switchboard's
+// listener-owner check never lets them reach a process of toybox's user
+// (only the vat's own compose project's published ports). The owner's
+// ?egress= sets carry no origin.
 func (m *Manifest) Grant(param string) ([]labels.Set, error) {
 	var out []labels.Set
 	add := func(what, s string) error {
@@ -23,11 +32,16 @@ func (m *Manifest) Grant(param string) ([]labels.Set, error) {
 		if err != nil {
 			return fmt.Errorf("%w: %s: %w", ErrBadGrant, what, err)
 		}
+		if what != ownerGrant {
+			for i := range sets {
+				sets[i].Origin = labels.OriginManifest
+			}
+		}
 		out = append(out, sets...)
 		return nil
 	}
 	if strings.TrimSpace(param) != "" {
-		if err := add("egress", param); err != nil {
+		if err := add(ownerGrant, param); err != nil {
 			return nil, err
 		}
 	}

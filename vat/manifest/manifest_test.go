@@ -154,3 +154,33 @@ func FuzzParseHost(f *testing.F) {
 		}
 	})
 }
+
+// TestGrantOrigin: what the owner typed (?egress=) carries no origin; what
+// the manifest's author wrote carries origin "manifest", which the
+// switchboard's listener-owner check reads.
+func TestGrantOrigin(t *testing.T) {
+	m, err := Parse(strings.NewReader(`{"command":["./a"],"egress":[{"host":"x.example"}],"network":{"hosts":["127.0.0.1:5432"]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := m.Grant(`{"host":"127.0.0.1","port":6379}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`{"host":"127.0.0.1","port":6379}`,
+		`{"host":"x.example","origin":"manifest"}`,
+		`{"host":"127.0.0.1","origin":"manifest","port":5432}`,
+	}
+	if len(g) != len(want) {
+		t.Fatalf("Grant = %v; want %v", g, want)
+	}
+	for i, s := range g {
+		if s.String() != want[i] {
+			t.Errorf("Grant[%d] = %s; want %s", i, s, want[i])
+		}
+	}
+	if _, err := m.Grant(`{"host":"a.example","origin":"manifest"}`); err == nil {
+		t.Error("an ?egress= grant naming origin was accepted; only the supervisor sets it")
+	}
+}
