@@ -126,6 +126,12 @@ func runServe(o serveOptions, log *slog.Logger) error {
 	} else {
 		log.Warn("no --switchboard: no vat can be granted egress")
 	}
+	httpL, adminL, cleanup, err := listeners(o)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+
 	sup, err := supervisor.New(supervisor.Config{
 		Store: st, Switches: sw, Upstream: up, EntryPath: o.entry, Doors: doorTable,
 		Launch: func(ctx context.Context, spec wall.Spec, l *slog.Logger) (supervisor.Process, error) {
@@ -136,16 +142,11 @@ func runServe(o serveOptions, log *slog.Logger) error {
 			return p, nil
 		},
 		ReadyTimeout: o.readyTimeout, StopGrace: o.stopGrace, Logger: log,
+		OwnPorts: ownPorts(httpL),
 	})
 	if err != nil {
 		return err
 	}
-
-	httpL, adminL, cleanup, err := listeners(o)
-	if err != nil {
-		return err
-	}
-	defer cleanup()
 
 	if err := sup.Start(); err != nil {
 		log.Error("some installed vats could not be read", "error", err.Error())
@@ -294,4 +295,16 @@ func listenUnix(path string, mode os.FileMode) (net.Listener, error) {
 	}
 	l.(*net.UnixListener).SetUnlinkOnClose(false)
 	return l, nil
+}
+
+// ownPorts returns the TCP port of the supervisor's http socket, which no
+// manifest may point a vat at.
+func ownPorts(l net.Listener) []uint16 {
+	if l == nil {
+		return nil
+	}
+	if a, ok := l.Addr().(*net.TCPAddr); ok {
+		return []uint16{uint16(a.Port)}
+	}
+	return nil
 }

@@ -36,7 +36,7 @@
 // every process's descriptor table; an uncached decision on a busy host can
 // take tens of milliseconds.
 //
-// The package also holds the manifest-defaults rule as a pure function,
-// ComposePublishes: a loopback default in a manifest is granted only when the
-// vat's own compose file publishes that port on 127.0.0.1 over TCP.
+// The manifest-defaults rule (a loopback default in a manifest is granted
+// only when the vat's own compose file publishes that port on 127.0.0.1 over
+// TCP) is the supervisor's, in package toybox/vat/compose.
 package owner

@@ -13,6 +13,3 @@ var ErrConfig = errors.New("listener-owner check: invalid config")
 // ErrProcNet is wrapped by every error ParseProcNet returns.
 var ErrProcNet = errors.New("malformed /proc/net/tcp table")
 
-// ErrCompose is wrapped by every error ComposePublishes returns: a compose
-// file it cannot read with certainty.
-var ErrCompose = errors.New("compose file not understood")

@@ -87,9 +87,17 @@ func (m *Manifest) Net(grant []labels.Set) wall.Net {
 	}
 	var n wall.Net
 	seen := map[uint16]bool{}
+	granted := func(h Host) bool {
+		for _, g := range grant {
+			if g.Host == h.Host && g.Port == h.Port {
+				return true
+			}
+		}
+		return false
+	}
 	for _, h := range m.Network.Hosts {
-		if !h.Loopback() || h.Port == 0 || seen[h.Port] {
-			continue
+		if !h.Loopback() || h.Port == 0 || seen[h.Port] || !granted(h) {
+			continue // a default the supervisor dropped is not forwarded
 		}
 		seen[h.Port] = true
 		n.Forwards = append(n.Forwards, wall.Forward{Port: h.Port, Host: h.Host, TargetPort: h.Port})

@@ -84,6 +84,10 @@ type Config struct {
 	// LogBytes is how much of each app's output GET /<vat>/logs keeps. If
 	// zero, 64 KiB.
 	LogBytes int
+	// OwnPorts are the supervisor's own TCP ports on this host (its http
+	// socket): a manifest naming one on loopback is refused. If empty, none
+	// is known.
+	OwnPorts []uint16
 	// Logger receives one record per launch, exit and admin change. If
 	// nil, discarded.
 	Logger *slog.Logger
@@ -180,6 +184,7 @@ type vat struct {
 	lastExit  string
 	lastError string
 	doors     []string // the door entries the running spawn holds
+	dropped   []string // manifest defaults left out of the grant, and why
 	run       *instance
 }
 
@@ -200,6 +205,9 @@ type Status struct {
 	UID   int      `json:"uid,omitempty"`
 	Env   []string `json:"env,omitempty"`
 	Doors []string `json:"doors,omitempty"`
+	// Dropped lists the manifest's loopback addresses the vat runs
+	// without, and why (the manifest-defaults rule).
+	Dropped []string `json:"dropped,omitempty"`
 
 	word words.Word
 }
@@ -218,7 +226,8 @@ func (v *vat) status() Status {
 		ID: v.id, Status: v.word.String(), StatusES: v.word.In("es"), Tier: v.tier,
 		Code: v.rec.Code, Grant: g, PID: v.pid, Restarts: v.restarts,
 		LastExit: v.lastExit, LastError: v.lastError, Installed: v.rec.Installed, UID: v.rec.UID, word: v.word,
-		Doors: append([]string(nil), v.doors...),
+		Doors:   append([]string(nil), v.doors...),
+		Dropped: append([]string(nil), v.dropped...),
 	}
 	for k := range v.rec.Env {
 		st.Env = append(st.Env, k)
@@ -249,7 +258,7 @@ func (s *Supervisor) Start() error {
 		code, err := s.cfg.Store.Code(rec.Code)
 		if err == nil {
 			v.code = code
-			v.grant, err = code.Manifest.Grant(rec.Egress)
+			v.grant, v.dropped, err = s.grantFor(code, rec.Egress)
 		}
 		if err != nil {
 			v.word, v.lastError = words.OffStopped, "loading its code: "+err.Error()
@@ -405,7 +414,10 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 		return Status{}, 0, fmt.Errorf("%w: vat id %q is not [a-z0-9][a-z0-9-]{0,62}", ErrBadInput, req.ID)
 	}
 	m := req.Code.Manifest
-	g, err := s.checkGrant(req.ID, m, req.Egress)
+	if _, err := s.checkGrant(req.ID, m, req.Egress); err != nil {
+		return Status{}, 0, err
+	}
+	g, dropped, err := s.grantFor(req.Code, req.Egress)
 	if err != nil {
 		return Status{}, 0, err
 	}
@@ -416,11 +428,12 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 	defer v.op.Unlock()
 	v.mu.Lock()
 	old := struct {
-		rec   store.Record
-		code  store.Code
-		grant []labels.Set
-		run   *instance
-	}{v.rec, v.code, v.grant, v.run}
+		rec     store.Record
+		code    store.Code
+		grant   []labels.Set
+		dropped []string
+		run     *instance
+	}{v.rec, v.code, v.grant, v.dropped, v.run}
 	v.mu.Unlock()
 	existed := old.rec.ID != ""
 
@@ -444,7 +457,7 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 		old.run.stopAndWait()
 	}
 	v.mu.Lock()
-	v.rec, v.code, v.grant = rec, req.Code, g
+	v.rec, v.code, v.grant, v.dropped = rec, req.Code, g, dropped
 	v.restarts, v.lastExit, v.lastError, v.word = 0, "", "", words.Starting
 	v.mu.Unlock()
 	in := s.launch(v)
@@ -456,7 +469,7 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 		in.stopAndWait()
 		s.log.Warn("upgrade rolled back", keyVat, req.ID, keyCode, rec.Code, keyErr, why)
 		v.mu.Lock()
-		v.rec, v.code, v.grant = old.rec, old.code, old.grant
+		v.rec, v.code, v.grant, v.dropped = old.rec, old.code, old.grant, old.dropped
 		v.restarts, v.lastExit, v.word = 0, "", words.Starting
 		v.lastError = "upgrade to " + rec.Code + " failed: " + why.Error()
 		v.mu.Unlock()
@@ -520,6 +533,9 @@ func (s *Supervisor) checkGrant(id string, m *manifest.Manifest, egress string) 
 	}
 	if len(g) > 0 && s.cfg.Upstream == nil {
 		return nil, fmt.Errorf("%w: this supervisor holds no switchboard socket, so it can grant no egress", ErrBadInput)
+	}
+	if err := s.checkOwnPorts(g); err != nil {
+		return nil, err
 	}
 	if err := s.cfg.Doors.CheckManifest(id, m.Doors); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadInput, err)

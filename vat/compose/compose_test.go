@@ -1,4 +1,4 @@
-package owner
+package compose
 
 import (
 	"errors"
@@ -195,15 +195,15 @@ services: {}
 `, 5432, false},
 }
 
-func TestComposePublishes(t *testing.T) {
+func TestPublishes(t *testing.T) {
 	for _, tt := range composeTests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ComposePublishes([]byte(tt.yaml), tt.port)
+			got, err := Publishes([]byte(tt.yaml), tt.port)
 			if err != nil {
-				t.Fatalf("ComposePublishes(port %d) error: %v", tt.port, err)
+				t.Fatalf("Publishes(port %d) error: %v", tt.port, err)
 			}
 			if got != tt.want {
-				t.Errorf("ComposePublishes(port %d) = %v; want %v", tt.port, got, tt.want)
+				t.Errorf("Publishes(port %d) = %v; want %v", tt.port, got, tt.want)
 			}
 		})
 	}
@@ -243,18 +243,18 @@ var composeRefusals = []struct {
 	{"ports twice", "services:\n  db:\n    ports:\n      - \"127.0.0.1:5432:5432\"\n    ports: []\n"},
 }
 
-func TestComposePublishesRefuses(t *testing.T) {
+func TestPublishesRefuses(t *testing.T) {
 	for _, tt := range composeRefusals {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ComposePublishes([]byte(tt.yaml), 5432)
+			got, err := Publishes([]byte(tt.yaml), 5432)
 			if !errors.Is(err, ErrCompose) {
-				t.Errorf("ComposePublishes = %v, %v; want an error wrapping ErrCompose", got, err)
+				t.Errorf("Publishes = %v, %v; want an error wrapping ErrCompose", got, err)
 			}
 		})
 	}
 }
 
-func FuzzComposePublishes(f *testing.F) {
+func FuzzPublishes(f *testing.F) {
 	for _, tt := range composeTests {
 		f.Add(tt.yaml, tt.port)
 	}
@@ -262,7 +262,7 @@ func FuzzComposePublishes(f *testing.F) {
 		f.Add(tt.yaml, uint16(5432))
 	}
 	f.Fuzz(func(t *testing.T, yaml string, port uint16) {
-		got, err := ComposePublishes([]byte(yaml), port)
+		got, err := Publishes([]byte(yaml), port)
 		if err != nil {
 			if !errors.Is(err, ErrCompose) {
 				t.Fatalf("error %v does not wrap ErrCompose", err)

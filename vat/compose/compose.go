@@ -1,13 +1,21 @@
-package owner
+// Package compose reads what a vat's Docker Compose file publishes, for the
+// manifest-defaults rule: a loopback address a manifest names is granted only
+// when the vat's own compose file publishes that port on 127.0.0.1 over TCP.
+package compose
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"strconv"
 	"strings"
 )
 
-// ComposePublishes reports whether a Docker Compose file publishes port on
+// ErrCompose is wrapped by every error Publishes returns: a compose file it
+// cannot read with certainty.
+var ErrCompose = errors.New("compose file not understood")
+
+// Publishes reports whether a Docker Compose file publishes port on
 // 127.0.0.1 over TCP in any of its services — the manifest-defaults rule: a
 // loopback default in a manifest is granted only when the vat's own compose
 // file publishes it there. A port published on every address ("5432:5432",
@@ -22,7 +30,7 @@ import (
 // short ("127.0.0.1:5432:5432", "127.0.0.1:5432:5432/tcp", ranges
 // "127.0.0.1:5000-5010:5000-5010", as a block or a flow list) and long
 // (target, published, host_ip, protocol, mode, name, app_protocol).
-func ComposePublishes(composeYAML []byte, port uint16) (bool, error) {
+func Publishes(composeYAML []byte, port uint16) (bool, error) {
 	if port == 0 {
 		return false, fmt.Errorf("%w: port 0", ErrCompose)
 	}

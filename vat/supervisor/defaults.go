@@ -1,0 +1,121 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path/filepath"
+
+	"toybox/labels"
+	"toybox/vat/compose"
+	"toybox/vat/store"
+)
+
+// composeFiles are the names a vat's own compose file may have, at the top
+// of its bundle.
+var composeFiles = []string{"compose.yaml", "compose.yml", "docker-compose.yaml", "docker-compose.yml"}
+
+// loopbackDefault reports whether g is an address on this host's loopback
+// that the manifest wrote (not one the owner typed).
+func loopbackDefault(g labels.Set) bool {
+	if g.Origin != labels.OriginManifest || g.Host == "" {
+		return false
+	}
+	if g.Host == "localhost" {
+		return true
+	}
+	a, err := netip.ParseAddr(g.Host)
+	return err == nil && a.Unmap().IsLoopback()
+}
+
+// checkOwnPorts refuses a manifest that names one of the supervisor's own
+// ports on loopback: no grant, typed or written, may point a vat at toybox.
+func (s *Supervisor) checkOwnPorts(g []labels.Set) error {
+	for _, set := range g {
+		if !loopbackDefault(set) {
+			continue
+		}
+		for _, p := range s.cfg.OwnPorts {
+			if set.Port == p {
+				return fmt.Errorf("%w: the manifest names %s:%d, the supervisor's own port", ErrBadInput, set.Host, p)
+			}
+		}
+	}
+	return nil
+}
+
+// grantFor returns the grant vat code runs with, and what was dropped from
+// it. The manifest-defaults rule: a loopback address the manifest wrote is
+// granted only when the vat's own compose file publishes that port on
+// 127.0.0.1 over TCP; anything else is dropped (the vat starts without it)
+// and reported in its status. What the owner typed (?egress=) is kept as it
+// is; the switchboard's listener-owner check judges every loopback
+// connection either way.
+func (s *Supervisor) grantFor(code store.Code, egress string) ([]labels.Set, []string, error) {
+	g, err := code.Manifest.Grant(egress)
+	if err != nil {
+		return nil, nil, err
+	}
+	var yaml []byte
+	var yamlName string
+	loaded := false
+	var kept []labels.Set
+	var dropped []string
+	for _, set := range g {
+		if !loopbackDefault(set) {
+			kept = append(kept, set)
+			continue
+		}
+		if set.Port == 0 {
+			dropped = append(dropped, fmt.Sprintf("%s: the manifest names a loopback host without a port", set))
+			continue
+		}
+		if !loaded {
+			loaded = true
+			yaml, yamlName, err = readCompose(code.Dir)
+			if err != nil {
+				return nil, nil, err
+			}
+		}
+		if yaml == nil {
+			dropped = append(dropped, fmt.Sprintf("%s: the bundle has no compose file publishing port %d on 127.0.0.1", set, set.Port))
+			continue
+		}
+		ok, err := compose.Publishes(yaml, set.Port)
+		switch {
+		case err != nil:
+			dropped = append(dropped, fmt.Sprintf("%s: %s: %v", set, yamlName, err))
+		case !ok:
+			dropped = append(dropped, fmt.Sprintf("%s: %s does not publish port %d on 127.0.0.1 over TCP", set, yamlName, set.Port))
+		default:
+			kept = append(kept, set)
+		}
+	}
+	return kept, dropped, nil
+}
+
+// readCompose returns the bundle's own compose file, or nil when it has
+// none. A compose file that is a link or not a regular file is an error.
+func readCompose(dir string) ([]byte, string, error) {
+	for _, name := range composeFiles {
+		p := filepath.Join(dir, name)
+		fi, err := os.Lstat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, "", fmt.Errorf("reading the vat's compose file: %w", err)
+		}
+		if !fi.Mode().IsRegular() {
+			return nil, "", fmt.Errorf("%w: the vat's %s is not a regular file", ErrBadInput, name)
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return nil, "", fmt.Errorf("reading the vat's compose file: %w", err)
+		}
+		return data, name, nil
+	}
+	return nil, "", nil
+}

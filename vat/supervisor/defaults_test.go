@@ -1,0 +1,103 @@
+package supervisor
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"toybox/vat/manifest"
+	"toybox/vat/store"
+)
+
+// TestManifestDefaults: a loopback address the manifest wrote is granted
+// only when the vat's own compose file publishes that port on 127.0.0.1 over
+// TCP; otherwise it is dropped with a reason and the vat starts without it.
+// What the owner typed is kept; the supervisor's own port is refused.
+func TestManifestDefaults(t *testing.T) {
+	const publishes = "services:\n  db:\n    image: postgres\n    ports:\n      - \"127.0.0.1:5432:5432\"\n"
+	tests := []struct {
+		name        string
+		compose     string // "" = no compose file
+		hosts       string
+		egress      string
+		wantGrant   []string
+		wantDropped []string
+	}{
+		{"published by its own compose file", publishes, `["127.0.0.1:5432"]`, "",
+			[]string{`{"host":"127.0.0.1","origin":"manifest","port":5432}`}, nil},
+		{"not published", publishes, `["127.0.0.1:6379"]`, "",
+			nil, []string{"does not publish port 6379 on 127.0.0.1 over TCP"}},
+		{"no compose file", "", `["localhost:5432"]`, "",
+			nil, []string{"no compose file publishing port 5432"}},
+		{"published on every address only", "services:\n  db:\n    ports:\n      - \"5432:5432\"\n", `["127.0.0.1:5432"]`, "",
+			nil, []string{"does not publish port 5432"}},
+		{"loopback without a port", publishes, `["127.0.0.1"]`, "",
+			nil, []string{"without a port"}},
+		{"a public host is no default", "", `["example.com:443"]`, "",
+			[]string{`{"host":"example.com","origin":"manifest","port":443}`}, nil},
+		{"what the owner typed is kept", "", `["example.com:443"]`, `{"host":"127.0.0.1","port":6379}`,
+			[]string{`{"host":"127.0.0.1","port":6379}`, `{"host":"example.com","origin":"manifest","port":443}`}, nil},
+	}
+	s := &Supervisor{cfg: Config{OwnPorts: []uint16{8787}}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if tt.compose != "" {
+				if err := os.WriteFile(filepath.Join(dir, "compose.yaml"), []byte(tt.compose), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			m, err := manifest.Parse(strings.NewReader(`{"command":["./a"],"network":{"hosts":` + tt.hosts + `}}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, dropped, err := s.grantFor(store.Code{Dir: dir, Manifest: m}, tt.egress)
+			if err != nil {
+				t.Fatalf("grantFor: %v", err)
+			}
+			var got []string
+			for _, set := range g {
+				got = append(got, set.String())
+			}
+			if strings.Join(got, " ") != strings.Join(tt.wantGrant, " ") {
+				t.Errorf("grant = %v; want %v", got, tt.wantGrant)
+			}
+			if len(dropped) != len(tt.wantDropped) {
+				t.Fatalf("dropped = %q; want %d entries like %q", dropped, len(tt.wantDropped), tt.wantDropped)
+			}
+			for i, d := range dropped {
+				if !strings.Contains(d, tt.wantDropped[i]) {
+					t.Errorf("dropped[%d] = %q; want it to say %q", i, d, tt.wantDropped[i])
+				}
+			}
+		})
+	}
+
+	t.Run("the supervisor's own port is refused", func(t *testing.T) {
+		m, err := manifest.Parse(strings.NewReader(`{"command":["./a"],"network":{"hosts":["127.0.0.1:8787"]}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := m.Grant("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = s.checkOwnPorts(g)
+		if !errors.Is(err, ErrBadInput) || !strings.Contains(err.Error(), "the supervisor's own port") {
+			t.Fatalf("checkOwnPorts = %v; want a refusal naming the supervisor's own port", err)
+		}
+	})
+
+	t.Run("a compose file that is a link is refused", func(t *testing.T) {
+		dir := t.TempDir()
+		if err := os.Symlink("/etc/hostname", filepath.Join(dir, "compose.yaml")); err != nil {
+			t.Fatal(err)
+		}
+		m, _ := manifest.Parse(strings.NewReader(`{"command":["./a"],"network":{"hosts":["127.0.0.1:5432"]}}`))
+		if _, _, err := s.grantFor(store.Code{Dir: dir, Manifest: m}, ""); err == nil {
+			t.Fatal("grantFor followed a symlinked compose file")
+		}
+	})
+}
