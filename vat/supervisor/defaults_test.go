@@ -25,20 +25,41 @@ func TestManifestDefaults(t *testing.T) {
 		wantGrant   []string
 		wantDropped []string
 	}{
-		{"published by its own compose file", publishes, `["127.0.0.1:5432"]`, "",
-			[]string{`{"host":"127.0.0.1","origin":"manifest","port":5432}`}, nil},
-		{"not published", publishes, `["127.0.0.1:6379"]`, "",
-			nil, []string{"does not publish port 6379 on 127.0.0.1 over TCP"}},
-		{"no compose file", "", `["localhost:5432"]`, "",
-			nil, []string{"no compose file publishing port 5432"}},
-		{"published on every address only", "services:\n  db:\n    ports:\n      - \"5432:5432\"\n", `["127.0.0.1:5432"]`, "",
-			nil, []string{"does not publish port 5432"}},
-		{"loopback without a port", publishes, `["127.0.0.1"]`, "",
-			nil, []string{"without a port"}},
-		{"a public host is no default", "", `["example.com:443"]`, "",
-			[]string{`{"host":"example.com","origin":"manifest","port":443}`}, nil},
-		{"what the owner typed is kept", "", `["example.com:443"]`, `{"host":"127.0.0.1","port":6379}`,
-			[]string{`{"host":"127.0.0.1","port":6379}`, `{"host":"example.com","origin":"manifest","port":443}`}, nil},
+		{
+			"published by its own compose file", publishes, `["127.0.0.1:5432"]`, "",
+			[]string{`{"host":"127.0.0.1","origin":"manifest","port":5432}`},
+			nil,
+		},
+		{
+			"not published", publishes, `["127.0.0.1:6379"]`, "",
+			nil,
+			[]string{"does not publish port 6379 on 127.0.0.1 over TCP"},
+		},
+		{
+			"no compose file", "", `["localhost:5432"]`, "",
+			nil,
+			[]string{"no compose file publishing port 5432"},
+		},
+		{
+			"published on every address only", "services:\n  db:\n    ports:\n      - \"5432:5432\"\n", `["127.0.0.1:5432"]`, "",
+			nil,
+			[]string{"does not publish port 5432"},
+		},
+		{
+			"loopback without a port", publishes, `["127.0.0.1"]`, "",
+			nil,
+			[]string{"without a port"},
+		},
+		{
+			"a public host is no default", "", `["example.com:443"]`, "",
+			[]string{`{"host":"example.com","origin":"manifest","port":443}`},
+			nil,
+		},
+		{
+			"what the owner typed is kept", "", `["example.com:443"]`, `{"host":"127.0.0.1","port":6379}`,
+			[]string{`{"host":"127.0.0.1","port":6379}`, `{"host":"example.com","origin":"manifest","port":443}`},
+			nil,
+		},
 	}
 	s := &Supervisor{cfg: Config{OwnPorts: []uint16{8787}}}
 	for _, tt := range tests {
