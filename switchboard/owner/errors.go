@@ -12,4 +12,3 @@ var ErrConfig = errors.New("listener-owner check: invalid config")
 
 // ErrProcNet is wrapped by every error ParseProcNet returns.
 var ErrProcNet = errors.New("malformed /proc/net/tcp table")
-
