@@ -94,7 +94,8 @@ func CloseInherited(keep ...int) error {
 
 // Run serves the wall's network and runs the app; it returns the app's exit
 // code (128+signal when a signal ended it), or ExitSetup / ExitExec when the
-// entry could not do its part. It never returns before the app is gone.
+// entry could not do its part (a failed egress() kills the app first). It
+// never returns before the app is gone.
 func Run(ctx context.Context, cfg Config) int {
 	logger := cfg.Logger
 	if logger == nil {
@@ -117,15 +118,44 @@ func Run(ctx context.Context, cfg Config) int {
 		return fail(ExitSetup, "prctl(PR_SET_DUMPABLE): %v", err)
 	}
 
+	// The network's listeners are bound before the app starts, so its
+	// first connect never finds the port closed; the Handle (a round trip
+	// through the supervisor) is fetched while the app starts. Connections
+	// accepted meanwhile wait in the kernel's backlog until it is there.
+	// If it cannot be had, the wall fails closed: the app is killed and
+	// the entry exits with ExitSetup.
+	var netDone chan netResult
+	var stopNet func()
 	if cfg.Cap != nil {
-		_, closeNet, err := serveNet(ctx, cfg, logger)
+		ls, err := listen(ctx, cfg)
 		if err != nil {
+			_ = cfg.Cap.Close()
 			return fail(ExitSetup, "%v", err)
 		}
+		nctx, cancel := context.WithCancel(ctx)
+		netDone = make(chan netResult, 1)
+		go func() {
+			stop, err := serveNet(nctx, cfg, ls, logger)
+			netDone <- netResult{stop: stop, err: err}
+		}()
 		// When the app is gone the wall ends with this process: release
 		// the network without waiting on it (a Cap'n Proto close can wait
-		// on the peer).
-		defer func() { go closeNet() }()
+		// on the peer). A setup still under way is cancelled and releases
+		// what it took itself.
+		defer func() {
+			cancel()
+			if stopNet != nil {
+				go stopNet()
+				return
+			}
+			if netDone != nil {
+				go func() {
+					if r := <-netDone; r.stop != nil {
+						r.stop()
+					}
+				}()
+			}
+		}()
 	}
 
 	proc, err := os.StartProcess(cfg.Argv[0], cfg.Argv, &os.ProcAttr{
@@ -143,6 +173,17 @@ func Run(ctx context.Context, cfg Config) int {
 	defer tick.Stop()
 	for {
 		select {
+		case r := <-netDone:
+			netDone = nil
+			if r.err != nil {
+				// Fail closed: no app runs on in a wall whose network
+				// could not be set up.
+				_ = unix.Kill(pid, unix.SIGKILL)
+				waitFor(pid)
+				return fail(ExitSetup, "%v", r.err)
+			}
+			stopNet = r.stop
+			continue
 		case s := <-sigs:
 			if sig, ok := s.(syscall.Signal); ok {
 				_ = unix.Kill(pid, sig)
@@ -174,12 +215,69 @@ func Run(ctx context.Context, cfg Config) int {
 	}
 }
 
-// serveNet takes the Handle and starts the proxy and the forwards. The
-// returned func stops them.
-func serveNet(ctx context.Context, cfg Config, logger *slog.Logger) (*Proxy, func(), error) {
+// waitFor waits until pid has ended.
+func waitFor(pid int) {
+	for {
+		var ws unix.WaitStatus
+		if _, err := unix.Wait4(pid, &ws, 0, nil); err != unix.EINTR {
+			return
+		}
+	}
+}
+
+// netResult is serveNet's answer: the func that stops the network, or why
+// it could not be set up.
+type netResult struct {
+	stop func()
+	err  error
+}
+
+// listeners are the wall's loopback ports, bound before the app starts.
+type listeners struct {
+	forwards []net.Listener // one per cfg.Forwards, in order
+	proxy    net.Listener   // nil when cfg.ProxyPort is 0
+}
+
+func (ls *listeners) close() {
+	for _, l := range ls.forwards {
+		_ = l.Close()
+	}
+	if ls.proxy != nil {
+		_ = ls.proxy.Close()
+	}
+}
+
+// listen binds the forwarded ports and the proxy's port on 127.0.0.1.
+func listen(ctx context.Context, cfg Config) (*listeners, error) {
+	ls := &listeners{}
+	var lc net.ListenConfig
+	for _, f := range cfg.Forwards {
+		l, err := lc.Listen(ctx, "tcp4", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(f.Port))))
+		if err != nil {
+			ls.close()
+			return nil, fmt.Errorf("forwarding port %d: %w", f.Port, err)
+		}
+		ls.forwards = append(ls.forwards, l)
+	}
+	if cfg.ProxyPort != 0 {
+		l, err := lc.Listen(ctx, "tcp4", net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.ProxyPort)))
+		if err != nil {
+			ls.close()
+			return nil, fmt.Errorf("serving the proxy on port %d: %w", cfg.ProxyPort, err)
+		}
+		ls.proxy = l
+	}
+	return ls, nil
+}
+
+// serveNet takes the Handle and serves the proxy and the forwards on ls. It
+// owns cfg.Cap and ls: on error both are closed; on success the returned
+// func stops them.
+func serveNet(ctx context.Context, cfg Config, ls *listeners, logger *slog.Logger) (func(), error) {
 	conn, err := wire.FromFile(cfg.Cap, true)
 	if err != nil {
-		return nil, nil, fmt.Errorf("using the capability socket: %w", err)
+		ls.close()
+		return nil, fmt.Errorf("using the capability socket: %w", err)
 	}
 	rc := conn.RPC(capnp.Client{}, nil)
 	bctx, cancel := context.WithTimeout(ctx, bootstrapTimeout)
@@ -194,36 +292,21 @@ func serveNet(ctx context.Context, cfg Config, logger *slog.Logger) (*Proxy, fun
 	rel()
 	vat.Release()
 	if err != nil {
+		ls.close()
 		_ = rc.Close()
-		return nil, nil, fmt.Errorf("asking the vat's capability for egress: %w", err)
+		return nil, fmt.Errorf("asking the vat's capability for egress: %w", err)
 	}
 	proxy := NewProxy(cfg.ID, handle, conn, logger)
-	var listeners []net.Listener
 	stop := func() {
-		for _, l := range listeners {
-			_ = l.Close()
-		}
+		ls.close()
 		proxy.Close()
 		_ = rc.Close()
 	}
-	var lc net.ListenConfig
-	for _, f := range cfg.Forwards {
-		l, err := lc.Listen(ctx, "tcp4", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(f.Port))))
-		if err != nil {
-			stop()
-			return nil, nil, fmt.Errorf("forwarding port %d: %w", f.Port, err)
-		}
-		listeners = append(listeners, l)
-		go func() { _ = proxy.ServeForward(ctx, l, f) }()
+	for i, f := range cfg.Forwards {
+		go func() { _ = proxy.ServeForward(ctx, ls.forwards[i], f) }()
 	}
-	if cfg.ProxyPort != 0 {
-		l, err := lc.Listen(ctx, "tcp4", net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.ProxyPort)))
-		if err != nil {
-			stop()
-			return nil, nil, fmt.Errorf("serving the proxy on port %d: %w", cfg.ProxyPort, err)
-		}
-		listeners = append(listeners, l)
-		go func() { _ = proxy.ServeProxy(ctx, l) }()
+	if ls.proxy != nil {
+		go func() { _ = proxy.ServeProxy(ctx, ls.proxy) }()
 	}
-	return proxy, stop, nil
+	return stop, nil
 }

@@ -1,0 +1,90 @@
+package wall
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"toybox/schema"
+	"toybox/schema/wire"
+	"toybox/tests/testenv"
+)
+
+// refusingVat answers egress() with an error after a delay, long enough for
+// the app (started while the entry asks) to be running when the answer comes.
+type refusingVat struct {
+	noGrantVat
+	delay time.Duration
+}
+
+func (v refusingVat) Egress(ctx context.Context, _ schema.Vat_egress) error {
+	select {
+	case <-time.After(v.delay):
+	case <-ctx.Done():
+	}
+	return errors.New("this test refuses egress")
+}
+
+// TestEntryFailsClosedWhenEgressFails: toybox-entry starts the app while it
+// asks for the Handle; when the answer is an error, the app must not run on
+// in a wall with no working network: it is killed and the wall exits with
+// the entry's setup code, saying why.
+func TestEntryFailsClosedWhenEgressFails(t *testing.T) {
+	f := newFixture(t, "refused")
+	busybox, err := exec.LookPath("busybox")
+	if err != nil || !strings.HasPrefix(busybox, "/usr/") {
+		testenv.Unavailable(t, "a busybox under /usr (busybox-static) is needed as the app")
+	}
+	f.spec.Command = []string{busybox, "sh", "-c", "echo started; sleep 5; echo late"}
+	f.spec.Net = Net{}
+	f.caps(t)
+	ea, eb := socketpair(t)
+	conn, err := wire.FromFile(eb, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := conn.RPC(capnpClient(schema.Vat_ServerToClient(refusingVat{noGrantVat: noGrantVat{id: "refused"}, delay: 500 * time.Millisecond})), nil)
+	t.Cleanup(func() { _ = rc.Close() })
+	f.spec.EntryCap = ea
+	dir := t.TempDir()
+	outF, err := os.Create(filepath.Join(dir, "stdout"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	errF, err := os.Create(filepath.Join(dir, "stderr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outF.Close()
+	defer errF.Close()
+	f.spec.Stdout, f.spec.Stderr = outF, errF
+	began := time.Now()
+	p, err := Start(context.Background(), f.spec, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.peer.Close()
+	err = p.Wait()
+	took := time.Since(began)
+	stdout, _ := os.ReadFile(outF.Name())
+	stderr, _ := os.ReadFile(errF.Name())
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 125 {
+		t.Fatalf("wall ended with %v, want exit status 125 (the entry's setup code); stderr: %s", err, string(stderr))
+	}
+	if took > 4*time.Second {
+		t.Errorf("the wall took %v to end: the app was not killed when egress failed", took)
+	}
+	if strings.Contains(string(stdout), "late") {
+		t.Errorf("the app ran on after egress failed; stdout %q", string(stdout))
+	}
+	if want := "asking the vat's capability for egress"; !strings.Contains(string(stderr), want) {
+		t.Errorf("stderr %q does not say %q", string(stderr), want)
+	}
+	t.Logf("app output before the kill: %q; wall ended after %v", string(stdout), took.Round(time.Millisecond))
+}
