@@ -178,15 +178,10 @@ func (h *handle) handOver(x *held) (uint64, error) {
 	if err := h.p.srv.tracker.add(x); err != nil {
 		return 0, fmt.Errorf("watching the handed-over socket: %w", err)
 	}
-	f, err := tc.File()
-	if err != nil {
-		return 0, fmt.Errorf("duplicating the socket: %w", err)
-	}
-	defer f.Close()
-	// SendFD calls f.Fd(), which puts the socket in blocking mode: the
-	// receiver gets it as a freshly accepted socket comes. The switchboard
-	// does no I/O on its own copy after this point.
-	seq, err := h.p.wc.SendFD(f)
+	// SendConn puts the socket in blocking mode: the receiver gets it as a
+	// freshly accepted socket comes. The switchboard does no I/O on its own
+	// copy after this point.
+	seq, err := h.p.wc.SendConn(tc)
 	if err != nil {
 		return 0, fmt.Errorf("passing the socket: %w", err)
 	}

@@ -22,6 +22,7 @@ import (
 	"capnproto.org/go/capnp/v3"
 	"capnproto.org/go/capnp/v3/rpc"
 	"capnproto.org/go/capnp/v3/rpc/transport"
+	"golang.org/x/sys/unix"
 )
 
 // Limits on descriptors in flight on one connection.
@@ -104,6 +105,51 @@ func (c *Conn) SendFD(f *os.File) (uint64, error) {
 		return 0, fmt.Errorf("duplicating descriptor: %w", err)
 	}
 	d := os.NewFile(uintptr(fd), f.Name())
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.pending = append(c.pending, d)
+	c.sent++
+	return c.sent, nil
+}
+
+// SendOwned is SendFD without the duplicate: it takes ownership of f, which
+// is closed once sent or when the connection closes (a relay passing on a
+// descriptor it took with TakeFD needs no copy).
+func (c *Conn) SendOwned(f *os.File) (uint64, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.pending = append(c.pending, f)
+	c.sent++
+	return c.sent, nil
+}
+
+// SendConn is SendFD for a socket held by a net.Conn (or any syscall.Conn):
+// it queues a duplicate of the socket without an intermediate *os.File.
+// The socket is put in blocking mode, as a freshly accepted socket comes
+// (the mode is shared with sc's own descriptor: the caller does no more I/O
+// on sc). The caller keeps ownership of sc.
+func (c *Conn) SendConn(sc syscall.Conn) (uint64, error) {
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return 0, fmt.Errorf("duplicating descriptor: %w", err)
+	}
+	fd := -1
+	var derr error
+	if err := raw.Control(func(s uintptr) {
+		fd, derr = dupCloexec(int(s))
+		if derr == nil {
+			if err := unix.SetNonblock(fd, false); err != nil {
+				_ = unix.Close(fd)
+				fd, derr = -1, os.NewSyscallError("fcntl", err)
+			}
+		}
+	}); err != nil {
+		return 0, fmt.Errorf("duplicating descriptor: %w", err)
+	}
+	if derr != nil {
+		return 0, fmt.Errorf("duplicating descriptor: %w", derr)
+	}
+	d := os.NewFile(uintptr(fd), "wire-conn")
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.pending = append(c.pending, d)
@@ -248,7 +294,10 @@ func messageSize(p []byte) (int, bool) {
 	return size, true
 }
 
-// flush writes bufs, with any queued descriptors on the first byte.
+// flush writes bufs, with any queued descriptors on the first byte. The
+// last batch of descriptors leaves in the same sendmsg as the whole of bufs,
+// so the peer collects them with the message in one recvmsg (a lone first
+// byte would cost it a second read, and its reader a second wakeup).
 func (c *Conn) flush(bufs net.Buffers) error {
 	for len(c.pending) > 0 {
 		for len(bufs) > 0 && len(bufs[0]) == 0 {
@@ -258,24 +307,75 @@ func (c *Conn) flush(bufs net.Buffers) error {
 			return nil // descriptors wait for bytes to ride on
 		}
 		batch := c.pending
-		if len(batch) > maxFDsPerWrite {
+		last := len(batch) <= maxFDsPerWrite
+		if !last {
 			batch = batch[:maxFDsPerWrite]
 		}
 		fds := make([]int, len(batch))
 		for i, f := range batch {
 			fds[i] = int(f.Fd())
 		}
-		if _, _, err := c.uc.WriteMsgUnix(bufs[0][:1], syscall.UnixRights(fds...), nil); err != nil {
+		rights := syscall.UnixRights(fds...)
+		var n int
+		var err error
+		if last {
+			n, err = c.sendmsg(bufs, rights)
+		} else {
+			n, err = c.sendmsg(net.Buffers{bufs[0][:1]}, rights)
+		}
+		if err != nil {
 			return err
 		}
 		for _, f := range batch {
 			_ = f.Close()
 		}
 		c.pending = c.pending[len(batch):]
-		bufs[0] = bufs[0][1:]
+		bufs = consume(bufs, n)
+	}
+	if len(bufs) == 0 {
+		return nil
 	}
 	_, err := bufs.WriteTo(c.uc)
 	return err
+}
+
+// sendmsg writes bufs with the control message oob in one sendmsg(2) and
+// returns how many bytes left (at least one: oob leaves with the first).
+func (c *Conn) sendmsg(bufs net.Buffers, oob []byte) (int, error) {
+	rc, err := c.uc.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	var serr error
+	werr := rc.Write(func(fd uintptr) bool {
+		for {
+			n, serr = unix.SendmsgBuffers(int(fd), bufs, oob, nil, unix.MSG_NOSIGNAL)
+			if !errors.Is(serr, unix.EINTR) {
+				return !errors.Is(serr, unix.EAGAIN)
+			}
+		}
+	})
+	if werr != nil {
+		return 0, werr
+	}
+	if serr != nil {
+		return 0, os.NewSyscallError("sendmsg", serr)
+	}
+	return n, nil
+}
+
+// consume drops the first n bytes of bufs.
+func consume(bufs net.Buffers, n int) net.Buffers {
+	for n > 0 && len(bufs) > 0 {
+		if n < len(bufs[0]) {
+			bufs[0] = bufs[0][n:]
+			return bufs
+		}
+		n -= len(bufs[0])
+		bufs = bufs[1:]
+	}
+	return bufs
 }
 
 // Close closes the connection and every unclaimed descriptor.

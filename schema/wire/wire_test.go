@@ -138,3 +138,56 @@ func TestMessageSize(t *testing.T) {
 		})
 	}
 }
+
+// TestManyFDsOneWrite queues more descriptors than one sendmsg carries,
+// then writes once: every descriptor and every byte arrives, in order.
+func TestManyFDsOneWrite(t *testing.T) {
+	a, b := pair(t, true)
+	const n = 2*maxFDsPerWrite + 3
+	for i := 0; i < n; i++ {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.WriteString(string(rune('a' + i))); err != nil {
+			t.Fatal(err)
+		}
+		_ = w.Close()
+		if i%2 == 0 {
+			_, err = a.SendFD(r)
+			_ = r.Close()
+		} else {
+			_, err = a.SendOwned(r) // takes r
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	const msg = "0123456789abcdefghijklmnopqrstuvwxyz"
+	if _, err := a.Write([]byte(msg)); err != nil {
+		t.Fatal(err)
+	}
+	var got []byte
+	buf := make([]byte, 64)
+	for len(got) < len(msg) {
+		k, err := b.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, buf[:k]...)
+	}
+	if string(got) != msg {
+		t.Errorf("bytes = %q; want %q", got, msg)
+	}
+	for i := 0; i < n; i++ {
+		f, err := b.TakeFD(uint64(i + 1))
+		if err != nil {
+			t.Fatalf("TakeFD(%d): %v", i+1, err)
+		}
+		data, _ := io.ReadAll(f)
+		_ = f.Close()
+		if want := string(rune('a' + i)); string(data) != want {
+			t.Errorf("fd %d reads %q; want %q", i+1, data, want)
+		}
+	}
+}

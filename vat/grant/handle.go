@@ -283,11 +283,11 @@ func (h *handleServer) Connect(ctx context.Context, call schema.Handle_connect) 
 			if err != nil {
 				return fmt.Errorf("taking the connected socket from the switchboard: %w", err)
 			}
-			defer f.Close()
 			if !wantFd {
+				_ = f.Close()
 				return errors.New("the switchboard handed over a socket nobody asked for")
 			}
-			nseq, err := h.down.SendFD(f)
+			nseq, err := h.down.SendOwned(f) // takes f
 			if err != nil {
 				return fmt.Errorf("handing the connected socket to the vat: %w", err)
 			}
