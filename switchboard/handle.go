@@ -19,6 +19,7 @@ import (
 type handle struct {
 	p      *peer
 	labels labels.Set
+	text   string // labels.String(), for the log record of each decision
 
 	ctx    context.Context // done when revoked
 	cancel context.CancelFunc
@@ -50,7 +51,7 @@ type held struct {
 func (p *peer) newHandle(l labels.Set, parent *handle, counted bool) *handle {
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &handle{
-		p: p, labels: l, ctx: ctx, cancel: cancel, parent: parent, counted: counted,
+		p: p, labels: l, text: l.String(), ctx: ctx, cancel: cancel, parent: parent, counted: counted,
 		children: map[*handle]struct{}{}, conns: map[*held]struct{}{},
 	}
 	if parent != nil {

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"strings"
+	"time"
 )
 
 // Log attribute keys: constant, one record per decision.
@@ -21,18 +22,26 @@ const (
 	keyReason    = "reason"
 )
 
-// logDecision writes the one record of a decision.
+// logDecision writes the one record of a decision. The record goes to the
+// handler directly: Logger.LogAttrs would also walk the stack for a source
+// position no handler here prints.
 func (h *handle) logDecision(op, target string, addrs []netip.Addr, vetted string, allow bool, reason string) {
+	ctx := context.Background()
+	hd := h.p.srv.log.Handler()
+	if !hd.Enabled(ctx, slog.LevelInfo) {
+		return
+	}
 	reason = strings.TrimPrefix(reason, RefusedPrefix)
 	as := make([]string, len(addrs))
 	for i, a := range addrs {
 		as[i] = a.String()
 	}
-	h.p.srv.log.LogAttrs(context.Background(), slog.LevelInfo, "egress decision",
+	r := slog.NewRecord(time.Now(), slog.LevelInfo, "egress decision", 0)
+	r.AddAttrs(
 		slog.String(keySocket, h.p.socket),
 		slog.Int64(keyPeerPID, int64(h.p.pid)),
 		slog.Int64(keyPeerUID, int64(h.p.uid)),
-		slog.String(keyLabels, h.labels.String()),
+		slog.String(keyLabels, h.text),
 		slog.String(keyOp, op),
 		slog.String(keyTarget, target),
 		slog.Any(keyAddresses, as),
@@ -40,4 +49,5 @@ func (h *handle) logDecision(op, target string, addrs []netip.Addr, vetted strin
 		slog.Bool(keyAllow, allow),
 		slog.String(keyReason, reason),
 	)
+	_ = hd.Handle(ctx, r)
 }
