@@ -30,6 +30,8 @@ import (
 	"syscall"
 	"time"
 
+	"toybox/vat/atomicfile"
+
 	"toybox/vat/manifest"
 )
 
@@ -484,30 +486,7 @@ func (s *Store) Purge(id string) error {
 }
 
 func writeAtomic(path string, b []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", filepath.Base(path), err)
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	return syncDir(filepath.Dir(path))
+	return atomicfile.WriteFile(path, b, 0o600)
 }
 
 func syncDir(dir string) error {

@@ -14,6 +14,8 @@ import (
 	"sort"
 	"sync"
 
+	"toybox/vat/atomicfile"
+
 	"toybox/vat/words"
 )
 
@@ -171,25 +173,5 @@ func (s *Switches) SetChoice(id string, walled bool) error {
 }
 
 func writeAtomic(path string, b []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".walls-*")
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", filepath.Base(path), err)
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return atomicfile.WriteFile(path, b, 0o600)
 }
