@@ -301,22 +301,35 @@ func (h *handleServer) Connect(ctx context.Context, call schema.Handle_connect) 
 	})
 }
 
+// beginURL starts a call that names a URL (request, webSocket): the
+// in-flight slot, then the members whose labels admit the URL. The caller
+// must call done.
+func (h *handleServer) beginURL(call interface{ Go() }, url string) (done func(), ms []labels.Set, err error) {
+	done, err = h.begin(call)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := labels.ParseURL(url)
+	if err == nil {
+		ms, err = h.candidates(r)
+	} else {
+		err = fmt.Errorf("egress refused: %w", err)
+	}
+	if err != nil {
+		done()
+		return nil, nil, err
+	}
+	return done, ms, nil
+}
+
 func (h *handleServer) Request(ctx context.Context, call schema.Handle_request) error {
-	done, err := h.begin(call)
+	args := call.Args()
+	url, _ := args.Url()
+	done, ms, err := h.beginURL(call, url)
 	if err != nil {
 		return err
 	}
 	defer done()
-	args := call.Args()
-	url, _ := args.Url()
-	r, err := labels.ParseURL(url)
-	if err != nil {
-		return fmt.Errorf("egress refused: %w", err)
-	}
-	ms, err := h.candidates(r)
-	if err != nil {
-		return err
-	}
 	return h.each(ctx, ms, func(up schema.Handle, _ session) error {
 		fut, release := up.Request(ctx, func(p schema.Handle_request_Params) error {
 			m, _ := args.Method()
@@ -347,21 +360,13 @@ func (h *handleServer) Request(ctx context.Context, call schema.Handle_request) 
 }
 
 func (h *handleServer) WebSocket(ctx context.Context, call schema.Handle_webSocket) error {
-	done, err := h.begin(call)
+	args := call.Args()
+	url, _ := args.Url()
+	done, ms, err := h.beginURL(call, url)
 	if err != nil {
 		return err
 	}
 	defer done()
-	args := call.Args()
-	url, _ := args.Url()
-	r, err := labels.ParseURL(url)
-	if err != nil {
-		return fmt.Errorf("egress refused: %w", err)
-	}
-	ms, err := h.candidates(r)
-	if err != nil {
-		return err
-	}
 	return h.each(ctx, ms, func(up schema.Handle, _ session) error {
 		fut, release := up.WebSocket(ctx, func(p schema.Handle_webSocket_Params) error {
 			if err := p.SetUrl(url); err != nil {
