@@ -71,10 +71,14 @@ func switchboardBin(t *testing.T) string {
 }
 
 // startSwitchboard runs a real switchboard serving a local root handle on
-// sock and returns a func that stops it.
-func startSwitchboard(t *testing.T, sock string) func() {
+// sock and returns a func that stops it. Without args it runs with
+// --loopback unchecked, so tests reach their own loopback servers.
+func startSwitchboard(t *testing.T, sock string, args ...string) func() {
 	t.Helper()
-	cmd := exec.Command(switchboardBin(t), "--listen", "local="+sock, "--loopback", "unchecked")
+	if len(args) == 0 {
+		args = []string{"--loopback", "unchecked"}
+	}
+	cmd := exec.Command(switchboardBin(t), append([]string{"--listen", "local=" + sock}, args...)...)
 	cmd.Stderr = &testLog{t: t}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
