@@ -119,3 +119,12 @@ func readCompose(dir string) ([]byte, string, error) {
 	}
 	return nil, "", nil
 }
+
+// logDropped says, once per install or start, which manifest addresses a
+// vat runs without.
+func (s *Supervisor) logDropped(id string, dropped []string) {
+	for _, d := range dropped {
+		s.log.Warn("manifest address dropped: the vat starts without it", keyVat, id, keyReason, d)
+	}
+}
+

@@ -259,6 +259,7 @@ func (s *Supervisor) Start() error {
 		if err == nil {
 			v.code = code
 			v.grant, v.dropped, err = s.grantFor(code, rec.Egress)
+			s.logDropped(rec.ID, v.dropped)
 		}
 		if err != nil {
 			v.word, v.lastError = words.OffStopped, "loading its code: "+err.Error()
@@ -421,6 +422,7 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 	if err != nil {
 		return Status{}, 0, err
 	}
+	s.logDropped(req.ID, dropped)
 	v, err := s.lockVat(req.ID, true)
 	if err != nil {
 		return Status{}, 0, err
