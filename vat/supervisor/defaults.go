@@ -127,4 +127,3 @@ func (s *Supervisor) logDropped(id string, dropped []string) {
 		s.log.Warn("manifest address dropped: the vat starts without it", keyVat, id, keyReason, d)
 	}
 }
-
