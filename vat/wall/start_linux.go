@@ -47,6 +47,10 @@ type Process struct {
 	done   chan struct{}
 	err    error
 	status *os.File // bwrap's JSON status pipe (read end)
+	// statusRead is closed once the child pid has been read (or could not
+	// be): reap closes status only then, so an app that exits at once
+	// cannot have its pid's record closed under the reader.
+	statusRead chan struct{}
 }
 
 // Pid is bwrap's pid on the host.
@@ -114,6 +118,7 @@ func (p *Process) Stop(grace time.Duration) error {
 func (p *Process) reap() {
 	err := p.cmd.Wait()
 	if p.status != nil {
+		<-p.statusRead // EOF at the latest: bwrap's write end is gone
 		_ = p.status.Close()
 	}
 	p.err = err
@@ -258,11 +263,11 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 	if err != nil {
 		return nil, fmt.Errorf("starting the wall for %q: %w: %w", spec.ID, ErrBwrap, err)
 	}
-	p := &Process{id: spec.ID, tier: plan.Tier, cmd: cmd, logger: logger, done: make(chan struct{}), status: statusR}
+	p := &Process{id: spec.ID, tier: plan.Tier, cmd: cmd, logger: logger, done: make(chan struct{}), status: statusR, statusRead: make(chan struct{})}
 	go p.reap()
 	kill := func() { _ = cmd.Process.Kill(); <-p.done }
 
-	child, err := readChildPid(ctx, statusR, p.done)
+	child, err := readChildPid(ctx, statusR, p.statusRead)
 	if err != nil {
 		kill()
 		msg := strings.TrimSpace(head.String())
@@ -281,14 +286,16 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 	return p, nil
 }
 
-// readChildPid reads bwrap's first JSON status ({"child-pid": N}).
-func readChildPid(ctx context.Context, r *os.File, done <-chan struct{}) (int, error) {
+// readChildPid reads bwrap's first JSON status ({"child-pid": N}). It
+// closes read when its reader is done with r.
+func readChildPid(ctx context.Context, r *os.File, read chan<- struct{}) (int, error) {
 	type result struct {
 		pid int
 		err error
 	}
 	ch := make(chan result, 1)
 	go func() {
+		defer close(read)
 		var st struct {
 			ChildPid int `json:"child-pid"`
 		}
