@@ -246,6 +246,11 @@ func (v *vat) setWord(w words.Word) {
 // that vat off with the reason; the others still start. It returns once
 // every vat has been launched (not necessarily ready).
 func (s *Supervisor) Start() error {
+	// No wall runs yet (walls end with the supervisor): views of /etc
+	// left from an earlier run are cleared, and built again on demand.
+	if err := wall.SweepEtcViews(s.cfg.Store.StateDir()); err != nil {
+		s.log.Warn("clearing old /etc views", keyErr, err)
+	}
 	recs, rerr := s.cfg.Store.Records()
 	if rerr != nil {
 		s.log.Error("reading installed vats", keyErr, rerr)

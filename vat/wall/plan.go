@@ -1,6 +1,8 @@
 package wall
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io/fs"
 	"net"
@@ -87,6 +89,10 @@ type Plan struct {
 	ProxyPort int
 	// Forwards are the loopback ports toybox-entry serves.
 	Forwards []Forward
+	// Etc is the content of the wall's /etc, a folder built at EtcView
+	// (in the state dir) and bound read-only.
+	Etc     []EtcEntry
+	EtcView string
 	// Masks lists every path hidden inside the wall (secrets in bound trees,
 	// the state dir, hidden entries of a home).
 	Masks []string
@@ -118,10 +124,6 @@ var etcFiles = []string{
 	"/etc/ssl/certs", "/etc/ssl/openssl.cnf", "/etc/ca-certificates", "/etc/pki/tls/certs",
 	"/etc/alternatives", "/etc/localtime", "/etc/timezone", "/etc/os-release",
 }
-
-// maxEtcCopy is the largest /etc file copied into the wall rather than
-// bound.
-const maxEtcCopy = 1 << 20
 
 // secretNames are masked at any depth of a bound tree.
 var secretNames = map[string]bool{".env": true, ".mcp.json": true}
@@ -212,7 +214,36 @@ func (b *planner) build() error {
 	if err := b.entry(); err != nil {
 		return err
 	}
+	b.etcMountpoints()
 	return b.env()
+}
+
+// etcMountpoints adds to the /etc view an empty mountpoint for every later
+// op whose destination is below /etc (an owner-chosen file there, a mask):
+// bubblewrap cannot make one in a read-only bind. Then the view's content
+// is known, and so its folder.
+func (b *planner) etcMountpoints() {
+	view := -1
+	for i, op := range b.p.Ops {
+		if op.Dest == "/etc" {
+			view = i
+			continue
+		}
+		if view < 0 || !within(op.Dest, "/etc") {
+			continue
+		}
+		dir := op.dir || op.Kind == OpMaskDir || op.Kind == OpDir || op.Kind == OpTmpfs
+		if op.Kind == OpROBind {
+			if fi, err := os.Stat(op.Src); err == nil {
+				dir = fi.IsDir()
+			}
+		}
+		b.p.Etc = append(b.p.Etc, EtcEntry{Path: strings.TrimPrefix(op.Dest, "/etc/"), Mount: true, Dir: dir})
+	}
+	if view >= 0 {
+		b.p.EtcView = EtcViewDir(b.state, b.p.Etc)
+		b.p.Ops[view].Src = b.p.EtcView
+	}
 }
 
 func (b *planner) tier() error {
@@ -291,29 +322,21 @@ func (b *planner) system() {
 			b.add(Op{Kind: OpROBind, Src: d, Dest: d, Why: "system folder"})
 		}
 	}
-	for _, f := range etcFiles {
-		fi, err := os.Lstat(f)
-		switch {
-		case err != nil:
-			continue
-		case fi.Mode()&fs.ModeSymlink != 0:
-			if t, err := os.Readlink(f); err == nil {
-				b.add(Op{Kind: OpSymlink, Src: t, Dest: f, Why: "/etc entry programs need (symlink)"})
-			}
-		case fi.Mode().IsRegular() && fi.Size() <= maxEtcCopy:
-			// A copy costs no mount (each mount makes bwrap re-read the
-			// mount table); small files go this way.
-			b.add(Op{Kind: OpFile, Src: f, Dest: f, Why: "/etc entry programs need (copied)"})
-		default:
-			b.add(Op{Kind: OpROBind, Src: f, Dest: f, Why: "/etc entry programs need"})
-		}
-	}
-	b.add(Op{Kind: OpFile, Dest: "/etc/passwd", Data: []byte(b.passwd()), Why: "synthesised: the vat's user only"})
-	b.add(Op{Kind: OpFile, Dest: "/etc/group", Data: []byte(b.group()), Why: "synthesised: the vat's group only"})
-	b.add(Op{Kind: OpFile, Dest: "/etc/hosts", Data: []byte("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"), Why: "synthesised: loopback only"})
-	b.add(Op{Kind: OpFile, Dest: "/etc/hostname", Data: []byte("toybox\n"), Why: "synthesised"})
+	// /etc: one read-only bind of a view the supervisor builds and every
+	// wall with the same /etc shares (see EtcEntry). passwd names the
+	// vat, so it is the wall's own file, linked from the view.
+	b.p.Etc = etcEntries(etcFiles)
+	b.p.Etc = append(b.p.Etc,
+		EtcEntry{Path: "passwd", Link: PasswdPath},
+		EtcEntry{Path: "group", Data: []byte(b.group())},
+		EtcEntry{Path: "hosts", Data: []byte("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")},
+		EtcEntry{Path: "hostname", Data: []byte("toybox\n")},
+	)
+	// Src is set once the view's content is known (etcMountpoints).
+	b.add(Op{Kind: OpROBindFD, Dest: "/etc", Why: "/etc: a shared view of only what programs need; group, hosts synthesised", dir: true})
+	b.add(Op{Kind: OpFile, Dest: PasswdPath, Data: []byte(b.passwd()), Why: "synthesised: the vat's user only (/etc/passwd links here)"})
 	b.add(Op{Kind: OpProc, Dest: "/proc", Why: "the wall's own processes"})
-	b.add(Op{Kind: OpDev, Dest: "/dev", Why: "null, zero, random, tty"})
+	b.add(Op{Kind: OpDev, Dest: "/dev", Why: "null, zero, random, urandom, fd links, shm"})
 	b.add(Op{Kind: OpTmpfs, Dest: "/tmp", Why: "TMPDIR"})
 	b.add(Op{Kind: OpTmpfs, Dest: "/var/tmp", Why: "scratch"})
 }
@@ -804,4 +827,46 @@ func scan(root string, limit int) ([]string, error) {
 		return nil, err
 	}
 	return found, nil
+}
+
+// EtcEntry is one entry of the /etc view.
+type EtcEntry struct {
+	// Path is the entry's path below /etc ("group", "ssl/certs").
+	Path string
+	// Src is the host path copied: a file's content, a symlink made again
+	// with the same target, or a folder copied entry by entry (files,
+	// folders and symlinks; nothing else).
+	Src string
+	// Data is a synthesised file's content.
+	Data []byte
+	// Link makes the entry a symlink to Link.
+	Link string
+	// Mount marks an empty mountpoint for a later bind (a folder if Dir).
+	Mount bool
+	Dir   bool
+}
+
+// PasswdPath is the wall's own passwd file, which /etc/passwd links to.
+const PasswdPath = "/run/toybox-etc/passwd"
+
+// EtcViewDir is the folder of the /etc view holding entries: named by its
+// content, so walls with the same /etc share one.
+func EtcViewDir(stateDir string, entries []EtcEntry) string {
+	h := sha256.New()
+	for _, e := range entries {
+		fmt.Fprintf(h, "%q %q %q %t %t %x\n", e.Path, e.Src, e.Link, e.Mount, e.Dir, sha256.Sum256(e.Data))
+	}
+	return filepath.Join(stateDir, "etc", hex.EncodeToString(h.Sum(nil))[:24])
+}
+
+// etcEntries turns the allowlist into view entries (those that exist).
+func etcEntries(names []string) []EtcEntry {
+	var out []EtcEntry
+	for _, f := range names {
+		if _, err := os.Lstat(f); err != nil {
+			continue
+		}
+		out = append(out, EtcEntry{Path: strings.TrimPrefix(f, "/etc/"), Src: f})
+	}
+	return out
 }

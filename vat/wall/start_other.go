@@ -5,6 +5,8 @@ package wall
 import (
 	"context"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"time"
 )
 
@@ -32,6 +34,9 @@ func Start(_ context.Context, spec Spec, _ *slog.Logger) (*Process, error) {
 	}
 	return nil, ErrUnsupported
 }
+
+// SweepEtcViews removes every /etc view in stateDir.
+func SweepEtcViews(stateDir string) error { return os.RemoveAll(filepath.Join(stateDir, "etc")) }
 
 // Probe returns ErrUnsupported.
 func Probe(context.Context) error { return ErrUnsupported }

@@ -258,6 +258,50 @@ func victim(mode string) int {
 		}
 		sort.Ints(pids)
 		fmt.Printf("PIDS %v SELF %d\n", pids, os.Getpid())
+	case "devetc":
+		// What a program needs of /dev and /etc works; what it must not
+		// have is not there. OK lines for what works, HELD/BREACH as usual.
+		ok := func(what string, err error) {
+			if err != nil {
+				fmt.Printf("FAIL %s: %v\n", what, err)
+			} else {
+				fmt.Printf("OK %s\n", what)
+			}
+		}
+		ok("write /dev/null", os.WriteFile("/dev/null", []byte("x"), 0))
+		for _, d := range []string{"/dev/zero", "/dev/urandom", "/dev/random"} {
+			f, err := os.Open(d)
+			if err == nil {
+				_, err = f.Read(make([]byte, 8))
+				f.Close()
+			}
+			ok("read "+d, err)
+		}
+		ok("write /dev/shm", os.WriteFile("/dev/shm/x", []byte("x"), 0o600))
+		_, err := os.ReadDir("/dev/fd/")
+		ok("list /dev/fd", err)
+		pw, err := os.ReadFile("/etc/passwd")
+		if err == nil && !strings.Contains(string(pw), "vat:x:1000:1000:") {
+			err = fmt.Errorf("no vat user in %q", pw)
+		}
+		ok("passwd", err)
+		hn, err := os.ReadFile("/etc/hostname")
+		if err == nil && string(hn) != "toybox\n" {
+			err = fmt.Errorf("hostname %q", hn)
+		}
+		ok("hostname", err)
+		for _, p := range strings.Split(arg, ":") {
+			if p != "" {
+				_, err := os.ReadFile(p)
+				ok("read "+p, err)
+			}
+		}
+		expectFail("create /etc/evil", os.WriteFile("/etc/evil", []byte("x"), 0o644))
+		expectFail("write /etc/hosts", os.WriteFile("/etc/hosts", []byte("6.6.6.6 example.org"), 0o644))
+		_, err = os.Stat("/dev/tty")
+		expectFail("stat /dev/tty", err)
+		_, err = os.Stat("/etc/shadow")
+		expectFail("stat /etc/shadow", err)
 	case "sleep":
 		fmt.Println("sleeping")
 		os.Stdout.Sync()

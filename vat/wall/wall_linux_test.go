@@ -433,6 +433,9 @@ func TestAttackSymlinkSwapBetweenPlanAndBind(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if err := ensureEtcView(plan); err != nil {
+				t.Fatal(err)
+			}
 			tt.swap(t, f, decoy)
 			var fds fdTable
 			defer fds.closeAll()

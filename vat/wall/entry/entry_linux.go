@@ -26,14 +26,17 @@ const (
 	ExitExec  = 127 // the app could not be started
 )
 
-// Signals for the app, and SIGCHLD for reaping, caught from the first
-// moment: as the wall's pid 1, a signal with no handler is dropped.
+// Signals for the app, and SIGCHLD for reaping. They are caught once the
+// app runs, not before: signal.Notify starts the runtime's signal loop (a
+// thread of its own, about a millisecond), which no app should wait for.
+// Until then a stop request (SIGTERM) ends the entry by Go's default
+// action, and with it the wall: what was asked for.
 var (
 	sigs = make(chan os.Signal, 16)
 	chld = make(chan os.Signal, 1)
 )
 
-func init() {
+func catchSignals() {
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2)
 	signal.Notify(chld, unix.SIGCHLD)
 }
@@ -158,19 +161,25 @@ func Run(ctx context.Context, cfg Config) int {
 		}()
 	}
 
-	proc, err := os.StartProcess(cfg.Argv[0], cfg.Argv, &os.ProcAttr{
+	// syscall.ForkExec, not os.StartProcess: the latter first forks a
+	// throwaway child to learn whether pidfds work, which the app would
+	// wait for.
+	pid, err := syscall.ForkExec(cfg.Argv[0], cfg.Argv, &syscall.ProcAttr{
 		Env:   os.Environ(),
-		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr, cfg.AppCap},
+		Files: []uintptr{0, 1, 2, cfg.AppCap.Fd()},
 	})
 	if err != nil {
 		return fail(ExitExec, "starting %s: %v", cfg.Argv[0], err)
 	}
 	_ = cfg.AppCap.Close()
-	pid := proc.Pid
-	_ = proc.Release()
+	catchSignals()
 
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	// A SIGCHLD may have come before catchSignals: reap once now.
+	if code, ok := reap(pid); ok {
+		return code
+	}
 	for {
 		select {
 		case r := <-netDone:
@@ -192,25 +201,32 @@ func Run(ctx context.Context, cfg Config) int {
 		case <-chld:
 		case <-tick.C:
 		}
-		// Reap everything (this is pid 1); the app's status is the answer.
-		for {
-			var ws unix.WaitStatus
-			wpid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
-			if err == unix.EINTR {
-				continue
-			}
-			if err != nil || wpid <= 0 {
-				break
-			}
-			if wpid != pid {
-				continue
-			}
-			switch {
-			case ws.Exited():
-				return ws.ExitStatus()
-			case ws.Signaled():
-				return 128 + int(ws.Signal())
-			}
+		if code, ok := reap(pid); ok {
+			return code
+		}
+	}
+}
+
+// reap reaps every child that has ended (this is pid 1); when one of them
+// is the app, it returns the app's exit code and true.
+func reap(app int) (int, bool) {
+	for {
+		var ws unix.WaitStatus
+		wpid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || wpid <= 0 {
+			return 0, false
+		}
+		if wpid != app {
+			continue
+		}
+		switch {
+		case ws.Exited():
+			return ws.ExitStatus(), true
+		case ws.Signaled():
+			return 128 + int(ws.Signal()), true
 		}
 	}
 }

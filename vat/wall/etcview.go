@@ -1,0 +1,300 @@
+//go:build linux
+
+package wall
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// The wall's /etc is one read-only bind of a folder the supervisor builds
+// (its "view"): copies of the allowlisted entries, the synthesised group,
+// hosts and hostname, a link to the wall's own passwd, and an empty
+// mountpoint for every later bind under /etc. One bind instead of a bind or
+// a copy per entry: each mount bubblewrap makes costs the spawn two mount
+// calls and a read of the mount table, and each copy a file written into
+// the wall's root. Views are named by their content and shared; one is
+// rebuilt only when a source changed, and an old one is set aside, never
+// emptied, since running walls still show it.
+
+// Limits of one view: an /etc folder larger than this is not copied.
+const (
+	maxEtcEntries = 20000
+	maxEtcBytes   = 64 << 20
+)
+
+// SweepEtcViews removes every /etc view in stateDir. Call it only when no
+// wall runs (the supervisor, before its first spawn): a wall's /etc is a
+// bind of a view, and emptying a view empties that /etc.
+func SweepEtcViews(stateDir string) error {
+	dir := filepath.Join(stateDir, "etc")
+	etcViews.Lock()
+	for k := range etcViews.m {
+		if filepath.Dir(k) == dir {
+			delete(etcViews.m, k)
+		}
+	}
+	etcViews.Unlock()
+	return os.RemoveAll(dir)
+}
+
+// etcView is what the last build of one view saw.
+type etcView struct {
+	mu    sync.Mutex
+	fp    string   // fingerprint of the sources when built
+	files []string // regular files inside copied folders (their changes count)
+}
+
+var etcViews = struct {
+	sync.Mutex
+	m map[string]*etcView
+}{m: map[string]*etcView{}}
+
+func viewFor(dir string) *etcView {
+	etcViews.Lock()
+	defer etcViews.Unlock()
+	v := etcViews.m[dir]
+	if v == nil {
+		v = &etcView{}
+		etcViews.m[dir] = v
+	}
+	return v
+}
+
+// ensureEtcView builds p's /etc view unless the one on disk was built from
+// the same sources.
+func ensureEtcView(p *Plan) error {
+	if p.EtcView == "" {
+		return nil
+	}
+	v := viewFor(p.EtcView)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	fp := etcFingerprint(p.EtcView, p.Etc, v.files)
+	if fp == v.fp && v.fp != "" {
+		return nil
+	}
+	files, err := buildEtcView(p.EtcView, p.Etc)
+	if err != nil {
+		v.fp = ""
+		return fmt.Errorf("building the wall's /etc: %w", err)
+	}
+	v.files = files
+	v.fp = etcFingerprint(p.EtcView, p.Etc, files)
+	return nil
+}
+
+// etcFingerprint summarises everything a view is built from: the entries,
+// each source's identity and times, the regular files found in copied
+// folders, and the view folder itself (a view removed or replaced by
+// someone else is built again).
+func etcFingerprint(dir string, entries []EtcEntry, files []string) string {
+	h := sha256.New()
+	stamp := func(p string) {
+		var st syscall.Stat_t
+		if err := syscall.Lstat(p, &st); err != nil {
+			fmt.Fprintf(h, "%s:missing\n", p)
+			return
+		}
+		fmt.Fprintf(h, "%s:%d:%d:%o:%d:%d.%d:%d.%d\n", p, st.Dev, st.Ino, st.Mode, st.Size, st.Mtim.Sec, st.Mtim.Nsec, st.Ctim.Sec, st.Ctim.Nsec)
+	}
+	stamp(dir)
+	for _, e := range entries {
+		fmt.Fprintf(h, "entry %q %q %q %t %t %x\n", e.Path, e.Src, e.Link, e.Mount, e.Dir, sha256.Sum256(e.Data))
+		if e.Src != "" {
+			stamp(e.Src)
+		}
+	}
+	for _, f := range files {
+		stamp(f)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// buildEtcView writes the view in a new folder next to dir and swaps it in,
+// so a wall always binds a whole view. It returns the regular files found in
+// copied folders.
+func buildEtcView(dir string, entries []EtcEntry) ([]string, error) {
+	parent := filepath.Dir(dir)
+	if err := os.MkdirAll(parent, 0o711); err != nil {
+		return nil, err
+	}
+	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(dir)+".new-")
+	if err != nil {
+		return nil, err
+	}
+	swapped := false
+	defer func() {
+		if !swapped {
+			_ = os.RemoveAll(tmp) // a half-built view nobody binds
+		}
+	}()
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return nil, err
+	}
+	b := &viewBuilder{root: tmp}
+	sorted := slices.Clone(entries)
+	slices.SortStableFunc(sorted, func(a, b EtcEntry) int { return strings.Compare(a.Path, b.Path) })
+	for _, e := range sorted {
+		if err := b.add(e); err != nil {
+			return nil, fmt.Errorf("/etc/%s: %w", e.Path, err)
+		}
+	}
+	if err := swapIn(tmp, dir); err != nil {
+		return nil, err
+	}
+	swapped = true
+	// tmp now holds the old view, if there was one: set it aside, not
+	// removed (a running wall may show it); SweepEtcViews clears it.
+	if _, err := os.Lstat(tmp); err == nil {
+		if err := os.Rename(tmp, fmt.Sprintf("%s.old-%d", dir, time.Now().UnixNano())); err != nil {
+			return nil, err
+		}
+	}
+	return b.files, nil
+}
+
+type viewBuilder struct {
+	root    string
+	files   []string
+	entries int
+	bytes   int64
+}
+
+// dest returns the view path of rel, making its parent folders.
+func (b *viewBuilder) dest(rel string) (string, error) {
+	rel = filepath.Clean(rel)
+	if rel == "." || filepath.IsAbs(rel) || rel == ".." || strings.HasPrefix(rel, "../") {
+		return "", fmt.Errorf("not a path below /etc")
+	}
+	d := filepath.Join(b.root, rel)
+	if err := os.MkdirAll(filepath.Dir(d), 0o755); err != nil {
+		return "", err
+	}
+	return d, nil
+}
+
+func (b *viewBuilder) count(n int64) error {
+	b.entries++
+	b.bytes += n
+	if b.entries > maxEtcEntries || b.bytes > maxEtcBytes {
+		return fmt.Errorf("the /etc view would hold more than %d entries or %d MiB", maxEtcEntries, maxEtcBytes>>20)
+	}
+	return nil
+}
+
+func (b *viewBuilder) add(e EtcEntry) error {
+	d, err := b.dest(e.Path)
+	if err != nil {
+		return err
+	}
+	switch {
+	case e.Link != "":
+		if err := b.count(0); err != nil {
+			return err
+		}
+		return os.Symlink(e.Link, d)
+	case e.Mount:
+		if _, err := os.Lstat(d); err == nil {
+			return nil // already there (a copied entry): the bind goes over it
+		}
+		if e.Dir {
+			return os.Mkdir(d, 0o755)
+		}
+		return writeFile(d, nil)
+	case e.Src == "":
+		if err := b.count(int64(len(e.Data))); err != nil {
+			return err
+		}
+		return writeFile(d, e.Data)
+	}
+	return b.copy(e.Src, d)
+}
+
+// copy copies src to d without following symlinks: a symlink is made
+// again, a folder is copied entry by entry, a regular file by content;
+// anything else is left out.
+func (b *viewBuilder) copy(src, d string) error {
+	fi, err := os.Lstat(src)
+	if err != nil {
+		return err
+	}
+	if err := b.count(fi.Size()); err != nil {
+		return err
+	}
+	switch {
+	case fi.Mode()&fs.ModeSymlink != 0:
+		t, err := os.Readlink(src)
+		if err != nil {
+			return err
+		}
+		return os.Symlink(t, d)
+	case fi.Mode().IsRegular():
+		return copyRegular(src, d)
+	case fi.IsDir():
+		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		ents, err := os.ReadDir(src)
+		if err != nil {
+			return err
+		}
+		for _, ent := range ents {
+			s := filepath.Join(src, ent.Name())
+			if ent.Type().IsRegular() {
+				b.files = append(b.files, s)
+			}
+			if err := b.copy(s, filepath.Join(d, ent.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// copyRegular copies a regular file (opened without following a symlink)
+// as a read-only file.
+func copyRegular(src, d string) error {
+	in, err := os.OpenFile(src, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	if fi, err := in.Stat(); err != nil {
+		return err
+	} else if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s is no longer a regular file", src)
+	}
+	out, err := os.OpenFile(d, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o444)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, io.LimitReader(in, maxEtcBytes+1)); err != nil {
+		_ = out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+func writeFile(d string, data []byte) error {
+	f, err := os.OpenFile(d, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o444)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}

@@ -1,0 +1,255 @@
+package wall
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestWallDevAndEtc: inside a real wall, the /dev and /etc a program needs
+// work, an owner-chosen file below /etc is there (on its mountpoint in the
+// view), and /etc is read-only, with no tty and no shadow.
+func TestWallDevAndEtc(t *testing.T) {
+	f := newFixture(t, "devetc")
+	var reads []string
+	for _, p := range []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/ld.so.cache", "/etc/services"} {
+		if _, err := os.Stat(p); err == nil {
+			reads = append(reads, p)
+		}
+	}
+	// A file the allowlist leaves out, chosen by the owner.
+	for _, p := range []string{"/etc/debian_version", "/etc/issue", "/etc/machine-id"} {
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o004 != 0 {
+			f.spec.Files.Read = []string{p}
+			reads = append(reads, p)
+			break
+		}
+	}
+	f.spec.Env = map[string]string{"VICTIM_ARG": strings.Join(reads, ":")}
+	out, err := f.runVictim(t, "devetc")
+	if err != nil {
+		t.Fatalf("Wait = %v; output:\n%s", err, out)
+	}
+	if strings.Contains(out, "FAIL ") || strings.Contains(out, "BREACH ") {
+		t.Errorf("output:\n%s", out)
+	}
+	if n := strings.Count(out, "OK "); n != 8+len(reads) {
+		t.Errorf("%d checks passed, want %d; output:\n%s", n, 8+len(reads), out)
+	}
+	if n := held(t, out); n != 4 {
+		t.Errorf("held %d of 4; output:\n%s", n, out)
+	}
+}
+
+// TestPlanEtcIsOneView: /etc is one read-only bind by fd of the view; no
+// entry of the host's /etc is bound or copied on its own.
+func TestPlanEtcIsOneView(t *testing.T) {
+	f := newFixture(t, "oneview")
+	p, err := BuildPlan(f.spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var views int
+	for _, op := range p.Ops {
+		switch {
+		case op.Dest == "/etc":
+			views++
+			if op.Kind != OpROBindFD || op.Src != p.EtcView || filepath.Dir(op.Src) != filepath.Join(f.state, "etc") {
+				t.Errorf("/etc op = %+v; want a read-only fd bind of the view", op)
+			}
+		case within(op.Dest, "/etc"):
+			t.Errorf("op %+v lands in /etc on its own", op)
+		}
+	}
+	if views != 1 {
+		t.Errorf("%d /etc views; want 1", views)
+	}
+	var paths []string
+	for _, e := range p.Etc {
+		paths = append(paths, e.Path)
+		if e.Path == "shadow" || e.Src == "/etc/shadow" || strings.Contains(e.Path, "sudoers") {
+			t.Errorf("the view holds %+v", e)
+		}
+		if e.Path == "passwd" && e.Link != PasswdPath {
+			t.Errorf("passwd entry = %+v; want a link to the wall's own", e)
+		}
+	}
+	for _, want := range []string{"passwd", "group", "hosts", "hostname"} {
+		if !slices.Contains(paths, want) {
+			t.Errorf("the view lacks %s: %v", want, paths)
+		}
+	}
+	// Two vats share one view; the passwd each sees is its own.
+	g := newFixture(t, "otherview")
+	q, err := BuildPlan(g.spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if filepath.Base(q.EtcView) != filepath.Base(p.EtcView) {
+		t.Errorf("views %s and %s; want one shared", q.EtcView, p.EtcView)
+	}
+	pw := func(pl *Plan) string {
+		for _, op := range pl.Ops {
+			if op.Dest == PasswdPath {
+				return string(op.Data)
+			}
+		}
+		return ""
+	}
+	if a, b := pw(p), pw(q); !strings.Contains(a, "oneview") || !strings.Contains(b, "otherview") {
+		t.Errorf("passwd files %q and %q; want each its own", a, b)
+	}
+	// An owner-chosen file below /etc gets its mountpoint, in a view of
+	// its own.
+	if _, err := os.Stat("/etc/debian_version"); err == nil {
+		g.spec.Files.Read = []string{"/etc/debian_version"}
+		r, err := BuildPlan(g.spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.EtcView == q.EtcView {
+			t.Error("a view with a mountpoint is the shared one")
+		}
+		if !slices.ContainsFunc(r.Etc, func(e EtcEntry) bool { return e.Path == "debian_version" && e.Mount && !e.Dir }) {
+			t.Errorf("no mountpoint for debian_version in %+v", r.Etc)
+		}
+	}
+}
+
+// TestEtcViewBuild: the view copies files, makes symlinks again without
+// following them, leaves out what is neither, adds mountpoints, and is
+// built again only when a source changed.
+func TestEtcViewBuild(t *testing.T) {
+	src := t.TempDir()
+	mustWrite(t, filepath.Join(src, "conf"), "setting=1\n")
+	mustWrite(t, filepath.Join(src, "certs", "bundle.pem"), "PEM-1")
+	if err := os.Symlink("/etc/shadow", filepath.Join(src, "certs", "evil.pem")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(src, "certs", "fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../usr/share/zoneinfo/UTC", filepath.Join(src, "localtime")); err != nil {
+		t.Fatal(err)
+	}
+	view := filepath.Join(t.TempDir(), "etc", "v1")
+	p := &Plan{EtcView: view, Etc: []EtcEntry{
+		{Path: "app.conf", Src: filepath.Join(src, "conf")},
+		{Path: "ssl/certs", Src: filepath.Join(src, "certs")},
+		{Path: "localtime", Src: filepath.Join(src, "localtime")},
+		{Path: "passwd", Link: "/run/toybox-etc/passwd"},
+		{Path: "group", Data: []byte("vat:x:1000:\n")},
+		{Path: "owner/dir", Mount: true, Dir: true},
+		{Path: "owner.conf", Mount: true},
+	}}
+	if err := ensureEtcView(p); err != nil {
+		t.Fatal(err)
+	}
+	read := func(rel string) string {
+		b, err := os.ReadFile(filepath.Join(view, rel))
+		if err != nil {
+			t.Errorf("reading %s: %v", rel, err)
+		}
+		return string(b)
+	}
+	if got := read("app.conf"); got != "setting=1\n" {
+		t.Errorf("app.conf = %q", got)
+	}
+	if got := read("ssl/certs/bundle.pem"); got != "PEM-1" {
+		t.Errorf("bundle.pem = %q", got)
+	}
+	if got := read("group"); got != "vat:x:1000:\n" {
+		t.Errorf("group = %q", got)
+	}
+	if l, err := os.Readlink(filepath.Join(view, "passwd")); err != nil || l != "/run/toybox-etc/passwd" {
+		t.Errorf("passwd: %q %v; want the link", l, err)
+	}
+	if l, err := os.Readlink(filepath.Join(view, "ssl/certs/evil.pem")); err != nil || l != "/etc/shadow" {
+		t.Errorf("evil.pem: %q %v; want the symlink made again, not followed", l, err)
+	}
+	if l, err := os.Readlink(filepath.Join(view, "localtime")); err != nil || l != "../usr/share/zoneinfo/UTC" {
+		t.Errorf("localtime: %q %v", l, err)
+	}
+	if _, err := os.Lstat(filepath.Join(view, "ssl/certs/fifo")); err == nil {
+		t.Error("a fifo was copied into the view")
+	}
+	if fi, err := os.Stat(filepath.Join(view, "owner/dir")); err != nil || !fi.IsDir() {
+		t.Errorf("owner/dir mountpoint: %v", err)
+	}
+	if fi, err := os.Stat(filepath.Join(view, "owner.conf")); err != nil || !fi.Mode().IsRegular() || fi.Size() != 0 {
+		t.Errorf("owner.conf mountpoint: %v", err)
+	}
+	if fi, err := os.Stat(filepath.Join(view, "app.conf")); err != nil || fi.Mode().Perm() != 0o444 {
+		t.Errorf("app.conf mode: %v %v; want 0444", fi.Mode(), err)
+	}
+
+	ino := func() uint64 {
+		var st syscall.Stat_t
+		if err := syscall.Stat(view, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Ino
+	}
+	first := ino()
+	if err := ensureEtcView(p); err != nil {
+		t.Fatal(err)
+	}
+	if ino() != first {
+		t.Error("the view was built again though nothing changed")
+	}
+	// A file inside a copied folder changes (same size): built again.
+	mustWrite(t, filepath.Join(src, "certs", "bundle.pem"), "PEM-2")
+	later := time.Now().Add(2 * time.Second)
+	_ = os.Chtimes(filepath.Join(src, "certs", "bundle.pem"), later, later)
+	if err := ensureEtcView(p); err != nil {
+		t.Fatal(err)
+	}
+	if got := read("ssl/certs/bundle.pem"); got != "PEM-2" {
+		t.Errorf("after the change bundle.pem = %q", got)
+	}
+	// Removed by someone else: built again.
+	if err := os.RemoveAll(view); err != nil {
+		t.Fatal(err)
+	}
+	if err := ensureEtcView(p); err != nil {
+		t.Fatal(err)
+	}
+	if got := read("app.conf"); got != "setting=1\n" {
+		t.Errorf("after removal app.conf = %q", got)
+	}
+	// No half-built folders are left next to the view; the one that was
+	// replaced by the change is kept aside, whole.
+	ents, _ := os.ReadDir(filepath.Dir(view))
+	var aside int
+	for _, e := range ents {
+		switch {
+		case e.Name() == "v1":
+		case strings.HasPrefix(e.Name(), "v1.old-"):
+			aside++
+			if b, err := os.ReadFile(filepath.Join(filepath.Dir(view), e.Name(), "ssl/certs/bundle.pem")); err != nil || string(b) != "PEM-1" {
+				t.Errorf("the view set aside was emptied: %q %v", b, err)
+			}
+		default:
+			t.Errorf("next to the view: %s", e.Name())
+		}
+	}
+	if aside != 1 {
+		t.Errorf("%d views set aside; want 1", aside)
+	}
+	// A path that climbs out of /etc is refused.
+	bad := &Plan{EtcView: filepath.Join(t.TempDir(), "etc", "v2"), Etc: []EtcEntry{{Path: "../escape", Data: []byte("x")}}}
+	if err := ensureEtcView(bad); err == nil {
+		t.Error("an entry outside /etc was accepted")
+	}
+	// SweepEtcViews clears every view, those set aside included.
+	if err := SweepEtcViews(filepath.Dir(filepath.Dir(view))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Dir(view)); err == nil {
+		t.Error("SweepEtcViews left the views")
+	}
+}
