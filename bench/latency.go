@@ -215,22 +215,22 @@ func (r *run) latencySection(ctx context.Context) {
 		}
 	}
 	scale := fmt.Sprintf("raw dial + 1-byte echo: p50 %.0f µs, p99 %.0f µs", rawUS.Percentile(50), rawUS.Percentile(99))
-	note := fmt.Sprintf("%d connects per path in %d interleaved rounds of %d; baseline = dial the proxy + CONNECT + 200 + 1-byte echo; ours = constrain(root → tcp host:port) + connect(wantFd) + take the socket + 1-byte echo, from a client holding a switchboard connection; for scale, %s", n, r.cfg.LatencyRounds, r.cfg.LatencyPerRound, scale)
-	if len(phases[0]) > 0 {
-		p := func(i int) float64 { return Durations(phases[i], time.Microsecond).Median() }
-		note += fmt.Sprintf("; ours by phase (medians): constrain %.0f µs, connect until the socket is taken %.0f µs, echo %.0f µs", p(0), p(1), p(2))
-	}
-	if piped != nil && piped.err == nil && len(piped.got) > 0 {
-		pu := Durations(piped.got, time.Microsecond)
-		note += fmt.Sprintf("; the same with connect pipelined on the promised handle of constrain (one round trip, not two; measured in the same rounds, not the row's figure): p50 %.0f µs, p99 %.0f µs, %d of %d failed", pu.Percentile(50), pu.Percentile(99), piped.fails, piped.attempts)
+	note := fmt.Sprintf("%d connects per path in %d interleaved rounds of %d; baseline = dial the proxy + CONNECT + 200 + 1-byte echo; ours = constrain(root → tcp host:port) and connect(wantFd) on the handle constrain promises, sent together (Cap'n Proto promise pipelining: one round trip), + take the socket + 1-byte echo, from a client holding a switchboard connection; for scale, %s", n, r.cfg.LatencyRounds, r.cfg.LatencyPerRound, scale)
+	if sb != nil && sb.err == nil && len(sb.got) > 0 {
+		su := Durations(sb.got, time.Microsecond)
+		note += fmt.Sprintf("; the same without pipelining (connect sent once constrain has answered: two round trips; measured in the same rounds, not the row's figure): p50 %.0f µs, p99 %.0f µs, %d of %d failed", su.Percentile(50), su.Percentile(99), sb.fails, sb.attempts)
+		if len(phases[0]) > 0 {
+			p := func(i int) float64 { return Durations(phases[i], time.Microsecond).Median() }
+			note += fmt.Sprintf(", by phase (medians): constrain %.0f µs, connect until the socket is taken %.0f µs, echo %.0f µs", p(0), p(1), p(2))
+		}
 	}
 	cpuNote := "; CPU µs per connect by process (all processes of the bench), " + proxy.perConnect()
-	if sb != nil {
-		cpuNote += "; " + sb.perConnect()
+	if piped != nil {
+		cpuNote += "; " + piped.perConnect()
 	}
 	note += cpuNote
-	set(RowConnectP50, 50, sb, r.sbMissing(), note)
-	set(RowConnectP99, 99, sb, r.sbMissing(), note)
+	set(RowConnectP50, 50, piped, r.sbMissing(), note)
+	set(RowConnectP99, 99, piped, r.sbMissing(), note)
 	set(RowWallLatency, 50, wall, r.wallMissing(), fmt.Sprintf("%d connects per path in %d interleaved rounds; ours = inside the wall, dial the entry's proxy on 127.0.0.1 + CONNECT (entry → supervisor relay → switchboard, socket handed over) + 1-byte echo, timed by the app; baseline = the same from the host through the plain proxy%s", n, r.cfg.LatencyRounds, wallCPU(proxy, wall)))
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -42,8 +43,17 @@ type Config struct {
 	// the current directory (with a remark when the tree has uncommitted
 	// changes).
 	Commit string
+	// Only names the sections to run (install, bulk, latency, spawn,
+	// held); empty runs them all. A section left out leaves its rows
+	// unmeasured: for a developer's look at one figure, not for results.
+	Only []string
 	// Logger receives progress. If nil, discarded.
 	Logger *slog.Logger
+}
+
+// want reports whether section runs.
+func (c *Config) want(section string) bool {
+	return len(c.Only) == 0 || slices.Contains(c.Only, section)
 }
 
 func (c *Config) defaults() {
@@ -102,8 +112,8 @@ func newRows() []*Row {
 	return []*Row{
 		{ID: RowHandoff, Figure: "bulk throughput over a granted connection (socket handed over)", Unit: "MB/s", BaselineName: "raw loopback TCP", Target: Target{Kind: RatioAtLeast, Value: 0.9}},
 		{ID: RowStream, Figure: "throughput over the ByteStream fallback", Unit: "MB/s", BaselineName: "raw loopback TCP", Target: Target{Kind: ReportRatio, Value: 0.25}},
-		{ID: RowConnectP50, Figure: "connect latency p50 (constrain + connect + first echoed byte)", Unit: "µs", BaselineName: "plain Go CONNECT proxy", Target: Target{Kind: RatioAtMost, Value: 1.0}},
-		{ID: RowConnectP99, Figure: "connect latency p99 (constrain + connect + first echoed byte)", Unit: "µs", BaselineName: "plain Go CONNECT proxy", Target: Target{Kind: RatioAtMost, Value: 1.0}},
+		{ID: RowConnectP50, Figure: "connect latency p50 (constrain + connect, pipelined, + first echoed byte)", Unit: "µs", BaselineName: "plain Go CONNECT proxy", Target: Target{Kind: RatioAtMost, Value: 1.0}},
+		{ID: RowConnectP99, Figure: "connect latency p99 (constrain + connect, pipelined, + first echoed byte)", Unit: "µs", BaselineName: "plain Go CONNECT proxy", Target: Target{Kind: ReportRatio}}, // the target is the p50
 		{ID: RowWallThru, Figure: "app in a wall → CONNECT proxy → switchboard → sink, throughput", Unit: "MB/s", BaselineName: "plain Go CONNECT proxy", Target: Target{Kind: RatioAtLeast, Value: 1.0}},
 		{ID: RowWallLatency, Figure: "same path, connect latency p50", Unit: "µs", BaselineName: "plain Go CONNECT proxy", Target: Target{Kind: RatioAtMost, Value: 1.5}},
 		{ID: RowSpawn, Figure: "walled spawn to app exec, vat with a grant (entry + proxy), median", Unit: "ms", BaselineName: "bare bwrap spawn", Target: Target{Kind: RatioAtMost, Value: 1.5}},
@@ -193,19 +203,29 @@ func Run(ctx context.Context, cfg Config) (Results, error) {
 
 	// The supervisor: installs, idle memory, then the vat that measures
 	// the wall path.
-	r.supervisorSection(ctx)
+	if cfg.want("install") || cfg.want("bulk") || cfg.want("latency") {
+		r.supervisorSection(ctx)
+	}
 	if r.sup != nil {
 		defer r.sup.Stop()
 	}
 
-	r.bulkSection(ctx)
-	r.latencySection(ctx)
-	r.spawnSection(ctx)
+	if cfg.want("bulk") {
+		r.bulkSection(ctx)
+	}
+	if cfg.want("latency") {
+		r.latencySection(ctx)
+	}
+	if cfg.want("spawn") {
+		r.spawnSection(ctx)
+	}
 	if r.sup != nil {
 		r.sup.Stop()
 		r.sup = nil
 	}
-	r.heldConnsSection(ctx)
+	if cfg.want("held") {
+		r.heldConnsSection(ctx)
+	}
 
 	for _, row := range rows {
 		if row.Verdict == "" {

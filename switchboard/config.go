@@ -124,6 +124,10 @@ type File struct {
 	RootCAs string `json:"rootCAs,omitempty"`
 	// Limits bounds each peer connection.
 	Limits Limits `json:"limits,omitempty"`
+	// Threads is how many threads run the switchboard's Go code at once
+	// (GOMAXPROCS). If zero: $GOMAXPROCS when set, else 1 (see
+	// DefaultThreads).
+	Threads int `json:"threads,omitempty"`
 	// Owner configures the listener-owner check (package
 	// switchboard/owner) that judges every address of this host a local
 	// handle would dial. If absent, no such check runs: a local handle
@@ -131,6 +135,28 @@ type File struct {
 	Owner *OwnerFile `json:"owner,omitempty"`
 
 	roots map[string]labels.Set
+}
+
+// DefaultThreads is the switchboard's GOMAXPROCS unless the config or the
+// environment says otherwise. Its work per call is small and latency-bound
+// (decide, dial, hand a socket over); on one thread a goroutine that
+// readies another does not wake a second thread to run it, which on a
+// small host cut the median connect by about a tenth (docs/benchmarks.md).
+// A host where many vats make TLS requests through request() or
+// webSocket() at once can raise it.
+const DefaultThreads = 1
+
+// ThreadsFor returns the GOMAXPROCS the switchboard should run with: the
+// file's threads, else $GOMAXPROCS (getenv), else DefaultThreads; 0 means
+// leave the runtime's own setting.
+func (f *File) ThreadsFor(getenv func(string) string) int {
+	if f != nil && f.Threads > 0 {
+		return f.Threads
+	}
+	if getenv("GOMAXPROCS") != "" {
+		return 0
+	}
+	return DefaultThreads
 }
 
 // OwnerFile is the "owner" section of the configuration file; cmd/switchboard
@@ -208,6 +234,9 @@ func ParseFile(data []byte) (*File, error) {
 				return nil, fmt.Errorf("%w: owner.cacheTTL: %v", ErrConfig, err)
 			}
 		}
+	}
+	if f.Threads < 0 || f.Threads > 1024 {
+		return nil, fmt.Errorf("%w: threads %d: want 1 to 1024 (0: the default)", ErrConfig, f.Threads)
 	}
 	if f.Limits.Calls < 0 || f.Limits.Bytes < 0 || f.Limits.Conns < 0 || f.Limits.Handles < 0 || f.Limits.Window < 0 {
 		return nil, fmt.Errorf("%w: limits must not be negative", ErrConfig)

@@ -27,6 +27,9 @@ func TestParseFile(t *testing.T) {
 		{"bad resolver", `{"resolver":"dns.example:53"}`, "resolver"},
 		{"negative limit", `{"limits":{"calls":-1}}`, "negative"},
 		{"trailing", `{} {}`, "trailing"},
+		{"threads", `{"threads":4}`, ""},
+		{"negative threads", `{"threads":-1}`, "threads"},
+		{"too many threads", `{"threads":100000}`, "threads"},
 		{"owner", `{"owner":{"toyboxUID":999,"ownRoots":["/var/lib/toybox"],"stateDir":"/var/lib/toybox","cacheTTL":"1s"}}`, ""},
 		{"owner without roots", `{"owner":{"toyboxUID":999}}`, "ownRoots"},
 		{"owner negative uid", `{"owner":{"toyboxUID":-1,"ownRoots":["/x"]}}`, "negative"},
@@ -87,4 +90,35 @@ func FuzzParseFile(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestThreadsFor(t *testing.T) {
+	env := func(v string) func(string) string {
+		return func(k string) string {
+			if k == "GOMAXPROCS" {
+				return v
+			}
+			return ""
+		}
+	}
+	four, err := ParseFile([]byte(`{"threads":4}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		f    *File
+		env  string
+		want int
+	}{
+		{"default", &File{}, "", DefaultThreads},
+		{"no file", nil, "", DefaultThreads},
+		{"environment", &File{}, "3", 0},
+		{"config", four, "", 4},
+		{"config over environment", four, "3", 4},
+	} {
+		if got := tt.f.ThreadsFor(env(tt.env)); got != tt.want {
+			t.Errorf("%s: ThreadsFor = %d; want %d", tt.name, got, tt.want)
+		}
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -88,6 +89,9 @@ func run(args []string) int {
 				return 1
 			}
 		}
+	}
+	if n := file.ThreadsFor(os.Getenv); n > 0 {
+		runtime.GOMAXPROCS(n)
 	}
 	cfg, err := file.Config(log, rootCAs)
 	if err != nil {

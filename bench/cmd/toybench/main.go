@@ -14,6 +14,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 
 	"toybox/bench"
@@ -32,6 +34,7 @@ func main() {
 	js := flag.String("json", "bench/results.json", "JSON results file")
 	quick := flag.Bool("quick", false, "small sizes, to try the runner (not for committed results)")
 	commit := flag.String("commit", "", "what code is measured (default: git rev-parse HEAD of the current directory)")
+	only := flag.String("only", "", "comma-separated sections to run (install, bulk, latency, spawn, held); prints the table, writes no file")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	self, err := os.Executable()
@@ -44,6 +47,12 @@ func main() {
 		cfg.Repeats, cfg.Bytes, cfg.LatencyRounds, cfg.LatencyPerRound = 2, 64<<20, 2, 50
 		cfg.Spawns, cfg.Vats, cfg.HeldConns = 3, 3, 500
 	}
+	if *only != "" {
+		cfg.Only = strings.Split(*only, ",")
+		if !slices.Contains(cfg.Only, "install") {
+			cfg.Vats = 1 // the supervisor still installs the vat the wall path needs
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	res, err := bench.Run(ctx, cfg)
@@ -53,6 +62,9 @@ func main() {
 	}
 	table := bench.Table(res)
 	fmt.Print(table)
+	if *only != "" {
+		return
+	}
 	if err := bench.WriteJSON(*js, res); err != nil {
 		fmt.Fprintln(os.Stderr, "toybench: writing", *js+":", err)
 		os.Exit(1)
