@@ -253,3 +253,50 @@ func TestEtcViewBuild(t *testing.T) {
 		t.Error("SweepEtcViews left the views")
 	}
 }
+
+// TestWallDevFallback: the tmpfs /dev (a supervisor that is not root) gives
+// the same /dev as the prepared folder.
+func TestWallDevFallback(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("without root every wall takes the fallback; TestWallDevAndEtc covers it")
+	}
+	noDevDir = true
+	defer func() { noDevDir = false }()
+	f := newFixture(t, "devfallback")
+	out, err := f.runVictim(t, "devetc")
+	if err != nil {
+		t.Fatalf("Wait = %v; output:\n%s", err, out)
+	}
+	if strings.Contains(out, "FAIL ") || strings.Contains(out, "BREACH ") || strings.Count(out, "OK ") != 8 {
+		t.Errorf("output:\n%s", out)
+	}
+}
+
+// TestDevDir: as root the wall's /dev is one folder of the state dir with
+// exactly the four nodes, the links and shm; a tampered folder is made
+// again.
+func TestDevDir(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (mknod)")
+	}
+	state := t.TempDir()
+	d := devDir(state)
+	if d == "" {
+		t.Fatal("no dev folder as root")
+	}
+	if err := devDirOK(d); err != nil {
+		t.Fatal(err)
+	}
+	// A planted entry makes the folder fail its check, and a new process
+	// (no cache) makes it again.
+	mustWrite(t, filepath.Join(d, "sda"), "not a disk")
+	if devDirOK(d) == nil {
+		t.Fatal("a planted entry passed the check")
+	}
+	if err := makeDevDir(d); err != nil {
+		t.Fatal(err)
+	}
+	if err := devDirOK(d); err != nil {
+		t.Fatalf("after making it again: %v", err)
+	}
+}

@@ -426,7 +426,7 @@ func (p *Plan) render(fds *fdTable, spec Spec) ([]string, error) {
 		case OpProc:
 			a = append(a, "--proc", op.Dest)
 		case OpDev:
-			a = appendDev(a, op.Dest)
+			a = appendDev(a, op.Dest, spec.StateDir)
 		case OpMaskFile:
 			a = append(a, "--ro-bind", "/dev/null", op.Dest)
 		case OpMaskDir:
@@ -494,24 +494,6 @@ func (p *Plan) render(fds *fdTable, spec Spec) ([]string, error) {
 	entry = append(entry, "--")
 	entry = append(entry, p.Command...)
 	return append(a, entry...), nil
-}
-
-// devNodes are the only device nodes a wall has: no tty and no pts (a vat
-// has no terminal), no full. Each is a bind bubblewrap makes, so each costs
-// the spawn two mount calls; bwrap's own --dev makes six and mounts a devpts.
-var devNodes = []string{"null", "zero", "random", "urandom"}
-
-// appendDev renders a minimal /dev at dest: an empty tmpfs, the devNodes
-// bound from the host's /dev, the usual fd symlinks and a writable shm.
-func appendDev(a []string, dest string) []string {
-	a = append(a, "--perms", "0755", "--tmpfs", dest)
-	for _, n := range devNodes {
-		a = append(a, "--dev-bind", "/dev/"+n, dest+"/"+n)
-	}
-	for _, l := range [][2]string{{"/proc/self/fd", "fd"}, {"/proc/self/fd/0", "stdin"}, {"/proc/self/fd/1", "stdout"}, {"/proc/self/fd/2", "stderr"}} {
-		a = append(a, "--symlink", l[0], dest+"/"+l[1])
-	}
-	return append(a, "--perms", "01777", "--dir", dest+"/shm")
 }
 
 func joinHostPort(host string, port uint16) string {

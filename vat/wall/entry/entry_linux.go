@@ -248,15 +248,17 @@ type netResult struct {
 	err  error
 }
 
-// listeners are the wall's loopback ports, bound before the app starts.
+// listeners are the wall's loopback ports, bound before the app starts:
+// raw sockets, so that binding them costs four system calls and does not
+// wait for Go's network poller, which serveNet brings in once the app runs.
 type listeners struct {
-	forwards []net.Listener // one per cfg.Forwards, in order
-	proxy    net.Listener   // nil when cfg.ProxyPort is 0
+	forwards []*os.File // one per cfg.Forwards, in order
+	proxy    *os.File   // nil when cfg.ProxyPort is 0
 }
 
 func (ls *listeners) close() {
-	for _, l := range ls.forwards {
-		_ = l.Close()
+	for _, f := range ls.forwards {
+		_ = f.Close()
 	}
 	if ls.proxy != nil {
 		_ = ls.proxy.Close()
@@ -264,11 +266,10 @@ func (ls *listeners) close() {
 }
 
 // listen binds the forwarded ports and the proxy's port on 127.0.0.1.
-func listen(ctx context.Context, cfg Config) (*listeners, error) {
+func listen(_ context.Context, cfg Config) (*listeners, error) {
 	ls := &listeners{}
-	var lc net.ListenConfig
 	for _, f := range cfg.Forwards {
-		l, err := lc.Listen(ctx, "tcp4", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(f.Port))))
+		l, err := listenLoopback(int(f.Port))
 		if err != nil {
 			ls.close()
 			return nil, fmt.Errorf("forwarding port %d: %w", f.Port, err)
@@ -276,7 +277,7 @@ func listen(ctx context.Context, cfg Config) (*listeners, error) {
 		ls.forwards = append(ls.forwards, l)
 	}
 	if cfg.ProxyPort != 0 {
-		l, err := lc.Listen(ctx, "tcp4", net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.ProxyPort)))
+		l, err := listenLoopback(cfg.ProxyPort)
 		if err != nil {
 			ls.close()
 			return nil, fmt.Errorf("serving the proxy on port %d: %w", cfg.ProxyPort, err)
@@ -284,6 +285,35 @@ func listen(ctx context.Context, cfg Config) (*listeners, error) {
 		ls.proxy = l
 	}
 	return ls, nil
+}
+
+// listenLoopback returns a TCP socket listening on 127.0.0.1:port
+// (close-on-exec: the app never holds it).
+func listenLoopback(port int) (*os.File, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+	if err != nil {
+		return nil, os.NewSyscallError("socket", err)
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
+		_ = unix.Close(fd)
+		return nil, os.NewSyscallError("setsockopt", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		_ = unix.Close(fd)
+		return nil, os.NewSyscallError("bind 127.0.0.1:"+strconv.Itoa(port), err)
+	}
+	if err := unix.Listen(fd, 4096); err != nil {
+		_ = unix.Close(fd)
+		return nil, os.NewSyscallError("listen", err)
+	}
+	return os.NewFile(uintptr(fd), "listen:"+strconv.Itoa(port)), nil
+}
+
+// netListener turns a listening socket into a net.Listener (which holds a
+// duplicate) and closes f.
+func netListener(f *os.File) (net.Listener, error) {
+	defer f.Close()
+	return net.FileListener(f)
 }
 
 // serveNet takes the Handle and serves the proxy and the forwards on ls. It
@@ -312,17 +342,37 @@ func serveNet(ctx context.Context, cfg Config, ls *listeners, logger *slog.Logge
 		_ = rc.Close()
 		return nil, fmt.Errorf("asking the vat's capability for egress: %w", err)
 	}
+	var nls []net.Listener
+	closeAll := func() {
+		for _, l := range nls {
+			_ = l.Close()
+		}
+	}
+	for _, f := range append(slices.Clone(ls.forwards), ls.proxy) {
+		if f == nil {
+			continue
+		}
+		l, err := netListener(f)
+		if err != nil {
+			ls.close()
+			closeAll()
+			handle.Release()
+			_ = rc.Close()
+			return nil, fmt.Errorf("serving %s: %w", f.Name(), err)
+		}
+		nls = append(nls, l)
+	}
 	proxy := NewProxy(cfg.ID, handle, conn, logger)
 	stop := func() {
-		ls.close()
+		closeAll()
 		proxy.Close()
 		_ = rc.Close()
 	}
 	for i, f := range cfg.Forwards {
-		go func() { _ = proxy.ServeForward(ctx, ls.forwards[i], f) }()
+		go func() { _ = proxy.ServeForward(ctx, nls[i], f) }()
 	}
 	if ls.proxy != nil {
-		go func() { _ = proxy.ServeProxy(ctx, ls.proxy) }()
+		go func() { _ = proxy.ServeProxy(ctx, nls[len(nls)-1]) }()
 	}
 	return stop, nil
 }

@@ -8,7 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
+	"net/textproto"
 	"os"
 	"strconv"
 	"strings"
@@ -115,28 +115,28 @@ func (p *Proxy) ServeForward(ctx context.Context, l net.Listener, f Forward) err
 func (p *Proxy) proxyConn(ctx context.Context, c *net.TCPConn) {
 	_ = c.SetReadDeadline(time.Now().Add(headerTimeout))
 	br := bufio.NewReader(c)
-	req, err := http.ReadRequest(br)
-	if err != nil {
-		_ = c.Close()
-		return
-	}
+	req, err := readRequest(br)
 	switch {
-	case req.Method == http.MethodConnect:
+	case errors.Is(err, io.EOF):
+		_ = c.Close()
+	case err != nil:
+		answer(c, 400, "bad_request", fmt.Sprintf("%v: %v", ErrBadRequest, err))
+	case req.Method == "CONNECT":
 		p.connect(ctx, c, br, req)
 	case req.URL.IsAbs() && req.URL.Scheme == "http":
 		p.plainHTTP(ctx, c, br, req)
 	case req.URL.IsAbs():
-		answer(c, http.StatusBadRequest, "bad_request", fmt.Sprintf("%v: use CONNECT for %s:// targets", ErrBadRequest, req.URL.Scheme))
+		answer(c, 400, "bad_request", fmt.Sprintf("%v: use CONNECT for %s:// targets", ErrBadRequest, req.URL.Scheme))
 	default:
-		answer(c, http.StatusBadRequest, "bad_request", fmt.Sprintf("%v: this is a proxy: send CONNECT host:port or an absolute http:// URL", ErrBadRequest))
+		answer(c, 400, "bad_request", fmt.Sprintf("%v: this is a proxy: send CONNECT host:port or an absolute http:// URL", ErrBadRequest))
 	}
 }
 
-func (p *Proxy) connect(ctx context.Context, c *net.TCPConn, br *bufio.Reader, req *http.Request) {
-	host, portText, err := net.SplitHostPort(req.RequestURI)
+func (p *Proxy) connect(ctx context.Context, c *net.TCPConn, br *bufio.Reader, req *request) {
+	host, portText, err := net.SplitHostPort(req.Target)
 	port, perr := strconv.ParseUint(portText, 10, 16)
 	if err != nil || perr != nil || port == 0 || host == "" {
-		answer(c, http.StatusBadRequest, "bad_request", fmt.Sprintf("%v: CONNECT needs host:port, got %q", ErrBadRequest, req.RequestURI))
+		answer(c, 400, "bad_request", fmt.Sprintf("%v: CONNECT needs host:port, got %q", ErrBadRequest, req.Target))
 		return
 	}
 	t := target{scheme: "tcp", host: host, port: uint16(port)}
@@ -187,13 +187,13 @@ func (p *Proxy) connect(ctx context.Context, c *net.TCPConn, br *bufio.Reader, r
 // plainHTTP carries one absolute-form request to an http: target through
 // the Handle's request() (the switchboard makes the request and decides it
 // like a CONNECT), answers with Connection: close, and closes.
-func (p *Proxy) plainHTTP(ctx context.Context, c *net.TCPConn, br *bufio.Reader, req *http.Request) {
+func (p *Proxy) plainHTTP(ctx context.Context, c *net.TCPConn, br *bufio.Reader, req *request) {
 	defer c.Close()
 	port := 80
 	if ps := req.URL.Port(); ps != "" {
 		n, err := strconv.ParseUint(ps, 10, 16)
 		if err != nil || n == 0 {
-			answer(c, http.StatusBadRequest, "bad_request", fmt.Sprintf("%v: port %q", ErrBadRequest, ps))
+			answer(c, 400, "bad_request", fmt.Sprintf("%v: port %q", ErrBadRequest, ps))
 			return
 		}
 		port = int(n)
@@ -250,7 +250,7 @@ func (p *Proxy) plainHTTP(ctx context.Context, c *net.TCPConn, br *bufio.Reader,
 	body := res.Body().AddRef()
 	defer body.Release()
 	body.SetFlowLimiter(p.limiter)
-	if req.Body != nil && req.Body != http.NoBody {
+	if req.ContentLength != 0 {
 		buf := make([]byte, streamChunk)
 		for {
 			n, rerr := req.Body.Read(buf)
@@ -301,7 +301,7 @@ func (r *responder) Start(_ context.Context, call schema.Responder_start) error 
 	args := call.Args()
 	status := int(args.Status())
 	var b strings.Builder
-	fmt.Fprintf(&b, "HTTP/1.1 %d %s\r\n", status, http.StatusText(status))
+	fmt.Fprintf(&b, "HTTP/1.1 %d %s\r\n", status, statusText(status))
 	hs, err := args.Headers()
 	if err != nil {
 		r.finish()
@@ -310,7 +310,7 @@ func (r *responder) Start(_ context.Context, call schema.Responder_start) error 
 	for i := 0; i < hs.Len(); i++ {
 		name, _ := hs.At(i).Name()
 		value, _ := hs.At(i).Value()
-		k := http.CanonicalHeaderKey(name)
+		k := textproto.CanonicalMIMEHeaderKey(name)
 		if k == "Connection" || k == "Keep-Alive" || k == "Transfer-Encoding" || strings.ContainsAny(k+value, "\r\n") {
 			continue
 		}
@@ -331,7 +331,7 @@ func (r *responder) Start(_ context.Context, call schema.Responder_start) error 
 
 func (r *responder) Fail(_ context.Context, call schema.Responder_fail) error {
 	msg, _ := call.Args().Message_()
-	answer(r.c, http.StatusBadGateway, "http_request_error", msg)
+	answer(r.c, 502, "http_request_error", msg)
 	r.finish()
 	return nil
 }
@@ -706,14 +706,14 @@ func readTLSRecord(br *bufio.Reader) ([]byte, error) {
 func refuse(c net.Conn, err error) {
 	msg := err.Error()
 	if i := strings.Index(msg, "egress refused:"); i >= 0 {
-		answer(c, http.StatusForbidden, "destination_ip_prohibited", msg[i:])
+		answer(c, 403, "destination_ip_prohibited", msg[i:])
 		return
 	}
 	if errors.Is(err, ErrRefused) {
-		answer(c, http.StatusForbidden, "destination_ip_prohibited", "egress refused: "+msg)
+		answer(c, 403, "destination_ip_prohibited", "egress refused: "+msg)
 		return
 	}
-	answer(c, http.StatusBadGateway, "proxy_internal_error", "egress failed: "+msg)
+	answer(c, 502, "proxy_internal_error", "egress failed: "+msg)
 }
 
 // answer writes a complete text answer with an RFC 9209 Proxy-Status and
@@ -723,7 +723,7 @@ func answer(c net.Conn, status int, errType, text string) {
 	body := text + "\n"
 	details := strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(text)
 	var b strings.Builder
-	fmt.Fprintf(&b, "HTTP/1.1 %d %s\r\n", status, http.StatusText(status))
+	fmt.Fprintf(&b, "HTTP/1.1 %d %s\r\n", status, statusText(status))
 	b.WriteString("Content-Type: text/plain; charset=utf-8\r\n")
 	fmt.Fprintf(&b, "Proxy-Status: %s; error=%s; details=\"%s\"\r\n", proxyAgent, errType, details)
 	b.WriteString("Connection: close\r\n")
