@@ -123,18 +123,39 @@ func Run(ctx context.Context, cfg Config) int {
 
 	// The network's listeners are bound before the app starts, so its
 	// first connect never finds the port closed; the Handle (a round trip
-	// through the supervisor) is fetched while the app starts. Connections
-	// accepted meanwhile wait in the kernel's backlog until it is there.
-	// If it cannot be had, the wall fails closed: the app is killed and
-	// the entry exits with ExitSetup.
-	var netDone chan netResult
-	var stopNet func()
+	// through the supervisor) is fetched once the app is started, so that
+	// nothing of the entry's but the fork runs before the app's exec.
+	// Connections accepted meanwhile wait in the kernel's backlog until it
+	// is there. If it cannot be had, the wall fails closed: the app is
+	// killed and the entry exits with ExitSetup.
+	var ls *listeners
 	if cfg.Cap != nil {
-		ls, err := listen(ctx, cfg)
-		if err != nil {
+		var err error
+		if ls, err = listen(ctx, cfg); err != nil {
 			_ = cfg.Cap.Close()
 			return fail(ExitSetup, "%v", err)
 		}
+	}
+
+	// syscall.ForkExec, not os.StartProcess: the latter first forks a
+	// throwaway child to learn whether pidfds work, which the app would
+	// wait for.
+	pid, err := syscall.ForkExec(cfg.Argv[0], cfg.Argv, &syscall.ProcAttr{
+		Env:   os.Environ(),
+		Files: []uintptr{0, 1, 2, cfg.AppCap.Fd()},
+	})
+	if err != nil {
+		if ls != nil {
+			ls.close()
+			_ = cfg.Cap.Close()
+		}
+		return fail(ExitExec, "starting %s: %v", cfg.Argv[0], err)
+	}
+	_ = cfg.AppCap.Close()
+
+	var netDone chan netResult
+	var stopNet func()
+	if ls != nil {
 		nctx, cancel := context.WithCancel(ctx)
 		netDone = make(chan netResult, 1)
 		go func() {
@@ -160,18 +181,6 @@ func Run(ctx context.Context, cfg Config) int {
 			}
 		}()
 	}
-
-	// syscall.ForkExec, not os.StartProcess: the latter first forks a
-	// throwaway child to learn whether pidfds work, which the app would
-	// wait for.
-	pid, err := syscall.ForkExec(cfg.Argv[0], cfg.Argv, &syscall.ProcAttr{
-		Env:   os.Environ(),
-		Files: []uintptr{0, 1, 2, cfg.AppCap.Fd()},
-	})
-	if err != nil {
-		return fail(ExitExec, "starting %s: %v", cfg.Argv[0], err)
-	}
-	_ = cfg.AppCap.Close()
 	catchSignals()
 
 	tick := time.NewTicker(time.Second)
