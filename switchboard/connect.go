@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"syscall"
 	"time"
 
 	"toybox/labels"
@@ -75,7 +76,7 @@ func (h *handle) Connect(ctx context.Context, call schema.Handle_connect) error 
 		down.Release()
 		return fail(d.addrs, "", err)
 	}
-	conn, vetted, err := h.dial(ctx, d)
+	conn, vetted, err := h.dial(ctx, d, wantFd)
 	if err != nil {
 		h.p.releaseConn()
 		down.Release()
@@ -149,7 +150,10 @@ func checkHello(hello []byte, host string) error {
 
 // dial connects to the first vetted address that answers, after the
 // loopback check for addresses of this host. It never resolves.
-func (h *handle) dial(ctx context.Context, d *decision) (net.Conn, string, error) {
+// dial connects to the first vetted address that answers. A socket that
+// will be handed over (handOver) is dialled the lean way; one the
+// switchboard relays itself is a net.TCPConn.
+func (h *handle) dial(ctx context.Context, d *decision, handOver bool) (net.Conn, string, error) {
 	var errs []error
 	for i, a := range d.vetted {
 		ap := netip.AddrPortFrom(a, d.req.Port)
@@ -158,7 +162,13 @@ func (h *handle) dial(ctx context.Context, d *decision) (net.Conn, string, error
 				return nil, ap.String(), refuse("%s", why)
 			}
 		}
-		c, err := h.p.srv.dialer.DialContext(ctx, "tcp", ap.String())
+		var c net.Conn
+		var err error
+		if handOver {
+			c, err = dialHandOver(ctx, ap, h.p.srv.cfg.DialTimeout)
+		} else {
+			c, err = h.p.srv.dialer.DialContext(ctx, "tcp", ap.String())
+		}
 		if err == nil {
 			return c, ap.String(), nil
 		}
@@ -171,9 +181,9 @@ func (h *handle) dial(ctx context.Context, d *decision) (net.Conn, string, error
 // watches the switchboard's copy; it returns the descriptor's sequence
 // number.
 func (h *handle) handOver(x *held) (uint64, error) {
-	tc, ok := x.conn.(*net.TCPConn)
+	sc, ok := x.conn.(syscall.Conn)
 	if !ok {
-		return 0, errors.New("handing over: not a TCP connection")
+		return 0, errors.New("handing over: not a socket connection")
 	}
 	if err := h.p.srv.tracker.add(x); err != nil {
 		return 0, fmt.Errorf("watching the handed-over socket: %w", err)
@@ -181,7 +191,7 @@ func (h *handle) handOver(x *held) (uint64, error) {
 	// SendConn puts the socket in blocking mode: the receiver gets it as a
 	// freshly accepted socket comes. The switchboard does no I/O on its own
 	// copy after this point.
-	seq, err := h.p.wc.SendConn(tc)
+	seq, err := h.p.wc.SendConn(sc)
 	if err != nil {
 		return 0, fmt.Errorf("passing the socket: %w", err)
 	}

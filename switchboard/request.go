@@ -64,7 +64,7 @@ func (v *vettedDial) dial(ctx context.Context) (net.Conn, error) {
 	if err := v.h.p.acquireConn(); err != nil {
 		return nil, err
 	}
-	c, vetted, err := v.h.dial(ctx, v.d)
+	c, vetted, err := v.h.dial(ctx, v.d, false)
 	v.mu.Lock()
 	v.vetted = vetted
 	v.mu.Unlock()

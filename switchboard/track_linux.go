@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -134,13 +135,13 @@ func (t *tracker) close() error {
 }
 
 // connFD returns the descriptor of a socket connection (valid while the
-// connection is open).
+// connection is open): a *net.TCPConn, or the handOverConn of dialHandOver.
 func connFD(c net.Conn) (int, error) {
-	tc, ok := c.(*net.TCPConn)
+	sc, ok := c.(syscall.Conn)
 	if !ok {
-		return -1, errors.New("not a TCP connection")
+		return -1, errors.New("not a socket connection")
 	}
-	raw, err := tc.SyscallConn()
+	raw, err := sc.SyscallConn()
 	if err != nil {
 		return -1, err
 	}
@@ -154,11 +155,11 @@ func connFD(c net.Conn) (int, error) {
 // shutdownConn shuts a TCP socket down both ways: every descriptor of it,
 // in any process, sees the end.
 func shutdownConn(c net.Conn) {
-	tc, ok := c.(*net.TCPConn)
+	sc, ok := c.(syscall.Conn)
 	if !ok {
 		return
 	}
-	raw, err := tc.SyscallConn()
+	raw, err := sc.SyscallConn()
 	if err != nil {
 		return
 	}

@@ -100,7 +100,7 @@ func (h *handle) WebSocket(ctx context.Context, call schema.Handle_webSocket) er
 	if err := h.p.acquireConn(); err != nil {
 		return fail(d.addrs, "", err)
 	}
-	conn, vetted, err := h.dial(ctx, d)
+	conn, vetted, err := h.dial(ctx, d, false)
 	if err != nil {
 		h.p.releaseConn()
 		return fail(d.addrs, vetted, err)
