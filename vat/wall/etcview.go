@@ -51,10 +51,16 @@ func SweepEtcViews(stateDir string) error {
 
 // etcView is what the last build of one view saw.
 type etcView struct {
-	mu    sync.Mutex
-	fp    string   // fingerprint of the sources when built
-	files []string // regular files inside copied folders (their changes count)
+	mu      sync.Mutex
+	fp      string    // fingerprint of the sources when built
+	files   []string  // regular files inside copied folders (their changes count)
+	checked time.Time // when fp was last found current
 }
+
+// etcRecheck is how long a view found current is used without looking at
+// its sources again: a burst of spawns stats them once; a change to /etc
+// reaches walls started a second later.
+const etcRecheck = time.Second
 
 var etcViews = struct {
 	sync.Mutex
@@ -81,8 +87,14 @@ func ensureEtcView(p *Plan) error {
 	v := viewFor(p.EtcView)
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	if v.fp != "" && time.Since(v.checked) < etcRecheck {
+		if _, err := os.Lstat(p.EtcView); err == nil {
+			return nil
+		}
+	}
 	fp := etcFingerprint(p.EtcView, p.Etc, v.files)
 	if fp == v.fp && v.fp != "" {
+		v.checked = time.Now()
 		return nil
 	}
 	files, err := buildEtcView(p.EtcView, p.Etc)
@@ -92,6 +104,7 @@ func ensureEtcView(p *Plan) error {
 	}
 	v.files = files
 	v.fp = etcFingerprint(p.EtcView, p.Etc, files)
+	v.checked = time.Now()
 	return nil
 }
 

@@ -194,24 +194,41 @@ func TestEtcViewBuild(t *testing.T) {
 		}
 		return st.Ino
 	}
+	// expire ends the second in which a view found current is trusted
+	// without looking at its sources.
+	expire := func() {
+		v := viewFor(view)
+		v.mu.Lock()
+		v.checked = time.Time{}
+		v.mu.Unlock()
+	}
 	first := ino()
+	expire()
 	if err := ensureEtcView(p); err != nil {
 		t.Fatal(err)
 	}
 	if ino() != first {
 		t.Error("the view was built again though nothing changed")
 	}
-	// A file inside a copied folder changes (same size): built again.
+	// A file inside a copied folder changes (same size): within the
+	// second the view is trusted as it is; after it, built again.
 	mustWrite(t, filepath.Join(src, "certs", "bundle.pem"), "PEM-2")
 	later := time.Now().Add(2 * time.Second)
 	_ = os.Chtimes(filepath.Join(src, "certs", "bundle.pem"), later, later)
 	if err := ensureEtcView(p); err != nil {
 		t.Fatal(err)
 	}
+	if got := read("ssl/certs/bundle.pem"); got != "PEM-1" {
+		t.Errorf("within the recheck interval bundle.pem = %q; want the view unchanged", got)
+	}
+	expire()
+	if err := ensureEtcView(p); err != nil {
+		t.Fatal(err)
+	}
 	if got := read("ssl/certs/bundle.pem"); got != "PEM-2" {
 		t.Errorf("after the change bundle.pem = %q", got)
 	}
-	// Removed by someone else: built again.
+	// Removed by someone else, even within the second: built again.
 	if err := os.RemoveAll(view); err != nil {
 		t.Fatal(err)
 	}
