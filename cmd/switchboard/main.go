@@ -64,7 +64,10 @@ func run(args []string) int {
 	if *debug {
 		level = slog.LevelDebug
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	// Decision records are written off the calls' path (logWriter).
+	lw := newLogWriter(os.Stderr)
+	defer lw.Close()
+	log := slog.New(slog.NewJSONHandler(lw, &slog.HandlerOptions{Level: level}))
 	perm, err := parseMode(*mode)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "switchboard: %v\n", err)
