@@ -9,15 +9,12 @@ import (
 	"log/slog"
 	"net"
 	"net/textproto"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"capnproto.org/go/capnp/v3/flowcontrol"
-	"golang.org/x/sys/unix"
 
 	"toybox/schema"
 	"toybox/schema/wire"
@@ -513,7 +510,10 @@ func splicePair(a, b net.Conn) (ab, ba int64, err error) {
 	errs := make(chan error, 2)
 	one := func(dst, src net.Conn, count *int64) {
 		defer wg.Done()
-		n, err := spliceCopy(dst, src)
+		// io.Copy between two *net.TCPConn is splice(2) through a pipe
+		// from the runtime's pool: no user-space copy, and no pipe made
+		// per connection.
+		n, err := io.Copy(dst, src)
 		*count = n
 		if err != nil {
 			errs <- err
@@ -546,74 +546,6 @@ func shutdown(c net.Conn) {
 		_ = tc.CloseWrite()
 	}
 	_ = c.Close()
-}
-
-// spliceCopy moves bytes from src to dst through a pipe with splice(2),
-// never through user memory, until src reaches EOF.
-func spliceCopy(dst, src net.Conn) (int64, error) {
-	sc, ok1 := src.(syscall.Conn)
-	dc, ok2 := dst.(syscall.Conn)
-	if !ok1 || !ok2 {
-		return io.Copy(dst, src)
-	}
-	rs, err := sc.SyscallConn()
-	if err != nil {
-		return 0, err
-	}
-	rd, err := dc.SyscallConn()
-	if err != nil {
-		return 0, err
-	}
-	var pfd [2]int
-	if err := unix.Pipe2(pfd[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
-		return 0, os.NewSyscallError("pipe2", err)
-	}
-	defer unix.Close(pfd[0])
-	defer unix.Close(pfd[1])
-	// A bigger pipe moves more per call; failure to grow it is harmless.
-	_, _ = unix.FcntlInt(uintptr(pfd[1]), unix.F_SETPIPE_SZ, 1<<20)
-	const flags = unix.SPLICE_F_MOVE | unix.SPLICE_F_NONBLOCK
-	var total int64
-	for {
-		var n int64
-		var serr error
-		err := rs.Read(func(fd uintptr) bool {
-			for {
-				n, serr = unix.Splice(int(fd), nil, pfd[1], nil, 1<<20, flags)
-				if serr != unix.EINTR {
-					return serr != unix.EAGAIN
-				}
-			}
-		})
-		if err != nil {
-			return total, err
-		}
-		if serr != nil {
-			return total, os.NewSyscallError("splice", serr)
-		}
-		if n == 0 {
-			return total, nil // EOF
-		}
-		for left := n; left > 0; {
-			var m int64
-			err := rd.Write(func(fd uintptr) bool {
-				for {
-					m, serr = unix.Splice(pfd[0], nil, int(fd), nil, int(left), flags)
-					if serr != unix.EINTR {
-						return serr != unix.EAGAIN
-					}
-				}
-			})
-			if err != nil {
-				return total, err
-			}
-			if serr != nil {
-				return total, os.NewSyscallError("splice", serr)
-			}
-			left -= m
-			total += m
-		}
-	}
 }
 
 // streamRelay is the ByteStream path: client bytes are written to u.bs in
