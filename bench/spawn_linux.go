@@ -93,7 +93,7 @@ func (r *run) spawnSection(ctx context.Context) {
 		w := Durations(walled, time.Millisecond)
 		row.Baseline, row.BaselineSamples = ptr(b.Median()), b
 		row.Ours, row.OurSamples = ptr(w.Median()), w
-		row.Note = fmt.Sprintf("%s; ours = wall.Start (plan, seccomp, binds, bwrap, toybox-entry) of a vat with one egress grant, so toybox-entry takes its capability and starts its CONNECT proxy before the app; same binary and uid; p90 %.1f ms; wall.Start returned (bwrap reported the sandbox's pid) after a median %.1f ms, toybox-entry's first bytes on its capability socket (it is running: bwrap's setup is done) came at a median %.1f ms; wall.BuildPlan alone takes a median %.2f ms (a plan of %d bwrap operations and %d masks)",
+		row.Note = fmt.Sprintf("%s; ours = wall.Start (plan, seccomp, binds, bwrap, toybox-entry) of a vat with one egress grant, so the wall's pid 1 is toybox-entry, which binds its proxy port, starts the app, then takes its capability; same binary and uid; p90 %.1f ms; wall.Start returned (bwrap reported the sandbox's pid) after a median %.1f ms, toybox-entry's first bytes on its capability socket (sent once the app is started) came at a median %.1f ms; wall.BuildPlan alone takes a median %.2f ms (a plan of %d bwrap operations and %d masks)",
 			common, w.Percentile(90), Durations(r.spawnStarted, time.Millisecond).Median(), Durations(r.entrySeen, time.Millisecond).Median(), planMS, r.planOps, r.planMasks)
 	}
 	if none.Verdict != VerdictNotMeasured {
