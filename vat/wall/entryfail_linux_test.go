@@ -88,3 +88,35 @@ func TestEntryFailsClosedWhenEgressFails(t *testing.T) {
 	}
 	t.Logf("app output before the kill: %q; wall ended after %v", string(stdout), took.Round(time.Millisecond))
 }
+
+// TestEntryUnreachable: toybox-entry below a folder the wall's uid cannot
+// search: bubblewrap fails to bind it ("Can't find source path
+// /proc/self/fd/N: Permission denied") and the wall's end names the folder
+// and the fix.
+func TestEntryUnreachable(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the wall runs as another uid only when the supervisor is root")
+	}
+	f := newFixture(t, "hidden-entry")
+	private := filepath.Join(t.TempDir(), "private")
+	if err := os.Mkdir(private, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := copyFile(f.entry, filepath.Join(private, "toybox-entry"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f.spec.EntryPath = filepath.Join(private, "toybox-entry")
+	f.spec.Net = Net{}
+	ea, eb := socketpair(t)
+	serveNoGrant(t, eb, f.spec.ID)
+	f.spec.EntryCap = ea
+	f.caps(t)
+	defer f.peer.Close()
+	p, err := Start(context.Background(), f.spec, nil)
+	if err == nil {
+		err = p.Wait()
+	}
+	if err == nil || !strings.Contains(err.Error(), private+" (mode -rwx------") || !strings.Contains(err.Error(), "chmod o+x") {
+		t.Errorf("the wall ended with %v; want bwrap's refusal with a hint naming %s and the fix", err, private)
+	}
+}

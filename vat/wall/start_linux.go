@@ -47,6 +47,8 @@ type Process struct {
 	done   chan struct{}
 	err    error
 	status *os.File // bwrap's JSON status pipe (read end)
+	head   *headWriter // the start of bwrap's stderr
+	plan   *Plan
 	// statusRead is closed once the child pid has been read (or could not
 	// be): reap closes status only then, so an app that exits at once
 	// cannot have its pid's record closed under the reader.
@@ -120,6 +122,11 @@ func (p *Process) reap() {
 	if p.status != nil {
 		<-p.statusRead // EOF at the latest: bwrap's write end is gone
 		_ = p.status.Close()
+	}
+	if err != nil && p.head != nil && p.plan != nil {
+		if msg := p.head.String(); strings.Contains(msg, "Can't find source path") && strings.Contains(msg, "Permission denied") {
+			err = fmt.Errorf("%w: %s%s", err, strings.TrimSpace(msg), unreachableHint(p.plan))
+		}
 	}
 	p.err = err
 	p.logger.Info("wall ended", keyVat, p.id, keyPid, p.cmd.Process.Pid, keyReason, fmt.Sprint(err))
@@ -266,7 +273,7 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 	if err != nil {
 		return nil, fmt.Errorf("starting the wall for %q: %w: %w", spec.ID, ErrBwrap, err)
 	}
-	p := &Process{id: spec.ID, tier: plan.Tier, cmd: cmd, logger: logger, done: make(chan struct{}), status: statusR, statusRead: make(chan struct{})}
+	p := &Process{id: spec.ID, tier: plan.Tier, cmd: cmd, logger: logger, done: make(chan struct{}), status: statusR, statusRead: make(chan struct{}), head: head, plan: plan}
 	go p.reap()
 	kill := func() { _ = cmd.Process.Kill(); <-p.done }
 
@@ -377,6 +384,37 @@ func own(spec Spec, plan *Plan) error {
 		}
 	}
 	return nil
+}
+
+// unreachableHint names, for a wall whose bubblewrap was refused a bind
+// source ("Can't find source path /proc/self/fd/N: Permission denied": it
+// reopens each source as the wall's uid), the folders on the way to a
+// source that uid cannot search by their mode bits. It only explains a
+// failure: an ACL may grant what the bits do not.
+func unreachableHint(plan *Plan) string {
+	if plan.HostUID < 0 {
+		return ""
+	}
+	var hints []string
+	seen := map[string]bool{}
+	for _, op := range plan.Ops {
+		if op.Kind != OpBindFD && op.Kind != OpROBindFD {
+			continue
+		}
+		for dir := filepath.Dir(op.Src); ; dir = filepath.Dir(dir) {
+			if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm()&0o001 == 0 && !seen[dir] {
+				seen[dir] = true
+				hints = append(hints, fmt.Sprintf("%s (mode %v, on the way to %s)", dir, fi.Mode().Perm(), op.Src))
+			}
+			if dir == "/" {
+				break
+			}
+		}
+	}
+	if len(hints) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (the wall runs as uid %d, which cannot search %s; fix: chmod o+x, or move the files)", plan.HostUID, strings.Join(hints, ", "))
 }
 
 // render turns the plan into bwrap's argv, opening each fd bind and data
