@@ -46,7 +46,7 @@ type Process struct {
 
 	done   chan struct{}
 	err    error
-	status *os.File // bwrap's JSON status pipe (read end)
+	status *os.File    // bwrap's JSON status pipe (read end)
 	head   *headWriter // the start of bwrap's stderr
 	plan   *Plan
 	// statusRead is closed once the child pid has been read (or could not
