@@ -162,6 +162,22 @@ func probe(mode, arg string) int {
 		}
 		report(resp)
 		fmt.Printf("CLOSE %v\n", resp.Close)
+	case "raw":
+		// A request written as given (\r\n spelled out), for the proxy's
+		// parsing: bodies, framing, Host.
+		c, err := proxyConn(proxy)
+		if err != nil {
+			fmt.Println("ERROR", err)
+			return 1
+		}
+		defer c.Close()
+		_, _ = io.WriteString(c, strings.ReplaceAll(arg, `\r\n`, "\r\n"))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			fmt.Println("ERROR", err)
+			return 1
+		}
+		report(resp)
 	case "bulk", "bulkraw":
 		// Upload n bytes (through a CONNECT tunnel, or straight for
 		// bulkraw) to a sink that answers with the count; print the time.

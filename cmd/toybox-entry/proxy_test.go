@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -103,6 +104,11 @@ func TestPlainHTTP(t *testing.T) {
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		rw.Header().Set("X-Seen-Path", r.URL.Path)
+		if r.Method == http.MethodPost {
+			b, _ := io.ReadAll(r.Body)
+			fmt.Fprintf(rw, "plain answer for %s: %d bytes %s, host %s", r.URL.Path, len(b), b, r.Host)
+			return
+		}
 		fmt.Fprintf(rw, "plain answer for %s", r.URL.Path)
 	})}
 	go func() { _ = srv.Serve(l) }()
@@ -117,6 +123,21 @@ func TestPlainHTTP(t *testing.T) {
 	t.Run("unlisted http address", func(t *testing.T) {
 		out := w.run(t, grants, "get", "http://127.0.0.1:"+strconv.Itoa(port+1)+"/x")
 		want(t, out, "STATUS 403", "BODY egress refused:", "PROXY-STATUS toybox-entry; error=destination_ip_prohibited")
+	})
+	t.Run("a body by length, Host from the URL", func(t *testing.T) {
+		u := "http://127.0.0.1:" + strconv.Itoa(port) + "/post"
+		out := w.run(t, grants, "raw", "POST "+u+` HTTP/1.1\r\nHost: intranet.example\r\nContent-Length: 11\r\n\r\nhello world`)
+		want(t, out, "STATUS 200", "BODY plain answer for /post: 11 bytes hello world, host 127.0.0.1:"+strconv.Itoa(port))
+	})
+	t.Run("a chunked body", func(t *testing.T) {
+		u := "http://127.0.0.1:" + strconv.Itoa(port) + "/chunked"
+		out := w.run(t, grants, "raw", "POST "+u+` HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n`)
+		want(t, out, "STATUS 200", "BODY plain answer for /chunked: 11 bytes hello world")
+	})
+	t.Run("ambiguous framing", func(t *testing.T) {
+		u := "http://127.0.0.1:" + strconv.Itoa(port) + "/smuggle"
+		out := w.run(t, grants, "raw", "POST "+u+` HTTP/1.1\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`)
+		want(t, out, "STATUS 400", "BODY bad proxy request: both Transfer-Encoding and Content-Length")
 	})
 	t.Run("https target in absolute form", func(t *testing.T) {
 		out := w.run(t, grants, "get", "https://127.0.0.1:"+strconv.Itoa(port)+"/x")
