@@ -251,6 +251,13 @@ func (s *Supervisor) Start() error {
 	if err := wall.SweepEtcViews(s.cfg.Store.StateDir()); err != nil {
 		s.log.Warn("clearing old /etc views", keyErr, err)
 	}
+	// The view every plain wall binds, built now rather than by the first
+	// spawn (a spawn that comes meanwhile waits for this same build).
+	go func() {
+		if err := wall.PrepareEtcView(s.cfg.Store.StateDir()); err != nil {
+			s.log.Warn("preparing the walls' /etc", keyErr, err)
+		}
+	}()
 	recs, rerr := s.cfg.Store.Records()
 	if rerr != nil {
 		s.log.Error("reading installed vats", keyErr, rerr)

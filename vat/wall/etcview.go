@@ -49,6 +49,15 @@ func SweepEtcViews(stateDir string) error {
 	return os.RemoveAll(dir)
 }
 
+// PrepareEtcView builds the /etc view most walls of stateDir will bind
+// (one with no owner-chosen file below /etc), so that the first spawn does
+// not wait for it. The supervisor calls it when it starts; a spawn that
+// comes while it runs waits for the same build.
+func PrepareEtcView(stateDir string) error {
+	entries := baseEtc()
+	return ensureEtcView(&Plan{Etc: entries, EtcView: EtcViewDir(stateDir, entries)})
+}
+
 // etcView is what the last build of one view saw.
 type etcView struct {
 	mu      sync.Mutex

@@ -83,6 +83,13 @@ func TestPlanEtcIsOneView(t *testing.T) {
 			t.Errorf("the view lacks %s: %v", want, paths)
 		}
 	}
+	// The view the supervisor prepares at start is this one.
+	if err := PrepareEtcView(f.state); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(p.EtcView, "hostname")); err != nil {
+		t.Errorf("PrepareEtcView did not build the view a plain wall binds (%s): %v", p.EtcView, err)
+	}
 	// Two vats share one view; the passwd each sees is its own.
 	g := newFixture(t, "otherview")
 	q, err := BuildPlan(g.spec)

@@ -325,13 +325,7 @@ func (b *planner) system() {
 	// /etc: one read-only bind of a view the supervisor builds and every
 	// wall with the same /etc shares (see EtcEntry). passwd names the
 	// vat, so it is the wall's own file, linked from the view.
-	b.p.Etc = etcEntries(etcFiles)
-	b.p.Etc = append(b.p.Etc,
-		EtcEntry{Path: "passwd", Link: PasswdPath},
-		EtcEntry{Path: "group", Data: []byte(b.group())},
-		EtcEntry{Path: "hosts", Data: []byte("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")},
-		EtcEntry{Path: "hostname", Data: []byte("toybox\n")},
-	)
+	b.p.Etc = baseEtc()
 	// Src is set once the view's content is known (etcMountpoints).
 	b.add(Op{Kind: OpROBindFD, Dest: "/etc", Why: "/etc: a shared view of only what programs need; group, hosts synthesised", dir: true})
 	b.add(Op{Kind: OpFile, Dest: PasswdPath, Data: []byte(b.passwd()), Why: "synthesised: the vat's user only (/etc/passwd links here)"})
@@ -346,8 +340,16 @@ func (b *planner) passwd() string {
 		InsideUID, InsideGID, b.spec.ID, b.data)
 }
 
-func (b *planner) group() string {
-	return fmt.Sprintf("root:x:0:\nvat:x:%d:\nnogroup:x:65534:\n", InsideGID)
+// baseEtc is the content of every wall's /etc view before mountpoints:
+// the allowlisted entries the host has, the synthesised group, hosts and
+// hostname, and the link to the wall's own passwd.
+func baseEtc() []EtcEntry {
+	return append(etcEntries(etcFiles),
+		EtcEntry{Path: "passwd", Link: PasswdPath},
+		EtcEntry{Path: "group", Data: []byte(fmt.Sprintf("root:x:0:\nvat:x:%d:\nnogroup:x:65534:\n", InsideGID))},
+		EtcEntry{Path: "hosts", Data: []byte("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")},
+		EtcEntry{Path: "hostname", Data: []byte("toybox\n")},
+	)
 }
 
 // files adds the owner-chosen binds, then the masks for every tree bound so

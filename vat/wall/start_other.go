@@ -35,6 +35,9 @@ func Start(_ context.Context, spec Spec, _ *slog.Logger) (*Process, error) {
 	return nil, ErrUnsupported
 }
 
+// PrepareEtcView does nothing here.
+func PrepareEtcView(string) error { return nil }
+
 // SweepEtcViews removes every /etc view in stateDir.
 func SweepEtcViews(stateDir string) error { return os.RemoveAll(filepath.Join(stateDir, "etc")) }
 
