@@ -78,7 +78,7 @@ func devDirOK(dir string) error {
 		if err := unix.Lstat(filepath.Join(dir, n.name), &st); err != nil {
 			return err
 		}
-		if st.Mode&unix.S_IFMT != unix.S_IFCHR || st.Rdev != unix.Mkdev(n.major, n.minor) || st.Uid != 0 {
+		if st.Mode&unix.S_IFMT != unix.S_IFCHR || st.Rdev != unix.Mkdev(n.major, n.minor) || st.Uid != 0 || st.Mode&0o777 != 0o666 {
 			return fmt.Errorf("%s/%s is not the device it should be", dir, n.name)
 		}
 	}
@@ -107,11 +107,15 @@ func makeDevDir(dir string) error {
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return err
 	}
-	old := unix.Umask(0)
-	defer unix.Umask(old)
+	// Modes by chmod, not the umask (the process's umask is shared by
+	// every goroutine; toybox.service sets 0077).
 	for _, n := range devNodes {
-		if err := unix.Mknod(filepath.Join(tmp, n.name), unix.S_IFCHR|0o666, int(unix.Mkdev(n.major, n.minor))); err != nil {
+		p := filepath.Join(tmp, n.name)
+		if err := unix.Mknod(p, unix.S_IFCHR|0o600, int(unix.Mkdev(n.major, n.minor))); err != nil {
 			return os.NewSyscallError("mknod", err)
+		}
+		if err := os.Chmod(p, 0o666); err != nil {
+			return err
 		}
 	}
 	for _, l := range devLinks {
@@ -120,6 +124,9 @@ func makeDevDir(dir string) error {
 		}
 	}
 	if err := os.Mkdir(filepath.Join(tmp, "shm"), 0o755); err != nil {
+		return err
+	}
+	if err := os.Chmod(filepath.Join(tmp, "shm"), 0o755); err != nil {
 		return err
 	}
 	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {

@@ -173,6 +173,9 @@ func buildEtcView(dir string, entries []EtcEntry) ([]string, error) {
 			return nil, fmt.Errorf("/etc/%s: %w", e.Path, err)
 		}
 	}
+	if err := b.finish(); err != nil {
+		return nil, err
+	}
 	if err := swapIn(tmp, dir); err != nil {
 		return nil, err
 	}
@@ -187,24 +190,69 @@ func buildEtcView(dir string, entries []EtcEntry) ([]string, error) {
 	return b.files, nil
 }
 
+// viewBuilder writes one view. Every mode is set with chmod, not left to
+// the umask (toybox.service runs with UMask=0077, which would leave the
+// view unreadable by the walls' uids); a copied file or folder keeps only
+// the read (and search) bits its source has, so nothing the host keeps from
+// other users becomes readable through a view.
 type viewBuilder struct {
 	root    string
 	files   []string
 	entries int
 	bytes   int64
+	modes   []pathMode // folders, to chmod once filled (deepest last)
 }
 
-// dest returns the view path of rel, making its parent folders.
+type pathMode struct {
+	path string
+	mode fs.FileMode
+}
+
+// dest returns the view path of rel, making its parent folders (0755).
 func (b *viewBuilder) dest(rel string) (string, error) {
 	rel = filepath.Clean(rel)
 	if rel == "." || filepath.IsAbs(rel) || rel == ".." || strings.HasPrefix(rel, "../") {
 		return "", fmt.Errorf("not a path below /etc")
 	}
 	d := filepath.Join(b.root, rel)
-	if err := os.MkdirAll(filepath.Dir(d), 0o755); err != nil {
+	if err := b.mkdirs(filepath.Dir(d)); err != nil {
 		return "", err
 	}
 	return d, nil
+}
+
+// mkdirs makes dir and its missing parents below the root, each 0755.
+func (b *viewBuilder) mkdirs(dir string) error {
+	if dir == b.root {
+		return nil
+	}
+	if _, err := os.Lstat(dir); err == nil {
+		return nil
+	}
+	if err := b.mkdirs(filepath.Dir(dir)); err != nil {
+		return err
+	}
+	return b.mkdir(dir, 0o755)
+}
+
+// mkdir makes one folder, to be given mode once the view is filled.
+func (b *viewBuilder) mkdir(dir string, mode fs.FileMode) error {
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return err
+	}
+	b.modes = append(b.modes, pathMode{dir, mode})
+	return nil
+}
+
+// finish gives every folder its mode, the deepest first (a folder without
+// write permission cannot be changed below, but chmod needs only search).
+func (b *viewBuilder) finish() error {
+	for i := len(b.modes) - 1; i >= 0; i-- {
+		if err := os.Chmod(b.modes[i].path, b.modes[i].mode); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (b *viewBuilder) count(n int64) error {
@@ -232,7 +280,7 @@ func (b *viewBuilder) add(e EtcEntry) error {
 			return nil // already there (a copied entry): the bind goes over it
 		}
 		if e.Dir {
-			return os.Mkdir(d, 0o755)
+			return b.mkdir(d, 0o755)
 		}
 		return writeFile(d, nil)
 	case e.Src == "":
@@ -263,12 +311,24 @@ func (b *viewBuilder) copy(src, d string) error {
 		}
 		return os.Symlink(t, d)
 	case fi.Mode().IsRegular():
-		return copyRegular(src, d)
+		err := copyRegular(src, d, fi.Mode().Perm()&0o444)
+		if errors.Is(err, fs.ErrPermission) {
+			return nil // the supervisor cannot read it: nor could a wall
+		}
+		return err
 	case fi.IsDir():
-		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-			return err
+		if _, err := os.Lstat(d); err != nil {
+			// Its read and search bits; write for the owner (the
+			// supervisor) so the view can be removed; a wall binds it
+			// read-only.
+			if err := b.mkdir(d, fi.Mode().Perm()&0o555|0o200); err != nil {
+				return err
+			}
 		}
 		ents, err := os.ReadDir(src)
+		if errors.Is(err, fs.ErrPermission) {
+			return nil
+		}
 		if err != nil {
 			return err
 		}
@@ -286,8 +346,8 @@ func (b *viewBuilder) copy(src, d string) error {
 }
 
 // copyRegular copies a regular file (opened without following a symlink)
-// as a read-only file.
-func copyRegular(src, d string) error {
+// as a file of mode perm.
+func copyRegular(src, d string, perm fs.FileMode) error {
 	in, err := os.OpenFile(src, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return err
@@ -298,7 +358,7 @@ func copyRegular(src, d string) error {
 	} else if !fi.Mode().IsRegular() {
 		return fmt.Errorf("%s is no longer a regular file", src)
 	}
-	out, err := os.OpenFile(d, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o444)
+	out, err := os.OpenFile(d, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
@@ -306,15 +366,24 @@ func copyRegular(src, d string) error {
 		_ = out.Close()
 		return err
 	}
+	if err := out.Chmod(perm); err != nil {
+		_ = out.Close()
+		return err
+	}
 	return out.Close()
 }
 
+// writeFile writes a synthesised file, readable by all (mode 0444).
 func writeFile(d string, data []byte) error {
-	f, err := os.OpenFile(d, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o444)
+	f, err := os.OpenFile(d, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
 	if _, err := f.Write(data); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Chmod(0o444); err != nil {
 		_ = f.Close()
 		return err
 	}

@@ -143,6 +143,18 @@ func TestEtcViewBuild(t *testing.T) {
 	if err := os.Symlink("../usr/share/zoneinfo/UTC", filepath.Join(src, "localtime")); err != nil {
 		t.Fatal(err)
 	}
+	// What the host keeps from other users stays so in the view.
+	mustWrite(t, filepath.Join(src, "certs", "private.key"), "KEY")
+	if err := os.Chmod(filepath.Join(src, "certs", "private.key"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, filepath.Join(src, "certs", "closed", "inner.pem"), "INNER")
+	if err := os.Chmod(filepath.Join(src, "certs", "closed"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// The modes do not depend on the umask (toybox.service: 0077).
+	oldMask := syscall.Umask(0o077)
+	defer syscall.Umask(oldMask)
 	view := filepath.Join(t.TempDir(), "etc", "v1")
 	p := &Plan{EtcView: view, Etc: []EtcEntry{
 		{Path: "app.conf", Src: filepath.Join(src, "conf")},
@@ -190,8 +202,16 @@ func TestEtcViewBuild(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(view, "owner.conf")); err != nil || !fi.Mode().IsRegular() || fi.Size() != 0 {
 		t.Errorf("owner.conf mountpoint: %v", err)
 	}
-	if fi, err := os.Stat(filepath.Join(view, "app.conf")); err != nil || fi.Mode().Perm() != 0o444 {
-		t.Errorf("app.conf mode: %v %v; want 0444", fi.Mode(), err)
+	for rel, want := range map[string]os.FileMode{
+		"app.conf": 0o444, "group": 0o444, "owner.conf": 0o444, "ssl": 0o755, "ssl/certs": 0o755, "owner/dir": 0o755,
+		"ssl/certs/private.key": 0o400, "ssl/certs/closed": 0o700,
+	} {
+		if fi, err := os.Lstat(filepath.Join(view, rel)); err != nil || fi.Mode().Perm() != want {
+			t.Errorf("%s: mode %v, %v; want %v", rel, fi.Mode().Perm(), err, want)
+		}
+	}
+	if fi, err := os.Stat(view); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("the view folder: %v %v; want 0755", fi.Mode().Perm(), err)
 	}
 
 	ino := func() uint64 {
