@@ -457,6 +457,26 @@ func TestUnderSystemd(t *testing.T) {
 		if !strings.Contains(status, `"tier": "walled"`) && !strings.Contains(status, `"tier":"walled"`) {
 			t.Errorf("GET /probe on the admin socket = %s; want tier walled (bubblewrap under toybox.service)", status)
 		}
+		// The wall's /etc and /dev, made by a supervisor running with the
+		// unit's UMask=0077, are readable by the vat's uid.
+		for _, f := range []struct{ path, want string }{
+			{"/etc/hostname", "read: toybox"},
+			{"/etc/hosts", "read: 127.0.0.1\tlocalhost"},
+			{"/etc/group", "read: root:x:0:"},
+			{"/etc/ld.so.cache", "read: "},
+			{"/dev/null", "read: "},
+		} {
+			code, body := reach(t, "/probe/?read="+url.QueryEscape(f.path))
+			if code != "200" || !strings.HasPrefix(body, f.want) {
+				t.Errorf("inside the wall, %s: %s %q; want %q", f.path, code, body, f.want)
+			}
+		}
+		if code, body := reach(t, "/probe/?read=/etc/passwd"); code != "200" || !strings.Contains(body, "read: root:x:0:0:") {
+			t.Errorf("inside the wall, /etc/passwd: %s %q", code, body)
+		}
+		if code, body := reach(t, "/probe/?read=/etc/shadow"); !strings.Contains(body, "unreadable:") {
+			t.Errorf("inside the wall, /etc/shadow: %s %q; want unreadable", code, body)
+		}
 		far := fmt.Sprintf("%s:%d", farAddr, farPort)
 		tests := []struct {
 			vat, target, wantCode, want string

@@ -5,6 +5,9 @@
 // of Cap'n Proto: its only way out is the proxy toybox-entry runs inside the
 // wall, which reaches only what the vat's grant admits.
 //
+// GET /?read=PATH answers "read: FIRST LINE" or "unreadable: ERROR": what
+// the wall shows of a file (its /etc, its /dev).
+//
 // Answers: "probevat: hello" for any other request; "got: LINE" when the
 // stream worked; "refused: STATUS: BODY" (502) when the proxy said no.
 //
@@ -50,6 +53,17 @@ func main() {
 }
 
 func serve(w http.ResponseWriter, r *http.Request) {
+	if p := r.URL.Query().Get("read"); p != "" {
+		// What the wall shows of a file: its first line, or why not.
+		b, err := os.ReadFile(p)
+		if err != nil {
+			fmt.Fprintf(w, "unreadable: %v\n", err)
+			return
+		}
+		first, _, _ := strings.Cut(string(b), "\n")
+		fmt.Fprintf(w, "read: %s\n", first)
+		return
+	}
 	target := r.URL.Query().Get("connect")
 	if target == "" {
 		fmt.Fprintln(w, "probevat: hello")
