@@ -141,9 +141,11 @@ type File struct {
 // environment says otherwise. Its work per call is small and latency-bound
 // (decide, dial, hand a socket over); on one thread a goroutine that
 // readies another does not wake a second thread to run it, which on a
-// small host cut the median connect by about a tenth (docs/benchmarks.md).
-// A host where many vats make TLS requests through request() or
-// webSocket() at once can raise it.
+// small host cut the median connect by about a tenth (docs/benchmarks.md),
+// at the price of throughput under many simultaneous callers (8 callers:
+// ~3,500 connects/s against ~4,000 on two threads). A host where many vats
+// connect at once, or make TLS requests through request() or webSocket(),
+// can raise it.
 const DefaultThreads = 1
 
 // ThreadsFor returns the GOMAXPROCS the switchboard should run with: the
