@@ -45,7 +45,10 @@ func devDir(stateDir string) string {
 	devDirs.Lock()
 	defer devDirs.Unlock()
 	if devDirs.m[stateDir] {
-		return dir // checked when made; only root writes there
+		if _, err := os.Lstat(filepath.Join(dir, "urandom")); err == nil {
+			return dir // checked when made; only root writes there
+		}
+		// Removed by someone since: made again below.
 	}
 	if err := makeDevDir(dir); err != nil {
 		return ""

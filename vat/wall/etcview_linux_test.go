@@ -343,4 +343,11 @@ func TestDevDir(t *testing.T) {
 	if err := devDirOK(d); err != nil {
 		t.Fatalf("after making it again: %v", err)
 	}
+	// Removed while the supervisor runs: the next wall makes it again.
+	if err := os.RemoveAll(d); err != nil {
+		t.Fatal(err)
+	}
+	if got := devDir(state); got != d || devDirOK(d) != nil {
+		t.Errorf("after removal devDir = %q (check: %v); want it made again", got, devDirOK(d))
+	}
 }
