@@ -94,9 +94,7 @@ func TestEntryFailsClosedWhenEgressFails(t *testing.T) {
 // /proc/self/fd/N: Permission denied") and the wall's end names the folder
 // and the fix.
 func TestEntryUnreachable(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("the wall runs as another uid only when the supervisor is root")
-	}
+	testenv.RequireRoot(t) // the wall runs as another uid, and /dev is made with mknod, only as root
 	f := newFixture(t, "hidden-entry")
 	private := filepath.Join(t.TempDir(), "private")
 	if err := os.Mkdir(private, 0o700); err != nil {

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"toybox/tests/testenv"
 )
 
 // TestWallDevAndEtc: inside a real wall, the /dev and /etc a program needs
@@ -301,9 +303,7 @@ func TestEtcViewBuild(t *testing.T) {
 // TestWallDevFallback: the tmpfs /dev (a supervisor that is not root) gives
 // the same /dev as the prepared folder.
 func TestWallDevFallback(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("without root every wall takes the fallback; TestWallDevAndEtc covers it")
-	}
+	testenv.RequireRoot(t) // the wall runs as another uid, and /dev is made with mknod, only as root
 	noDevDir = true
 	defer func() { noDevDir = false }()
 	f := newFixture(t, "devfallback")
@@ -320,9 +320,7 @@ func TestWallDevFallback(t *testing.T) {
 // exactly the four nodes, the links and shm; a tampered folder is made
 // again.
 func TestDevDir(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (mknod)")
-	}
+	testenv.RequireRoot(t) // the wall runs as another uid, and /dev is made with mknod, only as root
 	state := t.TempDir()
 	d := devDir(state)
 	if d == "" {
