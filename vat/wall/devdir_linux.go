@@ -1,9 +1,7 @@
 package wall
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -132,15 +130,9 @@ func makeDevDir(dir string) error {
 	if err := os.Chmod(filepath.Join(tmp, "shm"), 0o755); err != nil {
 		return err
 	}
-	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
-		return os.Rename(tmp, dir)
-	}
-	// Something else is there: it goes (no wall binds a /dev that fails
-	// devDirOK), the new one comes.
-	if err := os.RemoveAll(dir); err != nil {
-		return err
-	}
-	return os.Rename(tmp, dir)
+	// Whatever is there (it failed devDirOK) is set aside, not removed:
+	// walls started before it was changed still show it.
+	return replaceDir(tmp, dir)
 }
 
 // appendDev renders the wall's /dev at dest: the prepared folder when

@@ -176,17 +176,10 @@ func buildEtcView(dir string, entries []EtcEntry) ([]string, error) {
 	if err := b.finish(); err != nil {
 		return nil, err
 	}
-	if err := swapIn(tmp, dir); err != nil {
+	if err := replaceDir(tmp, dir); err != nil {
 		return nil, err
 	}
 	swapped = true
-	// tmp now holds the old view, if there was one: set it aside, not
-	// removed (a running wall may show it); SweepEtcViews clears it.
-	if _, err := os.Lstat(tmp); err == nil {
-		if err := os.Rename(tmp, fmt.Sprintf("%s.old-%d", dir, time.Now().UnixNano())); err != nil {
-			return nil, err
-		}
-	}
 	return b.files, nil
 }
 

@@ -341,6 +341,13 @@ func TestDevDir(t *testing.T) {
 	if err := devDirOK(d); err != nil {
 		t.Fatalf("after making it again: %v", err)
 	}
+	// The tampered folder was set aside, not emptied (walls started before
+	// may still show it).
+	if aside, _ := filepath.Glob(d + ".old-*"); len(aside) != 1 {
+		t.Errorf("set aside: %v; want one folder", aside)
+	} else if _, err := os.Stat(filepath.Join(aside[0], "null")); err != nil {
+		t.Errorf("the folder set aside was emptied: %v", err)
+	}
 	// Removed while the supervisor runs: the next wall makes it again.
 	if err := os.RemoveAll(d); err != nil {
 		t.Fatal(err)

@@ -259,7 +259,9 @@ type netResult struct {
 
 // listeners are the wall's loopback ports, bound before the app starts:
 // raw sockets, so that binding them costs four system calls and does not
-// wait for Go's network poller, which serveNet brings in once the app runs.
+// wait for Go's network poller, which serveNet brings in once the app runs
+// (the sockets are made blocking so that os.NewFile leaves them out of the
+// poller; net.FileListener makes its own copy non-blocking).
 type listeners struct {
 	forwards []*os.File // one per cfg.Forwards, in order
 	proxy    *os.File   // nil when cfg.ProxyPort is 0
@@ -299,7 +301,7 @@ func listen(_ context.Context, cfg Config) (*listeners, error) {
 // listenLoopback returns a TCP socket listening on 127.0.0.1:port
 // (close-on-exec: the app never holds it).
 func listenLoopback(port int) (*os.File, error) {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, os.NewSyscallError("socket", err)
 	}
