@@ -3,6 +3,7 @@ package switchboard
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -18,10 +19,15 @@ import (
 // after 30 s idle, as net.Dialer does.
 func dialHandOver(ctx context.Context, ap netip.AddrPort, timeout time.Duration) (net.Conn, error) {
 	family, sa := unix.AF_INET6, unix.Sockaddr(nil)
-	if a := ap.Addr().Unmap(); a.Is4() {
+	switch a := ap.Addr().Unmap(); {
+	case a.Is4():
 		family, sa = unix.AF_INET, &unix.SockaddrInet4{Port: int(ap.Port()), Addr: a.As4()}
-	} else {
-		sa = &unix.SockaddrInet6{Port: int(ap.Port()), Addr: a.As16(), ZoneId: zoneID(a.Zone())}
+	case a.Zone() != "":
+		// Vetted addresses carry no zone (link-local ones are refused);
+		// one that does is not dialled on a guess.
+		return nil, opErr(ap, fmt.Errorf("address %s has a zone", a))
+	default:
+		sa = &unix.SockaddrInet6{Port: int(ap.Port()), Addr: a.As16()}
 	}
 	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -142,16 +148,6 @@ func waitConnected(ctx context.Context, f *os.File, timeout time.Duration) error
 	return f.SetWriteDeadline(time.Time{})
 }
 
-func zoneID(zone string) uint32 {
-	if zone == "" {
-		return 0
-	}
-	if ifi, err := net.InterfaceByName(zone); err == nil {
-		return uint32(ifi.Index)
-	}
-	return 0
-}
-
 func opErr(ap netip.AddrPort, err error) error {
 	return &net.OpError{Op: "dial", Net: "tcp", Addr: net.TCPAddrFromAddrPort(ap), Err: err}
 }
@@ -164,5 +160,6 @@ type handOverConn struct {
 	remote *net.TCPAddr
 }
 
-func (c *handOverConn) LocalAddr() net.Addr  { return nil }
+// LocalAddr is not looked up (a system call nobody needs on this path).
+func (c *handOverConn) LocalAddr() net.Addr  { return &net.TCPAddr{} }
 func (c *handOverConn) RemoteAddr() net.Addr { return c.remote }
