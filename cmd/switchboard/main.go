@@ -96,6 +96,7 @@ func run(args []string) int {
 	if n := file.ThreadsFor(os.Getenv); n > 0 {
 		runtime.GOMAXPROCS(n)
 	}
+	log.Info("starting", "threads", runtime.GOMAXPROCS(0))
 	cfg, err := file.Config(log, rootCAs)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "switchboard: %v\n", err)

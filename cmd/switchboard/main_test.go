@@ -326,3 +326,35 @@ func TestOwnerCheckWired(t *testing.T) {
 		t.Errorf("owner section without ownRoots: %v %s", err, out)
 	}
 }
+
+// TestThreads: the switchboard runs on one thread unless its config or
+// $GOMAXPROCS says otherwise, and says so in its first record.
+func TestThreads(t *testing.T) {
+	threads := func(r *running) string {
+		deadline := time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) {
+			for _, l := range strings.Split(r.stderr.String(), "\n") {
+				if strings.Contains(l, `"msg":"starting"`) {
+					_, after, _ := strings.Cut(l, `"threads":`)
+					n, _, _ := strings.Cut(after, "}")
+					return n
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Fatalf("no starting record in %s", r.stderr.String())
+		return ""
+	}
+	t.Setenv("GOMAXPROCS", "")
+	os.Unsetenv("GOMAXPROCS")
+	if got := threads(startSwitchboard(t, nil)); got != "1" {
+		t.Errorf("default threads = %s; want 1", got)
+	}
+	if got := threads(startSwitchboard(t, map[string]any{"threads": 3})); got != "3" {
+		t.Errorf("config threads 3 = %s", got)
+	}
+	t.Setenv("GOMAXPROCS", "2")
+	if got := threads(startSwitchboard(t, nil)); got != "2" {
+		t.Errorf("with GOMAXPROCS=2 threads = %s; want 2", got)
+	}
+}
