@@ -146,15 +146,21 @@ func probe(mode, arg string) int {
 		if i := strings.Index(string(b), "\r\n\r\n"); i >= 0 {
 			fmt.Printf("TLS-BODY %s\n", b[i+4:])
 		}
-	case "get":
+	case "get", "raw":
+		// get: a GET of the URL arg. raw: the request arg as given (\r\n
+		// spelled out), for the proxy's parsing: bodies, framing, Host.
+		req := strings.ReplaceAll(arg, `\r\n`, "\r\n")
+		if mode == "get" {
+			u, _ := url.Parse(arg)
+			req = fmt.Sprintf("GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: probe\r\n\r\n", arg, u.Host)
+		}
 		c, err := proxyConn(proxy)
 		if err != nil {
 			fmt.Println("ERROR", err)
 			return 1
 		}
 		defer c.Close()
-		u, _ := url.Parse(arg)
-		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: probe\r\n\r\n", arg, u.Host)
+		_, _ = io.WriteString(c, req)
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		if err != nil {
 			fmt.Println("ERROR", err)
@@ -162,22 +168,6 @@ func probe(mode, arg string) int {
 		}
 		report(resp)
 		fmt.Printf("CLOSE %v\n", resp.Close)
-	case "raw":
-		// A request written as given (\r\n spelled out), for the proxy's
-		// parsing: bodies, framing, Host.
-		c, err := proxyConn(proxy)
-		if err != nil {
-			fmt.Println("ERROR", err)
-			return 1
-		}
-		defer c.Close()
-		_, _ = io.WriteString(c, strings.ReplaceAll(arg, `\r\n`, "\r\n"))
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil {
-			fmt.Println("ERROR", err)
-			return 1
-		}
-		report(resp)
 	case "bulk", "bulkraw":
 		// Upload n bytes (through a CONNECT tunnel, or straight for
 		// bulkraw) to a sink that answers with the count; print the time.
