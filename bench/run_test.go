@@ -25,16 +25,17 @@ func buildBinaries(t *testing.T, dir string) {
 		t.Fatal(err)
 	}
 	for _, b := range []struct {
-		pkg string
-		env []string
+		pkg   string
+		env   []string
+		flags []string
 	}{
-		{"./cmd/switchboard", nil},
-		{"./cmd/toybox", nil},
-		{"./cmd/toybox-entry", nil},
-		{"./bench/cmd/benchvat", []string{"CGO_ENABLED=0"}},
-		{"./bench/cmd/toybench", nil},
+		{"./cmd/switchboard", nil, nil},
+		{"./cmd/toybox", nil, nil},
+		{"./cmd/toybox-entry", nil, testenv.EntryBuildFlags},
+		{"./bench/cmd/benchvat", []string{"CGO_ENABLED=0"}, nil},
+		{"./bench/cmd/toybench", nil, nil},
 	} {
-		cmd := exec.Command(goTool, "build", "-o", dir+"/", b.pkg)
+		cmd := exec.Command(goTool, append(append([]string{"build"}, b.flags...), "-o", dir+"/", b.pkg)...)
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), b.env...)
 		if out, err := cmd.CombinedOutput(); err != nil {

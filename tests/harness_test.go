@@ -61,6 +61,9 @@ func buildAll() (int, error) {
 	}
 	build := func(out string, pkgs ...string) error {
 		args := append([]string{"build", "-o", out}, pkgs...)
+		if len(pkgs) == 1 && pkgs[0] == "./cmd/toybox-entry" {
+			args = append(append([]string{"build"}, testenv.EntryBuildFlags...), "-o", out, pkgs[0])
+		}
 		cmd := exec.Command("go", args...)
 		cmd.Dir = root
 		if b, err := cmd.CombinedOutput(); err != nil {
@@ -68,7 +71,10 @@ func buildAll() (int, error) {
 		}
 		return nil
 	}
-	if err := build(bins+"/", "./cmd/toybox", "./cmd/toybox-entry", "./cmd/switchboard"); err != nil {
+	if err := build(bins+"/", "./cmd/toybox", "./cmd/switchboard"); err != nil {
+		return 1, err
+	}
+	if err := build(bins+"/", "./cmd/toybox-entry"); err != nil {
 		return 1, err
 	}
 	for _, e := range examples {

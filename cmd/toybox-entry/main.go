@@ -1,7 +1,7 @@
 // Command toybox-entry is the first program inside a wall. bubblewrap runs it
-// as the wall's pid 1; it serves the vat's CONNECT proxy and forwarded ports
-// through the vat's Handle (from --cap-fd) and runs the app with exactly fds
-// 0, 1, 2 and 3 (fd 3 from --app-cap-fd):
+// as the wall's pid 1; it runs the app with exactly fds 0, 1, 2 and 3 (fd 3
+// from --app-cap-fd) and serves the vat's CONNECT proxy and forwarded ports
+// through the vat's Handle (from --cap-fd):
 //
 //	toybox-entry --vat ID [--cap-fd N --proxy-port P [--forward PORT=HOST:PORT]...] --app-cap-fd N -- APP [ARGS...]
 //
@@ -11,6 +11,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"unicode"
 
 	"toybox/vat/wall/entry"
@@ -52,11 +54,10 @@ func (f *forwards) Set(s string) error {
 }
 
 func main() {
-	// Before anything else: nothing inherited may reach the app.
-	if err := entry.CloexecAll(); err != nil {
-		fmt.Fprintln(os.Stderr, "toybox-entry:", err)
-		os.Exit(entry.ExitSetup)
-	}
+	// The app already runs, or was refused: the launcher (launch_linux.go)
+	// ran before the Go runtime. What it did is checked against this
+	// parse of the same flags.
+	l := launched()
 	fs := flag.NewFlagSet("toybox-entry", flag.ContinueOnError)
 	id := fs.String("vat", "", "the vat's id")
 	capFD := fs.Int("cap-fd", -1, "the entry's capability socket (absent: no way out)")
@@ -65,31 +66,47 @@ func main() {
 	logLevel := fs.String("log-level", "warn", "debug, info, warn or error")
 	var fwd forwards
 	fs.Var(&fwd, "forward", "PORT=HOST:PORT: serve 127.0.0.1:PORT, connect through the Handle (repeatable)")
+	failed := func(code int, err error) {
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "toybox-entry:", err)
+		}
+		if l.State == launchStarted {
+			// Fail closed: no app runs on in a wall the entry cannot serve.
+			_ = syscall.Kill(l.Pid, syscall.SIGKILL)
+			var ws syscall.WaitStatus
+			_, _ = syscall.Wait4(l.Pid, &ws, 0, nil)
+		}
+		os.Exit(code)
+	}
 	if err := fs.Parse(os.Args[1:]); err != nil {
-		os.Exit(entry.ExitSetup)
+		failed(entry.ExitSetup, nil) // the flag package said why
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		fmt.Fprintln(os.Stderr, "toybox-entry: --log-level:", err)
-		os.Exit(entry.ExitSetup)
+		failed(entry.ExitSetup, fmt.Errorf("--log-level: %w", err))
+	}
+	if *appCapFD < 3 {
+		failed(entry.ExitSetup, errors.New("--app-cap-fd is required"))
+	}
+	if len(fs.Args()) == 0 {
+		failed(entry.ExitExec, errors.New("no command"))
+	}
+	if code, err := l.check(flags{capFD: *capFD, appCapFD: *appCapFD, proxyPort: *proxyPort, forwards: fwd, argv: fs.Args()}); err != nil {
+		failed(code, err)
+	}
+	// Hold only what is ours: the capability socket and the listeners.
+	// The app's capability is the app's now (its fd 3).
+	if err := entry.CloseInherited(append(l.fds(), *capFD)...); err != nil {
+		failed(entry.ExitSetup, err)
 	}
 	cfg := entry.Config{
 		ID:        *id,
 		ProxyPort: *proxyPort,
 		Forwards:  fwd,
-		Argv:      fs.Args(),
+		App:       l.Pid,
+		Listeners: l.listeners(),
 		Logger:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
 	}
-	if *appCapFD < 3 {
-		fmt.Fprintln(os.Stderr, "toybox-entry: --app-cap-fd is required")
-		os.Exit(entry.ExitSetup)
-	}
-	// Hold only what is ours: the two capability sockets.
-	if err := entry.CloseInherited(*capFD, *appCapFD); err != nil {
-		fmt.Fprintln(os.Stderr, "toybox-entry:", err)
-		os.Exit(entry.ExitSetup)
-	}
-	cfg.AppCap = os.NewFile(uintptr(*appCapFD), "app-cap")
 	if *capFD >= 3 {
 		cfg.Cap = os.NewFile(uintptr(*capFD), "entry-cap")
 	}

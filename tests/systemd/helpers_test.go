@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"capnproto.org/go/capnp/v3"
+
+	"toybox/tests/testenv"
 )
 
 // unitNames are the units in systemd/, in the order make install lists them.
@@ -67,6 +69,13 @@ func binaries(t testing.TB) string {
 		cmd.Dir = repoRoot(t)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build ./cmd/...: %w\n%s", err, out)
+			return
+		}
+		// toybox-entry as the Makefile builds it (static).
+		cmd = exec.Command("go", append(append([]string{"build"}, testenv.EntryBuildFlags...), "-o", dir+"/", "./cmd/toybox-entry")...)
+		cmd.Dir = repoRoot(t)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build ./cmd/toybox-entry: %w\n%s", err, out)
 			return
 		}
 		for _, b := range binNames {

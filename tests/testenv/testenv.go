@@ -45,3 +45,8 @@ func RequireRoot(t testing.TB) {
 		Unavailable(t, "needs root")
 	}
 }
+
+// EntryBuildFlags are the go build flags toybox-entry is built with (the
+// Makefile's ENTRY_FLAGS): static, its C launcher and glibc linked in,
+// without the cgo resolver and user lookups.
+var EntryBuildFlags = []string{"-tags", "netgo,osusergo", "-ldflags=-extldflags=-static"}

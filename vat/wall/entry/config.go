@@ -13,14 +13,16 @@ type Config struct {
 	// nil, the vat has no way out: no proxy, no forwards. Run takes
 	// ownership.
 	Cap *os.File
-	// AppCap becomes the app's fd 3. Run takes ownership.
-	AppCap *os.File
+	// App is the pid of the app, which toybox-entry's launcher started
+	// before the Go runtime did (it is this process's child).
+	App int
+	// Listeners are the loopback ports the launcher bound for
+	// ProxyPort and Forwards. Run takes ownership.
+	Listeners *Listeners
 	// ProxyPort is the CONNECT proxy's port on 127.0.0.1. If zero, no proxy.
 	ProxyPort int
 	// Forwards are the loopback ports served on 127.0.0.1.
 	Forwards []Forward
-	// Argv is the app's command; Argv[0] is an absolute path.
-	Argv []string
 	// Logger receives one record per connection decision. If nil, discard.
 	Logger *slog.Logger
 }
@@ -31,4 +33,21 @@ type Forward struct {
 	Port       uint16
 	Host       string
 	TargetPort uint16
+}
+
+// Listeners are the wall's loopback ports, bound (blocking, close-on-exec)
+// by the launcher before the app started. serveNet makes them net.Listeners
+// once the app runs.
+type Listeners struct {
+	Forwards []*os.File // one per Config.Forwards, in order
+	Proxy    *os.File   // nil when Config.ProxyPort is 0
+}
+
+func (ls *Listeners) close() {
+	for _, f := range ls.Forwards {
+		_ = f.Close()
+	}
+	if ls.Proxy != nil {
+		_ = ls.Proxy.Close()
+	}
 }

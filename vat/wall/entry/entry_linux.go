@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"os"
 	"os/signal"
@@ -44,25 +43,6 @@ func catchSignals() {
 // bootstrapTimeout bounds the Vat bootstrap and egress() call.
 const bootstrapTimeout = 15 * time.Second
 
-// CloexecAll marks every descriptor from 3 up close-on-exec, so nothing the
-// wall handed the entry reaches the app by accident. Call it first.
-func CloexecAll() error {
-	err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC)
-	if err == nil {
-		return nil
-	}
-	ents, rerr := os.ReadDir("/proc/self/fd")
-	if rerr != nil {
-		return fmt.Errorf("marking descriptors close-on-exec: %w (and reading /proc/self/fd: %w)", os.NewSyscallError("close_range", err), rerr)
-	}
-	for _, e := range ents {
-		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
-			unix.CloseOnExec(fd)
-		}
-	}
-	return nil
-}
-
 // CloseInherited closes every descriptor from 3 up except keep: whatever
 // bubblewrap (or the supervisor, by accident) left open is not the entry's
 // to hold. Call it first, before the runtime opens descriptors of its own.
@@ -95,10 +75,15 @@ func CloseInherited(keep ...int) error {
 	return nil
 }
 
-// Run serves the wall's network and runs the app; it returns the app's exit
-// code (128+signal when a signal ended it), or ExitSetup / ExitExec when the
-// entry could not do its part (a failed egress() kills the app first). It
-// never returns before the app is gone.
+// Run serves the wall's network for the app the launcher started (cfg.App)
+// and returns the app's exit code (128+signal when a signal ended it), or
+// ExitSetup when the entry could not do its part (a failed egress() kills
+// the app first). It never returns before the app is gone.
+//
+// The Handle (a round trip through the supervisor) is fetched here, once
+// the app runs; connections accepted meanwhile wait in the kernel's backlog
+// of cfg.Listeners. If it cannot be had, the wall fails closed: the app is
+// killed and the entry exits with ExitSetup.
 func Run(ctx context.Context, cfg Config) int {
 	logger := cfg.Logger
 	if logger == nil {
@@ -108,50 +93,18 @@ func Run(ctx context.Context, cfg Config) int {
 		fmt.Fprintf(os.Stderr, "toybox-entry: "+format+"\n", args...)
 		return code
 	}
-	if len(cfg.Argv) == 0 {
-		return fail(ExitExec, "no command")
+	if cfg.App <= 0 {
+		return fail(ExitExec, "no app")
 	}
-	if cfg.AppCap == nil {
-		return fail(ExitExec, "no app capability")
+	ls := cfg.Listeners
+	if cfg.Cap == nil && ls != nil {
+		ls.close()
+		ls = nil
 	}
-	defer cfg.AppCap.Close()
-	// Nobody in the wall (the app shares the uid) may read or write this
-	// process's memory or descriptors through /proc.
-	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
-		return fail(ExitSetup, "prctl(PR_SET_DUMPABLE): %v", err)
+	if cfg.Cap != nil && ls == nil {
+		ls = &Listeners{}
 	}
-
-	// The network's listeners are bound before the app starts, so its
-	// first connect never finds the port closed; the Handle (a round trip
-	// through the supervisor) is fetched once the app is started, so that
-	// nothing of the entry's but the fork runs before the app's exec.
-	// Connections accepted meanwhile wait in the kernel's backlog until it
-	// is there. If it cannot be had, the wall fails closed: the app is
-	// killed and the entry exits with ExitSetup.
-	var ls *listeners
-	if cfg.Cap != nil {
-		var err error
-		if ls, err = listen(ctx, cfg); err != nil {
-			_ = cfg.Cap.Close()
-			return fail(ExitSetup, "%v", err)
-		}
-	}
-
-	// syscall.ForkExec, not os.StartProcess: the latter first forks a
-	// throwaway child to learn whether pidfds work, which the app would
-	// wait for.
-	pid, err := syscall.ForkExec(cfg.Argv[0], cfg.Argv, &syscall.ProcAttr{
-		Env:   os.Environ(),
-		Files: []uintptr{0, 1, 2, cfg.AppCap.Fd()},
-	})
-	if err != nil {
-		if ls != nil {
-			ls.close()
-			_ = cfg.Cap.Close()
-		}
-		return fail(ExitExec, "starting %s: %v", cfg.Argv[0], err)
-	}
-	_ = cfg.AppCap.Close()
+	pid := cfg.App
 
 	var netDone chan netResult
 	var stopNet func()
@@ -257,69 +210,6 @@ type netResult struct {
 	err  error
 }
 
-// listeners are the wall's loopback ports, bound before the app starts:
-// raw sockets, so that binding them costs four system calls and does not
-// wait for Go's network poller, which serveNet brings in once the app runs
-// (the sockets are made blocking so that os.NewFile leaves them out of the
-// poller; net.FileListener makes its own copy non-blocking).
-type listeners struct {
-	forwards []*os.File // one per cfg.Forwards, in order
-	proxy    *os.File   // nil when cfg.ProxyPort is 0
-}
-
-func (ls *listeners) close() {
-	for _, f := range ls.forwards {
-		_ = f.Close()
-	}
-	if ls.proxy != nil {
-		_ = ls.proxy.Close()
-	}
-}
-
-// listen binds the forwarded ports and the proxy's port on 127.0.0.1.
-func listen(_ context.Context, cfg Config) (*listeners, error) {
-	ls := &listeners{}
-	for _, f := range cfg.Forwards {
-		l, err := listenLoopback(int(f.Port))
-		if err != nil {
-			ls.close()
-			return nil, fmt.Errorf("forwarding port %d: %w", f.Port, err)
-		}
-		ls.forwards = append(ls.forwards, l)
-	}
-	if cfg.ProxyPort != 0 {
-		l, err := listenLoopback(cfg.ProxyPort)
-		if err != nil {
-			ls.close()
-			return nil, fmt.Errorf("serving the proxy on port %d: %w", cfg.ProxyPort, err)
-		}
-		ls.proxy = l
-	}
-	return ls, nil
-}
-
-// listenLoopback returns a TCP socket listening on 127.0.0.1:port
-// (close-on-exec: the app never holds it).
-func listenLoopback(port int) (*os.File, error) {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, os.NewSyscallError("socket", err)
-	}
-	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
-		_ = unix.Close(fd)
-		return nil, os.NewSyscallError("setsockopt", err)
-	}
-	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		_ = unix.Close(fd)
-		return nil, os.NewSyscallError("bind 127.0.0.1:"+strconv.Itoa(port), err)
-	}
-	if err := unix.Listen(fd, 4096); err != nil {
-		_ = unix.Close(fd)
-		return nil, os.NewSyscallError("listen", err)
-	}
-	return os.NewFile(uintptr(fd), "listen:"+strconv.Itoa(port)), nil
-}
-
 // netListener turns a listening socket into a net.Listener (which holds a
 // duplicate) and closes f.
 func netListener(f *os.File) (net.Listener, error) {
@@ -330,7 +220,7 @@ func netListener(f *os.File) (net.Listener, error) {
 // serveNet takes the Handle and serves the proxy and the forwards on ls. It
 // owns cfg.Cap and ls: on error both are closed; on success the returned
 // func stops them.
-func serveNet(ctx context.Context, cfg Config, ls *listeners, logger *slog.Logger) (func(), error) {
+func serveNet(ctx context.Context, cfg Config, ls *Listeners, logger *slog.Logger) (func(), error) {
 	conn, err := wire.FromFile(cfg.Cap, true)
 	if err != nil {
 		ls.close()
@@ -359,7 +249,7 @@ func serveNet(ctx context.Context, cfg Config, ls *listeners, logger *slog.Logge
 			_ = l.Close()
 		}
 	}
-	for _, f := range append(slices.Clone(ls.forwards), ls.proxy) {
+	for _, f := range append(slices.Clone(ls.Forwards), ls.Proxy) {
 		if f == nil {
 			continue
 		}
@@ -382,7 +272,7 @@ func serveNet(ctx context.Context, cfg Config, ls *listeners, logger *slog.Logge
 	for i, f := range cfg.Forwards {
 		go func() { _ = proxy.ServeForward(ctx, nls[i], f) }()
 	}
-	if ls.proxy != nil {
+	if ls.Proxy != nil {
 		go func() { _ = proxy.ServeProxy(ctx, nls[len(nls)-1]) }()
 	}
 	return stop, nil

@@ -20,8 +20,5 @@ const (
 	ExitExec  = 127
 )
 
-// CloexecAll is unavailable off Linux.
-func CloexecAll() error { return ErrUnsupported }
-
 // CloseInherited is unavailable off Linux.
 func CloseInherited(...int) error { return ErrUnsupported }

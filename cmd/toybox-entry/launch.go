@@ -1,0 +1,119 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"syscall"
+
+	"toybox/vat/wall/entry"
+)
+
+// launch is what the launcher (launch_linux.go) did before main ran.
+type launch struct {
+	State launchState
+	Why   string // launchNotRun: why the arguments were not a launch's
+	// launchFailed: the step, the system call and its error (Port: the
+	// port being bound).
+	Stage launchStage
+	Call  string
+	Err   syscall.Errno
+	Port  int
+	// launchStarted: the app's pid and the listening sockets.
+	Pid          int
+	ArgvAt       int // index in os.Args of the app's argv[0]
+	CapFD        int
+	AppCapFD     int
+	ProxyPort    int
+	ProxyFD      int   // -1: none
+	ForwardPorts []int // the --forward ports, in order
+	ForwardFDs   []int // their listening sockets
+}
+
+type launchState int
+
+const (
+	launchNotRun launchState = iota
+	launchStarted
+	launchFailed
+)
+
+type launchStage int
+
+const (
+	stageNone launchStage = iota
+	stageDumpable
+	stageCloexec
+	stageForward
+	stageProxy
+	stageSpawn
+)
+
+// flags is main's own reading of the arguments the launcher read.
+type flags struct {
+	capFD, appCapFD, proxyPort int
+	forwards                   []entry.Forward
+	argv                       []string
+}
+
+// check returns why the launch did not start the app as f says it should,
+// and the exit code for it; nil when it did.
+func (l launch) check(f flags) (int, error) {
+	switch l.State {
+	case launchNotRun:
+		return entry.ExitSetup, fmt.Errorf("the launcher did not start the app: %s", l.Why)
+	case launchFailed:
+		err := os.NewSyscallError(l.Call, l.Err)
+		switch l.Stage {
+		case stageDumpable:
+			return entry.ExitSetup, err
+		case stageCloexec:
+			return entry.ExitSetup, fmt.Errorf("marking descriptors close-on-exec: %w", err)
+		case stageForward:
+			return entry.ExitSetup, fmt.Errorf("forwarding port %d: %s 127.0.0.1:%d: %w", l.Port, l.Call, l.Port, l.Err)
+		case stageProxy:
+			return entry.ExitSetup, fmt.Errorf("serving the proxy on port %d: %s 127.0.0.1:%d: %w", l.Port, l.Call, l.Port, l.Err)
+		case stageSpawn:
+			if len(f.argv) > 0 {
+				return entry.ExitExec, fmt.Errorf("starting %s: %w", f.argv[0], l.Err)
+			}
+			return entry.ExitExec, fmt.Errorf("starting the app: %w", l.Err)
+		}
+		return entry.ExitSetup, fmt.Errorf("the launcher failed at step %d: %w", l.Stage, err)
+	}
+	ports := make([]int, len(f.forwards))
+	for i, fw := range f.forwards {
+		ports[i] = int(fw.Port)
+	}
+	if l.CapFD != f.capFD || l.AppCapFD != f.appCapFD || l.ProxyPort != f.proxyPort ||
+		!slices.Equal(l.ForwardPorts, ports) || l.ArgvAt != len(os.Args)-len(f.argv) {
+		return entry.ExitSetup, fmt.Errorf("the launcher read the arguments differently (cap %d/%d, app cap %d/%d, proxy port %d/%d, forwards %v/%v, command at %d/%d)",
+			l.CapFD, f.capFD, l.AppCapFD, f.appCapFD, l.ProxyPort, f.proxyPort, l.ForwardPorts, ports, l.ArgvAt, len(os.Args)-len(f.argv))
+	}
+	return 0, nil
+}
+
+// listeners are the sockets the launcher bound, for entry.Run (nil when the
+// vat has no network).
+func (l launch) listeners() *entry.Listeners {
+	if l.CapFD < 3 {
+		return nil
+	}
+	ls := &entry.Listeners{}
+	for i, fd := range l.ForwardFDs {
+		ls.Forwards = append(ls.Forwards, os.NewFile(uintptr(fd), fmt.Sprintf("listen:%d", l.ForwardPorts[i])))
+	}
+	if l.ProxyFD >= 0 {
+		ls.Proxy = os.NewFile(uintptr(l.ProxyFD), fmt.Sprintf("listen:%d", l.ProxyPort))
+	}
+	return ls
+}
+
+// fds are the launcher's listening sockets (for CloseInherited to keep).
+func (l launch) fds() []int {
+	fds := slices.Clone(l.ForwardFDs)
+	if l.ProxyFD >= 0 {
+		fds = append(fds, l.ProxyFD)
+	}
+	return fds
+}
