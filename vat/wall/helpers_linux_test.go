@@ -42,7 +42,7 @@ func binaries(t testing.TB) (entryPath, victimPath string) {
 			return
 		}
 		_ = os.Chmod(buildDir, 0o755)
-		out, err := exec.Command("go", "build", "-o", filepath.Join(buildDir, "toybox-entry"), "toybox/cmd/toybox-entry").CombinedOutput()
+		out, err := exec.Command("go", append(append([]string{"build"}, testenv.EntryBuildFlags...), "-o", filepath.Join(buildDir, "toybox-entry"), "toybox/cmd/toybox-entry")...).CombinedOutput()
 		if err != nil {
 			buildErr = &buildError{out: string(out), err: err}
 			return
