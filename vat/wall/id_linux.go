@@ -2,7 +2,11 @@ package wall
 
 import (
 	"os"
+	"strconv"
+	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // fileID is a file's identity (device and inode).
@@ -13,4 +17,31 @@ func idOf(fi os.FileInfo) fileID {
 		return fileID{dev: uint64(st.Dev), ino: st.Ino}
 	}
 	return fileID{}
+}
+
+// kernelRealDir resolves the folder p as the kernel does, in three system
+// calls (open O_PATH, read its /proc/self/fd link, close) instead of a
+// stat per path element; with noFollow, p itself must not be a symlink.
+// ok is false when it cannot say (any error, no /proc): the caller then
+// walks the path itself and reports what is wrong.
+func kernelRealDir(p string, noFollow bool) (real string, ok bool) {
+	flags := unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC
+	if noFollow {
+		flags |= unix.O_NOFOLLOW
+	}
+	fd, err := unix.Open(p, flags, 0)
+	if err != nil {
+		return "", false
+	}
+	defer unix.Close(fd)
+	buf := make([]byte, unix.PathMax)
+	n, err := unix.Readlink("/proc/self/fd/"+strconv.Itoa(fd), buf)
+	if err != nil || n <= 0 || n >= len(buf) {
+		return "", false
+	}
+	real = string(buf[:n])
+	if !strings.HasPrefix(real, "/") || strings.HasSuffix(real, " (deleted)") {
+		return "", false
+	}
+	return real, true
 }

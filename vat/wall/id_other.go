@@ -8,3 +8,6 @@ import "os"
 type fileID struct{ dev, ino uint64 }
 
 func idOf(os.FileInfo) fileID { return fileID{} }
+
+// kernelRealDir cannot say off Linux: the caller walks the path.
+func kernelRealDir(string, bool) (string, bool) { return "", false }

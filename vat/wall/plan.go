@@ -770,6 +770,9 @@ func realAbs(name, p string, noLink bool) (string, error) {
 		return "", fmt.Errorf("%w: %s %q is not an absolute path", ErrSpec, name, p)
 	}
 	p = filepath.Clean(p)
+	if r, ok := kernelRealDir(p, noLink); ok {
+		return r, nil
+	}
 	if noLink {
 		fi, err := os.Lstat(p)
 		if err != nil {

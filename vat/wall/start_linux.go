@@ -202,6 +202,32 @@ func Start(ctx context.Context, spec Spec, logger *slog.Logger) (*Process, error
 	return p, nil
 }
 
+// bwrapPath is where bubblewrap was found; every start but the first skips
+// the search of $PATH (a stat per folder).
+var bwrapPath struct {
+	sync.Mutex
+	path string
+}
+
+func lookBwrap() (string, error) {
+	bwrapPath.Lock()
+	defer bwrapPath.Unlock()
+	if bwrapPath.path != "" {
+		return bwrapPath.path, nil
+	}
+	p, err := exec.LookPath("bwrap")
+	if err == nil {
+		bwrapPath.path = p
+	}
+	return p, err
+}
+
+func forgetBwrap() {
+	bwrapPath.Lock()
+	bwrapPath.path = ""
+	bwrapPath.Unlock()
+}
+
 func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*Process, error) {
 	if spec.AppCap == nil {
 		return nil, fmt.Errorf("starting the wall for %q: %w: no app capability", spec.ID, ErrSpec)
@@ -209,7 +235,7 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 	if !spec.Net.None && spec.EntryCap == nil {
 		return nil, fmt.Errorf("starting the wall for %q: %w: a network shape but no entry capability", spec.ID, ErrSpec)
 	}
-	bwrap, err := exec.LookPath("bwrap")
+	bwrap, err := lookBwrap()
 	if err != nil {
 		return nil, fmt.Errorf("starting the wall for %q: %w: bubblewrap is not installed (apt-get install bubblewrap)", spec.ID, ErrBwrap)
 	}
@@ -271,6 +297,7 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 	// The child's copies are bwrap's now; ours go, so EOF means "bwrap gone".
 	fds.closeAll()
 	if err != nil {
+		forgetBwrap() // moved or removed: the next start looks again
 		return nil, fmt.Errorf("starting the wall for %q: %w: %w", spec.ID, ErrBwrap, err)
 	}
 	p := &Process{id: spec.ID, tier: plan.Tier, cmd: cmd, logger: logger, done: make(chan struct{}), status: statusR, statusRead: make(chan struct{}), head: head, plan: plan}
