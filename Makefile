@@ -6,7 +6,7 @@ BIN := $(CURDIR)/bin
 CAPNPC_GO_VERSION := v3.1.0-alpha.2
 STATICCHECK_VERSION := v0.8.2
 GOFUMPT_VERSION := v0.12.0
-APT_PACKAGES := bubblewrap libseccomp-dev capnproto busybox-static iproute2 docker.io systemd debootstrap
+APT_PACKAGES := gcc libc6-dev bubblewrap libseccomp-dev capnproto busybox-static iproute2 docker.io systemd debootstrap
 export CGO_ENABLED := 1
 # How toybox-entry is built (tests/testenv.EntryBuildFlags says the same).
 ENTRY_FLAGS := -tags netgo,osusergo -ldflags=-extldflags=-static
