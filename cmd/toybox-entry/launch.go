@@ -47,6 +47,8 @@ const (
 	stageForward
 	stageProxy
 	stageSpawn
+	stageCaps
+	stageClose
 )
 
 // flags is main's own reading of the arguments the launcher read.
@@ -61,12 +63,20 @@ type flags struct {
 func (l launch) check(f flags) (int, error) {
 	switch l.State {
 	case launchNotRun:
-		return entry.ExitSetup, fmt.Errorf("the launcher did not start the app: %s", l.Why)
+		why := l.Why
+		if why == "" {
+			why = "it did not run"
+		}
+		return entry.ExitSetup, fmt.Errorf("the launcher did not start the app: %s", why)
 	case launchFailed:
 		err := os.NewSyscallError(l.Call, l.Err)
 		switch l.Stage {
 		case stageDumpable:
-			return entry.ExitSetup, err
+			return entry.ExitSetup, fmt.Errorf("making the entry undumpable: %w", err)
+		case stageCaps:
+			return entry.ExitSetup, fmt.Errorf("the capability descriptors (--cap-fd %d, --app-cap-fd %d): %w", l.CapFD, l.AppCapFD, err)
+		case stageClose:
+			return entry.ExitSetup, fmt.Errorf("closing the descriptors the entry does not hold: %w", err)
 		case stageCloexec:
 			return entry.ExitSetup, fmt.Errorf("marking descriptors close-on-exec: %w", err)
 		case stageForward:
@@ -107,13 +117,4 @@ func (l launch) listeners() *entry.Listeners {
 		ls.Proxy = os.NewFile(uintptr(l.ProxyFD), fmt.Sprintf("listen:%d", l.ProxyPort))
 	}
 	return ls
-}
-
-// fds are the launcher's listening sockets (for CloseInherited to keep).
-func (l launch) fds() []int {
-	fds := slices.Clone(l.ForwardFDs)
-	if l.ProxyFD >= 0 {
-		fds = append(fds, l.ProxyFD)
-	}
-	return fds
 }

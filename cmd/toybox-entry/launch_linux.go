@@ -12,9 +12,12 @@ package main
 // here); the runtime then starts beside the app. main reads what it did from
 // te_launch and checks it against its own parse of the flags.
 //
-// It acts only on arguments it fully understands (known flags, plain
-// decimal numbers, an --app-cap-fd, a command); otherwise it does nothing,
-// says why in te_launch.why, and main fails closed.
+// It acts only on arguments it fully understands and that main's flag
+// parsing will accept too (known flags, plain decimal numbers, a known log
+// level, forwards main would take, an --app-cap-fd that is not --cap-fd, a
+// command); otherwise it does nothing, says why in te_launch.why, and main
+// fails closed without the app ever running. Once the app runs it closes
+// every descriptor but the entry's capability and its listeners.
 
 /*
 #define _GNU_SOURCE
@@ -22,6 +25,7 @@ package main
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +52,8 @@ enum {
 	TE_STAGE_FORWARD = 3, // binding a forwarded port
 	TE_STAGE_PROXY = 4,   // binding the proxy's port
 	TE_STAGE_SPAWN = 5,
+	TE_STAGE_APPCAP = 6,  // the app's capability is not an open descriptor
+	TE_STAGE_CLOSE = 7,   // closing what the entry does not hold
 };
 
 #define TE_MAX_LISTEN 256
@@ -90,6 +96,56 @@ static int te_flag(const char *name, size_t n, const char *want) {
 	return strlen(want) == n && memcmp(name, want, n) == 0;
 }
 
+// te_host_ok is entry.ForwardHostOK: 1 to 253 bytes of ASCII letters,
+// digits, '.', '-', '_' and ':'.
+static int te_host_ok(const char *h, size_t n) {
+	if (n == 0 || n > 253) {
+		return 0;
+	}
+	for (size_t i = 0; i < n; i++) {
+		char c = h[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-' || c == '_' || c == ':')) {
+			return 0;
+		}
+	}
+	return 1;
+}
+
+// te_forward reads PORT=HOST:PORT or PORT=[HOST]:PORT as main's forwards
+// flag does (and no wider); the listening port, or -1.
+static long te_forward(const char *v) {
+	const char *e = strchr(v, '=');
+	if (e == NULL) {
+		return -1;
+	}
+	long port = te_uint(v, (size_t)(e - v), 65535);
+	const char *t = e + 1, *host, *colon;
+	size_t hn;
+	if (t[0] == '[') {
+		const char *close = strchr(t, ']');
+		if (close == NULL || close[1] != ':') {
+			return -1;
+		}
+		host = t + 1;
+		hn = (size_t)(close - host);
+		colon = close + 1;
+	} else {
+		colon = strrchr(t, ':');
+		if (colon == NULL) {
+			return -1;
+		}
+		host = t;
+		hn = (size_t)(colon - t);
+		if (memchr(host, ':', hn) != NULL) {
+			return -1; // an IPv6 address needs its brackets
+		}
+	}
+	if (!te_host_ok(host, hn) || te_uint(colon + 1, strlen(colon + 1), 65535) <= 0) {
+		return -1;
+	}
+	return port;
+}
+
 // te_parse reads argv as the flag package would; 0 when it is a launch.
 static int te_parse(int argc, char **argv) {
 	struct te_launch *l = &te_launch;
@@ -126,8 +182,13 @@ static int te_parse(int argc, char **argv) {
 			return -1;
 		}
 		size_t vn = strlen(v);
-		if (te_flag(name, n, "vat") || te_flag(name, n, "log-level")) {
-			// not the launcher's
+		if (te_flag(name, n, "vat")) {
+			// the launcher's only for its syntax
+		} else if (te_flag(name, n, "log-level")) {
+			if (strcmp(v, "debug") != 0 && strcmp(v, "info") != 0 && strcmp(v, "warn") != 0 && strcmp(v, "error") != 0) {
+				l->why = "--log-level is not debug, info, warn or error";
+				return -1;
+			}
 		} else if (te_flag(name, n, "cap-fd")) {
 			if ((l->cap_fd = (int)te_uint(v, vn, 1 << 30)) < 0) {
 				l->why = "--cap-fd is not a plain decimal number";
@@ -144,10 +205,9 @@ static int te_parse(int argc, char **argv) {
 				return -1;
 			}
 		} else if (te_flag(name, n, "forward")) {
-			const char *e = strchr(v, '=');
-			long p = e ? te_uint(v, (size_t)(e - v), 65535) : -1;
+			long p = te_forward(v);
 			if (p <= 0) {
-				l->why = "--forward's port is not a plain decimal port";
+				l->why = "--forward is not PORT=HOST:PORT (plain decimal ports; a host of ASCII letters, digits, '.', '-', '_', ':'; an IPv6 address in brackets)";
 				return -1;
 			}
 			if (l->nforward == TE_MAX_LISTEN) {
@@ -167,6 +227,10 @@ static int te_parse(int argc, char **argv) {
 		l->why = "no --app-cap-fd";
 		return -1;
 	}
+	if (l->app_cap_fd == l->cap_fd) {
+		l->why = "--cap-fd and --app-cap-fd name the same descriptor";
+		return -1;
+	}
 	if (i >= argc) {
 		l->why = "no command";
 		return -1;
@@ -183,28 +247,105 @@ static void te_fail(int stage, const char *call, int err, int port) {
 	te_launch.port = port;
 }
 
-// te_cloexec_all marks every descriptor from 3 up close-on-exec.
-static int te_cloexec_all(void) {
-	if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) == 0) {
-		return 0;
-	}
+// te_fds lists the open descriptors from 3 up (from /proc/self/fd) into
+// fds; their count, or -1 with the failed call in *call.
+static int te_fds(int *fds, int max, const char **call) {
 	DIR *d = opendir("/proc/self/fd");
 	if (d == NULL) {
+		*call = "opendir /proc/self/fd";
 		return -1;
 	}
-	int self = dirfd(d);
+	int self = dirfd(d), n = 0;
 	struct dirent *e;
 	while ((e = readdir(d)) != NULL) {
 		long fd = te_uint(e->d_name, strlen(e->d_name), 1 << 30);
-		if (fd > 2 && fd != self && fcntl((int)fd, F_SETFD, FD_CLOEXEC) < 0) {
-			int err = errno;
-			closedir(d);
-			errno = err;
-			return -1;
+		if (fd > 2 && fd != self) {
+			if (n == max) {
+				closedir(d);
+				*call = "listing /proc/self/fd (too many descriptors)";
+				errno = EMFILE;
+				return -1;
+			}
+			fds[n++] = (int)fd;
 		}
 	}
 	closedir(d);
+	return n;
+}
+
+#define TE_MAX_FDS 4096
+
+// te_cloexec_all marks every descriptor from 3 up close-on-exec.
+static int te_cloexec_all(const char **call) {
+	*call = "close_range";
+	if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) == 0) {
+		return 0;
+	}
+	static int fds[TE_MAX_FDS];
+	int n = te_fds(fds, TE_MAX_FDS, call);
+	for (int i = 0; i < n; i++) {
+		if (fcntl(fds[i], F_SETFD, FD_CLOEXEC) < 0) {
+			*call = "fcntl";
+			return -1;
+		}
+	}
+	return n < 0 ? -1 : 0;
+}
+
+static int te_kept(int fd) {
+	struct te_launch *l = &te_launch;
+	if (fd == l->cap_fd || fd == l->proxy_fd) {
+		return 1;
+	}
+	for (int i = 0; i < l->nforward; i++) {
+		if (fd == l->forward_fd[i]) {
+			return 1;
+		}
+	}
 	return 0;
+}
+
+// te_close_others closes every descriptor from 3 up but the entry's
+// capability and its listeners, before the Go runtime opens any of its
+// own: whatever bubblewrap or the supervisor left is not the entry's to
+// hold, and the app's capability is the app's now.
+static int te_close_others(const char **call) {
+	*call = "close_range";
+	unsigned lo = 3;
+	for (;;) {
+		// the next kept descriptor at or above lo
+		long next = -1;
+		struct te_launch *l = &te_launch;
+		int cand[TE_MAX_LISTEN + 2], nc = 0;
+		cand[nc++] = l->cap_fd;
+		cand[nc++] = l->proxy_fd;
+		for (int i = 0; i < l->nforward; i++) {
+			cand[nc++] = l->forward_fd[i];
+		}
+		for (int i = 0; i < nc; i++) {
+			if (cand[i] >= (int)lo && (next < 0 || cand[i] < next)) {
+				next = cand[i];
+			}
+		}
+		unsigned hi = next < 0 ? ~0U : (unsigned)next - 1;
+		if (next < 0 || (unsigned)next > lo) {
+			if (syscall(SYS_close_range, lo, hi, 0U) != 0) {
+				break; // no close_range: the slow way below
+			}
+		}
+		if (next < 0) {
+			return 0;
+		}
+		lo = (unsigned)next + 1;
+	}
+	static int fds[TE_MAX_FDS];
+	int n = te_fds(fds, TE_MAX_FDS, call);
+	for (int i = 0; i < n; i++) {
+		if (!te_kept(fds[i])) {
+			close(fds[i]);
+		}
+	}
+	return n < 0 ? -1 : 0;
 }
 
 // te_listen returns a blocking close-on-exec TCP socket listening on
@@ -262,8 +403,13 @@ __attribute__((constructor)) static void te_launcher(int argc, char **argv, char
 		return;
 	}
 	// Nothing inherited may reach the app.
-	if (te_cloexec_all() != 0) {
-		te_fail(TE_STAGE_CLOEXEC, "close_range", errno, 0);
+	const char *call = "";
+	if (te_cloexec_all(&call) != 0) {
+		te_fail(TE_STAGE_CLOEXEC, call, errno, 0);
+		return;
+	}
+	if (fcntl(l->app_cap_fd, F_GETFD) < 0 || (l->cap_fd >= 3 && fcntl(l->cap_fd, F_GETFD) < 0)) {
+		te_fail(TE_STAGE_APPCAP, "fcntl", errno, 0);
 		return;
 	}
 	// The ports are bound before the app starts, so its first connect never
@@ -271,7 +417,6 @@ __attribute__((constructor)) static void te_launcher(int argc, char **argv, char
 	// serves them. A vat without a capability for the entry has no network.
 	if (l->cap_fd >= 3) {
 		for (int i = 0; i < l->nforward; i++) {
-			const char *call = "";
 			if ((l->forward_fd[i] = te_listen(l->forward_port[i], &call)) < 0) {
 				te_fail(TE_STAGE_FORWARD, call, errno, l->forward_port[i]);
 				te_close_listeners();
@@ -279,7 +424,6 @@ __attribute__((constructor)) static void te_launcher(int argc, char **argv, char
 			}
 		}
 		if (l->proxy_port != 0) {
-			const char *call = "";
 			if ((l->proxy_fd = te_listen(l->proxy_port, &call)) < 0) {
 				te_fail(TE_STAGE_PROXY, call, errno, l->proxy_port);
 				te_close_listeners();
@@ -287,6 +431,9 @@ __attribute__((constructor)) static void te_launcher(int argc, char **argv, char
 			}
 		}
 	}
+	// The app is this process's child to reap: not one the kernel reaps
+	// by itself because SIGCHLD came in ignored.
+	signal(SIGCHLD, SIG_DFL);
 	posix_spawn_file_actions_t fa;
 	int rc = posix_spawn_file_actions_init(&fa);
 	if (rc == 0) {
@@ -303,6 +450,12 @@ __attribute__((constructor)) static void te_launcher(int argc, char **argv, char
 	posix_spawn_file_actions_destroy(&fa);
 	if (rc != 0) {
 		te_fail(TE_STAGE_SPAWN, "posix_spawn", rc, 0);
+		te_close_listeners();
+		return;
+	}
+	if (te_close_others(&call) != 0) {
+		// The app runs; main kills it (fail closed).
+		te_fail(TE_STAGE_CLOSE, call, errno, 0);
 		te_close_listeners();
 		return;
 	}
@@ -340,6 +493,10 @@ func launched() launch {
 		r.Stage = stageProxy
 	case C.TE_STAGE_SPAWN:
 		r.Stage = stageSpawn
+	case C.TE_STAGE_APPCAP:
+		r.Stage = stageCaps
+	case C.TE_STAGE_CLOSE:
+		r.Stage = stageClose
 	}
 	for i := range int(l.nforward) {
 		r.ForwardPorts = append(r.ForwardPorts, int(l.forward_port[i]))

@@ -3,14 +3,17 @@ package main
 import (
 	"bytes"
 	"errors"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -176,5 +179,163 @@ func TestLaunchCheck(t *testing.T) {
 				t.Fatalf("got %d %v; want %d and %q", code, err, tc.code, tc.want)
 			}
 		})
+	}
+}
+
+// Whatever the launcher lets start, main accepts: an app never runs in a
+// wall whose entry then refuses its own arguments.
+func TestLauncherStartsNothingMainRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string // fd 3 and fd 4 are sockets
+		ok   bool     // the entry runs the app and exits with its status
+	}{
+		{"plain", []string{"--vat", "v", "--app-cap-fd", "3"}, true},
+		{"a network", []string{"--cap-fd", "4", "--proxy-port", "0", "--forward", "5432=db.lan:5432", "--forward", "5433=[::1]:5433", "--app-cap-fd", "3"}, true},
+		{"= forms", []string{"-vat=v", "--log-level=debug", "-app-cap-fd=3"}, true},
+		{"a log level main refuses", []string{"--log-level", "bogus", "--app-cap-fd", "3"}, false},
+		{"a log level spelled otherwise", []string{"--log-level", "INFO", "--app-cap-fd", "3"}, false},
+		{"a forward host with a space", []string{"--cap-fd", "4", "--forward", "80=bad host:1", "--app-cap-fd", "3"}, false},
+		{"a forward host with a slash", []string{"--cap-fd", "4", "--forward", "80=a/b:1", "--app-cap-fd", "3"}, false},
+		{"an IPv6 forward without brackets", []string{"--cap-fd", "4", "--forward", "80=::1:5", "--app-cap-fd", "3"}, false},
+		{"a forward without a target port", []string{"--cap-fd", "4", "--forward", "80=db.lan", "--app-cap-fd", "3"}, false},
+		{"a forward to port 0", []string{"--cap-fd", "4", "--forward", "80=db.lan:0", "--app-cap-fd", "3"}, false},
+		{"a forward port with a sign", []string{"--cap-fd", "4", "--forward", "+80=db.lan:1", "--app-cap-fd", "3"}, false},
+		{"the entry's capability given to the app", []string{"--cap-fd", "3", "--app-cap-fd", "3"}, false},
+		{"a flag without its value", []string{"--app-cap-fd", "3", "--vat"}, false},
+		{"a triple dash", []string{"---vat", "v", "--app-cap-fd", "3"}, false},
+		{"help", []string{"-h", "--app-cap-fd", "3"}, false},
+		{"a closed app capability", []string{"--app-cap-fd", "9"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			marker := filepath.Join(t.TempDir(), "ran")
+			argv := append(append(tc.args, "--"), "/usr/bin/touch", marker)
+			if tc.name == "a flag without its value" {
+				argv = tc.args // the command is eaten as --vat's value
+			}
+			code, out := runEntry(t, []*os.File{socketFile(t), socketFile(t)}, argv...)
+			_, serr := os.Stat(marker)
+			ran := serr == nil
+			if ran && code != 0 {
+				t.Fatalf("the app ran, then the entry refused (exit %d): %s", code, out)
+			}
+			if ran != tc.ok || (!tc.ok && code != entry.ExitSetup) {
+				t.Fatalf("app ran %v, exit %d, output %q; want ran %v (and exit %d when not)", ran, code, out, tc.ok, entry.ExitSetup)
+			}
+		})
+	}
+}
+
+// The entry holds its capability and its listeners, nothing else it
+// inherited: not a file left open at fd 5, not the app's capability.
+func TestEntryHoldsOnlyItsOwn(t *testing.T) {
+	_, probeBin := binaries(t)
+	junk, err := os.Open(probeBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer junk.Close()
+	appCap, entryCap := socketFile(t), socketFile(t)
+	var st unix.Stat_t
+	if err := unix.Fstat(int(appCap.Fd()), &st); err != nil {
+		t.Fatal(err)
+	}
+	appCapLink := "socket:[" + strconv.FormatUint(st.Ino, 10) + "]"
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	entryBin, _ := binaries(t)
+	cmd := exec.Command(entryBin, "--cap-fd", "4", "--proxy-port", strconv.Itoa(port), "--app-cap-fd", "3", "--", "/bin/sleep", "3")
+	cmd.Env = []string{}
+	cmd.ExtraFiles = []*os.File{appCap, entryCap, junk}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	// The launcher has run once the Go runtime has threads of its own.
+	var held map[string]string
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if b, err := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/status"); err == nil && !strings.Contains(string(b), "\nThreads:\t1\n") {
+			held = fdLinks(t, cmd.Process.Pid)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the entry's runtime never started")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if c, err := net.Dial("tcp4", "127.0.0.1:"+strconv.Itoa(port)); err != nil {
+		t.Errorf("the proxy port does not answer: %v", err)
+	} else {
+		_ = c.Close()
+	}
+	for fd, link := range held {
+		if link == probeBin || link == appCapLink {
+			t.Errorf("the entry holds fd %s -> %s, which is not its own", fd, link)
+		}
+	}
+	if !slices.Contains(slices.Collect(maps.Values(held)), "socket:["+strconv.FormatUint(inode(t, entryCap), 10)+"]") {
+		t.Errorf("the entry does not hold its capability: %v", held)
+	}
+}
+
+func fdLinks(t *testing.T, pid int) map[string]string {
+	t.Helper()
+	dir := "/proc/" + strconv.Itoa(pid) + "/fd"
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]string{}
+	for _, e := range ents {
+		if link, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil {
+			m[e.Name()] = link
+		}
+	}
+	return m
+}
+
+func inode(t *testing.T, f *os.File) uint64 {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Ino
+}
+
+// An app that makes its stdio non-blocking before the entry's runtime
+// starts (libuv does so for pipes) must not break the entry: the Go
+// runtime then puts that descriptor in its poller, whose descriptors the
+// entry must not take for inherited ones.
+func TestEntrySurvivesNonBlockingStdio(t *testing.T) {
+	entryBin, _ := binaries(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := unix.SetNonblock(int(w.Fd()), true); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(entryBin, "--cap-fd", "4", "--proxy-port", "0", "--app-cap-fd", "3", "--", "/bin/sleep", "1")
+	cmd.Env = []string{}
+	cmd.Stdout, cmd.Stderr = w, w
+	cmd.ExtraFiles = []*os.File{socketFile(t), socketFile(t)}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	_ = w.Close()
+	var out bytes.Buffer
+	done := make(chan struct{})
+	go func() { _, _ = out.ReadFrom(r); close(done) }()
+	err = cmd.Wait()
+	<-done
+	if err != nil {
+		t.Fatalf("the entry ended with %v: %s", err, out.String())
 	}
 }

@@ -19,8 +19,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
-	"unicode"
 
 	"toybox/vat/wall/entry"
 )
@@ -46,7 +44,7 @@ func (f *forwards) Set(s string) error {
 	if err != nil || tport == 0 || host == "" {
 		return fmt.Errorf("bad target %q", hostPort)
 	}
-	if strings.ContainsFunc(host, func(r rune) bool { return unicode.IsControl(r) || unicode.IsSpace(r) || strings.ContainsRune(`/\@`, r) }) {
+	if !entry.ForwardHostOK(host) {
 		return fmt.Errorf("bad host %q", host)
 	}
 	*f = append(*f, entry.Forward{Port: uint16(port), Host: host, TargetPort: uint16(tport)})
@@ -70,11 +68,9 @@ func main() {
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "toybox-entry:", err)
 		}
-		if l.State == launchStarted {
+		if l.Pid > 0 {
 			// Fail closed: no app runs on in a wall the entry cannot serve.
-			_ = syscall.Kill(l.Pid, syscall.SIGKILL)
-			var ws syscall.WaitStatus
-			_, _ = syscall.Wait4(l.Pid, &ws, 0, nil)
+			entry.Kill(l.Pid)
 		}
 		os.Exit(code)
 	}
@@ -93,11 +89,6 @@ func main() {
 	}
 	if code, err := l.check(flags{capFD: *capFD, appCapFD: *appCapFD, proxyPort: *proxyPort, forwards: fwd, argv: fs.Args()}); err != nil {
 		failed(code, err)
-	}
-	// Hold only what is ours: the capability socket and the listeners.
-	// The app's capability is the app's now (its fd 3).
-	if err := entry.CloseInherited(append(l.fds(), *capFD)...); err != nil {
-		failed(entry.ExitSetup, err)
 	}
 	cfg := entry.Config{
 		ID:        *id,

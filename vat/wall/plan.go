@@ -12,8 +12,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"unicode"
 
+	"toybox/vat/wall/entry"
 	"toybox/vat/wall/seccomp"
 )
 
@@ -659,15 +659,16 @@ func (b *planner) net() error {
 		b.p.NoNet = true
 		return nil
 	}
+	if len(n.Forwards) > entry.MaxForwards {
+		return fmt.Errorf("%w: %d forwards (at most %d)", ErrSpec, len(n.Forwards), entry.MaxForwards)
+	}
 	used := map[int]bool{}
 	for _, f := range n.Forwards {
 		if f.Port == 0 || f.TargetPort == 0 || f.Host == "" {
 			return fmt.Errorf("%w: forward %+v needs a port, a host and a target port", ErrSpec, f)
 		}
-		if strings.ContainsFunc(f.Host, func(r rune) bool {
-			return unicode.IsControl(r) || unicode.IsSpace(r) || strings.ContainsRune("/\\@=", r)
-		}) {
-			return fmt.Errorf("%w: forward host %q", ErrSpec, f.Host)
+		if !entry.ForwardHostOK(f.Host) {
+			return fmt.Errorf("%w: forward host %q is not a DNS name or an IP address (ASCII letters, digits, '.', '-', '_', ':')", ErrSpec, f.Host)
 		}
 		if used[int(f.Port)] {
 			return fmt.Errorf("%w: port %d forwarded twice", ErrSpec, f.Port)

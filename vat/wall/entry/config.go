@@ -51,3 +51,25 @@ func (ls *Listeners) close() {
 		_ = ls.Proxy.Close()
 	}
 }
+
+// MaxForwards is how many ports one wall may forward (toybox-entry's
+// launcher holds that many listening sockets).
+const MaxForwards = 256
+
+// ForwardHostOK reports whether host may name a forward's target: 1 to 253
+// bytes of ASCII letters, digits, '.', '-', '_' and ':' (a DNS name, an IPv4
+// address or an IPv6 address without brackets). toybox-entry's launcher,
+// which is C and runs before the app, applies the same rule byte for byte,
+// so that nothing it lets start is refused afterwards.
+func ForwardHostOK(host string) bool {
+	if host == "" || len(host) > 253 {
+		return false
+	}
+	for i := 0; i < len(host); i++ {
+		c := host[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == '_' || c == ':') {
+			return false
+		}
+	}
+	return true
+}

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/signal"
 	"slices"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -43,38 +42,6 @@ func catchSignals() {
 // bootstrapTimeout bounds the Vat bootstrap and egress() call.
 const bootstrapTimeout = 15 * time.Second
 
-// CloseInherited closes every descriptor from 3 up except keep: whatever
-// bubblewrap (or the supervisor, by accident) left open is not the entry's
-// to hold. Call it first, before the runtime opens descriptors of its own.
-func CloseInherited(keep ...int) error {
-	dfd, err := unix.Open("/proc/self/fd", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("listing inherited descriptors: %w", os.NewSyscallError("open /proc/self/fd", err))
-	}
-	var names []string
-	buf := make([]byte, 4096)
-	for {
-		n, err := unix.ReadDirent(dfd, buf)
-		if err != nil {
-			_ = unix.Close(dfd)
-			return fmt.Errorf("listing inherited descriptors: %w", os.NewSyscallError("getdents", err))
-		}
-		if n == 0 {
-			break
-		}
-		_, _, names = unix.ParseDirent(buf[:n], -1, names)
-	}
-	_ = unix.Close(dfd)
-	for _, name := range names {
-		fd, err := strconv.Atoi(name)
-		if err != nil || fd < 3 || fd == dfd || slices.Contains(keep, fd) {
-			continue
-		}
-		_ = unix.Close(fd)
-	}
-	return nil
-}
-
 // Run serves the wall's network for the app the launcher started (cfg.App)
 // and returns the app's exit code (128+signal when a signal ended it), or
 // ExitSetup when the entry could not do its part (a failed egress() kills
@@ -97,12 +64,17 @@ func Run(ctx context.Context, cfg Config) int {
 		return fail(ExitExec, "no app")
 	}
 	ls := cfg.Listeners
-	if cfg.Cap == nil && ls != nil {
+	if ls == nil {
+		ls = &Listeners{}
+	}
+	if cfg.Cap == nil {
 		ls.close()
 		ls = nil
-	}
-	if cfg.Cap != nil && ls == nil {
-		ls = &Listeners{}
+	} else if len(ls.Forwards) != len(cfg.Forwards) || (ls.Proxy != nil) != (cfg.ProxyPort != 0) || slices.Contains(ls.Forwards, nil) {
+		ls.close()
+		_ = cfg.Cap.Close()
+		Kill(cfg.App)
+		return fail(ExitSetup, "%d listening sockets for %d forwards and proxy port %d", len(ls.Forwards), len(cfg.Forwards), cfg.ProxyPort)
 	}
 	pid := cfg.App
 
@@ -149,8 +121,7 @@ func Run(ctx context.Context, cfg Config) int {
 			if r.err != nil {
 				// Fail closed: no app runs on in a wall whose network
 				// could not be set up.
-				_ = unix.Kill(pid, unix.SIGKILL)
-				waitFor(pid)
+				Kill(pid)
 				return fail(ExitSetup, "%v", r.err)
 			}
 			stopNet = r.stop
@@ -178,6 +149,11 @@ func reap(app int) (int, bool) {
 		if err == unix.EINTR {
 			continue
 		}
+		if err == unix.ECHILD {
+			// No child left to wait for: the app was reaped without us
+			// (SIGCHLD ignored when the entry started). It is gone.
+			return ExitExec, true
+		}
 		if err != nil || wpid <= 0 {
 			return 0, false
 		}
@@ -191,6 +167,12 @@ func reap(app int) (int, bool) {
 			return 128 + int(ws.Signal()), true
 		}
 	}
+}
+
+// Kill ends the app (SIGKILL) and waits until it is gone.
+func Kill(pid int) {
+	_ = unix.Kill(pid, unix.SIGKILL)
+	waitFor(pid)
 }
 
 // waitFor waits until pid has ended.
