@@ -248,7 +248,7 @@ func (v *vat) setWord(w words.Word) {
 func (s *Supervisor) Start() error {
 	// No wall runs yet (walls end with the supervisor): views of /etc
 	// left from an earlier run are cleared, and built again on demand.
-	if err := wall.SweepEtcViews(s.cfg.Store.StateDir()); err != nil {
+	if err := wall.SweepViews(s.cfg.Store.StateDir()); err != nil {
 		s.log.Warn("clearing old /etc views", keyErr, err)
 	}
 	// The view every plain wall binds, built now rather than by the first

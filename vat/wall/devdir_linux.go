@@ -48,6 +48,12 @@ func devDir(stateDir string) string {
 		}
 		// Removed by someone since: made again below.
 	}
+	// Device nodes on a nodev mount cannot be opened: every wall's
+	// /dev/null would fail. Such a state dir gets the tmpfs /dev.
+	var fs unix.Statfs_t
+	if err := unix.Statfs(stateDir, &fs); err != nil || fs.Flags&unix.ST_NODEV != 0 {
+		return ""
+	}
 	if err := makeDevDir(dir); err != nil {
 		return ""
 	}
@@ -104,7 +110,12 @@ func makeDevDir(dir string) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
+	swapped := false
+	defer func() {
+		if !swapped {
+			_ = os.RemoveAll(tmp) // a half-built folder nobody binds
+		}
+	}()
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return err
 	}
@@ -132,7 +143,11 @@ func makeDevDir(dir string) error {
 	}
 	// Whatever is there (it failed devDirOK) is set aside, not removed:
 	// walls started before it was changed still show it.
-	return replaceDir(tmp, dir)
+	if err := replaceDir(tmp, dir); err != nil {
+		return err
+	}
+	swapped = true
+	return nil
 }
 
 // appendDev renders the wall's /dev at dest: the prepared folder when

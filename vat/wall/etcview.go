@@ -34,10 +34,11 @@ const (
 	maxEtcBytes   = 64 << 20
 )
 
-// SweepEtcViews removes every /etc view in stateDir. Call it only when no
-// wall runs (the supervisor, before its first spawn): a wall's /etc is a
-// bind of a view, and emptying a view empties that /etc.
-func SweepEtcViews(stateDir string) error {
+// SweepViews removes every /etc view in stateDir and every /dev folder set
+// aside or left half-built there (the current one stays). Call it only
+// when no wall runs (the supervisor, before its first spawn): a wall's
+// /etc and /dev are binds of these, and emptying one empties them.
+func SweepViews(stateDir string) error {
 	dir := filepath.Join(stateDir, "etc")
 	etcViews.Lock()
 	for k := range etcViews.m {
@@ -46,7 +47,16 @@ func SweepEtcViews(stateDir string) error {
 		}
 	}
 	etcViews.Unlock()
-	return os.RemoveAll(dir)
+	err := os.RemoveAll(dir)
+	for _, pattern := range []string{"dev.old-*", ".dev.new-*"} {
+		old, _ := filepath.Glob(filepath.Join(stateDir, pattern))
+		for _, o := range old {
+			if rerr := os.RemoveAll(o); err == nil {
+				err = rerr
+			}
+		}
+	}
+	return err
 }
 
 // PrepareEtcView builds the /etc view most walls of stateDir will bind

@@ -13,13 +13,21 @@ import (
 // exists (a wall opening dir sees the old one or the new one, never half of
 // one), and sets the old one aside as dir.old-N, never emptying it: running
 // walls may still show it (a view or a /dev is bound, not copied).
-// SweepEtcViews clears what was set aside below <state>/etc.
+// SweepViews clears what was set aside below <state>/etc.
+//
+// Once it returns nil, tmp is not the caller's to remove: it may hold the
+// old folder.
 func replaceDir(tmp, dir string) error {
 	aside := fmt.Sprintf("%s.old-%d", dir, time.Now().UnixNano())
 	err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, dir, unix.RENAME_EXCHANGE)
 	switch {
 	case err == nil:
-		return os.Rename(tmp, aside) // tmp now holds the old one
+		// tmp now holds the old one, which walls may still show: it is
+		// set aside, never removed here. Should that rename fail, it stays
+		// under tmp's hidden name until the supervisor next starts
+		// (SweepViews); the new one is in place either way.
+		_ = os.Rename(tmp, aside)
+		return nil
 	case errors.Is(err, unix.ENOENT):
 		return os.Rename(tmp, dir)
 	case errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOSYS):

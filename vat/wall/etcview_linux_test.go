@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"toybox/tests/testenv"
 )
 
@@ -291,12 +293,12 @@ func TestEtcViewBuild(t *testing.T) {
 	if err := ensureEtcView(bad); err == nil {
 		t.Error("an entry outside /etc was accepted")
 	}
-	// SweepEtcViews clears every view, those set aside included.
-	if err := SweepEtcViews(filepath.Dir(filepath.Dir(view))); err != nil {
+	// SweepViews clears every view, those set aside included.
+	if err := SweepViews(filepath.Dir(filepath.Dir(view))); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Dir(view)); err == nil {
-		t.Error("SweepEtcViews left the views")
+		t.Error("SweepViews left the views")
 	}
 }
 
@@ -354,5 +356,33 @@ func TestDevDir(t *testing.T) {
 	}
 	if got := devDir(state); got != d || devDirOK(d) != nil {
 		t.Errorf("after removal devDir = %q (check: %v); want it made again", got, devDirOK(d))
+	}
+	// When the supervisor next starts, what was set aside goes; the
+	// folder in use stays.
+	if err := SweepViews(state); err != nil {
+		t.Fatal(err)
+	}
+	if aside, _ := filepath.Glob(d + ".old-*"); len(aside) != 0 {
+		t.Errorf("after the sweep, still set aside: %v", aside)
+	}
+	if err := devDirOK(d); err != nil {
+		t.Errorf("the sweep broke the folder in use: %v", err)
+	}
+}
+
+// A state dir on a nodev mount gets no /dev folder (its nodes could not be
+// opened in any wall): walls fall back to the tmpfs /dev.
+func TestDevDirNotOnNodev(t *testing.T) {
+	testenv.RequireRoot(t)
+	state := t.TempDir()
+	if err := unix.Mount("tmpfs", state, "tmpfs", unix.MS_NODEV, "mode=0755"); err != nil {
+		testenv.Unavailable(t, "cannot mount a tmpfs: "+err.Error())
+	}
+	t.Cleanup(func() { _ = unix.Unmount(state, unix.MNT_DETACH) })
+	if d := devDir(state); d != "" {
+		t.Fatalf("devDir on a nodev mount = %q; want none", d)
+	}
+	if _, err := os.Stat(filepath.Join(state, "dev")); err == nil {
+		t.Error("a /dev folder was made on a nodev mount")
 	}
 }

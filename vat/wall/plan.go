@@ -387,6 +387,9 @@ func (b *planner) files() error {
 		if err := b.refuse(typed); err != nil {
 			return fmt.Errorf("%s %s: %w", fb.kind, typed, err)
 		}
+		if err := wallOwnDest(typed); err != nil {
+			return fmt.Errorf("%s %s: %w", fb.kind, typed, err)
+		}
 		real, err := filepath.EvalSymlinks(typed)
 		if err != nil {
 			return fmt.Errorf("%w: %s %s: %w", ErrRefusedBind, fb.kind, typed, err)
@@ -417,6 +420,22 @@ func (b *planner) files() error {
 }
 
 // refuse says why p may never be a bind source, or nil.
+// wallOwnDest refuses an owner-chosen bind at a place the wall makes
+// itself: its root, its /etc (the supervisor's view; files inside it are
+// fine), the vat's run folder and the entry.
+func wallOwnDest(dest string) error {
+	switch dest {
+	case "/", "/etc":
+		return fmt.Errorf("%w: the wall's own %s cannot be replaced (choose files or folders inside it)", ErrRefusedBind, dest)
+	}
+	for _, own := range []string{"/run/toybox", "/run/toybox-etc", EntryMount} {
+		if dest == own || within(dest, own) {
+			return fmt.Errorf("%w: %s is the wall's own", ErrRefusedBind, own)
+		}
+	}
+	return nil
+}
+
 func (b *planner) refuse(p string) error {
 	if secretNames[filepath.Base(p)] {
 		return fmt.Errorf("%w: a %s file is never bound", ErrRefusedBind, filepath.Base(p))

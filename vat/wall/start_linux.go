@@ -124,8 +124,13 @@ func (p *Process) reap() {
 		_ = p.status.Close()
 	}
 	if err != nil && p.head != nil && p.plan != nil {
-		if msg := p.head.String(); strings.Contains(msg, "Can't find source path") && strings.Contains(msg, "Permission denied") {
-			err = fmt.Errorf("%w: %s%s", err, strings.TrimSpace(msg), unreachableHint(p.plan))
+		// bubblewrap's own lines only ("bwrap: ..."): the app shares this
+		// stderr, and what it merely quotes must not draw the hint.
+		for _, line := range strings.Split(p.head.String(), "\n") {
+			if strings.HasPrefix(line, "bwrap: ") && strings.Contains(line, "Can't find source path") && strings.Contains(line, "Permission denied") {
+				err = fmt.Errorf("%w: %s%s", err, strings.TrimSpace(line), unreachableHint(p.plan))
+				break
+			}
 		}
 	}
 	p.err = err

@@ -38,8 +38,8 @@ func Start(_ context.Context, spec Spec, _ *slog.Logger) (*Process, error) {
 // PrepareEtcView does nothing here.
 func PrepareEtcView(string) error { return nil }
 
-// SweepEtcViews removes every /etc view in stateDir.
-func SweepEtcViews(stateDir string) error { return os.RemoveAll(filepath.Join(stateDir, "etc")) }
+// SweepViews removes every /etc view in stateDir.
+func SweepViews(stateDir string) error { return os.RemoveAll(filepath.Join(stateDir, "etc")) }
 
 // Probe returns ErrUnsupported.
 func Probe(context.Context) error { return ErrUnsupported }

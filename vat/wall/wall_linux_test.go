@@ -543,6 +543,9 @@ func TestStartFailsClosed(t *testing.T) {
 			f.spec.Files.Read = []string{filepath.Join(filepath.Dir(f.state), ".ssh")}
 		}, ErrRefusedBind},
 		{"systemd folder", func(f *fixture) { f.spec.Files.Read = []string{"/etc/systemd"} }, ErrRefusedBind},
+		{"the whole /etc over the view", func(f *fixture) { f.spec.Files.Read = []string{"/etc"} }, ErrRefusedBind},
+		{"over the root", func(f *fixture) { f.spec.Files.Read = []string{"/"} }, ErrRefusedBind},
+		{"over the run folder", func(f *fixture) { f.spec.Files.Write = []string{"/run/toybox/x"} }, ErrRefusedBind},
 		{"command in data", func(f *fixture) {
 			mustWrite(t0, filepath.Join(f.data, "run.sh"), "#!/bin/sh\n")
 			_ = os.Chmod(filepath.Join(f.data, "run.sh"), 0o755)
