@@ -104,6 +104,12 @@ func (h *handle) Connect(ctx context.Context, call schema.Handle_connect) error 
 		return err
 	}
 	if wantFd {
+		// A caller that gave up meanwhile would never take the socket;
+		// unclaimed, it would count against its connection's limit.
+		if err := ctx.Err(); err != nil {
+			x.shut()
+			return fail(d.addrs, vetted, fmt.Errorf("the caller gave up before the socket was handed over: %w", err))
+		}
 		seq, err := h.handOver(x)
 		if err != nil {
 			x.shut()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"capnproto.org/go/capnp/v3"
 
@@ -234,6 +235,9 @@ func errText(err error) string {
 	return err.Error()
 }
 
+// upstreamConnectTimeout bounds a relayed connect whose vat has given up.
+const upstreamConnectTimeout = time.Minute
+
 func (h *handleServer) Connect(ctx context.Context, call schema.Handle_connect) error {
 	done, err := h.begin(call)
 	if err != nil {
@@ -256,7 +260,16 @@ func (h *handleServer) Connect(ctx context.Context, call schema.Handle_connect) 
 	hello, _ := args.TlsHello()
 	wantFd := args.WantFd()
 	return h.each(ctx, ms, func(up schema.Handle, sess session) error {
-		fut, release := up.Connect(ctx, func(p schema.Handle_connect_Params) error {
+		// The upstream call is not cancelled with the vat's: the
+		// switchboard may have sent the socket already, and the upstream
+		// session is shared by every vat. An unclaimed socket would count
+		// against that session's limit, and at the limit the session
+		// breaks, with every vat's connections on it. So the answer is
+		// always awaited and its socket always taken; if the vat has gone
+		// meanwhile, the socket is closed.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), upstreamConnectTimeout)
+		defer cancel()
+		fut, release := up.Connect(uctx, func(p schema.Handle_connect_Params) error {
 			if err := p.SetTarget(t); err != nil {
 				return err
 			}
@@ -282,6 +295,10 @@ func (h *handleServer) Connect(ctx context.Context, call schema.Handle_connect) 
 			f, err := sess.conn.TakeFD(seq)
 			if err != nil {
 				return fmt.Errorf("taking the connected socket from the switchboard: %w", err)
+			}
+			if err := ctx.Err(); err != nil {
+				_ = f.Close()
+				return err
 			}
 			if !wantFd {
 				_ = f.Close()
