@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -84,7 +85,15 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.tracker = t
 	if cfg.OwnAddrs == nil || len(cfg.PublicNames) > 0 {
-		go s.refreshOwn()
+		st := &ownState{ifaces: own, named: map[string][]netip.Addr{}}
+		// The public names are resolved before the first call is served:
+		// until then this host's public address would pass for public.
+		// A name that does not resolve now is said in the log and tried
+		// again with every refresh.
+		if len(cfg.PublicNames) > 0 {
+			s.refreshOwnOnce(st, false)
+		}
+		go s.refreshOwn(st)
 	}
 	return s, nil
 }
@@ -101,42 +110,53 @@ func (s *Server) setOwn(own []netip.Addr) {
 
 func (s *Server) classify() *addrclass.Classifier { return s.classes.Load() }
 
+// ownState is what refreshOwn knows between rounds: the last interface
+// addresses read and the last answers for each public name (kept when a
+// read or a lookup fails).
+type ownState struct {
+	ifaces []netip.Addr
+	named  map[string][]netip.Addr
+}
+
 // refreshOwn keeps the host's own addresses current: the interfaces (when
 // Config.OwnAddrs is nil) and the addresses this host's public names
 // resolve to (a public address behind NAT reaches this host too).
-func (s *Server) refreshOwn() {
+func (s *Server) refreshOwn(st *ownState) {
 	t := time.NewTicker(ownRefresh)
 	defer t.Stop()
-	named := map[string][]netip.Addr{} // the last answers, kept when a lookup fails
 	for {
-		own := s.cfg.OwnAddrs
-		if own == nil {
-			if got, err := addrclass.InterfaceAddrs(); err == nil {
-				own = got
-			} else {
-				s.log.Warn("reading this host's addresses", "error", err.Error())
-				own = s.classify().Own
-			}
-		}
-		own = append([]netip.Addr(nil), own...)
-		for _, name := range s.cfg.PublicNames {
-			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ResolveTimeout)
-			addrs, err := s.lookup(ctx, name)
-			cancel()
-			if err != nil {
-				s.log.Warn("resolving this host's public name", "name", name, "error", err.Error())
-			} else {
-				named[name] = addrs
-			}
-			own = append(own, named[name]...)
-		}
-		s.setOwn(own)
 		select {
 		case <-s.stop:
 			return
 		case <-t.C:
 		}
+		s.refreshOwnOnce(st, true)
 	}
+}
+
+func (s *Server) refreshOwnOnce(st *ownState, readIfaces bool) {
+	own := s.cfg.OwnAddrs
+	if own == nil {
+		if readIfaces {
+			if got, err := addrclass.InterfaceAddrs(); err == nil {
+				st.ifaces = got
+			} else {
+				s.log.Warn("reading this host's addresses", "error", err.Error())
+			}
+		}
+		own = st.ifaces
+	}
+	own = slices.Clone(own)
+	for _, name := range s.cfg.PublicNames {
+		addrs, err := s.lookup(context.Background(), name) // bounded by ResolveTimeout
+		if err != nil {
+			s.log.Warn("resolving this host's public name", "name", name, "error", err.Error())
+		} else {
+			st.named[name] = addrs
+		}
+		own = append(own, st.named[name]...)
+	}
+	s.setOwn(own)
 }
 
 // Close stops the Server's shutdown tracker. Connections still handed over
