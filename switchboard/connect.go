@@ -76,7 +76,10 @@ func (h *handle) Connect(ctx context.Context, call schema.Handle_connect) error 
 		down.Release()
 		return fail(d.addrs, "", err)
 	}
-	conn, vetted, err := h.dial(ctx, d, wantFd)
+	// A ClientHello is written here with a deadline, which only a socket in
+	// the runtime's poller keeps: the lean dial is for sockets handed over
+	// untouched.
+	conn, vetted, err := h.dial(ctx, d, wantFd && len(hello) == 0)
 	if err != nil {
 		h.p.releaseConn()
 		down.Release()

@@ -36,9 +36,15 @@ func TestDialHandOver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, o := range [][2]int{{unix.IPPROTO_TCP, unix.TCP_NODELAY}, {unix.SOL_SOCKET, unix.SO_KEEPALIVE}} {
-		if v, err := unix.GetsockoptInt(fd, o[0], o[1]); err != nil || v == 0 {
-			t.Errorf("option %v = %d, %v; want set", o, v, err)
+	for _, o := range [][3]int{
+		{unix.IPPROTO_TCP, unix.TCP_NODELAY, 1},
+		{unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1},
+		{unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, 30},
+		{unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, 15},
+		{unix.IPPROTO_TCP, unix.TCP_KEEPCNT, 9},
+	} {
+		if v, err := unix.GetsockoptInt(fd, o[0], o[1]); err != nil || v != o[2] {
+			t.Errorf("option %v = %d, %v; want %d", o[:2], v, err, o[2])
 		}
 	}
 	if _, err := unix.Getpeername(fd); err != nil {
