@@ -69,6 +69,25 @@ func (p *Process) Wait() error {
 	return p.err
 }
 
+// catches reports whether the wall's pid 1 has a handler for sig (its
+// SigCgt in /proc); false when that cannot be read.
+func (p *Process) catches(sig unix.Signal) bool {
+	if p.child <= 0 {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(p.child) + "/status")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "SigCgt:"); ok {
+			mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && mask&(1<<(uint(sig)-1)) != 0
+		}
+	}
+	return false
+}
+
 // Stop asks the app to end (SIGTERM, forwarded by toybox-entry), and after
 // grace kills the whole wall. It waits for the wall to end and returns Wait's
 // error.
@@ -92,7 +111,10 @@ func (p *Process) Stop(grace time.Duration) error {
 	t := time.NewTimer(grace)
 	defer t.Stop()
 	// A wall that was just started may not have its handler yet (pid 1
-	// drops unhandled signals): repeat the request a few times early on.
+	// drops unhandled signals): repeat the request a few times early on,
+	// but only while the wall's pid 1 does not catch it: one that does has
+	// had it, and a second one can mean "hurry" to an app (the entry
+	// forwards every one).
 	resend := time.NewTicker(200 * time.Millisecond)
 	defer resend.Stop()
 	for n := 0; ; n++ {
@@ -100,7 +122,7 @@ func (p *Process) Stop(grace time.Duration) error {
 		case <-p.done:
 			return p.err
 		case <-resend.C:
-			if n < 5 {
+			if n < 5 && !p.catches(unix.SIGTERM) {
 				term()
 			}
 			continue

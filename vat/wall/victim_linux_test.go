@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/signal"
 	"sort"
 	"strconv"
 	"strings"
@@ -302,6 +303,24 @@ func victim(mode string) int {
 		expectFail("stat /dev/tty", err)
 		_, err = os.Stat("/etc/shadow")
 		expectFail("stat /etc/shadow", err)
+	case "graceful":
+		// Takes its time to end after SIGTERM, and says how many it got.
+		terms := make(chan os.Signal, 16)
+		signal.Notify(terms, syscall.SIGTERM)
+		fmt.Println("sleeping")
+		os.Stdout.Sync()
+		<-terms
+		n := 1
+		for end := time.After(1500 * time.Millisecond); ; {
+			select {
+			case <-terms:
+				n++
+				continue
+			case <-end:
+			}
+			break
+		}
+		fmt.Printf("SIGTERMS %d\n", n)
 	case "sleep":
 		fmt.Println("sleeping")
 		os.Stdout.Sync()

@@ -771,3 +771,45 @@ func TestAttackPidOne(t *testing.T) {
 		}
 	})
 }
+
+// Stop asks once: an app that catches SIGTERM and takes its time to end
+// gets one, not the repeats meant for a pid 1 without a handler yet (a
+// second one means "hurry" to many apps).
+func TestStopAsksOnce(t *testing.T) {
+	f := newFixture(t, "graceful")
+	f.caps(t)
+	defer f.peer.Close()
+	f.spec.Net = Net{}
+	ea, eb := socketpair(t)
+	serveNoGrant(t, eb, f.spec.ID)
+	f.spec.EntryCap = ea
+	out, err := os.CreateTemp(t.TempDir(), "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	f.spec.Stdout = out
+	f.spec.Env = map[string]string{victimEnv: "graceful"}
+	p, err := Start(context.Background(), f.spec, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, _ := os.ReadFile(out.Name())
+		if strings.Contains(string(b), "sleeping") {
+			break
+		}
+		if time.Now().After(deadline) {
+			_ = p.Stop(0)
+			t.Fatalf("the app never started: %q", b)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := p.Stop(10 * time.Second); err != nil {
+		t.Errorf("Stop = %v; want the app's own clean exit", err)
+	}
+	if b, _ := os.ReadFile(out.Name()); !strings.Contains(string(b), "SIGTERMS 1\n") {
+		t.Errorf("the app's output %q; want exactly one SIGTERM", b)
+	}
+}
