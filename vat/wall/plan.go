@@ -43,18 +43,17 @@ type OpKind string
 
 // Operation kinds, in the words of bwrap's options.
 const (
-	OpROBind   OpKind = "ro-bind"      // Src bound read-only at Dest, by path (system folders)
-	OpROBindFD OpKind = "ro-bind-fd"   // Src opened by fd, bound read-only at Dest
-	OpBindFD   OpKind = "bind-fd"      // Src opened by fd, bound read-write at Dest
-	OpSymlink  OpKind = "symlink"      // a symlink at Dest pointing at Src
-	OpTmpfs    OpKind = "tmpfs"        // an empty tmpfs at Dest
-	OpDir      OpKind = "dir"          // an empty directory at Dest
-	OpProc     OpKind = "proc"         // a new procfs at Dest
-	OpDev      OpKind = "dev"          // a minimal /dev at Dest
-	OpData     OpKind = "ro-bind-data" // Data as a read-only file at Dest (a bind mount)
-	OpFile     OpKind = "file"         // a copy of Src (or Data) at Dest, no mount
-	OpMaskFile OpKind = "mask-file"    // Dest hidden behind /dev/null
-	OpMaskDir  OpKind = "mask-dir"     // Dest hidden behind an empty tmpfs
+	OpROBind   OpKind = "ro-bind"    // Src bound read-only at Dest, by path (system folders)
+	OpROBindFD OpKind = "ro-bind-fd" // Src opened by fd, bound read-only at Dest
+	OpBindFD   OpKind = "bind-fd"    // Src opened by fd, bound read-write at Dest
+	OpSymlink  OpKind = "symlink"    // a symlink at Dest pointing at Src
+	OpTmpfs    OpKind = "tmpfs"      // an empty tmpfs at Dest
+	OpDir      OpKind = "dir"        // an empty directory at Dest
+	OpProc     OpKind = "proc"       // a new procfs at Dest
+	OpDev      OpKind = "dev"        // a minimal /dev at Dest
+	OpFile     OpKind = "file"       // Data as a read-only file at Dest (a copy, no mount)
+	OpMaskFile OpKind = "mask-file"  // Dest hidden behind /dev/null
+	OpMaskDir  OpKind = "mask-dir"   // Dest hidden behind an empty tmpfs
 )
 
 // Op is one step of the wall's mount plan, applied in order.
@@ -62,7 +61,7 @@ type Op struct {
 	Kind OpKind
 	Src  string // host path (binds) or link target (symlink)
 	Dest string // path inside the wall
-	Data []byte // OpData's content
+	Data []byte // OpFile's content
 	Why  string // why this op exists, for people reading the plan
 
 	dir bool   // fd kinds: the source must be a directory
@@ -879,9 +878,14 @@ const PasswdPath = "/run/toybox-etc/passwd"
 func EtcViewDir(stateDir string, entries []EtcEntry) string {
 	h := sha256.New()
 	for _, e := range entries {
-		fmt.Fprintf(h, "%q %q %q %t %t %x\n", e.Path, e.Src, e.Link, e.Mount, e.Dir, sha256.Sum256(e.Data))
+		fmt.Fprintln(h, e.key())
 	}
 	return filepath.Join(stateDir, "etc", hex.EncodeToString(h.Sum(nil))[:24])
+}
+
+// key is everything that makes an entry what it is, in one line.
+func (e EtcEntry) key() string {
+	return fmt.Sprintf("%q %q %q %t %t %x", e.Path, e.Src, e.Link, e.Mount, e.Dir, sha256.Sum256(e.Data))
 }
 
 // etcEntries turns the allowlist into view entries (those that exist).

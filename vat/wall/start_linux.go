@@ -523,21 +523,8 @@ func (p *Plan) render(fds *fdTable, spec Spec) ([]string, error) {
 			a = append(a, "--ro-bind", "/dev/null", op.Dest)
 		case OpMaskDir:
 			a = append(a, "--perms", "0555", "--tmpfs", op.Dest)
-		case OpData:
-			f, err := dataFile(op.Dest, op.Data)
-			if err != nil {
-				return nil, err
-			}
-			a = append(a, "--perms", "0444")
-			a = append(append(a, fds.pass(f, "--ro-bind-data")...), op.Dest)
 		case OpFile:
-			var f *os.File
-			var err error
-			if op.Data != nil {
-				f, err = dataFile(op.Dest, op.Data)
-			} else {
-				f, err = openCopy(op.Src)
-			}
+			f, err := dataFile(op.Dest, op.Data)
 			if err != nil {
 				return nil, err
 			}
@@ -620,15 +607,6 @@ func dataFile(name string, data []byte) (*os.File, error) {
 		return nil, fmt.Errorf("data for %s: %w", name, err)
 	}
 	return f, nil
-}
-
-// openCopy opens a host file whose content bwrap copies into the wall.
-func openCopy(path string) (*os.File, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		return nil, fmt.Errorf("opening %s to copy it into the wall: %w", path, &os.PathError{Op: "open", Path: path, Err: err})
-	}
-	return os.NewFile(uintptr(fd), "copy:"+path), nil
 }
 
 // openBind opens a bind source as an O_PATH descriptor without following any

@@ -14,8 +14,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The wall's /etc is one read-only bind of a folder the supervisor builds
@@ -72,7 +73,7 @@ func PrepareEtcView(stateDir string) error {
 type etcView struct {
 	mu      sync.Mutex
 	fp      string    // fingerprint of the sources when built
-	files   []string  // regular files inside copied folders (their changes count)
+	files   []string  // regular files and folders inside copied folders (their changes count)
 	checked time.Time // when fp was last found current
 }
 
@@ -128,14 +129,14 @@ func ensureEtcView(p *Plan) error {
 }
 
 // etcFingerprint summarises everything a view is built from: the entries,
-// each source's identity and times, the regular files found in copied
+// each source's identity and times, the regular files and folders found in copied
 // folders, and the view folder itself (a view removed or replaced by
 // someone else is built again).
 func etcFingerprint(dir string, entries []EtcEntry, files []string) string {
 	h := sha256.New()
 	stamp := func(p string) {
-		var st syscall.Stat_t
-		if err := syscall.Lstat(p, &st); err != nil {
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
 			fmt.Fprintf(h, "%s:missing\n", p)
 			return
 		}
@@ -143,7 +144,7 @@ func etcFingerprint(dir string, entries []EtcEntry, files []string) string {
 	}
 	stamp(dir)
 	for _, e := range entries {
-		fmt.Fprintf(h, "entry %q %q %q %t %t %x\n", e.Path, e.Src, e.Link, e.Mount, e.Dir, sha256.Sum256(e.Data))
+		fmt.Fprintf(h, "entry %s\n", e.key())
 		if e.Src != "" {
 			stamp(e.Src)
 		}
@@ -155,7 +156,7 @@ func etcFingerprint(dir string, entries []EtcEntry, files []string) string {
 }
 
 // buildEtcView writes the view in a new folder next to dir and swaps it in,
-// so a wall always binds a whole view. It returns the regular files found in
+// so a wall always binds a whole view. It returns the regular files and folders found in
 // copied folders.
 func buildEtcView(dir string, entries []EtcEntry) ([]string, error) {
 	parent := filepath.Dir(dir)
@@ -337,7 +338,7 @@ func (b *viewBuilder) copy(src, d string) error {
 		}
 		for _, ent := range ents {
 			s := filepath.Join(src, ent.Name())
-			if ent.Type().IsRegular() {
+			if ent.Type().IsRegular() || ent.IsDir() {
 				b.files = append(b.files, s)
 			}
 			if err := b.copy(s, filepath.Join(d, ent.Name())); err != nil {
@@ -351,7 +352,7 @@ func (b *viewBuilder) copy(src, d string) error {
 // copyRegular copies a regular file (opened without following a symlink)
 // as a file of mode perm.
 func copyRegular(src, d string, perm fs.FileMode) error {
-	in, err := os.OpenFile(src, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	in, err := os.OpenFile(src, os.O_RDONLY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return err
 	}
