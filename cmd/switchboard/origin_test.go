@@ -2,12 +2,8 @@ package main
 
 import (
 	"fmt"
-	"net"
-	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"toybox/tests/testenv"
 )
@@ -19,39 +15,7 @@ import (
 func TestOriginReachesOwnerCheck(t *testing.T) {
 	testenv.RequireRoot(t)
 	const toyboxUID = 65534
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
-	// The service: busybox nc listening as toybox's user, run from /bin.
-	svc := exec.Command("/bin/busybox", "nc", "-l", "-p", fmt.Sprint(port))
-	svc.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: toyboxUID, Gid: toyboxUID}, Pdeathsig: syscall.SIGKILL}
-	if err := svc.Start(); err != nil {
-		testenv.Unavailable(t, "busybox nc cannot run: "+err.Error())
-	}
-	t.Cleanup(func() { _ = svc.Process.Kill(); _ = svc.Wait() })
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err == nil {
-			_ = c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("busybox nc did not listen on %d: %v", port, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	// nc -l serves one connection; start it again for the checks.
-	_ = svc.Wait()
-	svc = exec.Command("/bin/busybox", "nc", "-l", "-p", fmt.Sprint(port))
-	svc.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: toyboxUID, Gid: toyboxUID}, Pdeathsig: syscall.SIGKILL}
-	if err := svc.Start(); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(200 * time.Millisecond)
+	port := testenv.ListenAs(t, toyboxUID) // a service of toybox's user, outside its tree
 
 	r := startSwitchboard(t, map[string]any{"owner": map[string]any{
 		"toyboxUID":  toyboxUID,

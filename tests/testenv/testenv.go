@@ -5,9 +5,16 @@
 package testenv
 
 import (
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
+	"strconv"
+	"syscall"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Required reports whether TOYBOX_REQUIRE_WALLS asks for every sandbox and
@@ -50,3 +57,59 @@ func RequireRoot(t testing.TB) {
 // Makefile's ENTRY_FLAGS): static, its C launcher and glibc linked in,
 // without the cgo resolver and user lookups.
 var EntryBuildFlags = []string{"-tags", "netgo,osusergo", "-ldflags=-extldflags=-static"}
+
+// ListenAs starts a TCP service on 127.0.0.1 that runs as uid (and gid):
+// busybox nc, from /bin (outside toybox's tree), accepting connection after
+// connection until the test ends. It returns the port, once the service
+// answers. Needs root (to switch uid) and /bin/busybox.
+func ListenAs(t testing.TB, uid int) uint16 {
+	t.Helper()
+	RequireRoot(t)
+	if _, err := os.Stat("/bin/busybox"); err != nil {
+		Unavailable(t, "/bin/busybox is not installed (busybox-static)")
+	}
+	var last error
+	for range 5 {
+		// A free port, taken by nc a moment later: should another process
+		// take it first, nc fails and the next round picks another.
+		l, err := net.Listen("tcp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		cmd := exec.Command("/bin/busybox", "nc", "-ll", "-p", strconv.Itoa(port), "-e", "/bin/true")
+		cmd.SysProcAttr = &syscall.SysProcAttr{
+			Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}},
+			Setpgid:    true,
+		}
+		if err := cmd.Start(); err != nil {
+			Unavailable(t, "busybox nc cannot run as uid "+strconv.Itoa(uid)+": "+err.Error())
+		}
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		stop := func() { _ = unix.Kill(-cmd.Process.Pid, unix.SIGKILL); <-exited }
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			if c, err := net.Dial("tcp4", "127.0.0.1:"+strconv.Itoa(port)); err == nil {
+				_ = c.Close()
+				t.Cleanup(stop)
+				return uint16(port)
+			}
+			select {
+			case err := <-exited:
+				last = fmt.Errorf("busybox nc on port %d ended: %v", port, err)
+				exited <- err
+			case <-time.After(10 * time.Millisecond):
+				if time.Now().Before(deadline) {
+					continue
+				}
+				last = fmt.Errorf("busybox nc never answered on port %d", port)
+				stop()
+			}
+			break
+		}
+	}
+	t.Fatalf("no service as uid %d: %v", uid, last)
+	return 0
+}

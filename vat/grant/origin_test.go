@@ -5,12 +5,9 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"toybox/labels"
 	"toybox/tests/testenv"
@@ -24,32 +21,7 @@ import (
 func TestOriginCrossesTheRelay(t *testing.T) {
 	testenv.RequireRoot(t)
 	const toyboxUID = 65534
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := uint16(l.Addr().(*net.TCPAddr).Port)
-	_ = l.Close()
-	// The service: busybox nc, listening again after each connection, as
-	// toybox's user, run from /bin (outside toybox's tree).
-	svc := exec.Command("/bin/busybox", "sh", "-c", fmt.Sprintf("while :; do /bin/busybox nc -l -p %d </dev/null >/dev/null; done", port))
-	svc.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: toyboxUID, Gid: toyboxUID}, Setpgid: true}
-	if err := svc.Start(); err != nil {
-		testenv.Unavailable(t, "busybox cannot run: "+err.Error())
-	}
-	t.Cleanup(func() { _ = syscall.Kill(-svc.Process.Pid, syscall.SIGKILL); _ = svc.Wait() })
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err == nil {
-			_ = c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the service did not listen on %d: %v", port, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	port := testenv.ListenAs(t, toyboxUID) // a service of toybox's user, outside its tree
 
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "switchboard.json")
