@@ -37,6 +37,7 @@ func (l *logWriter) Write(p []byte) (int, error) {
 	}
 	if l.shut {
 		l.mu.Unlock()
+		<-l.done            // after what was gathered, in order
 		return l.w.Write(p) // after Close: straight through
 	}
 	l.buf = append(l.buf, p...)

@@ -113,3 +113,21 @@ func TestLogWriterBounded(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// TestLogWriterCloseKeepsOrder: a record written while Close is writing
+// what had gathered comes after it, not in between.
+func TestLogWriterCloseKeepsOrder(t *testing.T) {
+	sw := &slowWriter{delay: 20 * time.Millisecond}
+	l := newLogWriter(sw)
+	fmt.Fprint(l, "a\n")
+	time.Sleep(5 * time.Millisecond) // "a" is being written
+	fmt.Fprint(l, "b\n")             // gathered, written after "a"
+	closed := make(chan struct{})
+	go func() { _ = l.Close(); close(closed) }()
+	time.Sleep(5 * time.Millisecond) // Close is waiting for "b"
+	fmt.Fprint(l, "late\n")
+	<-closed
+	if got := sw.String(); got != "a\nb\nlate\n" {
+		t.Errorf("written %q; want a, b, late in order", got)
+	}
+}
