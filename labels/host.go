@@ -280,3 +280,20 @@ func finishHostPort(s, h, portPart string, hasPort, needPort bool) (string, uint
 	}
 	return h, p, nil
 }
+
+// LoopbackHost reports whether a host (canonicalised first) names this machine's
+// loopback by itself: localhost and every name below it (RFC 6761 6.3; the
+// switchboard answers them with 127.0.0.1 and ::1 without asking DNS), or
+// a loopback address (an IPv4-mapped one included). A name that merely
+// resolves to loopback is not known here; the switchboard judges it when
+// it connects.
+func LoopbackHost(h string) bool {
+	if c, err := CanonicalHost(h); err == nil {
+		h = c
+	}
+	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
+		return true
+	}
+	a, err := netip.ParseAddr(h)
+	return err == nil && a.Unmap().IsLoopback()
+}

@@ -607,3 +607,15 @@ func TestConstrainAdmitTogether(t *testing.T) {
 		t.Errorf("Admit(%+v) = %+v; want refused", r, d)
 	}
 }
+
+func TestLoopbackHost(t *testing.T) {
+	for h, want := range map[string]bool{
+		"localhost": true, "LocalHost.": true, "db.localhost": true, "127.0.0.1": true, "127.8.9.10": true,
+		"::1": true, "[::1]": true, "::ffff:127.0.0.1": true,
+		"example.com": false, "localhost.example.com": false, "notlocalhost": false, "10.0.0.1": false, "": false,
+	} {
+		if got := LoopbackHost(h); got != want {
+			t.Errorf("LoopbackHost(%q) = %v; want %v", h, got, want)
+		}
+	}
+}

@@ -63,7 +63,7 @@ func (s *Server) decide(ctx context.Context, h labels.Set, req labels.Request) (
 			d.reason = fmt.Sprintf("%s is %s", host, v.What)
 			return d, nil
 		}
-		if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		if labels.LoopbackHost(host) {
 			// RFC 6761 6.3: loopback, answered here and never asked of DNS.
 			d.addrs = []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.IPv6Loopback()}
 		} else {

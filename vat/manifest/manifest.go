@@ -10,11 +10,12 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/netip"
 	"path"
 	"regexp"
 	"strconv"
 	"strings"
+
+	"toybox/labels"
 )
 
 // MaxSize is the largest manifest.json accepted.
@@ -72,13 +73,7 @@ type Host struct {
 }
 
 // Loopback reports whether h names this machine's loopback.
-func (h Host) Loopback() bool {
-	if h.Host == "localhost" {
-		return true
-	}
-	a, err := netip.ParseAddr(h.Host)
-	return err == nil && a.IsLoopback()
-}
+func (h Host) Loopback() bool { return labels.LoopbackHost(h.Host) }
 
 var (
 	envKeyRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)

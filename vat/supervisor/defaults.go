@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/netip"
 	"os"
 	"path/filepath"
 
@@ -20,18 +19,13 @@ var composeFiles = []string{"compose.yaml", "compose.yml", "docker-compose.yaml"
 // loopbackDefault reports whether g is an address on this host's loopback
 // that the manifest wrote (not one the owner typed).
 func loopbackDefault(g labels.Set) bool {
-	if g.Origin != labels.OriginManifest || g.Host == "" {
-		return false
-	}
-	if g.Host == "localhost" {
-		return true
-	}
-	a, err := netip.ParseAddr(g.Host)
-	return err == nil && a.Unmap().IsLoopback()
+	return g.Origin == labels.OriginManifest && labels.LoopbackHost(g.Host)
 }
 
 // checkOwnPorts refuses a manifest that names one of the supervisor's own
-// ports on loopback: no grant, typed or written, may point a vat at toybox.
+// ports on loopback: no grant a manifest wrote may point a vat at toybox.
+// (What the owner types is the owner's; the switchboard's listener-owner
+// check still judges it.)
 func (s *Supervisor) checkOwnPorts(g []labels.Set) error {
 	for _, set := range g {
 		if !loopbackDefault(set) {

@@ -51,6 +51,16 @@ func TestManifestDefaults(t *testing.T) {
 			[]string{"without a port"},
 		},
 		{
+			"a name below localhost is loopback too", "", `["db.localhost:5432"]`, "",
+			nil,
+			[]string{"no compose file publishing port 5432"},
+		},
+		{
+			"an IPv4-mapped loopback address too", "", `["[::ffff:127.0.0.1]:5432"]`, "",
+			nil,
+			[]string{"no compose file publishing port 5432"},
+		},
+		{
 			"a public host is no default", "", `["example.com:443"]`, "",
 			[]string{`{"host":"example.com","origin":"manifest","port":443}`},
 			nil,
