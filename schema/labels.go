@@ -1,12 +1,17 @@
 package schema
 
-// LabelFields are the fields of a Labels struct as plain values, so that the
-// switchboard and the supervisor (which meet only here) convert to and from
-// their label sets in one place each way. Empty text and a zero port mean
-// the key is absent.
+// LabelFields are the fields of a Labels struct as plain values. Its fields
+// are labels.Set's, in the same order, so that each side converts with a
+// plain type conversion (schema.LabelFields(set), labels.Set(fields)), and a
+// field added to one but not the other stops the build instead of being
+// lost on the way. Empty text and a zero port mean the key is absent.
 type LabelFields struct {
-	Scheme, Host, Network, Vat, Origin string
-	Port                               uint16
+	Scheme  string
+	Host    string
+	Port    uint16
+	Network string
+	Vat     string
+	Origin  string
 }
 
 // SetFields writes f into l.

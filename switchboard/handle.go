@@ -295,9 +295,9 @@ func fromSchema(l schema.Labels) (labels.Set, error) {
 	if err != nil {
 		return labels.Set{}, err
 	}
-	return labels.Canonical(labels.Set{Scheme: f.Scheme, Host: f.Host, Port: f.Port, Network: f.Network, Vat: f.Vat, Origin: f.Origin})
+	return labels.Canonical(labels.Set(f))
 }
 
 func toSchema(l schema.Labels, s labels.Set) error {
-	return l.SetFields(schema.LabelFields{Scheme: s.Scheme, Host: s.Host, Port: s.Port, Network: s.Network, Vat: s.Vat, Origin: s.Origin})
+	return l.SetFields(schema.LabelFields(s))
 }

@@ -174,7 +174,7 @@ func constrainHandle(ctx context.Context, h schema.Handle, s labels.Set) (schema
 		if err != nil {
 			return err
 		}
-		return l.SetFields(schema.LabelFields{Scheme: s.Scheme, Host: s.Host, Port: s.Port, Network: s.Network, Vat: s.Vat, Origin: s.Origin})
+		return l.SetFields(schema.LabelFields(s))
 	})
 	defer release()
 	r, err := f.Struct()

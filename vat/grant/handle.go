@@ -58,6 +58,9 @@ func common(ms []labels.Set) labels.Set {
 		if m.Vat != c.Vat {
 			c.Vat = ""
 		}
+		if m.Origin != c.Origin {
+			c.Origin = "" // at most: a typed member reaches what a manifest one does not
+		}
 	}
 	return c
 }

@@ -224,7 +224,7 @@ func relayErr(err error) error {
 }
 
 func toSchema(l schema.Labels, s labels.Set) error {
-	return l.SetFields(schema.LabelFields{Scheme: s.Scheme, Host: s.Host, Port: s.Port, Network: s.Network, Vat: s.Vat, Origin: s.Origin})
+	return l.SetFields(schema.LabelFields(s))
 }
 
 func fromSchema(l schema.Labels) (labels.Set, error) {
@@ -232,7 +232,7 @@ func fromSchema(l schema.Labels) (labels.Set, error) {
 	if err != nil {
 		return labels.Set{}, err
 	}
-	return labels.Canonical(labels.Set{Scheme: f.Scheme, Host: f.Host, Port: f.Port, Network: f.Network, Vat: f.Vat, Origin: f.Origin})
+	return labels.Canonical(labels.Set(f))
 }
 
 // vatServer is the Vat bootstrap on one connection.
