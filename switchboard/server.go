@@ -232,7 +232,7 @@ func (s *Server) serveConn(ctx context.Context, name string, uc *net.UnixConn, r
 		p.pid, p.uid = -1, ^uint32(0)
 	}
 	rootH := p.newHandle(root, nil, false)
-	conn := wc.RPC(capnp.Client(rootH.client()), rpcLogger{s.log})
+	conn := wc.RPC(capnp.Client(rootH.client()), wire.Logger(s.log))
 	select {
 	case <-conn.Done():
 	case <-ctx.Done():
@@ -351,12 +351,3 @@ func (c *countingReturner) Return() {
 func (p *peer) export(h capnp.ClientHook) capnp.Client {
 	return capnp.NewClient(limitHook{ClientHook: h, p: p})
 }
-
-// rpcLogger adapts slog to rpc.Logger at debug level (RPC chatter is not a
-// decision record).
-type rpcLogger struct{ l *slog.Logger }
-
-func (r rpcLogger) Debug(msg string, args ...any) { r.l.Debug(msg, args...) }
-func (r rpcLogger) Info(msg string, args ...any)  { r.l.Debug(msg, args...) }
-func (r rpcLogger) Warn(msg string, args ...any)  { r.l.Debug(msg, args...) }
-func (r rpcLogger) Error(msg string, args ...any) { r.l.Debug(msg, args...) }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -440,7 +441,8 @@ func TestGrantNamingAnotherVat(t *testing.T) {
 // TestVatCannotPushFDs: a vat sending descriptors to the supervisor breaks
 // its own connection and nothing else.
 func TestVatCannotPushFDs(t *testing.T) {
-	v, err := NewVat(VatConfig{ID: "henry"})
+	var logs syncLog
+	v, err := NewVat(VatConfig{ID: "henry", Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -465,4 +467,25 @@ func TestVatCannotPushFDs(t *testing.T) {
 		t.Fatal("the supervisor kept serving a connection that pushed a descriptor")
 	}
 	_ = unix.Close(fds[1])
+	// The operator can see why: a warning naming the broken rule.
+	if got := logs.String(); !strings.Contains(got, "level=WARN") || !strings.Contains(got, wire.ErrFDsRefused.Error()) {
+		t.Errorf("log %q; want a warning saying %q", got, wire.ErrFDsRefused)
+	}
+}
+
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

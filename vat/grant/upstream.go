@@ -87,7 +87,7 @@ func (u *Upstream) current(ctx context.Context) (session, error) {
 	if err != nil {
 		return session{}, fmt.Errorf("reaching the switchboard at %s: %w", u.cfg.Path, err)
 	}
-	rc := c.RPC(capnp.Client{}, rpcLogger{u.log})
+	rc := c.RPC(capnp.Client{}, wire.Logger(u.log))
 	root := schema.Handle(rc.Bootstrap(dctx))
 	if err := root.Resolve(dctx); err != nil {
 		root.Release()
@@ -126,14 +126,3 @@ func (u *Upstream) Close() error {
 	}
 	return nil
 }
-
-// rpcLogger passes go-capnp's own log lines on at debug level. A peer that
-// hangs up (a vat that exits, a switchboard that restarts) is an ordinary
-// event there, logged as an error; what matters to an operator surfaces as
-// a failed call or a status word instead.
-type rpcLogger struct{ l *slog.Logger }
-
-func (r rpcLogger) Debug(msg string, args ...any) { r.l.Debug(msg, args...) }
-func (r rpcLogger) Info(msg string, args ...any)  { r.l.Debug(msg, args...) }
-func (r rpcLogger) Warn(msg string, args ...any)  { r.l.Debug(msg, args...) }
-func (r rpcLogger) Error(msg string, args ...any) { r.l.Debug("capnp: "+msg, args...) }

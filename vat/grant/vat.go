@@ -92,7 +92,7 @@ func (v *Vat) Members() []labels.Set { return append([]labels.Set(nil), v.member
 // the vat is revoked. It takes ownership of c.
 func (v *Vat) Serve(ctx context.Context, c *wire.Conn) error {
 	srv := &vatServer{v: v, down: c}
-	rc := c.RPC(capnp.Client(schema.Vat_ServerToClient(srv)), rpcLogger{v.log})
+	rc := c.RPC(capnp.Client(schema.Vat_ServerToClient(srv)), wire.Logger(v.log))
 	v.mu.Lock()
 	if v.revoked {
 		v.mu.Unlock()
