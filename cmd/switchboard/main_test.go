@@ -193,6 +193,7 @@ func TestEgressBlackBox(t *testing.T) {
 		{"check port not granted", "", []string{"--socket", r.local, "--constrain", `web.test:443`, "check", "web.test:80"}, 3, "", "egress refused: port 80 not granted"},
 		{"constrain widens", "", []string{"--socket", r.public, "--constrain", `{"network":"local"}`, "check", "web.test:80"}, 1, "", "widen"},
 		{"bad constrain", "", []string{"--socket", r.public, "--constrain", `{"hots":"x"}`, "check", "web.test:80"}, 2, "", "hots"},
+		{"bad legacy constrain", "", []string{"--socket", r.public, "--constrain", "web.test:99999", "check", "web.test:80"}, 2, "", "port 99999 out of range"},
 		{"fetch local", "", []string{"--socket", r.local, "fetch", fmt.Sprintf("http://web.test:%d/x", webPort)}, 0, "hello from /x", ""},
 		{"fetch public", "", []string{"--socket", r.public, "fetch", fmt.Sprintf("http://web.test:%d/x", webPort)}, 3, "", "egress refused: web.test resolves to 127.0.0.1, a loopback address"},
 		{"connect echo", "ping\n", []string{"--socket", r.local, "connect", fmt.Sprintf("localhost:%d", echoPort)}, 0, "ping\n", ""},

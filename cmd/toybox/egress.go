@@ -76,7 +76,11 @@ func egressMain(args []string) int {
 		if err != nil {
 			sets, gerr := labels.ParseGrant(c) // a legacy host[:port]
 			if gerr != nil || len(sets) != 1 || strings.HasPrefix(strings.TrimSpace(c), "{") {
-				fmt.Fprintf(os.Stderr, "toybox egress: --constrain %s: %v (give one label set per --constrain)\n", c, err)
+				why := err // a JSON label set
+				if !strings.HasPrefix(strings.TrimSpace(c), "{") && gerr != nil {
+					why = gerr // a host[:port]: its own words, not JSON's
+				}
+				fmt.Fprintf(os.Stderr, "toybox egress: --constrain %s: %v (give one label set per --constrain)\n", c, why)
 				return exitUsage
 			}
 			set = sets[0]
