@@ -489,3 +489,29 @@ func (l *syncLog) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// TestRefusalNamesWhatWasDropped: a connect to an address the manifest asked
+// for but was not granted says so, and why, inside the refusal the app sees.
+func TestRefusalNamesWhatWasDropped(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "sb.sock")
+	startSwitchboard(t, sock)
+	port := echoServer(t)
+	u := NewUpstream(UpstreamConfig{Path: sock})
+	t.Cleanup(func() { _ = u.Close() })
+	dropped := Dropped{Set: labels.Set{Host: "127.0.0.1", Port: 5432, Origin: labels.OriginManifest}, Why: "the bundle has no compose file publishing port 5432 on 127.0.0.1"}
+	v, err := NewVat(VatConfig{ID: "carol", Grants: []labels.Set{{Host: "127.0.0.1", Port: port}}, Upstream: u, Dropped: []Dropped{dropped}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(v.Revoke)
+	vc, cli := vatClient(t, v)
+	h := egress(t, vc)
+	_, err = connectFD(context.Background(), h, cli, "127.0.0.1", 5432)
+	if err == nil || !strings.Contains(err.Error(), "egress refused: ") || !strings.Contains(err.Error(), "the manifest asked for") || !strings.Contains(err.Error(), dropped.Why) {
+		t.Fatalf("connect to the dropped address = %v; want a refusal naming the manifest's address and why it was dropped", err)
+	}
+	_, err = connectFD(context.Background(), h, cli, "127.0.0.1", 6379)
+	if err == nil || strings.Contains(err.Error(), "the manifest asked for") {
+		t.Fatalf("connect to another address = %v; want a plain refusal", err)
+	}
+}

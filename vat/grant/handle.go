@@ -116,7 +116,14 @@ func (h *handleServer) candidates(r labels.Request) ([]labels.Set, error) {
 		}
 	}
 	if len(out) == 0 {
-		return nil, errors.New("egress refused: " + first.Reason)
+		reason := first.Reason
+		for _, d := range h.v.cfg.Dropped {
+			if d.Set.Admit(r).Allow {
+				reason += fmt.Sprintf(" (the manifest asked for %s; it was not granted: %s)", d.Set, d.Why)
+				break
+			}
+		}
+		return nil, errors.New("egress refused: " + reason)
 	}
 	return out, nil
 }

@@ -37,6 +37,9 @@ type VatConfig struct {
 	Doors func() schema.DoorSet
 	// Logger receives relay events. If nil, discarded.
 	Logger *slog.Logger
+	// Dropped are what the vat's manifest asked for and was not granted,
+	// with why: a refusal that one of them would have admitted says so.
+	Dropped []Dropped
 }
 
 // Vat serves one vat's bootstrap capability on any number of connections
@@ -234,6 +237,15 @@ func fromSchema(l schema.Labels) (labels.Set, error) {
 	}
 	return labels.Canonical(labels.Set(f))
 }
+
+// Dropped is an address a vat's manifest asked for that it was not
+// granted, and why.
+type Dropped struct {
+	Set labels.Set
+	Why string
+}
+
+func (d Dropped) String() string { return d.Set.String() + ": " + d.Why }
 
 // vatServer is the Vat bootstrap on one connection.
 type vatServer struct {

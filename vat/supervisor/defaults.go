@@ -9,6 +9,7 @@ import (
 
 	"toybox/labels"
 	"toybox/vat/compose"
+	"toybox/vat/grant"
 	"toybox/vat/store"
 )
 
@@ -47,7 +48,7 @@ func (s *Supervisor) checkOwnPorts(g []labels.Set) error {
 // and reported in its status. What the owner typed (?egress=) is kept as it
 // is; the switchboard's listener-owner check judges every loopback
 // connection either way.
-func (s *Supervisor) grantFor(code store.Code, egress string) ([]labels.Set, []string, error) {
+func (s *Supervisor) grantFor(code store.Code, egress string) ([]labels.Set, []grant.Dropped, error) {
 	g, err := code.Manifest.Grant(egress)
 	if err != nil {
 		return nil, nil, err
@@ -56,14 +57,14 @@ func (s *Supervisor) grantFor(code store.Code, egress string) ([]labels.Set, []s
 	var yamlName string
 	loaded := false
 	var kept []labels.Set
-	var dropped []string
+	var dropped []grant.Dropped
 	for _, set := range g {
 		if !loopbackDefault(set) {
 			kept = append(kept, set)
 			continue
 		}
 		if set.Port == 0 {
-			dropped = append(dropped, fmt.Sprintf("%s: the manifest names a loopback host without a port", set))
+			dropped = append(dropped, grant.Dropped{Set: set, Why: "the manifest names a loopback host without a port"})
 			continue
 		}
 		if !loaded {
@@ -74,15 +75,15 @@ func (s *Supervisor) grantFor(code store.Code, egress string) ([]labels.Set, []s
 			}
 		}
 		if yaml == nil {
-			dropped = append(dropped, fmt.Sprintf("%s: the bundle has no compose file publishing port %d on 127.0.0.1", set, set.Port))
+			dropped = append(dropped, grant.Dropped{Set: set, Why: fmt.Sprintf("the bundle has no compose file publishing port %d on 127.0.0.1", set.Port)})
 			continue
 		}
 		ok, err := compose.Publishes(yaml, set.Port)
 		switch {
 		case err != nil:
-			dropped = append(dropped, fmt.Sprintf("%s: %s: %v", set, yamlName, err))
+			dropped = append(dropped, grant.Dropped{Set: set, Why: fmt.Sprintf("%s: %v", yamlName, err)})
 		case !ok:
-			dropped = append(dropped, fmt.Sprintf("%s: %s does not publish port %d on 127.0.0.1 over TCP", set, yamlName, set.Port))
+			dropped = append(dropped, grant.Dropped{Set: set, Why: fmt.Sprintf("%s does not publish port %d on 127.0.0.1 over TCP", yamlName, set.Port)})
 		default:
 			kept = append(kept, set)
 		}
@@ -116,8 +117,8 @@ func readCompose(dir string) ([]byte, string, error) {
 
 // logDropped says, once per install or start, which manifest addresses a
 // vat runs without.
-func (s *Supervisor) logDropped(id string, dropped []string) {
+func (s *Supervisor) logDropped(id string, dropped []grant.Dropped) {
 	for _, d := range dropped {
-		s.log.Warn("manifest address dropped: the vat starts without it", keyVat, id, keyReason, d)
+		s.log.Warn("manifest address dropped: the vat starts without it", keyVat, id, keyReason, d.String())
 	}
 }

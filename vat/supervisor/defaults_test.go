@@ -99,7 +99,7 @@ func TestManifestDefaults(t *testing.T) {
 				t.Fatalf("dropped = %q; want %d entries like %q", dropped, len(tt.wantDropped), tt.wantDropped)
 			}
 			for i, d := range dropped {
-				if !strings.Contains(d, tt.wantDropped[i]) {
+				if !strings.Contains(d.String(), tt.wantDropped[i]) {
 					t.Errorf("dropped[%d] = %q; want it to say %q", i, d, tt.wantDropped[i])
 				}
 			}

@@ -221,7 +221,7 @@ func (s *Supervisor) spawn(ctx context.Context, v *vat) (r *running, off words.W
 		off = words.OffWall
 	}
 	v.mu.Lock()
-	code, rec, g := v.code, v.rec, v.grant
+	code, rec, g, dropped := v.code, v.rec, v.grant, v.dropped
 	v.mu.Unlock()
 	if code.Manifest == nil {
 		return nil, off, errors.New("no code loaded")
@@ -241,7 +241,7 @@ func (s *Supervisor) spawn(ctx context.Context, v *vat) (r *running, off words.W
 		gd = s.cfg.Doors.Grant(v.id, s.log)
 		doorSet = gd.DoorSet
 	}
-	gv, err := grant.NewVat(grant.VatConfig{ID: v.id, Grants: g, Upstream: s.cfg.Upstream, Doors: doorSet, Logger: s.log})
+	gv, err := grant.NewVat(grant.VatConfig{ID: v.id, Grants: g, Upstream: s.cfg.Upstream, Doors: doorSet, Logger: s.log, Dropped: dropped})
 	if err != nil {
 		if gd != nil {
 			gd.Revoke()

@@ -183,8 +183,8 @@ type vat struct {
 	restarts  int
 	lastExit  string
 	lastError string
-	doors     []string // the door entries the running spawn holds
-	dropped   []string // manifest defaults left out of the grant, and why
+	doors     []string        // the door entries the running spawn holds
+	dropped   []grant.Dropped // manifest defaults left out of the grant, and why
 	run       *instance
 }
 
@@ -227,7 +227,7 @@ func (v *vat) status() Status {
 		Code: v.rec.Code, Grant: g, PID: v.pid, Restarts: v.restarts,
 		LastExit: v.lastExit, LastError: v.lastError, Installed: v.rec.Installed, UID: v.rec.UID, word: v.word,
 		Doors:   append([]string(nil), v.doors...),
-		Dropped: append([]string(nil), v.dropped...),
+		Dropped: droppedText(v.dropped),
 	}
 	for k := range v.rec.Env {
 		st.Env = append(st.Env, k)
@@ -445,7 +445,7 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 		rec     store.Record
 		code    store.Code
 		grant   []labels.Set
-		dropped []string
+		dropped []grant.Dropped
 		run     *instance
 	}{v.rec, v.code, v.grant, v.dropped, v.run}
 	v.mu.Unlock()
@@ -771,4 +771,12 @@ func containsDotDot(p string) bool {
 		}
 	}
 	return false
+}
+
+func droppedText(ds []grant.Dropped) []string {
+	var out []string
+	for _, d := range ds {
+		out = append(out, d.String())
+	}
+	return out
 }
