@@ -386,9 +386,16 @@ func TestDoorsEndToEnd(t *testing.T) {
 			LastError string   `json:"last_error"`
 			Doors     []string `json:"doors"`
 		}
-		code, body = doorsDo(t, ac, http.MethodGet, "http://admin/kiosk", nil)
-		if code != 200 || json.Unmarshal([]byte(body), &st) != nil {
-			t.Fatalf("GET /kiosk = %d %s", code, body)
+		// The vats start beside serving: wait for kiosk's start to end.
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			code, body = doorsDo(t, ac, http.MethodGet, "http://admin/kiosk", nil)
+			if code != 200 || json.Unmarshal([]byte(body), &st) != nil {
+				t.Fatalf("GET /kiosk = %d %s", code, body)
+			}
+			if st.Status != "starting" || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 		if st.Status != "off: it stopped" || !strings.Contains(st.LastError, "doors refused: vat kiosk is not first-party") || len(st.Doors) != 0 {
 			t.Errorf("kiosk after the table dropped it = %+v; want off with the doors refusal", st)
