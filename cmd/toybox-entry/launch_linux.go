@@ -25,6 +25,7 @@ package main
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
@@ -390,6 +391,36 @@ static void te_close_listeners(void) {
 	}
 }
 
+// te_lazy_ms bounds how long the entry's Go half waits to start (below).
+#define TE_LAZY_MS 50
+
+// te_wait_for_need returns once the entry's Go half is needed: a
+// connection waits on one of its ports, the app has ended, or TE_LAZY_MS
+// have passed. Until then the app has the CPU to itself for its own start:
+// a runtime starting beside it (threads, heap, package inits) slows it
+// down on a small host, and the entry has nothing to do before the app
+// connects. (A stop request in that window is dropped by this pid 1 with
+// no handler yet; the supervisor asks again until one is there.)
+static void te_wait_for_need(void) {
+	struct te_launch *l = &te_launch;
+	struct pollfd p[TE_MAX_LISTEN + 2];
+	int n = 0;
+	for (int i = 0; i < l->nforward; i++) {
+		p[n++] = (struct pollfd){.fd = l->forward_fd[i], .events = POLLIN};
+	}
+	if (l->proxy_fd >= 0) {
+		p[n++] = (struct pollfd){.fd = l->proxy_fd, .events = POLLIN};
+	}
+	int app = (int)syscall(SYS_pidfd_open, l->app_pid, 0);
+	if (app >= 0) {
+		p[n++] = (struct pollfd){.fd = app, .events = POLLIN};
+	}
+	(void)poll(p, (nfds_t)n, TE_LAZY_MS);
+	if (app >= 0) {
+		close(app);
+	}
+}
+
 __attribute__((constructor)) static void te_launcher(int argc, char **argv, char **envp) {
 	(void)envp;
 	struct te_launch *l = &te_launch;
@@ -460,6 +491,9 @@ __attribute__((constructor)) static void te_launcher(int argc, char **argv, char
 		return;
 	}
 	l->state = TE_STARTED;
+	if (l->cap_fd >= 3) {
+		te_wait_for_need();
+	}
 }
 */
 import "C"

@@ -77,11 +77,6 @@ type etcView struct {
 	checked time.Time // when fp was last found current
 }
 
-// etcRecheck is how long a view found current is used without looking at
-// its sources again: a burst of spawns stats them once; a change to /etc
-// reaches walls started a second later.
-const etcRecheck = time.Second
-
 var etcViews = struct {
 	sync.Mutex
 	m map[string]*etcView

@@ -19,13 +19,16 @@ func idOf(fi os.FileInfo) fileID {
 	return fileID{}
 }
 
-// kernelRealDir resolves the folder p as the kernel does, in three system
-// calls (open O_PATH, read its /proc/self/fd link, close) instead of a
-// stat per path element; with noFollow, p itself must not be a symlink.
-// ok is false when it cannot say (any error, no /proc): the caller then
-// walks the path itself and reports what is wrong.
-func kernelRealDir(p string, noFollow bool) (real string, ok bool) {
-	flags := unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC
+// kernelReal resolves p as the kernel does, in three system calls (open
+// O_PATH, read its /proc/self/fd link, close) instead of a stat per path
+// element: a folder when dir is set; with noFollow, p itself must not be a
+// symlink. ok is false when it cannot say (any error, no /proc): the
+// caller then walks the path itself and reports what is wrong.
+func kernelReal(p string, dir, noFollow bool) (real string, ok bool) {
+	flags := unix.O_PATH | unix.O_CLOEXEC
+	if dir {
+		flags |= unix.O_DIRECTORY
+	}
 	if noFollow {
 		flags |= unix.O_NOFOLLOW
 	}

@@ -9,5 +9,5 @@ type fileID struct{ dev, ino uint64 }
 
 func idOf(os.FileInfo) fileID { return fileID{} }
 
-// kernelRealDir cannot say off Linux: the caller walks the path.
-func kernelRealDir(string, bool) (string, bool) { return "", false }
+// kernelReal cannot say off Linux: the caller walks the path.
+func kernelReal(string, bool, bool) (string, bool) { return "", false }

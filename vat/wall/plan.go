@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"toybox/vat/wall/entry"
 	"toybox/vat/wall/seccomp"
@@ -343,7 +345,7 @@ func (b *planner) passwd() string {
 // the allowlisted entries the host has, the synthesised group, hosts and
 // hostname, and the link to the wall's own passwd.
 func baseEtc() []EtcEntry {
-	return append(etcEntries(etcFiles),
+	return append(presentEtcEntries(),
 		EtcEntry{Path: "passwd", Link: PasswdPath},
 		EtcEntry{Path: "group", Data: []byte(fmt.Sprintf("root:x:0:\nvat:x:%d:\nnogroup:x:65534:\n", InsideGID))},
 		EtcEntry{Path: "hosts", Data: []byte("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")},
@@ -599,9 +601,12 @@ func (b *planner) command() error {
 		c = filepath.Join(b.install, c)
 	}
 	c = filepath.Clean(c)
-	real, err := filepath.EvalSymlinks(c)
-	if err != nil {
-		return fmt.Errorf("%w: command %s: %w", ErrSpec, c, err)
+	real, ok := kernelReal(c, false, false)
+	if !ok {
+		var err error
+		if real, err = filepath.EvalSymlinks(c); err != nil {
+			return fmt.Errorf("%w: command %s: %w", ErrSpec, c, err)
+		}
 	}
 	fi, err := os.Stat(real)
 	if err != nil {
@@ -789,7 +794,7 @@ func realAbs(name, p string, noLink bool) (string, error) {
 		return "", fmt.Errorf("%w: %s %q is not an absolute path", ErrSpec, name, p)
 	}
 	p = filepath.Clean(p)
-	if r, ok := kernelRealDir(p, noLink); ok {
+	if r, ok := kernelReal(p, true, noLink); ok {
 		return r, nil
 	}
 	if noLink {
@@ -886,6 +891,30 @@ func EtcViewDir(stateDir string, entries []EtcEntry) string {
 // key is everything that makes an entry what it is, in one line.
 func (e EtcEntry) key() string {
 	return fmt.Sprintf("%q %q %q %t %t %x", e.Path, e.Src, e.Link, e.Mount, e.Dir, sha256.Sum256(e.Data))
+}
+
+// etcRecheck is how long what /etc holds is taken as known: which of the
+// allowlisted entries exist, and whether a view built from them is still
+// current. A burst of spawns looks at /etc once; a change to /etc reaches
+// walls started a second later.
+const etcRecheck = time.Second
+
+var etcPresent struct {
+	sync.Mutex
+	at      time.Time
+	entries []EtcEntry
+}
+
+// presentEtcEntries is etcEntries(etcFiles), looked up at most once per
+// etcRecheck.
+func presentEtcEntries() []EtcEntry {
+	etcPresent.Lock()
+	defer etcPresent.Unlock()
+	if etcPresent.entries == nil || time.Since(etcPresent.at) >= etcRecheck {
+		etcPresent.entries = etcEntries(etcFiles)
+		etcPresent.at = time.Now()
+	}
+	return slices.Clone(etcPresent.entries)
 }
 
 // etcEntries turns the allowlist into view entries (those that exist).

@@ -41,9 +41,9 @@ func TestKernelRealDir(t *testing.T) {
 		{filepath.Join(root, "file"), false, ""},
 		{filepath.Join(root, "missing"), false, ""},
 	} {
-		got, ok := kernelRealDir(tc.path, tc.noFollow)
+		got, ok := kernelReal(tc.path, true, tc.noFollow)
 		if tc.want == "" && ok || tc.want != "" && (!ok || got != tc.want) {
-			t.Errorf("kernelRealDir(%s, %v) = %q, %v; want %q", tc.path, tc.noFollow, got, ok, tc.want)
+			t.Errorf("kernelReal(%s, dir, %v) = %q, %v; want %q", tc.path, tc.noFollow, got, ok, tc.want)
 		}
 		walked, err := realAbs("folder", tc.path, tc.noFollow)
 		if tc.want != "" && (err != nil || walked != tc.want) {
@@ -52,6 +52,10 @@ func TestKernelRealDir(t *testing.T) {
 		if tc.want == "" && err == nil {
 			t.Errorf("realAbs(%s, %v) = %q; want an error", tc.path, tc.noFollow, walked)
 		}
+	}
+	// A file, through a link on the way: the same path the walk finds.
+	if got, ok := kernelReal(filepath.Join(root, "link", "..", "file"), false, false); !ok || got != filepath.Join(root, "file") {
+		t.Errorf("kernelReal(a file) = %q, %v", got, ok)
 	}
 	if _, err := realAbs("data folder", filepath.Join(root, "dirlink"), true); !errors.Is(err, ErrSymlink) {
 		t.Errorf("a symlinked own folder: %v, want ErrSymlink", err)

@@ -107,14 +107,14 @@ func (p *Process) Stop(grace time.Duration) error {
 			_ = p.cmd.Process.Signal(unix.SIGTERM)
 		}
 	}
+	// A wall that was just started may not have its handler yet (pid 1
+	// drops unhandled signals): the request is repeated until one was
+	// sent while the wall's pid 1 caught it. Not after: a second one can
+	// mean "hurry" to an app (the entry forwards every one).
+	heard := p.catches(unix.SIGTERM)
 	term()
 	t := time.NewTimer(grace)
 	defer t.Stop()
-	// A wall that was just started may not have its handler yet (pid 1
-	// drops unhandled signals): repeat the request a few times early on,
-	// but only while the wall's pid 1 does not catch it: one that does has
-	// had it, and a second one can mean "hurry" to an app (the entry
-	// forwards every one).
 	resend := time.NewTicker(200 * time.Millisecond)
 	defer resend.Stop()
 	for n := 0; ; n++ {
@@ -122,7 +122,8 @@ func (p *Process) Stop(grace time.Duration) error {
 		case <-p.done:
 			return p.err
 		case <-resend.C:
-			if n < 5 && !p.catches(unix.SIGTERM) {
+			if n < 5 && !heard {
+				heard = p.catches(unix.SIGTERM)
 				term()
 			}
 			continue
