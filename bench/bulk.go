@@ -128,10 +128,17 @@ func (r *run) bulkSection(ctx context.Context) {
 		paths = append(paths, wall)
 	}
 	for i := range r.cfg.Repeats {
-		for _, p := range paths {
+		// Each repeat starts the round at the next path, so that no path
+		// always follows the same one; and each transfer starts once the
+		// bench's processes are quiet: the ByteStream transfer leaves its
+		// processes collecting garbage for a while, which would otherwise
+		// always fall on the transfer after it.
+		for k := range paths {
+			p := paths[(i+k)%len(paths)]
 			if p.err != nil {
 				continue
 			}
+			r.settle()
 			cpu0 := r.cpuByProc()
 			t0 := time.Now()
 			err := p.run(ctx, p.bytes)
@@ -202,7 +209,7 @@ func (r *run) bulkSection(ctx context.Context) {
 		}
 	}
 	size := func(n int64) string { return fmt.Sprintf("%d MiB", n>>20) }
-	common := fmt.Sprintf("median of %d interleaved repeats; one transfer = connect + %s upload (%d KiB writes) + the sink's 8-byte count", r.cfg.Repeats, size(r.cfg.Bytes), load.ChunkSize>>10)
+	common := fmt.Sprintf("median of %d interleaved repeats (each starting at the next path, each transfer once the bench processes are quiet); one transfer = connect + %s upload (%d KiB writes) + the sink's 8-byte count", r.cfg.Repeats, size(r.cfg.Bytes), load.ChunkSize>>10)
 	sbMissing := r.sbMissing()
 	setThru(RowHandoff, raw, handoff, sbMissing, common+"; ours = constrain + connect(wantFd) through the switchboard process, then the same upload on the received socket")
 	setThru(RowStream, raw, stream, sbMissing, fmt.Sprintf("median of %d repeats of a %s upload written as 64 KiB ByteStream messages under a 4 MiB flow window (toybox-entry's stream settings), switchboard → sink over TCP", r.cfg.Repeats, size(r.cfg.StreamBytes)))

@@ -294,6 +294,19 @@ func (r *run) cpuByProc() map[string]time.Duration {
 	return out
 }
 
+// settle waits until the bench's processes together use less than a tenth
+// of a core over 20 ms, for at most a second.
+func (r *run) settle() {
+	const window = 20 * time.Millisecond
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); {
+		before := sumCPU(r.cpuByProc())
+		time.Sleep(window)
+		if sumCPU(r.cpuByProc())-before < window/10 {
+			return
+		}
+	}
+}
+
 func sumCPU(m map[string]time.Duration) time.Duration {
 	var t time.Duration
 	for _, d := range m {
