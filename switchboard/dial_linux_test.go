@@ -3,13 +3,17 @@ package switchboard
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"toybox/tests/testenv"
 )
 
 func TestDialHandOver(t *testing.T) {
@@ -98,5 +102,91 @@ func TestDialHandOverFailures(t *testing.T) {
 	time.AfterFunc(100*time.Millisecond, cancel)
 	if err := waitConnected(ctx, pending(), 10*time.Second); !errors.Is(err, context.Canceled) {
 		t.Errorf("wait cancelled = %v; want context.Canceled", err)
+	}
+}
+
+// A connect that does not finish at once (the listener's accept queue is
+// full, so the first SYN is dropped) takes the slow path: the wait in the
+// runtime's poller, until the retried SYN gets through.
+func TestDialHandOverSlowPath(t *testing.T) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lf := os.NewFile(uintptr(fd), "listener")
+	defer lf.Close()
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Listen(fd, 0); err != nil { // an accept queue of one
+		t.Fatal(err)
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ap := netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(sa.(*unix.SockaddrInet4).Port))
+	var fill []net.Conn
+	defer func() {
+		for _, c := range fill {
+			_ = c.Close()
+		}
+	}()
+	for range 2 {
+		c, err := net.DialTimeout("tcp4", ap.String(), 200*time.Millisecond)
+		if err != nil {
+			break
+		}
+		fill = append(fill, c)
+	}
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		c, err := dialHandOver(context.Background(), ap, 10*time.Second)
+		done <- result{c, err}
+	}()
+	// Still connecting while the queue is full.
+	select {
+	case r := <-done:
+		if r.err == nil {
+			r.c.Close()
+		}
+		testenv.Unavailable(t, fmt.Sprintf("the connect finished at once (%v): this kernel did not drop the SYN", r.err))
+	case <-time.After(200 * time.Millisecond):
+	}
+	// Make room: the retried SYN gets in.
+	for range len(fill) + 1 {
+		nfd, _, err := unix.Accept4(fd, unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK)
+		if err == nil {
+			defer unix.Close(nfd)
+		}
+	}
+	go func() {
+		for {
+			nfd, _, err := unix.Accept4(fd, unix.SOCK_CLOEXEC)
+			if err != nil {
+				return
+			}
+			defer unix.Close(nfd)
+		}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			t.Fatalf("slow dial: %v", r.err)
+		}
+		defer r.c.Close()
+		cfd, err := connFD(r.c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := unix.Getpeername(cfd); err != nil {
+			t.Errorf("the slow path returned a socket that is not connected: %v", err)
+		}
+	case <-time.After(8 * time.Second):
+		t.Fatal("the slow dial never finished")
 	}
 }

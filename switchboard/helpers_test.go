@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"capnproto.org/go/capnp/v3"
+	"golang.org/x/sys/unix"
 
 	"toybox/labels"
 	"toybox/schema"
@@ -239,6 +240,11 @@ func (c *client) connectFD(ctx context.Context, h schema.Handle, scheme, host st
 		return nil, err
 	}
 	defer file.Close()
+	// Handed over in blocking mode, like a freshly accepted socket
+	// (docs/switchboard.md).
+	if fl, err := unix.FcntlInt(file.Fd(), unix.F_GETFL, 0); err != nil || fl&unix.O_NONBLOCK != 0 {
+		return nil, fmt.Errorf("the socket was handed over non-blocking (flags %#x, %v)", fl, err)
+	}
 	return net.FileConn(file)
 }
 
