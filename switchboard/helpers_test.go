@@ -1,7 +1,6 @@
 package switchboard
 
 import (
-	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -23,6 +22,7 @@ import (
 	"toybox/schema"
 	"toybox/schema/wire"
 	"toybox/switchboard/dnstest"
+	"toybox/tests/testenv"
 )
 
 func TestMain(m *testing.M) {
@@ -49,23 +49,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = testenv.Buffer
 
 // fixture is a running switchboard with a test DNS server and both sockets.
 type fixture struct {

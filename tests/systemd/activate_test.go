@@ -120,23 +120,7 @@ func (n *notifySocket) waitReady(t testing.TB, p *activated) {
 // listen is one -l of systemd-socket-activate and the name it gets.
 type listen struct{ addr, name string }
 
-// lockedBuffer collects a child's output.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type lockedBuffer = testenv.Buffer
 
 // activated is a binary started under systemd-socket-activate.
 type activated struct {

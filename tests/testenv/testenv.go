@@ -5,11 +5,13 @@
 package testenv
 
 import (
+	"bytes"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -112,4 +114,23 @@ func ListenAs(t testing.TB, uid int) uint16 {
 	}
 	t.Fatalf("no service as uid %d: %v", uid, last)
 	return 0
+}
+
+// Buffer is a bytes.Buffer that goroutines may write while the test reads
+// it: a child's output, a logger's sink.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }

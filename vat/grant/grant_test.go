@@ -21,6 +21,7 @@ import (
 	"toybox/labels"
 	"toybox/schema"
 	"toybox/schema/wire"
+	"toybox/tests/testenv"
 )
 
 var leaks struct {
@@ -473,22 +474,7 @@ func TestVatCannotPushFDs(t *testing.T) {
 	}
 }
 
-type syncLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type syncLog = testenv.Buffer
 
 // TestRefusalNamesWhatWasDropped: a connect to an address the manifest asked
 // for but was not granted says so, and why, inside the refusal the app sees.
