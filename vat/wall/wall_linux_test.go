@@ -485,14 +485,7 @@ func TestStopEndsTheWall(t *testing.T) {
 				t.Errorf("Tier() = %q Pid() = %d", p.Tier(), p.Pid())
 			}
 			// Let the app get going, then stop it.
-			deadline := time.Now().Add(10 * time.Second)
-			for {
-				b, _ := os.ReadFile(out.Name())
-				if strings.Contains(string(b), "sleeping") || time.Now().After(deadline) {
-					break
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			waitSleeping(t, p, out.Name())
 			began := time.Now()
 			err = p.Stop(5 * time.Second)
 			if took := time.Since(began); took > 4*time.Second {
@@ -719,17 +712,7 @@ func TestEntryHoldsNoInheritedFD(t *testing.T) {
 	}
 	defer p.Stop(time.Second)
 	// Wait until the app runs (so the entry is past its setup).
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		b, _ := os.ReadFile(out.Name())
-		if strings.Contains(string(b), "sleeping") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the app never started; output %q", b)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitSleeping(t, p, out.Name())
 	for _, pid := range []int{p.child} {
 		ents, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd")
 		if err != nil {
@@ -794,22 +777,27 @@ func TestStopAsksOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		b, _ := os.ReadFile(out.Name())
-		if strings.Contains(string(b), "sleeping") {
-			break
-		}
-		if time.Now().After(deadline) {
-			_ = p.Stop(0)
-			t.Fatalf("the app never started: %q", b)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitSleeping(t, p, out.Name())
 	if err := p.Stop(10 * time.Second); err != nil {
 		t.Errorf("Stop = %v; want the app's own clean exit", err)
 	}
 	if b, _ := os.ReadFile(out.Name()); !strings.Contains(string(b), "SIGTERMS 1\n") {
 		t.Errorf("the app's output %q; want exactly one SIGTERM", b)
+	}
+}
+
+// waitSleeping waits until the victim in "sleep" or "graceful" mode says it
+// runs; if it never does, the wall is stopped and the test fails.
+func waitSleeping(t *testing.T, p *Process, out string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		b, _ := os.ReadFile(out)
+		if strings.Contains(string(b), "sleeping") {
+			return
+		}
+		if time.Now().After(deadline) {
+			_ = p.Stop(0)
+			t.Fatalf("the app never started; output %q", b)
+		}
 	}
 }
