@@ -142,8 +142,9 @@ func makeDevDir(dir string) error {
 		return err
 	}
 	// Whatever is there (it failed devDirOK) is set aside, not removed:
-	// walls started before it was changed still show it.
-	if err := replaceDir(tmp, dir); err != nil {
+	// walls started before it was changed still show it (bound by path, so
+	// which walls is not known: it goes at the next start, SweepViews).
+	if _, err := replaceDir(tmp, dir); err != nil {
 		return err
 	}
 	swapped = true

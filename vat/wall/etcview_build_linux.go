@@ -27,7 +27,7 @@ import (
 // calls and a read of the mount table, and each copy a file written into
 // the wall's root. Views are named by their content and shared; one is
 // rebuilt only when a source changed, and an old one is set aside, never
-// emptied, since running walls still show it.
+// emptied while running walls still show it (viewUse).
 
 // Limits of one view: an /etc folder larger than this is not copied.
 const (
@@ -48,6 +48,7 @@ func SweepViews(stateDir string) error {
 		}
 	}
 	etcViews.Unlock()
+	forgetAside(dir)
 	err := os.RemoveAll(dir)
 	for _, pattern := range []string{"dev.old-*", ".dev.new-*"} {
 		old, _ := filepath.Glob(filepath.Join(stateDir, pattern))
@@ -182,10 +183,16 @@ func buildEtcView(dir string, entries []EtcEntry) ([]string, error) {
 	if err := b.finish(); err != nil {
 		return nil, err
 	}
-	if err := replaceDir(tmp, dir); err != nil {
+	old, err := replaceDir(tmp, dir)
+	if err != nil {
 		return nil, err
 	}
 	swapped = true
+	if old != "" {
+		// Not an error of this build: the new view is in place. What
+		// could not be removed goes at the next start.
+		_ = retireView(old)
+	}
 	return b.files, nil
 }
 

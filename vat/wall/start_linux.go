@@ -49,6 +49,7 @@ type Process struct {
 	status *os.File    // bwrap's JSON status pipe (read end)
 	head   *headWriter // the start of bwrap's stderr
 	plan   *Plan
+	views  *viewHold // the /etc view it binds, released when it ends
 	// statusRead is closed once the child pid has been read (or could not
 	// be): reap closes status only then, so an app that exits at once
 	// cannot have its pid's record closed under the reader.
@@ -155,6 +156,10 @@ func (p *Process) reap() {
 				break
 			}
 		}
+	}
+	// The wall's mounts are gone with its processes.
+	if rerr := p.views.release(); rerr != nil {
+		p.logger.Warn("clearing old /etc views", keyVat, p.id, keyReason, rerr.Error())
 	}
 	p.err = err
 	p.logger.Info("wall ended", keyVat, p.id, keyPid, p.cmd.Process.Pid, keyReason, fmt.Sprint(err))
@@ -281,7 +286,9 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 	}
 	var fds fdTable
 	cl.add(fds.closeAll)
-	args, err := plan.render(&fds, spec)
+	views := &viewHold{}
+	cl.add(func() { _ = views.release() }) // a start that fails binds nothing
+	args, err := plan.render(&fds, spec, views)
 	if err != nil {
 		return nil, fmt.Errorf("starting the wall for %q: %w", spec.ID, err)
 	}
@@ -328,7 +335,7 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 		forgetBwrap() // moved or removed: the next start looks again
 		return nil, fmt.Errorf("starting the wall for %q: %w: %w", spec.ID, ErrBwrap, err)
 	}
-	p := &Process{id: spec.ID, tier: plan.Tier, cmd: cmd, logger: logger, done: make(chan struct{}), status: statusR, statusRead: make(chan struct{}), head: head, plan: plan}
+	p := &Process{id: spec.ID, tier: plan.Tier, cmd: cmd, logger: logger, done: make(chan struct{}), status: statusR, statusRead: make(chan struct{}), head: head, plan: plan, views: views}
 	go p.reap()
 	kill := func() { _ = cmd.Process.Kill(); <-p.done }
 
@@ -473,8 +480,9 @@ func unreachableHint(plan *Plan) string {
 }
 
 // render turns the plan into bwrap's argv, opening each fd bind and data
-// file and passing it through fds.
-func (p *Plan) render(fds *fdTable, spec Spec) ([]string, error) {
+// file and passing it through fds. The /etc view it opens is counted in
+// views, which the caller releases when the wall ends.
+func (p *Plan) render(fds *fdTable, spec Spec, views *viewHold) ([]string, error) {
 	a := []string{
 		"--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup",
 		"--disable-userns",
@@ -532,7 +540,13 @@ func (p *Plan) render(fds *fdTable, spec Spec) ([]string, error) {
 			a = append(a, "--perms", "0444")
 			a = append(append(a, fds.pass(f, "--file")...), op.Dest)
 		case OpROBindFD, OpBindFD:
-			f, err := openBind(op)
+			var f *os.File
+			var err error
+			if op.Src == p.EtcView && p.EtcView != "" {
+				f, err = views.open(op)
+			} else {
+				f, _, err = openBind(op)
+			}
 			if err != nil {
 				return nil, err
 			}
@@ -614,7 +628,7 @@ func dataFile(name string, data []byte) (*os.File, error) {
 // symlink on the way (openat2 RESOLVE_NO_SYMLINKS, or O_NOFOLLOW and a
 // check of the opened path where openat2 is missing), then checks that it is
 // the very file the plan saw.
-func openBind(op *Op) (*os.File, error) {
+func openBind(op *Op) (*os.File, fileID, error) {
 	flags := uint64(unix.O_PATH | unix.O_CLOEXEC | unix.O_NOFOLLOW)
 	if op.dir {
 		flags |= unix.O_DIRECTORY
@@ -625,27 +639,27 @@ func openBind(op *Op) (*os.File, error) {
 		if err == nil {
 			if got, lerr := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd)); lerr != nil || got != op.Src {
 				_ = unix.Close(fd)
-				return nil, fmt.Errorf("%w: %s now resolves to %q", ErrSymlink, op.Src, got)
+				return nil, fileID{}, fmt.Errorf("%w: %s now resolves to %q", ErrSymlink, op.Src, got)
 			}
 		}
 	}
 	switch {
 	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENOTDIR) && op.dir:
-		return nil, fmt.Errorf("%w: %s (%s) is, or passes through, a symlink or not a folder: %w", ErrSymlink, op.Src, op.Why, err)
+		return nil, fileID{}, fmt.Errorf("%w: %s (%s) is, or passes through, a symlink or not a folder: %w", ErrSymlink, op.Src, op.Why, err)
 	case err != nil:
-		return nil, fmt.Errorf("opening %s (%s) for its bind: %w", op.Src, op.Why, &os.PathError{Op: "openat2", Path: op.Src, Err: err})
+		return nil, fileID{}, fmt.Errorf("opening %s (%s) for its bind: %w", op.Src, op.Why, &os.PathError{Op: "openat2", Path: op.Src, Err: err})
 	}
 	f := os.NewFile(uintptr(fd), "bind:"+op.Src)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		_ = f.Close()
-		return nil, fmt.Errorf("checking %s: %w", op.Src, os.NewSyscallError("fstat", err))
+		return nil, fileID{}, fmt.Errorf("checking %s: %w", op.Src, os.NewSyscallError("fstat", err))
 	}
 	if op.id != (fileID{}) && (uint64(st.Dev) != op.id.dev || st.Ino != op.id.ino) {
 		_ = f.Close()
-		return nil, fmt.Errorf("%w: %s (%s) is not the file that was planned", ErrChanged, op.Src, op.Why)
+		return nil, fileID{}, fmt.Errorf("%w: %s (%s) is not the file that was planned", ErrChanged, op.Src, op.Why)
 	}
-	return f, nil
+	return f, fileID{dev: uint64(st.Dev), ino: st.Ino}, nil
 }
 
 // headWriter forwards to w (if any) and keeps the first max bytes, for an

@@ -321,6 +321,18 @@ func victim(mode string) int {
 			break
 		}
 		fmt.Printf("SIGTERMS %d\n", n)
+	case "etcafter":
+		// Reads its /etc only once told to end (the test rebuilt the
+		// view in between).
+		terms := make(chan os.Signal, 1)
+		signal.Notify(terms, syscall.SIGTERM)
+		fmt.Println("sleeping")
+		os.Stdout.Sync()
+		<-terms
+		for _, p := range []string{"/etc/hostname", "/etc/group"} {
+			b, err := os.ReadFile(p)
+			fmt.Printf("ETC %s %q %v\n", p, b, err)
+		}
 	case "sleep":
 		fmt.Println("sleeping")
 		os.Stdout.Sync()

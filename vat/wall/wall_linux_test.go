@@ -439,7 +439,9 @@ func TestAttackSymlinkSwapBetweenPlanAndBind(t *testing.T) {
 			tt.swap(t, f, decoy)
 			var fds fdTable
 			defer fds.closeAll()
-			_, err = plan.render(&fds, f.spec)
+			views := &viewHold{}
+			defer views.release()
+			_, err = plan.render(&fds, f.spec, views)
 			if !errors.Is(err, tt.want) {
 				t.Fatalf("render after the swap = %v; want %v", err, tt.want)
 			}
