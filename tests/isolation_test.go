@@ -210,3 +210,60 @@ func TestBadInputChangesNothing(t *testing.T) {
 		}
 	})
 }
+
+// TestAttackAppSocketSwap: a vat's run folder is its to write (/run/toybox in
+// the wall), so its app.sock can become a symlink to any socket on the host:
+// the admin socket, another vat's. The supervisor, which connects there on
+// the host, must follow none: not when it forwards a public request, not
+// when it waits for the app to listen.
+func TestAttackAppSocketSwap(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	s.mustInstall("alice", example(t, "counter-v1"), "")
+	s.mustGet("/alice", "v1 count 1")
+	aliceSock := filepath.Join(s.state, "run", "alice", "app.sock")
+
+	// After it has served: the socket moves aside and a symlink takes its
+	// place (one vat to the admin socket, one to alice's).
+	for id, to := range map[string]string{"mallory": s.admin, "eve": aliceSock} {
+		s.mustInstall(id, example(t, "snoop"), "")
+		if code, body := s.get("/" + id + "/swap?" + q("to", to)); code != http.StatusOK || body != "ok: swapped" {
+			t.Fatalf("GET /%s/swap = %d %q", id, code, body)
+		}
+	}
+	code, body := s.get("/mallory/")
+	if strings.Contains(body, `"id"`) || !strings.Contains(body, "is a symlink, not a socket") {
+		t.Errorf("GET /mallory/ after the swap = %d %q; want a refusal that says why, not the admin API", code, body)
+	}
+	if code, body := s.get("/eve/"); strings.Contains(body, "count") || !strings.Contains(body, "is a symlink, not a socket") {
+		t.Errorf("GET /eve/ after the swap = %d %q; want a refusal, not alice's app", code, body)
+	}
+	// What the admin API would have done for it.
+	req, err := http.NewRequest(http.MethodDelete, "http://"+s.http+"/mallory/alice", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+	}
+	if code, _ := s.adminDo(http.MethodGet, "/alice", nil); code != http.StatusOK {
+		t.Errorf("alice after a public DELETE /mallory/alice: admin GET = %d; want it still installed", code)
+	}
+	s.mustGet("/alice", "v1 count 2")
+
+	// Before anything listens: the supervisor's readiness check is a
+	// connection too. The vat stays off, and says why.
+	p := filepath.Join(t.TempDir(), "early.tar")
+	b := mkTar(t,
+		tarEntry{name: "manifest.json", body: `{"command":["./app.sh"],"env":["SWAP_TO"]}`},
+		tarEntry{name: "app.sh", mode: 0o755, body: "#!/bin/sh\nset -eu\nrm -f \"$TOYBOX_LISTEN\"\nln -s \"$SWAP_TO\" \"$TOYBOX_LISTEN\"\nexec sleep 3600\n"})
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, body = s.install("early", p, q("env", fmt.Sprintf(`{"SWAP_TO":%q}`, s.admin)))
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "is a symlink, not a socket") {
+		t.Errorf("PUT /early = %d %s; want 503, its last error naming the symlink", code, body)
+	}
+	if code, body := s.get("/early/"); strings.Contains(body, `"id"`) {
+		t.Errorf("GET /early/ = %d %q: the public port reached the admin API", code, body)
+	}
+}

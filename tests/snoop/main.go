@@ -61,6 +61,22 @@ func main() {
 		c.Close()
 		fmt.Fprintln(w, "ok: connected")
 	})
+	http.HandleFunc("/swap", func(w http.ResponseWriter, r *http.Request) {
+		// Its listening socket moves aside and $TOYBOX_LISTEN becomes a
+		// symlink to the path asked for, which the supervisor would
+		// follow on the host. The connection closes, so the next request
+		// makes a new one.
+		w.Header().Set("Connection", "close")
+		if err := os.Rename(listen, listen+".real"); err != nil {
+			fmt.Fprintf(w, "denied: %v\n", err)
+			return
+		}
+		if err := os.Symlink(r.URL.Query().Get("to"), listen); err != nil {
+			fmt.Fprintf(w, "denied: %v\n", err)
+			return
+		}
+		fmt.Fprintln(w, "ok: swapped")
+	})
 	http.HandleFunc("/env", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "ok: %s\n", strings.Join(os.Environ(), "\n"))
 	})

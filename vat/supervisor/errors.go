@@ -9,6 +9,9 @@ var (
 	ErrNotReady    = errors.New("the app did not start listening")
 	ErrShutdown    = errors.New("the supervisor is stopping")
 	ErrUnsupported = errors.New("the supervisor runs only on linux")
+	// ErrAppSocket: the app's socket is not one (a symlink the vat put in
+	// its run folder, say); the supervisor does not connect.
+	ErrAppSocket = errors.New("not connecting to the app")
 	// ErrUpgradeRefused: the new version did not come up; the old one
 	// runs again.
 	ErrUpgradeRefused = errors.New("upgrade refused")

@@ -61,8 +61,7 @@ func (s *Supervisor) launch(v *vat) *instance {
 	}
 	in.transport = &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", in.sock)
+			return dialApp(ctx, in.sock)
 		},
 		MaxIdleConnsPerHost: 16,
 		IdleConnTimeout:     90 * time.Second,
@@ -178,10 +177,15 @@ func (in *instance) waitListening(r *running) error {
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		c, err := net.DialTimeout("unix", in.sock, 200*time.Millisecond)
+		ctx, cancel := context.WithTimeout(in.ctx, 200*time.Millisecond)
+		c, err := dialApp(ctx, in.sock)
+		cancel()
 		if err == nil {
 			_ = c.Close()
 			return nil
+		}
+		if errors.Is(err, ErrAppSocket) {
+			return fmt.Errorf("%w: %w", ErrNotReady, err)
 		}
 		select {
 		case <-r.gone:

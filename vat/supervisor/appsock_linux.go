@@ -1,0 +1,54 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// dialApp connects to the app's socket at path (in its run folder) without
+// following a symlink. The run folder is the vat's to write (it is
+// /run/toybox in the wall), so what app.sock is, the vat decides: a dial by
+// path would follow a symlink it put there to any socket the supervisor can
+// reach, the admin socket included. The name is opened O_PATH (a symlink as
+// itself), refused unless it is a socket, and connected through
+// /proc/self/fd, which names exactly the inode opened: a swap after the
+// check changes nothing.
+func dialApp(ctx context.Context, path string) (net.Conn, error) {
+	how := &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_CLOEXEC | unix.O_NOFOLLOW,
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	}
+	fd, err := unix.Openat2(unix.AT_FDCWD, path, how)
+	if errors.Is(err, unix.ENOSYS) {
+		// No openat2 (Linux < 5.6): the folders above are the
+		// supervisor's; only the last name is the vat's, and O_NOFOLLOW
+		// opens a symlink there as itself.
+		fd, err = unix.Open(path, unix.O_PATH|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	}
+	switch {
+	case errors.Is(err, unix.ELOOP):
+		return nil, fmt.Errorf("%w: %s is a symlink, not a socket", ErrAppSocket, path)
+	case err != nil:
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, &os.PathError{Op: "fstat", Path: path, Err: err}
+	}
+	if kind := st.Mode & unix.S_IFMT; kind != unix.S_IFSOCK {
+		what := map[uint32]string{unix.S_IFLNK: "a symlink", unix.S_IFDIR: "a folder", unix.S_IFREG: "a file", unix.S_IFIFO: "a fifo"}[kind]
+		if what == "" {
+			what = "a device"
+		}
+		return nil, fmt.Errorf("%w: %s is %s, not a socket", ErrAppSocket, path, what)
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, "unix", "/proc/self/fd/"+strconv.Itoa(fd))
+}
