@@ -12,8 +12,8 @@ import (
 // logs a peer that hangs up (a vat that exits, a switchboard that
 // restarts) as an error; that is an ordinary event, so its lines go out at
 // debug level. A connection that ends because the peer broke this wire's
-// rules (descriptors where none are accepted, too many left unclaimed) is
-// a warning: the only trace of a peer misbehaving.
+// rules (descriptors where none are accepted, too many left unclaimed,
+// past its Limits) is a warning: the only trace of a peer misbehaving.
 func Logger(l *slog.Logger) rpc.Logger { return rpcLogger{l} }
 
 type rpcLogger struct{ l *slog.Logger }
@@ -25,7 +25,7 @@ func (r rpcLogger) Warn(msg string, args ...any)  { r.l.Debug(msg, args...) }
 func (r rpcLogger) Error(msg string, args ...any) {
 	level := slog.LevelDebug
 	// go-capnp writes the transport's error into the message text.
-	for _, rule := range []error{ErrFDsRefused, ErrTooManyFDs} {
+	for _, rule := range []error{ErrFDsRefused, ErrTooManyFDs, ErrUnfinished, ErrExports} {
 		if strings.Contains(msg, rule.Error()) {
 			level = slog.LevelWarn
 		}

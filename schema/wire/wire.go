@@ -398,9 +398,15 @@ func (c *Conn) Close() error {
 
 // RPC starts a Cap'n Proto connection over c. bootstrap (may be the zero
 // Client) is stolen: the rpc.Conn releases it when it ends. The caller must
-// Close the returned rpc.Conn, which also closes c.
+// Close the returned rpc.Conn, which also closes c. What the peer can make
+// this side hold is bounded by the default Limits.
 func (c *Conn) RPC(bootstrap capnp.Client, logger rpc.Logger) *rpc.Conn {
-	return rpc.NewConn(transport.NewStream(c), &rpc.Options{BootstrapClient: bootstrap, Logger: logger})
+	return c.RPCWith(bootstrap, logger, Limits{})
+}
+
+// RPCWith is RPC with the peer bounded by lim.
+func (c *Conn) RPCWith(bootstrap capnp.Client, logger rpc.Logger, lim Limits) *rpc.Conn {
+	return rpc.NewConn(newGuard(transport.NewStream(c), lim), &rpc.Options{BootstrapClient: bootstrap, Logger: logger})
 }
 
 // Dial connects to the unix socket at path.

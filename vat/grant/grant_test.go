@@ -501,3 +501,43 @@ func TestRefusalNamesWhatWasDropped(t *testing.T) {
 		t.Fatalf("connect to another address = %v; want a plain refusal", err)
 	}
 }
+
+// TestVatCannotHoardCapabilities: a vat that asks for its door set again
+// and again and keeps every one makes the supervisor keep a server for
+// each; past VatLimits.Exports its connection ends, with a warning.
+func TestVatCannotHoardCapabilities(t *testing.T) {
+	var logs syncLog
+	v, err := NewVat(VatConfig{ID: "hoarder", Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Revoke()
+	vc, _ := vatClient(t, v)
+	var kept []schema.DoorSet
+	defer func() {
+		for _, d := range kept {
+			d.Release()
+		}
+	}()
+	var failed error
+	for i := 0; i < VatLimits.Exports+100 && failed == nil; i++ {
+		fut, release := vc.Doors(context.Background(), nil)
+		res, err := fut.Struct()
+		if err == nil {
+			kept = append(kept, res.Doors().AddRef())
+		}
+		release()
+		failed = err
+	}
+	if failed == nil {
+		t.Fatalf("the vat holds %d door sets (limit %d); want its connection ended", len(kept), VatLimits.Exports)
+	}
+	if len(kept) > VatLimits.Exports+1 {
+		t.Errorf("the vat got %d door sets; want at most about %d", len(kept), VatLimits.Exports)
+	}
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(logs.String(), wire.ErrExports.Error()); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("log %q; want a warning saying %q", logs.String(), wire.ErrExports)
+		}
+	}
+}

@@ -22,6 +22,13 @@ import (
 // connection for every other vat.
 const maxInFlight = 64
 
+// VatLimits bound what one vat connection can make the supervisor hold:
+// calls left unfinished and capabilities not released (each Handle,
+// DoorSet or Door is a server with a goroutine of its own). A vat needs a
+// few of each; past either, its connection ends, with a warning that says
+// which.
+var VatLimits = wire.Limits{Unfinished: 1024, Exports: 1024}
+
 // VatConfig describes one vat's authority.
 type VatConfig struct {
 	// ID is the vat's id; every egress member carries it as the vat label.
@@ -95,7 +102,7 @@ func (v *Vat) Members() []labels.Set { return append([]labels.Set(nil), v.member
 // the vat is revoked. It takes ownership of c.
 func (v *Vat) Serve(ctx context.Context, c *wire.Conn) error {
 	srv := &vatServer{v: v, down: c}
-	rc := c.RPC(capnp.Client(schema.Vat_ServerToClient(srv)), wire.Logger(v.log))
+	rc := c.RPCWith(capnp.Client(schema.Vat_ServerToClient(srv)), wire.Logger(v.log), VatLimits)
 	v.mu.Lock()
 	if v.revoked {
 		v.mu.Unlock()

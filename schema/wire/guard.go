@@ -1,0 +1,314 @@
+package wire
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"capnproto.org/go/capnp/v3/rpc/transport"
+	rpccp "capnproto.org/go/capnp/v3/std/capnp/rpc"
+)
+
+// Limits bound what one peer can make this side of a connection hold.
+// go-capnp bounds none of it: a peer that pipelines calls and never
+// finishes them, never reads, or asks again and again for a capability and
+// never releases one (each a server with its own goroutine here) grows
+// this process until it dies: a vat on fd 3 against the supervisor that
+// hosts every vat. A zero field takes its default.
+type Limits struct {
+	// Unfinished is how many questions (Bootstrap or Call messages) the
+	// peer may leave without their Finish. Each keeps an answer, results
+	// included, in the connection's tables. Past it the connection ends
+	// with ErrUnfinished. If zero, DefaultUnfinished.
+	Unfinished int
+	// Backlog is how many messages this side may have built for the peer
+	// and not yet written (answers to a peer that does not read pile up
+	// there). Past it, this side stops reading the peer until the peer
+	// has read: a peer that only writes soon blocks. If zero,
+	// DefaultBacklog.
+	Backlog int
+	// Exports is how many capabilities this side may have handed the
+	// peer and not had released. Past it the connection ends with
+	// ErrExports. If zero, DefaultExports.
+	Exports int
+}
+
+// The defaults of Limits. DefaultExports is above what the switchboard
+// lets one connection hold (its own limits answer first, with their
+// reasons).
+const (
+	DefaultUnfinished = 16384
+	DefaultBacklog    = 4096
+	DefaultExports    = 1 << 17
+)
+
+func (l Limits) withDefaults() Limits {
+	if l.Unfinished <= 0 {
+		l.Unfinished = DefaultUnfinished
+	}
+	if l.Backlog <= 0 {
+		l.Backlog = DefaultBacklog
+	}
+	if l.Exports <= 0 {
+		l.Exports = DefaultExports
+	}
+	return l
+}
+
+// Errors that end a connection whose peer went past its Limits.
+var (
+	ErrUnfinished = errors.New("the peer left too many calls unfinished")
+	ErrExports    = errors.New("the peer holds too many capabilities")
+)
+
+// guard is a transport that enforces Limits.
+type guard struct {
+	transport.Transport
+	lim Limits
+
+	mu         sync.Mutex
+	drained    *sync.Cond // backlog fell to the limit, or closed
+	unfinished map[uint32]struct{}
+	exports    map[uint32]uint32 // export id → references the peer holds
+	// A Finish (releaseResultCaps, the default) gives back the
+	// capabilities of its answer's results, so which those were is kept
+	// from the Return until the Finish: answered holds every question
+	// answered and not finished, finishedFirst those finished before
+	// their Return was sent. Both are bounded by unfinished.
+	answered      map[uint32][]uint32
+	finishedFirst map[uint32]bool // → releaseResultCaps
+	backlog       int
+	closed        bool
+}
+
+func newGuard(t transport.Transport, lim Limits) *guard {
+	g := &guard{
+		Transport: t, lim: lim.withDefaults(),
+		unfinished: map[uint32]struct{}{}, exports: map[uint32]uint32{},
+		answered: map[uint32][]uint32{}, finishedFirst: map[uint32]bool{},
+	}
+	g.drained = sync.NewCond(&g.mu)
+	return g
+}
+
+// release gives back n references to export id (the caller holds mu).
+func (g *guard) release(id, n uint32) {
+	if have, ok := g.exports[id]; ok {
+		if have <= n {
+			delete(g.exports, id)
+		} else {
+			g.exports[id] = have - n
+		}
+	}
+}
+
+func (g *guard) RecvMessage() (transport.IncomingMessage, error) {
+	g.mu.Lock()
+	for g.backlog > g.lim.Backlog && !g.closed {
+		g.drained.Wait()
+	}
+	// Checked before each message read: what one message can make this
+	// side export is bounded by the servers, and the next is not read.
+	held := len(g.exports)
+	g.mu.Unlock()
+	if held > g.lim.Exports {
+		return nil, fmt.Errorf("%w: %d not released (limit %d)", ErrExports, held, g.lim.Exports)
+	}
+	in, err := g.Transport.RecvMessage()
+	if err != nil {
+		return in, err
+	}
+	m := in.Message()
+	var q uint32
+	switch m.Which() {
+	case rpccp.Message_Which_release:
+		r, err := m.Release()
+		if err != nil {
+			return in, nil
+		}
+		g.mu.Lock()
+		g.release(r.Id(), r.ReferenceCount())
+		g.mu.Unlock()
+		return in, nil
+	case rpccp.Message_Which_bootstrap:
+		b, err := m.Bootstrap()
+		if err != nil {
+			return in, nil // go-capnp says what is wrong with it
+		}
+		q = b.QuestionId()
+	case rpccp.Message_Which_call:
+		c, err := m.Call()
+		if err != nil {
+			return in, nil
+		}
+		q = c.QuestionId()
+	case rpccp.Message_Which_finish:
+		f, err := m.Finish()
+		if err != nil {
+			return in, nil
+		}
+		q := f.QuestionId()
+		g.mu.Lock()
+		if _, asked := g.unfinished[q]; asked {
+			delete(g.unfinished, q)
+			if ids, ok := g.answered[q]; ok {
+				delete(g.answered, q)
+				if f.ReleaseResultCaps() {
+					for _, id := range ids {
+						g.release(id, 1)
+					}
+				}
+			} else {
+				g.finishedFirst[q] = f.ReleaseResultCaps()
+			}
+		}
+		g.mu.Unlock()
+		return in, nil
+	default:
+		return in, nil
+	}
+	g.mu.Lock()
+	g.unfinished[q] = struct{}{}
+	n := len(g.unfinished)
+	g.mu.Unlock()
+	if n > g.lim.Unfinished {
+		in.Release()
+		return nil, fmt.Errorf("%w: %d calls without a Finish (limit %d)", ErrUnfinished, n, g.lim.Unfinished)
+	}
+	return in, nil
+}
+
+// exported counts the capabilities m hands the peer: each time one is
+// sent, the peer holds one more reference, which it gives back with a
+// Release.
+func (g *guard) exported(m rpccp.Message) {
+	var table rpccp.CapDescriptor_List
+	switch m.Which() {
+	case rpccp.Message_Which_return:
+		r, err := m.Return()
+		if err != nil {
+			return
+		}
+		var ids []uint32
+		if r.Which() == rpccp.Return_Which_results {
+			if p, err := r.Results(); err == nil {
+				table, _ = p.CapTable()
+				for i := 0; i < table.Len(); i++ {
+					if id, ok := exportID(table.At(i)); ok {
+						ids = append(ids, id)
+					}
+				}
+			}
+		}
+		q := r.AnswerId()
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if releaseCaps, finished := g.finishedFirst[q]; finished {
+			delete(g.finishedFirst, q)
+			if releaseCaps {
+				return // given back as they were sent
+			}
+		} else {
+			g.answered[q] = ids
+		}
+		for _, id := range ids {
+			g.exports[id]++
+		}
+		return
+	case rpccp.Message_Which_call:
+		c, err := m.Call()
+		if err != nil {
+			return
+		}
+		p, err := c.Params()
+		if err != nil {
+			return
+		}
+		table, _ = p.CapTable()
+	case rpccp.Message_Which_resolve:
+		r, err := m.Resolve()
+		if err != nil || r.Which() != rpccp.Resolve_Which_cap {
+			return
+		}
+		d, err := r.Cap()
+		if err != nil {
+			return
+		}
+		g.count(d)
+		return
+	default:
+		return
+	}
+	for i := 0; i < table.Len(); i++ {
+		g.count(table.At(i))
+	}
+}
+
+func (g *guard) count(d rpccp.CapDescriptor) {
+	if id, ok := exportID(d); ok {
+		g.mu.Lock()
+		g.exports[id]++
+		g.mu.Unlock()
+	}
+}
+
+// exportID is the export a descriptor hands over, if it is one of this
+// side's.
+func exportID(d rpccp.CapDescriptor) (uint32, bool) {
+	switch d.Which() {
+	case rpccp.CapDescriptor_Which_senderHosted:
+		return d.SenderHosted(), true
+	case rpccp.CapDescriptor_Which_senderPromise:
+		return d.SenderPromise(), true
+	}
+	return 0, false
+}
+
+func (g *guard) NewMessage() (transport.OutgoingMessage, error) {
+	out, err := g.Transport.NewMessage()
+	if err != nil {
+		return out, err
+	}
+	g.mu.Lock()
+	g.backlog++
+	g.mu.Unlock()
+	return &guardedOut{OutgoingMessage: out, g: g}, nil
+}
+
+// done counts one message built for the peer as written (or dropped).
+func (g *guard) done() {
+	g.mu.Lock()
+	g.backlog--
+	if g.backlog == g.lim.Backlog {
+		g.drained.Broadcast()
+	}
+	g.mu.Unlock()
+}
+
+func (g *guard) Close() error {
+	g.mu.Lock()
+	g.closed = true
+	g.drained.Broadcast()
+	g.mu.Unlock()
+	return g.Transport.Close()
+}
+
+// guardedOut counts itself out of the backlog once it is written or
+// released, whichever comes first.
+type guardedOut struct {
+	transport.OutgoingMessage
+	g    *guard
+	once sync.Once
+}
+
+func (o *guardedOut) Send() error {
+	o.g.exported(o.Message())
+	err := o.OutgoingMessage.Send()
+	o.once.Do(o.g.done)
+	return err
+}
+
+func (o *guardedOut) Release() {
+	o.OutgoingMessage.Release()
+	o.once.Do(o.g.done)
+}

@@ -1,0 +1,352 @@
+package wire
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"capnproto.org/go/capnp/v3"
+	"capnproto.org/go/capnp/v3/server"
+	rpccp "capnproto.org/go/capnp/v3/std/capnp/rpc"
+	"golang.org/x/sys/unix"
+)
+
+// The attacks below are a peer that writes raw Cap'n Proto RPC messages (a
+// vat on fd 3 needs nothing else) against a side served by Conn.RPC.
+
+const (
+	testIface  = 0x9a1b2c3d4e5f6071
+	testMethod = 0 // returns nothing
+	testMint   = 1 // returns a new capability (a server of its own)
+)
+
+// served starts an RPC server with a one-method bootstrap on one end of a
+// socketpair and returns it and the raw other end.
+func served(t *testing.T) (*Conn, *net.UnixConn) {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := FromFile(os.NewFile(uintptr(fds[0]), "served"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := net.FileConn(os.NewFile(uintptr(fds[1]), "raw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = nc.Close() })
+	return c, nc.(*net.UnixConn)
+}
+
+func bootstrap() capnp.Client {
+	return capnp.NewClient(server.New([]server.Method{{
+		Method: capnp.Method{InterfaceID: testIface, MethodID: testMethod},
+		Impl:   func(context.Context, *server.Call) error { return nil },
+	}, {
+		Method: capnp.Method{InterfaceID: testIface, MethodID: testMint},
+		Impl: func(_ context.Context, call *server.Call) error {
+			res, err := call.AllocResults(capnp.ObjectSize{PointerCount: 1})
+			if err != nil {
+				return err
+			}
+			id := res.Message().CapTable().Add(capnp.NewClient(server.New(nil, nil, nil)))
+			return res.SetPtr(0, capnp.NewInterface(res.Segment(), id).ToPtr())
+		},
+	}}, nil, nil))
+}
+
+// raw builds one RPC message.
+func raw(t *testing.T, build func(rpccp.Message) error) *capnp.Message {
+	t.Helper()
+	msg, seg := capnp.NewSingleSegmentMessage(nil)
+	m, err := rpccp.NewRootMessage(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := build(m); err != nil {
+		t.Fatal(err)
+	}
+	return msg
+}
+
+func bootstrapMsg(t *testing.T) *capnp.Message {
+	return raw(t, func(m rpccp.Message) error {
+		b, err := m.NewBootstrap()
+		b.SetQuestionId(0)
+		return err
+	})
+}
+
+// callMsg calls the bootstrap's method testMethod as question q
+// (pipelined on question 0, the bootstrap).
+func callMsg(t *testing.T, q uint32) *capnp.Message { return methodMsg(t, q, testMethod) }
+
+func methodMsg(t *testing.T, q uint32, method uint16) *capnp.Message {
+	return raw(t, func(m rpccp.Message) error {
+		c, err := m.NewCall()
+		if err != nil {
+			return err
+		}
+		c.SetQuestionId(q)
+		c.SetInterfaceId(testIface)
+		c.SetMethodId(method)
+		tg, err := c.NewTarget()
+		if err != nil {
+			return err
+		}
+		pa, err := tg.NewPromisedAnswer()
+		if err != nil {
+			return err
+		}
+		pa.SetQuestionId(0)
+		p, err := c.NewParams()
+		if err != nil {
+			return err
+		}
+		st, err := capnp.NewStruct(p.Segment(), capnp.ObjectSize{})
+		if err != nil {
+			return err
+		}
+		return p.SetContent(st.ToPtr())
+	})
+}
+
+// finishMsg finishes question q, giving back the capabilities of its
+// results (the protocol's default).
+func finishMsg(t *testing.T, q uint32) *capnp.Message { return finishKeep(t, q, false) }
+
+// finishKeep finishes question q; keep: the capabilities of its results
+// stay the peer's, to Release later.
+func finishKeep(t *testing.T, q uint32, keep bool) *capnp.Message {
+	return raw(t, func(m rpccp.Message) error {
+		f, err := m.NewFinish()
+		f.SetQuestionId(q)
+		f.SetReleaseResultCaps(!keep)
+		return err
+	})
+}
+
+// TestUnfinishedCallsEndTheConnection: a peer that pipelines calls and
+// never finishes one makes the served side keep every answer; past
+// DefaultUnfinished the connection ends, saying why.
+func TestUnfinishedCallsEndTheConnection(t *testing.T) {
+	c, peer := served(t)
+	rc := c.RPC(bootstrap(), nil)
+	defer rc.Close()
+	go func() { // it reads, so nothing waits on it
+		buf := make([]byte, 64<<10)
+		for {
+			if _, err := peer.Read(buf); err != nil {
+				return
+			}
+		}
+	}()
+	enc := capnp.NewEncoder(peer)
+	if err := enc.Encode(bootstrapMsg(t)); err != nil {
+		t.Fatal(err)
+	}
+	for q := uint32(1); q <= DefaultUnfinished+10; q++ {
+		if err := enc.Encode(callMsg(t, q)); err != nil {
+			break // the connection ended: what the test wants
+		}
+	}
+	select {
+	case <-rc.Done():
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the served side still holds %d unfinished calls; want the connection ended", DefaultUnfinished+10)
+	}
+}
+
+// TestFinishedCallsKeepTheConnection: the limit counts calls left
+// unfinished, not calls made: a peer that finishes each call may make any
+// number, and is answered.
+func TestFinishedCallsKeepTheConnection(t *testing.T) {
+	c, peer := served(t)
+	rc := c.RPC(bootstrap(), nil)
+	defer rc.Close()
+	enc := capnp.NewEncoder(peer)
+	dec := capnp.NewDecoder(peer)
+	returns := make(chan uint32, 1<<16)
+	go func() {
+		for {
+			msg, err := dec.Decode()
+			if err != nil {
+				close(returns)
+				return
+			}
+			m, err := rpccp.ReadRootMessage(msg)
+			if err == nil && m.Which() == rpccp.Message_Which_return {
+				r, _ := m.Return()
+				returns <- r.AnswerId()
+			}
+		}
+	}()
+	if err := enc.Encode(bootstrapMsg(t)); err != nil {
+		t.Fatal(err)
+	}
+	const n = 2*DefaultUnfinished + 10
+	for q := uint32(1); q <= n; q++ {
+		if err := enc.Encode(callMsg(t, q)); err != nil {
+			t.Fatalf("call %d: %v", q, err)
+		}
+		if err := enc.Encode(finishMsg(t, q)); err != nil {
+			t.Fatalf("finish %d: %v", q, err)
+		}
+	}
+	if err := enc.Encode(callMsg(t, n+1)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case q, ok := <-returns:
+			if !ok {
+				t.Fatal("the connection ended; want it kept")
+			}
+			if q == n+1 {
+				return
+			}
+		case <-deadline:
+			t.Fatal("no answer to the last call")
+		}
+	}
+}
+
+// TestPeerThatDoesNotReadIsNotBuffered: a peer that calls (and finishes)
+// without ever reading makes the served side queue every answer; past
+// DefaultBacklog the served side stops reading, so the peer's writes block
+// instead of the served side's memory growing.
+func TestPeerThatDoesNotReadIsNotBuffered(t *testing.T) {
+	c, peer := served(t)
+	rc := c.RPC(bootstrap(), nil)
+	defer rc.Close()
+	enc := capnp.NewEncoder(peer)
+	if err := enc.Encode(bootstrapMsg(t)); err != nil {
+		t.Fatal(err)
+	}
+	const n = 200000
+	var sent uint32
+	for q := uint32(1); q <= n; q++ {
+		_ = peer.SetWriteDeadline(time.Now().Add(2 * time.Second))
+		if err := enc.Encode(callMsg(t, q)); err != nil {
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("call %d: %v", q, err)
+			}
+			break
+		}
+		if err := enc.Encode(finishMsg(t, q)); err != nil {
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("finish %d: %v", q, err)
+			}
+			break
+		}
+		sent = q
+	}
+	// What gets through: the backlog, the answers the socket holds and the
+	// calls the socket holds, a few thousand each.
+	if sent > 8*DefaultBacklog {
+		t.Errorf("the served side read %d of %d calls from a peer that never reads; want it to stop near %d", sent, n, DefaultBacklog)
+	}
+	t.Logf("%d calls went through before the served side stopped reading", sent)
+	select {
+	case <-rc.Done():
+		t.Error("the connection ended; want it stalled, not broken")
+	default:
+	}
+}
+
+func releaseMsg(t *testing.T, id uint32) *capnp.Message {
+	return raw(t, func(m rpccp.Message) error {
+		r, err := m.NewRelease()
+		r.SetId(id)
+		r.SetReferenceCount(1)
+		return err
+	})
+}
+
+// minted reads the served side's messages and sends on ids the export id
+// of each capability a call's Return hands over.
+func minted(peer *net.UnixConn, ids chan<- uint32) {
+	defer close(ids)
+	dec := capnp.NewDecoder(peer)
+	for {
+		msg, err := dec.Decode()
+		if err != nil {
+			return
+		}
+		m, err := rpccp.ReadRootMessage(msg)
+		if err != nil || m.Which() != rpccp.Message_Which_return {
+			continue
+		}
+		r, _ := m.Return()
+		if r.Which() != rpccp.Return_Which_results || r.AnswerId() == 0 {
+			continue // not a call's (0: the bootstrap)
+		}
+		p, _ := r.Results()
+		table, _ := p.CapTable()
+		for i := 0; i < table.Len(); i++ {
+			if d := table.At(i); d.Which() == rpccp.CapDescriptor_Which_senderHosted {
+				ids <- d.SenderHosted()
+			}
+		}
+	}
+}
+
+// TestHeldCapabilitiesEndTheConnection: a peer that asks again and again
+// for a new capability and releases none (its Finish keeps the results'
+// capabilities) makes the served side keep a server (and its goroutine)
+// for each; past Limits.Exports the connection ends. One that gives back
+// what it got (by Release, or by its Finish) may ask any number of times.
+func TestHeldCapabilitiesEndTheConnection(t *testing.T) {
+	const limit = 200
+	for _, how := range []string{"keeps", "releases", "finishes"} {
+		releases := how != "keeps"
+		c, peer := served(t)
+		rc := c.RPCWith(bootstrap(), nil, Limits{Exports: limit})
+		ids := make(chan uint32, 4*limit)
+		go minted(peer, ids)
+		enc := capnp.NewEncoder(peer)
+		if err := enc.Encode(bootstrapMsg(t)); err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		for q := uint32(1); q <= 3*limit; q++ {
+			if enc.Encode(methodMsg(t, q, testMint)) != nil {
+				break
+			}
+			id, ok := <-ids
+			if !ok {
+				break
+			}
+			got++
+			if enc.Encode(finishKeep(t, q, how != "finishes")) != nil {
+				break
+			}
+			if how == "releases" {
+				if err := enc.Encode(releaseMsg(t, id)); err != nil {
+					break
+				}
+			}
+		}
+		if releases {
+			if got != 3*limit {
+				t.Errorf("a peer that %s what it gets: %d of %d capabilities, then the connection ended", how, got, 3*limit)
+			}
+		} else {
+			select {
+			case <-rc.Done():
+			case <-time.After(10 * time.Second):
+				t.Errorf("the peer holds %d capabilities (limit %d); want the connection ended", got, limit)
+			}
+			if got > limit+10 {
+				t.Errorf("the peer got %d capabilities; want about %d at most", got, limit)
+			}
+		}
+		_ = rc.Close()
+	}
+}
