@@ -21,11 +21,14 @@ type Limits struct {
 	// included, in the connection's tables. Past it the connection ends
 	// with ErrUnfinished. If zero, DefaultUnfinished.
 	Unfinished int
-	// Backlog is how many messages this side may have built for the peer
-	// and not yet written (answers to a peer that does not read pile up
-	// there). Past it, this side stops reading the peer until the peer
-	// has read: a peer that only writes soon blocks. If zero,
-	// DefaultBacklog.
+	// Backlog is how many messages this side may have begun for the peer
+	// and not yet written: its own calls, and the answers to the peer's
+	// calls (go-capnp begins one when the call arrives, so a call still
+	// running counts). Answers to a peer that does not read pile up
+	// there. Past it, this side stops reading the peer until the peer
+	// has read: a peer that only writes soon blocks. Keep it above the
+	// calls a peer may have running (the switchboard's limits.calls, a
+	// vat's Unfinished). If zero, DefaultBacklog.
 	Backlog int
 	// Exports is how many capabilities this side may have handed the
 	// peer and not had released. Past it the connection ends with
