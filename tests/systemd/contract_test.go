@@ -60,6 +60,7 @@ func TestUnitsContract(t *testing.T) {
 		{"toybox takes no --admin (activated)", flagValue(tbArgs, "--admin"), ""},
 		{"toybox no capabilities", strings.Join(tbSvc["Service"]["CapabilityBoundingSet"], " "), ""},
 		{"toybox no new privileges", tbSvc.get("Service", "NoNewPrivileges"), "yes"},
+		{"a vat the OOM killer picks stops only itself", tbSvc.get("Service", "OOMPolicy"), "continue"},
 		{"toybox requires the switchboard socket", boolStr(slices.Contains(strings.Fields(tbSvc.get("Unit", "Requires")), "switchboard.socket")), "true"},
 	}
 	for _, tt := range tests {
