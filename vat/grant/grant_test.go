@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -539,5 +540,40 @@ func TestVatCannotHoardCapabilities(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("log %q; want a warning saying %q", logs.String(), wire.ErrExports)
 		}
+	}
+}
+
+// TestManyConnectsLeaveNothingUnfinished: every connect through the relay,
+// granted or refused, is finished on both connections (the vat's, whose
+// limit is VatLimits.Unfinished, and the upstream one every vat shares): a
+// leak would end them after that many.
+func TestManyConnectsLeaveNothingUnfinished(t *testing.T) {
+	n := 3 * VatLimits.Unfinished / 2
+	if s := os.Getenv("TOYBOX_TEST_CONNECTS"); s != "" {
+		n, _ = strconv.Atoi(s) // above wire.DefaultUnfinished: the upstream side too
+	}
+	sock := filepath.Join(t.TempDir(), "sb.sock")
+	startSwitchboard(t, sock)
+	port := echoServer(t)
+	v, _ := newVat(t, sock, "many", labels.Set{Host: "127.0.0.1", Port: port})
+	vc, cli := vatClient(t, v)
+	h := egress(t, vc)
+	defer h.Release()
+	for i := 0; i < n; i++ {
+		if i%10 == 9 {
+			if _, err := connectFD(context.Background(), h, cli, "127.0.0.1", port+1); err == nil || !strings.Contains(err.Error(), "egress refused") {
+				t.Fatalf("connect %d to an ungranted port: %v; want a refusal", i, err)
+			}
+			continue
+		}
+		c, err := connectFD(context.Background(), h, cli, "127.0.0.1", port)
+		if err != nil {
+			t.Fatalf("connect %d of %d: %v", i, n, err)
+		}
+		// A receiver ends a handed-over connection with shutdown(2): the
+		// switchboard holds a duplicate.
+		_ = c.(*net.TCPConn).CloseWrite()
+		_ = c.(*net.TCPConn).CloseRead()
+		_ = c.Close()
 	}
 }
