@@ -440,15 +440,22 @@ func TestGrantNamingAnotherVat(t *testing.T) {
 	}
 }
 
-// TestVatCannotPushFDs: a vat sending descriptors to the supervisor breaks
-// its own connection and nothing else.
-func TestVatCannotPushFDs(t *testing.T) {
-	var logs syncLog
-	v, err := NewVat(VatConfig{ID: "henry", Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+// warnedVat is a vat with no grant whose relay logs warnings to logs.
+func warnedVat(t *testing.T, id string) (*Vat, *syncLog) {
+	t.Helper()
+	logs := &syncLog{}
+	v, err := NewVat(VatConfig{ID: id, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer v.Revoke()
+	t.Cleanup(v.Revoke)
+	return v, logs
+}
+
+// TestVatCannotPushFDs: a vat sending descriptors to the supervisor breaks
+// its own connection and nothing else.
+func TestVatCannotPushFDs(t *testing.T) {
+	v, logs := warnedVat(t, "henry")
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -507,12 +514,7 @@ func TestRefusalNamesWhatWasDropped(t *testing.T) {
 // and again and keeps every one makes the supervisor keep a server for
 // each; past VatLimits.Exports its connection ends, with a warning.
 func TestVatCannotHoardCapabilities(t *testing.T) {
-	var logs syncLog
-	v, err := NewVat(VatConfig{ID: "hoarder", Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer v.Revoke()
+	v, logs := warnedVat(t, "hoarder")
 	vc, _ := vatClient(t, v)
 	var kept []schema.DoorSet
 	defer func() {
