@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -433,5 +434,72 @@ func TestReleaseCancelsRequest(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("request still pending after its handle was released")
+	}
+}
+
+// TestWebSocketHeaderInjection: the switchboard writes the handshake
+// itself, so a header name or value that is not a valid HTTP field (line
+// breaks: a second Host, a whole smuggled request) is refused, and nothing
+// reaches the remote. A handle granted only http to one host must not
+// become raw bytes to it.
+func TestWebSocketHeaderInjection(t *testing.T) {
+	l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan []byte, 4)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.SetReadDeadline(time.Now().Add(time.Second))
+			b, _ := io.ReadAll(c)
+			_ = c.Close()
+			accepted <- b
+		}
+	}()
+	port := uint16(l.Addr().(*net.TCPAddr).Port)
+	f := newFixture(t, nil)
+	f.dns.Set("ws.test", mustAddr("127.0.0.1"))
+	c := dial(t, f.local)
+	h, err := constrain(t, c.root, labels.Set{Scheme: "http", Host: "ws.test", Port: port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release()
+	for _, tt := range []struct{ name, value, want string }{
+		{"X-A: 1\r\nHost: other-tenant.internal\r\n\r\nPOST /admin/delete HTTP/1.1\r\nX-B", "x", "is not a valid HTTP field name"},
+		{"X-A", "1\r\nHost: other-tenant.internal", "is not a valid HTTP field value"},
+		{"Bad Name", "x", "is not a valid HTTP field name"},
+		{"", "x", "is not a valid HTTP field name"},
+	} {
+		fut, release := h.WebSocket(context.Background(), func(p schema.Handle_webSocket_Params) error {
+			if err := p.SetUrl(fmt.Sprintf("ws://ws.test:%d/chat", port)); err != nil {
+				return err
+			}
+			hl, err := p.NewHeaders(1)
+			if err != nil {
+				return err
+			}
+			_ = hl.At(0).SetName(tt.name)
+			_ = hl.At(0).SetValue(tt.value)
+			return p.SetDownstream(schema.MessageStream_ServerToClient(&msgCollector{got: make(chan struct{}, 1), closed: make(chan struct{})}))
+		})
+		_, err := fut.Struct()
+		release()
+		if err == nil {
+			t.Errorf("header %q: %q admitted", tt.name, tt.value)
+			continue
+		}
+		mustContain(t, "header "+strconv.Quote(tt.name), err.Error(), "egress refused: ")
+		mustContain(t, "header "+strconv.Quote(tt.name), err.Error(), tt.want)
+	}
+	select {
+	case b := <-accepted:
+		t.Errorf("the remote was reached and received %q", b)
+	case <-time.After(200 * time.Millisecond):
 	}
 }

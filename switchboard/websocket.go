@@ -19,6 +19,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"toybox/labels"
 	"toybox/schema"
 )
@@ -81,6 +83,15 @@ func (h *handle) WebSocket(ctx context.Context, call schema.Handle_webSocket) er
 	for i := 0; i < hdrs.Len(); i++ {
 		name, _ := hdrs.At(i).Name()
 		value, _ := hdrs.At(i).Value()
+		// The handshake is written by hand: a name or value that is not
+		// a valid HTTP field would write lines of the caller's (a second
+		// Host, a whole request) to a host granted only this handshake.
+		if !httpguts.ValidHeaderFieldName(name) {
+			return fail(nil, "", refuse("header name %q is not a valid HTTP field name", name))
+		}
+		if !httpguts.ValidHeaderFieldValue(value) {
+			return fail(nil, "", refuse("the value of header %s is not a valid HTTP field value", name))
+		}
 		k := http.CanonicalHeaderKey(name)
 		if wsHeaderDrop[k] || hopHeaders[k] {
 			continue
