@@ -44,10 +44,11 @@ func (s *Supervisor) checkOwnPorts(g []labels.Set) error {
 // grantFor returns the grant vat code runs with, and what was dropped from
 // it. The manifest-defaults rule: a loopback address the manifest wrote is
 // granted only when the vat's own compose file publishes that port on
-// 127.0.0.1 over TCP; anything else is dropped (the vat starts without it)
-// and reported in its status. What the owner typed (?egress=) is kept as it
-// is; the switchboard's listener-owner check judges every loopback
-// connection either way.
+// 127.0.0.1 over TCP; any other set the manifest wrote is narrowed to public
+// addresses (one that asks for the local network is dropped). What is
+// dropped the vat starts without, and its status says why. What the owner
+// typed (?egress=) is kept as it is; the switchboard's listener-owner check
+// judges every loopback connection either way.
 func (s *Supervisor) grantFor(code store.Code, egress string) ([]labels.Set, []grant.Dropped, error) {
 	g, err := code.Manifest.Grant(egress)
 	if err != nil {
@@ -59,7 +60,19 @@ func (s *Supervisor) grantFor(code store.Code, egress string) ([]labels.Set, []g
 	var kept []labels.Set
 	var dropped []grant.Dropped
 	for _, set := range g {
+		if set.Origin != labels.OriginManifest {
+			kept = append(kept, set) // the owner typed it
+			continue
+		}
 		if !loopbackDefault(set) {
+			// Only the owner may open the local network (the LAN, this
+			// host's other addresses, containers' bridge addresses): what
+			// the manifest wrote reaches public addresses only.
+			if set.Network == labels.NetworkLocal {
+				dropped = append(dropped, grant.Dropped{Set: set, Why: "the manifest asks for the local network; only the owner can grant that (?egress=)"})
+				continue
+			}
+			set.Network = labels.NetworkPublic
 			kept = append(kept, set)
 			continue
 		}

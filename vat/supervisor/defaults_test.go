@@ -14,6 +14,8 @@ import (
 // TestManifestDefaults: a loopback address the manifest wrote is granted
 // only when the vat's own compose file publishes that port on 127.0.0.1 over
 // TCP; otherwise it is dropped with a reason and the vat starts without it.
+// Any other set the manifest wrote reaches public addresses only: the local
+// network (the LAN, a container's bridge address) is the owner's to grant.
 // What the owner typed is kept; the supervisor's own port is refused.
 func TestManifestDefaults(t *testing.T) {
 	const publishes = "services:\n  db:\n    image: postgres\n    ports:\n      - \"127.0.0.1:5432:5432\"\n"
@@ -24,51 +26,74 @@ func TestManifestDefaults(t *testing.T) {
 		egress      string
 		wantGrant   []string
 		wantDropped []string
+		mEgress     string // the manifest's own egress, if any
 	}{
 		{
 			"published by its own compose file", publishes, `["127.0.0.1:5432"]`, "",
 			[]string{`{"host":"127.0.0.1","origin":"manifest","port":5432}`},
-			nil,
+			nil, "",
 		},
 		{
 			"not published", publishes, `["127.0.0.1:6379"]`, "",
 			nil,
-			[]string{"does not publish port 6379 on 127.0.0.1 over TCP"},
+			[]string{"does not publish port 6379 on 127.0.0.1 over TCP"}, "",
 		},
 		{
 			"no compose file", "", `["localhost:5432"]`, "",
 			nil,
-			[]string{"no compose file publishing port 5432"},
+			[]string{"no compose file publishing port 5432"}, "",
 		},
 		{
 			"published on every address only", "services:\n  db:\n    ports:\n      - \"5432:5432\"\n", `["127.0.0.1:5432"]`, "",
 			nil,
-			[]string{"does not publish port 5432"},
+			[]string{"does not publish port 5432"}, "",
 		},
 		{
 			"loopback without a port", publishes, `["127.0.0.1"]`, "",
 			nil,
-			[]string{"without a port"},
+			[]string{"without a port"}, "",
 		},
 		{
 			"a name below localhost is loopback too", "", `["db.localhost:5432"]`, "",
 			nil,
-			[]string{"no compose file publishing port 5432"},
+			[]string{"no compose file publishing port 5432"}, "",
 		},
 		{
 			"an IPv4-mapped loopback address too", "", `["[::ffff:127.0.0.1]:5432"]`, "",
 			nil,
-			[]string{"no compose file publishing port 5432"},
+			[]string{"no compose file publishing port 5432"}, "",
 		},
 		{
-			"a public host is no default", "", `["example.com:443"]`, "",
-			[]string{`{"host":"example.com","origin":"manifest","port":443}`},
-			nil,
+			"a public host is no default, and stays public", "", `["example.com:443"]`, "",
+			[]string{`{"host":"example.com","network":"public","origin":"manifest","port":443}`},
+			nil, "",
+		},
+		{
+			"a private address the manifest wrote reaches nothing", "", `["10.99.0.7:8080"]`, "",
+			[]string{`{"host":"10.99.0.7","network":"public","origin":"manifest","port":8080}`},
+			nil, "",
+		},
+		{
+			"the manifest cannot ask for the local network", "", `["example.com:443"]`, "",
+			[]string{`{"host":"example.com","network":"public","origin":"manifest","port":443}`},
+			[]string{"the manifest asks for the local network; only the owner can grant that"},
+			`{"network":"local"}`,
+		},
+		{
+			"nor a private address on it", "", `["example.com:443"]`, "",
+			[]string{`{"host":"example.com","network":"public","origin":"manifest","port":443}`},
+			[]string{"the manifest asks for the local network"},
+			`{"host":"10.99.0.7","network":"local"}`,
 		},
 		{
 			"what the owner typed is kept", "", `["example.com:443"]`, `{"host":"127.0.0.1","port":6379}`,
-			[]string{`{"host":"127.0.0.1","port":6379}`, `{"host":"example.com","origin":"manifest","port":443}`},
-			nil,
+			[]string{`{"host":"127.0.0.1","port":6379}`, `{"host":"example.com","network":"public","origin":"manifest","port":443}`},
+			nil, "",
+		},
+		{
+			"the owner may grant the local network", "", `["example.com:443"]`, `{"network":"local"}`,
+			[]string{`{"network":"local"}`, `{"host":"example.com","network":"public","origin":"manifest","port":443}`},
+			nil, "",
 		},
 	}
 	s := &Supervisor{cfg: Config{OwnPorts: []uint16{8787}}}
@@ -80,7 +105,11 @@ func TestManifestDefaults(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			m, err := manifest.Parse(strings.NewReader(`{"command":["./a"],"network":{"hosts":` + tt.hosts + `}}`))
+			egress := ""
+			if tt.mEgress != "" {
+				egress = `,"egress":` + tt.mEgress
+			}
+			m, err := manifest.Parse(strings.NewReader(`{"command":["./a"],"network":{"hosts":` + tt.hosts + `}` + egress + `}`))
 			if err != nil {
 				t.Fatal(err)
 			}
