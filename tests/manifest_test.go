@@ -52,16 +52,18 @@ func TestManifestEnvAndFiles(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "secret.txt"), []byte("the secret"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	bundle := func(version string) string {
+	const readsConf = `{"command":["./app.sh"],"env":["GREETING","CONFIG_FILE"],"sandbox":{"files":{"read":["CONFIG_FILE"]}}}`
+	bundleWith := func(version, manifest string) string {
 		p := filepath.Join(t.TempDir(), "bundle-"+version+".tar")
 		b := mkTar(t,
-			tarEntry{name: "manifest.json", body: `{"command":["./app.sh"],"env":["GREETING","CONFIG_FILE"],"sandbox":{"files":{"read":["CONFIG_FILE"]}}}`},
+			tarEntry{name: "manifest.json", body: manifest},
 			tarEntry{name: "app.sh", body: envApp + "# " + version + "\n", mode: 0o755})
 		if err := os.WriteFile(p, b, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return p
 	}
+	bundle := func(version string) string { return bundleWith(version, readsConf) }
 	env := fmt.Sprintf(`{"GREETING":"hola","CONFIG_FILE":%q}`, conf)
 	st := s.mustInstall("envy", bundle("v1"), q("env", env))
 	if got := fmt.Sprint(st["env"]); got != "[CONFIG_FILE GREETING]" {
@@ -80,5 +82,16 @@ func TestManifestEnvAndFiles(t *testing.T) {
 	if code != http.StatusBadRequest || !strings.Contains(body, "absolute") {
 		t.Errorf("relative file = %d %s; want 400", code, body)
 	}
+	s.mustGet("/envy/", want)
+	// An upgrade that would write what the owner chose to be read (or bind
+	// what was text) carries nothing over: the owner confirms by sending
+	// env again.
+	writesConf := strings.Replace(readsConf, `"read"`, `"write"`, 1)
+	code, body = s.install("envy", bundleWith("v5", writesConf), "")
+	if code != http.StatusBadRequest || !strings.Contains(body, "CONFIG_FILE: the old version reads it") || !strings.Contains(body, "send env again") {
+		t.Errorf("upgrade from read to write without env = %d %s; want 400 naming the key and what changed", code, body)
+	}
+	s.mustGet("/envy/", want)
+	s.mustInstall("envy", bundleWith("v5", writesConf), q("env", env))
 	s.mustGet("/envy/", want)
 }

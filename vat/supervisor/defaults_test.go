@@ -167,3 +167,41 @@ func TestManifestDefaults(t *testing.T) {
 		}
 	})
 }
+
+// TestCarryEnvKeepsMeaning: an upgrade without env carries a value over
+// only where the new manifest uses it as the old one did, or for less.
+func TestCarryEnvKeepsMeaning(t *testing.T) {
+	mk := func(files string) *manifest.Manifest {
+		m, err := manifest.Parse(strings.NewReader(`{"command":["./a"],"env":["K"],"sandbox":{"files":` + files + `}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	plain, read, write, oauth := mk(`{}`), mk(`{"read":["K"]}`), mk(`{"write":["K"]}`), mk(`{"oauthDir":["K"]}`)
+	tests := []struct {
+		name     string
+		old, new *manifest.Manifest
+		ok       bool
+	}{
+		{"same", read, read, true},
+		{"a bind dropped", write, plain, true},
+		{"write made read-only", write, read, true},
+		{"oauthDir made read-only", oauth, read, true},
+		{"text becomes a read bind", plain, read, false},
+		{"text becomes a write bind", plain, write, false},
+		{"read becomes write", read, write, false},
+		{"read becomes oauthDir", read, oauth, false},
+		{"write becomes oauthDir", write, oauth, false},
+		{"no old manifest: text", nil, read, false},
+	}
+	for _, tt := range tests {
+		env, err := carryEnv(tt.new, tt.old, map[string]string{"K": "/srv/docs"})
+		if tt.ok && (err != nil || env["K"] != "/srv/docs") {
+			t.Errorf("%s: %v %v; want the value carried", tt.name, env, err)
+		}
+		if !tt.ok && (err == nil || !strings.Contains(err.Error(), "K: the old version")) {
+			t.Errorf("%s: %v %v; want a refusal naming K", tt.name, env, err)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -452,10 +453,14 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 	existed := old.rec.ID != ""
 
 	env := req.Env
+	err = nil
 	if env == nil && existed {
-		env = carryEnv(m, old.rec.Env)
+		env, err = carryEnv(m, old.code.Manifest, old.rec.Env)
 	}
-	if err := checkEnv(m.Env, m.Sandbox.Files, env); err != nil {
+	if err == nil {
+		err = checkEnv(m.Env, m.Sandbox.Files, env)
+	}
+	if err != nil {
 		if !existed {
 			s.forget(v)
 		}
@@ -531,8 +536,12 @@ func (s *Supervisor) Check(id string, m *manifest.Manifest, egress string, env m
 	if env == nil {
 		if v, ok := s.get(id); ok {
 			v.mu.Lock()
-			env = carryEnv(m, v.rec.Env)
+			var err error
+			env, err = carryEnv(m, v.code.Manifest, v.rec.Env)
 			v.mu.Unlock()
+			if err != nil {
+				return err
+			}
 		}
 	}
 	return checkEnv(m.Env, m.Sandbox.Files, env)
@@ -557,15 +566,48 @@ func (s *Supervisor) checkGrant(id string, m *manifest.Manifest, egress string) 
 	return g, nil
 }
 
-// carryEnv keeps the old values of the keys m still declares.
-func carryEnv(m *manifest.Manifest, old map[string]string) map[string]string {
+// carryEnv keeps the old values of the keys m still declares, for an
+// upgrade that sends no env. A value keeps the meaning the owner gave it:
+// the new manifest may use it as the old one did, or for less (a bind
+// dropped, a read-write bind made read-only), never for more. Text that
+// becomes a bind, or a read that becomes a write, is the owner's to confirm
+// by sending env again.
+func carryEnv(m, oldM *manifest.Manifest, old map[string]string) (map[string]string, error) {
 	env := map[string]string{}
 	for _, k := range m.Env {
-		if val, ok := old[k]; ok {
-			env[k] = val
+		val, ok := old[k]
+		if !ok {
+			continue
 		}
+		was, now := envRole(oldM, k), envRole(m, k)
+		if now != was && now != rolePlain && !(now == roleRead && (was == roleWrite || was == roleOAuth)) {
+			return nil, fmt.Errorf("%w: %s: the old version %s, the new one %s; send env again to confirm its value (?env=)", ErrBadInput, k, was, now)
+		}
+		env[k] = val
 	}
-	return env
+	return env, nil
+}
+
+// What a manifest does with the value of an env key.
+const (
+	rolePlain = "takes it as text"
+	roleRead  = "reads it (sandbox.files.read)"
+	roleWrite = "writes it (sandbox.files.write)"
+	roleOAuth = "keeps a read-write folder there (sandbox.files.oauthDir)"
+)
+
+func envRole(m *manifest.Manifest, k string) string {
+	switch {
+	case m == nil:
+		return rolePlain
+	case slices.Contains(m.Sandbox.Files.OAuthDir, k):
+		return roleOAuth
+	case slices.Contains(m.Sandbox.Files.Write, k):
+		return roleWrite
+	case slices.Contains(m.Sandbox.Files.Read, k):
+		return roleRead
+	}
+	return rolePlain
 }
 
 // allocUID returns the lowest free per-vat uid for v, or 0 when vats do not
