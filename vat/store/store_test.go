@@ -157,6 +157,8 @@ func TestPutRefused(t *testing.T) {
 		{"absolute", mkTar(t, false, goodManifest, goodApp, entry{name: "/etc/evil", body: "x"}), ErrBadBundle, "absolute"},
 		{"symlink absolute", mkTar(t, false, goodManifest, goodApp, entry{name: "l", typ: tar.TypeSymlink, link: "/etc/passwd"}), ErrBadBundle, "absolute"},
 		{"symlink escapes", mkTar(t, false, goodManifest, goodApp, entry{name: "a/l", typ: tar.TypeSymlink, link: "../../x"}), ErrBadBundle, "leaves the bundle"},
+		{"symlinks that chain out", mkTar(t, false, goodManifest, goodApp, entry{name: "s", typ: tar.TypeSymlink, link: "."}, entry{name: "t", typ: tar.TypeSymlink, link: "s/.."}, entry{name: "u", typ: tar.TypeSymlink, link: "t/.."}), ErrBadBundle, `link "t", followed to its end, leaves the bundle`},
+		{"symlinks in a loop", mkTar(t, false, goodManifest, goodApp, entry{name: "a", typ: tar.TypeSymlink, link: "b"}, entry{name: "b", typ: tar.TypeSymlink, link: "a"}), ErrBadBundle, "never ends"},
 		{"write through symlink", mkTar(t, false, goodManifest, goodApp, entry{name: "d", typ: tar.TypeSymlink, link: "bin"}, entry{name: "d/x", body: "x"}), ErrBadBundle, "not a directory"},
 		{"hard link outside", mkTar(t, false, goodManifest, goodApp, entry{name: "h", typ: tar.TypeLink, link: "../../etc/shadow"}), ErrBadBundle, "contains a .. element"},
 		{"hard link to unknown", mkTar(t, false, goodManifest, goodApp, entry{name: "h", typ: tar.TypeLink, link: "etc/shadow"}), ErrBadBundle, "not a file earlier"},
@@ -269,6 +271,8 @@ func FuzzPut(f *testing.F) {
 	f.Add(mkTar(f, true, goodManifest, goodApp, entry{name: "l", typ: tar.TypeSymlink, link: "bin/app"}))
 	f.Add(mkTar(f, false, goodManifest, goodApp, entry{name: "../x", body: "x"}))
 	f.Add(mkTar(f, false, goodManifest, goodApp, entry{name: "h", typ: tar.TypeLink, link: "bin/app"}))
+	f.Add(mkTar(f, false, goodManifest, goodApp, entry{name: "s", typ: tar.TypeSymlink, link: "."}, entry{name: "t", typ: tar.TypeSymlink, link: "s/.."}))
+	f.Add(mkTar(f, false, goodManifest, goodApp, entry{name: "a", typ: tar.TypeSymlink, link: "bin"}, entry{name: "b", typ: tar.TypeSymlink, link: "a/app"}, entry{name: "gone", typ: tar.TypeSymlink, link: "nothing/here"}))
 	f.Add([]byte("#!/bin/sh\n"))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		s, err := Open(Config{StateDir: t.TempDir(), MaxBody: 1 << 20, MaxUnpacked: 1 << 20, MaxEntries: 100})
@@ -293,8 +297,12 @@ func FuzzPut(f *testing.F) {
 					return err
 				}
 				resolved := filepath.Join(filepath.Dir(p), target)
-				if filepath.IsAbs(target) || !strings.HasPrefix(resolved, c.Dir+"/") {
+				if filepath.IsAbs(target) || resolved != c.Dir && !strings.HasPrefix(resolved, c.Dir+"/") {
 					t.Errorf("link %s -> %s leaves the bundle", p, target)
+				}
+				// Followed to its end, through other links too.
+				if end, err := filepath.EvalSymlinks(p); err == nil && end != c.Dir && !strings.HasPrefix(end, c.Dir+"/") {
+					t.Errorf("link %s ends at %s, outside the bundle", p, end)
 				}
 			case fi.Mode().IsRegular(), fi.IsDir():
 				if fi.Mode()&(os.ModeSetuid|os.ModeSetgid|os.ModeSticky) != 0 {

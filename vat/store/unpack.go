@@ -14,7 +14,7 @@ import (
 
 // unpack extracts the tar (or tar.gz) at name into dir. Every entry is
 // checked before it is written: no absolute paths, no "..", no link that
-// leaves the bundle, no devices, fifos or other special files, no duplicate
+// leaves the bundle (by its own target or through other links), no devices, fifos or other special files, no duplicate
 // names, no entry below a symlink, and the size and entry limits hold. All
 // writes go through an os.Root on dir, so even a missed case cannot write
 // outside it. Modes are normalised (0644/0755; no setuid, setgid, sticky).
@@ -40,6 +40,7 @@ func (s *Store) unpack(name string, gz bool, dir string) error {
 	defer root.Close()
 	tr := tar.NewReader(r)
 	seen := map[string]byte{} // clean name -> tar type flag
+	var links []string
 	var total int64
 	entries := 0
 	for {
@@ -120,6 +121,7 @@ func (s *Store) unpack(name string, gz bool, dir string) error {
 			if err := root.Symlink(h.Linkname, p); err != nil {
 				return fmt.Errorf("%w: creating link %q: %w", ErrBadBundle, p, err)
 			}
+			links = append(links, p)
 		case tar.TypeLink:
 			target, err := entryName(h.Linkname)
 			if err != nil {
@@ -145,6 +147,14 @@ func (s *Store) unpack(name string, gz bool, dir string) error {
 	}
 	if entries == 0 {
 		return fmt.Errorf("%w: the tar is empty", ErrBadBundle)
+	}
+	// Each link's own target stays inside, but links chain (s -> ., t ->
+	// s/..): each is followed to its end, through the root, which refuses
+	// any step out of the bundle. A link to nothing inside is allowed.
+	for _, l := range links {
+		if _, err := root.Stat(l); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("%w: link %q, followed to its end, leaves the bundle or never ends: %w", ErrBadBundle, l, err)
+		}
 	}
 	return nil
 }
