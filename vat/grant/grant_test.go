@@ -579,3 +579,49 @@ func TestManyConnectsLeaveNothingUnfinished(t *testing.T) {
 		_ = c.Close()
 	}
 }
+
+// TestOneVatCannotFillTheSwitchboardForAll: a vat that keeps connections
+// open up to the switchboard's per-connection limit (closing its copies
+// alone: the switchboard's duplicates stay) reaches that limit on its own
+// connection; another vat's egress goes on.
+func TestOneVatCannotFillTheSwitchboardForAll(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "sb.sock")
+	cfg := filepath.Join(dir, "sb.json")
+	if err := os.WriteFile(cfg, []byte(`{"limits":{"conns":40}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	startSwitchboard(t, sock, "--loopback", "unchecked", "--config", cfg)
+	port := echoServer(t)
+	up := NewUpstream(UpstreamConfig{Path: sock})
+	t.Cleanup(func() { _ = up.Close() })
+	vat := func(id string) (schema.Handle, *wire.Conn) {
+		v, err := NewVat(VatConfig{ID: id, Grants: []labels.Set{{Host: "127.0.0.1", Port: port}}, Upstream: up})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(v.Revoke)
+		vc, cli := vatClient(t, v)
+		return egress(t, vc), cli
+	}
+	mh, mcli := vat("mallory")
+	var limited error
+	for i := 0; i < 60 && limited == nil; i++ {
+		c, err := connectFD(context.Background(), mh, mcli, "127.0.0.1", port)
+		if err != nil {
+			limited = err
+			break
+		}
+		_ = c.Close() // no shutdown: the switchboard's duplicate keeps it open
+	}
+	if limited == nil || !strings.Contains(limited.Error(), "connections open") {
+		t.Fatalf("mallory's connects: %v; want its own connection's limit", limited)
+	}
+	ah, acli := vat("alice")
+	c, err := connectFD(context.Background(), ah, acli, "127.0.0.1", port)
+	if err != nil {
+		t.Fatalf("alice's connect after mallory filled its limit: %v", err)
+	}
+	defer c.Close()
+	roundTrip(t, c, "still mine")
+}

@@ -31,9 +31,10 @@ type UpstreamConfig struct {
 	Logger *slog.Logger
 }
 
-// Upstream is the supervisor's one switchboard connection. It dials lazily
-// and dials again when the switchboard restarts; each dial is a new
-// generation, and handles constrained on an older one are made again.
+// Upstream is a switchboard connection of the supervisor's (each vat's
+// relay has one of its own, made by forVat). It dials lazily and dials
+// again when the switchboard restarts; each dial is a new generation, and
+// handles constrained on an older one are made again.
 type Upstream struct {
 	cfg UpstreamConfig
 	log *slog.Logger
@@ -44,6 +45,14 @@ type Upstream struct {
 	rpc    *rpc.Conn
 	root   schema.Handle
 	closed bool
+}
+
+// forVat returns a new Upstream to the same switchboard for vat id: its
+// own connection, dialled lazily like u's.
+func (u *Upstream) forVat(id string) *Upstream {
+	cfg := u.cfg
+	cfg.Logger = u.log.With("vat", id)
+	return NewUpstream(cfg)
 }
 
 // NewUpstream returns an Upstream for cfg. Nothing is dialled yet.

@@ -36,7 +36,8 @@ type VatConfig struct {
 	// Grants are the vat's egress grants. Each becomes one member of the
 	// vat's Handle (a union). If empty, the vat has no Handle at all.
 	Grants []labels.Set
-	// Upstream is the supervisor's switchboard connection. Required when
+	// Upstream is the supervisor's switchboard: the vat gets a connection
+	// of its own to the same socket (closed by Revoke). Required when
 	// Grants is not empty.
 	Upstream *Upstream
 	// Doors returns a new reference to the vat's DoorSet (the caller
@@ -92,6 +93,13 @@ func NewVat(cfg VatConfig) (*Vat, error) {
 	if len(v.members) > 0 && cfg.Upstream == nil {
 		return nil, errors.New("a vat with a grant needs the supervisor's switchboard upstream")
 	}
+	if cfg.Upstream != nil {
+		// A connection of its own: the switchboard's per-connection
+		// limits (open connections, calls, handles) are then this vat's
+		// alone, and one vat that fills them leaves the others their
+		// egress. Revoke closes it.
+		v.cfg.Upstream = cfg.Upstream.forVat(cfg.ID)
+	}
 	return v, nil
 }
 
@@ -146,6 +154,10 @@ func (v *Vat) Revoke() {
 	}
 	for rc := range conns {
 		_ = rc.Close()
+	}
+	if v.cfg.Upstream != nil {
+		// The switchboard shuts every connection this vat still has open.
+		_ = v.cfg.Upstream.Close()
 	}
 }
 
