@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -11,6 +12,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"toybox/vat/supervisor"
 )
 
 // TestIsolation: a hostile vat cannot read, list or write another vat's data,
@@ -266,4 +270,46 @@ func TestAttackAppSocketSwap(t *testing.T) {
 	if code, body := s.get("/early/"); strings.Contains(body, `"id"`) {
 		t.Errorf("GET /early/ = %d %q: the public port reached the admin API", code, body)
 	}
+}
+
+// TestAttackHangingRequests: a vat that never answers holds at most
+// MaxVatRequests of the supervisor's connections; past them its requests
+// are answered 503 at once, and other vats are served as before. An answer
+// with a megabyte of headers is refused, not held.
+func TestAttackHangingRequests(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	s.mustInstall("alice", example(t, "counter-v1"), "")
+	s.mustInstall("mallory", example(t, "snoop"), "")
+	if code, body := s.get("/mallory/bigheader"); code != http.StatusBadGateway || !strings.Contains(body, "header") {
+		t.Errorf("GET /mallory/bigheader = %d %.200q; want 502: headers too large", code, body)
+	}
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			_ = c.Close()
+		}
+	}()
+	// A few more than the limit: the ones past it are answered 503 (and
+	// a request that just ended may still hold its slot a moment).
+	for i := 0; i < supervisor.MaxVatRequests+8; i++ {
+		c, err := net.Dial("tcp", s.http)
+		if err != nil {
+			t.Fatalf("hanging request %d: %v", i, err)
+		}
+		held = append(held, c)
+		if _, err := fmt.Fprintf(c, "GET /mallory/hang HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var code int
+	var body string
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if code, body = s.get("/mallory/read"); code == http.StatusServiceUnavailable {
+			break
+		}
+	}
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "is busy") {
+		t.Errorf("GET /mallory/ with %d requests hanging = %d %q; want 503 saying it is busy", supervisor.MaxVatRequests, code, body)
+	}
+	s.mustGet("/alice", "v1 count 1")
 }

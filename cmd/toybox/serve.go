@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/net/netutil"
+
 	"github.com/coreos/go-systemd/v22/activation"
 	"github.com/coreos/go-systemd/v22/daemon"
 
@@ -151,11 +153,14 @@ func runServe(o serveOptions, log *slog.Logger) error {
 	if err := sup.Start(); err != nil {
 		log.Error("some installed vats could not be read", "error", err.Error())
 	}
-	pub := &http.Server{Handler: sup.PublicHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	pub := &http.Server{Handler: sup.PublicHandler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	adm := &http.Server{Handler: sup.AdminHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	errc := make(chan error, 2)
 	if httpL != nil {
-		go func() { errc <- pub.Serve(httpL) }()
+		// Past supervisor.MaxPublicConns, new connections wait in the
+		// listen queue: the supervisor keeps descriptors for its walls
+		// and the admin socket.
+		go func() { errc <- pub.Serve(netutil.LimitListener(httpL, supervisor.MaxPublicConns)) }()
 	}
 	go func() { errc <- adm.Serve(adminL) }()
 	if _, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {

@@ -77,6 +77,13 @@ func main() {
 		}
 		fmt.Fprintln(w, "ok: swapped")
 	})
+	http.HandleFunc("/bigheader", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Big", strings.Repeat("x", 1<<20)) // 1 MiB of header
+		fmt.Fprintln(w, "ok: big")
+	})
+	http.HandleFunc("/hang", func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done() // never answers: holds the supervisor's connection
+	})
 	http.HandleFunc("/env", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "ok: %s\n", strings.Join(os.Environ(), "\n"))
 	})

@@ -37,6 +37,7 @@ type instance struct {
 	sock      string
 	transport *http.Transport
 	proxy     *httputil.ReverseProxy
+	requests  chan struct{} // public requests in flight (MaxVatRequests)
 }
 
 // running is one spawned process of an instance.
@@ -57,14 +58,17 @@ func (s *Supervisor) launch(v *vat) *instance {
 	ctx, cancel := context.WithCancel(s.ctx)
 	in := &instance{
 		s: s, v: v, ctx: ctx, cancel: cancel, done: make(chan struct{}), readyDone: make(chan struct{}),
-		sock: filepath.Join(s.cfg.Store.RunDir(v.id), "app.sock"),
+		sock:     filepath.Join(s.cfg.Store.RunDir(v.id), "app.sock"),
+		requests: make(chan struct{}, MaxVatRequests),
 	}
 	in.transport = &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return dialApp(ctx, in.sock)
 		},
-		MaxIdleConnsPerHost: 16,
-		IdleConnTimeout:     90 * time.Second,
+		MaxIdleConnsPerHost:    16,
+		IdleConnTimeout:        90 * time.Second,
+		MaxResponseHeaderBytes: maxVatHeaderBytes,
+		ResponseHeaderTimeout:  vatHeaderTimeout,
 	}
 	in.proxy = newProxy(v.id, in.transport, s.log)
 	go in.loop()

@@ -6,15 +6,69 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"strings"
+	"time"
 
 	"toybox/labels"
 )
+
+// What one vat's app may make the supervisor hold on the public side.
+const (
+	// MaxVatRequests is how many public requests (WebSockets included)
+	// one vat may have in flight; past it a request is answered 503 at
+	// once. A vat that never answers holds at most this many of the
+	// supervisor's connections, not all its descriptors.
+	MaxVatRequests = 512
+	// MaxPublicConns is how many connections the public listener holds
+	// at once (toybox serve); more wait in the listen queue.
+	MaxPublicConns = 4096
+	// maxVatHeaderBytes bounds the headers of one answer from a vat.
+	maxVatHeaderBytes = 256 << 10
+	// vatHeaderTimeout bounds the wait for an answer's headers (a long
+	// tool call may take minutes; a streamed answer sends its headers
+	// first).
+	vatHeaderTimeout = 10 * time.Minute
+)
+
+// originWide are answer headers that act on the whole origin, which every
+// vat shares (/<vat>/...): a vat may not clear the others' storage, nor
+// widen a service worker's scope beyond its own path.
+var originWide = []string{"Clear-Site-Data", "Service-Worker-Allowed"}
+
+// confineCookies keeps each cookie a vat sets below its own path: a Path
+// outside /<vat> (Path=/, say) would set or overwrite another vat's
+// cookies. A cookie that cannot be parsed is dropped.
+func confineCookies(h http.Header, prefix string) {
+	set := h.Values("Set-Cookie")
+	if len(set) == 0 {
+		return
+	}
+	h.Del("Set-Cookie")
+	for _, line := range set {
+		c, err := http.ParseSetCookie(line)
+		if err != nil {
+			continue
+		}
+		if c.Path != prefix && !strings.HasPrefix(c.Path, prefix+"/") {
+			c.Path = prefix + "/"
+		}
+		if v := c.String(); v != "" {
+			h.Add("Set-Cookie", v)
+		}
+	}
+}
 
 func newProxy(id string, t http.RoundTripper, log *slog.Logger) *httputil.ReverseProxy {
 	prefix := "/" + id
 	return &httputil.ReverseProxy{
 		Transport:     t,
 		FlushInterval: -1, // stream every write
+		ModifyResponse: func(r *http.Response) error {
+			for _, k := range originWide {
+				r.Header.Del(k)
+			}
+			confineCookies(r.Header, prefix)
+			return nil
+		},
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			rest := strings.TrimPrefix(pr.In.URL.Path, prefix)
 			rawRest := strings.TrimPrefix(pr.In.URL.EscapedPath(), prefix)
@@ -42,7 +96,9 @@ func newProxy(id string, t http.RoundTripper, log *slog.Logger) *httputil.Revers
 // PublicHandler serves ANY /<vat>/<rest>: the vat's app, with the prefix
 // stripped, X-Forwarded-* set, bodies streamed and WebSocket upgrades passed
 // through. An unknown vat is 404; a vat that is not serving is 503 with its
-// status word.
+// status word, and so is one with MaxVatRequests in flight. Answers that
+// would act on other vats (the origin is shared) are confined: see
+// originWide and confineCookies.
 func (s *Supervisor) PublicHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := strings.TrimPrefix(r.URL.Path, "/")
@@ -63,6 +119,14 @@ func (s *Supervisor) PublicHandler() http.Handler {
 		if in == nil {
 			w.Header().Set("Retry-After", "1")
 			http.Error(w, fmt.Sprintf("vat %s is %s", id, word), http.StatusServiceUnavailable)
+			return
+		}
+		select {
+		case in.requests <- struct{}{}:
+			defer func() { <-in.requests }()
+		default:
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, fmt.Sprintf("vat %s is busy: %d requests in flight (limit %d)", id, MaxVatRequests, MaxVatRequests), http.StatusServiceUnavailable)
 			return
 		}
 		duplex(in.proxy).ServeHTTP(w, r)

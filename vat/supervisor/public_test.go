@@ -144,3 +144,37 @@ func TestProxyStreams(t *testing.T) {
 		t.Errorf("second line %q, %v", line, err)
 	}
 }
+
+// TestProxyConfinesOriginWideAnswers: every vat shares the public origin,
+// so an answer may not act on the others: no Clear-Site-Data, no widened
+// service-worker scope, and each cookie stays below the vat's own path.
+func TestProxyConfinesOriginWideAnswers(t *testing.T) {
+	sock := appOnUnix(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Clear-Site-Data", `"*"`)
+		w.Header().Set("Service-Worker-Allowed", "/")
+		w.Header().Add("Set-Cookie", "session=evil; Path=/")
+		w.Header().Add("Set-Cookie", "other=x; Path=/bob/")
+		w.Header().Add("Set-Cookie", "near=x; Path=/alice-2")
+		w.Header().Add("Set-Cookie", "own=x; Path=/alice/app; HttpOnly")
+		w.Header().Add("Set-Cookie", "bare=x")
+		w.Header().Add("Set-Cookie", "=broken")
+		fmt.Fprint(w, "ok")
+	}))
+	front := httptest.NewServer(newProxy("alice", unixTransport(sock), nil))
+	defer front.Close()
+	resp, err := http.Get(front.URL + "/alice/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	for _, k := range []string{"Clear-Site-Data", "Service-Worker-Allowed"} {
+		if v := resp.Header.Get(k); v != "" {
+			t.Errorf("%s: %q passed through", k, v)
+		}
+	}
+	got := resp.Header.Values("Set-Cookie")
+	want := []string{"session=evil; Path=/alice/", "other=x; Path=/alice/", "near=x; Path=/alice/", "own=x; Path=/alice/app; HttpOnly", "bare=x; Path=/alice/"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("Set-Cookie = %q; want %q", got, want)
+	}
+}
