@@ -193,21 +193,23 @@ func judgeContainer(f Facts, l Listener) Decision {
 	return Decision{Allow: true, Reason: strings.Join(ok, "; ")}
 }
 
-// publishes reports whether c publishes target over TCP.
+// publishes reports whether c publishes target over TCP. A publish on a
+// wildcard covers its own family only (docker binds "::" v6-only): a
+// container on [::]:P does not vouch for a root daemon on 127.0.0.1:P, nor
+// 0.0.0.0:P for [::1]:P. A publish whose address docker does not say
+// covers nothing.
 func publishes(c Container, target netip.AddrPort) bool {
 	want := target.Addr().Unmap()
 	for _, p := range c.Publish {
 		if p.Proto != "tcp" || p.Port != target.Port() {
 			continue
 		}
-		if p.IP == "" {
-			return true
-		}
 		ip, err := netip.ParseAddr(p.IP)
 		if err != nil {
 			continue
 		}
-		if ip.Unmap() == want || ip.IsUnspecified() {
+		ip = ip.Unmap()
+		if ip == want || ip.IsUnspecified() && ip.Is4() == want.Is4() {
 			return true
 		}
 	}

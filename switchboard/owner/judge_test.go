@@ -158,12 +158,12 @@ func TestJudge(t *testing.T) {
 		}, false, `127.0.0.1:5432 is published by container "db" of compose project "other-vat", not this vat's`},
 		{"a project of no installed vat", func(f *Facts) {
 			f.Listeners = []Listener{rootL}
-			f.Containers = []Container{ctr("db", "stranger", "")}
+			f.Containers = []Container{ctr("db", "stranger", "0.0.0.0")}
 		}, false, `compose project "stranger", which is no installed vat`},
 		{"this vat's project, but the vat is not installed", func(f *Facts) {
 			f.InstalledVats = nil
 			f.Listeners = []Listener{rootL}
-			f.Containers = []Container{ctr("db", "myvat", "")}
+			f.Containers = []Container{ctr("db", "myvat", "0.0.0.0")}
 		}, false, "no installed vat"},
 		{"unlabelled container", func(f *Facts) {
 			f.Listeners = []Listener{rootL}
@@ -187,6 +187,25 @@ func TestJudge(t *testing.T) {
 			f.Listeners = []Listener{rootL}
 			f.Containers = []Container{ctr("db", "myvat", "127.0.0.2")}
 		}, false, "no running container publishes it"},
+		{"container publishes the IPv6 wildcard, a root daemon holds 127.0.0.1", func(f *Facts) {
+			f.OwnerTyped = false
+			f.Listeners = []Listener{l("127.0.0.1", 5432, 0, 20)}
+			f.Containers = []Container{ctr("db", "myvat", "::")}
+		}, false, "no running container publishes it"},
+		{"container publishes the IPv4 wildcard, a root daemon holds [::1]", func(f *Facts) {
+			f.Target = netip.MustParseAddrPort("[::1]:5432")
+			f.Listeners = []Listener{l("::1", 5432, 0, 20)}
+			f.Containers = []Container{ctr("db", "myvat", "0.0.0.0")}
+		}, false, "no running container publishes it"},
+		{"container publishes the IPv6 wildcard, target [::1]", func(f *Facts) {
+			f.Target = netip.MustParseAddrPort("[::1]:5432")
+			f.Listeners = []Listener{l("::", 5432, 0, 20)}
+			f.Containers = []Container{ctr("db", "myvat", "::")}
+		}, true, `this vat's compose project "myvat"`},
+		{"a publish with no address covers nothing", func(f *Facts) {
+			f.Listeners = []Listener{rootL}
+			f.Containers = []Container{ctr("db", "myvat", "")}
+		}, false, "no running container publishes it"},
 		{"container publishes udp only", func(f *Facts) {
 			c := ctr("db", "myvat", "127.0.0.1")
 			c.Publish[0].Proto = "udp"
@@ -203,21 +222,21 @@ func TestJudge(t *testing.T) {
 		{"root socket held by the supervisor", func(f *Facts) {
 			f.Listeners = []Listener{rootL}
 			f.Holders = map[uint64][]Proc{20: {proc(1, "/lib/systemd/systemd", "/", "/sbin/init"), proc(123, "/usr/local/bin/toybox", "/", "toybox", "serve")}}
-			f.Containers = []Container{ctr("db", "myvat", "")}
+			f.Containers = []Container{ctr("db", "myvat", "0.0.0.0")}
 		}, false, "127.0.0.1:5432 is held by the toybox supervisor (pid 123)"},
 		{"wildcard and specific: any refusal wins", func(f *Facts) {
 			f.Listeners = []Listener{toyL, rootL}
 			f.Holders = map[uint64][]Proc{10: {svc}}
-			f.Containers = []Container{ctr("db", "other-vat", "")}
+			f.Containers = []Container{ctr("db", "other-vat", "0.0.0.0")}
 		}, false, "not this vat's"},
 		{"wildcard and specific: both admitted", func(f *Facts) {
 			f.Listeners = []Listener{toyL, rootL}
 			f.Holders = map[uint64][]Proc{10: {svc}}
-			f.Containers = []Container{ctr("db", "myvat", "")}
+			f.Containers = []Container{ctr("db", "myvat", "0.0.0.0")}
 		}, true, "own service; 127.0.0.1:5432 is published"},
 		{"two containers on the port, one foreign", func(f *Facts) {
 			f.Listeners = []Listener{rootL}
-			f.Containers = []Container{ctr("a", "myvat", ""), ctr("b", "other-vat", "")}
+			f.Containers = []Container{ctr("a", "myvat", "0.0.0.0"), ctr("b", "other-vat", "0.0.0.0")}
 		}, false, `container "b"`},
 	}
 	for _, tt := range tests {

@@ -26,7 +26,8 @@ var ErrCompose = errors.New("compose file not understood")
 // tabs in indentation, anchors, aliases, tags, merge keys, multi-line quoted
 // strings, several documents, a service that is not a block mapping, flow
 // mappings inside a ports list, unknown keys of a long-syntax port, and
-// variable interpolation in a port. Both port syntaxes are understood:
+// variable interpolation in a port. A service that does not run by default
+// (profiles, or scale: 0) publishes nothing. Both port syntaxes are understood:
 // short ("127.0.0.1:5432:5432", "127.0.0.1:5432:5432/tcp", ranges
 // "127.0.0.1:5000-5010:5000-5010", as a block or a flow list) and long
 // (target, published, host_ip, protocol, mode, name, app_protocol).
@@ -312,6 +313,15 @@ func (p *composeParser) services() error {
 func (p *composeParser) service(svcIndent int) error {
 	keyIndent := -1
 	seen := map[string]bool{}
+	// A service that does not run by default (it has profiles, or scale
+	// 0) publishes nothing: what it names does not count.
+	foundBefore := p.found
+	idle := false
+	defer func() {
+		if idle {
+			p.found = foundBefore
+		}
+	}()
 	for p.i < len(p.lines) && p.lines[p.i].indent > svcIndent {
 		l := p.lines[p.i]
 		if keyIndent < 0 {
@@ -336,6 +346,9 @@ func (p *composeParser) service(svcIndent int) error {
 		}
 		seen[k] = true
 		p.i++
+		if k == "profiles" || k == "scale" && (v == "0" || v == `"0"`) {
+			idle = true
+		}
 		if k != "ports" {
 			continue
 		}

@@ -12,6 +12,10 @@ var composeTests = []struct {
 	port uint16
 	want bool
 }{
+	{"a service with profiles does not run by default", "services:\n  bait:\n    ports:\n      - \"127.0.0.1:631:80\"\n    profiles: [\"never\"]\n", 631, false},
+	{"profiles before ports", "services:\n  bait:\n    profiles:\n      - never\n    ports:\n      - \"127.0.0.1:631:80\"\n", 631, false},
+	{"scale 0", "services:\n  bait:\n    scale: 0\n    ports:\n      - \"127.0.0.1:631:80\"\n", 631, false},
+	{"another service that runs still counts", "services:\n  bait:\n    profiles: [\"never\"]\n    ports:\n      - \"127.0.0.1:631:80\"\n  db:\n    ports:\n      - \"127.0.0.1:631:80\"\n", 631, true},
 	{"short quoted", `
 services:
   db:
