@@ -109,6 +109,7 @@ type stack struct {
 	handle string // which switchboard socket toybox holds: public or local
 	env    []string
 	extra  []string // more toybox serve flags
+	leak   string   // stackOpts.leakFD9
 
 	activated bool
 	listened  []*os.File // the activated sockets (ours; toybox gets copies)
@@ -125,6 +126,7 @@ type stackOpts struct {
 	handle    string   // "local" (default) or "public"
 	env       []string // extra environment for toybox serve
 	extra     []string // extra flags for toybox serve
+	leakFD9   string   // a file toybox serve inherits as fd 9, not close-on-exec (as a careless parent would leave it)
 }
 
 // newStack starts a switchboard and a supervisor holding opts.handle. Every
@@ -146,7 +148,7 @@ func newStack(t testing.TB, opts stackOpts) *stack {
 	}
 	s := &stack{
 		t: t, dir: dir, state: filepath.Join(dir, "state"), admin: filepath.Join(dir, "admin.sock"),
-		http: "127.0.0.1:" + freePort(t), handle: opts.handle, env: opts.env, extra: opts.extra, activated: opts.activated,
+		http: "127.0.0.1:" + freePort(t), handle: opts.handle, env: opts.env, extra: opts.extra, activated: opts.activated, leak: opts.leakFD9,
 		sbPublic: filepath.Join(dir, "sb-public.sock"), sbLocal: filepath.Join(dir, "sb-local.sock"),
 	}
 	t.Cleanup(func() {
@@ -261,8 +263,14 @@ func (s *stack) startToybox() {
 	} else {
 		args = append(args, "--http", s.http, "--admin", s.admin)
 		s.tb = exec.Command(filepath.Join(bins, "toybox"), args...)
+		if s.leak != "" {
+			s.tb = exec.Command("sh", append([]string{"-c", `exec 9<"$TOYBOX_TEST_LEAK"; exec "$0" "$@"`, filepath.Join(bins, "toybox")}, args...)...)
+		}
 	}
 	s.tb.Env = append([]string{"PATH=" + os.Getenv("PATH")}, s.env...)
+	if s.leak != "" {
+		s.tb.Env = append(s.tb.Env, "TOYBOX_TEST_LEAK="+s.leak)
+	}
 	s.tb.Stdout, s.tb.Stderr = s.tbLog, s.tbLog
 	if err := s.tb.Start(); err != nil {
 		s.t.Fatal(err)

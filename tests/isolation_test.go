@@ -313,3 +313,27 @@ func TestAttackHangingRequests(t *testing.T) {
 	}
 	s.mustGet("/alice", "v1 count 1")
 }
+
+// TestUnwalledVatInheritsNoFD: a descriptor the supervisor inherited by
+// accident (its parent left it open, not close-on-exec) reaches no vat, not
+// even one the owner chose to run without its wall.
+func TestUnwalledVatInheritsNoFD(t *testing.T) {
+	secret := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secret, []byte("the supervisor's"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := newStack(t, stackOpts{env: []string{"TOYBOX_WALLS=off"}, leakFD9: secret})
+	if st := s.mustInstall("mallory", example(t, "snoop"), ""); !strings.Contains(fmt.Sprint(st["status"]), "not walled") {
+		t.Fatalf("status %v; want it unwalled (this test is about that path)", st["status"])
+	}
+	code, body := s.get("/mallory/fds")
+	if code != http.StatusOK || !strings.HasPrefix(body, "ok: ") {
+		t.Fatalf("GET /mallory/fds = %d %q", code, body)
+	}
+	if strings.Contains(body, secret) {
+		t.Errorf("the unwalled vat holds the supervisor's inherited descriptor:\n%s", body)
+	}
+	if !strings.Contains(body, "3 -> socket:") {
+		t.Errorf("fds:\n%s\nwant fd 3, its capability socket (a control: the listing works)", body)
+	}
+}

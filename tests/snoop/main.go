@@ -81,6 +81,19 @@ func main() {
 		w.Header().Set("X-Big", strings.Repeat("x", 1<<20)) // 1 MiB of header
 		fmt.Fprintln(w, "ok: big")
 	})
+	http.HandleFunc("/fds", func(w http.ResponseWriter, r *http.Request) {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			fmt.Fprintf(w, "denied: %v\n", err)
+			return
+		}
+		var out []string
+		for _, e := range ents {
+			t, _ := os.Readlink("/proc/self/fd/" + e.Name())
+			out = append(out, e.Name()+" -> "+t)
+		}
+		fmt.Fprintf(w, "ok: %s\n", strings.Join(out, "\n"))
+	})
 	http.HandleFunc("/hang", func(w http.ResponseWriter, r *http.Request) {
 		<-r.Context().Done() // never answers: holds the supervisor's connection
 	})

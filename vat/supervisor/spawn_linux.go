@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -188,6 +189,11 @@ func (s *Supervisor) spawnUnwalled(v *vat, code store.Code, rec store.Record, gv
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if uid, gid := s.ids(rec); uid >= 0 {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}
+	}
+	// As wall.Start does: nothing of the supervisor's reaches the app but
+	// fds 0-3, not even a descriptor it inherited left open by its parent.
+	if err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return nil, fmt.Errorf("marking descriptors close-on-exec: %w", os.NewSyscallError("close_range", err))
 	}
 	if err := cmd.Start(); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
