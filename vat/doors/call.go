@@ -31,6 +31,11 @@ var droppedRequest = map[string]bool{
 	"Proxy-Authenticate": true, "Proxy-Authorization": true, "Te": true,
 	"Trailer": true, "Trailers": true, "Transfer-Encoding": true, "Upgrade": true,
 	"Host": true, "Content-Length": true, "Forwarded": true, "X-Real-Ip": true,
+	// What many frameworks read as another method or path than the
+	// request's: a door is one exact method and path.
+	"X-Http-Method": true, "X-Http-Method-Override": true, "X-Method-Override": true,
+	"X-Original-Method": true, "X-Original-Url": true, "X-Rewrite-Url": true,
+	"X-Override-Url": true,
 }
 
 // droppedResponse: hop-by-hop headers of the backend's answer.

@@ -169,6 +169,12 @@ func TestDoorCalls(t *testing.T) {
 			{"X-Secret", "named by Connection: hop-by-hop"},
 			{"Upgrade", "websocket"},
 			{"X-Forwarded-For", "10.0.0.1"},
+			{"X-HTTP-Method-Override", "DELETE"},
+			{"X-HTTP-Method", "DELETE"},
+			{"X-Method-Override", "DELETE"},
+			{"X-Original-Method", "POST"},
+			{"X-Original-URL", "/browser/restart"},
+			{"X-Rewrite-URL", "/browser/restart"},
 			{"Accept", "application/json"},
 		}})
 		a := decodeAnswer(t, r)
@@ -179,7 +185,7 @@ func TestDoorCalls(t *testing.T) {
 			t.Errorf("backend saw X-Toybox-Vat %q; want kiosk", a.Request.Vat)
 		}
 		h := a.Request.Headers
-		for _, k := range []string{"Connection", "X-Secret", "Upgrade", "X-Forwarded-For"} {
+		for _, k := range []string{"Connection", "X-Secret", "Upgrade", "X-Forwarded-For", "X-Http-Method-Override", "X-Http-Method", "X-Method-Override", "X-Original-Method", "X-Original-Url", "X-Rewrite-Url"} {
 			if _, ok := h[k]; ok {
 				t.Errorf("backend saw %s: %v; want it dropped", k, h[k])
 			}
