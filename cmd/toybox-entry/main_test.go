@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"sync"
 	"testing"
 	"time"
@@ -62,6 +63,27 @@ func TestMain(m *testing.M) {
 func probe(mode, arg string) int {
 	proxy := os.Getenv("HTTP_PROXY")
 	switch mode {
+	case "signal1":
+		// Once the entry serves (a refused CONNECT answered), signal it
+		// as the runtime would crash on, then check it still serves.
+		ask := func() string {
+			c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(wall.DefaultProxyPort), time.Second)
+			if err != nil {
+				return "DIAL-ERR " + err.Error()
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			fmt.Fprintf(c, "CONNECT 127.0.0.1:1 HTTP/1.1\r\nHost: 127.0.0.1:1\r\n\r\n")
+			line, _ := bufio.NewReader(c).ReadString('\n')
+			return strings.TrimSpace(line)
+		}
+		fmt.Println("BEFORE", ask())
+		time.Sleep(100 * time.Millisecond)
+		for _, s := range []syscall.Signal{syscall.SIGABRT, syscall.SIGTRAP, syscall.SIGSYS, syscall.SIGILL} {
+			fmt.Println("KILL", s, syscall.Kill(1, s))
+		}
+		time.Sleep(200 * time.Millisecond)
+		fmt.Println("AFTER", ask())
 	case "env":
 		fmt.Printf("HTTP_PROXY=%q\n", proxy)
 		c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(wall.DefaultProxyPort), time.Second)

@@ -196,3 +196,17 @@ func TestConnectTLS(t *testing.T) {
 		want(t, w.run(t, byIP, "tls", "localhost:443|localhost"), "STATUS 403", "BODY egress refused:")
 	})
 }
+
+// TestAppCannotCrashTheEntry: the app shares the entry's uid and may
+// signal pid 1. The signals the Go runtime answers with a crash and a stack
+// dump (SIGABRT, SIGTRAP, SIGSYS, SIGILL, sent with kill) are ignored: the
+// proxy serves on.
+func TestAppCannotCrashTheEntry(t *testing.T) {
+	echo := echoServer(t)
+	w := newWalled(t, "signals", wall.Net{})
+	out := w.run(t, []labels.Set{{Host: "127.0.0.1", Port: uint16(echo)}}, "signal1", "")
+	want(t, out, "BEFORE HTTP/1.1 403", "AFTER HTTP/1.1 403")
+	if strings.Contains(out, "goroutine ") || strings.Contains(out, "SIGABRT: abort") {
+		t.Errorf("the entry crashed:\n%s", out)
+	}
+}

@@ -63,6 +63,11 @@ func Run(ctx context.Context, cfg Config) int {
 	if cfg.App <= 0 {
 		return fail(ExitExec, "no app")
 	}
+	// The app shares the entry's uid, so it may signal pid 1. Signals that
+	// the runtime would answer with a crash and a stack dump (a kill(2),
+	// not a fault of the entry's own) are ignored: pid 1 of a pid
+	// namespace does not get a signal it ignores from inside.
+	signal.Ignore(unix.SIGABRT, unix.SIGTRAP, unix.SIGSYS, unix.SIGILL)
 	ls := cfg.Listeners
 	if ls == nil {
 		ls = &Listeners{}

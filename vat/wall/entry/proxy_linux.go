@@ -78,25 +78,46 @@ func (t target) String() string {
 	return t.scheme + "://" + net.JoinHostPort(t.host, strconv.Itoa(int(t.port)))
 }
 
-// ServeProxy accepts proxy clients on l until it fails.
+// ServeProxy accepts proxy clients on l until l is closed or ctx ends.
 func (p *Proxy) ServeProxy(ctx context.Context, l net.Listener) error {
+	return acceptLoop(ctx, l, p.logger, func(c net.Conn) { go p.proxyConn(ctx, c.(*net.TCPConn)) })
+}
+
+// acceptLoop hands each connection accepted on l to serve until l is
+// closed or ctx ends. Any other accept error (out of descriptors, or of
+// kernel memory: the app can cause both) is waited out, with a warning,
+// never taken as the end: a proxy that stopped serving while its wall
+// stayed up would fail silently.
+func acceptLoop(ctx context.Context, l net.Listener, logger *slog.Logger, serve func(net.Conn)) error {
+	var wait time.Duration
 	for {
 		c, err := l.Accept()
-		if err != nil {
+		if err == nil {
+			wait = 0
+			serve(c)
+			continue
+		}
+		if errors.Is(err, net.ErrClosed) || ctx.Err() != nil {
 			return err
 		}
-		go p.proxyConn(ctx, c.(*net.TCPConn))
+		if wait == 0 {
+			wait = 5 * time.Millisecond
+			logger.Warn("accepting a connection failed; retrying", "listener", l.Addr().String(), keyReason, err.Error())
+		} else {
+			wait = min(2*wait, time.Second)
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return err
+		}
 	}
 }
 
 // ServeForward accepts on l and connects each connection to f's target.
 func (p *Proxy) ServeForward(ctx context.Context, l net.Listener, f Forward) error {
 	t := target{scheme: "tcp", host: f.Host, port: f.TargetPort}
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			return err
-		}
+	return acceptLoop(ctx, l, p.logger, func(c net.Conn) {
 		go func() {
 			client := c.(*net.TCPConn)
 			up, err := p.dial(ctx, t, nil, client)
@@ -106,7 +127,7 @@ func (p *Proxy) ServeForward(ctx context.Context, l net.Listener, f Forward) err
 			}
 			up.relay(client, nil)
 		}()
-	}
+	})
 }
 
 func (p *Proxy) proxyConn(ctx context.Context, c *net.TCPConn) {
