@@ -79,7 +79,7 @@ func probe(mode, arg string) int {
 		}
 		fmt.Println("BEFORE", ask())
 		time.Sleep(100 * time.Millisecond)
-		for _, s := range []syscall.Signal{syscall.SIGABRT, syscall.SIGTRAP, syscall.SIGSYS, syscall.SIGILL} {
+		for _, s := range []syscall.Signal{syscall.SIGABRT, syscall.SIGTRAP, syscall.SIGSYS, syscall.SIGILL, syscall.SIGSTKFLT, syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGFPE} {
 			fmt.Println("KILL", s, syscall.Kill(1, s))
 		}
 		time.Sleep(200 * time.Millisecond)

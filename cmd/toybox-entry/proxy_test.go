@@ -199,7 +199,8 @@ func TestConnectTLS(t *testing.T) {
 
 // TestAppCannotCrashTheEntry: the app shares the entry's uid and may
 // signal pid 1. The signals the Go runtime answers with a crash and a stack
-// dump (SIGABRT, SIGTRAP, SIGSYS, SIGILL, sent with kill) are ignored: the
+// dump (SIGABRT, SIGTRAP, SIGSYS, SIGILL, SIGSTKFLT, SIGSEGV, SIGBUS,
+// SIGFPE, sent with kill) are ignored: the
 // proxy serves on.
 func TestAppCannotCrashTheEntry(t *testing.T) {
 	echo := echoServer(t)

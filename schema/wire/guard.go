@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"capnproto.org/go/capnp/v3/rpc/transport"
 	rpccp "capnproto.org/go/capnp/v3/std/capnp/rpc"
@@ -17,9 +18,13 @@ import (
 // hosts every vat. A zero field takes its default.
 type Limits struct {
 	// Unfinished is how many questions (Bootstrap or Call messages) the
-	// peer may leave without their Finish. Each keeps an answer, results
-	// included, in the connection's tables. Past it the connection ends
-	// with ErrUnfinished. If zero, DefaultUnfinished.
+	// peer may leave without their Finish more than finishGrace after
+	// their Return (each keeps an answer, results included, in the
+	// connection's tables; go-capnp itself sends a Finish 250 ms after the
+	// Return, so a fast caller always has some unfinished), and a sixteenth
+	// of how many it may leave unfinished in all, whatever their age. Past
+	// either the connection ends with ErrUnfinished. If zero,
+	// DefaultUnfinished.
 	Unfinished int
 	// Backlog is how many messages this side may have begun for the peer
 	// and not yet written: its own calls, and the answers to the peer's
@@ -58,6 +63,14 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
+// finishGrace is how long after its Return a question may wait for its
+// Finish before it counts against Limits.Unfinished; unfinishedFactor is
+// how many times Limits.Unfinished may wait in all.
+const (
+	finishGrace      = 2 * time.Second
+	unfinishedFactor = 16
+)
+
 // Errors that end a connection whose peer went past its Limits.
 var (
 	ErrUnfinished = errors.New("the peer left too many calls unfinished")
@@ -78,17 +91,26 @@ type guard struct {
 	// from the Return until the Finish: answered holds every question
 	// answered and not finished, finishedFirst those finished before
 	// their Return was sent. Both are bounded by unfinished.
-	answered      map[uint32][]uint32
+	answered      map[uint32]answer
 	finishedFirst map[uint32]bool // → releaseResultCaps
+	stale         int             // answered more than finishGrace ago, at the last count
+	counted       time.Time       // when stale was counted
 	backlog       int
 	closed        bool
+}
+
+// answer is a question answered and not finished: the exports its results
+// handed over, and when.
+type answer struct {
+	ids []uint32
+	at  time.Time
 }
 
 func newGuard(t transport.Transport, lim Limits) *guard {
 	g := &guard{
 		Transport: t, lim: lim.withDefaults(),
 		unfinished: map[uint32]struct{}{}, exports: map[uint32]uint32{},
-		answered: map[uint32][]uint32{}, finishedFirst: map[uint32]bool{},
+		answered: map[uint32]answer{}, finishedFirst: map[uint32]bool{},
 	}
 	g.drained = sync.NewCond(&g.mu)
 	return g
@@ -154,10 +176,10 @@ func (g *guard) RecvMessage() (transport.IncomingMessage, error) {
 		g.mu.Lock()
 		if _, asked := g.unfinished[q]; asked {
 			delete(g.unfinished, q)
-			if ids, ok := g.answered[q]; ok {
+			if a, ok := g.answered[q]; ok {
 				delete(g.answered, q)
 				if f.ReleaseResultCaps() {
-					for _, id := range ids {
+					for _, id := range a.ids {
 						g.release(id, 1)
 					}
 				}
@@ -170,13 +192,30 @@ func (g *guard) RecvMessage() (transport.IncomingMessage, error) {
 	default:
 		return in, nil
 	}
+	now := time.Now()
 	g.mu.Lock()
 	g.unfinished[q] = struct{}{}
 	n := len(g.unfinished)
+	if now.Sub(g.counted) >= time.Second {
+		// Counted at most once a second: a peer gains at most a second's
+		// calls on the count, and the total bounds those.
+		g.stale = 0
+		for _, a := range g.answered {
+			if now.Sub(a.at) > finishGrace {
+				g.stale++
+			}
+		}
+		g.counted = now
+	}
+	stale := g.stale
 	g.mu.Unlock()
-	if n > g.lim.Unfinished {
+	switch {
+	case n > unfinishedFactor*g.lim.Unfinished:
 		in.Release()
-		return nil, fmt.Errorf("%w: %d calls without a Finish (limit %d)", ErrUnfinished, n, g.lim.Unfinished)
+		return nil, fmt.Errorf("%w: %d calls without a Finish (limit %d)", ErrUnfinished, n, unfinishedFactor*g.lim.Unfinished)
+	case stale > g.lim.Unfinished:
+		in.Release()
+		return nil, fmt.Errorf("%w: %d calls answered more than %s ago and never finished (limit %d)", ErrUnfinished, stale, finishGrace, g.lim.Unfinished)
 	}
 	return in, nil
 }
@@ -212,7 +251,7 @@ func (g *guard) exported(m rpccp.Message) {
 				return // given back as they were sent
 			}
 		} else {
-			g.answered[q] = ids
+			g.answered[q] = answer{ids: ids, at: time.Now()}
 		}
 		for _, id := range ids {
 			g.exports[id]++

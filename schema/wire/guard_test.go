@@ -132,34 +132,77 @@ func finishKeep(t *testing.T, q uint32, keep bool) *capnp.Message {
 }
 
 // TestUnfinishedCallsEndTheConnection: a peer that pipelines calls and
-// never finishes one makes the served side keep every answer; past
-// DefaultUnfinished the connection ends, saying why.
+// never finishes one makes the served side keep every answer. Answered
+// calls left without a Finish past finishGrace, more than Limits.Unfinished
+// of them, end the connection; so do too many in all, whatever their age.
 func TestUnfinishedCallsEndTheConnection(t *testing.T) {
-	c, peer := served(t)
-	rc := c.RPC(bootstrap(), nil)
-	defer rc.Close()
-	go func() { // it reads, so nothing waits on it
-		buf := make([]byte, 64<<10)
-		for {
-			if _, err := peer.Read(buf); err != nil {
-				return
+	const limit = 100
+	for _, burst := range []bool{false, true} {
+		c, peer := served(t)
+		rc := c.RPCWith(bootstrap(), nil, Limits{Unfinished: limit})
+		go func() { // it reads, so nothing waits on it
+			buf := make([]byte, 64<<10)
+			for {
+				if _, err := peer.Read(buf); err != nil {
+					return
+				}
+			}
+		}()
+		enc := capnp.NewEncoder(peer)
+		if err := enc.Encode(bootstrapMsg(t)); err != nil {
+			t.Fatal(err)
+		}
+		n := uint32(limit + 10)
+		if burst {
+			n = unfinishedFactor*limit + 10
+		}
+		for q := uint32(1); q <= n; q++ {
+			if err := enc.Encode(callMsg(t, q)); err != nil {
+				break // the connection ended: what the test wants
 			}
 		}
-	}()
-	enc := capnp.NewEncoder(peer)
-	if err := enc.Encode(bootstrapMsg(t)); err != nil {
-		t.Fatal(err)
-	}
-	for q := uint32(1); q <= DefaultUnfinished+10; q++ {
-		if err := enc.Encode(callMsg(t, q)); err != nil {
-			break // the connection ended: what the test wants
+		if !burst {
+			// Within the grace nothing happens; after it, the next call
+			// finds them stale.
+			time.Sleep(finishGrace + 1500*time.Millisecond)
+			_ = enc.Encode(callMsg(t, n+1))
 		}
+		select {
+		case <-rc.Done():
+		case <-time.After(20 * time.Second):
+			t.Fatalf("burst %v: the served side still holds %d unfinished calls; want the connection ended", burst, n)
+		}
+		_ = rc.Close()
 	}
-	select {
-	case <-rc.Done():
-	case <-time.After(20 * time.Second):
-		t.Fatalf("the served side still holds %d unfinished calls; want the connection ended", DefaultUnfinished+10)
+}
+
+// TestFastCallerKeepsTheConnection: go-capnp sends a call's Finish 250 ms
+// after its Return, so a caller that makes calls one after another as fast
+// as it can always has many unfinished. It is no attacker.
+func TestFastCallerKeepsTheConnection(t *testing.T) {
+	c, peer := served(t)
+	rc := c.RPCWith(bootstrap(), nil, Limits{Unfinished: 1024})
+	defer rc.Close()
+	pc := NewConn(peer, false)
+	crc := pc.RPC(capnp.Client{}, nil)
+	defer crc.Close()
+	boot := crc.Bootstrap(context.Background())
+	defer boot.Release()
+	end := time.Now().Add(3 * time.Second)
+	calls := 0
+	for time.Now().Before(end) {
+		ans, release := boot.SendCall(context.Background(), capnp.Send{
+			Method:   capnp.Method{InterfaceID: testIface, MethodID: testMethod},
+			ArgsSize: capnp.ObjectSize{},
+		})
+		_, err := ans.Struct()
+		release()
+		if err != nil {
+			t.Fatalf("call %d: %v", calls, err)
+		}
+		calls++
 	}
+	t.Logf("%d calls in 3 s", calls)
 }
 
 // TestFinishedCallsKeepTheConnection: the limit counts calls left

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -96,7 +97,9 @@ func (u *Upstream) current(ctx context.Context) (session, error) {
 	if err != nil {
 		return session{}, fmt.Errorf("reaching the switchboard at %s: %w", u.cfg.Path, err)
 	}
-	rc := c.RPC(capnp.Client{}, wire.Logger(u.log))
+	// Its peer is the switchboard: no backlog bound (its writes to one
+	// slow stream must not stop the vat's others).
+	rc := c.RPCWith(capnp.Client{}, wire.Logger(u.log), wire.Limits{Backlog: math.MaxInt})
 	root := schema.Handle(rc.Bootstrap(dctx))
 	if err := root.Resolve(dctx); err != nil {
 		root.Release()

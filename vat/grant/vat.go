@@ -24,10 +24,10 @@ const maxInFlight = 64
 
 // VatLimits bound what one vat connection can make the supervisor hold:
 // calls left unfinished and capabilities not released (each Handle,
-// DoorSet or Door is a server with a goroutine of its own). A vat needs a
-// few of each; past either, its connection ends, with a warning that says
-// which.
-var VatLimits = wire.Limits{Unfinished: 1024, Exports: 1024}
+// DoorSet or Door is a server with a goroutine of its own, and so is the
+// stream of each open request, WebSocket or streamed connection). Past
+// either, its connection ends, with a warning that says which.
+var VatLimits = wire.Limits{Unfinished: 1024, Exports: 8192}
 
 // VatConfig describes one vat's authority.
 type VatConfig struct {

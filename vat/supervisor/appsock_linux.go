@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -15,21 +16,29 @@ import (
 // following a symlink. The run folder is the vat's to write (it is
 // /run/toybox in the wall), so what app.sock is, the vat decides: a dial by
 // path would follow a symlink it put there to any socket the supervisor can
-// reach, the admin socket included. The name is opened O_PATH (a symlink as
-// itself), refused unless it is a socket, and connected through
+// reach, the admin socket included. The name is opened O_PATH in the run
+// folder (a symlink as itself), refused unless it is a socket, and connected through
 // /proc/self/fd, which names exactly the inode opened: a swap after the
 // check changes nothing.
 func dialApp(ctx context.Context, path string) (net.Conn, error) {
+	// The folders up to the run folder are the supervisor's (the state
+	// dir may well be reached through a symlink of the operator's); only
+	// the last name is the vat's.
+	dir, err := unix.Open(filepath.Dir(path), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: filepath.Dir(path), Err: err}
+	}
+	defer unix.Close(dir)
+	name := filepath.Base(path)
 	how := &unix.OpenHow{
 		Flags:   unix.O_PATH | unix.O_CLOEXEC | unix.O_NOFOLLOW,
-		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
 	}
-	fd, err := unix.Openat2(unix.AT_FDCWD, path, how)
+	fd, err := unix.Openat2(dir, name, how)
 	if errors.Is(err, unix.ENOSYS) {
-		// No openat2 (Linux < 5.6): the folders above are the
-		// supervisor's; only the last name is the vat's, and O_NOFOLLOW
-		// opens a symlink there as itself.
-		fd, err = unix.Open(path, unix.O_PATH|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+		// No openat2 (Linux < 5.6): O_NOFOLLOW opens a symlink there as
+		// itself, refused below.
+		fd, err = unix.Openat(dir, name, unix.O_PATH|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	}
 	switch {
 	case errors.Is(err, unix.ELOOP):

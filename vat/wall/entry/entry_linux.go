@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"os/signal"
@@ -67,7 +68,7 @@ func Run(ctx context.Context, cfg Config) int {
 	// the runtime would answer with a crash and a stack dump (a kill(2),
 	// not a fault of the entry's own) are ignored: pid 1 of a pid
 	// namespace does not get a signal it ignores from inside.
-	signal.Ignore(unix.SIGABRT, unix.SIGTRAP, unix.SIGSYS, unix.SIGILL)
+	signal.Ignore(unix.SIGABRT, unix.SIGTRAP, unix.SIGSYS, unix.SIGILL, unix.SIGSTKFLT, unix.SIGSEGV, unix.SIGBUS, unix.SIGFPE)
 	ls := cfg.Listeners
 	if ls == nil {
 		ls = &Listeners{}
@@ -213,7 +214,10 @@ func serveNet(ctx context.Context, cfg Config, ls *Listeners, logger *slog.Logge
 		ls.close()
 		return nil, fmt.Errorf("using the capability socket: %w", err)
 	}
-	rc := conn.RPC(capnp.Client{}, nil)
+	// Its peer is the supervisor: no backlog bound, which would stop
+	// every stream of the vat while one slow app connection holds up
+	// the supervisor's writes to it.
+	rc := conn.RPCWith(capnp.Client{}, nil, wire.Limits{Backlog: math.MaxInt})
 	bctx, cancel := context.WithTimeout(ctx, bootstrapTimeout)
 	defer cancel()
 	vat := schema.Vat(rc.Bootstrap(bctx))
