@@ -514,6 +514,9 @@ func TestRefusalNamesWhatWasDropped(t *testing.T) {
 // and again and keeps every one makes the supervisor keep a server for
 // each; past VatLimits.Exports its connection ends, with a warning.
 func TestVatCannotHoardCapabilities(t *testing.T) {
+	old := VatLimits
+	VatLimits.Exports = 300 // the rule, at a size a test can reach quickly
+	t.Cleanup(func() { VatLimits = old })
 	v, logs := warnedVat(t, "hoarder")
 	vc, _ := vatClient(t, v)
 	var kept []schema.DoorSet
