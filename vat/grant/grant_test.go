@@ -628,3 +628,29 @@ func TestOneVatCannotFillTheSwitchboardForAll(t *testing.T) {
 	defer c.Close()
 	roundTrip(t, c, "still mine")
 }
+
+// TestStoppingAVatIsNoWarning: a vat's switchboard connection closed
+// because the vat stopped is not reported as a connection that ended on
+// its own (that warning is kept for a switchboard that went away).
+func TestStoppingAVatIsNoWarning(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "sb.sock")
+	startSwitchboard(t, sock)
+	port := echoServer(t)
+	logs := &syncLog{}
+	up := NewUpstream(UpstreamConfig{Path: sock, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	t.Cleanup(func() { _ = up.Close() })
+	v, err := NewVat(VatConfig{ID: "quiet", Grants: []labels.Set{{Host: "127.0.0.1", Port: port}}, Upstream: up})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vc, cli := vatClient(t, v)
+	c, err := connectFD(context.Background(), egress(t, vc), cli, "127.0.0.1", port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Close()
+	v.Revoke()
+	if got := logs.String(); strings.Contains(got, "level=WARN") {
+		t.Errorf("stopping a vat logged %q; want no warning", got)
+	}
+}

@@ -124,7 +124,12 @@ func (u *Upstream) broken(gen uint64) {
 func (u *Upstream) dropLocked() {
 	u.root.Release()
 	_ = u.rpc.Close()
-	u.log.Warn("switchboard connection ended", "path", u.cfg.Path, "generation", u.gen)
+	if u.closed {
+		// Closed on purpose (the vat stopped): nothing to warn about.
+		u.log.Debug("switchboard connection closed", "path", u.cfg.Path, "generation", u.gen)
+	} else {
+		u.log.Warn("switchboard connection ended", "path", u.cfg.Path, "generation", u.gen)
+	}
 	u.rpc, u.conn, u.root = nil, nil, schema.Handle{}
 }
 
