@@ -1,7 +1,6 @@
 package wall
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"slices"
@@ -137,20 +136,8 @@ func TestPlanEtcIsOneView(t *testing.T) {
 // the wall ends; a view no wall binds goes at once.
 func TestEtcViewKeptWhileBound(t *testing.T) {
 	f := newFixture(t, "etckept")
-	f.caps(t)
-	out, err := os.CreateTemp(t.TempDir(), "out")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer out.Close()
-	f.spec.Stdout, f.spec.Stderr = out, out
-	f.spec.Env = map[string]string{victimEnv: "etcafter"}
-	p, err := Start(context.Background(), f.spec, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, out := f.startVictim(t, "etcafter", false)
 	defer p.Stop(0)
-	waitSleeping(t, p, out.Name())
 	view := p.plan.EtcView
 	aside := func() []string {
 		m, _ := filepath.Glob(view + ".old-*")
@@ -178,7 +165,7 @@ func TestEtcViewKeptWhileBound(t *testing.T) {
 	if err := p.Stop(10 * time.Second); err != nil {
 		t.Errorf("Stop = %v", err)
 	}
-	b, _ := os.ReadFile(out.Name())
+	b, _ := os.ReadFile(out)
 	for _, want := range []string{`ETC /etc/hostname "toybox\n" <nil>`, `ETC /etc/group "root:x:0:`} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("the wall's /etc after the rebuild: output %q; want %q", b, want)

@@ -141,6 +141,34 @@ func (f *fixture) caps(t testing.TB) {
 	t.Cleanup(func() { f.peer.Close() })
 }
 
+// startVictim starts the victim in mode inside a real wall (with
+// toybox-entry, served a Vat of no grant, when withEntry), waits until it
+// says it runs ("sleep", "graceful", "etcafter" modes), and returns the
+// wall and the file its output goes to. The test stops the wall.
+func (f *fixture) startVictim(t *testing.T, mode string, withEntry bool) (*Process, string) {
+	t.Helper()
+	f.caps(t)
+	if withEntry {
+		f.spec.Net = Net{}
+		ea, eb := socketpair(t)
+		serveNoGrant(t, eb, f.spec.ID)
+		f.spec.EntryCap = ea
+	}
+	out, err := os.CreateTemp(t.TempDir(), "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = out.Close() })
+	f.spec.Stdout, f.spec.Stderr = out, out
+	f.spec.Env = map[string]string{victimEnv: mode}
+	p, err := Start(context.Background(), f.spec, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitSleeping(t, p, out.Name())
+	return p, out.Name()
+}
+
 // runVictim runs the victim in mode inside a real wall and returns its
 // output and Wait's error.
 func (f *fixture) runVictim(t *testing.T, mode string) (string, error) {

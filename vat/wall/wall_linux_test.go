@@ -465,31 +465,13 @@ func TestStopEndsTheWall(t *testing.T) {
 	for _, withEntry := range []bool{false, true} {
 		t.Run(map[bool]string{false: "app under bwrap's init", true: "app under toybox-entry"}[withEntry], func(t *testing.T) {
 			f := newFixture(t, "sleeper")
-			f.caps(t)
-			if withEntry {
-				f.spec.Net = Net{}
-				ea, eb := socketpair(t)
-				serveNoGrant(t, eb, f.spec.ID)
-				f.spec.EntryCap = ea
-			}
-			out, err := os.CreateTemp(t.TempDir(), "out")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer out.Close()
-			f.spec.Stdout = out
-			f.spec.Env = map[string]string{victimEnv: "sleep"}
-			p, err := Start(context.Background(), f.spec, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			// The app gets going, then is stopped.
+			p, _ := f.startVictim(t, "sleep", withEntry)
 			if p.Tier() != TierWalled || p.Pid() <= 0 {
 				t.Errorf("Tier() = %q Pid() = %d", p.Tier(), p.Pid())
 			}
-			// Let the app get going, then stop it.
-			waitSleeping(t, p, out.Name())
 			began := time.Now()
-			err = p.Stop(5 * time.Second)
+			err := p.Stop(5 * time.Second)
 			if took := time.Since(began); took > 4*time.Second {
 				t.Errorf("Stop took %v; SIGTERM should end the sleeping app at once", took)
 			}
@@ -696,25 +678,9 @@ func TestEntryHoldsNoInheritedFD(t *testing.T) {
 	// number above the ones Start hands bwrap (those are dup2'ed over).
 	bait := highFD(t, "/etc/hostname")
 	defer bait.Close()
-	f.caps(t)
-	f.spec.Net = Net{} // with the entry
-	entryA, entryB := socketpair(t)
-	f.spec.EntryCap = entryA
-	serveNoGrant(t, entryB, f.spec.ID)
-	f.spec.Env = map[string]string{victimEnv: "sleep"}
-	out, err := os.CreateTemp(t.TempDir(), "out")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer out.Close()
-	f.spec.Stdout = out
-	p, err := Start(context.Background(), f.spec, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Once the app runs, the entry is past its setup.
+	p, _ := f.startVictim(t, "sleep", true)
 	defer p.Stop(time.Second)
-	// Wait until the app runs (so the entry is past its setup).
-	waitSleeping(t, p, out.Name())
 	for _, pid := range []int{p.child} {
 		ents, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd")
 		if err != nil {
@@ -762,28 +728,11 @@ func TestAttackPidOne(t *testing.T) {
 // second one means "hurry" to many apps).
 func TestStopAsksOnce(t *testing.T) {
 	f := newFixture(t, "graceful")
-	f.caps(t)
-	defer f.peer.Close()
-	f.spec.Net = Net{}
-	ea, eb := socketpair(t)
-	serveNoGrant(t, eb, f.spec.ID)
-	f.spec.EntryCap = ea
-	out, err := os.CreateTemp(t.TempDir(), "out")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer out.Close()
-	f.spec.Stdout = out
-	f.spec.Env = map[string]string{victimEnv: "graceful"}
-	p, err := Start(context.Background(), f.spec, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitSleeping(t, p, out.Name())
+	p, out := f.startVictim(t, "graceful", true)
 	if err := p.Stop(10 * time.Second); err != nil {
 		t.Errorf("Stop = %v; want the app's own clean exit", err)
 	}
-	if b, _ := os.ReadFile(out.Name()); !strings.Contains(string(b), "SIGTERMS 1\n") {
+	if b, _ := os.ReadFile(out); !strings.Contains(string(b), "SIGTERMS 1\n") {
 		t.Errorf("the app's output %q; want exactly one SIGTERM", b)
 	}
 }
