@@ -35,8 +35,11 @@ const (
 var originWide = []string{"Clear-Site-Data", "Service-Worker-Allowed"}
 
 // confineCookies keeps each cookie a vat sets below its own path: a Path
-// outside /<vat> (Path=/, say) would set or overwrite another vat's
-// cookies. A cookie that cannot be parsed is dropped.
+// outside /<vat> (Path=/, say, or none on an answer to /<vat>, whose
+// default path is /) would set or overwrite another vat's cookies. Such a
+// line gets "; Path=/<vat>/" added (the last Path attribute is the one a
+// browser uses), so every other attribute stays as the vat wrote it. A
+// cookie that cannot be parsed is dropped.
 func confineCookies(h http.Header, prefix string) {
 	set := h.Values("Set-Cookie")
 	if len(set) == 0 {
@@ -49,11 +52,9 @@ func confineCookies(h http.Header, prefix string) {
 			continue
 		}
 		if c.Path != prefix && !strings.HasPrefix(c.Path, prefix+"/") {
-			c.Path = prefix + "/"
+			line += "; Path=" + prefix + "/"
 		}
-		if v := c.String(); v != "" {
-			h.Add("Set-Cookie", v)
-		}
+		h.Add("Set-Cookie", line)
 	}
 }
 

@@ -173,8 +173,16 @@ func TestProxyConfinesOriginWideAnswers(t *testing.T) {
 		}
 	}
 	got := resp.Header.Values("Set-Cookie")
-	want := []string{"session=evil; Path=/alice/", "other=x; Path=/alice/", "near=x; Path=/alice/", "own=x; Path=/alice/app; HttpOnly", "bare=x; Path=/alice/"}
+	want := []string{"session=evil; Path=/; Path=/alice/", "other=x; Path=/bob/; Path=/alice/", "near=x; Path=/alice-2; Path=/alice/", "own=x; Path=/alice/app; HttpOnly", "bare=x; Path=/alice/"}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("Set-Cookie = %q; want %q", got, want)
+	}
+	// As a browser reads them: every path below /alice/ (the last Path
+	// attribute wins).
+	for _, line := range got {
+		c, err := http.ParseSetCookie(line)
+		if err != nil || c.Path != "/alice/" && !strings.HasPrefix(c.Path, "/alice/") {
+			t.Errorf("%q reads as path %q (%v); want below /alice/", line, c.Path, err)
+		}
 	}
 }
