@@ -168,9 +168,11 @@ func probe(mode, arg string) int {
 		if i := strings.Index(string(b), "\r\n\r\n"); i >= 0 {
 			fmt.Printf("TLS-BODY %s\n", b[i+4:])
 		}
-	case "get", "raw":
+	case "get", "raw", "rawclose":
 		// get: a GET of the URL arg. raw: the request arg as given (\r\n
-		// spelled out), for the proxy's parsing: bodies, framing, Host.
+		// spelled out), for the proxy's parsing: bodies, framing, Host;
+		// rawclose: the same, then the client's half of the connection
+		// ends (a body cut short).
 		req := strings.ReplaceAll(arg, `\r\n`, "\r\n")
 		if mode == "get" {
 			u, _ := url.Parse(arg)
@@ -183,6 +185,9 @@ func probe(mode, arg string) int {
 		}
 		defer c.Close()
 		_, _ = io.WriteString(c, req)
+		if mode == "rawclose" {
+			_ = c.(*net.TCPConn).CloseWrite()
+		}
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		if err != nil {
 			fmt.Println("ERROR", err)

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -102,10 +103,17 @@ func TestPlainHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var mu sync.Mutex
+	complete := map[string]string{} // path: a body the server read to its end
 	srv := &http.Server{Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		rw.Header().Set("X-Seen-Path", r.URL.Path)
 		if r.Method == http.MethodPost {
-			b, _ := io.ReadAll(r.Body)
+			b, err := io.ReadAll(r.Body)
+			if err == nil {
+				mu.Lock()
+				complete[r.URL.Path] = string(b)
+				mu.Unlock()
+			}
 			fmt.Fprintf(rw, "plain answer for %s: %d bytes %s, host %s", r.URL.Path, len(b), b, r.Host)
 			return
 		}
@@ -138,6 +146,35 @@ func TestPlainHTTP(t *testing.T) {
 		u := "http://127.0.0.1:" + strconv.Itoa(port) + "/smuggle"
 		out := w.run(t, grants, "raw", "POST "+u+` HTTP/1.1\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`)
 		want(t, out, "STATUS 400", "BODY bad proxy request: both Transfer-Encoding and Content-Length")
+	})
+	// A body the client framed badly, or cut short, must not reach the
+	// server as a shorter complete one.
+	reached := func(t *testing.T, path string) {
+		t.Helper()
+		time.Sleep(200 * time.Millisecond) // an aborted upload reaches the server late, if at all
+		mu.Lock()
+		defer mu.Unlock()
+		if b, ok := complete[path]; ok {
+			t.Errorf("the server read a complete body %q for %s", b, path)
+		}
+	}
+	t.Run("a malformed chunk", func(t *testing.T) {
+		u := "http://127.0.0.1:" + strconv.Itoa(port) + "/badchunk"
+		out := w.run(t, grants, "raw", "POST "+u+` HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\n world\r\n0\r\n\r\n`)
+		want(t, out, "STATUS 400", `BODY bad proxy request: the request body: malformed chunk size "zz"`)
+		reached(t, "/badchunk")
+	})
+	t.Run("a chunked body cut short", func(t *testing.T) {
+		u := "http://127.0.0.1:" + strconv.Itoa(port) + "/shortchunk"
+		out := w.run(t, grants, "rawclose", "POST "+u+` HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n`)
+		want(t, out, "STATUS 400", "BODY bad proxy request: the request body: unexpected EOF")
+		reached(t, "/shortchunk")
+	})
+	t.Run("a body shorter than its length", func(t *testing.T) {
+		u := "http://127.0.0.1:" + strconv.Itoa(port) + "/short"
+		out := w.run(t, grants, "rawclose", "POST "+u+` HTTP/1.1\r\nContent-Length: 11\r\n\r\nhello`)
+		want(t, out, "STATUS 400", "BODY bad proxy request: the request body: unexpected EOF")
+		reached(t, "/short")
 	})
 	t.Run("https target in absolute form", func(t *testing.T) {
 		out := w.run(t, grants, "get", "https://127.0.0.1:"+strconv.Itoa(port)+"/x")

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"capnproto.org/go/capnp/v3/flowcontrol"
@@ -278,8 +279,19 @@ func (p *Proxy) plainHTTP(ctx context.Context, c *net.TCPConn, br *bufio.Reader,
 					break
 				}
 			}
-			if rerr != nil {
+			if errors.Is(rerr, io.EOF) {
 				break
+			}
+			if rerr != nil {
+				// A body cut short or badly framed is not sent on as a
+				// shorter complete one: releasing the stream without
+				// End aborts the request upstream.
+				p.log(t, false, "the request body: "+rerr.Error(), "request")
+				body.Release()
+				if resp.claim() {
+					answer(c, 400, "http_request_error", fmt.Sprintf("%v: the request body: %v", ErrBadRequest, rerr))
+				}
+				return
 			}
 		}
 	}
@@ -308,14 +320,23 @@ const plainHTTPTimeout = 10 * time.Minute
 // responder receives the answer to a plain-HTTP request and writes it to
 // the client, always with Connection: close.
 type responder struct {
-	c    *net.TCPConn
-	once sync.Once
-	done chan struct{}
+	c       *net.TCPConn
+	once    sync.Once
+	done    chan struct{}
+	claimed atomic.Bool // an answer has begun on c
 }
 
 func (r *responder) finish() { r.once.Do(func() { close(r.done) }) }
 
+// claim reports whether the caller is the first to answer on c: the
+// switchboard's answer and the proxy's own refusal never interleave.
+func (r *responder) claim() bool { return r.claimed.CompareAndSwap(false, true) }
+
 func (r *responder) Start(_ context.Context, call schema.Responder_start) error {
+	if !r.claim() {
+		r.finish()
+		return errors.New("the client was already answered")
+	}
 	args := call.Args()
 	status := int(args.Status())
 	var b strings.Builder
@@ -349,7 +370,9 @@ func (r *responder) Start(_ context.Context, call schema.Responder_start) error 
 
 func (r *responder) Fail(_ context.Context, call schema.Responder_fail) error {
 	msg, _ := call.Args().Message_()
-	answer(r.c, 502, "http_request_error", msg)
+	if r.claim() {
+		answer(r.c, 502, "http_request_error", msg)
+	}
 	r.finish()
 	return nil
 }

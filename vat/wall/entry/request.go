@@ -108,7 +108,7 @@ func (r *request) framing(br *bufio.Reader) error {
 		}
 		r.ContentLength = n
 		if n > 0 {
-			r.Body = io.LimitReader(br, n)
+			r.Body = &lengthReader{br: br, left: n}
 		}
 	}
 	return nil
@@ -189,6 +189,30 @@ func validToken(s string) bool {
 type eofReader struct{}
 
 func (eofReader) Read([]byte) (int, error) { return 0, io.EOF }
+
+// lengthReader reads a body of a known length: the connection ending
+// before the last byte is io.ErrUnexpectedEOF, not the body's end.
+type lengthReader struct {
+	br   *bufio.Reader
+	left int64
+}
+
+func (l *lengthReader) Read(p []byte) (int, error) {
+	if l.left <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > l.left {
+		p = p[:l.left]
+	}
+	n, err := l.br.Read(p)
+	l.left -= int64(n)
+	if errors.Is(err, io.EOF) && l.left > 0 {
+		err = io.ErrUnexpectedEOF
+	} else if err == nil && l.left == 0 {
+		err = io.EOF
+	}
+	return n, err
+}
 
 // chunkedReader decodes a chunked body (RFC 9112 section 7.1); trailers
 // are read and dropped.
