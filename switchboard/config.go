@@ -80,10 +80,14 @@ type Limits struct {
 	// Handles is how many live handles (made by constrain) one connection
 	// may hold. If zero, 65536.
 	Handles int `json:"handles,omitempty"`
-	// Window is the flow-control window for streams the switchboard
-	// writes to, shared by every stream of one connection. If zero, 1 MiB.
-	// It is at least twice the 64 KiB chunk.
+	// Window is the flow-control window of each stream the switchboard
+	// writes to. If zero, 1 MiB. It is at least twice the 64 KiB chunk.
 	Window int64 `json:"window,omitempty"`
+	// ConnWindow bounds the bytes in flight on all the streams of one
+	// connection together: what a peer that stops reading can leave
+	// queued. A stream whose reader stopped holds only its own Window of
+	// it. If zero, 4 × Window; at least Window.
+	ConnWindow int64 `json:"connWindow,omitempty"`
 }
 
 func (l Limits) withDefaults() Limits {
@@ -104,6 +108,12 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.Window < 2*chunkSize {
 		l.Window = 2 * chunkSize
+	}
+	if l.ConnWindow <= 0 {
+		l.ConnWindow = 4 * l.Window
+	}
+	if l.ConnWindow < l.Window {
+		l.ConnWindow = l.Window
 	}
 	return l
 }
@@ -240,7 +250,7 @@ func ParseFile(data []byte) (*File, error) {
 	if f.Threads < 0 || f.Threads > 1024 {
 		return nil, fmt.Errorf("%w: threads %d: want 1 to 1024 (0: the default)", ErrConfig, f.Threads)
 	}
-	if f.Limits.Calls < 0 || f.Limits.Bytes < 0 || f.Limits.Conns < 0 || f.Limits.Handles < 0 || f.Limits.Window < 0 {
+	if f.Limits.Calls < 0 || f.Limits.Bytes < 0 || f.Limits.Conns < 0 || f.Limits.Handles < 0 || f.Limits.Window < 0 || f.Limits.ConnWindow < 0 {
 		return nil, fmt.Errorf("%w: limits must not be negative", ErrConfig)
 	}
 	return &f, nil

@@ -121,7 +121,7 @@ func (h *handle) Connect(ctx context.Context, call schema.Handle_connect) error 
 		res.SetFd(seq)
 	} else {
 		r := &relay{x: x, down: down}
-		down.SetFlowLimiter(h.p.flow)
+		down.SetFlowLimiter(h.p.streamFlow())
 		up := schema.ByteStream(h.p.export(schema.ByteStream_NewServer(&upstream{r: r})))
 		if err := res.SetUpstream(up); err != nil {
 			x.shut()

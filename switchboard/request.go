@@ -262,7 +262,7 @@ func (h *handle) roundTrip(hreq *http.Request, cancel context.CancelFunc, respon
 	}
 	out := r.Body().AddRef()
 	defer out.Release()
-	out.SetFlowLimiter(h.p.flow)
+	out.SetFlowLimiter(h.p.streamFlow())
 	buf := make([]byte, chunkSize)
 	for {
 		n, rerr := resp.Body.Read(buf)

@@ -225,7 +225,7 @@ func (s *Server) ServeConn(ctx context.Context, name string, uc *net.UnixConn, r
 
 func (s *Server) serveConn(ctx context.Context, name string, uc *net.UnixConn, root labels.Set) {
 	wc := wire.NewConn(uc, false)
-	p := &peer{srv: s, socket: name, wc: wc, lim: s.cfg.Limits, flow: flowcontrol.NewFixedLimiter(s.cfg.Limits.Window)}
+	p := &peer{srv: s, socket: name, wc: wc, lim: s.cfg.Limits, flow: flowcontrol.NewFixedLimiter(s.cfg.Limits.ConnWindow)}
 	if pid, uid, _, err := wc.PeerCred(); err == nil {
 		p.pid, p.uid = pid, uid
 	} else {
@@ -249,13 +249,19 @@ type peer struct {
 	pid    int32
 	uid    uint32
 	lim    Limits
-	flow   flowcontrol.FlowLimiter // shared by every stream we write to
+	flow   flowcontrol.FlowLimiter // shared by every stream we write to (streamFlow)
 
 	mu      sync.Mutex
 	calls   int
 	bytes   int64
 	conns   int
 	handles int
+}
+
+// streamFlow is the flow limiter of one stream written to this peer: its
+// own window, within the connection's.
+func (p *peer) streamFlow() flowcontrol.FlowLimiter {
+	return wire.StreamLimiter(p.flow, p.lim.Window)
 }
 
 // acquireHandle admits one more handle made by constrain.

@@ -142,7 +142,7 @@ func (h *handle) WebSocket(ctx context.Context, call schema.Handle_webSocket) er
 	_ = conn.SetDeadline(time.Time{})
 
 	ws := &wsConn{x: x, rw: rw, br: br, down: args.Downstream().AddRef()}
-	ws.down.SetFlowLimiter(h.p.flow)
+	ws.down.SetFlowLimiter(h.p.streamFlow())
 	res, err := call.AllocResults()
 	if err != nil {
 		ws.down.Release()

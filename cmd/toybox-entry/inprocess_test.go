@@ -127,3 +127,116 @@ func TestProbeAgainstInProcessProxy(t *testing.T) {
 	}
 	want(t, string(out), "STATUS 200", "ECHO hello")
 }
+
+// TestStalledStreamHoldsUpNoOther: on the ByteStream path, a client that
+// stops reading its download, or a remote that stops reading an upload,
+// holds only that stream's own flow window; the vat's other streams go on.
+// (The windows of every stream of one connection used to be one, so one
+// unread download stopped every other download of the vat.)
+func TestStalledStreamHoldsUpNoOther(t *testing.T) {
+	flood := serve(t, func(c net.Conn) {
+		buf := make([]byte, 64<<10)
+		for {
+			if _, err := c.Write(buf); err != nil {
+				return
+			}
+		}
+	})
+	hold := serve(t, func(c net.Conn) {
+		// Accepts, never reads; lets go when the client does.
+		_ = c.SetReadDeadline(time.Now().Add(time.Minute))
+		_, _ = c.Read(make([]byte, 0))
+		time.Sleep(time.Minute)
+	})
+	echo := echoServer(t)
+	addr := inProcessProxy(t, []labels.Set{
+		{Host: "127.0.0.1", Port: uint16(flood)},
+		{Host: "127.0.0.1", Port: uint16(hold)},
+		{Host: "127.0.0.1", Port: uint16(echo)},
+	}, (*entry.Proxy).UseStreams)
+	tunnel := func(t *testing.T, port int) (net.Conn, *bufio.Reader) {
+		t.Helper()
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		target := fmt.Sprintf("127.0.0.1:%d", port)
+		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+		if err != nil {
+			t.Fatalf("CONNECT %s: %.200v", target, err)
+		}
+		if resp.StatusCode != 200 {
+			t.Fatalf("CONNECT %s = %s", target, resp.Status)
+		}
+		return c, br
+	}
+	// An echo of 8 MiB each way must go through while the others stall.
+	echoes := func(t *testing.T) {
+		t.Helper()
+		c, br := tunnel(t, echo)
+		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+		msg := bytes.Repeat([]byte("x"), 8<<20)
+		go func() { _, _ = c.Write(msg) }()
+		got := make([]byte, len(msg))
+		if _, err := io.ReadFull(br, got); err != nil {
+			t.Fatalf("the echo stalled behind the stopped stream: %v", err)
+		}
+	}
+
+	t.Run("an unread download", func(t *testing.T) {
+		_, _ = tunnel(t, flood) // never read
+		time.Sleep(time.Second) // the socket buffers fill, then its window
+		echoes(t)
+	})
+	t.Run("an upload the remote does not read", func(t *testing.T) {
+		c, _ := tunnel(t, hold)
+		go func() {
+			buf := make([]byte, 64<<10)
+			_ = c.SetWriteDeadline(time.Now().Add(30 * time.Second))
+			for {
+				if _, err := c.Write(buf); err != nil {
+					return
+				}
+			}
+		}()
+		time.Sleep(time.Second)
+		echoes(t)
+	})
+}
+
+// TestStreamPathRemoteSpeaksFirst: on the ByteStream path a remote that
+// speaks first (an SSH or SMTP banner) may send before the proxy has
+// answered the CONNECT; the client must still read the 200 first, then the
+// banner.
+func TestStreamPathRemoteSpeaksFirst(t *testing.T) {
+	const banner = "SSH-2.0-banner-first\r\n"
+	port := serve(t, func(c net.Conn) {
+		_, _ = io.WriteString(c, banner)
+		_, _ = io.Copy(io.Discard, c)
+	})
+	addr := inProcessProxy(t, []labels.Set{{Host: "127.0.0.1", Port: uint16(port)}}, (*entry.Proxy).UseStreams)
+	target := fmt.Sprintf("127.0.0.1:%d", port)
+	for i := range 20 {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+		if err != nil {
+			_ = c.Close()
+			t.Fatalf("connect %d: the answer to CONNECT: %.200v", i+1, err)
+		}
+		got := make([]byte, len(banner))
+		_, err = io.ReadFull(br, got)
+		_ = c.Close()
+		if resp.StatusCode != 200 || err != nil || string(got) != banner {
+			t.Fatalf("connect %d: %s, then %q (%v); want 200, then the banner", i+1, resp.Status, got, err)
+		}
+	}
+}

@@ -37,7 +37,8 @@ const (
 	helloTimeout  = 10 * time.Second
 	maxTLSRecord  = 16384 + 2048
 	streamChunk   = 64 << 10
-	streamWindow  = 4 << 20
+	streamWindow  = 4 << 20 // each stream's own flow window
+	connWindow    = 8 << 20 // all streams together: half the switchboard's default limits.bytes
 	proxyAgent    = "toybox-entry"
 )
 
@@ -47,7 +48,7 @@ type Proxy struct {
 	handle  schema.Handle // may be null: the vat has no grant
 	conn    *wire.Conn    // where connect()'s descriptors arrive
 	logger  *slog.Logger
-	limiter flowcontrol.FlowLimiter
+	limiter flowcontrol.FlowLimiter // shared by every stream we write to
 	noFD    bool // ask for ByteStreams instead of the socket
 }
 
@@ -62,7 +63,7 @@ func NewProxy(id string, handle schema.Handle, conn *wire.Conn, logger *slog.Log
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Proxy{id: id, handle: handle, conn: conn, logger: logger, limiter: flowcontrol.NewFixedLimiter(streamWindow)}
+	return &Proxy{id: id, handle: handle, conn: conn, logger: logger, limiter: flowcontrol.NewFixedLimiter(connWindow)}
 }
 
 // Close releases the Handle.
@@ -268,7 +269,7 @@ func (p *Proxy) plainHTTP(ctx context.Context, c *net.TCPConn, br *bufio.Reader,
 	p.log(t, true, "", "request")
 	body := res.Body().AddRef()
 	defer body.Release()
-	body.SetFlowLimiter(p.limiter)
+	body.SetFlowLimiter(wire.StreamLimiter(p.limiter, streamWindow))
 	if req.ContentLength != 0 {
 		buf := make([]byte, streamChunk)
 		for {
@@ -454,6 +455,9 @@ func (u *upstream) close() {
 	if u.nc != nil {
 		shutdown(u.nc)
 	}
+	if u.ds != nil {
+		u.ds.open() // anything still to come fails on the closed client
+	}
 	if u.bs.IsValid() {
 		u.bs.Release()
 	}
@@ -466,7 +470,7 @@ func (p *Proxy) dial(ctx context.Context, t target, hello []byte, client *net.TC
 		p.log(t, false, ErrNoGrant.Error(), "")
 		return nil, ErrNoGrant
 	}
-	ds := &downstream{c: client, done: make(chan struct{})}
+	ds := newDownstream(client)
 	fut, rel := p.handle.Connect(ctx, func(ps schema.Handle_connect_Params) error {
 		if err := setTarget(ps.NewTarget, t); err != nil {
 			return err
@@ -512,7 +516,7 @@ func (p *Proxy) dial(ctx context.Context, t target, hello []byte, client *net.TC
 		return nil, errors.New("the Handle returned neither a socket nor a stream")
 	}
 	bs := up.AddRef()
-	bs.SetFlowLimiter(p.limiter)
+	bs.SetFlowLimiter(wire.StreamLimiter(p.limiter, streamWindow))
 	p.log(t, true, "", "stream")
 	return &upstream{bs: bs, ds: ds, proxy: p, target: t}, nil
 }
@@ -597,6 +601,7 @@ func shutdown(c net.Conn) {
 func (u *upstream) streamRelay(client *net.TCPConn, early []byte) {
 	defer client.Close()
 	defer u.close()
+	u.ds.open() // the client has its answer: the remote's bytes may follow
 	ctx := context.Background()
 	send := func(b []byte) error {
 		return u.bs.Write(ctx, func(ps schema.ByteStream_write_Params) error { return ps.SetData(b) })
@@ -637,9 +642,26 @@ type downstream struct {
 	c    *net.TCPConn
 	once sync.Once
 	done chan struct{}
+	// The remote may speak first, and its bytes can arrive before the
+	// proxy has answered the client: they wait until ready is closed
+	// (open), so the client reads the 200 first.
+	ready     chan struct{}
+	readyOnce sync.Once
 }
 
-func (d *downstream) Write(_ context.Context, call schema.ByteStream_write) error {
+func newDownstream(c *net.TCPConn) *downstream {
+	return &downstream{c: c, done: make(chan struct{}), ready: make(chan struct{})}
+}
+
+// open lets the remote's bytes through to the client.
+func (d *downstream) open() { d.readyOnce.Do(func() { close(d.ready) }) }
+
+func (d *downstream) Write(ctx context.Context, call schema.ByteStream_write) error {
+	select {
+	case <-d.ready:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	data, err := call.Args().Data()
 	if err != nil {
 		return err

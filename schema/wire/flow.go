@@ -1,0 +1,46 @@
+package wire
+
+import (
+	"context"
+
+	"capnproto.org/go/capnp/v3/flowcontrol"
+)
+
+// StreamLimiter returns the flow limiter for one stream written to a peer:
+// at most window bytes of the stream's own writes in flight, and, together
+// with every other stream limited by shared, at most what shared allows.
+// A stream whose reader has stopped holds only its own window of shared, so
+// the connection's other streams go on until several have stopped; shared
+// still bounds what one connection can leave queued at the peer.
+//
+// Every message must fit in window and in shared (a fixed limiter panics on
+// a larger one).
+func StreamLimiter(shared flowcontrol.FlowLimiter, window int64) flowcontrol.FlowLimiter {
+	return &streamLimiter{own: flowcontrol.NewFixedLimiter(window), shared: shared}
+}
+
+type streamLimiter struct {
+	own, shared flowcontrol.FlowLimiter
+}
+
+// StartMessage takes room in the stream's own window first, so a stream
+// waiting on its own reader never holds any of shared.
+func (l *streamLimiter) StartMessage(ctx context.Context, size uint64) (func(), error) {
+	ownDone, err := l.own.StartMessage(ctx, size)
+	if err != nil {
+		return nil, err
+	}
+	sharedDone, err := l.shared.StartMessage(ctx, size)
+	if err != nil {
+		ownDone()
+		return nil, err
+	}
+	return func() {
+		sharedDone()
+		ownDone()
+	}, nil
+}
+
+// Release releases the stream's own limiter; shared belongs to whoever made
+// it.
+func (l *streamLimiter) Release() { l.own.Release() }
