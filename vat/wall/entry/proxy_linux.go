@@ -49,7 +49,7 @@ type Proxy struct {
 	conn    *wire.Conn    // where connect()'s descriptors arrive
 	logger  *slog.Logger
 	limiter flowcontrol.FlowLimiter // shared by every stream we write to
-	noFD    bool // ask for ByteStreams instead of the socket
+	noFD    bool                    // ask for ByteStreams instead of the socket
 }
 
 // UseStreams makes the proxy ask the Handle for a ByteStream pair instead
