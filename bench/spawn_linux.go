@@ -256,7 +256,11 @@ func capPair(ctx context.Context, gv *grant.Vat, name string, seen func()) (*os.
 				seen()
 			}
 		}
-		_ = gv.Serve(ctx, wire.NewConn(uc, false))
+		serve := gv.Serve
+		if name == "entry-cap" {
+			serve = gv.ServeEntry // as the supervisor serves toybox-entry
+		}
+		_ = serve(ctx, wire.NewConn(uc, false))
 	}()
 	return theirs, nil
 }

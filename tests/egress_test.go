@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -228,4 +229,32 @@ func TestSwitchboardRestart(t *testing.T) {
 	if got := []any{s.status("erin")["pid"], s.status("cap")["pid"]}; fmt.Sprint(got) != fmt.Sprint(pids) {
 		t.Errorf("vat pids %v -> %v; the vats must not restart with the switchboard", pids, got)
 	}
+}
+
+// TestAttackReconnectHandedOverSocket: an app asks its Handle for a socket
+// to the address it was granted, then disconnects it (connect with
+// AF_UNSPEC) and connects it to one it was not. Were it the switchboard's
+// own TCP socket, that second connect would be made from the switchboard's
+// network, past every check. The app gets one end of a unix socketpair the
+// supervisor relays instead, which can neither connect again nor be bound
+// to a name of its choosing.
+func TestAttackReconnectHandedOverSocket(t *testing.T) {
+	s := newStack(t, stackOpts{handle: "local"})
+	granted := echoServer(t, "granted: ")
+	secret := echoServer(t, "SECRET: ")
+	s.mustInstall("mallory", example(t, "snoop"), q("egress", fmt.Sprintf(`{"host":"127.0.0.1","port":%s}`, granted)))
+	_, body := s.get("/mallory/reconnect?" + q("granted", "127.0.0.1:"+granted, "target", "127.0.0.1:"+secret))
+	t.Logf("the attack:\n%s", body)
+	if strings.Contains(body, "ok:") || strings.Contains(body, "SECRET") {
+		t.Errorf("the app turned its granted socket elsewhere:\n%s", body)
+	}
+	if !strings.Contains(body, fmt.Sprintf("socket: domain %d", syscall.AF_UNIX)) {
+		t.Errorf("the app's socket is not a unix one relayed by the supervisor:\n%s", body)
+	}
+	if !strings.Contains(body, "denied: connect(") {
+		t.Errorf("the attack did not get as far as its second connect:\n%s", body)
+	}
+	// The relayed socket carries bytes both ways, as the socket itself did.
+	s.mustInstall("cap", example(t, "capnp-probe"), q("egress", fmt.Sprintf(`{"host":"127.0.0.1","port":%s}`, granted)))
+	s.mustGet("/cap/connect?"+q("addr", "127.0.0.1:"+granted, "send", "through the relay"), "got: granted: through the relay")
 }

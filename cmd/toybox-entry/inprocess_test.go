@@ -36,7 +36,7 @@ func inProcessProxy(t testing.TB, grants []labels.Set, opts ...func(*entry.Proxy
 		t.Fatal(err)
 	}
 	t.Cleanup(v.Revoke)
-	f := serveVat(t, ctx, v)
+	f := serveVat(t, ctx, v.ServeEntry) // this process plays the entry
 	conn, err := wire.FromFile(f, true)
 	if err != nil {
 		t.Fatal(err)

@@ -444,9 +444,9 @@ func (w *walled) run(t testing.TB, grants []labels.Set, mode, arg string) string
 	defer v.Revoke()
 	spec := w.spec
 	spec.Env = map[string]string{probeEnv: mode, "PROBE_ARG": arg}
-	spec.AppCap = serveVat(t, ctx, v)
+	spec.AppCap = serveVat(t, ctx, v.Serve)
 	if !spec.Net.None {
-		spec.EntryCap = serveVat(t, ctx, v)
+		spec.EntryCap = serveVat(t, ctx, v.ServeEntry)
 	}
 	out, err := os.CreateTemp(t.TempDir(), "out")
 	if err != nil {
@@ -474,9 +474,10 @@ func (w *walled) run(t testing.TB, grants []labels.Set, mode, arg string) string
 	return string(b)
 }
 
-// serveVat serves v on one end of a socketpair and returns the other, for
+// serveVat serves a Vat (serve: its Serve, or ServeEntry for the entry's
+// own connection) on one end of a socketpair and returns the other, for
 // the wall.
-func serveVat(t testing.TB, ctx context.Context, v *grant.Vat) *os.File {
+func serveVat(t testing.TB, ctx context.Context, serve func(context.Context, *wire.Conn) error) *os.File {
 	t.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -488,6 +489,6 @@ func serveVat(t testing.TB, ctx context.Context, v *grant.Vat) *os.File {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = v.Serve(ctx, wire.NewConn(nc.(*net.UnixConn), false)) }()
+	go func() { _ = serve(ctx, wire.NewConn(nc.(*net.UnixConn), false)) }()
 	return os.NewFile(uintptr(fds[1]), "vat-client")
 }

@@ -1,8 +1,9 @@
 // Command capnp-probe is a vat that uses its capability on fd 3 directly,
 // with no proxy: it asks the Vat bootstrap for its egress Handle, may narrow
 // it with constrain (as an app would before handing a part of itself a
-// smaller grant), and connects with wantFd, receiving the connected socket
-// itself over fd 3 (SCM_RIGHTS):
+// smaller grant), and connects with wantFd, receiving a connected socket
+// over fd 3 (SCM_RIGHTS; a unix socket the supervisor relays to the
+// switchboard's TCP connection):
 //
 //	GET /describe                         the labels of its Handle
 //	GET /connect?addr=host:port&send=s[&constrain={"host":..,"port":..}]

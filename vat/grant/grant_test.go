@@ -140,6 +140,17 @@ func echoServer(t *testing.T) uint16 {
 // capability a vat would find on fd 3, with the connection it came on.
 func vatClient(t *testing.T, v *Vat) (schema.Vat, *wire.Conn) {
 	t.Helper()
+	return serveClient(t, v.Serve)
+}
+
+// entryClient is vatClient for toybox-entry's connection (ServeEntry).
+func entryClient(t *testing.T, v *Vat) (schema.Vat, *wire.Conn) {
+	t.Helper()
+	return serveClient(t, v.ServeEntry)
+}
+
+func serveClient(t *testing.T, serve func(context.Context, *wire.Conn) error) (schema.Vat, *wire.Conn) {
+	t.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -150,7 +161,7 @@ func vatClient(t *testing.T, v *Vat) (schema.Vat, *wire.Conn) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { _ = v.Serve(ctx, srv); close(done) }()
+	go func() { _ = serve(ctx, srv); close(done) }()
 	cli, err := wire.FromFile(os.NewFile(uintptr(fds[1]), "vat-end"), true)
 	if err != nil {
 		t.Fatal(err)
@@ -575,10 +586,6 @@ func TestManyConnectsLeaveNothingUnfinished(t *testing.T) {
 		if err != nil {
 			t.Fatalf("connect %d of %d: %v", i, n, err)
 		}
-		// A receiver ends a handed-over connection with shutdown(2): the
-		// switchboard holds a duplicate.
-		_ = c.(*net.TCPConn).CloseWrite()
-		_ = c.(*net.TCPConn).CloseRead()
 		_ = c.Close()
 	}
 }
@@ -615,7 +622,7 @@ func TestOneVatCannotFillTheSwitchboardForAll(t *testing.T) {
 			limited = err
 			break
 		}
-		_ = c.Close() // no shutdown: the switchboard's duplicate keeps it open
+		defer c.Close() // kept open
 	}
 	if limited == nil || !strings.Contains(limited.Error(), "connections open") {
 		t.Fatalf("mallory's connects: %v; want its own connection's limit", limited)
@@ -653,4 +660,66 @@ func TestStoppingAVatIsNoWarning(t *testing.T) {
 	if got := logs.String(); strings.Contains(got, "level=WARN") {
 		t.Errorf("stopping a vat logged %q; want no warning", got)
 	}
+}
+
+// TestAppSocketIsRelayed: a socket an app asks for (wantFd) is one end of a
+// unix socketpair the supervisor relays, never the switchboard's TCP socket
+// (which connect(AF_UNSPEC) would free to connect anywhere from the
+// switchboard's network: tests/egress_test.go has the attack from a real
+// wall). Its end is already bound, so no name can be squatted with it; the
+// relay ends when either side does. toybox-entry's connection gets the
+// socket itself.
+func TestAppSocketIsRelayed(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "sb.sock")
+	startSwitchboard(t, sock)
+	port := echoServer(t)
+	v, _ := newVat(t, sock, "relayed", labels.Set{Host: "127.0.0.1", Port: port})
+
+	vc, cli := vatClient(t, v)
+	c, err := connectFD(context.Background(), egress(t, vc), cli, "127.0.0.1", port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		t.Fatalf("the app got a %T; want a *net.UnixConn", c)
+	}
+	roundTrip(t, c, "relayed both ways")
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bindErr, connErr error
+	_ = raw.Control(func(fd uintptr) {
+		bindErr = unix.Bind(int(fd), &unix.SockaddrUnix{Name: "@toybox-test-squat"})
+		connErr = unix.Connect(int(fd), &unix.SockaddrUnix{Name: "@toybox-test-squat"})
+	})
+	if bindErr == nil {
+		t.Error("the app bound its relayed socket to a name of its choosing")
+	}
+	if connErr == nil {
+		t.Error("the app's relayed socket connected again")
+	}
+	// A half-close goes through: the echo server answers, then ends.
+	if _, err := c.Write([]byte("last")); err != nil {
+		t.Fatal(err)
+	}
+	_ = uc.CloseWrite()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	rest, err := io.ReadAll(c)
+	if err != nil || string(rest) != "last" {
+		t.Errorf("after the half-close read %q, %v; want %q then EOF", rest, err, "last")
+	}
+	_ = c.Close()
+
+	ec, ecli := entryClient(t, v)
+	e, err := connectFD(context.Background(), egress(t, ec), ecli, "127.0.0.1", port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if _, ok := e.(*net.TCPConn); !ok {
+		t.Fatalf("toybox-entry got a %T; want the connected *net.TCPConn", e)
+	}
+	roundTrip(t, e, "the socket itself")
 }

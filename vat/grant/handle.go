@@ -21,6 +21,10 @@ type handleServer struct {
 	v       *Vat
 	down    *wire.Conn
 	members []labels.Set
+	// entry: down is toybox-entry's connection, which may hold the
+	// connected socket itself. Any other peer gets a relayed one
+	// (relayed).
+	entry bool
 }
 
 // Describe returns the labels every member shares (for a single grant, its
@@ -98,7 +102,7 @@ func (h *handleServer) Constrain(_ context.Context, call schema.Handle_constrain
 	if err != nil {
 		return err
 	}
-	return res.SetHandle(schema.Handle_ServerToClient(&handleServer{v: h.v, down: h.down, members: kept}))
+	return res.SetHandle(schema.Handle_ServerToClient(&handleServer{v: h.v, down: h.down, members: kept, entry: h.entry}))
 }
 
 // candidates returns the members whose labels admit r, or the refusal of
@@ -313,6 +317,15 @@ func (h *handleServer) Connect(ctx context.Context, call schema.Handle_connect) 
 			if !wantFd {
 				_ = f.Close()
 				return errors.New("the switchboard handed over a socket nobody asked for")
+			}
+			if !h.entry {
+				// The switchboard's socket lives in its network
+				// namespace: connect(AF_UNSPEC) would free it to
+				// connect, bind or listen anywhere from there. An app
+				// gets a socket of a pair the supervisor relays.
+				if f, err = relayed(f); err != nil { // takes f
+					return fmt.Errorf("relaying the connected socket: %w", err)
+				}
 			}
 			nseq, err := h.down.SendOwned(f) // takes f
 			if err != nil {

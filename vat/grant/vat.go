@@ -107,9 +107,18 @@ func NewVat(cfg VatConfig) (*Vat, error) {
 func (v *Vat) Members() []labels.Set { return append([]labels.Set(nil), v.members...) }
 
 // Serve serves the Vat bootstrap on c until the peer hangs up, ctx ends or
-// the vat is revoked. It takes ownership of c.
-func (v *Vat) Serve(ctx context.Context, c *wire.Conn) error {
-	srv := &vatServer{v: v, down: c}
+// the vat is revoked. It takes ownership of c. A socket the peer asks for
+// (connect with wantFd) is one end of a socketpair the supervisor relays
+// to the connected socket: the peer is the app.
+func (v *Vat) Serve(ctx context.Context, c *wire.Conn) error { return v.serve(ctx, c, false) }
+
+// ServeEntry is Serve for toybox-entry's own connection (pid 1 of the
+// wall, which the app cannot reach into): it gets the switchboard's
+// connected socket itself, which its proxy splices with no relay between.
+func (v *Vat) ServeEntry(ctx context.Context, c *wire.Conn) error { return v.serve(ctx, c, true) }
+
+func (v *Vat) serve(ctx context.Context, c *wire.Conn, entry bool) error {
+	srv := &vatServer{v: v, down: c, entry: entry}
 	rc := c.RPCWith(capnp.Client(schema.Vat_ServerToClient(srv)), wire.Logger(v.log), VatLimits)
 	v.mu.Lock()
 	if v.revoked {
@@ -268,8 +277,9 @@ func (d Dropped) String() string { return d.Set.String() + ": " + d.Why }
 
 // vatServer is the Vat bootstrap on one connection.
 type vatServer struct {
-	v    *Vat
-	down *wire.Conn
+	v     *Vat
+	down  *wire.Conn
+	entry bool // down is toybox-entry's (see handleServer.entry)
 }
 
 func (s *vatServer) Id(_ context.Context, call schema.Vat_id) error {
@@ -291,7 +301,7 @@ func (s *vatServer) Egress(_ context.Context, call schema.Vat_egress) error {
 	if len(s.v.members) == 0 {
 		return nil // no grant: no Handle
 	}
-	h := &handleServer{v: s.v, down: s.down, members: s.v.members}
+	h := &handleServer{v: s.v, down: s.down, members: s.v.members, entry: s.entry}
 	return res.SetHandle(schema.Handle_ServerToClient(h))
 }
 

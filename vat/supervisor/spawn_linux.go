@@ -24,8 +24,9 @@ import (
 
 // capPair makes a socketpair: mine is served with the Vat bootstrap (a
 // goroutine owns it from here), theirs goes to the child. The caller owns
-// theirs and must close it.
-func (s *Supervisor) capPair(ctx context.Context, gv *grant.Vat, name string) (*os.File, error) {
+// theirs and must close it. entry: theirs goes to toybox-entry, which gets
+// connected sockets themselves (grant.Vat.ServeEntry); an app never does.
+func (s *Supervisor) capPair(ctx context.Context, gv *grant.Vat, name string, entry bool) (*os.File, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, os.NewSyscallError("socketpair", err)
@@ -44,7 +45,11 @@ func (s *Supervisor) capPair(ctx context.Context, gv *grant.Vat, name string) (*
 		_ = theirs.Close()
 		return nil, wire.ErrNotUnixConn
 	}
-	go func() { _ = gv.Serve(ctx, wire.NewConn(uc, false)) }()
+	serve := gv.Serve
+	if entry {
+		serve = gv.ServeEntry
+	}
+	go func() { _ = serve(ctx, wire.NewConn(uc, false)) }()
 	return theirs, nil
 }
 
@@ -53,11 +58,11 @@ func (s *Supervisor) capPair(ctx context.Context, gv *grant.Vat, name string) (*
 // caller closes it then.
 func (s *Supervisor) spawnWalled(ctx context.Context, v *vat, code store.Code, rec store.Record, g []labels.Set, gv *grant.Vat) (Process, *os.File, error) {
 	m := code.Manifest
-	entryCap, err := s.capPair(ctx, gv, "entry-cap")
+	entryCap, err := s.capPair(ctx, gv, "entry-cap", true)
 	if err != nil {
 		return nil, nil, err
 	}
-	appCap, err := s.capPair(ctx, gv, "app-cap")
+	appCap, err := s.capPair(ctx, gv, "app-cap", false)
 	if err != nil {
 		_ = entryCap.Close()
 		return nil, nil, err
@@ -154,7 +159,7 @@ func (s *Supervisor) spawnUnwalled(v *vat, code store.Code, rec store.Record, gv
 	if !filepath.IsAbs(argv0) {
 		argv0 = filepath.Join(code.Dir, argv0)
 	}
-	appCap, err := s.capPair(s.ctx, gv, "app-cap")
+	appCap, err := s.capPair(s.ctx, gv, "app-cap", false)
 	if err != nil {
 		return nil, err
 	}

@@ -19,6 +19,7 @@ import (
 
 	"toybox/schema"
 	"toybox/schema/wire"
+	"toybox/vat/relay"
 )
 
 // Log attribute keys.
@@ -453,7 +454,7 @@ type upstream struct {
 
 func (u *upstream) close() {
 	if u.nc != nil {
-		shutdown(u.nc)
+		relay.Shutdown(u.nc)
 	}
 	if u.ds != nil {
 		u.ds.open() // anything still to come fails on the closed client
@@ -540,7 +541,7 @@ func (u *upstream) relay(client *net.TCPConn, br *bufio.Reader) {
 				return
 			}
 		}
-		up, down, err := splicePair(client, u.nc)
+		up, down, err := relay.Pair(client, u.nc)
 		u.proxy.logger.Debug("relay ended", keyVat, u.proxy.id, keyTarget, u.target.String(), "up", up, "down", down)
 		if err != nil {
 			u.proxy.logger.Warn("relay ended with an error", keyVat, u.proxy.id, keyTarget, u.target.String(), keyReason, err.Error())
@@ -548,52 +549,6 @@ func (u *upstream) relay(client *net.TCPConn, br *bufio.Reader) {
 		return
 	}
 	u.streamRelay(client, early)
-}
-
-// splicePair relays a<->b with splice(2), half-close aware. It returns the
-// first error either direction met.
-func splicePair(a, b net.Conn) (ab, ba int64, err error) {
-	var wg sync.WaitGroup
-	wg.Add(2)
-	errs := make(chan error, 2)
-	one := func(dst, src net.Conn, count *int64) {
-		defer wg.Done()
-		// io.Copy between two *net.TCPConn is splice(2) through a pipe
-		// from the runtime's pool: no user-space copy, and no pipe made
-		// per connection.
-		n, err := io.Copy(dst, src)
-		*count = n
-		if err != nil {
-			errs <- err
-			// A broken direction ends both.
-			shutdown(dst)
-			shutdown(src)
-			return
-		}
-		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
-			_ = cw.CloseWrite()
-		} else {
-			_ = dst.Close()
-		}
-	}
-	go one(b, a, &ab)
-	go one(a, b, &ba)
-	wg.Wait()
-	select {
-	case err = <-errs:
-	default:
-	}
-	return ab, ba, err
-}
-
-// shutdown ends c both ways. A handed-over socket has a duplicate in the
-// switchboard, so close(2) alone would send no FIN.
-func shutdown(c net.Conn) {
-	if tc, ok := c.(*net.TCPConn); ok {
-		_ = tc.CloseRead()
-		_ = tc.CloseWrite()
-	}
-	_ = c.Close()
 }
 
 // streamRelay is the ByteStream path: client bytes are written to u.bs in
