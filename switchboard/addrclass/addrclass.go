@@ -90,6 +90,9 @@ func Classify(a netip.Addr) Verdict {
 		server := netip.AddrFrom4([4]byte{b[4], b[5], b[6], b[7]})
 		client := netip.AddrFrom4([4]byte{^b[12], ^b[13], ^b[14], ^b[15]})
 		vs, vc := classify4Meta(server), classify4Meta(client)
+		if vs.Loopback || vc.Loopback {
+			return Verdict{Class: Never, What: fmt.Sprintf("%s embedding a loopback address (server %s, client %s)", r.what, server, client)}
+		}
 		if vs.Class < vc.Class {
 			return Verdict{Class: vs.Class, What: fmt.Sprintf("%s with server %s, %s", r.what, server, vs.What)}
 		}
@@ -101,11 +104,19 @@ func Classify(a netip.Addr) Verdict {
 	}
 }
 
-// embedded judges an IPv6 form by the IPv4 address it carries. It is never
-// loopback: it is dialled as IPv6 (except mapped, which Dialable unmaps).
+// embedded judges an IPv6 form by the IPv4 address it carries. A mapped
+// address is dialled as that IPv4 address (Dialable unmaps it) and judged
+// as it. Any other form is dialled as IPv6, to whatever translates it
+// (NAT64, SIIT, a 6to4 relay): one that carries a loopback address is
+// never reachable, since a translator that hairpins would reach a host's
+// own listeners with no listener-owner check between.
 func embedded(what string, v4 netip.Addr) Verdict {
 	v := classify4Meta(v4)
-	return Verdict{Class: v.Class, What: fmt.Sprintf("%s embedding %s, %s", what, v4, v.What), Loopback: v.Loopback && strings.Contains(what, "IPv4-mapped")}
+	mapped := strings.Contains(what, "IPv4-mapped")
+	if v.Loopback && !mapped {
+		return Verdict{Class: Never, What: fmt.Sprintf("%s embedding %s, a loopback address", what, v4)}
+	}
+	return Verdict{Class: v.Class, What: fmt.Sprintf("%s embedding %s, %s", what, v4, v.What), Loopback: v.Loopback && mapped}
 }
 
 func classify4Meta(a netip.Addr) Verdict {
@@ -200,18 +211,31 @@ func (c *Classifier) Addr(a netip.Addr) Verdict {
 		return v
 	}
 	u := a.WithZone("").Unmap()
+	emb := embeddedOf(a)
 	for _, d := range c.Deny {
 		if d.Contains(u) || (u.Is6() && d.Contains(a.WithZone(""))) {
 			return Verdict{Class: Never, What: fmt.Sprintf("an address on the operator's deny list (%s)", d)}
 		}
-		if e := embeddedOf(a); e.IsValid() {
+		for _, e := range emb {
 			if d.Contains(e) {
 				return Verdict{Class: Never, What: fmt.Sprintf("an address embedding %s, on the operator's deny list (%s)", e, d)}
 			}
 		}
 	}
 	for _, o := range c.Own {
-		if o.WithZone("").Unmap() == u {
+		o = o.WithZone("").Unmap()
+		// This host's address in a translated form (NAT64, SIIT, 6to4,
+		// Teredo) reaches this host through a translator that hairpins,
+		// past the owner check: never. The mapped form is unmapped above
+		// and judged as the address itself.
+		if !a.Is4In6() {
+			for _, e := range emb {
+				if e == o {
+					return Verdict{Class: Never, What: fmt.Sprintf("an address embedding %s, an address of this host", e)}
+				}
+			}
+		}
+		if o == u {
 			if v.Class == Public {
 				return Verdict{Class: Local, What: "an address of this host", Loopback: true}
 			}
@@ -237,23 +261,27 @@ func (c *Classifier) Name(host string) (v Verdict, ok bool) {
 	return Verdict{}, false
 }
 
-// embeddedOf returns the IPv4 address an IPv6 form carries, if any.
-func embeddedOf(a netip.Addr) netip.Addr {
+// embeddedOf returns the IPv4 addresses an IPv6 form carries, if any (a
+// Teredo address carries two: its server's and its client's).
+func embeddedOf(a netip.Addr) []netip.Addr {
 	a = a.WithZone("")
 	if !a.Is6() {
-		return netip.Addr{}
+		return nil
 	}
 	r, _ := longest(ipv6Rows, a)
 	b := a.As16()
 	switch r.embed {
 	case embedLow32, embedCompat:
-		return low32(a)
+		return []netip.Addr{low32(a)}
 	case embed6to4:
-		return netip.AddrFrom4([4]byte{b[2], b[3], b[4], b[5]})
+		return []netip.Addr{netip.AddrFrom4([4]byte{b[2], b[3], b[4], b[5]})}
 	case embedTeredo:
-		return netip.AddrFrom4([4]byte{^b[12], ^b[13], ^b[14], ^b[15]})
+		return []netip.Addr{
+			netip.AddrFrom4([4]byte{b[4], b[5], b[6], b[7]}),
+			netip.AddrFrom4([4]byte{^b[12], ^b[13], ^b[14], ^b[15]}),
+		}
 	}
-	return netip.Addr{}
+	return nil
 }
 
 // InterfaceAddrs returns the addresses of every interface of this host.

@@ -76,7 +76,7 @@ var classTests = []struct {
 	{"compatible public", "::8.8.8.8", Never, "IPv4-compatible"},
 	{"nat64 public", "64:ff9b::8.8.8.8", Public, "NAT64"},
 	{"nat64 private", "64:ff9b::10.0.0.1", Local, "embedding 10.0.0.1"},
-	{"nat64 loopback", "64:ff9b::7f00:1", Local, "127.0.0.1"},
+	{"nat64 loopback", "64:ff9b::7f00:1", Never, "127.0.0.1, a loopback address"},
 	{"nat64 metadata", "64:ff9b::a9fe:a9fe", Never, "metadata"},
 	{"nat64 documentation", "64:ff9b::192.0.2.1", Never, "documentation"},
 	{"local-use nat64", "64:ff9b:1::808:808", Never, "local-use NAT64"},
@@ -85,7 +85,7 @@ var classTests = []struct {
 	{"ietf 2001::/23", "2001:100::1", Never, "IETF"},
 	{"teredo public", "2001:0:4136:e378:8000:63bf:f7f7:f7f7", Public, "Teredo address embedding 8.8.8.8"},
 	{"teredo private client", "2001:0:4136:e378:8000:63bf:f5ff:fff8", Local, "embedding 10.0.0.7"},
-	{"teredo loopback client", "2001:0:4136:e378:8000:63bf:80ff:fffe", Local, "127.0.0.1"},
+	{"teredo loopback client", "2001:0:4136:e378:8000:63bf:80ff:fffe", Never, "client 127.0.0.1"},
 	{"teredo metadata client", "2001:0:4136:e378:8000:63bf:5601:5601", Never, "metadata"},
 	{"teredo private server", "2001:0:a00:1:8000:63bf:f7f7:f7f7", Local, "server 10.0.0.1"},
 	{"pcp anycast v6", "2001:1::1", Public, "port control"},
@@ -101,7 +101,7 @@ var classTests = []struct {
 	{"documentation v6", "2001:db8::1", Never, "documentation"},
 	{"6to4 public", "2002:808:808::1", Public, "6to4 address embedding 8.8.8.8"},
 	{"6to4 private", "2002:a00:7::1", Local, "embedding 10.0.0.7"},
-	{"6to4 loopback", "2002:7f00:1::1", Local, "127.0.0.1"},
+	{"6to4 loopback", "2002:7f00:1::1", Never, "127.0.0.1, a loopback address"},
 	{"6to4 metadata", "2002:a9fe:a9fe::1", Never, "metadata"},
 	{"as112 direct v6", "2620:4f:8000::1", Public, "AS112"},
 	{"documentation 3fff", "3fff::1", Never, "documentation"},
@@ -175,7 +175,7 @@ func TestLoopback(t *testing.T) {
 		{"::1", true},
 		{"::ffff:127.0.0.1", true},
 		{"10.0.0.1", false},
-		{"64:ff9b::7f00:1", false}, // goes to the translator, not this host
+		{"64:ff9b::7f00:1", false}, // goes to the translator (and is never: see TestEmbeddedLoopbackIsNever)
 		{"8.8.8.8", false},
 	}
 	for _, tt := range tests {
@@ -184,6 +184,26 @@ func TestLoopback(t *testing.T) {
 				t.Errorf("Classify(%s).Loopback = %v; want %v", tt.addr, got, tt.want)
 			}
 		})
+	}
+}
+
+// TestEmbeddedLoopbackIsNever: an IPv6 form that carries a loopback address
+// goes to a translator, which would reach its own host's listeners with no
+// listener-owner check; only the mapped form is judged as loopback itself.
+func TestEmbeddedLoopbackIsNever(t *testing.T) {
+	for _, s := range []string{
+		"64:ff9b::7f00:1",                      // NAT64
+		"::ffff:0:7f00:1",                      // SIIT
+		"2002:7f00:1::",                        // 6to4
+		"2001:0:4136:e378:8000:63bf:80ff:fffe", // Teredo, client 127.0.0.1
+		"2001:0:7f00:1:8000:63bf:a247:27cd",    // Teredo, server 127.0.0.1
+	} {
+		if v := Classify(netip.MustParseAddr(s)); v.Class != Never || !strings.Contains(v.What, "loopback") {
+			t.Errorf("Classify(%s) = %+v; want never, naming loopback", s, v)
+		}
+	}
+	if v := Classify(netip.MustParseAddr("::ffff:127.0.0.1")); v.Class != Local || !v.Loopback {
+		t.Errorf("Classify(::ffff:127.0.0.1) = %+v; want local loopback (dialled as 127.0.0.1, owner-checked)", v)
 	}
 }
 
@@ -223,6 +243,15 @@ func TestClassifier(t *testing.T) {
 		{"own mapped", "::ffff:81.2.69.1", Local, true, "this host"},
 		{"own private", "192.168.7.2", Local, true, "private"},
 		{"other public", "81.2.69.2", Public, false, "public"},
+		// This host's own address in a translated form reaches it through
+		// a translator that hairpins, past the owner check.
+		{"own via nat64", "64:ff9b::5102:4501", Never, false, "81.2.69.1, an address of this host"},
+		{"own via 6to4", "2002:5102:4501::1", Never, false, "an address of this host"},
+		{"own via siit", "::ffff:0:5102:4501", Never, false, "an address of this host"},
+		{"own private via nat64", "64:ff9b::c0a8:702", Never, false, "an address of this host"},
+		{"own as teredo client", "2001:0:4136:e378:8000:63bf:aefd:bafe", Never, false, "an address of this host"},
+		{"own as teredo server", "2001:0:5102:4501:8000:63bf:f7f7:f7f7", Never, false, "an address of this host"},
+		{"loopback via nat64", "64:ff9b::7f00:1", Never, false, "loopback"},
 		{"metadata beats own", "169.254.169.254", Never, false, "metadata"},
 	}
 	for _, tt := range tests {
