@@ -82,6 +82,7 @@ func TestFilterTable(t *testing.T) {
 		{"execve allowed", unix.SYS_EXECVE, auditArchX8664, nil, retAllow},
 		{"splice allowed", unix.SYS_SPLICE, auditArchX8664, nil, retAllow},
 		{"ptrace refused", unix.SYS_PTRACE, auditArchX8664, nil, eperm},
+		{"modify_ldt refused", unix.SYS_MODIFY_LDT, auditArchX8664, []uint64{1, 0, 16}, eperm},
 		{"process_vm_readv refused", unix.SYS_PROCESS_VM_READV, auditArchX8664, nil, eperm},
 		{"mount refused", unix.SYS_MOUNT, auditArchX8664, nil, eperm},
 		{"umount2 refused", unix.SYS_UMOUNT2, auditArchX8664, nil, eperm},

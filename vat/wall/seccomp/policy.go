@@ -7,7 +7,7 @@ var Refused = []string{
 	"ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
 	// The mount family.
 	"mount", "umount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree",
-	"fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr",
+	"fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr", "open_tree_attr",
 	// Namespaces.
 	"unshare", "setns",
 	// Keyrings.
@@ -23,6 +23,9 @@ var Refused = []string{
 	"reboot", "swapon", "swapoff", "acct", "settimeofday", "clock_settime",
 	"clock_adjtime", "adjtime", "adjtimex", "stime", "syslog", "sethostname", "setdomainname",
 	"iopl", "ioperm", "uselib", "ustat", "sysfs", "_sysctl",
+	// Old x86 surface no program needs (Docker's default profile refuses
+	// them too): local descriptor tables and virtual 8086 mode.
+	"modify_ldt", "vm86", "vm86old",
 }
 
 // Allowed socket families; socket() with any other family fails with EPERM.
