@@ -126,8 +126,30 @@ var etcFiles = []string{
 	"/etc/alternatives", "/etc/localtime", "/etc/timezone", "/etc/os-release",
 }
 
-// secretNames are masked at any depth of a bound tree.
+// secretNames are never bound as a file of their own, and are masked at any
+// depth of a bound tree.
 var secretNames = map[string]bool{".env": true, ".mcp.json": true}
+
+// maskedNames are masked at any depth of a bound tree too: the usual files
+// secrets live in, which a folder an owner binds may hold.
+var maskedNames = map[string]bool{
+	".envrc": true, ".netrc": true, ".git-credentials": true, ".pgpass": true,
+	".npmrc": true, ".pypirc": true,
+}
+
+// envTemplates are the .env.* names that hold no secrets by convention and
+// that programs read (dotenv-safe checks .env.example); they stay visible.
+var envTemplates = map[string]bool{".env.example": true, ".env.sample": true, ".env.template": true, ".env.dist": true}
+
+// masked reports whether a name found in a bound tree is masked: a secret
+// name, one of maskedNames, or a .env.* variant (.env.local,
+// .env.production) that is not a template.
+func masked(name string) bool {
+	if secretNames[name] || maskedNames[name] {
+		return true
+	}
+	return strings.HasPrefix(name, ".env.") && !envTemplates[name]
+}
 
 // neverSources are never bind sources, nor anything under them.
 var neverSources = []string{
@@ -832,7 +854,7 @@ func within(p, dir string) bool {
 }
 
 // scan walks the tree at root (not following symlinks) and returns every
-// secret (.env, .mcp.json) at any depth. More than MaxScanEntries entries:
+// name to mask (.env, .mcp.json and the rest: masked) at any depth. More than MaxScanEntries entries:
 // ErrTreeTooLarge, and the tree is not bound.
 func scan(root string, limit int) ([]string, error) {
 	var found []string
@@ -844,7 +866,7 @@ func scan(root string, limit int) ([]string, error) {
 		if n++; n > limit {
 			return fmt.Errorf("%w: %s has more than %d entries; not bound", ErrTreeTooLarge, root, limit)
 		}
-		if p != root && secretNames[d.Name()] {
+		if p != root && masked(d.Name()) {
 			found = append(found, p)
 			if d.IsDir() {
 				return filepath.SkipDir

@@ -205,6 +205,9 @@ func TestAttackReadSecrets(t *testing.T) {
 	mustWrite(t, filepath.Join(tree, "notes.txt"), "fine to read")
 	mustWrite(t, filepath.Join(tree, ".env"), "OWNER=secret")
 	mustWrite(t, filepath.Join(tree, "a", "b", ".env"), "OWNER=deep")
+	mustWrite(t, filepath.Join(tree, ".env.local"), "OWNER=local")
+	mustWrite(t, filepath.Join(tree, "a", ".netrc"), "machine x password y")
+	mustWrite(t, filepath.Join(tree, ".git-credentials"), "https://u:token@example.org")
 	f.spec.Files.Read = []string{tree}
 	f.spec.Env = map[string]string{"VICTIM_ARG": strings.Join([]string{
 		"/etc/shadow", "/etc/gshadow",
@@ -215,22 +218,28 @@ func TestAttackReadSecrets(t *testing.T) {
 		filepath.Join(f.install, "sub", ".mcp.json"),
 		filepath.Join(tree, ".env"),
 		filepath.Join(tree, "a", "b", ".env"),
+		filepath.Join(tree, ".env.local"),
+		filepath.Join(tree, "a", ".netrc"),
+		filepath.Join(tree, ".git-credentials"),
 	}, ":")}
 	out, err := f.runVictim(t, "read")
 	if err != nil {
 		t.Fatalf("Wait = %v; output:\n%s", err, out)
 	}
-	if n := held(t, out); n != 9 {
-		t.Errorf("held %d of 9 reads; output:\n%s", n, out)
+	if n := held(t, out); n != 12 {
+		t.Errorf("held %d of 12 reads; output:\n%s", n, out)
 	}
 	// Control: the owner's ordinary file is readable.
 	f2 := newFixture(t, "reader")
 	mustWrite(t, filepath.Join(filepath.Dir(f2.state), "owner-tree", "notes.txt"), "fine to read")
+	mustWrite(t, filepath.Join(filepath.Dir(f2.state), "owner-tree", ".env.example"), "API_KEY=")
 	f2.spec.Files.Read = []string{filepath.Join(filepath.Dir(f2.state), "owner-tree")}
-	f2.spec.Env = map[string]string{"VICTIM_ARG": filepath.Join(filepath.Dir(f2.state), "owner-tree", "notes.txt")}
-	out, err = f2.runVictim(t, "readok")
-	if err != nil || !strings.Contains(out, `READ "fine to read"`) {
-		t.Errorf("reading an owner-chosen file: err %v, output %q", err, out)
+	for _, c := range []struct{ name, want string }{{"notes.txt", "fine to read"}, {".env.example", "API_KEY="}} {
+		f2.spec.Env = map[string]string{"VICTIM_ARG": filepath.Join(filepath.Dir(f2.state), "owner-tree", c.name)}
+		out, err = f2.runVictim(t, "readok")
+		if err != nil || !strings.Contains(out, fmt.Sprintf("READ %q", c.want)) {
+			t.Errorf("reading the owner-chosen %s: err %v, output %q", c.name, err, out)
+		}
 	}
 }
 
