@@ -15,13 +15,13 @@ import (
 
 // pathRun is one way of moving bytes to the sink.
 type pathRun struct {
-	name     string
-	bytes    int64
-	run      func(ctx context.Context, n int64) error
+	name  string
+	bytes int64
+	run   func(ctx context.Context, n int64) error
 	// timed, when set, is how long the last run's transfer took as its own
 	// process measured it (the app in the wall times itself; the request
 	// that starts it through the supervisor is not the path measured).
-	timed time.Duration
+	timed    time.Duration
 	err      error // the path is dropped after more than half failed
 	fails    int
 	attempts int

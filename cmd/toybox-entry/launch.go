@@ -49,6 +49,7 @@ const (
 	stageSpawn
 	stageCaps
 	stageClose
+	stageLock
 )
 
 // flags is main's own reading of the arguments the launcher read.
@@ -77,6 +78,8 @@ func (l launch) check(f flags) (int, error) {
 			return entry.ExitSetup, fmt.Errorf("the capability descriptors (--cap-fd %d, --app-cap-fd %d): %w", l.CapFD, l.AppCapFD, err)
 		case stageClose:
 			return entry.ExitSetup, fmt.Errorf("closing the descriptors the entry does not hold: %w", err)
+		case stageLock:
+			return entry.ExitSetup, fmt.Errorf("installing the entry's own seccomp filter: %w", err)
 		case stageCloexec:
 			return entry.ExitSetup, fmt.Errorf("marking descriptors close-on-exec: %w", err)
 		case stageForward:

@@ -34,6 +34,10 @@ package main
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <stddef.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
@@ -55,6 +59,7 @@ enum {
 	TE_STAGE_SPAWN = 5,
 	TE_STAGE_APPCAP = 6,  // the app's capability is not an open descriptor
 	TE_STAGE_CLOSE = 7,   // closing what the entry does not hold
+	TE_STAGE_LOCK = 8,    // the entry's own seccomp filter
 };
 
 #define TE_MAX_LISTEN 256
@@ -421,6 +426,47 @@ static void te_wait_for_need(void) {
 	}
 }
 
+#if defined(__x86_64__)
+#define TE_AUDIT_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define TE_AUDIT_ARCH AUDIT_ARCH_AARCH64
+#endif
+
+// te_lock installs the entry's own seccomp filter, on top of the wall's,
+// once the app has started (a filter is inherited, so the app never has
+// it): the entry makes no socket and connects, binds or listens on none,
+// since its listeners are bound above and its upstream sockets come from
+// the switchboard connected. So even code run in the entry could not turn
+// a socket it holds (of the switchboard's network) elsewhere with
+// connect(AF_UNSPEC) and connect, bind or listen. Each of these fails with
+// EPERM; a call of another ABI (x32) kills the process.
+static int te_lock(void) {
+#ifdef TE_AUDIT_ARCH
+	struct sock_filter f[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, TE_AUDIT_ARCH, 1, 0),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_socket, 5, 0),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_socketpair, 4, 0),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_connect, 3, 0),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_bind, 2, 0),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_listen, 1, 0),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+	};
+	struct sock_fprog prog = {.len = (unsigned short)(sizeof(f) / sizeof(f[0])), .filter = f};
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+		return -1;
+	}
+	return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0);
+#else
+	return 0; // no table for this architecture: the wall's tier says so
+#endif
+}
+
 __attribute__((constructor)) static void te_launcher(int argc, char **argv, char **envp) {
 	(void)envp;
 	struct te_launch *l = &te_launch;
@@ -490,6 +536,11 @@ __attribute__((constructor)) static void te_launcher(int argc, char **argv, char
 		te_close_listeners();
 		return;
 	}
+	if (te_lock() != 0) {
+		te_fail(TE_STAGE_LOCK, "prctl", errno, 0);
+		te_close_listeners();
+		return;
+	}
 	l->state = TE_STARTED;
 	if (l->cap_fd >= 3) {
 		te_wait_for_need();
@@ -531,6 +582,8 @@ func launched() launch {
 		r.Stage = stageCaps
 	case C.TE_STAGE_CLOSE:
 		r.Stage = stageClose
+	case C.TE_STAGE_LOCK:
+		r.Stage = stageLock
 	}
 	for i := range int(l.nforward) {
 		r.ForwardPorts = append(r.ForwardPorts, int(l.forward_port[i]))
