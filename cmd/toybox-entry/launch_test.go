@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"net"
 	"os"
@@ -17,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"toybox/vat/wall"
 	"toybox/vat/wall/entry"
 )
 
@@ -338,4 +341,39 @@ func TestEntrySurvivesNonBlockingStdio(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the entry ended with %v: %s", err, out.String())
 	}
+}
+
+// TestEntryLocksItself: the filter the launcher installs in the entry once
+// the app runs. The entry holds sockets of the switchboard's network; even
+// code run in the entry must not disconnect one and connect, bind or listen
+// with it, nor make a socket.
+func TestEntryLocksItself(t *testing.T) {
+	echo := echoServer(t)
+	_, probeBin := binaries(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, probeBin)
+	cmd.Env = []string{probeEnv + "=lock", fmt.Sprintf("PROBE_ARG=127.0.0.1:%d", echo)}
+	b, err := cmd.CombinedOutput()
+	out := string(b)
+	if err != nil {
+		t.Fatalf("probe: %v; output:\n%s", err, out)
+	}
+	want(t, out,
+		"CONNECT-UNSPEC operation not permitted",
+		"BIND operation not permitted",
+		"LISTEN operation not permitted",
+		"SOCKET operation not permitted",
+		"SOCKETPAIR operation not permitted",
+		"ECHO still carries <nil>",
+	)
+}
+
+// TestEntryIsLockedInTheWall: in a real wall the entry (pid 1) has one
+// seccomp filter more than the app: its own, installed after the app
+// started, so the app never has it.
+func TestEntryIsLockedInTheWall(t *testing.T) {
+	w := newWalled(t, "locked", wall.Net{})
+	out := w.run(t, nil, "filters", "")
+	want(t, out, "FILTERS 1 2", "FILTERS self 1")
 }

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"capnproto.org/go/capnp/v3"
 	"golang.org/x/sys/unix"
@@ -63,6 +64,51 @@ func TestMain(m *testing.M) {
 func probe(mode, arg string) int {
 	proxy := os.Getenv("HTTP_PROXY")
 	switch mode {
+	case "lock":
+		// The entry's own filter (lockSelf, as the launcher installs it):
+		// a socket it already holds still carries bytes, but it can be
+		// neither disconnected and connected again, nor bound, nor made
+		// to listen, and no socket can be made.
+		c, err := net.Dial("tcp4", arg)
+		if err != nil {
+			fmt.Println("ERROR", err)
+			return 1
+		}
+		raw, _ := c.(*net.TCPConn).SyscallConn()
+		if err := lockSelf(); err != nil {
+			fmt.Println("LOCK-ERR", err)
+			return 1
+		}
+		_ = raw.Control(func(fd uintptr) {
+			var unspec [16]byte
+			_, _, e := unix.Syscall(unix.SYS_CONNECT, fd, uintptr(unsafe.Pointer(&unspec[0])), uintptr(len(unspec)))
+			fmt.Println("CONNECT-UNSPEC", e)
+			fmt.Println("BIND", unix.Bind(int(fd), &unix.SockaddrInet4{}))
+			fmt.Println("LISTEN", unix.Listen(int(fd), 1))
+		})
+		_, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM, 0)
+		fmt.Println("SOCKET", err)
+		_, err = unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+		fmt.Println("SOCKETPAIR", err)
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		_, _ = io.WriteString(c, "still carries")
+		got := make([]byte, len("still carries"))
+		_, err = io.ReadFull(c, got)
+		fmt.Printf("ECHO %s %v\n", got, err)
+	case "filters":
+		// How many seccomp filters pid 1 (the entry) and the app have.
+		for _, who := range []string{"1", "self"} {
+			b, err := os.ReadFile("/proc/" + who + "/status")
+			if err != nil {
+				fmt.Println("ERROR", err)
+				return 1
+			}
+			for _, line := range strings.Split(string(b), "\n") {
+				if strings.HasPrefix(line, "Seccomp_filters:") {
+					fmt.Printf("FILTERS %s %s\n", who, strings.TrimSpace(strings.TrimPrefix(line, "Seccomp_filters:")))
+				}
+			}
+		}
 	case "signal1":
 		// Once the entry serves (a refused CONNECT answered), signal it
 		// as the runtime would crash on, then check it still serves.
