@@ -3,9 +3,11 @@ package supervisor
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"toybox/labels"
 	"toybox/vat/compose"
@@ -104,6 +106,10 @@ func (s *Supervisor) grantFor(code store.Code, egress string) ([]labels.Set, []g
 	return kept, dropped, nil
 }
 
+// maxComposeBytes bounds a bundle's compose file: it is read whole, and
+// parsing takes a few tens of times its size in memory.
+const maxComposeBytes = 512 << 10
+
 // readCompose returns the bundle's own compose file, or nil when it has
 // none. A compose file that is a link or not a regular file is an error.
 func readCompose(dir string) ([]byte, string, error) {
@@ -119,9 +125,20 @@ func readCompose(dir string) ([]byte, string, error) {
 		if !fi.Mode().IsRegular() {
 			return nil, "", fmt.Errorf("%w: the vat's %s is not a regular file", ErrBadInput, name)
 		}
-		data, err := os.ReadFile(p)
+		if fi.Size() > maxComposeBytes {
+			return nil, "", fmt.Errorf("%w: the vat's %s is %d bytes; at most %d", ErrBadInput, name, fi.Size(), maxComposeBytes)
+		}
+		f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 		if err != nil {
 			return nil, "", fmt.Errorf("reading the vat's compose file: %w", err)
+		}
+		data, err := io.ReadAll(io.LimitReader(f, maxComposeBytes+1))
+		_ = f.Close()
+		if err != nil {
+			return nil, "", fmt.Errorf("reading the vat's compose file: %w", err)
+		}
+		if len(data) > maxComposeBytes {
+			return nil, "", fmt.Errorf("%w: the vat's %s is more than %d bytes", ErrBadInput, name, maxComposeBytes)
 		}
 		return data, name, nil
 	}

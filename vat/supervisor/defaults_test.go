@@ -156,6 +156,21 @@ func TestManifestDefaults(t *testing.T) {
 		}
 	})
 
+	t.Run("a compose file too large to read is refused before it is read", func(t *testing.T) {
+		// A few MiB of "a: 1" lines used to cost the supervisor tens of
+		// times their size, at install and at every start.
+		dir := t.TempDir()
+		big := strings.Repeat("a: 1\n", (maxComposeBytes/5)+1)
+		if err := os.WriteFile(filepath.Join(dir, "compose.yaml"), []byte(big), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		m, _ := manifest.Parse(strings.NewReader(`{"command":["./a"],"network":{"hosts":["127.0.0.1:5432"]}}`))
+		_, _, err := s.grantFor(store.Code{Dir: dir, Manifest: m}, "")
+		if !errors.Is(err, ErrBadInput) || !strings.Contains(err.Error(), "compose.yaml is") {
+			t.Fatalf("grantFor = %v; want a refusal naming the compose file's size", err)
+		}
+	})
+
 	t.Run("a compose file that is a link is refused", func(t *testing.T) {
 		dir := t.TempDir()
 		if err := os.Symlink("/etc/hostname", filepath.Join(dir, "compose.yaml")); err != nil {
