@@ -162,6 +162,25 @@ func TestOwnerChoiceUnwalled(t *testing.T) {
 		t.Fatalf("POST walls=true = %d %s; want walled", code, body)
 	}
 	s.mustGet("/alice", "v1 count 2")
+
+	// The choice goes with the vat: other code installed later under the
+	// same id is walled until the owner chooses again.
+	if code, body := s.adminDo("POST", "/alice/walls?walled=false", nil); code != http.StatusOK {
+		t.Fatalf("POST walls=false = %d %s", code, body)
+	}
+	if code, body := s.adminDo("DELETE", "/alice?purge=1", nil); code != http.StatusOK && code != http.StatusNoContent {
+		t.Fatalf("DELETE = %d %s", code, body)
+	}
+	if st := s.mustInstall("alice", example(t, "counter-v2"), ""); st["status"] != "walled" {
+		t.Errorf("reinstalled after removal: status %v; want walled (the removed vat's choice must not carry over)", st["status"])
+	}
+	// And no choice is stored ahead for an id that is not installed.
+	if code, body := s.adminDo("POST", "/nothere/walls?walled=false", nil); code != http.StatusNotFound {
+		t.Errorf("POST /nothere/walls = %d %s; want 404", code, body)
+	}
+	if b, _ := os.ReadFile(filepath.Join(s.state, "walls.json")); strings.Contains(string(b), "nothere") {
+		t.Errorf("walls.json = %s; a choice was stored for a vat that is not installed", b)
+	}
 }
 
 // TestFailedWallNeverRunsUnwalled: when the wall cannot be built (here: the

@@ -739,6 +739,12 @@ func (s *Supervisor) Remove(id string, purge bool) error {
 		return err
 	}
 	defer v.op.Unlock()
+	// The owner's choice to run this vat without a wall goes with it: code
+	// installed later under the same id is walled unless chosen again.
+	// Cleared first, so a failure changes nothing.
+	if err := s.cfg.Switches.SetChoice(id, true); err != nil && !errors.Is(err, switches.ErrNoStateDir) {
+		return fmt.Errorf("clearing the wall choice of %s: %w", id, err)
+	}
 	v.mu.Lock()
 	in := v.run
 	v.run = nil
@@ -765,13 +771,19 @@ func (s *Supervisor) SetWalled(id string, walled bool) (Status, error) {
 	if !labels.ValidVatID(id) {
 		return Status{}, fmt.Errorf("%w: vat id %q is not valid", ErrBadInput, id)
 	}
-	if err := s.cfg.Switches.SetChoice(id, walled); err != nil {
+	// Only for an installed vat, and under its lock, so a choice is never
+	// stored ahead for an id whose code is not chosen yet, nor left behind
+	// by a removal running at the same time.
+	v, err := s.lockVat(id, false)
+	if err != nil {
+		return Status{}, err
+	}
+	err = s.cfg.Switches.SetChoice(id, walled)
+	v.op.Unlock()
+	if err != nil {
 		return Status{}, err
 	}
 	s.log.Info("owner's wall choice", keyVat, id, "walled", walled)
-	if _, ok := s.get(id); !ok {
-		return Status{ID: id}, nil
-	}
 	return s.Restart(id)
 }
 
