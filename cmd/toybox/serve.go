@@ -153,14 +153,18 @@ func runServe(o serveOptions, log *slog.Logger) error {
 	if err := sup.Start(); err != nil {
 		log.Error("some installed vats could not be read", "error", err.Error())
 	}
-	pub := &http.Server{Handler: sup.PublicHandler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	guard := supervisor.NewConnGuard()
+	pub := &http.Server{Handler: sup.PublicHandler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ConnState: guard.ConnState, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	adm := &http.Server{Handler: sup.AdminHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	errc := make(chan error, 2)
 	if httpL != nil {
 		// Past supervisor.MaxPublicConns, new connections wait in the
 		// listen queue: the supervisor keeps descriptors for its walls
-		// and the admin socket.
-		go func() { errc <- pub.Serve(netutil.LimitListener(httpL, supervisor.MaxPublicConns)) }()
+		// and the admin socket. Before that, idle connections make room,
+		// and no client holds more than supervisor.MaxClientConns.
+		go func() {
+			errc <- pub.Serve(guard.Listener(netutil.LimitListener(httpL, supervisor.MaxPublicConns)))
+		}()
 	}
 	go func() { errc <- adm.Serve(adminL) }()
 	if _, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {

@@ -18,9 +18,6 @@ const (
 	// once. A vat that never answers holds at most this many of the
 	// supervisor's connections, not all its descriptors.
 	MaxVatRequests = 512
-	// MaxPublicConns is how many connections the public listener holds
-	// at once (toybox serve); more wait in the listen queue.
-	MaxPublicConns = 4096
 	// maxVatHeaderBytes bounds the headers of one answer from a vat.
 	maxVatHeaderBytes = 256 << 10
 	// vatHeaderTimeout bounds the wait for an answer's headers (a long

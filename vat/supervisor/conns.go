@@ -1,0 +1,139 @@
+package supervisor
+
+import (
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// Public listener bounds (toybox serve; see ConnGuard).
+const (
+	// MaxPublicConns is how many connections the public listener holds
+	// at once; more wait in the listen queue.
+	MaxPublicConns = 4096
+	// MaxClientConns is how many of them one client address may hold;
+	// a connection past it is closed at once.
+	MaxClientConns = 1024
+	// publicShedAt is where idle connections start to make room: past
+	// it, each new connection closes the longest-idle one.
+	publicShedAt = MaxPublicConns - 256
+)
+
+// ConnGuard keeps one client from holding the public listener: it sheds
+// idle keep-alive connections (longest idle first) once the listener holds
+// shedAt, and closes a client's connection past perClient. A client that
+// opens connections and leaves them idle otherwise took every slot for the
+// two minutes of IdleTimeout, and nobody else got in.
+type ConnGuard struct {
+	perClient, shedAt int
+
+	mu       sync.Mutex
+	total    int
+	byClient map[string]int
+	idle     map[*guardedConn]time.Time
+}
+
+// NewConnGuard returns the guard with toybox's bounds.
+func NewConnGuard() *ConnGuard { return newConnGuard(MaxClientConns, publicShedAt) }
+
+func newConnGuard(perClient, shedAt int) *ConnGuard {
+	return &ConnGuard{perClient: perClient, shedAt: shedAt, byClient: map[string]int{}, idle: map[*guardedConn]time.Time{}}
+}
+
+// Listener wraps l (which should bound the total itself, as
+// netutil.LimitListener does); the server using it must use ConnState.
+func (g *ConnGuard) Listener(l net.Listener) net.Listener { return &guardedListener{Listener: l, g: g} }
+
+// ConnState is the http.Server's ConnState hook: it tracks which
+// connections are idle.
+func (g *ConnGuard) ConnState(c net.Conn, st http.ConnState) {
+	gc, ok := c.(*guardedConn)
+	if !ok {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if st == http.StateIdle {
+		g.idle[gc] = time.Now()
+	} else {
+		delete(g.idle, gc)
+	}
+}
+
+// admit counts c in, or reports that its client holds too many. Past
+// shedAt it returns the longest-idle connection, for the caller to close.
+func (g *ConnGuard) admit(c *guardedConn) (ok bool, shed *guardedConn) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if c.client != "" && g.byClient[c.client] >= g.perClient {
+		return false, nil
+	}
+	g.total++
+	if c.client != "" {
+		g.byClient[c.client]++
+	}
+	if g.total > g.shedAt {
+		var oldest time.Time
+		for ic, since := range g.idle {
+			if shed == nil || since.Before(oldest) {
+				shed, oldest = ic, since
+			}
+		}
+		if shed != nil {
+			delete(g.idle, shed)
+		}
+	}
+	return true, shed
+}
+
+func (g *ConnGuard) release(c *guardedConn) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.total--
+	delete(g.idle, c)
+	if c.client != "" {
+		if g.byClient[c.client]--; g.byClient[c.client] <= 0 {
+			delete(g.byClient, c.client)
+		}
+	}
+}
+
+type guardedListener struct {
+	net.Listener
+	g *ConnGuard
+}
+
+func (l *guardedListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		gc := &guardedConn{Conn: c, g: l.g}
+		if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+			gc.client = a.IP.String()
+		}
+		ok, shed := l.g.admit(gc)
+		if !ok {
+			_ = c.Close()
+			continue
+		}
+		if shed != nil {
+			_ = shed.Close()
+		}
+		return gc, nil
+	}
+}
+
+type guardedConn struct {
+	net.Conn
+	g      *ConnGuard
+	client string // the remote IP ("" for a unix socket)
+	once   sync.Once
+}
+
+func (c *guardedConn) Close() error {
+	c.once.Do(func() { c.g.release(c) })
+	return c.Conn.Close()
+}
