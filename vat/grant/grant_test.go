@@ -723,3 +723,80 @@ func TestAppSocketIsRelayed(t *testing.T) {
 	}
 	roundTrip(t, e, "the socket itself")
 }
+
+// TestAppSocketEndsWithTheApp: an app that closes its relayed socket ends
+// the connection both ways even when the remote stays open and silent (a
+// half-close alone would leave the relay and the switchboard's count of
+// the vat's connections in place); and an app holds at most MaxAppSockets
+// relayed sockets at once.
+func TestAppSocketEndsWithTheApp(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "sb.sock")
+	cfg := filepath.Join(dir, "sb.json")
+	if err := os.WriteFile(cfg, []byte(`{"limits":{"conns":3}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	startSwitchboard(t, sock, "--loopback", "unchecked", "--config", cfg)
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var mu sync.Mutex
+	var held []net.Conn // the remote keeps every connection, silent
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			_ = c.Close()
+		}
+	}()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	port := uint16(l.Addr().(*net.TCPAddr).Port)
+	v, _ := newVat(t, sock, "silent", labels.Set{Host: "127.0.0.1", Port: port})
+	vc, cli := vatClient(t, v)
+	h := egress(t, vc)
+	for round := range 3 {
+		var open []net.Conn
+		for i := range 3 {
+			c, err := connectFD(context.Background(), h, cli, "127.0.0.1", port)
+			if err != nil {
+				t.Fatalf("round %d, connect %d: %v (the connections the app closed are still counted)", round+1, i+1, err)
+			}
+			open = append(open, c)
+		}
+		for _, c := range open {
+			_ = c.Close()
+		}
+		// The switchboard notices each hang-up and gives its slot back.
+		time.Sleep(300 * time.Millisecond)
+	}
+
+	old := MaxAppSockets
+	MaxAppSockets = 2
+	defer func() { MaxAppSockets = old }()
+	var open []net.Conn
+	for range 2 {
+		c, err := connectFD(context.Background(), h, cli, "127.0.0.1", port)
+		if err != nil {
+			t.Fatal(err)
+		}
+		open = append(open, c)
+	}
+	if _, err := connectFD(context.Background(), h, cli, "127.0.0.1", port); err == nil || !strings.Contains(err.Error(), ErrSockets.Error()) {
+		t.Errorf("a third relayed socket with MaxAppSockets 2: %v; want %q", err, ErrSockets)
+	}
+	for _, c := range open {
+		_ = c.Close()
+	}
+}

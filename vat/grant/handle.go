@@ -323,7 +323,7 @@ func (h *handleServer) Connect(ctx context.Context, call schema.Handle_connect) 
 				// namespace: connect(AF_UNSPEC) would free it to
 				// connect, bind or listen anywhere from there. An app
 				// gets a socket of a pair the supervisor relays.
-				if f, err = relayed(f); err != nil { // takes f
+				if f, err = h.v.relayed(f); err != nil { // takes f
 					return fmt.Errorf("relaying the connected socket: %w", err)
 				}
 			}

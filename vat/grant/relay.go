@@ -2,17 +2,25 @@ package grant
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"os"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"toybox/vat/relay"
 )
 
+// MaxAppSockets is how many relayed sockets one vat's app may hold open at
+// once. Each costs the supervisor two sockets, two goroutines and, while
+// bytes move, a pipe per direction; past it a connect fails with
+// ErrSockets. (A variable for the tests.)
+var MaxAppSockets int64 = 1024
+
 // relayed takes f, a TCP socket the switchboard connected, and returns one
-// end of a unix socketpair; the supervisor relays the other end to f until
-// both directions are done.
+// end of a unix socketpair; the supervisor relays the other end to f
+// (relayApp) until the connection ends.
 //
 // Why not f itself: f belongs to the switchboard's network namespace, and
 // connect(2) with AF_UNSPEC disconnects a TCP socket, after which connect,
@@ -23,35 +31,99 @@ import (
 // The returned end is bound to an autobound abstract name, so the app
 // cannot bind it to a name of its choosing in the supervisor's network
 // namespace; a connected unix stream socket cannot connect again.
-func relayed(f *os.File) (*os.File, error) {
+func (v *Vat) relayed(f *os.File) (*os.File, error) {
+	if n := v.sockets.Add(1); n > MaxAppSockets {
+		v.sockets.Add(-1)
+		_ = f.Close()
+		return nil, fmt.Errorf("vat %s: %w (%d; close one first)", v.cfg.ID, ErrSockets, MaxAppSockets)
+	}
 	nc, err := net.FileConn(f)
 	_ = f.Close()
 	if err != nil {
+		v.sockets.Add(-1)
+		return nil, err
+	}
+	fail := func(err error) (*os.File, error) {
+		relay.Shutdown(nc)
+		v.sockets.Add(-1)
 		return nil, err
 	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		relay.Shutdown(nc)
-		return nil, os.NewSyscallError("socketpair", err)
+		return fail(os.NewSyscallError("socketpair", err))
 	}
 	if err := unix.Bind(fds[1], &unix.SockaddrUnix{}); err != nil {
 		_ = unix.Close(fds[0])
 		_ = unix.Close(fds[1])
-		relay.Shutdown(nc)
-		return nil, fmt.Errorf("binding the app's end: %w", os.NewSyscallError("bind", err))
+		return fail(fmt.Errorf("binding the app's end: %w", os.NewSyscallError("bind", err)))
 	}
 	mine := os.NewFile(uintptr(fds[0]), "relay")
 	mc, err := net.FileConn(mine)
 	_ = mine.Close()
 	if err != nil {
 		_ = unix.Close(fds[1])
-		relay.Shutdown(nc)
-		return nil, err
+		return fail(err)
 	}
 	go func() {
-		_, _, _ = relay.Pair(nc, mc)
-		relay.Shutdown(nc)
-		_ = mc.Close()
+		defer v.sockets.Add(-1)
+		relayApp(nc, mc.(*net.UnixConn))
 	}()
 	return os.NewFile(uintptr(fds[1]), "relayed-socket"), nil
+}
+
+// relayApp moves bytes between nc (the switchboard's socket) and mc (the
+// supervisor's end of the app's pair) until the connection is over, then
+// closes both. The app's end of stream is a half-close (its SHUT_WR),
+// passed on to the remote; its end going away entirely (close, exit, or
+// SHUT_RDWR: a hang-up on mc) ends the connection both ways, even while
+// the remote keeps its side open and silent, so neither this relay nor the
+// switchboard's count of the vat's connections outlives the app's socket.
+func relayApp(nc net.Conn, mc *net.UnixConn) {
+	down := make(chan struct{}) // the remote's bytes are all with the app
+	go func() {
+		defer close(down)
+		if _, err := io.Copy(mc, nc); err != nil {
+			relay.Shutdown(nc)
+			relay.Shutdown(mc)
+			return
+		}
+		_ = mc.CloseWrite()
+	}()
+	if _, err := io.Copy(nc, mc); err != nil {
+		relay.Shutdown(nc)
+		relay.Shutdown(mc)
+	} else {
+		if tc, ok := nc.(*net.TCPConn); ok {
+			_ = tc.CloseWrite()
+		}
+		waitHangUp(mc, down)
+	}
+	relay.Shutdown(nc) // ends the remote's direction, if it still runs
+	<-down
+	_ = mc.Close()
+}
+
+// waitHangUp returns once the app's end of the pair is gone (POLLHUP on
+// mc: closed, or shut down both ways) or done is closed.
+func waitHangUp(mc *net.UnixConn, done <-chan struct{}) {
+	raw, err := mc.SyscallConn()
+	if err != nil {
+		return
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-done:
+			_ = mc.SetReadDeadline(time.Now()) // wakes the wait below
+		case <-stop:
+		}
+	}()
+	// Read calls the func again each time the runtime's poller reports
+	// the socket; a hang-up is one of those reports.
+	_ = raw.Read(func(fd uintptr) bool {
+		p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(p, 0)
+		return err == nil && n > 0 && p[0].Revents&(unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0
+	})
 }

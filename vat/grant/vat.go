@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"capnproto.org/go/capnp/v3"
 	"capnproto.org/go/capnp/v3/rpc"
@@ -57,6 +58,7 @@ type Vat struct {
 	log     *slog.Logger
 	members []labels.Set // each grant constrained to {vat: ID}
 	sem     chan struct{}
+	sockets atomic.Int64 // relayed sockets open (relayed)
 
 	mu      sync.Mutex
 	revoked bool

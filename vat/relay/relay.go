@@ -1,7 +1,7 @@
 // Package relay moves bytes between two stream connections, half-close
 // aware: toybox-entry's CONNECT proxy (a client in the wall and the socket
-// the switchboard connected) and the supervisor's relay for sockets an app
-// asks for on its fd 3 (see vat/grant).
+// the switchboard connected). (The supervisor's relay for sockets an app
+// asks for on its fd 3, vat/grant, ends on the app's hang-up as well.)
 package relay
 
 import (
@@ -16,8 +16,8 @@ import (
 // connections. Pair does not close a or b: the caller does.
 //
 // Between two *net.TCPConn, or a *net.TCPConn and a *net.UnixConn, io.Copy
-// is splice(2) through a pipe from the runtime's pool: no user-space copy,
-// and no pipe made per connection.
+// is splice(2) through a pipe from the runtime's pool (held for the copy's
+// length, one per direction): no user-space copy.
 func Pair(a, b net.Conn) (ab, ba int64, err error) {
 	var wg sync.WaitGroup
 	wg.Add(2)
