@@ -224,7 +224,7 @@ func (r *run) bulkSection(ctx context.Context) {
 	common := fmt.Sprintf("median of %d interleaved repeats (each starting at the next path, each transfer once the bench processes are quiet); one transfer = connect + %s upload (%d KiB writes) + the sink's 8-byte count", r.cfg.Repeats, size(r.cfg.Bytes), load.ChunkSize>>10)
 	sbMissing := r.sbMissing()
 	setThru(RowHandoff, raw, handoff, sbMissing, common+"; ours = constrain + connect(wantFd) through the switchboard process, then the same upload on the received socket")
-	setThru(RowStream, raw, stream, sbMissing, fmt.Sprintf("median of %d repeats of a %s upload written as 64 KiB ByteStream messages under a 4 MiB flow window (toybox-entry's stream settings), switchboard → sink over TCP", r.cfg.Repeats, size(r.cfg.StreamBytes)))
+	setThru(RowStream, raw, stream, sbMissing, fmt.Sprintf("median of %d repeats of a %s upload written as 64 KiB ByteStream messages under a 1 MiB flow window (toybox-entry's stream settings), switchboard → sink over TCP", r.cfg.Repeats, size(r.cfg.StreamBytes)))
 	setThru(RowWallThru, proxy, wall, r.wallMissing(), common+"; ours = an app inside a real wall (bwrap, seccomp, toybox-entry) dials the in-wall CONNECT proxy, which connects through the vat's Handle (supervisor relay → switchboard, socket handed over) and splices; timed inside the app, the baseline from the host")
 	cpuNote := "CPU time (user+sys) of every bench process (runner, targets = sink and echo, proxy, switchboard, supervisor and its walls) during the transfer, per GB moved; the runner's own reading of /proc is left out"
 	setCPU(RowCPUHandoff, raw, handoff, sbMissing, cpuNote)

@@ -17,10 +17,11 @@ import (
 )
 
 // Stream settings of the ByteStream fallback client: toybox-entry's, the
-// writer of this direction in toybox (64 KiB messages, a 4 MiB window).
+// writer of this direction in toybox (64 KiB messages, a 1 MiB window per
+// stream).
 const (
 	streamChunk  = 64 << 10
-	streamWindow = 4 << 20
+	streamWindow = 1 << 20
 )
 
 // SwitchboardClient is one connection to a switchboard socket and its root

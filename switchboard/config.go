@@ -86,7 +86,7 @@ type Limits struct {
 	// ConnWindow bounds the bytes in flight on all the streams of one
 	// connection together: what a peer that stops reading can leave
 	// queued. A stream whose reader stopped holds only its own Window of
-	// it. If zero, 4 × Window; at least Window.
+	// it. If zero, 8 × Window; at least Window.
 	ConnWindow int64 `json:"connWindow,omitempty"`
 }
 
@@ -110,7 +110,7 @@ func (l Limits) withDefaults() Limits {
 		l.Window = 2 * chunkSize
 	}
 	if l.ConnWindow <= 0 {
-		l.ConnWindow = 4 * l.Window
+		l.ConnWindow = 8 * l.Window
 	}
 	if l.ConnWindow < l.Window {
 		l.ConnWindow = l.Window

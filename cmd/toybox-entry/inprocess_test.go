@@ -186,25 +186,87 @@ func TestStalledStreamHoldsUpNoOther(t *testing.T) {
 		}
 	}
 
-	t.Run("an unread download", func(t *testing.T) {
-		_, _ = tunnel(t, flood) // never read
-		time.Sleep(time.Second) // the socket buffers fill, then its window
+	t.Run("unread downloads", func(t *testing.T) {
+		for range 3 {
+			_, _ = tunnel(t, flood) // never read
+		}
+		time.Sleep(time.Second) // the socket buffers fill, then the windows
 		echoes(t)
 	})
-	t.Run("an upload the remote does not read", func(t *testing.T) {
-		c, _ := tunnel(t, hold)
-		go func() {
-			buf := make([]byte, 64<<10)
-			_ = c.SetWriteDeadline(time.Now().Add(30 * time.Second))
-			for {
-				if _, err := c.Write(buf); err != nil {
-					return
+	t.Run("uploads the remote does not read", func(t *testing.T) {
+		for range 3 {
+			c, _ := tunnel(t, hold)
+			go func() {
+				buf := make([]byte, 64<<10)
+				_ = c.SetWriteDeadline(time.Now().Add(30 * time.Second))
+				for {
+					if _, err := c.Write(buf); err != nil {
+						return
+					}
 				}
-			}
-		}()
+			}()
+		}
 		time.Sleep(time.Second)
 		echoes(t)
 	})
+}
+
+// TestStreamPathRemoteClosesFirst: on the ByteStream path a remote that
+// accepts and closes at once may end the stream before the proxy has
+// answered the CONNECT; the client must still read the 200, then the end.
+func TestStreamPathRemoteClosesFirst(t *testing.T) {
+	port := serve(t, func(c net.Conn) {})
+	addr := inProcessProxy(t, []labels.Set{{Host: "127.0.0.1", Port: uint16(port)}}, (*entry.Proxy).UseStreams)
+	target := fmt.Sprintf("127.0.0.1:%d", port)
+	for i := range 30 {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+		resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
+		_ = c.Close()
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("connect %d: %v %.200v; want 200", i+1, resp, err)
+		}
+	}
+}
+
+// TestPlainHTTPSlowBody: the head of a request must come within the
+// header timeout, its body may take longer (the remote or the client may
+// be slow).
+func TestPlainHTTPSlowBody(t *testing.T) {
+	srv := &http.Server{Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		fmt.Fprintf(rw, "got %q %v", b, err)
+	})}
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	port := l.Addr().(*net.TCPAddr).Port
+	addr := inProcessProxy(t, []labels.Set{{Scheme: "http", Host: "127.0.0.1", Port: uint16(port)}},
+		func(p *entry.Proxy) { p.SetHeaderTimeout(300 * time.Millisecond) })
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "POST http://127.0.0.1:%d/slow HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nhello", port)
+	time.Sleep(time.Second) // past the head's timeout
+	_, _ = io.WriteString(c, "world")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || string(b) != `got "helloworld" <nil>` {
+		t.Errorf("a slow body: %s %q; want 200 and the whole body", resp.Status, b)
+	}
 }
 
 // TestStreamPathRemoteSpeaksFirst: on the ByteStream path a remote that

@@ -38,7 +38,7 @@ const (
 	helloTimeout  = 10 * time.Second
 	maxTLSRecord  = 16384 + 2048
 	streamChunk   = 64 << 10
-	streamWindow  = 4 << 20 // each stream's own flow window
+	streamWindow  = 1 << 20 // each stream's own flow window
 	connWindow    = 8 << 20 // all streams together: half the switchboard's default limits.bytes
 	proxyAgent    = "toybox-entry"
 )
@@ -51,7 +51,12 @@ type Proxy struct {
 	logger  *slog.Logger
 	limiter flowcontrol.FlowLimiter // shared by every stream we write to
 	noFD    bool                    // ask for ByteStreams instead of the socket
+	headDue time.Duration           // how long a request's head may take (headerTimeout)
 }
+
+// SetHeaderTimeout sets how long a client may take to send a request's
+// head (30 s unless set): for tests of what comes after it.
+func (p *Proxy) SetHeaderTimeout(d time.Duration) { p.headDue = d }
 
 // UseStreams makes the proxy ask the Handle for a ByteStream pair instead
 // of the connected socket (wantFd false): for a peer that cannot pass
@@ -134,7 +139,11 @@ func (p *Proxy) ServeForward(ctx context.Context, l net.Listener, f Forward) err
 }
 
 func (p *Proxy) proxyConn(ctx context.Context, c *net.TCPConn) {
-	_ = c.SetReadDeadline(time.Now().Add(headerTimeout))
+	due := p.headDue
+	if due <= 0 {
+		due = headerTimeout
+	}
+	_ = c.SetReadDeadline(time.Now().Add(due))
 	br := bufio.NewReader(c)
 	req, err := readRequest(br)
 	switch {
@@ -220,6 +229,9 @@ func (p *Proxy) plainHTTP(ctx context.Context, c *net.TCPConn, br *bufio.Reader,
 		port = int(n)
 	}
 	t := target{scheme: "http", host: req.URL.Hostname(), port: uint16(port)}
+	// The head's deadline is not the body's: a body may take as long as
+	// the client and the remote take (plainHTTPTimeout bounds the whole).
+	_ = c.SetReadDeadline(time.Time{})
 	if !p.handle.IsValid() {
 		p.log(t, false, ErrNoGrant.Error(), "")
 		refuse(c, ErrNoGrant)
@@ -625,7 +637,14 @@ func (d *downstream) Write(ctx context.Context, call schema.ByteStream_write) er
 	return err
 }
 
-func (d *downstream) End(context.Context, schema.ByteStream_end) error {
+func (d *downstream) End(ctx context.Context, _ schema.ByteStream_end) error {
+	// Not before the client has its answer: a remote that closes at once
+	// would otherwise end the client's stream ahead of the 200.
+	select {
+	case <-d.ready:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	_ = d.c.CloseWrite()
 	d.once.Do(func() { close(d.done) })
 	return nil
