@@ -49,8 +49,13 @@ var droppedResponse = map[string]bool{
 // calling. The supervisor sets it; a value the vat sends is dropped.
 const VatHeader = "X-Toybox-Vat"
 
+// dropRequestHeader: hop-by-hop and override headers, the supervisor's own,
+// and any name with an underscore, which CGI, WSGI and others read as the
+// same name with dashes (X_Toybox_Vat as X-Toybox-Vat); nginx drops those
+// by default too.
 func dropRequestHeader(canon string) bool {
-	return droppedRequest[canon] || strings.HasPrefix(canon, "X-Toybox-") || strings.HasPrefix(canon, "X-Forwarded-")
+	return droppedRequest[canon] || strings.HasPrefix(canon, "X-Toybox-") || strings.HasPrefix(canon, "X-Forwarded-") ||
+		strings.Contains(canon, "_")
 }
 
 // doorRequest is one call, copied out of the Cap'n Proto message.

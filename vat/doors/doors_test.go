@@ -175,6 +175,12 @@ func TestDoorCalls(t *testing.T) {
 			{"X-Original-Method", "POST"},
 			{"X-Original-URL", "/browser/restart"},
 			{"X-Rewrite-URL", "/browser/restart"},
+			// The same names with underscores: a CGI or WSGI backend
+			// reads them as the dashed ones.
+			{"X_Toybox_Vat", "admin"},
+			{"X_Forwarded_For", "10.0.0.1"},
+			{"X_HTTP_Method_Override", "DELETE"},
+			{"X_Original_URL", "/browser/restart"},
 			{"Accept", "application/json"},
 		}})
 		a := decodeAnswer(t, r)
@@ -188,6 +194,11 @@ func TestDoorCalls(t *testing.T) {
 		for _, k := range []string{"Connection", "X-Secret", "Upgrade", "X-Forwarded-For", "X-Http-Method-Override", "X-Http-Method", "X-Method-Override", "X-Original-Method", "X-Original-Url", "X-Rewrite-Url"} {
 			if _, ok := h[k]; ok {
 				t.Errorf("backend saw %s: %v; want it dropped", k, h[k])
+			}
+		}
+		for k, v := range h {
+			if strings.Contains(k, "_") {
+				t.Errorf("backend saw %s: %v; want every name with an underscore dropped", k, v)
 			}
 		}
 		if got := strings.Join(h["Accept"], ","); got != "application/json" {
