@@ -2,9 +2,12 @@ package supervisor
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
+	"net/textproto"
 	"strings"
 	"time"
 
@@ -58,13 +61,17 @@ func confineCookies(h http.Header, prefix string) {
 func newProxy(id string, t http.RoundTripper, log *slog.Logger) *httputil.ReverseProxy {
 	prefix := "/" + id
 	return &httputil.ReverseProxy{
-		Transport:     t,
+		Transport:     confined{t},
 		FlushInterval: -1, // stream every write
 		ModifyResponse: func(r *http.Response) error {
 			for _, k := range originWide {
 				r.Header.Del(k)
 			}
 			confineCookies(r.Header, prefix)
+			if r.Trailer != nil {
+				scrubTrailer(r.Trailer)
+				r.Body = &trailerScrubber{ReadCloser: r.Body, trailer: &r.Trailer}
+			}
 			return nil
 		},
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -85,10 +92,62 @@ func newProxy(id string, t http.RoundTripper, log *slog.Logger) *httputil.Revers
 			pr.Out.Header.Set("X-Forwarded-Prefix", prefix)
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			// The visitor learns that the vat did not answer, not the
+			// supervisor's paths; the log has the whole error.
 			log.Warn("proxy to vat failed", keyVat, id, keyErr, err)
-			http.Error(w, fmt.Sprintf("vat %s did not answer: %v", id, err), http.StatusBadGateway)
+			why := "no answer"
+			switch {
+			case strings.Contains(err.Error(), "response headers exceeded"):
+				why = fmt.Sprintf("its answer's headers are over %d KiB", maxVatHeaderBytes>>10)
+			case strings.Contains(err.Error(), "timeout awaiting response headers"):
+				why = fmt.Sprintf("no answer's headers within %s", vatHeaderTimeout)
+			}
+			http.Error(w, fmt.Sprintf("vat %s did not answer: %s (its logs say more)", id, why), http.StatusBadGateway)
 		},
 	}
+}
+
+// confined is the transport to a vat's app: an informational (1xx) answer
+// loses the headers that would act on other vats (originWide, Set-Cookie)
+// before the proxy passes it on. (ReverseProxy sends 1xx answers itself,
+// from its own client trace; a trace added here runs before it, on the
+// same header map.)
+type confined struct{ http.RoundTripper }
+
+func (c confined) RoundTrip(r *http.Request) (*http.Response, error) {
+	trace := &httptrace.ClientTrace{Got1xxResponse: func(_ int, h textproto.MIMEHeader) error {
+		for _, k := range originWide {
+			delete(h, textproto.CanonicalMIMEHeaderKey(k))
+		}
+		delete(h, "Set-Cookie")
+		return nil
+	}}
+	return c.RoundTripper.RoundTrip(r.WithContext(httptrace.WithClientTrace(r.Context(), trace)))
+}
+
+// scrubTrailer drops from an answer's trailer what would act on other
+// vats; a browser may not read trailers, but nothing in between is bound
+// not to.
+func scrubTrailer(t http.Header) {
+	for _, k := range originWide {
+		t.Del(k)
+	}
+	t.Del("Set-Cookie")
+}
+
+// trailerScrubber scrubs the trailer once the body has been read: the
+// transport fills it in just before the body's end.
+type trailerScrubber struct {
+	io.ReadCloser
+	trailer *http.Header
+}
+
+func (s *trailerScrubber) Read(p []byte) (int, error) {
+	n, err := s.ReadCloser.Read(p)
+	if err != nil && *s.trailer != nil {
+		scrubTrailer(*s.trailer)
+	}
+	return n, err
 }
 
 // PublicHandler serves ANY /<vat>/<rest>: the vat's app, with the prefix

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
+	"net/textproto"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -184,5 +186,58 @@ func TestProxyConfinesOriginWideAnswers(t *testing.T) {
 		if err != nil || c.Path != "/alice/" && !strings.HasPrefix(c.Path, "/alice/") {
 			t.Errorf("%q reads as path %q (%v); want below /alice/", line, c.Path, err)
 		}
+	}
+}
+
+// TestProxyConfinesEarlyAndLateHeaders: an informational answer (103
+// Early Hints) and a trailer are answers too; neither may carry a cookie
+// or an origin-wide header past the supervisor.
+func TestProxyConfinesEarlyAndLateHeaders(t *testing.T) {
+	sock := appOnUnix(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Link", "</alice/style.css>; rel=preload")
+		w.Header().Set("Set-Cookie", "early=evil; Path=/")
+		w.Header().Set("Clear-Site-Data", `"*"`)
+		w.WriteHeader(http.StatusEarlyHints)
+		w.Header().Del("Link")
+		w.Header().Del("Set-Cookie")
+		w.Header().Del("Clear-Site-Data")
+		w.Header().Set("Trailer", "Set-Cookie, Clear-Site-Data, X-Checksum")
+		fmt.Fprint(w, "ok")
+		w.Header().Set("Set-Cookie", "late=evil; Path=/")
+		w.Header().Set("Clear-Site-Data", `"*"`)
+		w.Header().Set("X-Checksum", "abc")
+	}))
+	front := httptest.NewServer(newProxy("alice", unixTransport(sock), nil))
+	defer front.Close()
+	var early []textproto.MIMEHeader
+	ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+		Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+			early = append(early, h)
+			return nil
+		},
+	})
+	req, _ := http.NewRequestWithContext(ctx, "GET", front.URL+"/alice/", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != "ok" {
+		t.Fatalf("body %q", body)
+	}
+	if len(early) != 1 || early[0].Get("Link") == "" {
+		t.Fatalf("1xx answers seen: %v; want the 103 with its Link", early)
+	}
+	for _, k := range []string{"Set-Cookie", "Clear-Site-Data"} {
+		if v := early[0].Get(k); v != "" {
+			t.Errorf("the 103 carried %s: %q", k, v)
+		}
+		if v := resp.Trailer.Get(k); v != "" {
+			t.Errorf("the trailer carried %s: %q", k, v)
+		}
+	}
+	if resp.Trailer.Get("X-Checksum") != "abc" {
+		t.Errorf("trailer %v; want X-Checksum kept", resp.Trailer)
 	}
 }

@@ -472,7 +472,10 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 	}
 
 	// Stop the old version (SIGTERM, grace, SIGKILL), then start the new.
+	// Meanwhile it is not serving: visitors get 503 with Retry-After, not
+	// an app that is going away.
 	if old.run != nil {
+		v.setWord(words.Stopping)
 		old.run.stopAndWait()
 	}
 	v.mu.Lock()
@@ -714,6 +717,9 @@ func (s *Supervisor) Restart(id string) (Status, error) {
 	defer v.op.Unlock()
 	v.mu.Lock()
 	in, loaded := v.run, v.code.Manifest != nil
+	if in != nil {
+		v.word = words.Stopping
+	}
 	v.mu.Unlock()
 	if in != nil {
 		in.stopAndWait()

@@ -35,6 +35,9 @@ const (
 	OffRemoved
 	// OffShutdown: the supervisor is shutting down.
 	OffShutdown
+	// Stopping: the app is being stopped to start again (a restart, an
+	// upgrade); it answers no new requests meanwhile.
+	Stopping
 )
 
 type pair struct{ en, es string }
@@ -52,6 +55,7 @@ var table = map[Word]pair{
 	OffStopped:        {"off: it stopped", "apagado: se detuvo"},
 	OffRemoved:        {"off: removed by its owner", "apagado: retirado por su dueño"},
 	OffShutdown:       {"off: the supervisor is stopping", "apagado: el supervisor se está deteniendo"},
+	Stopping:          {"stopping to start again", "deteniéndose para volver a arrancar"},
 }
 
 // String returns the English word.
@@ -101,5 +105,5 @@ func FromTier(tier string) Word {
 
 // All lists every word, for tests and documentation.
 func All() []Word {
-	return []Word{Unknown, Starting, Restarting, Walled, WalledNoSeccomp, NotWalledChoice, NotWalledHost, NotWalledOperator, OffWall, OffStopped, OffRemoved, OffShutdown}
+	return []Word{Unknown, Starting, Restarting, Walled, WalledNoSeccomp, NotWalledChoice, NotWalledHost, NotWalledOperator, OffWall, OffStopped, OffRemoved, OffShutdown, Stopping}
 }

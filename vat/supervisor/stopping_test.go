@@ -1,0 +1,94 @@
+package supervisor
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"toybox/vat/store"
+	"toybox/vat/switches"
+	"toybox/vat/words"
+)
+
+// TestStoppingIsNotServing: while a restart or an upgrade stops the old
+// app (here one that ignores SIGTERM, so the stop takes the whole grace),
+// the vat's status says so and visitors get 503 with Retry-After, not the
+// app that is going away and not the word of a serving vat.
+func TestStoppingIsNotServing(t *testing.T) {
+	dir, err := os.MkdirTemp("", "tbx-stop-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	root, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	app, err := os.ReadFile(filepath.Join(filepath.Dir(strings.TrimSpace(string(root))), "examples", "shell-script", "app.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same app, deaf to SIGTERM (perl inherits the ignored signal).
+	slow := strings.Replace(string(app), "set -eu\n", "set -eu\ntrap '' TERM\n", 1)
+	script := filepath.Join(dir, "slow.sh")
+	if err := os.WriteFile(script, []byte(slow), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(store.Config{StateDir: filepath.Join(dir, "state")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, err := switches.New(switches.Config{Kill: "off", StateDir: st.StateDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{Store: st, Switches: sw, StopGrace: 2 * time.Second, ReadyTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Shutdown(t.Context()) })
+	f, err := os.Open(script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, err := st.Put(f, "", nil)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Install(InstallRequest{ID: "slow", Code: code}); err != nil {
+		t.Fatal(err)
+	}
+	pub := s.PublicHandler()
+	get := func() *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		pub.ServeHTTP(w, httptest.NewRequest("GET", "/slow/", nil))
+		return w
+	}
+	if w := get(); w.Code != http.StatusOK {
+		t.Fatalf("before the restart: %d %s", w.Code, w.Body)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := s.Restart("slow"); done <- err }()
+	time.Sleep(500 * time.Millisecond) // well inside the 2 s grace
+	if st, err := s.Status("slow"); err != nil || st.Status != words.Stopping.String() {
+		t.Errorf("status while the old app stops: %q, %v; want %q", st.Status, err, words.Stopping)
+	}
+	if w := get(); w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" {
+		t.Errorf("a visit while the old app stops: %d %q; want 503 with Retry-After", w.Code, w.Body)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if w := get(); w.Code != http.StatusOK {
+		t.Errorf("after the restart: %d %s", w.Code, w.Body)
+	}
+}
