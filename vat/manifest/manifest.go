@@ -6,6 +6,7 @@ package manifest
 
 import (
 	"bytes"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -88,6 +89,66 @@ var reservedEnv = map[string]bool{
 	"http_proxy": true, "https_proxy": true, "no_proxy": true, "all_proxy": true,
 }
 
+// manifestKeys are the keys a manifest's objects may have, spelled exactly
+// (a test checks them against the struct tags).
+var manifestKeys = []string{"command", "env", "network", "hosts", "egress", "sandbox", "files", "read", "write", "oauthDir", "ownEnvFile", "doors"}
+
+// exactKeys refuses what encoding/json would quietly accept: a key twice in
+// one object (the last would win) and a key spelled in other letter case
+// than its field ("NetWork" would be read as "network"). Either lets a
+// reader of the manifest, a person or another JSON parser, see a different
+// manifest from the one toybox runs.
+func exactKeys(b []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var walk func(depth int) error
+	walk = func(depth int) error {
+		if depth > 32 {
+			return errors.New("nested too deeply")
+		}
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		d, ok := tok.(json.Delim)
+		if !ok {
+			return nil
+		}
+		switch d {
+		case '{':
+			seen := map[string]bool{}
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return err
+				}
+				k, _ := kt.(string)
+				if seen[k] {
+					return fmt.Errorf("key %q appears twice in one object", k)
+				}
+				seen[k] = true
+				for _, known := range manifestKeys {
+					if k != known && strings.EqualFold(k, known) {
+						return fmt.Errorf("key %q: the key is %q (keys are case-sensitive)", k, known)
+					}
+				}
+				if err := walk(depth + 1); err != nil {
+					return err
+				}
+			}
+		case '[':
+			for dec.More() {
+				if err := walk(depth + 1); err != nil {
+					return err
+				}
+			}
+		}
+		_, err = dec.Token() // the closing delimiter
+		return err
+	}
+	return walk(0)
+}
+
 // Parse reads and validates a manifest. Unknown keys are refused.
 func Parse(r io.Reader) (*Manifest, error) {
 	b, err := io.ReadAll(io.LimitReader(r, MaxSize+1))
@@ -96,6 +157,9 @@ func Parse(r io.Reader) (*Manifest, error) {
 	}
 	if len(b) > MaxSize {
 		return nil, fmt.Errorf("%w: larger than %d bytes", ErrBadManifest, MaxSize)
+	}
+	if err := exactKeys(b); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadManifest, err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()

@@ -2,6 +2,7 @@ package manifest
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -37,6 +38,29 @@ var parseTests = []struct {
 	{"grant names vat", `{"command":["./a"],"egress":{"vat":"bob"}}`, "grant"},
 	{"grant null", `{"command":["./a"],"egress":null}`, "egress is null"},
 	{"not json", `command: ./a`, "bad manifest"},
+	// What encoding/json alone would take, and another reader would read
+	// otherwise: the last of two keys, or a key in other letter case.
+	{"duplicate key", `{"command":["./a"],"network":"none","network":"internet"}`, "appears twice"},
+	{"key in other case", `{"command":["./a"],"network":"none","NetWork":"internet"}`, "case-sensitive"},
+	{"nested key in other case", `{"command":["./a"],"env":["P"],"Sandbox":{"Files":{"Write":["P"]}}}`, "case-sensitive"},
+	{"nested duplicate", `{"command":["./a"],"env":["P"],"sandbox":{"files":{"read":["P"],"read":["P"]}}}`, "appears twice"},
+}
+
+// TestManifestKeysAreTheFields: exactKeys knows every key the manifest's
+// structs have, spelled as their tags spell them.
+func TestManifestKeysAreTheFields(t *testing.T) {
+	known := map[string]bool{}
+	for _, k := range manifestKeys {
+		known[k] = true
+	}
+	for _, typ := range []reflect.Type{reflect.TypeFor[Manifest](), reflect.TypeFor[Sandbox](), reflect.TypeFor[Files]()} {
+		for f := range typ.Fields() {
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name != "" && name != "-" && !known[name] {
+				t.Errorf("%s.%s (json %q) is not in manifestKeys", typ.Name(), f.Name, name)
+			}
+		}
+	}
 }
 
 func TestParse(t *testing.T) {
