@@ -151,7 +151,30 @@ func Open(cfg Config) (*Store, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Store{cfg: cfg, log: log}, nil
+	st := &Store{cfg: cfg, log: log}
+	st.removeLeftovers()
+	return st, nil
+}
+
+// removeLeftovers removes what uploads cut short by a crash left in code/
+// (an upload's file, a bundle half unpacked): up to the size limits each,
+// and never visible. Only the supervisor that owns the state dir opens it,
+// once at start, so no upload of its own is under way.
+func (s *Store) removeLeftovers() {
+	ents, err := os.ReadDir(s.codeDir())
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if n := e.Name(); strings.HasPrefix(n, ".incoming-") || strings.HasPrefix(n, ".unpack-") {
+			p := filepath.Join(s.codeDir(), n)
+			if err := os.RemoveAll(p); err != nil {
+				s.log.Warn("removing an upload's leftover", "path", p, "error", err.Error())
+				continue
+			}
+			s.log.Info("removed an upload's leftover", "path", p)
+		}
+	}
 }
 
 // StateDir returns the absolute state directory.

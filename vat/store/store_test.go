@@ -318,3 +318,30 @@ func FuzzPut(f *testing.F) {
 		}
 	})
 }
+
+// TestOpenRemovesUploadLeftovers: an upload cut short by a crash leaves its
+// file or its half-unpacked bundle in code/; the next start removes them,
+// and keeps stored code.
+func TestOpenRemovesUploadLeftovers(t *testing.T) {
+	s := openStore(t)
+	code, err := s.Put(bytes.NewReader(mkTar(t, true, goodManifest, goodApp)), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{".incoming-123", ".unpack-456/bin/app"} {
+		full := filepath.Join(s.codeDir(), p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte("half an upload"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s2, err := Open(Config{StateDir: s.StateDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := codeEntries(t, s2); len(got) != 1 || got[0] != filepath.Base(code.Dir) {
+		t.Errorf("code/ after a restart: %v; want only the stored %s", got, filepath.Base(code.Dir))
+	}
+}
