@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -8,6 +9,7 @@ import (
 	"net/http/httptrace"
 	"net/http/httputil"
 	"net/textproto"
+	"os"
 	"strings"
 	"time"
 
@@ -96,7 +98,14 @@ func newProxy(id string, t http.RoundTripper, log *slog.Logger) *httputil.Revers
 			// supervisor's paths; the log has the whole error.
 			log.Warn("proxy to vat failed", keyVat, id, keyErr, err)
 			why := "no answer"
+			var pe *os.PathError
 			switch {
+			case errors.Is(err, ErrAppSocket):
+				// Its own words, with the run folder's path left out.
+				msg := strings.TrimPrefix(err.Error(), ErrAppSocket.Error()+": ")
+				why = "its app.sock " + msg[strings.Index(msg, " is ")+1:]
+			case errors.As(err, &pe):
+				why = fmt.Sprintf("its app.sock: %s: %v", pe.Op, pe.Err)
 			case strings.Contains(err.Error(), "response headers exceeded"):
 				why = fmt.Sprintf("its answer's headers are over %d KiB", maxVatHeaderBytes>>10)
 			case strings.Contains(err.Error(), "timeout awaiting response headers"):
