@@ -177,7 +177,7 @@ type planner struct {
 	homes                     []string // home folders on this host
 	credDir                   string   // the supervisor's credentials directory
 	writable                  []string // real paths the vat can write
-	trees                     []string // real paths of scanned trees
+	trees                     []tree   // bound trees, scanned for what to mask
 }
 
 func (b *planner) build() error {
@@ -375,6 +375,11 @@ func baseEtc() []EtcEntry {
 	)
 }
 
+// tree is a folder bound into the wall: its real host path, and where it
+// shows inside (the path the owner typed, which may differ through a
+// symlink on the host).
+type tree struct{ real, dest string }
+
 // files adds the owner-chosen binds, then the masks for every tree bound so
 // far.
 func (b *planner) files() error {
@@ -402,10 +407,34 @@ func (b *planner) files() error {
 			}
 		}
 	}
+	// A grant inside a folder the vat can write (its data, its run folder,
+	// a write or oauthDir grant) is refused: the vat could rename the
+	// grant's parent there and leave a symlink in its place, so that the
+	// next start binds whatever that names; and a write bind of the parent
+	// would cover a read grant inside it anyway.
+	vatWritable := []string{b.data, b.run}
+	for _, fb := range binds {
+		if fb.rw && filepath.IsAbs(fb.path) {
+			typed := filepath.Clean(fb.path)
+			vatWritable = append(vatWritable, typed)
+			if r, err := filepath.EvalSymlinks(typed); err == nil && r != typed {
+				vatWritable = append(vatWritable, r)
+			}
+		}
+	}
 	for _, fb := range binds {
 		if !filepath.IsAbs(fb.path) {
 			return fmt.Errorf("%w: %s path %q is not absolute", ErrRefusedBind, fb.kind, fb.path)
 		}
+		typed := filepath.Clean(fb.path)
+		real, _ := filepath.EvalSymlinks(typed)
+		for _, w := range vatWritable {
+			if w != "" && (within(typed, w) || (real != "" && within(real, w))) {
+				return fmt.Errorf("%w: %s %s lies inside %s, which the vat can write (grant folders side by side, or the outer one alone)", ErrRefusedBind, fb.kind, typed, w)
+			}
+		}
+	}
+	for _, fb := range binds {
 		typed := filepath.Clean(fb.path)
 		if err := b.refuse(typed); err != nil {
 			return fmt.Errorf("%s %s: %w", fb.kind, typed, err)
@@ -436,7 +465,7 @@ func (b *planner) files() error {
 		}
 		b.add(Op{Kind: kind, Src: real, Dest: typed, Why: fb.kind, dir: fi.IsDir(), id: idOf(fi)})
 		if fi.IsDir() {
-			b.trees = append(b.trees, real)
+			b.trees = append(b.trees, tree{real: real, dest: typed})
 		}
 	}
 	return b.maskTrees(b.trees)
@@ -496,8 +525,9 @@ func (b *planner) refuse(p string) error {
 
 // maskTrees scans trees and masks every secret in them, plus the state dir,
 // the credentials directory and the hidden entries of any home inside them.
-func (b *planner) maskTrees(trees []string) error {
-	for _, t := range trees {
+func (b *planner) maskTrees(trees []tree) error {
+	for _, tr := range trees {
+		t := tr.real
 		secrets, err := scan(t, b.scanLimit())
 		if err != nil {
 			return err
@@ -540,11 +570,10 @@ func (b *planner) scanLimit() int {
 	return MaxScanEntries
 }
 
-// mask hides p (a real host path, visible at the same path inside).
+// mask hides p (a real host path) wherever it shows inside the wall: in
+// each bound tree that holds it, at the tree's destination (the typed path
+// of a grant reached through a symlink, not the real one).
 func (b *planner) mask(p string) {
-	if slices.Contains(b.p.Masks, p) {
-		return
-	}
 	fi, err := os.Lstat(p)
 	if err != nil {
 		return
@@ -560,18 +589,28 @@ func (b *planner) mask(p string) {
 			return
 		}
 	}
-	b.p.Masks = append(b.p.Masks, p)
-	if fi.IsDir() {
-		b.add(Op{Kind: OpMaskDir, Dest: p, Why: "masked"})
-	} else {
-		b.add(Op{Kind: OpMaskFile, Dest: p, Why: "masked"})
+	for _, t := range b.trees {
+		if p != t.real && !within(p, t.real) {
+			continue
+		}
+		rel, _ := filepath.Rel(t.real, p)
+		dest := filepath.Join(t.dest, rel)
+		if slices.Contains(b.p.Masks, dest) {
+			continue
+		}
+		b.p.Masks = append(b.p.Masks, dest)
+		if fi.IsDir() {
+			b.add(Op{Kind: OpMaskDir, Dest: dest, Why: "masked"})
+		} else {
+			b.add(Op{Kind: OpMaskFile, Dest: dest, Why: "masked"})
+		}
 	}
 }
 
 // visible reports whether host path p is inside a tree bound so far.
 func (b *planner) visible(p string) bool {
 	for _, t := range b.trees {
-		if p == t || within(p, t) {
+		if p == t.real || within(p, t.real) {
 			return true
 		}
 	}
@@ -586,8 +625,8 @@ func (b *planner) own() error {
 		return fmt.Errorf("install folder: %w", err)
 	}
 	b.add(Op{Kind: OpROBindFD, Src: b.install, Dest: b.install, Why: "its code, read-only", dir: true, id: idOf(fi)})
-	b.trees = append(b.trees, b.install)
-	if err := b.maskTrees([]string{b.install}); err != nil {
+	b.trees = append(b.trees, tree{real: b.install, dest: b.install})
+	if err := b.maskTrees([]tree{{real: b.install, dest: b.install}}); err != nil {
 		return err
 	}
 	if fi, err = os.Stat(b.data); err != nil {

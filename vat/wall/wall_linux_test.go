@@ -761,3 +761,79 @@ func waitSleeping(t *testing.T, p *Process, out string) {
 		}
 	}
 }
+
+// TestAttackSymlinkedGrantSecrets: a grant the owner typed through a
+// symlink on the host (/home -> var/home, a linked project) shows inside
+// at the typed path; its secrets are masked there, not at the real path,
+// where nothing is bound.
+func TestAttackSymlinkedGrantSecrets(t *testing.T) {
+	f := newFixture(t, "linked")
+	root := filepath.Join(filepath.Dir(f.state), "owner")
+	real := filepath.Join(root, "real", "proj")
+	mustWrite(t, filepath.Join(real, ".env"), "API_KEY=owner-secret")
+	mustWrite(t, filepath.Join(real, "sub", ".git-credentials"), "https://u:token@example.org")
+	mustWrite(t, filepath.Join(real, "notes.txt"), "fine to read")
+	link := filepath.Join(root, "link")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	f.spec.Files.Read = []string{link}
+	f.spec.Env = map[string]string{"VICTIM_ARG": strings.Join([]string{
+		filepath.Join(link, ".env"),
+		filepath.Join(link, "sub", ".git-credentials"),
+	}, ":")}
+	out, err := f.runVictim(t, "read")
+	if err != nil {
+		t.Fatalf("Wait = %v; output:\n%s", err, out)
+	}
+	if n := held(t, out); n != 2 {
+		t.Errorf("held %d of 2 reads; output:\n%s", n, out)
+	}
+	f.spec.Env = map[string]string{"VICTIM_ARG": filepath.Join(link, "notes.txt")}
+	if out, err := f.runVictim(t, "readok"); err != nil || !strings.Contains(out, `READ "fine to read"`) {
+		t.Errorf("reading the granted notes through the link: err %v, output %q", err, out)
+	}
+}
+
+// TestNestedGrantsRefused: a grant inside a folder the vat can write (a
+// write or oauthDir grant, its data or run folder) is refused: the vat could
+// rename the inner grant's parent and leave a symlink there, so that the
+// next start binds whatever it names (read-write, if the inner grant is a
+// write); and a write bind of the parent would cover a read grant inside
+// it. A write grant inside a read grant is fine: its parent is read-only.
+func TestNestedGrantsRefused(t *testing.T) {
+	base := newFixture(t, "nested")
+	out := filepath.Join(filepath.Dir(base.state), "srv", "app", "out")
+	for _, d := range []string{filepath.Join(out, "cfg", "tokens"), filepath.Join(out, "cfg", "read")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustWrite(t, filepath.Join(out, "config.json"), "{}")
+	mustWrite(t, filepath.Join(base.data, "mine.txt"), "x")
+	tests := []struct {
+		name  string
+		files Files
+		ok    bool
+	}{
+		{"oauthDir inside a write grant", Files{Write: []string{out}, OAuthDir: []string{filepath.Join(out, "cfg", "tokens")}}, false},
+		{"write inside a write grant", Files{Write: []string{out, filepath.Join(out, "cfg", "tokens")}}, false},
+		{"read inside a write grant", Files{Read: []string{filepath.Join(out, "config.json")}, Write: []string{out}}, false},
+		{"read inside its own data folder", Files{Read: []string{filepath.Join(base.data, "mine.txt")}}, false},
+		{"write inside a read grant", Files{Read: []string{filepath.Dir(out)}, Write: []string{out}}, true},
+		{"side by side", Files{Read: []string{filepath.Join(out, "cfg", "read")}, Write: []string{filepath.Join(out, "cfg", "tokens")}}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			spec := base.spec
+			spec.Files = tt.files
+			_, err := BuildPlan(spec)
+			switch {
+			case tt.ok && err != nil:
+				t.Errorf("BuildPlan = %v; want it planned", err)
+			case !tt.ok && (!errors.Is(err, ErrRefusedBind) || !strings.Contains(err.Error(), "which the vat can write")):
+				t.Errorf("BuildPlan = %v; want a refusal saying the vat can write around it", err)
+			}
+		})
+	}
+}
