@@ -77,7 +77,7 @@ func (s *Server) decide(ctx context.Context, h labels.Set, req labels.Request) (
 	// 3. Every answer must be admissible; one bad answer refuses the name.
 	class := labels.NetworkPublic
 	for _, a := range d.addrs {
-		v := s.classify().Addr(a)
+		v := s.judge(a)
 		if !v.Admits(network) {
 			d.reason = describeRefusal(host, a, isLiteral, v, network)
 			d.vetted, d.local = nil, nil
@@ -99,6 +99,30 @@ func (s *Server) decide(ctx context.Context, h labels.Set, req labels.Request) (
 	}
 	d.allow, d.reason = true, dec.Reason
 	return d, nil
+}
+
+// judge classifies a, then asks the kernel whether a connection to it
+// would stay on this host: the list of this host's addresses is a snapshot
+// (read every 15 s) and knows no local routes, so an address that appeared
+// since, or one a local route covers (`ip route add local ... dev lo`),
+// would otherwise be dialled with no listener-owner check. One that routes
+// here is judged as this host's own. A route that cannot be read refuses
+// the address.
+func (s *Server) judge(a netip.Addr) addrclass.Verdict {
+	v := s.classify().Addr(a)
+	if v.Class == addrclass.Never || v.Loopback {
+		return v
+	}
+	here, err := routesHere(a)
+	switch {
+	case err != nil:
+		return addrclass.Verdict{Class: addrclass.Never, What: fmt.Sprintf("an address whose route could not be read (%v)", err)}
+	case here && v.Class == addrclass.Public:
+		return addrclass.Verdict{Class: addrclass.Local, What: "an address of this host (its routing table says so)", Loopback: true}
+	case here:
+		v.Loopback = true
+	}
+	return v
 }
 
 func describeRefusal(host string, a netip.Addr, literal bool, v addrclass.Verdict, network string) string {
