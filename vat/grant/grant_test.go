@@ -800,3 +800,65 @@ func TestAppSocketEndsWithTheApp(t *testing.T) {
 		_ = c.Close()
 	}
 }
+
+// TestAppSocketHangUpWhileStuck: an app that wrote more than the buffers
+// hold to a remote that never reads, then closed its socket, ends the
+// connection too (after hangUpGrace for the remote to take the rest): the
+// relay is not left stuck writing, holding the vat's switchboard slot.
+func TestAppSocketHangUpWhileStuck(t *testing.T) {
+	old := hangUpGrace.Swap(int64(200 * time.Millisecond))
+	defer hangUpGrace.Store(old)
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "sb.sock")
+	cfg := filepath.Join(dir, "sb.json")
+	if err := os.WriteFile(cfg, []byte(`{"limits":{"conns":1}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	startSwitchboard(t, sock, "--loopback", "unchecked", "--config", cfg)
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var mu sync.Mutex
+	var held []net.Conn // never read
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			_ = c.Close()
+		}
+	}()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	port := uint16(l.Addr().(*net.TCPAddr).Port)
+	v, _ := newVat(t, sock, "stuck", labels.Set{Host: "127.0.0.1", Port: port})
+	vc, cli := vatClient(t, v)
+	h := egress(t, vc)
+	c, err := connectFD(context.Background(), h, cli, "127.0.0.1", port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+	_, _ = c.Write(make([]byte, 64<<20)) // far more than the buffers hold
+	_ = c.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for v.sockets.Load() != 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // the switchboard notices the hang-up
+	c2, err := connectFD(context.Background(), h, cli, "127.0.0.1", port)
+	if err != nil {
+		t.Fatalf("connect after the app closed its only socket: %v (relayed sockets still counted: %d)", err, v.sockets.Load())
+	}
+	_ = c2.Close()
+}

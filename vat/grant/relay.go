@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -71,13 +72,21 @@ func (v *Vat) relayed(f *os.File) (*os.File, error) {
 	return os.NewFile(uintptr(fds[1]), "relayed-socket"), nil
 }
 
+// hangUpGrace is how long the remote has, once the app's end is gone, to
+// take what the app wrote before it went; then the connection ends. (A
+// variable for the tests, in nanoseconds.)
+var hangUpGrace atomic.Int64
+
+func init() { hangUpGrace.Store(int64(30 * time.Second)) }
+
 // relayApp moves bytes between nc (the switchboard's socket) and mc (the
 // supervisor's end of the app's pair) until the connection is over, then
 // closes both. The app's end of stream is a half-close (its SHUT_WR),
 // passed on to the remote; its end going away entirely (close, exit, or
-// SHUT_RDWR: a hang-up on mc) ends the connection both ways, even while
-// the remote keeps its side open and silent, so neither this relay nor the
-// switchboard's count of the vat's connections outlives the app's socket.
+// SHUT_RDWR: a hang-up on mc) ends the connection both ways, even while the
+// remote keeps its side open and silent, or does not read, so neither this
+// relay nor the switchboard's count of the vat's connections outlives the
+// app's socket by more than hangUpGrace.
 func relayApp(nc net.Conn, mc *net.UnixConn) {
 	down := make(chan struct{}) // the remote's bytes are all with the app
 	go func() {
@@ -89,6 +98,16 @@ func relayApp(nc net.Conn, mc *net.UnixConn) {
 		}
 		_ = mc.CloseWrite()
 	}()
+	hup := make(chan struct{})
+	stop := make(chan struct{})
+	go func() {
+		if watchHangUp(mc, stop) {
+			close(hup)
+			// What the app wrote last may still be on its way: the
+			// remote has hangUpGrace to take it.
+			_ = nc.SetWriteDeadline(time.Now().Add(time.Duration(hangUpGrace.Load())))
+		}
+	}()
 	if _, err := io.Copy(nc, mc); err != nil {
 		relay.Shutdown(nc)
 		relay.Shutdown(mc)
@@ -96,34 +115,48 @@ func relayApp(nc net.Conn, mc *net.UnixConn) {
 		if tc, ok := nc.(*net.TCPConn); ok {
 			_ = tc.CloseWrite()
 		}
-		waitHangUp(mc, down)
+		select {
+		case <-hup:
+		case <-down:
+		}
 	}
+	close(stop)
 	relay.Shutdown(nc) // ends the remote's direction, if it still runs
 	<-down
 	_ = mc.Close()
 }
 
-// waitHangUp returns once the app's end of the pair is gone (POLLHUP on
-// mc: closed, or shut down both ways) or done is closed.
-func waitHangUp(mc *net.UnixConn, done <-chan struct{}) {
-	raw, err := mc.SyscallConn()
+// watchHangUp reports true once the app's end of the pair is gone (POLLHUP
+// on mc: closed, or shut down both ways), false once stop is closed. It
+// watches a duplicate of mc, registered with the runtime's poller on its
+// own, so it runs beside the copies that read and write mc.
+func watchHangUp(mc *net.UnixConn, stop <-chan struct{}) bool {
+	f, err := mc.File() // a duplicate
 	if err != nil {
-		return
+		return false
 	}
-	stop := make(chan struct{})
-	defer close(stop)
+	dc, err := net.FileConn(f)
+	_ = f.Close()
+	if err != nil {
+		return false
+	}
+	defer dc.Close()
+	raw, err := dc.(*net.UnixConn).SyscallConn()
+	if err != nil {
+		return false
+	}
 	go func() {
-		select {
-		case <-done:
-			_ = mc.SetReadDeadline(time.Now()) // wakes the wait below
-		case <-stop:
-		}
+		<-stop
+		_ = dc.SetReadDeadline(time.Now()) // wakes the wait below
 	}()
-	// Read calls the func again each time the runtime's poller reports
-	// the socket; a hang-up is one of those reports.
+	hung := false
+	// Read calls the func again each time the poller reports the socket
+	// (data, or a hang-up); it never reads.
 	_ = raw.Read(func(fd uintptr) bool {
 		p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 		n, err := unix.Poll(p, 0)
-		return err == nil && n > 0 && p[0].Revents&(unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0
+		hung = err == nil && n > 0 && p[0].Revents&(unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0
+		return hung
 	})
+	return hung
 }
