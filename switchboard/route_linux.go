@@ -71,8 +71,8 @@ func routesHere(a netip.Addr) (bool, error) {
 				switch syscall.Errno(errno) {
 				case 0:
 					continue
-				case unix.ENETUNREACH, unix.EHOSTUNREACH, unix.EINVAL:
-					return false, nil // no route: the dial fails anyway
+				case unix.ENETUNREACH, unix.EHOSTUNREACH, unix.EINVAL, unix.EACCES:
+					return false, nil // no route (EACCES: a prohibit route): the dial fails anyway
 				}
 				return false, fmt.Errorf("the route of %s: %w", a, syscall.Errno(errno))
 			case unix.RTM_NEWROUTE:

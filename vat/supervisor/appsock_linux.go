@@ -3,7 +3,6 @@ package supervisor
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -42,7 +41,7 @@ func dialApp(ctx context.Context, path string) (net.Conn, error) {
 	}
 	switch {
 	case errors.Is(err, unix.ELOOP):
-		return nil, fmt.Errorf("%w: %s is a symlink, not a socket", ErrAppSocket, path)
+		return nil, &appSocketError{path: path, what: "a symlink"}
 	case err != nil:
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
@@ -56,7 +55,7 @@ func dialApp(ctx context.Context, path string) (net.Conn, error) {
 		if what == "" {
 			what = "a device"
 		}
-		return nil, fmt.Errorf("%w: %s is %s, not a socket", ErrAppSocket, path, what)
+		return nil, &appSocketError{path: path, what: what}
 	}
 	var d net.Dialer
 	return d.DialContext(ctx, "unix", "/proc/self/fd/"+strconv.Itoa(fd))

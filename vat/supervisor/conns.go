@@ -3,6 +3,7 @@ package supervisor
 import (
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 )
@@ -112,7 +113,7 @@ func (l *guardedListener) Accept() (net.Conn, error) {
 		}
 		gc := &guardedConn{Conn: c, g: l.g}
 		if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-			gc.client = a.IP.String()
+			gc.client = clientKey(a.AddrPort().Addr())
 		}
 		ok, shed := l.g.admit(gc)
 		if !ok {
@@ -126,10 +127,21 @@ func (l *guardedListener) Accept() (net.Conn, error) {
 	}
 }
 
+// clientKey names a client for MaxClientConns: its IPv4 address, or the
+// /64 its IPv6 address lies in (one host has a whole /64 to pick from).
+func clientKey(a netip.Addr) string {
+	a = a.Unmap()
+	if a.Is4() {
+		return a.String()
+	}
+	p, _ := a.WithZone("").Prefix(64)
+	return p.String()
+}
+
 type guardedConn struct {
 	net.Conn
 	g      *ConnGuard
-	client string // the remote IP ("" for a unix socket)
+	client string // clientKey of the remote address ("" for a unix socket)
 	once   sync.Once
 }
 

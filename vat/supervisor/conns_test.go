@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -82,5 +83,21 @@ func TestConnGuardPerClient(t *testing.T) {
 	}
 	if _, err := idleConn(t, addr, "127.0.0.2"); err != nil {
 		t.Fatalf("another address: %v", err)
+	}
+}
+
+// TestClientKey: an IPv6 client is its /64; an IPv4 one (mapped or not) its
+// address.
+func TestClientKey(t *testing.T) {
+	for in, want := range map[string]string{
+		"192.0.2.7":             "192.0.2.7",
+		"::ffff:192.0.2.7":      "192.0.2.7",
+		"2001:db8:1:2:aaaa::1":  "2001:db8:1:2::/64",
+		"2001:db8:1:2:bbbb::ff": "2001:db8:1:2::/64",
+		"fe80::1%eth0":          "fe80::/64",
+	} {
+		if got := clientKey(netip.MustParseAddr(in)); got != want {
+			t.Errorf("clientKey(%s) = %s; want %s", in, got, want)
+		}
 	}
 }

@@ -1,6 +1,9 @@
 package supervisor
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Errors.
 var (
@@ -16,3 +19,16 @@ var (
 	// runs again.
 	ErrUpgradeRefused = errors.New("upgrade refused")
 )
+
+// appSocketError: a vat's app.sock is not a socket (what it is instead);
+// the supervisor does not connect to it.
+type appSocketError struct {
+	path string
+	what string // "a symlink", "a folder", ...
+}
+
+func (e *appSocketError) Error() string {
+	return fmt.Sprintf("%v: %s is %s, not a socket", ErrAppSocket, e.path, e.what)
+}
+
+func (e *appSocketError) Unwrap() error { return ErrAppSocket }

@@ -38,6 +38,7 @@ type instance struct {
 	transport *http.Transport
 	proxy     *httputil.ReverseProxy
 	requests  chan struct{} // public requests in flight (MaxVatRequests)
+	stopping  bool          // being stopped to start again (guarded by v.mu)
 }
 
 // running is one spawned process of an instance.
@@ -97,7 +98,18 @@ func (in *instance) stopAndWait() {
 func (in *instance) update(f func(v *vat)) {
 	in.v.mu.Lock()
 	f(in.v)
+	if in.stopping {
+		// Its app just started to listen, say, while a restart or an
+		// upgrade stops it: it is not serving.
+		in.v.word = words.Stopping
+	}
 	in.v.mu.Unlock()
+}
+
+// markStopping says the vat stops to start again; v.mu must be held.
+func (in *instance) markStopping() {
+	in.stopping = true
+	in.v.word = words.Stopping
 }
 
 func (in *instance) loop() {

@@ -70,8 +70,11 @@ func newProxy(id string, t http.RoundTripper, log *slog.Logger) *httputil.Revers
 				r.Header.Del(k)
 			}
 			confineCookies(r.Header, prefix)
-			if r.Trailer != nil {
-				scrubTrailer(r.Trailer)
+			// Always: a trailer the answer never announced is read
+			// into r.Trailer at the body's end all the same. (Not an
+			// upgrade: its body is the connection, kept as it is.)
+			scrubTrailer(r.Trailer)
+			if r.StatusCode != http.StatusSwitchingProtocols {
 				r.Body = &trailerScrubber{ReadCloser: r.Body, trailer: &r.Trailer}
 			}
 			return nil
@@ -99,11 +102,10 @@ func newProxy(id string, t http.RoundTripper, log *slog.Logger) *httputil.Revers
 			log.Warn("proxy to vat failed", keyVat, id, keyErr, err)
 			why := "no answer"
 			var pe *os.PathError
+			var ae *appSocketError
 			switch {
-			case errors.Is(err, ErrAppSocket):
-				// Its own words, with the run folder's path left out.
-				msg := strings.TrimPrefix(err.Error(), ErrAppSocket.Error()+": ")
-				why = "its app.sock " + msg[strings.Index(msg, " is ")+1:]
+			case errors.As(err, &ae):
+				why = fmt.Sprintf("its app.sock is %s, not a socket", ae.what)
 			case errors.As(err, &pe):
 				why = fmt.Sprintf("its app.sock: %s: %v", pe.Op, pe.Err)
 			case strings.Contains(err.Error(), "response headers exceeded"):
@@ -138,6 +140,9 @@ func (c confined) RoundTrip(r *http.Request) (*http.Response, error) {
 // vats; a browser may not read trailers, but nothing in between is bound
 // not to.
 func scrubTrailer(t http.Header) {
+	if t == nil {
+		return
+	}
 	for _, k := range originWide {
 		t.Del(k)
 	}
@@ -153,10 +158,18 @@ type trailerScrubber struct {
 
 func (s *trailerScrubber) Read(p []byte) (int, error) {
 	n, err := s.ReadCloser.Read(p)
-	if err != nil && *s.trailer != nil {
+	if err != nil {
 		scrubTrailer(*s.trailer)
 	}
 	return n, err
+}
+
+// Close scrubs once more: the proxy closes the body before it copies the
+// trailer, however the body's end was reached.
+func (s *trailerScrubber) Close() error {
+	err := s.ReadCloser.Close()
+	scrubTrailer(*s.trailer)
+	return err
 }
 
 // PublicHandler serves ANY /<vat>/<rest>: the vat's app, with the prefix

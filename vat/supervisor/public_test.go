@@ -241,3 +241,31 @@ func TestProxyConfinesEarlyAndLateHeaders(t *testing.T) {
 		t.Errorf("trailer %v; want X-Checksum kept", resp.Trailer)
 	}
 }
+
+// TestProxyScrubsUnannouncedTrailer: a trailer the answer never announced
+// (no Trailer header) is read all the same; it is scrubbed too.
+func TestProxyScrubsUnannouncedTrailer(t *testing.T) {
+	sock := appOnUnix(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "ok")
+		w.(http.Flusher).Flush()
+		w.Header().Set(http.TrailerPrefix+"Set-Cookie", "late=evil; Path=/")
+		w.Header().Set(http.TrailerPrefix+"Clear-Site-Data", `"*"`)
+		w.Header().Set(http.TrailerPrefix+"X-Checksum", "abc")
+	}))
+	front := httptest.NewServer(newProxy("alice", unixTransport(sock), nil))
+	defer front.Close()
+	resp, err := http.Get(front.URL + "/alice/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, k := range []string{"Set-Cookie", "Clear-Site-Data"} {
+		if v := resp.Trailer.Get(k); v != "" {
+			t.Errorf("the trailer carried %s: %q", k, v)
+		}
+	}
+	if resp.Trailer.Get("X-Checksum") != "abc" {
+		t.Errorf("trailer %v; want X-Checksum kept", resp.Trailer)
+	}
+}

@@ -475,7 +475,9 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 	// Meanwhile it is not serving: visitors get 503 with Retry-After, not
 	// an app that is going away.
 	if old.run != nil {
-		v.setWord(words.Stopping)
+		v.mu.Lock()
+		old.run.markStopping()
+		v.mu.Unlock()
 		old.run.stopAndWait()
 	}
 	v.mu.Lock()
@@ -718,7 +720,7 @@ func (s *Supervisor) Restart(id string) (Status, error) {
 	v.mu.Lock()
 	in, loaded := v.run, v.code.Manifest != nil
 	if in != nil {
-		v.word = words.Stopping
+		in.markStopping()
 	}
 	v.mu.Unlock()
 	if in != nil {
@@ -747,7 +749,8 @@ func (s *Supervisor) Remove(id string, purge bool) error {
 	defer v.op.Unlock()
 	// The owner's choice to run this vat without a wall goes with it: code
 	// installed later under the same id is walled unless chosen again.
-	// Cleared first, so a failure changes nothing.
+	// Cleared first: a failure to clear it stops nothing. (Should removing
+	// the record fail after it, the vat stays installed, walled.)
 	if err := s.cfg.Switches.SetChoice(id, true); err != nil && !errors.Is(err, switches.ErrNoStateDir) {
 		return fmt.Errorf("clearing the wall choice of %s: %w", id, err)
 	}
