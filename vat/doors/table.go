@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"toybox/vat/strictjson"
 )
 
 // maxTableSize bounds the table file, in bytes.
@@ -179,7 +181,7 @@ var vatIDRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 // Unknown keys, duplicate keys, trailing data, bad vat ids, bad backends and
 // bad or duplicate entries are refused with a message that names the problem.
 func ParseTable(data []byte) (*Table, error) {
-	if err := noDuplicateKeys(data); err != nil {
+	if err := strictjson.Keys(data, nil); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadTable, err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -264,49 +266,4 @@ func parseBackend(s string) (Backend, error) {
 	default:
 		return Backend{}, fmt.Errorf("backend %q is neither unix:/absolute/path nor http://<loopback ip>:<port>", clip(s))
 	}
-}
-
-// noDuplicateKeys refuses a JSON document in which an object names a key
-// twice (encoding/json would silently keep the last).
-func noDuplicateKeys(data []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	var walk func() error
-	walk = func() error {
-		tok, err := dec.Token()
-		if err != nil {
-			return err
-		}
-		d, ok := tok.(json.Delim)
-		if !ok {
-			return nil
-		}
-		switch d {
-		case '{':
-			seen := map[string]bool{}
-			for dec.More() {
-				kt, err := dec.Token()
-				if err != nil {
-					return err
-				}
-				k, _ := kt.(string)
-				if seen[k] {
-					return fmt.Errorf("key %q appears twice in one object", clip(k))
-				}
-				seen[k] = true
-				if err := walk(); err != nil {
-					return err
-				}
-			}
-		case '[':
-			for dec.More() {
-				if err := walk(); err != nil {
-					return err
-				}
-			}
-		}
-		_, err = dec.Token() // the closing delimiter
-		return err
-	}
-	return walk()
 }

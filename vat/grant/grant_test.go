@@ -724,16 +724,15 @@ func TestAppSocketIsRelayed(t *testing.T) {
 	roundTrip(t, e, "the socket itself")
 }
 
-// TestAppSocketEndsWithTheApp: an app that closes its relayed socket ends
-// the connection both ways even when the remote stays open and silent (a
-// half-close alone would leave the relay and the switchboard's count of
-// the vat's connections in place); and an app holds at most MaxAppSockets
-// relayed sockets at once.
-func TestAppSocketEndsWithTheApp(t *testing.T) {
+// silentVat is a vat granted a remote that accepts every connection and
+// keeps it, never reading or writing, behind a switchboard that lets one
+// peer connection hold conns connections.
+func silentVat(t *testing.T, id string, conns int) (*Vat, schema.Handle, *wire.Conn, uint16) {
+	t.Helper()
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "sb.sock")
 	cfg := filepath.Join(dir, "sb.json")
-	if err := os.WriteFile(cfg, []byte(`{"limits":{"conns":3}}`), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`{"limits":{"conns":%d}}`, conns)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	startSwitchboard(t, sock, "--loopback", "unchecked", "--config", cfg)
@@ -741,16 +740,16 @@ func TestAppSocketEndsWithTheApp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
 	var mu sync.Mutex
-	var held []net.Conn // the remote keeps every connection, silent
-	defer func() {
+	var held []net.Conn
+	t.Cleanup(func() {
+		_ = l.Close()
 		mu.Lock()
 		defer mu.Unlock()
 		for _, c := range held {
 			_ = c.Close()
 		}
-	}()
+	})
 	go func() {
 		for {
 			c, err := l.Accept()
@@ -763,9 +762,18 @@ func TestAppSocketEndsWithTheApp(t *testing.T) {
 		}
 	}()
 	port := uint16(l.Addr().(*net.TCPAddr).Port)
-	v, _ := newVat(t, sock, "silent", labels.Set{Host: "127.0.0.1", Port: port})
+	v, _ := newVat(t, sock, id, labels.Set{Host: "127.0.0.1", Port: port})
 	vc, cli := vatClient(t, v)
-	h := egress(t, vc)
+	return v, egress(t, vc), cli, port
+}
+
+// TestAppSocketEndsWithTheApp: an app that closes its relayed socket ends
+// the connection both ways even when the remote stays open and silent (a
+// half-close alone would leave the relay and the switchboard's count of
+// the vat's connections in place); and an app holds at most MaxAppSockets
+// relayed sockets at once.
+func TestAppSocketEndsWithTheApp(t *testing.T) {
+	_, h, cli, port := silentVat(t, "silent", 3)
 	for round := range 3 {
 		var open []net.Conn
 		for i := range 3 {
@@ -808,42 +816,7 @@ func TestAppSocketEndsWithTheApp(t *testing.T) {
 func TestAppSocketHangUpWhileStuck(t *testing.T) {
 	old := hangUpGrace.Swap(int64(200 * time.Millisecond))
 	defer hangUpGrace.Store(old)
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "sb.sock")
-	cfg := filepath.Join(dir, "sb.json")
-	if err := os.WriteFile(cfg, []byte(`{"limits":{"conns":1}}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	startSwitchboard(t, sock, "--loopback", "unchecked", "--config", cfg)
-	l, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	var mu sync.Mutex
-	var held []net.Conn // never read
-	defer func() {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range held {
-			_ = c.Close()
-		}
-	}()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			held = append(held, c)
-			mu.Unlock()
-		}
-	}()
-	port := uint16(l.Addr().(*net.TCPAddr).Port)
-	v, _ := newVat(t, sock, "stuck", labels.Set{Host: "127.0.0.1", Port: port})
-	vc, cli := vatClient(t, v)
-	h := egress(t, vc)
+	v, h, cli, port := silentVat(t, "stuck", 1)
 	c, err := connectFD(context.Background(), h, cli, "127.0.0.1", port)
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,6 @@ package manifest
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -17,6 +16,7 @@ import (
 	"strings"
 
 	"toybox/labels"
+	"toybox/vat/strictjson"
 )
 
 // MaxSize is the largest manifest.json accepted.
@@ -90,64 +90,9 @@ var reservedEnv = map[string]bool{
 }
 
 // manifestKeys are the keys a manifest's objects may have, spelled exactly
-// (a test checks them against the struct tags).
+// (a test checks them against the struct tags): strictjson refuses one
+// spelled in other letter case, and any key twice in one object.
 var manifestKeys = []string{"command", "env", "network", "hosts", "egress", "sandbox", "files", "read", "write", "oauthDir", "ownEnvFile", "doors"}
-
-// exactKeys refuses what encoding/json would quietly accept: a key twice in
-// one object (the last would win) and a key spelled in other letter case
-// than its field ("NetWork" would be read as "network"). Either lets a
-// reader of the manifest, a person or another JSON parser, see a different
-// manifest from the one toybox runs.
-func exactKeys(b []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var walk func(depth int) error
-	walk = func(depth int) error {
-		if depth > 32 {
-			return errors.New("nested too deeply")
-		}
-		tok, err := dec.Token()
-		if err != nil {
-			return err
-		}
-		d, ok := tok.(json.Delim)
-		if !ok {
-			return nil
-		}
-		switch d {
-		case '{':
-			seen := map[string]bool{}
-			for dec.More() {
-				kt, err := dec.Token()
-				if err != nil {
-					return err
-				}
-				k, _ := kt.(string)
-				if seen[k] {
-					return fmt.Errorf("key %q appears twice in one object", k)
-				}
-				seen[k] = true
-				for _, known := range manifestKeys {
-					if k != known && strings.EqualFold(k, known) {
-						return fmt.Errorf("key %q: the key is %q (keys are case-sensitive)", k, known)
-					}
-				}
-				if err := walk(depth + 1); err != nil {
-					return err
-				}
-			}
-		case '[':
-			for dec.More() {
-				if err := walk(depth + 1); err != nil {
-					return err
-				}
-			}
-		}
-		_, err = dec.Token() // the closing delimiter
-		return err
-	}
-	return walk(0)
-}
 
 // Parse reads and validates a manifest. Unknown keys are refused.
 func Parse(r io.Reader) (*Manifest, error) {
@@ -158,7 +103,7 @@ func Parse(r io.Reader) (*Manifest, error) {
 	if len(b) > MaxSize {
 		return nil, fmt.Errorf("%w: larger than %d bytes", ErrBadManifest, MaxSize)
 	}
-	if err := exactKeys(b); err != nil {
+	if err := strictjson.Keys(b, manifestKeys); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadManifest, err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))

@@ -19,34 +19,8 @@ import (
 // other: every operation ends, the listed state is consistent, and no
 // process outlives the vat that owned it. Run it with -race.
 func TestConcurrentOperations(t *testing.T) {
-	dir, err := os.MkdirTemp("", "tbx-sup-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// A tiny vat: a shell script serving its socket with perl, as
-	// examples/shell-script does.
-	root, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	script := filepath.Join(filepath.Dir(strings.TrimSpace(string(root))), "examples", "shell-script", "app.sh")
-	st, err := store.Open(store.Config{StateDir: filepath.Join(dir, "state")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sw, err := switches.New(switches.Config{Kill: "off", StateDir: st.StateDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(Config{Store: st, Switches: sw, StopGrace: time.Second, ReadyTimeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Shutdown(t.Context()) })
+	s, st, _ := unwalledSupervisor(t, time.Second)
+	script := shellScriptApp(t)
 	put := func(id string) error {
 		f, err := os.Open(script)
 		if err != nil {
@@ -129,4 +103,44 @@ func TestConcurrentOperations(t *testing.T) {
 			}
 		}
 	}
+}
+
+// unwalledSupervisor is a supervisor whose vats run unwalled (the kill
+// switch), in a state folder of its own (dir holds it), stopped when the
+// test ends.
+func unwalledSupervisor(t *testing.T, grace time.Duration) (*Supervisor, *store.Store, string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "tbx-sup-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(store.Config{StateDir: filepath.Join(dir, "state")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, err := switches.New(switches.Config{Kill: "off", StateDir: st.StateDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{Store: st, Switches: sw, StopGrace: grace, ReadyTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Shutdown(t.Context()) })
+	return s, st, dir
+}
+
+// shellScriptApp is examples/shell-script's app: a tiny vat, a shell script
+// serving its socket with perl.
+func shellScriptApp(t *testing.T) string {
+	t.Helper()
+	root, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(filepath.Dir(strings.TrimSpace(string(root))), "examples", "shell-script", "app.sh")
 }

@@ -4,14 +4,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"toybox/vat/store"
-	"toybox/vat/switches"
 	"toybox/vat/words"
 )
 
@@ -20,19 +17,8 @@ import (
 // the vat's status says so and visitors get 503 with Retry-After, not the
 // app that is going away and not the word of a serving vat.
 func TestStoppingIsNotServing(t *testing.T) {
-	dir, err := os.MkdirTemp("", "tbx-stop-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	root, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	app, err := os.ReadFile(filepath.Join(filepath.Dir(strings.TrimSpace(string(root))), "examples", "shell-script", "app.sh"))
+	s, st, dir := unwalledSupervisor(t, 2*time.Second)
+	app, err := os.ReadFile(shellScriptApp(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,19 +28,6 @@ func TestStoppingIsNotServing(t *testing.T) {
 	if err := os.WriteFile(script, []byte(slow), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.Open(store.Config{StateDir: filepath.Join(dir, "state")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sw, err := switches.New(switches.Config{Kill: "off", StateDir: st.StateDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(Config{Store: st, Switches: sw, StopGrace: 2 * time.Second, ReadyTimeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Shutdown(t.Context()) })
 	f, err := os.Open(script)
 	if err != nil {
 		t.Fatal(err)
