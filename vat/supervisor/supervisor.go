@@ -174,6 +174,11 @@ type vat struct {
 	// restart, delete).
 	op sync.Mutex
 
+	// uidTaken is the host uid allocUID chose for it, before its record
+	// says so (guarded by Supervisor.mu): two installs at once never get
+	// the same one.
+	uidTaken int
+
 	mu        sync.Mutex
 	rec       store.Record
 	code      store.Code
@@ -631,10 +636,12 @@ func (s *Supervisor) allocUID(v *vat) int {
 		o.mu.Lock()
 		used[o.rec.UID] = true
 		o.mu.Unlock()
+		used[o.uidTaken] = true
 	}
 	for n := 0; ; n++ {
 		if !used[s.cfg.UIDBase+n] {
-			return s.cfg.UIDBase + n
+			v.uidTaken = s.cfg.UIDBase + n
+			return v.uidTaken
 		}
 	}
 }

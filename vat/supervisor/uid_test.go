@@ -1,0 +1,69 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+
+	"toybox/tests/testenv"
+	"toybox/vat/store"
+	"toybox/vat/switches"
+	"toybox/vat/wall"
+)
+
+// TestConcurrentInstallsGetTheirOwnUID: two new vats installed at the same
+// moment never get the same host uid (the choice is reserved before the
+// record says so).
+func TestConcurrentInstallsGetTheirOwnUID(t *testing.T) {
+	testenv.RequireRoot(t) // a uid per vat is root mode's
+	st, err := store.Open(store.Config{StateDir: t.TempDir(), MaxBody: 1 << 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, err := switches.New(switches.Config{StateDir: st.StateDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	launch := func(context.Context, wall.Spec, *slog.Logger) (Process, error) {
+		return nil, errors.New("no wall in this test")
+	}
+	s, err := New(Config{Store: st, Switches: sw, Launch: launch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, err := st.Put(strings.NewReader("#!/bin/sh\nexit 0\n"), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 200 {
+		ids := []string{fmt.Sprintf("a%d", round), fmt.Sprintf("b%d", round)}
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for _, id := range ids {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				_, _, _ = s.Install(InstallRequest{ID: id, Code: code})
+			}()
+		}
+		close(start)
+		wg.Wait()
+	}
+	owners := map[int][]string{}
+	for _, st := range s.List() {
+		owners[st.UID] = append(owners[st.UID], st.ID)
+	}
+	for uid, ids := range owners {
+		if len(ids) > 1 {
+			t.Errorf("uid %d is held by %v", uid, ids)
+		}
+	}
+	if len(owners) != 400 {
+		t.Errorf("%d distinct uids for 400 vats", len(owners))
+	}
+}
