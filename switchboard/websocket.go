@@ -2,6 +2,7 @@ package switchboard
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha1"
@@ -11,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -33,6 +35,9 @@ import (
 const (
 	wsGUID       = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 	maxWSMessage = 16 << 20
+	// maxWSHandshake bounds the answer to the opening handshake (status
+	// line and headers), as request()'s answers are.
+	maxWSHandshake = 1 << 20
 	opCont       = 0x0
 	opText       = 0x1
 	opBinary     = 0x2
@@ -133,12 +138,20 @@ func (h *handle) WebSocket(ctx context.Context, call schema.Handle_webSocket) er
 		}
 		rw = tc
 	}
-	br := bufio.NewReaderSize(rw, 16<<10)
+	// The answer to the handshake is read under a bound (http.ReadResponse
+	// has none: one endless header line took gigabytes); the frames after
+	// it are bounded by maxWSMessage.
+	limit := &io.LimitedReader{R: rw, N: maxWSHandshake}
+	br := bufio.NewReaderSize(limit, 16<<10)
 	protocol, err := wsHandshake(rw, br, u, hostHeader(lreq), header)
 	if err != nil {
 		x.shut()
+		if limit.N <= 0 {
+			err = fmt.Errorf("websocket: the handshake's answer is over %d bytes", maxWSHandshake)
+		}
 		return fail(d.addrs, vetted, err)
 	}
+	limit.N = math.MaxInt64
 	_ = conn.SetDeadline(time.Time{})
 
 	ws := &wsConn{x: x, rw: rw, br: br, down: args.Downstream().AddRef()}
@@ -301,8 +314,17 @@ func (w *wsConn) readFrame() (fin bool, op byte, payload []byte, err error) {
 	if n > maxWSMessage {
 		return false, 0, nil, fmt.Errorf("websocket: frame of %d bytes over the %d limit", n, maxWSMessage)
 	}
-	payload = make([]byte, n)
-	_, err = io.ReadFull(w.br, payload)
+	// Grown as the bytes come, not allocated whole from the length the
+	// remote declares.
+	var buf bytes.Buffer
+	buf.Grow(int(min(n, 64<<10)))
+	if _, err = io.CopyN(&buf, w.br, int64(n)); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return false, 0, nil, err
+	}
+	payload = buf.Bytes()
 	return
 }
 

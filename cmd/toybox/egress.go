@@ -426,7 +426,8 @@ func egressWebSocket(ctx context.Context, h schema.Handle, url string) int {
 	}
 	up := r.Upstream().AddRef()
 	defer up.Release()
-	up.SetFlowLimiter(flowcontrol.NewFixedLimiter(4 * egressChunk))
+	// A stdin line longer than the window goes alone, as one window.
+	up.SetFlowLimiter(wire.StreamLimiter(flowcontrol.NewFixedLimiter(4*egressChunk), 4*egressChunk))
 	lines := make(chan string)
 	go func() {
 		defer close(lines)

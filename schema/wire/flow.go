@@ -13,19 +13,23 @@ import (
 // the connection's other streams go on until several have stopped; shared
 // still bounds what one connection can leave queued at the peer.
 //
-// Every message must fit in window and in shared (a fixed limiter panics on
-// a larger one).
+// A message larger than window (a WebSocket message may be 16 MiB) counts
+// as one whole window: it goes alone. shared must be at least window (a
+// fixed limiter panics on a message larger than itself, which ended the
+// switchboard on a 2 MiB WebSocket message).
 func StreamLimiter(shared flowcontrol.FlowLimiter, window int64) flowcontrol.FlowLimiter {
-	return &streamLimiter{own: flowcontrol.NewFixedLimiter(window), shared: shared}
+	return &streamLimiter{own: flowcontrol.NewFixedLimiter(window), shared: shared, window: uint64(window)}
 }
 
 type streamLimiter struct {
 	own, shared flowcontrol.FlowLimiter
+	window      uint64
 }
 
 // StartMessage takes room in the stream's own window first, so a stream
 // waiting on its own reader never holds any of shared.
 func (l *streamLimiter) StartMessage(ctx context.Context, size uint64) (func(), error) {
+	size = min(size, l.window)
 	ownDone, err := l.own.StartMessage(ctx, size)
 	if err != nil {
 		return nil, err

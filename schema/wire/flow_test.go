@@ -53,3 +53,27 @@ func TestStreamLimiterStalledStreamLeavesRoom(t *testing.T) {
 	}
 	done()
 }
+
+// TestStreamLimiterLargeMessage: a message larger than the window goes
+// alone, as one whole window, instead of panicking in the fixed limiter.
+func TestStreamLimiterLargeMessage(t *testing.T) {
+	shared := flowcontrol.NewFixedLimiter(2 << 10)
+	l := StreamLimiter(shared, 1<<10)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	done, err := l.StartMessage(ctx, 16<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait, cancel2 := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel2()
+	if _, err := l.StartMessage(wait, 1); err == nil {
+		t.Error("a message went beside one that took the whole window")
+	}
+	done()
+	done2, err := l.StartMessage(ctx, 1<<10)
+	if err != nil {
+		t.Fatalf("the window was not given back: %v", err)
+	}
+	done2()
+}

@@ -1,0 +1,146 @@
+package switchboard
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha1"
+	"encoding/base64"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"toybox/schema"
+)
+
+// wsRemote answers one WebSocket handshake per connection, then runs
+// after on the connection.
+func wsRemote(t *testing.T, after func(c net.Conn)) uint16 {
+	t.Helper()
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err != nil {
+					return
+				}
+				sum := sha1.Sum([]byte(req.Header.Get("Sec-WebSocket-Key") + wsGUID))
+				fmt.Fprintf(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n", base64.StdEncoding.EncodeToString(sum[:]))
+				after(c)
+			}()
+		}
+	}()
+	return uint16(l.Addr().(*net.TCPAddr).Port)
+}
+
+// serverFrame is one unmasked frame, as a server sends it.
+func serverFrame(op byte, payload []byte) []byte {
+	h := []byte{0x80 | op}
+	switch n := len(payload); {
+	case n < 126:
+		h = append(h, byte(n))
+	case n <= 0xffff:
+		h = append(h, 126, byte(n>>8), byte(n))
+	default:
+		h = append(h, 127)
+		h = binary.BigEndian.AppendUint64(h, uint64(n))
+	}
+	return append(h, payload...)
+}
+
+func openWebSocket(h schema.Handle, url string, mc *msgCollector) (schema.MessageStream, error) {
+	fut, release := h.WebSocket(context.Background(), func(p schema.Handle_webSocket_Params) error {
+		if err := p.SetUrl(url); err != nil {
+			return err
+		}
+		return p.SetDownstream(schema.MessageStream_ServerToClient(mc))
+	})
+	defer release()
+	r, err := fut.Struct()
+	if err != nil {
+		return schema.MessageStream{}, err
+	}
+	return r.Upstream().AddRef(), nil
+}
+
+// TestWebSocketLargeMessage: a message over the stream window (2 MiB under
+// the 1 MiB default, within the 16 MiB message limit) is delivered whole; it
+// used to panic the switchboard in go-capnp's fixed flow limiter.
+func TestWebSocketLargeMessage(t *testing.T) {
+	big := []byte(strings.Repeat("x", 2<<20))
+	port := wsRemote(t, func(c net.Conn) {
+		_, _ = c.Write(serverFrame(opBinary, big))
+		time.Sleep(2 * time.Second)
+	})
+	f := newFixture(t, nil)
+	c := dial(t, f.local)
+	mc := &msgCollector{got: make(chan struct{}, 4), closed: make(chan struct{})}
+	up, err := openWebSocket(c.root, fmt.Sprintf("ws://127.0.0.1:%d/", port), mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Release()
+	select {
+	case <-mc.got:
+		mc.mu.Lock()
+		n := len(mc.msgs[0])
+		mc.mu.Unlock()
+		if n != len(big) {
+			t.Errorf("got a message of %d bytes; want %d", n, len(big))
+		}
+	case <-mc.closed:
+		t.Fatalf("closed with %d instead of the message", mc.code)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no message")
+	}
+}
+
+// TestWebSocketHandshakeBounded: an answer to the handshake whose headers
+// never end is refused once it passes maxWSHandshake, not read on until
+// the dial timeout (one endless header line took gigabytes).
+func TestWebSocketHandshakeBounded(t *testing.T) {
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_, _ = c.Read(make([]byte, 4096))
+		_, _ = c.Write([]byte("HTTP/1.1 101 Switching Protocols\r\nX-A: "))
+		chunk := []byte(strings.Repeat("a", 1<<16))
+		for range 1 << 10 { // up to 64 MiB
+			if _, err := c.Write(chunk); err != nil {
+				return
+			}
+		}
+	}()
+	f := newFixture(t, func(c *Config) { c.DialTimeout = 20 * time.Second })
+	c := dial(t, f.local)
+	mc := &msgCollector{got: make(chan struct{}, 1), closed: make(chan struct{})}
+	start := time.Now()
+	_, err = openWebSocket(c.root, fmt.Sprintf("ws://127.0.0.1:%d/", l.Addr().(*net.TCPAddr).Port), mc)
+	if err == nil || !strings.Contains(err.Error(), "handshake's answer is over") {
+		t.Fatalf("webSocket = %v; want a refusal naming the handshake's size", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the refusal took %v", d)
+	}
+}
