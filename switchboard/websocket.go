@@ -38,12 +38,12 @@ const (
 	// maxWSHandshake bounds the answer to the opening handshake (status
 	// line and headers), as request()'s answers are.
 	maxWSHandshake = 1 << 20
-	opCont       = 0x0
-	opText       = 0x1
-	opBinary     = 0x2
-	opClose      = 0x8
-	opPing       = 0x9
-	opPong       = 0xA
+	opCont         = 0x0
+	opText         = 0x1
+	opBinary       = 0x2
+	opClose        = 0x8
+	opPing         = 0x9
+	opPong         = 0xA
 )
 
 // wsHeaderDrop are caller headers the switchboard sets itself.
