@@ -243,6 +243,11 @@ func TestAttackReconnectHandedOverSocket(t *testing.T) {
 	granted := echoServer(t, "granted: ")
 	secret := echoServer(t, "SECRET: ")
 	s.mustInstall("mallory", example(t, "snoop"), q("egress", fmt.Sprintf(`{"host":"127.0.0.1","port":%s}`, granted)))
+	// fd 3 itself cannot be bound to a name of the app's choosing (asked
+	// first: /reconnect uses fd 3 and closes it).
+	if _, body := s.get("/mallory/bind3?" + q("name", "toybox-test-squat")); !strings.HasPrefix(body, "denied:") {
+		t.Errorf("binding fd 3 to an abstract name: %q; want denied", body)
+	}
 	_, body := s.get("/mallory/reconnect?" + q("granted", "127.0.0.1:"+granted, "target", "127.0.0.1:"+secret))
 	t.Logf("the attack:\n%s", body)
 	if strings.Contains(body, "ok:") || strings.Contains(body, "SECRET") {

@@ -109,6 +109,15 @@ func main() {
 		<-r.Context().Done() // never answers: holds the supervisor's connection
 	})
 	http.HandleFunc("/reconnect", reconnect)
+	http.HandleFunc("/bind3", func(w http.ResponseWriter, r *http.Request) {
+		// fd 3 is a unix socket of the supervisor's network namespace:
+		// binding it to a name would squat that name there.
+		if err := unix.Bind(3, &unix.SockaddrUnix{Name: "@" + r.URL.Query().Get("name")}); err != nil {
+			fmt.Fprintf(w, "denied: %v\n", err)
+			return
+		}
+		fmt.Fprintln(w, "ok: bound")
+	})
 	http.HandleFunc("/env", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "ok: %s\n", strings.Join(os.Environ(), "\n"))
 	})

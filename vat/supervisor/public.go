@@ -38,10 +38,11 @@ var originWide = []string{"Clear-Site-Data", "Service-Worker-Allowed"}
 
 // confineCookies keeps each cookie a vat sets below its own path: a Path
 // outside /<vat> (Path=/, say, or none on an answer to /<vat>, whose
-// default path is /) would set or overwrite another vat's cookies. Such a
-// line gets "; Path=/<vat>/" added (the last Path attribute is the one a
-// browser uses), so every other attribute stays as the vat wrote it. A
-// cookie that cannot be parsed is dropped.
+// default path is /) would set or overwrite another vat's cookies. Every
+// line gets its Path said again at its end (the last Path attribute is the
+// one a browser uses): its own when that is below /<vat>, else /<vat>/;
+// every other attribute stays as the vat wrote it. A cookie that cannot be
+// parsed is dropped.
 func confineCookies(h http.Header, prefix string) {
 	set := h.Values("Set-Cookie")
 	if len(set) == 0 {
@@ -53,10 +54,15 @@ func confineCookies(h http.Header, prefix string) {
 		if err != nil {
 			continue
 		}
-		if c.Path != prefix && !strings.HasPrefix(c.Path, prefix+"/") {
-			line += "; Path=" + prefix + "/"
+		// The Path is always said again, last: browsers take the last
+		// Path attribute and trim spaces around its name, Go's parser
+		// does not ("Path =/bob/" after "Path=/alice/" reads as /alice/
+		// here and /bob/ there).
+		p := c.Path
+		if p != prefix && !strings.HasPrefix(p, prefix+"/") {
+			p = prefix + "/"
 		}
-		h.Add("Set-Cookie", line)
+		h.Add("Set-Cookie", line+"; Path="+p)
 	}
 }
 

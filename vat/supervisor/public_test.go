@@ -159,6 +159,8 @@ func TestProxyConfinesOriginWideAnswers(t *testing.T) {
 		w.Header().Add("Set-Cookie", "near=x; Path=/alice-2")
 		w.Header().Add("Set-Cookie", "own=x; Path=/alice/app; HttpOnly")
 		w.Header().Add("Set-Cookie", "bare=x")
+		// A browser trims the name: its last Path is /bob/, Go's /alice/.
+		w.Header().Add("Set-Cookie", "spaced=x; HttpOnly; Path=/alice/; Path =/bob/")
 		w.Header().Add("Set-Cookie", "=broken")
 		fmt.Fprint(w, "ok")
 	}))
@@ -175,7 +177,7 @@ func TestProxyConfinesOriginWideAnswers(t *testing.T) {
 		}
 	}
 	got := resp.Header.Values("Set-Cookie")
-	want := []string{"session=evil; Path=/; Path=/alice/", "other=x; Path=/bob/; Path=/alice/", "near=x; Path=/alice-2; Path=/alice/", "own=x; Path=/alice/app; HttpOnly", "bare=x; Path=/alice/"}
+	want := []string{"session=evil; Path=/; Path=/alice/", "other=x; Path=/bob/; Path=/alice/", "near=x; Path=/alice-2; Path=/alice/", "own=x; Path=/alice/app; HttpOnly; Path=/alice/app", "bare=x; Path=/alice/", "spaced=x; HttpOnly; Path=/alice/; Path =/bob/; Path=/alice/"}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("Set-Cookie = %q; want %q", got, want)
 	}

@@ -31,6 +31,14 @@ func (s *Supervisor) capPair(ctx context.Context, gv *grant.Vat, name string, en
 	if err != nil {
 		return nil, os.NewSyscallError("socketpair", err)
 	}
+	// Theirs is bound (an autobound abstract name), so the vat cannot bind
+	// it to a name of its choosing in the supervisor's network namespace
+	// (squatting a name a host service would bind).
+	if err := unix.Bind(fds[1], &unix.SockaddrUnix{}); err != nil {
+		_ = unix.Close(fds[0])
+		_ = unix.Close(fds[1])
+		return nil, fmt.Errorf("binding %s: %w", name, os.NewSyscallError("bind", err))
+	}
 	mine := os.NewFile(uintptr(fds[0]), name+"-supervisor")
 	theirs := os.NewFile(uintptr(fds[1]), name)
 	nc, err := net.FileConn(mine)
