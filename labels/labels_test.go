@@ -373,6 +373,9 @@ var urlCases = []struct {
 }{
 	{"http", "http://example.com/x?y#z", Request{Scheme: "http", Host: "example.com", Port: 80}, ""},
 	{"https", "https://example.com", Request{Scheme: "https", Host: "example.com", Port: 443}, ""},
+	{"space in the query", "http://example.com/p?a b HTTP/1.0", Request{}, "percent-encode"},
+	{"tab in the query", "http://example.com/p?a\tb", Request{}, "control character"},
+	{"encoded space in the query", "http://example.com/p?a%20b", Request{Scheme: "http", Host: "example.com", Port: 80}, ""},
 	{"ws", "ws://example.com/socket", Request{Scheme: "http", Host: "example.com", Port: 80}, ""},
 	{"wss", "wss://example.com:8443/", Request{Scheme: "https", Host: "example.com", Port: 8443}, ""},
 	{"upper case", "HTTPS://EXAMPLE.COM:443/", Request{Scheme: "https", Host: "example.com", Port: 443}, ""},

@@ -46,6 +46,12 @@ func ParseURL(raw string) (Request, error) {
 	if u.User != nil {
 		return Request{}, badf("userinfo not allowed in URL")
 	}
+	// net/url takes a space or a control character in the query, and
+	// net/http writes the query into the request line as it is: an invalid
+	// request line, which servers may read differently.
+	if i := strings.IndexFunc(u.RawQuery, func(r rune) bool { return r <= ' ' || r == 0x7f }); i >= 0 {
+		return Request{}, badf("URL query has %q at byte %d: percent-encode it", u.RawQuery[i], i)
+	}
 	// The authority as written: after "scheme://", up to the first of
 	// "/?#". It must be exactly what net/url took as the host.
 	rest := raw[len(u.Scheme):]
