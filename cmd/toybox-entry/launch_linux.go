@@ -438,8 +438,8 @@ static void te_wait_for_need(void) {
 // since its listeners are bound above and its upstream sockets come from
 // the switchboard connected. So even code run in the entry could not turn
 // a socket it holds (of the switchboard's network) elsewhere with
-// connect(AF_UNSPEC) and connect, bind or listen. Each of these fails with
-// EPERM; a call of another ABI (x32) kills the process.
+// connect(AF_UNSPEC) and connect, bind or listen. Each of these, and
+// io_uring, fails with EPERM; a call of another ABI (x32) kills the process.
 static int te_lock(void) {
 #ifdef TE_AUDIT_ARCH
 	struct sock_filter f[] = {
@@ -449,11 +449,16 @@ static int te_lock(void) {
 		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
 		BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000, 0, 1),
 		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_socket, 5, 0),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_socketpair, 4, 0),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_connect, 3, 0),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_bind, 2, 0),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_listen, 1, 0),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_socket, 8, 0),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_socketpair, 7, 0),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_connect, 6, 0),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_bind, 5, 0),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_listen, 4, 0),
+		// io_uring has socket, connect, bind and listen operations of its
+		// own (the wall's filter refuses it too, where the wall has one).
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_setup, 3, 0),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_enter, 2, 0),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_register, 1, 0),
 		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
 		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
 	};

@@ -365,6 +365,7 @@ func TestEntryLocksItself(t *testing.T) {
 		"LISTEN operation not permitted",
 		"SOCKET operation not permitted",
 		"SOCKETPAIR operation not permitted",
+		"IO_URING operation not permitted",
 		"ECHO still carries <nil>",
 	)
 }

@@ -90,6 +90,9 @@ func probe(mode, arg string) int {
 		fmt.Println("SOCKET", err)
 		_, err = unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
 		fmt.Println("SOCKETPAIR", err)
+		var params [120]byte
+		_, _, e := unix.Syscall(unix.SYS_IO_URING_SETUP, 4, uintptr(unsafe.Pointer(&params[0])), 0)
+		fmt.Println("IO_URING", e)
 		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 		_, _ = io.WriteString(c, "still carries")
 		got := make([]byte, len("still carries"))
@@ -241,6 +244,30 @@ func probe(mode, arg string) int {
 		}
 		report(resp)
 		fmt.Printf("CLOSE %v\n", resp.Close)
+	case "rawfull":
+		// The request arg as given (\r\n spelled out; "+64k" at its end
+		// sends 64 KiB more after it, unread by the proxy); then the
+		// whole answer: its head as it came, and its body's length.
+		req := strings.ReplaceAll(arg, `\r\n`, "\r\n")
+		extra := 0
+		if r, ok := strings.CutSuffix(req, "+64k"); ok {
+			req, extra = r, 64<<10
+		}
+		c, err := proxyConn(proxy)
+		if err != nil {
+			fmt.Println("ERROR", err)
+			return 1
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+		_, _ = io.WriteString(c, req)
+		if extra > 0 {
+			_, _ = c.Write(make([]byte, extra))
+		}
+		all, err := io.ReadAll(c)
+		head, body, _ := strings.Cut(string(all), "\r\n\r\n")
+		fmt.Printf("RAWHEAD %q\n", head)
+		fmt.Printf("LEN %d %v\n", len(body), err)
 	case "bulk", "bulkraw":
 		// Upload n bytes (through a CONNECT tunnel, or straight for
 		// bulkraw) to a sink that answers with the count; print the time.

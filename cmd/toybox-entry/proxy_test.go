@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -107,6 +108,10 @@ func TestPlainHTTP(t *testing.T) {
 	complete := map[string]string{} // path: a body the server read to its end
 	srv := &http.Server{Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		rw.Header().Set("X-Seen-Path", r.URL.Path)
+		if r.URL.Path == "/big" {
+			_, _ = rw.Write(make([]byte, 4<<20))
+			return
+		}
 		if r.Method == http.MethodPost {
 			b, err := io.ReadAll(r.Body)
 			if err == nil {
@@ -175,6 +180,13 @@ func TestPlainHTTP(t *testing.T) {
 		out := w.run(t, grants, "rawclose", "POST "+u+` HTTP/1.1\r\nContent-Length: 11\r\n\r\nhello`)
 		want(t, out, "STATUS 400", "BODY bad proxy request: the request body: unexpected EOF")
 		reached(t, "/short")
+	})
+	t.Run("the whole answer, with the client still sending", func(t *testing.T) {
+		// A close with unread input resets the connection and loses the
+		// answer's tail.
+		u := "http://127.0.0.1:" + strconv.Itoa(port) + "/big"
+		out := w.run(t, grants, "rawfull", "GET "+u+` HTTP/1.1\r\nHost: x\r\n\r\n+64k`)
+		want(t, out, fmt.Sprintf("LEN %d <nil>", 4<<20))
 	})
 	t.Run("https target in absolute form", func(t *testing.T) {
 		out := w.run(t, grants, "get", "https://127.0.0.1:"+strconv.Itoa(port)+"/x")
@@ -246,5 +258,26 @@ func TestAppCannotCrashTheEntry(t *testing.T) {
 	want(t, out, "BEFORE HTTP/1.1 403", "AFTER HTTP/1.1 403")
 	if strings.Contains(out, "goroutine ") || strings.Contains(out, "SIGABRT: abort") {
 		t.Errorf("the entry crashed:\n%s", out)
+	}
+}
+
+// TestPlainHTTPAnswerHeaders: an answer's header whose name is not a valid
+// field name (a space before the colon, which Go's client takes as part of
+// the name) does not reach the app, where a lenient client would read
+// "Transfer-Encoding :" as framing; nor does a remote's Proxy-Status,
+// which would pass for the proxy's own.
+func TestPlainHTTPAnswerHeaders(t *testing.T) {
+	port := serve(t, func(c net.Conn) {
+		_, _ = http.ReadRequest(bufio.NewReader(c))
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding : chunked\r\nX A: 1\r\nProxy-Status: fake; error=destination_ip_prohibited\r\nX-Fine: yes\r\nContent-Length: 2\r\n\r\nok")
+	})
+	w := newWalled(t, "answerhdr", wall.Net{})
+	grants := []labels.Set{{Scheme: "http", Host: "127.0.0.1", Port: uint16(port)}}
+	out := w.run(t, grants, "rawfull", "GET http://127.0.0.1:"+strconv.Itoa(port)+`/ HTTP/1.1\r\nHost: x\r\n\r\n`)
+	want(t, out, "X-Fine: yes", "LEN 2 <nil>")
+	for _, bad := range []string{"Transfer-Encoding :", "X A:", "Proxy-Status"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("the answer to the app carried %q:\n%s", bad, out)
+		}
 	}
 }

@@ -39,6 +39,7 @@ var (
 	ErrFDsRefused  = errors.New("this connection does not accept descriptors")
 	ErrTooManyFDs  = errors.New("too many unclaimed descriptors")
 	ErrNotUnixConn = errors.New("not a unix connection")
+	ErrTruncated   = errors.New("descriptors were dropped on the way in (the receiver ran out of descriptors): the connection is ended")
 )
 
 // Conn is a unix stream connection that carries Cap'n Proto messages and
@@ -195,9 +196,19 @@ func (c *Conn) Read(p []byte) (int, error) {
 }
 
 func (c *Conn) readMsg(p []byte) (int, error) {
-	n, oobn, _, _, err := c.uc.ReadMsgUnix(p, c.oob)
+	n, oobn, flags, _, err := c.uc.ReadMsgUnix(p, c.oob)
 	if n < 0 {
 		n = 0 // an error can come with n = -1
+	}
+	if flags&syscall.MSG_CTRUNC != 0 {
+		// The kernel dropped descriptors it could not install (EMFILE,
+		// say): every later sequence number would name the wrong one.
+		// Take what did arrive, so it is closed, and end the connection.
+		if oobn > 0 {
+			_ = c.collect(c.oob[:oobn])
+		}
+		_ = c.uc.Close()
+		return 0, ErrTruncated
 	}
 	if oobn > 0 {
 		if ferr := c.collect(c.oob[:oobn]); ferr != nil {

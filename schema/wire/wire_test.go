@@ -191,3 +191,63 @@ func TestManyFDsOneWrite(t *testing.T) {
 		}
 	}
 }
+
+// TestTruncatedDescriptorsEndTheConnection: when the receiver cannot
+// install every descriptor of a message (it has run out: EMFILE), the
+// kernel drops the rest and says so (MSG_CTRUNC); sequence numbers would be
+// off from then on, naming the wrong socket. The connection ends instead.
+func TestTruncatedDescriptorsEndTheConnection(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sender, err := FromFile(os.NewFile(uintptr(fds[0]), "sender"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sender.Close()
+	receiver, err := FromFile(os.NewFile(uintptr(fds[1]), "receiver"), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer receiver.Close()
+	for range 3 {
+		f, err := os.Open("/dev/null")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sender.SendOwned(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := sender.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	// No room for another descriptor in this process: the limit is the
+	// lowest free descriptor number.
+	probe, err := os.Open("/dev/null")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lowest := probe.Fd()
+	_ = probe.Close()
+	var old unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	low := old
+	low.Cur = uint64(lowest)
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &low); err != nil {
+		t.Fatal(err)
+	}
+	_, rerr := receiver.Read(make([]byte, 16))
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(rerr, ErrTruncated) {
+		t.Fatalf("Read = %v; want %v", rerr, ErrTruncated)
+	}
+	if _, err := receiver.TakeFD(1); err == nil {
+		t.Error("a descriptor of the truncated message could be taken")
+	}
+}

@@ -210,6 +210,10 @@ func victim(mode string) int {
 		call("userfaultfd", unix.SYS_USERFAULTFD, 0)
 		call("personality addr_no_randomize", unix.SYS_PERSONALITY, 0x0040000)
 		call("chroot", unix.SYS_CHROOT, uintptr(unsafe.Pointer(&tgt[0])))
+		// Lowering pid 1's descriptor limit (toybox-entry, or bwrap's
+		// init: either shares the app's uid).
+		var lim [16]byte // struct rlimit64 {cur, max}: 0 and 0
+		call("prlimit64 of pid 1", unix.SYS_PRLIMIT64, 1, unix.RLIMIT_NOFILE, uintptr(unsafe.Pointer(&lim[0])), 0)
 		// clone with a namespace flag (no CLONE_VM: were it to succeed, the
 		// child exits at once).
 		r1, _, e := unix.RawSyscall6(unix.SYS_CLONE, unix.CLONE_NEWUSER|uintptr(unix.SIGCHLD), 0, 0, 0, 0, 0)

@@ -360,8 +360,8 @@ func TestAttackSyscalls(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Wait = %v; output:\n%s", err, out)
 	}
-	if n := held(t, out); n != 17 {
-		t.Errorf("held %d of 17 calls; output:\n%s", n, out)
+	if n := held(t, out); n != 18 {
+		t.Errorf("held %d of 18 calls; output:\n%s", n, out)
 	}
 	for _, l := range lines(out, "HELD ") {
 		if !strings.Contains(l, "operation not permitted") {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"capnproto.org/go/capnp/v3/flowcontrol"
+	"golang.org/x/net/http/httpguts"
 
 	"toybox/schema"
 	"toybox/schema/wire"
@@ -218,7 +219,10 @@ func (p *Proxy) connect(ctx context.Context, c *net.TCPConn, br *bufio.Reader, r
 // the Handle's request() (the switchboard makes the request and decides it
 // like a CONNECT), answers with Connection: close, and closes.
 func (p *Proxy) plainHTTP(ctx context.Context, c *net.TCPConn, br *bufio.Reader, req *request) {
-	defer c.Close()
+	// Closing with unread input (a pipelined request, an upload the remote
+	// answered early) would reset the connection and lose the answer's
+	// tail still on its way: end it as answer does.
+	defer linger(c)
 	port := 80
 	if ps := req.URL.Port(); ps != "" {
 		n, err := strconv.ParseUint(ps, 10, 16)
@@ -246,7 +250,8 @@ func (p *Proxy) plainHTTP(ctx context.Context, c *net.TCPConn, br *bufio.Reader,
 			hdrs = append(hdrs, [2]string{k, v})
 		}
 	}
-	hdrs = append(hdrs, [2]string{"Host", req.Host})
+	// No Host: the switchboard sets it from the URL it decided (a Host
+	// spelled otherwise, "127.0.0.1:80" for 127.0.0.1, would be refused).
 	if req.ContentLength > 0 {
 		hdrs = append(hdrs, [2]string{"Content-Length", strconv.FormatInt(req.ContentLength, 10)})
 	}
@@ -364,7 +369,13 @@ func (r *responder) Start(_ context.Context, call schema.Responder_start) error 
 		name, _ := hs.At(i).Name()
 		value, _ := hs.At(i).Value()
 		k := textproto.CanonicalMIMEHeaderKey(name)
-		if k == "Connection" || k == "Keep-Alive" || k == "Transfer-Encoding" || strings.ContainsAny(k+value, "\r\n") {
+		// Only valid field names and values pass: "Transfer-Encoding :"
+		// (a space before the colon, which Go's client takes as a name)
+		// would be read as framing by a lenient client.
+		if !httpguts.ValidHeaderFieldName(name) || !httpguts.ValidHeaderFieldValue(value) {
+			continue
+		}
+		if k == "Connection" || k == "Keep-Alive" || k == "Transfer-Encoding" || k == "Proxy-Status" {
 			continue
 		}
 		fmt.Fprintf(&b, "%s: %s\r\n", k, value)
@@ -703,12 +714,18 @@ func answer(c net.Conn, status int, errType, text string) {
 	b.WriteString(body)
 	_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
 	_, _ = io.WriteString(c, b.String())
+	linger(c)
+}
+
+// linger ends c once its answer is written: a half-close, then what the
+// client still sends is read and dropped for a moment, so that the close
+// does not reset the connection (which would lose the answer's unread
+// tail) while the client is still sending.
+func linger(c net.Conn) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.CloseWrite()
-		// Let the client read the answer before the reset a close with
-		// unread input would cause.
 		_ = tc.SetReadDeadline(time.Now().Add(time.Second))
-		_, _ = io.Copy(io.Discard, io.LimitReader(tc, 1<<16))
+		_, _ = io.Copy(io.Discard, io.LimitReader(tc, 1<<20))
 	}
 	_ = c.Close()
 }

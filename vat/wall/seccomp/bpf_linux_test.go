@@ -83,6 +83,8 @@ func TestFilterTable(t *testing.T) {
 		{"splice allowed", unix.SYS_SPLICE, auditArchX8664, nil, retAllow},
 		{"ptrace refused", unix.SYS_PTRACE, auditArchX8664, nil, eperm},
 		{"modify_ldt refused", unix.SYS_MODIFY_LDT, auditArchX8664, []uint64{1, 0, 16}, eperm},
+		{"prlimit64 of itself allowed", unix.SYS_PRLIMIT64, auditArchX8664, []uint64{0, 7}, retAllow},
+		{"prlimit64 of pid 1 refused", unix.SYS_PRLIMIT64, auditArchX8664, []uint64{1, 7}, eperm},
 		{"process_vm_readv refused", unix.SYS_PROCESS_VM_READV, auditArchX8664, nil, eperm},
 		{"mount refused", unix.SYS_MOUNT, auditArchX8664, nil, eperm},
 		{"umount2 refused", unix.SYS_UMOUNT2, auditArchX8664, nil, eperm},

@@ -167,6 +167,13 @@ func build() (*libseccomp.ScmpFilter, error) {
 	if err := rule(f, "socketpair", eperm, cond(0, libseccomp.CompareNotEqual, afUnix)); err != nil {
 		return nil, err
 	}
+	// prlimit64 on another process: the app shares its uid with
+	// toybox-entry (pid 1), which the kernel lets it limit (its descriptors,
+	// say, until the descriptors passed to it are dropped). Its own limits
+	// (pid 0, as setrlimit and getrlimit use it) stay its own to set.
+	if err := rule(f, "prlimit64", eperm, cond(0, libseccomp.CompareNotEqual, 0)); err != nil {
+		return nil, err
+	}
 	// Terminal input injection.
 	for _, req := range []uint64{tiocsti, tioclinux} {
 		if err := rule(f, "ioctl", eperm, cond(1, libseccomp.CompareMaskedEqual, 0xffffffff, req)); err != nil {
