@@ -39,6 +39,17 @@ type Limits struct {
 	// peer and not had released. Past it the connection ends with
 	// ErrExports. If zero, DefaultExports.
 	Exports int
+	// Caps is how many capabilities one message of the peer's (a call, a
+	// return, a resolve) may carry. Each becomes an import here, and a
+	// Release back when dropped: a million in one message queued a
+	// million Releases for a peer that did not read them. Past it the
+	// connection ends with ErrCaps. If zero, DefaultCaps.
+	Caps int
+	// CallBytes is how many bytes of the peer's calls this side may hold
+	// unanswered (calls pipelined on a promise still pending wait in
+	// full). Past it the connection ends with ErrCallBytes. If zero,
+	// DefaultCallBytes.
+	CallBytes int64
 }
 
 // The defaults of Limits. DefaultExports is above what the switchboard
@@ -48,6 +59,8 @@ const (
 	DefaultUnfinished = 16384
 	DefaultBacklog    = 4096
 	DefaultExports    = 1 << 17
+	DefaultCaps       = 1024
+	DefaultCallBytes  = 1 << 30
 )
 
 func (l Limits) withDefaults() Limits {
@@ -59,6 +72,12 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.Exports <= 0 {
 		l.Exports = DefaultExports
+	}
+	if l.Caps <= 0 {
+		l.Caps = DefaultCaps
+	}
+	if l.CallBytes <= 0 {
+		l.CallBytes = DefaultCallBytes
 	}
 	return l
 }
@@ -75,6 +94,8 @@ const (
 var (
 	ErrUnfinished = errors.New("the peer left too many calls unfinished")
 	ErrExports    = errors.New("the peer holds too many capabilities")
+	ErrCaps       = errors.New("a message of the peer carries too many capabilities")
+	ErrCallBytes  = errors.New("the peer's unanswered calls hold too many bytes")
 )
 
 // guard is a transport that enforces Limits.
@@ -97,6 +118,8 @@ type guard struct {
 	counted       time.Time       // when stale was counted
 	backlog       int
 	closed        bool
+	callBytes     map[uint32]int64 // question → bytes of the peer's call, until its Return
+	heldBytes     int64            // their sum
 }
 
 // answer is a question answered and not finished: the exports its results
@@ -111,6 +134,7 @@ func newGuard(t transport.Transport, lim Limits) *guard {
 		Transport: t, lim: lim.withDefaults(),
 		unfinished: map[uint32]struct{}{}, exports: map[uint32]uint32{},
 		answered: map[uint32]answer{}, finishedFirst: map[uint32]bool{},
+		callBytes: map[uint32]int64{},
 	}
 	g.drained = sync.NewCond(&g.mu)
 	return g
@@ -134,17 +158,22 @@ func (g *guard) RecvMessage() (transport.IncomingMessage, error) {
 	}
 	// Checked before each message read: what one message can make this
 	// side export is bounded by the servers, and the next is not read.
-	held := len(g.exports)
+	exports := len(g.exports)
 	g.mu.Unlock()
-	if held > g.lim.Exports {
-		return nil, fmt.Errorf("%w: %d not released (limit %d)", ErrExports, held, g.lim.Exports)
+	if exports > g.lim.Exports {
+		return nil, fmt.Errorf("%w: %d not released (limit %d)", ErrExports, exports, g.lim.Exports)
 	}
 	in, err := g.Transport.RecvMessage()
 	if err != nil {
 		return in, err
 	}
 	m := in.Message()
+	if n := capsCarried(m); n > g.lim.Caps {
+		in.Release()
+		return nil, fmt.Errorf("%w: %d (limit %d)", ErrCaps, n, g.lim.Caps)
+	}
 	var q uint32
+	var size int64
 	switch m.Which() {
 	case rpccp.Message_Which_release:
 		r, err := m.Release()
@@ -167,6 +196,9 @@ func (g *guard) RecvMessage() (transport.IncomingMessage, error) {
 			return in, nil
 		}
 		q = c.QuestionId()
+		if sz, err := m.Message().TotalSize(); err == nil {
+			size = int64(sz)
+		}
 	case rpccp.Message_Which_finish:
 		f, err := m.Finish()
 		if err != nil {
@@ -196,6 +228,11 @@ func (g *guard) RecvMessage() (transport.IncomingMessage, error) {
 	g.mu.Lock()
 	g.unfinished[q] = struct{}{}
 	n := len(g.unfinished)
+	if size > 0 {
+		g.heldBytes += size - g.callBytes[q]
+		g.callBytes[q] = size
+	}
+	held := g.heldBytes
 	if now.Sub(g.counted) >= time.Second {
 		// Counted at most once a second: a peer gains at most a second's
 		// calls on the count, and the total bounds those.
@@ -210,6 +247,9 @@ func (g *guard) RecvMessage() (transport.IncomingMessage, error) {
 	stale := g.stale
 	g.mu.Unlock()
 	switch {
+	case held > g.lim.CallBytes:
+		in.Release()
+		return nil, fmt.Errorf("%w: %d bytes (limit %d)", ErrCallBytes, held, g.lim.CallBytes)
 	case n > unfinishedFactor*g.lim.Unfinished:
 		in.Release()
 		return nil, fmt.Errorf("%w: %d calls without a Finish (limit %d)", ErrUnfinished, n, unfinishedFactor*g.lim.Unfinished)
@@ -218,6 +258,39 @@ func (g *guard) RecvMessage() (transport.IncomingMessage, error) {
 		return nil, fmt.Errorf("%w: %d calls answered more than %s ago and never finished (limit %d)", ErrUnfinished, stale, finishGrace, g.lim.Unfinished)
 	}
 	return in, nil
+}
+
+// capsCarried is how many capabilities a message of the peer's carries in
+// its cap table (a call's params, a return's results; a resolve, one).
+func capsCarried(m rpccp.Message) int {
+	var p rpccp.Payload
+	var err error
+	switch m.Which() {
+	case rpccp.Message_Which_call:
+		c, e := m.Call()
+		if e != nil {
+			return 0
+		}
+		p, err = c.Params()
+	case rpccp.Message_Which_return:
+		r, e := m.Return()
+		if e != nil || r.Which() != rpccp.Return_Which_results {
+			return 0
+		}
+		p, err = r.Results()
+	case rpccp.Message_Which_resolve:
+		return 1
+	default:
+		return 0
+	}
+	if err != nil {
+		return 0
+	}
+	t, err := p.CapTable()
+	if err != nil {
+		return 0
+	}
+	return t.Len()
 }
 
 // exported counts the capabilities m hands the peer: each time one is
@@ -245,6 +318,10 @@ func (g *guard) exported(m rpccp.Message) {
 		q := r.AnswerId()
 		g.mu.Lock()
 		defer g.mu.Unlock()
+		if b, ok := g.callBytes[q]; ok {
+			g.heldBytes -= b
+			delete(g.callBytes, q)
+		}
 		if releaseCaps, finished := g.finishedFirst[q]; finished {
 			delete(g.finishedFirst, q)
 			if releaseCaps {

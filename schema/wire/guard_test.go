@@ -21,6 +21,7 @@ const (
 	testIface  = 0x9a1b2c3d4e5f6071
 	testMethod = 0 // returns nothing
 	testMint   = 1 // returns a new capability (a server of its own)
+	testBlock  = 2 // returns when its call is cancelled (holds the calls behind it)
 )
 
 // served starts an RPC server with a one-method bootstrap on one end of a
@@ -57,7 +58,140 @@ func bootstrap() capnp.Client {
 			id := res.Message().CapTable().Add(capnp.NewClient(server.New(nil, nil, nil)))
 			return res.SetPtr(0, capnp.NewInterface(res.Segment(), id).ToPtr())
 		},
+	}, {
+		Method: capnp.Method{InterfaceID: testIface, MethodID: testBlock},
+		Impl: func(ctx context.Context, _ *server.Call) error {
+			<-ctx.Done()
+			return ctx.Err()
+		},
 	}}, nil, nil))
+}
+
+// heavyCall calls method on the bootstrap as question q, its params a
+// struct holding data bytes and caps capabilities of the peer's own.
+func heavyCall(t *testing.T, q uint32, method uint16, data, caps int) *capnp.Message {
+	return raw(t, func(m rpccp.Message) error {
+		c, err := m.NewCall()
+		if err != nil {
+			return err
+		}
+		c.SetQuestionId(q)
+		c.SetInterfaceId(testIface)
+		c.SetMethodId(method)
+		tg, err := c.NewTarget()
+		if err != nil {
+			return err
+		}
+		pa, err := tg.NewPromisedAnswer()
+		if err != nil {
+			return err
+		}
+		pa.SetQuestionId(0)
+		p, err := c.NewParams()
+		if err != nil {
+			return err
+		}
+		st, err := capnp.NewStruct(p.Segment(), capnp.ObjectSize{PointerCount: 1})
+		if err != nil {
+			return err
+		}
+		if data > 0 {
+			d, err := capnp.NewData(p.Segment(), make([]byte, data))
+			if err != nil {
+				return err
+			}
+			if err := st.SetPtr(0, d.ToPtr()); err != nil {
+				return err
+			}
+		}
+		if err := p.SetContent(st.ToPtr()); err != nil {
+			return err
+		}
+		table, err := p.NewCapTable(int32(caps))
+		if err != nil {
+			return err
+		}
+		for i := 0; i < caps; i++ {
+			table.At(i).SetSenderHosted(uint32(i))
+		}
+		return nil
+	})
+}
+
+// TestManyCapabilitiesInOneMessageEndTheConnection: each capability a
+// message carries becomes an import, and a Release queued back when it is
+// dropped; a million in one 16 MiB call held gigabytes of Releases for a
+// peer that did not read. Past Limits.Caps the connection ends; a call
+// with fewer goes through.
+func TestManyCapabilitiesInOneMessageEndTheConnection(t *testing.T) {
+	c, peer := served(t)
+	rc := c.RPCWith(bootstrap(), nil, Limits{Caps: 16})
+	defer rc.Close()
+	go func() {
+		buf := make([]byte, 64<<10)
+		for {
+			if _, err := peer.Read(buf); err != nil {
+				return
+			}
+		}
+	}()
+	enc := capnp.NewEncoder(peer)
+	if err := enc.Encode(bootstrapMsg(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := enc.Encode(heavyCall(t, 1, testMethod, 0, 16)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-rc.Done():
+		t.Fatal("a call carrying the limit's number of capabilities ended the connection")
+	case <-time.After(300 * time.Millisecond):
+	}
+	_ = enc.Encode(heavyCall(t, 2, testMethod, 0, 17))
+	select {
+	case <-rc.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a call carrying more capabilities than Limits.Caps kept the connection")
+	}
+}
+
+// TestHeldCallBytesEndTheConnection: calls queued behind one that does not
+// return (pipelined on a promise still pending) are held in full. Past
+// Limits.CallBytes of them the connection ends; fewer keep it.
+func TestHeldCallBytesEndTheConnection(t *testing.T) {
+	c, peer := served(t)
+	rc := c.RPCWith(bootstrap(), nil, Limits{CallBytes: 4 << 20})
+	defer rc.Close()
+	go func() {
+		buf := make([]byte, 64<<10)
+		for {
+			if _, err := peer.Read(buf); err != nil {
+				return
+			}
+		}
+	}()
+	enc := capnp.NewEncoder(peer)
+	if err := enc.Encode(bootstrapMsg(t)); err != nil {
+		t.Fatal(err)
+	}
+	for q := uint32(1); q <= 3; q++ { // 3 MiB held
+		if err := enc.Encode(heavyCall(t, q, testBlock, 1<<20, 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-rc.Done():
+		t.Fatal("3 MiB of held calls ended the connection (limit 4 MiB)")
+	case <-time.After(300 * time.Millisecond):
+	}
+	for q := uint32(4); q <= 6; q++ {
+		_ = enc.Encode(heavyCall(t, q, testBlock, 1<<20, 0))
+	}
+	select {
+	case <-rc.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("6 MiB of held calls kept the connection (limit 4 MiB)")
+	}
 }
 
 // raw builds one RPC message.

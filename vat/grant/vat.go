@@ -26,9 +26,13 @@ const maxInFlight = 64
 // VatLimits bound what one vat connection can make the supervisor hold:
 // calls left unfinished and capabilities not released (each Handle,
 // DoorSet or Door is a server with a goroutine of its own, and so is the
-// stream of each open request, WebSocket or streamed connection). Past
-// either, its connection ends, with a warning that says which.
-var VatLimits = wire.Limits{Unfinished: 1024, Exports: 8192}
+// stream of each open request, WebSocket or streamed connection), the
+// capabilities one of its messages may carry (each an import, and a
+// Release queued back), and the bytes of its calls held unanswered (calls
+// pipelined on a pending promise wait in full: 64 MiB is four WebSocket
+// messages of the largest size). Past any, its connection ends, with a
+// warning that says which.
+var VatLimits = wire.Limits{Unfinished: 1024, Exports: 8192, Caps: 64, CallBytes: 64 << 20}
 
 // VatConfig describes one vat's authority.
 type VatConfig struct {
