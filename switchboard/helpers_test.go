@@ -235,6 +235,18 @@ func (c *client) connectFD(ctx context.Context, h schema.Handle, scheme, host st
 // echoServer accepts on loopback and echoes; banner, if set, is sent first.
 func echoServer(t testing.TB, banner string) (*net.TCPListener, uint16) {
 	t.Helper()
+	return serveTCP(t, func(c net.Conn) {
+		if banner != "" {
+			_, _ = io.WriteString(c, banner)
+		}
+		_, _ = io.Copy(c, c)
+	})
+}
+
+// serveTCP accepts on 127.0.0.1 until the test ends and runs handle on each
+// connection, closing it after.
+func serveTCP(t testing.TB, handle func(net.Conn)) (*net.TCPListener, uint16) {
+	t.Helper()
 	l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		t.Fatal(err)
@@ -248,10 +260,7 @@ func echoServer(t testing.TB, banner string) (*net.TCPListener, uint16) {
 			}
 			go func() {
 				defer c.Close()
-				if banner != "" {
-					_, _ = io.WriteString(c, banner)
-				}
-				_, _ = io.Copy(c, c)
+				handle(c)
 			}()
 		}
 	}()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"capnproto.org/go/capnp/v3"
+	"capnproto.org/go/capnp/v3/rpc"
 	"capnproto.org/go/capnp/v3/server"
 	rpccp "capnproto.org/go/capnp/v3/std/capnp/rpc"
 	"golang.org/x/sys/unix"
@@ -118,15 +119,12 @@ func heavyCall(t *testing.T, q uint32, method uint16, data, caps int) *capnp.Mes
 	})
 }
 
-// TestManyCapabilitiesInOneMessageEndTheConnection: each capability a
-// message carries becomes an import, and a Release queued back when it is
-// dropped; a million in one 16 MiB call held gigabytes of Releases for a
-// peer that did not read. Past Limits.Caps the connection ends; a call
-// with fewer goes through.
-func TestManyCapabilitiesInOneMessageEndTheConnection(t *testing.T) {
+// readingPeer serves the test bootstrap under lim to a raw peer that reads
+// everything and has sent its Bootstrap; enc writes its next messages.
+func readingPeer(t *testing.T, lim Limits) (*rpc.Conn, *capnp.Encoder) {
+	t.Helper()
 	c, peer := served(t)
-	rc := c.RPCWith(bootstrap(), nil, Limits{Caps: 16})
-	defer rc.Close()
+	rc := c.RPCWith(bootstrap(), nil, lim)
 	go func() {
 		buf := make([]byte, 64<<10)
 		for {
@@ -139,6 +137,17 @@ func TestManyCapabilitiesInOneMessageEndTheConnection(t *testing.T) {
 	if err := enc.Encode(bootstrapMsg(t)); err != nil {
 		t.Fatal(err)
 	}
+	return rc, enc
+}
+
+// TestManyCapabilitiesInOneMessageEndTheConnection: each capability a
+// message carries becomes an import, and a Release queued back when it is
+// dropped; a million in one 16 MiB call held gigabytes of Releases for a
+// peer that did not read. Past Limits.Caps the connection ends; a call
+// with fewer goes through.
+func TestManyCapabilitiesInOneMessageEndTheConnection(t *testing.T) {
+	rc, enc := readingPeer(t, Limits{Caps: 16})
+	defer rc.Close()
 	if err := enc.Encode(heavyCall(t, 1, testMethod, 0, 16)); err != nil {
 		t.Fatal(err)
 	}
@@ -159,21 +168,8 @@ func TestManyCapabilitiesInOneMessageEndTheConnection(t *testing.T) {
 // return (pipelined on a promise still pending) are held in full. Past
 // Limits.CallBytes of them the connection ends; fewer keep it.
 func TestHeldCallBytesEndTheConnection(t *testing.T) {
-	c, peer := served(t)
-	rc := c.RPCWith(bootstrap(), nil, Limits{CallBytes: 4 << 20})
+	rc, enc := readingPeer(t, Limits{CallBytes: 4 << 20})
 	defer rc.Close()
-	go func() {
-		buf := make([]byte, 64<<10)
-		for {
-			if _, err := peer.Read(buf); err != nil {
-				return
-			}
-		}
-	}()
-	enc := capnp.NewEncoder(peer)
-	if err := enc.Encode(bootstrapMsg(t)); err != nil {
-		t.Fatal(err)
-	}
 	for q := uint32(1); q <= 3; q++ { // 3 MiB held
 		if err := enc.Encode(heavyCall(t, q, testBlock, 1<<20, 0)); err != nil {
 			t.Fatal(err)
@@ -221,33 +217,7 @@ func bootstrapMsg(t *testing.T) *capnp.Message {
 func callMsg(t *testing.T, q uint32) *capnp.Message { return methodMsg(t, q, testMethod) }
 
 func methodMsg(t *testing.T, q uint32, method uint16) *capnp.Message {
-	return raw(t, func(m rpccp.Message) error {
-		c, err := m.NewCall()
-		if err != nil {
-			return err
-		}
-		c.SetQuestionId(q)
-		c.SetInterfaceId(testIface)
-		c.SetMethodId(method)
-		tg, err := c.NewTarget()
-		if err != nil {
-			return err
-		}
-		pa, err := tg.NewPromisedAnswer()
-		if err != nil {
-			return err
-		}
-		pa.SetQuestionId(0)
-		p, err := c.NewParams()
-		if err != nil {
-			return err
-		}
-		st, err := capnp.NewStruct(p.Segment(), capnp.ObjectSize{})
-		if err != nil {
-			return err
-		}
-		return p.SetContent(st.ToPtr())
-	})
+	return heavyCall(t, q, method, 0, 0)
 }
 
 // finishMsg finishes question q, giving back the capabilities of its
@@ -272,20 +242,7 @@ func finishKeep(t *testing.T, q uint32, keep bool) *capnp.Message {
 func TestUnfinishedCallsEndTheConnection(t *testing.T) {
 	const limit = 100
 	for _, burst := range []bool{false, true} {
-		c, peer := served(t)
-		rc := c.RPCWith(bootstrap(), nil, Limits{Unfinished: limit})
-		go func() { // it reads, so nothing waits on it
-			buf := make([]byte, 64<<10)
-			for {
-				if _, err := peer.Read(buf); err != nil {
-					return
-				}
-			}
-		}()
-		enc := capnp.NewEncoder(peer)
-		if err := enc.Encode(bootstrapMsg(t)); err != nil {
-			t.Fatal(err)
-		}
+		rc, enc := readingPeer(t, Limits{Unfinished: limit}) // it reads, so nothing waits on it
 		n := uint32(limit + 10)
 		if burst {
 			n = unfinishedFactor*limit + 10
