@@ -790,9 +790,8 @@ func TestAppSocketEndsWithTheApp(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 	}
 
-	old := MaxAppSockets
-	MaxAppSockets = 2
-	defer func() { MaxAppSockets = old }()
+	old := appSocketLimit.Swap(2)
+	defer appSocketLimit.Store(old)
 	var open []net.Conn
 	for range 2 {
 		c, err := connectFD(context.Background(), h, cli, "127.0.0.1", port)

@@ -16,8 +16,13 @@ import (
 // MaxAppSockets is how many relayed sockets one vat's app may hold open at
 // once. Each costs the supervisor two sockets, two goroutines and, while
 // bytes move, a pipe per direction; past it a connect fails with
-// ErrSockets. (A variable for the tests.)
-var MaxAppSockets int64 = 1024
+// ErrSockets.
+const MaxAppSockets = 1024
+
+// appSocketLimit is MaxAppSockets, lowered by the tests.
+var appSocketLimit atomic.Int64
+
+func init() { appSocketLimit.Store(MaxAppSockets) }
 
 // relayed takes f, a TCP socket the switchboard connected, and returns one
 // end of a unix socketpair; the supervisor relays the other end to f
@@ -33,10 +38,10 @@ var MaxAppSockets int64 = 1024
 // cannot bind it to a name of its choosing in the supervisor's network
 // namespace; a connected unix stream socket cannot connect again.
 func (v *Vat) relayed(f *os.File) (*os.File, error) {
-	if n := v.sockets.Add(1); n > MaxAppSockets {
+	if limit := appSocketLimit.Load(); v.sockets.Add(1) > limit {
 		v.sockets.Add(-1)
 		_ = f.Close()
-		return nil, fmt.Errorf("vat %s: %w (%d; close one first)", v.cfg.ID, ErrSockets, MaxAppSockets)
+		return nil, fmt.Errorf("vat %s: %w (%d; close one first)", v.cfg.ID, ErrSockets, limit)
 	}
 	nc, err := net.FileConn(f)
 	_ = f.Close()
