@@ -28,6 +28,7 @@ const (
 // two minutes of IdleTimeout, and nobody else got in.
 type ConnGuard struct {
 	perClient, shedAt int
+	countLoopback     bool // count loopback clients too (tests)
 
 	mu       sync.Mutex
 	total    int
@@ -112,7 +113,10 @@ func (l *guardedListener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		gc := &guardedConn{Conn: c, g: l.g}
-		if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		// A loopback client is this host's own: a reverse proxy in front
+		// (every visitor shares its address; it limits its clients
+		// itself), or a local tool. Only idle shedding applies to it.
+		if a, ok := c.RemoteAddr().(*net.TCPAddr); ok && (l.g.countLoopback || !a.IP.IsLoopback()) {
 			gc.client = clientKey(a.AddrPort().Addr())
 		}
 		ok, shed := l.g.admit(gc)
@@ -141,7 +145,7 @@ func clientKey(a netip.Addr) string {
 type guardedConn struct {
 	net.Conn
 	g      *ConnGuard
-	client string // clientKey of the remote address ("" for a unix socket)
+	client string // clientKey of the remote address ("" for loopback or a unix socket)
 	once   sync.Once
 }
 

@@ -58,7 +58,9 @@ func idleConn(t *testing.T, addr, local string) (net.Conn, error) {
 // client is still served, because idle ones make room (without the guard
 // it waits behind them for the whole idle timeout).
 func TestConnGuardShedsIdle(t *testing.T) {
-	addr := guardedServer(t, newConnGuard(100, 4), 6)
+	g := newConnGuard(100, 4)
+	g.countLoopback = true
+	addr := guardedServer(t, g, 6)
 	for i := range 6 {
 		if _, err := idleConn(t, addr, "127.0.0.1"); err != nil {
 			t.Fatalf("idle connection %d: %v", i+1, err)
@@ -72,7 +74,9 @@ func TestConnGuardShedsIdle(t *testing.T) {
 // TestConnGuardPerClient: one address holds at most perClient connections;
 // the next is closed at once, and another address is still served.
 func TestConnGuardPerClient(t *testing.T) {
-	addr := guardedServer(t, newConnGuard(2, 100), 100)
+	g := newConnGuard(2, 100)
+	g.countLoopback = true // the test's clients are loopback addresses
+	addr := guardedServer(t, g, 100)
 	for i := range 2 {
 		if _, err := idleConn(t, addr, "127.0.0.1"); err != nil {
 			t.Fatalf("connection %d: %v", i+1, err)
@@ -98,6 +102,18 @@ func TestClientKey(t *testing.T) {
 	} {
 		if got := clientKey(netip.MustParseAddr(in)); got != want {
 			t.Errorf("clientKey(%s) = %s; want %s", in, got, want)
+		}
+	}
+}
+
+// TestConnGuardLoopbackNotCounted: a loopback client (a reverse proxy on
+// the same host, whose address every visitor shares) is not held to
+// perClient.
+func TestConnGuardLoopbackNotCounted(t *testing.T) {
+	addr := guardedServer(t, newConnGuard(2, 100), 100)
+	for i := range 5 {
+		if _, err := idleConn(t, addr, "127.0.0.1"); err != nil {
+			t.Fatalf("loopback connection %d: %v", i+1, err)
 		}
 	}
 }
