@@ -13,6 +13,14 @@ import (
 
 func newTestSupervisor(t *testing.T) *Supervisor {
 	t.Helper()
+	s, _ := testSupervisorWith(t, nil)
+	return s
+}
+
+// testSupervisorWith is a supervisor over a fresh store (which it returns
+// too), its Config changed by mod first.
+func testSupervisorWith(t *testing.T, mod func(*Config)) (*Supervisor, *store.Store) {
+	t.Helper()
 	st, err := store.Open(store.Config{StateDir: t.TempDir(), MaxBody: 1 << 16})
 	if err != nil {
 		t.Fatal(err)
@@ -21,11 +29,15 @@ func newTestSupervisor(t *testing.T) *Supervisor {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Config{Store: st, Switches: sw})
+	cfg := Config{Store: st, Switches: sw}
+	if mod != nil {
+		mod(&cfg)
+	}
+	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s
+	return s, st
 }
 
 func TestAdminRefusals(t *testing.T) {

@@ -10,8 +10,6 @@ import (
 	"testing"
 
 	"toybox/tests/testenv"
-	"toybox/vat/store"
-	"toybox/vat/switches"
 	"toybox/vat/wall"
 )
 
@@ -20,21 +18,11 @@ import (
 // record says so).
 func TestConcurrentInstallsGetTheirOwnUID(t *testing.T) {
 	testenv.RequireRoot(t) // a uid per vat is root mode's
-	st, err := store.Open(store.Config{StateDir: t.TempDir(), MaxBody: 1 << 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sw, err := switches.New(switches.Config{StateDir: st.StateDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	launch := func(context.Context, wall.Spec, *slog.Logger) (Process, error) {
-		return nil, errors.New("no wall in this test")
-	}
-	s, err := New(Config{Store: st, Switches: sw, Launch: launch})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, st := testSupervisorWith(t, func(c *Config) {
+		c.Launch = func(context.Context, wall.Spec, *slog.Logger) (Process, error) {
+			return nil, errors.New("no wall in this test")
+		}
+	})
 	code, err := st.Put(strings.NewReader("#!/bin/sh\nexit 0\n"), "", nil)
 	if err != nil {
 		t.Fatal(err)
