@@ -96,6 +96,23 @@ var hopHeaders = map[string]bool{
 	"Proxy-Connection": true, "Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
 }
 
+// connectionNames are the fields a Connection header names (RFC 9110
+// section 7.6.1): options for one hop, never forwarded past it, in either
+// direction (a credential the caller meant for its proxy does not reach
+// the remote; a field the remote meant for its next hop does not reach
+// the caller).
+func connectionNames(values []string) map[string]bool {
+	names := map[string]bool{}
+	for _, v := range values {
+		for _, name := range strings.Split(v, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				names[http.CanonicalHeaderKey(name)] = true
+			}
+		}
+	}
+	return names
+}
+
 // Request performs one HTTP(S) request: decided before it returns; the
 // caller writes the body to the returned stream; the answer goes to the
 // responder.
@@ -133,6 +150,14 @@ func (h *handle) Request(ctx context.Context, call schema.Handle_request) error 
 	}
 	header := http.Header{}
 	var contentLength int64 = -1
+	var connection []string
+	for i := 0; i < hdrs.Len(); i++ {
+		if name, _ := hdrs.At(i).Name(); http.CanonicalHeaderKey(name) == "Connection" {
+			value, _ := hdrs.At(i).Value()
+			connection = append(connection, value)
+		}
+	}
+	hopOnly := connectionNames(connection)
 	for i := 0; i < hdrs.Len(); i++ {
 		name, _ := hdrs.At(i).Name()
 		value, _ := hdrs.At(i).Value()
@@ -151,7 +176,7 @@ func (h *handle) Request(ctx context.Context, call schema.Handle_request) error 
 			}
 			contentLength = n
 			continue
-		case hopHeaders[k]:
+		case hopHeaders[k] || hopOnly[k]:
 			continue
 		}
 		header.Add(k, value)
@@ -226,13 +251,17 @@ func (h *handle) roundTrip(hreq *http.Request, cancel context.CancelFunc, respon
 		return
 	}
 	defer resp.Body.Close()
+	hopOnly := connectionNames(resp.Header["Connection"])
+	for k := range resp.Header {
+		if hopHeaders[k] || hopOnly[k] {
+			delete(resp.Header, k)
+		}
+	}
 	f, release := responder.Start(ctx, func(p schema.Responder_start_Params) error {
 		p.SetStatus(uint16(resp.StatusCode))
 		n := 0
-		for k, vs := range resp.Header {
-			if !hopHeaders[k] {
-				n += len(vs)
-			}
+		for _, vs := range resp.Header {
+			n += len(vs)
 		}
 		list, err := p.NewHeaders(int32(n))
 		if err != nil {
@@ -240,9 +269,6 @@ func (h *handle) roundTrip(hreq *http.Request, cancel context.CancelFunc, respon
 		}
 		i := 0
 		for k, vs := range resp.Header {
-			if hopHeaders[k] {
-				continue
-			}
 			for _, v := range vs {
 				if err := list.At(i).SetName(k); err != nil {
 					return err

@@ -112,6 +112,10 @@ func TestPlainHTTP(t *testing.T) {
 			_, _ = rw.Write(make([]byte, 4<<20))
 			return
 		}
+		if r.URL.Path == "/framing" {
+			fmt.Fprintf(rw, "te=%q cl=%d secret=%q keep=%q", r.TransferEncoding, r.ContentLength, r.Header.Get("X-Secret"), r.Header.Get("X-Keep"))
+			return
+		}
 		if r.Method == http.MethodPost {
 			b, err := io.ReadAll(r.Body)
 			if err == nil {
@@ -146,6 +150,26 @@ func TestPlainHTTP(t *testing.T) {
 		u := "http://127.0.0.1:" + strconv.Itoa(port) + "/chunked"
 		out := w.run(t, grants, "raw", "POST "+u+` HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n`)
 		want(t, out, "STATUS 200", "BODY plain answer for /chunked: 11 bytes hello world")
+	})
+	// A request with no body reaches the server with Content-Length 0,
+	// not as an empty chunked body (which some servers refuse).
+	t.Run("an empty body by length", func(t *testing.T) {
+		u := "http://127.0.0.1:" + strconv.Itoa(port) + "/framing"
+		out := w.run(t, grants, "raw", "POST "+u+` HTTP/1.1\r\nContent-Length: 0\r\n\r\n`)
+		want(t, out, "STATUS 200", `BODY te=[] cl=0`)
+	})
+	t.Run("a POST without framing", func(t *testing.T) {
+		u := "http://127.0.0.1:" + strconv.Itoa(port) + "/framing"
+		out := w.run(t, grants, "raw", "POST "+u+` HTTP/1.1\r\nX-Keep: k\r\n\r\n`)
+		want(t, out, "STATUS 200", `BODY te=[] cl=0 secret="" keep="k"`)
+	})
+	// Fields the client's Connection header names are for this hop only
+	// (RFC 9110 section 7.6.1): a credential meant for the proxy is not
+	// sent on to the remote.
+	t.Run("fields the Connection header names", func(t *testing.T) {
+		u := "http://127.0.0.1:" + strconv.Itoa(port) + "/framing"
+		out := w.run(t, grants, "raw", "GET "+u+` HTTP/1.1\r\nConnection: keep-alive, X-Secret\r\nX-Secret: s\r\nX-Keep: k\r\n\r\n`)
+		want(t, out, "STATUS 200", `BODY te=[] cl=0 secret="" keep="k"`)
 	})
 	t.Run("ambiguous framing", func(t *testing.T) {
 		u := "http://127.0.0.1:" + strconv.Itoa(port) + "/smuggle"
@@ -269,13 +293,13 @@ func TestAppCannotCrashTheEntry(t *testing.T) {
 func TestPlainHTTPAnswerHeaders(t *testing.T) {
 	port := serve(t, func(c net.Conn) {
 		_, _ = http.ReadRequest(bufio.NewReader(c))
-		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding : chunked\r\nX A: 1\r\nProxy-Status: fake; error=destination_ip_prohibited\r\nX-Fine: yes\r\nContent-Length: 2\r\n\r\nok")
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding : chunked\r\nX A: 1\r\nProxy-Status: fake; error=destination_ip_prohibited\r\nConnection: x-hop\r\nX-Hop: 1\r\nX-Fine: yes\r\nContent-Length: 2\r\n\r\nok")
 	})
 	w := newWalled(t, "answerhdr", wall.Net{})
 	grants := []labels.Set{{Scheme: "http", Host: "127.0.0.1", Port: uint16(port)}}
 	out := w.run(t, grants, "rawfull", "GET http://127.0.0.1:"+strconv.Itoa(port)+`/ HTTP/1.1\r\nHost: x\r\n\r\n`)
 	want(t, out, "X-Fine: yes", "LEN 2 <nil>")
-	for _, bad := range []string{"Transfer-Encoding :", "X A:", "Proxy-Status"} {
+	for _, bad := range []string{"Transfer-Encoding :", "X A:", "Proxy-Status", "X-Hop"} {
 		if strings.Contains(out, bad) {
 			t.Errorf("the answer to the app carried %q:\n%s", bad, out)
 		}

@@ -241,6 +241,7 @@ func (p *Proxy) plainHTTP(ctx context.Context, c *net.TCPConn, br *bufio.Reader,
 		refuse(c, ErrNoGrant)
 		return
 	}
+	// Connection goes on: the switchboard drops the fields it names.
 	var hdrs [][2]string
 	for k, vs := range req.Header {
 		if hopByHop[k] || strings.HasPrefix(k, "Proxy-") {
@@ -252,7 +253,9 @@ func (p *Proxy) plainHTTP(ctx context.Context, c *net.TCPConn, br *bufio.Reader,
 	}
 	// No Host: the switchboard sets it from the URL it decided (a Host
 	// spelled otherwise, "127.0.0.1:80" for 127.0.0.1, would be refused).
-	if req.ContentLength > 0 {
+	// A request without framing has no body (RFC 9112 section 6.3): it
+	// goes on as Content-Length 0, not as an empty chunked body.
+	if req.ContentLength >= 0 {
 		hdrs = append(hdrs, [2]string{"Content-Length", strconv.FormatInt(req.ContentLength, 10)})
 	}
 	resp := &responder{c: c, done: make(chan struct{})}
@@ -327,9 +330,10 @@ func (p *Proxy) plainHTTP(ctx context.Context, c *net.TCPConn, br *bufio.Reader,
 	_ = br
 }
 
-// hopByHop headers are never forwarded.
+// hopByHop headers are never forwarded (Connection is: the switchboard
+// drops it and every field it names).
 var hopByHop = map[string]bool{
-	"Connection": true, "Keep-Alive": true, "Te": true, "Trailer": true,
+	"Keep-Alive": true, "Te": true, "Trailer": true,
 	"Transfer-Encoding": true, "Upgrade": true, "Content-Length": true, "Host": true,
 }
 
