@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -300,5 +301,63 @@ func TestStreamPathRemoteSpeaksFirst(t *testing.T) {
 		if resp.StatusCode != 200 || err != nil || string(got) != banner {
 			t.Fatalf("connect %d: %s, then %q (%v); want 200, then the banner", i+1, resp.Status, got, err)
 		}
+	}
+}
+
+// splitHello writes the first TLS record it is given (the ClientHello) as
+// two records, the way a client that fragments its hello does.
+type splitHello struct {
+	net.Conn
+	done bool
+}
+
+func (s *splitHello) Write(b []byte) (int, error) {
+	if s.done || len(b) < 5+8 || b[0] != 0x16 {
+		return s.Conn.Write(b)
+	}
+	s.done = true
+	n := int(b[3])<<8 | int(b[4])
+	body := b[5 : 5+n]
+	rec := func(p []byte) []byte { return append([]byte{0x16, b[1], b[2], byte(len(p) >> 8), byte(len(p))}, p...) }
+	out := append(rec(body[:7]), rec(body[7:])...)
+	out = append(out, b[5+n:]...)
+	if _, err := s.Conn.Write(out); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
+
+// A ClientHello split over records passes the proxy and the switchboard's
+// check, and the TLS session goes through.
+func TestTLSHelloOverTwoRecords(t *testing.T) {
+	tlsServer(t)
+	addr := inProcessProxy(t, []labels.Set{{Scheme: "https", Host: "127.0.0.1", Port: 443}})
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	fmt.Fprint(c, "CONNECT 127.0.0.1:443 HTTP/1.1\r\nHost: 127.0.0.1:443\r\n\r\n")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 {
+		t.Fatalf("CONNECT = %s", resp.Status)
+	}
+	split := &splitHello{Conn: c}
+	tc := tls.Client(split, &tls.Config{ServerName: "127.0.0.1", InsecureSkipVerify: true}) //nolint:gosec // the test server's own certificate
+	if err := tc.Handshake(); err != nil {
+		t.Fatalf("TLS through the proxy with a hello in two records: %v", err)
+	}
+	if !split.done {
+		t.Fatal("the hello was not split")
+	}
+	fmt.Fprint(tc, "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+	body, _ := io.ReadAll(tc)
+	if !bytes.Contains(body, []byte("secret over tls")) {
+		t.Errorf("answer over TLS = %q", body)
 	}
 }

@@ -38,6 +38,7 @@ const (
 	headerTimeout = 30 * time.Second
 	helloTimeout  = 10 * time.Second
 	maxTLSRecord  = 16384 + 2048
+	maxTLSHello   = 80 << 10 // the records of one ClientHello (the switchboard takes a 64 KiB message)
 	streamChunk   = 64 << 10
 	streamWindow  = 1 << 20 // each stream's own flow window
 	connWindow    = 8 << 20 // all streams together: half the switchboard's default limits.bytes
@@ -200,7 +201,7 @@ func (p *Proxy) connect(ctx context.Context, c *net.TCPConn, br *bufio.Reader, r
 		return
 	}
 	_ = c.SetReadDeadline(time.Now().Add(helloTimeout))
-	hello, err := readTLSRecord(br)
+	hello, err := readTLSHello(br)
 	if err != nil {
 		p.logger.Info("egress", keyVat, p.id, keyTarget, t.String(), keyAllow, false, keyReason, err.Error())
 		_ = c.Close()
@@ -668,25 +669,41 @@ func (d *downstream) End(ctx context.Context, _ schema.ByteStream_end) error {
 // Shutdown runs when the switchboard lets go of the stream.
 func (d *downstream) Shutdown() { d.once.Do(func() { close(d.done) }) }
 
-// readTLSRecord reads one whole TLS record: it must be a handshake record
-// (the ClientHello).
-func readTLSRecord(br *bufio.Reader) ([]byte, error) {
-	hdr, err := br.Peek(5)
-	if err != nil {
-		return nil, fmt.Errorf("reading the TLS ClientHello: %w", err)
+// readTLSHello reads the handshake records that carry the client's
+// ClientHello: one record usually, several when the client splits it (RFC
+// 8446 section 5.1 allows a handshake message to span records; large
+// post-quantum key shares and deliberately fragmented hellos do). It stops
+// at the record that completes the message; what follows stays in br.
+func readTLSHello(br *bufio.Reader) ([]byte, error) {
+	var recs, msg []byte
+	for {
+		hdr, err := br.Peek(5)
+		if err != nil {
+			return nil, fmt.Errorf("reading the TLS ClientHello: %w", err)
+		}
+		if hdr[0] != 0x16 {
+			if recs == nil {
+				return nil, fmt.Errorf("egress refused: the stream to a TLS port does not start with a TLS handshake (first byte %#x)", hdr[0])
+			}
+			return nil, fmt.Errorf("egress refused: a TLS record of type %d inside the ClientHello", hdr[0])
+		}
+		n := int(hdr[3])<<8 | int(hdr[4])
+		if n == 0 || n > maxTLSRecord {
+			return nil, fmt.Errorf("egress refused: TLS record of %d bytes", n)
+		}
+		if len(recs)+5+n > maxTLSHello {
+			return nil, fmt.Errorf("egress refused: a TLS ClientHello in more than %d bytes of records", maxTLSHello)
+		}
+		at := len(recs)
+		recs = append(recs, make([]byte, 5+n)...)
+		if _, err := io.ReadFull(br, recs[at:]); err != nil {
+			return nil, fmt.Errorf("reading the TLS ClientHello: %w", err)
+		}
+		msg = append(msg, recs[at+5:]...)
+		if len(msg) >= 4 && len(msg) >= 4+(int(msg[1])<<16|int(msg[2])<<8|int(msg[3])) {
+			return recs, nil
+		}
 	}
-	if hdr[0] != 0x16 {
-		return nil, fmt.Errorf("egress refused: the stream to a TLS port does not start with a TLS handshake (first byte %#x)", hdr[0])
-	}
-	n := int(hdr[3])<<8 | int(hdr[4])
-	if n == 0 || n > maxTLSRecord {
-		return nil, fmt.Errorf("egress refused: TLS record of %d bytes", n)
-	}
-	rec := make([]byte, 5+n)
-	if _, err := io.ReadFull(br, rec); err != nil {
-		return nil, fmt.Errorf("reading the TLS ClientHello: %w", err)
-	}
-	return rec, nil
 }
 
 // refuse answers a refused or failed connection.

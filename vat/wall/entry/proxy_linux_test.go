@@ -80,47 +80,89 @@ func tlsRecord(typ byte, body []byte) []byte {
 	return append([]byte{typ, 3, 1, byte(len(body) >> 8), byte(len(body))}, body...)
 }
 
-func TestReadTLSRecord(t *testing.T) {
-	hello := tlsRecord(0x16, bytes.Repeat([]byte{1}, 300))
+// helloMsg is a handshake message of type client_hello with n body bytes.
+func helloMsg(n int) []byte {
+	return append([]byte{1, byte(n >> 16), byte(n >> 8), byte(n)}, bytes.Repeat([]byte{7}, n)...)
+}
+
+func TestReadTLSHello(t *testing.T) {
+	msg := helloMsg(296)
+	one := tlsRecord(0x16, msg)
+	split := append(tlsRecord(0x16, msg[:2]), tlsRecord(0x16, msg[2:100])...)
+	split = append(split, tlsRecord(0x16, msg[100:])...)
+	big := helloMsg(40 << 10) // spans three full records
+	var bigRecs []byte
+	for rest := big; len(rest) > 0; {
+		k := min(len(rest), 16384)
+		bigRecs = append(bigRecs, tlsRecord(0x16, rest[:k])...)
+		rest = rest[k:]
+	}
+	var tiny []byte // a record per byte: more record bytes than any hello needs
+	for _, b := range helloMsg(20 << 10) {
+		tiny = append(tiny, tlsRecord(0x16, []byte{b})...)
+	}
 	tests := []struct {
 		name    string
 		in      []byte
 		want    []byte
 		wantErr string
 	}{
-		{"a handshake record", append(append([]byte{}, hello...), "early data"...), hello, ""},
+		{"one handshake record", append(append([]byte{}, one...), tlsRecord(0x17, []byte("early data"))...), one, ""},
+		{"a hello split over three records", append(append([]byte{}, split...), "early data"...), split, ""},
+		{"a 40 KiB hello", bigRecs, bigRecs, ""},
 		{"plain HTTP on a TLS port", []byte("GET / HTTP/1.1\r\n\r\n"), nil, "does not start with a TLS handshake"},
 		{"an empty record", tlsRecord(0x16, nil), nil, "TLS record of 0 bytes"},
 		{"too long", []byte{0x16, 3, 1, 0xff, 0xff}, nil, "TLS record of 65535 bytes"},
-		{"cut short", hello[:100], nil, "reading the TLS ClientHello"},
+		{"cut short", one[:100], nil, "reading the TLS ClientHello"},
+		{"cut short between records", split[:len(split)-len(msg)+100], nil, "reading the TLS ClientHello"},
+		{"another record type inside", append(tlsRecord(0x16, msg[:50]), tlsRecord(0x17, msg[50:])...), nil, "a TLS record of type 23 inside the ClientHello"},
+		{"too many record bytes", tiny, nil, "in more than 81920 bytes of records"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := readTLSRecord(bufio.NewReader(bytes.NewReader(tt.in)))
+			got, err := readTLSHello(bufio.NewReader(bytes.NewReader(tt.in)))
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("readTLSRecord = %v; want error containing %q", err, tt.wantErr)
+					t.Fatalf("readTLSHello = %v; want error containing %q", err, tt.wantErr)
 				}
 				return
 			}
 			if err != nil || !bytes.Equal(got, tt.want) {
-				t.Errorf("readTLSRecord = %d bytes, %v; want the %d-byte record", len(got), err, len(tt.want))
+				t.Errorf("readTLSHello = %d bytes, %v; want the %d bytes of records", len(got), err, len(tt.want))
 			}
 		})
 	}
 }
 
-func FuzzReadTLSRecord(f *testing.F) {
-	f.Add(tlsRecord(0x16, []byte("hello")))
+func FuzzReadTLSHello(f *testing.F) {
+	f.Add(tlsRecord(0x16, helloMsg(5)))
+	f.Add(append(tlsRecord(0x16, helloMsg(5)[:3]), tlsRecord(0x16, helloMsg(5)[3:])...))
 	f.Add([]byte("GET / HTTP/1.1\r\n\r\n"))
 	f.Add([]byte{0x16, 3, 1, 0, 0})
 	f.Fuzz(func(t *testing.T, in []byte) {
-		got, err := readTLSRecord(bufio.NewReader(bytes.NewReader(in)))
+		got, err := readTLSHello(bufio.NewReader(bytes.NewReader(in)))
 		if err != nil {
 			return
 		}
-		if got[0] != 0x16 || len(got) != 5+(int(got[3])<<8|int(got[4])) || len(got) > 5+maxTLSRecord {
-			t.Fatalf("accepted a malformed record % x", got[:5])
+		// Whole handshake records, the last one completing the message.
+		if len(got) > maxTLSHello {
+			t.Fatalf("accepted %d bytes of records", len(got))
+		}
+		var msg []byte
+		for rest := got; len(rest) > 0; {
+			if len(rest) < 5 || rest[0] != 0x16 {
+				t.Fatalf("accepted a malformed record % x", rest[:min(len(rest), 5)])
+			}
+			n := int(rest[3])<<8 | int(rest[4])
+			if n == 0 || n > maxTLSRecord || len(rest) < 5+n {
+				t.Fatalf("accepted a record of %d bytes with %d left", n, len(rest)-5)
+			}
+			msg = append(msg, rest[5:5+n]...)
+			rest = rest[5+n:]
+			complete := len(msg) >= 4 && len(msg) >= 4+(int(msg[1])<<16|int(msg[2])<<8|int(msg[3]))
+			if complete != (len(rest) == 0) {
+				t.Fatalf("records go on past the message, or stop before it is whole")
+			}
 		}
 	})
 }
