@@ -225,6 +225,7 @@ type msgCollector struct {
 	msgs   []string
 	binary []bool
 	code   uint16
+	reason string
 	got    chan struct{}
 	closed chan struct{}
 	once   sync.Once
@@ -243,6 +244,7 @@ func (m *msgCollector) Send(ctx context.Context, call schema.MessageStream_send)
 func (m *msgCollector) Close(ctx context.Context, call schema.MessageStream_close) error {
 	m.mu.Lock()
 	m.code = call.Args().Code()
+	m.reason, _ = call.Args().Reason()
 	m.mu.Unlock()
 	m.once.Do(func() { close(m.closed) })
 	return nil

@@ -39,6 +39,7 @@ type Server struct {
 	tlsConf  *tls.Config
 	http     *http.Transport
 	tracker  *tracker
+	wsHeld   atomic.Int64 // WebSocket message bytes every peer holds (peer.holdWS)
 }
 
 // New returns a Server for cfg. It reads the host's interface addresses
@@ -256,6 +257,28 @@ type peer struct {
 	bytes   int64
 	conns   int
 	handles int
+	wsHeld  int64 // WebSocket message bytes held (maxWSHeld)
+}
+
+// holdWS takes n more bytes of WebSocket message data for this
+// connection's WebSockets, or says why not.
+func (p *peer) holdWS(n int64) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.wsHeld+n > maxWSHeld {
+		return fmt.Errorf("%w: this connection's WebSockets hold %d bytes of messages not yet delivered (at most %d)", ErrLimit, p.wsHeld, maxWSHeld)
+	}
+	p.wsHeld += n
+	p.srv.wsHeld.Add(n)
+	return nil
+}
+
+// releaseWS gives back n bytes holdWS took.
+func (p *peer) releaseWS(n int64) {
+	p.mu.Lock()
+	p.wsHeld -= n
+	p.mu.Unlock()
+	p.srv.wsHeld.Add(-n)
 }
 
 // streamFlow is the flow limiter of one stream written to this peer: its

@@ -38,6 +38,12 @@ const (
 	// maxWSHandshake bounds the answer to the opening handshake (status
 	// line and headers), as request()'s answers are.
 	maxWSHandshake = 1 << 20
+	// maxWSHeld bounds the message bytes all the WebSockets of one peer
+	// connection hold at once (frames being read, fragments being
+	// reassembled, messages waiting for the flow window): without it a
+	// remote could make each of a vat's many WebSockets hold a 16 MiB
+	// message and the switchboard's memory run out for every vat.
+	maxWSHeld = 4 * maxWSMessage
 	opCont         = 0x0
 	opText         = 0x1
 	opBinary       = 0x2
@@ -154,7 +160,7 @@ func (h *handle) WebSocket(ctx context.Context, call schema.Handle_webSocket) er
 	limit.N = math.MaxInt64
 	_ = conn.SetDeadline(time.Time{})
 
-	ws := &wsConn{x: x, rw: rw, br: br, down: args.Downstream().AddRef()}
+	ws := &wsConn{p: h.p, x: x, rw: rw, br: br, down: args.Downstream().AddRef()}
 	ws.down.SetFlowLimiter(h.p.streamFlow())
 	res, err := call.AllocResults()
 	if err != nil {
@@ -234,6 +240,8 @@ func headerHasToken(h http.Header, name, token string) bool {
 
 // wsConn is one WebSocket connection.
 type wsConn struct {
+	p    *peer
+	held int64 // message bytes this connection holds of p's maxWSHeld (read loop only)
 	x    *held
 	rw   net.Conn
 	br   *bufio.Reader
@@ -315,17 +323,38 @@ func (w *wsConn) readFrame() (fin bool, op byte, payload []byte, err error) {
 		return false, 0, nil, fmt.Errorf("websocket: frame of %d bytes over the %d limit", n, maxWSMessage)
 	}
 	// Grown as the bytes come, not allocated whole from the length the
-	// remote declares.
-	var buf bytes.Buffer
-	buf.Grow(int(min(n, 64<<10)))
-	if _, err = io.CopyN(&buf, w.br, int64(n)); err != nil {
+	// remote declares, and held against the peer's maxWSHeld as they do.
+	hb := &heldBuffer{w: w}
+	hb.buf.Grow(int(min(n, 64<<10)))
+	if _, err = io.CopyN(hb, w.br, int64(n)); err != nil {
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
 		}
 		return false, 0, nil, err
 	}
-	payload = buf.Bytes()
+	payload = hb.buf.Bytes()
 	return
+}
+
+// heldBuffer is a frame's payload, each byte held of the peer's
+// maxWSHeld before it is taken.
+type heldBuffer struct {
+	w   *wsConn
+	buf bytes.Buffer
+}
+
+func (b *heldBuffer) Write(p []byte) (int, error) {
+	if err := b.w.p.holdWS(int64(len(p))); err != nil {
+		return 0, err
+	}
+	b.w.held += int64(len(p))
+	return b.buf.Write(p)
+}
+
+// letGo gives back n bytes this connection held.
+func (w *wsConn) letGo(n int) {
+	w.held -= int64(n)
+	w.p.releaseWS(int64(n))
 }
 
 // readLoop relays the server's messages downstream.
@@ -337,8 +366,15 @@ func (w *wsConn) readLoop() {
 	for {
 		fin, op, payload, err := w.readFrame()
 		if err != nil {
-			w.closeDown(ctx, 1006, err.Error())
+			code := uint16(1006)
+			if errors.Is(err, ErrLimit) {
+				code = 1009 // message too big
+			}
+			w.closeDown(ctx, code, err.Error())
 			return
+		}
+		if op >= opClose {
+			w.letGo(len(payload)) // a control frame is at most 125 bytes, used at once
 		}
 		switch op {
 		case opPing:
@@ -379,16 +415,22 @@ func (w *wsConn) readLoop() {
 		}
 		data, binaryMsg := msg, msgOp == opBinary
 		msg = nil
-		if err := w.down.Send(ctx, func(p schema.MessageStream_send_Params) error {
+		err = w.down.Send(ctx, func(p schema.MessageStream_send_Params) error {
 			p.SetBinary(binaryMsg)
 			return p.SetData(data)
-		}); err != nil {
+		})
+		w.letGo(len(data)) // copied into the call, which the flow window bounds
+		if err != nil {
 			return
 		}
 	}
 }
 
+// closeDown ends the read loop's side: what it held is given back at once
+// (not after the close call's round trip, while the vat's other WebSockets
+// may need it), then the caller is told.
 func (w *wsConn) closeDown(ctx context.Context, code uint16, reason string) {
+	w.letGo(int(w.held))
 	w.closedOnce.Do(func() {
 		if w.down.WaitStreaming() != nil {
 			return
@@ -403,6 +445,7 @@ func (w *wsConn) closeDown(ctx context.Context, code uint16, reason string) {
 }
 
 func (w *wsConn) finish() {
+	w.letGo(int(w.held))
 	w.down.Release()
 	w.x.shut()
 }
