@@ -44,12 +44,12 @@ const (
 	// remote could make each of a vat's many WebSockets hold a 16 MiB
 	// message and the switchboard's memory run out for every vat.
 	maxWSHeld = 4 * maxWSMessage
-	opCont         = 0x0
-	opText         = 0x1
-	opBinary       = 0x2
-	opClose        = 0x8
-	opPing         = 0x9
-	opPong         = 0xA
+	opCont    = 0x0
+	opText    = 0x1
+	opBinary  = 0x2
+	opClose   = 0x8
+	opPing    = 0x9
+	opPong    = 0xA
 )
 
 // wsHeaderDrop are caller headers the switchboard sets itself.
