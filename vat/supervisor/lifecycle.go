@@ -333,10 +333,12 @@ func pipeToRing(rg *ring) (*os.File, error) {
 	go func() {
 		defer pr.Close()
 		buf := make([]byte, 32<<10)
+		pc := newPace(outputRate, outputBurst)
 		for {
 			n, err := pr.Read(buf)
 			if n > 0 {
 				_, _ = rg.Write(buf[:n])
+				pc.take(n)
 			}
 			if err != nil {
 				return
