@@ -196,6 +196,14 @@ func (s *Supervisor) PublicHandler() http.Handler {
 			http.Error(w, fmt.Sprintf("no vat %q: not a vat id", id), http.StatusNotFound)
 			return
 		}
+		// The vat is the path's first segment as the browser sees it: in
+		// /alice%2Fsw.js that segment is "alice%2Fsw.js", so a service
+		// worker served there could claim the whole origin as its scope,
+		// every vat's pages. Only a plainly spelled first segment routes.
+		if raw, _, _ := strings.Cut(strings.TrimPrefix(r.URL.EscapedPath(), "/"), "/"); raw != id {
+			http.Error(w, fmt.Sprintf("no vat %q: the path's first segment is %q; a vat's name is spelled plainly, without percent-encoding", id, raw), http.StatusNotFound)
+			return
+		}
 		in, word, ok := s.serving(id)
 		if !ok {
 			http.Error(w, fmt.Sprintf("no vat %q", id), http.StatusNotFound)
