@@ -50,12 +50,15 @@ var droppedResponse = map[string]bool{
 const VatHeader = "X-Toybox-Vat"
 
 // dropRequestHeader: hop-by-hop and override headers, the supervisor's own,
-// and any name with an underscore, which CGI, WSGI and others read as the
-// same name with dashes (X_Toybox_Vat as X-Toybox-Vat); nginx drops those
-// by default too.
+// and any name with a character other than a letter, a digit or '-': CGI,
+// WSGI, PHP and others turn '_', '.' and the like into '_', so X_Toybox_Vat
+// and X.Toybox.Vat both reach them as X-Toybox-Vat (nginx drops names with
+// an underscore by default too).
 func dropRequestHeader(canon string) bool {
 	return droppedRequest[canon] || strings.HasPrefix(canon, "X-Toybox-") || strings.HasPrefix(canon, "X-Forwarded-") ||
-		strings.Contains(canon, "_")
+		strings.ContainsFunc(canon, func(r rune) bool {
+			return (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') && (r < '0' || r > '9') && r != '-'
+		})
 }
 
 // doorRequest is one call, copied out of the Cap'n Proto message.

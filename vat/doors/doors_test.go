@@ -181,6 +181,12 @@ func TestDoorCalls(t *testing.T) {
 			{"X_Forwarded_For", "10.0.0.1"},
 			{"X_HTTP_Method_Override", "DELETE"},
 			{"X_Original_URL", "/browser/restart"},
+			// And with other characters PHP and others read as '_'.
+			{"X.Toybox.Vat", "admin"},
+			{"X-Toybox.Vat", "admin"},
+			{"X.Forwarded.For", "10.0.0.1"},
+			{"X.HTTP.Method.Override", "DELETE"},
+			{"X!Original~URL", "/browser/restart"},
 			{"Accept", "application/json"},
 		}})
 		a := decodeAnswer(t, r)
@@ -197,8 +203,8 @@ func TestDoorCalls(t *testing.T) {
 			}
 		}
 		for k, v := range h {
-			if strings.Contains(k, "_") {
-				t.Errorf("backend saw %s: %v; want every name with an underscore dropped", k, v)
+			if strings.ContainsAny(k, "_.!~") {
+				t.Errorf("backend saw %s: %v; want every name with a character other than a letter, digit or '-' dropped", k, v)
 			}
 		}
 		if got := strings.Join(h["Accept"], ","); got != "application/json" {
