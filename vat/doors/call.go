@@ -107,10 +107,15 @@ func (d *doorServer) Call(ctx context.Context, call schema.Door_call) error {
 		}
 	}
 	level := slog.LevelInfo
+	unlogged := 0
 	if err != nil {
 		level = slog.LevelWarn
+		var ok bool
+		if ok, unlogged = d.g.refusals.admit(time.Now()); !ok {
+			return err // counted: the next record says how many
+		}
 	}
-	d.g.logger.LogAttrs(context.Background(), level, "door call",
+	attrs := []slog.Attr{
 		slog.String(keyVat, d.g.vat),
 		slog.String(keyDoor, d.name),
 		slog.String(keyMethod, clip(req.method)),
@@ -118,7 +123,11 @@ func (d *doorServer) Call(ctx context.Context, call schema.Door_call) error {
 		slog.Int(keyStatus, out.status),
 		slog.Int64(keyDurationMS, time.Since(start).Milliseconds()),
 		slog.String(keyReason, out.reason),
-	)
+	}
+	if unlogged > 0 {
+		attrs = append(attrs, slog.Int(keyUnlogged, unlogged))
+	}
+	d.g.logger.LogAttrs(context.Background(), level, "door call", attrs...)
 	return err
 }
 
@@ -207,7 +216,7 @@ func (d *doorServer) admit(r doorRequest) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("%w: %s %s is not one of this door's entries (%s)", ErrRefused, r.method, r.path, strings.Join(entryNames(d.entries), ", "))
+	return fmt.Errorf("%w: %s %s is not one of this door's entries (%s)", ErrRefused, clip(r.method), clip(r.path), strings.Join(entryNames(d.entries), ", "))
 }
 
 func entryNames(es []Entry) []string {

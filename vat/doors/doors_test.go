@@ -519,3 +519,83 @@ func TestInFlightBound(t *testing.T) {
 		t.Errorf("call after the slow one = %v; want it answered", err)
 	}
 }
+
+// TestRefusedCallsLogBounded: a vat looping on refused calls gets at most
+// the burst and the rate of records; every refused call is still accounted
+// for, by its own record or by the "unlogged" count of the next one (or of
+// the revocation record). A long path is clipped in the reason too.
+func TestRefusedCallsLogBounded(t *testing.T) {
+	tab, _ := fixture(t)
+	var logs syncBuffer
+	gr := tab.Grant("kiosk", slog.New(slog.NewJSONHandler(&logs, nil)))
+	vat := startHelper(t, "vat", serveDoors(t, gr))
+	if r := vat.do(command{Op: "all", As: "all"}); r.Err != "" {
+		t.Fatalf("all: %s", r.Err)
+	}
+	long := "/" + strings.Repeat("a", 1020)
+	const calls = 3 * refusalLogBurst
+	start := time.Now()
+	for range calls {
+		if r := vat.do(command{Op: "call", Door: "all", Method: "POST", Path: long}); !strings.Contains(r.Err, "door refused") {
+			t.Fatalf("call = %+v; want a refusal", r)
+		}
+	}
+	elapsed := time.Since(start)
+	recs := logs.records(t, "door call")
+	if limit := refusalLogBurst + int(elapsed.Seconds()*refusalLogRate) + 1; len(recs) > limit {
+		t.Errorf("%d refused calls in %v made %d records; at most %d", calls, elapsed, len(recs), limit)
+	}
+	for _, r := range recs {
+		if reason, _ := r[keyReason].(string); len(reason) > 600 {
+			t.Fatalf("a record's reason is %d bytes: the path is not clipped", len(reason))
+		}
+	}
+	time.Sleep(2 * time.Second / refusalLogRate) // a token back
+	if r := vat.do(command{Op: "call", Door: "all", Method: "GET", Path: "/nope"}); !strings.Contains(r.Err, "door refused") {
+		t.Fatalf("call = %+v; want a refusal", r)
+	}
+	gr.RevokeBecause("deleted")
+	accounted := 0
+	for _, r := range append(logs.records(t, "door call"), logs.records(t, "doors revoked")...) {
+		if r["msg"] == "door call" {
+			accounted++
+		}
+		if n, ok := r[keyUnlogged].(float64); ok {
+			accounted += int(n)
+		}
+	}
+	if accounted != calls+1 {
+		t.Errorf("records and unlogged counts account for %d refused calls; made %d", accounted, calls+1)
+	}
+}
+
+func TestRefusalLogBucket(t *testing.T) {
+	var r refusalLog
+	now := time.Unix(1000, 0)
+	logged := 0
+	for range refusalLogBurst + 50 {
+		if ok, _ := r.admit(now); ok {
+			logged++
+		}
+	}
+	if logged != refusalLogBurst {
+		t.Fatalf("at one instant %d logged; want the burst %d", logged, refusalLogBurst)
+	}
+	now = now.Add(time.Second / refusalLogRate)
+	if ok, n := r.admit(now); !ok || n != 50 {
+		t.Fatalf("after a token's time: %v, %d unlogged; want logged, 50", ok, n)
+	}
+	if n := r.drain(); n != 0 {
+		t.Fatalf("drain = %d after the count was given; want 0", n)
+	}
+	now = now.Add(time.Hour)
+	logged = 0
+	for range 2 * refusalLogBurst {
+		if ok, _ := r.admit(now); ok {
+			logged++
+		}
+	}
+	if logged != refusalLogBurst {
+		t.Fatalf("after an hour idle %d logged at once; want the burst %d, no more", logged, refusalLogBurst)
+	}
+}

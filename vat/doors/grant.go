@@ -23,6 +23,7 @@ const (
 	keyReason     = "reason"
 	keyDoors      = "doors"
 	keyBackend    = "backend"
+	keyUnlogged   = "unlogged"
 )
 
 // Granted is one spawn's doors: the capabilities minted for vat id by Grant,
@@ -43,6 +44,56 @@ type grant struct {
 	cancel  context.CancelFunc
 	mu      sync.Mutex
 	revoked string // why, once revoked
+
+	refusals refusalLog
+}
+
+// Refused calls are logged at most this often per grant (records per
+// second, after a burst of as many): past it they are counted, and the
+// next record says how many were not logged. A vat that loops on refused
+// calls cannot fill the disk or push the supervisor's other records past
+// journald's rate limit. Calls that reach the backend are always logged.
+const (
+	refusalLogRate  = 20
+	refusalLogBurst = 100
+)
+
+// refusalLog is a token bucket for refused-call records.
+type refusalLog struct {
+	mu       sync.Mutex
+	tokens   float64
+	last     time.Time
+	unlogged int
+}
+
+// admit reports whether a refused call gets its record now, and how many
+// went unlogged before it (given back once, with the record that says so).
+func (r *refusalLog) admit(now time.Time) (bool, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.last.IsZero() {
+		r.tokens = refusalLogBurst
+	} else {
+		r.tokens = min(refusalLogBurst, r.tokens+now.Sub(r.last).Seconds()*refusalLogRate)
+	}
+	r.last = now
+	if r.tokens < 1 {
+		r.unlogged++
+		return false, 0
+	}
+	r.tokens--
+	n := r.unlogged
+	r.unlogged = 0
+	return true, n
+}
+
+// drain returns how many refused calls went unlogged since the last record.
+func (r *refusalLog) drain() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := r.unlogged
+	r.unlogged = 0
+	return n
 }
 
 // Grant mints fresh door capabilities for one spawn of vat vatID. The vat gets
@@ -119,7 +170,11 @@ func (gr *Granted) RevokeBecause(why string) {
 	if g.tr != nil {
 		g.tr.CloseIdleConnections()
 	}
-	g.logger.Info("doors revoked", slog.String(keyVat, g.vat), slog.Any(keyDoors, g.names()), slog.String(keyReason, why))
+	attrs := []any{slog.String(keyVat, g.vat), slog.Any(keyDoors, g.names()), slog.String(keyReason, why)}
+	if n := g.refusals.drain(); n > 0 {
+		attrs = append(attrs, slog.Int(keyUnlogged, n))
+	}
+	g.logger.Info("doors revoked", attrs...)
 }
 
 // Revoked reports whether the grant was revoked.
