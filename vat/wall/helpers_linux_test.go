@@ -160,7 +160,10 @@ func (f *fixture) startVictim(t *testing.T, mode string, withEntry bool) (*Proce
 	}
 	t.Cleanup(func() { _ = out.Close() })
 	f.spec.Stdout, f.spec.Stderr = out, out
-	f.spec.Env = map[string]string{victimEnv: mode}
+	if f.spec.Env == nil {
+		f.spec.Env = map[string]string{}
+	}
+	f.spec.Env[victimEnv] = mode
 	p, err := Start(context.Background(), f.spec, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -288,7 +288,7 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 	cl.add(fds.closeAll)
 	views := &viewHold{}
 	cl.add(func() { _ = views.release() }) // a start that fails binds nothing
-	args, err := plan.render(&fds, spec, views)
+	opts, command, err := plan.render(&fds, spec, views)
 	if err != nil {
 		return nil, fmt.Errorf("starting the wall for %q: %w", spec.ID, err)
 	}
@@ -299,7 +299,16 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 		return nil, fmt.Errorf("starting the wall for %q: status pipe: %w", spec.ID, err)
 	}
 	cl.add(func() { _ = statusR.Close() })
-	args = append(fds.pass(statusW, "--json-status-fd"), args...)
+	opts = append(fds.pass(statusW, "--json-status-fd"), opts...)
+	// bwrap's options go through a descriptor (--args), not its argv:
+	// /proc/<pid>/cmdline is readable by every user of the host, and the
+	// options carry the owner's environment values (--setenv).
+	argsFile, err := argsFile(opts)
+	if err != nil {
+		return nil, fmt.Errorf("starting the wall for %q: %w", spec.ID, err)
+	}
+	args := append(fds.pass(argsFile, "--args"), "--")
+	args = append(args, command...)
 
 	cmd := exec.Command(bwrap, args...)
 	cmd.Args[0] = "bwrap"
@@ -479,10 +488,39 @@ func unreachableHint(plan *Plan) string {
 	return fmt.Sprintf(" (the wall runs as uid %d, which cannot search %s; fix: chmod o+x, or move the files)", plan.HostUID, strings.Join(hints, ", "))
 }
 
-// render turns the plan into bwrap's argv, opening each fd bind and data
-// file and passing it through fds. The /etc view it opens is counted in
-// views, which the caller releases when the wall ends.
-func (p *Plan) render(fds *fdTable, spec Spec, views *viewHold) ([]string, error) {
+// argsFile holds bwrap's options, NUL-separated, for --args: a memfd,
+// rewound, that only bwrap reads.
+func argsFile(opts []string) (*os.File, error) {
+	fd, err := unix.MemfdCreate("bwrap-args", unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("the options' descriptor: %w", os.NewSyscallError("memfd_create", err))
+	}
+	f := os.NewFile(uintptr(fd), "bwrap-args")
+	var b strings.Builder
+	for _, o := range opts {
+		if strings.IndexByte(o, 0) >= 0 {
+			_ = f.Close()
+			return nil, fmt.Errorf("%w: a wall option holds a NUL byte", ErrSpec)
+		}
+		b.WriteString(o)
+		b.WriteByte(0)
+	}
+	if _, err := f.WriteString(b.String()); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("writing the options' descriptor: %w", err)
+	}
+	if _, err := f.Seek(0, 0); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("rewinding the options' descriptor: %w", err)
+	}
+	return f, nil
+}
+
+// render turns the plan into bwrap's options and the command it runs,
+// opening each fd bind and data file and passing it through fds. The /etc
+// view it opens is counted in views, which the caller releases when the
+// wall ends.
+func (p *Plan) render(fds *fdTable, spec Spec, views *viewHold) (opts, command []string, err error) {
 	a := []string{
 		"--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup",
 		"--disable-userns",
@@ -503,10 +541,10 @@ func (p *Plan) render(fds *fdTable, spec Spec, views *viewHold) ([]string, error
 		// the first descriptor handed over.
 		ac, err := dupFile(spec.AppCap, "app-cap")
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if err := fds.first(ac); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	for _, kv := range p.Env {
@@ -535,7 +573,7 @@ func (p *Plan) render(fds *fdTable, spec Spec, views *viewHold) ([]string, error
 		case OpFile:
 			f, err := dataFile(op.Dest, op.Data)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			a = append(a, "--perms", "0444")
 			a = append(append(a, fds.pass(f, "--file")...), op.Dest)
@@ -548,11 +586,11 @@ func (p *Plan) render(fds *fdTable, spec Spec, views *viewHold) ([]string, error
 				f, _, err = openBind(op)
 			}
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			a = append(append(a, fds.pass(f, "--"+string(op.Kind))...), op.Dest)
 		default:
-			return nil, fmt.Errorf("unknown plan op %q", op.Kind)
+			return nil, nil, fmt.Errorf("unknown plan op %q", op.Kind)
 		}
 	}
 	// The root (a tmpfs bwrap made) goes read-only: the app writes only
@@ -561,19 +599,19 @@ func (p *Plan) render(fds *fdTable, spec Spec, views *viewHold) ([]string, error
 	if p.Seccomp {
 		f, err := seccomp.File()
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrNoSeccomp, err)
+			return nil, nil, fmt.Errorf("%w: %w", ErrNoSeccomp, err)
 		}
 		a = append(a, fds.pass(f, "--seccomp")...)
 	}
 	if p.NoNet {
-		return append(append(a, "--"), p.Command...), nil
+		return a, p.Command, nil
 	}
 	// The entry's own descriptors: its capability and the app's, which it
 	// makes the app's fd 3.
-	entry := []string{"--", EntryMount, "--vat", p.ID}
+	entry := []string{EntryMount, "--vat", p.ID}
 	ec, err := dupFile(spec.EntryCap, "entry-cap")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	entry = append(entry, fds.pass(ec, "--cap-fd")...)
 	entry = append(entry, "--proxy-port", strconv.Itoa(p.ProxyPort))
@@ -582,12 +620,12 @@ func (p *Plan) render(fds *fdTable, spec Spec, views *viewHold) ([]string, error
 	}
 	ac, err := dupFile(spec.AppCap, "app-cap")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	entry = append(entry, fds.pass(ac, "--app-cap-fd")...)
 	entry = append(entry, "--")
 	entry = append(entry, p.Command...)
-	return append(a, entry...), nil
+	return a, entry, nil
 }
 
 func joinHostPort(host string, port uint16) string {

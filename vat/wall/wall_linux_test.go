@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -450,7 +451,7 @@ func TestAttackSymlinkSwapBetweenPlanAndBind(t *testing.T) {
 			defer fds.closeAll()
 			views := &viewHold{}
 			defer views.release()
-			_, err = plan.render(&fds, f.spec, views)
+			_, _, err = plan.render(&fds, f.spec, views)
 			if !errors.Is(err, tt.want) {
 				t.Fatalf("render after the swap = %v; want %v", err, tt.want)
 			}
@@ -836,4 +837,71 @@ func TestNestedGrantsRefused(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestOwnerValuesNotOnACommandLine: every user of the host can read any
+// process's /proc/<pid>/cmdline. The owner's environment values (API keys)
+// reach bwrap through its --args descriptor, so no process of the wall
+// shows them there; the app still gets the value.
+func TestOwnerValuesNotOnACommandLine(t *testing.T) {
+	const secret = "sk-owner-typed-secret-4711"
+	f := newFixture(t, "argv")
+	f.spec.Env = map[string]string{"API_KEY": secret}
+	p, _ := f.startVictim(t, "sleep", true)
+	defer func() { _ = p.Stop(time.Second) }()
+	pids := append([]int{p.Pid()}, descendants(p.Pid())...)
+	if len(pids) < 3 {
+		t.Fatalf("the wall's processes: %v; want bwrap, toybox-entry and the app", pids)
+	}
+	for _, pid := range pids {
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil {
+			continue // gone
+		}
+		if strings.Contains(string(cmdline), secret) {
+			t.Errorf("pid %d's command line shows the owner's value: %q", pid, strings.ReplaceAll(string(cmdline), "\x00", " "))
+		}
+	}
+	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pids[len(pids)-1]))
+	if err == nil && !strings.Contains(string(environ), "API_KEY="+secret) {
+		t.Errorf("the app's environment lacks API_KEY: %q", environ)
+	}
+}
+
+// descendants lists every process below pid, parents first.
+func descendants(pid int) []int {
+	ents, _ := os.ReadDir("/proc")
+	parent := map[int]int{}
+	for _, e := range ents {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces; cut after ')'.
+		rest := string(stat[strings.LastIndexByte(string(stat), ')')+1:])
+		fields := strings.Fields(rest)
+		if len(fields) > 1 {
+			if pp, err := strconv.Atoi(fields[1]); err == nil {
+				parent[n] = pp
+			}
+		}
+	}
+	var out []int
+	frontier := []int{pid}
+	for len(frontier) > 0 {
+		var next []int
+		for c, pp := range parent {
+			if slices.Contains(frontier, pp) {
+				next = append(next, c)
+			}
+		}
+		sort.Ints(next)
+		out = append(out, next...)
+		frontier = next
+	}
+	return out
 }
