@@ -893,7 +893,8 @@ func within(p, dir string) bool {
 }
 
 // scan walks the tree at root (not following symlinks) and returns every
-// name to mask (.env, .mcp.json and the rest: masked) at any depth. More than MaxScanEntries entries:
+// name to mask (.env, .mcp.json and the rest: masked; every unix socket and
+// FIFO) at any depth. More than MaxScanEntries entries:
 // ErrTreeTooLarge, and the tree is not bound.
 func scan(root string, limit int) ([]string, error) {
 	var found []string
@@ -905,7 +906,11 @@ func scan(root string, limit int) ([]string, error) {
 		if n++; n > limit {
 			return fmt.Errorf("%w: %s has more than %d entries; not bound", ErrTreeTooLarge, root, limit)
 		}
-		if p != root && masked(d.Name()) {
+		// A read-only bind still lets the wall connect to a socket in it
+		// and write to a FIFO: the supervisor's admin socket, a switchboard
+		// socket, docker.sock or an ssh agent would be authority it was
+		// never granted. Masked like secrets.
+		if p != root && (masked(d.Name()) || d.Type()&(fs.ModeSocket|fs.ModeNamedPipe) != 0) {
 			found = append(found, p)
 			if d.IsDir() {
 				return filepath.SkipDir

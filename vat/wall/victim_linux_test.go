@@ -138,6 +138,25 @@ func victim(mode string) int {
 			n++
 		}
 		held("looked at %d processes", n)
+	case "unix":
+		// arg: paths separated by ':': connect to each socket, write to
+		// each FIFO (.fifo); every attempt must fail.
+		for _, p := range strings.Split(arg, ":") {
+			if strings.HasSuffix(p, ".fifo") {
+				fifo, err := os.OpenFile(p, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+				if err == nil {
+					_, err = fifo.WriteString("pwned\n")
+					fifo.Close()
+				}
+				expectFail("write to FIFO "+p, err)
+				continue
+			}
+			c, err := net.DialTimeout("unix", p, 2*time.Second)
+			if c != nil {
+				c.Close()
+			}
+			expectFail("connect to socket "+p, err)
+		}
 	case "dial":
 		for _, a := range strings.Split(arg, ",") {
 			c, err := net.DialTimeout("tcp", a, 2*time.Second)

@@ -13,8 +13,11 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // held fails t on any BREACH line and returns the number of HELD lines.
@@ -904,4 +907,70 @@ func descendants(pid int) []int {
 		frontier = next
 	}
 	return out
+}
+
+// TestAttackSocketsInAGrant: a read-only bind still lets a process connect
+// to the unix sockets in it and write to its FIFOs. A folder an owner
+// grants may hold the supervisor's admin socket, a switchboard socket,
+// docker.sock or an ssh-agent: every socket and FIFO found in a bound tree
+// is masked, at any depth.
+func TestAttackSocketsInAGrant(t *testing.T) {
+	f := newFixture(t, "socks")
+	dir := filepath.Join(filepath.Dir(f.state), "owner", "proj")
+	if err := os.MkdirAll(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var accepted atomic.Int32
+	var paths []string
+	for _, name := range []string{"admin.sock", "sub/agent.sock"} {
+		p := filepath.Join(dir, name)
+		l, err := net.Listen("unix", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		_ = os.Chmod(p, 0o777) // anyone may connect: only the mask stops the wall
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				accepted.Add(1)
+				_ = c.Close()
+			}
+		}()
+		paths = append(paths, p)
+	}
+	fifo := filepath.Join(dir, "cmd.fifo")
+	if err := unix.Mkfifo(fifo, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chmod(fifo, 0o666)
+	reader, err := os.OpenFile(fifo, os.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	paths = append(paths, fifo)
+	mustWrite(t, filepath.Join(dir, "notes.txt"), "fine to read")
+	f.spec.Files.Read = []string{dir}
+	f.spec.Env = map[string]string{"VICTIM_ARG": strings.Join(paths, ":")}
+	out, err := f.runVictim(t, "unix")
+	if err != nil {
+		t.Fatalf("Wait = %v; output:\n%s", err, out)
+	}
+	if n := held(t, out); n != len(paths) {
+		t.Errorf("held %d of %d; output:\n%s", n, len(paths), out)
+	}
+	if n := accepted.Load(); n != 0 {
+		t.Errorf("the host's sockets accepted %d connections from the wall", n)
+	}
+	if n, _ := reader.Read(make([]byte, 64)); n > 0 {
+		t.Errorf("the host's FIFO got %d bytes from the wall", n)
+	}
+	f.spec.Env = map[string]string{"VICTIM_ARG": filepath.Join(dir, "notes.txt")}
+	if out, err := f.runVictim(t, "readok"); err != nil || !strings.Contains(out, `READ "fine to read"`) {
+		t.Errorf("reading the granted notes: err %v, output %q", err, out)
+	}
 }
