@@ -6,7 +6,11 @@ BIN := $(CURDIR)/bin
 CAPNPC_GO_VERSION := v3.1.0-alpha.2
 STATICCHECK_VERSION := v0.8.2
 GOFUMPT_VERSION := v0.12.0
-APT_PACKAGES := gcc libc6-dev bubblewrap libseccomp-dev capnproto busybox-static iproute2 docker.io systemd debootstrap
+# What make dev needs to build and run (busybox-static: the README's local web
+# server); make test needs the rest too.
+DEV_PACKAGES := gcc libc6-dev bubblewrap libseccomp-dev busybox-static
+APT_PACKAGES := $(DEV_PACKAGES) capnproto iproute2 docker.io systemd debootstrap
+PKGS ?= $(APT_PACKAGES)
 export CGO_ENABLED := 1
 # How toybox-entry is built (tests/testenv.EntryBuildFlags says the same).
 ENTRY_FLAGS := -tags netgo,osusergo -ldflags=-extldflags=-static
@@ -15,23 +19,25 @@ ENTRY_FLAGS := -tags netgo,osusergo -ldflags=-extldflags=-static
 
 all: build
 
-# deps installs what builds and tests need (Debian). As root it runs apt-get;
-# otherwise it prints the exact command and fails.
+# deps installs what builds and tests need (Debian; PKGS, by default all of
+# APT_PACKAGES). As root it runs apt-get; otherwise it prints the exact
+# command and fails.
 deps:
 	@missing=""; \
-	for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; done; \
+	for p in $(PKGS); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; done; \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if [ "$$(id -u)" != 0 ]; then echo "missing packages:$$missing"; echo "run: sudo apt-get update && sudo apt-get install -y$$missing"; exit 1; fi; \
 	echo "installing:$$missing"; \
 	if [ -z "$$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -print -quit 2>/dev/null)" ]; then apt-get update -qq; fi; \
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; }
 
+# build: every command into ./bin. toybox-entry runs inside every wall:
+# static (its launcher is C, so glibc linked in; netgo and osusergo keep the
+# resolver and user lookups out of it), so it loads no libc there and starts
+# faster.
 build:
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./cmd/...
-	# toybox-entry runs inside every wall: static (its launcher is C, so
-	# glibc linked in; netgo and osusergo keep the resolver and user lookups
-	# out of it), so it loads no libc there and starts faster.
 	$(GO) build $(ENTRY_FLAGS) -o $(BIN)/ ./cmd/toybox-entry
 	@set -e; for d in examples/*/; do if [ -f $$d/main.go ]; then $(GO) build -o $(BIN)/examples/$$(basename $$d) ./$$d; fi; done
 
@@ -76,7 +82,7 @@ test: deps build
 test-integration: build
 	$(GO) test -count=1 -timeout 15m ./tests/...
 
-# dev: build, then run the switchboard and the supervisor in the foreground
+# dev: install what is missing (deps), build, then run the switchboard and the supervisor in the foreground
 # (state in ./state, HTTP on 127.0.0.1:8787, admin on ./admin.sock). Ctrl-C
 # stops both. toybox holds the switchboard's public socket; DEV_HANDLE=local
 # gives it the local one instead (may reach LAN and loopback), as the README's
@@ -86,7 +92,9 @@ test-integration: build
 # and without them it would refuse every loopback target.
 DEV_HANDLE ?= public
 DEV_LOOPBACK ?= $(if $(filter local,$(DEV_HANDLE)),--loopback unchecked,)
-dev: build
+dev:
+	@$(MAKE) --no-print-directory deps PKGS="$(DEV_PACKAGES)"
+	@$(MAKE) --no-print-directory build
 	@mkdir -p state
 	@set -u; sb=; tb=; \
 	stop() { trap - INT TERM EXIT; [ -n "$$tb" ] && kill -TERM $$tb 2>/dev/null; [ -n "$$tb" ] && wait $$tb; [ -n "$$sb" ] && kill -TERM $$sb 2>/dev/null; [ -n "$$sb" ] && wait $$sb; true; }; \
