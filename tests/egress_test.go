@@ -139,6 +139,25 @@ func TestEgressGrants(t *testing.T) {
 		s.mustInstall("wendy", example(t, "egress-probe"), q("egress", fmt.Sprintf(`{"host":"127.0.0.1","port":%s}`, web)))
 		s.mustGet("/wendy/ws?"+q("url", "ws://127.0.0.1:"+web+"/ws", "send", "hi"), "got: echo: hi")
 	})
+	// The grant the owner typed carries over an upgrade that sends no
+	// ?egress= (as env does); an empty ?egress= takes it away.
+	t.Run("upgrade keeps the owner's grant", func(t *testing.T) {
+		s := s.in(t)
+		s.mustInstall("uma", example(t, "egress-probe"), q("egress", fmt.Sprintf(`{"host":"127.0.0.1","port":%s}`, granted)))
+		st := s.mustInstall("uma", example(t, "egress-probe"), "")
+		if g := fmt.Sprint(st["grant"]); !strings.Contains(g, granted) {
+			t.Fatalf("grant after an upgrade without egress = %s; want the owner's, port %s", g, granted)
+		}
+		s.mustGet("/uma/tcp?"+q("addr", "127.0.0.1:"+granted, "send", "ping"), "got: echo: ping")
+		st = s.mustInstall("uma", example(t, "egress-probe"), "egress=")
+		if g := fmt.Sprint(st["grant"]); strings.Contains(g, granted) {
+			t.Fatalf("grant after ?egress= (empty) = %s; want none", g)
+		}
+		body := wantPrefix(t, s, "/uma/tcp?"+q("addr", "127.0.0.1:"+granted, "send", "ping"), "got: ")
+		if strings.Contains(body, "echo:") {
+			t.Errorf("the grant taken away still reached the echo server: %q", body)
+		}
+	})
 	t.Run("no grant no way out", func(t *testing.T) {
 		s := s.in(t)
 		s.mustInstall("nora", example(t, "egress-probe"), "")

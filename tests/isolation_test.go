@@ -177,6 +177,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"grant bad port", "alice", q("egress", `{"host":"example.com","port":70000}`), []byte("#!/bin/sh\n"), "port"},
 		{"env undeclared", "alice", q("env", `{"SECRET":"x"}`), []byte("#!/bin/sh\n"), "not declared"},
 		{"env not an object", "alice", q("env", `["x"]`), []byte("#!/bin/sh\n"), "JSON object"},
+		{"env key twice", "alice", q("env", `{"API_KEY":"sk-1","API_KEY":"x"}`), []byte("#!/bin/sh\n"), "API_KEY\\\" appears twice"},
 		{"unknown parameter", "alice", q("colour", "red"), []byte("#!/bin/sh\n"), "unknown parameter"},
 		{"digest mismatch", "alice", q("sha256", strings.Repeat("0", 64)), []byte("#!/bin/sh\n"), "digest mismatch"},
 	}

@@ -10,6 +10,7 @@ import (
 	"toybox/labels"
 	"toybox/vat/manifest"
 	"toybox/vat/store"
+	"toybox/vat/strictjson"
 )
 
 // AdminHandler serves the admin API (see docs/manifest.md and the README):
@@ -132,10 +133,17 @@ func (s *Supervisor) handleInstall(w http.ResponseWriter, r *http.Request, id st
 			writeErr(w, http.StatusBadRequest, fmt.Errorf("%w: env must be a JSON object of strings, such as {\"API_KEY\":\"...\"}", ErrBadInput))
 			return
 		}
+		// A key twice would run with the last value, unlike a manifest.
+		if err := strictjson.Keys([]byte(q.Get("env")), nil); err != nil {
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("%w: env: %w", ErrBadInput, err))
+			return
+		}
 	}
+	req := InstallRequest{ID: id, Egress: egress, EgressSent: q.Has("egress"), Env: env}
 	body := http.MaxBytesReader(w, r.Body, s.cfg.Store.MaxBody())
 	code, err := s.cfg.Store.Put(body, q.Get("sha256"), func(c store.Code) error {
-		return s.Check(id, c.Manifest, egress, env)
+		req.Code = c
+		return s.Check(req)
 	})
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
@@ -144,7 +152,8 @@ func (s *Supervisor) handleInstall(w http.ResponseWriter, r *http.Request, id st
 		writeErr(w, statusFor(err), err)
 		return
 	}
-	st, outcome, err := s.Install(InstallRequest{ID: id, Code: code, Egress: egress, Env: env})
+	req.Code = code
+	st, outcome, err := s.Install(req)
 	if err != nil {
 		writeErr(w, statusFor(err), err)
 		return

@@ -405,6 +405,10 @@ type InstallRequest struct {
 	Code store.Code
 	// Egress is the owner's ?egress= value ("" for none).
 	Egress string
+	// EgressSent says the owner sent ?egress= at all. An upgrade without
+	// it keeps the grant the owner typed before (as env carries over); an
+	// empty ?egress= leaves the manifest's defaults alone.
+	EgressSent bool
 	// Env holds the owner's values; nil on an upgrade keeps the old
 	// values of keys the new manifest still declares.
 	Env map[string]string
@@ -433,14 +437,6 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 		return Status{}, 0, fmt.Errorf("%w: vat id %q is not [a-z0-9][a-z0-9-]{0,62}", ErrBadInput, req.ID)
 	}
 	m := req.Code.Manifest
-	if _, err := s.checkGrant(req.ID, m, req.Egress); err != nil {
-		return Status{}, 0, err
-	}
-	g, dropped, err := s.grantFor(req.Code, req.Egress)
-	if err != nil {
-		return Status{}, 0, err
-	}
-	s.logDropped(req.ID, dropped)
 	v, err := s.lockVat(req.ID, true)
 	if err != nil {
 		return Status{}, 0, err
@@ -457,9 +453,15 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 	v.mu.Unlock()
 	existed := old.rec.ID != ""
 
+	egress := ownerEgress(req, old.rec, existed)
+	var g []labels.Set
+	var dropped []grant.Dropped
 	env := req.Env
-	err = nil
-	if env == nil && existed {
+	_, err = s.checkGrant(req.ID, m, egress)
+	if err == nil {
+		g, dropped, err = s.grantFor(req.Code, egress)
+	}
+	if err == nil && env == nil && existed {
 		env, err = carryEnv(m, old.code.Manifest, old.rec.Env)
 	}
 	if err == nil {
@@ -471,7 +473,8 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 		}
 		return Status{}, 0, err
 	}
-	rec := store.Record{ID: req.ID, Code: req.Code.Ref(), Egress: req.Egress, Env: env, Installed: time.Now().UTC(), UID: old.rec.UID}
+	s.logDropped(req.ID, dropped)
+	rec := store.Record{ID: req.ID, Code: req.Code.Ref(), Egress: egress, Env: env, Installed: time.Now().UTC(), UID: old.rec.UID}
 	if rec.UID == 0 {
 		rec.UID = s.allocUID(v)
 	}
@@ -536,25 +539,39 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 
 // Check validates an install before its code is stored: the grant, and the
 // env values (or, on an upgrade without them, the old values carried over).
-func (s *Supervisor) Check(id string, m *manifest.Manifest, egress string, env map[string]string) error {
+func (s *Supervisor) Check(req InstallRequest) error {
+	id, m, env := req.ID, req.Code.Manifest, req.Env
 	if !labels.ValidVatID(id) {
 		return fmt.Errorf("%w: vat id %q is not [a-z0-9][a-z0-9-]{0,62}", ErrBadInput, id)
 	}
-	if _, err := s.checkGrant(id, m, egress); err != nil {
+	var old store.Record
+	var oldM *manifest.Manifest
+	v, existed := s.get(id)
+	if existed {
+		v.mu.Lock()
+		old, oldM = v.rec, v.code.Manifest
+		v.mu.Unlock()
+		existed = old.ID != ""
+	}
+	if _, err := s.checkGrant(id, m, ownerEgress(req, old, existed)); err != nil {
 		return err
 	}
-	if env == nil {
-		if v, ok := s.get(id); ok {
-			v.mu.Lock()
-			var err error
-			env, err = carryEnv(m, v.code.Manifest, v.rec.Env)
-			v.mu.Unlock()
-			if err != nil {
-				return err
-			}
+	if env == nil && existed {
+		var err error
+		if env, err = carryEnv(m, oldM, old.Env); err != nil {
+			return err
 		}
 	}
 	return checkEnv(m.Env, m.Sandbox.Files, env)
+}
+
+// ownerEgress is the grant the owner typed for this install: what it sent,
+// or, on an upgrade that sent no ?egress=, the one it typed before.
+func ownerEgress(req InstallRequest, old store.Record, existed bool) string {
+	if !req.EgressSent && existed {
+		return old.Egress
+	}
+	return req.Egress
 }
 
 // checkGrant checks what vat id's manifest asks for: its egress grant, and
