@@ -416,6 +416,34 @@ func TestParseURL(t *testing.T) {
 	}
 }
 
+// TestParseURLErrorsNameNoSecret: a refusal names the problem, not the
+// URL's text, so a logged refusal keeps no query, fragment or userinfo.
+func TestParseURLErrorsNameNoSecret(t *testing.T) {
+	for _, in := range []string{
+		"example.com/?key=SECRET#SECRET",
+		"//example.com/?key=SECRET#SECRET",
+		"http:example.com?key=SECRET#SECRET",
+		"http:///x?key=SECRET#SECRET",
+		"http://:80/?key=SECRET#SECRET",
+		"http://SECRET:SECRET@example.com/?key=SECRET#SECRET",
+		"http://example.com:%zz/?key=SECRET#SECRET",
+		"http://example.com/\x00?key=SECRET#SECRET",
+		"http://exa mple.com/?key=SECRET#SECRET",
+		"http://example.com/?key=SECRET#%zzSECRET",
+		"http://example.com/?key=SECRET+x y#SECRET",
+	} {
+		_, err := ParseURL(in)
+		if err == nil {
+			t.Errorf("ParseURL(%q) accepted", in)
+			continue
+		}
+		checkBad(t, "ParseURL", in, err)
+		if strings.Contains(err.Error(), "SECRET") {
+			t.Errorf("ParseURL(%q) error %q quotes the URL", in, err)
+		}
+	}
+}
+
 func TestDefaultPort(t *testing.T) {
 	for _, tt := range []struct {
 		scheme string

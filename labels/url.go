@@ -1,6 +1,7 @@
 package labels
 
 import (
+	"errors"
 	"net/url"
 	"strings"
 )
@@ -24,9 +25,17 @@ func DefaultPort(scheme string) uint16 {
 // empty or bad port, percent-escapes or zones in the host, and any URL
 // whose host net/url would read differently from the raw text (so the
 // switchboard and net/http can never disagree about where a request goes).
+// Its errors name the problem, never the URL's text: a URL's query or
+// userinfo may carry a credential, and refusals are logged.
 func ParseURL(raw string) (Request, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
+		// net/url's error quotes the whole URL; the reason here names
+		// only the problem, so that logging it keeps no query.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
 		return Request{}, badf("bad URL: %v", err)
 	}
 	var scheme string
@@ -36,12 +45,12 @@ func ParseURL(raw string) (Request, error) {
 	case "https", "wss":
 		scheme = "https"
 	case "":
-		return Request{}, badf("URL %q has no scheme (http, https, ws or wss)", raw)
+		return Request{}, badf("URL has no scheme (http, https, ws or wss)")
 	default:
 		return Request{}, badf("URL scheme %q not allowed (http, https, ws or wss)", u.Scheme)
 	}
 	if u.Opaque != "" {
-		return Request{}, badf("URL %q has no //host", raw)
+		return Request{}, badf("URL has no //host")
 	}
 	if u.User != nil {
 		return Request{}, badf("userinfo not allowed in URL")
@@ -56,14 +65,14 @@ func ParseURL(raw string) (Request, error) {
 	// "/?#". It must be exactly what net/url took as the host.
 	rest := raw[len(u.Scheme):]
 	if len(rest) < 3 || rest[0] != ':' || rest[1] != '/' || rest[2] != '/' {
-		return Request{}, badf("URL %q has no //host", raw)
+		return Request{}, badf("URL has no //host")
 	}
 	auth := rest[3:]
 	if i := strings.IndexAny(auth, "/?#"); i >= 0 {
 		auth = auth[:i]
 	}
 	if auth == "" {
-		return Request{}, badf("empty host in URL %q", raw)
+		return Request{}, badf("empty host in URL")
 	}
 	host, port, err := splitHostPort(auth, false)
 	if err != nil {

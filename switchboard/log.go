@@ -2,10 +2,16 @@ package switchboard
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
+	"net/url"
+	"strconv"
 	"strings"
 	"time"
+
+	"toybox/labels"
 )
 
 // Log attribute keys: constant, one record per decision.
@@ -50,4 +56,36 @@ func (h *handle) logDecision(op, target string, addrs []netip.Addr, vetted strin
 		slog.String(keyReason, reason),
 	)
 	_ = hd.Handle(ctx, r)
+}
+
+// logURL is how a request's or a WebSocket's URL is named in the log:
+// scheme://host:port/path, the port said even when it is the scheme's
+// default (as connect's and check's targets are). Userinfo, query and
+// fragment are left out: they carry credentials (user:pass@, ?key=) the
+// journal must not keep. A URL that does not read as an absolute URL is
+// named by a placeholder, never by its text.
+func logURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme == "" || u.Opaque != "" || u.Host == "" {
+		return fmt.Sprintf("(unparsable URL, %d bytes)", len(raw))
+	}
+	host, port := u.Hostname(), u.Port()
+	if port == "" {
+		scheme := u.Scheme
+		switch scheme {
+		case "ws":
+			scheme = "http"
+		case "wss":
+			scheme = "https"
+		}
+		if p := labels.DefaultPort(scheme); p != 0 {
+			port = strconv.Itoa(int(p))
+		}
+	}
+	if port != "" {
+		host = net.JoinHostPort(host, port)
+	} else if strings.Contains(host, ":") {
+		host = "[" + host + "]"
+	}
+	return u.Scheme + "://" + host + u.EscapedPath()
 }

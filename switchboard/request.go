@@ -131,7 +131,7 @@ func (h *handle) Request(ctx context.Context, call schema.Handle_request) error 
 		return err
 	}
 	fail := func(addrs []netip.Addr, err error) error {
-		h.logDecision("request", rawURL, addrs, "", false, err.Error())
+		h.logDecision("request", logURL(rawURL), addrs, "", false, err.Error())
 		return err
 	}
 	if !validMethod(method) {
@@ -142,7 +142,7 @@ func (h *handle) Request(ctx context.Context, call schema.Handle_request) error 
 		return fail(nil, refuse("%s", strings.TrimPrefix(err.Error(), labels.ErrBadLabel.Error()+": ")))
 	}
 	if strings.HasPrefix(rawURL, "ws") {
-		return fail(nil, refuse("request takes http or https URLs; use webSocket for %s", rawURL))
+		return fail(nil, refuse("request takes http or https URLs; use webSocket for %s", logURL(rawURL)))
 	}
 	hdrs, err := args.Headers()
 	if err != nil {
@@ -230,7 +230,7 @@ func (h *handle) Request(ctx context.Context, call schema.Handle_request) error 
 		responder.Release()
 		return err
 	}
-	h.logDecision("request", rawURL, d.addrs, firstVetted(d), true, d.reason)
+	h.logDecision("request", logURL(rawURL), d.addrs, firstVetted(d), true, d.reason)
 	go h.roundTrip(hreq, cancel, responder, pr)
 	return nil
 }

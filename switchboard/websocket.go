@@ -72,11 +72,11 @@ func (h *handle) WebSocket(ctx context.Context, call schema.Handle_webSocket) er
 		return err
 	}
 	fail := func(addrs []netip.Addr, vetted string, err error) error {
-		h.logDecision("webSocket", rawURL, addrs, vetted, false, err.Error())
+		h.logDecision("webSocket", logURL(rawURL), addrs, vetted, false, err.Error())
 		return err
 	}
 	if !strings.HasPrefix(rawURL, "ws://") && !strings.HasPrefix(rawURL, "wss://") {
-		return fail(nil, "", refuse("webSocket takes ws or wss URLs, not %q", rawURL))
+		return fail(nil, "", refuse("webSocket takes ws or wss URLs, not %s", logURL(rawURL)))
 	}
 	lreq, err := labels.ParseURL(rawURL)
 	if err != nil {
@@ -178,7 +178,7 @@ func (h *handle) WebSocket(ctx context.Context, call schema.Handle_webSocket) er
 		x.shut()
 		return err
 	}
-	h.logDecision("webSocket", rawURL, d.addrs, vetted, true, d.reason)
+	h.logDecision("webSocket", logURL(rawURL), d.addrs, vetted, true, d.reason)
 	go ws.readLoop()
 	return nil
 }

@@ -1,0 +1,109 @@
+package switchboard
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"golang.org/x/net/websocket"
+
+	"toybox/schema"
+)
+
+// TestLogURLKeepsNoSecrets: a request's or a WebSocket's URL is logged as
+// scheme://host:port/path: the userinfo, the query and the fragment the
+// caller sent (an API key in ?key=, a password in user:pass@) never reach
+// the journal, allowed or refused, in the target or in the reason.
+func TestLogURLKeepsNoSecrets(t *testing.T) {
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer hs.Close()
+	ws := httptest.NewServer(websocket.Server{
+		Handshake: func(*websocket.Config, *http.Request) error { return nil },
+		Handler:   func(c *websocket.Conn) { _, _ = io.Copy(c, c) },
+	})
+	defer ws.Close()
+	hport := hs.Listener.Addr().(*net.TCPAddr).Port
+	wport := ws.Listener.Addr().(*net.TCPAddr).Port
+	f := newFixture(t, nil)
+	f.dns.Set("web.test", mustAddr("127.0.0.1"))
+	c := dial(t, f.local)
+
+	rc, err := doRequest(t, c.root, "GET", fmt.Sprintf("http://web.test:%d/maps?key=SECRET#frag", hport), nil, "")
+	if err != nil || rc.status != 200 {
+		t.Fatalf("request with a query = %v, %v", rc, err)
+	}
+	mustContain(t, "log", f.log.String(), fmt.Sprintf(`"op":"request","target":"http://web.test:%d/maps","addresses":["127.0.0.1"],"vetted":"127.0.0.1:%d","allow":true`, hport, hport))
+	for _, u := range []string{
+		fmt.Sprintf("http://user:pass@web.test:%d/userinfo?key=SECRET#frag", hport),
+		fmt.Sprintf("ws://web.test:%d/wsscheme?key=SECRET#frag", hport),
+		"web.test/noscheme?key=SECRET#frag",
+		"http://web.test:%zz/badport?key=SECRET#frag",
+	} {
+		if _, err := doRequest(t, c.root, "GET", u, nil, ""); err == nil {
+			t.Errorf("request(%s) succeeded", u)
+		}
+	}
+	mustContain(t, "log", f.log.String(), fmt.Sprintf(`"op":"request","target":"http://web.test:%d/userinfo","addresses":[],"vetted":"","allow":false,"reason":"userinfo not allowed in URL"`, hport))
+	mustContain(t, "log", f.log.String(), fmt.Sprintf(`"op":"request","target":"ws://web.test:%d/wsscheme","addresses":[],"vetted":"","allow":false,"reason":"request takes http or https URLs; use webSocket for ws://web.test:%d/wsscheme"`, hport, hport))
+	mustContain(t, "log", f.log.String(), `"op":"request","target":"(unparsable URL, 33 bytes)","addresses":[],"vetted":"","allow":false,"reason":"URL has no scheme (http, https, ws or wss)"`)
+	mustContain(t, "log", f.log.String(), `"op":"request","target":"(unparsable URL, 43 bytes)","addresses":[],"vetted":"","allow":false,"reason":"bad URL: invalid port \":%zz\" after host"`)
+
+	webSocket := func(u string) error {
+		fut, release := c.root.WebSocket(context.Background(), func(p schema.Handle_webSocket_Params) error {
+			if err := p.SetUrl(u); err != nil {
+				return err
+			}
+			return p.SetDownstream(schema.MessageStream_ServerToClient(&msgCollector{got: make(chan struct{}, 16), closed: make(chan struct{})}))
+		})
+		defer release()
+		_, err := fut.Struct()
+		return err
+	}
+	if err := webSocket(fmt.Sprintf("ws://web.test:%d/chat?key=SECRET#frag", wport)); err != nil {
+		t.Fatalf("webSocket with a query: %v", err)
+	}
+	mustContain(t, "log", f.log.String(), fmt.Sprintf(`"op":"webSocket","target":"ws://web.test:%d/chat","addresses":["127.0.0.1"],"vetted":"127.0.0.1:%d","allow":true`, wport, wport))
+	for _, u := range []string{
+		fmt.Sprintf("ws://user:pass@web.test:%d/userinfo?key=SECRET#frag", wport),
+		fmt.Sprintf("http://web.test:%d/httpscheme?key=SECRET#frag", wport),
+	} {
+		if err := webSocket(u); err == nil {
+			t.Errorf("webSocket(%s) succeeded", u)
+		}
+	}
+	mustContain(t, "log", f.log.String(), fmt.Sprintf(`"op":"webSocket","target":"ws://web.test:%d/userinfo","addresses":[],"vetted":"","allow":false,"reason":"userinfo not allowed in URL"`, wport))
+	mustContain(t, "log", f.log.String(), fmt.Sprintf(`"op":"webSocket","target":"http://web.test:%d/httpscheme","addresses":[],"vetted":"","allow":false,"reason":"webSocket takes ws or wss URLs, not http://web.test:%d/httpscheme"`, wport, wport))
+
+	for _, secret := range []string{"SECRET", "pass", "user:", "frag"} {
+		if strings.Contains(f.log.String(), secret) {
+			t.Errorf("the log holds %q:\n%s", secret, f.log.String())
+		}
+	}
+}
+
+func TestLogURL(t *testing.T) {
+	for _, tt := range []struct{ raw, want string }{
+		{"http://example.com/a/b?key=s#f", "http://example.com:80/a/b"},
+		{"https://u:p@Example.com:8443/x%2Fy?q", "https://Example.com:8443/x%2Fy"},
+		{"ws://example.com", "ws://example.com:80"},
+		{"wss://[2001:db8::1]/s?t=1", "wss://[2001:db8::1]:443/s"},
+		{"ftp://[2001:db8::1]/f?x", "ftp://[2001:db8::1]/f"},
+		{"http://example.com/a b?key=s", "http://example.com:80/a%20b"},
+		{"example.com/?key=s", "(unparsable URL, 18 bytes)"},
+		{"http:example.com?key=s", "(unparsable URL, 22 bytes)"},
+		{"http://exa mple.com/?key=s", "(unparsable URL, 26 bytes)"},
+		{"http://example.com/\x00?key=s", "(unparsable URL, 26 bytes)"},
+		{"", "(unparsable URL, 0 bytes)"},
+	} {
+		if got := logURL(tt.raw); got != tt.want {
+			t.Errorf("logURL(%q) = %q; want %q", tt.raw, got, tt.want)
+		}
+	}
+}
