@@ -29,6 +29,7 @@ import (
 	"github.com/coreos/go-systemd/v22/activation"
 	"github.com/coreos/go-systemd/v22/daemon"
 
+	"toybox/cmd/internal/unixsock"
 	"toybox/labels"
 	"toybox/switchboard"
 	"toybox/switchboard/owner"
@@ -253,7 +254,7 @@ func activatedListeners() (map[string]*net.UnixListener, error) {
 		if _, dup := out[name]; dup {
 			return fail(fmt.Errorf("two activated sockets named %q", name))
 		}
-		if err := checkUnixListener(f); err != nil {
+		if err := unixsock.CheckListener(f); err != nil {
 			return fail(fmt.Errorf("activated fd %d (%s): %w", 3+i, name, err))
 		}
 		l, err := net.FileListener(f)

@@ -20,6 +20,7 @@ import (
 	"github.com/coreos/go-systemd/v22/activation"
 	"github.com/coreos/go-systemd/v22/daemon"
 
+	"toybox/cmd/internal/unixsock"
 	"toybox/vat/doors"
 	"toybox/vat/grant"
 	"toybox/vat/store"
@@ -35,7 +36,8 @@ const serveUsage = `usage: toybox serve --state DIR --switchboard PATH [--http A
 Runs the supervisor: every installed vat starts, the admin API is served on
 the admin socket (mode 0600) and each vat's app on the http socket as
 /<vat>/... . Under systemd socket activation the sockets named "http" and
-"admin" are used instead of --http and --admin.
+"admin" are used instead of --http and --admin; "admin" must be a unix
+socket (a TCP one is refused: every local user could reach it).
 
 Environment: TOYBOX_WALLS=off (kill switch: no walls at all),
 TOYBOX_WALLS_DEFAULT=off (this computer runs vats unwalled), TOYBOX_LOG=debug.
@@ -226,21 +228,9 @@ func addrOf(l net.Listener) string {
 // the supervisor was socket-activated, else those the flags name.
 func listeners(o serveOptions) (httpL, adminL net.Listener, cleanup func(), err error) {
 	cleanup = func() {}
-	named, err := activation.ListenersWithNames() // sets CloseOnExec on every activated fd
-	if err != nil {
-		return nil, nil, cleanup, fmt.Errorf("reading activated sockets: %w", err)
-	}
-	if len(named) > 0 {
-		if ls := named["http"]; len(ls) > 0 {
-			httpL = ls[0]
-		}
-		if ls := named["admin"]; len(ls) > 0 {
-			adminL = ls[0]
-		}
-		if adminL == nil {
-			return nil, nil, cleanup, errors.New("socket-activated without a socket named \"admin\"")
-		}
-		return httpL, adminL, cleanup, nil
+	if files := activation.Files(true); len(files) > 0 { // sets CloseOnExec, unsets the variables
+		httpL, adminL, err = activatedListeners(files)
+		return httpL, adminL, cleanup, err
 	}
 	if o.admin == "" {
 		return nil, nil, cleanup, errors.New("--admin PATH is required (or socket activation with a socket named \"admin\")")
@@ -274,6 +264,57 @@ func listeners(o serveOptions) (httpL, adminL net.Listener, cleanup func(), err 
 		}
 	}
 	return httpL, adminL, cleanup, nil
+}
+
+// activatedListeners takes the sockets systemd passed (files[i] is fd
+// 3+i, named by LISTEN_FDNAMES): the first named "http", and the first
+// named "admin", which must be a listening unix stream socket, as every
+// socket named "admin" must be: the admin API installs code, so only a
+// socket file's owner and mode may decide who reaches it, never TCP, which
+// every local user can connect to. A socket that fails is an error, not a
+// silent skip; sockets of other names are closed. Every file is closed
+// (the listeners hold duplicates).
+func activatedListeners(files []*os.File) (httpL, adminL net.Listener, err error) {
+	defer func() {
+		for _, f := range files {
+			_ = f.Close()
+		}
+		if err != nil {
+			for _, l := range []net.Listener{httpL, adminL} {
+				if l != nil {
+					_ = l.Close()
+				}
+			}
+			httpL, adminL = nil, nil
+		}
+	}()
+	for i, f := range files {
+		name := f.Name()
+		var take *net.Listener
+		switch name {
+		case "http":
+			take = &httpL
+		case "admin":
+			if err := unixsock.CheckListener(f); err != nil {
+				return httpL, adminL, fmt.Errorf("activated fd %d (admin): %w; the admin API is served only on a unix socket", 3+i, err)
+			}
+			take = &adminL
+		default:
+			continue
+		}
+		if *take != nil {
+			continue
+		}
+		l, err := net.FileListener(f)
+		if err != nil {
+			return httpL, adminL, fmt.Errorf("activated fd %d (%s): %w", 3+i, name, err)
+		}
+		*take = l
+	}
+	if adminL == nil {
+		return httpL, adminL, errors.New("socket-activated without a socket named \"admin\"")
+	}
+	return httpL, adminL, nil
 }
 
 // listenUnix listens on a unix socket created with mode (the umask is

@@ -389,6 +389,17 @@ type toyboxRig struct {
 // a test directory, holding the switchboard socket at sbPath.
 func startToybox(t testing.TB, notify *notifySocket, sbPath string) *toyboxRig {
 	t.Helper()
+	tb := launchToybox(t, notify, sbPath, "")
+	trigger(t, tb.proc, "unix", tb.admin)
+	return tb
+}
+
+// launchToybox is startToybox before the first connection. adminAddr, when
+// set, is where the socket named as toybox-admin.socket names it listens
+// instead of a unix socket in the test directory (a TCP address: what toybox
+// must refuse).
+func launchToybox(t testing.TB, notify *notifySocket, sbPath, adminAddr string) *toyboxRig {
+	t.Helper()
 	bin := binaries(t)
 	dir := t.TempDir()
 	// A root supervisor runs its walls as uid 65534, which must be able to
@@ -400,6 +411,9 @@ func startToybox(t testing.TB, notify *notifySocket, sbPath string) *toyboxRig {
 	}
 	state := filepath.Join(dir, "state")
 	admin := filepath.Join(dir, "admin.sock")
+	if adminAddr != "" {
+		admin = adminAddr
+	}
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	svc := readUnit(t, "toybox.service")
 	unitArgsRaw := strings.Fields(svc.get("Service", "ExecStart"))[1:]
@@ -417,7 +431,6 @@ func startToybox(t testing.TB, notify *notifySocket, sbPath string) *toyboxRig {
 	p := startActivated(t, "toybox",
 		[]listen{{httpAddr, httpName}, {admin, adminName}}, env,
 		append([]string{filepath.Join(bin, "toybox")}, args...)...)
-	trigger(t, p, "unix", admin)
 	return &toyboxRig{proc: p, http: httpAddr, admin: admin, state: state}
 }
 
@@ -468,6 +481,37 @@ func TestToyboxActivated(t *testing.T) {
 	// The http fd is the public side: it must not serve the admin API.
 	if code, _ := do(t, http.DefaultClient, http.MethodPut, "http://"+tb.http+"/alice", strings.NewReader("#!/bin/sh\n")); code == http.StatusCreated || code == http.StatusOK {
 		t.Errorf("PUT /alice on the http fd = %d; the public socket must never install", code)
+	}
+}
+
+// TestToyboxRefusesTCPAdmin: the fd named "admin" must be a unix socket.
+// Started with it on TCP (systemd-socket-activate -l 127.0.0.1:PORT
+// --fdname=admin, or a ListenStream= edited to a port), toybox served the
+// admin API, installing code, to every local user; it must refuse to start,
+// naming the fd, its name and what it is.
+func TestToyboxRefusesTCPAdmin(t *testing.T) {
+	notify := listenNotify(t, t.TempDir())
+	admin := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	tb := launchToybox(t, notify, filepath.Join(t.TempDir(), "switchboard.sock"), admin)
+	trigger(t, tb.proc, "tcp", admin)
+	deadline := time.After(readyTimeout)
+	for {
+		select {
+		case <-tb.proc.exited:
+			want := "activated fd 4 (admin): not a unix socket (domain 2, AF_INET)"
+			if tb.proc.err == nil || !strings.Contains(tb.proc.out.String(), want) {
+				t.Fatalf("toybox with its admin fd on TCP exited: %v\n%s\nwant a failure saying %q", tb.proc.err, tb.proc.out.String(), want)
+			}
+			return
+		case m := <-notify.msgs:
+			if !strings.Contains(m.text, "READY=1") {
+				continue
+			}
+			code, body := do(t, &http.Client{Timeout: 10 * time.Second}, http.MethodGet, "http://"+admin+"/", nil)
+			t.Fatalf("toybox started with its admin fd on TCP: GET / on %s = %d %q", admin, code, body)
+		case <-deadline:
+			t.Fatalf("toybox with its admin fd on TCP neither exited nor became ready within %v\n%s", readyTimeout, tb.proc.out.String())
+		}
 	}
 }
 

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// asFD returns a descriptor of what file-bearing x holds (a listener, a
+// packet conn, a file) as a file named name, the way activation.Files
+// names the fds systemd passed; x itself is closed.
+func asFD(t *testing.T, x interface {
+	File() (*os.File, error)
+	Close() error
+}, name string,
+) *os.File {
+	t.Helper()
+	if ul, ok := x.(*net.UnixListener); ok {
+		ul.SetUnlinkOnClose(false)
+	}
+	f, err := x.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = x.Close()
+	return renamed(t, f, name)
+}
+
+func renamed(t *testing.T, f *os.File, name string) *os.File {
+	t.Helper()
+	fd, err := syscall.Dup(int(f.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
+	g := os.NewFile(uintptr(fd), name)
+	t.Cleanup(func() { _ = g.Close() })
+	return g
+}
+
+// TestActivatedAdminMustBeAUnixListener: the socket named "admin" serves the
+// admin API (install code, remove vats), so toybox refuses to start when
+// systemd hands it anything but a listening unix stream socket under that
+// name: systemd-socket-activate -l 127.0.0.1:8799 --fdname=admin served the
+// admin API to every local user over TCP. The error names the fd, its name
+// and what it is.
+func TestActivatedAdminMustBeAUnixListener(t *testing.T) {
+	dir := t.TempDir()
+	n := 0
+	unixListener := func(name string) *os.File {
+		n++
+		l, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(dir, name+string(rune('0'+n))+".sock"), Net: "unix"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return asFD(t, l, name)
+	}
+	tcpListener := func(name string) (*os.File, string) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		return asFD(t, l.(*net.TCPListener), name), addr
+	}
+	udp := func(name string) *os.File {
+		c, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return asFD(t, c.(*net.UDPConn), name)
+	}
+	unixgram := func(name string) *os.File {
+		n++
+		c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: filepath.Join(dir, "g"+string(rune('0'+n))), Net: "unixgram"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return asFD(t, c, name)
+	}
+	seqpacket := func(name string) *os.File {
+		n++
+		l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: filepath.Join(dir, "p"+string(rune('0'+n))), Net: "unixpacket"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return asFD(t, l, name)
+	}
+	connected := func(name string) *os.File {
+		fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = syscall.Close(fds[1])
+		return renamed(t, os.NewFile(uintptr(fds[0]), "pair"), name)
+	}
+	regular := func(name string) *os.File {
+		f, err := os.Create(filepath.Join(dir, "plain"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return renamed(t, f, name)
+	}
+
+	httpTCP, httpAddr := tcpListener("http")
+	adminTCP, adminAddr := tcpListener("admin")
+	for _, tt := range []struct {
+		name  string
+		files []*os.File
+		want  string
+	}{
+		{"tcp admin", []*os.File{httpTCP, adminTCP}, "activated fd 4 (admin): not a unix socket (domain 2, AF_INET); the admin API is served only on a unix socket"},
+		{"udp admin", []*os.File{udp("admin")}, "activated fd 3 (admin): not a unix socket (domain 2, AF_INET)"},
+		{"datagram unix admin", []*os.File{unixgram("admin")}, "activated fd 3 (admin): not a stream socket (type 2, SOCK_DGRAM)"},
+		{"seqpacket unix admin", []*os.File{seqpacket("admin")}, "activated fd 3 (admin): not a stream socket (type 5, SOCK_SEQPACKET)"},
+		{"connected unix admin", []*os.File{unixListener("http"), connected("admin")}, "activated fd 4 (admin): not listening"},
+		{"regular file admin", []*os.File{regular("admin")}, "activated fd 3 (admin): not a socket"},
+		{"second admin on tcp", []*os.File{unixListener("admin"), func() *os.File { f, _ := tcpListener("admin"); return f }()}, "activated fd 4 (admin): not a unix socket (domain 2, AF_INET)"},
+		{"http on a file", []*os.File{regular("http"), unixListener("admin")}, "activated fd 3 (http): "},
+		{"no admin", []*os.File{unixListener("http")}, `socket-activated without a socket named "admin"`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h, a, err := activatedListeners(tt.files)
+			if err == nil || !strings.HasPrefix(err.Error(), tt.want) {
+				t.Errorf("activatedListeners = %v, %v, %v; want an error starting %q", h, a, err, tt.want)
+			}
+			if h != nil || a != nil {
+				t.Errorf("activatedListeners returned listeners with its error: %v, %v", h, a)
+			}
+		})
+	}
+	// Nothing the refused start took stays listening.
+	for _, addr := range []string{httpAddr, adminAddr} {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			_ = c.Close()
+			t.Errorf("%s still accepts after the refused start", addr)
+		}
+	}
+
+	httpTCP, _ = tcpListener("http")
+	h, a, err := activatedListeners([]*os.File{httpTCP, unixListener("other"), unixListener("admin")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	defer a.Close()
+	if h.Addr().Network() != "tcp" || a.Addr().Network() != "unix" || !strings.HasPrefix(a.Addr().String(), filepath.Join(dir, "admin")) {
+		t.Errorf("http %s %s, admin %s %s; want the tcp listener and the unix listener named admin", h.Addr().Network(), h.Addr(), a.Addr().Network(), a.Addr())
+	}
+}
