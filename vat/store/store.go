@@ -57,7 +57,32 @@ type Config struct {
 	MaxEntries int
 	// Logger receives one record per stored code. If nil, discarded.
 	Logger *slog.Logger
+	// CodeGID is the group stored code belongs to when the supervisor is
+	// root: walls run as other uids and hold it as a supplementary group,
+	// so they read their code and no other user of the host does. If
+	// zero, RootCodeGID when root; not root, code stays the supervisor's
+	// own (its walls run as its uid).
+	CodeGID int
 }
+
+// RootCodeGID is the default group of stored code under a root supervisor:
+// just below the walls' uids (supervisor.Config.UIDBase), a gid no account
+// of a normal host has.
+const RootCodeGID = 999999
+
+// Stored code is readable by its owner and group only: files 0640 (0750
+// when the bundle marks them executable), folders 0750. Bundles routinely
+// hold secrets (a .env, credentials files) and the code's path is no
+// secret (a wall's mount table and command line show it).
+const (
+	codeFileMode = 0o640
+	codeExecMode = 0o750
+	codeDirMode  = 0o750
+	// sealMark (in the state dir) records how code/ was sealed, so that
+	// code stored by an earlier version (world-readable) is sealed once at
+	// Open.
+	sealMark = ".code-sealed"
+)
 
 // Store is the code store and vat records. Safe for concurrent use.
 type Store struct {
@@ -151,9 +176,80 @@ func Open(cfg Config) (*Store, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	switch {
+	case cfg.CodeGID == 0 && os.Geteuid() == 0:
+		cfg.CodeGID = RootCodeGID
+	case os.Geteuid() != 0:
+		cfg.CodeGID = -1
+	}
 	st := &Store{cfg: cfg, log: log}
 	st.removeLeftovers()
+	if err := st.sealAll(); err != nil {
+		return nil, err
+	}
 	return st, nil
+}
+
+// CodeGID is the group walls must hold to read stored code, or -1 when
+// code belongs to the supervisor's own uid (not root).
+func (s *Store) CodeGID() int { return s.cfg.CodeGID }
+
+// seal makes the tree at dir (a code folder being stored) readable by its
+// owner and code group only. Symlinks are not followed.
+func (s *Store) seal(dir string) error {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if s.cfg.CodeGID >= 0 {
+			if err := os.Lchown(p, -1, s.cfg.CodeGID); err != nil {
+				return fmt.Errorf("sealing code: %w", err)
+			}
+		}
+		var mode fs.FileMode
+		switch {
+		case d.IsDir():
+			mode = codeDirMode
+		case d.Type().IsRegular():
+			fi, err := d.Info()
+			if err != nil {
+				return err
+			}
+			mode = codeFileMode
+			if fi.Mode()&0o111 != 0 {
+				mode = codeExecMode
+			}
+		default:
+			return nil // a symlink: its mode means nothing
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			return fmt.Errorf("sealing code: %w", err)
+		}
+		return nil
+	})
+}
+
+// sealAll seals every stored code folder once: those an earlier version
+// stored world-readable, or for another group.
+func (s *Store) sealAll() error {
+	mark := filepath.Join(s.cfg.StateDir, sealMark)
+	want := fmt.Sprintf("files %o/%o, folders %o, group %d\n", codeFileMode, codeExecMode, codeDirMode, s.cfg.CodeGID)
+	if b, err := os.ReadFile(mark); err == nil && string(b) == want {
+		return nil
+	}
+	ents, err := os.ReadDir(s.codeDir())
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if digestRe.MatchString(e.Name()) && e.IsDir() {
+			if err := s.seal(filepath.Join(s.codeDir(), e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	s.log.Info("stored code sealed", "code_gid", s.cfg.CodeGID, "folders", len(ents))
+	return os.WriteFile(mark, []byte(want), 0o600)
 }
 
 // removeLeftovers removes what uploads cut short by a crash left in code/
@@ -274,7 +370,7 @@ func (s *Store) Put(r io.Reader, want string, check func(Code) error) (Code, err
 			return Code{}, err
 		}
 	}
-	if err := os.Chmod(stage, 0o755); err != nil {
+	if err := s.seal(stage); err != nil {
 		return Code{}, err
 	}
 	if err := syncDir(stage); err != nil {

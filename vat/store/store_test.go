@@ -122,8 +122,8 @@ func TestPutGood(t *testing.T) {
 				t.Errorf("code/ = %v; want only [%s]", got, want)
 			}
 			fi, err := os.Stat(c.Dir)
-			if err != nil || fi.Mode().Perm() != 0o755 {
-				t.Errorf("code dir mode = %v, %v; want 0755", fi.Mode().Perm(), err)
+			if err != nil || fi.Mode().Perm() != codeDirMode {
+				t.Errorf("code dir mode = %v, %v; want %o", fi.Mode().Perm(), err, codeDirMode)
 			}
 			// The same bytes again: the same code, untouched.
 			before, _ := os.Stat(c.Dir)

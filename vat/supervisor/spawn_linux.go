@@ -106,6 +106,7 @@ func (s *Supervisor) spawnWalled(ctx context.Context, v *vat, code store.Code, r
 	}
 	if uid, gid := s.ids(rec); uid >= 0 {
 		spec.UID, spec.GID = uid, gid
+		spec.CodeGroup = s.cfg.Store.CodeGID()
 	}
 	p, err := s.cfg.Launch(ctx, spec, s.log)
 	if err != nil {
@@ -202,6 +203,9 @@ func (s *Supervisor) spawnUnwalled(v *vat, code store.Code, rec store.Record, gv
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if uid, gid := s.ids(rec); uid >= 0 {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}
+		if g := s.cfg.Store.CodeGID(); g > 0 {
+			cmd.SysProcAttr.Credential.Groups = []uint32{uint32(g)} // to read its code
+		}
 	}
 	// As wall.Start does: nothing of the supervisor's reaches the app but
 	// fds 0-3, not even a descriptor it inherited left open by its parent.

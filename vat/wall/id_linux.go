@@ -48,3 +48,22 @@ func kernelReal(p string, dir, noFollow bool) (real string, ok bool) {
 	}
 	return real, true
 }
+
+// mayReadExec reports whether a process with host ids uid, gid and the
+// supplementary group extra (0: none) may read and execute (a folder:
+// list and search) fi, by its mode bits: as its owner, as a member of its
+// group, or as others.
+func mayReadExec(fi os.FileInfo, uid, gid, extra int) bool {
+	perm := fi.Mode().Perm()
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case !ok:
+		return perm&0o005 == 0o005
+	case int(st.Uid) == uid:
+		return perm&0o500 == 0o500
+	case int(st.Gid) == gid || (extra > 0 && int(st.Gid) == extra):
+		return perm&0o050 == 0o050
+	default:
+		return perm&0o005 == 0o005
+	}
+}

@@ -11,3 +11,6 @@ func idOf(os.FileInfo) fileID { return fileID{} }
 
 // kernelReal cannot say off Linux: the caller walks the path.
 func kernelReal(string, bool, bool) (string, bool) { return "", false }
+
+// mayReadExec: off Linux only the bits for others are known to apply.
+func mayReadExec(fi os.FileInfo, _, _, _ int) bool { return fi.Mode().Perm()&0o005 == 0o005 }

@@ -676,8 +676,8 @@ func (b *planner) command() error {
 	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
 		return fmt.Errorf("%w: command %s is not an executable file", ErrSpec, c)
 	}
-	if b.p.HostUID >= 0 && fi.Mode().Perm()&0o005 != 0o005 && within(real, b.install) {
-		return fmt.Errorf("%w: command %s is not readable and executable by others (mode %v); the wall runs as uid %d", ErrSpec, c, fi.Mode().Perm(), b.p.HostUID)
+	if b.p.HostUID >= 0 && within(real, b.install) && !mayReadExec(fi, b.p.HostUID, b.p.HostGID, b.spec.CodeGroup) {
+		return fmt.Errorf("%w: command %s is not readable and executable by the wall (mode %v); the wall runs as uid %d", ErrSpec, c, fi.Mode().Perm(), b.p.HostUID)
 	}
 	argv[0] = c
 	switch {

@@ -77,6 +77,10 @@ type Spec struct {
 	// root (the app must never run as a uid mapped onto host root). If zero
 	// and the supervisor is root, 65534.
 	UID, GID int
+	// CodeGroup, when positive and the supervisor is root, is a
+	// supplementary group the wall keeps: the group stored code belongs to
+	// (vat/store seals it 0640/0750, owner and group only).
+	CodeGroup int
 	// ScanLimit bounds the entries scanned for secrets in one bound tree;
 	// a larger tree is not bound (the plan fails). If zero, MaxScanEntries.
 	ScanLimit int

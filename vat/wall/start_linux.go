@@ -326,6 +326,9 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if plan.HostUID >= 0 {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(plan.HostUID), Gid: uint32(plan.HostGID), Groups: []uint32{}}
+		if spec.CodeGroup > 0 {
+			cmd.SysProcAttr.Credential.Groups = []uint32{uint32(spec.CodeGroup)}
+		}
 	}
 	// Nothing of the supervisor's may reach the wall but what fds hands
 	// over: mark every descriptor close-on-exec (ExtraFiles are dup2'ed
@@ -419,7 +422,7 @@ func own(spec Spec, plan *Plan) error {
 	}
 	if fi, err := os.Stat(plan.Chdir); err != nil {
 		return fmt.Errorf("checking the install folder: %w", err)
-	} else if fi.Mode().Perm()&0o005 != 0o005 {
+	} else if !mayReadExec(fi, plan.HostUID, plan.HostGID, spec.CodeGroup) {
 		return fmt.Errorf("the install folder %s is not readable by uid %d (mode %v; fix: chmod o+rx)", plan.Chdir, plan.HostUID, fi.Mode().Perm())
 	}
 	state, err := filepath.EvalSymlinks(spec.StateDir)
