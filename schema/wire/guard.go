@@ -50,17 +50,25 @@ type Limits struct {
 	// full). Past it the connection ends with ErrCallBytes. If zero,
 	// DefaultCallBytes.
 	CallBytes int64
+	// AnswerBytes is how many bytes of this side's answers (the Return
+	// messages sent) the peer may leave unfinished: each is held, results
+	// included, until its Finish. Past it the connection ends with
+	// ErrAnswerBytes. A caller that finishes 250 ms after each Return, as
+	// go-capnp does, holds what it is answered in that time. If zero,
+	// DefaultAnswerBytes.
+	AnswerBytes int64
 }
 
 // The defaults of Limits. DefaultExports is above what the switchboard
 // lets one connection hold (its own limits answer first, with their
 // reasons).
 const (
-	DefaultUnfinished = 16384
-	DefaultBacklog    = 4096
-	DefaultExports    = 1 << 17
-	DefaultCaps       = 1024
-	DefaultCallBytes  = 1 << 30
+	DefaultUnfinished  = 16384
+	DefaultBacklog     = 4096
+	DefaultExports     = 1 << 17
+	DefaultCaps        = 1024
+	DefaultCallBytes   = 1 << 30
+	DefaultAnswerBytes = 1 << 30
 )
 
 func (l Limits) withDefaults() Limits {
@@ -79,6 +87,9 @@ func (l Limits) withDefaults() Limits {
 	if l.CallBytes <= 0 {
 		l.CallBytes = DefaultCallBytes
 	}
+	if l.AnswerBytes <= 0 {
+		l.AnswerBytes = DefaultAnswerBytes
+	}
 	return l
 }
 
@@ -92,10 +103,11 @@ const (
 
 // Errors that end a connection whose peer went past its Limits.
 var (
-	ErrUnfinished = errors.New("the peer left too many calls unfinished")
-	ErrExports    = errors.New("the peer holds too many capabilities")
-	ErrCaps       = errors.New("a message of the peer carries too many capabilities")
-	ErrCallBytes  = errors.New("the peer's unanswered calls hold too many bytes")
+	ErrUnfinished  = errors.New("the peer left too many calls unfinished")
+	ErrExports     = errors.New("the peer holds too many capabilities")
+	ErrCaps        = errors.New("a message of the peer carries too many capabilities")
+	ErrCallBytes   = errors.New("the peer's unanswered calls hold too many bytes")
+	ErrAnswerBytes = errors.New("the answers the peer left unfinished hold too many bytes")
 )
 
 // guard is a transport that enforces Limits.
@@ -113,6 +125,7 @@ type guard struct {
 	// answered and not finished, finishedFirst those finished before
 	// their Return was sent. Both are bounded by unfinished.
 	answered      map[uint32]answer
+	answerBytes   int64           // the sum of answered's sizes
 	finishedFirst map[uint32]bool // → releaseResultCaps
 	stale         int             // answered more than finishGrace ago, at the last count
 	counted       time.Time       // when stale was counted
@@ -123,10 +136,11 @@ type guard struct {
 }
 
 // answer is a question answered and not finished: the exports its results
-// handed over, and when.
+// handed over, when, and the bytes of its Return.
 type answer struct {
-	ids []uint32
-	at  time.Time
+	ids  []uint32
+	at   time.Time
+	size int64
 }
 
 func newGuard(t transport.Transport, lim Limits) *guard {
@@ -166,6 +180,15 @@ func (g *guard) RecvMessage() (transport.IncomingMessage, error) {
 	in, err := g.Transport.RecvMessage()
 	if err != nil {
 		return in, err
+	}
+	// Checked once the message came, not before the read: answers go out
+	// while the read waits, and the message that follows them ends it.
+	g.mu.Lock()
+	answerBytes := g.answerBytes
+	g.mu.Unlock()
+	if answerBytes > g.lim.AnswerBytes {
+		in.Release()
+		return nil, fmt.Errorf("%w: %d bytes (limit %d)", ErrAnswerBytes, answerBytes, g.lim.AnswerBytes)
 	}
 	m := in.Message()
 	if n := capsCarried(m); n > g.lim.Caps {
@@ -210,6 +233,7 @@ func (g *guard) RecvMessage() (transport.IncomingMessage, error) {
 			delete(g.unfinished, q)
 			if a, ok := g.answered[q]; ok {
 				delete(g.answered, q)
+				g.answerBytes -= a.size
 				if f.ReleaseResultCaps() {
 					for _, id := range a.ids {
 						g.release(id, 1)
@@ -316,6 +340,10 @@ func (g *guard) exported(m rpccp.Message) {
 			}
 		}
 		q := r.AnswerId()
+		var size int64
+		if sz, err := m.Message().TotalSize(); err == nil {
+			size = int64(sz)
+		}
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		if b, ok := g.callBytes[q]; ok {
@@ -328,7 +356,8 @@ func (g *guard) exported(m rpccp.Message) {
 				return // given back as they were sent
 			}
 		} else {
-			g.answered[q] = answer{ids: ids, at: time.Now()}
+			g.answered[q] = answer{ids: ids, at: time.Now(), size: size}
+			g.answerBytes += size
 		}
 		for _, id := range ids {
 			g.exports[id]++

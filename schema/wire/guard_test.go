@@ -1,10 +1,15 @@
 package wire
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net"
 	"os"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,7 +28,11 @@ const (
 	testMethod = 0 // returns nothing
 	testMint   = 1 // returns a new capability (a server of its own)
 	testBlock  = 2 // returns when its call is cancelled (holds the calls behind it)
+	testLarge  = 3 // returns largeAnswer bytes
 )
+
+// largeAnswer is the size of testLarge's results: a door's largest answer.
+const largeAnswer = 1 << 20
 
 // served starts an RPC server with a one-method bootstrap on one end of a
 // socketpair and returns it and the raw other end.
@@ -64,6 +73,19 @@ func bootstrap() capnp.Client {
 		Impl: func(ctx context.Context, _ *server.Call) error {
 			<-ctx.Done()
 			return ctx.Err()
+		},
+	}, {
+		Method: capnp.Method{InterfaceID: testIface, MethodID: testLarge},
+		Impl: func(_ context.Context, call *server.Call) error {
+			res, err := call.AllocResults(capnp.ObjectSize{PointerCount: 1})
+			if err != nil {
+				return err
+			}
+			d, err := capnp.NewData(res.Segment(), make([]byte, largeAnswer))
+			if err != nil {
+				return err
+			}
+			return res.SetPtr(0, d.ToPtr())
 		},
 	}}, nil, nil))
 }
@@ -187,6 +209,138 @@ func TestHeldCallBytesEndTheConnection(t *testing.T) {
 	case <-rc.Done():
 	case <-time.After(5 * time.Second):
 		t.Fatal("6 MiB of held calls kept the connection (limit 4 MiB)")
+	}
+}
+
+// syncBuffer is a log sink shared by the rpc goroutines and the test.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestUnfinishedAnswerBytesEndTheConnection: go-capnp keeps each answer,
+// results included, until its Finish. A peer that reads answers of large
+// results and never finishes them ends the connection, with a warning
+// naming the limit, at the first message it sends once past
+// Limits.AnswerBytes of them; fewer keep it.
+func TestUnfinishedAnswerBytesEndTheConnection(t *testing.T) {
+	const limit = 3*largeAnswer + largeAnswer/2
+	c, peer := served(t)
+	var logs syncBuffer
+	rc := c.RPCWith(bootstrap(), Logger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))), Limits{AnswerBytes: limit})
+	defer rc.Close()
+	returns := make(chan uint32, 16)
+	go func() {
+		defer close(returns)
+		dec := capnp.NewDecoder(peer)
+		for {
+			msg, err := dec.Decode()
+			if err != nil {
+				return
+			}
+			if m, err := rpccp.ReadRootMessage(msg); err == nil && m.Which() == rpccp.Message_Which_return {
+				r, _ := m.Return()
+				returns <- r.AnswerId()
+			}
+		}
+	}()
+	enc := capnp.NewEncoder(peer)
+	// answered sends calls from..to and waits for their Returns.
+	answered := func(from, to uint32, method uint16) bool {
+		for q := from; q <= to; q++ {
+			if err := enc.Encode(methodMsg(t, q, method)); err != nil {
+				t.Fatalf("call %d: %v", q, err)
+			}
+		}
+		deadline := time.After(10 * time.Second)
+		for q := from; q <= to; q++ {
+			select {
+			case got, ok := <-returns:
+				if !ok {
+					return false
+				}
+				if got != q {
+					t.Fatalf("return for question %d; want %d", got, q)
+				}
+			case <-deadline:
+				t.Fatalf("no return for question %d", q)
+			}
+		}
+		return true
+	}
+	if err := enc.Encode(bootstrapMsg(t)); err != nil {
+		t.Fatal(err)
+	}
+	if <-returns != 0 {
+		t.Fatal("want the bootstrap's return first")
+	}
+	// 3 MiB of answers unfinished: the next call is read and answered.
+	if !answered(1, 3, testLarge) || !answered(4, 4, testMethod) {
+		t.Fatal("3 MiB of unfinished answers ended the connection (limit 3.5 MiB)")
+	}
+	// 4 MiB: the next message read ends it.
+	if !answered(5, 5, testLarge) {
+		t.Fatal("the connection ended before the peer went past the limit")
+	}
+	_ = enc.Encode(callMsg(t, 6))
+	select {
+	case <-rc.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("4 MiB of unfinished answers kept the connection (limit 3.5 MiB)")
+	}
+	if q, ok := <-returns; ok {
+		t.Errorf("question %d answered past the limit", q)
+	}
+	got := logs.String()
+	if !strings.Contains(got, "level=WARN") || !strings.Contains(got, ErrAnswerBytes.Error()) || !strings.Contains(got, fmt.Sprintf("(limit %d)", limit)) {
+		t.Errorf("log = %q; want a warning naming %q and the limit", got, ErrAnswerBytes)
+	}
+}
+
+// TestFastCallerOfLargeAnswersKeepsTheConnection: go-capnp finishes each
+// call 250 ms after its Return, so a caller of large answers always holds
+// what it was answered in that time. One answered at about 100 MiB/s keeps
+// its connection under a 64 MiB limit however much it gets in all.
+func TestFastCallerOfLargeAnswersKeepsTheConnection(t *testing.T) {
+	const limit = 64 * largeAnswer
+	c, peer := served(t)
+	rc := c.RPCWith(bootstrap(), nil, Limits{AnswerBytes: limit})
+	defer rc.Close()
+	crc := NewConn(peer, false).RPC(capnp.Client{}, nil)
+	defer crc.Close()
+	boot := crc.Bootstrap(context.Background())
+	defer boot.Release()
+	start := time.Now()
+	const n = 3 * limit / largeAnswer
+	for i := 0; i < n; i++ {
+		next := time.Now().Add(10 * time.Millisecond)
+		ans, release := boot.SendCall(context.Background(), capnp.Send{
+			Method: capnp.Method{InterfaceID: testIface, MethodID: testLarge},
+		})
+		_, err := ans.Struct()
+		release()
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		time.Sleep(time.Until(next))
+	}
+	t.Logf("%d answers of %d bytes in %s", n, largeAnswer, time.Since(start))
+	select { // the last Finishes are read
+	case <-rc.Done():
+		t.Fatal("the connection ended; want it kept")
+	case <-time.After(500 * time.Millisecond):
 	}
 }
 
