@@ -37,6 +37,13 @@ func TestAddressClassesOverTheWire(t *testing.T) {
 		{"metadata v6", "fd00:ec2::254", false, false, "metadata", "metadata"},
 		{"alibaba metadata", "100.100.100.200", false, false, "metadata", "metadata"},
 		{"azure wire server", "168.63.129.16", false, false, "metadata", "metadata"},
+		{"equinix metal metadata", "192.80.8.124", false, false, "192.80.8.124 is a cloud metadata address", "metadata"},
+		{"scaleway metadata", "169.254.42.42", false, false, "metadata", "metadata"},
+		{"scaleway metadata v6", "fd00:42::42", false, false, "metadata", "metadata"},
+		{"gcp metadata v6", "fd20:ce::254", false, false, "metadata", "metadata"},
+		{"oracle metadata v6", "fd00:c1::a9fe:a9fe", false, false, "metadata", "metadata"},
+		{"linode metadata v6", "fd00:a9fe:a9fe::1", false, false, "metadata", "metadata"},
+		{"alibaba metadata v6", "fd00:100::100:200", false, false, "metadata", "metadata"},
 		{"unspecified", "0.0.0.0", false, false, "unspecified", "unspecified"},
 		{"unspecified v6", "::", false, false, "unspecified", "unspecified"},
 		{"broadcast", "255.255.255.255", false, false, "broadcast", "broadcast"},
@@ -118,6 +125,8 @@ func TestNames(t *testing.T) {
 	f.dns.Set("mixed6.test", A("8.8.8.8"), A("::1"))
 	f.dns.Set("meta.test", A("169.254.169.254"))
 	f.dns.Set("meta6.test", A("fd00:ec2::254"))
+	f.dns.Set("gcp-meta6.test", A("fd20:ce::254"))
+	f.dns.Set("equinix-meta.test", A("192.80.8.124"))
 	f.dns.Set("mapped.test", A("::ffff:10.0.0.1"))
 	f.dns.Set("empty.test")
 	f.dns.Set("pub.test", A("8.8.4.4"), A("2001:4860:4860::8888"))
@@ -142,6 +151,8 @@ func TestNames(t *testing.T) {
 		{"mixed v6 answers", "mixed6.test", false, true, "resolves to ::1", true},
 		{"metadata answer", "meta.test", false, false, "meta.test resolves to 169.254.169.254, a cloud metadata address", true},
 		{"metadata v6 answer", "meta6.test", false, false, "cloud metadata", true},
+		{"gcp metadata v6 answer", "gcp-meta6.test", false, false, "gcp-meta6.test resolves to fd20:ce::254, a cloud metadata address", true},
+		{"equinix metadata answer", "equinix-meta.test", false, false, "equinix-meta.test resolves to 192.80.8.124, a cloud metadata address", true},
 		{"mapped answer", "mapped.test", false, true, "embedding 10.0.0.1", true},
 		{"public answers", "pub.test", true, true, "", true},
 		{"deny list address", "denied-addr.test", false, false, "deny list", true},

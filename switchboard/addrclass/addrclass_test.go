@@ -63,6 +63,16 @@ var classTests = []struct {
 	{"azure wire server", "168.63.129.16", Never, "metadata"},
 	{"oracle metadata", "192.0.0.192", Never, "metadata"},
 	{"aws ipv6 metadata", "fd00:ec2::254", Never, "metadata"},
+	{"equinix metal metadata", "192.80.8.124", Never, "metadata"},
+	{"next to equinix metadata", "192.80.8.125", Public, "public"},
+	{"scaleway metadata", "169.254.42.42", Never, "metadata"},
+	{"scaleway ipv6 metadata", "fd00:42::42", Never, "metadata"},
+	{"gcp ipv6 metadata", "fd20:ce::254", Never, "metadata"},
+	{"oracle ipv6 metadata", "fd00:c1::a9fe:a9fe", Never, "metadata"},
+	{"linode ipv6 metadata", "fd00:a9fe:a9fe::1", Never, "metadata"},
+	{"alibaba ipv6 metadata", "fd00:100::100:200", Never, "metadata"},
+	{"mapped equinix metadata", "::ffff:192.80.8.124", Never, "metadata"},
+	{"nat64 equinix metadata", "64:ff9b::c050:87c", Never, "metadata"},
 
 	// IPv6 registry, row by row.
 	{"v6 loopback", "::1", Local, "loopback"},
@@ -149,6 +159,46 @@ func TestEveryRowCovered(t *testing.T) {
 		}
 		if !covered {
 			t.Errorf("row %s (%s) has no test case landing on it", r.prefix, r.what)
+		}
+	}
+}
+
+// metadataNameAddrs is what each cloud metadata name answers, as its
+// provider documents it, written by hand.
+var metadataNameAddrs = map[string][]string{
+	"metadata":                     {"169.254.169.254", "fd20:ce::254"}, // Google Cloud
+	"metadata.google.internal":     {"169.254.169.254", "fd20:ce::254"},
+	"metadata.goog":                {"169.254.169.254", "fd20:ce::254"},
+	"instance-data":                {"169.254.169.254", "fd00:ec2::254"}, // AWS
+	"instance-data.ec2.internal":   {"169.254.169.254", "fd00:ec2::254"},
+	"metadata.tencentyun.com":      {"169.254.0.23"},
+	"metadata.platformequinix.com": {"192.80.8.124"}, // Equinix Metal
+	"metadata.packet.net":          {"192.80.8.124"},
+	"metadata.azure.internal":      {"169.254.169.254", "168.63.129.16"},
+	"100-100-100-200.aliyun":       {"100.100.100.200", "fd00:100::100:200"}, // Alibaba Cloud
+}
+
+// TestMetadataNamesHaveRows ties every metadata name to the address rows
+// of its service: refusing the name alone leaves the address open to any
+// other name that answers it, or to the address written as it is.
+func TestMetadataNamesHaveRows(t *testing.T) {
+	for _, n := range MetadataNames {
+		if _, ok := metadataNameAddrs[n]; !ok {
+			t.Errorf("metadata name %q has no addresses in metadataNameAddrs: add what it answers, and a metadata row for each", n)
+		}
+	}
+	for n, addrs := range metadataNameAddrs {
+		if !IsMetadataName(n) {
+			t.Errorf("%q is in metadataNameAddrs but not in MetadataNames", n)
+		}
+		for _, s := range addrs {
+			a := netip.MustParseAddr(s)
+			if _, ok := longest(metadataRows, a); !ok {
+				t.Errorf("%s (answered by %s) is on no metadata row", a, n)
+			}
+			if v := Classify(a); v.Class != Never || !strings.Contains(v.What, "metadata") {
+				t.Errorf("Classify(%s) (answered by %s) = %+v; want never, a cloud metadata address", a, n, v)
+			}
 		}
 	}
 }

@@ -115,10 +115,32 @@ var metadataRows = []row{
 	{prefix: p("168.63.129.16/32"), class: Never, what: "a cloud metadata address", source: srcMeta},   // Azure wire server (public space)
 	{prefix: p("192.0.0.192/32"), class: Never, what: "a cloud metadata address", source: srcMeta},     // Oracle Cloud
 	{prefix: p("fd00:ec2::/32"), class: Never, what: "a cloud metadata address", source: srcMeta},      // AWS IPv6 instance services
+	// Equinix Metal (formerly Packet): what metadata.platformequinix.com
+	// and metadata.packet.net answer, in public space
+	// (deploy.equinix.com/developers/docs/metal/server-metadata/metadata/).
+	{prefix: p("192.80.8.124/32"), class: Never, what: "a cloud metadata address", source: srcMeta},
+	// Scaleway instance metadata, IPv4 and IPv6 (cloud-init's Scaleway
+	// datasource documentation).
+	{prefix: p("169.254.42.42/32"), class: Never, what: "a cloud metadata address", source: srcMeta},
+	{prefix: p("fd00:42::42/128"), class: Never, what: "a cloud metadata address", source: srcMeta},
+	// Google Cloud metadata server for IPv6 (cloud.google.com/compute/docs/
+	// metadata/querying-metadata).
+	{prefix: p("fd20:ce::254/128"), class: Never, what: "a cloud metadata address", source: srcMeta},
+	// Oracle Cloud IMDS over IPv6 (docs.oracle.com/en-us/iaas/Content/
+	// Compute/Tasks/gettingmetadata.htm).
+	{prefix: p("fd00:c1::a9fe:a9fe/128"), class: Never, what: "a cloud metadata address", source: srcMeta},
+	// Akamai (Linode) metadata service over IPv6 (cloud-init's Akamai
+	// datasource documentation).
+	{prefix: p("fd00:a9fe:a9fe::1/128"), class: Never, what: "a cloud metadata address", source: srcMeta},
+	// Alibaba Cloud ECS metadata over IPv6 (the IPv6 twin of
+	// 100.100.100.200; cloud-init's AliYun datasource, PR 6893).
+	{prefix: p("fd00:100::100:200/128"), class: Never, what: "a cloud metadata address", source: srcMeta},
 }
 
 // MetadataNames are host names of cloud metadata services. A name equal to
 // one of these, or below it, is refused on every handle before any lookup.
+// What each one answers is on metadataRows too (TestMetadataNamesHaveRows),
+// so no other name, and no address literal, reaches the same service.
 var MetadataNames = []string{
 	"metadata",
 	"metadata.google.internal",
