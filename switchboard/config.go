@@ -31,7 +31,9 @@ type Config struct {
 	// If empty, the system's resolver configuration is used.
 	Resolver string
 
-	// Deny lists prefixes that are never reachable, on any handle.
+	// Deny lists prefixes that are never reachable, on any handle. An
+	// IPv4-mapped prefix (::ffff:10.20.0.0/112) is taken as the IPv4
+	// prefix it maps (10.20.0.0/16); one shorter than /96 is an error.
 	Deny []netip.Prefix
 	// DenyNames lists host names that are never reachable, with every name
 	// below them.
@@ -280,7 +282,10 @@ func (f *File) deny() ([]netip.Prefix, []string, error) {
 			if err != nil {
 				return nil, nil, fmt.Errorf("%w: deny %q: %v", ErrConfig, d, err)
 			}
-			prefixes = append(prefixes, p.Masked())
+			if p, err = unmapPrefix(p); err != nil {
+				return nil, nil, fmt.Errorf("%w: deny %q: %v", ErrConfig, d, err)
+			}
+			prefixes = append(prefixes, p)
 		default:
 			if a, err := netip.ParseAddr(d); err == nil {
 				prefixes = append(prefixes, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
@@ -294,6 +299,21 @@ func (f *File) deny() ([]netip.Prefix, []string, error) {
 		}
 	}
 	return prefixes, names, nil
+}
+
+// unmapPrefix returns p masked, and an IPv4-mapped prefix
+// (::ffff:10.20.0.0/112) as the IPv4 prefix it maps (10.20.0.0/16): every
+// address is unmapped before it is matched, so a mapped prefix as written
+// would match nothing. A mapped prefix shorter than /96 reaches outside the
+// mapped space and is an error.
+func unmapPrefix(p netip.Prefix) (netip.Prefix, error) {
+	if !p.Addr().Is4In6() {
+		return p.Masked(), nil
+	}
+	if p.Bits() < 96 {
+		return netip.Prefix{}, fmt.Errorf("an IPv4-mapped prefix must be /96 or longer (::ffff:a.b.c.d/96+n is the IPv4 prefix a.b.c.d/n)")
+	}
+	return netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96).Masked(), nil
 }
 
 // Config returns the Server configuration the file describes. rootCAs is

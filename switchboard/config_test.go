@@ -23,6 +23,8 @@ func TestParseFile(t *testing.T) {
 		{"contradicting network", `{"sockets":{"public":{"network":"local"}}}`, "contradicts"},
 		{"vat in config", `{"sockets":{"local":{"vat":"a"}}}`, "supervisor"},
 		{"bad cidr", `{"deny":["10.0.0.0/33"]}`, "deny"},
+		{"mapped cidr", `{"deny":["::ffff:10.20.0.0/112"]}`, ""},
+		{"mapped cidr shorter than /96", `{"deny":["::ffff:10.20.0.0/80"]}`, `deny "::ffff:10.20.0.0/80": an IPv4-mapped prefix must be /96 or longer`},
 		{"bad name", `{"deny":["exa mple.com"]}`, "deny"},
 		{"bad resolver", `{"resolver":"dns.example:53"}`, "resolver"},
 		{"negative limit", `{"limits":{"calls":-1}}`, "negative"},
@@ -72,6 +74,26 @@ func TestParseFile(t *testing.T) {
 	}
 	if _, err := f.Config(nil, []byte("not pem")); err == nil {
 		t.Error("Config accepted rootCAs without a certificate")
+	}
+}
+
+// TestDenyMappedPrefix: a deny CIDR in IPv4-mapped form is read as the IPv4
+// prefix it maps, since every address is unmapped before it is matched.
+func TestDenyMappedPrefix(t *testing.T) {
+	f, err := ParseFile([]byte(`{"deny":["::ffff:10.20.0.0/112","::ffff:0:0/96","::ffff:10.30.0.7/128","::ffff:10.40.0.7","fd00::/8"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := f.Config(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range cfg.Deny {
+		got = append(got, p.String())
+	}
+	if want := "10.20.0.0/16 0.0.0.0/0 10.30.0.7/32 10.40.0.7/32 fd00::/8"; strings.Join(got, " ") != want {
+		t.Errorf("deny = %v; want %s", got, want)
 	}
 }
 

@@ -206,6 +206,60 @@ func TestNames(t *testing.T) {
 	})
 }
 
+// TestDenyMappedPrefixRefuses: a deny CIDR written in IPv4-mapped form,
+// from the file or in Config, refuses the IPv4 address, its mapped form
+// and a name answering either.
+func TestDenyMappedPrefixRefuses(t *testing.T) {
+	file, err := ParseFile([]byte(`{"deny":["::ffff:10.20.0.0/112"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromFile, err := file.Config(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	A := netip.MustParseAddr
+	for _, src := range []struct {
+		name string
+		deny []netip.Prefix
+	}{
+		{"file", fromFile.Deny},
+		{"config", []netip.Prefix{netip.MustParsePrefix("::ffff:10.20.0.0/112")}},
+	} {
+		t.Run(src.name, func(t *testing.T) {
+			f := newFixture(t, func(c *Config) { c.Deny = src.deny })
+			f.dns.Set("mapped.test", A("::ffff:10.20.1.1"))
+			f.dns.Set("v4.test", A("10.20.1.1"))
+			f.dns.Set("next.test", A("10.21.0.1"))
+			loc := dial(t, f.local)
+			ctx := context.Background()
+			for _, h := range []string{"10.20.1.1", "::ffff:10.20.1.1", "mapped.test", "v4.test"} {
+				got, err := check(ctx, loc.root, "tcp", h, 80)
+				if err != nil {
+					t.Fatalf("check(%s): %v", h, err)
+				}
+				if got.allow {
+					t.Errorf("check(%s) admitted %v on the local socket; 10.20.0.0/16 is denied", h, got.addrs)
+				} else {
+					mustContain(t, h+" reason", got.reason, "deny list (10.20.0.0/16)")
+				}
+			}
+			for _, h := range []string{"10.21.0.1", "next.test"} {
+				if got, err := check(ctx, loc.root, "tcp", h, 80); err != nil || !got.allow {
+					t.Errorf("check(%s) = %+v, %v; want admitted (outside the denied prefix)", h, got, err)
+				}
+			}
+		})
+	}
+	s, err := New(Config{Deny: []netip.Prefix{netip.MustParsePrefix("::ffff:10.20.0.0/80")}, OwnAddrs: []netip.Addr{}})
+	if err == nil {
+		_ = s.Close()
+	}
+	if !errors.Is(err, ErrConfig) {
+		t.Errorf("New with a mapped prefix shorter than /96 = %v; want ErrConfig", err)
+	}
+}
+
 // TestNotGrantedNameIsNeverResolved: labels are decided before DNS, so a
 // name the handle was not granted never leaves through a lookup.
 func TestNotGrantedNameIsNeverResolved(t *testing.T) {

@@ -52,6 +52,15 @@ func New(cfg Config) (*Server, error) {
 	if cfg.ResolveTimeout == 0 {
 		cfg.ResolveTimeout = 5 * time.Second
 	}
+	deny := make([]netip.Prefix, 0, len(cfg.Deny))
+	for _, p := range cfg.Deny {
+		u, err := unmapPrefix(p)
+		if err != nil {
+			return nil, fmt.Errorf("%w: Deny %s: %v", ErrConfig, p, err)
+		}
+		deny = append(deny, u)
+	}
+	cfg.Deny = deny
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
