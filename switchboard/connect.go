@@ -135,11 +135,23 @@ func (h *handle) Connect(ctx context.Context, call schema.Handle_connect) error 
 }
 
 // checkHello requires hello to be a ClientHello whose SNI is host (when
-// host is a name); an IP literal target takes no SNI.
+// host is a name); an IP literal target takes no SNI. A hello that carries
+// an encrypted ClientHello (ECH) or encrypted SNI is refused: a front
+// shared by many names would serve the one inside, which the switchboard
+// cannot read, whatever the outer SNI says. That refuses ECH GREASE too
+// (a client sending it with no ECH config at hand), which cannot be told
+// from the real thing.
 func checkHello(hello []byte, host string) error {
-	sni, err := parseClientHello(hello)
+	sni, encrypted, err := parseClientHello(hello)
 	if err != nil {
 		return refuse("the stream does not open with a valid TLS ClientHello: %v", err)
+	}
+	if encrypted != 0 {
+		what := "encrypted_client_hello"
+		if encrypted == extESNI {
+			what = "encrypted_server_name (ESNI, ECH's earlier draft)"
+		}
+		return refuse("the ClientHello carries %s: an encrypted ClientHello (ECH) hides the name the grant is for; connect with ECH off (ECH GREASE included)", what)
 	}
 	if _, isIP := parseLiteral(host); isIP {
 		if sni != "" {

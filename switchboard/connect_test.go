@@ -384,6 +384,45 @@ func TestConnectHTTPS(t *testing.T) {
 	}
 }
 
+// TestConnectHTTPSRefusesECH: an https connect whose ClientHello names the
+// granted host outside and carries an encrypted ClientHello is refused
+// before any dial; the same connect with a plain hello goes through.
+func TestConnectHTTPSRefusesECH(t *testing.T) {
+	dialled := make(chan []byte, 4)
+	_, port := serveTCP(t, func(c net.Conn) {
+		b := make([]byte, 5)
+		_, _ = io.ReadFull(c, b)
+		dialled <- b
+	})
+	f := newFixture(t, nil)
+	f.dns.Set("public.test", mustAddr("127.0.0.1"))
+	c := dial(t, f.local)
+	ctx := context.Background()
+	_, err := c.connectFD(ctx, c.root, "https", "public.test", port, echHello(t, "secret.test", "public.test"))
+	if err == nil {
+		t.Fatal("an https connect carrying an encrypted ClientHello succeeded")
+	}
+	mustContain(t, "refusal", err.Error(), "egress refused: the ClientHello carries encrypted_client_hello: an encrypted ClientHello (ECH) hides the name the grant is for")
+	conn, err := c.connectFD(ctx, c.root, "https", "public.test", port, realHello(t, "public.test"))
+	if err != nil {
+		t.Fatalf("https connect with a plain hello: %v", err)
+	}
+	defer conn.Close()
+	select {
+	case b := <-dialled:
+		if b[0] != 22 {
+			t.Errorf("the remote's first bytes = % x; want the ClientHello", b)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the plain hello never reached the remote")
+	}
+	select {
+	case <-dialled:
+		t.Error("the remote saw two connections; the ECH one was dialled")
+	default:
+	}
+}
+
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
