@@ -35,8 +35,10 @@ type Config struct {
 	// IPv4-mapped prefix (::ffff:10.20.0.0/112) is taken as the IPv4
 	// prefix it maps (10.20.0.0/16); one shorter than /96 is an error.
 	Deny []netip.Prefix
-	// DenyNames lists host names that are never reachable, with every name
-	// below them.
+	// DenyNames lists host names no handle may ask for, with every name
+	// below them: a filter on the name asked for, judged before any
+	// lookup. The CNAMEs of an answer are not judged by name, and any other
+	// name may answer the same addresses: Deny is what keeps addresses out.
 	DenyNames []string
 	// PublicNames lists this host's own public names: never reachable.
 	// The addresses they resolve to (re-resolved every 15s) are added to
@@ -126,7 +128,8 @@ type File struct {
 	// Sockets holds the labels of each socket's root handle, by socket
 	// name ("public" or "local"). network comes from the name.
 	Sockets map[string]json.RawMessage `json:"sockets,omitempty"`
-	// Deny lists CIDRs, addresses and host names never reachable.
+	// Deny lists CIDRs and addresses never reachable, and host names no
+	// handle may ask for (see Config.DenyNames).
 	Deny []string `json:"deny,omitempty"`
 	// PublicNames lists this host's own public names.
 	PublicNames []string `json:"publicNames,omitempty"`

@@ -260,6 +260,53 @@ func TestDenyMappedPrefixRefuses(t *testing.T) {
 	}
 }
 
+// TestDenyNameIsTheAskedName pins what a denied name is: a filter on the
+// name asked for (and the names below it), judged before any lookup. A
+// name whose answer is a CNAME to a denied name is judged by its addresses,
+// like any name that answers the same addresses; denying the addresses is
+// what keeps a service out.
+func TestDenyNameIsTheAskedName(t *testing.T) {
+	A := netip.MustParseAddr
+	for _, tt := range []struct {
+		name  string
+		deny  []netip.Prefix
+		allow bool
+		why   string
+	}{
+		{"name denied", nil, true, ""},
+		{"name and address denied", []netip.Prefix{netip.MustParsePrefix("8.8.8.8/32")}, false, "alias.test resolves to 8.8.8.8, an address on the operator's deny list"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, func(c *Config) {
+				c.DenyNames = []string{"tracker.test"}
+				c.Deny = tt.deny
+			})
+			f.dns.Set("tracker.test", A("8.8.8.8"))
+			f.dns.SetCNAME("alias.test", "tracker.test")
+			pub := dial(t, f.public)
+			ctx := context.Background()
+			got, err := check(ctx, pub.root, "tcp", "tracker.test", 443)
+			if err != nil || got.allow {
+				t.Fatalf("check(tracker.test) = %+v, %v; want refused", got, err)
+			}
+			mustContain(t, "reason", got.reason, "tracker.test is a name on the operator's deny list")
+			got, err = check(ctx, pub.root, "tcp", "alias.test", 443)
+			if err != nil {
+				t.Fatalf("check(alias.test): %v", err)
+			}
+			if len(got.addrs) != 1 || got.addrs[0] != "8.8.8.8" {
+				t.Fatalf("alias.test resolved to %v; want the CNAME target's 8.8.8.8", got.addrs)
+			}
+			if got.allow != tt.allow {
+				t.Errorf("check(alias.test).allow = %v (%s); want %v", got.allow, got.reason, tt.allow)
+			}
+			if !tt.allow {
+				mustContain(t, "reason", got.reason, tt.why)
+			}
+		})
+	}
+}
+
 // TestNotGrantedNameIsNeverResolved: labels are decided before DNS, so a
 // name the handle was not granted never leaves through a lookup.
 func TestNotGrantedNameIsNeverResolved(t *testing.T) {

@@ -192,8 +192,8 @@ func matchName(names []string, host string) bool {
 type Classifier struct {
 	// Deny lists prefixes that are never reachable (class never).
 	Deny []netip.Prefix
-	// DenyNames lists host names that are never reachable, with every name
-	// below them.
+	// DenyNames lists host names refused when asked for, with every name
+	// below them (Name judges the name asked, not where its answer leads).
 	DenyNames []string
 	// Own lists this host's addresses (every interface). They are never
 	// public: class local, and loopback (a connection to them reaches this
@@ -247,8 +247,10 @@ func (c *Classifier) Addr(a netip.Addr) Verdict {
 }
 
 // Name judges a host name before any lookup: a metadata name, a denied name
-// or one of this host's public names is never reachable. ok is false when
-// the name itself says nothing and its addresses decide.
+// or one of this host's public names is refused. It sees only the name
+// asked for: a name that is a CNAME to one of these is judged by its
+// addresses. ok is false when the name itself says nothing and its
+// addresses decide.
 func (c *Classifier) Name(host string) (v Verdict, ok bool) {
 	switch {
 	case IsMetadataName(host):

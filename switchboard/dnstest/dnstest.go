@@ -1,6 +1,7 @@
 // Package dnstest is a tiny authoritative DNS responder on a local UDP
 // socket, for tests: each name answers what the test sets (A and AAAA from
-// the same list), can change between lookups, and counts its queries.
+// the same list, or a CNAME to another name it knows), can change between
+// lookups, and counts its queries.
 package dnstest
 
 import (
@@ -23,6 +24,7 @@ type Server struct {
 
 	mu      sync.Mutex
 	names   map[string]AnswerFunc
+	cnames  map[string]string
 	queries map[string]int // by "name/type"
 	delay   map[string]time.Duration
 	done    chan struct{}
@@ -35,7 +37,7 @@ func New(addr string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{pc: pc, names: map[string]AnswerFunc{}, queries: map[string]int{}, delay: map[string]time.Duration{}, done: make(chan struct{})}
+	s := &Server{pc: pc, names: map[string]AnswerFunc{}, cnames: map[string]string{}, queries: map[string]int{}, delay: map[string]time.Duration{}, done: make(chan struct{})}
 	go s.loop()
 	return s, nil
 }
@@ -61,6 +63,14 @@ func (s *Server) SetFunc(name string, f AnswerFunc) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.names[canon(name)] = f
+}
+
+// SetCNAME makes name an alias of target: its answer is a CNAME record to
+// target followed by target's addresses, as a recursive resolver gives it.
+func (s *Server) SetCNAME(name, target string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cnames[canon(name)] = canon(target)
 }
 
 // SetDelay delays every answer for name.
@@ -134,7 +144,11 @@ func (s *Server) answer(q []byte, from net.Addr) {
 	}
 	typ := map[uint16]string{1: "A", 28: "AAAA"}[qtype]
 	s.mu.Lock()
+	target, alias := s.cnames[canon(name)]
 	f, known := s.names[canon(name)]
+	if alias {
+		f, known = s.names[target]
+	}
 	key := canon(name) + "/" + typ
 	s.queries[key]++
 	count := s.queries[key]
@@ -159,12 +173,28 @@ func (s *Server) answer(q []byte, from net.Addr) {
 	}
 	resp = binary.BigEndian.AppendUint16(resp, flags)
 	resp = binary.BigEndian.AppendUint16(resp, 1)
-	resp = binary.BigEndian.AppendUint16(resp, uint16(len(answers)))
+	n := len(answers)
+	if alias {
+		n++
+	}
+	resp = binary.BigEndian.AppendUint16(resp, uint16(n))
 	resp = binary.BigEndian.AppendUint16(resp, 0)
 	resp = binary.BigEndian.AppendUint16(resp, 0)
 	resp = append(resp, q[12:end]...)
+	owner := []byte{0xc0, 12} // pointer to the question name
+	if alias {
+		at := len(resp) + 12 // where the target's name will start
+		resp = append(resp, owner...)
+		resp = binary.BigEndian.AppendUint16(resp, 5) // CNAME
+		resp = binary.BigEndian.AppendUint16(resp, 1)
+		resp = binary.BigEndian.AppendUint32(resp, 0)
+		wire := encodeName(target)
+		resp = binary.BigEndian.AppendUint16(resp, uint16(len(wire)))
+		resp = append(resp, wire...)
+		owner = []byte{0xc0 | byte(at>>8), byte(at)}
+	}
 	for _, a := range answers {
-		resp = append(resp, 0xc0, 12) // pointer to the question name
+		resp = append(resp, owner...)
 		resp = binary.BigEndian.AppendUint16(resp, qtype)
 		resp = binary.BigEndian.AppendUint16(resp, 1)
 		resp = binary.BigEndian.AppendUint32(resp, 0)
@@ -173,4 +203,14 @@ func (s *Server) answer(q []byte, from net.Addr) {
 		resp = append(resp, b...)
 	}
 	_, _ = s.pc.WriteTo(resp, from)
+}
+
+// encodeName returns name in DNS wire form (labels, then the root).
+func encodeName(name string) []byte {
+	var b []byte
+	for _, l := range strings.Split(name, ".") {
+		b = append(b, byte(len(l)))
+		b = append(b, l...)
+	}
+	return append(b, 0)
 }
