@@ -89,10 +89,12 @@ func (s Set) Admit(r Request) Decision {
 // Constrain returns base narrowed by narrow. Labels accumulate: a key set
 // on one side only is taken; a key set on both must agree, else the error
 // wraps ErrConflict and names the key and both values. Ports compare as
-// written (explicit ports only). network is ordered: a local base narrowed
-// to public is public; a public base asked to become local is an error
-// wrapping ErrWiden. Both sets are validated first (errors wrap
-// ErrBadLabel). Whatever the result admits, base and narrow both admit.
+// canonical: {"scheme":"https"} is on port 443 (Canonical), so narrowing it
+// to {"port":8443}, or {"port":8443} to {"scheme":"https"}, is a conflict.
+// network is ordered: a local base narrowed to public is public; a public
+// base asked to become local is an error wrapping ErrWiden. Both sets are
+// validated first (errors wrap ErrBadLabel). Whatever the result admits,
+// base and narrow both admit.
 func Constrain(base, narrow Set) (Set, error) {
 	b, err := Canonical(base)
 	if err != nil {

@@ -14,8 +14,12 @@
 //     matches its addresses, a grant for example.com does not admit
 //     www.example.com, and there are no wildcards.
 //   - A request's port 0 is first defaulted from its scheme (http 80,
-//     https 443); an explicit port in a set must equal it. A set with a
-//     scheme but no port admits that scheme on any port.
+//     https 443); a port in a set must equal it. A set with scheme http or
+//     https and no port means the scheme's default port, as a URL does
+//     (Canonical writes it in, so {"scheme":"https"} reads as
+//     {"port":443,"scheme":"https"}); https on another port is granted
+//     only by naming the port. tcp has no default: a tcp set without a
+//     port admits tcp on any port.
 //   - network is ordered: "public" is narrower than "local". A public set
 //     admits only requests whose address class is public; a local set
 //     admits both classes.

@@ -34,9 +34,9 @@ func Example() {
 		fmt.Println(d.Allow, d.Reason)
 	}
 	// Output:
-	// {"host":"api.example.com","network":"public","scheme":"https","vat":"weather"}
-	// true granted by {"host":"api.example.com","network":"public","scheme":"https","vat":"weather"}
-	// true granted by {"host":"api.example.com","network":"public","scheme":"https","vat":"weather"}
+	// {"host":"api.example.com","network":"public","port":443,"scheme":"https","vat":"weather"}
+	// true granted by {"host":"api.example.com","network":"public","port":443,"scheme":"https","vat":"weather"}
+	// false port 8443 not granted
 	// false egress to example.org not granted
 	// false scheme http not granted
 }

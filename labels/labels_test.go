@@ -188,6 +188,9 @@ var setCases = []struct {
 	{"white space", " \n{ \"network\" : \"local\" }\t", Set{Network: "local"}, ""},
 	{"port string", `{"port":"80"}`, Set{Port: 80}, ""},
 	{"tcp", `{"scheme":"tcp","port":22}`, Set{Scheme: "tcp", Port: 22}, ""},
+	{"https alone is 443", `{"host":"a.com","scheme":"https"}`, Set{Scheme: "https", Host: "a.com", Port: 443}, ""},
+	{"http alone is 80", `{"scheme":"HTTP"}`, Set{Scheme: "http", Port: 80}, ""},
+	{"tcp alone has no port", `{"scheme":"tcp"}`, Set{Scheme: "tcp"}, ""},
 	{"ipv6 host", `{"host":"[::1]"}`, Set{Host: "::1"}, ""},
 	{"escaped key", `{"ho\u0073t":"a.com"}`, Set{Host: "a.com"}, ""},
 	{"origin manifest", `{"host":"a.com","origin":"manifest"}`, Set{Host: "a.com", Origin: OriginManifest}, ""},
@@ -285,7 +288,7 @@ func TestMarshalJSON(t *testing.T) {
 		want   string
 		errSub string
 	}{
-		{"canonicalises", Set{Host: "Example.COM.", Scheme: "HTTP"}, `{"host":"example.com","scheme":"http"}`, ""},
+		{"canonicalises", Set{Host: "Example.COM.", Scheme: "HTTP"}, `{"host":"example.com","port":80,"scheme":"http"}`, ""},
 		{"embedded", Set{Port: 22}, `{"port":22}`, ""},
 		{"refuses bad host", Set{Host: "*.a.com"}, "", "wildcard"},
 		{"refuses bad network", Set{Network: "lan"}, "", "network"},
@@ -315,7 +318,7 @@ var grantCases = []struct {
 	errSub   string
 }{
 	{"object", `{"host":"example.com","port":443}`, []Set{{Host: "example.com", Port: 443}}, ""},
-	{"list", `[{"host":"a.com"},{"host":"b.com","scheme":"https"}]`, []Set{{Host: "a.com"}, {Host: "b.com", Scheme: "https"}}, ""},
+	{"list", `[{"host":"a.com"},{"host":"b.com","scheme":"https"}]`, []Set{{Host: "a.com"}, {Host: "b.com", Scheme: "https", Port: 443}}, ""},
 	{"list with spaces", " [ {\"network\":\"public\"} ] ", []Set{{Network: "public"}}, ""},
 	{"legacy name", "example.com", []Set{{Host: "example.com"}}, ""},
 	{"legacy name and port", "Example.com:8443", []Set{{Host: "example.com", Port: 8443}}, ""},
@@ -498,17 +501,21 @@ var constrainCases = []struct {
 	{name: "origin bad value", base: Set{}, narrow: Set{Origin: "owner"}, wantErr: ErrBadLabel, errSub: `origin "owner" not allowed`},
 	{"zero and zero", Set{}, Set{}, Set{}, nil, ""},
 	{"accumulate", Set{Network: "public"}, Set{Host: "a.com", Port: 443}, Set{Network: "public", Host: "a.com", Port: 443}, nil, ""},
-	{"narrow empty keeps base", Set{Host: "a.com", Scheme: "https"}, Set{}, Set{Host: "a.com", Scheme: "https"}, nil, ""},
+	{"narrow empty keeps base", Set{Host: "a.com", Scheme: "https", Port: 443}, Set{}, Set{Host: "a.com", Scheme: "https", Port: 443}, nil, ""},
 	{"same host", Set{Host: "a.com"}, Set{Host: "a.com"}, Set{Host: "a.com"}, nil, ""},
 	{"canonicalises narrow", Set{Host: "a.com"}, Set{Host: "A.COM."}, Set{Host: "a.com"}, nil, ""},
 	{"add vat", Set{Network: "public", Host: "a.com"}, Set{Vat: "v1"}, Set{Network: "public", Host: "a.com", Vat: "v1"}, nil, ""},
 	{"local to public", Set{Network: "local"}, Set{Network: "public"}, Set{Network: "public"}, nil, ""},
 	{"public stays public", Set{Network: "public"}, Set{Network: "public"}, Set{Network: "public"}, nil, ""},
-	{"scheme with other port", Set{Scheme: "https"}, Set{Port: 8443}, Set{Scheme: "https", Port: 8443}, nil, ""},
+	{"scheme alone and its default port", Set{Scheme: "https"}, Set{Port: 443}, Set{Scheme: "https", Port: 443}, nil, ""},
+	{"tcp alone takes a port", Set{Scheme: "tcp"}, Set{Port: 22}, Set{Scheme: "tcp", Port: 22}, nil, ""},
+	{"scheme and port in one set", Set{Host: "a.com"}, Set{Scheme: "https", Port: 8443}, Set{Host: "a.com", Scheme: "https", Port: 8443}, nil, ""},
 
 	{"host conflict", Set{Host: "a.com"}, Set{Host: "b.com"}, Set{}, ErrConflict, `host "a.com" (handle) vs "b.com" (requested)`},
 	{"port conflict", Set{Port: 443}, Set{Port: 80}, Set{}, ErrConflict, "port 443 (handle) vs 80 (requested)"},
 	{"scheme conflict", Set{Scheme: "https"}, Set{Scheme: "http"}, Set{}, ErrConflict, `scheme "https" (handle) vs "http" (requested)`},
+	{"scheme alone is its default port", Set{Scheme: "https"}, Set{Port: 8443}, Set{}, ErrConflict, "port 443 (handle) vs 8443 (requested)"},
+	{"port, then scheme alone", Set{Port: 8443}, Set{Scheme: "https"}, Set{}, ErrConflict, "port 8443 (handle) vs 443 (requested)"},
 	{"vat conflict", Set{Vat: "a"}, Set{Vat: "b"}, Set{}, ErrConflict, `vat "a" (handle) vs "b" (requested)`},
 	{"public to local", Set{Network: "public"}, Set{Network: "local"}, Set{}, ErrWiden, `network "public" cannot become "local"`},
 	{"bad narrow", Set{}, Set{Host: "*.a.com"}, Set{}, ErrBadLabel, "wildcard"},
@@ -544,7 +551,8 @@ var admitCases = []struct {
 	{"host match non-canonical request", Set{Host: "example.com"}, Request{Scheme: "https", Host: "EXAMPLE.com."}, true, `granted by {"host":"example.com"}`},
 	{"port defaulted https", Set{Host: "example.com", Port: 443}, Request{Scheme: "https", Host: "example.com"}, true, "granted by"},
 	{"port defaulted http", Set{Port: 80}, Request{Scheme: "http", Host: "example.com"}, true, "granted by"},
-	{"scheme without port admits any port", Set{Scheme: "https"}, Request{Scheme: "https", Host: "a.com", Port: 8443}, true, "granted by"},
+	{"scheme with its port", Set{Scheme: "https", Port: 8443}, Request{Scheme: "https", Host: "a.com", Port: 8443}, true, "granted by"},
+	{"tcp without port admits any port", Set{Scheme: "tcp"}, Request{Scheme: "tcp", Host: "a.com", Port: 6379}, true, "granted by"},
 	{"tcp with port", Set{Scheme: "tcp", Host: "db.example", Port: 5432}, Request{Scheme: "tcp", Host: "db.example", Port: 5432}, true, "granted by"},
 	{"public admits public", Set{Network: "public"}, Request{Scheme: "https", Host: "a.com", Class: "public"}, true, `granted by {"network":"public"}`},
 	{"public, class unknown", Set{Network: "public"}, Request{Scheme: "https", Host: "a.com"}, true, "address class not yet checked"},
@@ -558,8 +566,10 @@ var admitCases = []struct {
 	{"ip for name", Set{Host: "example.com"}, Request{Scheme: "https", Host: "93.184.216.34"}, false, "egress to 93.184.216.34 not granted"},
 	{"other port", Set{Host: "example.com", Port: 443}, Request{Scheme: "tcp", Host: "example.com", Port: 22}, false, "port 22 not granted"},
 	{"default port differs", Set{Port: 443}, Request{Scheme: "http", Host: "a.com"}, false, "port 80 not granted"},
-	{"other scheme", Set{Scheme: "https"}, Request{Scheme: "http", Host: "a.com"}, false, "scheme http not granted"},
-	{"tcp is not https", Set{Scheme: "https"}, Request{Scheme: "tcp", Host: "a.com", Port: 443}, false, "scheme tcp not granted"},
+	{"other scheme", Set{Scheme: "https", Port: 443}, Request{Scheme: "http", Host: "a.com"}, false, "scheme http not granted"},
+	{"tcp is not https", Set{Scheme: "https", Port: 443}, Request{Scheme: "tcp", Host: "a.com", Port: 443}, false, "scheme tcp not granted"},
+	{"https is on its default port", Set{Scheme: "https", Port: 443}, Request{Scheme: "https", Host: "a.com", Port: 6379}, false, "port 6379 not granted"},
+	{"scheme alone is not canonical", Set{Scheme: "https"}, Request{Scheme: "https", Host: "a.com"}, false, "not canonical"},
 	{
 		"public refuses local",
 		Set{Network: "public"},
@@ -616,7 +626,7 @@ func TestConstrainAdmitTogether(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (Set{Network: "public", Host: "api.example.com", Scheme: "https", Vat: "weather"}); h != want {
+	if want := (Set{Network: "public", Host: "api.example.com", Scheme: "https", Port: 443, Vat: "weather"}); h != want {
 		t.Fatalf("constrained handle = %v; want %v", h, want)
 	}
 	if _, err := Constrain(h, Set{Vat: "other"}); !errors.Is(err, ErrConflict) {
@@ -636,6 +646,40 @@ func TestConstrainAdmitTogether(t *testing.T) {
 	r.Class = NetworkLocal
 	if d := h.Admit(r); d.Allow {
 		t.Errorf("Admit(%+v) = %+v; want refused", r, d)
+	}
+}
+
+// TestSchemeAloneIsItsDefaultPort: a grant of scheme https (or http) with
+// no port reaches that scheme on its default port only, as a URL without a
+// port does. On any port, a connect(https) reached any TCP service of the
+// host that reads past a ClientHello (found by review); tcp, which has no
+// default, still admits every port.
+func TestSchemeAloneIsItsDefaultPort(t *testing.T) {
+	for _, tt := range []struct {
+		grant string
+		req   Request
+		allow bool
+	}{
+		{`{"host":"kv.test","scheme":"https"}`, Request{Scheme: "https", Host: "kv.test"}, true},
+		{`{"host":"kv.test","scheme":"https"}`, Request{Scheme: "https", Host: "kv.test", Port: 443}, true},
+		{`{"host":"kv.test","scheme":"https"}`, Request{Scheme: "https", Host: "kv.test", Port: 6379}, false},
+		{`{"host":"kv.test","scheme":"https","port":8443}`, Request{Scheme: "https", Host: "kv.test", Port: 8443}, true},
+		{`{"host":"kv.test","scheme":"http"}`, Request{Scheme: "http", Host: "kv.test", Port: 80}, true},
+		{`{"host":"kv.test","scheme":"http"}`, Request{Scheme: "http", Host: "kv.test", Port: 8080}, false},
+		{`{"host":"kv.test","scheme":"tcp"}`, Request{Scheme: "tcp", Host: "kv.test", Port: 6379}, true},
+		{`{"host":"kv.test"}`, Request{Scheme: "https", Host: "kv.test", Port: 6379}, true},
+	} {
+		g, err := ParseGrant(tt.grant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := Constrain(Set{Network: NetworkLocal}, g[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := h.Admit(tt.req); d.Allow != tt.allow {
+			t.Errorf("%s (handle %s).Admit(%+v) = %+v; want allow %v", tt.grant, h, tt.req, d, tt.allow)
+		}
 	}
 }
 

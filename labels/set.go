@@ -16,8 +16,10 @@ const (
 	NetworkLocal  = "local"  // public addresses plus LAN, loopback and the like
 )
 
-// Set is a label set. A zero field means the key is absent (unconstrained).
-// The zero Set constrains nothing.
+// Set is a label set. A zero field means the key is absent (unconstrained),
+// except that a set with scheme http or https and no port means the
+// scheme's default port (Canonical writes it in). The zero Set constrains
+// nothing.
 type Set struct {
 	Scheme  string // "http", "https", "tcp"
 	Host    string // canonical: lower case, IDNA A-label, no trailing dot, canonical IP text, IPv6 unbracketed
@@ -228,8 +230,9 @@ func describeToken(t json.Token) string {
 }
 
 // Canonical validates every field of s and returns it canonicalised: the
-// scheme in lower case, the host as by CanonicalHost. Absent (zero) fields
-// stay absent.
+// scheme in lower case, the host as by CanonicalHost, and the port of a set
+// with scheme http or https and no port set to the scheme's default (80,
+// 443). Other absent (zero) fields stay absent.
 func Canonical(s Set) (Set, error) {
 	if s.Scheme != "" {
 		sc := strings.ToLower(s.Scheme)
@@ -238,6 +241,12 @@ func Canonical(s Set) (Set, error) {
 			s.Scheme = sc
 		default:
 			return Set{}, badf("scheme %q not allowed (http, https or tcp)", s.Scheme)
+		}
+		// https alone means https on 443, as in a URL: on any port it
+		// would reach any TCP service that reads past a ClientHello (or,
+		// for http, a request line).
+		if s.Port == 0 {
+			s.Port = DefaultPort(sc)
 		}
 	}
 	if s.Host != "" {

@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -420,6 +421,38 @@ func TestConnectHTTPSRefusesECH(t *testing.T) {
 	case <-dialled:
 		t.Error("the remote saw two connections; the ECH one was dialled")
 	default:
+	}
+}
+
+// TestHTTPSGrantIsItsDefaultPort: a handle constrained to scheme https and
+// a host, with no port, reaches https on 443 only. On any port, a
+// ClientHello-prefixed stream reached any TCP service of the host (a
+// line protocol reads past the hello), so the grant meant plain TCP.
+func TestHTTPSGrantIsItsDefaultPort(t *testing.T) {
+	dialled := make(chan struct{}, 4)
+	_, port := serveTCP(t, func(c net.Conn) { dialled <- struct{}{} })
+	f := newFixture(t, nil)
+	f.dns.Set("kv.test", mustAddr("127.0.0.1"))
+	c := dial(t, f.local)
+	ctx := context.Background()
+	h, err := constrain(t, c.root, labels.Set{Host: "kv.test", Scheme: "https"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release()
+	if _, err := c.connectFD(ctx, h, "https", "kv.test", port, realHello(t, "kv.test")); err == nil {
+		t.Fatalf("an https connect to kv.test:%d succeeded on a grant of https without a port", port)
+	} else {
+		mustContain(t, "refusal", err.Error(), fmt.Sprintf("egress refused: port %d not granted", port))
+	}
+	select {
+	case <-dialled:
+		t.Error("the remote was dialled")
+	default:
+	}
+	got, err := check(ctx, h, "https", "kv.test", 443)
+	if err != nil || !got.allow {
+		t.Errorf("check(https kv.test:443) = %+v, %v; want admitted", got, err)
 	}
 }
 

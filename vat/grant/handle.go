@@ -66,6 +66,12 @@ func common(ms []labels.Set) labels.Set {
 			c.Origin = "" // at most: a typed member reaches what a manifest one does not
 		}
 	}
+	if c.Port == 0 && labels.DefaultPort(c.Scheme) != 0 {
+		// https with no port means 443 (labels.Canonical): members on
+		// different ports share no port, so they share no scheme that
+		// can be said either.
+		c.Scheme = ""
+	}
 	return c
 }
 

@@ -70,7 +70,7 @@ type Network struct {
 type Host struct {
 	Scheme string // "http", "https" or "" (any)
 	Host   string
-	Port   uint16 // 0: any (or the scheme's default)
+	Port   uint16 // 0: none written: any port, or the scheme's default (80, 443) when one is written
 }
 
 // Loopback reports whether h names this machine's loopback.

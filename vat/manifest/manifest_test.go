@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"toybox/labels"
 )
 
 var parseTests = []struct {
@@ -126,6 +128,35 @@ func TestGrantAndNet(t *testing.T) {
 				t.Errorf("Net = %+v; want None=%v and %d forwards", n, tt.wantNone, tt.wantForwards)
 			}
 		})
+	}
+}
+
+// TestGrantSchemeHost: a listed https://host (or http://host) without a
+// port grants that scheme on its default port, not on every port.
+func TestGrantSchemeHost(t *testing.T) {
+	m, err := Parse(strings.NewReader(`{"command":["./a"],"network":{"hosts":["https://api.example.com","http://web.example.com","https://alt.example.com:8443","db.example.com"]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := m.Grant("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range g {
+		got = append(got, s.String())
+	}
+	want := []string{
+		`{"host":"api.example.com","origin":"manifest","port":443,"scheme":"https"}`,
+		`{"host":"web.example.com","origin":"manifest","port":80,"scheme":"http"}`,
+		`{"host":"alt.example.com","origin":"manifest","port":8443,"scheme":"https"}`,
+		`{"host":"db.example.com","origin":"manifest"}`,
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("Grant = %v; want %v", got, want)
+	}
+	if d := g[0].Admit(labels.Request{Scheme: "https", Host: "api.example.com", Port: 6379}); d.Allow {
+		t.Errorf("https://api.example.com admits https on port 6379: %s", d.Reason)
 	}
 }
 

@@ -58,6 +58,12 @@ func TestManifestDefaults(t *testing.T) {
 			"",
 		},
 		{
+			"http://localhost is on port 80", publishes, `["http://localhost"]`, "",
+			nil,
+			[]string{"does not publish port 80 on 127.0.0.1"},
+			"",
+		},
+		{
 			"a name below localhost is loopback too", "", `["db.localhost:5432"]`, "",
 			nil,
 			[]string{"no compose file publishing port 5432"},
