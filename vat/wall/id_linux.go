@@ -67,3 +67,10 @@ func mayReadExec(fi os.FileInfo, uid, gid, extra int) bool {
 		return perm&0o005 == 0o005
 	}
 }
+
+// readOnlyMount reports whether p lies on a mount that is read-only (as
+// this process sees it).
+func readOnlyMount(p string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(p, &st) == nil && st.Flags&unix.ST_RDONLY != 0
+}

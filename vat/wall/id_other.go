@@ -14,3 +14,5 @@ func kernelReal(string, bool, bool) (string, bool) { return "", false }
 
 // mayReadExec: off Linux only the bits for others are known to apply.
 func mayReadExec(fi os.FileInfo, _, _, _ int) bool { return fi.Mode().Perm()&0o005 == 0o005 }
+
+func readOnlyMount(string) bool { return false }

@@ -459,6 +459,11 @@ func (b *planner) files() error {
 		if !fi.IsDir() && !fi.Mode().IsRegular() {
 			return fmt.Errorf("%w: %s %s is neither a file nor a folder", ErrRefusedBind, fb.kind, typed)
 		}
+		// A bind keeps the read-only flag of the mount it comes from: a
+		// write grant there would start and then fail on every write.
+		if fb.rw && readOnlyMount(real) {
+			return fmt.Errorf("%w: %s %s is on a read-only mount here, so the vat could not write it (under the systemd unit, ProtectSystem=strict makes every path but the state dir read-only to toybox: add it to ReadWritePaths= in a drop-in, see docs/systemd.md)", ErrRefusedBind, fb.kind, typed)
+		}
 		kind := OpROBindFD
 		if fb.rw {
 			kind = OpBindFD

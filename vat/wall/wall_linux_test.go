@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"toybox/tests/testenv"
 )
 
 // held fails t on any BREACH line and returns the number of HELD lines.
@@ -972,5 +974,36 @@ func TestAttackSocketsInAGrant(t *testing.T) {
 	f.spec.Env = map[string]string{"VICTIM_ARG": filepath.Join(dir, "notes.txt")}
 	if out, err := f.runVictim(t, "readok"); err != nil || !strings.Contains(out, `READ "fine to read"`) {
 		t.Errorf("reading the granted notes: err %v, output %q", err, out)
+	}
+}
+
+// TestWriteGrantOnReadOnlyMountRefused: a bind keeps its source mount's
+// read-only flag (the systemd unit's ProtectSystem=strict makes most of
+// the host read-only to toybox), so a write grant there is refused with a
+// reason that says what to do, and a read grant there is fine.
+func TestWriteGrantOnReadOnlyMountRefused(t *testing.T) {
+	testenv.RequireRoot(t)
+	f := newFixture(t, "rofs")
+	ro := filepath.Join(filepath.Dir(f.state), "ro")
+	if err := os.MkdirAll(ro, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", ro, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "size=64k"); err != nil {
+		testenv.Unavailable(t, "cannot mount a read-only tmpfs: "+err.Error())
+	}
+	t.Cleanup(func() { _ = unix.Unmount(ro, unix.MNT_DETACH) })
+	spec := f.spec
+	spec.Files.Write = []string{ro}
+	_, err := BuildPlan(spec)
+	if !errors.Is(err, ErrRefusedBind) || !strings.Contains(err.Error(), "read-only mount") || !strings.Contains(err.Error(), "ReadWritePaths=") {
+		t.Errorf("BuildPlan with a write grant on a read-only mount = %v; want a refusal naming the mount and the fix", err)
+	}
+	spec.Files.Write, spec.Files.OAuthDir = nil, []string{ro}
+	if _, err := BuildPlan(spec); !errors.Is(err, ErrRefusedBind) {
+		t.Errorf("BuildPlan with an oauthDir on a read-only mount = %v; want refused", err)
+	}
+	spec.Files.OAuthDir, spec.Files.Read = nil, []string{ro}
+	if _, err := BuildPlan(spec); err != nil {
+		t.Errorf("BuildPlan with a read grant on a read-only mount = %v; want it planned", err)
 	}
 }
