@@ -27,7 +27,8 @@ var ErrCompose = errors.New("compose file not understood")
 // strings, several documents, a service that is not a block mapping, flow
 // mappings inside a ports list, unknown keys of a long-syntax port, and
 // variable interpolation in a port. A service that does not run by default
-// (profiles, or scale: 0) publishes nothing. Both port syntaxes are understood:
+// (profiles, scale: 0 or deploy.replicas: 0, 0 in any YAML spelling)
+// publishes nothing. Both port syntaxes are understood:
 // short ("127.0.0.1:5432:5432", "127.0.0.1:5432:5432/tcp", ranges
 // "127.0.0.1:5000-5010:5000-5010", as a block or a flow list) and long
 // (target, published, host_ip, protocol, mode, name, app_protocol).
@@ -346,7 +347,10 @@ func (p *composeParser) service(svcIndent int) error {
 		}
 		seen[k] = true
 		p.i++
-		if k == "profiles" || k == "scale" && (v == "0" || v == `"0"`) {
+		switch {
+		case k == "profiles", k == "scale" && zeroInt(v):
+			idle = true
+		case k == "deploy" && p.noReplicas(keyIndent, v):
 			idle = true
 		}
 		if k != "ports" {
@@ -366,6 +370,44 @@ func (p *composeParser) service(svcIndent int) error {
 		}
 	}
 	return nil
+}
+
+// zeroInt reports whether a YAML scalar is the integer 0 in any spelling
+// (0, 00, 0x0, 0o0, +0, quoted or not).
+func zeroInt(v string) bool {
+	if len(v) >= 2 && (v[0] == '"' || v[0] == '\'') && v[len(v)-1] == v[0] {
+		v = v[1 : len(v)-1]
+	}
+	v = strings.ReplaceAll(v, "_", "")
+	n, err := strconv.ParseInt(v, 0, 64)
+	return err == nil && n == 0
+}
+
+// noReplicas reports whether a service's deploy value (v on the key's
+// line, or the block below it at more than keyIndent) sets replicas: 0.
+func (p *composeParser) noReplicas(keyIndent int, v string) bool {
+	if strings.HasPrefix(v, "{") {
+		for _, kv := range strings.Split(strings.Trim(v, "{} "), ",") {
+			if k, val, ok := strings.Cut(kv, ":"); ok && strings.TrimSpace(k) == "replicas" {
+				return zeroInt(strings.TrimSpace(val))
+			}
+		}
+		return false
+	}
+	child := -1
+	for i := p.i; i < len(p.lines) && p.lines[i].indent > keyIndent; i++ {
+		l := p.lines[i]
+		if child < 0 {
+			child = l.indent
+		}
+		if l.indent != child {
+			continue
+		}
+		if k, val, ok, err := splitKey(l.text); err == nil && ok && k == "replicas" {
+			return zeroInt(val)
+		}
+	}
+	return false
 }
 
 // blockPorts reads a block sequence of ports under a key at keyIndent.

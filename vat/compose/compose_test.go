@@ -15,6 +15,14 @@ var composeTests = []struct {
 	{"a service with profiles does not run by default", "services:\n  bait:\n    ports:\n      - \"127.0.0.1:631:80\"\n    profiles: [\"never\"]\n", 631, false},
 	{"profiles before ports", "services:\n  bait:\n    profiles:\n      - never\n    ports:\n      - \"127.0.0.1:631:80\"\n", 631, false},
 	{"scale 0", "services:\n  bait:\n    scale: 0\n    ports:\n      - \"127.0.0.1:631:80\"\n", 631, false},
+	// Compose starts no container for these either: every spelling of 0.
+	{"deploy replicas 0 (block)", "services:\n  db:\n    deploy:\n      resources: {}\n      replicas: 0\n    ports:\n    - 127.0.0.1:6379:6379\n", 6379, false},
+	{"deploy replicas 0 (flow)", "services:\n  db:\n    deploy: {replicas: 0}\n    ports: [\"127.0.0.1:6379:6379\"]\n", 6379, false},
+	{"scale '0'", "services:\n  db:\n    scale: '0'\n    ports: [\"127.0.0.1:6379:6379\"]\n", 6379, false},
+	{"scale 00", "services:\n  db:\n    scale: 00\n    ports: [\"127.0.0.1:6379:6379\"]\n", 6379, false},
+	{"scale 0x0", "services:\n  db:\n    scale: 0x0\n    ports: [\"127.0.0.1:6379:6379\"]\n", 6379, false},
+	{"deploy replicas 2 runs", "services:\n  db:\n    deploy:\n      replicas: 2\n    ports: [\"127.0.0.1:6379:6379\"]\n", 6379, true},
+	{"a nested replicas 0 is not the service's", "services:\n  db:\n    deploy:\n      update_config:\n        replicas: 0\n    ports: [\"127.0.0.1:6379:6379\"]\n", 6379, true},
 	{"another service that runs still counts", "services:\n  bait:\n    profiles: [\"never\"]\n    ports:\n      - \"127.0.0.1:631:80\"\n  db:\n    ports:\n      - \"127.0.0.1:631:80\"\n", 631, true},
 	{"short quoted", `
 services:
