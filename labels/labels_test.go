@@ -434,6 +434,9 @@ func TestParseURLErrorsNameNoSecret(t *testing.T) {
 		"http://exa mple.com/?key=SECRET#SECRET",
 		"http://example.com/?key=SECRET#%zzSECRET",
 		"http://example.com/?key=SECRET+x y#SECRET",
+		// A password not percent-encoded reads as a bad port.
+		"http://user:SECRET/x@example.com/",
+		"http://user:SECRET?x@example.com/",
 	} {
 		_, err := ParseURL(in)
 		if err == nil {

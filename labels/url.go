@@ -1,7 +1,6 @@
 package labels
 
 import (
-	"errors"
 	"net/url"
 	"strings"
 )
@@ -27,16 +26,28 @@ func DefaultPort(scheme string) uint16 {
 // switchboard and net/http can never disagree about where a request goes).
 // Its errors name the problem, never the URL's text: a URL's query or
 // userinfo may carry a credential, and refusals are logged.
+// urlProblem names what net/url found wrong with a URL without the text
+// it quotes (an invalid port's text may be a password: user:pa/ss@host).
+func urlProblem(err error) string {
+	msg := err.Error()
+	for _, p := range []string{
+		"invalid port", "invalid character", "invalid userinfo", "missing ']' in host",
+		"invalid URL escape", "first path segment in URL cannot contain colon",
+		"missing protocol scheme", "invalid control character in URL", "empty url",
+	} {
+		if strings.Contains(msg, p) {
+			return p
+		}
+	}
+	return "it cannot be parsed"
+}
+
 func ParseURL(raw string) (Request, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		// net/url's error quotes the whole URL; the reason here names
 		// only the problem, so that logging it keeps no query.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return Request{}, badf("bad URL: %v", err)
+		return Request{}, badf("bad URL: %s", urlProblem(err))
 	}
 	var scheme string
 	switch u.Scheme {

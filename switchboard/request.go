@@ -113,6 +113,18 @@ func connectionNames(values []string) map[string]bool {
 	return names
 }
 
+// connectionListed returns the names the caller's Connection headers list.
+func connectionListed(hdrs schema.Header_List) map[string]bool {
+	var values []string
+	for i := 0; i < hdrs.Len(); i++ {
+		if name, _ := hdrs.At(i).Name(); http.CanonicalHeaderKey(name) == "Connection" {
+			value, _ := hdrs.At(i).Value()
+			values = append(values, value)
+		}
+	}
+	return connectionNames(values)
+}
+
 // Request performs one HTTP(S) request: decided before it returns; the
 // caller writes the body to the returned stream; the answer goes to the
 // responder.
@@ -150,14 +162,7 @@ func (h *handle) Request(ctx context.Context, call schema.Handle_request) error 
 	}
 	header := http.Header{}
 	var contentLength int64 = -1
-	var connection []string
-	for i := 0; i < hdrs.Len(); i++ {
-		if name, _ := hdrs.At(i).Name(); http.CanonicalHeaderKey(name) == "Connection" {
-			value, _ := hdrs.At(i).Value()
-			connection = append(connection, value)
-		}
-	}
-	hopOnly := connectionNames(connection)
+	hopOnly := connectionListed(hdrs)
 	for i := 0; i < hdrs.Len(); i++ {
 		name, _ := hdrs.At(i).Name()
 		value, _ := hdrs.At(i).Value()

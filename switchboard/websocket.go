@@ -83,14 +83,15 @@ func (h *handle) WebSocket(ctx context.Context, call schema.Handle_webSocket) er
 		return fail(nil, "", refuse("%s", strings.TrimPrefix(err.Error(), labels.ErrBadLabel.Error()+": ")))
 	}
 	u, err := url.Parse(rawURL)
-	if err != nil {
-		return fail(nil, "", err)
+	if err != nil { // labels.ParseURL read it: never here
+		return fail(nil, "", refuse("the URL cannot be parsed"))
 	}
 	hdrs, err := args.Headers()
 	if err != nil {
 		return err
 	}
 	header := http.Header{}
+	hopOnly := connectionListed(hdrs)
 	for i := 0; i < hdrs.Len(); i++ {
 		name, _ := hdrs.At(i).Name()
 		value, _ := hdrs.At(i).Value()
@@ -104,7 +105,7 @@ func (h *handle) WebSocket(ctx context.Context, call schema.Handle_webSocket) er
 			return fail(nil, "", refuse("the value of header %s is not a valid HTTP field value", name))
 		}
 		k := http.CanonicalHeaderKey(name)
-		if wsHeaderDrop[k] || hopHeaders[k] {
+		if wsHeaderDrop[k] || hopHeaders[k] || hopOnly[k] {
 			continue
 		}
 		header.Add(k, value)

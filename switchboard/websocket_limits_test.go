@@ -220,3 +220,44 @@ func TestWebSocketHeldBytesBounded(t *testing.T) {
 		t.Errorf("%d bytes still held once every message was delivered", held)
 	}
 }
+
+// TestWebSocketDropsConnectionNamedFields: the fields a caller's Connection
+// header names are for its own hop (RFC 9110 section 7.6.1), as in
+// request(): the remote never sees them.
+func TestWebSocketDropsConnectionNamedFields(t *testing.T) {
+	seen := make(chan http.Header, 1)
+	_, port := serveTCP(t, func(c net.Conn) {
+		req, err := http.ReadRequest(bufio.NewReader(c))
+		if err != nil {
+			return
+		}
+		seen <- req.Header
+	})
+	f := newFixture(t, nil)
+	c := dial(t, f.local)
+	mc := &msgCollector{got: make(chan struct{}, 1), closed: make(chan struct{})}
+	fut, release := c.root.WebSocket(context.Background(), func(p schema.Handle_webSocket_Params) error {
+		if err := p.SetUrl(fmt.Sprintf("ws://127.0.0.1:%d/", port)); err != nil {
+			return err
+		}
+		hs, err := p.NewHeaders(3)
+		if err != nil {
+			return err
+		}
+		for i, kv := range [][2]string{{"Connection", "X-Proxy-Secret"}, {"X-Proxy-Secret", "s3cret"}, {"X-Keep", "k"}} {
+			_ = hs.At(i).SetName(kv[0])
+			_ = hs.At(i).SetValue(kv[1])
+		}
+		return p.SetDownstream(schema.MessageStream_ServerToClient(mc))
+	})
+	defer release()
+	_, _ = fut.Struct() // the remote never answers the handshake properly
+	select {
+	case h := <-seen:
+		if h.Get("X-Proxy-Secret") != "" || h.Get("X-Keep") != "k" {
+			t.Errorf("the remote saw X-Proxy-Secret %q, X-Keep %q; want none and k", h.Get("X-Proxy-Secret"), h.Get("X-Keep"))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the remote saw no handshake")
+	}
+}
