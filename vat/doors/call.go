@@ -81,10 +81,12 @@ func (d *doorServer) Call(ctx context.Context, call schema.Door_call) error {
 	if err == nil {
 		err = d.admit(req)
 	}
+	forwarded := false
 	if err == nil {
 		select {
 		case d.g.sem <- struct{}{}:
 			call.Go() // a slow backend must not hold up the vat's other calls
+			forwarded = true
 			out, err = d.forward(ctx, call, req)
 			<-d.g.sem
 		default:
@@ -107,13 +109,18 @@ func (d *doorServer) Call(ctx context.Context, call schema.Door_call) error {
 		}
 	}
 	level := slog.LevelInfo
-	unlogged := 0
 	if err != nil {
 		level = slog.LevelWarn
+	}
+	var unlogged int
+	if err != nil && !forwarded {
+		// Refused before it reached the backend: rate-limited.
 		var ok bool
 		if ok, unlogged = d.g.refusals.admit(time.Now()); !ok {
 			return err // counted: the next record says how many
 		}
+	} else {
+		unlogged = d.g.refusals.drain() // a call that went to the backend is always logged
 	}
 	attrs := []slog.Attr{
 		slog.String(keyVat, d.g.vat),

@@ -523,7 +523,8 @@ func TestInFlightBound(t *testing.T) {
 // TestRefusedCallsLogBounded: a vat looping on refused calls gets at most
 // the burst and the rate of records; every refused call is still accounted
 // for, by its own record or by the "unlogged" count of the next one (or of
-// the revocation record). A long path is clipped in the reason too.
+// the revocation record); a call that reaches the backend is always logged.
+// A long path is clipped in the reason too.
 func TestRefusedCallsLogBounded(t *testing.T) {
 	tab, _ := fixture(t)
 	var logs syncBuffer
@@ -550,6 +551,23 @@ func TestRefusedCallsLogBounded(t *testing.T) {
 			t.Fatalf("a record's reason is %d bytes: the path is not clipped", len(reason))
 		}
 	}
+	// With the bucket empty, calls that reach the backend are logged all
+	// the same, failed (an answer over the limit) or answered, and the
+	// first says how many refusals went unlogged.
+	before := len(logs.records(t, "door call"))
+	if r := vat.do(command{Op: "call", Door: "all", Method: "GET", Path: "/bulk/100000"}); !strings.Contains(r.Err, "door failed") {
+		t.Fatalf("bulk call = %+v; want a failure after the backend answered", r)
+	}
+	if r := vat.do(command{Op: "call", Door: "all", Method: "GET", Path: "/kiosk/state"}); r.Err != "" {
+		t.Fatalf("state call = %+v", r)
+	}
+	recs = logs.records(t, "door call")
+	if len(recs) != before+2 || recs[before][keyPath] != "/bulk/100000" || recs[before+1][keyPath] != "/kiosk/state" {
+		t.Fatalf("records after the refusals: %d new (%v); want the failed and the answered call's", len(recs)-before, recs[before:])
+	}
+	if n, _ := recs[before][keyUnlogged].(float64); n == 0 {
+		t.Errorf("the first record after the burst says nothing of the unlogged refusals: %v", recs[before])
+	}
 	time.Sleep(2 * time.Second / refusalLogRate) // a token back
 	if r := vat.do(command{Op: "call", Door: "all", Method: "GET", Path: "/nope"}); !strings.Contains(r.Err, "door refused") {
 		t.Fatalf("call = %+v; want a refusal", r)
@@ -564,8 +582,8 @@ func TestRefusedCallsLogBounded(t *testing.T) {
 			accounted += int(n)
 		}
 	}
-	if accounted != calls+1 {
-		t.Errorf("records and unlogged counts account for %d refused calls; made %d", accounted, calls+1)
+	if accounted != calls+3 {
+		t.Errorf("records and unlogged counts account for %d calls; made %d", accounted, calls+3)
 	}
 }
 

@@ -48,11 +48,13 @@ type grant struct {
 	refusals refusalLog
 }
 
-// Refused calls are logged at most this often per grant (records per
-// second, after a burst of as many): past it they are counted, and the
-// next record says how many were not logged. A vat that loops on refused
-// calls cannot fill the disk or push the supervisor's other records past
-// journald's rate limit. Calls that reach the backend are always logged.
+// Calls refused before they reach the backend are logged at most this
+// often per grant (records per second, after a burst of as many): past it
+// they are counted, and the next record (any call's, or the revocation's)
+// says how many were not logged. A vat that loops on refused calls cannot
+// fill the disk or push the supervisor's other records past journald's rate
+// limit. Calls that reach the backend, answered or failed, are always
+// logged.
 const (
 	refusalLogRate  = 20
 	refusalLogBurst = 100

@@ -110,11 +110,17 @@ type InstallResult struct {
 
 func (s *Supervisor) handleInstall(w http.ResponseWriter, r *http.Request, id string) {
 	q := r.URL.Query()
-	for k := range q {
+	for k, vs := range q {
 		switch k {
 		case "egress", "env", "sha256":
 		default:
 			writeErr(w, http.StatusBadRequest, fmt.Errorf("%w: unknown parameter %q (want egress, env, sha256)", ErrBadInput, k))
+			return
+		}
+		// Which one would count is a guess the owner should not have to
+		// make (Go takes the first; other readers the last).
+		if len(vs) > 1 {
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("%w: parameter %q given %d times; give it once", ErrBadInput, k, len(vs)))
 			return
 		}
 	}

@@ -54,6 +54,8 @@ func TestAdminRefusals(t *testing.T) {
 		{"too deep", "GET", "/a/b/c", "", 404, "no such admin path"},
 		{"grant without switchboard", "PUT", `/erin?egress={"host":"example.com"}`, "#!/bin/sh\n", 400, "no switchboard"},
 		{"bad grant", "PUT", `/erin?egress={"vat":"x"}`, "#!/bin/sh\n", 400, "egress"},
+		{"env twice", "PUT", `/erin?env={"K":"a"}&env={"K":"b"}`, "#!/bin/sh\n", 400, `given 2 times; give it once`},
+		{"egress twice", "PUT", `/erin?egress=&egress={"host":"example.com"}`, "#!/bin/sh\n", 400, `given 2 times; give it once`},
 		{"body too large", "PUT", "/erin", "#!" + strings.Repeat("x", 1<<16), 400, "larger than"},
 		{"bad walls choice", "POST", "/erin/walls?walled=maybe", "", 400, "walled=true"},
 		{"list", "GET", "/", "", 200, "[]"},

@@ -200,7 +200,13 @@ func (s *Supervisor) PublicHandler() http.Handler {
 		// /alice%2Fsw.js that segment is "alice%2Fsw.js", so a service
 		// worker served there could claim the whole origin as its scope,
 		// every vat's pages. Only a plainly spelled first segment routes.
-		if raw, _, _ := strings.Cut(strings.TrimPrefix(r.URL.EscapedPath(), "/"), "/"); raw != id {
+		// RawPath, not EscapedPath: EscapedPath drops a RawPath Go finds
+		// invalid (a raw '|' or '^') and escapes the decoded path anew.
+		rawPath := r.URL.RawPath
+		if rawPath == "" {
+			rawPath = r.URL.Path
+		}
+		if raw, _, _ := strings.Cut(strings.TrimPrefix(rawPath, "/"), "/"); raw != id {
 			http.Error(w, fmt.Sprintf("no vat %q: the path's first segment is %q; a vat's name is spelled plainly, without percent-encoding", id, raw), http.StatusNotFound)
 			return
 		}

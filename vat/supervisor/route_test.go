@@ -1,7 +1,10 @@
 package supervisor
 
 import (
+	"bufio"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -55,6 +58,26 @@ func TestPublicRoutesOnlyAPlainFirstSegment(t *testing.T) {
 		code, body := get(p)
 		if code != http.StatusNotFound || !strings.Contains(body, "without percent-encoding") {
 			t.Errorf("GET %s = %d %q; want 404 saying the name must be spelled plainly", p, code, body)
+		}
+	}
+	// Sent raw, as a client that does not normalise sends them: a '|' or
+	// '^' makes Go's EscapedPath drop the raw path and escape the decoded
+	// one anew, whose first segment is alice.
+	for _, p := range []string{"/alice%2Fsw.js|", "/alice%2Fsw.js^", "/%61lice/sw.js|", "/al%69ce/x^"} {
+		c, err := net.Dial("tcp", strings.TrimPrefix(front.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", p)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			_ = c.Close()
+			t.Fatalf("GET %s raw: %v", p, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = c.Close()
+		if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(body), "without percent-encoding") {
+			t.Errorf("GET %s (raw) = %d %q; want 404 saying the name must be spelled plainly", p, resp.StatusCode, body)
 		}
 	}
 	// Percent-encoding after the first segment is the app's business.
