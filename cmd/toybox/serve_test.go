@@ -4,6 +4,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -89,6 +90,13 @@ func TestActivatedAdminMustBeAUnixListener(t *testing.T) {
 		}
 		return asFD(t, l, name)
 	}
+	abstract := func(name string) *os.File {
+		l, err := net.ListenUnix("unix", &net.UnixAddr{Name: "@toybox-test-admin-" + strconv.Itoa(os.Getpid()), Net: "unix"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return asFD(t, l, name)
+	}
 	connected := func(name string) *os.File {
 		fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 		if err != nil {
@@ -116,6 +124,7 @@ func TestActivatedAdminMustBeAUnixListener(t *testing.T) {
 		{"udp admin", []*os.File{udp("admin")}, "activated fd 3 (admin): not a unix socket (domain 2, AF_INET)"},
 		{"datagram unix admin", []*os.File{unixgram("admin")}, "activated fd 3 (admin): not a stream socket (type 2, SOCK_DGRAM)"},
 		{"seqpacket unix admin", []*os.File{seqpacket("admin")}, "activated fd 3 (admin): not a stream socket (type 5, SOCK_SEQPACKET)"},
+		{"abstract unix admin", []*os.File{abstract("admin")}, "activated fd 3 (admin): an abstract unix socket"},
 		{"connected unix admin", []*os.File{unixListener("http"), connected("admin")}, "activated fd 4 (admin): not listening"},
 		{"regular file admin", []*os.File{regular("admin")}, "activated fd 3 (admin): not a socket"},
 		{"second admin on tcp", []*os.File{unixListener("admin"), func() *os.File { f, _ := tcpListener("admin"); return f }()}, "activated fd 4 (admin): not a unix socket (domain 2, AF_INET)"},

@@ -8,8 +8,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// CheckListener requires f to be a listening AF_UNIX stream socket. The
-// error says what f is instead ("not a unix socket (domain 2, AF_INET)").
+// CheckListener requires f to be a listening AF_UNIX stream socket bound to
+// a path (whose owner and mode say who may connect). The error says what f
+// is instead ("not a unix socket (domain 2, AF_INET)").
 func CheckListener(f *os.File) error {
 	fd := int(f.Fd())
 	dom, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN)
@@ -35,6 +36,20 @@ func CheckListener(f *os.File) error {
 	}
 	if acc != 1 {
 		return errors.New("not listening")
+	}
+	// Only a socket with a path in the file system has an owner and a
+	// mode that say who may connect: an abstract one (@name) or one with
+	// no name is open to every process in its network namespace.
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		return os.NewSyscallError("getsockname", err)
+	}
+	su, ok := sa.(*unix.SockaddrUnix)
+	switch {
+	case !ok || su.Name == "":
+		return errors.New("a unix socket with no path (anyone may connect to it); listen on a path")
+	case su.Name[0] == '@' || su.Name[0] == 0:
+		return fmt.Errorf("an abstract unix socket (%q: anyone in its network namespace may connect to it); listen on a path", su.Name)
 	}
 	return nil
 }
