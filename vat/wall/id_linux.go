@@ -1,6 +1,7 @@
 package wall
 
 import (
+	"io/fs"
 	"os"
 	"strconv"
 	"strings"
@@ -49,23 +50,29 @@ func kernelReal(p string, dir, noFollow bool) (real string, ok bool) {
 	return real, true
 }
 
-// mayReadExec reports whether a process with host ids uid, gid and the
-// supplementary group extra (0: none) may read and execute (a folder:
-// list and search) fi, by its mode bits: as its owner, as a member of its
-// group, or as others.
-func mayReadExec(fi os.FileInfo, uid, gid, extra int) bool {
+// classPerm is what fi's mode bits grant (4 read, 2 write, 1 execute or
+// search) a process with host ids uid, gid and the supplementary group
+// extra (0: none): its owner's bits, its group's, or others', as the kernel
+// picks them.
+func classPerm(fi os.FileInfo, uid, gid, extra int) fs.FileMode {
 	perm := fi.Mode().Perm()
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	switch {
 	case !ok:
-		return perm&0o005 == 0o005
+		return perm & 0o007
 	case int(st.Uid) == uid:
-		return perm&0o500 == 0o500
+		return perm >> 6 & 0o007
 	case int(st.Gid) == gid || (extra > 0 && int(st.Gid) == extra):
-		return perm&0o050 == 0o050
+		return perm >> 3 & 0o007
 	default:
-		return perm&0o005 == 0o005
+		return perm & 0o007
 	}
+}
+
+// mayReadExec reports whether those ids may read and execute (a folder:
+// list and search) fi.
+func mayReadExec(fi os.FileInfo, uid, gid, extra int) bool {
+	return classPerm(fi, uid, gid, extra)&0o005 == 0o005
 }
 
 // readOnlyMount reports whether p lies on a mount that is read-only (as

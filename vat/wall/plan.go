@@ -101,6 +101,8 @@ type Plan struct {
 	// bwrap runs as on the host (-1: the supervisor's own).
 	UID, GID         int
 	HostUID, HostGID int
+	// CodeGroup is the supplementary group the wall keeps (Spec.CodeGroup).
+	CodeGroup int
 	// Seccomp reports whether the filter is applied.
 	Seccomp bool
 	// NoNet: the vat has no way out: no entry, no proxy, no capability
@@ -162,7 +164,7 @@ var neverSources = []string{
 // BuildPlan computes the wall for spec. It reads the filesystem (to resolve
 // paths and scan bound trees for secrets) and changes nothing.
 func BuildPlan(spec Spec) (*Plan, error) {
-	b := &planner{spec: spec, p: &Plan{ID: spec.ID, UID: InsideUID, GID: InsideGID, HostUID: -1, HostGID: -1}}
+	b := &planner{spec: spec, p: &Plan{ID: spec.ID, UID: InsideUID, GID: InsideGID, HostUID: -1, HostGID: -1, CodeGroup: spec.CodeGroup}}
 	if err := b.build(); err != nil {
 		return nil, fmt.Errorf("planning the wall for %q: %w", spec.ID, err)
 	}
@@ -681,7 +683,7 @@ func (b *planner) command() error {
 	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
 		return fmt.Errorf("%w: command %s is not an executable file", ErrSpec, c)
 	}
-	if b.p.HostUID >= 0 && within(real, b.install) && !mayReadExec(fi, b.p.HostUID, b.p.HostGID, b.spec.CodeGroup) {
+	if b.p.HostUID >= 0 && within(real, b.install) && !mayReadExec(fi, b.p.HostUID, b.p.HostGID, b.p.CodeGroup) {
 		return fmt.Errorf("%w: command %s is not readable and executable by the wall (mode %v); the wall runs as uid %d", ErrSpec, c, fi.Mode().Perm(), b.p.HostUID)
 	}
 	argv[0] = c

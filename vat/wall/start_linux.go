@@ -422,8 +422,8 @@ func own(spec Spec, plan *Plan) error {
 	}
 	if fi, err := os.Stat(plan.Chdir); err != nil {
 		return fmt.Errorf("checking the install folder: %w", err)
-	} else if !mayReadExec(fi, plan.HostUID, plan.HostGID, spec.CodeGroup) {
-		return fmt.Errorf("the install folder %s is not readable by uid %d (mode %v; fix: chmod o+rx)", plan.Chdir, plan.HostUID, fi.Mode().Perm())
+	} else if !mayReadExec(fi, plan.HostUID, plan.HostGID, plan.CodeGroup) {
+		return fmt.Errorf("the install folder %s is not readable by uid %d (mode %v; fix: make it readable by that uid or its code group)", plan.Chdir, plan.HostUID, fi.Mode().Perm())
 	}
 	state, err := filepath.EvalSymlinks(spec.StateDir)
 	if err != nil {
@@ -450,7 +450,9 @@ func own(spec Spec, plan *Plan) error {
 			if err != nil {
 				return fmt.Errorf("checking %s: %w", dir, err)
 			}
-			if fi.Mode().Perm()&0o001 == 0 {
+			// Searchable by the wall already (its own, or the code
+			// group's: sealed code is not opened to others).
+			if classPerm(fi, plan.HostUID, plan.HostGID, plan.CodeGroup)&0o001 == 0 {
 				if err := os.Chmod(dir, fi.Mode().Perm()|0o001); err != nil {
 					return fmt.Errorf("making %s searchable: %w", dir, err)
 				}
@@ -476,7 +478,7 @@ func unreachableHint(plan *Plan) string {
 			continue
 		}
 		for dir := filepath.Dir(op.Src); ; dir = filepath.Dir(dir) {
-			if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm()&0o001 == 0 && !seen[dir] {
+			if fi, err := os.Stat(dir); err == nil && classPerm(fi, plan.HostUID, plan.HostGID, plan.CodeGroup)&0o001 == 0 && !seen[dir] {
 				seen[dir] = true
 				hints = append(hints, fmt.Sprintf("%s (mode %v, on the way to %s)", dir, fi.Mode().Perm(), op.Src))
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -1005,5 +1006,47 @@ func TestWriteGrantOnReadOnlyMountRefused(t *testing.T) {
 	spec.Files.OAuthDir, spec.Files.Read = nil, []string{ro}
 	if _, err := BuildPlan(spec); err != nil {
 		t.Errorf("BuildPlan with a read grant on a read-only mount = %v; want it planned", err)
+	}
+}
+
+// TestSealedCodeRunsAndStaysSealed: code sealed as vat/store seals it
+// (root:group, folders and executables 0750, files 0640) runs in a wall of
+// a per-vat uid that holds the code group, its ownEnvFile is readable
+// inside, and starting the wall leaves the code's modes alone (it added
+// o+x to the code folder on the way to the .env's bind).
+func TestSealedCodeRunsAndStaysSealed(t *testing.T) {
+	testenv.RequireRoot(t)
+	const group = 999999
+	f := newFixture(t, "sealed")
+	mustWrite(t, filepath.Join(f.install, ".env"), "OWN=yes")
+	err := filepath.WalkDir(f.install, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := os.Lchown(p, 0, group); err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		mode := os.FileMode(0o640)
+		if d.IsDir() || fi.Mode()&0o111 != 0 {
+			mode = 0o750
+		}
+		return os.Chmod(p, mode)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.spec.UID, f.spec.GID, f.spec.CodeGroup = 1000007, 1000007, group
+	f.spec.OwnEnvFile = true
+	f.spec.Env = map[string]string{"VICTIM_ARG": filepath.Join(f.install, ".env")}
+	out, err := f.runVictim(t, "readok")
+	if err != nil || !strings.Contains(out, `READ "OWN=yes"`) {
+		t.Errorf("the wall's own .env: %v, %s", err, out)
+	}
+	if fi, err := os.Stat(f.install); err != nil || fi.Mode().Perm() != 0o750 {
+		t.Errorf("the code folder after the start: %v, %v; want it still 0750", fi.Mode().Perm(), err)
 	}
 }
