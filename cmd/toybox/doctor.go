@@ -8,8 +8,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
+	"toybox/vat/store"
+	"toybox/vat/supervisor"
 	"toybox/vat/wall"
 )
 
@@ -26,7 +29,25 @@ func doctorMain(args []string) int {
 	defer cancel()
 	checks := wall.Doctor(ctx)
 	checks = append(checks, entryCheck(*entry))
+	if os.Geteuid() == 0 {
+		checks = append(checks, subordinateCheck("/etc/subuid", "/etc/subgid"))
+	}
 	return printChecks(os.Stdout, checks)
+}
+
+// subordinateCheck fails when a host user's subordinate ids (for rootless
+// containers) include the ids a root supervisor gives vats and their code.
+func subordinateCheck(subuid, subgid string) wall.Check {
+	c := wall.Check{Name: "vat ids"}
+	clashes := supervisor.SubordinateClashes(subuid, subgid, supervisor.DefaultUIDBase, store.RootCodeGID)
+	if len(clashes) > 0 {
+		c.Detail = strings.Join(clashes, "; ")
+		c.Fix = fmt.Sprintf("move those ranges in %s and %s above %d (usermod --del-subuids/--add-subuids), so that no user's rootless containers can run as a vat", subuid, subgid, supervisor.DefaultUIDBase+supervisor.VatIDSpan)
+		return c
+	}
+	c.OK = true
+	c.Detail = fmt.Sprintf("no user's subordinate ids include the vats' (%d and up) or the code group (%d)", supervisor.DefaultUIDBase, store.RootCodeGID)
+	return c
 }
 
 func entryCheck(path string) wall.Check {

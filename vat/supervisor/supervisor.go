@@ -149,7 +149,7 @@ func New(cfg Config) (*Supervisor, error) {
 		cfg.GID = 65534
 	}
 	if cfg.UIDBase == 0 {
-		cfg.UIDBase = 1000000
+		cfg.UIDBase = DefaultUIDBase
 	}
 	if os.Geteuid() != 0 {
 		cfg.UID, cfg.GID, cfg.UIDBase = -1, -1, -1
@@ -161,9 +161,21 @@ func New(cfg Config) (*Supervisor, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.UIDBase >= 0 {
+		codeGID := -1
+		if cfg.Store != nil {
+			codeGID = cfg.Store.CodeGID()
+		}
+		for _, c := range SubordinateClashes("/etc/subuid", "/etc/subgid", cfg.UIDBase, codeGID) {
+			log.Warn("another user can act as a vat: move its range above the vats' ids", "clash", c)
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Supervisor{cfg: cfg, log: log, ctx: ctx, cancel: cancel, vats: map[string]*vat{}}, nil
 }
+
+// DefaultUIDBase is the first host uid a root supervisor gives a vat.
+const DefaultUIDBase = 1000000
 
 // vat is one installed vat and its current run.
 type vat struct {
