@@ -94,6 +94,12 @@ func (h *handle) Connect(ctx context.Context, call schema.Handle_connect) error 
 			return fail(d.addrs, vetted, fmt.Errorf("sending the ClientHello to %s: %w", vetted, err))
 		}
 		_ = conn.SetWriteDeadline(time.Time{})
+		if err := awaitServerHello(conn, time.Now().Add(h.p.srv.cfg.DialTimeout)); err != nil {
+			_ = conn.Close()
+			h.p.releaseConn()
+			down.Release()
+			return fail(d.addrs, vetted, err)
+		}
 	}
 	x, err := h.hold(conn) // from here, x.shut releases conn and the count
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -508,5 +509,52 @@ func TestConnectHTTPSByteStream(t *testing.T) {
 			t.Fatalf("no ServerHello downstream (%d bytes)", len(b))
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestConnectHTTPSRefusesHelloRetry: a server that does not take the
+// client's key share asks for a second ClientHello (a TLS 1.3
+// HelloRetryRequest). The switchboard never sees that second hello, and a
+// server may serve the name it names (OpenSSL switches context on it), so
+// the connect is refused before the socket is handed over. A server that
+// takes the first hello is reached as before (TestConnectHTTPS).
+func TestConnectHTTPSRefusesHelloRetry(t *testing.T) {
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "secure")
+	}))
+	ts.TLS = &tls.Config{CurvePreferences: []tls.CurveID{tls.CurveP384}} // Go's client shares X25519(MLKEM768) first
+	ts.StartTLS()
+	t.Cleanup(ts.Close)
+	pool := x509.NewCertPool()
+	pool.AddCert(ts.Certificate())
+	port := uint16(ts.Listener.Addr().(*net.TCPAddr).Port)
+	f := newFixture(t, nil)
+	f.dns.Set("example.com", mustAddr("127.0.0.1"))
+	c := dial(t, f.local)
+	ctx := context.Background()
+	hc := &helloConn{dialFn: func(hello []byte) (net.Conn, error) {
+		return c.connectFD(ctx, c.root, "https", "example.com", port, hello)
+	}}
+	tc := tls.Client(hc, &tls.Config{ServerName: "example.com", RootCAs: pool})
+	defer tc.Close()
+	err := tc.HandshakeContext(ctx)
+	if err == nil {
+		t.Fatal("a handshake through a HelloRetryRequest went through")
+	}
+	mustContain(t, "refusal", err.Error(), "egress refused: the server asked for a second ClientHello (a TLS 1.3 HelloRetryRequest)")
+	if !strings.Contains(f.log.String(), "HelloRetryRequest") {
+		t.Errorf("the log does not say why: %s", f.log.String())
+	}
+}
+
+func TestIsHelloRetry(t *testing.T) {
+	head := append([]byte{22, 3, 3, 0, 90, 2, 0, 0, 86, 3, 3}, helloRetryRandom[:]...)
+	if !isHelloRetry(head) {
+		t.Error("a HelloRetryRequest head not recognised")
+	}
+	other := slices.Clone(head)
+	other[20] ^= 1
+	if isHelloRetry(other) || isHelloRetry(head[:40]) {
+		t.Error("a ServerHello with another random, or a short head, taken for a HelloRetryRequest")
 	}
 }

@@ -173,3 +173,22 @@ func (r *reader) vec(n int) ([]byte, bool) {
 	}
 	return r.take(l)
 }
+
+// helloRetryRandom is the random of a ServerHello that is a TLS 1.3
+// HelloRetryRequest (RFC 8446 section 4.1.3).
+var helloRetryRandom = [32]byte{
+	0xcf, 0x21, 0xad, 0x74, 0xe5, 0x9a, 0x61, 0x11, 0xbe, 0x1d, 0x8c, 0x02, 0x1e, 0x65, 0xb8, 0x91,
+	0xc2, 0xa2, 0x11, 0x16, 0x7a, 0xbb, 0x8c, 0x5e, 0x07, 0x9e, 0x09, 0xe2, 0xc8, 0xa8, 0x33, 0x9c,
+}
+
+// serverHelloHead is how much of the server's first flight tells a
+// HelloRetryRequest: a record header, a handshake header, legacy_version
+// and the random.
+const serverHelloHead = 5 + 4 + 2 + 32
+
+// isHelloRetry reports whether head (the first bytes the server sent) is a
+// HelloRetryRequest.
+func isHelloRetry(head []byte) bool {
+	return len(head) >= serverHelloHead && head[0] == recordHandshake && head[5] == 2 &&
+		[32]byte(head[11:43]) == helloRetryRandom
+}
