@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"testing"
 	"time"
@@ -359,5 +360,55 @@ func TestTLSHelloOverTwoRecords(t *testing.T) {
 	body, _ := io.ReadAll(tc)
 	if !bytes.Contains(body, []byte("secret over tls")) {
 		t.Errorf("answer over TLS = %q", body)
+	}
+}
+
+// TestTLSGrantOnAnotherPort: a grant of TLS on a port other than 443
+// ({"scheme":"https","port":N}, what a manifest's https://host:N becomes)
+// is reached through the proxy: the CONNECT tries tcp, which that grant
+// refuses, then the TLS path. A plain stream to that port is still refused
+// (the switchboard finds no ClientHello).
+func TestTLSGrantOnAnotherPort(t *testing.T) {
+	ts := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "tls on another port")
+	}))
+	t.Cleanup(ts.Close)
+	port := ts.Listener.Addr().(*net.TCPAddr).Port
+	addr := inProcessProxy(t, []labels.Set{{Scheme: "https", Host: "127.0.0.1", Port: uint16(port)}})
+	open := func() (net.Conn, *bufio.Reader, int) {
+		t.Helper()
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+		fmt.Fprintf(c, "CONNECT 127.0.0.1:%d HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n", port, port)
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, br, resp.StatusCode
+	}
+	c, _, code := open()
+	defer c.Close()
+	if code != 200 {
+		t.Fatalf("CONNECT to a TLS grant on port %d = %d; want 200", port, code)
+	}
+	tc := tls.Client(c, &tls.Config{ServerName: "127.0.0.1", InsecureSkipVerify: true}) //nolint:gosec // the test server's own certificate
+	fmt.Fprint(tc, "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+	body, _ := io.ReadAll(tc)
+	if !bytes.Contains(body, []byte("tls on another port")) {
+		t.Errorf("answer over TLS = %q", body)
+	}
+	// Plain bytes instead of a ClientHello: the tunnel closes, nothing is sent on.
+	c2, br2, code := open()
+	defer c2.Close()
+	if code != 200 {
+		t.Fatalf("second CONNECT = %d", code)
+	}
+	_, _ = io.WriteString(c2, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	if b, _ := io.ReadAll(br2); len(b) != 0 {
+		t.Errorf("a plain stream to a TLS grant got %q", b)
 	}
 }

@@ -177,22 +177,27 @@ func (p *Proxy) connect(ctx context.Context, c *net.TCPConn, br *bufio.Reader, r
 	}
 	if t.scheme != "https" {
 		up, err := p.dial(ctx, t, nil, c)
-		if err != nil {
+		if err == nil {
+			_ = c.SetReadDeadline(time.Time{})
+			if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+				up.close()
+				_ = c.Close()
+				return
+			}
+			up.relay(c, br)
+			return
+		}
+		// A grant of TLS on another port ({"scheme":"https","port":8443})
+		// refuses plain tcp there: take the TLS path when it admits https.
+		tls := target{scheme: "https", host: t.host, port: t.port}
+		if p.check(ctx, tls) != nil {
 			refuse(c, err)
 			return
 		}
-		_ = c.SetReadDeadline(time.Time{})
-		if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
-			up.close()
-			_ = c.Close()
-			return
-		}
-		up.relay(c, br)
-		return
-	}
-	// TLS: ask first (so a refusal can still be a 403), then read the
-	// client's ClientHello, which the switchboard checks against the host.
-	if err := p.check(ctx, t); err != nil {
+		t = tls
+	} else if err := p.check(ctx, t); err != nil {
+		// TLS: ask first (so a refusal can still be a 403), then read the
+		// client's ClientHello, which the switchboard checks against the host.
 		refuse(c, err)
 		return
 	}
