@@ -31,6 +31,12 @@ var droppedRequest = map[string]bool{
 	"Proxy-Authenticate": true, "Proxy-Authorization": true, "Te": true,
 	"Trailer": true, "Trailers": true, "Transfer-Encoding": true, "Upgrade": true,
 	"Host": true, "Content-Length": true, "Forwarded": true, "X-Real-Ip": true,
+	// What servers behind a proxy take as the caller's identity or
+	// address (set by an authenticating proxy or a CDN): a vat's is never
+	// trusted.
+	// (and any X-Auth-Request-*, as oauth2-proxy sets them).
+	"Remote-User": true, "X-Remote-User": true, "True-Client-Ip": true, "Cf-Connecting-Ip": true,
+	"X-Client-Ip": true, "X-Cluster-Client-Ip": true, "Fastly-Client-Ip": true,
 	// What many frameworks read as another method or path than the
 	// request's: a door is one exact method and path.
 	"X-Http-Method": true, "X-Http-Method-Override": true, "X-Method-Override": true,
@@ -56,6 +62,7 @@ const VatHeader = "X-Toybox-Vat"
 // an underscore by default too).
 func dropRequestHeader(canon string) bool {
 	return droppedRequest[canon] || strings.HasPrefix(canon, "X-Toybox-") || strings.HasPrefix(canon, "X-Forwarded-") ||
+		strings.HasPrefix(canon, "X-Auth-Request-") ||
 		strings.ContainsFunc(canon, func(r rune) bool {
 			return (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') && (r < '0' || r > '9') && r != '-'
 		})

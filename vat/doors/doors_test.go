@@ -187,6 +187,12 @@ func TestDoorCalls(t *testing.T) {
 			{"X.Forwarded.For", "10.0.0.1"},
 			{"X.HTTP.Method.Override", "DELETE"},
 			{"X!Original~URL", "/browser/restart"},
+			// Identity an authenticating proxy or a CDN would set.
+			{"Remote-User", "admin"},
+			{"X-Remote-User", "admin"},
+			{"True-Client-IP", "10.0.0.1"},
+			{"CF-Connecting-IP", "10.0.0.1"},
+			{"X-Auth-Request-Email", "admin@example.org"},
 			{"Accept", "application/json"},
 		}})
 		a := decodeAnswer(t, r)
@@ -197,7 +203,7 @@ func TestDoorCalls(t *testing.T) {
 			t.Errorf("backend saw X-Toybox-Vat %q; want kiosk", a.Request.Vat)
 		}
 		h := a.Request.Headers
-		for _, k := range []string{"Connection", "X-Secret", "Upgrade", "X-Forwarded-For", "X-Http-Method-Override", "X-Http-Method", "X-Method-Override", "X-Original-Method", "X-Original-Url", "X-Rewrite-Url"} {
+		for _, k := range []string{"Connection", "X-Secret", "Upgrade", "X-Forwarded-For", "X-Http-Method-Override", "X-Http-Method", "X-Method-Override", "X-Original-Method", "X-Original-Url", "X-Rewrite-Url", "Remote-User", "X-Remote-User", "True-Client-Ip", "Cf-Connecting-Ip", "X-Auth-Request-Email"} {
 			if _, ok := h[k]; ok {
 				t.Errorf("backend saw %s: %v; want it dropped", k, h[k])
 			}

@@ -493,10 +493,10 @@ func unreachableHint(plan *Plan) string {
 	return fmt.Sprintf(" (the wall runs as uid %d, which cannot search %s; fix: chmod o+x, or move the files)", plan.HostUID, strings.Join(hints, ", "))
 }
 
-// argsFile holds bwrap's options, NUL-separated, for --args: a memfd,
-// rewound, that only bwrap reads.
+// argsFile holds bwrap's options, NUL-separated, for --args: a sealed
+// memfd, rewound, that only bwrap reads.
 func argsFile(opts []string) (*os.File, error) {
-	fd, err := unix.MemfdCreate("bwrap-args", unix.MFD_CLOEXEC)
+	fd, err := unix.MemfdCreate("bwrap-args", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return nil, fmt.Errorf("the options' descriptor: %w", os.NewSyscallError("memfd_create", err))
 	}
@@ -513,6 +513,11 @@ func argsFile(opts []string) (*os.File, error) {
 	if _, err := f.WriteString(b.String()); err != nil {
 		_ = f.Close()
 		return nil, fmt.Errorf("writing the options' descriptor: %w", err)
+	}
+	// Sealed: nothing can change the options between here and bwrap's read.
+	if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, unix.F_SEAL_WRITE|unix.F_SEAL_GROW|unix.F_SEAL_SHRINK|unix.F_SEAL_SEAL); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("sealing the options' descriptor: %w", os.NewSyscallError("fcntl F_ADD_SEALS", err))
 	}
 	if _, err := f.Seek(0, 0); err != nil {
 		_ = f.Close()
