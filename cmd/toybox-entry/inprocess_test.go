@@ -67,6 +67,25 @@ func inProcessProxy(t testing.TB, grants []labels.Set, opts ...func(*entry.Proxy
 	return l.Addr().String()
 }
 
+// connectVia dials the proxy at addr, asks CONNECT target and reads the
+// answer; the connection is closed when the test ends.
+func connectVia(t testing.TB, addr, target string) (net.Conn, *bufio.Reader, *http.Response) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil {
+		t.Fatalf("CONNECT %s: %.200v", target, err)
+	}
+	return c, br, resp
+}
+
 func TestProxyInProcess(t *testing.T) {
 	tests := []struct {
 		name string
@@ -80,19 +99,7 @@ func TestProxyInProcess(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			echo := echoServer(t)
 			addr := inProcessProxy(t, []labels.Set{{Host: "127.0.0.1", Port: uint16(echo)}}, tt.opts...)
-			c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-			target := fmt.Sprintf("127.0.0.1:%d", echo)
-			fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
-			br := bufio.NewReader(c)
-			resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
-			if err != nil {
-				t.Fatal(err)
-			}
+			c, br, resp := connectVia(t, addr, fmt.Sprintf("127.0.0.1:%d", echo))
 			if resp.StatusCode != 200 {
 				t.Fatalf("CONNECT = %s", resp.Status)
 			}
@@ -158,20 +165,9 @@ func TestStalledStreamHoldsUpNoOther(t *testing.T) {
 	}, (*entry.Proxy).UseStreams)
 	tunnel := func(t *testing.T, port int) (net.Conn, *bufio.Reader) {
 		t.Helper()
-		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		target := fmt.Sprintf("127.0.0.1:%d", port)
-		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
-		br := bufio.NewReader(c)
-		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
-		if err != nil {
-			t.Fatalf("CONNECT %s: %.200v", target, err)
-		}
+		c, br, resp := connectVia(t, addr, fmt.Sprintf("127.0.0.1:%d", port))
 		if resp.StatusCode != 200 {
-			t.Fatalf("CONNECT %s = %s", target, resp.Status)
+			t.Fatalf("CONNECT 127.0.0.1:%d = %s", port, resp.Status)
 		}
 		return c, br
 	}
@@ -333,18 +329,7 @@ func (s *splitHello) Write(b []byte) (int, error) {
 func TestTLSHelloOverTwoRecords(t *testing.T) {
 	tlsServer(t)
 	addr := inProcessProxy(t, []labels.Set{{Scheme: "https", Host: "127.0.0.1", Port: 443}})
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-	fmt.Fprint(c, "CONNECT 127.0.0.1:443 HTTP/1.1\r\nHost: 127.0.0.1:443\r\n\r\n")
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, _, resp := connectVia(t, addr, "127.0.0.1:443")
 	if resp.StatusCode != 200 {
 		t.Fatalf("CONNECT = %s", resp.Status)
 	}
@@ -375,24 +360,9 @@ func TestTLSGrantOnAnotherPort(t *testing.T) {
 	t.Cleanup(ts.Close)
 	port := ts.Listener.Addr().(*net.TCPAddr).Port
 	addr := inProcessProxy(t, []labels.Set{{Scheme: "https", Host: "127.0.0.1", Port: uint16(port)}})
-	open := func() (net.Conn, *bufio.Reader, int) {
-		t.Helper()
-		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-		fmt.Fprintf(c, "CONNECT 127.0.0.1:%d HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n", port, port)
-		br := bufio.NewReader(c)
-		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c, br, resp.StatusCode
-	}
-	c, _, code := open()
-	defer c.Close()
-	if code != 200 {
+	target := fmt.Sprintf("127.0.0.1:%d", port)
+	c, _, resp := connectVia(t, addr, target)
+	if code := resp.StatusCode; code != 200 {
 		t.Fatalf("CONNECT to a TLS grant on port %d = %d; want 200", port, code)
 	}
 	tc := tls.Client(c, &tls.Config{ServerName: "127.0.0.1", InsecureSkipVerify: true}) //nolint:gosec // the test server's own certificate
@@ -402,10 +372,9 @@ func TestTLSGrantOnAnotherPort(t *testing.T) {
 		t.Errorf("answer over TLS = %q", body)
 	}
 	// Plain bytes instead of a ClientHello: the tunnel closes, nothing is sent on.
-	c2, br2, code := open()
-	defer c2.Close()
-	if code != 200 {
-		t.Fatalf("second CONNECT = %d", code)
+	c2, br2, resp := connectVia(t, addr, target)
+	if resp.StatusCode != 200 {
+		t.Fatalf("second CONNECT = %s", resp.Status)
 	}
 	_, _ = io.WriteString(c2, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
 	if b, _ := io.ReadAll(br2); len(b) != 0 {

@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +16,8 @@ import (
 	"capnproto.org/go/capnp/v3/server"
 	rpccp "capnproto.org/go/capnp/v3/std/capnp/rpc"
 	"golang.org/x/sys/unix"
+
+	"toybox/tests/testenv"
 )
 
 // The attacks below are a peer that writes raw Cap'n Proto RPC messages (a
@@ -213,22 +213,7 @@ func TestHeldCallBytesEndTheConnection(t *testing.T) {
 }
 
 // syncBuffer is a log sink shared by the rpc goroutines and the test.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type syncBuffer = testenv.Buffer
 
 // TestUnfinishedAnswerBytesEndTheConnection: go-capnp keeps each answer,
 // results included, until its Finish. A peer that reads answers of large

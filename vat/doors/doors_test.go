@@ -1,7 +1,6 @@
 package doors
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +16,7 @@ import (
 
 	"toybox/schema"
 	"toybox/schema/wire"
+	"toybox/tests/testenv"
 )
 
 // socketPair returns a connected unix stream pair as files.
@@ -49,24 +48,13 @@ func serveDoors(t *testing.T, gr *Granted) *os.File {
 }
 
 // syncBuffer is a log sink shared by the rpc goroutines and the test.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
+type syncBuffer struct{ testenv.Buffer }
 
 // records returns the JSON log records with the given message.
 func (b *syncBuffer) records(t *testing.T, msg string) []map[string]any {
 	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(b.buf.String()), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(b.String()), "\n") {
 		if line == "" {
 			continue
 		}
