@@ -53,9 +53,10 @@ type Limits struct {
 	// AnswerBytes is how many bytes of this side's answers (the Return
 	// messages sent) the peer may leave unfinished: each is held, results
 	// included, until its Finish. Past it the connection ends with
-	// ErrAnswerBytes. A caller that finishes 250 ms after each Return, as
-	// go-capnp does, holds what it is answered in that time. If zero,
-	// DefaultAnswerBytes.
+	// ErrAnswerBytes as soon as the Return that goes past it is sent (a
+	// peer that sent its calls and went quiet is not waited for). A
+	// caller that finishes 250 ms after each Return, as go-capnp does,
+	// holds what it is answered in that time. If zero, DefaultAnswerBytes.
 	AnswerBytes int64
 }
 
@@ -114,6 +115,9 @@ var (
 type guard struct {
 	transport.Transport
 	lim Limits
+	// stopReading makes the read under way, and every later one, fail at
+	// once; writes go on. It takes no lock of the guard's or go-capnp's.
+	stopReading func()
 
 	mu         sync.Mutex
 	drained    *sync.Cond // backlog fell to the limit, or closed
@@ -133,6 +137,9 @@ type guard struct {
 	closed        bool
 	callBytes     map[uint32]int64 // question → bytes of the peer's call, until its Return
 	heldBytes     int64            // their sum
+	// ended is why the connection must end, found on the send path
+	// (answers past Limits.AnswerBytes): RecvMessage returns it.
+	ended error
 }
 
 // answer is a question answered and not finished: the exports its results
@@ -143,9 +150,11 @@ type answer struct {
 	size int64
 }
 
-func newGuard(t transport.Transport, lim Limits) *guard {
+// newGuard guards t; stopReading (may be nil) interrupts t's reads, to end
+// the connection for a reason found on the send path.
+func newGuard(t transport.Transport, lim Limits, stopReading func()) *guard {
 	g := &guard{
-		Transport: t, lim: lim.withDefaults(),
+		Transport: t, lim: lim.withDefaults(), stopReading: stopReading,
 		unfinished: map[uint32]struct{}{}, exports: map[uint32]uint32{},
 		answered: map[uint32]answer{}, finishedFirst: map[uint32]bool{},
 		callBytes: map[uint32]int64{},
@@ -167,25 +176,38 @@ func (g *guard) release(id, n uint32) {
 
 func (g *guard) RecvMessage() (transport.IncomingMessage, error) {
 	g.mu.Lock()
-	for g.backlog > g.lim.Backlog && !g.closed {
+	for g.backlog > g.lim.Backlog && !g.closed && g.ended == nil {
 		g.drained.Wait()
 	}
 	// Checked before each message read: what one message can make this
 	// side export is bounded by the servers, and the next is not read.
 	exports := len(g.exports)
+	ended := g.ended
 	g.mu.Unlock()
+	if ended != nil {
+		return nil, ended
+	}
 	if exports > g.lim.Exports {
 		return nil, fmt.Errorf("%w: %d not released (limit %d)", ErrExports, exports, g.lim.Exports)
 	}
 	in, err := g.Transport.RecvMessage()
+	g.mu.Lock()
+	ended = g.ended
+	answerBytes := g.answerBytes
+	g.mu.Unlock()
+	if ended != nil {
+		// The read was stopped (or a message came meanwhile): the reason
+		// is the guard's, not the read's error.
+		if err == nil {
+			in.Release()
+		}
+		return nil, ended
+	}
 	if err != nil {
 		return in, err
 	}
-	// Checked once the message came, not before the read: answers go out
-	// while the read waits, and the message that follows them ends it.
-	g.mu.Lock()
-	answerBytes := g.answerBytes
-	g.mu.Unlock()
+	// A second line: exported records ErrAnswerBytes, and stops the read,
+	// as soon as a Return takes the total past the limit.
 	if answerBytes > g.lim.AnswerBytes {
 		in.Release()
 		return nil, fmt.Errorf("%w: %d bytes (limit %d)", ErrAnswerBytes, answerBytes, g.lim.AnswerBytes)
@@ -345,22 +367,37 @@ func (g *guard) exported(m rpccp.Message) {
 			size = int64(sz)
 		}
 		g.mu.Lock()
-		defer g.mu.Unlock()
 		if b, ok := g.callBytes[q]; ok {
 			g.heldBytes -= b
 			delete(g.callBytes, q)
 		}
+		countCaps := true
 		if releaseCaps, finished := g.finishedFirst[q]; finished {
 			delete(g.finishedFirst, q)
-			if releaseCaps {
-				return // given back as they were sent
-			}
+			countCaps = !releaseCaps // else given back as they were sent
 		} else {
 			g.answered[q] = answer{ids: ids, at: time.Now(), size: size}
 			g.answerBytes += size
 		}
-		for _, id := range ids {
-			g.exports[id]++
+		if countCaps {
+			for _, id := range ids {
+				g.exports[id]++
+			}
+		}
+		// Past the limit the connection ends now, not at the peer's next
+		// message: a peer that sent its calls in one write and went quiet
+		// would keep every answer. The read is stopped (the answers already
+		// on their way still go out) and RecvMessage returns the reason, so
+		// go-capnp ends the connection with it, as for the other limits.
+		stop := false
+		if g.answerBytes > g.lim.AnswerBytes && g.ended == nil {
+			g.ended = fmt.Errorf("%w: %d bytes (limit %d)", ErrAnswerBytes, g.answerBytes, g.lim.AnswerBytes)
+			g.drained.Broadcast()
+			stop = g.stopReading != nil
+		}
+		g.mu.Unlock()
+		if stop {
+			g.stopReading()
 		}
 		return
 	case rpccp.Message_Which_call:

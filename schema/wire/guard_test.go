@@ -218,8 +218,7 @@ type syncBuffer = testenv.Buffer
 // TestUnfinishedAnswerBytesEndTheConnection: go-capnp keeps each answer,
 // results included, until its Finish. A peer that reads answers of large
 // results and never finishes them ends the connection, with a warning
-// naming the limit, at the first message it sends once past
-// Limits.AnswerBytes of them; fewer keep it.
+// naming the limit, once past Limits.AnswerBytes of them; fewer keep it.
 func TestUnfinishedAnswerBytesEndTheConnection(t *testing.T) {
 	const limit = 3*largeAnswer + largeAnswer/2
 	c, peer := served(t)
@@ -275,7 +274,7 @@ func TestUnfinishedAnswerBytesEndTheConnection(t *testing.T) {
 	if !answered(1, 3, testLarge) || !answered(4, 4, testMethod) {
 		t.Fatal("3 MiB of unfinished answers ended the connection (limit 3.5 MiB)")
 	}
-	// 4 MiB: the next message read ends it.
+	// 4 MiB: that Return is the last (the next call is not read).
 	if !answered(5, 5, testLarge) {
 		t.Fatal("the connection ended before the peer went past the limit")
 	}
@@ -287,6 +286,64 @@ func TestUnfinishedAnswerBytesEndTheConnection(t *testing.T) {
 	}
 	if q, ok := <-returns; ok {
 		t.Errorf("question %d answered past the limit", q)
+	}
+	got := logs.String()
+	if !strings.Contains(got, "level=WARN") || !strings.Contains(got, ErrAnswerBytes.Error()) || !strings.Contains(got, fmt.Sprintf("(limit %d)", limit)) {
+		t.Errorf("log = %q; want a warning naming %q and the limit", got, ErrAnswerBytes)
+	}
+}
+
+// TestAnswerBytesBurstThenQuietEndsTheConnection: a peer that writes its
+// calls in one go and then only reads sends no message after the answers
+// that go past Limits.AnswerBytes. The Return that goes past it ends the
+// connection, with a warning naming the limit: the peer's next message is
+// not waited for (it kept 400 answers of 1 MiB under a 256 MiB limit).
+func TestAnswerBytesBurstThenQuietEndsTheConnection(t *testing.T) {
+	const limit = 8 * largeAnswer
+	const n = 16 // answers of largeAnswer bytes, twice the limit
+	c, peer := served(t)
+	var logs syncBuffer
+	rc := c.RPCWith(bootstrap(), Logger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))), Limits{AnswerBytes: limit})
+	defer rc.Close()
+	hungUp := make(chan int) // how many Returns the peer read, once it reads EOF
+	go func() {
+		returns := 0
+		dec := capnp.NewDecoder(peer)
+		for {
+			msg, err := dec.Decode()
+			if err != nil {
+				hungUp <- returns
+				return
+			}
+			if m, err := rpccp.ReadRootMessage(msg); err == nil && m.Which() == rpccp.Message_Which_return {
+				returns++
+			}
+		}
+	}()
+	var burst bytes.Buffer
+	enc := capnp.NewEncoder(&burst)
+	if err := enc.Encode(bootstrapMsg(t)); err != nil {
+		t.Fatal(err)
+	}
+	for q := uint32(1); q <= n; q++ {
+		if err := enc.Encode(methodMsg(t, q, testLarge)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := peer.Write(burst.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	// The peer now only reads, keeping its end open.
+	select {
+	case <-rc.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%d unfinished answers of %d bytes kept the connection (limit %d) while the peer was quiet", n, largeAnswer, limit)
+	}
+	select {
+	case got := <-hungUp:
+		t.Logf("the peer read %d returns, then the end of the connection", got)
+	case <-time.After(5 * time.Second):
+		t.Error("the served side ended but the peer was not disconnected")
 	}
 	got := logs.String()
 	if !strings.Contains(got, "level=WARN") || !strings.Contains(got, ErrAnswerBytes.Error()) || !strings.Contains(got, fmt.Sprintf("(limit %d)", limit)) {

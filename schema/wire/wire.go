@@ -18,6 +18,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
 
 	"capnproto.org/go/capnp/v3"
 	"capnproto.org/go/capnp/v3/rpc"
@@ -417,8 +418,13 @@ func (c *Conn) RPC(bootstrap capnp.Client, logger rpc.Logger) *rpc.Conn {
 
 // RPCWith is RPC with the peer bounded by lim.
 func (c *Conn) RPCWith(bootstrap capnp.Client, logger rpc.Logger, lim Limits) *rpc.Conn {
-	return rpc.NewConn(newGuard(transport.NewStream(c), lim), &rpc.Options{BootstrapClient: bootstrap, Logger: logger})
+	return rpc.NewConn(newGuard(transport.NewStream(c), lim, c.stopReading), &rpc.Options{BootstrapClient: bootstrap, Logger: logger})
 }
+
+// stopReading makes the read under way, and every later one, fail at once
+// (a deadline in the past); writes go on, so go-capnp can still send its
+// abort before it closes c. It blocks on nothing: safe on the send path.
+func (c *Conn) stopReading() { _ = c.uc.SetReadDeadline(time.Now()) }
 
 // Dial connects to the unix socket at path.
 func Dial(ctx context.Context, path string, acceptFDs bool) (*Conn, error) {
