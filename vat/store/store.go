@@ -596,6 +596,64 @@ func chownTree(dir string, uid, gid int) error {
 	})
 }
 
+// Retire keeps a removed vat's data for a later install under the same id,
+// and nothing else of it: its runtime folder goes, and under root its data
+// folder is handed to root (PrepareDirs hands it to the uid of a later
+// install). Its uid may go to another vat, which must not own this data.
+func (s *Store) Retire(id string) error {
+	if !ValidID(id) {
+		return fmt.Errorf("%w: %q", ErrBadID, id)
+	}
+	if err := os.RemoveAll(s.RunDir(id)); err != nil {
+		return err
+	}
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	d := s.DataDir(id)
+	fi, err := os.Lstat(d)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return err
+	case !fi.IsDir():
+		return fmt.Errorf("%w: %s is not a directory", ErrBadState, d)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid == 0 && st.Gid == 0 {
+		return nil
+	}
+	return chownTree(d, 0, 0)
+}
+
+// Orphans lists the ids whose data or runtime folder is left with no
+// record (removed vats; an earlier version kept them under their uids).
+func (s *Store) Orphans() ([]string, error) {
+	recs, err := s.Records()
+	if err != nil {
+		return nil, err
+	}
+	have := map[string]bool{}
+	for _, r := range recs {
+		have[r.ID] = true
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, dir := range []string{filepath.Join(s.cfg.StateDir, "data"), filepath.Join(s.cfg.StateDir, "run")} {
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range ents {
+			if id := e.Name(); ValidID(id) && !have[id] && !seen[id] {
+				seen[id] = true
+				out = append(out, id)
+			}
+		}
+	}
+	return out, nil
+}
+
 // Purge removes a vat's data and runtime folders.
 func (s *Store) Purge(id string) error {
 	if !ValidID(id) {

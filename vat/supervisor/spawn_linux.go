@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -132,16 +134,71 @@ func wallFiles(read, write, oauth []string, env map[string]string) wall.Files {
 // unwalledProc is a vat run without a wall, only by the switches' choice.
 type unwalledProc struct {
 	cmd  *exec.Cmd
+	uid  int // the vat's own host uid; 0 when it shares one
 	done chan struct{}
 }
 
 func (p *unwalledProc) Pid() int     { return p.cmd.Process.Pid }
 func (p *unwalledProc) Tier() string { return "" }
 
+// Wait waits for the app, then ends what it left behind: no PID namespace
+// holds an unwalled app's children, so its process group is killed, and
+// when the vat has a uid of its own, every process of that uid (a child
+// that left the group with setsid too). They would outlive the vat, keep
+// its output pipe, and under a uid handed to the next vat read that vat's
+// data.
 func (p *unwalledProc) Wait() error {
 	err := p.cmd.Wait()
+	_ = unix.Kill(-p.cmd.Process.Pid, unix.SIGKILL)
+	if p.uid > 0 {
+		killUID(p.uid)
+	}
 	close(p.done)
 	return err
+}
+
+// killUID kills every process whose real, effective or saved uid is uid,
+// until none is left (or a few hundred rounds of a process that forks as
+// fast as it is killed).
+func killUID(uid int) {
+	for range 300 {
+		ents, err := os.ReadDir("/proc")
+		if err != nil {
+			return
+		}
+		found := false
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil || !processOf(pid, uid) {
+				continue
+			}
+			found = true
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+		if !found {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// processOf reports whether process pid (not a zombie) runs as uid.
+func processOf(pid, uid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return false
+	}
+	want := strconv.Itoa(uid)
+	for _, line := range strings.Split(string(b), "\n") {
+		if state, ok := strings.CutPrefix(line, "State:"); ok && strings.Contains(state, "Z") {
+			return false
+		}
+		if ids, ok := strings.CutPrefix(line, "Uid:"); ok {
+			f := strings.Fields(ids)
+			return len(f) >= 3 && (f[0] == want || f[1] == want || f[2] == want)
+		}
+	}
+	return false
 }
 
 func (p *unwalledProc) Stop(grace time.Duration) error {
@@ -218,5 +275,9 @@ func (s *Supervisor) spawnUnwalled(v *vat, code store.Code, rec store.Record, gv
 		}
 		return nil, fmt.Errorf("starting it: %w", err)
 	}
-	return &unwalledProc{cmd: cmd, done: make(chan struct{})}, nil
+	p := &unwalledProc{cmd: cmd, done: make(chan struct{})}
+	if s.cfg.UIDBase >= 0 && rec.UID > 0 {
+		p.uid = rec.UID
+	}
+	return p, nil
 }

@@ -174,6 +174,22 @@ func New(cfg Config) (*Supervisor, error) {
 	return &Supervisor{cfg: cfg, log: log, ctx: ctx, cancel: cancel, vats: map[string]*vat{}}, nil
 }
 
+// retireOrphans retires the folders of vats removed before Remove retired
+// them (an earlier version left them with their uids, which new vats get
+// again).
+func (s *Supervisor) retireOrphans() {
+	orphans, err := s.cfg.Store.Orphans()
+	if err != nil {
+		s.log.Warn("listing removed vats' folders", keyErr, err)
+		return
+	}
+	for _, id := range orphans {
+		if err := s.cfg.Store.Retire(id); err != nil {
+			s.log.Warn("retiring a removed vat's folders", keyVat, id, keyErr, err)
+		}
+	}
+}
+
 // DefaultUIDBase is the first host uid a root supervisor gives a vat.
 const DefaultUIDBase = 1000000
 
@@ -279,6 +295,9 @@ func (s *Supervisor) Start() error {
 	recs, rerr := s.cfg.Store.Records()
 	if rerr != nil {
 		s.log.Error("reading installed vats", keyErr, rerr)
+	}
+	if rerr == nil {
+		s.retireOrphans()
 	}
 	// Load every record first, so that uids handed to records that have
 	// none never collide with a uid a later record holds.
@@ -801,11 +820,20 @@ func (s *Supervisor) Remove(id string, purge bool) error {
 	if err := s.cfg.Store.DeleteRecord(id); err != nil {
 		return fmt.Errorf("removing the record of %s: %w", id, err)
 	}
-	s.forget(v)
+	// Its folders are dealt with before the id is free again (an install
+	// under the same id waits for this vat's op lock until forget).
+	var ferr error
 	if purge {
 		if err := s.cfg.Store.Purge(id); err != nil {
-			return fmt.Errorf("purging the data of %s: %w", id, err)
+			ferr = fmt.Errorf("purging the data of %s: %w", id, err)
 		}
+	} else if err := s.cfg.Store.Retire(id); err != nil {
+		// Its uid may go to the next vat: that vat must not own this data.
+		ferr = fmt.Errorf("keeping the data of %s: %w", id, err)
+	}
+	s.forget(v)
+	if ferr != nil {
+		return ferr
 	}
 	s.log.Info("vat removed", keyVat, id, "purged", purge)
 	return nil
