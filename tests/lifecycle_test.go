@@ -263,3 +263,47 @@ func TestSocketActivation(t *testing.T) {
 	waitFor(t, "alice back", 20*time.Second, func() bool { return s.status("alice")["status"] == "walled" })
 	s.mustGet("/alice", "v1 count 2")
 }
+
+// TestShutdownWithRequestInFlight: a request held open (a slow client, or
+// an app that never answers) no longer spends the whole stop budget before
+// the vats are asked to stop: on SIGTERM the vats get theirs at once and
+// the supervisor exits within their grace and the listeners' short budget.
+// (The request used to hold the shared budget, and the vats were then
+// killed without their SIGTERM.)
+func TestShutdownWithRequestInFlight(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	app := filepath.Join(s.dir, "slow.sh")
+	script := `#!/bin/sh
+trap 'echo term > "$TOYBOX_DATA/term"; exit 0' TERM
+rm -f "$TOYBOX_LISTEN"
+perl -MIO::Socket::UNIX -e '
+	$SIG{PIPE} = "IGNORE";
+	my $s = IO::Socket::UNIX->new(Type => SOCK_STREAM(), Local => $ENV{TOYBOX_LISTEN}, Listen => 16) or die "listen: $!\n";
+	while (1) {
+		my $c = $s->accept or next;
+		my $line = <$c> // "";
+		if ($line =~ m{^GET /slow}) { sleep 600; }
+		print $c "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: close\r\n\r\nok\n";
+		close $c;
+	}' &
+wait
+`
+	if err := os.WriteFile(app, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s.mustInstall("slowpoke", app, "")
+	go func() { _, _ = s.get("/slowpoke/slow") }()
+	time.Sleep(500 * time.Millisecond) // the request is in the app
+	start := time.Now()
+	s.stopToybox()
+	took := time.Since(start)
+	if took > 2*time.Second+httpStopBudgetForTest+3*time.Second {
+		t.Errorf("toybox took %v to stop with a request in flight", took)
+	}
+	if b, err := os.ReadFile(filepath.Join(s.state, "data", "slowpoke", "term")); err != nil || !strings.Contains(string(b), "term") {
+		t.Errorf("the vat got no SIGTERM before the supervisor stopped (%v); toybox log:\n%s", err, tail(s.tbLog))
+	}
+}
+
+// httpStopBudgetForTest is cmd/toybox's httpStopBudget.
+const httpStopBudgetForTest = 5 * time.Second

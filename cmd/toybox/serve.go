@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -87,6 +88,9 @@ type serveOptions struct {
 	walls, wallsDefault                           string
 }
 
+// httpStopBudget bounds how long requests in flight may finish at shutdown.
+const httpStopBudget = 5 * time.Second
+
 func runServe(o serveOptions, log *slog.Logger) error {
 	sw, err := switches.New(switches.Config{Kill: o.walls, Default: o.wallsDefault, StateDir: o.state})
 	if err != nil {
@@ -152,6 +156,10 @@ func runServe(o serveOptions, log *slog.Logger) error {
 		return err
 	}
 
+	// Before any vat starts: a SIGTERM from here on stops them in order
+	// (before, it killed the supervisor at once and left its socket).
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	if err := sup.Start(); err != nil {
 		log.Error("some installed vats could not be read", "error", err.Error())
 	}
@@ -174,8 +182,6 @@ func runServe(o serveOptions, log *slog.Logger) error {
 	}
 	log.Info("toybox serving", "state", st.StateDir(), "admin", adminL.Addr().String(), "http", addrOf(httpL), "switchboard", o.switchboard, "entry", o.entry)
 
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	var serveErr error
 	select {
 	case s := <-sigs:
@@ -184,12 +190,28 @@ func runServe(o serveOptions, log *slog.Logger) error {
 		log.Error("a listener failed", "error", fmt.Sprint(serveErr))
 	}
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
+	// The vats stop at once, each with its grace, while the listeners
+	// close: a request held open (by a slow client, or an app that never
+	// answers) does not hold the vats' SIGTERM back. It ends when its vat
+	// does, or is cut when the listeners' short budget runs out.
+	var wg sync.WaitGroup
+	hctx, hcancel := context.WithTimeout(context.Background(), httpStopBudget)
+	defer hcancel()
+	for _, srv := range []*http.Server{adm, pub} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if srv.Shutdown(hctx) != nil {
+				_ = srv.Close()
+			}
+		}()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.stopGrace+10*time.Second)
 	defer cancel()
-	_ = adm.Shutdown(ctx)
-	_ = pub.Shutdown(ctx)
-	if err := sup.Shutdown(ctx); err != nil {
-		return fmt.Errorf("stopping the vats: %w", err)
+	serr := sup.Shutdown(ctx)
+	wg.Wait()
+	if serr != nil {
+		return fmt.Errorf("stopping the vats: %w", serr)
 	}
 	log.Info("stopped")
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
