@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"capnproto.org/go/capnp/v3"
+
 	"toybox/labels"
 	"toybox/schema"
 )
@@ -231,5 +233,122 @@ func TestPeerCannotPushDescriptors(t *testing.T) {
 	good := dial(t, f.local)
 	if got, err := check(ctx, good.root, "tcp", "127.0.0.1", 80); err != nil || !got.allow {
 		t.Errorf("another peer after the bad one: %+v, %v", got, err)
+	}
+}
+
+// TestPipelinedCallBytesEndThePeer: calls a peer pipelines on a promise
+// still pending (here, on a stream write that never returns because the
+// remote does not read) wait in full outside limits.bytes. The transport
+// bounds them at twice limits.bytes: past it the peer's connection ends.
+// (300 pipelined calls of 1 MiB took the switchboard's heap to 305 MiB.)
+func TestPipelinedCallBytesEndThePeer(t *testing.T) {
+	_, port := serveTCP(t, func(c net.Conn) { time.Sleep(time.Minute) }) // never reads
+	f := newFixture(t, func(c *Config) { c.Limits = Limits{Bytes: 4 << 20} })
+	c := dial(t, f.local)
+	ctx := context.Background()
+	fut, release := c.root.Connect(ctx, func(p schema.Handle_connect_Params) error {
+		tg, err := p.NewTarget()
+		if err != nil {
+			return err
+		}
+		if err := target("tcp", "127.0.0.1", port)(tg); err != nil {
+			return err
+		}
+		return p.SetDownstream(schema.ByteStream_ServerToClient(newCollector()))
+	})
+	defer release()
+	r, err := fut.Struct()
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := r.Upstream()
+	chunk := make([]byte, 1<<20)
+	var releases []capnp.ReleaseFunc
+	defer func() {
+		for _, rel := range releases {
+			rel()
+		}
+	}()
+	write := func() *capnp.Answer {
+		ans, rel := capnp.Client(up).SendCall(ctx, capnp.Send{
+			Method:    capnp.Method{InterfaceID: schema.ByteStream_TypeID, MethodID: 0, InterfaceName: "toybox.capnp:ByteStream", MethodName: "write"},
+			ArgsSize:  capnp.ObjectSize{PointerCount: 1},
+			PlaceArgs: func(s capnp.Struct) error { return schema.ByteStream_write_Params(s).SetData(chunk) },
+		})
+		releases = append(releases, rel)
+		return ans
+	}
+	var blocked *capnp.Answer
+	for i := 0; i < 64 && blocked == nil; i++ {
+		ans := write()
+		select {
+		case <-ans.Future().Done():
+		case <-time.After(time.Second):
+			blocked = ans // the remote's buffers are full
+		}
+	}
+	if blocked == nil {
+		t.Fatal("no write blocked")
+	}
+	pc := schema.Handle(blocked.Future().Field(0, nil).Client())
+	defer pc.Release()
+	host := strings.Repeat("a", 1<<20)
+	for range 12 { // 12 MiB pipelined, past 2 x 4 MiB
+		_, rel := pc.Check(ctx, func(p schema.Handle_check_Params) error {
+			tg, err := p.NewTarget()
+			if err != nil {
+				return err
+			}
+			return target("tcp", host, 80)(tg)
+		})
+		defer rel()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := check(ctx, c.root, "tcp", "127.0.0.1", 80); err != nil {
+			break // the connection ended
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("12 MiB of calls pipelined on a pending promise kept the connection (limits.bytes 4 MiB)")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestTotalConnsBoundsEveryPeer: limits.conns bounds one peer connection
+// (one vat); limits.totalConns bounds them all together, so the number of
+// vats does not multiply what the switchboard (and the host's TCP memory)
+// may be made to hold.
+func TestTotalConnsBoundsEveryPeer(t *testing.T) {
+	_, port := echoServer(t, "")
+	f := newFixture(t, func(c *Config) { c.Limits = Limits{Conns: 3, TotalConns: 4} })
+	a, b := dial(t, f.local), dial(t, f.local)
+	ctx := context.Background()
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			_ = c.Close()
+		}
+	}()
+	connect := func(c *client) error {
+		conn, err := c.connectFD(ctx, c.root, "tcp", "127.0.0.1", port, nil)
+		if err == nil {
+			held = append(held, conn)
+		}
+		return err
+	}
+	for i := range 3 {
+		if err := connect(a); err != nil {
+			t.Fatalf("peer a's connect %d: %v", i+1, err)
+		}
+	}
+	if err := connect(a); err == nil || !strings.Contains(err.Error(), "connections open on this connection") {
+		t.Errorf("peer a's 4th connect = %v; want its own limit", err)
+	}
+	if err := connect(b); err != nil {
+		t.Fatalf("peer b's first connect: %v", err)
+	}
+	if err := connect(b); err == nil || !strings.Contains(err.Error(), "limits.totalConns") {
+		t.Errorf("peer b's 2nd connect = %v; want the switchboard's total limit", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"toybox/labels"
 	"toybox/schema"
@@ -196,6 +197,13 @@ func (h *handle) Request(ctx context.Context, call schema.Handle_request) error 
 	if !args.HasResponder() {
 		return fail(d.addrs, errors.New("request needs a responder"))
 	}
+	// The request counts as one of the peer's connections until its
+	// answer has gone to the responder (its TCP connection counts as
+	// another while open): the call returns at once, and a peer could
+	// otherwise leave any number of requests waiting on its responder.
+	if err := h.p.acquireConn(); err != nil {
+		return fail(d.addrs, err)
+	}
 	responder := args.Responder().AddRef()
 
 	// The request body: what the caller writes to the returned stream.
@@ -209,6 +217,7 @@ func (h *handle) Request(ctx context.Context, call schema.Handle_request) error 
 	if err != nil {
 		cancel()
 		responder.Release()
+		h.p.releaseConn()
 		return fail(d.addrs, fmt.Errorf("building the request: %w", err))
 	}
 	// The request goes to the canonical host the decision was made for
@@ -227,12 +236,14 @@ func (h *handle) Request(ctx context.Context, call schema.Handle_request) error 
 	if err != nil {
 		cancel()
 		responder.Release()
+		h.p.releaseConn()
 		return err
 	}
 	bs := &bodyStream{w: pw, noBody: body == http.NoBody}
 	if err := res.SetBody(schema.ByteStream(h.p.export(schema.ByteStream_NewServer(bs)))); err != nil {
 		cancel()
 		responder.Release()
+		h.p.releaseConn()
 		return err
 	}
 	h.logDecision("request", logURL(rawURL), d.addrs, firstVetted(d), true, d.reason)
@@ -240,15 +251,24 @@ func (h *handle) Request(ctx context.Context, call schema.Handle_request) error 
 	return nil
 }
 
-// roundTrip sends hreq and delivers the answer to responder (owned).
+// responderTimeout bounds how long the switchboard waits for the caller's
+// responder to take an answer's start or a failure: a caller that never
+// answers does not keep the request (and its slot) forever.
+var responderTimeout = 30 * time.Second
+
+// roundTrip sends hreq and delivers the answer to responder (owned); it
+// gives back the slot Request took.
 func (h *handle) roundTrip(hreq *http.Request, cancel context.CancelFunc, responder schema.Responder, pr *io.PipeReader) {
+	defer h.p.releaseConn()
 	defer cancel()
 	defer responder.Release()
 	ctx := context.Background()
 	resp, err := h.p.srv.http.RoundTrip(hreq)
 	if err != nil {
 		_ = pr.CloseWithError(err)
-		f, release := responder.Fail(ctx, func(p schema.Responder_fail_Params) error {
+		fctx, fcancel := context.WithTimeout(ctx, responderTimeout)
+		defer fcancel()
+		f, release := responder.Fail(fctx, func(p schema.Responder_fail_Params) error {
 			return p.SetMessage_(fmt.Sprintf("request to %s failed: %v", hreq.URL.Host, err))
 		})
 		_, _ = f.Struct()
@@ -256,13 +276,15 @@ func (h *handle) roundTrip(hreq *http.Request, cancel context.CancelFunc, respon
 		return
 	}
 	defer resp.Body.Close()
+	sctx, scancel := context.WithTimeout(ctx, responderTimeout)
+	defer scancel()
 	hopOnly := connectionNames(resp.Header["Connection"])
 	for k := range resp.Header {
 		if hopHeaders[k] || hopOnly[k] {
 			delete(resp.Header, k)
 		}
 	}
-	f, release := responder.Start(ctx, func(p schema.Responder_start_Params) error {
+	f, release := responder.Start(sctx, func(p schema.Responder_start_Params) error {
 		p.SetStatus(uint16(resp.StatusCode))
 		n := 0
 		for _, vs := range resp.Header {

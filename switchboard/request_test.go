@@ -2,11 +2,13 @@ package switchboard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -503,5 +505,78 @@ func TestWebSocketHeaderInjection(t *testing.T) {
 	case b := <-accepted:
 		t.Errorf("the remote was reached and received %q", b)
 	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// stuckResponder never returns from fail or start (until released).
+type stuckResponder struct{ block chan struct{} }
+
+func (r *stuckResponder) Start(ctx context.Context, call schema.Responder_start) error {
+	select {
+	case <-r.block:
+	case <-ctx.Done():
+	}
+	return errors.New("never")
+}
+
+func (r *stuckResponder) Fail(ctx context.Context, call schema.Responder_fail) error {
+	select {
+	case <-r.block:
+	case <-ctx.Done():
+	}
+	return nil
+}
+
+// TestRequestsWaitingOnResponderAreBounded: request() answers at once and
+// delivers the outcome to the caller's responder later. A caller whose
+// responder never takes a failure used to leave one goroutine per request
+// for ever, past every limit (10000 requests with limits of 16). A request
+// now holds one of the peer's connection slots until its outcome is
+// delivered, and the switchboard waits responderTimeout for the responder.
+func TestRequestsWaitingOnResponderAreBounded(t *testing.T) {
+	old := responderTimeout
+	responderTimeout = 700 * time.Millisecond
+	t.Cleanup(func() { responderTimeout = old })
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close() // nothing listens there: every request fails at the dial
+	f := newFixture(t, func(c *Config) { c.Limits = Limits{Conns: 16} })
+	c := dial(t, f.local)
+	block := make(chan struct{})
+	defer close(block)
+	ctx := context.Background()
+	request := func() error {
+		fut, release := c.root.Request(ctx, func(p schema.Handle_request_Params) error {
+			_ = p.SetMethod("GET")
+			_ = p.SetUrl(fmt.Sprintf("http://127.0.0.1:%d/", closed))
+			return p.SetResponder(schema.Responder_ServerToClient(&stuckResponder{block: block}))
+		})
+		defer release()
+		_, err := fut.Struct()
+		return err
+	}
+	before := runtime.NumGoroutine()
+	refused := 0
+	for range 100 {
+		if err := request(); err != nil {
+			if !strings.Contains(err.Error(), "per-connection limit reached") {
+				t.Fatalf("request: %v; want accepted or refused for the limit", err)
+			}
+			refused++
+		}
+	}
+	if refused < 100-16 {
+		t.Errorf("%d of 100 requests refused with 16 slots; want at least %d: requests waiting on a responder are not counted", refused, 100-16)
+	}
+	if g := runtime.NumGoroutine() - before; g > 16*20 {
+		t.Errorf("%d more goroutines for 16 admitted requests", g)
+	}
+	// Past responderTimeout the slots are free again.
+	time.Sleep(responderTimeout + 500*time.Millisecond)
+	if err := request(); err != nil {
+		t.Errorf("a request once the responders timed out: %v", err)
 	}
 }

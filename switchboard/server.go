@@ -40,6 +40,7 @@ type Server struct {
 	http     *http.Transport
 	tracker  *tracker
 	wsHeld   atomic.Int64 // WebSocket message bytes every peer holds (peer.holdWS)
+	conns    atomic.Int64 // connections every peer holds (Limits.TotalConns)
 }
 
 // New returns a Server for cfg. It reads the host's interface addresses
@@ -242,7 +243,11 @@ func (s *Server) serveConn(ctx context.Context, name string, uc *net.UnixConn, r
 		p.pid, p.uid = -1, ^uint32(0)
 	}
 	rootH := p.newHandle(root, nil, false)
-	conn := wc.RPC(capnp.Client(rootH.client()), wire.Logger(s.log))
+	// limits.bytes counts the calls the peer has running; calls it
+	// pipelines on a promise still pending (a stream write that never
+	// returns) wait in full outside it. The transport bounds those: twice
+	// limits.bytes, past which the peer's connection ends.
+	conn := wc.RPCWith(capnp.Client(rootH.client()), wire.Logger(s.log), wire.Limits{CallBytes: 2 * p.lim.Bytes})
 	select {
 	case <-conn.Done():
 	case <-ctx.Done():
@@ -341,6 +346,10 @@ func (p *peer) acquireConn() error {
 	if p.conns >= p.lim.Conns {
 		return fmt.Errorf("%w: %d connections open on this connection", ErrLimit, p.conns)
 	}
+	if n := p.srv.conns.Add(1); n > int64(p.lim.TotalConns) {
+		p.srv.conns.Add(-1)
+		return fmt.Errorf("%w: the switchboard holds %d connections in all (limits.totalConns)", ErrLimit, n-1)
+	}
 	p.conns++
 	return nil
 }
@@ -349,6 +358,7 @@ func (p *peer) releaseConn() {
 	p.mu.Lock()
 	p.conns--
 	p.mu.Unlock()
+	p.srv.conns.Add(-1)
 }
 
 // limitHook wraps a server so that calls from the peer count against its
