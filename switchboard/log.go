@@ -26,6 +26,7 @@ const (
 	keyVetted    = "vetted"
 	keyAllow     = "allow"
 	keyReason    = "reason"
+	keyUnlogged  = "unlogged"
 )
 
 // logDecision writes the one record of a decision. The record goes to the
@@ -36,6 +37,10 @@ func (h *handle) logDecision(op, target string, addrs []netip.Addr, vetted strin
 	hd := h.p.srv.log.Handler()
 	if !hd.Enabled(ctx, slog.LevelInfo) {
 		return
+	}
+	unlogged, ok := h.p.refusalLog(allow, time.Now())
+	if !ok {
+		return // counted: the peer's next record says how many
 	}
 	reason = strings.TrimPrefix(reason, RefusedPrefix)
 	as := make([]string, len(addrs))
@@ -55,7 +60,40 @@ func (h *handle) logDecision(op, target string, addrs []netip.Addr, vetted strin
 		slog.Bool(keyAllow, allow),
 		slog.String(keyReason, reason),
 	)
+	if unlogged > 0 {
+		r.AddAttrs(slog.Int(keyUnlogged, unlogged))
+	}
 	_ = hd.Handle(ctx, r)
+}
+
+// One peer's refusals are logged at most refusalsPerWindow per
+// refusalWindow; past that they are counted, and the peer's next record
+// says how many went unlogged. A vat looping on refused checks made 7500
+// records a second, past journald's default rate limit for the unit, which
+// would drop every other vat's records. Allowed decisions are always
+// logged.
+const (
+	refusalWindow     = 5 * time.Second
+	refusalsPerWindow = 100
+)
+
+// refusalLog reports whether a decision gets its record, and how many of
+// the peer's refusals went unlogged before it (given back once).
+func (p *peer) refusalLog(allow bool, now time.Time) (unlogged int, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if now.Sub(p.refusalsFrom) >= refusalWindow {
+		p.refusalsFrom, p.refusals = now, 0
+	}
+	if !allow {
+		if p.refusals >= refusalsPerWindow {
+			p.unlogged++
+			return 0, false
+		}
+		p.refusals++
+	}
+	unlogged, p.unlogged = p.unlogged, 0
+	return unlogged, true
 }
 
 // logURL is how a request's or a WebSocket's URL is named in the log:

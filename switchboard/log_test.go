@@ -2,6 +2,7 @@ package switchboard
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -105,5 +106,44 @@ func TestLogURL(t *testing.T) {
 		if got := logURL(tt.raw); got != tt.want {
 			t.Errorf("logURL(%q) = %q; want %q", tt.raw, got, tt.want)
 		}
+	}
+}
+
+// TestRefusalLogBounded: one peer looping on refused checks gets at most
+// refusalsPerWindow records per window; the rest are counted, and its next
+// record (here an allowed one) says how many. Every refusal is accounted
+// for.
+func TestRefusalLogBounded(t *testing.T) {
+	f := newFixture(t, nil)
+	c := dial(t, f.public)
+	ctx := context.Background()
+	const n = 3 * refusalsPerWindow
+	for range n {
+		if d, err := check(ctx, c.root, "tcp", "127.0.0.1", 22); err != nil || d.allow {
+			t.Fatalf("check = %+v, %v; want refused", d, err)
+		}
+	}
+	f.dns.Set("ok.test", mustAddr("93.184.216.34"))
+	if d, err := check(ctx, c.root, "tcp", "ok.test", 443); err != nil || !d.allow {
+		t.Fatalf("check(ok.test) = %+v, %v; want allowed", d, err)
+	}
+	logged, unlogged := 0, 0
+	for _, line := range strings.Split(strings.TrimSpace(f.log.String()), "\n") {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) != nil || rec["msg"] != "egress decision" {
+			continue
+		}
+		if rec["allow"] == false {
+			logged++
+		}
+		if u, ok := rec["unlogged"].(float64); ok {
+			unlogged += int(u)
+		}
+	}
+	if logged > refusalsPerWindow {
+		t.Errorf("%d refusals in one burst made %d records; at most %d", n, logged, refusalsPerWindow)
+	}
+	if logged+unlogged != n {
+		t.Errorf("records (%d) and unlogged counts (%d) account for %d refusals; made %d", logged, unlogged, logged+unlogged, n)
 	}
 }

@@ -254,6 +254,12 @@ func (s *Server) serveConn(ctx context.Context, name string, uc *net.UnixConn, r
 	}
 	_ = conn.Close()
 	rootH.revoke()
+	p.mu.Lock()
+	unlogged := p.unlogged
+	p.mu.Unlock()
+	if unlogged > 0 {
+		s.log.Info("egress refusals not logged", keySocket, name, keyPeerPID, p.pid, keyUnlogged, unlogged)
+	}
 }
 
 // peer is one accepted connection: its credentials and what it holds.
@@ -272,6 +278,10 @@ type peer struct {
 	conns   int
 	handles int
 	wsHeld  int64 // WebSocket message bytes held (maxWSHeld)
+
+	refusalsFrom time.Time // the refusal log's window (refusalLog)
+	refusals     int       // refusals logged in it
+	unlogged     int       // refusals counted, not logged, since the last record
 }
 
 // holdWS takes n more bytes of WebSocket message data for this
