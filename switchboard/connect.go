@@ -154,8 +154,11 @@ func checkHello(hello []byte, host string) error {
 	}
 	if encrypted != 0 {
 		what := "encrypted_client_hello"
-		if encrypted == extESNI {
+		switch {
+		case encrypted == extESNI:
 			what = "encrypted_server_name (ESNI, ECH's earlier draft)"
+		case encrypted != extECH:
+			what = fmt.Sprintf("encrypted_client_hello of an ECH draft (extension %#x)", encrypted)
 		}
 		return refuse("the ClientHello carries %s: an encrypted ClientHello (ECH) hides the name the grant is for; connect with ECH off (ECH GREASE included)", what)
 	}

@@ -12,6 +12,7 @@ const (
 	extServerName     = 0
 	extECH            = 0xfe0d // encrypted_client_hello (RFC 9849 / draft-ietf-tls-esni)
 	extESNI           = 0xffce // encrypted_server_name, ECH's withdrawn predecessor
+	extECHDraftFirst  = 0xfe08 // the code points of ECH's drafts 8 to 12 (0xfe08-0xfe0c)
 	nameTypeHostName  = 0
 	maxRecordPayload  = 16384 + 256 // TLSPlaintext limit, with slack for TLS 1.2 padding
 	maxClientHelloLen = 1 << 16     // more than any real ClientHello
@@ -104,7 +105,7 @@ func parseClientHello(data []byte) (sni string, encrypted uint16, err error) {
 			return "", 0, fmt.Errorf("%w: extension %d repeated", errHello, typ)
 		}
 		seen[typ] = true
-		if (typ == extECH || typ == extESNI) && encrypted == 0 {
+		if (typ == extECH || typ == extESNI || (typ >= extECHDraftFirst && typ < extECH)) && encrypted == 0 {
 			encrypted = typ
 		}
 		if typ != extServerName {

@@ -196,6 +196,8 @@ func TestCheckHelloRefusesECH(t *testing.T) {
 		{"ech", echHello(t, "secret.test", "public.test"), "carries encrypted_client_hello"},
 		{"ech grease", withExtension(t, plain, extECH, []byte{0, 0, 1, 0, 1, 7, 0, 0, 0, 1, 0}), "carries encrypted_client_hello"},
 		{"esni", withExtension(t, plain, extESNI, []byte{0, 1}), "carries encrypted_server_name (ESNI"},
+		{"ech draft 8", withExtension(t, plain, 0xfe08, []byte{0, 1}), "carries encrypted_client_hello of an ECH draft (extension 0xfe08)"},
+		{"ech draft 12", withExtension(t, plain, 0xfe0c, []byte{0, 1}), "carries encrypted_client_hello of an ECH draft (extension 0xfe0c)"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if sni, _, err := parseClientHello(tt.hello); err != nil || sni != "public.test" {
