@@ -129,7 +129,7 @@ func TestParseClientHello(t *testing.T) {
 		{"ech", echHello(t, "secret.test", "example.com"), "example.com", extECH, ""},
 		{"ech grease", withExtension(t, good, extECH, []byte{0, 0, 1, 0, 1, 7, 0, 0, 0, 1, 0}), "example.com", extECH, ""},
 		{"esni", withExtension(t, good, extESNI, []byte{0, 1}), "example.com", extESNI, ""},
-		{"other extension", withExtension(t, good, 0xfe0c, nil), "example.com", 0, ""},
+		{"other extension", withExtension(t, good, 0xfe07, nil), "example.com", 0, ""},
 		{"split across records", split(good, 40), "example.com", 0, ""},
 		{"empty", nil, "", 0, "no handshake"},
 		{"http", []byte("GET / HTTP/1.1\r\n\r\n"), "", 0, "record type 71"},
