@@ -25,6 +25,24 @@ type handleServer struct {
 	// connected socket itself. Any other peer gets a relayed one
 	// (relayed).
 	entry bool
+	// narrowed: made by constrain, it holds its members' switchboard
+	// handles (Vat.hold) until go-capnp shuts it down.
+	narrowed bool
+}
+
+// narrowedHandle returns a Handle of members made by constrain: the
+// switchboard handles of its members are kept while it lives.
+func (v *Vat) narrowedHandle(down *wire.Conn, members []labels.Set, entry bool) schema.Handle {
+	v.hold(members)
+	return schema.Handle_ServerToClient(&handleServer{v: v, down: down, members: members, entry: entry, narrowed: true})
+}
+
+// Shutdown is called by go-capnp once the last reference is released (or
+// the connection it lives on ends) and every call on it has returned.
+func (h *handleServer) Shutdown() {
+	if h.narrowed {
+		h.v.drop(h.members)
+	}
 }
 
 // Describe returns the labels every member shares (for a single grant, its
@@ -108,7 +126,7 @@ func (h *handleServer) Constrain(_ context.Context, call schema.Handle_constrain
 	if err != nil {
 		return err
 	}
-	return res.SetHandle(schema.Handle_ServerToClient(&handleServer{v: h.v, down: h.down, members: kept, entry: h.entry}))
+	return res.SetHandle(h.v.narrowedHandle(h.down, kept, h.entry))
 }
 
 // candidates returns the members whose labels admit r, or the refusal of
@@ -151,7 +169,7 @@ func targetRequest(t schema.Target) (labels.Request, error) {
 // each runs op against the upstream handle of every candidate member in
 // turn until one is not refused; a disconnect is retried once on a fresh
 // session.
-func (h *handleServer) each(ctx context.Context, ms []labels.Set, op func(up schema.Handle, sess session) error) error {
+func (h *handleServer) each(ctx context.Context, ms []labels.Set, op func(m labels.Set, up schema.Handle, sess session) error) error {
 	var last error
 	for _, m := range ms {
 		for attempt := 0; attempt < 2; attempt++ {
@@ -160,7 +178,7 @@ func (h *handleServer) each(ctx context.Context, ms []labels.Set, op func(up sch
 				last = err
 				break
 			}
-			err = op(up, sess)
+			err = op(m, up, sess)
 			up.Release()
 			if err != nil && capnp.IsDisconnected(err) {
 				h.v.cfg.Upstream.broken(sess.gen)
@@ -221,7 +239,7 @@ func (h *handleServer) Check(ctx context.Context, call schema.Handle_check) erro
 	// A member's refusal is a decision, not an error: try the next member,
 	// and answer with the last decision seen.
 	var decided bool
-	err = h.each(ctx, ms, func(up schema.Handle, _ session) error {
+	err = h.each(ctx, ms, func(_ labels.Set, up schema.Handle, _ session) error {
 		fut, release := up.Check(ctx, func(p schema.Handle_check_Params) error { return p.SetTarget(t) })
 		defer release()
 		r, err := fut.Struct()
@@ -279,7 +297,7 @@ func (h *handleServer) Connect(ctx context.Context, call schema.Handle_connect) 
 	}
 	hello, _ := args.TlsHello()
 	wantFd := args.WantFd()
-	return h.each(ctx, ms, func(up schema.Handle, sess session) error {
+	return h.each(ctx, ms, func(m labels.Set, up schema.Handle, sess session) error {
 		// The upstream call is not cancelled with the vat's: the
 		// switchboard may have sent the socket already, and the upstream
 		// session is shared by every vat. An unclaimed socket would count
@@ -329,7 +347,12 @@ func (h *handleServer) Connect(ctx context.Context, call schema.Handle_connect) 
 				// namespace: connect(AF_UNSPEC) would free it to
 				// connect, bind or listen anywhere from there. An app
 				// gets a socket of a pair the supervisor relays.
-				if f, err = h.v.relayed(f); err != nil { // takes f
+				// The switchboard handle that made it is kept while
+				// the relay runs (releasing it would end the
+				// connection), however the app lets go of its Handle.
+				held := []labels.Set{m}
+				h.v.hold(held)
+				if f, err = h.v.relayed(f, func() { h.v.drop(held) }); err != nil { // takes f
 					return fmt.Errorf("relaying the connected socket: %w", err)
 				}
 			}
@@ -376,7 +399,7 @@ func (h *handleServer) Request(ctx context.Context, call schema.Handle_request) 
 		return err
 	}
 	defer done()
-	return h.each(ctx, ms, func(up schema.Handle, _ session) error {
+	return h.each(ctx, ms, func(_ labels.Set, up schema.Handle, _ session) error {
 		fut, release := up.Request(ctx, func(p schema.Handle_request_Params) error {
 			m, _ := args.Method()
 			if err := p.SetMethod(m); err != nil {
@@ -413,7 +436,7 @@ func (h *handleServer) WebSocket(ctx context.Context, call schema.Handle_webSock
 		return err
 	}
 	defer done()
-	return h.each(ctx, ms, func(up schema.Handle, _ session) error {
+	return h.each(ctx, ms, func(_ labels.Set, up schema.Handle, _ session) error {
 		fut, release := up.WebSocket(ctx, func(p schema.Handle_webSocket_Params) error {
 			if err := p.SetUrl(url); err != nil {
 				return err

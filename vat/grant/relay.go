@@ -26,7 +26,8 @@ func init() { appSocketLimit.Store(MaxAppSockets) }
 
 // relayed takes f, a TCP socket the switchboard connected, and returns one
 // end of a unix socketpair; the supervisor relays the other end to f
-// (relayApp) until the connection ends.
+// (relayApp) until the connection ends. It calls done once the relay has
+// ended, or at once when it fails.
 //
 // Why not f itself: f belongs to the switchboard's network namespace, and
 // connect(2) with AF_UNSPEC disconnects a TCP socket, after which connect,
@@ -37,21 +38,24 @@ func init() { appSocketLimit.Store(MaxAppSockets) }
 // The returned end is bound to an autobound abstract name, so the app
 // cannot bind it to a name of its choosing in the supervisor's network
 // namespace; a connected unix stream socket cannot connect again.
-func (v *Vat) relayed(f *os.File) (*os.File, error) {
+func (v *Vat) relayed(f *os.File, done func()) (*os.File, error) {
 	if limit := appSocketLimit.Load(); v.sockets.Add(1) > limit {
 		v.sockets.Add(-1)
 		_ = f.Close()
+		done()
 		return nil, fmt.Errorf("vat %s: %w (%d; close one first)", v.cfg.ID, ErrSockets, limit)
 	}
 	nc, err := net.FileConn(f)
 	_ = f.Close()
 	if err != nil {
 		v.sockets.Add(-1)
+		done()
 		return nil, err
 	}
 	fail := func(err error) (*os.File, error) {
 		relay.Shutdown(nc)
 		v.sockets.Add(-1)
+		done()
 		return nil, err
 	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
@@ -71,6 +75,7 @@ func (v *Vat) relayed(f *os.File) (*os.File, error) {
 		return fail(err)
 	}
 	go func() {
+		defer done()
 		defer v.sockets.Add(-1)
 		relayApp(nc, mc.(*net.UnixConn))
 	}()

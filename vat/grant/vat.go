@@ -1,6 +1,7 @@
 package grant
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -37,6 +38,18 @@ const maxInFlight = 64
 // 256 MiB). Past any, its connection ends, with a warning that says which.
 var VatLimits = wire.Limits{Unfinished: 1024, Exports: 8192, Caps: 64, CallBytes: 64 << 20, AnswerBytes: 256 << 20}
 
+// MaxIdleUpstreams is how many switchboard handles nothing of a vat's
+// holds any longer (narrowings it released) the supervisor keeps for it,
+// in case it narrows the same way again; past it the least recently used
+// is released. Each costs the switchboard a goroutine and a few KiB, and
+// counts against its per-connection handle limit.
+const MaxIdleUpstreams = 64
+
+// idleUpstreams is MaxIdleUpstreams, lowered by the tests.
+var idleUpstreams atomic.Int64
+
+func init() { idleUpstreams.Store(MaxIdleUpstreams) }
+
 // VatConfig describes one vat's authority.
 type VatConfig struct {
 	// ID is the vat's id; every egress member carries it as the vat label.
@@ -69,13 +82,24 @@ type Vat struct {
 
 	mu      sync.Mutex
 	revoked bool
-	cache   map[string]cached // upstream handle per member labels
+	cache   map[string]*upstreamEntry // switchboard handle per member labels
+	idle    *list.List                // of *upstreamEntry no one holds, most recently used first
 	conns   map[*rpc.Conn]struct{}
 }
 
-type cached struct {
-	gen uint64
-	h   schema.Handle
+// upstreamEntry is the switchboard handle constrained to one member's
+// labels. It is kept while anything holds the member (hold): the vat's
+// grants, for good; each narrowed Handle, until go-capnp shuts it down;
+// each relayed app socket it made, until the relay ends. Once nothing
+// does, it waits among the idle entries for a narrowing that needs it
+// again; past idleUpstreams of those, the least recently used is released
+// (and with it, at the switchboard, whatever it made that is still open).
+type upstreamEntry struct {
+	key  string
+	refs int
+	gen  uint64
+	h    schema.Handle // null until first used
+	idle *list.Element // in Vat.idle while refs is 0
 }
 
 // NewVat returns the authority of one vat. A grant that conflicts with the
@@ -90,7 +114,7 @@ func NewVat(cfg VatConfig) (*Vat, error) {
 	}
 	v := &Vat{
 		cfg: cfg, log: log.With("vat", cfg.ID), sem: make(chan struct{}, maxInFlight),
-		cache: map[string]cached{}, conns: map[*rpc.Conn]struct{}{},
+		cache: map[string]*upstreamEntry{}, idle: list.New(), conns: map[*rpc.Conn]struct{}{},
 	}
 	for _, g := range cfg.Grants {
 		m, err := labels.Constrain(g, labels.Set{Vat: cfg.ID})
@@ -99,6 +123,7 @@ func NewVat(cfg VatConfig) (*Vat, error) {
 		}
 		v.members = append(v.members, m)
 	}
+	v.hold(v.members) // for the vat's life: its Handle is made again and again
 	if len(v.members) > 0 && cfg.Upstream == nil {
 		return nil, errors.New("a vat with a grant needs the supervisor's switchboard upstream")
 	}
@@ -163,12 +188,13 @@ func (v *Vat) Revoke() {
 	}
 	v.revoked = true
 	cache := v.cache
-	v.cache = map[string]cached{}
+	v.cache = map[string]*upstreamEntry{}
+	v.idle.Init()
 	conns := v.conns
 	v.conns = map[*rpc.Conn]struct{}{}
 	v.mu.Unlock()
-	for _, c := range cache {
-		c.h.Release()
+	for _, e := range cache {
+		e.h.Release()
 	}
 	for rc := range conns {
 		_ = rc.Close()
@@ -199,6 +225,71 @@ func (v *Vat) acquire() (func(), error) {
 	}
 }
 
+// hold keeps the switchboard handle of each member of ms (made when first
+// used) until drop gives the hold back.
+func (v *Vat) hold(ms []labels.Set) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.revoked {
+		return // Revoke has released them all
+	}
+	for _, m := range ms {
+		key := m.String()
+		e := v.cache[key]
+		if e == nil {
+			e = &upstreamEntry{key: key}
+			v.cache[key] = e
+		}
+		if e.idle != nil {
+			v.idle.Remove(e.idle)
+			e.idle = nil
+		}
+		e.refs++
+	}
+}
+
+// drop gives back a hold of each member of ms. A switchboard handle nothing
+// holds any longer joins the idle ones.
+func (v *Vat) drop(ms []labels.Set) {
+	var gone []schema.Handle
+	v.mu.Lock()
+	if !v.revoked {
+		for _, m := range ms {
+			if e := v.cache[m.String()]; e != nil && e.refs > 0 {
+				e.refs--
+				if e.refs == 0 {
+					gone = v.idleLocked(e, gone)
+				}
+			}
+		}
+	}
+	v.mu.Unlock()
+	for _, h := range gone {
+		h.Release()
+	}
+}
+
+// idleLocked files e, which nothing holds, first among the idle entries
+// (or forgets it, when it has no switchboard handle to keep), and forgets
+// the least recently used past idleUpstreams. It returns gone with the
+// handles of the entries forgotten appended, for the caller to release
+// once it has let go of v.mu.
+func (v *Vat) idleLocked(e *upstreamEntry, gone []schema.Handle) []schema.Handle {
+	if !e.h.IsValid() {
+		delete(v.cache, e.key)
+		return gone
+	}
+	e.idle = v.idle.PushFront(e)
+	for int64(v.idle.Len()) > idleUpstreams.Load() {
+		old := v.idle.Remove(v.idle.Back()).(*upstreamEntry)
+		old.idle = nil
+		delete(v.cache, old.key)
+		gone = append(gone, old.h)
+		old.h = schema.Handle{}
+	}
+	return gone
+}
+
 // upstream returns the switchboard handle for member m on the current
 // session (constraining the root anew after a reconnect). The returned
 // handle is a new reference: the caller must release it.
@@ -213,8 +304,11 @@ func (v *Vat) upstream(ctx context.Context, m labels.Set) (schema.Handle, sessio
 		v.mu.Unlock()
 		return schema.Handle{}, session{}, fmt.Errorf("egress revoked: vat %s stopped", v.cfg.ID)
 	}
-	if c, ok := v.cache[key]; ok && c.gen == sess.gen {
-		h := c.h.AddRef()
+	if e := v.cache[key]; e != nil && e.h.IsValid() && e.gen == sess.gen {
+		if e.idle != nil {
+			v.idle.MoveToFront(e.idle)
+		}
+		h := e.h.AddRef()
 		v.mu.Unlock()
 		return h, sess, nil
 	}
@@ -237,16 +331,44 @@ func (v *Vat) upstream(ctx context.Context, m labels.Set) (schema.Handle, sessio
 	}
 	h := res.Handle().AddRef()
 
+	var gone []schema.Handle
+	defer func() {
+		for _, g := range gone {
+			g.Release()
+		}
+	}()
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.revoked {
-		h.Release()
+		gone = append(gone, h)
 		return schema.Handle{}, session{}, fmt.Errorf("egress revoked: vat %s stopped", v.cfg.ID)
 	}
-	if old, ok := v.cache[key]; ok {
-		old.h.Release()
+	e := v.cache[key]
+	switch {
+	case e != nil && e.h.IsValid() && e.gen == sess.gen:
+		// Another call constrained the same meanwhile: keep that one
+		// (releasing it would end what it made); this one has made
+		// nothing yet.
+		gone = append(gone, h)
+		h = e.h.AddRef()
+	case e != nil && e.h.IsValid() && e.gen > sess.gen:
+		// This session has ended since: h is for this call alone.
+	default:
+		if e == nil {
+			e = &upstreamEntry{key: key}
+			v.cache[key] = e
+		}
+		if e.h.IsValid() {
+			gone = append(gone, e.h) // an older session's
+		}
+		e.h, e.gen = h.AddRef(), sess.gen
+		switch {
+		case e.idle != nil:
+			v.idle.MoveToFront(e.idle)
+		case e.refs == 0:
+			gone = v.idleLocked(e, gone) // nothing holds it: a Handle shut down meanwhile
+		}
 	}
-	v.cache[key] = cached{gen: sess.gen, h: h.AddRef()}
 	return h, sess, nil
 }
 
