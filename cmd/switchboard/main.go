@@ -317,6 +317,9 @@ func newOwnerChecker(o *switchboard.OwnerFile, log *slog.Logger) (*owner.Checker
 		if ttl, err = time.ParseDuration(o.CacheTTL); err != nil {
 			return nil, err
 		}
+		if ttl == 0 {
+			ttl = -1 // "0s" keeps no decision (owner.Config reads 0 as its default)
+		}
 	}
 	cfg := owner.Config{
 		ToyboxUID:  o.ToyboxUID,

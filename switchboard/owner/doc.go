@@ -15,7 +15,9 @@
 // the switchboard's hook (LoopbackFunc).
 //
 // What the process running the check needs:
-//   - the host's network namespace (it reads its own /proc/net/tcp);
+//   - the host's network namespace (it asks the kernel for its own
+//     namespace's listening sockets: netlink sock_diag, or /proc/net/tcp
+//     where an AF_NETLINK socket is refused);
 //   - to read /proc/<pid>/fd of the toybox user's processes: run it as that
 //     user or as root. Where it cannot see a process (hidepid,
 //     ProtectProc=invisible, another pid namespace), a socket of the toybox
@@ -31,10 +33,20 @@
 // rules and no listening socket: such a port reads as "nothing listens" and
 // is refused.
 //
-// Cost: reading /proc/net/tcp is linear in every TCP socket of the namespace
-// (time-wait ones included, about 7µs each here), and finding holders reads
-// every process's descriptor table; an uncached decision on a busy host can
-// take tens of milliseconds.
+// Cost: the listening sockets are asked of sock_diag for the LISTEN state
+// only, so the kernel walks its listening table alone: about 0.1 ms whatever
+// the host's connections (/proc/net/tcp, the fallback, lists every TCP
+// socket of the namespace, time-wait ones included: 10 to 150 ms here on an
+// idle or busy host). Finding holders, done only when something listens on
+// the target, reads every process's descriptor table: a few ms, tens with
+// thousands of connections. These looks at the host, and the question to
+// Docker, are shared: each is made once for every uncached check asked
+// within SnapshotWindow (100 ms, or the cache TTL if shorter), one at a time,
+// so a burst of checks of new addresses costs about one look, not one each
+// (see Checker). A decision rests on no look begun more than the window
+// before it was asked, and is cached from the oldest look it rests on: a
+// port that changes hands within the window may be judged on the look
+// before, the trade-off the decision cache makes for its TTL.
 //
 // The manifest-defaults rule (a loopback default in a manifest is granted
 // only when the vat's own compose file publishes that port on 127.0.0.1 over

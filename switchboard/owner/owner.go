@@ -19,6 +19,10 @@ import (
 // hands is caught within this window.
 const MaxCacheTTL = 2 * time.Second
 
+// maxCacheEntries bounds the decision cache: past it, decisions are not
+// kept until expired ones are removed.
+const maxCacheEntries = 1 << 14
+
 // Log attribute keys.
 const (
 	keyTarget = "target"
@@ -51,8 +55,9 @@ type Config struct {
 	DockerHost string
 
 	// InstalledVats returns the ids of the installed vats; a container's
-	// compose project must name one of them (see StateVats, DirVats). Called once per
-	// uncached decision that meets a root-owned socket. If nil, no vat is
+	// compose project must name one of them (see StateVats, DirVats). Called
+	// with each question to Docker (at most one per SnapshotWindow), when an
+	// uncached decision meets a root-owned socket. If nil, no vat is
 	// installed: only Exceptions can be reached in a container.
 	InstalledVats func() []string
 
@@ -61,8 +66,10 @@ type Config struct {
 	Exceptions []string
 
 	// CacheTTL is how long a decision for (address, vat, owner-typed) is
-	// reused. At most MaxCacheTTL. If zero, 1s. If negative, decisions are
-	// never cached.
+	// reused, counted from the look at the host it rests on. At most
+	// MaxCacheTTL. If zero, 1s. If negative, decisions are never cached, and
+	// no look at the host begun before a check was asked is used for it
+	// (concurrent checks still share the looks begun after).
 	CacheTTL time.Duration
 
 	// Logger receives one debug record per uncached decision. If nil,
@@ -82,15 +89,52 @@ type cacheEntry struct {
 }
 
 // Checker judges loopback targets. It is safe for concurrent use.
+//
+// Uncached decisions share their looks at the host: the listening sockets,
+// the processes holding them and the running containers are each gathered
+// once for every check asked within the window (SnapshotWindow, or the
+// cache TTL if shorter) and by one build at a time, so a burst of checks of
+// new addresses costs about one look, not one each. A port that changes
+// hands within the window may be judged on the look before: the same
+// trade-off as the decision cache, and within its TTL.
 type Checker struct {
 	cfg    Config
 	roots  []string
 	docker *client.Client
 	log    *slog.Logger
 	ttl    time.Duration
+	window time.Duration // how long a look at the host is shared
+
+	table      shared[tableSnap]  // the listening sockets
+	scan       shared[scanSnap]   // the listening sockets and their holders
+	containers shared[dockerSnap] // the running containers, the installed vats
+	diagWarn   sync.Once
 
 	mu    sync.Mutex
 	cache map[cacheKey]cacheEntry
+	swept time.Time // when expired entries were last removed
+}
+
+// tableSnap is one read of the listening sockets.
+type tableSnap struct {
+	listeners []Listener
+	err       error
+}
+
+// scanSnap is one read of the listening sockets and, for each, the
+// processes holding it (every process's descriptors read once).
+type scanSnap struct {
+	listeners []Listener
+	holders   map[uint64][]Proc
+	hidden    map[int]int
+	err       error
+}
+
+// dockerSnap is one question to Docker, with the installed vats.
+type dockerSnap struct {
+	vats       []string
+	containers []Container
+	err        error
 }
 
 // New returns a Checker for cfg. The caller must Close it. It refuses a
@@ -131,7 +175,47 @@ func New(cfg Config) (*Checker, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Checker{cfg: cfg, roots: roots, docker: dc, log: log, ttl: ttl, cache: make(map[cacheKey]cacheEntry)}, nil
+	c := &Checker{cfg: cfg, roots: roots, docker: dc, log: log, ttl: ttl, window: min(SnapshotWindow, max(ttl, 0)), cache: make(map[cacheKey]cacheEntry)}
+	c.table.build = c.readTable
+	c.scan.build = c.readScan
+	c.containers.build = c.askDocker
+	return c, nil
+}
+
+// readTable reads the listening sockets.
+func (c *Checker) readTable() tableSnap {
+	ls, diagErr, err := readListeners()
+	if diagErr != nil {
+		c.diagWarn.Do(func() {
+			c.log.Warn("listener-owner check: netlink sock_diag refused, reading /proc/net/tcp instead (slower on a busy host)", slog.String("error", diagErr.Error()))
+		})
+	}
+	return tableSnap{listeners: ls, err: err}
+}
+
+// readScan reads the listening sockets, then every process's descriptors
+// for the processes holding them.
+func (c *Checker) readScan() scanSnap {
+	t := c.readTable()
+	if t.err != nil {
+		return scanSnap{err: t.err}
+	}
+	inodes := make(map[uint64]bool, len(t.listeners))
+	for _, l := range t.listeners {
+		inodes[l.Inode] = true
+	}
+	holders, hidden, err := scanHolders(inodes)
+	return scanSnap{listeners: t.listeners, holders: holders, hidden: hidden, err: err}
+}
+
+// askDocker lists the installed vats and the running containers.
+func (c *Checker) askDocker() dockerSnap {
+	var d dockerSnap
+	if c.cfg.InstalledVats != nil {
+		d.vats = c.cfg.InstalledVats()
+	}
+	d.containers, d.err = runningContainers(context.Background(), c.docker)
+	return d
 }
 
 // Close releases the Docker client.
@@ -171,7 +255,9 @@ func (c *Checker) LoopbackFunc(ownerTyped func(h labels.Set) bool) func(ctx cont
 // connect to addr — a loopback address, or one of this host's own addresses
 // (anything else is refused) — which the owner typed (ownerTyped) or
 // which comes from a manifest default. A decision is reused for at most the
-// cache TTL. Every error is a refusal.
+// cache TTL, counted from the oldest look at the host it rests on; an
+// uncached decision rests on looks begun at most the snapshot window before
+// it was asked (see Checker). Every error is a refusal.
 func (c *Checker) Check(ctx context.Context, addr netip.AddrPort, vat string, ownerTyped bool) Decision {
 	key := cacheKey{addr, vat, ownerTyped}
 	now := time.Now()
@@ -183,64 +269,102 @@ func (c *Checker) Check(ctx context.Context, addr netip.AddrPort, vat string, ow
 			return e.d
 		}
 	}
-	d := Judge(c.facts(ctx, addr, vat, ownerTyped))
+	f, asOf := c.facts(ctx, addr, vat, ownerTyped, now)
+	d := Judge(f)
 	c.log.LogAttrs(ctx, slog.LevelDebug, "listener-owner check",
 		slog.String(keyTarget, addr.String()), slog.String(keyVat, vat),
 		slog.Bool(keyTyped, ownerTyped), slog.Bool(keyAllow, d.Allow), slog.String(keyReason, d.Reason))
-	if c.ttl > 0 {
+	// A refusal because this caller gave up says nothing of the port.
+	if c.ttl > 0 && ctx.Err() == nil {
 		c.mu.Lock()
-		for k, e := range c.cache {
-			if now.Sub(e.at) >= c.ttl {
-				delete(c.cache, k)
+		// Expired entries go once per TTL (not on every insert: a burst of
+		// new addresses would make each insert walk them all), and a full
+		// cache takes no more until then.
+		if now.Sub(c.swept) >= c.ttl {
+			for k, e := range c.cache {
+				if now.Sub(e.at) >= c.ttl {
+					delete(c.cache, k)
+				}
 			}
+			c.swept = now
 		}
-		c.cache[key] = cacheEntry{d: d, at: now}
+		if len(c.cache) < maxCacheEntries {
+			c.cache[key] = cacheEntry{d: d, at: asOf}
+		}
 		c.mu.Unlock()
 	}
 	return d
 }
 
-// facts gathers what Judge needs from /proc and Docker.
-func (c *Checker) facts(ctx context.Context, addr netip.AddrPort, vat string, ownerTyped bool) Facts {
+// facts gathers what Judge needs from the shared looks at the host (/proc,
+// sock_diag, Docker), and returns with them when the oldest look used began.
+func (c *Checker) facts(ctx context.Context, addr netip.AddrPort, vat string, ownerTyped bool, now time.Time) (Facts, time.Time) {
 	f := Facts{
 		Target: addr, Vat: vat, OwnerTyped: ownerTyped,
 		ToyboxUID: c.cfg.ToyboxUID, OwnRoots: c.roots, Exceptions: c.cfg.Exceptions,
 	}
+	asOf := now
 	if !addr.Addr().Unmap().IsLoopback() {
 		own, err := hostAddr(addr.Addr())
 		if err != nil {
 			f.ProcErr = err
-			return f
+			return f, asOf
 		}
 		if f.OwnAddr = own; !own {
-			return f // Judge refuses it
+			return f, asOf // Judge refuses it
 		}
 	}
-	all, err := readListeners()
+	// The listening sockets first: most targets have none, and need no
+	// look at the processes.
+	t, at, err := c.table.get(ctx, now, c.window)
+	if err == nil {
+		err = t.err
+	}
 	if err != nil {
 		f.ProcErr = err
-		return f
+		return f, asOf
 	}
-	f.Listeners = Answering(all, addr)
+	asOf = at
+	if len(Answering(t.listeners, addr)) == 0 {
+		return f, asOf
+	}
+	s, at, err := c.scan.get(ctx, now, c.window)
+	if err == nil {
+		err = s.err
+	}
+	if err != nil {
+		f.ProcErr = err
+		return f, asOf
+	}
+	asOf = earlier(asOf, at)
+	// The scan's own table: its holders were read for its sockets.
+	f.Listeners = Answering(s.listeners, addr)
 	if len(f.Listeners) == 0 {
-		return f
+		return f, asOf
 	}
-	inodes := make(map[uint64]bool)
+	f.Holders = make(map[uint64][]Proc)
+	f.Hidden = s.hidden
 	root := false
 	for _, l := range f.Listeners {
-		inodes[l.Inode] = true
+		if h, ok := s.holders[l.Inode]; ok {
+			f.Holders[l.Inode] = h
+		}
 		root = root || l.UID == 0
 	}
-	f.Holders, f.Hidden, err = scanHolders(inodes)
-	if err != nil {
-		f.ProcErr = err
-		return f
-	}
 	if root {
-		if c.cfg.InstalledVats != nil {
-			f.InstalledVats = c.cfg.InstalledVats()
+		d, at, err := c.containers.get(ctx, now, c.window)
+		if err != nil {
+			d.err = err
 		}
-		f.Containers, f.DockerErr = runningContainers(ctx, c.docker)
+		asOf = earlier(asOf, at)
+		f.InstalledVats, f.Containers, f.DockerErr = d.vats, d.containers, d.err
 	}
-	return f
+	return f, asOf
+}
+
+func earlier(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }

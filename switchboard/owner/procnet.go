@@ -27,8 +27,11 @@ func (l Listener) AddrPort() netip.AddrPort { return netip.AddrPortFrom(l.Addr, 
 // ParseProcNet reads a /proc/net/tcp (v6 false) or /proc/net/tcp6 (v6 true)
 // table and returns its sockets in the LISTEN state. Addresses are printed by
 // the kernel as 32-bit words in host byte order, which order names
-// (binary.NativeEndian for the running kernel). Anything malformed is an error
-// wrapping ErrProcNet: a table that cannot be read cannot clear a port.
+// (binary.NativeEndian for the running kernel). A row whose state is
+// another one is skipped once its state is read: the table holds every
+// connection of the host, and only listeners matter. Anything malformed in
+// the header or a LISTEN row is an error wrapping ErrProcNet: a table that
+// cannot be read cannot clear a port.
 func ParseProcNet(r io.Reader, v6 bool, order binary.ByteOrder) ([]Listener, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)
@@ -36,6 +39,14 @@ func ParseProcNet(r io.Reader, v6 bool, order binary.ByteOrder) ([]Listener, err
 	line := 0
 	for sc.Scan() {
 		line++
+		if line > 1 {
+			if st, ok := nthField(sc.Bytes(), 3); ok && len(st) == 2 {
+				if v, ok := hexByte(st); ok && v != tcpListen {
+					continue
+				}
+			}
+			// A LISTEN row, or one whose state cannot be read: in full.
+		}
 		text := sc.Text()
 		f := strings.Fields(text)
 		if line == 1 {
@@ -78,6 +89,45 @@ func ParseProcNet(r io.Reader, v6 bool, order binary.ByteOrder) ([]Listener, err
 		return nil, fmt.Errorf("%w: empty (no header)", ErrProcNet)
 	}
 	return out, nil
+}
+
+// nthField returns the n-th (from 0) space-separated field of b.
+func nthField(b []byte, n int) ([]byte, bool) {
+	for i := 0; ; i++ {
+		for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
+			b = b[1:]
+		}
+		if len(b) == 0 {
+			return nil, false
+		}
+		end := 0
+		for end < len(b) && b[end] != ' ' && b[end] != '\t' {
+			end++
+		}
+		if i == n {
+			return b[:end], true
+		}
+		b = b[end:]
+	}
+}
+
+// hexByte parses two hex digits.
+func hexByte(b []byte) (byte, bool) {
+	var v byte
+	for _, c := range b {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c -= 'a' - 10
+		case 'A' <= c && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		v = v<<4 | c
+	}
+	return v, true
 }
 
 // parseHexAddrPort parses "0100007F:1F90" (v4) or 32 hex digits ":" port (v6).

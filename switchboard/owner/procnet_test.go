@@ -57,6 +57,13 @@ func TestParseProcNet(t *testing.T) {
 		{"tcp big-endian", tcpBE, false, binary.BigEndian, []Listener{l("127.0.0.1", 5432, 64000, 2001)}},
 		{"tcp6 big-endian", tcp6BE, true, binary.BigEndian, []Listener{l("::1", 22, 1000, 3002)}},
 		{"header only", tcpHeader, false, binary.LittleEndian, nil},
+		{
+			"a row of another state is skipped unread", tcpHeader +
+				"   0: 0100007F:1538 0100007F:D431 06 not the rest of a row\n" +
+				"   1: 0100007F:1538 00000000:0000 0A 00000000:00000000 00:00000000 00000000 64000        0 2001 1 0000000000000000 100 0 0 10 0\n",
+			false, binary.LittleEndian,
+			[]Listener{l("127.0.0.1", 5432, 64000, 2001)},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -22,8 +22,25 @@ const supported = true
 // procRoot is where procfs is mounted.
 const procRoot = "/proc"
 
-// readListeners reads both TCP tables of the checker's network namespace.
-func readListeners() ([]Listener, error) {
+// readListeners returns the listening TCP sockets of the checker's network
+// namespace: from sock_diag (diagListeners), or, where netlink is refused
+// (a sandbox, a kernel without inet_diag), from /proc/net/tcp{,6}; diagErr
+// then says why netlink was not used.
+func readListeners() (ls []Listener, diagErr, err error) {
+	v4, diagErr := diagListeners(unix.AF_INET)
+	if diagErr == nil {
+		var v6 []Listener
+		if v6, diagErr = diagListeners(unix.AF_INET6); diagErr == nil {
+			return append(v4, v6...), nil, nil
+		}
+	}
+	ls, err = procListeners()
+	return ls, diagErr, err
+}
+
+// procListeners reads both TCP tables of the checker's network namespace
+// from /proc.
+func procListeners() ([]Listener, error) {
 	var all []Listener
 	for _, t := range []struct {
 		name string
@@ -68,7 +85,12 @@ func scanHolders(inodes map[uint64]bool) (map[uint64][]Proc, map[int]int, error)
 			continue
 		}
 		dir := filepath.Join(procRoot, e.Name())
+		hid := false
 		hide := func() {
+			if hid {
+				return // one look at its status is enough
+			}
+			hid = true
 			uids, err := readUIDs(dir)
 			switch {
 			case err == nil:
@@ -77,26 +99,12 @@ func scanHolders(inodes map[uint64]bool) (map[uint64][]Proc, map[int]int, error)
 				hidden[pid] = -1
 			}
 		}
-		fds, err := os.ReadDir(filepath.Join(dir, "fd"))
+		held, err := heldSockets(filepath.Join(dir, "fd"), inodes, hide)
 		if err != nil {
 			if !gone(err) {
 				hide()
 			}
 			continue
-		}
-		var held []uint64
-		for _, fd := range fds {
-			link, err := os.Readlink(filepath.Join(dir, "fd", fd.Name()))
-			if err != nil {
-				if !gone(err) {
-					hide() // a descriptor we cannot see might be the socket
-				}
-				continue // or closed meanwhile
-			}
-			ino, ok := socketInode(link)
-			if ok && inodes[ino] && !containsU64(held, ino) {
-				held = append(held, ino)
-			}
 		}
 		if len(held) == 0 {
 			continue
@@ -110,6 +118,47 @@ func scanHolders(inodes map[uint64]bool) (map[uint64][]Proc, map[int]int, error)
 		}
 	}
 	return holders, hidden, nil
+}
+
+// heldSockets returns which of inodes the descriptors in fdDir
+// (/proc/<pid>/fd) are, calling hide when one cannot be read. Each link is
+// read relative to the open directory, into one buffer: a process may hold
+// thousands of descriptors.
+func heldSockets(fdDir string, inodes map[uint64]bool, hide func()) ([]uint64, error) {
+	d, err := os.Open(fdDir)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return nil, err
+	}
+	sc, err := d.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var held []uint64
+	var buf [64]byte // "socket:[4294967295]"; anything longer is no socket
+	err = sc.Control(func(dfd uintptr) {
+		for _, name := range names {
+			n, err := unix.Readlinkat(int(dfd), name, buf[:])
+			if err != nil {
+				if !gone(err) {
+					hide() // a descriptor we cannot see might be the socket
+				}
+				continue // or closed meanwhile
+			}
+			if n == len(buf) {
+				continue
+			}
+			ino, ok := socketInode(string(buf[:n]))
+			if ok && inodes[ino] && !containsU64(held, ino) {
+				held = append(held, ino)
+			}
+		}
+	})
+	return held, err
 }
 
 func containsU64(s []uint64, v uint64) bool {
