@@ -18,7 +18,10 @@ func (r *run) heldConnsSection(ctx context.Context) {
 		row.NotMeasured(r.sbMissing())
 		return
 	}
-	sb, err := StartSwitchboard(ctx, filepath.Join(r.cfg.Bin, "switchboard"), filepath.Join(r.tmp, "sb-held"), r.log)
+	// One client holds them all: past the default per-peer limit (4096),
+	// which bounds one vat, not the switchboard.
+	config := fmt.Sprintf(`{"limits": {"conns": %d, "totalConns": %d}}`, r.cfg.HeldConns+16, r.cfg.HeldConns+16)
+	sb, err := StartSwitchboardWith(ctx, filepath.Join(r.cfg.Bin, "switchboard"), filepath.Join(r.tmp, "sb-held"), config, r.log)
 	if err != nil {
 		row.NotMeasured("a fresh switchboard did not start: " + errText(err))
 		return

@@ -41,11 +41,25 @@ func needBinary(path string) error {
 // StartSwitchboard runs bin (the switchboard) with a local socket in dir
 // and waits until the socket answers. Stop it when done.
 func StartSwitchboard(ctx context.Context, bin, dir string, log *slog.Logger) (*Switchboard, error) {
+	return StartSwitchboardWith(ctx, bin, dir, "", log)
+}
+
+// StartSwitchboardWith is StartSwitchboard with a configuration file of
+// config's content (JSON, see docs/switchboard.md), when it is not empty.
+func StartSwitchboardWith(ctx context.Context, bin, dir, config string, log *slog.Logger) (*Switchboard, error) {
 	if err := needBinary(bin); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
+	}
+	args := []string{"--listen", "local=" + filepath.Join(dir, "local.sock"), "--loopback", "unchecked"}
+	if config != "" {
+		cf := filepath.Join(dir, "switchboard.json")
+		if err := os.WriteFile(cf, []byte(config), 0o644); err != nil {
+			return nil, err
+		}
+		args = append(args, "--config", cf)
 	}
 	sock := filepath.Join(dir, "local.sock")
 	logPath := filepath.Join(dir, "switchboard.log")
@@ -54,7 +68,7 @@ func StartSwitchboard(ctx context.Context, bin, dir string, log *slog.Logger) (*
 		return nil, err
 	}
 	defer lf.Close()
-	cmd := exec.Command(bin, "--listen", "local="+sock, "--loopback", "unchecked")
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
