@@ -235,22 +235,7 @@ func TestConnectByteStreamFallback(t *testing.T) {
 	c := dial(t, f.local)
 	ctx := context.Background()
 	col := newCollector()
-	down := schema.ByteStream_ServerToClient(col)
-	fut, release := c.root.Connect(ctx, func(p schema.Handle_connect_Params) error {
-		tg, err := p.NewTarget()
-		if err != nil {
-			return err
-		}
-		if err := target("tcp", "127.0.0.1", port)(tg); err != nil {
-			return err
-		}
-		return p.SetDownstream(down)
-	})
-	defer release()
-	r, err := fut.Struct()
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := connectStream(ctx, t, c.root, port, schema.ByteStream_ServerToClient(col))
 	if r.Fd() != 0 {
 		t.Errorf("fd = %d; want 0 without wantFd", r.Fd())
 	}

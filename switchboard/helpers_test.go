@@ -201,6 +201,29 @@ func constrain(t testing.TB, h schema.Handle, s labels.Set) (schema.Handle, erro
 	return r.Handle().AddRef(), nil
 }
 
+// connectStream connects to 127.0.0.1:port over the ByteStream pair (no
+// wantFd), down receiving the remote's bytes; the results are released
+// when the test ends.
+func connectStream(ctx context.Context, t testing.TB, h schema.Handle, port uint16, down schema.ByteStream) schema.Handle_connect_Results {
+	t.Helper()
+	fut, release := h.Connect(ctx, func(p schema.Handle_connect_Params) error {
+		tg, err := p.NewTarget()
+		if err != nil {
+			return err
+		}
+		if err := target("tcp", "127.0.0.1", port)(tg); err != nil {
+			return err
+		}
+		return p.SetDownstream(down)
+	})
+	t.Cleanup(release)
+	r, err := fut.Struct()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 // connectFD connects with wantFd and takes the handed-over socket.
 func (c *client) connectFD(ctx context.Context, h schema.Handle, scheme, host string, port uint16, hello []byte) (net.Conn, error) {
 	f, release := h.Connect(ctx, func(p schema.Handle_connect_Params) error {

@@ -143,21 +143,7 @@ func TestByteLimit(t *testing.T) {
 	c := dial(t, f.local)
 	ctx := context.Background()
 	col := newCollector()
-	fut, release := c.root.Connect(ctx, func(p schema.Handle_connect_Params) error {
-		tg, err := p.NewTarget()
-		if err != nil {
-			return err
-		}
-		if err := target("tcp", "127.0.0.1", uint16(l.Addr().(*net.TCPAddr).Port))(tg); err != nil {
-			return err
-		}
-		return p.SetDownstream(schema.ByteStream_ServerToClient(col))
-	})
-	defer release()
-	r, err := fut.Struct()
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := connectStream(ctx, t, c.root, uint16(l.Addr().(*net.TCPAddr).Port), schema.ByteStream_ServerToClient(col))
 	up := r.Upstream().AddRef() // no flow limiter: the misbehaving peer
 	defer up.Release()
 	chunk := make([]byte, 1<<20)
@@ -246,21 +232,7 @@ func TestPipelinedCallBytesEndThePeer(t *testing.T) {
 	f := newFixture(t, func(c *Config) { c.Limits = Limits{Bytes: 4 << 20} })
 	c := dial(t, f.local)
 	ctx := context.Background()
-	fut, release := c.root.Connect(ctx, func(p schema.Handle_connect_Params) error {
-		tg, err := p.NewTarget()
-		if err != nil {
-			return err
-		}
-		if err := target("tcp", "127.0.0.1", port)(tg); err != nil {
-			return err
-		}
-		return p.SetDownstream(schema.ByteStream_ServerToClient(newCollector()))
-	})
-	defer release()
-	r, err := fut.Struct()
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := connectStream(ctx, t, c.root, port, schema.ByteStream_ServerToClient(newCollector()))
 	up := r.Upstream()
 	chunk := make([]byte, 1<<20)
 	var releases []capnp.ReleaseFunc

@@ -319,21 +319,7 @@ func TestUnionAndConstrain(t *testing.T) {
 		_ = c.Close()
 	}
 
-	constrain := func(l labels.Set) (schema.Handle, error) {
-		fut, release := h.Constrain(ctx, func(p schema.Handle_constrain_Params) error {
-			sl, err := p.NewLabels()
-			if err != nil {
-				return err
-			}
-			return toSchema(sl, l)
-		})
-		defer release()
-		res, err := fut.Struct()
-		if err != nil {
-			return schema.Handle{}, err
-		}
-		return res.Handle().AddRef(), nil
-	}
+	constrain := func(l labels.Set) (schema.Handle, error) { return constrainTo(ctx, h, l) }
 	narrow, err := constrain(labels.Set{Port: p2})
 	if err != nil {
 		t.Fatalf("constrain to port %d: %v", p2, err)
@@ -833,4 +819,22 @@ func TestAppSocketHangUpWhileStuck(t *testing.T) {
 		t.Fatalf("connect after the app closed its only socket: %v (relayed sockets still counted: %d)", err, v.sockets.Load())
 	}
 	_ = c2.Close()
+}
+
+// constrainTo narrows h to l over the wire and returns the new Handle (the
+// caller releases it).
+func constrainTo(ctx context.Context, h schema.Handle, l labels.Set) (schema.Handle, error) {
+	fut, release := h.Constrain(ctx, func(p schema.Handle_constrain_Params) error {
+		sl, err := p.NewLabels()
+		if err != nil {
+			return err
+		}
+		return toSchema(sl, l)
+	})
+	defer release()
+	res, err := fut.Struct()
+	if err != nil {
+		return schema.Handle{}, err
+	}
+	return res.Handle().AddRef(), nil
 }

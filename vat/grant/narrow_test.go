@@ -39,21 +39,7 @@ func TestNarrowingsDoNotPileUp(t *testing.T) {
 	h := egress(t, vc)
 	ctx := context.Background()
 
-	narrow := func(l labels.Set) (schema.Handle, error) {
-		fut, release := h.Constrain(ctx, func(p schema.Handle_constrain_Params) error {
-			sl, err := p.NewLabels()
-			if err != nil {
-				return err
-			}
-			return toSchema(sl, l)
-		})
-		defer release()
-		res, err := fut.Struct()
-		if err != nil {
-			return schema.Handle{}, err
-		}
-		return res.Handle().AddRef(), nil
-	}
+	narrow := func(l labels.Set) (schema.Handle, error) { return constrainTo(ctx, h, l) }
 	check := func(nh schema.Handle, port uint16) error {
 		fut, release := nh.Check(ctx, func(p schema.Handle_check_Params) error {
 			tg, err := p.NewTarget()

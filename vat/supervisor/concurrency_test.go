@@ -144,3 +144,19 @@ func shellScriptApp(t *testing.T) string {
 	}
 	return filepath.Join(filepath.Dir(strings.TrimSpace(string(root))), "examples", "shell-script", "app.sh")
 }
+
+// storeFile stores the file at path (a bundle or a single executable) as
+// code.
+func storeFile(t *testing.T, st *store.Store, path string) store.Code {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	code, err := st.Put(f, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return code
+}

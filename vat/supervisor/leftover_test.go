@@ -30,16 +30,7 @@ func TestUnwalledLeavesNoProcess(t *testing.T) {
 	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(script)
-	if err != nil {
-		t.Fatal(err)
-	}
-	code, err := st.Put(f, "", nil)
-	_ = f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stat, _, _ := s.Install(InstallRequest{ID: "daemons", Code: code})
+	stat, _, _ := s.Install(InstallRequest{ID: "daemons", Code: storeFile(t, st, script)})
 	if stat.UID <= 0 {
 		t.Fatalf("status %+v: want the vat's own uid", stat)
 	}
@@ -98,16 +89,7 @@ func TestRemovedVatsFoldersRetired(t *testing.T) {
 	s, st, _ := unwalledSupervisor(t, time.Second)
 	put := func(id string) Status {
 		t.Helper()
-		f, err := os.Open(shellScriptApp(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		code, err := st.Put(f, "", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		stat, _, err := s.Install(InstallRequest{ID: id, Code: code})
+		stat, _, err := s.Install(InstallRequest{ID: id, Code: storeFile(t, st, shellScriptApp(t))})
 		if err != nil {
 			t.Fatal(err)
 		}

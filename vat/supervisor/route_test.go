@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -20,16 +19,7 @@ import (
 // is the vat's name spelled plainly routes to it.
 func TestPublicRoutesOnlyAPlainFirstSegment(t *testing.T) {
 	s, st, _ := unwalledSupervisor(t, time.Second)
-	f, err := os.Open(shellScriptApp(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	code, err := st.Put(f, "", nil)
-	_ = f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := s.Install(InstallRequest{ID: "alice", Code: code}); err != nil {
+	if _, _, err := s.Install(InstallRequest{ID: "alice", Code: storeFile(t, st, shellScriptApp(t))}); err != nil {
 		t.Fatal(err)
 	}
 	front := httptest.NewServer(s.PublicHandler())
