@@ -29,7 +29,7 @@ func testSupervisorWith(t *testing.T, mod func(*Config)) (*Supervisor, *store.St
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Store: st, Switches: sw}
+	cfg := Config{Store: st, Switches: sw, UIDBase: testUIDBase}
 	if mod != nil {
 		mod(&cfg)
 	}

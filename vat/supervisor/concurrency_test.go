@@ -126,7 +126,10 @@ func unwalledSupervisor(t *testing.T, grace time.Duration) (*Supervisor, *store.
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Config{Store: st, Switches: sw, StopGrace: grace, ReadyTimeout: 10 * time.Second})
+	// Its vats' uids are not the ones the end-to-end tests' supervisors
+	// (tests/, run alongside) give theirs: an unwalled vat's processes are
+	// killed by uid when it ends.
+	s, err := New(Config{Store: st, Switches: sw, StopGrace: grace, ReadyTimeout: 10 * time.Second, UIDBase: testUIDBase})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,3 +163,6 @@ func storeFile(t *testing.T, st *store.Store, path string) store.Code {
 	}
 	return code
 }
+
+// testUIDBase is this package's vats' first uid under root.
+const testUIDBase = 1300000

@@ -157,10 +157,15 @@ func (p *unwalledProc) Wait() error {
 	return err
 }
 
-// killUID kills every process whose real, effective or saved uid is uid,
-// until none is left (or a few hundred rounds of a process that forks as
-// fast as it is killed).
+// killUID kills every process of this PID namespace whose real, effective
+// or saved uid is uid, until none is left (or a few hundred rounds of a
+// process that forks as fast as it is killed). Walls have PID namespaces
+// of their own: a walled instance's processes are never touched here.
 func killUID(uid int) {
+	ours, err := os.Readlink("/proc/self/ns/pid")
+	if err != nil {
+		return
+	}
 	for range 300 {
 		ents, err := os.ReadDir("/proc")
 		if err != nil {
@@ -170,6 +175,9 @@ func killUID(uid int) {
 		for _, e := range ents {
 			pid, err := strconv.Atoi(e.Name())
 			if err != nil || !processOf(pid, uid) {
+				continue
+			}
+			if ns, err := os.Readlink("/proc/" + e.Name() + "/ns/pid"); err != nil || ns != ours {
 				continue
 			}
 			found = true
