@@ -24,6 +24,11 @@ type Decision struct {
 	Reason string
 }
 
+// SchemeRefused is the reason a request is refused for its scheme alone: a
+// caller that can speak another scheme to the same address (toybox-entry:
+// TLS to a port granted only as https) knows from it to ask again.
+func SchemeRefused(scheme string) string { return "scheme " + scheme + " not granted" }
+
 func deny(format string, args ...any) Decision {
 	return Decision{Reason: fmt.Sprintf(format, args...)}
 }
@@ -71,7 +76,7 @@ func (s Set) Admit(r Request) Decision {
 		return deny("egress to %s not granted", host)
 	}
 	if s.Scheme != "" && s.Scheme != r.Scheme {
-		return deny("scheme %s not granted", r.Scheme)
+		return deny("%s", SchemeRefused(r.Scheme))
 	}
 	if s.Port != 0 && s.Port != port {
 		return deny("port %d not granted", port)

@@ -18,6 +18,7 @@ import (
 	"capnproto.org/go/capnp/v3/flowcontrol"
 	"golang.org/x/net/http/httpguts"
 
+	"toybox/labels"
 	"toybox/schema"
 	"toybox/schema/wire"
 	"toybox/vat/relay"
@@ -188,9 +189,10 @@ func (p *Proxy) connect(ctx context.Context, c *net.TCPConn, br *bufio.Reader, r
 			return
 		}
 		// A grant of TLS on another port ({"scheme":"https","port":8443})
-		// refuses plain tcp there: take the TLS path when it admits https.
+		// refuses plain tcp there for its scheme alone: take the TLS path
+		// when it admits https. Any other refusal costs no second look.
 		tls := target{scheme: "https", host: t.host, port: t.port}
-		if p.check(ctx, tls) != nil {
+		if !strings.Contains(err.Error(), labels.SchemeRefused("tcp")) || p.check(ctx, tls) != nil {
 			refuse(c, err)
 			return
 		}
