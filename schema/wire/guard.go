@@ -73,25 +73,20 @@ const (
 )
 
 func (l Limits) withDefaults() Limits {
-	if l.Unfinished <= 0 {
-		l.Unfinished = DefaultUnfinished
-	}
-	if l.Backlog <= 0 {
-		l.Backlog = DefaultBacklog
-	}
-	if l.Exports <= 0 {
-		l.Exports = DefaultExports
-	}
-	if l.Caps <= 0 {
-		l.Caps = DefaultCaps
-	}
-	if l.CallBytes <= 0 {
-		l.CallBytes = DefaultCallBytes
-	}
-	if l.AnswerBytes <= 0 {
-		l.AnswerBytes = DefaultAnswerBytes
-	}
+	orDefault(&l.Unfinished, DefaultUnfinished)
+	orDefault(&l.Backlog, DefaultBacklog)
+	orDefault(&l.Exports, DefaultExports)
+	orDefault(&l.Caps, DefaultCaps)
+	orDefault(&l.CallBytes, DefaultCallBytes)
+	orDefault(&l.AnswerBytes, DefaultAnswerBytes)
 	return l
+}
+
+// orDefault sets *v to d when it is zero or negative.
+func orDefault[T int | int64](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
 }
 
 // finishGrace is how long after its Return a question may wait for its

@@ -582,7 +582,7 @@ func TestRefusedCallsLogBounded(t *testing.T) {
 }
 
 func TestRefusalLogBucket(t *testing.T) {
-	var r refusalLog
+	r := newRefusalLog()
 	now := time.Unix(1000, 0)
 	logged := 0
 	for range refusalLogBurst + 50 {

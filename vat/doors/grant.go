@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"toybox/schema"
+	"toybox/vat/tokens"
 )
 
 // Log keys: every door call is one record with these keys.
@@ -45,7 +46,11 @@ type grant struct {
 	mu      sync.Mutex
 	revoked string // why, once revoked
 
-	refusals refusalLog
+	refusals *refusalLog
+}
+
+func newRefusalLog() *refusalLog {
+	return &refusalLog{b: tokens.Bucket{Rate: refusalLogRate, Burst: refusalLogBurst}}
 }
 
 // Calls refused before they reach the backend are logged at most this
@@ -63,8 +68,7 @@ const (
 // refusalLog is a token bucket for refused-call records.
 type refusalLog struct {
 	mu       sync.Mutex
-	tokens   float64
-	last     time.Time
+	b        tokens.Bucket
 	unlogged int
 }
 
@@ -73,17 +77,10 @@ type refusalLog struct {
 func (r *refusalLog) admit(now time.Time) (bool, int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.last.IsZero() {
-		r.tokens = refusalLogBurst
-	} else {
-		r.tokens = min(refusalLogBurst, r.tokens+now.Sub(r.last).Seconds()*refusalLogRate)
-	}
-	r.last = now
-	if r.tokens < 1 {
+	if !r.b.TryTake(now, 1) {
 		r.unlogged++
 		return false, 0
 	}
-	r.tokens--
 	n := r.unlogged
 	r.unlogged = 0
 	return true, n
@@ -113,7 +110,7 @@ func (t *Table) Grant(vatID string, logger *slog.Logger) *Granted {
 	}
 	limits = limits.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
-	g := &grant{vat: vatID, limits: limits, logger: logger, ctx: ctx, cancel: cancel, sem: make(chan struct{}, limits.MaxInFlight)}
+	g := &grant{vat: vatID, limits: limits, logger: logger, ctx: ctx, cancel: cancel, sem: make(chan struct{}, limits.MaxInFlight), refusals: newRefusalLog()}
 	if s, ok := t.Set(vatID); ok && s.FirstParty {
 		g.set = &s
 		g.tr = newTransport(s.Backend, limits)

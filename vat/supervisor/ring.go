@@ -3,6 +3,8 @@ package supervisor
 import (
 	"sync"
 	"time"
+
+	"toybox/vat/tokens"
 )
 
 // ring keeps the last size bytes written to it (an app's output). A write
@@ -68,27 +70,20 @@ const (
 	outputBurst = 8 << 20
 )
 
-// pace is a token bucket: take(n) returns once n more bytes fit the rate.
+// pace holds an app's output to a rate: take(n) returns once n more bytes
+// fit it.
 type pace struct {
-	rate, burst float64
-	tokens      float64
-	last        time.Time
-	now         func() time.Time
-	sleep       func(time.Duration)
+	b     tokens.Bucket
+	now   func() time.Time
+	sleep func(time.Duration)
 }
 
 func newPace(rate, burst int) *pace {
-	return &pace{rate: float64(rate), burst: float64(burst), tokens: float64(burst), now: time.Now, sleep: time.Sleep}
+	return &pace{b: tokens.Bucket{Rate: float64(rate), Burst: float64(burst)}, now: time.Now, sleep: time.Sleep}
 }
 
 func (p *pace) take(n int) {
-	t := p.now()
-	if !p.last.IsZero() {
-		p.tokens = min(p.burst, p.tokens+t.Sub(p.last).Seconds()*p.rate)
-	}
-	p.last = t
-	p.tokens -= float64(n)
-	if p.tokens < 0 {
-		p.sleep(time.Duration(-p.tokens / p.rate * float64(time.Second)))
+	if debt := p.b.Take(p.now(), float64(n)); debt > 0 {
+		p.sleep(debt)
 	}
 }
