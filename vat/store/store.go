@@ -27,6 +27,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -88,6 +89,12 @@ const (
 type Store struct {
 	cfg Config
 	log *slog.Logger
+
+	// codeMu orders Put's choice of a folder, Pin, Release and Prune.
+	codeMu sync.Mutex
+	// pins counts, per digest, the holders that keep its code from Prune
+	// (an install between Put and saving its record).
+	pins map[string]int
 }
 
 // Code is one stored version of a vat's code.
@@ -182,7 +189,7 @@ func Open(cfg Config) (*Store, error) {
 	case os.Geteuid() != 0:
 		cfg.CodeGID = -1
 	}
-	st := &Store{cfg: cfg, log: log}
+	st := &Store{cfg: cfg, log: log, pins: map[string]int{}}
 	st.removeLeftovers()
 	if err := st.sealAll(); err != nil {
 		return nil, err
@@ -253,7 +260,8 @@ func (s *Store) sealAll() error {
 }
 
 // removeLeftovers removes what uploads cut short by a crash left in code/
-// (an upload's file, a bundle half unpacked): up to the size limits each,
+// (an upload's file, a bundle half unpacked; code Prune was removing): up
+// to the size limits each,
 // and never visible. Only the supervisor that owns the state dir opens it,
 // once at start, so no upload of its own is under way.
 func (s *Store) removeLeftovers() {
@@ -262,7 +270,7 @@ func (s *Store) removeLeftovers() {
 		return
 	}
 	for _, e := range ents {
-		if n := e.Name(); strings.HasPrefix(n, ".incoming-") || strings.HasPrefix(n, ".unpack-") {
+		if n := e.Name(); strings.HasPrefix(n, ".incoming-") || strings.HasPrefix(n, ".unpack-") || strings.HasPrefix(n, trashPrefix) {
 			p := filepath.Join(s.codeDir(), n)
 			if err := os.RemoveAll(p); err != nil {
 				s.log.Warn("removing an upload's leftover", "path", p, "error", err.Error())
@@ -271,6 +279,60 @@ func (s *Store) removeLeftovers() {
 			s.log.Info("removed an upload's leftover", "path", p)
 		}
 	}
+}
+
+// trashPrefix names a code folder Prune took out of code/ and is removing.
+const trashPrefix = ".trash-"
+
+// Prune removes every stored code folder that is neither pinned nor in the
+// set used returns, and returns the digests it removed. used is called with
+// the pins held still: an install that saves its record and then releases
+// its pin does either before it (so used sees the record) or after Prune
+// (so the pin protects it). A folder first leaves its place by rename (a
+// later Put or Code finds nothing there, never a half-removed tree), then
+// is removed. If used fails, nothing is removed.
+func (s *Store) Prune(used func() (map[string]bool, error)) ([]string, error) {
+	s.codeMu.Lock()
+	defer s.codeMu.Unlock()
+	keep, err := used()
+	if err != nil {
+		return nil, fmt.Errorf("unused code kept: %w", err)
+	}
+	ents, err := os.ReadDir(s.codeDir())
+	if err != nil {
+		return nil, fmt.Errorf("listing stored code: %w", err)
+	}
+	var removed []string
+	var errs []error
+	for _, e := range ents {
+		d := e.Name()
+		if !e.IsDir() || !digestRe.MatchString(d) || keep[d] || s.pins[d] > 0 {
+			continue
+		}
+		trash, err := os.MkdirTemp(s.codeDir(), trashPrefix+d[:12]+"-")
+		if err != nil {
+			errs = append(errs, fmt.Errorf("removing sha256:%s: %w", d, err))
+			continue
+		}
+		gone := filepath.Join(trash, d)
+		if err := os.Rename(filepath.Join(s.codeDir(), d), gone); err != nil {
+			_ = os.Remove(trash)
+			errs = append(errs, fmt.Errorf("removing sha256:%s: %w", d, err))
+			continue
+		}
+		removed = append(removed, d)
+		if err := os.RemoveAll(trash); err != nil {
+			// Out of sight already; the next Open finishes it.
+			errs = append(errs, fmt.Errorf("removing sha256:%s: %w", d, err))
+		}
+		s.log.Info("code removed: no vat uses it", "code", "sha256:"+d)
+	}
+	if len(removed) > 0 {
+		if err := syncDir(s.codeDir()); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return removed, errors.Join(errs...)
 }
 
 // StateDir returns the absolute state directory.
@@ -292,7 +354,9 @@ func (s *Store) codeDir() string { return filepath.Join(s.cfg.StateDir, "code") 
 // code (its manifest) before it becomes visible; its error stores nothing.
 // The result is the stored code; if the same bytes were stored before, the
 // existing copy is returned unchanged. Nothing becomes visible under code/
-// unless every check passed.
+// unless every check passed. Code Put returns is pinned: Prune leaves it
+// until Release (the supervisor's Install releases it once the vat's record
+// names it, or once the install gave up).
 func (s *Store) Put(r io.Reader, want string, check func(Code) error) (Code, error) {
 	want = strings.TrimPrefix(strings.ToLower(want), "sha256:")
 	if want != "" && !digestRe.MatchString(want) {
@@ -331,12 +395,7 @@ func (s *Store) Put(r io.Reader, want string, check func(Code) error) (Code, err
 		return Code{}, fmt.Errorf("closing code: %w", err)
 	}
 	final := filepath.Join(s.codeDir(), digest)
-	if _, err := os.Lstat(final); err == nil {
-		// Already stored: the digest names the same bytes. Never touched.
-		code, err := s.Code(digest)
-		if err == nil && check != nil {
-			err = check(code)
-		}
+	if code, ok, err := s.reuse(digest, check); ok {
 		return code, err
 	}
 	kind, err := sniff(tmpName)
@@ -378,22 +437,66 @@ func (s *Store) Put(r io.Reader, want string, check func(Code) error) (Code, err
 	}
 	// RENAME_NOREPLACE: never overwrite an existing digest, even if one
 	// appeared since the check above.
-	if err := renameNoReplace(stage, final); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			code, err := s.Code(digest)
-			if err == nil && check != nil {
-				err = check(code)
-			}
+	s.codeMu.Lock()
+	err = renameNoReplace(stage, final)
+	if err == nil {
+		s.pins[digest]++
+	}
+	s.codeMu.Unlock()
+	if err != nil {
+		if code, ok, err := s.reuse(digest, check); ok {
 			return code, err
 		}
 		return Code{}, fmt.Errorf("renaming code into place: %w", err)
 	}
 	if err := syncDir(s.codeDir()); err != nil {
+		s.Release(digest)
 		return Code{}, err
 	}
 	code.Dir = final
 	s.log.Info("code stored", "code", code.Ref(), "bundle", code.Bundle, "bytes", n)
 	return code, nil
+}
+
+// reuse pins and returns code already stored under digest (the digest
+// names the same bytes; never touched), after check; ok is false when there
+// is none.
+func (s *Store) reuse(digest string, check func(Code) error) (code Code, ok bool, err error) {
+	s.codeMu.Lock()
+	_, err = os.Lstat(filepath.Join(s.codeDir(), digest))
+	if err == nil {
+		s.pins[digest]++
+	}
+	s.codeMu.Unlock()
+	if err != nil {
+		return Code{}, false, nil
+	}
+	code, err = s.Code(digest)
+	if err == nil && check != nil {
+		err = check(code)
+	}
+	if err != nil {
+		s.Release(digest)
+	}
+	return code, true, err
+}
+
+// Pin keeps the code of digest from Prune until a matching Release.
+func (s *Store) Pin(digest string) {
+	s.codeMu.Lock()
+	s.pins[digest]++
+	s.codeMu.Unlock()
+}
+
+// Release drops one pin of digest (Put's, or Pin's).
+func (s *Store) Release(digest string) {
+	s.codeMu.Lock()
+	if s.pins[digest] > 1 {
+		s.pins[digest]--
+	} else {
+		delete(s.pins, digest)
+	}
+	s.codeMu.Unlock()
 }
 
 // Code loads stored code by hex digest (or "sha256:<hex>").

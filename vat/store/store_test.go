@@ -345,3 +345,51 @@ func TestOpenRemovesUploadLeftovers(t *testing.T) {
 		t.Errorf("code/ after a restart: %v; want only the stored %s", got, filepath.Base(code.Dir))
 	}
 }
+
+// Prune removes the code keep does not want and nothing else; a removal a
+// crash cut short is finished by the next Open.
+func TestPrune(t *testing.T) {
+	s := openStore(t)
+	a, err := s.Put(strings.NewReader("#!/bin/sh\necho a\n"), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Put(strings.NewReader("#!/bin/sh\necho b\n"), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Put pins what it stored until the install that asked releases it.
+	used := func() (map[string]bool, error) { return map[string]bool{a.Digest: true}, nil }
+	if removed, err := s.Prune(used); err != nil || len(removed) != 0 {
+		t.Fatalf("Prune with both pinned = %v, %v; want nothing removed", removed, err)
+	}
+	s.Release(a.Digest)
+	s.Release(b.Digest)
+	if removed, err := s.Prune(func() (map[string]bool, error) { return nil, errors.New("a record cannot be read") }); err == nil || len(removed) != 0 {
+		t.Fatalf("Prune whose used set failed = %v, %v; want an error and nothing removed", removed, err)
+	}
+	removed, err := s.Prune(used)
+	if err != nil || len(removed) != 1 || removed[0] != b.Digest {
+		t.Fatalf("Prune = %v, %v; want [%s]", removed, err, b.Digest)
+	}
+	if _, err := s.Code(a.Digest); err != nil {
+		t.Errorf("kept code: %v", err)
+	}
+	if _, err := s.Code(b.Digest); !errors.Is(err, ErrNoCode) {
+		t.Errorf("removed code: %v; want ErrNoCode", err)
+	}
+	// The same bytes stored again come back whole.
+	if again, err := s.Put(strings.NewReader("#!/bin/sh\necho b\n"), "", nil); err != nil || again.Digest != b.Digest {
+		t.Errorf("storing removed code again: %v, %v", again.Digest, err)
+	}
+	cut := filepath.Join(s.codeDir(), trashPrefix+"cut-short", a.Digest)
+	if err := os.MkdirAll(cut, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(s.cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Dir(cut)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a removal cut short: %v; want it finished at Open", err)
+	}
+}

@@ -344,7 +344,39 @@ func (s *Supervisor) Start() error {
 		}()
 	}
 	wg.Wait()
+	if rerr == nil {
+		s.pruneCode()
+	}
 	return rerr
+}
+
+// pruneCode removes stored code that no vat uses: after a removal, after an
+// install (the version an upgrade replaced, the code of a failed one), and
+// at start. Code an install is still using is pinned (store.Put); when any
+// record cannot be read, nothing is removed.
+func (s *Supervisor) pruneCode() {
+	_, err := s.cfg.Store.Prune(func() (map[string]bool, error) {
+		recs, err := s.cfg.Store.Records()
+		if err != nil {
+			return nil, fmt.Errorf("reading the installed vats: %w", err)
+		}
+		used := map[string]bool{}
+		for _, r := range recs {
+			used[strings.TrimPrefix(r.Code, "sha256:")] = true
+		}
+		s.mu.Lock()
+		for _, v := range s.vats {
+			v.mu.Lock()
+			used[strings.TrimPrefix(v.rec.Code, "sha256:")] = true
+			used[v.code.Digest] = true
+			v.mu.Unlock()
+		}
+		s.mu.Unlock()
+		return used, nil
+	})
+	if err != nil {
+		s.log.Warn("removing unused code", keyErr, err)
+	}
 }
 
 // Shutdown stops every vat (SIGTERM, then SIGKILL after the grace period)
@@ -432,7 +464,8 @@ func (s *Supervisor) Logs(id string) ([]byte, error) {
 // InstallRequest is one PUT /<vat>.
 type InstallRequest struct {
 	ID string
-	// Code is the stored code to run.
+	// Code is the stored code to run, as store.Put returned it: pinned.
+	// Install releases that pin when it ends.
 	Code store.Code
 	// Egress is the owner's ?egress= value ("" for none).
 	Egress string
@@ -467,6 +500,11 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 	if !labels.ValidVatID(req.ID) {
 		return Status{}, 0, fmt.Errorf("%w: vat id %q is not [a-z0-9][a-z0-9-]{0,62}", ErrBadInput, req.ID)
 	}
+	// The pin store.Put took on the code goes when this install ends (its
+	// record names the code by then, or it gave up), then whatever it left
+	// unused: the version an upgrade replaced, or its own code.
+	defer s.pruneCode()
+	defer s.cfg.Store.Release(req.Code.Digest)
 	m := req.Code.Manifest
 	v, err := s.lockVat(req.ID, true)
 	if err != nil {
@@ -836,6 +874,7 @@ func (s *Supervisor) Remove(id string, purge bool) error {
 		return ferr
 	}
 	s.log.Info("vat removed", keyVat, id, "purged", purge)
+	s.pruneCode()
 	return nil
 }
 

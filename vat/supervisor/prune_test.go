@@ -1,0 +1,121 @@
+package supervisor
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io/fs"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"toybox/tests/testenv"
+)
+
+// TestUnusedCodeRemoved: stored code stays while a vat uses it (its record,
+// another vat sharing it, the version an upgrade may roll back to, an
+// install under way) and goes once none does: the version an upgrade
+// replaced, a failed upgrade's code, a removed vat's code, code left by an
+// earlier run. An unreadable record keeps everything.
+func TestUnusedCodeRemoved(t *testing.T) {
+	testenv.RequireRoot(t)
+	s, st, _ := unwalledSupervisor(t, time.Second)
+	h := s.AdminHandler()
+	script, err := os.ReadFile(shellScriptApp(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	version := func(tag string) []byte { return append(append([]byte{}, script...), "# "+tag+"\n"...) }
+	digest := func(b []byte) string { sum := sha256.Sum256(b); return hex.EncodeToString(sum[:]) }
+	stored := func(d string) bool {
+		t.Helper()
+		_, err := os.Stat(filepath.Join(st.StateDir(), "code", d))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+	put := func(id string, body []byte, want int) {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPut, "http://toybox/"+id, strings.NewReader(string(body))))
+		if rec.Code != want {
+			t.Fatalf("PUT /%s = %d %s; want %d", id, rec.Code, rec.Body, want)
+		}
+	}
+	v1, v2 := version("v1"), version("v2")
+	d1, d2 := digest(v1), digest(v2)
+
+	put("alice", v1, http.StatusCreated)
+	put("bob", v1, http.StatusCreated)
+	put("alice", v2, http.StatusOK)
+	if !stored(d1) || !stored(d2) {
+		t.Fatalf("after alice's upgrade: v1 stored %v (bob runs it), v2 stored %v; want both", stored(d1), stored(d2))
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodDelete, "http://toybox/bob", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("DELETE /bob = %d %s", rec.Code, rec.Body)
+	}
+	if stored(d1) || !stored(d2) {
+		t.Errorf("after bob's removal: v1 stored %v (no vat runs it), v2 stored %v (alice runs it); want false, true", stored(d1), stored(d2))
+	}
+
+	// A failed upgrade: its code goes, the version it rolled back to stays.
+	bad := []byte("#!/bin/sh\nexit 3\n")
+	put("alice", bad, http.StatusBadRequest)
+	if stored(digest(bad)) || !stored(d2) {
+		t.Errorf("after a failed upgrade: its code stored %v, the old version's %v; want false, true", stored(digest(bad)), stored(d2))
+	}
+	if st, err := s.Status("alice"); err != nil || st.Code != "sha256:"+d2 {
+		t.Errorf("alice after the failed upgrade: %+v, %v; want code sha256:%s", st, err, d2)
+	}
+
+	// Code stored for an install still under way (pinned by Put) stays
+	// until the install releases it.
+	code := storeFile(t, st, writeTemp(t, version("stored, not installed yet")))
+	s.pruneCode()
+	if !stored(code.Digest) {
+		t.Error("code was removed while an install was under way")
+	}
+	st.Release(code.Digest) // as Install does when it ends
+
+	// An unreadable record keeps every stored version.
+	broken := filepath.Join(st.StateDir(), "vats", "carol.json")
+	if err := os.WriteFile(broken, []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.pruneCode()
+	if !stored(code.Digest) {
+		t.Error("unused code was removed while a record could not be read")
+	}
+	if err := os.Remove(broken); err != nil {
+		t.Fatal(err)
+	}
+	s.pruneCode() // as Start does
+	if stored(code.Digest) || !stored(d2) {
+		t.Errorf("after a prune: the unused code stored %v, alice's %v; want false, true", stored(code.Digest), stored(d2))
+	}
+	ents, err := os.ReadDir(filepath.Join(st.StateDir(), "code"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if e.Name() != d2 {
+			t.Errorf("code/ holds %s; want only alice's code", e.Name())
+		}
+	}
+}
+
+func writeTemp(t *testing.T, b []byte) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "app")
+	if err := os.WriteFile(p, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
