@@ -129,22 +129,33 @@ func (h *handleServer) Constrain(_ context.Context, call schema.Handle_constrain
 	return res.SetHandle(h.v.narrowedHandle(h.down, kept, h.entry))
 }
 
-// candidates returns the members whose labels admit r, or the refusal of
-// the first member when none does (the same words the switchboard would
-// use, since both decide with package labels).
+// candidates returns the members whose labels admit r, or, when none does,
+// a refusal in the words package labels uses (as the switchboard would):
+// that of a member which refuses r for its scheme alone if there is one,
+// else the first member's. A caller that can speak another scheme to the
+// same address (toybox-entry: TLS to a port granted only as https) reads
+// the scheme refusal as its cue to ask again, so it must not be hidden
+// behind another member's "port not granted".
 func (h *handleServer) candidates(r labels.Request) ([]labels.Set, error) {
 	var out []labels.Set
-	var first labels.Decision
+	var first, scheme labels.Decision
 	for i, m := range h.members {
 		d := m.Admit(r)
-		if d.Allow {
+		switch {
+		case d.Allow:
 			out = append(out, m)
-		} else if i == 0 {
+		case scheme.Reason == "" && d.Reason == labels.SchemeRefused(r.Scheme) && schemeAlone(m, r):
+			scheme = d
+		}
+		if i == 0 {
 			first = d
 		}
 	}
 	if len(out) == 0 {
 		reason := first.Reason
+		if scheme.Reason != "" {
+			reason = scheme.Reason
+		}
 		for _, d := range h.v.cfg.Dropped {
 			if d.Set.Admit(r).Allow {
 				reason += fmt.Sprintf(" (the manifest asked for %s; it was not granted: %s)", d.Set, d.Why)
@@ -154,6 +165,17 @@ func (h *handleServer) candidates(r labels.Request) ([]labels.Set, error) {
 		return nil, errors.New("egress refused: " + reason)
 	}
 	return out, nil
+}
+
+// schemeAlone reports whether m, which refuses r for its scheme, would
+// admit r in m's own scheme (labels.Admit judges the scheme before the
+// port, so its refusal alone does not say the port would pass).
+func schemeAlone(m labels.Set, r labels.Request) bool {
+	if m.Scheme == "" {
+		return false
+	}
+	r.Scheme = m.Scheme
+	return m.Admit(r).Allow
 }
 
 func targetRequest(t schema.Target) (labels.Request, error) {
