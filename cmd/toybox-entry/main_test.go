@@ -185,6 +185,39 @@ func probe(mode, arg string) int {
 			return 1
 		}
 		fmt.Printf("ECHO %s\n", got)
+	case "forwardget":
+		// A GET of path straight to addr (a forwarded port), not through
+		// the proxy: how a client reaches a loopback host NO_PROXY names.
+		addr, path, _ := strings.Cut(arg, "|")
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			fmt.Println("ERROR", err)
+			return 1
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\n\r\n", path, addr)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			fmt.Println("ERROR", err)
+			return 1
+		}
+		report(resp)
+	case "forwardtls":
+		// TLS straight to addr (a forwarded port), with SNI sni.
+		addr, sni, _ := strings.Cut(arg, "|")
+		tc, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, &tls.Config{ServerName: sni, InsecureSkipVerify: true})
+		if err != nil {
+			fmt.Println("TLS-ERROR", err)
+			return 0
+		}
+		defer tc.Close()
+		_ = tc.SetDeadline(time.Now().Add(10 * time.Second))
+		io.WriteString(tc, "GET / HTTP/1.0\r\nHost: x\r\n\r\n")
+		b, _ := io.ReadAll(tc)
+		if i := strings.Index(string(b), "\r\n\r\n"); i >= 0 {
+			fmt.Printf("TLS-BODY %s\n", b[i+4:])
+		}
 	case "tls":
 		// CONNECT to a TLS port, then speak TLS through the tunnel.
 		target, sni, _ := strings.Cut(arg, "|")

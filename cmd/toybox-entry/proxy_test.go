@@ -99,6 +99,43 @@ func TestForwardedPort(t *testing.T) {
 	want(t, out, "ECHO through a forwarded port")
 }
 
+// TestForwardedSchemes: a loopback host the owner listed with a scheme
+// (http://127.0.0.1:port, https://localhost) is granted in that scheme
+// alone, yet a client inside the wall reaches it straight at its forwarded
+// port (NO_PROXY names loopback): plain HTTP goes out one request at a
+// time, TLS with its ClientHello checked, as through the proxy.
+func TestForwardedSchemes(t *testing.T) {
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(rw, "forwarded answer for %s", r.URL.Path)
+	})}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	port := uint16(l.Addr().(*net.TCPAddr).Port)
+	t.Run("http", func(t *testing.T) {
+		w := newWalled(t, "fwdhttp", wall.Net{Forwards: []wall.Forward{{Port: 8080, Host: "127.0.0.1", TargetPort: port}}})
+		out := w.run(t, []labels.Set{{Scheme: "http", Host: "127.0.0.1", Port: port}}, "forwardget", "127.0.0.1:8080|/through-a-forward")
+		want(t, out, "STATUS 200", "BODY forwarded answer for /through-a-forward")
+	})
+	t.Run("https", func(t *testing.T) {
+		tlsServer(t)
+		w := newWalled(t, "fwdtls", wall.Net{Forwards: []wall.Forward{{Port: 8443, Host: "localhost", TargetPort: 443}}})
+		grant := []labels.Set{{Scheme: "https", Host: "localhost", Port: 443}}
+		want(t, w.run(t, grant, "forwardtls", "127.0.0.1:8443|localhost"), "TLS-BODY secret over tls")
+		out := w.run(t, grant, "forwardtls", "127.0.0.1:8443|evil.example")
+		want(t, out, "TLS-ERROR")
+		if strings.Contains(out, "TLS-BODY") {
+			t.Errorf("a ClientHello naming another server got through a forward; output:\n%s", out)
+		}
+		// Plain HTTP to a host granted as https only is refused, with why.
+		out = w.run(t, grant, "forwardget", "127.0.0.1:8443|/")
+		want(t, out, "STATUS 403", "BODY egress refused:")
+	})
+}
+
 func TestPlainHTTP(t *testing.T) {
 	l, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {

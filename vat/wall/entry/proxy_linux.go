@@ -127,26 +127,98 @@ func acceptLoop(ctx context.Context, l net.Listener, logger *slog.Logger, serve 
 
 // ServeForward accepts on l and connects each connection to f's target.
 func (p *Proxy) ServeForward(ctx context.Context, l net.Listener, f Forward) error {
-	t := target{scheme: "tcp", host: f.Host, port: f.TargetPort}
+	fw := &forward{t: target{scheme: "tcp", host: f.Host, port: f.TargetPort}}
 	return acceptLoop(ctx, l, p.logger, func(c net.Conn) {
-		go func() {
-			client := c.(*net.TCPConn)
-			up, err := p.dial(ctx, t, nil, client)
-			if err != nil {
-				_ = client.Close()
-				return
-			}
-			up.relay(client, nil)
-		}()
+		go p.forwardConn(ctx, c.(*net.TCPConn), fw)
 	})
 }
 
-func (p *Proxy) proxyConn(ctx context.Context, c *net.TCPConn) {
-	due := p.headDue
-	if due <= 0 {
-		due = headerTimeout
+// forward is one forwarded port's target, and whether plain tcp there was
+// refused for its scheme alone (a vat's grant does not change while it
+// runs: later connections skip asking).
+type forward struct {
+	t        target
+	schemed atomic.Bool
+}
+
+// forwardConn carries one connection to a forwarded port to t. A loopback
+// host the owner listed with a scheme (http://localhost:8080,
+// https://localhost:8443) is granted in that scheme alone, and its clients
+// come here straight (NO_PROXY names loopback), not through the proxy: when
+// plain tcp is refused for its scheme alone, the connection is read as
+// what it starts with. A TLS ClientHello goes out as an https CONNECT's
+// does (checked against the host); anything else is read as origin-form
+// HTTP requests to t, each carried as the proxy carries an absolute-form
+// one (one request, then the connection ends).
+func (p *Proxy) forwardConn(ctx context.Context, client *net.TCPConn, fw *forward) {
+	t := fw.t
+	if !fw.schemed.Load() {
+		up, err := p.dial(ctx, t, nil, client)
+		if err == nil {
+			up.relay(client, nil)
+			return
+		}
+		if !strings.Contains(err.Error(), labels.SchemeRefused("tcp")) {
+			_ = client.Close()
+			return
+		}
+		fw.schemed.Store(true)
 	}
-	_ = c.SetReadDeadline(time.Now().Add(due))
+	br := bufio.NewReader(client)
+	_ = client.SetReadDeadline(time.Now().Add(helloTimeout))
+	first, err := br.Peek(1)
+	if err != nil {
+		_ = client.Close()
+		return
+	}
+	if first[0] == tlsHandshake {
+		t.scheme = "https"
+		if err := p.check(ctx, t); err != nil {
+			_ = client.Close() // no answer a TLS client could read
+			return
+		}
+		hello, err := readTLSHello(br)
+		if err != nil {
+			p.logger.Info("egress", keyVat, p.id, keyTarget, t.String(), keyAllow, false, keyReason, err.Error())
+			_ = client.Close()
+			return
+		}
+		_ = client.SetReadDeadline(time.Time{})
+		up, err := p.dial(ctx, t, hello, client)
+		if err != nil {
+			_ = client.Close()
+			return
+		}
+		up.relay(client, br)
+		return
+	}
+	t.scheme = "http"
+	_ = client.SetReadDeadline(time.Now().Add(p.headerDue()))
+	req, err := readRequest(br)
+	switch {
+	case errors.Is(err, io.EOF):
+		_ = client.Close()
+	case err != nil:
+		answer(client, 400, "bad_request", fmt.Sprintf("%v: %v", ErrBadRequest, err))
+	case req.Method == "CONNECT" || req.URL.IsAbs() || !strings.HasPrefix(req.Target, "/"):
+		answer(client, 400, "bad_request", fmt.Sprintf("%v: this port is forwarded to %s: send origin-form requests (GET /path)", ErrBadRequest, t))
+	default:
+		req.URL.Scheme, req.URL.Host = "http", net.JoinHostPort(t.host, strconv.Itoa(int(t.port)))
+		req.Host = req.URL.Host
+		p.plainHTTP(ctx, client, br, req)
+	}
+}
+
+// headerDue is how long a client may take to send a request head.
+func (p *Proxy) headerDue() time.Duration {
+	if p.headDue <= 0 {
+		return headerTimeout
+	}
+	return p.headDue
+}
+
+func (p *Proxy) proxyConn(ctx context.Context, c *net.TCPConn) {
+	_ = c.SetReadDeadline(time.Now().Add(p.headerDue()))
 	br := bufio.NewReader(c)
 	req, err := readRequest(br)
 	switch {
@@ -676,6 +748,10 @@ func (d *downstream) End(ctx context.Context, _ schema.ByteStream_end) error {
 // Shutdown runs when the switchboard lets go of the stream.
 func (d *downstream) Shutdown() { d.once.Do(func() { close(d.done) }) }
 
+// tlsHandshake is the content type of a TLS handshake record, the first
+// byte of every TLS client's stream.
+const tlsHandshake = 0x16
+
 // readTLSHello reads the handshake records that carry the client's
 // ClientHello: one record usually, several when the client splits it (RFC
 // 8446 section 5.1 allows a handshake message to span records; large
@@ -688,7 +764,7 @@ func readTLSHello(br *bufio.Reader) ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("reading the TLS ClientHello: %w", err)
 		}
-		if hdr[0] != 0x16 {
+		if hdr[0] != tlsHandshake {
 			if recs == nil {
 				return nil, fmt.Errorf("egress refused: the stream to a TLS port does not start with a TLS handshake (first byte %#x)", hdr[0])
 			}
