@@ -681,7 +681,7 @@ func (s *Store) PrepareDirs(id string, uid, gid int) error {
 		return err
 	}
 	for _, e := range ents {
-		if err := os.RemoveAll(filepath.Join(s.RunDir(id), e.Name())); err != nil {
+		if err := removeTree(filepath.Join(s.RunDir(id), e.Name())); err != nil {
 			return err
 		}
 	}
@@ -707,7 +707,7 @@ func (s *Store) Retire(id string) error {
 	if !ValidID(id) {
 		return fmt.Errorf("%w: %q", ErrBadID, id)
 	}
-	if err := os.RemoveAll(s.RunDir(id)); err != nil {
+	if err := removeTree(s.RunDir(id)); err != nil {
 		return err
 	}
 	if os.Geteuid() != 0 {
@@ -762,7 +762,8 @@ func (s *Store) Purge(id string) error {
 	if !ValidID(id) {
 		return fmt.Errorf("%w: %q", ErrBadID, id)
 	}
-	return errors.Join(os.RemoveAll(s.DataDir(id)), os.RemoveAll(s.RunDir(id)))
+	// The vat's own trees: removeTree, not os.RemoveAll (any depth).
+	return errors.Join(removeTree(s.DataDir(id)), removeTree(s.RunDir(id)))
 }
 
 func writeAtomic(path string, b []byte) error {

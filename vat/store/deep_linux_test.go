@@ -1,0 +1,87 @@
+package store
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// chain makes a chain of depth folders named d below dir, holding one
+// descriptor at a time, as a vat can in its run or data folder (the wall
+// puts no bound on depth).
+func chain(t *testing.T, dir string, depth int) {
+	t.Helper()
+	fd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range depth {
+		if err := unix.Mkdirat(fd, "d", 0o700); err != nil {
+			t.Fatal(err)
+		}
+		next, err := unix.Openat(fd, "d", unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		_ = unix.Close(fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fd = next
+	}
+	_ = unix.Close(fd)
+}
+
+// lowNoFile lowers this process's soft descriptor limit to n for the test.
+func lowNoFile(t *testing.T, n uint64) {
+	t.Helper()
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	lim := old
+	lim.Cur = n
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old) })
+}
+
+// TestDeepTreesAreRemovedWithFewDescriptors: a vat leaves a chain of
+// folders deeper than the supervisor's descriptor limit in its run folder
+// and its data folder. os.RemoveAll holds one descriptor per level, so it
+// ran the supervisor out of descriptors (every other accept, dial and
+// spawn failing meanwhile) and then failed: the vat's next start
+// (PrepareDirs clears the run folder) and a purge failed for good.
+func TestDeepTreesAreRemovedWithFewDescriptors(t *testing.T) {
+	s := openStore(t)
+	// Whatever happens, the temporary folder goes (os.RemoveAll, which
+	// t.TempDir uses, could not remove the chain).
+	t.Cleanup(func() { _ = exec.Command("rm", "-rf", s.StateDir()).Run() })
+	const id = "deep"
+	if err := s.PrepareDirs(id, -1, -1); err != nil {
+		t.Fatal(err)
+	}
+	lowNoFile(t, 256)
+	chain(t, s.RunDir(id), 1000)
+	chain(t, s.DataDir(id), 1000)
+	if err := os.WriteFile(filepath.Join(s.RunDir(id), "app.sock"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PrepareDirs(id, -1, -1); err != nil {
+		t.Fatalf("PrepareDirs with a deep tree in the run folder: %v", err)
+	}
+	if ents, err := os.ReadDir(s.RunDir(id)); err != nil || len(ents) != 0 {
+		t.Fatalf("the run folder holds %d entries after PrepareDirs (%v)", len(ents), err)
+	}
+	chain(t, s.RunDir(id), 1000)
+	if err := s.Purge(id); err != nil {
+		t.Fatalf("Purge of deep trees: %v", err)
+	}
+	for _, d := range []string{s.DataDir(id), s.RunDir(id)} {
+		if _, err := os.Lstat(d); !os.IsNotExist(err) {
+			t.Fatalf("%s is still there after Purge (%v)", d, err)
+		}
+	}
+}

@@ -1,0 +1,144 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// removeTree removes path and everything below it, as os.RemoveAll does,
+// holding at most three descriptors however deep the tree is. A vat's run
+// and data folders are the vat's to fill, and os.RemoveAll holds one open
+// descriptor per level: a chain of folders deeper than the supervisor's
+// descriptor limit ran the whole supervisor out of descriptors (every
+// accept, dial and spawn failing meanwhile) and then failed, so the vat's
+// folders could never be cleared. Here each folder's subfolders are moved
+// up into path itself (renameat2, never replacing) before the folder goes,
+// so the tree is flattened from the top: every entry is moved at most once,
+// and removed right after (no folder is read again for it).
+// Symlinks are removed, never followed.
+func removeTree(path string) error {
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return err
+	case !fi.IsDir():
+		return os.Remove(path)
+	}
+	top, err := unix.Open(path, unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(top)
+	moved := 0
+	for {
+		queue, err := dirNames(top)
+		if err != nil {
+			return &os.PathError{Op: "readdir", Path: path, Err: err}
+		}
+		if len(queue) == 0 {
+			break
+		}
+		for len(queue) > 0 {
+			name := queue[len(queue)-1]
+			queue = queue[:len(queue)-1]
+			up, err := removeEntry(top, name, &moved)
+			if err != nil {
+				return fmt.Errorf("removing %s: %w", path, err)
+			}
+			queue = append(queue, up...)
+		}
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// removeEntry removes name in top: a file or an empty folder at once; a
+// folder with entries has them moved up into top (their new names are
+// returned, for the caller to remove next), and then goes.
+func removeEntry(top int, name string, moved *int) (up []string, _ error) {
+	err := unix.Unlinkat(top, name, 0)
+	if err == nil || errors.Is(err, unix.ENOENT) {
+		return nil, nil
+	}
+	if !errors.Is(err, unix.EISDIR) && !errors.Is(err, unix.EPERM) {
+		return nil, &os.PathError{Op: "unlinkat", Path: name, Err: err}
+	}
+	err = unix.Unlinkat(top, name, unix.AT_REMOVEDIR)
+	if err == nil || errors.Is(err, unix.ENOENT) {
+		return nil, nil
+	}
+	if !errors.Is(err, unix.ENOTEMPTY) && !errors.Is(err, unix.EEXIST) {
+		return nil, &os.PathError{Op: "unlinkat", Path: name, Err: err}
+	}
+	dir, err := unix.Openat(top, name, unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "openat", Path: name, Err: err}
+	}
+	defer unix.Close(dir)
+	for {
+		inner, err := dirNames(dir)
+		if err != nil {
+			return up, &os.PathError{Op: "readdir", Path: name, Err: err}
+		}
+		if len(inner) == 0 {
+			break
+		}
+		for _, n := range inner {
+			for {
+				*moved++
+				to := fmt.Sprintf(".removing-%d", *moved)
+				err := unix.Renameat2(dir, n, top, to, unix.RENAME_NOREPLACE)
+				if errors.Is(err, unix.EEXIST) {
+					continue // a name of the tree's own: the next number
+				}
+				if err == nil {
+					up = append(up, to)
+				} else if !errors.Is(err, unix.ENOENT) {
+					return up, &os.LinkError{Op: "renameat2", Old: name + "/" + n, New: to, Err: err}
+				}
+				break
+			}
+		}
+	}
+	if err := unix.Unlinkat(top, name, unix.AT_REMOVEDIR); err != nil && !errors.Is(err, unix.ENOENT) {
+		return up, &os.PathError{Op: "unlinkat", Path: name, Err: err}
+	}
+	return up, nil
+}
+
+// dirNames reads the names in the folder open as fd (a duplicate is read,
+// so fd itself stays open and rewound).
+func dirNames(fd int) ([]string, error) {
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(dup), "dir")
+	defer f.Close()
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	var names []string
+	for {
+		batch, err := f.Readdirnames(1024)
+		names = append(names, batch...)
+		if errors.Is(err, io.EOF) || (err == nil && len(batch) == 0) {
+			return names, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if len(names) >= 4096 {
+			return names, nil // a round's worth; the rest in the next
+		}
+	}
+}
