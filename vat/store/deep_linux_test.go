@@ -85,3 +85,49 @@ func TestDeepTreesAreRemovedWithFewDescriptors(t *testing.T) {
 		}
 	}
 }
+
+// TestDeepDataIsHandedOverWhole: a data folder deeper than PATH_MAX is
+// handed to root (Retire) and to a later uid (PrepareDirs) entry by entry;
+// a walk by paths failed with "file name too long" past PATH_MAX, leaving
+// what lay deeper to the old uid and the vat unable to start again.
+func TestDeepDataIsHandedOverWhole(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("chown needs root")
+	}
+	s := openStore(t)
+	t.Cleanup(func() { _ = exec.Command("rm", "-rf", s.StateDir()).Run() })
+	const id = "deep"
+	if err := s.PrepareDirs(id, 1300500, 1300500); err != nil {
+		t.Fatal(err)
+	}
+	chain(t, s.DataDir(id), 3000)
+	if err := os.Symlink("/etc/passwd", filepath.Join(s.DataDir(id), "d", "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := exec.Command("chown", "-R", "-h", "1300500:1300500", s.DataDir(id)).Run(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Retire(id); err != nil {
+		t.Fatalf("Retire of a deep data folder: %.300v", err)
+	}
+	owners := func() string {
+		out, err := exec.Command("sh", "-c", "find "+s.DataDir(id)+" -printf '%U:%G\\n' | sort | uniq -c").CombinedOutput()
+		if err != nil {
+			t.Fatalf("find: %v %s", err, out)
+		}
+		return string(out)
+	}
+	if got, want := owners(), "   3002 0:0\n"; got != want {
+		t.Fatalf("after Retire the owners are\n%swant\n%s", got, want)
+	}
+	if err := s.PrepareDirs(id, 1300501, 1300501); err != nil {
+		t.Fatalf("PrepareDirs for a later uid: %.300v", err)
+	}
+	if got, want := owners(), "   3002 1300501:1300501\n"; got != want {
+		t.Fatalf("after PrepareDirs the owners are\n%swant\n%s", got, want)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat("/etc/passwd", &st); err != nil || st.Uid != 0 {
+		t.Fatalf("a link's target was changed: uid %d (%v)", st.Uid, err)
+	}
+}

@@ -115,6 +115,89 @@ func removeEntry(top int, name string, moved *int) (up []string, _ error) {
 	return up, nil
 }
 
+// chownTree hands dir and everything below it to uid:gid without following
+// links, holding at most two descriptors and using no path longer than a
+// name, however deep the tree (a vat's data folder is the vat's to shape: a
+// walk by paths stopped at PATH_MAX, "file name too long", leaving what lay
+// deeper under the vat's uid and the handover failed for good). It goes
+// down by openat and back up by "..": nothing else changes the tree
+// meanwhile (its vat is not running).
+func chownTree(dir string, uid, gid int) error {
+	const flags = unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_RDONLY | unix.O_CLOEXEC
+	fd, err := unix.Open(dir, flags, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	defer func() { _ = unix.Close(fd) }()
+	if err := unix.Fchown(fd, uid, gid); err != nil {
+		return &os.PathError{Op: "fchown", Path: dir, Err: err}
+	}
+	type level struct {
+		names []string
+		next  int
+	}
+	names, err := allNames(fd)
+	if err != nil {
+		return &os.PathError{Op: "readdir", Path: dir, Err: err}
+	}
+	stack := []level{{names: names}}
+	for len(stack) > 0 {
+		top := &stack[len(stack)-1]
+		if top.next == len(top.names) {
+			stack = stack[:len(stack)-1]
+			if len(stack) == 0 {
+				break
+			}
+			up, err := unix.Openat(fd, "..", flags, 0)
+			if err != nil {
+				return &os.PathError{Op: "openat", Path: dir + "/.../..", Err: err}
+			}
+			_ = unix.Close(fd)
+			fd = up
+			continue
+		}
+		name := top.names[top.next]
+		top.next++
+		if err := unix.Fchownat(fd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				continue
+			}
+			return &os.PathError{Op: "fchownat", Path: dir + "/.../" + name, Err: err}
+		}
+		child, err := unix.Openat(fd, name, flags, 0)
+		switch {
+		case errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENOENT):
+			continue // not a folder (a symlink is not followed)
+		case err != nil:
+			return &os.PathError{Op: "openat", Path: dir + "/.../" + name, Err: err}
+		}
+		inner, err := allNames(child)
+		if err != nil {
+			_ = unix.Close(child)
+			return &os.PathError{Op: "readdir", Path: dir + "/.../" + name, Err: err}
+		}
+		_ = unix.Close(fd)
+		fd = child
+		stack = append(stack, level{names: inner})
+	}
+	return nil
+}
+
+// allNames reads every name in the folder open as fd (a duplicate is
+// read, so fd itself stays open).
+func allNames(fd int) ([]string, error) {
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(dup), "dir")
+	defer f.Close()
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	return f.Readdirnames(-1)
+}
+
 // dirNames reads the names in the folder open as fd (a duplicate is read,
 // so fd itself stays open and rewound).
 func dirNames(fd int) ([]string, error) {

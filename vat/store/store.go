@@ -688,17 +688,6 @@ func (s *Store) PrepareDirs(id string, uid, gid int) error {
 	return nil
 }
 
-// chownTree hands dir and everything below it to uid:gid without following
-// links.
-func chownTree(dir string, uid, gid int) error {
-	return filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(p, uid, gid)
-	})
-}
-
 // Retire keeps a removed vat's data for a later install under the same id,
 // and nothing else of it: its runtime folder goes, and under root its data
 // folder is handed to root (PrepareDirs hands it to the uid of a later
