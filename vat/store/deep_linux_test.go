@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -129,5 +130,52 @@ func TestDeepDataIsHandedOverWhole(t *testing.T) {
 	var st syscall.Stat_t
 	if err := syscall.Stat("/etc/passwd", &st); err != nil || st.Uid != 0 {
 		t.Fatalf("a link's target was changed: uid %d (%v)", st.Uid, err)
+	}
+}
+
+// TestHandoverStopsWhenAFolderMoves: were something to move the folder
+// being handed over out of the tree meanwhile (a process of the vat that
+// outlived it), ".." would lead to where it went, and the names of the
+// level above would be changed there: the step up is checked, so the
+// handover stops and a file by such a name outside stays as it was.
+func TestHandoverStopsWhenAFolderMoves(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("chown needs root")
+	}
+	root := t.TempDir()
+	data, outside := filepath.Join(root, "data"), filepath.Join(root, "outside")
+	for _, d := range []string{filepath.Join(data, "a", "b"), outside} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// "victim" is a name in data/a (the level above b) and in outside.
+	for _, f := range []string{filepath.Join(data, "a", "victim"), filepath.Join(outside, "victim")} {
+		if err := os.WriteFile(f, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	moved := false
+	chownClimbHook = func() {
+		if !moved {
+			moved = true // the first step up is from b: move b out
+			if err := os.Rename(filepath.Join(data, "a", "b"), filepath.Join(outside, "b")); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	t.Cleanup(func() { chownClimbHook = nil })
+	// The first step up is from b (the only folder below a), whatever
+	// order a's names come in: the hook moves b out just before it.
+	err := chownTree(data, 4242, 4242)
+	if err == nil || !strings.Contains(err.Error(), "moved while it was handed over") {
+		t.Fatalf("chownTree = %v; want the move named", err)
+	}
+	fi, err := os.Stat(filepath.Join(outside, "victim"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); st.Uid != 0 {
+		t.Errorf("a file outside the tree was handed to uid %d", st.Uid)
 	}
 }

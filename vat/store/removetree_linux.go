@@ -120,8 +120,10 @@ func removeEntry(top int, name string, moved *int) (up []string, _ error) {
 // name, however deep the tree (a vat's data folder is the vat's to shape: a
 // walk by paths stopped at PATH_MAX, "file name too long", leaving what lay
 // deeper under the vat's uid and the handover failed for good). It goes
-// down by openat and back up by "..": nothing else changes the tree
-// meanwhile (its vat is not running).
+// down by openat and back up by "..". Its vat is not running, so nothing
+// should move a folder meanwhile; if something did, ".." would be where the
+// folder went: each step up is checked to land on the folder it came down
+// from, else the handover stops with an error.
 func chownTree(dir string, uid, gid int) error {
 	const flags = unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_RDONLY | unix.O_CLOEXEC
 	fd, err := unix.Open(dir, flags, 0)
@@ -133,14 +135,26 @@ func chownTree(dir string, uid, gid int) error {
 		return &os.PathError{Op: "fchown", Path: dir, Err: err}
 	}
 	type level struct {
-		names []string
-		next  int
+		names    []string
+		next     int
+		dev, ino uint64 // the folder these names are in
+	}
+	ident := func(fd int) (uint64, uint64, error) {
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return 0, 0, err
+		}
+		return st.Dev, st.Ino, nil
 	}
 	names, err := allNames(fd)
 	if err != nil {
 		return &os.PathError{Op: "readdir", Path: dir, Err: err}
 	}
-	stack := []level{{names: names}}
+	dev, ino, err := ident(fd)
+	if err != nil {
+		return &os.PathError{Op: "fstat", Path: dir, Err: err}
+	}
+	stack := []level{{names: names, dev: dev, ino: ino}}
 	for len(stack) > 0 {
 		top := &stack[len(stack)-1]
 		if top.next == len(top.names) {
@@ -148,12 +162,19 @@ func chownTree(dir string, uid, gid int) error {
 			if len(stack) == 0 {
 				break
 			}
+			if chownClimbHook != nil {
+				chownClimbHook()
+			}
 			up, err := unix.Openat(fd, "..", flags, 0)
 			if err != nil {
 				return &os.PathError{Op: "openat", Path: dir + "/.../..", Err: err}
 			}
 			_ = unix.Close(fd)
 			fd = up
+			parent := stack[len(stack)-1]
+			if dev, ino, err := ident(fd); err != nil || dev != parent.dev || ino != parent.ino {
+				return fmt.Errorf("handing %s to uid %d: a folder in it was moved while it was handed over (%v)", dir, uid, err)
+			}
 			continue
 		}
 		name := top.names[top.next]
@@ -176,12 +197,20 @@ func chownTree(dir string, uid, gid int) error {
 			_ = unix.Close(child)
 			return &os.PathError{Op: "readdir", Path: dir + "/.../" + name, Err: err}
 		}
+		dev, ino, err := ident(child)
+		if err != nil {
+			_ = unix.Close(child)
+			return &os.PathError{Op: "fstat", Path: dir + "/.../" + name, Err: err}
+		}
 		_ = unix.Close(fd)
 		fd = child
-		stack = append(stack, level{names: inner})
+		stack = append(stack, level{names: inner, dev: dev, ino: ino})
 	}
 	return nil
 }
+
+// chownClimbHook, when set (by a test), runs before each step up.
+var chownClimbHook func()
 
 // allNames reads every name in the folder open as fd (a duplicate is
 // read, so fd itself stays open).

@@ -137,7 +137,7 @@ func (p *Proxy) ServeForward(ctx context.Context, l net.Listener, f Forward) err
 // refused for its scheme alone (a vat's grant does not change while it
 // runs: later connections skip asking).
 type forward struct {
-	t        target
+	t       target
 	schemed atomic.Bool
 }
 
