@@ -38,7 +38,9 @@ type instance struct {
 	transport *http.Transport
 	proxy     *httputil.ReverseProxy
 	requests  chan struct{} // public requests in flight (MaxVatRequests)
-	stopping  bool          // being stopped to start again (guarded by v.mu)
+	clientsMu sync.Mutex
+	clients   map[string]int // public requests in flight by client (MaxClientVatRequests)
+	stopping  bool           // being stopped to start again (guarded by v.mu)
 }
 
 // running is one spawned process of an instance.

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/http/httputil"
+	"net/netip"
 	"net/textproto"
 	"os"
 	"strings"
@@ -23,6 +24,13 @@ const (
 	// once. A vat that never answers holds at most this many of the
 	// supervisor's connections, not all its descriptors.
 	MaxVatRequests = 512
+	// MaxClientVatRequests is how many of one vat's MaxVatRequests one
+	// client (an IPv4 address or an IPv6 /64, as MaxClientConns counts
+	// them; a loopback client is not counted) may hold: a request that
+	// never sends its body, or a stream it opens and keeps, holds its
+	// slot for as long as the client likes, and one client with
+	// MaxVatRequests of them made the vat busy for everyone else.
+	MaxClientVatRequests = MaxVatRequests / 8
 	// maxVatHeaderBytes bounds the headers of one answer from a vat.
 	maxVatHeaderBytes = 256 << 10
 	// vatHeaderTimeout bounds the wait for an answer's headers (a long
@@ -220,6 +228,13 @@ func (s *Supervisor) PublicHandler() http.Handler {
 			http.Error(w, fmt.Sprintf("vat %s is %s", id, word), http.StatusServiceUnavailable)
 			return
 		}
+		client := requestClient(r)
+		if !in.takeClient(client) {
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, fmt.Sprintf("vat %s is busy: this client has %d requests in flight to it (limit %d)", id, MaxClientVatRequests, MaxClientVatRequests), http.StatusServiceUnavailable)
+			return
+		}
+		defer in.releaseClient(client)
 		select {
 		case in.requests <- struct{}{}:
 			defer func() { <-in.requests }()
@@ -230,6 +245,46 @@ func (s *Supervisor) PublicHandler() http.Handler {
 		}
 		duplex(in.proxy).ServeHTTP(w, r)
 	})
+}
+
+// requestClient names the client of r for MaxClientVatRequests, as
+// clientKey does; "" (not counted) for a loopback client, which is this
+// host's own (a reverse proxy in front limits its visitors itself).
+func requestClient(r *http.Request) string {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil || ap.Addr().Unmap().IsLoopback() {
+		return ""
+	}
+	return clientKey(ap.Addr())
+}
+
+// takeClient counts one more request of client in, or reports that it
+// holds MaxClientVatRequests of this vat's already.
+func (in *instance) takeClient(client string) bool {
+	if client == "" {
+		return true
+	}
+	in.clientsMu.Lock()
+	defer in.clientsMu.Unlock()
+	if in.clients[client] >= MaxClientVatRequests {
+		return false
+	}
+	if in.clients == nil {
+		in.clients = map[string]int{}
+	}
+	in.clients[client]++
+	return true
+}
+
+func (in *instance) releaseClient(client string) {
+	if client == "" {
+		return
+	}
+	in.clientsMu.Lock()
+	defer in.clientsMu.Unlock()
+	if in.clients[client]--; in.clients[client] <= 0 {
+		delete(in.clients, client)
+	}
 }
 
 // duplex lets h write the response while the request body is still being
