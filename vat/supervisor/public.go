@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	stdlog "log"
 	"log/slog"
 	"net/http"
 	"net/http/httptrace"
@@ -12,9 +13,11 @@ import (
 	"net/textproto"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"toybox/labels"
+	"toybox/vat/tokens"
 )
 
 // What one vat's app may make the supervisor hold on the public side.
@@ -74,9 +77,65 @@ func confineCookies(h http.Header, prefix string) {
 	}
 }
 
+// A vat's failed answers are logged at most this often (records per
+// second, after a burst of as many); past it they are counted, and the next
+// record says how many were not logged. A vat that breaks off every answer,
+// or a visitor that asks one that fails, made one record per request
+// (12,456 in 5 s from one client): past journald's default rate limit for
+// the unit, which then drops every other record of the supervisor's.
+const (
+	proxyLogRate  = 20
+	proxyLogBurst = 100
+)
+
+// proxyLog rate-limits one vat's proxy records.
+type proxyLog struct {
+	log *slog.Logger
+	id  string
+
+	mu       sync.Mutex
+	b        tokens.Bucket
+	unlogged int
+}
+
+func newProxyLog(log *slog.Logger, id string) *proxyLog {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &proxyLog{log: log, id: id, b: tokens.Bucket{Rate: proxyLogRate, Burst: proxyLogBurst}}
+}
+
+// warn logs msg with the vat and err, unless the vat is past its rate.
+func (l *proxyLog) warn(msg, err string) {
+	l.mu.Lock()
+	if !l.b.TryTake(time.Now(), 1) {
+		l.unlogged++
+		l.mu.Unlock()
+		return
+	}
+	n := l.unlogged
+	l.unlogged = 0
+	l.mu.Unlock()
+	attrs := []any{keyVat, l.id, keyErr, err}
+	if n > 0 {
+		attrs = append(attrs, "unlogged", n)
+	}
+	l.log.Warn(msg, attrs...)
+}
+
+// Write takes ReverseProxy's own lines (ErrorLog: a body that broke off,
+// say), which otherwise went to the standard logger, once per answer and
+// without the vat's name.
+func (l *proxyLog) Write(p []byte) (int, error) {
+	l.warn("proxy to vat failed", strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
 func newProxy(id string, t http.RoundTripper, log *slog.Logger) *httputil.ReverseProxy {
 	prefix := "/" + id
+	plog := newProxyLog(log, id)
 	return &httputil.ReverseProxy{
+		ErrorLog:      stdlog.New(plog, "", 0),
 		Transport:     confined{t},
 		FlushInterval: -1, // stream every write
 		ModifyResponse: func(r *http.Response) error {
@@ -113,7 +172,7 @@ func newProxy(id string, t http.RoundTripper, log *slog.Logger) *httputil.Revers
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			// The visitor learns that the vat did not answer, not the
 			// supervisor's paths; the log has the whole error.
-			log.Warn("proxy to vat failed", keyVat, id, keyErr, err)
+			plog.warn("proxy to vat failed", err.Error())
 			why := "no answer"
 			var pe *os.PathError
 			var ae *appSocketError

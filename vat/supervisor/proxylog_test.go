@@ -1,0 +1,111 @@
+package supervisor
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	stdlog "log"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestProxyFailuresAreRateLimited: every answer a vat broke off (or could
+// not give) was one record of the supervisor's, and a broken-off body one
+// more line on the standard logger, without the vat's name: a vat and its
+// visitors made thousands a second, past journald's rate limit for the
+// unit, which then drops the supervisor's other records. They are counted
+// past a rate, per vat, and the next record says how many.
+func TestProxyFailuresAreRateLimited(t *testing.T) {
+	sock := appOnUnix(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		if r.URL.Path == "/short" { // promises 100 bytes, sends 3
+			fmt.Fprint(brw, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nabc")
+			_ = brw.Flush()
+		} // else: no answer at all
+	}))
+	var out syncBuffer
+	log := slog.New(slog.NewJSONHandler(&out, nil))
+	var std syncBuffer
+	stdlog.SetOutput(&std)
+	defer stdlog.SetOutput(io.Discard) // as the test binary had it: nothing reads stderr
+	tr := unixTransport(sock)
+	defer tr.CloseIdleConnections()
+	front := httptest.NewServer(newProxy("alice", tr, log))
+	defer front.Close()
+
+	const n = 400
+	for i := range n {
+		p := "/alice/short"
+		if i%2 == 1 {
+			p = "/alice/none"
+		}
+		resp, err := http.Get(front.URL + p)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+		}
+	}
+	if s := std.String(); s != "" {
+		t.Errorf("the standard logger got lines: %.200q", s)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) > proxyLogBurst+proxyLogRate {
+		t.Errorf("%d failed answers made %d records; want at most about the burst (%d)", n, len(lines), proxyLogBurst)
+	}
+	sawBody := false
+	for _, l := range lines {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(l), &rec); err != nil {
+			t.Fatalf("record %q: %v", l, err)
+		}
+		if rec["vat"] != "alice" {
+			t.Errorf("record without the vat: %s", l)
+		}
+		if strings.Contains(fmt.Sprint(rec["error"]), "body copy") {
+			sawBody = true
+		}
+	}
+	if !sawBody {
+		t.Errorf("no record of a broken-off body among %d", len(lines))
+	}
+	// Past the rate, the next record that gets through says how many went
+	// unlogged.
+	pl := newProxyLog(log, "bob")
+	for range proxyLogBurst + 50 {
+		pl.warn("proxy to vat failed", "x")
+	}
+	pl.b.Burst, pl.b.Rate = 1e9, 1e9 // let the next one through
+	pl.warn("proxy to vat failed", "x")
+	last := strings.TrimSpace(out.String())
+	last = last[strings.LastIndex(last, "\n")+1:]
+	if !strings.Contains(last, `"unlogged":50`) {
+		t.Errorf("the record after 50 unlogged ones: %s; want \"unlogged\":50", last)
+	}
+}
