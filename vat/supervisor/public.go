@@ -44,8 +44,14 @@ const (
 
 // originWide are answer headers that act on the whole origin, which every
 // vat shares (/<vat>/...): a vat may not clear the others' storage, nor
-// widen a service worker's scope beyond its own path.
-var originWide = []string{"Clear-Site-Data", "Service-Worker-Allowed"}
+// widen a service worker's scope beyond its own path, nor set the origin's
+// policies that outlive the answer: NEL with Report-To (the browser then
+// reports requests to every vat's pages, their URLs, to an endpoint the
+// vat chose, for as long as max_age says, even after the vat is gone),
+// Strict-Transport-Security (the whole host, its subdomains too with
+// includeSubDomains) and Alt-Svc (where the whole origin is fetched from).
+// Those are the operator's, at the proxy in front.
+var originWide = []string{"Clear-Site-Data", "Service-Worker-Allowed", "Nel", "Report-To", "Strict-Transport-Security", "Alt-Svc"}
 
 // confineCookies keeps each cookie a vat sets below its own path: a Path
 // outside /<vat> (Path=/, say, or none on an answer to /<vat>, whose

@@ -154,6 +154,10 @@ func TestProxyConfinesOriginWideAnswers(t *testing.T) {
 	sock := appOnUnix(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Clear-Site-Data", `"*"`)
 		w.Header().Set("Service-Worker-Allowed", "/")
+		w.Header().Set("NEL", `{"report_to":"g","max_age":31536000,"include_subdomains":true,"success_fraction":1.0}`)
+		w.Header().Set("Report-To", `{"group":"g","max_age":31536000,"endpoints":[{"url":"https://evil.example/r"}]}`)
+		w.Header().Set("Strict-Transport-Security", "max-age=63072000; includeSubDomains; preload")
+		w.Header().Set("Alt-Svc", `h2="evil.example:443"; ma=2592000`)
 		w.Header().Add("Set-Cookie", "session=evil; Path=/")
 		w.Header().Add("Set-Cookie", "other=x; Path=/bob/")
 		w.Header().Add("Set-Cookie", "near=x; Path=/alice-2")
@@ -171,7 +175,7 @@ func TestProxyConfinesOriginWideAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	for _, k := range []string{"Clear-Site-Data", "Service-Worker-Allowed"} {
+	for _, k := range []string{"Clear-Site-Data", "Service-Worker-Allowed", "NEL", "Report-To", "Strict-Transport-Security", "Alt-Svc"} {
 		if v := resp.Header.Get(k); v != "" {
 			t.Errorf("%s: %q passed through", k, v)
 		}
