@@ -123,11 +123,11 @@ func (d *doorServer) Call(ctx context.Context, call schema.Door_call) error {
 	if err != nil && !forwarded {
 		// Refused before it reached the backend: rate-limited.
 		var ok bool
-		if ok, unlogged = d.g.refusals.admit(time.Now()); !ok {
+		if ok, unlogged = d.g.refusals.Admit(time.Now()); !ok {
 			return err // counted: the next record says how many
 		}
 	} else {
-		unlogged = d.g.refusals.drain() // a call that went to the backend is always logged
+		unlogged = d.g.refusals.Drain() // a call that went to the backend is always logged
 	}
 	attrs := []slog.Attr{
 		slog.String(keyVat, d.g.vat),

@@ -580,34 +580,3 @@ func TestRefusedCallsLogBounded(t *testing.T) {
 		t.Errorf("records and unlogged counts account for %d calls; made %d", accounted, calls+3)
 	}
 }
-
-func TestRefusalLogBucket(t *testing.T) {
-	r := newRefusalLog()
-	now := time.Unix(1000, 0)
-	logged := 0
-	for range refusalLogBurst + 50 {
-		if ok, _ := r.admit(now); ok {
-			logged++
-		}
-	}
-	if logged != refusalLogBurst {
-		t.Fatalf("at one instant %d logged; want the burst %d", logged, refusalLogBurst)
-	}
-	now = now.Add(time.Second / refusalLogRate)
-	if ok, n := r.admit(now); !ok || n != 50 {
-		t.Fatalf("after a token's time: %v, %d unlogged; want logged, 50", ok, n)
-	}
-	if n := r.drain(); n != 0 {
-		t.Fatalf("drain = %d after the count was given; want 0", n)
-	}
-	now = now.Add(time.Hour)
-	logged = 0
-	for range 2 * refusalLogBurst {
-		if ok, _ := r.admit(now); ok {
-			logged++
-		}
-	}
-	if logged != refusalLogBurst {
-		t.Fatalf("after an hour idle %d logged at once; want the burst %d, no more", logged, refusalLogBurst)
-	}
-}

@@ -46,11 +46,7 @@ type grant struct {
 	mu      sync.Mutex
 	revoked string // why, once revoked
 
-	refusals *refusalLog
-}
-
-func newRefusalLog() *refusalLog {
-	return &refusalLog{b: tokens.Bucket{Rate: refusalLogRate, Burst: refusalLogBurst}}
+	refusals *tokens.Records
 }
 
 // Calls refused before they reach the backend are logged at most this
@@ -64,36 +60,6 @@ const (
 	refusalLogRate  = 20
 	refusalLogBurst = 100
 )
-
-// refusalLog is a token bucket for refused-call records.
-type refusalLog struct {
-	mu       sync.Mutex
-	b        tokens.Bucket
-	unlogged int
-}
-
-// admit reports whether a refused call gets its record now, and how many
-// went unlogged before it (given back once, with the record that says so).
-func (r *refusalLog) admit(now time.Time) (bool, int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.b.TryTake(now, 1) {
-		r.unlogged++
-		return false, 0
-	}
-	n := r.unlogged
-	r.unlogged = 0
-	return true, n
-}
-
-// drain returns how many refused calls went unlogged since the last record.
-func (r *refusalLog) drain() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := r.unlogged
-	r.unlogged = 0
-	return n
-}
 
 // Grant mints fresh door capabilities for one spawn of vat vatID. The vat gets
 // its set only when the table has one for it and marks it first-party;
@@ -110,7 +76,7 @@ func (t *Table) Grant(vatID string, logger *slog.Logger) *Granted {
 	}
 	limits = limits.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
-	g := &grant{vat: vatID, limits: limits, logger: logger, ctx: ctx, cancel: cancel, sem: make(chan struct{}, limits.MaxInFlight), refusals: newRefusalLog()}
+	g := &grant{vat: vatID, limits: limits, logger: logger, ctx: ctx, cancel: cancel, sem: make(chan struct{}, limits.MaxInFlight), refusals: tokens.NewRecords(refusalLogRate, refusalLogBurst)}
 	if s, ok := t.Set(vatID); ok && s.FirstParty {
 		g.set = &s
 		g.tr = newTransport(s.Backend, limits)
@@ -170,7 +136,7 @@ func (gr *Granted) RevokeBecause(why string) {
 		g.tr.CloseIdleConnections()
 	}
 	attrs := []any{slog.String(keyVat, g.vat), slog.Any(keyDoors, g.names()), slog.String(keyReason, why)}
-	if n := g.refusals.drain(); n > 0 {
+	if n := g.refusals.Drain(); n > 0 {
 		attrs = append(attrs, slog.Int(keyUnlogged, n))
 	}
 	g.logger.Info("doors revoked", attrs...)

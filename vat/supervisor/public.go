@@ -13,7 +13,6 @@ import (
 	"net/textproto"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"toybox/labels"
@@ -96,32 +95,24 @@ const (
 
 // proxyLog rate-limits one vat's proxy records.
 type proxyLog struct {
-	log *slog.Logger
-	id  string
-
-	mu       sync.Mutex
-	b        tokens.Bucket
-	unlogged int
+	log     *slog.Logger
+	id      string
+	records *tokens.Records
 }
 
 func newProxyLog(log *slog.Logger, id string) *proxyLog {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &proxyLog{log: log, id: id, b: tokens.Bucket{Rate: proxyLogRate, Burst: proxyLogBurst}}
+	return &proxyLog{log: log, id: id, records: tokens.NewRecords(proxyLogRate, proxyLogBurst)}
 }
 
 // warn logs msg with the vat and err, unless the vat is past its rate.
 func (l *proxyLog) warn(msg, err string) {
-	l.mu.Lock()
-	if !l.b.TryTake(time.Now(), 1) {
-		l.unlogged++
-		l.mu.Unlock()
+	ok, n := l.records.Admit(time.Now())
+	if !ok {
 		return
 	}
-	n := l.unlogged
-	l.unlogged = 0
-	l.mu.Unlock()
 	attrs := []any{keyVat, l.id, keyErr, err}
 	if n > 0 {
 		attrs = append(attrs, "unlogged", n)

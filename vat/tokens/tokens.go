@@ -1,11 +1,14 @@
 // Package tokens is a token bucket: tokens come at Rate per second, at most
 // Burst of them wait, and a bucket starts full. The supervisor paces an
-// app's output with one (a debt is slept off); the doors bound their
-// refusal records with another (what does not fit is counted instead).
-// Not safe for concurrent use: its owner locks.
+// app's output with one (a debt is slept off; not safe for concurrent use:
+// its owner locks); Records bounds log records with one (what does not fit
+// is counted instead).
 package tokens
 
-import "time"
+import (
+	"sync"
+	"time"
+)
 
 // Bucket is one token bucket. The zero time is never a refill time.
 type Bucket struct {
@@ -44,4 +47,45 @@ func (b *Bucket) TryTake(now time.Time, n float64) bool {
 	}
 	b.tokens -= n
 	return true
+}
+
+// Records bounds how many records of one kind are written: Rate a second
+// after a burst of Burst. A record that does not fit is counted, and the
+// next one written says how many went unlogged. Safe for concurrent use.
+// A flood of them (a vat's refused calls, a visitor asking a vat that
+// fails) would otherwise fill the disk, or push the supervisor's other
+// records past journald's rate limit for the unit.
+type Records struct {
+	mu       sync.Mutex
+	b        Bucket
+	unlogged int
+}
+
+// NewRecords returns a Records of rate a second after a burst of burst.
+func NewRecords(rate, burst float64) *Records {
+	return &Records{b: Bucket{Rate: rate, Burst: burst}}
+}
+
+// Admit reports whether a record may be written now, and how many went
+// unlogged before it (given back once, for the record that says so).
+func (r *Records) Admit(now time.Time) (bool, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.b.TryTake(now, 1) {
+		r.unlogged++
+		return false, 0
+	}
+	n := r.unlogged
+	r.unlogged = 0
+	return true, n
+}
+
+// Drain returns how many went unlogged since the last record, for a record
+// written regardless of the limit.
+func (r *Records) Drain() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := r.unlogged
+	r.unlogged = 0
+	return n
 }

@@ -31,3 +31,29 @@ func TestBucket(t *testing.T) {
 		t.Fatal("more than the burst after an idle hour")
 	}
 }
+
+func TestRecords(t *testing.T) {
+	now := time.Unix(1000, 0)
+	r := NewRecords(10, 2)
+	for i := range 2 {
+		if ok, n := r.Admit(now); !ok || n != 0 {
+			t.Fatalf("record %d of the burst: %v, %d unlogged before", i+1, ok, n)
+		}
+	}
+	for range 3 {
+		if ok, _ := r.Admit(now); ok {
+			t.Fatal("a record past the burst, at the same instant, admitted")
+		}
+	}
+	now = now.Add(100 * time.Millisecond)
+	if ok, n := r.Admit(now); !ok || n != 3 {
+		t.Fatalf("after a token's time: %v, %d unlogged before; want true, 3", ok, n)
+	}
+	_, _ = r.Admit(now) // counted
+	if n := r.Drain(); n != 1 {
+		t.Fatalf("Drain = %d; want 1", n)
+	}
+	if n := r.Drain(); n != 0 {
+		t.Fatalf("Drain again = %d; want 0", n)
+	}
+}
