@@ -38,7 +38,7 @@ func removeTree(path string) error {
 	defer unix.Close(top)
 	moved := 0
 	for {
-		queue, err := dirNames(top)
+		queue, err := dirNames(top, removeRound)
 		if err != nil {
 			return &os.PathError{Op: "readdir", Path: path, Err: err}
 		}
@@ -85,7 +85,7 @@ func removeEntry(top int, name string, moved *int) (up []string, _ error) {
 	}
 	defer unix.Close(dir)
 	for {
-		inner, err := dirNames(dir)
+		inner, err := dirNames(dir, removeRound)
 		if err != nil {
 			return up, &os.PathError{Op: "readdir", Path: name, Err: err}
 		}
@@ -146,7 +146,7 @@ func chownTree(dir string, uid, gid int) error {
 		}
 		return st.Dev, st.Ino, nil
 	}
-	names, err := allNames(fd)
+	names, err := dirNames(fd, 0)
 	if err != nil {
 		return &os.PathError{Op: "readdir", Path: dir, Err: err}
 	}
@@ -192,7 +192,7 @@ func chownTree(dir string, uid, gid int) error {
 		case err != nil:
 			return &os.PathError{Op: "openat", Path: dir + "/.../" + name, Err: err}
 		}
-		inner, err := allNames(child)
+		inner, err := dirNames(child, 0)
 		if err != nil {
 			_ = unix.Close(child)
 			return &os.PathError{Op: "readdir", Path: dir + "/.../" + name, Err: err}
@@ -209,27 +209,16 @@ func chownTree(dir string, uid, gid int) error {
 	return nil
 }
 
+// removeRound is how many names removeTree reads from a folder at a time.
+const removeRound = 4096
+
 // chownClimbHook, when set (by a test), runs before each step up.
 var chownClimbHook func()
 
-// allNames reads every name in the folder open as fd (a duplicate is
-// read, so fd itself stays open).
-func allNames(fd int) ([]string, error) {
-	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	f := os.NewFile(uintptr(dup), "dir")
-	defer f.Close()
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return nil, err
-	}
-	return f.Readdirnames(-1)
-}
-
-// dirNames reads the names in the folder open as fd (a duplicate is read,
-// so fd itself stays open and rewound).
-func dirNames(fd int) ([]string, error) {
+// dirNames reads the names in the folder open as fd, about limit of them
+// (all when max is 0); a duplicate is read, so fd itself stays open and
+// rewound.
+func dirNames(fd, limit int) ([]string, error) {
 	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
@@ -249,7 +238,7 @@ func dirNames(fd int) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		if len(names) >= 4096 {
+		if limit > 0 && len(names) >= limit {
 			return names, nil // a round's worth; the rest in the next
 		}
 	}
