@@ -30,13 +30,7 @@ var droppedRequest = map[string]bool{
 	"Connection": true, "Keep-Alive": true, "Proxy-Connection": true,
 	"Proxy-Authenticate": true, "Proxy-Authorization": true, "Te": true,
 	"Trailer": true, "Trailers": true, "Transfer-Encoding": true, "Upgrade": true,
-	"Host": true, "Content-Length": true, "Forwarded": true, "X-Real-Ip": true,
-	// What servers behind a proxy take as the caller's identity or
-	// address (set by an authenticating proxy or a CDN): a vat's is never
-	// trusted.
-	// (and any X-Auth-Request-*, as oauth2-proxy sets them).
-	"Remote-User": true, "X-Remote-User": true, "True-Client-Ip": true, "Cf-Connecting-Ip": true,
-	"X-Client-Ip": true, "X-Cluster-Client-Ip": true, "Fastly-Client-Ip": true,
+	"Host": true, "Content-Length": true,
 	// What many frameworks read as another method or path than the
 	// request's: a door is one exact method and path.
 	"X-Http-Method": true, "X-Http-Method-Override": true, "X-Method-Override": true,
@@ -55,13 +49,32 @@ var droppedResponse = map[string]bool{
 // calling. The supervisor sets it; a value the vat sends is dropped.
 const VatHeader = "X-Toybox-Vat"
 
-// dropRequestHeader: hop-by-hop and override headers, the supervisor's own,
-// and any name with a character other than a letter, a digit or '-': CGI,
-// WSGI, PHP and others turn '_', '.' and the like into '_', so X_Toybox_Vat
-// and X.Toybox.Vat both reach them as X-Toybox-Vat (nginx drops names with
-// an underscore by default too).
+// dropRequestHeader: hop-by-hop and override headers, and what would let
+// a vat speak for someone else (ForgedIdentity).
 func dropRequestHeader(canon string) bool {
-	return droppedRequest[canon] || strings.HasPrefix(canon, "X-Toybox-") || strings.HasPrefix(canon, "X-Forwarded-") ||
+	return droppedRequest[canon] || ForgedIdentity(canon)
+}
+
+// identity names what servers behind a proxy take as the caller's identity
+// or address (set by the proxy, an authenticating proxy or a CDN), and any
+// X-Auth-Request-* (oauth2-proxy), X-Forwarded-* and X-Toybox-* (the
+// supervisor's own).
+var identity = map[string]bool{
+	"Forwarded": true, "X-Real-Ip": true,
+	"Remote-User": true, "X-Remote-User": true, "True-Client-Ip": true, "Cf-Connecting-Ip": true,
+	"X-Client-Ip": true, "X-Cluster-Client-Ip": true, "Fastly-Client-Ip": true,
+}
+
+// ForgedIdentity reports whether a request header named canon (canonical
+// form) says who the caller is or where it came from, as a front sets it:
+// one a caller sends itself is never passed on (a vat's to a door
+// backend, a visitor's to a vat). So is any name with a character other
+// than a letter, a digit or '-': CGI, WSGI, PHP and others turn '_', '.'
+// and the like into '_', so X_Forwarded_For and X.Toybox.Vat reach them as
+// X-Forwarded-For and X-Toybox-Vat (nginx drops names with an underscore
+// by default too).
+func ForgedIdentity(canon string) bool {
+	return identity[canon] || strings.HasPrefix(canon, "X-Toybox-") || strings.HasPrefix(canon, "X-Forwarded-") ||
 		strings.HasPrefix(canon, "X-Auth-Request-") ||
 		strings.ContainsFunc(canon, func(r rune) bool {
 			return (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') && (r < '0' || r > '9') && r != '-'

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"toybox/labels"
+	"toybox/vat/doors"
 	"toybox/vat/tokens"
 )
 
@@ -163,6 +164,15 @@ func newProxy(id string, t http.RoundTripper, log *slog.Logger) *httputil.Revers
 				pr.Out.URL.RawPath = rawRest
 			}
 			pr.Out.Host = pr.In.Host
+			// A visitor's word on who it is (X-Real-Ip, a CDN's or an
+			// authenticating proxy's header, X_Forwarded_For that CGI
+			// reads as X-Forwarded-For) is not passed on: the vat learns
+			// the visitor's address from X-Forwarded-For, set here.
+			for k := range pr.Out.Header {
+				if doors.ForgedIdentity(http.CanonicalHeaderKey(k)) {
+					delete(pr.Out.Header, k)
+				}
+			}
 			pr.SetXForwarded()
 			pr.Out.Header.Set("X-Forwarded-Prefix", prefix)
 		},

@@ -41,6 +41,11 @@ func TestProxyRewrite(t *testing.T) {
 	sock := appOnUnix(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "path=%s raw=%s query=%s prefix=%s xff=%s host=%s",
 			r.URL.Path, r.URL.RawPath, r.URL.RawQuery, r.Header.Get("X-Forwarded-Prefix"), r.Header.Get("X-Forwarded-For"), r.Host)
+		for k := range r.Header {
+			if k != "X-Forwarded-For" && k != "X-Forwarded-Prefix" && k != "X-Forwarded-Host" && k != "X-Forwarded-Proto" && k != "Accept-Encoding" && k != "User-Agent" {
+				fmt.Fprintf(w, " extra=%s", k)
+			}
+		}
 	}))
 	p := newProxy("alice", unixTransport(sock), nil)
 	tests := []struct {
@@ -55,7 +60,12 @@ func TestProxyRewrite(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			req := httptest.NewRequest("GET", "http://example.test"+tt.target, nil)
 			req.RemoteAddr = "192.0.2.1:1234"
-			req.Header.Set("X-Forwarded-For", "10.9.9.9") // a client's claim is dropped
+			// A client's claims about who it is are dropped.
+			req.Header.Set("X-Forwarded-For", "10.9.9.9")
+			for _, k := range []string{"X-Real-Ip", "True-Client-Ip", "Cf-Connecting-Ip", "X-Auth-Request-User", "Remote-User"} {
+				req.Header.Set(k, "10.9.9.9")
+			}
+			req.Header["X_forwarded_for"] = []string{"10.9.9.9"}
 			rec := httptest.NewRecorder()
 			p.ServeHTTP(rec, req)
 			if got := rec.Body.String(); got != tt.want {
