@@ -179,3 +179,24 @@ func TestHandoverStopsWhenAFolderMoves(t *testing.T) {
 		t.Errorf("a file outside the tree was handed to uid %d", st.Uid)
 	}
 }
+
+// TestDeepUploadLeftoverIsRemoved: a half-unpacked bundle deeper than the
+// descriptor limit (what a bundle of one long-named entry left before
+// names were bounded) is removed at Open; os.RemoveAll, one descriptor per
+// level, failed with "too many open files" at every start.
+func TestDeepUploadLeftoverIsRemoved(t *testing.T) {
+	s := openStore(t)
+	t.Cleanup(func() { _ = exec.Command("rm", "-rf", s.StateDir()).Run() })
+	left := filepath.Join(s.codeDir(), ".unpack-123")
+	if err := os.Mkdir(left, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	lowNoFile(t, 256)
+	chain(t, left, 1000)
+	if _, err := Open(s.cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(left); !os.IsNotExist(err) {
+		t.Fatalf("a deep upload leftover is still there after Open (%v)", err)
+	}
+}

@@ -272,7 +272,7 @@ func (s *Store) removeLeftovers() {
 	for _, e := range ents {
 		if n := e.Name(); strings.HasPrefix(n, ".incoming-") || strings.HasPrefix(n, ".unpack-") || strings.HasPrefix(n, trashPrefix) {
 			p := filepath.Join(s.codeDir(), n)
-			if err := os.RemoveAll(p); err != nil {
+			if err := removeTree(p); err != nil {
 				s.log.Warn("removing an upload's leftover", "path", p, "error", err.Error())
 				continue
 			}
@@ -321,7 +321,7 @@ func (s *Store) Prune(used func() (map[string]bool, error)) ([]string, error) {
 			continue
 		}
 		removed = append(removed, d)
-		if err := os.RemoveAll(trash); err != nil {
+		if err := removeTree(trash); err != nil {
 			// Out of sight already; the next Open finishes it.
 			errs = append(errs, fmt.Errorf("removing sha256:%s: %w", d, err))
 		}
@@ -406,7 +406,7 @@ func (s *Store) Put(r io.Reader, want string, check func(Code) error) (Code, err
 	if err != nil {
 		return Code{}, fmt.Errorf("creating unpack dir: %w", err)
 	}
-	defer os.RemoveAll(stage) // gone after a successful rename
+	defer func() { _ = removeTree(stage) }() // gone after a successful rename; else Open retries
 	switch kind {
 	case kindExecutable:
 		if err := os.Rename(tmpName, filepath.Join(stage, exeName)); err != nil {

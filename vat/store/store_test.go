@@ -173,6 +173,13 @@ func TestPutRefused(t *testing.T) {
 		{"bad manifest", mkTar(t, false, entry{name: "manifest.json", body: `{"command":["./bin/app"],"extra":1}`}, goodApp), nil, "unknown field"},
 		{"unpacks too large", mkTar(t, false, goodManifest, goodApp, entry{name: "big", body: big}), ErrTooLarge, "unpacks to more"},
 		{"body too large", bytes.Repeat([]byte("#"), 1<<20+1), ErrTooLarge, "larger than"},
+		// One entry's name makes every folder above it: a 1 MiB name
+		// (PAX) made half a million folders from one entry of a
+		// few-hundred-byte tar.gz, past PATH_MAX (never sealed, never
+		// removed by os.RemoveAll).
+		{"name too long", mkTar(t, true, goodManifest, goodApp, entry{name: strings.Repeat("a", 3000), body: "x"}), ErrBadBundle, "bytes long"},
+		{"too deep", mkTar(t, true, goodManifest, goodApp, entry{name: strings.Repeat("a/", 200) + "f", body: "x"}), ErrBadBundle, "folders deep"},
+		{"folders past the entry limit", mkTar(t, true, goodManifest, goodApp, entry{name: strings.Repeat("a/", 60) + "f", body: "x"}), ErrTooLarge, "more than 50 entries"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

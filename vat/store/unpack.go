@@ -68,19 +68,31 @@ func (s *Store) unpack(name string, gz bool, dir string) error {
 		if _, dup := seen[p]; dup {
 			return fmt.Errorf("%w: entry %q appears twice", ErrBadBundle, h.Name)
 		}
+		// The folders this entry makes that no entry named: each counts
+		// as an entry, so one long name cannot make folders past the
+		// limit. A folder already seen has every folder above it seen
+		// too, so the walk up stops there.
+		var fresh []string
 		for d := path.Dir(p); d != "."; d = path.Dir(d) {
-			if t, ok := seen[d]; ok && t != tar.TypeDir {
+			t, ok := seen[d]
+			if ok && t == tar.TypeDir {
+				break
+			}
+			if ok {
 				return fmt.Errorf("%w: entry %q lies below %q, which is not a directory", ErrBadBundle, h.Name, d)
 			}
+			fresh = append(fresh, d)
 		}
-		if dir := path.Dir(p); dir != "." {
-			if err := root.MkdirAll(dir, 0o755); err != nil {
-				return fmt.Errorf("%w: creating %q: %w", ErrBadBundle, dir, err)
+		if len(fresh) > 0 {
+			entries += len(fresh)
+			if entries > s.cfg.MaxEntries {
+				return fmt.Errorf("%w: more than %d entries (folders included)", ErrTooLarge, s.cfg.MaxEntries)
 			}
-			for d := dir; d != "."; d = path.Dir(d) {
-				if _, ok := seen[d]; !ok {
-					seen[d] = tar.TypeDir
-				}
+			if err := root.MkdirAll(path.Dir(p), 0o755); err != nil {
+				return fmt.Errorf("%w: creating %q: %w", ErrBadBundle, path.Dir(p), err)
+			}
+			for _, d := range fresh {
+				seen[d] = tar.TypeDir
 			}
 		}
 		switch h.Typeflag {
@@ -168,14 +180,29 @@ func entryName(name string) (string, error) {
 		return "", fmt.Errorf("%w: entry %q holds a NUL byte", ErrBadBundle, name)
 	case strings.HasPrefix(name, "/"):
 		return "", fmt.Errorf("%w: entry %q is an absolute path", ErrBadBundle, name)
+	case len(name) > maxEntryName:
+		return "", fmt.Errorf("%w: an entry's name is %d bytes long, more than %d (%.40q...)", ErrBadBundle, len(name), maxEntryName, name)
 	}
-	for _, part := range strings.Split(name, "/") {
+	parts := strings.Split(name, "/")
+	for _, part := range parts {
 		if part == ".." {
 			return "", fmt.Errorf("%w: entry %q contains a .. element", ErrBadBundle, name)
 		}
 	}
+	if len(parts) > maxEntryDepth {
+		return "", fmt.Errorf("%w: entry %.40q... lies more than %d folders deep", ErrBadBundle, name, maxEntryDepth)
+	}
 	return path.Clean(name), nil
 }
+
+// The longest entry name and the deepest entry a bundle may hold. A tar
+// name (PAX, GNU long names) may be 1 MiB, and os.Root makes folders one
+// name at a time, however deep: far past PATH_MAX, where the code could
+// never be sealed, nor removed by os.RemoveAll (one descriptor per level).
+const (
+	maxEntryName  = 2048
+	maxEntryDepth = 128
+)
 
 // linkInside checks that a symlink at p with target stays in the bundle.
 func linkInside(p, target string) error {
