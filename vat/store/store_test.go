@@ -179,6 +179,9 @@ func TestPutRefused(t *testing.T) {
 		// removed by os.RemoveAll).
 		{"name too long", mkTar(t, true, goodManifest, goodApp, entry{name: strings.Repeat("a", 3000), body: "x"}), ErrBadBundle, "bytes long"},
 		{"too deep", mkTar(t, true, goodManifest, goodApp, entry{name: strings.Repeat("a/", 200) + "f", body: "x"}), ErrBadBundle, "folders deep"},
+		// PAX headers (1 MiB each, any number before one entry) are
+		// read and dropped: 100 MiB of them in a 100 KiB tar.gz.
+		{"headers past the limits", paxChain(t, 100, goodManifest, goodApp), ErrTooLarge, "tar stream is longer"},
 		{"folders past the entry limit", mkTar(t, true, goodManifest, goodApp, entry{name: strings.Repeat("a/", 60) + "f", body: "x"}), ErrTooLarge, "more than 50 entries"},
 	}
 	for _, tt := range tests {
@@ -399,4 +402,34 @@ func TestPrune(t *testing.T) {
 	if _, err := os.Stat(filepath.Dir(cut)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a removal cut short: %v; want it finished at Open", err)
 	}
+}
+
+// paxChain is a tar.gz of k PAX headers of ~1 MiB each, none of them an
+// entry, before ents.
+func paxChain(t testing.TB, k int, ents ...entry) []byte {
+	t.Helper()
+	var one bytes.Buffer
+	tw := tar.NewWriter(&one)
+	big := strings.Repeat("x", 1<<20-64)
+	if err := tw.WriteHeader(&tar.Header{Name: "d/", Typeflag: tar.TypeDir, Mode: 0o755, PAXRecords: map[string]string{"comment": big}, Format: tar.FormatPAX}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	xhdr := one.Bytes()[:one.Len()-512] // the PAX header and its records, not the entry's own header
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	for range k {
+		if _, err := zw.Write(xhdr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := zw.Write(mkTar(t, false, ents...)); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
 }

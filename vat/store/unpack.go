@@ -33,6 +33,11 @@ func (s *Store) unpack(name string, gz bool, dir string) error {
 		defer zr.Close()
 		r = zr
 	}
+	// The tar stream itself is bounded, not only the files it unpacks
+	// to: PAX and GNU long-name headers (up to 1 MiB each, any number of
+	// them before one entry) are read and dropped, and a gzip of them is
+	// a thousand times smaller.
+	r = &streamCap{r: r, left: s.cfg.MaxUnpacked + int64(s.cfg.MaxEntries)*headerAllowance}
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return err
@@ -217,4 +222,26 @@ func linkInside(p, target string) error {
 		return fmt.Errorf("%w: link %q -> %q leaves the bundle", ErrBadBundle, p, target)
 	}
 	return nil
+}
+
+// headerAllowance is the tar stream each entry may take beyond its file's
+// bytes: its header, PAX records (a name, a link target) and padding.
+const headerAllowance = 16 << 10
+
+// streamCap reads at most left bytes of r, then fails with ErrTooLarge.
+type streamCap struct {
+	r    io.Reader
+	left int64
+}
+
+func (c *streamCap) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		return 0, fmt.Errorf("%w: the bundle's tar stream is longer than its files and headers may take", ErrTooLarge)
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.r.Read(p)
+	c.left -= int64(n)
+	return n, err
 }
