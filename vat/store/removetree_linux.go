@@ -115,8 +115,8 @@ func removeEntry(top int, name string, moved *int) (up []string, _ error) {
 	return up, nil
 }
 
-// chownTree hands dir and everything below it to uid:gid without following
-// links, holding at most two descriptors and using no path longer than a
+// chownTree hands everything below dir and then dir itself to uid:gid
+// without following links, holding at most two descriptors and using no path longer than a
 // name, however deep the tree (a vat's data folder is the vat's to shape: a
 // walk by paths stopped at PATH_MAX, "file name too long", leaving what lay
 // deeper under the vat's uid and the handover failed for good). It goes
@@ -131,9 +131,6 @@ func chownTree(dir string, uid, gid int) error {
 		return &os.PathError{Op: "open", Path: dir, Err: err}
 	}
 	defer func() { _ = unix.Close(fd) }()
-	if err := unix.Fchown(fd, uid, gid); err != nil {
-		return &os.PathError{Op: "fchown", Path: dir, Err: err}
-	}
 	type level struct {
 		names    []string
 		next     int
@@ -205,6 +202,13 @@ func chownTree(dir string, uid, gid int) error {
 		_ = unix.Close(fd)
 		fd = child
 		stack = append(stack, level{names: inner, dev: dev, ino: ino})
+	}
+	// dir itself last (fd is dir again: every step up was checked): the
+	// callers hand a folder over only when dir's own owner is not uid yet,
+	// so a handover cut short must leave it as it was, for the next to
+	// walk the whole tree again.
+	if err := unix.Fchown(fd, uid, gid); err != nil {
+		return &os.PathError{Op: "fchown", Path: dir, Err: err}
 	}
 	return nil
 }

@@ -12,13 +12,17 @@ import (
 // version for why a vat's folders are not removed with it there).
 func removeTree(path string) error { return os.RemoveAll(path) }
 
-// chownTree hands dir and everything below it to uid:gid without following
-// links.
+// chownTree hands everything below dir and then dir itself to uid:gid
+// without following links (dir last: see the Linux version).
 func chownTree(dir string, uid, gid int) error {
-	return filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
-		if err != nil {
+	err := filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil || p == dir {
 			return err
 		}
 		return os.Lchown(p, uid, gid)
 	})
+	if err != nil {
+		return err
+	}
+	return os.Lchown(dir, uid, gid)
 }
