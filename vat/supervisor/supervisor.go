@@ -870,11 +870,12 @@ func (s *Supervisor) Remove(id string, purge bool) error {
 		ferr = fmt.Errorf("keeping the data of %s: %w", id, err)
 	}
 	s.forget(v)
+	// Its record is gone, so is its code whatever became of its folders.
+	s.pruneCode()
 	if ferr != nil {
 		return ferr
 	}
 	s.log.Info("vat removed", keyVat, id, "purged", purge)
-	s.pruneCode()
 	return nil
 }
 
