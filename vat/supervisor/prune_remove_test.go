@@ -55,3 +55,20 @@ func TestRemovalThatFailsLaterStillPrunes(t *testing.T) {
 		t.Errorf("the removed vat's code (sha256:%s) is still stored after its removal ended (%s)", d, strings.TrimSpace(rec.Body.String()))
 	}
 }
+
+// TestInstallReleasesItsPinOnBadInput: Install releases the pin store.Put
+// took whatever it answers (InstallRequest.Code says so), a refused vat id
+// included; otherwise that code could never be removed while the
+// supervisor runs.
+func TestInstallReleasesItsPinOnBadInput(t *testing.T) {
+	testenv.RequireRoot(t)
+	s, st, _ := unwalledSupervisor(t, time.Second)
+	code := storeFile(t, st, writeTemp(t, []byte("#!/bin/sh\n# never installed\n")))
+	if _, _, err := s.Install(InstallRequest{ID: "Not_A_Vat", Code: code}); err == nil {
+		t.Fatal("Install with a bad id succeeded")
+	}
+	s.pruneCode()
+	if _, err := os.Stat(code.Dir); err == nil {
+		t.Error("code whose install was refused is still stored: its pin was never released")
+	}
+}

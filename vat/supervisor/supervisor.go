@@ -497,14 +497,15 @@ const (
 // back: the old version runs again, the record is unchanged, and the error
 // says why.
 func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
+	// The pin store.Put took on the code goes when this install ends (its
+	// record names the code by then, or it gave up, a bad id included),
+	// then whatever it left unused: the version an upgrade replaced, or
+	// its own code.
+	defer s.pruneCode()
+	defer s.cfg.Store.Release(req.Code.Digest)
 	if !labels.ValidVatID(req.ID) {
 		return Status{}, 0, fmt.Errorf("%w: vat id %q is not [a-z0-9][a-z0-9-]{0,62}", ErrBadInput, req.ID)
 	}
-	// The pin store.Put took on the code goes when this install ends (its
-	// record names the code by then, or it gave up), then whatever it left
-	// unused: the version an upgrade replaced, or its own code.
-	defer s.pruneCode()
-	defer s.cfg.Store.Release(req.Code.Digest)
 	m := req.Code.Manifest
 	v, err := s.lockVat(req.ID, true)
 	if err != nil {
