@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -51,6 +52,12 @@ func TestHandoverCutShortIsRetried(t *testing.T) {
 		t.Fatalf("Retire while a folder moves = %v; want the move named", err)
 	}
 	chownClimbHook = nil
+	// Cut short, the folder is already out of the old uid's reach.
+	if fi, err := os.Stat(data); err != nil {
+		t.Fatal(err)
+	} else if st := fi.Sys().(*syscall.Stat_t); st.Uid != 0 || fi.Mode().Perm() != 0o700 {
+		t.Errorf("after a Retire cut short the folder is uid %d mode %o; want root's, 0700", st.Uid, fi.Mode().Perm())
+	}
 	oldOwned := func() string {
 		out, err := exec.Command("find", data, "-uid", fmt.Sprint(old)).CombinedOutput()
 		if err != nil {

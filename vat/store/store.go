@@ -715,6 +715,16 @@ func (s *Store) Retire(id string) error {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid == 0 && st.Gid == 0 {
 		return nil
 	}
+	// The old uid is locked out first (root owns the folder, 0700); its
+	// group goes last, with the walk (chownTree hands the folder itself
+	// over at the end): a walk cut short leaves the folder root's but not
+	// yet root:root, so the next Retire walks it again.
+	if err := os.Lchown(d, 0, -1); err != nil {
+		return err
+	}
+	if err := os.Chmod(d, 0o700); err != nil {
+		return err
+	}
 	return chownTree(d, 0, 0)
 }
 
