@@ -49,9 +49,11 @@ const (
 // reports requests to every vat's pages, their URLs, to an endpoint the
 // vat chose, for as long as max_age says, even after the vat is gone),
 // Strict-Transport-Security (the whole host, its subdomains too with
-// includeSubDomains) and Alt-Svc (where the whole origin is fetched from).
-// Those are the operator's, at the proxy in front.
-var originWide = []string{"Clear-Site-Data", "Service-Worker-Allowed", "Nel", "Report-To", "Strict-Transport-Security", "Alt-Svc"}
+// includeSubDomains), Alt-Svc (where the whole origin is fetched from) and
+// Accept-CH / Critical-CH (the client hints a browser keeps sending to the
+// origin, to every vat's pages). Those are the operator's, at the proxy in
+// front.
+var originWide = []string{"Clear-Site-Data", "Service-Worker-Allowed", "Nel", "Report-To", "Strict-Transport-Security", "Alt-Svc", "Accept-Ch", "Critical-Ch"}
 
 // confineCookies keeps each cookie a vat sets below its own path: a Path
 // outside /<vat> (Path=/, say, or none on an answer to /<vat>, whose

@@ -168,6 +168,8 @@ func TestProxyConfinesOriginWideAnswers(t *testing.T) {
 		w.Header().Set("Report-To", `{"group":"g","max_age":31536000,"endpoints":[{"url":"https://evil.example/r"}]}`)
 		w.Header().Set("Strict-Transport-Security", "max-age=63072000; includeSubDomains; preload")
 		w.Header().Set("Alt-Svc", `h2="evil.example:443"; ma=2592000`)
+		w.Header().Set("Accept-CH", "Sec-CH-UA-Full-Version-List, Sec-CH-UA-Model")
+		w.Header().Set("Critical-CH", "Sec-CH-UA-Model")
 		w.Header().Add("Set-Cookie", "session=evil; Path=/")
 		w.Header().Add("Set-Cookie", "other=x; Path=/bob/")
 		w.Header().Add("Set-Cookie", "near=x; Path=/alice-2")
@@ -185,7 +187,7 @@ func TestProxyConfinesOriginWideAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	for _, k := range []string{"Clear-Site-Data", "Service-Worker-Allowed", "NEL", "Report-To", "Strict-Transport-Security", "Alt-Svc"} {
+	for _, k := range []string{"Clear-Site-Data", "Service-Worker-Allowed", "NEL", "Report-To", "Strict-Transport-Security", "Alt-Svc", "Accept-CH", "Critical-CH"} {
 		if v := resp.Header.Get(k); v != "" {
 			t.Errorf("%s: %q passed through", k, v)
 		}
