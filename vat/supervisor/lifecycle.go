@@ -37,6 +37,7 @@ type instance struct {
 	sock      string
 	transport *http.Transport
 	proxy     *httputil.ReverseProxy
+	plog      *proxyLog     // its proxy's records, rate-limited
 	requests  chan struct{} // public requests in flight (MaxVatRequests)
 	clientsMu sync.Mutex
 	clients   map[string]int // public requests in flight by client (MaxClientVatRequests)
@@ -73,7 +74,8 @@ func (s *Supervisor) launch(v *vat) *instance {
 		MaxResponseHeaderBytes: maxVatHeaderBytes,
 		ResponseHeaderTimeout:  vatHeaderTimeout,
 	}
-	in.proxy = newProxy(v.id, in.transport, s.log)
+	in.plog = newProxyLog(s.log, v.id)
+	in.proxy = proxyLogged(v.id, in.transport, in.plog)
 	go in.loop()
 	return in
 }
@@ -118,6 +120,7 @@ func (in *instance) loop() {
 	s, v := in.s, in.v
 	defer close(in.done)
 	defer in.transport.CloseIdleConnections()
+	defer in.plog.flush()
 	backoff := s.cfg.BackoffMin
 	crashes := 0
 	for {

@@ -111,4 +111,16 @@ func TestProxyFailuresAreRateLimited(t *testing.T) {
 	if !strings.Contains(last, `"unlogged":50`) {
 		t.Errorf("the record after 50 unlogged ones: %s; want \"unlogged\":50", last)
 	}
+	// When the instance ends, a count not yet written is.
+	before := strings.Count(out.String(), "\n")
+	for range 7 {
+		pl.warn("proxy to vat failed", "x") // mostly past the rate
+	}
+	written := strings.Count(out.String(), "\n") - before
+	pl.flush()
+	last = strings.TrimSpace(out.String())
+	last = last[strings.LastIndex(last, "\n")+1:]
+	if want := fmt.Sprintf(`"unlogged":%d`, 7-written); written >= 7 || !strings.Contains(last, want) {
+		t.Errorf("the record at the end, after 7 failures of which %d were written: %s; want %s", written, last, want)
+	}
 }

@@ -123,6 +123,14 @@ func (l *proxyLog) warn(msg, err string) {
 	l.log.Warn(msg, attrs...)
 }
 
+// flush writes how many records went unlogged since the last one, if any
+// did (when its instance ends: the count would be lost).
+func (l *proxyLog) flush() {
+	if n := l.records.Drain(); n > 0 {
+		l.log.Warn("proxy to vat failed", keyVat, l.id, keyErr, "records not written past the rate", "unlogged", n)
+	}
+}
+
 // Write takes ReverseProxy's own lines (ErrorLog: a body that broke off,
 // say), which otherwise went to the standard logger, once per answer and
 // without the vat's name.
@@ -132,8 +140,12 @@ func (l *proxyLog) Write(p []byte) (int, error) {
 }
 
 func newProxy(id string, t http.RoundTripper, log *slog.Logger) *httputil.ReverseProxy {
+	return proxyLogged(id, t, newProxyLog(log, id))
+}
+
+// proxyLogged is newProxy with its records going through plog.
+func proxyLogged(id string, t http.RoundTripper, plog *proxyLog) *httputil.ReverseProxy {
 	prefix := "/" + id
-	plog := newProxyLog(log, id)
 	return &httputil.ReverseProxy{
 		ErrorLog:      stdlog.New(plog, "", 0),
 		Transport:     confined{t},
