@@ -22,7 +22,15 @@ import (
 	"toybox/vat/grant"
 	"toybox/vat/store"
 	"toybox/vat/wall"
+	"toybox/vat/wall/seccomp"
 )
+
+// noSeccompTable reports whether this build has no seccomp filter table (an
+// architecture without one, or a build without cgo). Only then does a vat
+// run walled-noseccomp (wall.Spec.NoSeccomp, which the wall refuses where a
+// table exists); a filter that exists but cannot be built is a failure and
+// leaves the vat off.
+var noSeccompTable = func() bool { return seccomp.Supported() != nil }
 
 // capPair makes a socketpair: mine is served with the Vat bootstrap (a
 // goroutine owns it from here), theirs goes to the child. The caller owns
@@ -105,6 +113,7 @@ func (s *Supervisor) spawnWalled(ctx context.Context, v *vat, code store.Code, r
 		AppCap:     appCap,
 		Stdout:     out,
 		Stderr:     out,
+		NoSeccomp:  noSeccompTable(),
 	}
 	if uid, gid := s.ids(rec); uid >= 0 {
 		spec.UID, spec.GID = uid, gid

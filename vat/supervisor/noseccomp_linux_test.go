@@ -1,0 +1,52 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"toybox/vat/wall"
+)
+
+// TestNoSeccompTableRunsWalledNoSeccomp: where this build has no seccomp
+// filter table (an architecture without one), a walled vat is started
+// walled-noseccomp (Spec.NoSeccomp, the one case the wall allows it), not
+// refused with "set NoSeccomp", which nothing outside the wall package
+// can set. Where there is a table, NoSeccomp stays false: a wall is never
+// weakened.
+func TestNoSeccompTableRunsWalledNoSeccomp(t *testing.T) {
+	for _, noTable := range []bool{false, true} {
+		t.Run(fmt.Sprintf("no table %v", noTable), func(t *testing.T) {
+			old := noSeccompTable
+			noSeccompTable = func() bool { return noTable }
+			t.Cleanup(func() { noSeccompTable = old })
+			specs := make(chan wall.Spec, 16)
+			s, st := testSupervisorWith(t, func(c *Config) {
+				c.Launch = func(_ context.Context, spec wall.Spec, _ *slog.Logger) (Process, error) {
+					select {
+					case specs <- spec:
+					default:
+					}
+					return nil, errors.New("no wall in this test")
+				}
+			})
+			code, err := st.Put(strings.NewReader("#!/bin/sh\nexit 0\n"), "", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _, _ = s.Install(InstallRequest{ID: "tier", Code: code})
+			select {
+			case spec := <-specs:
+				if spec.NoSeccomp != noTable {
+					t.Errorf("Spec.NoSeccomp = %v; want %v", spec.NoSeccomp, noTable)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the supervisor never launched the wall")
+			}
+		})
+	}
+}
