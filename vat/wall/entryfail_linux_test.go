@@ -118,3 +118,35 @@ func TestEntryUnreachable(t *testing.T) {
 		t.Errorf("the wall ended with %v; want bwrap's refusal with a hint naming %s and the fix", err, private)
 	}
 }
+
+// TestBwrapFailureSaysWhyAndFix: when bubblewrap cannot start a sandbox
+// here at all, the vat's reason is the preflight's: the cause and the fix,
+// not only bubblewrap's own line.
+func TestBwrapFailureSaysWhyAndFix(t *testing.T) {
+	f := newFixture(t, "nouserns")
+	fake := filepath.Join(filepath.Dir(f.state), "fakebin")
+	if err := os.MkdirAll(fake, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, filepath.Join(fake, "bwrap"), "#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n")
+	if err := os.Chmod(filepath.Join(fake, "bwrap"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", fake+":"+os.Getenv("PATH"))
+	forgetBwrap()
+	t.Cleanup(forgetBwrap)
+	f.caps(t)
+	p, err := Start(context.Background(), f.spec, nil)
+	if err == nil {
+		_ = p.Stop(time.Second)
+		t.Fatal("Start with a bubblewrap that cannot start a sandbox = nil")
+	}
+	if !errors.Is(err, ErrBwrap) {
+		t.Errorf("Start = %v; want ErrBwrap", err)
+	}
+	for _, w := range []string{"setting up uid map", "cannot start a sandbox", "fix: "} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("Start = %v; want it to say %q", err, w)
+		}
+	}
+}

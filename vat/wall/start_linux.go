@@ -358,7 +358,16 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 		if msg == "" {
 			msg = fmt.Sprint(p.err)
 		}
-		return nil, fmt.Errorf("starting the wall for %q: %w: %s (%w)", spec.ID, ErrBwrap, msg, err)
+		err = fmt.Errorf("starting the wall for %q: %w: %s (%w)", spec.ID, ErrBwrap, msg, err)
+		// When no sandbox can start here at all (the preflight's minimal
+		// one fails too), the vat's reason carries the preflight's cause
+		// and fix; otherwise the failure is this wall's own.
+		if ctx.Err() == nil {
+			if perr := Probe(ctx); perr != nil {
+				err = fmt.Errorf("%w; %w", err, perr)
+			}
+		}
+		return nil, err
 	}
 	p.child = child
 	cl.fns = nil // success: the wall owns what it was handed; close our copies below
