@@ -480,10 +480,23 @@ func (r *responder) Start(_ context.Context, call schema.Responder_start) error 
 func (r *responder) Fail(_ context.Context, call schema.Responder_fail) error {
 	msg, _ := call.Args().Message_()
 	if r.claim() {
-		answer(r.c, 502, "http_request_error", msg)
+		requestFailed(r.c, msg)
 	}
 	r.finish()
 	return nil
+}
+
+// requestFailed answers a plain-HTTP request the switchboard could not
+// carry: a 502, unless it refused it after its first decision (the
+// listener-owner check, which judges a loopback address when it dials),
+// which is a refusal like any other: a 403 whose body starts "egress
+// refused:".
+func requestFailed(c net.Conn, msg string) {
+	if i := strings.Index(msg, "egress refused:"); i >= 0 {
+		answer(c, 403, "destination_ip_prohibited", msg[i:])
+		return
+	}
+	answer(c, 502, "http_request_error", msg)
 }
 
 // Shutdown: the switchboard let go without an answer.

@@ -166,3 +166,35 @@ func FuzzReadTLSHello(f *testing.F) {
 		}
 	})
 }
+
+// TestRequestFailureAnswers: a plain-HTTP request the switchboard refuses
+// only when it dials (the listener-owner check of a loopback address)
+// arrives as a failed request; it is answered as the same refusal to a
+// CONNECT is: 403, a body that starts "egress refused:", Proxy-Status.
+// Any other failure stays a 502.
+func TestRequestFailureAnswers(t *testing.T) {
+	tests := []struct {
+		name       string
+		msg        string
+		wantStatus int
+		wantBody   string
+		wantType   string
+	}{
+		{"refused at the dial", `request to 127.0.0.1:8000 failed: egress refused: 127.0.0.1:8000 is held by toybox's own process`, 403, "egress refused: 127.0.0.1:8000 is held by toybox's own process", "destination_ip_prohibited"},
+		{"transport failure", "request to 127.0.0.1:8000 failed: dial tcp 127.0.0.1:8000: connect: connection refused", 502, "request to 127.0.0.1:8000 failed: dial tcp", "http_request_error"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, body := answerOf(t, func(c net.Conn) { requestFailed(c, tt.msg) })
+			if resp.StatusCode != tt.wantStatus {
+				t.Errorf("status = %d; want %d", resp.StatusCode, tt.wantStatus)
+			}
+			if !strings.HasPrefix(body, tt.wantBody) {
+				t.Errorf("body = %q; want prefix %q", body, tt.wantBody)
+			}
+			if ps := resp.Header.Get("Proxy-Status"); !strings.HasPrefix(ps, "toybox-entry; error="+tt.wantType+"; details=\"") {
+				t.Errorf("Proxy-Status = %q; want error=%s with details", ps, tt.wantType)
+			}
+		})
+	}
+}
