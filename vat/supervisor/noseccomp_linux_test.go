@@ -12,12 +12,12 @@ import (
 	"toybox/vat/wall"
 )
 
-// TestNoSeccompTableRunsWalledNoSeccomp: where this build has no seccomp
-// filter table (an architecture without one), a walled vat is started
-// walled-noseccomp (Spec.NoSeccomp, the one case the wall allows it), not
-// refused with "set NoSeccomp", which nothing outside the wall package
-// can set. Where there is a table, NoSeccomp stays false: a wall is never
-// weakened.
+// TestNoSeccompTableRunsWalledNoSeccomp: where the architecture has no
+// seccomp filter table, a walled vat is started walled-noseccomp
+// (Spec.NoSeccomp, the one case the wall allows it), not refused for a
+// setting nothing outside the wall package can make. Where there is a
+// table, NoSeccomp stays false: a wall is never weakened (a build without
+// cgo keeps its vats off, saying why).
 func TestNoSeccompTableRunsWalledNoSeccomp(t *testing.T) {
 	for _, noTable := range []bool{false, true} {
 		t.Run(fmt.Sprintf("no table %v", noTable), func(t *testing.T) {

@@ -25,12 +25,11 @@ import (
 	"toybox/vat/wall/seccomp"
 )
 
-// noSeccompTable reports whether this build has no seccomp filter table (an
-// architecture without one, or a build without cgo). Only then does a vat
-// run walled-noseccomp (wall.Spec.NoSeccomp, which the wall refuses where a
-// table exists); a filter that exists but cannot be built is a failure and
-// leaves the vat off.
-var noSeccompTable = func() bool { return seccomp.Supported() != nil }
+// noSeccompTable reports whether this architecture has no seccomp filter
+// table. Only then does a vat run walled-noseccomp (wall.Spec.NoSeccomp,
+// which the wall refuses where a table exists). A build without cgo, or a
+// filter that cannot be built, is a failure: the vat stays off and says why.
+var noSeccompTable = func() bool { return !seccomp.ArchHasTable() }
 
 // capPair makes a socketpair: mine is served with the Vat bootstrap (a
 // goroutine owns it from here), theirs goes to the child. The caller owns

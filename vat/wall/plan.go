@@ -279,7 +279,7 @@ func (b *planner) tier() error {
 	case b.spec.NoSeccomp:
 		b.p.Tier = TierWalledNoSeccomp
 	case err != nil:
-		return fmt.Errorf("%w: %w (set NoSeccomp to run walled-noseccomp)", ErrNoSeccomp, err)
+		return fmt.Errorf("%w: %w (build toybox with cgo and libseccomp: make build)", ErrNoSeccomp, err)
 	default:
 		b.p.Tier, b.p.Seccomp = TierWalled, true
 	}

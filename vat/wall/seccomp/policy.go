@@ -1,5 +1,19 @@
 package seccomp
 
+import "runtime"
+
+// ArchHasTable reports whether this architecture has a filter table
+// (amd64, arm64). A build for one of them without cgo has no filter all the
+// same (Supported fails): that is a build to fix, not an architecture to run
+// walled-noseccomp on.
+func ArchHasTable() bool {
+	switch runtime.GOARCH {
+	case "amd64", "arm64":
+		return true
+	}
+	return false
+}
+
 // Refused lists the system calls a walled process may never make; each fails
 // with EPERM. Names unknown on an architecture are skipped there.
 var Refused = []string{

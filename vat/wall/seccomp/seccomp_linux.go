@@ -16,8 +16,7 @@ import (
 // Supported reports whether this architecture has a filter table. It returns
 // ErrUnsupported (wrapped with the architecture) when it does not.
 func Supported() error {
-	switch runtime.GOARCH {
-	case "amd64", "arm64":
+	if ArchHasTable() {
 		return nil
 	}
 	return fmt.Errorf("%w: %s", ErrUnsupported, runtime.GOARCH)
