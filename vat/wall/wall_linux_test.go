@@ -536,6 +536,24 @@ func TestStartFailsClosed(t *testing.T) {
 			f.spec.Files.Read = []string{filepath.Join(filepath.Dir(f.state), ".ssh")}
 		}, ErrRefusedBind},
 		{"systemd folder", func(f *fixture) { f.spec.Files.Read = []string{"/etc/systemd"} }, ErrRefusedBind},
+		{"the supervisor's credentials directory", func(f *fixture) {
+			creds := filepath.Join(filepath.Dir(f.state), "creds")
+			mustMkdir(f, creds)
+			f.spec.HostEnv = append(f.spec.HostEnv, "CREDENTIALS_DIRECTORY="+creds)
+			f.spec.Files.Read = []string{creds}
+		}, ErrRefusedBind},
+		{"an autostart folder in a home", func(f *fixture) {
+			home := filepath.Dir(f.state)
+			mustMkdir(f, filepath.Join(home, "autostart"))
+			f.spec.HostEnv = append(f.spec.HostEnv, "HOME="+home)
+			f.spec.Files.Read = []string{filepath.Join(home, "autostart")}
+		}, ErrRefusedBind},
+		{"a systemd folder in a home", func(f *fixture) {
+			home := filepath.Dir(f.state)
+			mustMkdir(f, filepath.Join(home, "config", "systemd", "user"))
+			f.spec.HostEnv = append(f.spec.HostEnv, "HOME="+home)
+			f.spec.Files.Write = []string{filepath.Join(home, "config", "systemd", "user")}
+		}, ErrRefusedBind},
 		{"the whole /etc over the view", func(f *fixture) { f.spec.Files.Read = []string{"/etc"} }, ErrRefusedBind},
 		{"over the root", func(f *fixture) { f.spec.Files.Read = []string{"/"} }, ErrRefusedBind},
 		{"over the run folder", func(f *fixture) { f.spec.Files.Write = []string{"/run/toybox/x"} }, ErrRefusedBind},
@@ -1048,5 +1066,12 @@ func TestSealedCodeRunsAndStaysSealed(t *testing.T) {
 	}
 	if fi, err := os.Stat(f.install); err != nil || fi.Mode().Perm() != 0o750 {
 		t.Errorf("the code folder after the start: %v, %v; want it still 0750", fi.Mode().Perm(), err)
+	}
+}
+
+// mustMkdir makes dir (and its parents) for a fixture's case.
+func mustMkdir(f *fixture, dir string) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		panic(err)
 	}
 }
