@@ -1,7 +1,6 @@
 package supervisor
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,28 +9,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"toybox/tests/testenv"
 )
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestProxyFailuresAreRateLimited: every answer a vat broke off (or could
 // not give) was one record of the supervisor's, and a broken-off body one
@@ -51,9 +33,9 @@ func TestProxyFailuresAreRateLimited(t *testing.T) {
 			_ = brw.Flush()
 		} // else: no answer at all
 	}))
-	var out syncBuffer
+	var out testenv.Buffer
 	log := slog.New(slog.NewJSONHandler(&out, nil))
-	var std syncBuffer
+	var std testenv.Buffer
 	stdlog.SetOutput(&std)
 	defer stdlog.SetOutput(io.Discard) // as the test binary had it: nothing reads stderr
 	tr := unixTransport(sock)
