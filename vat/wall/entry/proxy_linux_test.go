@@ -39,23 +39,32 @@ func answerOf(t *testing.T, write func(c net.Conn)) (*http.Response, string) {
 	return resp, string(body)
 }
 
+// TestRefuseAnswers: a refusal is a 403 whose body starts "egress
+// refused:", with Proxy-Status; any other failure a 502. A plain-HTTP
+// request the switchboard refuses only when it dials (the listener-owner
+// check of a loopback address) arrives as a failed request (requestFailed)
+// and is answered as the same refusal to a CONNECT is.
 func TestRefuseAnswers(t *testing.T) {
+	refused := func(err error) func(net.Conn) { return func(c net.Conn) { refuse(c, err) } }
+	failed := func(msg string) func(net.Conn) { return func(c net.Conn) { requestFailed(c, msg) } }
 	tests := []struct {
 		name       string
-		err        error
+		send       func(net.Conn)
 		wantStatus int
 		wantBody   string
 		wantType   string
 	}{
-		{"switchboard words", errors.New(`rpc: call failed: egress refused: egress to example.org not granted`), 403, "egress refused: egress to example.org not granted", "destination_ip_prohibited"},
-		{"no grant", ErrNoGrant, 403, "egress refused: this vat has no egress grant", "destination_ip_prohibited"},
-		{"refused decision", errors.Join(ErrRefused, errors.New("10.0.0.1 is private")), 403, "egress refused:", "destination_ip_prohibited"},
-		{"transport failure", errors.New("connecting to db: connection refused"), 502, "egress failed: connecting to db", "proxy_internal_error"},
-		{"quotes and newlines", errors.New("egress refused: a \"quoted\"\nname"), 403, `egress refused: a "quoted" name`, "destination_ip_prohibited"},
+		{"switchboard words", refused(errors.New(`rpc: call failed: egress refused: egress to example.org not granted`)), 403, "egress refused: egress to example.org not granted", "destination_ip_prohibited"},
+		{"no grant", refused(ErrNoGrant), 403, "egress refused: this vat has no egress grant", "destination_ip_prohibited"},
+		{"refused decision", refused(errors.Join(ErrRefused, errors.New("10.0.0.1 is private"))), 403, "egress refused:", "destination_ip_prohibited"},
+		{"transport failure", refused(errors.New("connecting to db: connection refused")), 502, "egress failed: connecting to db", "proxy_internal_error"},
+		{"quotes and newlines", refused(errors.New("egress refused: a \"quoted\"\nname")), 403, `egress refused: a "quoted" name`, "destination_ip_prohibited"},
+		{"request refused at the dial", failed(`request to 127.0.0.1:8000 failed: egress refused: 127.0.0.1:8000 is held by toybox's own process`), 403, "egress refused: 127.0.0.1:8000 is held by toybox's own process", "destination_ip_prohibited"},
+		{"request failed", failed("request to 127.0.0.1:8000 failed: dial tcp 127.0.0.1:8000: connect: connection refused"), 502, "request to 127.0.0.1:8000 failed: dial tcp", "http_request_error"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			resp, body := answerOf(t, func(c net.Conn) { refuse(c, tt.err) })
+			resp, body := answerOf(t, tt.send)
 			if resp.StatusCode != tt.wantStatus {
 				t.Errorf("status = %d; want %d", resp.StatusCode, tt.wantStatus)
 			}
@@ -165,36 +174,4 @@ func FuzzReadTLSHello(f *testing.F) {
 			}
 		}
 	})
-}
-
-// TestRequestFailureAnswers: a plain-HTTP request the switchboard refuses
-// only when it dials (the listener-owner check of a loopback address)
-// arrives as a failed request; it is answered as the same refusal to a
-// CONNECT is: 403, a body that starts "egress refused:", Proxy-Status.
-// Any other failure stays a 502.
-func TestRequestFailureAnswers(t *testing.T) {
-	tests := []struct {
-		name       string
-		msg        string
-		wantStatus int
-		wantBody   string
-		wantType   string
-	}{
-		{"refused at the dial", `request to 127.0.0.1:8000 failed: egress refused: 127.0.0.1:8000 is held by toybox's own process`, 403, "egress refused: 127.0.0.1:8000 is held by toybox's own process", "destination_ip_prohibited"},
-		{"transport failure", "request to 127.0.0.1:8000 failed: dial tcp 127.0.0.1:8000: connect: connection refused", 502, "request to 127.0.0.1:8000 failed: dial tcp", "http_request_error"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			resp, body := answerOf(t, func(c net.Conn) { requestFailed(c, tt.msg) })
-			if resp.StatusCode != tt.wantStatus {
-				t.Errorf("status = %d; want %d", resp.StatusCode, tt.wantStatus)
-			}
-			if !strings.HasPrefix(body, tt.wantBody) {
-				t.Errorf("body = %q; want prefix %q", body, tt.wantBody)
-			}
-			if ps := resp.Header.Get("Proxy-Status"); !strings.HasPrefix(ps, "toybox-entry; error="+tt.wantType+"; details=\"") {
-				t.Errorf("Proxy-Status = %q; want error=%s with details", ps, tt.wantType)
-			}
-		})
-	}
 }
