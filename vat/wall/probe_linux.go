@@ -122,6 +122,21 @@ func seccompMode() string {
 	return ""
 }
 
+// sysctlCheck is doctor's line for one sysctl of value v (ok: the kernel
+// has it) that stops sandboxes when it reads bad, unless one started
+// anyway (sandboxOK: the probe passed).
+func sysctlCheck(name, v string, ok bool, bad, fix string, sandboxOK bool) Check {
+	switch {
+	case !ok:
+		return Check{Name: name, OK: true, Detail: "not present on this kernel"}
+	case v == bad && sandboxOK:
+		return Check{Name: name, OK: true, Detail: "= " + v + ", but a sandbox starts here all the same (the probe below passed)"}
+	case v == bad:
+		return Check{Name: name, Detail: "= " + v, Fix: fix}
+	}
+	return Check{Name: name, OK: true, Detail: "= " + v}
+}
+
 // Doctor runs every check `toybox doctor` prints.
 func Doctor(ctx context.Context) []Check {
 	var checks []Check
@@ -144,20 +159,17 @@ func Doctor(ctx context.Context) []Check {
 			checks = append(checks, Check{Name: "bubblewrap options", OK: true, Detail: "--bind-fd, --disable-userns, --json-status-fd present"})
 		}
 	}
+	// The probe is what decides: a sysctl that would stop sandboxes is
+	// only a failure when one does not start (bwrap may have an AppArmor
+	// profile that allows user namespaces, say).
+	probeErr := Probe(ctx)
 	for _, s := range []struct{ name, path, bad, fix string }{
 		{"kernel.unprivileged_userns_clone", "/proc/sys/kernel/unprivileged_userns_clone", "0", "sysctl -w kernel.unprivileged_userns_clone=1"},
 		{"user.max_user_namespaces", "/proc/sys/user/max_user_namespaces", "0", "sysctl -w user.max_user_namespaces=15000"},
 		{"kernel.apparmor_restrict_unprivileged_userns", "/proc/sys/kernel/apparmor_restrict_unprivileged_userns", "1", "give bwrap an AppArmor profile with `userns,`, or sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"},
 	} {
 		v, ok := readSysctl(s.path)
-		switch {
-		case !ok:
-			checks = append(checks, Check{Name: s.name, OK: true, Detail: "not present on this kernel"})
-		case v == s.bad:
-			checks = append(checks, Check{Name: s.name, Detail: "= " + v, Fix: s.fix})
-		default:
-			checks = append(checks, Check{Name: s.name, OK: true, Detail: "= " + v})
-		}
+		checks = append(checks, sysctlCheck(s.name, v, ok, s.bad, s.fix, probeErr == nil))
 	}
 	if inContainer() {
 		checks = append(checks, Check{Name: "container", OK: true, Detail: "running in a container (seccomp mode " + seccompMode() + "); its profile must allow user namespaces"})
@@ -173,7 +185,7 @@ func Doctor(ctx context.Context) []Check {
 	} else {
 		checks = append(checks, Check{Name: "seccomp filter", OK: true, Detail: "compiled"})
 	}
-	if err := Probe(ctx); err != nil {
+	if err := probeErr; err != nil {
 		checks = append(checks, Check{Name: "bubblewrap sandbox", Detail: err.Error(), Fix: "see the fix in the detail"})
 	} else {
 		who := "this user"

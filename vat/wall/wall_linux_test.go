@@ -691,6 +691,29 @@ func TestProbe(t *testing.T) {
 	}
 }
 
+// TestSysctlCheck: a sysctl that would stop sandboxes fails doctor only
+// when no sandbox starts (Ubuntu's apparmor_restrict_unprivileged_userns=1
+// with bwrap's own AppArmor profile passes the probe).
+func TestSysctlCheck(t *testing.T) {
+	const name, bad, fix = "kernel.apparmor_restrict_unprivileged_userns", "1", "give bwrap a profile"
+	for _, tt := range []struct {
+		v         string
+		ok        bool
+		sandboxOK bool
+		wantOK    bool
+	}{
+		{"1", true, false, false},
+		{"1", true, true, true},
+		{"0", true, false, true},
+		{"", false, false, true},
+	} {
+		c := sysctlCheck(name, tt.v, tt.ok, bad, fix, tt.sandboxOK)
+		if c.OK != tt.wantOK || (!c.OK && c.Fix != fix) {
+			t.Errorf("sysctlCheck(%q, present %v, sandbox starts %v) = %+v; want OK %v", tt.v, tt.ok, tt.sandboxOK, c, tt.wantOK)
+		}
+	}
+}
+
 func TestDiagnoseNamesCauseAndFix(t *testing.T) {
 	cause, fix := diagnose("bwrap: setting up uid map: Permission denied")
 	if cause == "" || fix == "" {
