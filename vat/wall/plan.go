@@ -331,9 +331,11 @@ func (b *planner) hostEnv() map[string]string {
 
 func (b *planner) add(op Op) { b.p.Ops = append(b.p.Ops, op) }
 
-// system adds the system folders, the chosen /etc entries and the kernel
-// filesystems.
-func (b *planner) system() {
+// systemOps binds the system folders this host has, read-only at their
+// own paths, and makes those that are links (a merged /usr's /bin, /lib)
+// the same links.
+func systemOps() []Op {
+	var ops []Op
 	for _, d := range systemDirs {
 		fi, err := os.Lstat(d)
 		switch {
@@ -341,12 +343,19 @@ func (b *planner) system() {
 			continue
 		case fi.Mode()&fs.ModeSymlink != 0:
 			if t, err := os.Readlink(d); err == nil {
-				b.add(Op{Kind: OpSymlink, Src: t, Dest: d, Why: "system folder (symlink)"})
+				ops = append(ops, Op{Kind: OpSymlink, Src: t, Dest: d, Why: "system folder (symlink)"})
 			}
 		case fi.IsDir():
-			b.add(Op{Kind: OpROBind, Src: d, Dest: d, Why: "system folder"})
+			ops = append(ops, Op{Kind: OpROBind, Src: d, Dest: d, Why: "system folder"})
 		}
 	}
+	return ops
+}
+
+// system adds the system folders, the chosen /etc entries and the kernel
+// filesystems.
+func (b *planner) system() {
+	b.p.Ops = append(b.p.Ops, systemOps()...)
 	// /etc: one read-only bind of a view the supervisor builds and every
 	// wall with the same /etc shares (see EtcEntry). passwd names the
 	// vat, so it is the wall's own file, linked from the view.

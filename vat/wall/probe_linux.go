@@ -36,13 +36,23 @@ func Probe(ctx context.Context) error {
 func probeRun(ctx context.Context, bwrap string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bwrap,
+	args := []string{
 		"--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup",
 		"--disable-userns", "--uid", strconv.Itoa(InsideUID), "--gid", strconv.Itoa(InsideGID),
 		"--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv",
-		"--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
-		"--symlink", "usr/lib64", "/lib64", "--proc", "/proc", "--dev", "/dev",
-		"--", "/usr/bin/true")
+	}
+	// The system folders as a wall has them: bound where this host has
+	// folders, linked where it has links (a /usr not merged keeps its own
+	// /lib64, where /usr/bin/true's loader is).
+	for _, op := range systemOps() {
+		if op.Kind == OpSymlink {
+			args = append(args, "--symlink", op.Src, op.Dest)
+		} else {
+			args = append(args, "--ro-bind", op.Src, op.Dest)
+		}
+	}
+	args = append(args, "--proc", "/proc", "--dev", "/dev", "--", "/usr/bin/true")
+	cmd := exec.CommandContext(ctx, bwrap, args...)
 	cmd.Args[0] = "bwrap"
 	cmd.Env = []string{}
 	cmd.Dir = "/"
