@@ -113,6 +113,21 @@ func (s *Server) judge(a netip.Addr) addrclass.Verdict {
 	if v.Class == addrclass.Never || v.Loopback {
 		return v
 	}
+	// A form dialled as IPv6 to a translator (NAT64, SIIT, 6to4, Teredo)
+	// that carries an address of this host is never reachable, as
+	// Classifier.Addr rules for the snapshot of own addresses: the
+	// routing table is asked about the embedded address too, so one that
+	// appeared since the snapshot, or one a local route covers, is not
+	// reached through a hairpinning translator past the owner check.
+	for _, e := range addrclass.Translated(a) {
+		here, err := routesHere(e)
+		switch {
+		case err != nil:
+			return addrclass.Verdict{Class: addrclass.Never, What: fmt.Sprintf("an address embedding %s, whose route could not be read (%v)", e, err)}
+		case here:
+			return addrclass.Verdict{Class: addrclass.Never, What: fmt.Sprintf("an address embedding %s, an address of this host (its routing table says so)", e)}
+		}
+	}
 	here, err := routesHere(a)
 	switch {
 	case err != nil:

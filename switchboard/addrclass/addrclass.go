@@ -263,6 +263,17 @@ func (c *Classifier) Name(host string) (v Verdict, ok bool) {
 	return Verdict{}, false
 }
 
+// Translated returns the IPv4 addresses an IPv6 form other than mapped
+// carries (NAT64, SIIT, 6to4, Teredo server and client, compatible): the
+// forms dialled as IPv6, to a translator. A mapped address, dialled as the
+// IPv4 address itself, and any other address return nil.
+func Translated(a netip.Addr) []netip.Addr {
+	if a.Is4In6() {
+		return nil
+	}
+	return embeddedOf(a)
+}
+
 // embeddedOf returns the IPv4 addresses an IPv6 form carries, if any (a
 // Teredo address carries two: its server's and its client's).
 func embeddedOf(a netip.Addr) []netip.Addr {
