@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"toybox/tests/testenv"
 )
 
 // chain makes a chain of depth folders named d below dir, holding one
@@ -92,9 +94,7 @@ func TestDeepTreesAreRemovedWithFewDescriptors(t *testing.T) {
 // a walk by paths failed with "file name too long" past PATH_MAX, leaving
 // what lay deeper to the old uid and the vat unable to start again.
 func TestDeepDataIsHandedOverWhole(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("chown needs root")
-	}
+	testenv.RequireRoot(t) // chown
 	s := openStore(t)
 	t.Cleanup(func() { _ = exec.Command("rm", "-rf", s.StateDir()).Run() })
 	const id = "deep"
@@ -139,9 +139,7 @@ func TestDeepDataIsHandedOverWhole(t *testing.T) {
 // level above would be changed there: the step up is checked, so the
 // handover stops and a file by such a name outside stays as it was.
 func TestHandoverStopsWhenAFolderMoves(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("chown needs root")
-	}
+	testenv.RequireRoot(t) // chown
 	root := t.TempDir()
 	data, outside := filepath.Join(root, "data"), filepath.Join(root, "outside")
 	for _, d := range []string{filepath.Join(data, "a", "b"), outside} {
