@@ -133,7 +133,7 @@ func TestPlanProxyPortBump(t *testing.T) {
 // that could be read as another bwrap option.
 func FuzzBuildPlan(f *testing.F) {
 	if seccomp.Supported() != nil {
-		f.Skip("no seccomp table here")
+		testenv.Unavailable(f, "no seccomp table in this build")
 	}
 	f.Add("API_KEY", "value", "127.0.0.1", uint16(5432))
 	f.Add("TOYBOX_VAT", "spoof", "db.lan", uint16(39080))
