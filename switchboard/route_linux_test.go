@@ -19,7 +19,8 @@ import (
 // though no interface lists it; an address with no route is not. Then the
 // decision: such an address is never public, and is dialled as this host's
 // (listener-owner check) however old the snapshot of interface addresses.
-// It runs in a network namespace of its own, made for it.
+// An IPv6 form carrying such an address is refused on every handle. It
+// runs in a network namespace of its own, made for it.
 func TestRoutesHere(t *testing.T) {
 	if os.Getenv("TOYBOX_ROUTES_CHILD") == "1" {
 		routesChild(t)
@@ -74,5 +75,27 @@ func routesChild(t *testing.T) {
 	d, err = srv.decide(context.Background(), labels.Set{Network: labels.NetworkLocal}, req)
 	if err != nil || !d.allow || len(d.local) != 1 || !d.local[0] {
 		t.Errorf("local handle to 8.8.4.4 = %v %q local %v, %v; want allowed as this host's (owner-checked when dialled)", d.allow, d.reason, d.local, err)
+	}
+	// An IPv6 form that carries it (NAT64, SIIT, 6to4, Teredo) is refused
+	// on every handle: a translator that hairpins would reach this host's
+	// listeners with no listener-owner check between.
+	for _, host := range []string{
+		"64:ff9b::808:404",            // NAT64
+		"::ffff:0:808:404",            // SIIT
+		"2002:808:404::1",             // 6to4
+		"2001:0:808:404::1",           // Teredo server
+		"2001:0:4136:e378::f7f7:fbfb", // Teredo client (8.8.4.4 inverted)
+	} {
+		for _, network := range []string{labels.NetworkPublic, labels.NetworkLocal} {
+			d, err := srv.decide(context.Background(), labels.Set{Network: network}, labels.Request{Scheme: "tcp", Host: host, Port: 5432})
+			if err != nil || d.allow {
+				t.Errorf("%s handle to %s (embedding 8.8.4.4, routed here) = allowed %v (%q), %v; want refused", network, host, d.allow, d.reason, err)
+			}
+		}
+	}
+	// An embedded address that does not route here is judged as before.
+	d, err = srv.decide(context.Background(), labels.Set{Network: labels.NetworkPublic}, labels.Request{Scheme: "tcp", Host: "64:ff9b::808:808", Port: 5432})
+	if err != nil || !d.allow {
+		t.Errorf("public handle to 64:ff9b::808:808 = %v %q, %v; want allowed", d.allow, d.reason, err)
 	}
 }
