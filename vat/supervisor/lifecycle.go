@@ -42,6 +42,7 @@ type instance struct {
 	clientsMu sync.Mutex
 	clients   map[string]int // public requests in flight by client (MaxClientVatRequests)
 	stopping  bool           // being stopped to start again (guarded by v.mu)
+	serving   words.Word     // the word of its app once it listened (guarded by v.mu)
 }
 
 // running is one spawned process of an instance.
@@ -67,7 +68,9 @@ func (s *Supervisor) launch(v *vat) *instance {
 	}
 	in.transport = &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return dialApp(ctx, in.sock)
+			c, err := dialApp(ctx, in.sock)
+			in.answered(err)
+			return c, err
 		},
 		MaxIdleConnsPerHost:    16,
 		IdleConnTimeout:        90 * time.Second,
@@ -139,7 +142,7 @@ func (in *instance) loop() {
 		in.update(func(v *vat) { v.pid, v.tier = r.proc.Pid(), r.proc.Tier() })
 		readyErr := in.waitListening(r)
 		if readyErr == nil {
-			in.update(func(v *vat) { v.word = r.word })
+			in.update(func(v *vat) { v.word, in.serving = r.word, r.word })
 			s.log.Info("vat serving", keyVat, v.id, keyCode, v.status().Code, keyPid, r.proc.Pid(), keyTier, r.proc.Tier(), keyWord, r.word.String(), "ready_ms", time.Since(started).Milliseconds())
 			in.markReady(nil)
 		} else if in.ctx.Err() == nil {
@@ -187,6 +190,34 @@ func (in *instance) loop() {
 			return
 		}
 		backoff = min(backoff*2, s.cfg.BackoffMax)
+	}
+}
+
+// answered takes what a public request's dial to the app found: nothing
+// accepting on its socket (it is gone, replaced, or no longer listened on)
+// turns a serving word into NotAnswering, with the reason; a dial that
+// connects brings the serving word back. A busy app (a full backlog) or a
+// request given up is neither.
+func (in *instance) answered(err error) {
+	v := in.v
+	if v == nil {
+		return
+	}
+	gone := errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, ErrAppSocket)
+	if err != nil && !gone {
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	switch {
+	case v.run != in:
+	case err == nil && v.word == words.NotAnswering && in.serving.Serving():
+		v.word = in.serving
+		in.s.log.Info("vat answering again", keyVat, v.id, keyWord, v.word.String())
+	case err != nil && v.word.Serving():
+		v.word = words.NotAnswering
+		v.lastError = "its app stopped answering on $TOYBOX_LISTEN: " + err.Error()
+		in.s.log.Warn("vat not answering", keyVat, v.id, keyErr, err)
 	}
 }
 

@@ -909,7 +909,7 @@ func (s *Supervisor) serving(id string) (*instance, words.Word, bool) {
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.run == nil || !v.word.Serving() {
+	if v.run == nil || !v.word.Routed() {
 		return nil, v.word, true
 	}
 	return v.run, v.word, true

@@ -38,6 +38,11 @@ const (
 	// Stopping: the app is being stopped to start again (a restart, an
 	// upgrade); it answers no new requests meanwhile.
 	Stopping
+	// NotAnswering: the app runs (its tier says how) but the last request
+	// found nothing accepting on its socket (removed, or no longer
+	// listened on). Requests still go to it; the first one it accepts
+	// brings back the word it had.
+	NotAnswering
 )
 
 type pair struct{ en, es string }
@@ -56,6 +61,7 @@ var table = map[Word]pair{
 	OffRemoved:        {"off: removed by its owner", "apagado: retirado por su dueño"},
 	OffShutdown:       {"off: the supervisor is stopping", "apagado: el supervisor se está deteniendo"},
 	Stopping:          {"stopping to start again", "deteniéndose para volver a arrancar"},
+	NotAnswering:      {"not answering: nothing accepts on its socket", "no responde: nada acepta en su socket"},
 }
 
 // String returns the English word.
@@ -83,6 +89,8 @@ func (w Word) Off() bool {
 }
 
 // Serving reports whether w means the app is up and answering.
+// NotAnswering is not serving, though requests still go to its app
+// (Routed).
 func (w Word) Serving() bool {
 	switch w {
 	case Walled, WalledNoSeccomp, NotWalledChoice, NotWalledHost, NotWalledOperator:
@@ -90,6 +98,11 @@ func (w Word) Serving() bool {
 	}
 	return false
 }
+
+// Routed reports whether public requests go to the app under w: when it
+// serves, and when it last did not answer (a request is how it is seen to
+// answer again).
+func (w Word) Routed() bool { return w.Serving() || w == NotAnswering }
 
 // FromTier maps a wall tier (wall.Tier*) to its word. An unknown tier is
 // Unknown: it is never read as walled.
@@ -105,5 +118,5 @@ func FromTier(tier string) Word {
 
 // All lists every word, for tests and documentation.
 func All() []Word {
-	return []Word{Unknown, Starting, Restarting, Walled, WalledNoSeccomp, NotWalledChoice, NotWalledHost, NotWalledOperator, OffWall, OffStopped, OffRemoved, OffShutdown, Stopping}
+	return []Word{Unknown, Starting, Restarting, Walled, WalledNoSeccomp, NotWalledChoice, NotWalledHost, NotWalledOperator, OffWall, OffStopped, OffRemoved, OffShutdown, Stopping, NotAnswering}
 }

@@ -54,6 +54,18 @@ func TestOffAndServing(t *testing.T) {
 	if !Walled.Serving() || !NotWalledChoice.Serving() {
 		t.Error("running words must report Serving")
 	}
+	// Requests go to an app that serves, and to one that last did not
+	// answer (that is how it is seen to answer again); not to one
+	// starting, stopping or off.
+	for _, w := range All() {
+		want := w.Serving() || w == NotAnswering
+		if w.Routed() != want {
+			t.Errorf("%q: Routed() = %v; want %v", w, w.Routed(), want)
+		}
+	}
+	if NotAnswering.Serving() || !NotAnswering.Routed() || Starting.Routed() || Stopping.Routed() {
+		t.Error("NotAnswering is routed but not serving; Starting and Stopping are neither")
+	}
 	if got := OffWall.In("es"); got != "apagado: no pudo funcionar dentro de su muro" {
 		t.Errorf("OffWall.In(es) = %q", got)
 	}
