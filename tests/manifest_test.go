@@ -95,3 +95,60 @@ func TestManifestEnvAndFiles(t *testing.T) {
 	s.mustInstall("envy", bundleWith("v5", writesConf), q("env", env))
 	s.mustGet("/envy/", want)
 }
+
+// forwardApp answers /tcp with what a plain TCP connection to 127.0.0.1:%[1]s
+// (a forwarded port, no proxy) gets back for "ping", and /http with what an
+// origin-form HTTP request to 127.0.0.1:%[2]s gets: a program that knows
+// nothing of proxies, reaching the loopback services its manifest lists.
+const forwardApp = `#!/bin/sh
+set -eu
+if [ "${1:-}" = handle ]; then
+	read -r method path _
+	cr=$(printf '\r')
+	while read -r line; do [ "$line" = "$cr" ] || [ -z "$line" ] && break; done
+	case "$path" in
+	*/tcp) body=$(perl -MIO::Socket::INET -e '$c = IO::Socket::INET->new("127.0.0.1:%[1]s") or die "connect: $!\n"; print $c "ping\n"; $l = <$c>; print $l' 2>&1 || true) ;;
+	*/http) body=$(perl -MIO::Socket::INET -e '$c = IO::Socket::INET->new("127.0.0.1:%[2]s") or die "connect: $!\n"; print $c "GET / HTTP/1.1\r\nHost: 127.0.0.1:%[2]s\r\nConnection: close\r\n\r\n"; local $/; $r = <$c>; print $r' 2>&1 || true) ;;
+	*) body=unknown ;;
+	esac
+	body=$(printf '%%s' "$body" | tr -d '\r' | tail -n 1)
+	printf 'HTTP/1.1 200 OK\r\nContent-Length: %%d\r\nConnection: close\r\n\r\n%%s\n' $((${#body} + 1)) "$body"
+	exit 0
+fi
+self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
+exec perl -MIO::Socket::UNIX -e '
+	my $s = IO::Socket::UNIX->new(Type => SOCK_STREAM(), Local => $ENV{TOYBOX_LISTEN}, Listen => 16) or die "$!\n";
+	$SIG{CHLD} = "IGNORE";
+	while (1) { my $c = $s->accept or next; if (fork == 0) { open(STDIN, "<&", $c); open(STDOUT, ">&", $c); exec($ARGV[0], "handle") } close $c; }' "$self"
+`
+
+// TestManifestLoopbackForwards: loopback services a manifest lists, which
+// the vat's own compose file publishes on 127.0.0.1, are reached from inside
+// the wall at their own address (toybox-entry forwards the ports through the
+// vat's Handle), through `toybox serve` as an operator runs it: a plain TCP
+// port, and a host listed with http:// (its forward carries origin-form
+// HTTP). A port the manifest lists but the compose file does not publish is
+// dropped, with the reason in the status, and not forwarded.
+func TestManifestLoopbackForwards(t *testing.T) {
+	s := newStack(t, stackOpts{handle: "local"})
+	echo, web, unlisted := echoServer(t, "echo: "), webServer(t), echoServer(t, "unlisted: ")
+	manifest := fmt.Sprintf(`{"command":["./app.sh"],"network":{"hosts":["127.0.0.1:%s","http://127.0.0.1:%s","127.0.0.1:%s"]}}`, echo, web, unlisted)
+	compose := fmt.Sprintf("services:\n  db:\n    image: example/db\n    ports:\n      - \"127.0.0.1:%s:5432\"\n      - \"127.0.0.1:%s:80\"\n", echo, web)
+	p := filepath.Join(t.TempDir(), "bundle.tar")
+	b := mkTar(t,
+		tarEntry{name: "manifest.json", body: manifest},
+		tarEntry{name: "compose.yaml", body: compose},
+		tarEntry{name: "app.sh", body: fmt.Sprintf(forwardApp, echo, web), mode: 0o755})
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st := s.mustInstall("fwd", p, "")
+	if st["status"] != "walled" {
+		t.Fatalf("status = %v; want walled", st)
+	}
+	if d := fmt.Sprint(st["dropped"]); !strings.Contains(d, unlisted) || strings.Contains(d, echo) || strings.Contains(d, web) {
+		t.Errorf("dropped = %s; want only port %s (its compose file does not publish it)", d, unlisted)
+	}
+	s.mustGet("/fwd/tcp", "echo: ping")
+	s.mustGet("/fwd/http", "<p>hello from the local web server</p>")
+}
