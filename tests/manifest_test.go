@@ -152,3 +152,37 @@ func TestManifestLoopbackForwards(t *testing.T) {
 	s.mustGet("/fwd/tcp", "echo: ping")
 	s.mustGet("/fwd/http", "<p>hello from the local web server</p>")
 }
+
+// tmpApp answers with what writing 2 MiB to /tmp did.
+const tmpApp = `#!/bin/sh
+set -eu
+if [ "${1:-}" = handle ]; then
+	read -r method path _
+	cr=$(printf '\r')
+	while read -r line; do [ "$line" = "$cr" ] || [ -z "$line" ] && break; done
+	body=$(head -c 2097152 /dev/zero 2>&1 >/tmp/fill && echo wrote || true)
+	body=$(printf '%s' "$body" | tail -n 1)
+	printf 'HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s\n' $((${#body} + 1)) "$body"
+	exit 0
+fi
+self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
+exec perl -MIO::Socket::UNIX -e '
+	my $s = IO::Socket::UNIX->new(Type => SOCK_STREAM(), Local => $ENV{TOYBOX_LISTEN}, Listen => 16) or die "$!\n";
+	$SIG{CHLD} = "IGNORE";
+	while (1) { my $c = $s->accept or next; if (fork == 0) { open(STDIN, "<&", $c); open(STDOUT, ">&", $c); exec($ARGV[0], "handle") } close $c; }' "$self"
+`
+
+// TestWallTmpSize: the operator's --wall-tmp-mib is each wall's /tmp: a vat
+// given 1 MiB cannot write 2.
+func TestWallTmpSize(t *testing.T) {
+	s := newStack(t, stackOpts{extra: []string{"--wall-tmp-mib", "1"}})
+	p := filepath.Join(t.TempDir(), "tmp.sh")
+	if err := os.WriteFile(p, []byte(tmpApp), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s.mustInstall("tmpfill", p, "")
+	code, body := s.get("/tmpfill/")
+	if code != http.StatusOK || !strings.Contains(body, "No space left on device") {
+		t.Errorf("writing 2 MiB to a 1 MiB /tmp: %d %q; want the tmpfs full", code, body)
+	}
+}

@@ -32,7 +32,7 @@ import (
 
 func init() { commands["serve"] = serveMain }
 
-const serveUsage = `usage: toybox serve --state DIR --switchboard PATH [--http ADDR|unix:PATH] [--admin PATH] [--entry PATH] [--doors FILE]
+const serveUsage = `usage: toybox serve --state DIR --switchboard PATH [--http ADDR|unix:PATH] [--admin PATH] [--entry PATH] [--doors FILE] [--wall-tmp-mib N]
 
 Runs the supervisor: every installed vat starts, the admin API is served on
 the admin socket (mode 0600) and each vat's app on the http socket as
@@ -56,6 +56,7 @@ func serveMain(args []string) int {
 	readyTimeout := fs.Duration("ready-timeout", 10*time.Second, "how long an app has to listen on $TOYBOX_LISTEN")
 	stopGrace := fs.Duration("stop-grace", 5*time.Second, "time between SIGTERM and SIGKILL when stopping a vat")
 	maxBody := fs.Int64("max-body", store.DefaultMaxBody, "largest code upload in bytes")
+	wallTmp := fs.Int64("wall-tmp-mib", wall.TmpBytes>>20, "size of each wall's /tmp in MiB (it is memory: a tmpfs)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -69,9 +70,13 @@ func serveMain(args []string) int {
 		fs.Usage()
 		return 2
 	}
+	if *wallTmp < 1 || *wallTmp > 1<<20 {
+		fmt.Fprintf(os.Stderr, "toybox serve: --wall-tmp-mib %d: want 1 to %d\n", *wallTmp, 1<<20)
+		return 2
+	}
 	if err := runServe(serveOptions{
 		state: *stateDir, switchboard: *sbPath, http: *httpAddr, admin: *adminPath, entry: *entryPath, doors: *doorsPath,
-		readyTimeout: *readyTimeout, stopGrace: *stopGrace, maxBody: *maxBody,
+		readyTimeout: *readyTimeout, stopGrace: *stopGrace, maxBody: *maxBody, wallTmp: *wallTmp << 20,
 		walls: os.Getenv("TOYBOX_WALLS"), wallsDefault: os.Getenv("TOYBOX_WALLS_DEFAULT"),
 	}, log); err != nil {
 		log.Error("toybox serve", "error", err.Error())
@@ -84,7 +89,7 @@ func serveMain(args []string) int {
 type serveOptions struct {
 	state, switchboard, http, admin, entry, doors string
 	readyTimeout, stopGrace                       time.Duration
-	maxBody                                       int64
+	maxBody, wallTmp                              int64
 	walls, wallsDefault                           string
 }
 
@@ -149,7 +154,7 @@ func runServe(o serveOptions, log *slog.Logger) error {
 			}
 			return p, nil
 		},
-		ReadyTimeout: o.readyTimeout, StopGrace: o.stopGrace, Logger: log,
+		ReadyTimeout: o.readyTimeout, StopGrace: o.stopGrace, WallTmpBytes: o.wallTmp, Logger: log,
 		OwnPorts: ownPorts(httpL),
 	})
 	if err != nil {

@@ -113,6 +113,7 @@ func (s *Supervisor) spawnWalled(ctx context.Context, v *vat, code store.Code, r
 		Stdout:     out,
 		Stderr:     out,
 		NoSeccomp:  noSeccompTable(),
+		TmpBytes:   s.cfg.WallTmpBytes,
 	}
 	if uid, gid := s.ids(rec); uid >= 0 {
 		spec.UID, spec.GID = uid, gid

@@ -63,6 +63,9 @@ type Config struct {
 	ReadyTimeout time.Duration
 	// StopGrace is the time between SIGTERM and SIGKILL. If zero, 5s.
 	StopGrace time.Duration
+	// WallTmpBytes is the size of each wall's /tmp (memory). If zero,
+	// wall.TmpBytes.
+	WallTmpBytes int64
 	// BackoffMin and BackoffMax bound the restart delay, which doubles
 	// after each crash. If zero, 200ms and 30s.
 	BackoffMin, BackoffMax time.Duration

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -153,13 +154,14 @@ func makeDevDir(dir string) error {
 
 // appendDev renders the wall's /dev at dest: the prepared folder when
 // there is one, else a tmpfs with each node bound from the host. Either
-// way /dev/shm is a tmpfs of the wall's own.
+// way /dev/shm is a tmpfs of the wall's own (or a folder of /dev's), of at
+// most ShmBytes.
 func appendDev(a []string, dest, stateDir string) []string {
 	if d := devDir(stateDir); d != "" {
 		a = append(a, "--dev-bind", d, dest)
-		return append(a, "--perms", "01777", "--tmpfs", dest+"/shm")
+		return append(a, "--perms", "01777", "--size", strconv.Itoa(ShmBytes), "--tmpfs", dest+"/shm")
 	}
-	a = append(a, "--perms", "0755", "--tmpfs", dest)
+	a = append(a, "--perms", "0755", "--size", strconv.Itoa(ShmBytes), "--tmpfs", dest)
 	for _, n := range devNodes {
 		a = append(a, "--dev-bind", "/dev/"+n.name, dest+"/"+n.name)
 	}

@@ -64,6 +64,7 @@ type Op struct {
 	Src  string // host path (binds) or link target (symlink)
 	Dest string // path inside the wall
 	Data []byte // OpFile's content
+	Size int64  // OpTmpfs: the most it holds, in bytes (0: the kernel's default, half the memory)
 	Why  string // why this op exists, for people reading the plan
 
 	dir bool   // fd kinds: the source must be a directory
@@ -365,8 +366,12 @@ func (b *planner) system() {
 	b.add(Op{Kind: OpFile, Dest: PasswdPath, Data: []byte(b.passwd()), Why: "synthesised: the vat's user only (/etc/passwd links here)"})
 	b.add(Op{Kind: OpProc, Dest: "/proc", Why: "the wall's own processes"})
 	b.add(Op{Kind: OpDev, Dest: "/dev", Why: "null, zero, random, urandom, fd links, shm"})
-	b.add(Op{Kind: OpTmpfs, Dest: "/tmp", Why: "TMPDIR"})
-	b.add(Op{Kind: OpTmpfs, Dest: "/var/tmp", Why: "scratch"})
+	tmp := b.spec.TmpBytes
+	if tmp <= 0 {
+		tmp = TmpBytes
+	}
+	b.add(Op{Kind: OpTmpfs, Dest: "/tmp", Size: tmp, Why: "TMPDIR"})
+	b.add(Op{Kind: OpTmpfs, Dest: "/var/tmp", Size: VarTmpBytes, Why: "scratch"})
 }
 
 func (b *planner) passwd() string {

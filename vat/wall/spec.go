@@ -84,7 +84,21 @@ type Spec struct {
 	// ScanLimit bounds the entries scanned for secrets in one bound tree;
 	// a larger tree is not bound (the plan fails). If zero, MaxScanEntries.
 	ScanLimit int
+	// TmpBytes is the size of the wall's /tmp, a tmpfs: memory the vat can
+	// fill, and no more. If zero, TmpBytes.
+	TmpBytes int64
 }
+
+// The sizes of the tmpfs a wall gets. A tmpfs holds memory no process is
+// charged for (the OOM killer would pick some other process while a wall's
+// files stay), and without a size each one may take half the machine's
+// memory: each has a size. A folder masked with a tmpfs holds one page.
+const (
+	TmpBytes    = 256 << 20 // /tmp (Spec.TmpBytes)
+	VarTmpBytes = 64 << 20  // /var/tmp
+	ShmBytes    = 64 << 20  // /dev/shm (Docker's default); /dev itself where it is a tmpfs
+	MaskBytes   = 4096      // a masked folder
+)
 
 // Files are the owner-chosen files and folders a vat may see.
 type Files struct {

@@ -578,6 +578,9 @@ func (p *Plan) render(fds *fdTable, spec Spec, views *viewHold) (opts, command [
 		case OpSymlink:
 			a = append(a, "--symlink", op.Src, op.Dest)
 		case OpTmpfs:
+			if op.Size > 0 {
+				a = append(a, "--size", strconv.FormatInt(op.Size, 10))
+			}
 			a = append(a, "--tmpfs", op.Dest)
 		case OpDir:
 			a = append(a, "--dir", op.Dest)
@@ -588,7 +591,7 @@ func (p *Plan) render(fds *fdTable, spec Spec, views *viewHold) (opts, command [
 		case OpMaskFile:
 			a = append(a, "--ro-bind", "/dev/null", op.Dest)
 		case OpMaskDir:
-			a = append(a, "--perms", "0555", "--tmpfs", op.Dest)
+			a = append(a, "--perms", "0555", "--size", strconv.Itoa(MaskBytes), "--tmpfs", op.Dest)
 		case OpFile:
 			f, err := dataFile(op.Dest, op.Data)
 			if err != nil {

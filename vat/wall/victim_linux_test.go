@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -110,6 +111,16 @@ func victim(mode string) int {
 	case "write":
 		for _, p := range strings.Split(arg, ":") {
 			expectFail("write "+p, os.WriteFile(p, []byte("pwned"), 0o755))
+		}
+	case "fill":
+		// Each DIR=MiB in arg: fill DIR with that many MiB (making it
+		// writable first, as its owner may); every one must run out of
+		// room first.
+		for _, da := range strings.Split(arg, ":") {
+			dir, mib, _ := strings.Cut(da, "=")
+			n, _ := strconv.Atoi(mib)
+			_ = os.Chmod(dir, 0o777)
+			expectFail(fmt.Sprintf("write %d MiB in %s", n, dir), fill(filepath.Join(dir, "fill"), n))
 		}
 	case "environs":
 		// The supervisor's environment must be nowhere in the wall. The
@@ -395,4 +406,20 @@ func rawFDs() ([]int, error) {
 	}
 	sort.Ints(fds)
 	return fds, nil
+}
+
+// fill writes mib MiB of zeros to a new file at p.
+func fill(p string, mib int) error {
+	f, err := os.Create(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	chunk := make([]byte, 1<<20)
+	for range mib {
+		if _, err := f.Write(chunk); err != nil {
+			return err
+		}
+	}
+	return f.Close()
 }

@@ -1098,3 +1098,35 @@ func mustMkdir(f *fixture, dir string) {
 		panic(err)
 	}
 }
+
+// TestAttackFillMemory: a wall's tmpfs (/tmp, /var/tmp, /dev/shm, a folder
+// masked with one) each took up to half the machine's memory, which no
+// process is charged for: a vat could pin all of it, and the OOM killer
+// would pick other processes. Each has a size now; the masked folder,
+// which its owner (the app) can make writable, holds one page.
+func TestAttackFillMemory(t *testing.T) {
+	f := newFixture(t, "filler")
+	// A read grant of a tree that holds the state dir: the state dir is
+	// masked inside the wall with an empty tmpfs.
+	f.spec.Files.Read = []string{filepath.Dir(f.state)}
+	f.spec.TmpBytes = 4 << 20
+	over := func(bytes int64) int { return int(bytes>>20) + 1 }
+	f.spec.Env = map[string]string{"VICTIM_ARG": strings.Join([]string{
+		fmt.Sprintf("/tmp=%d", over(f.spec.TmpBytes)),
+		fmt.Sprintf("/var/tmp=%d", over(VarTmpBytes)),
+		fmt.Sprintf("/dev/shm=%d", over(ShmBytes)),
+		fmt.Sprintf("%s=1", f.state),
+	}, ":")}
+	out, err := f.runVictim(t, "fill")
+	if err != nil {
+		t.Fatalf("Wait = %v; output:\n%s", err, out)
+	}
+	if n := held(t, out); n != 4 {
+		t.Errorf("held %d of 4 fills; output:\n%s", n, out)
+	}
+	for _, l := range lines(out, "HELD ") {
+		if !strings.Contains(l, "no space left on device") {
+			t.Errorf("%s: want the tmpfs full, not another refusal", l)
+		}
+	}
+}
