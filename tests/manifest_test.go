@@ -9,19 +9,17 @@ import (
 	"testing"
 )
 
-// envApp answers with its declared env value and the contents of the file
-// the owner chose (sandbox.files.read), and tries a file beside it that was
-// not chosen. Like examples/shell-script, perl holds the socket and sh
-// answers.
-const envApp = `#!/bin/sh
+// shellApp is a vat in sh, as examples/shell-script is: perl holds the
+// socket and runs the script again for each connection, where handle (sh
+// that sets body, with $path the request's path) makes the answer.
+func shellApp(handle string) string {
+	return `#!/bin/sh
 set -eu
 if [ "${1:-}" = handle ]; then
 	read -r method path _
 	cr=$(printf '\r')
 	while read -r line; do [ "$line" = "$cr" ] || [ -z "$line" ] && break; done
-	conf=$(cat "$CONFIG_FILE" 2>&1 || true)
-	other=$(cat "$(dirname "$CONFIG_FILE")/secret.txt" 2>/dev/null || echo "no secret")
-	body="greeting=$GREETING conf=$conf other=$other"
+` + handle + `
 	printf 'HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s\n' $((${#body} + 1)) "$body"
 	exit 0
 fi
@@ -31,6 +29,14 @@ exec perl -MIO::Socket::UNIX -e '
 	$SIG{CHLD} = "IGNORE";
 	while (1) { my $c = $s->accept or next; if (fork == 0) { open(STDIN, "<&", $c); open(STDOUT, ">&", $c); exec($ARGV[0], "handle") } close $c; }' "$self"
 `
+}
+
+// envApp answers with its declared env value and the contents of the file
+// the owner chose (sandbox.files.read), and tries a file beside it that was
+// not chosen.
+var envApp = shellApp(`	conf=$(cat "$CONFIG_FILE" 2>&1 || true)
+	other=$(cat "$(dirname "$CONFIG_FILE")/secret.txt" 2>/dev/null || echo "no secret")
+	body="greeting=$GREETING conf=$conf other=$other"`)
 
 // TestManifestEnvAndFiles: a bundle's declared env gets the owner's values,
 // the file the owner chose is readable and its neighbour is not; an upgrade
@@ -96,31 +102,16 @@ func TestManifestEnvAndFiles(t *testing.T) {
 	s.mustGet("/envy/", want)
 }
 
-// forwardApp answers /tcp with what a plain TCP connection to 127.0.0.1:%[1]s
+// forwardHandle (a format: the two ports) answers /tcp with what a plain TCP connection to 127.0.0.1:%[1]s
 // (a forwarded port, no proxy) gets back for "ping", and /http with what an
 // origin-form HTTP request to 127.0.0.1:%[2]s gets: a program that knows
 // nothing of proxies, reaching the loopback services its manifest lists.
-const forwardApp = `#!/bin/sh
-set -eu
-if [ "${1:-}" = handle ]; then
-	read -r method path _
-	cr=$(printf '\r')
-	while read -r line; do [ "$line" = "$cr" ] || [ -z "$line" ] && break; done
-	case "$path" in
+const forwardHandle = `	case "$path" in
 	*/tcp) body=$(perl -MIO::Socket::INET -e '$c = IO::Socket::INET->new("127.0.0.1:%[1]s") or die "connect: $!\n"; print $c "ping\n"; $l = <$c>; print $l' 2>&1 || true) ;;
 	*/http) body=$(perl -MIO::Socket::INET -e '$c = IO::Socket::INET->new("127.0.0.1:%[2]s") or die "connect: $!\n"; print $c "GET / HTTP/1.1\r\nHost: 127.0.0.1:%[2]s\r\nConnection: close\r\n\r\n"; local $/; $r = <$c>; print $r' 2>&1 || true) ;;
 	*) body=unknown ;;
 	esac
-	body=$(printf '%%s' "$body" | tr -d '\r' | tail -n 1)
-	printf 'HTTP/1.1 200 OK\r\nContent-Length: %%d\r\nConnection: close\r\n\r\n%%s\n' $((${#body} + 1)) "$body"
-	exit 0
-fi
-self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
-exec perl -MIO::Socket::UNIX -e '
-	my $s = IO::Socket::UNIX->new(Type => SOCK_STREAM(), Local => $ENV{TOYBOX_LISTEN}, Listen => 16) or die "$!\n";
-	$SIG{CHLD} = "IGNORE";
-	while (1) { my $c = $s->accept or next; if (fork == 0) { open(STDIN, "<&", $c); open(STDOUT, ">&", $c); exec($ARGV[0], "handle") } close $c; }' "$self"
-`
+	body=$(printf '%%s' "$body" | tr -d '\r' | tail -n 1)`
 
 // TestManifestLoopbackForwards: loopback services a manifest lists, which
 // the vat's own compose file publishes on 127.0.0.1, are reached from inside
@@ -138,7 +129,7 @@ func TestManifestLoopbackForwards(t *testing.T) {
 	b := mkTar(t,
 		tarEntry{name: "manifest.json", body: manifest},
 		tarEntry{name: "compose.yaml", body: compose},
-		tarEntry{name: "app.sh", body: fmt.Sprintf(forwardApp, echo, web), mode: 0o755})
+		tarEntry{name: "app.sh", body: shellApp(fmt.Sprintf(forwardHandle, echo, web)), mode: 0o755})
 	if err := os.WriteFile(p, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -154,23 +145,8 @@ func TestManifestLoopbackForwards(t *testing.T) {
 }
 
 // tmpApp answers with what writing 2 MiB to /tmp did.
-const tmpApp = `#!/bin/sh
-set -eu
-if [ "${1:-}" = handle ]; then
-	read -r method path _
-	cr=$(printf '\r')
-	while read -r line; do [ "$line" = "$cr" ] || [ -z "$line" ] && break; done
-	body=$(head -c 2097152 /dev/zero 2>&1 >/tmp/fill && echo wrote || true)
-	body=$(printf '%s' "$body" | tail -n 1)
-	printf 'HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s\n' $((${#body} + 1)) "$body"
-	exit 0
-fi
-self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
-exec perl -MIO::Socket::UNIX -e '
-	my $s = IO::Socket::UNIX->new(Type => SOCK_STREAM(), Local => $ENV{TOYBOX_LISTEN}, Listen => 16) or die "$!\n";
-	$SIG{CHLD} = "IGNORE";
-	while (1) { my $c = $s->accept or next; if (fork == 0) { open(STDIN, "<&", $c); open(STDOUT, ">&", $c); exec($ARGV[0], "handle") } close $c; }' "$self"
-`
+var tmpApp = shellApp(`	body=$(head -c 2097152 /dev/zero 2>&1 >/tmp/fill && echo wrote || true)
+	body=$(printf '%s' "$body" | tail -n 1)`)
 
 // TestWallTmpSize: the operator's --wall-tmp-mib is each wall's /tmp: a vat
 // given 1 MiB cannot write 2.
