@@ -104,7 +104,23 @@ var (
 	ErrCaps        = errors.New("a message of the peer carries too many capabilities")
 	ErrCallBytes   = errors.New("the peer's unanswered calls hold too many bytes")
 	ErrAnswerBytes = errors.New("the answers the peer left unfinished hold too many bytes")
+	// ErrProtocol ends a connection whose peer sent what go-capnp
+	// v3.1.0-alpha.2 does not survive: a call pipelined on its own answer
+	// (a nil dereference), a promise resolved twice, to itself or in a
+	// cycle (a panic, or a loop that never ends). Each took the whole
+	// process down, every other connection with it.
+	ErrProtocol = errors.New("the peer broke the Cap'n Proto protocol")
 )
+
+// maxPromiseChain is how many of the peer's promises, each resolved to
+// the next, a resolution may lead through before the next promise is an
+// unresolved one. The peer's promises are checked for a cycle along it,
+// and a longer chain is refused rather than walked.
+const maxPromiseChain = 64
+
+// notPromise stands, in guard.resolved, for a promise resolved to
+// anything but another promise of the peer's.
+const notPromise = -1
 
 // guard is a transport that enforces Limits.
 type guard struct {
@@ -135,6 +151,10 @@ type guard struct {
 	// ended is why the connection must end, found on the send path
 	// (answers past Limits.AnswerBytes): RecvMessage returns it.
 	ended error
+	// resolved holds each promise of the peer's it has resolved, and to
+	// which of its promises (or notPromise), until this side releases
+	// the import: a promise is resolved once.
+	resolved map[uint32]int64
 }
 
 // answer is a question answered and not finished: the exports its results
@@ -152,7 +172,7 @@ func newGuard(t transport.Transport, lim Limits, stopReading func()) *guard {
 		Transport: t, lim: lim.withDefaults(), stopReading: stopReading,
 		unfinished: map[uint32]struct{}{}, exports: map[uint32]uint32{},
 		answered: map[uint32]answer{}, finishedFirst: map[uint32]bool{},
-		callBytes: map[uint32]int64{},
+		callBytes: map[uint32]int64{}, resolved: map[uint32]int64{},
 	}
 	g.drained = sync.NewCond(&g.mu)
 	return g
@@ -236,9 +256,26 @@ func (g *guard) RecvMessage() (transport.IncomingMessage, error) {
 			return in, nil
 		}
 		q = c.QuestionId()
+		if onOwnAnswer(c) {
+			in.Release()
+			return nil, fmt.Errorf("%w: call %d is pipelined on its own answer", ErrProtocol, q)
+		}
 		if sz, err := m.Message().TotalSize(); err == nil {
 			size = int64(sz)
 		}
+	case rpccp.Message_Which_resolve:
+		r, err := m.Resolve()
+		if err != nil {
+			return in, nil
+		}
+		g.mu.Lock()
+		err = g.resolve(r)
+		g.mu.Unlock()
+		if err != nil {
+			in.Release()
+			return nil, err
+		}
+		return in, nil
 	case rpccp.Message_Which_finish:
 		f, err := m.Finish()
 		if err != nil {
@@ -299,6 +336,57 @@ func (g *guard) RecvMessage() (transport.IncomingMessage, error) {
 		return nil, fmt.Errorf("%w: %d calls answered more than %s ago and never finished (limit %d)", ErrUnfinished, stale, finishGrace, g.lim.Unfinished)
 	}
 	return in, nil
+}
+
+// onOwnAnswer reports whether c is pipelined on the answer to c itself.
+func onOwnAnswer(c rpccp.Call) bool {
+	t, err := c.Target()
+	if err != nil || t.Which() != rpccp.MessageTarget_Which_promisedAnswer {
+		return false
+	}
+	pa, err := t.PromisedAnswer()
+	return err == nil && pa.QuestionId() == c.QuestionId()
+}
+
+// resolve records the peer's resolution r of one of its promises, or
+// returns why it ends the connection: the promise was resolved already
+// (and not released since), or it is resolved to itself, or to a promise
+// that leads back to it or through more than maxPromiseChain others. The
+// caller holds mu.
+func (g *guard) resolve(r rpccp.Resolve) error {
+	p := r.PromiseId()
+	if _, ok := g.resolved[p]; ok {
+		return fmt.Errorf("%w: promise %d resolved twice", ErrProtocol, p)
+	}
+	to := int64(notPromise)
+	if r.Which() == rpccp.Resolve_Which_cap {
+		d, err := r.Cap()
+		if err != nil {
+			return nil // go-capnp says what is wrong with it
+		}
+		switch d.Which() {
+		case rpccp.CapDescriptor_Which_senderHosted:
+			if d.SenderHosted() == p {
+				return fmt.Errorf("%w: promise %d resolved to itself", ErrProtocol, p)
+			}
+		case rpccp.CapDescriptor_Which_senderPromise:
+			to = int64(d.SenderPromise())
+		}
+	}
+	for next, n := to, 0; next != notPromise; n++ {
+		switch {
+		case next == int64(p):
+			return fmt.Errorf("%w: promise %d resolved in a cycle", ErrProtocol, p)
+		case n == maxPromiseChain:
+			return fmt.Errorf("%w: promise %d resolved through more than %d promises", ErrProtocol, p, maxPromiseChain)
+		}
+		var ok bool
+		if next, ok = g.resolved[uint32(next)]; !ok {
+			break
+		}
+	}
+	g.resolved[p] = to
+	return nil
 }
 
 // capsCarried is how many capabilities a message of the peer's carries in
@@ -415,6 +503,16 @@ func (g *guard) exported(m rpccp.Message) {
 			return
 		}
 		g.count(d)
+		return
+	case rpccp.Message_Which_release:
+		// This side lets go of an import of the peer's (go-capnp gives
+		// back every reference at once): the peer may use its id for a
+		// new promise, to be resolved in its turn.
+		if r, err := m.Release(); err == nil {
+			g.mu.Lock()
+			delete(g.resolved, r.Id())
+			g.mu.Unlock()
+		}
 		return
 	default:
 		return

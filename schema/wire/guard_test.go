@@ -30,6 +30,7 @@ const (
 	testMint   = 1 // returns a new capability (a server of its own)
 	testBlock  = 2 // returns when its call is cancelled (holds the calls behind it)
 	testLarge  = 3 // returns largeAnswer bytes
+	testHold   = 4 // holds a snapshot of its params' capability until its call is cancelled
 )
 
 // largeAnswer is the size of testLarge's results: a door's largest answer.
@@ -87,6 +88,18 @@ func bootstrap() capnp.Client {
 				return err
 			}
 			return res.SetPtr(0, d.ToPtr())
+		},
+	}, {
+		Method: capnp.Method{InterfaceID: testIface, MethodID: testHold},
+		Impl: func(ctx context.Context, call *server.Call) error {
+			p, err := call.Args().Ptr(0)
+			if err != nil {
+				return err
+			}
+			s := p.Interface().Client().Snapshot()
+			defer s.Release()
+			<-ctx.Done()
+			return ctx.Err()
 		},
 	}}, nil, nil))
 }

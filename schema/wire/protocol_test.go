@@ -1,0 +1,230 @@
+package wire
+
+import (
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"capnproto.org/go/capnp/v3"
+	"capnproto.org/go/capnp/v3/rpc"
+	rpccp "capnproto.org/go/capnp/v3/std/capnp/rpc"
+)
+
+// The messages below are ones go-capnp v3.1.0-alpha.2 does not survive:
+// before the guard refused them, each panicked in the connection's
+// receive goroutine (taking the whole process down: for a vat on fd 3,
+// the supervisor of every vat) or left it looping for good.
+
+// protocolPeer serves the test bootstrap to a raw peer, logging warnings
+// to logs; releases gets the id of each Release the served side sends.
+func protocolPeer(t *testing.T, logs *syncBuffer) (*rpc.Conn, *capnp.Encoder, <-chan uint32) {
+	t.Helper()
+	c, peer := served(t)
+	rc := c.RPCWith(bootstrap(), Logger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))), Limits{})
+	t.Cleanup(func() { _ = rc.Close() })
+	releases := make(chan uint32, 64)
+	go readReleases(peer, releases)
+	enc := capnp.NewEncoder(peer)
+	if err := enc.Encode(bootstrapMsg(t)); err != nil {
+		t.Fatal(err)
+	}
+	return rc, enc, releases
+}
+
+func readReleases(peer *net.UnixConn, releases chan<- uint32) {
+	defer close(releases)
+	dec := capnp.NewDecoder(peer)
+	for {
+		msg, err := dec.Decode()
+		if err != nil {
+			return
+		}
+		if m, err := rpccp.ReadRootMessage(msg); err == nil && m.Which() == rpccp.Message_Which_release {
+			r, _ := m.Release()
+			releases <- r.Id()
+		}
+	}
+}
+
+// promiseCall calls method on the bootstrap as question q, its params
+// carrying the peer's promises ids (held while the call runs), the first
+// as the struct's pointer.
+func promiseCall(t *testing.T, q uint32, method uint16, ids ...uint32) *capnp.Message {
+	msg := heavyCall(t, q, method, 0, len(ids))
+	m, err := rpccp.ReadRootMessage(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := m.Call()
+	p, _ := c.Params()
+	content, _ := p.Content()
+	if err := content.Struct().SetPtr(0, capnp.NewInterface(p.Segment(), 0).ToPtr()); err != nil {
+		t.Fatal(err)
+	}
+	table, _ := p.CapTable()
+	for i, id := range ids {
+		table.At(i).SetSenderPromise(id)
+	}
+	return msg
+}
+
+// resolveMsg resolves the peer's promise p: to its capability (or
+// promise) to, or with an exception.
+func resolveMsg(t *testing.T, p uint32, to uint32, promise, exception bool) *capnp.Message {
+	return raw(t, func(m rpccp.Message) error {
+		r, err := m.NewResolve()
+		if err != nil {
+			return err
+		}
+		r.SetPromiseId(p)
+		if exception {
+			e, err := r.NewException()
+			if err != nil {
+				return err
+			}
+			return e.SetReason("no")
+		}
+		d, err := r.NewCap()
+		if err != nil {
+			return err
+		}
+		if promise {
+			d.SetSenderPromise(to)
+		} else {
+			d.SetSenderHosted(to)
+		}
+		return nil
+	})
+}
+
+// endsWith waits for rc to end, with a warning naming ErrProtocol.
+func endsWith(t *testing.T, rc *rpc.Conn, logs *syncBuffer, what string) {
+	t.Helper()
+	select {
+	case <-rc.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s kept the connection", what)
+	}
+	if got := logs.String(); !strings.Contains(got, "level=WARN") || !strings.Contains(got, ErrProtocol.Error()) {
+		t.Errorf("%s logged %q; want a warning naming %q", what, got, ErrProtocol)
+	}
+}
+
+// TestCallOnItsOwnAnswerEndsTheConnection: a call pipelined on its own
+// question id made go-capnp call a nil pipeline caller (the process
+// panicked). It ends the connection; a call pipelined on another's answer
+// goes through.
+func TestCallOnItsOwnAnswerEndsTheConnection(t *testing.T) {
+	var logs syncBuffer
+	rc, enc, _ := protocolPeer(t, &logs)
+	if err := enc.Encode(callMsg(t, 1)); err != nil {
+		t.Fatal(err)
+	}
+	self := callMsg(t, 2)
+	m, _ := rpccp.ReadRootMessage(self)
+	c, _ := m.Call()
+	tg, _ := c.Target()
+	pa, _ := tg.PromisedAnswer()
+	pa.SetQuestionId(1) // question 1's answer: a struct, not a capability
+	if err := enc.Encode(self); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-rc.Done():
+		t.Fatal("a call pipelined on another call's answer ended the connection")
+	case <-time.After(300 * time.Millisecond):
+	}
+	pa.SetQuestionId(3)
+	c.SetQuestionId(3)
+	_ = enc.Encode(self)
+	endsWith(t, rc, &logs, "a call pipelined on its own answer")
+}
+
+// TestPromiseResolvedTwiceEndsTheConnection: a promise of the peer's that
+// the served side holds, resolved a second time, resolved to itself or in
+// a cycle, panicked go-capnp or looped in its receive goroutine for good.
+// Each ends the connection. (The served side holds a snapshot of the
+// promise, as the supervisor does of one it passed on to the switchboard:
+// without one, go-capnp forgets the import once it is resolved, and a
+// second Resolve merely names an unknown import.)
+func TestPromiseResolvedTwiceEndsTheConnection(t *testing.T) {
+	tests := []struct {
+		name     string
+		resolves func(t *testing.T) []*capnp.Message
+	}{
+		{"twice", func(t *testing.T) []*capnp.Message {
+			return []*capnp.Message{resolveMsg(t, 5, 10, false, false), resolveMsg(t, 5, 11, false, false)}
+		}},
+		{"twice with an exception", func(t *testing.T) []*capnp.Message {
+			return []*capnp.Message{resolveMsg(t, 5, 0, false, true), resolveMsg(t, 5, 0, false, true)}
+		}},
+		{"to itself", func(t *testing.T) []*capnp.Message {
+			return []*capnp.Message{resolveMsg(t, 5, 5, true, false)}
+		}},
+		{"to itself hosted", func(t *testing.T) []*capnp.Message {
+			return []*capnp.Message{resolveMsg(t, 5, 5, false, false)}
+		}},
+		{"in a cycle", func(t *testing.T) []*capnp.Message {
+			return []*capnp.Message{resolveMsg(t, 5, 6, true, false), resolveMsg(t, 6, 5, true, false)}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var logs syncBuffer
+			rc, enc, _ := protocolPeer(t, &logs)
+			if err := enc.Encode(promiseCall(t, 1, testHold, 5, 6)); err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range tt.resolves(t) {
+				_ = enc.Encode(m)
+			}
+			endsWith(t, rc, &logs, "a promise resolved "+tt.name)
+		})
+	}
+}
+
+// TestPromisesResolvedOnceKeepTheConnection: promises resolved once each,
+// one to the other, keep the connection; so does a promise id the peer
+// uses again once the served side released it, resolved anew.
+func TestPromisesResolvedOnceKeepTheConnection(t *testing.T) {
+	var logs syncBuffer
+	rc, enc, releases := protocolPeer(t, &logs)
+	for _, m := range []*capnp.Message{
+		promiseCall(t, 1, testHold, 5, 6),
+		resolveMsg(t, 6, 9, false, false),
+		resolveMsg(t, 5, 6, true, false),
+		finishMsg(t, 1), // cancels testHold: its params, 5 and 6, are released
+	} {
+		if err := enc.Encode(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	released := map[uint32]bool{}
+	deadline := time.After(5 * time.Second)
+	for !released[5] || !released[6] {
+		select {
+		case id, ok := <-releases:
+			if !ok {
+				t.Fatalf("the connection ended: %s", logs.String())
+			}
+			released[id] = true
+		case <-deadline:
+			t.Fatalf("promises 5 and 6 not released (released %v)", released)
+		}
+	}
+	for _, m := range []*capnp.Message{
+		promiseCall(t, 2, testHold, 5),
+		resolveMsg(t, 5, 10, false, false),
+	} {
+		if err := enc.Encode(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-rc.Done():
+		t.Fatalf("promises resolved once each ended the connection: %s", logs.String())
+	case <-time.After(300 * time.Millisecond):
+	}
+}
