@@ -31,7 +31,16 @@ const (
 	testBlock  = 2 // returns when its call is cancelled (holds the calls behind it)
 	testLarge  = 3 // returns largeAnswer bytes
 	testHold   = 4 // holds a snapshot of its params' capability until its call is cancelled
+	// Each returns after laterDelay; its results' pointer is:
+	testLaterNull = 5 // null
+	testLaterText = 6 // text, not a capability
+	testLaterBare = 7 // a capability with no methods
+	testLaterBoot = 8 // a capability with the bootstrap's methods
 )
+
+// laterDelay is how long the testLater methods take: calls pipelined on
+// their answers wait for it.
+const laterDelay = 200 * time.Millisecond
 
 // largeAnswer is the size of testLarge's results: a door's largest answer.
 const largeAnswer = 1 << 20
@@ -57,51 +66,78 @@ func served(t *testing.T) (*Conn, *net.UnixConn) {
 }
 
 func bootstrap() capnp.Client {
-	return capnp.NewClient(server.New([]server.Method{{
-		Method: capnp.Method{InterfaceID: testIface, MethodID: testMethod},
-		Impl:   func(context.Context, *server.Call) error { return nil },
-	}, {
-		Method: capnp.Method{InterfaceID: testIface, MethodID: testMint},
-		Impl: func(_ context.Context, call *server.Call) error {
-			res, err := call.AllocResults(capnp.ObjectSize{PointerCount: 1})
-			if err != nil {
-				return err
-			}
-			id := res.Message().CapTable().Add(capnp.NewClient(server.New(nil, nil, nil)))
-			return res.SetPtr(0, capnp.NewInterface(res.Segment(), id).ToPtr())
+	later := func(method uint16, fill func(res capnp.Struct) error) server.Method {
+		return server.Method{
+			Method: capnp.Method{InterfaceID: testIface, MethodID: method},
+			Impl: func(_ context.Context, call *server.Call) error {
+				time.Sleep(laterDelay)
+				res, err := call.AllocResults(capnp.ObjectSize{PointerCount: 1})
+				if err != nil {
+					return err
+				}
+				return fill(res)
+			},
+		}
+	}
+	setCap := func(res capnp.Struct, c capnp.Client) error {
+		id := res.Message().CapTable().Add(c)
+		return res.SetPtr(0, capnp.NewInterface(res.Segment(), id).ToPtr())
+	}
+	return capnp.NewClient(server.New([]server.Method{
+		later(testLaterNull, func(capnp.Struct) error { return nil }),
+		later(testLaterText, func(res capnp.Struct) error { return res.SetText(0, "not a capability") }),
+		later(testLaterBare, func(res capnp.Struct) error { return setCap(res, capnp.NewClient(server.New(nil, nil, nil))) }),
+		later(testLaterBoot, func(res capnp.Struct) error { return setCap(res, bootstrap()) }),
+		{
+			Method: capnp.Method{InterfaceID: testIface, MethodID: testMethod},
+			Impl:   func(context.Context, *server.Call) error { return nil },
 		},
-	}, {
-		Method: capnp.Method{InterfaceID: testIface, MethodID: testBlock},
-		Impl: func(ctx context.Context, _ *server.Call) error {
-			<-ctx.Done()
-			return ctx.Err()
+		{
+			Method: capnp.Method{InterfaceID: testIface, MethodID: testMint},
+			Impl: func(_ context.Context, call *server.Call) error {
+				res, err := call.AllocResults(capnp.ObjectSize{PointerCount: 1})
+				if err != nil {
+					return err
+				}
+				id := res.Message().CapTable().Add(capnp.NewClient(server.New(nil, nil, nil)))
+				return res.SetPtr(0, capnp.NewInterface(res.Segment(), id).ToPtr())
+			},
 		},
-	}, {
-		Method: capnp.Method{InterfaceID: testIface, MethodID: testLarge},
-		Impl: func(_ context.Context, call *server.Call) error {
-			res, err := call.AllocResults(capnp.ObjectSize{PointerCount: 1})
-			if err != nil {
-				return err
-			}
-			d, err := capnp.NewData(res.Segment(), make([]byte, largeAnswer))
-			if err != nil {
-				return err
-			}
-			return res.SetPtr(0, d.ToPtr())
+		{
+			Method: capnp.Method{InterfaceID: testIface, MethodID: testBlock},
+			Impl: func(ctx context.Context, _ *server.Call) error {
+				<-ctx.Done()
+				return ctx.Err()
+			},
 		},
-	}, {
-		Method: capnp.Method{InterfaceID: testIface, MethodID: testHold},
-		Impl: func(ctx context.Context, call *server.Call) error {
-			p, err := call.Args().Ptr(0)
-			if err != nil {
-				return err
-			}
-			s := p.Interface().Client().Snapshot()
-			defer s.Release()
-			<-ctx.Done()
-			return ctx.Err()
+		{
+			Method: capnp.Method{InterfaceID: testIface, MethodID: testLarge},
+			Impl: func(_ context.Context, call *server.Call) error {
+				res, err := call.AllocResults(capnp.ObjectSize{PointerCount: 1})
+				if err != nil {
+					return err
+				}
+				d, err := capnp.NewData(res.Segment(), make([]byte, largeAnswer))
+				if err != nil {
+					return err
+				}
+				return res.SetPtr(0, d.ToPtr())
+			},
 		},
-	}}, nil, nil))
+		{
+			Method: capnp.Method{InterfaceID: testIface, MethodID: testHold},
+			Impl: func(ctx context.Context, call *server.Call) error {
+				p, err := call.Args().Ptr(0)
+				if err != nil {
+					return err
+				}
+				s := p.Interface().Client().Snapshot()
+				defer s.Release()
+				<-ctx.Done()
+				return ctx.Err()
+			},
+		},
+	}, nil, nil))
 }
 
 // heavyCall calls method on the bootstrap as question q, its params a

@@ -228,3 +228,106 @@ func TestPromisesResolvedOnceKeepTheConnection(t *testing.T) {
 	case <-time.After(300 * time.Millisecond):
 	}
 }
+
+// pipelinedOn calls method on field 0 of question on's answer, as
+// question q.
+func pipelinedOn(t *testing.T, q, on uint32, method uint16) *capnp.Message {
+	msg := methodMsg(t, q, method)
+	m, _ := rpccp.ReadRootMessage(msg)
+	c, _ := m.Call()
+	tg, _ := c.Target()
+	pa, _ := tg.PromisedAnswer()
+	pa.SetQuestionId(on)
+	tr, err := pa.NewTransform(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.At(0).SetGetPointerField(0)
+	return msg
+}
+
+// TestCallsPipelinedOnAnAnswerToComeNeverPanic: a call pipelined on the
+// answer of a call still running waits for it; go-capnp's own queue
+// panicked (nil dereference, in the server's goroutine: the process ended)
+// when the field it names held no capability, a null one, or one without
+// its method. Each is refused with an exception and the connection goes
+// on; a call pipelined on a capability that has the method is answered.
+func TestCallsPipelinedOnAnAnswerToComeNeverPanic(t *testing.T) {
+	tests := []struct {
+		name    string
+		method  uint16
+		refused bool
+	}{
+		{"null capability", testLaterNull, true},
+		{"not a capability", testLaterText, true},
+		{"no such method", testLaterBare, true},
+		{"a capability with the method", testLaterBoot, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, peer := served(t)
+			rc := c.RPCWith(bootstrap(), nil, Limits{})
+			defer rc.Close()
+			returns := make(chan rpccp.Return_Which, 8)
+			ids := make(chan uint32, 8)
+			go func() {
+				dec := capnp.NewDecoder(peer)
+				for {
+					msg, err := dec.Decode()
+					if err != nil {
+						close(ids)
+						return
+					}
+					if m, err := rpccp.ReadRootMessage(msg); err == nil && m.Which() == rpccp.Message_Which_return {
+						r, _ := m.Return()
+						ids <- r.AnswerId()
+						returns <- r.Which()
+					}
+				}
+			}()
+			enc := capnp.NewEncoder(peer)
+			for _, m := range []*capnp.Message{
+				bootstrapMsg(t),
+				methodMsg(t, 1, tt.method),
+				pipelinedOn(t, 2, 1, testMethod), // and on its answer, another
+				pipelinedOn(t, 3, 2, testMethod),
+			} {
+				if err := enc.Encode(m); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := map[uint32]rpccp.Return_Which{}
+			deadline := time.After(5 * time.Second)
+			for len(got) < 4 {
+				select {
+				case id, ok := <-ids:
+					if !ok {
+						t.Fatalf("the connection ended (answers %v)", got)
+					}
+					got[id] = <-returns
+				case <-deadline:
+					t.Fatalf("answers %v; want questions 0 to 3 answered", got)
+				}
+			}
+			want := rpccp.Return_Which_results
+			if tt.refused {
+				want = rpccp.Return_Which_exception
+			}
+			if got[2] != want {
+				t.Errorf("pipelined call answered with %v; want %v", got[2], want)
+			}
+			// The connection goes on.
+			if err := enc.Encode(callMsg(t, 4)); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case id, ok := <-ids:
+				if !ok || id != 4 {
+					t.Fatalf("after the pipelined calls: answer %d (%v); want question 4's", id, ok)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("no answer after the pipelined calls")
+			}
+		})
+	}
+}

@@ -416,9 +416,12 @@ func (c *Conn) RPC(bootstrap capnp.Client, logger rpc.Logger) *rpc.Conn {
 	return c.RPCWith(bootstrap, logger, Limits{})
 }
 
-// RPCWith is RPC with the peer bounded by lim.
+// RPCWith is RPC with the peer bounded by lim. The bootstrap, and every
+// server an answer of this side's hands over, is served so that calls the
+// peer pipelines on an answer still to come cannot panic go-capnp (see
+// serveSafely).
 func (c *Conn) RPCWith(bootstrap capnp.Client, logger rpc.Logger, lim Limits) *rpc.Conn {
-	return rpc.NewConn(newGuard(transport.NewStream(c), lim, c.stopReading), &rpc.Options{BootstrapClient: bootstrap, Logger: logger})
+	return rpc.NewConn(newGuard(transport.NewStream(c), lim, c.stopReading), &rpc.Options{BootstrapClient: serveSafely(bootstrap), Logger: logger})
 }
 
 // stopReading makes the read under way, and every later one, fail at once

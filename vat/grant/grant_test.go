@@ -429,6 +429,36 @@ func TestNoGrantNoHandle(t *testing.T) {
 	}
 }
 
+// TestPipelinedOnTheNullHandle: an app with no grant that asks for
+// egress().handle().describe() in one go (as generated clients pipeline
+// it) gets an error; the call on the null Handle, queued while egress()
+// ran, made go-capnp panic in the supervisor (every vat's) once egress()
+// answered. Asked many times over, as the race is the app's to win.
+func TestPipelinedOnTheNullHandle(t *testing.T) {
+	v, err := NewVat(VatConfig{ID: "frank"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Revoke()
+	vc, _ := vatClient(t, v)
+	ctx := context.Background()
+	for i := 0; i < 200; i++ {
+		eg, release := vc.Egress(ctx, nil)
+		d, drelease := eg.Handle().Describe(ctx, nil)
+		_, err := d.Struct()
+		drelease()
+		release()
+		if err == nil {
+			t.Fatal("describe() on the null Handle of a vat with no grant answered")
+		}
+	}
+	id, release := vc.Id(ctx, nil)
+	defer release()
+	if _, err := id.Struct(); err != nil {
+		t.Fatalf("id() after the pipelined calls: %v", err)
+	}
+}
+
 // TestGrantNamingAnotherVat: a grant that names a vat is refused.
 func TestGrantNamingAnotherVat(t *testing.T) {
 	_, err := NewVat(VatConfig{ID: "gina", Grants: []labels.Set{{Vat: "mallory"}}, Upstream: NewUpstream(UpstreamConfig{Path: "/nonexistent"})})
