@@ -10,10 +10,12 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"toybox/schema"
+	"toybox/schema/wire"
 )
 
 // wsRemote answers one WebSocket handshake per connection, then runs
@@ -259,5 +261,65 @@ func TestWebSocketDropsConnectionNamedFields(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the remote saw no handshake")
+	}
+}
+
+// stalledSends is a MessageStream whose sends never return until released
+// (each runs on its own, as a caller that reads its connection but never
+// answers would): it counts those in flight.
+type stalledSends struct {
+	n       atomic.Int64
+	release chan struct{}
+}
+
+func (s *stalledSends) Send(ctx context.Context, call schema.MessageStream_send) error {
+	call.Go()
+	s.n.Add(1)
+	<-s.release
+	return nil
+}
+
+func (s *stalledSends) Close(ctx context.Context, call schema.MessageStream_close) error { return nil }
+
+// TestWebSocketTinyMessagesBounded: a remote that sends empty messages to a
+// caller that never answers them. Each costs the switchboard a call in
+// flight (~7 KiB) but counted 128 bytes of the 1 MiB window: one WebSocket
+// held 8,192 of them (~60 MiB), one peer's connection window ten times
+// that. Each now counts for wire.MessageCost.
+func TestWebSocketTinyMessagesBounded(t *testing.T) {
+	port := wsRemote(t, func(c net.Conn) {
+		empty := serverFrame(opBinary, nil)
+		w := bufio.NewWriterSize(c, 64<<10)
+		for range 20000 {
+			if _, err := w.Write(empty); err != nil {
+				return
+			}
+		}
+		_ = w.Flush()
+		time.Sleep(10 * time.Second)
+	})
+	f := newFixture(t, nil)
+	c := dial(t, f.local)
+	down := &stalledSends{release: make(chan struct{})}
+	defer close(down.release)
+	fut, release := c.root.WebSocket(context.Background(), func(p schema.Handle_webSocket_Params) error {
+		if err := p.SetUrl(fmt.Sprintf("ws://127.0.0.1:%d/", port)); err != nil {
+			return err
+		}
+		return p.SetDownstream(schema.MessageStream_ServerToClient(down))
+	})
+	defer release()
+	if _, err := fut.Struct(); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the count stops growing.
+	last, deadline := int64(-1), time.Now().Add(10*time.Second)
+	for n := down.n.Load(); n != last && time.Now().Before(deadline); n = down.n.Load() {
+		last = n
+		time.Sleep(500 * time.Millisecond)
+	}
+	want := Limits{}.withDefaults().Window / wire.MessageCost
+	if got := down.n.Load(); got == 0 || got > want+1 {
+		t.Errorf("%d empty messages in flight to a caller that never answers; want 1 to %d (the window over wire.MessageCost)", got, want+1)
 	}
 }
