@@ -17,6 +17,16 @@ import (
 	"toybox/schema"
 )
 
+// maxResponseHeader bounds the status line and header of an answer (a
+// request()'s, a WebSocket handshake's). The switchboard holds a parsed
+// header, and then its copy in the message to the caller, until the
+// caller's responder takes it (up to responderTimeout): at 1 MiB, 200
+// requests whose server sent 1 MiB of header held 240 MiB, one vat's
+// default limits.conns some 2.4 GiB and limits.totalConns ten. 64 KiB is
+// four times Node.js's default bound, and well over the 4-8 KiB nginx
+// buffers a proxied answer's header in by default.
+const maxResponseHeader = 64 << 10
+
 // vettedKey carries the decision of one request into the transport's dial.
 type vettedKey struct{}
 
@@ -56,7 +66,7 @@ func (s *Server) newTransport() *http.Transport {
 		ForceAttemptHTTP2:      false,
 		TLSHandshakeTimeout:    s.cfg.DialTimeout,
 		ResponseHeaderTimeout:  0,
-		MaxResponseHeaderBytes: 1 << 20,
+		MaxResponseHeaderBytes: maxResponseHeader,
 	}
 }
 

@@ -1,7 +1,10 @@
 package switchboard
 
 import (
+	"bufio"
 	"context"
+	"crypto/sha1"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -594,4 +597,52 @@ func TestRequestsWaitingOnResponderAreBounded(t *testing.T) {
 		_ = request(never)
 	}
 	waitAccepted("once the stuck responders timed out")
+}
+
+// TestAnswerHeaderBounded: the header of an answer (a request()'s, a
+// WebSocket handshake's) is held until the caller takes it, so it is
+// bounded by maxResponseHeader. At 1 MiB, one vat's requests to a server
+// sending 1 MiB of header held ~1.2 MiB each (2.4 GiB at the default
+// limits.conns).
+func TestAnswerHeaderBounded(t *testing.T) {
+	pad := strings.Repeat("a", 1000)
+	bigHeader := func(w io.Writer) {
+		for i := range 2 * maxResponseHeader / len(pad) {
+			fmt.Fprintf(w, "X-Pad-%d: %s\r\n", i, pad)
+		}
+	}
+	_, port := serveTCP(t, func(c net.Conn) {
+		req, err := http.ReadRequest(bufio.NewReader(c))
+		if err != nil {
+			return
+		}
+		w := bufio.NewWriter(c)
+		if req.Header.Get("Upgrade") == "websocket" {
+			sum := sha1.Sum([]byte(req.Header.Get("Sec-WebSocket-Key") + wsGUID))
+			fmt.Fprintf(w, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n", base64.StdEncoding.EncodeToString(sum[:]))
+		} else {
+			fmt.Fprintf(w, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n")
+		}
+		bigHeader(w)
+		_, _ = w.WriteString("\r\nhi")
+		_ = w.Flush()
+		time.Sleep(time.Second)
+	})
+	f := newFixture(t, nil)
+	c := dial(t, f.local)
+	rc, err := doRequest(t, c.root, "GET", fmt.Sprintf("http://127.0.0.1:%d/", port), nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc.status != 0 || !strings.Contains(rc.failed, "exceeded") {
+		t.Errorf("request answered with %d of header = status %d, failure %q; want a failure naming the bound", 2*maxResponseHeader, rc.status, rc.failed)
+	}
+	mc := &msgCollector{got: make(chan struct{}, 1), closed: make(chan struct{})}
+	up, err := openWebSocket(c.root, fmt.Sprintf("ws://127.0.0.1:%d/", port), mc)
+	if err == nil {
+		up.Release()
+	}
+	if err == nil || !strings.Contains(err.Error(), "handshake's answer is over") {
+		t.Errorf("webSocket answered with %d of header = %v; want a refusal naming the bound", 2*maxResponseHeader, err)
+	}
 }

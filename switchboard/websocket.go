@@ -37,7 +37,7 @@ const (
 	maxWSMessage = 16 << 20
 	// maxWSHandshake bounds the answer to the opening handshake (status
 	// line and headers), as request()'s answers are.
-	maxWSHandshake = 1 << 20
+	maxWSHandshake = maxResponseHeader
 	// maxWSHeld bounds the message bytes all the WebSockets of one peer
 	// connection hold at once (frames being read, fragments being
 	// reassembled, messages waiting for the flow window): without it a
