@@ -225,7 +225,26 @@ func wsHandshake(w io.Writer, br *bufio.Reader, u *url.URL, host string, header 
 	if resp.Header.Get("Sec-WebSocket-Extensions") != "" {
 		return "", errors.New("WebSocket upgrade: the server chose an extension that was not offered")
 	}
-	return resp.Header.Get("Sec-WebSocket-Protocol"), nil
+	chosen := resp.Header.Get("Sec-WebSocket-Protocol")
+	if chosen != "" && !offered(header, chosen) {
+		// RFC 6455 4.1: a subprotocol the client did not offer fails the
+		// connection.
+		return "", fmt.Errorf("WebSocket upgrade: the server chose the subprotocol %q, which was not offered", chosen)
+	}
+	return chosen, nil
+}
+
+// offered reports whether the handshake sent offered the subprotocol p
+// (tokens are compared exactly).
+func offered(sent http.Header, p string) bool {
+	for _, v := range sent.Values("Sec-WebSocket-Protocol") {
+		for _, t := range strings.Split(v, ",") {
+			if strings.TrimSpace(t) == p {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func headerHasToken(h http.Header, name, token string) bool {

@@ -7,8 +7,10 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -321,5 +323,53 @@ func TestWebSocketTinyMessagesBounded(t *testing.T) {
 	want := Limits{}.withDefaults().Window / wire.MessageCost
 	if got := down.n.Load(); got == 0 || got > want+1 {
 		t.Errorf("%d empty messages in flight to a caller that never answers; want 1 to %d (the window over wire.MessageCost)", got, want+1)
+	}
+}
+
+// TestWebSocketSubprotocolMustBeOffered: a server that answers with a
+// subprotocol the caller did not offer fails the handshake (RFC 6455 4.1);
+// the caller would otherwise speak one protocol to a server speaking
+// another it never asked for.
+func TestWebSocketSubprotocolMustBeOffered(t *testing.T) {
+	tests := []struct {
+		name, offer, chosen string
+		ok                  bool
+	}{
+		{"one of those offered", "chat, superchat", "superchat", true},
+		{"none offered, none chosen", "", "", true},
+		{"not offered", "chat", "admin", false},
+		{"none offered", "", "chat", false},
+		{"case differs", "chat", "Chat", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			client, server := net.Pipe()
+			defer client.Close()
+			go func() {
+				defer server.Close()
+				req, err := http.ReadRequest(bufio.NewReader(server))
+				if err != nil {
+					return
+				}
+				sum := sha1.Sum([]byte(req.Header.Get("Sec-WebSocket-Key") + wsGUID))
+				answer := "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " + base64.StdEncoding.EncodeToString(sum[:]) + "\r\n"
+				if tt.chosen != "" {
+					answer += "Sec-WebSocket-Protocol: " + tt.chosen + "\r\n"
+				}
+				_, _ = io.WriteString(server, answer+"\r\n")
+			}()
+			h := http.Header{}
+			if tt.offer != "" {
+				h.Set("Sec-WebSocket-Protocol", tt.offer)
+			}
+			u, _ := url.Parse("ws://example.test/chat")
+			got, err := wsHandshake(client, bufio.NewReader(client), u, "example.test", h)
+			switch {
+			case tt.ok && (err != nil || got != tt.chosen):
+				t.Errorf("wsHandshake = %q, %v; want %q", got, err, tt.chosen)
+			case !tt.ok && (err == nil || !strings.Contains(err.Error(), "not offered")):
+				t.Errorf("wsHandshake = %q, %v; want a refusal naming the subprotocol", got, err)
+			}
+		})
 	}
 }
