@@ -283,6 +283,14 @@ func (v *vat) setWord(w words.Word) {
 // that vat off with the reason; the others still start. It returns once
 // every vat has been launched (not necessarily ready).
 func (s *Supervisor) Start() error {
+	// A wall an earlier supervisor of this state dir left running (it was
+	// killed while the wall was being set up) would run beside the one
+	// started now, on the same data folder.
+	if n, err := wall.EndLeftovers(s.cfg.Store.StateDir()); err != nil {
+		s.log.Error("ending walls an earlier supervisor left running", keyErr, err)
+	} else if n > 0 {
+		s.log.Warn("ended walls an earlier supervisor left running", "walls", n)
+	}
 	// No wall runs yet (walls end with the supervisor): views of /etc
 	// left from an earlier run are cleared, and built again on demand.
 	if err := wall.SweepViews(s.cfg.Store.StateDir()); err != nil {

@@ -48,3 +48,6 @@ func Probe(context.Context) error { return ErrUnsupported }
 func Doctor(context.Context) []Check {
 	return []Check{{Name: "platform", Detail: ErrUnsupported.Error(), Fix: "run toybox on Linux"}}
 }
+
+// EndLeftovers does nothing here: there are no walls.
+func EndLeftovers(string) (int, error) { return 0, nil }

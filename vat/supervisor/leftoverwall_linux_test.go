@@ -1,0 +1,90 @@
+package supervisor
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"toybox/tests/testenv"
+	"toybox/vat/wall"
+)
+
+// TestStartEndsLeftoverWalls: bubblewrap's --die-with-parent is racy
+// (containers/bubblewrap#633), so a supervisor killed while a wall was
+// being set up left that wall running, reparented to init (about one kill
+// in two during a start, with toybox serve): the next supervisor started
+// the vat again beside it, two copies on one data folder. Start ends every
+// wall of its own state dir before starting any, and leaves another state
+// dir's walls alone.
+func TestStartEndsLeftoverWalls(t *testing.T) {
+	bwrap := testenv.RequireBwrap(t)
+	s, st := testSupervisorWith(t, nil)
+	code, err := st.Put(strings.NewReader("#!/bin/sh\nexit 0\n"), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Release(code.Digest)
+	other := filepath.Join(t.TempDir(), "code", strings.Repeat("ab", 32))
+	if err := os.MkdirAll(other, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	leftover := fakeWall(t, bwrap, "--ro-bind", code.Dir, code.Dir)
+	// A sandbox process whose parent died before it was set up: it holds
+	// the install folder's descriptor, not yet its mount, and waits.
+	waiting := fakeWall(t, bwrap, "--setenv", "DIR", code.Dir)
+	bystander := fakeWall(t, bwrap, "--ro-bind", other, other)
+
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Shutdown(t.Context()) })
+	// Start builds the walls' /etc in the background; this waits for that
+	// build, which the state dir's removal must not race.
+	if err := wall.PrepareEtcView(st.StateDir()); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []struct {
+		what string
+		done <-chan struct{}
+	}{{"a wall", leftover}, {"a sandbox being set up", waiting}} {
+		select {
+		case <-w.done:
+		case <-time.After(5 * time.Second):
+			t.Errorf("%s of this state dir left by an earlier supervisor still runs after Start", w.what)
+		}
+	}
+	select {
+	case <-bystander:
+		t.Fatal("Start ended a wall of another state dir")
+	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// fakeWall starts a sandbox with the host's root and opts (a bind of an
+// install folder at its own path, as a wall makes; or $DIR, which it holds
+// open), and returns once it runs; the channel closes when it has ended.
+// It is killed when the test ends.
+func fakeWall(t *testing.T, bwrap string, opts ...string) <-chan struct{} {
+	t.Helper()
+	args := append([]string{"--unshare-user", "--unshare-pid", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc"}, opts...)
+	args = append(args, "--", "/bin/sh", "-c", `if [ -n "$DIR" ]; then exec 7<"$DIR"; fi; echo up; exec sleep 600`)
+	cmd := exec.Command(bwrap, args...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
+	if line, err := bufio.NewReader(out).ReadString('\n'); line != "up\n" {
+		t.Fatalf("the sandbox did not start: %q, %v", line, err)
+	}
+	return done
+}
