@@ -791,8 +791,8 @@ func (s *Supervisor) forget(v *vat) {
 	s.mu.Unlock()
 }
 
-// checkEnv refuses values for undeclared keys and bind paths that are not
-// absolute.
+// checkEnv refuses values for undeclared keys, values too long or holding a
+// NUL byte, and bind paths that are not absolute.
 func checkEnv(declared []string, files manifest.Files, env map[string]string) error {
 	ok := map[string]bool{}
 	for _, k := range declared {
@@ -804,6 +804,12 @@ func checkEnv(declared []string, files manifest.Files, env map[string]string) er
 		}
 		if len(val) > 64<<10 {
 			return fmt.Errorf("%w: env value of %q is too long", ErrBadInput, k)
+		}
+		// No process can be given it (execve ends a string there): the vat
+		// would be recorded and never start, or an upgrade stop the old
+		// version for nothing.
+		if strings.IndexByte(val, 0) >= 0 {
+			return fmt.Errorf("%w: env value of %q holds a NUL byte", ErrBadInput, k)
 		}
 	}
 	for k, what := range fileKeys(files) {
