@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"syscall"
 )
 
 // unpack extracts the tar (or tar.gz) at name into dir. Every entry is
@@ -94,7 +95,7 @@ func (s *Store) unpack(name string, gz bool, dir string) error {
 				return fmt.Errorf("%w: more than %d entries (folders included)", ErrTooLarge, s.cfg.MaxEntries)
 			}
 			if err := root.MkdirAll(path.Dir(p), 0o755); err != nil {
-				return fmt.Errorf("%w: creating %q: %w", ErrBadBundle, path.Dir(p), err)
+				return entryErr("creating", path.Dir(p), err)
 			}
 			for _, d := range fresh {
 				seen[d] = tar.TypeDir
@@ -103,7 +104,7 @@ func (s *Store) unpack(name string, gz bool, dir string) error {
 		switch h.Typeflag {
 		case tar.TypeDir:
 			if err := root.Mkdir(p, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-				return fmt.Errorf("%w: creating %q: %w", ErrBadBundle, p, err)
+				return entryErr("creating", p, err)
 			}
 		case tar.TypeReg:
 			if h.Size < 0 || total+h.Size > s.cfg.MaxUnpacked {
@@ -115,7 +116,7 @@ func (s *Store) unpack(name string, gz bool, dir string) error {
 			}
 			out, err := root.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 			if err != nil {
-				return fmt.Errorf("%w: creating %q: %w", ErrBadBundle, p, err)
+				return entryErr("creating", p, err)
 			}
 			n, err := io.Copy(out, io.LimitReader(tr, h.Size))
 			total += n
@@ -126,7 +127,7 @@ func (s *Store) unpack(name string, gz bool, dir string) error {
 				err = cerr
 			}
 			if err != nil {
-				return fmt.Errorf("%w: writing %q: %w", ErrBadBundle, p, err)
+				return entryErr("writing", p, err)
 			}
 			if err := root.Chmod(p, mode); err != nil {
 				return err
@@ -136,7 +137,7 @@ func (s *Store) unpack(name string, gz bool, dir string) error {
 				return err
 			}
 			if err := root.Symlink(h.Linkname, p); err != nil {
-				return fmt.Errorf("%w: creating link %q: %w", ErrBadBundle, p, err)
+				return entryErr("creating link", p, err)
 			}
 			links = append(links, p)
 		case tar.TypeLink:
@@ -148,7 +149,7 @@ func (s *Store) unpack(name string, gz bool, dir string) error {
 				return fmt.Errorf("%w: hard link %q points at %q, which is not a file earlier in the bundle", ErrBadBundle, h.Name, h.Linkname)
 			}
 			if err := root.Link(target, p); err != nil {
-				return fmt.Errorf("%w: creating link %q: %w", ErrBadBundle, p, err)
+				return entryErr("creating link", p, err)
 			}
 		case tar.TypeChar, tar.TypeBlock:
 			return fmt.Errorf("%w: entry %q is a device", ErrBadBundle, h.Name)
@@ -244,4 +245,16 @@ func (c *streamCap) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.left -= int64(n)
 	return n, err
+}
+
+// entryErr is the error of creating or writing entry p of a bundle: the
+// bundle's fault, unless the host could not store it (a full disk, a quota,
+// a read-only or failing one), which no other bundle would fix.
+func entryErr(what, p string, err error) error {
+	for _, host := range []error{syscall.ENOSPC, syscall.EDQUOT, syscall.EROFS, syscall.EIO} {
+		if errors.Is(err, host) {
+			return fmt.Errorf("storing the bundle: %s %q: %w", what, p, err)
+		}
+	}
+	return fmt.Errorf("%w: %s %q: %w", ErrBadBundle, what, p, err)
 }
