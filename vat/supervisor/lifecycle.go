@@ -41,7 +41,7 @@ type instance struct {
 	requests  chan struct{} // public requests in flight (MaxVatRequests)
 	clientsMu sync.Mutex
 	clients   map[string]int // public requests in flight by client (MaxClientVatRequests)
-	stopping  bool           // being stopped to start again (guarded by v.mu)
+	stopping  words.Word     // while it is stopped: Stopping (to start again) or OffRemoved; Unknown while it runs (guarded by v.mu)
 	serving   words.Word     // the word of its app once it listened (guarded by v.mu)
 }
 
@@ -105,18 +105,19 @@ func (in *instance) stopAndWait() {
 func (in *instance) update(f func(v *vat)) {
 	in.v.mu.Lock()
 	f(in.v)
-	if in.stopping {
-		// Its app just started to listen, say, while a restart or an
-		// upgrade stops it: it is not serving.
-		in.v.word = words.Stopping
+	if in.stopping != words.Unknown {
+		// Its app just started to listen, say, while a restart, an
+		// upgrade or a removal stops it: it is not serving.
+		in.v.word = in.stopping
 	}
 	in.v.mu.Unlock()
 }
 
-// markStopping says the vat stops to start again; v.mu must be held.
-func (in *instance) markStopping() {
-	in.stopping = true
-	in.v.word = words.Stopping
+// markStopping says why the vat stops: to start again (words.Stopping) or
+// for good (words.OffRemoved); v.mu must be held.
+func (in *instance) markStopping(w words.Word) {
+	in.stopping = w
+	in.v.word = w
 }
 
 func (in *instance) loop() {

@@ -17,29 +17,7 @@ import (
 // the vat's status says so and visitors get 503 with Retry-After, not the
 // app that is going away and not the word of a serving vat.
 func TestStoppingIsNotServing(t *testing.T) {
-	s, st, dir := unwalledSupervisor(t, 2*time.Second)
-	app, err := os.ReadFile(shellScriptApp(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The same app, deaf to SIGTERM (perl inherits the ignored signal).
-	slow := strings.Replace(string(app), "set -eu\n", "set -eu\ntrap '' TERM\n", 1)
-	script := filepath.Join(dir, "slow.sh")
-	if err := os.WriteFile(script, []byte(slow), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(script)
-	if err != nil {
-		t.Fatal(err)
-	}
-	code, err := st.Put(f, "", nil)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := s.Install(InstallRequest{ID: "slow", Code: code}); err != nil {
-		t.Fatal(err)
-	}
+	s := deafVat(t)
 	pub := s.PublicHandler()
 	get := func() *httptest.ResponseRecorder {
 		w := httptest.NewRecorder()
@@ -63,5 +41,56 @@ func TestStoppingIsNotServing(t *testing.T) {
 	}
 	if w := get(); w.Code != http.StatusOK {
 		t.Errorf("after the restart: %d %s", w.Code, w.Body)
+	}
+}
+
+// deafVat is an unwalled supervisor (grace 2 s) running vat "slow": the
+// shell-script app, deaf to SIGTERM, so a stop takes the whole grace.
+func deafVat(t *testing.T) *Supervisor {
+	t.Helper()
+	s, st, dir := unwalledSupervisor(t, 2*time.Second)
+	app, err := os.ReadFile(shellScriptApp(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same app, deaf to SIGTERM (perl inherits the ignored signal).
+	slow := strings.Replace(string(app), "set -eu\n", "set -eu\ntrap '' TERM\n", 1)
+	script := filepath.Join(dir, "slow.sh")
+	if err := os.WriteFile(script, []byte(slow), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, err := st.Put(f, "", nil)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Install(InstallRequest{ID: "slow", Code: code}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestRemovingIsNotServing: while a removal stops the app, the vat's status
+// said it was still running ("walled"), and so did the 503 its visitors
+// got ("vat slow is walled"). It says it is being removed.
+func TestRemovingIsNotServing(t *testing.T) {
+	s := deafVat(t)
+	done := make(chan error, 1)
+	go func() { done <- s.Remove("slow", true) }()
+	time.Sleep(500 * time.Millisecond) // well inside the 2 s grace
+	if st, err := s.Status("slow"); err != nil || st.Status != words.OffRemoved.String() {
+		t.Errorf("status while the app stops for its removal: %q, %v; want %q", st.Status, err, words.OffRemoved)
+	}
+	w := httptest.NewRecorder()
+	s.PublicHandler().ServeHTTP(w, httptest.NewRequest("GET", "/slow/", nil))
+	if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), words.OffRemoved.String()) {
+		t.Errorf("a visit while the app stops for its removal: %d %q; want 503 saying %q", w.Code, w.Body, words.OffRemoved)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -565,7 +565,7 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 	// an app that is going away.
 	if old.run != nil {
 		v.mu.Lock()
-		old.run.markStopping()
+		old.run.markStopping(words.Stopping)
 		v.mu.Unlock()
 		old.run.stopAndWait()
 	}
@@ -831,7 +831,7 @@ func (s *Supervisor) Restart(id string) (Status, error) {
 	v.mu.Lock()
 	in, loaded := v.run, v.code.Manifest != nil
 	if in != nil {
-		in.markStopping()
+		in.markStopping(words.Stopping)
 	}
 	v.mu.Unlock()
 	if in != nil {
@@ -865,9 +865,13 @@ func (s *Supervisor) Remove(id string, purge bool) error {
 	if err := s.cfg.Switches.SetChoice(id, true); err != nil && !errors.Is(err, switches.ErrNoStateDir) {
 		return fmt.Errorf("clearing the wall choice of %s: %w", id, err)
 	}
+	// Visitors meanwhile are told it is being removed, not that it runs.
 	v.mu.Lock()
 	in := v.run
 	v.run = nil
+	if in != nil {
+		in.markStopping(words.OffRemoved)
+	}
 	v.mu.Unlock()
 	if in != nil {
 		in.stopAndWait()
