@@ -602,6 +602,11 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 			return rollback(err)
 		}
 		in.stopAndWait()
+		// Its folders went to a uid that is free again, and may go to the
+		// next vat installed: kept as a removal keeps them.
+		if rerr := s.cfg.Store.Retire(req.ID); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("keeping the data of %s: %w", req.ID, rerr))
+		}
 		s.forget(v)
 		return Status{}, 0, err
 	}
