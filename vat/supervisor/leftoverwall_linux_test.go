@@ -33,10 +33,27 @@ func TestStartEndsLeftoverWalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	leftover := fakeWall(t, bwrap, "--ro-bind", code.Dir, code.Dir)
-	// A sandbox process whose parent died before it was set up: it holds
-	// the install folder's descriptor, not yet its mount, and waits.
-	waiting := fakeWall(t, bwrap, "--setenv", "DIR", code.Dir)
+	// A sandbox process whose parent died before it was set up: bubblewrap
+	// holding the install folder's descriptor, not yet its mount, waiting.
+	// (A copy of sleep named bwrap holds it here.)
+	asBwrap := filepath.Join(t.TempDir(), "bwrap")
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(sleep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(asBwrap, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chmod(filepath.Dir(asBwrap), 0o755)
+	waiting := fakeWall(t, bwrap, "--setenv", "DIR", code.Dir, "--setenv", "SLEEP", asBwrap)
 	bystander := fakeWall(t, bwrap, "--ro-bind", other, other)
+	// Any other program holding an install folder open from another mount
+	// namespace (an operator's, say) is not a wall.
+	reader := fakeWall(t, bwrap, "--setenv", "DIR", code.Dir)
 
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
@@ -60,18 +77,20 @@ func TestStartEndsLeftoverWalls(t *testing.T) {
 	select {
 	case <-bystander:
 		t.Fatal("Start ended a wall of another state dir")
+	case <-reader:
+		t.Fatal("Start ended a program that is not bubblewrap for holding an install folder")
 	case <-time.After(200 * time.Millisecond):
 	}
 }
 
 // fakeWall starts a sandbox with the host's root and opts (a bind of an
 // install folder at its own path, as a wall makes; or $DIR, which it holds
-// open), and returns once it runs; the channel closes when it has ended.
+// open, running $SLEEP if set), and returns once it runs; the channel closes when it has ended.
 // It is killed when the test ends.
 func fakeWall(t *testing.T, bwrap string, opts ...string) <-chan struct{} {
 	t.Helper()
 	args := append([]string{"--unshare-user", "--unshare-pid", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc"}, opts...)
-	args = append(args, "--", "/bin/sh", "-c", `if [ -n "$DIR" ]; then exec 7<"$DIR"; fi; echo up; exec sleep 600`)
+	args = append(args, "--", "/bin/sh", "-c", `if [ -n "$DIR" ]; then exec 7<"$DIR"; fi; echo up; exec ${SLEEP:-sleep} 600`)
 	cmd := exec.Command(bwrap, args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -29,8 +29,9 @@ import (
 // uid, beside the copy the next supervisor starts. A wall of stateDir is a
 // process in a mount namespace other than ours whose mount table binds an
 // install folder of stateDir (<state>/code/<sha256>) at its own path, as
-// every wall does, or that holds a descriptor of one (a sandbox process
-// whose parent died before letting it go on waits for good). Processes
+// every wall does, or a bubblewrap process that holds a descriptor of one
+// (a sandbox process whose parent died before letting it go on waits for
+// good). Processes
 // EndLeftovers may not inspect (another user's, under a supervisor that is
 // not root) are left alone.
 func EndLeftovers(stateDir string) (int, error) {
@@ -95,7 +96,7 @@ func killLeftovers(codeDir, ours string) (map[string]bool, error) {
 			wall = bindsInstallFolder(e.Name(), codeDir)
 			verdict[ns] = wall
 		}
-		if wall || holdsInstallFolder(e.Name(), codeDir) {
+		if wall || isBwrap(e.Name()) && holdsInstallFolder(e.Name(), codeDir) {
 			if err := unix.PidfdSendSignal(pfd, unix.SIGKILL, nil, 0); err == nil {
 				found[ns] = true
 			} else if !errors.Is(err, unix.ESRCH) {
@@ -133,6 +134,15 @@ func bindsInstallFolder(pid, codeDir string) bool {
 		}
 	}
 	return false
+}
+
+// isBwrap reports whether process pid runs bubblewrap (its command name):
+// only a sandbox process is ended for holding an install folder, never,
+// say, an operator's program reading one from another mount namespace
+// (the supervisor's own, under systemd).
+func isBwrap(pid string) bool {
+	b, err := os.ReadFile("/proc/" + pid + "/comm")
+	return err == nil && strings.TrimSpace(string(b)) == "bwrap"
 }
 
 // holdsInstallFolder reports whether process pid holds a descriptor of an
