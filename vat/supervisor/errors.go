@@ -18,6 +18,9 @@ var (
 	// ErrUpgradeRefused: the new version did not come up; the old one
 	// runs again.
 	ErrUpgradeRefused = errors.New("upgrade refused")
+	// ErrUpgradeFailed: the host failed the upgrade (its record could not
+	// be saved); the old version runs again. Not the request's fault.
+	ErrUpgradeFailed = errors.New("upgrade failed")
 )
 
 // appSocketError: a vat's app.sock is not a socket (what it is instead);

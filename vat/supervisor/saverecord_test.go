@@ -1,14 +1,18 @@
 package supervisor
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"toybox/tests/testenv"
 	"toybox/vat/wall"
@@ -50,5 +54,39 @@ func TestFailedNewInstallRetiresItsFolders(t *testing.T) {
 	}
 	if _, err := os.Lstat(st.RunDir("lost")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("run folder of the failed install: %v; want it gone", err)
+	}
+}
+
+// TestUpgradeWhoseRecordCannotBeSavedIs500: an upgrade whose record the
+// host could not save rolls back, as one whose new version does not come
+// up does, but the admin API blamed the request for it (400 "upgrade
+// refused"): it is the host's failure, a 500 "upgrade failed".
+func TestUpgradeWhoseRecordCannotBeSavedIs500(t *testing.T) {
+	s, st, _ := unwalledSupervisor(t, time.Second)
+	code := storeFile(t, st, shellScriptApp(t))
+	if _, _, err := s.Install(InstallRequest{ID: "keep", Code: code}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(shellScriptApp(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vats := filepath.Join(st.StateDir(), "vats")
+	// No record can be saved from here on: vats/ is moved aside.
+	if err := os.Rename(vats, vats+".aside"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(vats, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Remove(vats); _ = os.Rename(vats+".aside", vats) })
+	w := httptest.NewRecorder()
+	body := append(b, []byte("# v2\n")...)
+	s.AdminHandler().ServeHTTP(w, httptest.NewRequest("PUT", "/keep", bytes.NewReader(body)))
+	if w.Code != http.StatusInternalServerError || !strings.Contains(w.Body.String(), "upgrade failed") || !strings.Contains(w.Body.String(), "saving the vat record") {
+		t.Errorf("PUT of an upgrade whose record cannot be saved = %d %s; want 500 naming why", w.Code, w.Body)
+	}
+	if st, err := s.Status("keep"); err != nil || st.Code != code.Ref() {
+		t.Errorf("after the failed upgrade: %v, code %s; want the old version (%s)", err, st.Code, code.Ref())
 	}
 }

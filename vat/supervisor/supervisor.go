@@ -578,7 +578,7 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 	v.run = in
 	v.mu.Unlock()
 	readyErr := in.waitReady()
-	rollback := func(why error) (Status, Outcome, error) {
+	rollback := func(kind, why error) (Status, Outcome, error) {
 		in.stopAndWait()
 		s.log.Warn("upgrade rolled back", keyVat, req.ID, keyCode, rec.Code, keyErr, why)
 		v.mu.Lock()
@@ -591,15 +591,15 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 		v.run = back
 		v.mu.Unlock()
 		_ = back.waitReady()
-		return v.status(), 0, fmt.Errorf("%w: %w; the old version (%s) runs again", ErrUpgradeRefused, why, old.rec.Code)
+		return v.status(), 0, fmt.Errorf("%w: %w; the old version (%s) runs again", kind, why, old.rec.Code)
 	}
 	if readyErr != nil && existed {
-		return rollback(fmt.Errorf("the new version did not come up: %w", readyErr))
+		return rollback(ErrUpgradeRefused, fmt.Errorf("the new version did not come up: %w", readyErr))
 	}
 	if err := s.cfg.Store.SaveRecord(rec); err != nil {
 		err = fmt.Errorf("saving the vat record: %w", err)
 		if existed {
-			return rollback(err)
+			return rollback(ErrUpgradeFailed, err)
 		}
 		in.stopAndWait()
 		// Its folders went to a uid that is free again, and may go to the
