@@ -38,6 +38,9 @@ const (
 	testLaterBoot = 8 // a capability with the bootstrap's methods
 )
 
+// holding hears from testHold once it holds its snapshot.
+var holding = make(chan struct{}, 1)
+
 // laterDelay is how long the testLater methods take: calls pipelined on
 // their answers wait for it.
 const laterDelay = 200 * time.Millisecond
@@ -133,6 +136,10 @@ func bootstrap() capnp.Client {
 				}
 				s := p.Interface().Client().Snapshot()
 				defer s.Release()
+				select {
+				case holding <- struct{}{}:
+				default:
+				}
 				<-ctx.Done()
 				return ctx.Err()
 			},

@@ -174,8 +174,20 @@ func TestPromiseResolvedTwiceEndsTheConnection(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var logs syncBuffer
 			rc, enc, _ := protocolPeer(t, &logs)
+			select {
+			case <-holding: // a signal left by an earlier test
+			default:
+			}
 			if err := enc.Encode(promiseCall(t, 1, testHold, 5, 6)); err != nil {
 				t.Fatal(err)
+			}
+			// Until the served side holds the promise, go-capnp forgets it
+			// once resolved: the second Resolve would name an unknown
+			// import (which also ends the connection, for another reason).
+			select {
+			case <-holding:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the served side never took hold of the promise")
 			}
 			for _, m := range tt.resolves(t) {
 				_ = enc.Encode(m)
