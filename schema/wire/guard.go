@@ -118,6 +118,17 @@ var (
 // and a longer chain is refused rather than walked.
 const maxPromiseChain = 64
 
+// maxTransform is how many ops the transform of a promised answer (the
+// path a call pipelined on an answer takes through its results) may have.
+// go-capnp allocates 32 bytes for each op of a transform it reads, before
+// it looks at them, and an op of no size costs the message nothing: a
+// call with a transform of 8 million empty ops, 152 bytes on the wire,
+// made it allocate 256 MiB and spend half a second in the receive
+// goroutine, and held the 256 MiB for as long as the call waited on an
+// answer to come. No real transform is longer than a message is deep
+// (go-capnp reads 64 levels), so a longer one ends the connection.
+const maxTransform = 64
+
 // notPromise stands, in guard.resolved, for a promise resolved to
 // anything but another promise of the peer's.
 const notPromise = -1
@@ -231,6 +242,10 @@ func (g *guard) RecvMessage() (transport.IncomingMessage, error) {
 	if n := capsCarried(m); n > g.lim.Caps {
 		in.Release()
 		return nil, fmt.Errorf("%w: %d (limit %d)", ErrCaps, n, g.lim.Caps)
+	}
+	if n := longestTransform(m); n > maxTransform {
+		in.Release()
+		return nil, fmt.Errorf("%w: a promised answer's transform of %d ops (limit %d)", ErrProtocol, n, maxTransform)
 	}
 	var q uint32
 	var size int64
@@ -420,6 +435,67 @@ func capsCarried(m rpccp.Message) int {
 		return 0
 	}
 	return t.Len()
+}
+
+// longestTransform is how many ops the longest promised-answer transform
+// in m has: the target of a call or a disembargo, or a receiverAnswer among
+// the capabilities a call, a return or a resolve carries (go-capnp reads
+// each of them). What cannot be read is left to go-capnp, which cannot
+// read it either.
+func longestTransform(m rpccp.Message) int {
+	longest := 0
+	promised := func(pa rpccp.PromisedAnswer, err error) {
+		if err != nil {
+			return
+		}
+		if t, err := pa.Transform(); err == nil {
+			longest = max(longest, t.Len())
+		}
+	}
+	target := func(t rpccp.MessageTarget, err error) {
+		if err == nil && t.Which() == rpccp.MessageTarget_Which_promisedAnswer {
+			promised(t.PromisedAnswer())
+		}
+	}
+	descriptor := func(d rpccp.CapDescriptor) {
+		if d.Which() == rpccp.CapDescriptor_Which_receiverAnswer {
+			promised(d.ReceiverAnswer())
+		}
+	}
+	payload := func(p rpccp.Payload, err error) {
+		if err != nil {
+			return
+		}
+		table, err := p.CapTable()
+		if err != nil {
+			return
+		}
+		for i := 0; i < table.Len(); i++ {
+			descriptor(table.At(i))
+		}
+	}
+	switch m.Which() {
+	case rpccp.Message_Which_call:
+		if c, err := m.Call(); err == nil {
+			target(c.Target())
+			payload(c.Params())
+		}
+	case rpccp.Message_Which_return:
+		if r, err := m.Return(); err == nil && r.Which() == rpccp.Return_Which_results {
+			payload(r.Results())
+		}
+	case rpccp.Message_Which_resolve:
+		if r, err := m.Resolve(); err == nil && r.Which() == rpccp.Resolve_Which_cap {
+			if d, err := r.Cap(); err == nil {
+				descriptor(d)
+			}
+		}
+	case rpccp.Message_Which_disembargo:
+		if d, err := m.Disembargo(); err == nil {
+			target(d.Target())
+		}
+	}
+	return longest
 }
 
 // exported counts the capabilities m hands the peer: each time one is

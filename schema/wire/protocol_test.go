@@ -343,3 +343,150 @@ func TestCallsPipelinedOnAnAnswerToComeNeverPanic(t *testing.T) {
 		})
 	}
 }
+
+// emptyOps sets pa's transform to n ops of no size (noops, to go-capnp):
+// the list costs its message one word however long it is.
+func emptyOps(t *testing.T, pa rpccp.PromisedAnswer, n int32) {
+	t.Helper()
+	l, err := capnp.NewCompositeList(pa.Segment(), capnp.ObjectSize{}, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pa.SetTransform(rpccp.PromisedAnswer_Op_List(l)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLongTransformEndsTheConnection: go-capnp allocates 32 bytes for each
+// op of a promised answer's transform, and an op of no size costs the
+// message nothing: 8 million of them in a call of 152 bytes made it
+// allocate 256 MiB (and held them while the call waited on an answer to
+// come). A transform longer than maxTransform, wherever the message
+// carries one, ends the connection; one of maxTransform ops does not.
+func TestLongTransformEndsTheConnection(t *testing.T) {
+	const long = 1 << 16
+	target := func(n int32) func(t *testing.T) *capnp.Message {
+		return func(t *testing.T) *capnp.Message {
+			msg := methodMsg(t, 2, testMethod)
+			m, _ := rpccp.ReadRootMessage(msg)
+			c, _ := m.Call()
+			tg, _ := c.Target()
+			pa, _ := tg.PromisedAnswer()
+			pa.SetQuestionId(1) // testBlock's answer, still to come
+			emptyOps(t, pa, n)
+			return msg
+		}
+	}
+	tests := []struct {
+		name string
+		msg  func(t *testing.T) *capnp.Message
+		ends bool
+	}{
+		{"call target", target(long), true},
+		{"call target at the limit", target(maxTransform), false},
+		{"call target on the bootstrap", func(t *testing.T) *capnp.Message {
+			msg := target(long)(t)
+			m, _ := rpccp.ReadRootMessage(msg)
+			c, _ := m.Call()
+			tg, _ := c.Target()
+			pa, _ := tg.PromisedAnswer()
+			pa.SetQuestionId(0)
+			return msg
+		}, true},
+		{"capability in a call's params", func(t *testing.T) *capnp.Message {
+			msg := heavyCall(t, 2, testMethod, 0, 1)
+			m, _ := rpccp.ReadRootMessage(msg)
+			c, _ := m.Call()
+			p, _ := c.Params()
+			table, _ := p.CapTable()
+			pa, err := table.At(0).NewReceiverAnswer()
+			if err != nil {
+				t.Fatal(err)
+			}
+			pa.SetQuestionId(0)
+			emptyOps(t, pa, long)
+			return msg
+		}, true},
+		{"capability in a return's results", func(t *testing.T) *capnp.Message {
+			return raw(t, func(m rpccp.Message) error {
+				r, err := m.NewReturn()
+				if err != nil {
+					return err
+				}
+				res, err := r.NewResults()
+				if err != nil {
+					return err
+				}
+				table, err := res.NewCapTable(1)
+				if err != nil {
+					return err
+				}
+				pa, err := table.At(0).NewReceiverAnswer()
+				if err != nil {
+					return err
+				}
+				emptyOps(t, pa, long)
+				return nil
+			})
+		}, true},
+		{"capability a promise resolves to", func(t *testing.T) *capnp.Message {
+			return raw(t, func(m rpccp.Message) error {
+				r, err := m.NewResolve()
+				if err != nil {
+					return err
+				}
+				r.SetPromiseId(5)
+				d, err := r.NewCap()
+				if err != nil {
+					return err
+				}
+				pa, err := d.NewReceiverAnswer()
+				if err != nil {
+					return err
+				}
+				emptyOps(t, pa, long)
+				return nil
+			})
+		}, true},
+		{"disembargo target", func(t *testing.T) *capnp.Message {
+			return raw(t, func(m rpccp.Message) error {
+				d, err := m.NewDisembargo()
+				if err != nil {
+					return err
+				}
+				tg, err := d.NewTarget()
+				if err != nil {
+					return err
+				}
+				pa, err := tg.NewPromisedAnswer()
+				if err != nil {
+					return err
+				}
+				emptyOps(t, pa, long)
+				d.Context().SetSenderLoopback(1)
+				return nil
+			})
+		}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var logs syncBuffer
+			rc, enc, _ := protocolPeer(t, &logs)
+			if err := enc.Encode(methodMsg(t, 1, testBlock)); err != nil {
+				t.Fatal(err)
+			}
+			if err := enc.Encode(tt.msg(t)); err != nil {
+				t.Fatal(err)
+			}
+			if tt.ends {
+				endsWith(t, rc, &logs, "a transform of 65536 ops")
+				return
+			}
+			select {
+			case <-rc.Done():
+				t.Fatalf("a transform of %d ops ended the connection: %s", 64, logs.String())
+			case <-time.After(300 * time.Millisecond):
+			}
+		})
+	}
+}
