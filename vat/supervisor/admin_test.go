@@ -1,6 +1,9 @@
 package supervisor
 
 import (
+	"context"
+	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -9,12 +12,27 @@ import (
 
 	"toybox/vat/store"
 	"toybox/vat/switches"
+	"toybox/vat/wall"
 )
 
 func newTestSupervisor(t *testing.T) *Supervisor {
 	t.Helper()
 	s, _ := testSupervisorWith(t, nil)
 	return s
+}
+
+// noWallSupervisor is testSupervisorWith whose launches all fail ("no wall
+// in this test"), each spec given to launched first (if not nil).
+func noWallSupervisor(t *testing.T, launched func(wall.Spec)) (*Supervisor, *store.Store) {
+	t.Helper()
+	return testSupervisorWith(t, func(c *Config) {
+		c.Launch = func(_ context.Context, spec wall.Spec, _ *slog.Logger) (Process, error) {
+			if launched != nil {
+				launched(spec)
+			}
+			return nil, errors.New("no wall in this test")
+		}
+	})
 }
 
 // testSupervisorWith is a supervisor over a fresh store (which it returns

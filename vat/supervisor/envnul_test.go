@@ -3,9 +3,6 @@ package supervisor
 import (
 	"archive/tar"
 	"bytes"
-	"context"
-	"errors"
-	"log/slog"
 	"net/http/httptest"
 	"net/url"
 	"strings"
@@ -22,12 +19,7 @@ import (
 // input: 400 naming it, nothing recorded, nothing launched.
 func TestAdminRefusesNULInEnv(t *testing.T) {
 	var launches atomic.Int32
-	s, st := testSupervisorWith(t, func(c *Config) {
-		c.Launch = func(context.Context, wall.Spec, *slog.Logger) (Process, error) {
-			launches.Add(1)
-			return nil, errors.New("no wall in this test")
-		}
-	})
+	s, st := noWallSupervisor(t, func(wall.Spec) { launches.Add(1) })
 	var b bytes.Buffer
 	tw := tar.NewWriter(&b)
 	for name, body := range map[string]string{

@@ -1,10 +1,7 @@
 package supervisor
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -25,13 +22,10 @@ func TestNoSeccompTableRunsWalledNoSeccomp(t *testing.T) {
 			noSeccompTable = func() bool { return noTable }
 			t.Cleanup(func() { noSeccompTable = old })
 			specs := make(chan wall.Spec, 16)
-			s, st := testSupervisorWith(t, func(c *Config) {
-				c.Launch = func(_ context.Context, spec wall.Spec, _ *slog.Logger) (Process, error) {
-					select {
-					case specs <- spec:
-					default:
-					}
-					return nil, errors.New("no wall in this test")
+			s, st := noWallSupervisor(t, func(spec wall.Spec) {
+				select {
+				case specs <- spec:
+				default:
 				}
 			})
 			code, err := st.Put(strings.NewReader("#!/bin/sh\nexit 0\n"), "", nil)

@@ -2,9 +2,7 @@ package supervisor
 
 import (
 	"bytes"
-	"context"
 	"errors"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -15,7 +13,6 @@ import (
 	"time"
 
 	"toybox/tests/testenv"
-	"toybox/vat/wall"
 )
 
 // TestFailedNewInstallRetiresItsFolders: a new vat whose record could not
@@ -25,11 +22,7 @@ import (
 // folder gone.
 func TestFailedNewInstallRetiresItsFolders(t *testing.T) {
 	testenv.RequireRoot(t)
-	s, st := testSupervisorWith(t, func(c *Config) {
-		c.Launch = func(context.Context, wall.Spec, *slog.Logger) (Process, error) {
-			return nil, errors.New("no wall in this test")
-		}
-	})
+	s, st := noWallSupervisor(t, nil)
 	code, err := st.Put(strings.NewReader("#!/bin/sh\nexit 0\n"), "", nil)
 	if err != nil {
 		t.Fatal(err)

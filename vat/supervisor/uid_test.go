@@ -1,16 +1,12 @@
 package supervisor
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 
 	"toybox/tests/testenv"
-	"toybox/vat/wall"
 )
 
 // TestConcurrentInstallsGetTheirOwnUID: two new vats installed at the same
@@ -18,11 +14,7 @@ import (
 // record says so).
 func TestConcurrentInstallsGetTheirOwnUID(t *testing.T) {
 	testenv.RequireRoot(t) // a uid per vat is root mode's
-	s, st := testSupervisorWith(t, func(c *Config) {
-		c.Launch = func(context.Context, wall.Spec, *slog.Logger) (Process, error) {
-			return nil, errors.New("no wall in this test")
-		}
-	})
+	s, st := noWallSupervisor(t, nil)
 	code, err := st.Put(strings.NewReader("#!/bin/sh\nexit 0\n"), "", nil)
 	if err != nil {
 		t.Fatal(err)
