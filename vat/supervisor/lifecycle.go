@@ -41,7 +41,7 @@ type instance struct {
 	requests  chan struct{} // public requests in flight (MaxVatRequests)
 	clientsMu sync.Mutex
 	clients   map[string]int // public requests in flight by client (MaxClientVatRequests)
-	stopping  words.Word     // while it is stopped: Stopping (to start again) or OffRemoved; Unknown while it runs (guarded by v.mu)
+	stopping  words.Word     // while it is stopped: Stopping (to start again), OffRemoved or OffStopped; Unknown while it runs (guarded by v.mu)
 	serving   words.Word     // the word of its app once it listened (guarded by v.mu)
 }
 
@@ -113,8 +113,10 @@ func (in *instance) update(f func(v *vat)) {
 	in.v.mu.Unlock()
 }
 
-// markStopping says why the vat stops: to start again (words.Stopping) or
-// for good (words.OffRemoved); v.mu must be held.
+// markStopping says why the vat stops: to start again (words.Stopping, an
+// upgrade's rollback included) or for good (words.OffRemoved, or
+// words.OffStopped for a new install that could not be recorded); v.mu
+// must be held.
 func (in *instance) markStopping(w words.Word) {
 	in.stopping = w
 	in.v.word = w

@@ -579,6 +579,11 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 	v.mu.Unlock()
 	readyErr := in.waitReady()
 	rollback := func(kind, why error) (Status, Outcome, error) {
+		// The new version, up or not, is not served while it stops: the
+		// old one starts again after it.
+		v.mu.Lock()
+		in.markStopping(words.Stopping)
+		v.mu.Unlock()
 		in.stopAndWait()
 		s.log.Warn("upgrade rolled back", keyVat, req.ID, keyCode, rec.Code, keyErr, why)
 		v.mu.Lock()
@@ -601,6 +606,9 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 		if existed {
 			return rollback(ErrUpgradeFailed, err)
 		}
+		v.mu.Lock()
+		in.markStopping(words.OffStopped)
+		v.mu.Unlock()
 		in.stopAndWait()
 		// Its folders went to a uid that is free again, and may go to the
 		// next vat installed: kept as a removal keeps them.
