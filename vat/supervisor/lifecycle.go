@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -43,6 +44,22 @@ type instance struct {
 	clients   map[string]int // public requests in flight by client (MaxClientVatRequests)
 	stopping  words.Word     // while it is stopped: Stopping (to start again), OffRemoved or OffStopped; Unknown while it runs (guarded by v.mu)
 	serving   words.Word     // the word of its app once it listened (guarded by v.mu)
+	// unanswered is set while answered has said NotAnswering: a response
+	// of the app's then takes v.mu to bring its word back.
+	unanswered atomic.Bool
+}
+
+// answering is the RoundTripper of the instance's proxy: an answer of the
+// app's, on a new connection or one kept open (which dials nothing), says
+// it answers.
+type answering struct{ in *instance }
+
+func (a answering) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := a.in.transport.RoundTrip(r)
+	if err == nil && a.in.unanswered.Load() {
+		a.in.answered(nil)
+	}
+	return resp, err
 }
 
 // running is one spawned process of an instance.
@@ -78,7 +95,7 @@ func (s *Supervisor) launch(v *vat) *instance {
 		ResponseHeaderTimeout:  vatHeaderTimeout,
 	}
 	in.plog = newProxyLog(s.log, v.id)
-	in.proxy = proxyLogged(v.id, in.transport, in.plog)
+	in.proxy = proxyLogged(v.id, answering{in}, in.plog)
 	go in.loop()
 	return in
 }
@@ -199,7 +216,8 @@ func (in *instance) loop() {
 // answered takes what a public request's dial to the app found: nothing
 // accepting on its socket (it is gone, replaced, or no longer listened on)
 // turns a serving word into NotAnswering, with the reason; a dial that
-// connects brings the serving word back. A busy app (a full backlog) or a
+// connects, or an answer on a connection kept open, brings the serving
+// word back. A busy app (a full backlog) or a
 // request given up is neither.
 func (in *instance) answered(err error) {
 	v := in.v
@@ -216,9 +234,11 @@ func (in *instance) answered(err error) {
 	case v.run != in:
 	case err == nil && v.word == words.NotAnswering && in.serving.Serving():
 		v.word = in.serving
+		in.unanswered.Store(false)
 		in.s.log.Info("vat answering again", keyVat, v.id, keyWord, v.word.String())
 	case err != nil && v.word.Serving():
 		v.word = words.NotAnswering
+		in.unanswered.Store(true)
 		v.lastError = "its app stopped answering on $TOYBOX_LISTEN: " + err.Error()
 		in.s.log.Warn("vat not answering", keyVat, v.id, keyErr, err)
 	}
