@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -77,6 +78,28 @@ func TestShellScriptVat(t *testing.T) {
 	}
 	s.mustGet("/shelly/hello", "sh says hello: GET /hello, hit 1")
 	s.mustGet("/shelly/", "sh says hello: GET /, hit 2")
+}
+
+// TestSecondSupervisorRefused: a second toybox serve on a state dir in use
+// would start every vat again beside the first's (and end the first's
+// walls as leftovers); it is refused, saying who holds the state dir, and
+// the first goes on serving.
+func TestSecondSupervisorRefused(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	s.mustInstall("shelly", example(t, "shell-script"), "")
+	s.mustGet("/shelly/hello", "sh says hello: GET /hello, hit 1")
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	second := exec.CommandContext(ctx, filepath.Join(bins, "toybox"), "serve", "--state", s.state,
+		"--http", "127.0.0.1:"+freePort(t), "--admin", filepath.Join(s.dir, "second-admin.sock"))
+	out, err := second.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("a second toybox serve on the same state dir ran on (killed after 20 s):\n%s", out)
+	}
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), "the state dir is in use") || !strings.Contains(string(out), fmt.Sprintf("process %d", s.tb.Process.Pid)) {
+		t.Fatalf("a second toybox serve on the same state dir: %v\n%s\nwant exit 1 naming the first (pid %d)", err, out, s.tb.Process.Pid)
+	}
+	s.mustGet("/shelly/hello", "sh says hello: GET /hello, hit 2")
 }
 
 // TestCrashAndRestart: kill the app's wall: it is restarted with its data;

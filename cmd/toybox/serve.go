@@ -38,7 +38,9 @@ Runs the supervisor: every installed vat starts, the admin API is served on
 the admin socket (mode 0600) and each vat's app on the http socket as
 /<vat>/... . Under systemd socket activation the sockets named "http" and
 "admin" are used instead of --http and --admin; "admin" must be a unix
-socket (a TCP one is refused: every local user could reach it).
+socket (a TCP one is refused: every local user could reach it). One
+supervisor per state dir: it holds <state>/serve.lock, and a second one
+on the same dir is refused.
 
 Environment: TOYBOX_WALLS=off (kill switch: no walls at all),
 TOYBOX_WALLS_DEFAULT=off (this computer runs vats unwalled), TOYBOX_LOG=debug.
@@ -97,6 +99,12 @@ type serveOptions struct {
 const httpStopBudget = 5 * time.Second
 
 func runServe(o serveOptions, log *slog.Logger) error {
+	// One supervisor per state dir, taken before anything reads it.
+	lock, err := store.Lock(o.state)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
 	sw, err := switches.New(switches.Config{Kill: o.walls, Default: o.wallsDefault, StateDir: o.state})
 	if err != nil {
 		return err
