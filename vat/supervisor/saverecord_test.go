@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -27,14 +26,7 @@ func TestFailedNewInstallRetiresItsFolders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// No record can be saved: vats/ is a file.
-	vats := filepath.Join(st.StateDir(), "vats")
-	if err := os.Remove(vats); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(vats, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	noRecords(t, st)
 	if _, _, err := s.Install(InstallRequest{ID: "lost", Code: code}); err == nil || !strings.Contains(err.Error(), "saving the vat record") {
 		t.Fatalf("Install = %v; want a failure to save the record", err)
 	}
@@ -64,15 +56,7 @@ func TestUpgradeWhoseRecordCannotBeSavedIs500(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vats := filepath.Join(st.StateDir(), "vats")
-	// No record can be saved from here on: vats/ is moved aside.
-	if err := os.Rename(vats, vats+".aside"); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(vats, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.Remove(vats); _ = os.Rename(vats+".aside", vats) })
+	noRecords(t, st)
 	w := httptest.NewRecorder()
 	body := append(b, []byte("# v2\n")...)
 	s.AdminHandler().ServeHTTP(w, httptest.NewRequest("PUT", "/keep", bytes.NewReader(body)))

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"toybox/vat/store"
 	"toybox/vat/words"
 )
 
@@ -48,30 +49,42 @@ func TestStoppingIsNotServing(t *testing.T) {
 // shell-script app, deaf to SIGTERM, so a stop takes the whole grace.
 func deafVat(t *testing.T) *Supervisor {
 	t.Helper()
-	s, st, dir := unwalledSupervisor(t, 2*time.Second)
+	s, st, _ := unwalledSupervisor(t, 2*time.Second)
+	if _, _, err := s.Install(InstallRequest{ID: "slow", Code: deafCode(t, st, "")}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// deafCode stores the shell-script app deaf to SIGTERM (perl inherits the
+// ignored signal), so that a stop takes the whole grace; tag makes another
+// version of it.
+func deafCode(t *testing.T, st *store.Store, tag string) store.Code {
+	t.Helper()
 	app, err := os.ReadFile(shellScriptApp(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The same app, deaf to SIGTERM (perl inherits the ignored signal).
-	slow := strings.Replace(string(app), "set -eu\n", "set -eu\ntrap '' TERM\n", 1)
-	script := filepath.Join(dir, "slow.sh")
-	if err := os.WriteFile(script, []byte(slow), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(script)
+	deaf := strings.Replace(string(app), "set -eu\n", "set -eu\ntrap '' TERM\n", 1) + tag
+	code, err := st.Put(strings.NewReader(deaf), "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	code, err := st.Put(f, "", nil)
-	f.Close()
-	if err != nil {
+	return code
+}
+
+// noRecords makes every later record save of st fail (its vats folder
+// becomes a file) until the test ends.
+func noRecords(t *testing.T, st *store.Store) {
+	t.Helper()
+	vats := filepath.Join(st.StateDir(), "vats")
+	if err := os.Rename(vats, vats+".aside"); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.Install(InstallRequest{ID: "slow", Code: code}); err != nil {
+	if err := os.WriteFile(vats, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return s
+	t.Cleanup(func() { _ = os.Remove(vats); _ = os.Rename(vats+".aside", vats) })
 }
 
 // TestRemovingIsNotServing: while a removal stops the app, the vat's status
