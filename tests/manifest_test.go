@@ -3,8 +3,11 @@ package tests
 import (
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -147,6 +150,35 @@ func TestManifestLoopbackForwards(t *testing.T) {
 // tmpApp answers with what writing 2 MiB to /tmp did.
 var tmpApp = shellApp(`	body=$(head -c 2097152 /dev/zero 2>&1 >/tmp/fill && echo wrote || true)
 	body=$(printf '%s' "$body" | tail -n 1)`)
+
+// TestWallMaxTasks: the operator's --wall-max-tasks is each wall's task
+// limit, soft and hard, for a vat with no way out (its app is the wall's
+// first process: all of it) and for one with a grant (toybox-entry keeps 32
+// of it). Above 64, and a number, or serve refuses to start.
+func TestWallMaxTasks(t *testing.T) {
+	for _, bad := range []string{"63", "0", "x"} {
+		out, err := exec.Command(filepath.Join(bins, "toybox"), "serve", "--state", t.TempDir(), "--switchboard", "/nonexistent", "--wall-max-tasks", bad).CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "wall-max-tasks") {
+			t.Errorf("--wall-max-tasks %s: %v %q; want exit 2 naming the flag", bad, err, out)
+		}
+	}
+	s := newStack(t, stackOpts{extra: []string{"--wall-max-tasks", "100"}})
+	p := filepath.Join(t.TempDir(), "tasks.sh")
+	if err := os.WriteFile(p, []byte(shellApp(`	body=$(grep 'Max processes' /proc/self/limits)`)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s.mustInstall("tasks", p, "")
+	s.mustInstall("granted", p, "egress="+url.QueryEscape(`{"host":"127.0.0.1","port":9}`))
+	for _, tt := range []struct{ id, want string }{
+		{"tasks", `^Max processes +100 +100 +processes`},
+		{"granted", `^Max processes +68 +100 +processes`},
+	} {
+		code, body := s.get("/" + tt.id + "/")
+		if code != http.StatusOK || !regexp.MustCompile(tt.want).MatchString(body) {
+			t.Errorf("%s: %d %q; want %s", tt.id, code, body, tt.want)
+		}
+	}
+}
 
 // TestWallTmpSize: the operator's --wall-tmp-mib is each wall's /tmp: a vat
 // given 1 MiB cannot write 2.

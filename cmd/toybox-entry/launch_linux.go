@@ -31,6 +31,7 @@ package main
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -396,6 +397,10 @@ static void te_close_listeners(void) {
 	}
 }
 
+// TE_TASK_RESERVE is how many of the wall's tasks the app leaves the entry
+// (at most half the limit): the Go runtime's threads, about ten.
+#define TE_TASK_RESERVE 32
+
 // te_lazy_ms bounds how long the entry's Go half waits to start (below).
 #define TE_LAZY_MS 50
 
@@ -516,6 +521,21 @@ __attribute__((constructor)) static void te_launcher(int argc, char **argv, char
 	// The app is this process's child to reap: not one the kernel reaps
 	// by itself because SIGCHLD came in ignored.
 	signal(SIGCHLD, SIG_DFL);
+	// The wall's task limit (RLIMIT_NPROC, which the supervisor set before
+	// this process ran anything) counts this process's threads with the
+	// app's. The app starts with a soft limit TE_TASK_RESERVE below it, so
+	// an app that forks up to its limit leaves room for the runtime's
+	// threads here: without them the entry would crash, and its wall with
+	// it. (The app may raise its soft limit to the hard one; then only its
+	// own wall suffers.) posix_spawn returns once the app has exec'd
+	// (glibc's vfork), so the entry's own limit comes back right after.
+	struct rlimit tasks;
+	int lowered = 0;
+	if (getrlimit(RLIMIT_NPROC, &tasks) == 0 && tasks.rlim_cur != RLIM_INFINITY) {
+		rlim_t reserve = tasks.rlim_cur / 2 < TE_TASK_RESERVE ? tasks.rlim_cur / 2 : TE_TASK_RESERVE;
+		struct rlimit app = {tasks.rlim_cur - reserve, tasks.rlim_max};
+		lowered = setrlimit(RLIMIT_NPROC, &app) == 0;
+	}
 	posix_spawn_file_actions_t fa;
 	int rc = posix_spawn_file_actions_init(&fa);
 	if (rc == 0) {
@@ -530,6 +550,9 @@ __attribute__((constructor)) static void te_launcher(int argc, char **argv, char
 		}
 	}
 	posix_spawn_file_actions_destroy(&fa);
+	if (lowered) {
+		(void)setrlimit(RLIMIT_NPROC, &tasks); // up to the hard limit: allowed
+	}
 	if (rc != 0) {
 		te_fail(TE_STAGE_SPAWN, "posix_spawn", rc, 0);
 		te_close_listeners();

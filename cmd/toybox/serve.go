@@ -32,7 +32,7 @@ import (
 
 func init() { commands["serve"] = serveMain }
 
-const serveUsage = `usage: toybox serve --state DIR --switchboard PATH [--http ADDR|unix:PATH] [--admin PATH] [--entry PATH] [--doors FILE] [--wall-tmp-mib N]
+const serveUsage = `usage: toybox serve --state DIR --switchboard PATH [--http ADDR|unix:PATH] [--admin PATH] [--entry PATH] [--doors FILE] [--wall-tmp-mib N] [--wall-max-tasks N]
 
 Runs the supervisor: every installed vat starts, the admin API is served on
 the admin socket (mode 0600) and each vat's app on the http socket as
@@ -59,6 +59,7 @@ func serveMain(args []string) int {
 	stopGrace := fs.Duration("stop-grace", 5*time.Second, "time between SIGTERM and SIGKILL when stopping a vat")
 	maxBody := fs.Int64("max-body", store.DefaultMaxBody, "largest code upload in bytes")
 	wallTmp := fs.Int64("wall-tmp-mib", wall.TmpBytes>>20, "size of each wall's /tmp in MiB (it is memory: a tmpfs)")
+	wallTasks := fs.Int("wall-max-tasks", wall.MaxTasks, "most processes and threads in each wall (its app may use all but 32)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -76,9 +77,13 @@ func serveMain(args []string) int {
 		fmt.Fprintf(os.Stderr, "toybox serve: --wall-tmp-mib %d: want 1 to %d\n", *wallTmp, 1<<20)
 		return 2
 	}
+	if *wallTasks < 64 || *wallTasks > 1<<22 {
+		fmt.Fprintf(os.Stderr, "toybox serve: --wall-max-tasks %d: want 64 to %d\n", *wallTasks, 1<<22)
+		return 2
+	}
 	if err := runServe(serveOptions{
 		state: *stateDir, switchboard: *sbPath, http: *httpAddr, admin: *adminPath, entry: *entryPath, doors: *doorsPath,
-		readyTimeout: *readyTimeout, stopGrace: *stopGrace, maxBody: *maxBody, wallTmp: *wallTmp << 20,
+		readyTimeout: *readyTimeout, stopGrace: *stopGrace, maxBody: *maxBody, wallTmp: *wallTmp << 20, wallTasks: *wallTasks,
 		walls: os.Getenv("TOYBOX_WALLS"), wallsDefault: os.Getenv("TOYBOX_WALLS_DEFAULT"),
 	}, log); err != nil {
 		log.Error("toybox serve", "error", err.Error())
@@ -92,6 +97,7 @@ type serveOptions struct {
 	state, switchboard, http, admin, entry, doors string
 	readyTimeout, stopGrace                       time.Duration
 	maxBody, wallTmp                              int64
+	wallTasks                                     int
 	walls, wallsDefault                           string
 }
 
@@ -162,7 +168,7 @@ func runServe(o serveOptions, log *slog.Logger) error {
 			}
 			return p, nil
 		},
-		ReadyTimeout: o.readyTimeout, StopGrace: o.stopGrace, WallTmpBytes: o.wallTmp, Logger: log,
+		ReadyTimeout: o.readyTimeout, StopGrace: o.stopGrace, WallTmpBytes: o.wallTmp, WallMaxTasks: o.wallTasks, Logger: log,
 		OwnPorts: ownPorts(httpL),
 	})
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -470,6 +471,11 @@ func TestUnderSystemd(t *testing.T) {
 			if code != "200" || !strings.HasPrefix(body, f.want) {
 				t.Errorf("inside the wall, %s: %s %q; want %q", f.path, code, body, f.want)
 			}
+		}
+		// The wall's task limit, from a supervisor that is not root: the
+		// default 1024, of which the app may use all but the entry's 32.
+		if code, body := reach(t, "/probe/?read=/proc/self/limits&line=Max+processes"); code != "200" || !regexp.MustCompile(`^read: Max processes +992 +1024 `).MatchString(body) {
+			t.Errorf("inside the wall, the app's task limit: %s %q; want soft 992, hard 1024", code, body)
 		}
 		if code, body := reach(t, "/probe/?read=/etc/passwd"); code != "200" || !strings.Contains(body, "read: root:x:0:0:") {
 			t.Errorf("inside the wall, /etc/passwd: %s %q", code, body)

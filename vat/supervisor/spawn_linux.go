@@ -114,6 +114,7 @@ func (s *Supervisor) spawnWalled(ctx context.Context, v *vat, code store.Code, r
 		Stderr:     out,
 		NoSeccomp:  noSeccompTable(),
 		TmpBytes:   s.cfg.WallTmpBytes,
+		MaxTasks:   s.cfg.WallMaxTasks,
 	}
 	if uid, gid := s.ids(rec); uid >= 0 {
 		spec.UID, spec.GID = uid, gid

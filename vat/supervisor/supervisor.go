@@ -66,6 +66,9 @@ type Config struct {
 	// WallTmpBytes is the size of each wall's /tmp (memory). If zero,
 	// wall.TmpBytes.
 	WallTmpBytes int64
+	// WallMaxTasks is each wall's task limit (processes and threads). If
+	// zero, wall.MaxTasks.
+	WallMaxTasks int
 	// BackoffMin and BackoffMax bound the restart delay, which doubles
 	// after each crash. If zero, 200ms and 30s.
 	BackoffMin, BackoffMax time.Duration

@@ -109,6 +109,9 @@ type Plan struct {
 	// NoNet: the vat has no way out: no entry, no proxy, no capability
 	// but the app's own fd 3.
 	NoNet bool
+	// MaxTasks is the wall's task limit (RLIMIT_NPROC, soft and hard), set
+	// on the wall's first process before it runs anything of the vat's.
+	MaxTasks int
 }
 
 // EntryMount is where toybox-entry appears inside the wall.
@@ -190,6 +193,12 @@ func (b *planner) build() error {
 	}
 	if len(s.Command) == 0 || s.Command[0] == "" {
 		return fmt.Errorf("%w: no command", ErrSpec)
+	}
+	switch b.p.MaxTasks = s.MaxTasks; {
+	case s.MaxTasks == 0:
+		b.p.MaxTasks = MaxTasks
+	case s.MaxTasks < 0:
+		return fmt.Errorf("%w: a task limit of %d", ErrSpec, s.MaxTasks)
 	}
 	var err error
 	if b.state, err = realAbs("state dir", s.StateDir, false); err != nil {

@@ -87,6 +87,10 @@ type Spec struct {
 	// TmpBytes is the size of the wall's /tmp, a tmpfs: memory the vat can
 	// fill, and no more. If zero, TmpBytes.
 	TmpBytes int64
+	// MaxTasks is the most tasks (processes and threads) the wall may have
+	// at once: the app, its children and toybox-entry together. If zero,
+	// MaxTasks.
+	MaxTasks int
 }
 
 // The sizes of the tmpfs a wall gets. A tmpfs holds memory no process is
@@ -99,6 +103,11 @@ const (
 	ShmBytes    = 64 << 20  // /dev/shm (Docker's default); /dev itself where it is a tmpfs
 	MaskBytes   = 4096      // a masked folder
 )
+
+// MaxTasks is a wall's task limit by default: well above what an app with
+// its helpers runs (a Go or Node server has about ten threads), far below
+// the host's pids.
+const MaxTasks = 1024
 
 // Files are the owner-chosen files and folders a vat may see.
 type Files struct {

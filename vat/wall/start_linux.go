@@ -300,6 +300,16 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 	}
 	cl.add(func() { _ = statusR.Close() })
 	opts = append(fds.pass(statusW, "--json-status-fd"), opts...)
+	// The door: the sandbox's first process waits on it (--block-fd, once
+	// its namespaces and mounts are made, before anything of the vat's
+	// runs) until its limits are set (limit). It reads EOF if the
+	// supervisor is gone; only this process holds the write end.
+	doorR, doorW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("starting the wall for %q: door pipe: %w", spec.ID, err)
+	}
+	defer doorW.Close()
+	opts = append(fds.pass(doorR, "--block-fd"), opts...)
 	// bwrap's options go through a descriptor (--args), not its argv:
 	// /proc/<pid>/cmdline is readable by every user of the host, and the
 	// options carry the owner's environment values (--setenv).
@@ -370,6 +380,16 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 		return nil, err
 	}
 	p.child = child
+	// A sandbox already gone (a bind bubblewrap could not make) runs
+	// nothing: the wall ends with bubblewrap's own reason, as without a
+	// door.
+	if err := limit(child, plan, doorW); err != nil && !errors.Is(err, unix.ESRCH) {
+		// The sandbox's process is not bwrap's to end yet (it asks for
+		// its parent's death after the door): end it first.
+		_ = unix.Kill(child, unix.SIGKILL)
+		kill()
+		return nil, fmt.Errorf("starting the wall for %q: %w", spec.ID, err)
+	}
 	cl.fns = nil // success: the wall owns what it was handed; close our copies below
 	for _, f := range []*os.File{spec.EntryCap, spec.AppCap} {
 		if f != nil {
@@ -377,6 +397,72 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 		}
 	}
 	return p, nil
+}
+
+// limit sets the wall's limits on its first process (child, bwrap's
+// sandbox process, still waiting at the door), then opens the door.
+//
+// RLIMIT_NPROC bounds the tasks of the wall: the kernel counts them per user
+// namespace and uid (since Linux 5.14), and everything in the wall is one
+// uid in the wall's own namespace, so the count is the wall's alone; soft
+// and hard, so the app cannot raise it. Set on bwrap before it made the
+// namespace, the limit would count the supervisor's uid across every wall
+// (when not root), and before the app forks is the only time it binds them
+// all: hence the door.
+func limit(child int, plan *Plan, door *os.File) error {
+	n := uint64(plan.MaxTasks)
+	if err := prlimitAs(child, plan.HostUID, plan.HostGID, unix.RLIMIT_NPROC, &unix.Rlimit{Cur: n, Max: n}); err != nil {
+		return fmt.Errorf("setting the wall's task limit (%d): %w", n, err)
+	}
+	if _, err := door.Write([]byte{0}); err != nil {
+		return fmt.Errorf("opening the wall's door: %w", err)
+	}
+	return nil
+}
+
+// prlimitAs sets resource res of process pid. The kernel lets a process
+// whose real ids are the target's set its limits without CAP_SYS_RESOURCE.
+// A supervisor that is not root is the wall's uid already (uid < 0). A root
+// one runs the wall as the vat's own uid and may lack CAP_SYS_RESOURCE (a
+// container's root, this project's CI): it asks from one thread whose real
+// ids are the wall's for the call, and back to its own after. That thread
+// must not end: a wall's bwrap dies with the thread that forked it
+// (Pdeathsig), which may be this one; so one whose ids cannot be put back
+// is parked for good instead, never to run other code.
+func prlimitAs(pid, uid, gid, res int, rl *unix.Rlimit) error {
+	if uid < 0 {
+		return os.NewSyscallError("prlimit", unix.Prlimit(pid, res, rl, nil))
+	}
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		ruid, rgid := unix.Getuid(), unix.Getgid()
+		keep := ^uintptr(0) // -1: leave that id as it is
+		set := func(uid, gid int) error {
+			if _, _, e := unix.RawSyscall(sysSetresgid, uintptr(gid), keep, keep); e != 0 {
+				return os.NewSyscallError("setresgid", e)
+			}
+			if _, _, e := unix.RawSyscall(sysSetresuid, uintptr(uid), keep, keep); e != 0 {
+				return os.NewSyscallError("setresuid", e)
+			}
+			return nil
+		}
+		err := set(uid, gid)
+		if err == nil {
+			err = os.NewSyscallError("prlimit", unix.Prlimit(pid, res, rl, nil))
+		}
+		if _, _, e := unix.RawSyscall(sysSetresuid, uintptr(ruid), keep, keep); e != 0 {
+			done <- errors.Join(err, fmt.Errorf("taking back the thread's uid: %w", os.NewSyscallError("setresuid", e)))
+			select {}
+		}
+		if _, _, e := unix.RawSyscall(sysSetresgid, uintptr(rgid), keep, keep); e != 0 {
+			done <- errors.Join(err, fmt.Errorf("taking back the thread's gid: %w", os.NewSyscallError("setresgid", e)))
+			select {}
+		}
+		runtime.UnlockOSThread()
+		done <- err
+	}()
+	return <-done
 }
 
 // readChildPid reads bwrap's first JSON status ({"child-pid": N}). It

@@ -122,6 +122,27 @@ func victim(mode string) int {
 			_ = os.Chmod(dir, 0o777)
 			expectFail(fmt.Sprintf("write %d MiB in %s", n, dir), fill(filepath.Join(dir, "fill"), n))
 		}
+	case "forks":
+		// arg: how many processes to try (a bound, so that a wall
+		// without a task limit does not fork the host out of pids). Each
+		// is a sleep that ends with the wall; the wall must refuse one
+		// before the last.
+		n, _ := strconv.Atoi(arg)
+		started := 0
+		var err error
+		for ; started < n; started++ {
+			var p *os.Process
+			if p, err = os.StartProcess("/usr/bin/sleep", []string{"sleep", "60"}, &os.ProcAttr{}); err != nil {
+				break
+			}
+			_ = p.Release()
+		}
+		if err != nil {
+			fmt.Printf("FORKED %d\n", started)
+			held("process %d: %v", started+1, err)
+		} else {
+			breach("started all %d processes", n)
+		}
 	case "environs":
 		// The supervisor's environment must be nowhere in the wall. The
 		// test passes the secret reversed, so this process's own env does

@@ -1130,3 +1130,50 @@ func TestAttackFillMemory(t *testing.T) {
 		}
 	}
 }
+
+// TestAttackForkBomb: a wall had no task limit of its own, so one vat could
+// fork until the host ran out of pids (32768 here), and every other wall,
+// the supervisor and the host's own services with it. The kernel counts
+// RLIMIT_NPROC per user namespace and uid, so the wall's limit is its own:
+// the app, its children and toybox-entry together. An app with the entry
+// stops 32 short of it (the entry's reserve), and the entry lives on.
+func TestAttackForkBomb(t *testing.T) {
+	for _, shape := range []string{"no way out", "with the entry"} {
+		t.Run(shape, func(t *testing.T) {
+			f := newFixture(t, "forker")
+			f.spec.MaxTasks = 128
+			appLimit := f.spec.MaxTasks
+			f.spec.Env = map[string]string{"VICTIM_ARG": strconv.Itoa(4 * f.spec.MaxTasks)}
+			var out string
+			var err error
+			if shape == "with the entry" {
+				appLimit -= 32
+				f.spec.Net = Net{}
+				ea, eb := socketpair(t)
+				defer eb.Close()
+				f.spec.EntryCap = ea
+				out, err = f.runVictimNoVat(t, "forks", eb)
+			} else {
+				out, err = f.runVictim(t, "forks")
+			}
+			if err != nil {
+				t.Fatalf("Wait = %v (want the wall's pid 1 to live through it); output:\n%s", err, out)
+			}
+			if n := held(t, out); n != 1 {
+				t.Fatalf("held %d; output:\n%s", n, out)
+			}
+			for _, l := range lines(out, "HELD ") {
+				if !strings.Contains(l, "resource temporarily unavailable") {
+					t.Errorf("%s: want EAGAIN, the task limit", l)
+				}
+			}
+			// The victim's own threads (and the entry's) count too: the
+			// sleeps are fewer than the app's limit, and most of it.
+			for _, l := range lines(out, "FORKED ") {
+				if n, _ := strconv.Atoi(l); n >= appLimit || n < appLimit*3/4 {
+					t.Errorf("started %d processes under an app limit of %d tasks", n, appLimit)
+				}
+			}
+		})
+	}
+}

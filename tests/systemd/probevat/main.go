@@ -61,6 +61,16 @@ func serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		first, _, _ := strings.Cut(string(b), "\n")
+		// ?line=PREFIX: the first line that starts with it instead.
+		if prefix := r.URL.Query().Get("line"); prefix != "" {
+			first = ""
+			for _, l := range strings.Split(string(b), "\n") {
+				if strings.HasPrefix(l, prefix) {
+					first = l
+					break
+				}
+			}
+		}
 		fmt.Fprintf(w, "read: %s\n", first)
 		return
 	}
