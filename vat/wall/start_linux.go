@@ -359,7 +359,12 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 	}
 	p := &Process{id: spec.ID, tier: plan.Tier, cmd: cmd, logger: logger, done: make(chan struct{}), status: statusR, statusRead: make(chan struct{}), head: head, plan: plan, views: views}
 	go p.reap()
-	kill := func() { _ = cmd.Process.Kill(); <-p.done }
+	// Before the door the sandbox's first process is still in bwrap's
+	// process group (it makes its own session only after): ending the
+	// group ends it too. Ending bwrap alone left it waiting at the door
+	// (or for bwrap's go-ahead) and holding bwrap's stderr, so the wait
+	// below never ended.
+	kill := func() { _ = unix.Kill(-cmd.Process.Pid, unix.SIGKILL); _ = cmd.Process.Kill(); <-p.done }
 
 	child, err := readChildPid(ctx, statusR, p.statusRead)
 	if err != nil {

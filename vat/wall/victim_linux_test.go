@@ -388,6 +388,13 @@ func victim(mode string) int {
 			b, err := os.ReadFile(p)
 			fmt.Printf("ETC %s %q %v\n", p, b, err)
 		}
+	case "nproc":
+		// Says it ran, and under which task limit, then waits.
+		var rl unix.Rlimit
+		_ = unix.Getrlimit(unix.RLIMIT_NPROC, &rl)
+		fmt.Printf("NPROC %d %d\n", rl.Cur, rl.Max)
+		os.Stdout.Sync()
+		time.Sleep(time.Minute)
 	case "sleep":
 		fmt.Println("sleeping")
 		os.Stdout.Sync()
