@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -36,6 +37,110 @@ func procField(pid int, key string) string {
 		}
 	}
 	return ""
+}
+
+// wallBwrap waits for a wall's bwrap among pid's children (one run with
+// --args, not the preflight's) and returns it.
+func wallBwrap(t *testing.T, pid int) int {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		for _, c := range procChildren(pid) {
+			cl, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", c))
+			if procField(c, "Name:") == "bwrap" && strings.Contains(string(cl), "--args") {
+				return c
+			}
+		}
+	}
+	t.Fatal("no wall's bwrap appeared")
+	return 0
+}
+
+// tasksLimit is pid's RLIMIT_NPROC line in /proc/pid/limits.
+func tasksLimit(pid int) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/limits", pid))
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "Max processes") {
+			return strings.Join(strings.Fields(l), " ")
+		}
+	}
+	return ""
+}
+
+// TestDoorSupervisor is the supervisor of TestDoorStaysShutWhenSupervisorDies
+// (a separate process, killed there): it starts one wall and waits.
+func TestDoorSupervisor(t *testing.T) {
+	outPath := os.Getenv("DOOR_OUT")
+	if outPath == "" {
+		t.Skip("run by TestDoorStaysShutWhenSupervisorDies")
+	}
+	f := newFixture(t, "door")
+	f.spec.MaxTasks = 100
+	f.caps(t)
+	f.spec.Env = map[string]string{victimEnv: "nproc"}
+	out, err := os.Create(outPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.spec.Stdout, f.spec.Stderr = out, out
+	p, err := Start(context.Background(), f.spec, nil)
+	if err == nil {
+		_ = p.Wait()
+	}
+}
+
+// TestDoorStaysShutWhenSupervisorDies: bubblewrap goes on at its door's EOF
+// as at a byte, and the sandbox's process asks for its parent's death only
+// after the door. A supervisor that died before setting the task limit
+// (crash, OOM killer, kill -9) closed the door's only write end: the vat ran,
+// reparented to init, with the host's task limit (4N forks, say), until a
+// next supervisor's EndLeftovers. Now the sandbox holds a writer of its own
+// door and waits there.
+func TestDoorStaysShutWhenSupervisorDies(t *testing.T) {
+	testenvRequireBwrap(t)
+	binaries(t)
+	for try := 0; ; try++ {
+		outPath := filepath.Join(t.TempDir(), "out")
+		sup := exec.Command(os.Args[0], "-test.run=^TestDoorSupervisor$")
+		sup.Env = append(os.Environ(), "DOOR_OUT="+outPath)
+		if err := sup.Start(); err != nil {
+			t.Fatal(err)
+		}
+		// Freeze the supervisor once bwrap runs: it cannot set the limit;
+		// bwrap makes the sandbox, which comes to the door.
+		bw := wallBwrap(t, sup.Process.Pid)
+		_ = sup.Process.Signal(syscall.SIGSTOP)
+		var sandbox int
+		for deadline := time.Now().Add(10 * time.Second); sandbox == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if c := procChildren(bw); len(c) > 0 {
+				sandbox = c[0]
+			}
+		}
+		time.Sleep(500 * time.Millisecond) // its mounts made: at the door
+		limited := strings.HasPrefix(tasksLimit(sandbox), "Max processes 100 ")
+		_ = sup.Process.Kill()
+		_ = sup.Wait()
+		if sandbox == 0 {
+			t.Fatal("bwrap made no sandbox")
+		}
+		t.Cleanup(func() { _ = syscall.Kill(sandbox, syscall.SIGKILL) })
+		if limited {
+			// The supervisor set the limit before it was frozen: again.
+			if try < 5 {
+				continue
+			}
+			t.Skip("the supervisor always set the limit before it could be frozen")
+		}
+		time.Sleep(2 * time.Second)
+		b, _ := os.ReadFile(outPath)
+		if strings.Contains(string(b), "NPROC") {
+			t.Fatalf("the vat ran with no task limit once its supervisor died at the door (%s): %q", tasksLimit(sandbox), b)
+		}
+		if name := procField(sandbox, "Name:"); name != "bwrap" {
+			b, _ := os.ReadFile(outPath)
+			t.Fatalf("the sandbox's process is %q, not bwrap still waiting at its door; out %q", name, b)
+		}
+		return
+	}
 }
 
 // TestStartCancelledAtTheDoor: a start whose context ended once bwrap had

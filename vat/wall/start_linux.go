@@ -302,14 +302,20 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 	opts = append(fds.pass(statusW, "--json-status-fd"), opts...)
 	// The door: the sandbox's first process waits on it (--block-fd, once
 	// its namespaces and mounts are made, before anything of the vat's
-	// runs) until its limits are set (limit). It reads EOF if the
-	// supervisor is gone; only this process holds the write end.
-	doorR, doorW, err := os.Pipe()
+	// runs) until its limits are set (limit). bubblewrap goes on at EOF as
+	// at a byte, and that process asks for its parent's death only after
+	// the door: so the end it reads is open for writing too, and it never
+	// reads EOF. A supervisor that dies before opening it (bwrap dies with
+	// it, the sandbox does not) leaves the sandbox waiting there for good
+	// (EndLeftovers ends it), not running the vat with no limit. bubblewrap
+	// closes it once through; nothing of it reaches the vat.
+	door, err := newDoor()
 	if err != nil {
-		return nil, fmt.Errorf("starting the wall for %q: door pipe: %w", spec.ID, err)
+		return nil, fmt.Errorf("starting the wall for %q: %w", spec.ID, err)
 	}
+	doorW := door.w
 	defer doorW.Close()
-	opts = append(fds.pass(doorR, "--block-fd"), opts...)
+	opts = append(fds.pass(door.r, "--block-fd"), opts...)
 	// bwrap's options go through a descriptor (--args), not its argv:
 	// /proc/<pid>/cmdline is readable by every user of the host, and the
 	// options carry the owner's environment values (--setenv).
@@ -402,6 +408,24 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 		}
 	}
 	return p, nil
+}
+
+// door is the pipe a sandbox waits at: r, bwrap's --block-fd, is open for
+// reading and writing, so that it never reads EOF; w is the supervisor's.
+type door struct{ r, w *os.File }
+
+func newDoor() (door, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return door{}, fmt.Errorf("door pipe: %w", err)
+	}
+	defer r.Close()
+	rw, err := os.OpenFile("/proc/self/fd/"+strconv.Itoa(int(r.Fd())), os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		_ = w.Close()
+		return door{}, fmt.Errorf("door pipe: %w", err)
+	}
+	return door{r: rw, w: w}, nil
 }
 
 // limit sets the wall's limits on its first process (child, bwrap's
