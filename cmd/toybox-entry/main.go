@@ -17,11 +17,15 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 
 	"toybox/vat/wall/entry"
 )
+
+// maxProcs bounds the threads that run the entry's Go code.
+const maxProcs = 8
 
 type forwards []entry.Forward
 
@@ -56,6 +60,13 @@ func main() {
 	// ran before the Go runtime. What it did is checked against this
 	// parse of the same flags.
 	l := launched()
+	// The app starts 32 tasks below the wall's task limit (the launcher's
+	// TE_TASK_RESERVE): this runtime's threads must fit in them beside an
+	// app at its own limit, on any host. At most maxProcs threads run Go
+	// code (the relays splice in the kernel), plus the runtime's few.
+	if runtime.GOMAXPROCS(0) > maxProcs {
+		runtime.GOMAXPROCS(maxProcs)
+	}
 	fs := flag.NewFlagSet("toybox-entry", flag.ContinueOnError)
 	id := fs.String("vat", "", "the vat's id")
 	capFD := fs.Int("cap-fd", -1, "the entry's capability socket (absent: no way out)")
