@@ -62,8 +62,16 @@ func TestNotAnsweringComesBackOnAPooledConnection(t *testing.T) {
 		pub.ServeHTTP(w, httptest.NewRequest("GET", "/kept"+path, nil))
 		return w.Code
 	}
-	if c := get("/"); c != http.StatusOK {
-		t.Fatalf("before: %d", c)
+	// Install does not wait for the app to listen (python takes a while
+	// on a busy host): until then the vat is starting (503).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		c := get("/")
+		if c == http.StatusOK {
+			break
+		}
+		if c != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("before: %d", c)
+		}
 	}
 	serving, _ := s.Status("kept")
 	sock := filepath.Join(st.RunDir("kept"), "app.sock")

@@ -38,6 +38,20 @@ func held(t *testing.T, out string) int {
 	return n
 }
 
+// heldBy checks that the wall held exactly n attempts and got through none,
+// each refused with an error that says want.
+func heldBy(t *testing.T, out string, n int, want string) {
+	t.Helper()
+	if got := held(t, out); got != n {
+		t.Errorf("held %d of %d attempts; output:\n%s", got, n, out)
+	}
+	for _, l := range lines(out, "HELD ") {
+		if !strings.Contains(l, want) {
+			t.Errorf("%s: want %q", l, want)
+		}
+	}
+}
+
 func lines(out, prefix string) []string {
 	var got []string
 	for _, line := range strings.Split(out, "\n") {
@@ -367,14 +381,7 @@ func TestAttackSyscalls(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Wait = %v; output:\n%s", err, out)
 	}
-	if n := held(t, out); n != 18 {
-		t.Errorf("held %d of 18 calls; output:\n%s", n, out)
-	}
-	for _, l := range lines(out, "HELD ") {
-		if !strings.Contains(l, "operation not permitted") {
-			t.Errorf("%s: want EPERM from the filter", l)
-		}
-	}
+	heldBy(t, out, 18, "operation not permitted") // EPERM from the filter
 	if !strings.Contains(out, "getrandom ok") {
 		t.Errorf("an allowed call failed; output:\n%s", out)
 	}
@@ -1121,14 +1128,7 @@ func TestAttackFillMemory(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Wait = %v; output:\n%s", err, out)
 	}
-	if n := held(t, out); n != 4 {
-		t.Errorf("held %d of 4 fills; output:\n%s", n, out)
-	}
-	for _, l := range lines(out, "HELD ") {
-		if !strings.Contains(l, "no space left on device") {
-			t.Errorf("%s: want the tmpfs full, not another refusal", l)
-		}
-	}
+	heldBy(t, out, 4, "no space left on device") // the tmpfs full, not another refusal
 }
 
 // TestAttackForkBomb: a wall had no task limit of its own, so one vat could
@@ -1159,14 +1159,7 @@ func TestAttackForkBomb(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Wait = %v (want the wall's pid 1 to live through it); output:\n%s", err, out)
 			}
-			if n := held(t, out); n != 1 {
-				t.Fatalf("held %d; output:\n%s", n, out)
-			}
-			for _, l := range lines(out, "HELD ") {
-				if !strings.Contains(l, "resource temporarily unavailable") {
-					t.Errorf("%s: want EAGAIN, the task limit", l)
-				}
-			}
+			heldBy(t, out, 1, "resource temporarily unavailable") // EAGAIN: the task limit
 			// The victim's own threads (and the entry's) count too: the
 			// sleeps are fewer than the app's limit, and most of it.
 			for _, l := range lines(out, "FORKED ") {
