@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"golang.org/x/net/netutil"
+	"golang.org/x/sys/unix"
 
 	"github.com/coreos/go-systemd/v22/activation"
 	"github.com/coreos/go-systemd/v22/daemon"
@@ -81,6 +82,10 @@ func serveMain(args []string) int {
 		fmt.Fprintf(os.Stderr, "toybox serve: --wall-max-tasks %d: want 64 to %d\n", *wallTasks, 1<<22)
 		return 2
 	}
+	if err := wallTasksFit(*wallTasks); err != nil {
+		fmt.Fprintf(os.Stderr, "toybox serve: --wall-max-tasks %d: %v\n", *wallTasks, err)
+		return 2
+	}
 	if err := runServe(serveOptions{
 		state: *stateDir, switchboard: *sbPath, http: *httpAddr, admin: *adminPath, entry: *entryPath, doors: *doorsPath,
 		readyTimeout: *readyTimeout, stopGrace: *stopGrace, maxBody: *maxBody, wallTmp: *wallTmp << 20, wallTasks: *wallTasks,
@@ -91,6 +96,24 @@ func serveMain(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// wallTasksFit says why n cannot be each wall's task limit. The supervisor
+// sets it, soft and hard, on the wall's first process, which inherited this
+// process's hard RLIMIT_NPROC; above it, without CAP_SYS_RESOURCE (a
+// supervisor that is not root, or a container's root), the kernel refuses,
+// and every walled vat would stay off. Whether this process may go above its
+// own hard limit is tried, then undone.
+func wallTasksFit(n int) error {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NPROC, &rl); err != nil || rl.Max == unix.RLIM_INFINITY || uint64(n) <= rl.Max {
+		return nil
+	}
+	if err := unix.Setrlimit(unix.RLIMIT_NPROC, &unix.Rlimit{Cur: rl.Cur, Max: uint64(n)}); err != nil {
+		return fmt.Errorf("above this process's hard task limit (RLIMIT_NPROC), %d, which only CAP_SYS_RESOURCE may raise: raise it where toybox starts (LimitNPROC= in its unit) or ask for less", rl.Max)
+	}
+	_ = unix.Setrlimit(unix.RLIMIT_NPROC, &rl) // lowering: always allowed
+	return nil
 }
 
 type serveOptions struct {

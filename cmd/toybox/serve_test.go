@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // asFD returns a descriptor of what file-bearing x holds (a listener, a
@@ -158,5 +160,30 @@ func TestActivatedAdminMustBeAUnixListener(t *testing.T) {
 	defer a.Close()
 	if h.Addr().Network() != "tcp" || a.Addr().Network() != "unix" || !strings.HasPrefix(a.Addr().String(), filepath.Join(dir, "admin")) {
 		t.Errorf("http %s %s, admin %s %s; want the tcp listener and the unix listener named admin", h.Addr().Network(), h.Addr(), a.Addr().Network(), a.Addr())
+	}
+}
+
+// TestWallMaxTasksAboveTheHardLimit: the supervisor sets each wall's task
+// limit as its hard limit too, which only CAP_SYS_RESOURCE may raise above
+// the one the wall inherited (this process's). serve took any number up to
+// 4194304, and then every walled vat stayed off ("setting the wall's task
+// limit (N): prlimit: operation not permitted"); now it refuses to start,
+// naming the limit.
+func TestWallMaxTasksAboveTheHardLimit(t *testing.T) {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NPROC, &rl); err != nil {
+		t.Fatal(err)
+	}
+	if rl.Max == unix.RLIM_INFINITY || rl.Max >= 1<<22 {
+		t.Skipf("the hard task limit (%d) leaves no number above it to ask for", rl.Max)
+	}
+	if err := unix.Setrlimit(unix.RLIMIT_NPROC, &unix.Rlimit{Cur: rl.Cur, Max: rl.Max + 1}); err == nil {
+		_ = unix.Setrlimit(unix.RLIMIT_NPROC, &rl)
+		t.Skip("this process may raise its hard task limit (CAP_SYS_RESOURCE): any number fits")
+	}
+	n := strconv.FormatUint(rl.Max+1, 10)
+	// A state dir that cannot be locked: past the flags, serve ends at once.
+	if code := serveMain([]string{"--state", "/dev/null/state", "--switchboard", "/nonexistent", "--wall-max-tasks", n}); code != 2 {
+		t.Errorf("--wall-max-tasks %s above the hard limit %d: exit %d; want 2", n, rl.Max, code)
 	}
 }
