@@ -226,3 +226,27 @@ func TestStartCancelledAtTheDoor(t *testing.T) {
 	}
 	t.Logf("%d of 8 starts ended by their context", cancelled)
 }
+
+// TestDoorOfAGoneSandbox: a sandbox that fails before its door (a bind
+// bubblewrap cannot make) ends, and bubblewrap with it. If that happens
+// between its limit and the door's byte, the byte finds no reader: Start
+// took that EPIPE for a failure of its own ("opening the wall's door: ...
+// broken pipe") where a gone sandbox (ESRCH) lets the wall end with
+// bubblewrap's reason and its hint (TestEntryUnreachable).
+func TestDoorOfAGoneSandbox(t *testing.T) {
+	sleep := exec.Command("sleep", "30")
+	if err := sleep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sleep.Process.Kill(); _ = sleep.Wait() }()
+	d, err := newDoor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.w.Close()
+	_ = d.r.Close() // the sandbox and bubblewrap: gone
+	err = limit(sleep.Process.Pid, &Plan{MaxTasks: 4096, HostUID: -1, HostGID: -1}, d.w)
+	if err == nil || !sandboxGone(err) {
+		t.Errorf("limit at a door with no reader = %v; want an error that says the sandbox is gone", err)
+	}
+}

@@ -394,7 +394,7 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 	// A sandbox already gone (a bind bubblewrap could not make) runs
 	// nothing: the wall ends with bubblewrap's own reason, as without a
 	// door.
-	if err := limit(child, plan, doorW); err != nil && !errors.Is(err, unix.ESRCH) {
+	if err := limit(child, plan, doorW); err != nil && !sandboxGone(err) {
 		// The sandbox's process is not bwrap's to end yet (it asks for
 		// its parent's death after the door): end it first.
 		_ = unix.Kill(child, unix.SIGKILL)
@@ -426,6 +426,13 @@ func newDoor() (door, error) {
 		return door{}, fmt.Errorf("door pipe: %w", err)
 	}
 	return door{r: rw, w: w}, nil
+}
+
+// sandboxGone reports whether limit failed only because the sandbox was
+// gone: its process (ESRCH), or it and bubblewrap both, the door's only
+// readers, once its limit was set (EPIPE).
+func sandboxGone(err error) bool {
+	return errors.Is(err, unix.ESRCH) || errors.Is(err, unix.EPIPE)
 }
 
 // limit sets the wall's limits on its first process (child, bwrap's
