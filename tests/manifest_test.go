@@ -154,7 +154,7 @@ var tmpApp = shellApp(`	body=$(head -c 2097152 /dev/zero 2>&1 >/tmp/fill && echo
 // TestWallMaxTasks: the operator's --wall-max-tasks is each wall's task
 // limit, soft and hard, for a vat with no way out (its app is the wall's
 // first process: all of it) and for one with a grant (toybox-entry keeps 32
-// of it). Above 64, and a number, or serve refuses to start.
+// of it). 64 or more, and a number, or serve refuses to start.
 func TestWallMaxTasks(t *testing.T) {
 	for _, bad := range []string{"63", "0", "x"} {
 		out, err := exec.Command(filepath.Join(bins, "toybox"), "serve", "--state", t.TempDir(), "--switchboard", "/nonexistent", "--wall-max-tasks", bad).CombinedOutput()

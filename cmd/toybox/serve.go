@@ -60,7 +60,7 @@ func serveMain(args []string) int {
 	stopGrace := fs.Duration("stop-grace", 5*time.Second, "time between SIGTERM and SIGKILL when stopping a vat")
 	maxBody := fs.Int64("max-body", store.DefaultMaxBody, "largest code upload in bytes")
 	wallTmp := fs.Int64("wall-tmp-mib", wall.TmpBytes>>20, "size of each wall's /tmp in MiB (it is memory: a tmpfs)")
-	wallTasks := fs.Int("wall-max-tasks", wall.MaxTasks, "most processes and threads in each wall (its app may use all but 32)")
+	wallTasks := fs.Int("wall-max-tasks", wall.MaxTasks, "most processes and threads in each wall (an app under toybox-entry, a vat with a way out, may use all but 32)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
