@@ -2,6 +2,7 @@ package tests
 
 import (
 	"archive/tar"
+	"bufio"
 	"bytes"
 	"fmt"
 	"net"
@@ -311,7 +312,19 @@ func TestAttackHangingRequests(t *testing.T) {
 		}
 	}
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "is busy") {
-		t.Errorf("GET /mallory/ with %d requests hanging = %d %q; want 503 saying it is busy", supervisor.MaxVatRequests, code, body)
+		// What became of the hanging requests (seen once under CI load,
+		// not reproduced since): how many were answered, and how.
+		answers := map[string]int{}
+		for _, c := range held {
+			_ = c.SetReadDeadline(time.Now().Add(5 * time.Millisecond))
+			line, err := bufio.NewReader(c).ReadString('\n')
+			if err != nil {
+				answers["none"]++
+			} else {
+				answers[strings.TrimSpace(line)]++
+			}
+		}
+		t.Errorf("GET /mallory/ with %d requests hanging = %d %q; want 503 saying it is busy; the %d sent: %v", supervisor.MaxVatRequests, code, body, len(held), answers)
 	}
 	s.mustGet("/alice", "v1 count 1")
 }
