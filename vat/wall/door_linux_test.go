@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // procChildren lists the live children of pid (of all its threads).
@@ -254,4 +256,69 @@ func TestDoorOfAGoneSandbox(t *testing.T) {
 	if err == nil || !sandboxGone(err) {
 		t.Errorf("limit at a door with no reader = %v; want an error that says the sandbox is gone", err)
 	}
+}
+
+// TestRefusedLimitSupervisor is the supervisor of TestRefusedLimitIsNoStart
+// (a separate process: its hard task limit, once lowered, stays lowered).
+func TestRefusedLimitSupervisor(t *testing.T) {
+	outPath := os.Getenv("REFUSED_OUT")
+	if outPath == "" {
+		t.Skip("run by TestRefusedLimitIsNoStart")
+	}
+	if err := unix.Setrlimit(unix.RLIMIT_NPROC, &unix.Rlimit{Cur: 100, Max: 100}); err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, "refused")
+	f.spec.MaxTasks = 200
+	f.caps(t)
+	f.spec.Env = map[string]string{victimEnv: "hello"}
+	out, err := os.Create(outPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.spec.Stdout, f.spec.Stderr = out, out
+	p, err := Start(context.Background(), f.spec, nil)
+	if err == nil {
+		_ = p.Stop(time.Second)
+		t.Fatal("Start = nil: the wall started with its task limit refused")
+	}
+	fmt.Printf("START-ERROR %v\n", err)
+}
+
+// TestRefusedLimitIsNoStart: a task limit the kernel refuses (here: above
+// the hard limit bubblewrap inherited, without CAP_SYS_RESOURCE) leaves the
+// vat off with the reason; nothing of the vat's runs.
+func TestRefusedLimitIsNoStart(t *testing.T) {
+	testenvRequireBwrap(t)
+	binaries(t)
+	if st, _ := os.ReadFile("/proc/self/status"); hasCap(string(st), 24) {
+		t.Skip("this process has CAP_SYS_RESOURCE: the kernel lets it raise any limit")
+	}
+	outPath := filepath.Join(t.TempDir(), "out")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sup := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestRefusedLimitSupervisor$", "-test.v")
+	sup.Env = append(os.Environ(), "REFUSED_OUT="+outPath)
+	b, err := sup.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the supervisor: %v\n%s", err, b)
+	}
+	if !strings.Contains(string(b), "START-ERROR") || !strings.Contains(string(b), "setting the wall's task limit (200): prlimit: operation not permitted") {
+		t.Errorf("Start's error does not name the task limit:\n%s", b)
+	}
+	if out, _ := os.ReadFile(outPath); len(out) != 0 {
+		t.Errorf("the vat wrote %q: it ran", out)
+	}
+}
+
+// hasCap reports whether /proc/<pid>/status text shows capability bit in
+// CapEff.
+func hasCap(status string, bit uint) bool {
+	for _, l := range strings.Split(status, "\n") {
+		if v, ok := strings.CutPrefix(l, "CapEff:"); ok {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && n&(1<<bit) != 0
+		}
+	}
+	return false
 }
