@@ -1,15 +1,15 @@
 package main
 
 import (
+	"errors"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
-
-	"golang.org/x/sys/unix"
 )
 
 // asFD returns a descriptor of what file-bearing x holds (a listener, a
@@ -163,27 +163,49 @@ func TestActivatedAdminMustBeAUnixListener(t *testing.T) {
 	}
 }
 
+// serveEnv makes a re-executed test binary run `toybox serve` with its
+// arguments (TestMain).
+const serveEnv = "TOYBOX_TEST_SERVE"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(serveEnv) == "1" {
+		os.Exit(serveMain(os.Args[2:])) // os.Args[1] is "serve"
+	}
+	os.Exit(m.Run())
+}
+
 // TestWallMaxTasksAboveTheHardLimit: the supervisor sets each wall's task
 // limit as its hard limit too, which only CAP_SYS_RESOURCE may raise above
 // the one the wall inherited (this process's). serve took any number up to
 // 4194304, and then every walled vat stayed off ("setting the wall's task
 // limit (N): prlimit: operation not permitted"); now it refuses to start,
-// naming the limit.
+// naming the limit. The serve here runs with a hard limit of 1000 and, as
+// root, without CAP_SYS_RESOURCE (as under systemd's User= or in a
+// container).
 func TestWallMaxTasksAboveTheHardLimit(t *testing.T) {
-	var rl unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NPROC, &rl); err != nil {
+	self, err := os.Executable()
+	if err != nil {
 		t.Fatal(err)
 	}
-	if rl.Max == unix.RLIM_INFINITY || rl.Max >= 1<<22 {
-		t.Skipf("the hard task limit (%d) leaves no number above it to ask for", rl.Max)
+	serve := func(tasks string) (int, string) {
+		argv := []string{"prlimit", "--nproc=1000:1000", "--", self}
+		if os.Geteuid() == 0 {
+			argv = append([]string{"setpriv", "--bounding-set=-sys_resource", "--"}, argv...)
+		}
+		// A state dir that cannot be locked: past the flags, serve ends.
+		cmd := exec.Command(argv[0], append(argv[1:], "serve", "--state", "/dev/null/state", "--switchboard", "/nonexistent", "--wall-max-tasks", tasks)...)
+		cmd.Env = append(os.Environ(), serveEnv+"=1")
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatalf("%v: %v", argv, err)
+		}
+		return cmd.ProcessState.ExitCode(), string(out)
 	}
-	if err := unix.Setrlimit(unix.RLIMIT_NPROC, &unix.Rlimit{Cur: rl.Cur, Max: rl.Max + 1}); err == nil {
-		_ = unix.Setrlimit(unix.RLIMIT_NPROC, &rl)
-		t.Skip("this process may raise its hard task limit (CAP_SYS_RESOURCE): any number fits")
+	if code, out := serve("1001"); code != 2 || !strings.Contains(out, "hard task limit (RLIMIT_NPROC), 1000") || !strings.Contains(out, "LimitNPROC=") {
+		t.Errorf("--wall-max-tasks 1001 under a hard limit of 1000: exit %d %q; want 2 naming the limit and LimitNPROC=", code, out)
 	}
-	n := strconv.FormatUint(rl.Max+1, 10)
-	// A state dir that cannot be locked: past the flags, serve ends at once.
-	if code := serveMain([]string{"--state", "/dev/null/state", "--switchboard", "/nonexistent", "--wall-max-tasks", n}); code != 2 {
-		t.Errorf("--wall-max-tasks %s above the hard limit %d: exit %d; want 2", n, rl.Max, code)
+	if code, out := serve("1000"); code != 1 || !strings.Contains(out, "creating state dir") {
+		t.Errorf("--wall-max-tasks 1000 under a hard limit of 1000: exit %d %q; want it taken (then the state dir refused: exit 1)", code, out)
 	}
 }

@@ -68,26 +68,75 @@ func tasksLimit(pid int) string {
 	return ""
 }
 
-// TestDoorSupervisor is the supervisor of TestDoorStaysShutWhenSupervisorDies
-// (a separate process, killed there): it starts one wall and waits.
-func TestDoorSupervisor(t *testing.T) {
-	outPath := os.Getenv("DOOR_OUT")
-	if outPath == "" {
-		t.Skip("run by TestDoorStaysShutWhenSupervisorDies")
+// supervisorEnv names what a re-executed test binary does as a supervisor
+// of its own (see TestMain and supervise), for the tests that kill one or
+// change its limits for good.
+const supervisorEnv = "WALL_SUPERVISOR"
+
+// supervise is such a supervisor: it starts one wall of the victim from
+// the fixture below $WALL_SUP_ROOT, its output to $WALL_SUP_OUT.
+//   - "door": a limit of 100 tasks; the victim says its own ("nproc"); it
+//     waits for the wall (TestDoorStaysShutWhenSupervisorDies kills it).
+//   - "refused": its own hard task limit lowered to 100 first, a wall of
+//     200 asked; prints START-ERROR and Start's error, or fails when the
+//     wall started (TestRefusedLimitIsNoStart).
+func supervise(mode string) int {
+	limit, victimMode := 100, "nproc"
+	if mode == "refused" {
+		if err := unix.Setrlimit(unix.RLIMIT_NPROC, &unix.Rlimit{Cur: 100, Max: 100}); err != nil {
+			fmt.Println("setrlimit:", err)
+			return 1
+		}
+		limit, victimMode = 200, "hello"
 	}
-	f := newFixture(t, "door")
-	f.spec.MaxTasks = 100
-	f.caps(t)
-	f.spec.Env = map[string]string{victimEnv: "nproc"}
-	out, err := os.Create(outPath)
+	f, err := makeFixture(os.Getenv("WALL_SUP_ROOT"), mode, os.Getenv("WALL_SUP_ENTRY"), os.Getenv("WALL_SUP_BIN"))
+	if err == nil {
+		err = f.makeCaps()
+	}
+	var out *os.File
+	if err == nil {
+		out, err = os.Create(os.Getenv("WALL_SUP_OUT"))
+	}
+	if err != nil {
+		fmt.Println("fixture:", err)
+		return 1
+	}
+	f.spec.MaxTasks = limit
+	f.spec.Env = map[string]string{victimEnv: victimMode}
+	f.spec.Stdout, f.spec.Stderr = out, out
+	p, err := Start(context.Background(), f.spec, nil)
+	switch {
+	case err != nil:
+		fmt.Printf("START-ERROR %v\n", err)
+		return 0
+	case mode == "refused":
+		_ = p.Stop(time.Second)
+		fmt.Println("Start = nil: the wall started with its task limit refused")
+		return 1
+	}
+	_ = p.Wait()
+	return 0
+}
+
+// superviseCmd is the command of a supervisor in mode (supervise), and the
+// file its wall's output goes to. As root it runs without CAP_SYS_RESOURCE
+// (setpriv drops it from the bounding set), as a supervisor under systemd
+// or in a container does: the kernel would let it raise any limit.
+func superviseCmd(t *testing.T, ctx context.Context, mode string) (*exec.Cmd, string) {
+	t.Helper()
+	entry, victimBin := binaries(t)
+	out := filepath.Join(t.TempDir(), "out")
+	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.spec.Stdout, f.spec.Stderr = out, out
-	p, err := Start(context.Background(), f.spec, nil)
-	if err == nil {
-		_ = p.Wait()
+	argv := []string{self}
+	if os.Geteuid() == 0 {
+		argv = append([]string{"setpriv", "--bounding-set=-sys_resource", "--"}, argv...)
 	}
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), supervisorEnv+"="+mode, "WALL_SUP_ROOT="+t.TempDir(), "WALL_SUP_ENTRY="+entry, "WALL_SUP_BIN="+victimBin, "WALL_SUP_OUT="+out)
+	return cmd, out
 }
 
 // TestDoorStaysShutWhenSupervisorDies: bubblewrap goes on at its door's EOF
@@ -99,11 +148,8 @@ func TestDoorSupervisor(t *testing.T) {
 // door and waits there.
 func TestDoorStaysShutWhenSupervisorDies(t *testing.T) {
 	testenvRequireBwrap(t)
-	binaries(t)
 	for try := 0; ; try++ {
-		outPath := filepath.Join(t.TempDir(), "out")
-		sup := exec.Command(os.Args[0], "-test.run=^TestDoorSupervisor$")
-		sup.Env = append(os.Environ(), "DOOR_OUT="+outPath)
+		sup, outPath := superviseCmd(t, context.Background(), "door")
 		if err := sup.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -258,47 +304,14 @@ func TestDoorOfAGoneSandbox(t *testing.T) {
 	}
 }
 
-// TestRefusedLimitSupervisor is the supervisor of TestRefusedLimitIsNoStart
-// (a separate process: its hard task limit, once lowered, stays lowered).
-func TestRefusedLimitSupervisor(t *testing.T) {
-	outPath := os.Getenv("REFUSED_OUT")
-	if outPath == "" {
-		t.Skip("run by TestRefusedLimitIsNoStart")
-	}
-	if err := unix.Setrlimit(unix.RLIMIT_NPROC, &unix.Rlimit{Cur: 100, Max: 100}); err != nil {
-		t.Fatal(err)
-	}
-	f := newFixture(t, "refused")
-	f.spec.MaxTasks = 200
-	f.caps(t)
-	f.spec.Env = map[string]string{victimEnv: "hello"}
-	out, err := os.Create(outPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.spec.Stdout, f.spec.Stderr = out, out
-	p, err := Start(context.Background(), f.spec, nil)
-	if err == nil {
-		_ = p.Stop(time.Second)
-		t.Fatal("Start = nil: the wall started with its task limit refused")
-	}
-	fmt.Printf("START-ERROR %v\n", err)
-}
-
 // TestRefusedLimitIsNoStart: a task limit the kernel refuses (here: above
 // the hard limit bubblewrap inherited, without CAP_SYS_RESOURCE) leaves the
 // vat off with the reason; nothing of the vat's runs.
 func TestRefusedLimitIsNoStart(t *testing.T) {
 	testenvRequireBwrap(t)
-	binaries(t)
-	if st, _ := os.ReadFile("/proc/self/status"); hasCap(string(st), 24) {
-		t.Skip("this process has CAP_SYS_RESOURCE: the kernel lets it raise any limit")
-	}
-	outPath := filepath.Join(t.TempDir(), "out")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	sup := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestRefusedLimitSupervisor$", "-test.v")
-	sup.Env = append(os.Environ(), "REFUSED_OUT="+outPath)
+	sup, outPath := superviseCmd(t, ctx, "refused")
 	b, err := sup.CombinedOutput()
 	if err != nil {
 		t.Fatalf("the supervisor: %v\n%s", err, b)
@@ -309,16 +322,4 @@ func TestRefusedLimitIsNoStart(t *testing.T) {
 	if out, _ := os.ReadFile(outPath); len(out) != 0 {
 		t.Errorf("the vat wrote %q: it ran", out)
 	}
-}
-
-// hasCap reports whether /proc/<pid>/status text shows capability bit in
-// CapEff.
-func hasCap(status string, bit uint) bool {
-	for _, l := range strings.Split(status, "\n") {
-		if v, ok := strings.CutPrefix(l, "CapEff:"); ok {
-			n, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-			return err == nil && n&(1<<bit) != 0
-		}
-	}
-	return false
 }

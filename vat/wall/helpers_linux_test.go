@@ -23,6 +23,9 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv(victimEnv); mode != "" {
 		os.Exit(victim(mode))
 	}
+	if mode := os.Getenv(supervisorEnv); mode != "" {
+		os.Exit(supervise(mode))
+	}
 	os.Exit(m.Run())
 }
 
@@ -96,7 +99,16 @@ func newFixture(t testing.TB, id string) *fixture {
 	t.Helper()
 	testenv.RequireBwrap(t)
 	entry, victimBin := binaries(t)
-	root := t.TempDir()
+	f, err := makeFixture(t.TempDir(), id, entry, victimBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// makeFixture makes a fixture's state dir below root (for a process with
+// no testing.T: a supervisor of its own, see supervise).
+func makeFixture(root, id, entry, victimBin string) (*fixture, error) {
 	_ = os.Chmod(root, 0o755)
 	_ = os.Chmod(filepath.Dir(root), 0o711)
 	f := &fixture{
@@ -108,12 +120,12 @@ func newFixture(t testing.TB, id string) *fixture {
 	}
 	for _, d := range []string{f.install, f.data, f.run} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 	}
 	_ = os.Chmod(f.state, 0o700)
 	if err := copyFile(victimBin, filepath.Join(f.install, "app"), 0o755); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	f.spec = Spec{
 		ID:         id,
@@ -126,19 +138,26 @@ func newFixture(t testing.TB, id string) *fixture {
 		Net:        Net{None: true},
 		HostEnv:    []string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8", "SECRET_TOKEN=hunter2", "HOME=/root"},
 	}
-	return f
+	return f, nil
 }
 
 // caps makes the app's capability socket pair; the wall gets one end.
 func (f *fixture) caps(t testing.TB) {
 	t.Helper()
+	if err := f.makeCaps(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.peer.Close() })
+}
+
+func (f *fixture) makeCaps() error {
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	f.spec.AppCap = os.NewFile(uintptr(fds[0]), "app-cap")
 	f.peer = os.NewFile(uintptr(fds[1]), "app-cap-peer")
-	t.Cleanup(func() { f.peer.Close() })
+	return nil
 }
 
 // startVictim starts the victim in mode inside a real wall (with
