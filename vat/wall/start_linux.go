@@ -440,8 +440,9 @@ func sandboxGone(err error) bool {
 //
 // RLIMIT_NPROC bounds the tasks of the wall: the kernel counts them per user
 // namespace and uid (since Linux 5.14), and everything in the wall is one
-// uid in the wall's own namespace, so the count is the wall's alone; soft
-// and hard, so the app cannot raise it. Set on bwrap before it made the
+// uid in the wall's own namespace, so the limit counts the wall's tasks
+// alone (they are also charged to the uid that made the namespace, up to
+// its own limit: docs/walls.md); soft and hard, so the app cannot raise it. Set on bwrap before it made the
 // namespace, the limit would count the supervisor's uid across every wall
 // (when not root), and before the app forks is the only time it binds them
 // all: hence the door.
@@ -473,32 +474,31 @@ func prlimitAs(pid, uid, gid, res int, rl *unix.Rlimit) error {
 	go func() {
 		runtime.LockOSThread()
 		ruid, rgid := unix.Getuid(), unix.Getgid()
-		keep := ^uintptr(0) // -1: leave that id as it is
-		set := func(uid, gid int) error {
-			if _, _, e := unix.RawSyscall(sysSetresgid, uintptr(gid), keep, keep); e != 0 {
-				return os.NewSyscallError("setresgid", e)
-			}
-			if _, _, e := unix.RawSyscall(sysSetresuid, uintptr(uid), keep, keep); e != 0 {
-				return os.NewSyscallError("setresuid", e)
-			}
-			return nil
-		}
-		err := set(uid, gid)
+		err := threadIDs(uid, gid)
 		if err == nil {
 			err = os.NewSyscallError("prlimit", unix.Prlimit(pid, res, rl, nil))
 		}
-		if _, _, e := unix.RawSyscall(sysSetresuid, uintptr(ruid), keep, keep); e != 0 {
-			done <- errors.Join(err, fmt.Errorf("taking back the thread's uid: %w", os.NewSyscallError("setresuid", e)))
-			select {}
-		}
-		if _, _, e := unix.RawSyscall(sysSetresgid, uintptr(rgid), keep, keep); e != 0 {
-			done <- errors.Join(err, fmt.Errorf("taking back the thread's gid: %w", os.NewSyscallError("setresgid", e)))
+		if back := threadIDs(ruid, rgid); back != nil {
+			done <- errors.Join(err, fmt.Errorf("taking back the thread's ids: %w", back))
 			select {}
 		}
 		runtime.UnlockOSThread()
 		done <- err
 	}()
 	return <-done
+}
+
+// threadIDs sets the real uid and gid of the calling thread alone (the
+// effective and saved ones stay).
+func threadIDs(uid, gid int) error {
+	keep := ^uintptr(0) // -1: leave that id as it is
+	if _, _, e := unix.RawSyscall(sysSetresgid, uintptr(gid), keep, keep); e != 0 {
+		return os.NewSyscallError("setresgid", e)
+	}
+	if _, _, e := unix.RawSyscall(sysSetresuid, uintptr(uid), keep, keep); e != 0 {
+		return os.NewSyscallError("setresuid", e)
+	}
+	return nil
 }
 
 // readChildPid reads bwrap's first JSON status ({"child-pid": N}). It
