@@ -89,12 +89,35 @@ func TestEntryFailsClosedWhenEgressFails(t *testing.T) {
 	t.Logf("app output before the kill: %q; wall ended after %v", string(stdout), took.Round(time.Millisecond))
 }
 
-// TestEntryUnreachable: toybox-entry below a folder the wall's uid cannot
-// search: bubblewrap fails to bind it ("Can't find source path
+// TestUnreachableBindSource: an owner-chosen file below a folder the wall's
+// uid cannot search: bubblewrap fails to bind it ("Can't find source path
 // /proc/self/fd/N: Permission denied") and the wall's end names the folder
 // and the fix.
-func TestEntryUnreachable(t *testing.T) {
+func TestUnreachableBindSource(t *testing.T) {
 	testenv.RequireRoot(t) // the wall runs as another uid, and /dev is made with mknod, only as root
+	f := newFixture(t, "hidden-file")
+	private := filepath.Join(t.TempDir(), "private")
+	if err := os.Mkdir(private, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, filepath.Join(private, "notes.txt"), "owner's notes\n")
+	f.spec.Files.Read = []string{filepath.Join(private, "notes.txt")}
+	f.caps(t)
+	defer f.peer.Close()
+	p, err := Start(context.Background(), f.spec, nil)
+	if err == nil {
+		err = p.Wait()
+	}
+	if err == nil || !strings.Contains(err.Error(), private+" (mode -rwx------") || !strings.Contains(err.Error(), "chmod o+x") {
+		t.Errorf("the wall ended with %v; want bwrap's refusal with a hint naming %s and the fix", err, private)
+	}
+}
+
+// TestEntryBelowAPrivateFolder: toybox-entry is run from its descriptor,
+// not bound, so it runs wherever it is installed, even below a folder the
+// wall's uid cannot search (as long as the file itself is executable).
+func TestEntryBelowAPrivateFolder(t *testing.T) {
+	testenv.RequireRoot(t) // the wall runs as another uid
 	f := newFixture(t, "hidden-entry")
 	private := filepath.Join(t.TempDir(), "private")
 	if err := os.Mkdir(private, 0o700); err != nil {
@@ -106,16 +129,13 @@ func TestEntryUnreachable(t *testing.T) {
 	f.spec.EntryPath = filepath.Join(private, "toybox-entry")
 	f.spec.Net = Net{}
 	ea, eb := socketpair(t)
-	serveNoGrant(t, eb, f.spec.ID)
 	f.spec.EntryCap = ea
-	f.caps(t)
-	defer f.peer.Close()
-	p, err := Start(context.Background(), f.spec, nil)
-	if err == nil {
-		err = p.Wait()
+	out, err := f.runVictimNoVat(t, "procs", eb)
+	if err != nil {
+		t.Fatalf("Wait = %v; output:\n%s", err, out)
 	}
-	if err == nil || !strings.Contains(err.Error(), private+" (mode -rwx------") || !strings.Contains(err.Error(), "chmod o+x") {
-		t.Errorf("the wall ended with %v; want bwrap's refusal with a hint naming %s and the fix", err, private)
+	if !strings.Contains(out, "PIDS [1 2] SELF 2") {
+		t.Errorf("processes in the wall: %s; want toybox-entry as pid 1 and the app", out)
 	}
 }
 

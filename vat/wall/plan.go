@@ -56,6 +56,10 @@ const (
 	OpFile     OpKind = "file"       // Data as a read-only file at Dest (a copy, no mount)
 	OpMaskFile OpKind = "mask-file"  // Dest hidden behind /dev/null
 	OpMaskDir  OpKind = "mask-dir"   // Dest hidden behind an empty tmpfs
+	// OpExecFD: Src opened by fd, handed to the wall and run from it
+	// (/proc/self/fd/N) as the wall's first process; nothing is mounted,
+	// so Dest is empty.
+	OpExecFD OpKind = "exec-fd"
 )
 
 // Op is one step of the wall's mount plan, applied in order.
@@ -83,9 +87,9 @@ type Plan struct {
 	Chdir string
 	// Command is the app's argv; Command[0] is an absolute path inside.
 	Command []string
-	// EntryPath is the host path of toybox-entry, bound read-only at
-	// EntryMount; empty when the vat has no way out (NoNet), whose app runs
-	// directly under bubblewrap's init.
+	// EntryPath is the host path of toybox-entry, which the wall runs
+	// from a descriptor (OpExecFD) and never mounts; empty when the vat has
+	// no way out (NoNet), whose app is the wall's first process itself.
 	EntryPath string
 	// ProxyPort is the CONNECT proxy's port; 0 when Net.None.
 	ProxyPort int
@@ -113,9 +117,6 @@ type Plan struct {
 	// on the wall's first process before it runs anything of the vat's.
 	MaxTasks int
 }
-
-// EntryMount is where toybox-entry appears inside the wall.
-const EntryMount = "/run/toybox-entry"
 
 var idRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 
@@ -504,13 +505,13 @@ func (b *planner) files() error {
 // refuse says why p may never be a bind source, or nil.
 // wallOwnDest refuses an owner-chosen bind at a place the wall makes
 // itself: its root, its /etc (the supervisor's view; files inside it are
-// fine), the vat's run folder and the entry.
+// fine) and the vat's run folder.
 func wallOwnDest(dest string) error {
 	switch dest {
 	case "/", "/etc":
 		return fmt.Errorf("%w: the wall's own %s cannot be replaced (choose files or folders inside it)", ErrRefusedBind, dest)
 	}
-	for _, own := range []string{"/run/toybox", "/run/toybox-etc", EntryMount} {
+	for _, own := range []string{"/run/toybox", "/run/toybox-etc"} {
 		if dest == own || within(dest, own) {
 			return fmt.Errorf("%w: %s is the wall's own", ErrRefusedBind, own)
 		}
@@ -740,9 +741,12 @@ func (b *planner) inSystem(p string) bool {
 	return false
 }
 
-// entry binds toybox-entry when the vat has a network shape to serve. A vat
-// with no way out runs its app directly under bubblewrap's own init: no
-// proxy, no forwards, nothing for an entry to do.
+// entry hands toybox-entry to the wall when the vat has a network shape to
+// serve. It is run from its descriptor (through the wall's /proc), not
+// bound: a bind costs bubblewrap a pass over the mount table, and the app
+// has no use for the entry's file. A vat with no way out runs its app as
+// the wall's first process: no proxy, no forwards, nothing for an entry
+// to do.
 func (b *planner) entry() error {
 	if b.p.NoNet {
 		b.p.EntryPath = ""
@@ -759,7 +763,7 @@ func (b *planner) entry() error {
 	if !fi.Mode().IsRegular() {
 		return fmt.Errorf("%w: toybox-entry %s is not a regular file", ErrSpec, s.EntryPath)
 	}
-	b.add(Op{Kind: OpROBindFD, Src: s.EntryPath, Dest: EntryMount, Why: "toybox-entry", id: idOf(fi)})
+	b.add(Op{Kind: OpExecFD, Src: s.EntryPath, Why: "toybox-entry, run from its descriptor (not mounted)", id: idOf(fi)})
 	return nil
 }
 

@@ -175,8 +175,14 @@ type fdTable struct {
 // pass hands f to bwrap and returns "flag N" for its number there. The table
 // owns f from now on.
 func (t *fdTable) pass(f *os.File, flag string) []string {
+	return []string{flag, strconv.Itoa(t.hold(f))}
+}
+
+// hold hands f to bwrap with no option naming it and returns its number
+// there. The table owns f from now on.
+func (t *fdTable) hold(f *os.File) int {
 	t.files = append(t.files, f)
-	return []string{flag, strconv.Itoa(3 + len(t.files) - 1)}
+	return 3 + len(t.files) - 1
 }
 
 // first hands f over as fd 3, with no option naming it (the app's
@@ -664,7 +670,6 @@ func argsFile(opts []string) (*os.File, error) {
 func (p *Plan) render(fds *fdTable, spec Spec, views *viewHold) (opts, command []string, err error) {
 	a := []string{
 		"--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup",
-		"--disable-userns",
 		"--uid", strconv.Itoa(p.UID), "--gid", strconv.Itoa(p.GID),
 		"--hostname", "toybox",
 		"--die-with-parent", "--new-session",
@@ -677,6 +682,15 @@ func (p *Plan) render(fds *fdTable, spec Spec, views *viewHold) (opts, command [
 	// dumpable; it reaps and forwards signals) or, for a vat with no way
 	// out, the app itself.
 	a = append(a, "--as-pid-1")
+	// No user namespace of the vat's own: the seccomp filter refuses
+	// unshare, setns, clone with any namespace flag, and clone3. Where
+	// there is no filter (walled-noseccomp), bubblewrap's
+	// --disable-userns does it instead; with one, it would only add a
+	// second user namespace to every spawn.
+	if !p.Seccomp {
+		a = append(a, "--disable-userns")
+	}
+	entryPath := ""
 	if p.NoNet {
 		// The app runs directly; its capability must be fd 3, so it is
 		// the first descriptor handed over.
@@ -721,6 +735,12 @@ func (p *Plan) render(fds *fdTable, spec Spec, views *viewHold) (opts, command [
 			}
 			a = append(a, "--perms", "0444")
 			a = append(append(a, fds.pass(f, "--file")...), op.Dest)
+		case OpExecFD:
+			f, _, err := openBind(op)
+			if err != nil {
+				return nil, nil, err
+			}
+			entryPath = "/proc/self/fd/" + strconv.Itoa(fds.hold(f))
 		case OpROBindFD, OpBindFD:
 			var f *os.File
 			var err error
@@ -752,7 +772,10 @@ func (p *Plan) render(fds *fdTable, spec Spec, views *viewHold) (opts, command [
 	}
 	// The entry's own descriptors: its capability and the app's, which it
 	// makes the app's fd 3.
-	entry := []string{EntryMount, "--vat", p.ID}
+	if entryPath == "" {
+		return nil, nil, fmt.Errorf("%w: a network shape but no toybox-entry in the plan", ErrSpec)
+	}
+	entry := []string{entryPath, "--vat", p.ID}
 	ec, err := dupFile(spec.EntryCap, "entry-cap")
 	if err != nil {
 		return nil, nil, err

@@ -301,6 +301,16 @@ func victim(mode string) int {
 			}
 			expectFail("open "+f, err)
 		}
+		// Nor its program: toybox-entry runs from a descriptor the wall
+		// never mounts, and pid 1 is not dumpable, so its exe link is
+		// closed too.
+		for _, f := range []string{"/proc/1/exe", "/run/toybox-entry"} {
+			fd, err := unix.Open(f, unix.O_RDONLY, 0)
+			if err == nil {
+				unix.Close(fd)
+			}
+			expectFail("open "+f, err)
+		}
 		if err := unix.Kill(1, 0); err == nil {
 			fmt.Println("pid 1 signalable")
 		}

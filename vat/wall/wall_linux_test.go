@@ -781,8 +781,8 @@ func TestAttackPidOne(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Wait = %v; output:\n%s", err, out)
 		}
-		if n := held(t, out); n != 2 {
-			t.Errorf("held %d of 2; output:\n%s", n, out)
+		if n := held(t, out); n != 4 {
+			t.Errorf("held %d of 4; output:\n%s", n, out)
 		}
 	})
 }
