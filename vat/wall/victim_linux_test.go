@@ -314,6 +314,8 @@ func victim(mode string) int {
 		if err := unix.Kill(1, 0); err == nil {
 			fmt.Println("pid 1 signalable")
 		}
+		comm, _ := os.ReadFile("/proc/1/comm")
+		fmt.Printf("PID1 COMM %s\n", strings.TrimSpace(string(comm)))
 	case "procs":
 		ents, _ := os.ReadDir("/proc")
 		var pids []int
