@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"toybox/schema"
 	"toybox/schema/wire"
 	"toybox/tests/testenv"
@@ -168,5 +170,51 @@ func TestBwrapFailureSaysWhyAndFix(t *testing.T) {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("Start = %v; want it to say %q", err, w)
 		}
+	}
+}
+
+// TestEntryNotRunnable: toybox-entry that the wall's uid may not execute
+// (its mode, or a noexec mount): bubblewrap's exec of /proc/self/fd/N
+// fails, and the wall's end names the entry's file and the cause.
+func TestEntryNotRunnable(t *testing.T) {
+	testenv.RequireRoot(t) // the wall runs as another uid; the noexec tmpfs is mounted
+	for _, tt := range []struct {
+		name, want string
+		noexec     bool
+		mode       os.FileMode
+	}{
+		{"mode", "does not let uid", false, 0o700},
+		{"noexec", "mounted noexec", true, 0o755},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, "entry-"+tt.name)
+			dir := t.TempDir()
+			if err := os.Chmod(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if tt.noexec {
+				if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOEXEC|unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=64m"); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
+			}
+			entry := filepath.Join(dir, "toybox-entry")
+			if err := copyFile(f.entry, entry, tt.mode); err != nil {
+				t.Fatal(err)
+			}
+			f.spec.EntryPath = entry
+			f.spec.Net = Net{}
+			ea, eb := socketpair(t)
+			serveNoGrant(t, eb, f.spec.ID)
+			f.spec.EntryCap = ea
+			f.caps(t)
+			p, err := Start(context.Background(), f.spec, nil)
+			if err == nil {
+				err = p.Wait()
+			}
+			if err == nil || !strings.Contains(err.Error(), "toybox-entry, "+entry) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("the wall ended with %v; want bwrap's failed exec with a hint naming %s and %q", err, entry, tt.want)
+			}
+		})
 	}
 }

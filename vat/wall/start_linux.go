@@ -155,6 +155,10 @@ func (p *Process) reap() {
 				err = fmt.Errorf("%w: %s%s", err, strings.TrimSpace(line), unreachableHint(p.plan))
 				break
 			}
+			if strings.HasPrefix(line, "bwrap: execvp /proc/self/fd/") {
+				err = fmt.Errorf("%w: %s%s", err, strings.TrimSpace(line), entryExecHint(p.plan))
+				break
+			}
 		}
 	}
 	// The wall's mounts are gone with its processes.
@@ -628,6 +632,36 @@ func unreachableHint(plan *Plan) string {
 		return ""
 	}
 	return fmt.Sprintf(" (the wall runs as uid %d, which cannot search %s; fix: chmod o+x, or move the files)", plan.HostUID, strings.Join(hints, ", "))
+}
+
+// entryExecHint names, for a wall whose bubblewrap could not run
+// toybox-entry ("execvp /proc/self/fd/N: Permission denied": it runs the
+// entry from its descriptor), the entry's file and what keeps the wall's
+// uid from running it: its mode bits, or a noexec mount. It only explains
+// a failure: an ACL or a security module may refuse what these allow.
+func entryExecHint(plan *Plan) string {
+	for _, op := range plan.Ops {
+		if op.Kind != OpExecFD {
+			continue
+		}
+		uid, gid := plan.HostUID, plan.HostGID
+		if uid < 0 {
+			uid, gid = os.Getuid(), os.Getgid()
+		}
+		var why []string
+		if fi, err := os.Stat(op.Src); err == nil && classPerm(fi, uid, gid, plan.CodeGroup)&0o001 == 0 {
+			why = append(why, fmt.Sprintf("its mode %v does not let uid %d execute it (fix: chmod o+x)", fi.Mode().Perm(), uid))
+		}
+		var st unix.Statfs_t
+		if unix.Statfs(op.Src, &st) == nil && st.Flags&unix.ST_NOEXEC != 0 {
+			why = append(why, "it lies on a file system mounted noexec (fix: install it elsewhere)")
+		}
+		if len(why) == 0 {
+			return fmt.Sprintf(" (toybox-entry, %s)", op.Src)
+		}
+		return fmt.Sprintf(" (toybox-entry, %s: %s)", op.Src, strings.Join(why, "; "))
+	}
+	return ""
 }
 
 // argsFile holds bwrap's options, NUL-separated, for --args: a sealed
