@@ -218,3 +218,31 @@ func TestEntryNotRunnable(t *testing.T) {
 		})
 	}
 }
+
+// TestEntryThroughASymlink: an entry path that is a symlink (the operator's
+// --entry, a link in a bin folder) runs the file it names; the wall opens
+// that file with no symlink on the way, as every bind source. It used to
+// end in "bind source changed since the plan" (O_PATH|O_NOFOLLOW opened
+// the link itself, not the file the plan saw).
+func TestEntryThroughASymlink(t *testing.T) {
+	f := newFixture(t, "linked-entry")
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "toybox-entry")
+	if err := os.Symlink(f.entry, link); err != nil {
+		t.Fatal(err)
+	}
+	f.spec.EntryPath = link
+	f.spec.Net = Net{}
+	ea, eb := socketpair(t)
+	f.spec.EntryCap = ea
+	out, err := f.runVictimNoVat(t, "procs", eb)
+	if err != nil {
+		t.Fatalf("Wait = %v; output:\n%s", err, out)
+	}
+	if !strings.Contains(out, "PIDS [1 2] SELF 2") {
+		t.Errorf("processes in the wall: %s; want toybox-entry as pid 1 and the app", out)
+	}
+}

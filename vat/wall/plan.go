@@ -756,14 +756,20 @@ func (b *planner) entry() error {
 	if !filepath.IsAbs(s.EntryPath) {
 		return fmt.Errorf("%w: entry path %q is not absolute", ErrSpec, s.EntryPath)
 	}
-	fi, err := os.Stat(s.EntryPath)
+	// The operator's path may pass through symlinks (a link in a bin
+	// folder, say): the wall opens the file it names, with none on the way.
+	real, err := filepath.EvalSymlinks(s.EntryPath)
+	if err != nil {
+		return fmt.Errorf("%w: toybox-entry: %w", ErrSpec, err)
+	}
+	fi, err := os.Stat(real)
 	if err != nil {
 		return fmt.Errorf("%w: toybox-entry: %w", ErrSpec, err)
 	}
 	if !fi.Mode().IsRegular() {
 		return fmt.Errorf("%w: toybox-entry %s is not a regular file", ErrSpec, s.EntryPath)
 	}
-	b.add(Op{Kind: OpExecFD, Src: s.EntryPath, Why: "toybox-entry, run from its descriptor (not mounted)", id: idOf(fi)})
+	b.add(Op{Kind: OpExecFD, Src: real, Why: "toybox-entry, run from its descriptor (not mounted)", id: idOf(fi)})
 	return nil
 }
 
