@@ -69,6 +69,18 @@ func entryCheck(path string) wall.Check {
 		c.Fix = "make build (it puts toybox-entry in ./bin), or pass --entry"
 		return c
 	}
+	// The walls run it from a descriptor as the vats' uid: a vat's own
+	// (from 1000000, with the code group) under a root supervisor, else
+	// the supervisor's.
+	uid, gid, extra := os.Getuid(), os.Getgid(), 0
+	if uid == 0 {
+		uid, gid, extra = supervisor.DefaultUIDBase, supervisor.DefaultUIDBase, store.RootCodeGID
+	}
+	if why := wall.EntryUnrunnable(path, uid, gid, extra); len(why) > 0 {
+		c.Detail = path + ": " + strings.Join(why, "; ")
+		c.Fix = "install toybox-entry where the vats can run it (mode 0755, a file system not mounted noexec), or pass --entry"
+		return c
+	}
 	c.OK, c.Detail = true, path
 	return c
 }

@@ -24,3 +24,33 @@ func TestSubordinateCheck(t *testing.T) {
 		t.Errorf("a clashing range: %+v; want a failure naming nick, not alice, with the fix", c)
 	}
 }
+
+// TestEntryCheck: doctor finds a toybox-entry the vats could not run (the
+// walls run it from a descriptor, as the vats' uid), not only a missing one.
+func TestEntryCheck(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	entry := filepath.Join(dir, "toybox-entry")
+	if err := os.WriteFile(entry, []byte("\x7fELF"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if c := entryCheck(entry); !c.OK || c.Detail != entry {
+		t.Errorf("mode 0755: %+v; want ok", c)
+	}
+	if c := entryCheck(filepath.Join(dir, "missing")); c.OK || !strings.Contains(c.Detail, "not found") {
+		t.Errorf("missing: %+v; want not found", c)
+	}
+	if os.Geteuid() != 0 {
+		return // the owner's bits are the supervisor's, and they let it run
+	}
+	// Under a root supervisor the walls run as the vats' uids: the owner's
+	// bits (root's) are not theirs.
+	if err := os.Chmod(entry, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if c := entryCheck(entry); c.OK || !strings.Contains(c.Detail, "does not let uid 1000000 execute it") || !strings.Contains(c.Fix, "0755") {
+		t.Errorf("mode 0700 under root: %+v; want a failure naming the mode and the fix", c)
+	}
+}

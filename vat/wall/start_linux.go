@@ -637,8 +637,7 @@ func unreachableHint(plan *Plan) string {
 // entryExecHint names, for a wall whose bubblewrap could not run
 // toybox-entry ("execvp /proc/self/fd/N: Permission denied": it runs the
 // entry from its descriptor), the entry's file and what keeps the wall's
-// uid from running it: its mode bits, or a noexec mount. It only explains
-// a failure: an ACL or a security module may refuse what these allow.
+// uid from running it (EntryUnrunnable).
 func entryExecHint(plan *Plan) string {
 	for _, op := range plan.Ops {
 		if op.Kind != OpExecFD {
@@ -648,20 +647,29 @@ func entryExecHint(plan *Plan) string {
 		if uid < 0 {
 			uid, gid = os.Getuid(), os.Getgid()
 		}
-		var why []string
-		if fi, err := os.Stat(op.Src); err == nil && classPerm(fi, uid, gid, plan.CodeGroup)&0o001 == 0 {
-			why = append(why, fmt.Sprintf("its mode %v does not let uid %d execute it (fix: chmod o+x)", fi.Mode().Perm(), uid))
+		if why := EntryUnrunnable(op.Src, uid, gid, plan.CodeGroup); len(why) > 0 {
+			return fmt.Sprintf(" (toybox-entry, %s: %s)", op.Src, strings.Join(why, "; "))
 		}
-		var st unix.Statfs_t
-		if unix.Statfs(op.Src, &st) == nil && st.Flags&unix.ST_NOEXEC != 0 {
-			why = append(why, "it lies on a file system mounted noexec (fix: install it elsewhere)")
-		}
-		if len(why) == 0 {
-			return fmt.Sprintf(" (toybox-entry, %s)", op.Src)
-		}
-		return fmt.Sprintf(" (toybox-entry, %s: %s)", op.Src, strings.Join(why, "; "))
+		return fmt.Sprintf(" (toybox-entry, %s)", op.Src)
 	}
 	return ""
+}
+
+// EntryUnrunnable says what keeps a wall running as uid and gid (and
+// the supplementary group extra, if > 0) from running the toybox-entry at
+// path, each with its fix: its mode bits, or a file system mounted
+// noexec. Nothing when neither does (an ACL or a security module may still
+// refuse).
+func EntryUnrunnable(path string, uid, gid, extra int) []string {
+	var why []string
+	if fi, err := os.Stat(path); err == nil && classPerm(fi, uid, gid, extra)&0o001 == 0 {
+		why = append(why, fmt.Sprintf("its mode %v does not let uid %d execute it (fix: chmod o+x)", fi.Mode().Perm(), uid))
+	}
+	var st unix.Statfs_t
+	if unix.Statfs(path, &st) == nil && st.Flags&unix.ST_NOEXEC != 0 {
+		why = append(why, "it lies on a file system mounted noexec (fix: install it elsewhere)")
+	}
+	return why
 }
 
 // argsFile holds bwrap's options, NUL-separated, for --args: a sealed

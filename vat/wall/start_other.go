@@ -51,3 +51,6 @@ func Doctor(context.Context) []Check {
 
 // EndLeftovers does nothing here: there are no walls.
 func EndLeftovers(string) (int, error) { return 0, nil }
+
+// EntryUnrunnable is Linux only: walls run nowhere else.
+func EntryUnrunnable(string, int, int, int) []string { return nil }
