@@ -147,6 +147,18 @@ func sysctlCheck(name, v string, ok bool, bad, fix string, sandboxOK bool) Check
 	return Check{Name: name, OK: true, Detail: "= " + v}
 }
 
+// bwrapOptions are every bubblewrap option a wall may be started with
+// (TestBwrapOptionsListed keeps it whole): a bubblewrap without one of them
+// cannot start some wall, which doctor says before any vat fails.
+var bwrapOptions = []string{
+	"--args", "--as-pid-1", "--bind-fd", "--block-fd", "--cap-drop", "--chdir", "--clearenv",
+	"--dev-bind", "--die-with-parent", "--dir", "--disable-userns", "--file", "--gid", "--hostname",
+	"--json-status-fd", "--new-session", "--perms", "--proc", "--remount-ro", "--ro-bind",
+	"--ro-bind-fd", "--seccomp", "--setenv", "--size", "--symlink", "--tmpfs", "--uid",
+	"--unshare-cgroup", "--unshare-ipc", "--unshare-net", "--unshare-pid", "--unshare-user",
+	"--unshare-uts",
+}
+
 // Doctor runs every check `toybox doctor` prints.
 func Doctor(ctx context.Context) []Check {
 	var checks []Check
@@ -158,15 +170,15 @@ func Doctor(ctx context.Context) []Check {
 		checks = append(checks, Check{Name: "bubblewrap installed", OK: true, Detail: bwrap + " " + strings.TrimSpace(string(v))})
 		out, _ := exec.CommandContext(ctx, bwrap, "--help").CombinedOutput()
 		missing := []string{}
-		for _, opt := range []string{"--bind-fd", "--ro-bind-fd", "--disable-userns", "--json-status-fd", "--ro-bind-data", "--clearenv"} {
-			if !strings.Contains(string(out), opt) {
+		for _, opt := range bwrapOptions {
+			if !strings.Contains(string(out), opt+" ") {
 				missing = append(missing, opt)
 			}
 		}
 		if len(missing) > 0 {
 			checks = append(checks, Check{Name: "bubblewrap options", Detail: "missing " + strings.Join(missing, ", "), Fix: "install bubblewrap 0.10 or later (Debian 12: 0.8.0-2+deb12u1 carries --bind-fd)"})
 		} else {
-			checks = append(checks, Check{Name: "bubblewrap options", OK: true, Detail: "--bind-fd, --disable-userns, --json-status-fd present"})
+			checks = append(checks, Check{Name: "bubblewrap options", OK: true, Detail: fmt.Sprintf("all %d options walls use are present", len(bwrapOptions))})
 		}
 	}
 	// The probe is what decides: a sysctl that would stop sandboxes is

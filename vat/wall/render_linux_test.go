@@ -2,7 +2,9 @@ package wall
 
 import (
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -29,6 +31,55 @@ func TestNestedUserNamespacesRefusedOnce(t *testing.T) {
 		}
 		if got := slices.Contains(opts, "--disable-userns"); got == filtered {
 			t.Errorf("seccomp %v: --disable-userns in bwrap's options = %v; want %v", filtered, got, !filtered)
+		}
+	}
+}
+
+// TestBwrapOptionsListed: every option a wall's bubblewrap is given is in
+// bwrapOptions, the list doctor checks the installed bubblewrap against.
+func TestBwrapOptionsListed(t *testing.T) {
+	f := newFixture(t, "options")
+	notes := filepath.Join(t.TempDir(), "notes.txt")
+	mustWrite(t, notes, "owner's notes\n")
+	if err := os.Chmod(filepath.Dir(notes), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f.spec.Files.Read = []string{notes}
+	f.spec.Net = Net{Forwards: []Forward{{Port: 5432, Host: "127.0.0.1", TargetPort: 5432}}}
+	f.caps(t)
+	defer f.peer.Close()
+	ea, eb := socketpair(t)
+	defer ea.Close()
+	defer eb.Close()
+	f.spec.EntryCap = ea
+	plan, err := BuildPlan(f.spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ensureEtcView(plan); err != nil {
+		t.Fatal(err)
+	}
+	// Start's own options, then render's with the filter and without.
+	used := []string{"--json-status-fd", "--block-fd", "--args"}
+	for _, filtered := range []bool{true, false} {
+		plan.Seccomp = filtered
+		var fds fdTable
+		views := &viewHold{}
+		opts, _, err := plan.render(&fds, f.spec, views)
+		fds.closeAll()
+		_ = views.release()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range opts {
+			if strings.HasPrefix(o, "--") {
+				used = append(used, o)
+			}
+		}
+	}
+	for _, o := range used {
+		if !slices.Contains(bwrapOptions, o) {
+			t.Errorf("a wall uses %s, which doctor does not check bubblewrap for (bwrapOptions)", o)
 		}
 	}
 }
