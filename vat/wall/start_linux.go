@@ -853,7 +853,7 @@ func dupFile(f *os.File, name string) (*os.File, error) {
 	return os.NewFile(uintptr(fd), name), nil
 }
 
-// dataFile puts data in a sealed memfd for --ro-bind-data.
+// dataFile puts data in a sealed memfd for --file (bubblewrap copies it into the wall).
 func dataFile(name string, data []byte) (*os.File, error) {
 	fd, err := unix.MemfdCreate("toybox-data:"+name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
