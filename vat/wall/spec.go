@@ -12,10 +12,11 @@
 // (65534 by default) so nothing in the wall maps onto host root.
 //
 // Descriptors: fdTable numbers everything bwrap inherits. A vat with a
-// network shape runs toybox-entry as the wall's pid 1 (--cap-fd for its own
-// capability, --app-cap-fd for the app's); the entry serves the proxy and
-// makes the app's capability its fd 3. A vat with no way out runs its app
-// directly under bwrap's init with its capability handed over first, so it
+// network shape runs toybox-entry as the wall's pid 1, from its own
+// descriptor (--cap-fd for its own capability, --app-cap-fd for the
+// app's); the entry serves the proxy and makes the app's capability its
+// fd 3. A vat with no way out runs its app as the wall's pid 1 (bubblewrap
+// keeps no init of its own) with its capability handed over first, so it
 // is fd 3. Either way the app holds exactly fds 0-3.
 package wall
 
