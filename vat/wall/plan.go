@@ -1,6 +1,7 @@
 package wall
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -344,8 +345,24 @@ func (b *planner) add(op Op) { b.p.Ops = append(b.p.Ops, op) }
 
 // systemOps binds the system folders this host has, read-only at their
 // own paths, and makes those that are links (a merged /usr's /bin, /lib)
-// the same links.
+// the same links. They are looked up at most once per etcRecheck, as
+// /etc's entries are.
 func systemOps() []Op {
+	systemLast.Lock()
+	defer systemLast.Unlock()
+	if systemLast.ops == nil || time.Since(systemLast.at) >= etcRecheck {
+		systemLast.ops, systemLast.at = lookSystemOps(), time.Now()
+	}
+	return slices.Clone(systemLast.ops)
+}
+
+var systemLast struct {
+	sync.Mutex
+	at  time.Time
+	ops []Op
+}
+
+func lookSystemOps() []Op {
 	var ops []Op
 	for _, d := range systemDirs {
 		fi, err := os.Lstat(d)
@@ -987,6 +1004,36 @@ const PasswdPath = "/run/toybox-etc/passwd"
 // EtcViewDir is the folder of the /etc view holding entries: named by its
 // content, so walls with the same /etc share one.
 func EtcViewDir(stateDir string, entries []EtcEntry) string {
+	// Every spawn asks, almost always for the entries it asked for last:
+	// the last answer is kept, and given again for equal entries (a
+	// comparison costs far less than the hash).
+	etcViewLast.Lock()
+	defer etcViewLast.Unlock()
+	if etcViewLast.dir != "" && etcViewLast.state == stateDir && slices.EqualFunc(etcViewLast.entries, entries, EtcEntry.same) {
+		return etcViewLast.dir
+	}
+	dir := etcViewDir(stateDir, entries)
+	kept := slices.Clone(entries)
+	for i := range kept {
+		kept[i].Data = bytes.Clone(kept[i].Data) // the caller's bytes may change
+	}
+	etcViewLast.state, etcViewLast.entries, etcViewLast.dir = stateDir, kept, dir
+	return dir
+}
+
+var etcViewLast struct {
+	sync.Mutex
+	state   string
+	entries []EtcEntry
+	dir     string
+}
+
+// same reports whether e and o are the same entry (everything key hashes).
+func (e EtcEntry) same(o EtcEntry) bool {
+	return e.Path == o.Path && e.Src == o.Src && e.Link == o.Link && e.Mount == o.Mount && e.Dir == o.Dir && bytes.Equal(e.Data, o.Data)
+}
+
+func etcViewDir(stateDir string, entries []EtcEntry) string {
 	h := sha256.New()
 	for _, e := range entries {
 		fmt.Fprintln(h, e.key())

@@ -170,3 +170,38 @@ func FuzzBuildPlan(f *testing.F) {
 		}
 	})
 }
+
+// TestEtcViewDirNamesContent: the view's folder is named by its content,
+// also when the last answer is given again (EtcViewDir keeps it): other
+// content, or the same caller's bytes changed after the call, is another
+// folder; the same content in new slices is the same one.
+func TestEtcViewDirNamesContent(t *testing.T) {
+	state := t.TempDir()
+	entries := func(hosts string) []EtcEntry {
+		return []EtcEntry{{Path: "hostname", Data: []byte("toybox\n")}, {Path: "hosts", Data: []byte(hosts)}}
+	}
+	a := entries("127.0.0.1 localhost\n")
+	dirA := EtcViewDir(state, a)
+	if got := EtcViewDir(state, entries("127.0.0.1 localhost\n")); got != dirA {
+		t.Errorf("the same content in new slices: %s, then %s", dirA, got)
+	}
+	dirB := EtcViewDir(state, entries("127.0.0.1 elsewhere\n"))
+	if dirB == dirA {
+		t.Errorf("other content, the same folder %s", dirA)
+	}
+	if got := EtcViewDir(state, a); got != dirA {
+		t.Errorf("the first content again: %s, want %s", got, dirA)
+	}
+	copy(a[1].Data, "127.0.0.2")
+	if got := EtcViewDir(state, a); got == dirA {
+		t.Errorf("the caller's bytes changed in place: still %s", got)
+	}
+	if got := EtcViewDir(t.TempDir(), entries("127.0.0.1 localhost\n")); filepath.Base(got) != filepath.Base(dirA) || got == dirA {
+		t.Errorf("another state dir: %s; want the same name below it (%s)", got, filepath.Base(dirA))
+	}
+	for _, e := range [][]EtcEntry{a, entries("127.0.0.1 localhost\n"), entries("127.0.0.1 elsewhere\n")} {
+		if got, want := EtcViewDir(state, e), etcViewDir(state, e); got != want {
+			t.Errorf("EtcViewDir = %s; the hash says %s", got, want)
+		}
+	}
+}
