@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"toybox/vat/store"
 	"toybox/vat/supervisor"
 	"toybox/vat/wall"
@@ -69,20 +71,33 @@ func entryCheck(path string) wall.Check {
 		c.Fix = "make build (it puts toybox-entry in ./bin), or pass --entry"
 		return c
 	}
-	// The walls run it from a descriptor as the vats' uid: a vat's own
-	// (from 1000000, with the code group) under a root supervisor, else
-	// the supervisor's.
-	uid, gid, extra := os.Getuid(), os.Getgid(), 0
-	if uid == 0 {
-		uid, gid, extra = supervisor.DefaultUIDBase, supervisor.DefaultUIDBase, store.RootCodeGID
-	}
-	if why := wall.EntryUnrunnable(path, uid, gid, extra); len(why) > 0 {
+	if why := entryUnrunnable(path, os.Getuid()); len(why) > 0 {
 		c.Detail = path + ": " + strings.Join(why, "; ")
 		c.Fix = "install toybox-entry where the vats can run it (mode 0755, a file system not mounted noexec), or pass --entry"
 		return c
 	}
 	c.OK, c.Detail = true, path
 	return c
+}
+
+// entryUnrunnable says what keeps the walls from running the entry at
+// path. They run it from a descriptor as the vats' uid: a vat's own (from
+// 1000000, with the code group) under a root supervisor (uid 0), else the
+// supervisor's own, with all its groups: there the kernel answers
+// (access(2) with X_OK weighs every group, ACLs and a noexec mount), and
+// EntryUnrunnable only explains a refusal.
+func entryUnrunnable(path string, uid int) []string {
+	if uid == 0 {
+		return wall.EntryUnrunnable(path, supervisor.DefaultUIDBase, supervisor.DefaultUIDBase, store.RootCodeGID)
+	}
+	err := unix.Access(path, unix.X_OK)
+	if err == nil {
+		return nil
+	}
+	if why := wall.EntryUnrunnable(path, uid, os.Getgid(), 0); len(why) > 0 {
+		return why
+	}
+	return []string{fmt.Sprintf("uid %d may not execute it: %v", uid, err)}
 }
 
 func fileExists(p string) bool {

@@ -54,3 +54,25 @@ func TestEntryCheck(t *testing.T) {
 		t.Errorf("mode 0700 under root: %+v; want a failure naming the mode and the fix", c)
 	}
 }
+
+// TestEntryCheckOwnUID: under a supervisor that is not root the walls run
+// as its own uid, with all its groups: the kernel's access(2) decides, and
+// the fix named for a refusal fixes it.
+func TestEntryCheckOwnUID(t *testing.T) {
+	entry := filepath.Join(t.TempDir(), "toybox-entry")
+	if err := os.WriteFile(entry, []byte("\x7fELF"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Any uid but 0 takes the supervisor's-own branch (access(2) as this
+	// process).
+	why := entryUnrunnable(entry, 4242)
+	if len(why) == 0 {
+		t.Fatalf("mode 0644: nothing; want a refusal")
+	}
+	if err := os.Chmod(entry, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if why := entryUnrunnable(entry, 4242); len(why) != 0 {
+		t.Errorf("mode 0755: %q; want nothing", why)
+	}
+}

@@ -245,3 +245,30 @@ func entryRuns(t *testing.T, f *fixture) {
 		t.Errorf("processes in the wall: %s; want toybox-entry as pid 1 and the app", out)
 	}
 }
+
+// TestEntryUnrunnableFix: the fix EntryUnrunnable names fixes it, whichever
+// class of the mode counts for the wall's uid (an owner's 0644: o+x alone
+// left it unrunnable, and said so again).
+func TestEntryUnrunnableFix(t *testing.T) {
+	entry := filepath.Join(t.TempDir(), "toybox-entry")
+	mustWrite(t, entry, "\x7fELF")
+	var st unix.Statfs_t
+	if unix.Statfs(entry, &st) == nil && st.Flags&unix.ST_NOEXEC != 0 {
+		t.Skip("the temporary folder is mounted noexec")
+	}
+	for _, mode := range []os.FileMode{0o644, 0o604, 0o640} {
+		if err := os.Chmod(entry, mode); err != nil {
+			t.Fatal(err)
+		}
+		why := EntryUnrunnable(entry, os.Getuid(), os.Getgid(), 0)
+		if len(why) != 1 || !strings.Contains(why[0], "fix: chmod a+x") {
+			t.Fatalf("mode %v, run by its owner: %q; want the mode, with chmod a+x", mode, why)
+		}
+		if err := os.Chmod(entry, mode|0o111); err != nil {
+			t.Fatal(err)
+		}
+		if why := EntryUnrunnable(entry, os.Getuid(), os.Getgid(), 0); len(why) != 0 {
+			t.Errorf("mode %v after chmod a+x: %q; want nothing", mode|0o111, why)
+		}
+	}
+}

@@ -663,7 +663,9 @@ func entryExecHint(plan *Plan) string {
 func EntryUnrunnable(path string, uid, gid, extra int) []string {
 	var why []string
 	if fi, err := os.Stat(path); err == nil && classPerm(fi, uid, gid, extra)&0o001 == 0 {
-		why = append(why, fmt.Sprintf("its mode %v does not let uid %d execute it (fix: chmod o+x)", fi.Mode().Perm(), uid))
+		// a+x: the class that counts may be the owner's or the group's
+		// (o+x alone leaves an owner's 0644 unrunnable by its owner).
+		why = append(why, fmt.Sprintf("its mode %v does not let uid %d execute it (fix: chmod a+x)", fi.Mode().Perm(), uid))
 	}
 	var st unix.Statfs_t
 	if unix.Statfs(path, &st) == nil && st.Flags&unix.ST_NOEXEC != 0 {
