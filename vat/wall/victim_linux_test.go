@@ -285,8 +285,8 @@ func victim(mode string) int {
 		unix.RawSyscall(0x40000000|unix.SYS_GETPID, 0, 0, 0)
 		breach("survived an x32 system call")
 	case "procmem":
-		// Another process of the wall (pid 1: bwrap's init or
-		// toybox-entry) must not be open to this one: its memory is where
+		// Another process of the wall (pid 1: toybox-entry; bwrap keeps
+		// no init of its own) must not be open to this one: its memory is where
 		// code runs outside the app's seccomp filter.
 		for _, f := range []string{"/proc/1/mem", "/proc/1/environ"} {
 			fd, err := unix.Open(f, unix.O_RDWR, 0)

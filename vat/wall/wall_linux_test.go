@@ -486,7 +486,7 @@ func TestAttackSymlinkSwapBetweenPlanAndBind(t *testing.T) {
 
 func TestStopEndsTheWall(t *testing.T) {
 	for _, withEntry := range []bool{false, true} {
-		t.Run(map[bool]string{false: "app under bwrap's init", true: "app under toybox-entry"}[withEntry], func(t *testing.T) {
+		t.Run(map[bool]string{false: "app as pid 1", true: "app under toybox-entry"}[withEntry], func(t *testing.T) {
 			f := newFixture(t, "sleeper")
 			// The app gets going, then is stopped.
 			p, _ := f.startVictim(t, "sleep", withEntry)
