@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"toybox/labels"
@@ -263,8 +264,11 @@ func (h *handle) Request(ctx context.Context, call schema.Handle_request) error 
 
 // responderTimeout bounds how long the switchboard waits for the caller's
 // responder to take an answer's start or a failure: a caller that never
-// answers does not keep the request (and its slot) forever.
-var responderTimeout = 30 * time.Second
+// answers does not keep the request (and its slot) forever. Nanoseconds,
+// atomic: a test shortens it while earlier requests still wait.
+var responderTimeout atomic.Int64
+
+func init() { responderTimeout.Store(int64(30 * time.Second)) }
 
 // roundTrip sends hreq and delivers the answer to responder (owned); it
 // gives back the slot Request took.
@@ -276,7 +280,7 @@ func (h *handle) roundTrip(hreq *http.Request, cancel context.CancelFunc, respon
 	resp, err := h.p.srv.http.RoundTrip(hreq)
 	if err != nil {
 		_ = pr.CloseWithError(err)
-		fctx, fcancel := context.WithTimeout(ctx, responderTimeout)
+		fctx, fcancel := context.WithTimeout(ctx, time.Duration(responderTimeout.Load()))
 		defer fcancel()
 		f, release := responder.Fail(fctx, func(p schema.Responder_fail_Params) error {
 			return p.SetMessage_(fmt.Sprintf("request to %s failed: %v", hreq.URL.Host, err))
@@ -286,7 +290,7 @@ func (h *handle) roundTrip(hreq *http.Request, cancel context.CancelFunc, respon
 		return
 	}
 	defer resp.Body.Close()
-	sctx, scancel := context.WithTimeout(ctx, responderTimeout)
+	sctx, scancel := context.WithTimeout(ctx, time.Duration(responderTimeout.Load()))
 	defer scancel()
 	hopOnly := connectionNames(resp.Header["Connection"])
 	for k := range resp.Header {

@@ -537,9 +537,9 @@ func (r *stuckResponder) Fail(ctx context.Context, call schema.Responder_fail) e
 // now holds one of the peer's connection slots until its outcome is
 // delivered, and the switchboard waits responderTimeout for the responder.
 func TestRequestsWaitingOnResponderAreBounded(t *testing.T) {
-	old := responderTimeout
-	responderTimeout = time.Hour // the first part must not depend on the machine's speed
-	t.Cleanup(func() { responderTimeout = old })
+	old := responderTimeout.Load()
+	responderTimeout.Store(int64(time.Hour)) // the first part must not depend on the machine's speed
+	t.Cleanup(func() { responderTimeout.Store(old) })
 	l, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -590,7 +590,7 @@ func TestRequestsWaitingOnResponderAreBounded(t *testing.T) {
 	}
 	waitAccepted("once the responders took their failures")
 	// A responder that never takes it is given up after responderTimeout.
-	responderTimeout = 300 * time.Millisecond
+	responderTimeout.Store(int64(300 * time.Millisecond))
 	never := make(chan struct{})
 	defer close(never)
 	for range 20 {
