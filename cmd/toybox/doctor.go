@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -61,13 +60,9 @@ func entryCheck(path string) wall.Check {
 			}
 		}
 	}
-	if path == "" {
-		if p, err := exec.LookPath("toybox-entry"); err == nil {
-			path = p
-		}
-	}
+	// Where serve looks: --entry, else next to this binary (not PATH).
 	if path == "" || !fileExists(path) {
-		c.Detail = "not found next to toybox or on PATH"
+		c.Detail = "not found next to toybox"
 		c.Fix = "make build (it puts toybox-entry in ./bin), or pass --entry"
 		return c
 	}

@@ -38,8 +38,14 @@ func probeRun(ctx context.Context, bwrap string) (string, error) {
 	defer cancel()
 	args := []string{
 		"--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup",
-		"--disable-userns", "--uid", strconv.Itoa(InsideUID), "--gid", strconv.Itoa(InsideGID),
+		"--uid", strconv.Itoa(InsideUID), "--gid", strconv.Itoa(InsideGID),
 		"--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv",
+	}
+	// As render does: the walls ask bubblewrap for --disable-userns (a
+	// second user namespace) only where no seccomp filter refuses
+	// namespaces, so the probe asks for it only there too.
+	if seccomp.Supported() != nil {
+		args = append(args, "--disable-userns")
 	}
 	// The system folders as a wall has them: bound where this host has
 	// folders, linked where it has links (a /usr not merged keeps its own
