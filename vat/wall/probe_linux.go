@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -154,15 +155,27 @@ func sysctlCheck(name, v string, ok bool, bad, fix string, sandboxOK bool) Check
 }
 
 // bwrapOptions are every bubblewrap option a wall may be started with
-// (TestBwrapOptionsListed keeps it whole): a bubblewrap without one of them
-// cannot start some wall, which doctor says before any vat fails.
+// (TestBwrapOptionsListed keeps it whole and exact): a bubblewrap without
+// one of them cannot start some wall, which doctor says before any vat
+// fails. Beside them a wall uses --seccomp where this architecture has a
+// filter, else --disable-userns (bubblewrap 0.8): wallOptions.
 var bwrapOptions = []string{
 	"--args", "--as-pid-1", "--bind-fd", "--block-fd", "--cap-drop", "--chdir", "--clearenv",
-	"--dev-bind", "--die-with-parent", "--dir", "--disable-userns", "--file", "--gid", "--hostname",
+	"--dev-bind", "--die-with-parent", "--dir", "--file", "--gid", "--hostname",
 	"--json-status-fd", "--new-session", "--perms", "--proc", "--remount-ro", "--ro-bind",
-	"--ro-bind-fd", "--seccomp", "--setenv", "--size", "--symlink", "--tmpfs", "--uid",
+	"--ro-bind-fd", "--setenv", "--size", "--symlink", "--tmpfs", "--uid",
 	"--unshare-cgroup", "--unshare-ipc", "--unshare-net", "--unshare-pid", "--unshare-user",
 	"--unshare-uts",
+}
+
+// wallOptions are the bubblewrap options walls use: with a seccomp
+// filter, or without one, --disable-userns, which refuses namespaces in
+// its stead.
+func wallOptions(filtered bool) []string {
+	if filtered {
+		return append(slices.Clone(bwrapOptions), "--seccomp")
+	}
+	return append(slices.Clone(bwrapOptions), "--disable-userns")
 }
 
 // Doctor runs every check `toybox doctor` prints.
@@ -176,7 +189,8 @@ func Doctor(ctx context.Context) []Check {
 		checks = append(checks, Check{Name: "bubblewrap installed", OK: true, Detail: bwrap + " " + strings.TrimSpace(string(v))})
 		out, _ := exec.CommandContext(ctx, bwrap, "--help").CombinedOutput()
 		missing := []string{}
-		for _, opt := range bwrapOptions {
+		opts := wallOptions(seccomp.Supported() == nil)
+		for _, opt := range opts {
 			if !strings.Contains(string(out), opt+" ") {
 				missing = append(missing, opt)
 			}
@@ -184,7 +198,7 @@ func Doctor(ctx context.Context) []Check {
 		if len(missing) > 0 {
 			checks = append(checks, Check{Name: "bubblewrap options", Detail: "missing " + strings.Join(missing, ", "), Fix: "install bubblewrap 0.10 or later (Debian 12: 0.8.0-2+deb12u1 carries --bind-fd)"})
 		} else {
-			checks = append(checks, Check{Name: "bubblewrap options", OK: true, Detail: fmt.Sprintf("all %d options walls use are present", len(bwrapOptions))})
+			checks = append(checks, Check{Name: "bubblewrap options", OK: true, Detail: fmt.Sprintf("all %d options walls use are present", len(opts))})
 		}
 	}
 	// The probe is what decides: a sysctl that would stop sandboxes is

@@ -59,27 +59,39 @@ func TestBwrapOptionsListed(t *testing.T) {
 	if err := ensureEtcView(plan); err != nil {
 		t.Fatal(err)
 	}
-	// Start's own options, then render's with the filter and without.
-	used := []string{"--json-status-fd", "--block-fd", "--args"}
+	// Start's own options, then render's with the filter and without, each
+	// with /dev as a prepared folder and as a tmpfs: every option a wall
+	// of that kind may use is listed, and nothing else is.
+	defer func(old bool) { noDevDir = old }(noDevDir)
 	for _, filtered := range []bool{true, false} {
+		used := []string{"--json-status-fd", "--block-fd", "--args"}
 		plan.Seccomp = filtered
-		var fds fdTable
-		views := &viewHold{}
-		opts, _, err := plan.render(&fds, f.spec, views)
-		fds.closeAll()
-		_ = views.release()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, o := range opts {
-			if strings.HasPrefix(o, "--") {
-				used = append(used, o)
+		for _, tmpDev := range []bool{false, true} {
+			noDevDir = tmpDev
+			var fds fdTable
+			views := &viewHold{}
+			opts, _, err := plan.render(&fds, f.spec, views)
+			fds.closeAll()
+			_ = views.release()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range opts {
+				if strings.HasPrefix(o, "--") && !slices.Contains(used, o) {
+					used = append(used, o)
+				}
 			}
 		}
-	}
-	for _, o := range used {
-		if !slices.Contains(bwrapOptions, o) {
-			t.Errorf("a wall uses %s, which doctor does not check bubblewrap for (bwrapOptions)", o)
+		listed := wallOptions(filtered)
+		for _, o := range used {
+			if !slices.Contains(listed, o) {
+				t.Errorf("seccomp %v: a wall uses %s, which doctor does not check bubblewrap for (bwrapOptions)", filtered, o)
+			}
+		}
+		for _, o := range listed {
+			if !slices.Contains(used, o) {
+				t.Errorf("seccomp %v: doctor checks bubblewrap for %s, which no wall of this kind uses", filtered, o)
+			}
 		}
 	}
 }
