@@ -22,7 +22,7 @@ func init() { commands["doctor"] = doctorMain }
 // doctorMain prints the walls checklist and exits 1 if any check failed.
 func doctorMain(args []string) int {
 	fs := flag.NewFlagSet("toybox doctor", flag.ContinueOnError)
-	entry := fs.String("entry", "", "path of toybox-entry (default: next to this binary, then PATH)")
+	entry := fs.String("entry", "", "path of toybox-entry (default: next to this binary, as serve looks)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -53,16 +53,17 @@ func subordinateCheck(subuid, subgid string) wall.Check {
 
 func entryCheck(path string) wall.Check {
 	c := wall.Check{Name: "toybox-entry"}
+	// Where serve looks: --entry, else next to this binary (not PATH).
+	where := path
 	if path == "" {
+		where = "next to toybox"
 		if self, err := os.Executable(); err == nil {
-			if p := filepath.Join(filepath.Dir(self), "toybox-entry"); fileExists(p) {
-				path = p
-			}
+			path = filepath.Join(filepath.Dir(self), "toybox-entry")
+			where = path
 		}
 	}
-	// Where serve looks: --entry, else next to this binary (not PATH).
 	if path == "" || !fileExists(path) {
-		c.Detail = "not found next to toybox"
+		c.Detail = "not found: " + where
 		c.Fix = "make build (it puts toybox-entry in ./bin), or pass --entry"
 		return c
 	}
