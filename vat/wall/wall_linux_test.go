@@ -310,22 +310,40 @@ func TestAttackSupervisorEnv(t *testing.T) {
 	}
 }
 
+// TestAttackWriteOwnCode: the app writes none of its code, the system's,
+// the wall's root or pid 1's program, with pid 1 the app itself (no way
+// out) and toybox-entry (run from its descriptor, not mounted).
 func TestAttackWriteOwnCode(t *testing.T) {
-	f := newFixture(t, "rewriter")
-	f.spec.Env = map[string]string{"VICTIM_ARG": strings.Join([]string{
-		filepath.Join(f.install, "app"), filepath.Join(f.install, "new-file"), "/usr/bin/evil", "/etc/passwd",
-		"/evil",       // the wall's root (a tmpfs remounted read-only)
-		"/proc/1/exe", // pid 1's program: toybox-entry (not mounted: run from its descriptor) or the app itself
-	}, ":")}
-	out, err := f.runVictim(t, "write")
-	if err != nil {
-		t.Fatalf("Wait = %v; output:\n%s", err, out)
-	}
-	if n := held(t, out); n != 6 {
-		t.Errorf("held %d of 6 writes; output:\n%s", n, out)
-	}
-	if b, _ := os.ReadFile(filepath.Join(f.install, "app")); string(b) == "pwned" {
-		t.Error("the app rewrote its code")
+	for _, withEntry := range []bool{false, true} {
+		t.Run(map[bool]string{false: "app as pid 1", true: "app under toybox-entry"}[withEntry], func(t *testing.T) {
+			f := newFixture(t, "rewriter")
+			f.spec.Env = map[string]string{"VICTIM_ARG": strings.Join([]string{
+				filepath.Join(f.install, "app"), filepath.Join(f.install, "new-file"), "/usr/bin/evil", "/etc/passwd",
+				"/evil",       // the wall's root (a tmpfs remounted read-only)
+				"/proc/1/exe", // pid 1's program: the app itself, or toybox-entry
+			}, ":")}
+			var out string
+			var err error
+			if withEntry {
+				f.spec.Net = Net{}
+				ea, eb := socketpair(t)
+				f.spec.EntryCap = ea
+				out, err = f.runVictimNoVat(t, "write", eb)
+			} else {
+				out, err = f.runVictim(t, "write")
+			}
+			if err != nil {
+				t.Fatalf("Wait = %v; output:\n%s", err, out)
+			}
+			if n := held(t, out); n != 6 {
+				t.Errorf("held %d of 6 writes; output:\n%s", n, out)
+			}
+			for _, p := range []string{filepath.Join(f.install, "app"), f.entry} {
+				if b, _ := os.ReadFile(p); string(b) == "pwned" {
+					t.Errorf("the app rewrote %s", p)
+				}
+			}
+		})
 	}
 }
 
