@@ -34,6 +34,10 @@ func Probe(ctx context.Context) error {
 	return fmt.Errorf("%w: bubblewrap cannot start a sandbox: %s (bwrap said: %s) (fix: %s)", ErrProbe, cause, strings.TrimSpace(out), fix)
 }
 
+// probeCommand is what the probe runs inside its sandbox (a test reads
+// the sandbox's /proc/self/status instead).
+var probeCommand = []string{"/usr/bin/true"}
+
 func probeRun(ctx context.Context, bwrap string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
@@ -58,11 +62,27 @@ func probeRun(ctx context.Context, bwrap string) (string, error) {
 			args = append(args, "--ro-bind", op.Src, op.Dest)
 		}
 	}
-	args = append(args, "--proc", "/proc", "--dev", "/dev", "--", "/usr/bin/true")
+	args = append(args, "--proc", "/proc", "--dev", "/dev", "--hostname", "toybox", "--as-pid-1", "--remount-ro", "/")
+	// The walls' own seccomp filter, loaded as a wall loads it: a host
+	// whose bubblewrap cannot load it (a kernel without seccomp filters, a
+	// container's profile refusing seccomp(2)) starts no filtered wall.
+	var extra []*os.File
+	if seccomp.Supported() == nil {
+		f, err := seccomp.File()
+		if err != nil {
+			return "building the seccomp filter: " + err.Error(), err
+		}
+		defer f.Close()
+		extra = append(extra, f)
+		args = append(args, "--seccomp", "3")
+	}
+	args = append(args, "--")
+	args = append(args, probeCommand...)
 	cmd := exec.CommandContext(ctx, bwrap, args...)
 	cmd.Args[0] = "bwrap"
 	cmd.Env = []string{}
 	cmd.Dir = "/"
+	cmd.ExtraFiles = extra
 	var buf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -90,6 +110,10 @@ func diagnose(out string) (cause, fix string) {
 	if v, ok := readSysctl("/proc/sys/user/max_user_namespaces"); ok && v == "0" {
 		return "user namespaces are switched off (user.max_user_namespaces=0)",
 			"sysctl -w user.max_user_namespaces=15000 (and persist it in /etc/sysctl.d/)"
+	}
+	if strings.Contains(strings.ToLower(out), "seccomp") {
+		return "bubblewrap could not load the walls' seccomp filter",
+			"a kernel with seccomp filters (CONFIG_SECCOMP_FILTER); in a container, a seccomp profile that lets it install one (prctl PR_SET_SECCOMP, seccomp(2))"
 	}
 	if inContainer() && seccompMode() != "0" {
 		return "this container's seccomp profile refuses the namespace calls bubblewrap needs",
@@ -234,7 +258,11 @@ func Doctor(ctx context.Context) []Check {
 		if os.Geteuid() == 0 {
 			who = "uid " + strconv.Itoa(NobodyID)
 		}
-		checks = append(checks, Check{Name: "bubblewrap sandbox", OK: true, Detail: "a sandbox with new user, pid and network namespaces started as " + who})
+		what := "a sandbox with new user, pid and network namespaces"
+		if seccomp.Supported() == nil {
+			what += " and the walls' seccomp filter"
+		}
+		checks = append(checks, Check{Name: "bubblewrap sandbox", OK: true, Detail: what + " started as " + who})
 	}
 	return checks
 }

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"toybox/tests/testenv"
+	"toybox/vat/wall/seccomp"
 )
 
 // held fails t on any BREACH line and returns the number of HELD lines.
@@ -745,6 +746,31 @@ func TestDiagnoseNamesCauseAndFix(t *testing.T) {
 	cause, fix := diagnose("bwrap: setting up uid map: Permission denied")
 	if cause == "" || fix == "" {
 		t.Errorf("diagnose = %q, %q; want a cause and a fix", cause, fix)
+	}
+	if cause, fix := diagnose("bwrap: prctl(PR_SET_SECCOMP): Invalid argument"); !strings.Contains(cause, "seccomp filter") || !strings.Contains(fix, "CONFIG_SECCOMP_FILTER") {
+		t.Errorf("diagnose(seccomp refused) = %q, %q; want the filter named", cause, fix)
+	}
+}
+
+// TestProbeIsAWall: the probe's sandbox is a wall's shape: the walls'
+// seccomp filter loaded, no privileges, the command as pid 1 under the
+// wall's hostname, a read-only root.
+func TestProbeIsAWall(t *testing.T) {
+	bwrap := testenv.RequireBwrap(t)
+	defer func(old []string) { probeCommand = old }(probeCommand)
+	probeCommand = []string{"/bin/sh", "-c", "grep -E '^(Seccomp|NoNewPrivs|CapEff):' /proc/self/status; echo pid $$; hostname; touch /x 2>&1 || echo root read-only"}
+	out, err := probeRun(context.Background(), bwrap)
+	if err != nil {
+		t.Fatalf("probe: %v: %s", err, out)
+	}
+	want := []string{"NoNewPrivs:\t1", "CapEff:\t0000000000000000", "pid 1\n", "toybox\n", "root read-only"}
+	if seccomp.Supported() == nil {
+		want = append(want, "Seccomp:\t2")
+	}
+	for _, w := range want {
+		if !strings.Contains(out, w) {
+			t.Errorf("probe sandbox: no %q in:\n%s", w, out)
+		}
 	}
 }
 
