@@ -233,6 +233,47 @@ func TestFailedWallNeverRunsUnwalled(t *testing.T) {
 	}
 }
 
+// TestUnrunnableEntryLeavesItOff: a toybox-entry the walls cannot run
+// (mode 0600) is found only when bubblewrap tries to run it. The vat is
+// off ("could not run inside its wall") with bubblewrap's line and the fix,
+// at once, not restarted as if its app had crashed; no app ran.
+func TestUnrunnableEntryLeavesItOff(t *testing.T) {
+	dir, err := os.MkdirTemp("", "tbx-entry-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(bins, "toybox-entry"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry := filepath.Join(dir, "toybox-entry")
+	if err := os.WriteFile(entry, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := newStack(t, stackOpts{extra: []string{"--entry", entry}})
+	code, body := s.install("alice", example(t, "counter-v1"), q("egress", `{"host":"example.com"}`))
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "off: it could not run inside its wall") {
+		t.Fatalf("PUT /alice = %d %s; want 503 off: it could not run inside its wall", code, body)
+	}
+	st := s.status("alice")
+	last := fmt.Sprint(st["last_error"])
+	for _, want := range []string{"its wall could not be built", "execvp", entry, "chmod a+x"} {
+		if !strings.Contains(last, want) {
+			t.Errorf("last_error = %q; want %q in it", last, want)
+		}
+	}
+	if st["restarts"] != float64(0) || st["status"] != "off: it could not run inside its wall" {
+		t.Errorf("status = %v; want off (the wall), never restarted", st)
+	}
+	if _, err := os.Stat(filepath.Join(s.state, "data", "alice", "count")); !os.IsNotExist(err) {
+		t.Errorf("the app ran (its count file exists: %v)", err)
+	}
+}
+
 // socketInode returns the "socket:[N]" link text of f. It does not call
 // f.Fd(), which would put the socket (shared with toybox) in blocking mode.
 func socketInode(t *testing.T, f *os.File) string {

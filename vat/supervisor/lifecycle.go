@@ -18,6 +18,7 @@ import (
 	"toybox/schema"
 	"toybox/vat/doors"
 	"toybox/vat/grant"
+	"toybox/vat/wall"
 	"toybox/vat/words"
 )
 
@@ -183,6 +184,15 @@ func (in *instance) loop() {
 		r.revoke("exited")
 		exit := exitText(r.exitErr)
 		in.update(func(v *vat) { v.pid, v.lastExit, v.doors = 0, exit, nil })
+		if errors.Is(r.exitErr, wall.ErrBwrap) {
+			// The wall was never built (bubblewrap could not bind a
+			// folder or run toybox-entry): no app ran, and a restart
+			// would fail the same way. Off, with bubblewrap's reason.
+			in.update(func(v *vat) { v.word, v.lastError = words.OffWall, "its wall could not be built: "+exit })
+			s.log.Error("vat off", keyVat, v.id, keyWord, words.OffWall.String(), keyExit, exit)
+			in.markReady(fmt.Errorf("%w: %s", wall.ErrBwrap, exit))
+			return
+		}
 		s.log.Warn("vat exited", keyVat, v.id, keyExit, exit)
 		if readyErr == nil {
 			readyErr = fmt.Errorf("it exited (%s)", exit)
@@ -264,7 +274,9 @@ func (in *instance) waitListening(r *running) error {
 		}
 		select {
 		case <-r.gone:
-			return fmt.Errorf("%w: it exited before listening on $TOYBOX_LISTEN", ErrNotReady)
+			// Why it ended (a wall that could not be built says so
+			// here) is what the operator needs.
+			return fmt.Errorf("%w: it exited before listening on $TOYBOX_LISTEN (%s)", ErrNotReady, exitText(r.exitErr))
 		case <-in.ctx.Done():
 			return errStopped
 		case <-deadline.C:
@@ -274,6 +286,8 @@ func (in *instance) waitListening(r *running) error {
 	}
 }
 
+// exitText is how a process ended, with what the wall added to its exit
+// status (bubblewrap's own refusal and its fix) kept.
 func exitText(err error) string {
 	if err == nil {
 		return "exit status 0"
@@ -282,7 +296,6 @@ func exitText(err error) string {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			return "killed by signal " + ws.Signal().String()
 		}
-		return ee.String()
 	}
 	return err.Error()
 }

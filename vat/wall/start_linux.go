@@ -148,15 +148,18 @@ func (p *Process) reap() {
 		_ = p.status.Close()
 	}
 	if err != nil && p.head != nil && p.plan != nil {
-		// bubblewrap's own lines only ("bwrap: ..."): the app shares this
-		// stderr, and what it merely quotes must not draw the hint.
+		// bubblewrap's own lines only ("bwrap: ..." at a line's start):
+		// the app shares this stderr, and what it merely quotes must not
+		// draw the hint. Either line means the wall was never built, and
+		// the error is ErrBwrap: starting it again fails the same way (an
+		// app that prints such a line itself only turns itself off).
 		for _, line := range strings.Split(p.head.String(), "\n") {
 			if strings.HasPrefix(line, "bwrap: ") && strings.Contains(line, "Can't find source path") && strings.Contains(line, "Permission denied") {
-				err = fmt.Errorf("%w: %s%s", err, strings.TrimSpace(line), unreachableHint(p.plan))
+				err = fmt.Errorf("%w: %w: %s%s", ErrBwrap, err, strings.TrimSpace(line), unreachableHint(p.plan))
 				break
 			}
 			if strings.HasPrefix(line, "bwrap: execvp /proc/self/fd/") {
-				err = fmt.Errorf("%w: %s%s", err, strings.TrimSpace(line), entryExecHint(p.plan))
+				err = fmt.Errorf("%w: %w: %s%s", ErrBwrap, err, strings.TrimSpace(line), entryExecHint(p.plan))
 				break
 			}
 		}
