@@ -3,7 +3,7 @@
 # it admits; holding a Door is holding that host function.
 @0xf87d9be7acf38326;
 
-using Go = import "/go.capnp";
+using Go = import "/go.capnp";  # shipped in std/ (see std/README.md)
 $Go.package("schema");
 $Go.import("toybox/schema");
 
