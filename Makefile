@@ -7,9 +7,10 @@ CAPNPC_GO_VERSION := v3.1.0-alpha.2
 STATICCHECK_VERSION := v0.8.2
 GOFUMPT_VERSION := v0.12.0
 # What make dev needs to build and run (busybox-static: the README's local web
-# server); make test needs the rest too.
+# server); make test needs the rest too (g++, libcapnp-dev and pkg-config:
+# tests/cppclient_test.go builds examples/cpp-client).
 DEV_PACKAGES := gcc libc6-dev bubblewrap libseccomp-dev busybox-static
-APT_PACKAGES := $(DEV_PACKAGES) capnproto iproute2 docker.io systemd debootstrap
+APT_PACKAGES := $(DEV_PACKAGES) capnproto iproute2 docker.io systemd debootstrap g++ libcapnp-dev pkg-config
 PKGS ?= $(APT_PACKAGES)
 export CGO_ENABLED := 1
 # How toybox-entry is built (tests/testenv.EntryBuildFlags says the same).
@@ -114,7 +115,7 @@ bench: build
 	$(BIN)/toybench -bin $(BIN) -md docs/benchmarks.md -json bench/results.json $(BENCHFLAGS)
 
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) examples/cpp-client/build
 
 # ---- install / uninstall (systemd units; see docs/systemd.md) ----
 # make install [DESTDIR=/some/root] [PREFIX=/usr/local]

@@ -80,9 +80,10 @@ interface Handle {
   # when the host is a name; the switchboard checks it and sends it first.
   # With wantFd and a same-host caller on a unix connection, the connected
   # socket itself comes back: fd is the sequence number of the descriptor
-  # passed with SCM_RIGHTS on this connection (see schema/wire), and
-  # upstream is null. Otherwise fd is 0, the remote's bytes are written to
-  # downstream and the caller writes its bytes to upstream.
+  # passed with SCM_RIGHTS on this connection (docs/switchboard.md, "The
+  # descriptor handoff"), and upstream is null. Otherwise fd is 0, the
+  # remote's bytes are written to downstream and the caller writes its bytes
+  # to upstream.
 
   request   @4 (method :Text, url :Text, headers :List(Header),
                 responder :Responder) -> (body :ByteStream);

@@ -6,7 +6,9 @@
 // bytes written, which are never later than the message that names it, and
 // the receiver numbers descriptors in arrival order. Both sides therefore agree
 // on each descriptor's sequence number, and a Cap'n Proto result carries only
-// that number (schema Handle.connect's fd). TakeFD claims it.
+// that number (schema Handle.connect's fd). TakeFD claims it. The
+// handoff is language-neutral: docs/switchboard.md ("The descriptor
+// handoff") says what a receiver in another language does.
 package wire
 
 import (
