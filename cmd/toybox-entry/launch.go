@@ -28,6 +28,17 @@ type launch struct {
 	ProxyFD      int   // -1: none
 	ForwardPorts []int // the --forward ports, in order
 	ForwardFDs   []int // their listening sockets
+	// MCP: a stdio MCP vat's launch (no app; the spawner instead).
+	MCP *launchMCP
+}
+
+// launchMCP is what the launcher read of the --mcp-* flags, and the
+// spawner it started.
+type launchMCP struct {
+	FD                    int // the bridge's listening socket
+	Mode, Era             string
+	MaxProcs, IdleSeconds int
+	SpawnerFD, SpawnerPid int
 }
 
 type launchState int
@@ -50,6 +61,8 @@ const (
 	stageCaps
 	stageClose
 	stageLock
+	stageSpawner
+	stageMCPFD
 )
 
 // flags is main's own reading of the arguments the launcher read.
@@ -57,6 +70,7 @@ type flags struct {
 	capFD, appCapFD, proxyPort int
 	forwards                   []entry.Forward
 	argv                       []string
+	mcp                        *launchMCP // FD, Mode, Era, MaxProcs, IdleSeconds as main read them
 }
 
 // check returns why the launch did not start the app as f says it should,
@@ -80,6 +94,10 @@ func (l launch) check(f flags) (int, error) {
 			return entry.ExitSetup, fmt.Errorf("closing the descriptors the entry does not hold: %w", err)
 		case stageLock:
 			return entry.ExitSetup, fmt.Errorf("installing the entry's own seccomp filter: %w", err)
+		case stageSpawner:
+			return entry.ExitSetup, fmt.Errorf("starting the MCP spawner: %w", err)
+		case stageMCPFD:
+			return entry.ExitSetup, fmt.Errorf("the MCP listener (--mcp-fd): %w", err)
 		case stageCloexec:
 			return entry.ExitSetup, fmt.Errorf("marking descriptors close-on-exec: %w", err)
 		case stageForward:
@@ -97,6 +115,10 @@ func (l launch) check(f flags) (int, error) {
 	ports := make([]int, len(f.forwards))
 	for i, fw := range f.forwards {
 		ports[i] = int(fw.Port)
+	}
+	if (l.MCP == nil) != (f.mcp == nil) || (l.MCP != nil && (l.MCP.FD != f.mcp.FD || l.MCP.Mode != f.mcp.Mode || l.MCP.Era != f.mcp.Era ||
+		l.MCP.MaxProcs != f.mcp.MaxProcs || l.MCP.IdleSeconds != f.mcp.IdleSeconds || l.MCP.SpawnerFD < 3 || l.MCP.SpawnerPid <= 0)) {
+		return entry.ExitSetup, fmt.Errorf("the launcher read the MCP flags differently (%+v, %+v)", l.MCP, f.mcp)
 	}
 	if l.CapFD != f.capFD || l.AppCapFD != f.appCapFD || l.ProxyPort != f.proxyPort ||
 		!slices.Equal(l.ForwardPorts, ports) || l.ArgvAt != len(os.Args)-len(f.argv) {

@@ -12,6 +12,12 @@ package main
 // here); the runtime then starts beside the app. main reads what it did from
 // te_launch and checks it against its own parse of the flags.
 //
+// A stdio MCP vat (--mcp stdio) runs no app at start: the launcher forks
+// the spawner instead (te_spawner), before the entry locks itself, and
+// the entry's bridge asks it for each process of the app's command. Its
+// processes are the entry's children (CLONE_PARENT), so the entry reaps
+// them as it reaps the app.
+//
 // It acts only on arguments it fully understands and that main's flag
 // parsing will accept too (known flags, plain decimal numbers, a known log
 // level, forwards main would take, an --app-cap-fd that is not --cap-fd, a
@@ -61,6 +67,8 @@ enum {
 	TE_STAGE_APPCAP = 6,  // the app's capability is not an open descriptor
 	TE_STAGE_CLOSE = 7,   // closing what the entry does not hold
 	TE_STAGE_LOCK = 8,    // the entry's own seccomp filter
+	TE_STAGE_SPAWNER = 9, // starting the MCP spawner
+	TE_STAGE_MCPFD = 10,  // the MCP listener is not an open descriptor
 };
 
 #define TE_MAX_LISTEN 256
@@ -79,6 +87,11 @@ struct te_launch {
 	int forward_port[TE_MAX_LISTEN];
 	int forward_fd[TE_MAX_LISTEN];
 	int proxy_fd;
+	// MCP mode: the bridge's listening socket, the mode and its limits
+	// (checked here, read again by main), and the spawner.
+	int mcp, mcp_fd, mcp_max_procs, mcp_idle_seconds;
+	const char *mcp_mode, *mcp_era;
+	int spawner_fd, spawner_pid;
 };
 
 struct te_launch te_launch;
@@ -159,6 +172,9 @@ static int te_parse(int argc, char **argv) {
 	l->cap_fd = -1;
 	l->app_cap_fd = -1;
 	l->proxy_fd = -1;
+	l->mcp_fd = -1;
+	l->spawner_fd = -1;
+	int mcp_flags = 0;
 	int i = 1;
 	while (i < argc) {
 		const char *a = argv[i];
@@ -224,11 +240,61 @@ static int te_parse(int argc, char **argv) {
 			l->forward_port[l->nforward] = (int)p;
 			l->forward_fd[l->nforward] = -1;
 			l->nforward++;
+		} else if (te_flag(name, n, "mcp")) {
+			if (strcmp(v, "stdio") != 0) {
+				l->why = "--mcp is not stdio";
+				return -1;
+			}
+			l->mcp = 1;
+		} else if (te_flag(name, n, "mcp-fd")) {
+			if ((l->mcp_fd = (int)te_uint(v, vn, 1 << 30)) < 3) {
+				l->why = "--mcp-fd is not a plain decimal number from 3 up";
+				return -1;
+			}
+			mcp_flags++;
+		} else if (te_flag(name, n, "mcp-mode")) {
+			if (strcmp(v, "session") != 0 && strcmp(v, "shared") != 0 && strcmp(v, "single") != 0) {
+				l->why = "--mcp-mode is not session, shared or single";
+				return -1;
+			}
+			l->mcp_mode = v;
+			mcp_flags++;
+		} else if (te_flag(name, n, "mcp-era")) {
+			if (strcmp(v, "legacy") != 0 && strcmp(v, "modern") != 0 && strcmp(v, "dual") != 0) {
+				l->why = "--mcp-era is not legacy, modern or dual";
+				return -1;
+			}
+			l->mcp_era = v;
+			mcp_flags++;
+		} else if (te_flag(name, n, "mcp-max-procs")) {
+			if ((l->mcp_max_procs = (int)te_uint(v, vn, 4096)) <= 0) {
+				l->why = "--mcp-max-procs is not a plain decimal number from 1 to 4096";
+				return -1;
+			}
+			mcp_flags++;
+		} else if (te_flag(name, n, "mcp-idle-seconds")) {
+			if ((l->mcp_idle_seconds = (int)te_uint(v, vn, 1 << 30)) <= 0) {
+				l->why = "--mcp-idle-seconds is not a plain decimal number from 1 up";
+				return -1;
+			}
+			mcp_flags++;
 		} else {
 			l->why = "an unknown flag";
 			return -1;
 		}
 		i++;
+	}
+	if (mcp_flags > 0 && !l->mcp) {
+		l->why = "an --mcp-* flag without --mcp stdio";
+		return -1;
+	}
+	if (l->mcp && l->mcp_fd < 0) {
+		l->why = "--mcp stdio without --mcp-fd";
+		return -1;
+	}
+	if (l->mcp && (l->mcp_fd == l->cap_fd || l->mcp_fd == l->app_cap_fd)) {
+		l->why = "--mcp-fd names the descriptor of a capability";
+		return -1;
 	}
 	if (l->app_cap_fd < 3) {
 		l->why = "no --app-cap-fd";
@@ -301,7 +367,7 @@ static int te_cloexec_all(const char **call) {
 
 static int te_kept(int fd) {
 	struct te_launch *l = &te_launch;
-	if (fd == l->cap_fd || fd == l->proxy_fd) {
+	if (fd == l->cap_fd || fd == l->proxy_fd || fd == l->mcp_fd || fd == l->spawner_fd) {
 		return 1;
 	}
 	for (int i = 0; i < l->nforward; i++) {
@@ -323,9 +389,11 @@ static int te_close_others(const char **call) {
 		// the next kept descriptor at or above lo
 		long next = -1;
 		struct te_launch *l = &te_launch;
-		int cand[TE_MAX_LISTEN + 2], nc = 0;
+		int cand[TE_MAX_LISTEN + 4], nc = 0;
 		cand[nc++] = l->cap_fd;
 		cand[nc++] = l->proxy_fd;
+		cand[nc++] = l->mcp_fd;
+		cand[nc++] = l->spawner_fd;
 		for (int i = 0; i < l->nforward; i++) {
 			cand[nc++] = l->forward_fd[i];
 		}
@@ -431,6 +499,134 @@ static void te_wait_for_need(void) {
 	}
 }
 
+// te_spawner is the MCP spawner's loop (a child of the entry forked before
+// the entry's own filter, so its processes are free of it). It holds only
+// its socket and fds 0-2. Each request is one byte carrying three
+// descriptors (the process's stdin, stdout and stderr); it starts the
+// app's command on them in a session of its own, as a child of the entry
+// (CLONE_PARENT), and answers {pid, errno}: errno is the exec's error, or
+// 0 once the command runs. EOF on the socket (the entry is gone) ends it.
+static void te_spawner(int sock, char **argv) {
+	(void)prctl(PR_SET_NAME, "toybox-spawner", 0, 0, 0);
+	if (sock > 3) {
+		(void)syscall(SYS_close_range, 3U, (unsigned)sock - 1, 0U);
+	}
+	(void)syscall(SYS_close_range, (unsigned)sock + 1, ~0U, 0U);
+	for (;;) {
+		char b;
+		struct iovec iov = {.iov_base = &b, .iov_len = 1};
+		union {
+			char buf[CMSG_SPACE(3 * sizeof(int))];
+			struct cmsghdr align;
+		} u;
+		struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+		ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+		if (n == 0) {
+			_exit(0);
+		}
+		if (n < 0) {
+			if (errno == EINTR) {
+				continue;
+			}
+			_exit(1);
+		}
+		int fds[3] = {-1, -1, -1}, nfd = 0;
+		for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
+			if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+				int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+				int *p = (int *)CMSG_DATA(c);
+				for (int j = 0; j < k; j++) {
+					if (nfd < 3) {
+						fds[nfd++] = p[j];
+					} else {
+						close(p[j]);
+					}
+				}
+			}
+		}
+		int rep[2] = {0, 0};
+		int ep[2] = {-1, -1};
+		if (nfd != 3 || (msg.msg_flags & MSG_CTRUNC)) {
+			rep[1] = EINVAL;
+		} else if (pipe2(ep, O_CLOEXEC) != 0) {
+			rep[1] = errno;
+		} else {
+			long pid = syscall(SYS_clone, (unsigned long)(CLONE_PARENT | SIGCHLD), 0, 0, 0, 0);
+			if (pid == 0) {
+				// The process: its own session (and so process group),
+				// fds 0-2 from the request, nothing else, no mask.
+				sigset_t none;
+				sigemptyset(&none);
+				sigprocmask(SIG_SETMASK, &none, NULL);
+				setsid();
+				if (dup2(fds[0], 0) < 0 || dup2(fds[1], 1) < 0 || dup2(fds[2], 2) < 0) {
+					int e = errno;
+					(void)!write(ep[1], &e, sizeof e);
+					_exit(127);
+				}
+				execve(argv[0], argv, environ);
+				int e = errno;
+				(void)!write(ep[1], &e, sizeof e);
+				_exit(127);
+			}
+			if (pid < 0) {
+				rep[1] = errno;
+			} else {
+				rep[0] = (int)pid;
+				close(ep[1]);
+				ep[1] = -1;
+				int e;
+				ssize_t r;
+				do {
+					r = read(ep[0], &e, sizeof e);
+				} while (r < 0 && errno == EINTR);
+				if (r == (ssize_t)sizeof e) {
+					rep[1] = e;
+				}
+			}
+		}
+		for (int j = 0; j < 2; j++) {
+			if (ep[j] >= 0) {
+				close(ep[j]);
+			}
+		}
+		for (int j = 0; j < nfd; j++) {
+			close(fds[j]);
+		}
+		while (send(sock, rep, sizeof rep, MSG_NOSIGNAL) < 0 && errno == EINTR) {
+		}
+	}
+}
+
+// te_start_spawner forks the MCP spawner; the entry keeps the other end
+// of its socket.
+static int te_start_spawner(char **argv, const char **call) {
+	struct te_launch *l = &te_launch;
+	int sv[2];
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+		*call = "socketpair";
+		return -1;
+	}
+	pid_t pid = fork();
+	if (pid < 0) {
+		int err = errno;
+		close(sv[0]);
+		close(sv[1]);
+		errno = err;
+		*call = "fork";
+		return -1;
+	}
+	if (pid == 0) {
+		close(sv[0]);
+		te_spawner(sv[1], argv + l->argv_at);
+		_exit(1);
+	}
+	close(sv[1]);
+	l->spawner_fd = sv[0];
+	l->spawner_pid = (int)pid;
+	return 0;
+}
+
 #if defined(__x86_64__)
 #define TE_AUDIT_ARCH AUDIT_ARCH_X86_64
 #elif defined(__aarch64__)
@@ -504,6 +700,10 @@ __attribute__((constructor)) static void te_launcher(int argc, char **argv, char
 		te_fail(TE_STAGE_APPCAP, "fcntl", errno, 0);
 		return;
 	}
+	if (l->mcp && fcntl(l->mcp_fd, F_GETFD) < 0) {
+		te_fail(TE_STAGE_MCPFD, "fcntl", errno, 0);
+		return;
+	}
 	// The ports are bound before the app starts, so its first connect never
 	// finds them closed; connections wait in the backlog until the entry
 	// serves them. A vat without a capability for the entry has no network.
@@ -541,27 +741,42 @@ __attribute__((constructor)) static void te_launcher(int argc, char **argv, char
 		struct rlimit app = {tasks.rlim_cur - reserve, tasks.rlim_max};
 		lowered = setrlimit(RLIMIT_NPROC, &app) == 0;
 	}
-	posix_spawn_file_actions_t fa;
-	int rc = posix_spawn_file_actions_init(&fa);
-	if (rc == 0) {
-		// dup2 onto itself clears close-on-exec (glibc >= 2.29).
-		rc = posix_spawn_file_actions_adddup2(&fa, l->app_cap_fd, 3);
-	}
-	if (rc == 0) {
-		pid_t pid;
-		rc = posix_spawn(&pid, argv[l->argv_at], &fa, NULL, argv + l->argv_at, environ);
-		if (rc == 0) {
-			l->app_pid = (int)pid;
+	if (l->mcp) {
+		// The spawner takes the app's place (its processes inherit the
+		// lowered limit); the app's capability is closed with the rest
+		// below: a stdio MCP vat's processes hold fds 0-2 only.
+		int rc = te_start_spawner(argv, &call) != 0 ? errno : 0;
+		if (lowered) {
+			(void)setrlimit(RLIMIT_NPROC, &tasks);
 		}
-	}
-	posix_spawn_file_actions_destroy(&fa);
-	if (lowered) {
-		(void)setrlimit(RLIMIT_NPROC, &tasks); // up to the hard limit: allowed
-	}
-	if (rc != 0) {
-		te_fail(TE_STAGE_SPAWN, "posix_spawn", rc, 0);
-		te_close_listeners();
-		return;
+		if (rc != 0) {
+			te_fail(TE_STAGE_SPAWNER, call, rc, 0);
+			te_close_listeners();
+			return;
+		}
+	} else {
+		posix_spawn_file_actions_t fa;
+		int rc = posix_spawn_file_actions_init(&fa);
+		if (rc == 0) {
+			// dup2 onto itself clears close-on-exec (glibc >= 2.29).
+			rc = posix_spawn_file_actions_adddup2(&fa, l->app_cap_fd, 3);
+		}
+		if (rc == 0) {
+			pid_t pid;
+			rc = posix_spawn(&pid, argv[l->argv_at], &fa, NULL, argv + l->argv_at, environ);
+			if (rc == 0) {
+				l->app_pid = (int)pid;
+			}
+		}
+		posix_spawn_file_actions_destroy(&fa);
+		if (lowered) {
+			(void)setrlimit(RLIMIT_NPROC, &tasks); // up to the hard limit: allowed
+		}
+		if (rc != 0) {
+			te_fail(TE_STAGE_SPAWN, "posix_spawn", rc, 0);
+			te_close_listeners();
+			return;
+		}
 	}
 	if (te_close_others(&call) != 0) {
 		// The app runs; main kills it (fail closed).
@@ -575,7 +790,7 @@ __attribute__((constructor)) static void te_launcher(int argc, char **argv, char
 		return;
 	}
 	l->state = TE_STARTED;
-	if (l->cap_fd >= 3) {
+	if (l->cap_fd >= 3 && !l->mcp) {
 		te_wait_for_need();
 	}
 }
@@ -617,6 +832,17 @@ func launched() launch {
 		r.Stage = stageClose
 	case C.TE_STAGE_LOCK:
 		r.Stage = stageLock
+	case C.TE_STAGE_SPAWNER:
+		r.Stage = stageSpawner
+	case C.TE_STAGE_MCPFD:
+		r.Stage = stageMCPFD
+	}
+	if l.mcp != 0 {
+		r.MCP = &launchMCP{
+			FD: int(l.mcp_fd), Mode: cString(l.mcp_mode), Era: cString(l.mcp_era),
+			MaxProcs: int(l.mcp_max_procs), IdleSeconds: int(l.mcp_idle_seconds),
+			SpawnerFD: int(l.spawner_fd), SpawnerPid: int(l.spawner_pid),
+		}
 	}
 	for i := range int(l.nforward) {
 		r.ForwardPorts = append(r.ForwardPorts, int(l.forward_port[i]))

@@ -5,6 +5,11 @@
 //
 //	toybox-entry --vat ID [--cap-fd N --proxy-port P [--forward PORT=HOST:PORT]...] --app-cap-fd N -- APP [ARGS...]
 //
+// With --mcp stdio it serves a stdio MCP vat instead: the bridge on the
+// listening socket --mcp-fd names, which starts APP per session
+// (--mcp-mode, --mcp-era, --mcp-max-procs, --mcp-idle-seconds; see
+// docs/mcp.md), and no app runs until a client comes.
+//
 // Its configuration is flags only, so nothing of it reaches the app's
 // environment.
 package main
@@ -20,7 +25,10 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"time"
 
+	"toybox/vat/mcp"
+	"toybox/vat/mcp/bridge"
 	"toybox/vat/wall/entry"
 )
 
@@ -75,6 +83,12 @@ func main() {
 	logLevel := fs.String("log-level", "warn", "debug, info, warn or error")
 	var fwd forwards
 	fs.Var(&fwd, "forward", "PORT=HOST:PORT: serve 127.0.0.1:PORT, connect through the Handle (repeatable)")
+	mcpTransport := fs.String("mcp", "", "stdio: serve the command as a stdio MCP server through the bridge")
+	mcpFD := fs.Int("mcp-fd", -1, "the bridge's listening socket (with --mcp)")
+	mcpMode := fs.String("mcp-mode", "", "session, shared or single (with --mcp; empty: session)")
+	mcpEra := fs.String("mcp-era", "", "legacy, modern or dual: the vat's era from its install probe (with --mcp)")
+	mcpMaxProcs := fs.Int("mcp-max-procs", 0, "the most processes of the command at once (with --mcp; 0: 8)")
+	mcpIdle := fs.Int("mcp-idle-seconds", 0, "end a session idle this long (with --mcp; 0: 600)")
 	failed := func(code int, err error) {
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "toybox-entry:", err)
@@ -82,6 +96,9 @@ func main() {
 		if l.Pid > 0 {
 			// Fail closed: no app runs on in a wall the entry cannot serve.
 			entry.Kill(l.Pid)
+		}
+		if l.MCP != nil && l.MCP.SpawnerPid > 0 {
+			entry.Kill(l.MCP.SpawnerPid)
 		}
 		os.Exit(code)
 	}
@@ -98,7 +115,11 @@ func main() {
 	if len(fs.Args()) == 0 {
 		failed(entry.ExitExec, errors.New("no command"))
 	}
-	if code, err := l.check(flags{capFD: *capFD, appCapFD: *appCapFD, proxyPort: *proxyPort, forwards: fwd, argv: fs.Args()}); err != nil {
+	f := flags{capFD: *capFD, appCapFD: *appCapFD, proxyPort: *proxyPort, forwards: fwd, argv: fs.Args()}
+	if *mcpTransport != "" {
+		f.mcp = &launchMCP{FD: *mcpFD, Mode: *mcpMode, Era: *mcpEra, MaxProcs: *mcpMaxProcs, IdleSeconds: *mcpIdle}
+	}
+	if code, err := l.check(f); err != nil {
 		failed(code, err)
 	}
 	cfg := entry.Config{
@@ -111,6 +132,24 @@ func main() {
 	}
 	if *capFD >= 3 {
 		cfg.Cap = os.NewFile(uintptr(*capFD), "entry-cap")
+	}
+	if l.MCP != nil {
+		mode, err := bridge.ParseMode(*mcpMode)
+		if err != nil {
+			failed(entry.ExitSetup, err)
+		}
+		cfg.MCP = &entry.MCP{
+			Listener:   os.NewFile(uintptr(l.MCP.FD), "mcp-listen"),
+			Spawner:    os.NewFile(uintptr(l.MCP.SpawnerFD), "mcp-spawner"),
+			SpawnerPid: l.MCP.SpawnerPid,
+			Mode:       mode,
+			Era:        mcp.Era(*mcpEra),
+			MaxProcs:   *mcpMaxProcs,
+			Idle:       time.Duration(*mcpIdle) * time.Second,
+			// One JSON record per decision, on the vat's log.
+			Logger: slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		}
+		os.Exit(entry.RunMCP(context.Background(), cfg))
 	}
 	os.Exit(entry.Run(context.Background(), cfg))
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"toybox/tests/testenv"
+	"toybox/vat/mcp/mcptest"
 )
 
 // victimEnv names the attack a re-executed test binary performs inside the
@@ -20,7 +21,9 @@ import (
 const victimEnv = "WALL_VICTIM"
 
 func TestMain(m *testing.M) {
-	if mode := os.Getenv(victimEnv); mode != "" {
+	if mode := os.Getenv(victimEnv); mode == "mcp-fake" {
+		os.Exit(mcptest.Fake(os.Stdin, os.Stdout, os.Stderr))
+	} else if mode != "" {
 		os.Exit(victim(mode))
 	}
 	if mode := os.Getenv(supervisorEnv); mode != "" {

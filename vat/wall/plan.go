@@ -117,6 +117,9 @@ type Plan struct {
 	// MaxTasks is the wall's task limit (RLIMIT_NPROC, soft and hard), set
 	// on the wall's first process before it runs anything of the vat's.
 	MaxTasks int
+	// MCP is the bridge toybox-entry serves for a stdio MCP vat; nil for
+	// any other vat.
+	MCP *MCPPlan
 }
 
 var idRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
@@ -246,6 +249,9 @@ func (b *planner) build() error {
 		return err
 	}
 	if err := b.net(); err != nil {
+		return err
+	}
+	if err := b.mcp(); err != nil {
 		return err
 	}
 	if err := b.entry(); err != nil {
@@ -765,7 +771,7 @@ func (b *planner) inSystem(p string) bool {
 // the wall's first process: no proxy, no forwards, nothing for an entry
 // to do.
 func (b *planner) entry() error {
-	if b.p.NoNet {
+	if b.p.NoNet && b.p.MCP == nil {
 		b.p.EntryPath = ""
 		return nil
 	}
@@ -884,6 +890,12 @@ func (b *planner) env() error {
 		m["NO_PROXY"] = "localhost,127.0.0.1,::1"
 		m["no_proxy"] = m["NO_PROXY"]
 		m["NODE_USE_ENV_PROXY"] = "1"
+	}
+	if b.p.MCP != nil {
+		// A stdio MCP vat's processes listen on nothing and hold no
+		// capability.
+		delete(m, "TOYBOX_LISTEN")
+		delete(m, "TOYBOX_CAP_FD")
 	}
 	for k, v := range m {
 		b.p.Env = append(b.p.Env, k+"="+v)

@@ -92,6 +92,40 @@ type Spec struct {
 	// at once: the app, its children and toybox-entry together. If zero,
 	// MaxTasks.
 	MaxTasks int
+	// MCP, when set, makes the vat a stdio MCP server: toybox-entry runs
+	// in every such wall (a vat with no way out included) and serves the
+	// bridge on MCP.Listener, starting Command once per session; nothing
+	// runs before the first client. Its processes hold fds 0-2 only (no
+	// capability) and have no $TOYBOX_LISTEN.
+	MCP *MCP
+}
+
+// MCP is a stdio MCP vat's bridge (docs/mcp.md, "Bridge").
+//
+// CONTRACT between the wall (owner) and the supervisor: the supervisor
+// makes Listener, a listening unix stream socket bound at a host path
+// no wall shows (never in RunDir), and reaches the bridge there with plain
+// HTTP: path /mcp, and the header Toybox-Principal on every request (its
+// own value; a client's copy stripped). GET /toybox/mcp-stats answers the
+// bridge's counters. No process in the wall can reach the socket: it is
+// held by toybox-entry alone (not dumpable, its descriptors closed to
+// the wall's processes), and its path is in no mount of the wall.
+type MCP struct {
+	// Listener is the bridge's listening socket. Start hands the wall a
+	// duplicate; the caller keeps its own (connections wait in its
+	// backlog across restarts).
+	Listener *os.File
+	// Mode is "session" (one process per session), "shared" (one per
+	// principal) or "single" (one for all). If empty, "session".
+	Mode string
+	// Era is the vat's era from the install probe: "legacy", "modern" or
+	// "dual". If empty, the bridge finds out on the first modern request.
+	Era string
+	// MaxProcs bounds the vat's processes. If zero, 8.
+	MaxProcs int
+	// IdleSeconds ends a session with no request for this long. If zero,
+	// 600.
+	IdleSeconds int
 }
 
 // The sizes of the tmpfs a wall gets. A tmpfs holds memory no process is

@@ -738,7 +738,7 @@ func (p *Plan) render(fds *fdTable, spec Spec, views *viewHold) (opts, command [
 		a = append(a, "--disable-userns")
 	}
 	entryPath := ""
-	if p.NoNet {
+	if p.NoNet && p.MCP == nil {
 		// The app runs directly; its capability must be fd 3, so it is
 		// the first descriptor handed over.
 		ac, err := dupFile(spec.AppCap, "app-cap")
@@ -814,7 +814,7 @@ func (p *Plan) render(fds *fdTable, spec Spec, views *viewHold) (opts, command [
 		}
 		a = append(a, fds.pass(f, "--seccomp")...)
 	}
-	if p.NoNet {
+	if p.NoNet && p.MCP == nil {
 		return a, p.Command, nil
 	}
 	// The entry's own descriptors: its capability and the app's, which it
@@ -823,14 +823,25 @@ func (p *Plan) render(fds *fdTable, spec Spec, views *viewHold) (opts, command [
 		return nil, nil, fmt.Errorf("%w: a network shape but no toybox-entry in the plan", ErrSpec)
 	}
 	entry := []string{entryPath, "--vat", p.ID}
-	ec, err := dupFile(spec.EntryCap, "entry-cap")
-	if err != nil {
-		return nil, nil, err
+	if !p.NoNet {
+		ec, err := dupFile(spec.EntryCap, "entry-cap")
+		if err != nil {
+			return nil, nil, err
+		}
+		entry = append(entry, fds.pass(ec, "--cap-fd")...)
+		entry = append(entry, "--proxy-port", strconv.Itoa(p.ProxyPort))
+		for _, f := range p.Forwards {
+			entry = append(entry, "--forward", fmt.Sprintf("%d=%s", f.Port, joinHostPort(f.Host, f.TargetPort)))
+		}
 	}
-	entry = append(entry, fds.pass(ec, "--cap-fd")...)
-	entry = append(entry, "--proxy-port", strconv.Itoa(p.ProxyPort))
-	for _, f := range p.Forwards {
-		entry = append(entry, "--forward", fmt.Sprintf("%d=%s", f.Port, joinHostPort(f.Host, f.TargetPort)))
+	if p.MCP != nil {
+		// The bridge's socket: the supervisor keeps its own copy.
+		ml, err := dupFile(spec.MCP.Listener, "mcp-listen")
+		if err != nil {
+			return nil, nil, err
+		}
+		entry = append(entry, p.MCP.flags()...)
+		entry = append(entry, fds.pass(ml, "--mcp-fd")...)
 	}
 	ac, err := dupFile(spec.AppCap, "app-cap")
 	if err != nil {

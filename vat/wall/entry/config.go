@@ -3,6 +3,10 @@ package entry
 import (
 	"log/slog"
 	"os"
+	"time"
+
+	"toybox/vat/mcp"
+	"toybox/vat/mcp/bridge"
 )
 
 // Config is one entry's work.
@@ -24,6 +28,28 @@ type Config struct {
 	// Forwards are the loopback ports served on 127.0.0.1.
 	Forwards []Forward
 	// Logger receives one record per connection decision. If nil, discard.
+	Logger *slog.Logger
+	// MCP makes the entry a stdio MCP vat's bridge (RunMCP): no app runs
+	// at start; the bridge starts the app's command per session.
+	MCP *MCP
+}
+
+// MCP is a stdio MCP vat's bridge.
+type MCP struct {
+	// Listener is the bridge's listening socket, made by the supervisor
+	// outside the wall; only the supervisor reaches it. RunMCP takes
+	// ownership.
+	Listener *os.File
+	// Spawner is the launcher's spawner's socket, SpawnerPid its pid.
+	// RunMCP takes ownership.
+	Spawner    *os.File
+	SpawnerPid int
+	// Mode, Era, MaxProcs and Idle are the bridge's (bridge.Config).
+	Mode     bridge.Mode
+	Era      mcp.Era
+	MaxProcs int
+	Idle     time.Duration
+	// Logger receives the bridge's decisions (JSON). If nil, discard.
 	Logger *slog.Logger
 }
 

@@ -14,6 +14,12 @@ func Run(_ context.Context, _ Config) int {
 	return 125
 }
 
+// RunMCP is unavailable off Linux.
+func RunMCP(_ context.Context, _ Config) int {
+	fmt.Fprintln(os.Stderr, "toybox-entry:", ErrUnsupported)
+	return 125
+}
+
 // Exit codes of the entry itself.
 const (
 	ExitSetup = 125

@@ -1,0 +1,217 @@
+package bridge
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"toybox/vat/mcp"
+)
+
+// modernOwner holds a process serving stateless (2026-07-28) requests:
+// one per principal (one for all in ModeSingle). Each request is its own
+// call; nothing else is routed to it but what names it.
+type modernOwner struct {
+	b   *Bridge
+	key string
+	p   *proc
+}
+
+func (o *modernOwner) fromVat(p *proc, m mcp.Msg) {
+	// A stateless server sends no requests, and its notifications relate
+	// to a request: the only call in flight, when there is one.
+	if m.Kind == mcp.KindRequest {
+		_ = p.write(mcp.ErrorResponse(m.ID, mcp.CodeMethodNotFound, "a stateless client takes no requests from the server", nil))
+		return
+	}
+	p.mu.Lock()
+	var only *call
+	if len(p.calls) == 1 {
+		for _, c := range p.calls {
+			only = c
+		}
+	}
+	p.mu.Unlock()
+	if only != nil && m.Kind == mcp.KindNotification {
+		only.st.push(m.Raw, false)
+		return
+	}
+	o.b.logVat(p, "dropped", "a "+m.Kind.String()+" ("+m.Method+") that relates to no one request")
+}
+
+func (o *modernOwner) exited(*proc) {}
+
+// modernFor returns the stateless process for principal, starting one.
+func (b *Bridge) modernFor(principal string) (*proc, error) {
+	key := principal
+	if b.cfg.Mode == ModeSingle {
+		key = ""
+	}
+	b.mu.Lock()
+	if o := b.modern[key]; o != nil {
+		b.mu.Unlock()
+		return o.p, nil
+	}
+	b.mu.Unlock()
+	o := &modernOwner{b: b, key: key}
+	p, err := b.acquire(o)
+	if err != nil {
+		return nil, err
+	}
+	o.p = p
+	if b.eraOf() == "" && !b.probe(p) {
+		go p.stop()
+		return nil, errLegacyOnly
+	}
+	b.mu.Lock()
+	if other := b.modern[key]; other != nil {
+		// Another request started one first: use it, give this one back.
+		b.mu.Unlock()
+		go p.stop()
+		return other.p, nil
+	}
+	b.modern[key] = o
+	b.mu.Unlock()
+	return p, nil
+}
+
+// modernStatus is the HTTP status of a stateless error answer (the
+// 2026-07-28 transport): 404 for an unknown method, 400 for what the
+// request got wrong.
+func modernStatus(data []byte) int {
+	m, err := mcp.Parse(data)
+	if err != nil {
+		return 0
+	}
+	code, ok := m.ErrorCode()
+	if !ok {
+		return 0
+	}
+	switch code {
+	case mcp.CodeMethodNotFound:
+		return http.StatusNotFound
+	case mcp.CodeInvalidParams, mcp.CodeUnsupportedVer, mcp.CodeMissingCapability, mcp.CodeHeaderMismatch:
+		return http.StatusBadRequest
+	}
+	return 0
+}
+
+// postModern serves one stateless request.
+func (b *Bridge) postModern(w http.ResponseWriter, r *http.Request, principal string, m mcp.Msg) {
+	if d := mcp.CheckModern(r.Header.Get, m); !d.Allowed() {
+		b.decide(r, principal, mcp.Modern, "", m.Method, d.Status, d.Message)
+		writeError(w, d.Status, m.ID, d.Code, d.Message, d.Data)
+		return
+	}
+	switch m.Kind {
+	case mcp.KindResponse:
+		b.decide(r, principal, mcp.Modern, "", "", http.StatusBadRequest, "a stateless client sent a response")
+		writeError(w, http.StatusBadRequest, nil, mcp.CodeInvalidRequest, "a stateless server sends no requests to answer", nil)
+		return
+	case mcp.KindNotification:
+		// Cancellation is closing the response stream; nothing else a
+		// stateless client sends has a receiver.
+		b.decide(r, principal, mcp.Modern, "", m.Method, http.StatusAccepted, "dropped")
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	if b.eraOf() == mcp.Legacy {
+		b.decide(r, principal, mcp.Modern, "", m.Method, http.StatusBadRequest, "the vat speaks only the 2025 revisions")
+		writeError(w, http.StatusBadRequest, m.ID, mcp.CodeUnsupportedVer, "this server does not support protocol version "+mcp.ModernVersion,
+			map[string]any{"supported": mcp.LegacyVersions, "requested": r.Header.Get(mcp.HeaderVersion)})
+		return
+	}
+	p, err := b.modernFor(principal)
+	if errors.Is(err, errLegacyOnly) {
+		b.decide(r, principal, mcp.Modern, "", m.Method, http.StatusBadRequest, "the vat speaks only the 2025 revisions")
+		writeError(w, http.StatusBadRequest, m.ID, mcp.CodeUnsupportedVer, "this server does not support protocol version "+mcp.ModernVersion,
+			map[string]any{"supported": mcp.LegacyVersions, "requested": r.Header.Get(mcp.HeaderVersion)})
+		return
+	}
+	if err != nil {
+		b.decide(r, principal, mcp.Modern, "", m.Method, http.StatusServiceUnavailable, err.Error())
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, m.ID, mcp.CodeInternal, "could not start the vat's process: "+err.Error(), nil)
+		return
+	}
+	st := newStream("", false)
+	c := &call{st: st}
+	if m.Method == "server/discover" {
+		c.onDone = func(resp mcp.Msg, ok bool) {
+			if info, has := resp.Get("result", "_meta", "io.modelcontextprotocol/serverInfo"); ok && has {
+				b.noteServer(mcp.Modern, info)
+			}
+		}
+	}
+	if err := p.send(m, c); err != nil {
+		b.decide(r, principal, mcp.Modern, "", m.Method, http.StatusServiceUnavailable, err.Error())
+		writeError(w, http.StatusServiceUnavailable, m.ID, mcp.CodeInternal, err.Error(), nil)
+		return
+	}
+	var once sync.Once
+	gone := func() {
+		// Closing the stream is the stateless client's cancellation.
+		once.Do(func() { p.cancel(c, "the client closed its stream") })
+	}
+	done := b.serve(w, r, st, writeOpts{lazy: true, sseUnlessError: prefersSSE(r), jsonOnly: !acceptsSSE(r), status: modernStatus, lazyWait: b.cfg.LazyWait, onGone: gone})
+	reason := "answered"
+	if !done {
+		reason = "cancelled: the client closed its stream"
+	}
+	b.decide(r, principal, mcp.Modern, "", m.Method, http.StatusOK, reason+" (process "+strconv.Itoa(p.n)+")")
+}
+
+// eraOf is the vat's era as far as known: the install probe's, else
+// what its answers showed; "" while it has shown nothing.
+func (b *Bridge) eraOf() mcp.Era {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.eraLocked()
+}
+
+func (b *Bridge) eraLocked() mcp.Era {
+	switch {
+	case b.cfg.Era != "":
+		return b.cfg.Era
+	case b.modernOK < 0:
+		return mcp.Legacy
+	case b.modernOK > 0 && b.legacyOK:
+		return mcp.Dual
+	case b.modernOK > 0:
+		return mcp.Modern
+	}
+	return ""
+}
+
+// probe asks a new stateless process whether the vat speaks 2026-07-28
+// (server/discover; any other answer, or none in time, means no: the
+// fallback is not keyed on one error code).
+func (b *Bridge) probe(p *proc) bool {
+	m, _ := mcp.Parse(mcp.Request([]byte("0"), "server/discover", discoverParams))
+	resp, err := b.callSelf(p, m, discoverTimeout)
+	ok := err == nil && resp.Result() != nil
+	b.mu.Lock()
+	if ok {
+		b.modernOK = 1
+	} else {
+		b.modernOK = -1
+	}
+	b.mu.Unlock()
+	if ok {
+		if info, has := resp.Get("result", "_meta", "io.modelcontextprotocol/serverInfo"); has {
+			b.noteServer(mcp.Modern, info)
+		}
+	}
+	return ok
+}
+
+var errLegacyOnly = errors.New("the vat speaks only the 2025 revisions")
+
+// discoverTimeout bounds the era probe.
+const discoverTimeout = 5 * time.Second
+
+// discoverParams is what the era probe sends.
+var discoverParams = json.RawMessage(`{"_meta":{"` + mcp.MetaProtocolVersion + `":"` + mcp.ModernVersion + `","` + mcp.MetaClientCapabilities + `":{},"` + mcp.MetaClientInfo + `":{"name":"toybox","version":"1"}}}`)

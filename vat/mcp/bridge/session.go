@@ -1,0 +1,478 @@
+package bridge
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"toybox/vat/mcp"
+)
+
+// session is one legacy-era session: a client's, bound to its principal.
+type session struct {
+	id, principal string
+	b             *Bridge
+	p             *proc
+	own           bool         // the process is the session's alone (ModeSession)
+	sh            *sharedOwner // the process it shares (ModeShared, ModeSingle)
+
+	mu       sync.Mutex
+	version  string // negotiated
+	lastPOST time.Time
+	ended    bool
+	get      *stream
+	streams  map[string]*stream // POST streams a client may resume
+	inflight map[*call]bool
+	srvReqs  map[string]srvReq // ids toybox gave the vat's requests
+	nextSrv  int64
+	subs     map[string]bool // resources subscribed (shared process)
+}
+
+// srvReq is a request from the vat waiting for the client's answer.
+type srvReq struct {
+	vatID []byte
+	p     *proc
+}
+
+// streamID is a random stream id within a session: no '_' (the event id
+// separator).
+func streamID() string { return rand.Text()[:12] }
+
+func (b *Bridge) newSession(principal string) *session {
+	s := &session{
+		id: mcp.NewSessionID(), principal: principal, b: b,
+		lastPOST: time.Now(), streams: map[string]*stream{},
+		inflight: map[*call]bool{}, srvReqs: map[string]srvReq{}, subs: map[string]bool{},
+	}
+	s.get = newStream(streamID(), true)
+	s.get.get = true
+	return s
+}
+
+// lookup returns the session sid of principal, or nil: a session of
+// another principal is as unknown as one that never was.
+func (b *Bridge) lookup(sid, principal string) *session {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.sessions[sid]
+	if s == nil || s.principal != principal {
+		return nil
+	}
+	return s
+}
+
+// postLegacy serves one message of the 2025 revisions.
+func (b *Bridge) postLegacy(w http.ResponseWriter, r *http.Request, principal string, m mcp.Msg) {
+	sid := r.Header.Get(mcp.HeaderSession)
+	if sid == "" {
+		if m.Kind == mcp.KindRequest && m.Method == "initialize" {
+			b.initialize(w, r, principal, m)
+			return
+		}
+		b.decide(r, principal, mcp.Legacy, "", m.Method, http.StatusBadRequest, "no Mcp-Session-Id and not an initialize")
+		writeError(w, http.StatusBadRequest, m.ID, mcp.CodeInvalidRequest, "Bad Request: no Mcp-Session-Id (send initialize first)", nil)
+		return
+	}
+	s := b.lookup(sid, principal)
+	if s == nil {
+		b.decide(r, principal, mcp.Legacy, sid, m.Method, http.StatusNotFound, "no such session for this principal")
+		writeError(w, http.StatusNotFound, m.ID, mcp.CodeRequestTimeout, "Session not found", nil)
+		return
+	}
+	if hv := r.Header.Get(mcp.HeaderVersion); hv != "" && !slices.Contains(mcp.LegacyVersions, hv) {
+		b.decide(r, principal, mcp.Legacy, sid, m.Method, http.StatusBadRequest, "unsupported MCP-Protocol-Version "+hv)
+		writeError(w, http.StatusBadRequest, m.ID, mcp.CodeInvalidRequest, "Bad Request: unsupported protocol version "+strconv.Quote(hv), map[string]any{"supported": mcp.LegacyVersions})
+		return
+	}
+	s.mu.Lock()
+	s.lastPOST = time.Now()
+	s.mu.Unlock()
+	switch m.Kind {
+	case mcp.KindRequest:
+		s.request(w, r, m)
+	case mcp.KindNotification:
+		s.notification(m)
+		b.decide(r, principal, mcp.Legacy, sid, m.Method, http.StatusAccepted, "forwarded")
+		w.WriteHeader(http.StatusAccepted)
+	case mcp.KindResponse:
+		if err := s.answer(m); err != "" {
+			b.decide(r, principal, mcp.Legacy, sid, "", http.StatusBadRequest, err)
+			writeError(w, http.StatusBadRequest, nil, mcp.CodeInvalidRequest, err, nil)
+			return
+		}
+		b.decide(r, principal, mcp.Legacy, sid, "", http.StatusAccepted, "an answer to the vat's request "+string(m.ID))
+		w.WriteHeader(http.StatusAccepted)
+	}
+}
+
+// initialize starts a session: its own process (a spare's, if one is
+// ready) in ModeSession, the principal's shared one otherwise.
+func (b *Bridge) initialize(w http.ResponseWriter, r *http.Request, principal string, m mcp.Msg) {
+	s := b.newSession(principal)
+	if b.cfg.Mode != ModeSession {
+		b.initializeShared(w, r, s, m)
+		return
+	}
+	p, err := b.acquire(s)
+	if err != nil {
+		b.decide(r, principal, mcp.Legacy, "", m.Method, http.StatusServiceUnavailable, err.Error())
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, m.ID, mcp.CodeInternal, "could not start the vat's process: "+err.Error(), nil)
+		return
+	}
+	s.p, s.own = p, true
+	requested, _ := m.GetString("params", "protocolVersion")
+	s.version = requested
+	b.mu.Lock()
+	b.sessions[s.id] = s
+	b.mu.Unlock()
+	st := newStream(streamID(), true)
+	s.mu.Lock()
+	s.streams[st.id] = st
+	s.mu.Unlock()
+	c := &call{st: st, sess: s}
+	ok := true
+	c.onDone = func(resp mcp.Msg, parsed bool) {
+		if !parsed || resp.Result() == nil {
+			ok = false
+			return
+		}
+		var res struct {
+			ProtocolVersion string          `json:"protocolVersion"`
+			ServerInfo      json.RawMessage `json:"serverInfo"`
+		}
+		if json.Unmarshal(resp.Result(), &res) == nil {
+			s.mu.Lock()
+			s.version = res.ProtocolVersion
+			s.mu.Unlock()
+			b.noteServer(mcp.Legacy, res.ServerInfo)
+		}
+	}
+	if err := p.send(m, c); err != nil {
+		b.endSession(s, "the process could not be written to", true)
+		b.decide(r, principal, mcp.Legacy, "", m.Method, http.StatusServiceUnavailable, err.Error())
+		writeError(w, http.StatusServiceUnavailable, m.ID, mcp.CodeInternal, err.Error(), nil)
+		return
+	}
+	done := b.serve(w, r, st, writeOpts{lazy: !prefersSSE(r), jsonOnly: !acceptsSSE(r), prime: requested >= "2025-11-25", session: s.id, lazyWait: b.cfg.LazyWait})
+	s.streamDone(st, done)
+	if !ok {
+		// A refused initialize leaves no session behind.
+		b.endSession(s, "its initialize failed", true)
+		b.decide(r, principal, mcp.Legacy, s.id, m.Method, http.StatusOK, "initialize refused by the vat; session ended")
+		return
+	}
+	b.decide(r, principal, mcp.Legacy, s.id, m.Method, http.StatusOK, "session started on process "+strconv.Itoa(p.n))
+}
+
+// noteServer records the vat's serverInfo and that it answered in era
+// (an initialize: the 2025 revisions; a server/discover: 2026-07-28).
+func (b *Bridge) noteServer(era mcp.Era, info json.RawMessage) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(info) > 0 && b.info == nil {
+		b.info = bytes.Clone(info)
+	}
+	switch era {
+	case mcp.Legacy:
+		b.legacyOK = true
+	case mcp.Modern:
+		b.modernOK = 1
+	}
+}
+
+// request forwards a client's request in the session and answers it.
+func (s *session) request(w http.ResponseWriter, r *http.Request, m mcp.Msg) {
+	b := s.b
+	if s.sh != nil {
+		if handled := s.sh.local(w, r, s, m); handled {
+			return
+		}
+	}
+	st := newStream(streamID(), true)
+	c := &call{st: st, sess: s}
+	s.mu.Lock()
+	if s.ended {
+		s.mu.Unlock()
+		writeError(w, http.StatusNotFound, m.ID, mcp.CodeRequestTimeout, "Session not found", nil)
+		return
+	}
+	s.streams[st.id] = st
+	s.inflight[c] = true
+	prime := s.version >= "2025-11-25"
+	s.mu.Unlock()
+	c.onDone = func(mcp.Msg, bool) {
+		s.mu.Lock()
+		delete(s.inflight, c)
+		s.mu.Unlock()
+	}
+	if err := s.p.send(m, c); err != nil {
+		s.mu.Lock()
+		delete(s.inflight, c)
+		delete(s.streams, st.id)
+		s.mu.Unlock()
+		b.decide(r, s.principal, mcp.Legacy, s.id, m.Method, http.StatusOK, err.Error())
+		writeError(w, http.StatusOK, m.ID, mcp.CodeInternal, err.Error(), nil)
+		return
+	}
+	done := b.serve(w, r, st, writeOpts{lazy: !prefersSSE(r), jsonOnly: !acceptsSSE(r), prime: prime, lazyWait: b.cfg.LazyWait})
+	s.streamDone(st, done)
+	reason := "answered"
+	if !done {
+		// Not a cancellation: the call runs on, and its answer waits for
+		// the client to resume the stream.
+		reason = "the client went before the answer; the call goes on"
+	}
+	b.decide(r, s.principal, mcp.Legacy, s.id, m.Method, http.StatusOK, reason)
+}
+
+// streamDone forgets a POST stream once its end was written.
+func (s *session) streamDone(st *stream, done bool) {
+	if !done {
+		return
+	}
+	s.mu.Lock()
+	delete(s.streams, st.id)
+	s.mu.Unlock()
+}
+
+// streamKeep is how long a POST stream's events wait, after its end, for
+// a client to resume it.
+const streamKeep = 5 * time.Minute
+
+// sweepStreams forgets ended POST streams no one resumed.
+func (b *Bridge) sweepStreams() {
+	cut := time.Now().Add(-streamKeep)
+	b.mu.Lock()
+	ss := make([]*session, 0, len(b.sessions))
+	for _, s := range b.sessions {
+		ss = append(ss, s)
+	}
+	b.mu.Unlock()
+	for _, s := range ss {
+		s.mu.Lock()
+		for id, st := range s.streams {
+			st.mu.Lock()
+			old := st.final && st.finalAt.Before(cut)
+			st.mu.Unlock()
+			if old {
+				delete(s.streams, id)
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+// notification forwards a client's notification, mapping the ids in it.
+func (s *session) notification(m mcp.Msg) {
+	switch m.Method {
+	case "notifications/cancelled":
+		rid, _ := m.Get("params", "requestId")
+		s.mu.Lock()
+		var hit []*call
+		for c := range s.inflight {
+			if bytes.Equal(c.clientID, rid) {
+				hit = append(hit, c)
+			}
+		}
+		s.mu.Unlock()
+		reason, _ := m.GetString("params", "reason")
+		for _, c := range hit {
+			s.p.cancel(c, reason)
+			c.st.end()
+			if c.onDone != nil {
+				c.onDone(mcp.Msg{}, false)
+			}
+		}
+		return
+	case "notifications/initialized":
+		if s.sh != nil {
+			return // toybox initialized the shared process itself
+		}
+	}
+	_ = s.p.write(m.Raw)
+}
+
+// answer maps a client's response to the vat's request back to the vat's
+// id; the reason when it answers nothing asked.
+func (s *session) answer(m mcp.Msg) string {
+	s.mu.Lock()
+	req, ok := s.srvReqs[string(m.ID)]
+	delete(s.srvReqs, string(m.ID))
+	s.mu.Unlock()
+	if !ok {
+		return "a response to no request of the vat's (id " + string(m.ID) + ")"
+	}
+	_ = req.p.write(m.WithID(req.vatID))
+	return ""
+}
+
+// fromVat routes what the session's process sends that is not an answer:
+// a request to the client goes on the stream of the one call in flight,
+// else on the GET stream; notifications likewise.
+func (s *session) fromVat(p *proc, m mcp.Msg) {
+	s.mu.Lock()
+	if s.ended {
+		s.mu.Unlock()
+		return
+	}
+	target := s.get
+	if len(s.inflight) == 1 {
+		for c := range s.inflight {
+			target = c.st
+		}
+	}
+	switch m.Kind {
+	case mcp.KindRequest:
+		s.nextSrv++
+		id := `"tb-` + strconv.FormatInt(s.nextSrv, 10) + `"`
+		s.srvReqs[id] = srvReq{vatID: bytes.Clone(m.ID), p: p}
+		s.mu.Unlock()
+		target.push(m.WithID([]byte(id)), false)
+		if target == s.get && !s.get.attached() {
+			go s.hold(id, m.Method)
+		}
+		return
+	case mcp.KindNotification:
+		raw := m.Raw
+		if m.Method == "notifications/cancelled" {
+			// The vat gave up on a request to the client: name it by
+			// the id the client knows.
+			if rid, ok := m.Get("params", "requestId"); ok {
+				for id, req := range s.srvReqs {
+					if bytes.Equal(req.vatID, rid) && req.p == p {
+						raw, _ = mcp.Set(raw, []string{"params", "requestId"}, []byte(id))
+						delete(s.srvReqs, id)
+					}
+				}
+			}
+		}
+		if m.Method != "notifications/message" && m.Method != "notifications/cancelled" {
+			target = s.get
+		}
+		s.mu.Unlock()
+		target.push(raw, false)
+	default:
+		s.mu.Unlock()
+	}
+}
+
+// hold waits for a client stream to take a server request; with none
+// in time, the vat is told.
+func (s *session) hold(id, method string) {
+	t := time.NewTimer(s.b.cfg.Hold)
+	defer t.Stop()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.C:
+			s.mu.Lock()
+			req, ok := s.srvReqs[id]
+			delete(s.srvReqs, id)
+			s.mu.Unlock()
+			if ok {
+				_ = req.p.write(mcp.ErrorResponse(req.vatID, mcp.CodeInternal, "the client has no stream open for "+method, nil))
+				s.b.logVat(req.p, "refused", method+": the client had no stream open in "+s.b.cfg.Hold.String())
+			}
+			return
+		case <-tick.C:
+			if s.get.attached() {
+				return
+			}
+			s.mu.Lock()
+			_, waiting := s.srvReqs[id]
+			s.mu.Unlock()
+			if !waiting {
+				return
+			}
+		}
+	}
+}
+
+// exited ends a session whose process is gone (ModeSession): the next
+// request gets 404 and the client starts again.
+func (s *session) exited(p *proc) {
+	s.b.endSession(s, "its process exited ("+p.exitText+")", false)
+}
+
+// endSession forgets s, detaches its streams, and stops its own process.
+func (b *Bridge) endSession(s *session, reason string, stopProc bool) {
+	b.mu.Lock()
+	if b.sessions[s.id] == s {
+		delete(b.sessions, s.id)
+	}
+	b.mu.Unlock()
+	s.mu.Lock()
+	if s.ended {
+		s.mu.Unlock()
+		return
+	}
+	s.ended = true
+	streams := []*stream{s.get}
+	for _, st := range s.streams {
+		streams = append(streams, st)
+	}
+	s.mu.Unlock()
+	for _, st := range streams {
+		st.closeAll()
+	}
+	if s.sh != nil {
+		s.sh.leave(s)
+	}
+	if s.own && stopProc && s.p != nil {
+		go s.p.stop()
+	}
+	b.cfg.Logger.Info("mcp", keyVat, b.cfg.Vat, keyPrincipal, s.principal, keyEra, string(mcp.Legacy),
+		keySession, s.id, keyMethod, "", keyResult, "ended", keyReason, reason)
+}
+
+// getLegacy serves a session's GET: its standalone stream (a second GET
+// takes it over from the first, never 409), or with Last-Event-ID the
+// stream that event was on, replayed from there.
+func (b *Bridge) getLegacy(w http.ResponseWriter, r *http.Request, principal, sid string) {
+	s := b.lookup(sid, principal)
+	if s == nil {
+		b.decide(r, principal, mcp.Legacy, sid, "GET", http.StatusNotFound, "no such session for this principal")
+		writeError(w, http.StatusNotFound, nil, mcp.CodeRequestTimeout, "Session not found", nil)
+		return
+	}
+	if !acceptsSSE(r) {
+		b.decide(r, principal, mcp.Legacy, sid, "GET", http.StatusNotAcceptable, "a GET that does not accept text/event-stream")
+		http.Error(w, "a GET must accept text/event-stream", http.StatusNotAcceptable)
+		return
+	}
+	s.mu.Lock()
+	prime := s.version >= "2025-11-25"
+	st, from := s.get, s.get.delivered
+	s.mu.Unlock()
+	if lei := r.Header.Get(mcp.HeaderLastEvent); lei != "" {
+		id, seq, ok := mcp.ParseEventID(lei)
+		s.mu.Lock()
+		switch {
+		case !ok:
+			st = nil
+		case id == s.get.id:
+			st = s.get
+		default:
+			st = s.streams[id]
+		}
+		s.mu.Unlock()
+		if st == nil {
+			b.decide(r, principal, mcp.Legacy, sid, "GET", http.StatusNotFound, "Last-Event-ID names no stream of this session")
+			writeError(w, http.StatusNotFound, nil, mcp.CodeRequestTimeout, "no such stream in this session", nil)
+			return
+		}
+		from, prime = seq, false
+	}
+	b.decide(r, principal, mcp.Legacy, sid, "GET", http.StatusOK, "stream "+st.id+" from event "+strconv.FormatInt(from, 10))
+	done := b.serve(w, r, st, writeOpts{prime: prime, from: from})
+	if !st.get {
+		s.streamDone(st, done)
+	}
+}

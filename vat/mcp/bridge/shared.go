@@ -1,0 +1,245 @@
+package bridge
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"toybox/vat/mcp"
+)
+
+// sharedOwner holds a process that serves many legacy sessions: a
+// principal's (ModeShared) or everyone's (ModeSingle). toybox initializes
+// it once, with no client capabilities of its own: a server request
+// carries nothing that says which session caused it, so none is sent on.
+type sharedOwner struct {
+	b   *Bridge
+	key string
+	p   *proc
+
+	mu       sync.Mutex
+	sessions map[*session]bool
+	init     []byte // the vat's InitializeResult
+	version  string
+	subs     map[string]int // resources/subscribe counts by URI
+}
+
+// sharedFor returns the shared process for s's principal, started and
+// initialized.
+func (b *Bridge) sharedFor(principal string) (*sharedOwner, error) {
+	key := principal
+	if b.cfg.Mode == ModeSingle {
+		key = ""
+	}
+	b.mu.Lock()
+	if o := b.shared[key]; o != nil {
+		b.mu.Unlock()
+		return o, nil
+	}
+	b.mu.Unlock()
+	o := &sharedOwner{b: b, key: key, sessions: map[*session]bool{}, subs: map[string]int{}}
+	p, err := b.acquire(o)
+	if err != nil {
+		return nil, err
+	}
+	o.p = p
+	if err := o.handshake(); err != nil {
+		go p.stop()
+		return nil, err
+	}
+	b.mu.Lock()
+	if other := b.shared[key]; other != nil {
+		b.mu.Unlock()
+		go p.stop()
+		return other, nil
+	}
+	b.shared[key] = o
+	b.mu.Unlock()
+	return o, nil
+}
+
+// handshakeTimeout bounds toybox's own initialize of a shared process.
+const handshakeTimeout = 30 * time.Second
+
+// handshake sends toybox's initialize and initialized.
+func (o *sharedOwner) handshake() error {
+	init := mcp.Request([]byte("0"), "initialize", []byte(`{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"toybox","version":"1"}}`))
+	m, _ := mcp.Parse(init)
+	resp, err := o.b.callSelf(o.p, m, handshakeTimeout)
+	if err != nil {
+		return err
+	}
+	if resp.Result() == nil {
+		return errString("the vat refused toybox's initialize: " + string(resp.Error()))
+	}
+	var res struct {
+		ProtocolVersion string          `json:"protocolVersion"`
+		ServerInfo      json.RawMessage `json:"serverInfo"`
+	}
+	_ = json.Unmarshal(resp.Result(), &res)
+	o.init, o.version = bytes.Clone(resp.Result()), res.ProtocolVersion
+	o.b.noteServer(mcp.Legacy, res.ServerInfo)
+	return o.p.write(mcp.Notification("notifications/initialized", nil))
+}
+
+type errString string
+
+func (e errString) Error() string { return string(e) }
+
+// callSelf sends toybox's own request and waits for its answer.
+func (b *Bridge) callSelf(p *proc, m mcp.Msg, timeout time.Duration) (mcp.Msg, error) {
+	st := newStream("", false)
+	c := &call{st: st}
+	if err := p.send(m, c); err != nil {
+		return mcp.Msg{}, err
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for {
+		for _, e := range st.since(0) {
+			if e.final {
+				return mcp.Parse(e.data)
+			}
+		}
+		select {
+		case <-st.notify:
+		case <-t.C:
+			p.cancel(c, "timed out")
+			return mcp.Msg{}, errString("the vat did not answer " + m.Method + " within " + timeout.String())
+		}
+	}
+}
+
+// initializeShared starts a session on the shared process, answering its
+// initialize from the vat's first answer.
+func (b *Bridge) initializeShared(w http.ResponseWriter, r *http.Request, s *session, m mcp.Msg) {
+	o, err := b.sharedFor(s.principal)
+	if err != nil {
+		b.decide(r, s.principal, mcp.Legacy, "", m.Method, http.StatusServiceUnavailable, err.Error())
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, m.ID, mcp.CodeInternal, "could not start the vat's process: "+err.Error(), nil)
+		return
+	}
+	s.p, s.sh = o.p, o
+	s.version = o.version
+	o.mu.Lock()
+	o.sessions[s] = true
+	o.mu.Unlock()
+	b.mu.Lock()
+	b.sessions[s.id] = s
+	b.mu.Unlock()
+	w.Header().Set(mcp.HeaderSession, s.id)
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(mcp.ResultResponse(m.ID, o.init))
+	b.decide(r, s.principal, mcp.Legacy, s.id, m.Method, http.StatusOK, "session started on shared process "+strconv.Itoa(o.p.n))
+}
+
+// local answers what a session on a shared process must not send on: a
+// second initialize, and subscriptions another session holds too.
+func (o *sharedOwner) local(w http.ResponseWriter, r *http.Request, s *session, m mcp.Msg) bool {
+	switch m.Method {
+	case "initialize":
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(mcp.ResultResponse(m.ID, o.init))
+		o.b.decide(r, s.principal, mcp.Legacy, s.id, m.Method, http.StatusOK, "answered from the shared process's initialize")
+		return true
+	case "resources/subscribe", "resources/unsubscribe":
+		uri, _ := m.GetString("params", "uri")
+		o.mu.Lock()
+		s.mu.Lock()
+		had := s.subs[uri]
+		sub := m.Method == "resources/subscribe"
+		if sub && !had {
+			s.subs[uri] = true
+			o.subs[uri]++
+		} else if !sub && had {
+			delete(s.subs, uri)
+			o.subs[uri]--
+		}
+		n := o.subs[uri]
+		if n <= 0 {
+			delete(o.subs, uri)
+		}
+		s.mu.Unlock()
+		o.mu.Unlock()
+		// Only the first subscriber's and the last one's reach the vat.
+		if (sub && n == 1 && !had) || (!sub && n == 0 && had) {
+			return false
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(mcp.ResultResponse(m.ID, []byte("{}")))
+		o.b.decide(r, s.principal, mcp.Legacy, s.id, m.Method, http.StatusOK, "answered by toybox: another session holds the subscription")
+		return true
+	}
+	return false
+}
+
+func (o *sharedOwner) leave(s *session) {
+	o.mu.Lock()
+	delete(o.sessions, s)
+	s.mu.Lock()
+	subs := s.subs
+	s.subs = map[string]bool{}
+	s.mu.Unlock()
+	var unsub []string
+	for uri := range subs {
+		if o.subs[uri]--; o.subs[uri] <= 0 {
+			delete(o.subs, uri)
+			unsub = append(unsub, uri)
+		}
+	}
+	o.mu.Unlock()
+	for _, uri := range unsub {
+		params, _ := json.Marshal(map[string]string{"uri": uri})
+		m, _ := mcp.Parse(mcp.Request([]byte("0"), "resources/unsubscribe", params))
+		go func() { _, _ = o.b.callSelf(o.p, m, handshakeTimeout) }()
+	}
+}
+
+// fromVat: a server request cannot be attributed to a session (R30); a
+// notification goes to every session of the process, resources/updated
+// only to its subscribers.
+func (o *sharedOwner) fromVat(p *proc, m mcp.Msg) {
+	if m.Kind == mcp.KindRequest {
+		_ = p.write(mcp.ErrorResponse(m.ID, mcp.CodeMethodNotFound, "toybox serves this vat to several clients from one process; a request from it cannot be routed to one", nil))
+		o.b.logVat(p, "refused", m.Method+": a server request on a shared process")
+		return
+	}
+	if m.Kind != mcp.KindNotification {
+		return
+	}
+	uri, _ := m.GetString("params", "uri")
+	o.mu.Lock()
+	var to []*session
+	for s := range o.sessions {
+		if m.Method == "notifications/resources/updated" {
+			s.mu.Lock()
+			sub := s.subs[uri]
+			s.mu.Unlock()
+			if !sub {
+				continue
+			}
+		}
+		to = append(to, s)
+	}
+	o.mu.Unlock()
+	for _, s := range to {
+		s.get.push(m.Raw, false)
+	}
+}
+
+// exited ends every session of a shared process.
+func (o *sharedOwner) exited(p *proc) {
+	o.mu.Lock()
+	var ss []*session
+	for s := range o.sessions {
+		ss = append(ss, s)
+	}
+	o.mu.Unlock()
+	for _, s := range ss {
+		o.b.endSession(s, "its shared process exited ("+p.exitText+")", false)
+	}
+}

@@ -1,0 +1,328 @@
+package bridge
+
+import (
+	"bytes"
+	"net/http"
+	"sync"
+	"time"
+
+	"toybox/vat/mcp"
+)
+
+// event is one message on a stream; seq numbers it within the stream.
+type event struct {
+	seq   int64
+	data  []byte
+	final bool
+}
+
+// stream is one logical stream of messages to a client: a POST's answer
+// (its response and the messages related to it) or a session's GET
+// stream. A resumable stream keeps its events, bounded, for a client that
+// comes back with Last-Event-ID; its connection may come and go.
+type stream struct {
+	id        string // unique within its session; "" for a stateless answer
+	resumable bool
+	get       bool // the session's standalone GET stream
+
+	mu        sync.Mutex
+	events    []event
+	bytes     int
+	next      int64 // the next event's seq; 0 is the priming event
+	final     bool  // the final message has been pushed
+	finalAt   time.Time
+	delivered int64 // the last seq a writer wrote
+	notify    chan struct{}
+	slot      *slot // the connection writing it now, if any
+}
+
+// slot is one connection attached to a stream; closing stop detaches it.
+type slot struct{ stop chan struct{} }
+
+// Bounds of what one stream keeps for replay.
+const (
+	ringEvents = 1000    // events
+	ringBytes  = 8 << 20 // bytes
+)
+
+func newStream(id string, resumable bool) *stream {
+	return &stream{id: id, resumable: resumable, next: 1, notify: make(chan struct{}, 1)}
+}
+
+// push appends a message; final marks the response that ends the stream.
+func (s *stream) push(data []byte, final bool) {
+	s.mu.Lock()
+	if s.final {
+		s.mu.Unlock()
+		return
+	}
+	s.events = append(s.events, event{seq: s.next, data: data, final: final})
+	s.next++
+	s.bytes += len(data)
+	if final {
+		s.final = true
+		s.finalAt = time.Now()
+	}
+	// Drop the oldest events past the bounds (already written ones
+	// first: they are what a replay would need least).
+	for len(s.events) > 1 && (len(s.events) > ringEvents || s.bytes > ringBytes) {
+		s.bytes -= len(s.events[0].data)
+		s.events = s.events[1:]
+	}
+	s.mu.Unlock()
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+}
+
+// end marks the stream ended with no final message (its call was
+// cancelled).
+func (s *stream) end() {
+	s.mu.Lock()
+	if !s.final {
+		s.final = true
+		s.finalAt = time.Now()
+	}
+	s.mu.Unlock()
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+}
+
+// endedAfter reports whether nothing more will come after seq.
+func (s *stream) endedAfter(seq int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.final && s.next-1 <= seq
+}
+
+// since returns the events after seq.
+func (s *stream) since(seq int64) []event {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []event
+	for _, e := range s.events {
+		if e.seq > seq {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// attach makes a new connection the stream's writer, detaching the one
+// before (a second GET replaces the first).
+func (s *stream) attach() *slot {
+	sl := &slot{stop: make(chan struct{})}
+	s.mu.Lock()
+	old := s.slot
+	s.slot = sl
+	s.mu.Unlock()
+	if old != nil {
+		close(old.stop)
+	}
+	return sl
+}
+
+// detach ends sl's hold if it still holds the stream.
+func (s *stream) detach(sl *slot) {
+	s.mu.Lock()
+	if s.slot == sl {
+		s.slot = nil
+	}
+	s.mu.Unlock()
+}
+
+// attached reports whether a connection writes the stream now.
+func (s *stream) attached() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.slot != nil
+}
+
+// wrote records that a writer wrote up to seq; a stateless stream drops
+// what was written.
+func (s *stream) wrote(seq int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if seq > s.delivered {
+		s.delivered = seq
+	}
+	if !s.resumable {
+		for len(s.events) > 0 && s.events[0].seq <= seq {
+			s.bytes -= len(s.events[0].data)
+			s.events = s.events[1:]
+		}
+	}
+}
+
+// closeAll detaches any writer (the session ended).
+func (s *stream) closeAll() {
+	s.mu.Lock()
+	old := s.slot
+	s.slot = nil
+	s.mu.Unlock()
+	if old != nil {
+		close(old.stop)
+	}
+}
+
+// writeOpts says how serve answers.
+type writeOpts struct {
+	lazy bool // a POST: JSON if the response comes first
+	// sseUnlessError: a lazy answer goes SSE even when the response comes
+	// first, unless status gives it an HTTP status of its own (a client
+	// that prefers the stream; a stateless error keeps its status).
+	sseUnlessError bool
+	jsonOnly       bool             // the client takes no event stream
+	prime          bool             // send a priming event (2025-11-25 sessions)
+	from           int64            // the last seq the client has
+	status         func([]byte) int // the HTTP status of a JSON answer (0: 200)
+	session        string           // Mcp-Session-Id to set, if any
+	lazyWait       time.Duration    // how long a lazy answer waits before SSE
+	onGone         func()           // the client went before the end
+}
+
+// serve writes the stream to one HTTP response until its final message,
+// the client goes, or another connection takes the stream over. It
+// reports whether the final message was written.
+func (b *Bridge) serve(w http.ResponseWriter, r *http.Request, s *stream, o writeOpts) bool {
+	sl := s.attach()
+	defer s.detach(sl)
+	flusher, _ := w.(http.Flusher)
+	sse := !o.lazy
+	started := false
+	if o.session != "" {
+		w.Header().Set(mcp.HeaderSession, o.session)
+	}
+	startSSE := func() {
+		h := w.Header()
+		h.Set("Content-Type", "text/event-stream")
+		h.Set("Cache-Control", "no-cache")
+		h.Set("X-Accel-Buffering", "no")
+		w.WriteHeader(http.StatusOK)
+		if o.prime && s.resumable {
+			// The priming event: an id the client can resume from,
+			// before anything else.
+			_, _ = w.Write([]byte("id: " + mcp.EventID(s.id, 0) + "\ndata: \n\n"))
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+		started = true
+	}
+	if sse {
+		startSSE()
+	}
+	var lazyTimer <-chan time.Time
+	if o.lazy && !o.jsonOnly {
+		t := time.NewTimer(o.lazyWait)
+		defer t.Stop()
+		lazyTimer = t.C
+	}
+	keep := time.NewTicker(b.cfg.KeepAlive)
+	defer keep.Stop()
+	cursor := o.from
+	for {
+		evs := s.since(cursor)
+		if !started && len(evs) > 0 {
+			first := evs[0]
+			errStatus := 0
+			if first.final && o.status != nil {
+				errStatus = o.status(first.data)
+			}
+			switch {
+			case (first.final && (!o.sseUnlessError || errStatus != 0)) || o.jsonOnly:
+				// JSON: the response came first (or the client takes
+				// nothing else); interim messages are dropped.
+				var fin *event
+				for i := range evs {
+					if evs[i].final {
+						fin = &evs[i]
+						break
+					}
+				}
+				if fin == nil {
+					cursor = evs[len(evs)-1].seq
+					s.wrote(cursor)
+					break
+				}
+				status := 0
+				if o.status != nil {
+					status = o.status(fin.data)
+				}
+				w.Header().Set("Content-Type", "application/json")
+				if status == 0 {
+					status = http.StatusOK
+				}
+				w.WriteHeader(status)
+				_, _ = w.Write(fin.data)
+				s.wrote(fin.seq)
+				return true
+			default:
+				startSSE()
+			}
+		}
+		if started && len(evs) > 0 {
+			var buf bytes.Buffer
+			for _, e := range evs {
+				if s.resumable {
+					buf.WriteString("id: " + mcp.EventID(s.id, e.seq) + "\n")
+				}
+				buf.WriteString("event: message\ndata: ")
+				buf.Write(e.data)
+				buf.WriteString("\n\n")
+			}
+			_, err := w.Write(buf.Bytes())
+			if flusher != nil {
+				flusher.Flush()
+			}
+			if err != nil {
+				if o.onGone != nil {
+					o.onGone()
+				}
+				return false
+			}
+			cursor = evs[len(evs)-1].seq
+			s.wrote(cursor)
+			if evs[len(evs)-1].final {
+				return true
+			}
+		}
+		if s.endedAfter(cursor) {
+			if !started {
+				w.WriteHeader(http.StatusAccepted)
+			}
+			return true
+		}
+		select {
+		case <-s.notify:
+		case <-lazyTimer:
+			lazyTimer = nil
+			if !started {
+				startSSE()
+			}
+		case <-keep.C:
+			if started {
+				_, err := w.Write([]byte(": keep-alive\n\n"))
+				if flusher != nil {
+					flusher.Flush()
+				}
+				if err != nil {
+					if o.onGone != nil {
+						o.onGone()
+					}
+					return false
+				}
+			}
+		case <-r.Context().Done():
+			if o.onGone != nil {
+				o.onGone()
+			}
+			return false
+		case <-sl.stop:
+			return false
+		}
+	}
+}

@@ -1,0 +1,163 @@
+package mcp
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+)
+
+// member is one member of a JSON object: its key and the span of its value.
+type member struct {
+	key        string
+	start, end int // the value is b[start:end]
+}
+
+var errSyntax = errors.New("not a JSON object")
+
+// maxNest bounds the nesting skipValue walks (encoding/json allows 10000).
+const maxNest = 10000
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && isSpace(b[i]) {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index after the string starting at b[i] (a '"').
+func skipString(b []byte, i int) (int, error) {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1, nil
+		}
+	}
+	return 0, errSyntax
+}
+
+// skipValue returns the index after the JSON value starting at b[i]. It
+// trusts b to be valid JSON (json.Valid ran first) but never reads out of
+// bounds on any input.
+func skipValue(b []byte, i int) (int, error) {
+	if i >= len(b) {
+		return 0, errSyntax
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for ; i < len(b); i++ {
+			switch b[i] {
+			case '"':
+				e, err := skipString(b, i)
+				if err != nil {
+					return 0, err
+				}
+				i = e - 1
+			case '{', '[':
+				if depth++; depth > maxNest {
+					return 0, errSyntax
+				}
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1, nil
+				}
+			}
+		}
+		return 0, errSyntax
+	default:
+		s := i
+		for i < len(b) && b[i] != ',' && b[i] != '}' && b[i] != ']' && !isSpace(b[i]) {
+			i++
+		}
+		if i == s {
+			return 0, errSyntax
+		}
+		return i, nil
+	}
+}
+
+// decodeKey returns the string a JSON string literal (with its quotes)
+// stands for.
+func decodeKey(lit []byte) (string, error) {
+	if len(lit) >= 2 && !strings.ContainsRune(string(lit[1:len(lit)-1]), '\\') {
+		return string(lit[1 : len(lit)-1]), nil
+	}
+	var s string
+	if err := json.Unmarshal(lit, &s); err != nil {
+		return "", errSyntax
+	}
+	return s, nil
+}
+
+// members lists the members of the object b[i:] starts with (after
+// whitespace) and returns the index after it. Only the spans of values are
+// found; nested objects are skipped whole.
+func members(b []byte, i int) ([]member, int, error) {
+	i = skipSpace(b, i)
+	if i >= len(b) || b[i] != '{' {
+		return nil, 0, errSyntax
+	}
+	var ms []member
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return ms, i + 1, nil
+	}
+	for {
+		if i >= len(b) || b[i] != '"' {
+			return nil, 0, errSyntax
+		}
+		ke, err := skipString(b, i)
+		if err != nil {
+			return nil, 0, err
+		}
+		key, err := decodeKey(b[i:ke])
+		if err != nil {
+			return nil, 0, err
+		}
+		i = skipSpace(b, ke)
+		if i >= len(b) || b[i] != ':' {
+			return nil, 0, errSyntax
+		}
+		vs := skipSpace(b, i+1)
+		ve, err := skipValue(b, vs)
+		if err != nil {
+			return nil, 0, err
+		}
+		ms = append(ms, member{key: key, start: vs, end: ve})
+		i = skipSpace(b, ve)
+		if i >= len(b) {
+			return nil, 0, errSyntax
+		}
+		if b[i] == '}' {
+			return ms, i + 1, nil
+		}
+		if b[i] != ',' {
+			return nil, 0, errSyntax
+		}
+		i = skipSpace(b, i+1)
+	}
+}
+
+// find returns the member named key, or false.
+func find(ms []member, key string) (member, bool) {
+	for _, m := range ms {
+		if m.key == key {
+			return m, true
+		}
+	}
+	return member{}, false
+}
+
+// splice returns b with b[start:end] replaced by v (a new slice).
+func splice(b []byte, start, end int, v []byte) []byte {
+	out := make([]byte, 0, len(b)-(end-start)+len(v))
+	out = append(out, b[:start]...)
+	out = append(out, v...)
+	return append(out, b[end:]...)
+}

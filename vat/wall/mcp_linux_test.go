@@ -1,0 +1,611 @@
+package wall
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"toybox/vat/mcp/mcptest"
+)
+
+// mcpWall is a stdio MCP vat running in a real wall, and a client of its
+// bridge that speaks as the supervisor does.
+type mcpWall struct {
+	p    *Process
+	out  string // the wall's log
+	sock string // the bridge's socket (on the host, outside the wall)
+	hc   *http.Client
+}
+
+func (m *mcpWall) client(principal string) *mcptest.Client {
+	return &mcptest.Client{HTTP: m.hc, URL: "http://bridge/mcp", Principal: principal}
+}
+
+func (m *mcpWall) stats(t *testing.T) map[string]any {
+	t.Helper()
+	st, err := mcptest.Stats(context.Background(), m.hc, "http://bridge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func (m *mcpWall) log() string {
+	b, _ := os.ReadFile(m.out)
+	return string(b)
+}
+
+// startMCP starts the fixture's install/app (the fake server, unless app
+// names another binary to run instead) as a stdio MCP vat, its bridge on
+// a socket made here, outside the wall, as the supervisor makes it.
+func (f *fixture) startMCP(t *testing.T, app string, spec MCP) *mcpWall {
+	t.Helper()
+	if app != "" {
+		if err := copyFile(app, filepath.Join(f.install, "server"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		f.spec.Command = []string{"./server"}
+	} else {
+		if f.spec.Env == nil {
+			f.spec.Env = map[string]string{}
+		}
+		f.spec.Env[victimEnv] = "mcp-fake"
+	}
+	sock := filepath.Join(t.TempDir(), "bridge.sock")
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.SetUnlinkOnClose(false)
+	lf, err := l.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = l.Close()
+	t.Cleanup(func() { _ = lf.Close() })
+	spec.Listener = lf
+	f.spec.MCP = &spec
+	f.caps(t)
+	out, err := os.CreateTemp(t.TempDir(), "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = out.Close() })
+	f.spec.Stdout, f.spec.Stderr = out, out
+	p, err := Start(context.Background(), f.spec, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &mcpWall{p: p, out: out.Name(), sock: sock, hc: mcptest.UnixHTTP(sock)}
+	t.Cleanup(func() {
+		_ = p.Stop(10 * time.Second)
+		if t.Failed() {
+			t.Logf("the wall's log:\n%s", m.log())
+		}
+	})
+	return m
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestMCPEverythingInWall runs the Go SDK's conformance server (v1.7.0,
+// both eras) as a stdio vat in a real wall: a legacy session, a stateless
+// request on the same endpoint, and sampling and elicitation round trips
+// through the bridge.
+func TestMCPEverythingInWall(t *testing.T) {
+	f := newFixture(t, "mcp-everything")
+	w := f.startMCP(t, mcptest.EverythingServer(t, mcptest.DualVersion), MCP{})
+	ctx := ctxT(t)
+	c := w.client("alice")
+	if err := c.Initialize(ctx, "2025-11-25", map[string]any{"sampling": map[string]any{}, "elicitation": map[string]any{}}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Post(ctx, mcptest.Tool(2, "test_simple_text", nil))
+	if err != nil || r.Text() != "This is a simple text response for testing." {
+		t.Fatalf("test_simple_text = %q, %v", r.Text(), err)
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("a call answered at once came as %q; want application/json (lazy JSON)", ct)
+	}
+
+	// Sampling: the vat's request comes on the call's stream; the
+	// client's answer goes back by POST.
+	for _, tc := range []struct {
+		tool                 string
+		args                 map[string]any
+		method, answer, want string
+	}{
+		{"test_sampling", map[string]any{"prompt": "hi"}, "sampling/createMessage", `{"role":"assistant","content":{"type":"text","text":"hello from the model"},"model":"m","stopReason":"endTurn"}`, "hello from the model"},
+		{"test_elicitation", map[string]any{"message": "who?"}, "elicitation/create", `{"action":"accept","content":{"username":"ann","email":"a@example.com"}}`, "accept"},
+	} {
+		t.Run(tc.tool, func(t *testing.T) {
+			resp, err := c.Open(ctx, mcptest.Tool(3, tc.tool, tc.args))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+				r, _ := mcptest.Read(resp)
+				t.Fatalf("%s answered at once: %d %s", tc.tool, r.Status, r.Body)
+			}
+			br := bufio.NewReader(resp.Body)
+			var final string
+			for final == "" {
+				e, err := mcptest.ReadEvent(br)
+				if err != nil {
+					t.Fatalf("reading the call's stream: %v", err)
+				}
+				var m map[string]json.RawMessage
+				if json.Unmarshal([]byte(e.Data), &m) != nil {
+					continue
+				}
+				if string(m["method"]) == `"`+tc.method+`"` {
+					a, err := c.Post(ctx, []byte(`{"jsonrpc":"2.0","id":`+string(m["id"])+`,"result":`+tc.answer+`}`))
+					if err != nil || a.Status != http.StatusAccepted {
+						t.Fatalf("answering %s: %v %+v", tc.method, err, a)
+					}
+					continue
+				}
+				if m["result"] != nil {
+					final = string(m["result"])
+				}
+			}
+			if !strings.Contains(final, tc.want) {
+				t.Errorf("%s answered %s; want it to hold %q", tc.tool, final, tc.want)
+			}
+		})
+	}
+
+	// The same endpoint serves a stateless (2026-07-28) request.
+	meta := map[string]any{"_meta": map[string]any{
+		"io.modelcontextprotocol/protocolVersion":    "2026-07-28",
+		"io.modelcontextprotocol/clientCapabilities": map[string]any{},
+	}}
+	modern := &mcptest.Client{HTTP: w.hc, URL: c.URL, Principal: "alice"}
+	r, err = modern.Post(ctx, mcptest.Request(7, "server/discover", meta),
+		"Mcp-Protocol-Version", "2026-07-28", "Mcp-Method", "server/discover")
+	if err != nil || r.Status != http.StatusOK || !strings.Contains(string(r.Final()["result"]), "supportedVersions") {
+		t.Fatalf("server/discover: %v %+v", err, r)
+	}
+	st := w.stats(t)
+	if st["era"] != "dual" || st["serverInfo"] == nil {
+		t.Errorf("stats = %v; want era dual and the serverInfo", st)
+	}
+}
+
+// TestMCPDuplicateIDs: 50 concurrent calls, all with id 1, on one session
+// (claude.ai's pattern) each get their own answer.
+func TestMCPDuplicateIDs(t *testing.T) {
+	f := newFixture(t, "mcp-dupids")
+	w := f.startMCP(t, "", MCP{})
+	ctx := ctxT(t)
+	c := w.client("alice")
+	if err := c.Initialize(ctx, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 50)
+	for i := range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			want := fmt.Sprintf("call-%d", i)
+			r, err := c.Post(ctx, mcptest.Tool(1, "echo", map[string]any{"text": want, "sleepMs": rand.IntN(30)}))
+			if err != nil {
+				errs <- err
+				return
+			}
+			if got := r.Text(); got != want || string(r.Final()["id"]) != "1" {
+				errs <- fmt.Errorf("call %d: got %q with id %s", i, got, r.Final()["id"])
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// TestMCPStdoutNoise: lines that are not JSON-RPC are dropped whole,
+// counted and logged; the stream goes on, and the answer's bytes (a ZWJ
+// emoji, U+2028, HTML) pass unchanged.
+func TestMCPStdoutNoise(t *testing.T) {
+	f := newFixture(t, "mcp-noise")
+	w := f.startMCP(t, "", MCP{})
+	ctx := ctxT(t)
+	c := w.client("alice")
+	if err := c.Initialize(ctx, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Post(ctx, mcptest.Tool(2, "noise", nil))
+	if err != nil || r.Text() != mcptest.Emoji {
+		t.Fatalf("noise = %q, %v; want %q", r.Text(), err, mcptest.Emoji)
+	}
+	if !strings.Contains(string(r.Body), `\u003c`) && !strings.Contains(string(r.Body), "<b>") {
+		t.Errorf("the answer's body %s lost its HTML", r.Body)
+	}
+	if r2, err := c.Post(ctx, mcptest.Tool(3, "echo", map[string]any{"text": "still here"})); err != nil || r2.Text() != "still here" {
+		t.Fatalf("after the noise: %q, %v", r2.Text(), err)
+	}
+	// One banner per process started (the session's, the spare's), and
+	// three lines of the tool's noise (the fourth is JSON-RPC).
+	err = mcptest.Eventually(5*time.Second, func() error {
+		st := w.stats(t)
+		want := st["spawned"].(float64) + 3
+		if st["droppedStdoutLines"].(float64) != want {
+			return fmt.Errorf("stats %v: want %v dropped lines", st, want)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
+	if log := w.log(); !strings.Contains(log, "dotenv@17.2.0") || !strings.Contains(log, `"result":"dropped"`) {
+		t.Errorf("the vat's log does not name the dropped lines:\n%s", log)
+	}
+}
+
+// TestMCPBigMessages: a 10 MiB answer passes whole; a 40 MiB one (past the
+// 32 MiB limit) answers its call with an error and the process is kept.
+func TestMCPBigMessages(t *testing.T) {
+	f := newFixture(t, "mcp-big")
+	w := f.startMCP(t, "", MCP{})
+	ctx := ctxT(t)
+	c := w.client("alice")
+	if err := c.Initialize(ctx, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Post(ctx, mcptest.Tool(2, "big", map[string]any{"mib": 10}))
+	if err != nil || len(r.Text()) != 10<<20 {
+		t.Fatalf("a 10 MiB answer: %d bytes, %v", len(r.Text()), err)
+	}
+	r, err = c.Post(ctx, mcptest.Tool(3, "big", map[string]any{"mib": 40}))
+	if err != nil || !strings.Contains(r.Text(), "exceeds") || string(r.Final()["id"]) != "3" {
+		t.Fatalf("a 40 MiB answer: %.200q, %v; want an error naming the limit", r.Text(), err)
+	}
+	if r, err := c.Post(ctx, mcptest.Tool(4, "echo", map[string]any{"text": "kept"})); err != nil || r.Text() != "kept" {
+		t.Fatalf("after the 40 MiB answer: %q, %v", r.Text(), err)
+	}
+	if st := w.stats(t); st["tooLongMessages"].(float64) != 1 {
+		t.Errorf("stats %v; want one message too long", st)
+	}
+}
+
+// TestMCPCrashMidCall: a process that dies answers every call in flight
+// with an error naming its exit and its last stderr line; the session
+// ends (404), and a new one works.
+func TestMCPCrashMidCall(t *testing.T) {
+	f := newFixture(t, "mcp-crash")
+	w := f.startMCP(t, "", MCP{})
+	ctx := ctxT(t)
+	c := w.client("alice")
+	if err := c.Initialize(ctx, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	slow := make(chan *mcptest.Resp, 1)
+	go func() {
+		r, _ := c.Post(ctx, mcptest.Tool(2, "slow", map[string]any{"ms": 20000}))
+		slow <- r
+	}()
+	time.Sleep(200 * time.Millisecond)
+	r, err := c.Post(ctx, mcptest.Tool(3, "crash", nil))
+	if err != nil || !strings.Contains(r.Text(), "exit status 3") || !strings.Contains(r.Text(), "fatal: boom") {
+		t.Fatalf("the crashing call: %q, %v", r.Text(), err)
+	}
+	select {
+	case r := <-slow:
+		if r == nil || !strings.Contains(r.Text(), "exit status 3") {
+			t.Fatalf("the call in flight: %+v", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call in flight got no answer")
+	}
+	err = mcptest.Eventually(5*time.Second, func() error {
+		r, err := c.Post(ctx, mcptest.Tool(4, "echo", map[string]any{"text": "x"}))
+		if err != nil || r.Status != http.StatusNotFound {
+			return fmt.Errorf("after the crash: %v %+v; want 404", err, r)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Initialize(ctx, "", nil); err != nil {
+		t.Fatalf("a new session after the crash: %v", err)
+	}
+	if r, err := c.Post(ctx, mcptest.Tool(5, "echo", map[string]any{"text": "again"})); err != nil || r.Text() != "again" {
+		t.Fatalf("the new session: %q, %v", r.Text(), err)
+	}
+	if st := w.stats(t); !strings.Contains(fmt.Sprint(st["lastError"]), "exit status 3") {
+		t.Errorf("stats %v; want the crash as the last error", st)
+	}
+}
+
+// TestMCPGetReplaced: a second GET on a session takes the stream over
+// from a first one that went silent (a dropped connection nobody closed):
+// 200, never 409, and what comes next reaches the second.
+func TestMCPGetReplaced(t *testing.T) {
+	f := newFixture(t, "mcp-get")
+	w := f.startMCP(t, "", MCP{})
+	ctx := ctxT(t)
+	c := w.client("alice")
+	if err := c.Initialize(ctx, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	// The first GET: opened, then never read again, never closed.
+	first, err := c.Get(ctx, "")
+	if err != nil || first.StatusCode != http.StatusOK {
+		t.Fatalf("the first GET: %v %v", err, first)
+	}
+	defer first.Body.Close()
+	second, err := c.Get(ctx, "")
+	if err != nil || second.StatusCode != http.StatusOK {
+		t.Fatalf("the second GET: %v %+v", err, second)
+	}
+	defer second.Body.Close()
+	// The noise tool's window/logMessage is a notification for no call:
+	// it goes on the GET stream.
+	if r, err := c.Post(ctx, mcptest.Tool(2, "noise", nil)); err != nil || r.Text() != mcptest.Emoji {
+		t.Fatalf("noise: %q %v", r.Text(), err)
+	}
+	got := make(chan string, 1)
+	go func() {
+		br := bufio.NewReader(second.Body)
+		for {
+			e, err := mcptest.ReadEvent(br)
+			if err != nil {
+				got <- "error: " + err.Error()
+				return
+			}
+			if e.Data != "" {
+				got <- e.Data
+				return
+			}
+		}
+	}()
+	select {
+	case d := <-got:
+		if !strings.Contains(d, "window/logMessage") {
+			t.Errorf("the second GET got %q; want the window/logMessage notification", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second GET got nothing")
+	}
+	// The first stream was ended, not left to hang.
+	if _, err := bufio.NewReader(first.Body).ReadString(0); err == nil {
+		t.Error("the replaced GET stream still runs")
+	}
+}
+
+// TestMCPResume: a client that drops its connection mid-call did not
+// cancel it; resuming with Last-Event-ID gets the answer exactly once.
+func TestMCPResume(t *testing.T) {
+	f := newFixture(t, "mcp-resume")
+	w := f.startMCP(t, "", MCP{})
+	ctx := ctxT(t)
+	c := w.client("alice")
+	if err := c.Initialize(ctx, "2025-11-25", nil); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	resp, err := c.Open(cctx, mcptest.Tool(2, "slow", map[string]any{"ms": 1500}), "Accept", "text/event-stream, application/json")
+	if err != nil || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		t.Fatalf("the call: %v %+v", err, resp)
+	}
+	prime, err := mcptest.ReadEvent(bufio.NewReader(resp.Body))
+	if err != nil || prime.ID == "" || prime.Data != "" {
+		t.Fatalf("the priming event: %+v, %v", prime, err)
+	}
+	cancel() // the client's connection drops
+	resp.Body.Close()
+	time.Sleep(2 * time.Second)
+	g, err := c.Get(ctx, prime.ID)
+	if err != nil || g.StatusCode != http.StatusOK {
+		t.Fatalf("resuming: %v %+v", err, g)
+	}
+	r, err := mcptest.Read(g)
+	g.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	finals := 0
+	for _, m := range r.Msgs() {
+		if string(m["id"]) == "2" {
+			finals++
+		}
+	}
+	if finals != 1 || r.Text() != "slept" {
+		t.Fatalf("resumed stream: %d answers, %q; want one, \"slept\"", finals, r.Text())
+	}
+	if r, _ := c.Post(ctx, mcptest.Tool(3, "cancelled", nil)); r.Text() != "" {
+		t.Errorf("the vat saw cancellations %q; a disconnect is not one", r.Text())
+	}
+	// An event id of no stream of this session replays nothing.
+	if g, err := c.Get(ctx, "NOSUCHSTREAM_1"); err != nil || g.StatusCode != http.StatusNotFound {
+		t.Errorf("a foreign Last-Event-ID: %v %+v; want 404", err, g)
+	}
+}
+
+// TestMCPIdleEviction: a session with no POST for its idle time ends even
+// while its GET stream is open; its process goes and the next request
+// gets 404.
+func TestMCPIdleEviction(t *testing.T) {
+	f := newFixture(t, "mcp-idle")
+	w := f.startMCP(t, "", MCP{IdleSeconds: 1})
+	ctx := ctxT(t)
+	c := w.client("alice")
+	if err := c.Initialize(ctx, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	g, err := c.Get(ctx, "")
+	if err != nil || g.StatusCode != http.StatusOK {
+		t.Fatalf("GET: %v %+v", err, g)
+	}
+	ended := make(chan struct{})
+	go func() {
+		_, _ = bufio.NewReader(g.Body).ReadString(0)
+		close(ended)
+	}()
+	select {
+	case <-ended:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the idle session's GET stream still runs")
+	}
+	g.Body.Close()
+	if r, err := c.Post(ctx, mcptest.Tool(2, "echo", map[string]any{"text": "x"})); err != nil || r.Status != http.StatusNotFound {
+		t.Fatalf("after eviction: %v %+v; want 404", err, r)
+	}
+	err = mcptest.Eventually(10*time.Second, func() error {
+		if st := w.stats(t); st["sessions"].(float64) != 0 || st["processes"].(float64) > 1 {
+			return fmt.Errorf("stats %v; want no session and only the spare", st)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
+}
+
+// TestMCPCrossPrincipal: a session id presented by another principal is
+// unknown (404); each principal's session has its own process.
+func TestMCPCrossPrincipal(t *testing.T) {
+	f := newFixture(t, "mcp-principal")
+	w := f.startMCP(t, "", MCP{})
+	ctx := ctxT(t)
+	alice := w.client("alice")
+	if err := alice.Initialize(ctx, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := alice.Post(ctx, mcptest.Tool(2, "count", nil)); r.Text() != "1" {
+		t.Fatalf("alice's count = %q", r.Text())
+	}
+	mallory := w.client("mallory")
+	mallory.Session, mallory.Version = alice.Session, alice.Version
+	if r, err := mallory.Post(ctx, mcptest.Tool(3, "count", nil)); err != nil || r.Status != http.StatusNotFound {
+		t.Errorf("mallory's POST on alice's session: %v %+v; want 404", err, r)
+	}
+	if g, err := mallory.Get(ctx, ""); err != nil || g.StatusCode != http.StatusNotFound {
+		t.Errorf("mallory's GET on alice's session: %v %+v; want 404", err, g)
+	}
+	if code, err := mallory.Delete(ctx); err != nil || code != http.StatusNotFound {
+		t.Errorf("mallory's DELETE of alice's session: %v %d; want 404", err, code)
+	}
+	if r, _ := alice.Post(ctx, mcptest.Tool(4, "count", nil)); r.Text() != "2" {
+		t.Errorf("alice's count after mallory = %q; want 2 (her process, untouched)", r.Text())
+	}
+	if err := mallory.Initialize(ctx, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := mallory.Post(ctx, mcptest.Tool(5, "count", nil)); r.Text() != "1" {
+		t.Errorf("mallory's own count = %q; want 1 (a process of her own)", r.Text())
+	}
+}
+
+// TestMCPServerRequests: sampling, elicitation and roots from the vat
+// reach the client on its call's stream, with an id toybox gave them, and
+// the client's answers reach the vat.
+func TestMCPServerRequests(t *testing.T) {
+	f := newFixture(t, "mcp-serverreq")
+	w := f.startMCP(t, "", MCP{})
+	ctx := ctxT(t)
+	c := w.client("alice")
+	if err := c.Initialize(ctx, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ tool, method, answer, want string }{
+		{"sample", "sampling/createMessage", `{"role":"assistant","content":{"type":"text","text":"yes"},"model":"m"}`, "sampled: yes"},
+		{"elicit", "elicitation/create", `{"action":"accept","content":{"n":"ann"}}`, `elicited: {"action":"accept","content":{"n":"ann"}}`},
+		{"roots", "roots/list", `{"roots":[]}`, `roots: {"roots":[]}`},
+	} {
+		resp, err := c.Open(ctx, mcptest.Tool(9, tc.tool, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(resp.Body)
+		var text string
+		for text == "" {
+			e, err := mcptest.ReadEvent(br)
+			if err != nil {
+				t.Fatalf("%s: %v", tc.tool, err)
+			}
+			var m map[string]json.RawMessage
+			if json.Unmarshal([]byte(e.Data), &m) != nil {
+				continue
+			}
+			if string(m["method"]) == `"`+tc.method+`"` {
+				if strings.Contains(string(m["id"]), "srv-") {
+					t.Errorf("the vat's own id %s reached the client", m["id"])
+				}
+				a, err := c.Post(ctx, []byte(`{"jsonrpc":"2.0","id":`+string(m["id"])+`,"result":`+tc.answer+`}`))
+				if err != nil || a.Status != http.StatusAccepted {
+					t.Fatalf("answering: %v %+v", err, a)
+				}
+				continue
+			}
+			if m["result"] != nil {
+				r := &mcptest.Resp{Body: []byte(e.Data)}
+				text = r.Text()
+			}
+		}
+		resp.Body.Close()
+		if text != tc.want {
+			t.Errorf("%s = %q; want %q", tc.tool, text, tc.want)
+		}
+	}
+	// An answer to nothing the vat asked is refused.
+	if a, err := c.Post(ctx, []byte(`{"jsonrpc":"2.0","id":"tb-999","result":{}}`)); err != nil || a.Status != http.StatusBadRequest {
+		t.Errorf("an unasked answer: %v %+v; want 400", err, a)
+	}
+}
+
+// TestMCPStopIsGraceful: stopping the wall ends a process that ignores
+// both the end of stdin and SIGTERM (SIGKILL after the graces); a call in
+// flight gets an error, and the wall ends.
+func TestMCPStopIsGraceful(t *testing.T) {
+	f := newFixture(t, "mcp-stop")
+	w := f.startMCP(t, "", MCP{})
+	ctx := ctxT(t)
+	c := w.client("alice")
+	if err := c.Initialize(ctx, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := c.Post(ctx, mcptest.Tool(2, "stubborn", nil)); r.Text() != "stubborn" {
+		t.Fatalf("stubborn = %q", r.Text())
+	}
+	inflight := make(chan *mcptest.Resp, 1)
+	go func() {
+		r, _ := c.Post(ctx, mcptest.Tool(3, "slow", map[string]any{"ms": 60000}))
+		inflight <- r
+	}()
+	time.Sleep(200 * time.Millisecond)
+	began := time.Now()
+	if err := w.p.Stop(20 * time.Second); err != nil {
+		t.Fatalf("Stop: %v; log:\n%s", err, w.log())
+	}
+	if d := time.Since(began); d > 15*time.Second {
+		t.Errorf("the stop took %v", d)
+	}
+	select {
+	case r := <-inflight:
+		if r != nil && r.Final() != nil && r.Final()["error"] == nil {
+			t.Errorf("the call in flight at the stop: %+v; want an error", r.Final())
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("the call in flight got no answer at the stop")
+	}
+}
