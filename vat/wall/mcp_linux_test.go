@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"toybox/vat/mcp/mcptest"
 )
 
@@ -50,6 +52,28 @@ func (m *mcpWall) log() string {
 // a socket made here, outside the wall, as the supervisor makes it.
 func (f *fixture) startMCP(t *testing.T, app string, spec MCP) *mcpWall {
 	t.Helper()
+	return f.startMCPSock(t, app, spec, filepath.Join(t.TempDir(), "bridge.sock"))
+}
+
+// startMCPAt starts the fake server with the bridge's socket also at
+// path (a hard link: a socket's path is its inode), open to every uid
+// (the attack test's control case).
+func (f *fixture) startMCPAt(t *testing.T, path string) *mcpWall {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "sk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	w := f.startMCPSock(t, "", MCP{}, filepath.Join(dir, "b.sock"))
+	if err := os.Link(w.sock, path); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func (f *fixture) startMCPSock(t *testing.T, app string, spec MCP, sock string) *mcpWall {
+	t.Helper()
 	if app != "" {
 		if err := copyFile(app, filepath.Join(f.install, "server"), 0o755); err != nil {
 			t.Fatal(err)
@@ -61,9 +85,11 @@ func (f *fixture) startMCP(t *testing.T, app string, spec MCP) *mcpWall {
 		}
 		f.spec.Env[victimEnv] = "mcp-fake"
 	}
-	sock := filepath.Join(t.TempDir(), "bridge.sock")
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(sock, 0o777); err != nil {
 		t.Fatal(err)
 	}
 	l.SetUnlinkOnClose(false)
@@ -608,4 +634,180 @@ func TestMCPStopIsGraceful(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Error("the call in flight got no answer at the stop")
 	}
+}
+
+// mcpAttack runs inside a stdio MCP vat's process (the fake's "attack"
+// tool): it looks for any way to the bridge's socket, to send a request
+// with a principal of its choosing. Each line says HELD (the way is
+// closed) or BREACH (a request reached the bridge).
+func mcpAttack() string {
+	var out []string
+	held := func(f string, a ...any) { out = append(out, "HELD "+fmt.Sprintf(f, a...)) }
+	breach := func(f string, a ...any) { out = append(out, "BREACH "+fmt.Sprintf(f, a...)) }
+	// forge sends a request as "alice" on conn and reports whether the
+	// bridge answered it.
+	forge := func(what string, conn net.Conn) {
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+		_, _ = conn.Write([]byte("GET /toybox/mcp-stats HTTP/1.1\r\nHost: x\r\nToybox-Principal: alice\r\n\r\n"))
+		b := make([]byte, 4096)
+		n, _ := conn.Read(b)
+		if strings.Contains(string(b[:n]), "sessions") {
+			breach("%s: the bridge answered a forged principal", what)
+		} else {
+			held("%s: connected, but no bridge (%q)", what, b[:min(n, 40)])
+		}
+	}
+	// 1. A descriptor inherited by accident.
+	fds, _ := os.ReadDir("/proc/self/fd")
+	for _, e := range fds {
+		if e.Name() != "0" && e.Name() != "1" && e.Name() != "2" {
+			if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && !strings.HasPrefix(target, "/proc/") {
+				if f := os.NewFile(uintptr(atoi(e.Name())), "inherited"); f != nil {
+					if c, err := net.FileConn(f); err == nil {
+						forge("inherited fd "+e.Name(), c)
+						continue
+					}
+					if l, err := net.FileListener(f); err == nil {
+						breach("inherited the listening socket as fd %s", e.Name())
+						_ = l.Close()
+						continue
+					}
+				}
+				out = append(out, "NOTE inherited fd "+e.Name()+" -> "+target)
+			}
+		}
+	}
+	// 2. Every socket path the wall shows: the netns's list, and the
+	// folders the vat can see.
+	paths := map[string]bool{}
+	if b, err := os.ReadFile("/proc/net/unix"); err == nil {
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) >= 8 {
+				paths[f[7]] = true
+			}
+		}
+	}
+	for _, root := range []string{"/run", "/tmp", os.Getenv("HOME"), "/var", "/dev/shm"} {
+		_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.Type()&os.ModeSocket != 0 {
+				paths[p] = true
+			}
+			return nil
+		})
+	}
+	if len(paths) == 0 {
+		held("no unix socket path in sight")
+	}
+	for p := range paths {
+		addr := p
+		if strings.HasPrefix(p, "@") {
+			addr = "\x00" + p[1:]
+		}
+		c, err := net.Dial("unix", addr)
+		if err != nil {
+			held("connect %s: %v", p, err)
+			continue
+		}
+		forge("connect "+p, c)
+	}
+	// 3. The entry's descriptors, and the spawner's: through /proc and
+	// pidfd_getfd (both need the process to be dumpable).
+	for _, pid := range append([]int{1}, pidsNamed("toybox-spawner")...) {
+		if _, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid)); err != nil {
+			held("listing /proc/%d/fd: %v", pid, err)
+		} else {
+			breach("listed /proc/%d/fd", pid)
+		}
+		pfd, err := unix.PidfdOpen(pid, 0)
+		if err != nil {
+			held("pidfd_open %d: %v", pid, err)
+			continue
+		}
+		got := false
+		for fd := 3; fd < 64; fd++ {
+			nfd, err := unix.PidfdGetfd(pfd, fd, 0)
+			if err != nil {
+				continue
+			}
+			got = true
+			f := os.NewFile(uintptr(nfd), "stolen")
+			if l, err := net.FileListener(f); err == nil {
+				breach("took the listening socket from pid %d (fd %d)", pid, fd)
+				_ = l.Close()
+			}
+			_ = f.Close()
+		}
+		if !got {
+			held("pidfd_getfd of pid %d: every descriptor refused", pid)
+		}
+		_ = unix.Close(pfd)
+		if err := unix.PtraceAttach(pid); err != nil {
+			held("ptrace pid %d: %v", pid, err)
+		} else {
+			breach("ptrace-attached pid %d", pid)
+			_ = unix.PtraceDetach(pid)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+func atoi(s string) int {
+	n := 0
+	for _, c := range s {
+		n = n*10 + int(c-'0')
+	}
+	return n
+}
+
+// pidsNamed lists the processes whose comm is name.
+func pidsNamed(name string) []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile("/proc/" + e.Name() + "/comm")
+		if err == nil && strings.TrimSpace(string(b)) == name {
+			pids = append(pids, atoi(e.Name()))
+		}
+	}
+	return pids
+}
+
+// TestAttackForgePrincipal: a stdio MCP server runs in the same wall, as
+// the same uid, as the bridge; it must find no way to the bridge's
+// socket, where it could name any principal and reach another's
+// sessions. The control case puts the socket where the wall shows it (in
+// the run folder), and there the same attack gets through: the attack is
+// real, and it is the socket's place that stops it.
+func TestAttackForgePrincipal(t *testing.T) {
+	run := func(t *testing.T, f *fixture, w *mcpWall) string {
+		ctx := ctxT(t)
+		c := w.client("mallory")
+		if err := c.Initialize(ctx, "", nil); err != nil {
+			t.Fatal(err)
+		}
+		r, err := c.Post(ctx, mcptest.Tool(2, "attack", nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Text()
+	}
+	t.Run("socket outside the wall", func(t *testing.T) {
+		f := newFixture(t, "mcp-attack")
+		w := f.startMCP(t, "", MCP{})
+		got := run(t, f, w)
+		if strings.Contains(got, "BREACH") || !strings.Contains(got, "HELD") {
+			t.Errorf("the attack from inside:\n%s", got)
+		}
+		t.Logf("the attack from inside:\n%s", got)
+	})
+	t.Run("control: socket in the run folder", func(t *testing.T) {
+		f := newFixture(t, "mcp-attack-control")
+		w := f.startMCPAt(t, filepath.Join(f.run, "bridge.sock"))
+		got := run(t, f, w)
+		if !strings.Contains(got, "BREACH connect "+RunMount+"/bridge.sock") {
+			t.Errorf("the control attack did not get through:\n%s", got)
+		}
+	})
 }
