@@ -507,7 +507,10 @@ func (b *Bridge) lruLocked() func() {
 		t := s.lastPOST
 		s.mu.Unlock()
 		if s.own && (pick == nil || t.Before(oldest)) {
-			oldest, pick = t, func() { b.endSession(s, "ended to make room: the vat is at its process limit", true) }
+			oldest, pick = t, func() {
+				b.endSession(s, "ended to make room: the vat is at its process limit", false)
+				s.p.stop() // gone (and so uncounted) before the room is taken
+			}
 		}
 	}
 	for p := range b.procs {

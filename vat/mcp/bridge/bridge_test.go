@@ -1,0 +1,270 @@
+package bridge
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"toybox/vat/mcp"
+	"toybox/vat/mcp/mcptest"
+)
+
+// These tests run the bridge outside a wall, its processes the fake
+// server (this test binary again); vat/wall's tests run it in real walls.
+
+const fakeEnv = "BRIDGE_TEST_FAKE"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(fakeEnv) == "1" {
+		os.Exit(mcptest.Fake(os.Stdin, os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+func newBridge(t *testing.T, cfg Config) (*Bridge, *httptest.Server) {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Spawner = ExecSpawner{Argv: []string{self}, Env: []string{fakeEnv + "=1"}}
+	b, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(b)
+	t.Cleanup(func() {
+		srv.Close()
+		b.Close()
+	})
+	return b, srv
+}
+
+func client(srv *httptest.Server, principal string) *mcptest.Client {
+	return &mcptest.Client{HTTP: srv.Client(), URL: srv.URL + Path, Principal: principal}
+}
+
+func pid(t *testing.T, c *mcptest.Client) string {
+	t.Helper()
+	r, err := c.Post(context.Background(), mcptest.Tool(9, "pid", nil))
+	if err != nil || r.Text() == "" {
+		t.Fatalf("pid: %v %+v", err, r)
+	}
+	return r.Text()
+}
+
+// TestModes: which sessions share a process, per mode.
+func TestModes(t *testing.T) {
+	tests := []struct {
+		mode Mode
+		// whether alice's two sessions share a process, and alice and bob
+		sameAlice, sameAcross bool
+	}{
+		{ModeSession, false, false},
+		{ModeShared, true, false},
+		{ModeSingle, true, true},
+	}
+	for _, tt := range tests {
+		t.Run(string(tt.mode), func(t *testing.T) {
+			_, srv := newBridge(t, Config{Mode: tt.mode})
+			ctx := context.Background()
+			a1, a2, b1 := client(srv, "alice"), client(srv, "alice"), client(srv, "bob")
+			for _, c := range []*mcptest.Client{a1, a2, b1} {
+				if err := c.Initialize(ctx, "", nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := pid(t, a1) == pid(t, a2); got != tt.sameAlice {
+				t.Errorf("alice's sessions share a process: %v; want %v", got, tt.sameAlice)
+			}
+			if got := pid(t, a1) == pid(t, b1); got != tt.sameAcross {
+				t.Errorf("alice and bob share a process: %v; want %v", got, tt.sameAcross)
+			}
+			if tt.mode != ModeSession {
+				// A server request on a shared process cannot be routed
+				// to one session: the vat is told so, and the call ends.
+				r, err := a1.Post(ctx, mcptest.Tool(3, "sample", nil))
+				if err != nil || !strings.Contains(r.Text(), "sampled:") {
+					t.Fatalf("sample on a shared process: %v %q", err, r.Text())
+				}
+			}
+		})
+	}
+}
+
+// TestProcessBound: at its bound the bridge ends the least recently used
+// session to make room; that session's next request gets 404.
+func TestProcessBound(t *testing.T) {
+	b, srv := newBridge(t, Config{MaxProcs: 2, NoSpare: true})
+	ctx := context.Background()
+	c1, c2, c3 := client(srv, "a"), client(srv, "b"), client(srv, "c")
+	for _, c := range []*mcptest.Client{c1, c2} {
+		if err := c.Initialize(ctx, "", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(10 * time.Millisecond)
+	if _, err := c2.Post(ctx, mcptest.Tool(2, "echo", map[string]any{"text": "x"})); err != nil {
+		t.Fatal(err)
+	}
+	if err := c3.Initialize(ctx, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := c1.Post(ctx, mcptest.Tool(3, "echo", map[string]any{"text": "x"})); r.Status != http.StatusNotFound {
+		t.Errorf("the least recently used session: %d; want 404", r.Status)
+	}
+	if r, _ := c2.Post(ctx, mcptest.Tool(4, "echo", map[string]any{"text": "kept"})); r.Text() != "kept" {
+		t.Errorf("the recent session: %q; want kept", r.Text())
+	}
+	err := mcptest.Eventually(5*time.Second, func() error {
+		if st := b.Stats(); st.Processes > 2 || st.Sessions != 2 {
+			return fmt.Errorf("stats %+v; want at most 2 processes, 2 sessions", st)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
+}
+
+// TestSpare: a spare process waits for the next session, and comes back
+// once taken.
+func TestSpare(t *testing.T) {
+	b, srv := newBridge(t, Config{})
+	wait := func(want string) {
+		t.Helper()
+		err := mcptest.Eventually(5*time.Second, func() error {
+			if st := b.Stats(); !st.Spare {
+				return fmt.Errorf("%s: stats %+v; want a spare", want, st)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	wait("at start")
+	if err := client(srv, "a").Initialize(context.Background(), "", nil); err != nil {
+		t.Fatal(err)
+	}
+	wait("after a session took it")
+	if st := b.Stats(); st.Processes != 2 || st.Spawned != 2 {
+		t.Errorf("stats %+v; want the session's process and a new spare", st)
+	}
+}
+
+func modernHeaders(method, name string) []string {
+	h := []string{mcp.HeaderVersion, mcp.ModernVersion, mcp.HeaderMethod, method}
+	if name != "" {
+		h = append(h, mcp.HeaderName, name)
+	}
+	return h
+}
+
+var modernMeta = map[string]any{
+	mcp.MetaProtocolVersion:    mcp.ModernVersion,
+	mcp.MetaClientCapabilities: map[string]any{},
+}
+
+// TestModernRequests: a stateless request is checked against its
+// mirrored headers before any process sees it, and its errors keep their
+// HTTP status.
+func TestModernRequests(t *testing.T) {
+	_, srv := newBridge(t, Config{Era: mcp.Dual})
+	ctx := context.Background()
+	c := client(srv, "alice")
+	call := mcptest.Request(5, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{"text": "hi"}, "_meta": modernMeta})
+	tests := []struct {
+		name   string
+		body   []byte
+		hdr    []string
+		status int
+		code   string
+	}{
+		{"good", call, modernHeaders("tools/call", "echo"), 200, ""},
+		{"name mismatch", call, modernHeaders("tools/call", "other"), 400, "-32020"},
+		{"no method header", call, []string{mcp.HeaderVersion, mcp.ModernVersion}, 400, "-32020"},
+		{"unknown version", call, []string{mcp.HeaderVersion, "2099-01-01", mcp.HeaderMethod, "tools/call", mcp.HeaderName, "echo"}, 400, "-32022"},
+		{"unknown method", mcptest.Request(6, "nope/nope", map[string]any{"_meta": modernMeta}), modernHeaders("nope/nope", ""), 404, "-32601"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := c.Post(ctx, tt.body, tt.hdr...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Status != tt.status {
+				t.Fatalf("status %d; want %d (%s)", r.Status, tt.status, r.Body)
+			}
+			if tt.code != "" && !strings.Contains(string(r.Final()["error"]), tt.code) {
+				t.Errorf("error %s; want code %s", r.Final()["error"], tt.code)
+			}
+		})
+	}
+	// GET and DELETE without a session have no stateless meaning.
+	for _, m := range []string{http.MethodGet, http.MethodDelete} {
+		req, _ := http.NewRequest(m, c.URL, nil)
+		req.Header.Set(mcp.HeaderPrincipal, "alice")
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusMethodNotAllowed {
+			t.Errorf("%s without a session: %d; want 405", m, resp.StatusCode)
+		}
+	}
+}
+
+// TestProgressTokens: two concurrent calls with the same progress token
+// each get only their own progress, under the token they sent.
+func TestProgressTokens(t *testing.T) {
+	_, srv := newBridge(t, Config{})
+	ctx := context.Background()
+	c := client(srv, "alice")
+	if err := c.Initialize(ctx, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := mcptest.Request(i, "tools/call", map[string]any{"name": "progress", "arguments": map[string]any{}, "_meta": map[string]any{"progressToken": "same"}})
+			r, err := c.Post(ctx, body, "Accept", "text/event-stream, application/json")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			n := 0
+			for _, m := range r.Msgs() {
+				if string(m["method"]) == `"notifications/progress"` {
+					n++
+					if !strings.Contains(string(m["params"]), `"progressToken":"same"`) {
+						t.Errorf("progress %s does not carry the client's token", m["params"])
+					}
+				}
+			}
+			if n != 3 || r.Text() != "progressed" {
+				t.Errorf("call %d: %d progress notifications, %q; want 3, progressed", i, n, r.Text())
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// TestNoPrincipal: a request the supervisor did not name is refused.
+func TestNoPrincipal(t *testing.T) {
+	_, srv := newBridge(t, Config{NoSpare: true})
+	c := client(srv, "")
+	r, err := c.Post(context.Background(), mcptest.Request(1, "initialize", map[string]any{}))
+	if err != nil || r.Status != http.StatusBadRequest {
+		t.Fatalf("no principal: %v %+v; want 400", err, r)
+	}
+}
