@@ -91,6 +91,15 @@ type Config struct {
 	// Grace is each wait of a stop: after closing stdin, and after
 	// SIGTERM. If zero, 2 s.
 	Grace time.Duration
+	// RequestTimeout ends a call with no answer for this long: the vat
+	// gets notifications/cancelled, the client -32001. Progress, and the
+	// vat's requests to the client for it, start the time again, up to
+	// MaxRequestTime from the call's start. If zero, 120 s; if negative,
+	// no timeout.
+	RequestTimeout time.Duration
+	// MaxRequestTime bounds how long progress can keep a call going. If
+	// zero, 30 minutes.
+	MaxRequestTime time.Duration
 	// Hold is how long a server request waits for a stream to the client
 	// before the vat is told there is none. If zero, 10 s.
 	Hold time.Duration
@@ -125,6 +134,12 @@ func (c *Config) defaults() {
 	}
 	if c.Hold <= 0 {
 		c.Hold = 10 * time.Second
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = 120 * time.Second
+	}
+	if c.MaxRequestTime <= 0 {
+		c.MaxRequestTime = 30 * time.Minute
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -573,11 +588,22 @@ func (b *Bridge) janitor() {
 		var quiet []*proc
 		for p := range b.procs {
 			p.mu.Lock()
-			_, modern := p.owner.(*modernOwner)
-			if modern && len(p.calls) == 0 && p.lastUse.Before(cut) {
-				quiet = append(quiet, p)
-			}
+			o := p.owner
+			idle := len(p.calls) == 0 && p.lastUse.Before(cut)
 			p.mu.Unlock()
+			switch o := o.(type) {
+			case *modernOwner:
+				if idle {
+					quiet = append(quiet, p)
+				}
+			case *sharedOwner:
+				o.mu.Lock()
+				empty := len(o.sessions) == 0
+				o.mu.Unlock()
+				if idle && empty {
+					quiet = append(quiet, p)
+				}
+			}
 		}
 		b.mu.Unlock()
 		for _, s := range idle {
@@ -598,6 +624,16 @@ func (b *Bridge) setLastError(msg string) {
 }
 
 func (b *Bridge) count(c *atomic.Int64) { c.Add(1) }
+
+// touch starts a call's timeout again (it showed progress), while it has
+// run less than MaxRequestTime.
+func (b *Bridge) touch(c *call) {
+	if c.timer == nil {
+		return
+	}
+	left := b.cfg.MaxRequestTime - time.Since(c.started)
+	c.timer.Reset(max(0, min(left, b.cfg.RequestTimeout)))
+}
 
 // Log attribute keys: one record per decision carries all of them.
 const (

@@ -45,6 +45,7 @@ type call struct {
 	token    string   // toybox's progress token, "" if none
 	ctoken   []byte   // the client's progress token
 	started  time.Time
+	timer    *time.Timer // the request's timeout
 	// onDone runs once the response was pushed (or the call was dropped).
 	onDone func(resp mcp.Msg, ok bool)
 }
@@ -307,6 +308,7 @@ func (p *proc) fromVat(m mcp.Msg) {
 				return // a call already answered
 			}
 			out, _ := mcp.Set(m.Raw, []string{"params", "progressToken"}, c.ctoken)
+			p.b.touch(c)
 			c.st.push(out, false)
 			return
 		}
@@ -344,6 +346,9 @@ func (p *proc) take(up int64) *call {
 	delete(p.calls, up)
 	if c.token != "" {
 		delete(p.progress, c.token)
+	}
+	if c.timer != nil {
+		c.timer.Stop()
 	}
 	p.lastUse = time.Now()
 	return c
@@ -383,12 +388,27 @@ func (p *proc) send(m mcp.Msg, c *call) error {
 	}
 	p.calls[c.up] = c
 	p.lastUse = time.Now()
+	if t := p.b.cfg.RequestTimeout; t > 0 {
+		c.timer = time.AfterFunc(t, func() { p.timedOut(c) })
+	}
 	p.mu.Unlock()
 	if err := p.write(raw); err != nil {
 		p.take(c.up)
 		return err
 	}
 	return nil
+}
+
+// timedOut ends a call that got no answer in time: the vat is told it
+// is cancelled, the client gets -32001.
+func (p *proc) timedOut(c *call) {
+	if p.take(c.up) == nil {
+		return
+	}
+	params := fmt.Sprintf(`{"requestId":%d,"reason":"timed out"}`, c.up)
+	_ = p.write(mcp.Notification("notifications/cancelled", []byte(params)))
+	p.b.logVat(p, "timed-out", c.method+" had no answer in time")
+	p.finish(c, mcp.ErrorResponse(c.clientID, mcp.CodeRequestTimeout, "the vat did not answer "+c.method+" in time", nil))
 }
 
 // cancel tells the process a call is cancelled and forgets it: a late

@@ -308,6 +308,11 @@ func (s *session) answer(m mcp.Msg) string {
 	if !ok {
 		return "a response to no request of the vat's (id " + string(m.ID) + ")"
 	}
+	s.mu.Lock()
+	for c := range s.inflight {
+		s.b.touch(c) // the client answered: the calls waiting on it go on
+	}
+	s.mu.Unlock()
 	_ = req.p.write(m.WithID(req.vatID))
 	return ""
 }
@@ -325,6 +330,7 @@ func (s *session) fromVat(p *proc, m mcp.Msg) {
 	if len(s.inflight) == 1 {
 		for c := range s.inflight {
 			target = c.st
+			s.b.touch(c) // a question for its client is progress
 		}
 	}
 	switch m.Kind {
