@@ -98,6 +98,27 @@ func TestGetSet(t *testing.T) {
 	}
 }
 
+func TestInsert(t *testing.T) {
+	tests := []struct {
+		in   string
+		path []string
+		want string
+		ok   bool
+	}{
+		{`{"id":1,"result":{"a":1}}`, []string{"result"}, `{"id":1,"result":{"k":true,"a":1}}`, true},
+		{`{"id":1,"result":{ }}`, []string{"result"}, `{"id":1,"result":{"k":true }}`, true},
+		{`{"id":1,"result":{"k":1}}`, []string{"result"}, `{"id":1,"result":{"k":1}}`, false},
+		{`{"id":1,"result":[]}`, []string{"result"}, `{"id":1,"result":[]}`, false},
+		{`{"id":1}`, nil, `{"k":true,"id":1}`, true},
+	}
+	for _, tt := range tests {
+		got, ok := Insert([]byte(tt.in), tt.path, "k", []byte("true"))
+		if string(got) != tt.want || ok != tt.ok {
+			t.Errorf("Insert(%s) = %s %v; want %s %v", tt.in, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
 func TestLineReader(t *testing.T) {
 	big := strings.Repeat("x", 200)
 	in := "one\r\n\n" + big + "\ntwo\n" + strings.Repeat("y", 100) + "\nlast"

@@ -306,3 +306,31 @@ const (
 	CodeMissingCapability = -32021
 	CodeUnsupportedVer    = -32022
 )
+
+// Insert returns raw with the member key: v added first in the object
+// at path (an empty path: the top level), or false when there is no
+// object there or it has key already.
+func Insert(raw []byte, path []string, key string, v []byte) ([]byte, bool) {
+	start := 0
+	if len(path) > 0 {
+		s, _, ok := lookup(raw, path)
+		if !ok {
+			return raw, false
+		}
+		start = s
+	}
+	ms, _, err := members(raw, start)
+	if err != nil {
+		return raw, false
+	}
+	if _, has := find(ms, key); has {
+		return raw, false
+	}
+	open := skipSpace(raw, start) + 1
+	kj, _ := json.Marshal(key)
+	ins := append(append(kj, ':'), v...)
+	if len(ms) > 0 {
+		ins = append(ins, ',')
+	}
+	return splice(raw, open, open, ins), true
+}

@@ -811,3 +811,52 @@ func TestAttackForgePrincipal(t *testing.T) {
 		}
 	})
 }
+
+// TestMCPLegacyVatModernClient: the Go SDK's v1.6.1 server speaks only
+// the 2025 revisions; a stateless (2026-07-28) client of it is bridged:
+// toybox finds the era by asking, initializes a process itself, answers
+// server/discover from its InitializeResult and marks each result
+// complete. A 2025 client of the same vat gets a session as usual.
+func TestMCPLegacyVatModernClient(t *testing.T) {
+	f := newFixture(t, "mcp-legacy")
+	w := f.startMCP(t, mcptest.EverythingServer(t, mcptest.LegacyVersion), MCP{})
+	ctx := ctxT(t)
+	c := w.client("alice")
+	meta := map[string]any{
+		"io.modelcontextprotocol/protocolVersion":    "2026-07-28",
+		"io.modelcontextprotocol/clientCapabilities": map[string]any{},
+	}
+	r, err := c.Post(ctx, mcptest.Request(1, "server/discover", map[string]any{"_meta": meta}),
+		"Mcp-Protocol-Version", "2026-07-28", "Mcp-Method", "server/discover")
+	if err != nil || r.Status != http.StatusOK {
+		t.Fatalf("server/discover: %v %+v", err, r)
+	}
+	var disc struct {
+		ResultType        string          `json:"resultType"`
+		SupportedVersions []string        `json:"supportedVersions"`
+		Capabilities      json.RawMessage `json:"capabilities"`
+	}
+	_ = json.Unmarshal(r.Final()["result"], &disc)
+	if disc.ResultType != "complete" || len(disc.SupportedVersions) != 1 || !strings.Contains(string(disc.Capabilities), "tools") {
+		t.Errorf("server/discover = %s", r.Final()["result"])
+	}
+	r, err = c.Post(ctx, mcptest.Request(2, "tools/call", map[string]any{"name": "test_simple_text", "arguments": map[string]any{}, "_meta": meta}),
+		"Mcp-Protocol-Version", "2026-07-28", "Mcp-Method", "tools/call", "Mcp-Name", "test_simple_text")
+	if err != nil || r.Text() != "This is a simple text response for testing." || !strings.Contains(string(r.Final()["result"]), `"resultType":"complete"`) {
+		t.Fatalf("a bridged tools/call: %v %s", err, r.Final()["result"])
+	}
+	r, err = c.Post(ctx, mcptest.Request(3, "ping", map[string]any{"_meta": meta}), "Mcp-Protocol-Version", "2026-07-28", "Mcp-Method", "ping")
+	if err != nil || r.Status != http.StatusNotFound {
+		t.Errorf("a removed method: %v %+v; want 404", err, r)
+	}
+	if st := w.stats(t); st["era"] != "legacy" {
+		t.Errorf("stats %v; want era legacy", st)
+	}
+	legacy := w.client("alice")
+	if err := legacy.Initialize(ctx, "2025-06-18", nil); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := legacy.Post(ctx, mcptest.Tool(4, "test_simple_text", nil)); err != nil || r.Text() != "This is a simple text response for testing." {
+		t.Errorf("a 2025 session: %v %q", err, r.Text())
+	}
+}

@@ -2,9 +2,9 @@ package bridge
 
 import (
 	"encoding/json"
-	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,6 +18,9 @@ type modernOwner struct {
 	b   *Bridge
 	key string
 	p   *proc
+	// init is set when the vat speaks only the 2025 revisions: toybox
+	// initialized p itself and bridges (its InitializeResult).
+	init []byte
 }
 
 func (o *modernOwner) fromVat(p *proc, m mcp.Msg) {
@@ -45,7 +48,9 @@ func (o *modernOwner) fromVat(p *proc, m mcp.Msg) {
 func (o *modernOwner) exited(*proc) {}
 
 // modernFor returns the stateless process for principal, starting one.
-func (b *Bridge) modernFor(principal string) (*proc, error) {
+// For a vat that speaks only the 2025 revisions it is one toybox
+// initialized itself, and its requests are bridged.
+func (b *Bridge) modernFor(principal string) (*modernOwner, error) {
 	key := principal
 	if b.cfg.Mode == ModeSingle {
 		key = ""
@@ -53,7 +58,7 @@ func (b *Bridge) modernFor(principal string) (*proc, error) {
 	b.mu.Lock()
 	if o := b.modern[key]; o != nil {
 		b.mu.Unlock()
-		return o.p, nil
+		return o, nil
 	}
 	b.mu.Unlock()
 	o := &modernOwner{b: b, key: key}
@@ -63,19 +68,87 @@ func (b *Bridge) modernFor(principal string) (*proc, error) {
 	}
 	o.p = p
 	if b.eraOf() == "" && !b.probe(p) {
+		// The probe's process had a request before any initialize:
+		// a fresh one is initialized instead.
 		go p.stop()
-		return nil, errLegacyOnly
+		if p, err = b.acquire(o); err != nil {
+			return nil, err
+		}
+		o.p = p
+	}
+	if b.eraOf() == mcp.Legacy {
+		if o.init, _, err = b.handshake(p); err != nil {
+			go p.stop()
+			return nil, err
+		}
 	}
 	b.mu.Lock()
 	if other := b.modern[key]; other != nil {
 		// Another request started one first: use it, give this one back.
 		b.mu.Unlock()
 		go p.stop()
-		return other.p, nil
+		return other, nil
 	}
 	b.modern[key] = o
 	b.mu.Unlock()
-	return p, nil
+	return o, nil
+}
+
+// removed are the 2025 methods the 2026-07-28 revision has no more; a
+// stateless client of a bridged vat gets 404 for them, as from a modern
+// vat.
+var removed = map[string]bool{
+	"initialize": true, "ping": true, "logging/setLevel": true,
+	"resources/subscribe": true, "resources/unsubscribe": true,
+	"subscriptions/listen": true, // a 2025 vat has no such stream
+}
+
+// bridged answers what a stateless request to a 2025-only vat needs
+// from toybox: server/discover from the vat's InitializeResult, the
+// methods the revision removed with 404. It reports whether it answered.
+func (o *modernOwner) bridged(w http.ResponseWriter, r *http.Request, principal string, m mcp.Msg) bool {
+	switch {
+	case m.Method == "server/discover":
+		var init struct {
+			Capabilities json.RawMessage `json:"capabilities"`
+			ServerInfo   json.RawMessage `json:"serverInfo"`
+			Instructions string          `json:"instructions,omitempty"`
+		}
+		_ = json.Unmarshal(o.init, &init)
+		res := map[string]any{
+			"resultType":        "complete",
+			"supportedVersions": mcp.ModernVersions,
+			"capabilities":      init.Capabilities,
+			"_meta":             map[string]any{"io.modelcontextprotocol/serverInfo": init.ServerInfo},
+		}
+		if init.Instructions != "" {
+			res["instructions"] = init.Instructions
+		}
+		rj, _ := json.Marshal(res)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(mcp.ResultResponse(m.ID, rj))
+		o.b.decide(r, principal, mcp.Modern, "", m.Method, http.StatusOK, "answered by toybox from the 2025 vat's initialize")
+		return true
+	case removed[m.Method]:
+		o.b.decide(r, principal, mcp.Modern, "", m.Method, http.StatusNotFound, "a method 2026-07-28 removed")
+		writeError(w, http.StatusNotFound, m.ID, mcp.CodeMethodNotFound, "method not found: "+m.Method, nil)
+		return true
+	}
+	return false
+}
+
+// bridgedResult adds to a 2025 vat's result what a stateless client
+// reads: resultType "complete", and on a list no caching (ttlMs 0, a
+// private scope: toybox cannot know more).
+func bridgedResult(method string) func([]byte) []byte {
+	return func(resp []byte) []byte {
+		resp, _ = mcp.Insert(resp, []string{"result"}, "resultType", []byte(`"complete"`))
+		if strings.HasSuffix(method, "/list") {
+			resp, _ = mcp.Insert(resp, []string{"result"}, "cacheScope", []byte(`"private"`))
+			resp, _ = mcp.Insert(resp, []string{"result"}, "ttlMs", []byte(`0`))
+		}
+		return resp
+	}
 }
 
 // modernStatus is the HTTP status of a stateless error answer (the
@@ -118,26 +191,21 @@ func (b *Bridge) postModern(w http.ResponseWriter, r *http.Request, principal st
 		w.WriteHeader(http.StatusAccepted)
 		return
 	}
-	if b.eraOf() == mcp.Legacy {
-		b.decide(r, principal, mcp.Modern, "", m.Method, http.StatusBadRequest, "the vat speaks only the 2025 revisions")
-		writeError(w, http.StatusBadRequest, m.ID, mcp.CodeUnsupportedVer, "this server does not support protocol version "+mcp.ModernVersion,
-			map[string]any{"supported": mcp.LegacyVersions, "requested": r.Header.Get(mcp.HeaderVersion)})
-		return
-	}
-	p, err := b.modernFor(principal)
-	if errors.Is(err, errLegacyOnly) {
-		b.decide(r, principal, mcp.Modern, "", m.Method, http.StatusBadRequest, "the vat speaks only the 2025 revisions")
-		writeError(w, http.StatusBadRequest, m.ID, mcp.CodeUnsupportedVer, "this server does not support protocol version "+mcp.ModernVersion,
-			map[string]any{"supported": mcp.LegacyVersions, "requested": r.Header.Get(mcp.HeaderVersion)})
-		return
-	}
+	o, err := b.modernFor(principal)
 	if err != nil {
 		b.decide(r, principal, mcp.Modern, "", m.Method, http.StatusServiceUnavailable, err.Error())
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, m.ID, mcp.CodeInternal, "could not start the vat's process: "+err.Error(), nil)
 		return
 	}
+	p := o.p
+	if o.init != nil && o.bridged(w, r, principal, m) {
+		return
+	}
 	st := newStream("", false)
+	if o.init != nil {
+		st.filter = bridgedResult(m.Method)
+	}
 	c := &call{st: st}
 	if m.Method == "server/discover" {
 		c.onDone = func(resp mcp.Msg, ok bool) {
@@ -207,8 +275,6 @@ func (b *Bridge) probe(p *proc) bool {
 	}
 	return ok
 }
-
-var errLegacyOnly = errors.New("the vat speaks only the 2025 revisions")
 
 // discoverTimeout bounds the era probe.
 const discoverTimeout = 5 * time.Second

@@ -66,23 +66,33 @@ const handshakeTimeout = 30 * time.Second
 
 // handshake sends toybox's initialize and initialized.
 func (o *sharedOwner) handshake() error {
+	init, version, err := o.b.handshake(o.p)
+	o.init, o.version = init, version
+	return err
+}
+
+// handshake initializes p as toybox's own client, with no capabilities,
+// and returns the vat's InitializeResult and version.
+func (b *Bridge) handshake(p *proc) ([]byte, string, error) {
 	init := mcp.Request([]byte("0"), "initialize", []byte(`{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"toybox","version":"1"}}`))
 	m, _ := mcp.Parse(init)
-	resp, err := o.b.callSelf(o.p, m, handshakeTimeout)
+	resp, err := b.callSelf(p, m, handshakeTimeout)
 	if err != nil {
-		return err
+		return nil, "", err
 	}
 	if resp.Result() == nil {
-		return errString("the vat refused toybox's initialize: " + string(resp.Error()))
+		return nil, "", errString("the vat refused toybox's initialize: " + string(resp.Error()))
 	}
 	var res struct {
 		ProtocolVersion string          `json:"protocolVersion"`
 		ServerInfo      json.RawMessage `json:"serverInfo"`
 	}
 	_ = json.Unmarshal(resp.Result(), &res)
-	o.init, o.version = bytes.Clone(resp.Result()), res.ProtocolVersion
-	o.b.noteServer(mcp.Legacy, res.ServerInfo)
-	return o.p.write(mcp.Notification("notifications/initialized", nil))
+	b.noteServer(mcp.Legacy, res.ServerInfo)
+	if err := p.write(mcp.Notification("notifications/initialized", nil)); err != nil {
+		return nil, "", err
+	}
+	return bytes.Clone(resp.Result()), res.ProtocolVersion, nil
 }
 
 type errString string

@@ -34,6 +34,8 @@ type stream struct {
 	delivered int64 // the last seq a writer wrote
 	notify    chan struct{}
 	slot      *slot // the connection writing it now, if any
+	// filter rewrites the final message (a bridged answer); nil: as is.
+	filter func([]byte) []byte
 }
 
 // slot is one connection attached to a stream; closing stop detaches it.
@@ -55,6 +57,9 @@ func (s *stream) push(data []byte, final bool) {
 	if s.final {
 		s.mu.Unlock()
 		return
+	}
+	if final && s.filter != nil {
+		data = s.filter(data)
 	}
 	s.events = append(s.events, event{seq: s.next, data: data, final: final})
 	s.next++
