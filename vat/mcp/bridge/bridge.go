@@ -166,7 +166,17 @@ type Stats struct {
 	Exited     int64  `json:"exited"` // processes that ended without being stopped
 	LastError  string `json:"lastError,omitempty"`
 	LastErrorT string `json:"lastErrorAt,omitempty"`
+	// Crashing says why the bridge starts no process any more: they
+	// kept exiting (CrashLoop). It holds until the wall is restarted.
+	Crashing string `json:"crashing,omitempty"`
 }
+
+// CrashLoop is when processes exiting on their own mean the vat is
+// crashing: this many within CrashWindow.
+const (
+	CrashLoop   = 5
+	CrashWindow = 2 * time.Minute
+)
 
 // Bridge serves one vat's MCP endpoint.
 type Bridge struct {
@@ -186,6 +196,8 @@ type Bridge struct {
 	info     json.RawMessage
 	lastErr  string
 	lastAt   time.Time
+	exits    []time.Time // processes that ended unasked, recently
+	crashing string      // why no process is started any more
 
 	stats struct{ Dropped, TooLong, Spawned, Exited atomic.Int64 }
 
@@ -254,7 +266,7 @@ func (b *Bridge) Stats() Stats {
 		Era: string(b.eraLocked()), ServerInfo: b.info,
 		Dropped: b.stats.Dropped.Load(), TooLong: b.stats.TooLong.Load(),
 		Spawned: b.stats.Spawned.Load(), Exited: b.stats.Exited.Load(),
-		LastError: b.lastErr,
+		LastError: b.lastErr, Crashing: b.crashing,
 	}
 	if !b.lastAt.IsZero() {
 		st.LastErrorT = b.lastAt.UTC().Format(time.RFC3339)
@@ -442,6 +454,10 @@ func (b *Bridge) acquire(o owner) (*proc, error) {
 		b.mu.Unlock()
 		return nil, errClosed
 	}
+	if b.crashing != "" {
+		b.mu.Unlock()
+		return nil, errString("crashing: " + b.crashing)
+	}
 	if sp := b.spare; sp != nil {
 		b.spare = nil
 		sp.mu.Lock()
@@ -484,7 +500,7 @@ func (b *Bridge) acquire(o owner) (*proc, error) {
 // refillSpare starts a spare process when there is none and room for one.
 func (b *Bridge) refillSpare() {
 	b.mu.Lock()
-	if b.cfg.NoSpare || b.closed || b.spare != nil || b.spawning > 0 || len(b.procs) >= b.cfg.MaxProcs {
+	if b.cfg.NoSpare || b.closed || b.crashing != "" || b.spare != nil || b.spawning > 0 || len(b.procs) >= b.cfg.MaxProcs {
 		b.mu.Unlock()
 		return
 	}
@@ -554,6 +570,16 @@ func (b *Bridge) procGone(p *proc, msg string, stopped bool) {
 	for k, sh := range b.shared {
 		if sh.p == p {
 			delete(b.shared, k)
+		}
+	}
+	if !stopped {
+		now := time.Now()
+		b.exits = append(b.exits, now)
+		for len(b.exits) > 0 && now.Sub(b.exits[0]) > CrashWindow {
+			b.exits = b.exits[1:]
+		}
+		if len(b.exits) >= CrashLoop && b.crashing == "" {
+			b.crashing = fmt.Sprintf("its process exited %d times in %v (last: %s); no more are started until the vat is restarted", len(b.exits), CrashWindow, msg)
 		}
 	}
 	b.mu.Unlock()

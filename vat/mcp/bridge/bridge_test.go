@@ -286,3 +286,37 @@ func TestRequestTimeout(t *testing.T) {
 		t.Error("the vat was not told the call was cancelled")
 	}
 }
+
+// TestCrashLoop: a command that keeps exiting is not started again and
+// again: after CrashLoop exits the bridge says it is crashing, and a new
+// session gets 503 naming it.
+func TestCrashLoop(t *testing.T) {
+	b, err := New(Config{Spawner: ExecSpawner{Argv: []string{"/bin/sh", "-c", "echo gone >&2; exit 4"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	srv := httptest.NewServer(b)
+	defer srv.Close()
+	err = mcptest.Eventually(10*time.Second, func() error {
+		if st := b.Stats(); st.Crashing == "" {
+			return fmt.Errorf("stats %+v; want crashing", st)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := b.Stats()
+	if !strings.Contains(st.Crashing, "exit status 4") || !strings.Contains(st.Crashing, "gone") || st.Spawned != CrashLoop {
+		t.Errorf("stats %+v; want %d processes and the reason", st, CrashLoop)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if again := b.Stats(); again.Spawned != st.Spawned {
+		t.Errorf("%d processes after the crash loop was seen; want none", again.Spawned-st.Spawned)
+	}
+	r, err := client(srv, "a").Post(context.Background(), mcptest.Request(0, "initialize", map[string]any{"protocolVersion": "2025-11-25"}))
+	if err != nil || r.Status != http.StatusServiceUnavailable || !strings.Contains(string(r.Body), "crashing") {
+		t.Errorf("initialize while crashing: %v %+v; want 503 naming it", err, r)
+	}
+}
