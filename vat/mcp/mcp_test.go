@@ -302,6 +302,37 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
+func TestSplitBatch(t *testing.T) {
+	got, err := SplitBatch([]byte(` [ {"a":[1,"]"]} , 2,"x" ] `))
+	if err != nil || len(got) != 3 || string(got[0]) != `{"a":[1,"]"]}` || string(got[2]) != `"x"` {
+		t.Errorf("SplitBatch = %q, %v", got, err)
+	}
+	for _, bad := range []string{`[]`, `{}`, `[1,`, `x`} {
+		if _, err := SplitBatch([]byte(bad)); err == nil {
+			t.Errorf("SplitBatch(%s) took it", bad)
+		}
+	}
+}
+
+func FuzzSplitBatch(f *testing.F) {
+	f.Add([]byte(`[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","method":"x"}]`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		parts, err := SplitBatch(b)
+		if err != nil {
+			return
+		}
+		var std []json.RawMessage
+		if err := json.Unmarshal(b, &std); err != nil || len(std) != len(parts) {
+			t.Fatalf("SplitBatch(%q) = %d parts; encoding/json: %d, %v", b, len(parts), len(std), err)
+		}
+		for i := range parts {
+			if !bytes.Equal(bytes.TrimSpace(std[i]), parts[i]) {
+				t.Fatalf("part %d = %q; encoding/json %q", i, parts[i], std[i])
+			}
+		}
+	})
+}
+
 func FuzzLineReader(f *testing.F) {
 	f.Add([]byte("a\nb\r\n"), 4)
 	f.Add([]byte("aaaaaaaaaa\nb"), 3)

@@ -334,3 +334,38 @@ func Insert(raw []byte, path []string, key string, v []byte) ([]byte, bool) {
 	}
 	return splice(raw, open, open, ins), true
 }
+
+// SplitBatch returns the elements of a JSON-RPC batch (a JSON array),
+// each as its bytes; an error when b is not a non-empty array.
+func SplitBatch(b []byte) ([][]byte, error) {
+	if !json.Valid(b) {
+		return nil, ErrNotJSON
+	}
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '[' {
+		return nil, fmt.Errorf("%w: not an array", ErrNotJSONRPC)
+	}
+	var out [][]byte
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == ']' {
+		return nil, fmt.Errorf("%w: an empty batch", ErrNotJSONRPC)
+	}
+	for {
+		e, err := skipValue(b, i)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrNotJSONRPC, err)
+		}
+		out = append(out, b[i:e])
+		i = skipSpace(b, e)
+		if i >= len(b) {
+			return nil, errSyntax
+		}
+		if b[i] == ']' {
+			return out, nil
+		}
+		if b[i] != ',' {
+			return nil, errSyntax
+		}
+		i = skipSpace(b, i+1)
+	}
+}

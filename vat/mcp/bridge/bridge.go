@@ -329,6 +329,10 @@ func (b *Bridge) post(w http.ResponseWriter, r *http.Request, principal string) 
 		b.decide(r, principal, "", "", "", http.StatusBadRequest, "reading the body: "+err.Error())
 		return
 	}
+	if trimmed := strings.TrimSpace(string(body)); strings.HasPrefix(trimmed, "[") {
+		b.postBatch(w, r, principal, body)
+		return
+	}
 	m, err := mcp.Parse(body)
 	if err != nil {
 		code := mcp.CodeInvalidRequest
@@ -336,9 +340,6 @@ func (b *Bridge) post(w http.ResponseWriter, r *http.Request, principal string) 
 			code = mcp.CodeParse
 		}
 		reason := err.Error()
-		if trimmed := strings.TrimSpace(string(body)); strings.HasPrefix(trimmed, "[") {
-			reason = "a JSON-RPC batch (not served)"
-		}
 		b.decide(r, principal, "", "", "", http.StatusBadRequest, reason)
 		writeError(w, http.StatusBadRequest, nil, code, reason, nil)
 		return

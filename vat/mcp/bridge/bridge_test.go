@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -319,4 +320,43 @@ func TestCrashLoop(t *testing.T) {
 	if err != nil || r.Status != http.StatusServiceUnavailable || !strings.Contains(string(r.Body), "crashing") {
 		t.Errorf("initialize while crashing: %v %+v; want 503 naming it", err, r)
 	}
+}
+
+// TestBatch: a 2025-03-26 session may send a batch, answered as one
+// array with each request's own answer; a later revision's may not.
+func TestBatch(t *testing.T) {
+	_, srv := newBridge(t, Config{})
+	ctx := context.Background()
+	batch := []byte("[" + string(mcptest.Tool(1, "echo", map[string]any{"text": "a", "sleepMs": 20})) + "," +
+		string(mcptest.Tool(1, "echo", map[string]any{"text": "b"})) + `,{"jsonrpc":"2.0","method":"notifications/x"}]`)
+	old := client(srv, "alice")
+	if err := old.Initialize(ctx, "2025-03-26", nil); err != nil {
+		t.Fatal(err)
+	}
+	r, err := old.Post(ctx, batch)
+	if err != nil || r.Status != http.StatusOK {
+		t.Fatalf("a batch: %v %+v", err, r)
+	}
+	var answers []map[string]json.RawMessage
+	if err := json.Unmarshal(r.Body, &answers); err != nil || len(answers) != 2 {
+		t.Fatalf("the batch's answers %s: %v", r.Body, err)
+	}
+	for i, want := range []string{"a", "b"} {
+		one := &mcptest.Resp{Body: mustJSON(answers[i])}
+		if one.Text() != want {
+			t.Errorf("answer %d = %q; want %q", i, one.Text(), want)
+		}
+	}
+	newer := client(srv, "alice")
+	if err := newer.Initialize(ctx, "2025-06-18", nil); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := newer.Post(ctx, batch); err != nil || r.Status != http.StatusBadRequest {
+		t.Errorf("a batch on a 2025-06-18 session: %v %+v; want 400", err, r)
+	}
+}
+
+func mustJSON(v any) []byte {
+	b, _ := json.Marshal(v)
+	return b
 }

@@ -482,3 +482,108 @@ func (b *Bridge) getLegacy(w http.ResponseWriter, r *http.Request, principal, si
 		s.streamDone(st, done)
 	}
 }
+
+// batchVersion is the one revision with JSON-RPC batches.
+const batchVersion = "2025-03-26"
+
+// postBatch serves a JSON-RPC batch, on a session that negotiated
+// 2025-03-26 only (R3). Its requests are answered together, as one JSON
+// array, once each has its answer; what the vat sends meanwhile goes as
+// for any call.
+func (b *Bridge) postBatch(w http.ResponseWriter, r *http.Request, principal string, body []byte) {
+	refuse := func(status int, reason string) {
+		b.decide(r, principal, mcp.Legacy, r.Header.Get(mcp.HeaderSession), "", status, reason)
+		writeError(w, status, nil, mcp.CodeInvalidRequest, reason, nil)
+	}
+	sid := r.Header.Get(mcp.HeaderSession)
+	s := b.lookup(sid, principal)
+	if s == nil {
+		if sid == "" {
+			refuse(http.StatusBadRequest, "a batch with no session (initialize first, alone)")
+		} else {
+			refuse(http.StatusNotFound, "Session not found")
+		}
+		return
+	}
+	s.mu.Lock()
+	version := s.version
+	s.lastPOST = time.Now()
+	s.mu.Unlock()
+	if version != batchVersion {
+		refuse(http.StatusBadRequest, "a JSON-RPC batch on a "+version+" session (batches are "+batchVersion+" only)")
+		return
+	}
+	parts, err := mcp.SplitBatch(body)
+	if err != nil {
+		refuse(http.StatusBadRequest, err.Error())
+		return
+	}
+	var msgs []mcp.Msg
+	for _, p := range parts {
+		m, err := mcp.Parse(p)
+		if err != nil {
+			refuse(http.StatusBadRequest, "a batch element: "+err.Error())
+			return
+		}
+		if m.Method == "initialize" {
+			refuse(http.StatusBadRequest, "initialize in a batch")
+			return
+		}
+		msgs = append(msgs, m)
+	}
+	var calls []*stream
+	for _, m := range msgs {
+		switch m.Kind {
+		case mcp.KindRequest:
+			st := newStream(streamID(), true)
+			c := &call{st: st, sess: s}
+			s.mu.Lock()
+			s.inflight[c] = true
+			s.mu.Unlock()
+			c.onDone = func(mcp.Msg, bool) {
+				s.mu.Lock()
+				delete(s.inflight, c)
+				s.mu.Unlock()
+			}
+			if err := s.p.send(m, c); err != nil {
+				st.push(mcp.ErrorResponse(m.ID, mcp.CodeInternal, err.Error(), nil), true)
+			}
+			calls = append(calls, st)
+		case mcp.KindNotification:
+			s.notification(m)
+		case mcp.KindResponse:
+			if reason := s.answer(m); reason != "" {
+				b.logVat(s.p, "dropped", reason)
+			}
+		}
+	}
+	if len(calls) == 0 {
+		b.decide(r, principal, mcp.Legacy, sid, "batch", http.StatusAccepted, "a batch of notifications and answers")
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	answers := make([][]byte, 0, len(calls))
+	for _, st := range calls {
+		for {
+			var fin []byte
+			for _, e := range st.since(0) {
+				if e.final {
+					fin = e.data
+				}
+			}
+			if fin != nil {
+				answers = append(answers, fin)
+				break
+			}
+			select {
+			case <-st.notify:
+			case <-r.Context().Done():
+				b.decide(r, principal, mcp.Legacy, sid, "batch", http.StatusOK, "the client went before the batch's answers")
+				return
+			}
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write([]byte("[" + string(bytes.Join(answers, []byte(","))) + "]"))
+	b.decide(r, principal, mcp.Legacy, sid, "batch", http.StatusOK, strconv.Itoa(len(answers))+" answers")
+}
