@@ -246,6 +246,56 @@ func TestCheckModern(t *testing.T) {
 	}
 }
 
+func TestCheckParams(t *testing.T) {
+	schema := []byte(`{"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"},"n":{"type":"integer","x-mcp-header":"N"},"opt":{"type":"object","properties":{"flag":{"type":"boolean","x-mcp-header":"Flag"}}}}}`)
+	bs := ParamBindings(schema)
+	if len(bs) != 3 {
+		t.Fatalf("ParamBindings = %+v; want 3", bs)
+	}
+	call := func(args string) Msg {
+		m, err := Parse([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":` + args + `}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	h := func(kv ...string) func(string) string {
+		return func(k string) string {
+			for i := 0; i+1 < len(kv); i += 2 {
+				if strings.EqualFold(kv[i], k) {
+					return kv[i+1]
+				}
+			}
+			return ""
+		}
+	}
+	tests := []struct {
+		name string
+		args string
+		hdr  []string
+		ok   bool
+	}{
+		{"all", `{"region":"eu","n":3,"opt":{"flag":true}}`, []string{"Mcp-Param-Region", "eu", "Mcp-Param-N", "3", "Mcp-Param-Flag", "true"}, true},
+		{"base64", `{"region":"é"}`, []string{"Mcp-Param-Region", "=?base64?w6k=?="}, true},
+		{"absent arg, no header", `{}`, nil, true},
+		{"null arg", `{"region":null}`, nil, true},
+		{"missing header", `{"region":"eu"}`, nil, false},
+		{"header for absent arg", `{}`, []string{"Mcp-Param-Region", "eu"}, false},
+		{"mismatch", `{"region":"eu"}`, []string{"Mcp-Param-Region", "us"}, false},
+		{"bad base64", `{"region":"eu"}`, []string{"Mcp-Param-Region", "=?base64?ZX=?="}, false},
+		{"number", `{"n":3}`, []string{"Mcp-Param-N", "3.0"}, true},
+		{"number mismatch", `{"n":3}`, []string{"Mcp-Param-N", "4"}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := CheckParams(h(tt.hdr...), bs, call(tt.args))
+			if (err == nil) != tt.ok {
+				t.Errorf("CheckParams = %v; want ok %v", err, tt.ok)
+			}
+		})
+	}
+}
+
 func TestEventID(t *testing.T) {
 	if s, n, ok := ParseEventID(EventID("AB12", 7)); !ok || s != "AB12" || n != 7 {
 		t.Errorf("round trip = %q %d %v", s, n, ok)

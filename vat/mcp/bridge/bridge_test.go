@@ -181,6 +181,7 @@ func TestModernRequests(t *testing.T) {
 	ctx := context.Background()
 	c := client(srv, "alice")
 	call := mcptest.Request(5, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{"text": "hi"}, "_meta": modernMeta})
+	region := mcptest.Request(6, "tools/call", map[string]any{"name": "region", "arguments": map[string]any{"region": "eu"}, "_meta": modernMeta})
 	tests := []struct {
 		name   string
 		body   []byte
@@ -193,6 +194,9 @@ func TestModernRequests(t *testing.T) {
 		{"no method header", call, []string{mcp.HeaderVersion, mcp.ModernVersion}, 400, "-32020"},
 		{"unknown version", call, []string{mcp.HeaderVersion, "2099-01-01", mcp.HeaderMethod, "tools/call", mcp.HeaderName, "echo"}, 400, "-32022"},
 		{"unknown method", mcptest.Request(6, "nope/nope", map[string]any{"_meta": modernMeta}), modernHeaders("nope/nope", ""), 404, "-32601"},
+		{"param header", region, append(modernHeaders("tools/call", "region"), "Mcp-Param-Region", "=?base64?ZXU=?="), 200, ""},
+		{"param header missing", region, modernHeaders("tools/call", "region"), 400, "-32020"},
+		{"param header mismatch", region, append(modernHeaders("tools/call", "region"), "Mcp-Param-Region", "us"), 400, "-32020"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -21,6 +21,51 @@ type modernOwner struct {
 	// init is set when the vat speaks only the 2025 revisions: toybox
 	// initialized p itself and bridges (its InitializeResult).
 	init []byte
+
+	mu    sync.Mutex
+	tools map[string][]mcp.ParamBinding // the x-mcp-header bindings by tool; nil: not known yet
+}
+
+// toolsList is the part of a tools/list result the header checks need.
+type toolsList struct {
+	Tools []struct {
+		Name        string          `json:"name"`
+		InputSchema json.RawMessage `json:"inputSchema"`
+	} `json:"tools"`
+}
+
+// noteTools records the bindings of a tools/list result's tools; first
+// is the answer to a request with no cursor (a new list).
+func (o *modernOwner) noteTools(result []byte, first bool) {
+	var tl toolsList
+	if json.Unmarshal(result, &tl) != nil {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if first || o.tools == nil {
+		o.tools = map[string][]mcp.ParamBinding{}
+	}
+	for _, t := range tl.Tools {
+		o.tools[t.Name] = mcp.ParamBindings(t.InputSchema)
+	}
+}
+
+// bindings returns a tool's x-mcp-header bindings, asking the vat for its
+// tools once when none are known.
+func (o *modernOwner) bindings(name string) []mcp.ParamBinding {
+	o.mu.Lock()
+	known := o.tools != nil
+	o.mu.Unlock()
+	if !known {
+		m, _ := mcp.Parse(mcp.Request([]byte("0"), "tools/list", discoverParams))
+		if resp, err := o.b.callSelf(o.p, m, discoverTimeout); err == nil && resp.Result() != nil {
+			o.noteTools(resp.Result(), true)
+		}
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.tools[name]
 }
 
 func (o *modernOwner) fromVat(p *proc, m mcp.Msg) {
@@ -202,11 +247,27 @@ func (b *Bridge) postModern(w http.ResponseWriter, r *http.Request, principal st
 	if o.init != nil && o.bridged(w, r, principal, m) {
 		return
 	}
+	if m.Method == "tools/call" {
+		name, _ := m.GetString("params", "name")
+		if err := mcp.CheckParams(r.Header.Get, o.bindings(name), m); err != nil {
+			b.decide(r, principal, mcp.Modern, "", m.Method, http.StatusBadRequest, err.Error())
+			writeError(w, http.StatusBadRequest, m.ID, mcp.CodeHeaderMismatch, err.Error(), nil)
+			return
+		}
+	}
 	st := newStream("", false)
 	if o.init != nil {
 		st.filter = bridgedResult(m.Method)
 	}
 	c := &call{st: st}
+	if m.Method == "tools/list" {
+		_, cursor := m.Get("params", "cursor")
+		c.onDone = func(resp mcp.Msg, ok bool) {
+			if ok && resp.Result() != nil {
+				o.noteTools(resp.Result(), !cursor)
+			}
+		}
+	}
 	if m.Method == "server/discover" {
 		c.onDone = func(resp mcp.Msg, ok bool) {
 			if info, has := resp.Get("result", "_meta", "io.modelcontextprotocol/serverInfo"); ok && has {

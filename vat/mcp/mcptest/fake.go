@@ -50,6 +50,7 @@ const Emoji = "\U0001F469\u200D\U0001F4BB \u2028 <b>&</b>"
 //	progress               sends three progress notifications, then answers
 //	count                  answers how many times it ran in this process
 //	pid                    answers the process id
+//	region {region}        answers region (its schema mirrors it in Mcp-Param-Region)
 //	stubborn               from now on ignores SIGTERM and the end of stdin
 func Fake(in io.Reader, out io.Writer, errw io.Writer) int {
 	f := &fake{out: out, errw: errw, waits: map[string]chan json.RawMessage{}, cancel: map[string]chan struct{}{}}
@@ -151,7 +152,12 @@ func (f *fake) handle(line []byte) {
 		}
 		f.mu.Unlock()
 	case m.Method == "tools/list":
-		f.result(m.ID, map[string]any{"tools": []map[string]any{{"name": "echo", "inputSchema": map[string]any{"type": "object"}}}})
+		f.result(m.ID, map[string]any{"tools": []map[string]any{
+			{"name": "echo", "inputSchema": map[string]any{"type": "object"}},
+			{"name": "region", "inputSchema": map[string]any{"type": "object", "properties": map[string]any{
+				"region": map[string]any{"type": "string", "x-mcp-header": "Region"},
+			}}},
+		}})
 	case m.Method == "tools/call":
 		go f.call(m)
 	case m.Method == "ping":
@@ -197,6 +203,7 @@ func (f *fake) call(m msg) {
 			SleepMs int    `json:"sleepMs"`
 			MiB     int    `json:"mib"`
 			Ms      int    `json:"ms"`
+			Region  string `json:"region"`
 		} `json:"arguments"`
 		Meta struct {
 			ProgressToken json.RawMessage `json:"progressToken"`
@@ -259,6 +266,8 @@ func (f *fake) call(m msg) {
 		n := f.count
 		f.mu.Unlock()
 		f.text(m.ID, fmt.Sprint(n))
+	case "region":
+		f.text(m.ID, a.Region)
 	case "pid":
 		f.text(m.ID, fmt.Sprint(os.Getpid()))
 	case "stubborn":
