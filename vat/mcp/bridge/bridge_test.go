@@ -23,6 +23,7 @@ const fakeEnv = "BRIDGE_TEST_FAKE"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(fakeEnv) == "1" {
+		mcptest.ModernOnly = os.Getenv("BRIDGE_TEST_MODERN") == "1"
 		os.Exit(mcptest.Fake(os.Stdin, os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())
@@ -34,7 +35,11 @@ func newBridge(t *testing.T, cfg Config) (*Bridge, *httptest.Server) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Spawner = ExecSpawner{Argv: []string{self}, Env: []string{fakeEnv + "=1"}}
+	env := []string{fakeEnv + "=1"}
+	if cfg.Era == mcp.Modern {
+		env = append(env, "BRIDGE_TEST_MODERN=1")
+	}
+	cfg.Spawner = ExecSpawner{Argv: []string{self}, Env: env}
 	b, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -363,4 +368,28 @@ func TestBatch(t *testing.T) {
 func mustJSON(v any) []byte {
 	b, _ := json.Marshal(v)
 	return b
+}
+
+// TestLegacyClientModernVat: a 2025 client of a vat that speaks only
+// 2026-07-28 gets a session: toybox answers its initialize from the vat's
+// server/discover and adds the per-request _meta to what it forwards.
+func TestLegacyClientModernVat(t *testing.T) {
+	_, srv := newBridge(t, Config{Era: mcp.Modern})
+	ctx := context.Background()
+	c := client(srv, "alice")
+	if err := c.Initialize(ctx, "2025-06-18", map[string]any{"roots": map[string]any{}}); err != nil {
+		t.Fatal(err)
+	}
+	if c.Version != "2025-06-18" {
+		t.Errorf("negotiated %q; want the client's 2025-06-18", c.Version)
+	}
+	if r, err := c.Post(ctx, mcptest.Tool(2, "echo", map[string]any{"text": "through"})); err != nil || r.Text() != "through" {
+		t.Fatalf("a bridged call: %v %+v", err, r)
+	}
+	if r, err := c.Post(ctx, mcptest.Tool(3, "echo", nil)); err != nil || r.Final()["error"] != nil {
+		t.Fatalf("a bridged call with no arguments: %v %s", err, r.Final()["error"])
+	}
+	if r, err := c.Post(ctx, mcptest.Request(4, "ping", nil)); err != nil || r.Final()["result"] == nil {
+		t.Errorf("ping: %v %+v; want toybox's own answer", err, r)
+	}
 }

@@ -20,6 +20,9 @@ type session struct {
 	p             *proc
 	own           bool         // the process is the session's alone (ModeSession)
 	sh            *sharedOwner // the process it shares (ModeShared, ModeSingle)
+	// fwd is set for a session bridged to a modern-only vat: the
+	// client's capabilities, sent in each request's _meta.
+	fwd []byte
 
 	mu       sync.Mutex
 	version  string // negotiated
@@ -114,6 +117,10 @@ func (b *Bridge) postLegacy(w http.ResponseWriter, r *http.Request, principal st
 // ready) in ModeSession, the principal's shared one otherwise.
 func (b *Bridge) initialize(w http.ResponseWriter, r *http.Request, principal string, m mcp.Msg) {
 	s := b.newSession(principal)
+	if b.cfg.Era == mcp.Modern {
+		b.initializeForward(w, r, s, m)
+		return
+	}
 	if b.cfg.Mode != ModeSession {
 		b.initializeShared(w, r, s, m)
 		return
@@ -194,6 +201,16 @@ func (s *session) request(w http.ResponseWriter, r *http.Request, m mcp.Msg) {
 			return
 		}
 	}
+	if s.fwd != nil {
+		if s.forwardLocal(w, r, m) {
+			return
+		}
+		var err error
+		if m, err = s.withMeta(m); err != nil {
+			writeError(w, http.StatusBadRequest, m.ID, mcp.CodeInvalidRequest, err.Error(), nil)
+			return
+		}
+	}
 	st := newStream(streamID(), true)
 	c := &call{st: st, sess: s}
 	s.mu.Lock()
@@ -216,6 +233,14 @@ func (s *session) request(w http.ResponseWriter, r *http.Request, m mcp.Msg) {
 		delete(s.inflight, c)
 		delete(s.streams, st.id)
 		s.mu.Unlock()
+		if s.fwd != nil {
+			// The stateless process it was bridged to is gone: the
+			// session with it, so the client starts again.
+			b.endSession(s, "its stateless process is gone", false)
+			b.decide(r, s.principal, mcp.Legacy, s.id, m.Method, http.StatusNotFound, err.Error())
+			writeError(w, http.StatusNotFound, m.ID, mcp.CodeRequestTimeout, "Session not found", nil)
+			return
+		}
 		b.decide(r, s.principal, mcp.Legacy, s.id, m.Method, http.StatusOK, err.Error())
 		writeError(w, http.StatusOK, m.ID, mcp.CodeInternal, err.Error(), nil)
 		return
@@ -291,7 +316,7 @@ func (s *session) notification(m mcp.Msg) {
 		}
 		return
 	case "notifications/initialized":
-		if s.sh != nil {
+		if s.sh != nil || s.fwd != nil {
 			return // toybox initialized the shared process itself
 		}
 	}

@@ -70,6 +70,11 @@ func Fake(in io.Reader, out io.Writer, errw io.Writer) int {
 	}
 }
 
+// ModernOnly makes the fake speak only 2026-07-28: initialize is an
+// unknown method, server/discover answers, and a request without the
+// per-request _meta is refused.
+var ModernOnly bool
+
 // Tools are more tools a test binary adds to the fake server (for an
 // attack run from inside a wall): each answers a text.
 var Tools = map[string]func() string{}
@@ -129,6 +134,16 @@ func (f *fake) handle(line []byte) {
 				ch <- m.Error
 			}
 		}
+	case ModernOnly && m.ID != nil && m.Method != "" && !strings.Contains(string(m.Params), `"io.modelcontextprotocol/protocolVersion":"2026-07-28"`):
+		f.send(map[string]any{"jsonrpc": "2.0", "id": m.ID, "error": map[string]any{"code": -32602, "message": "no _meta protocolVersion"}})
+	case ModernOnly && m.Method == "initialize":
+		f.send(map[string]any{"jsonrpc": "2.0", "id": m.ID, "error": map[string]any{"code": -32601, "message": "no method initialize"}})
+	case m.Method == "server/discover" && ModernOnly:
+		f.result(m.ID, map[string]any{
+			"resultType": "complete", "supportedVersions": []string{"2026-07-28"},
+			"capabilities": map[string]any{"tools": map[string]any{}},
+			"_meta":        map[string]any{"io.modelcontextprotocol/serverInfo": map[string]any{"name": "fake-modern", "version": "1"}},
+		})
 	case m.Method == "initialize":
 		var p struct {
 			ProtocolVersion string `json:"protocolVersion"`

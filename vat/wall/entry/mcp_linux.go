@@ -187,12 +187,14 @@ func (z *zygote) Spawn(stdin, stdout, stderr *os.File) (bridge.Child, error) {
 	_ = z.conn.SetDeadline(time.Now().Add(spawnTimeout))
 	rights := unix.UnixRights(int(stdin.Fd()), int(stdout.Fd()), int(stderr.Fd()))
 	if _, _, err := z.conn.WriteMsgUnix([]byte{0}, rights, nil); err != nil {
-		return nil, fmt.Errorf("asking the spawner: %w", err)
+		return nil, z.broken(fmt.Errorf("asking the spawner: %w", err))
 	}
 	var rep [8]byte
 	n, err := z.conn.Read(rep[:])
 	if err != nil || n != len(rep) {
-		return nil, fmt.Errorf("the spawner's answer: %d bytes, %w", n, err)
+		// A late answer would be read as the next request's: the spawner
+		// is ended, and the entry with it (reapAll).
+		return nil, z.broken(fmt.Errorf("the spawner's answer: %d bytes, %w", n, err))
 	}
 	pid := int(int32(binary.NativeEndian.Uint32(rep[0:4])))
 	errno := syscall.Errno(binary.NativeEndian.Uint32(rep[4:8]))
@@ -213,6 +215,16 @@ func (z *zygote) Spawn(stdin, stdout, stderr *os.File) (bridge.Child, error) {
 	}
 	z.rmu.Unlock()
 	return c, nil
+}
+
+// broken ends a spawner that failed a request: nothing it says can be
+// paired with a request any more.
+func (z *zygote) broken(err error) error {
+	z.rmu.Lock()
+	z.gone = true
+	z.rmu.Unlock()
+	_ = unix.Kill(z.pid, unix.SIGKILL)
+	return err
 }
 
 // reapAll reaps every child that has ended; it reports whether the
