@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -391,5 +392,65 @@ func TestLegacyClientModernVat(t *testing.T) {
 	}
 	if r, err := c.Post(ctx, mcptest.Request(4, "ping", nil)); err != nil || r.Final()["result"] == nil {
 		t.Errorf("ping: %v %+v; want toybox's own answer", err, r)
+	}
+}
+
+// TestSharedLogLevels: on a shared process each session's log level is
+// its own; the vat is asked for the most verbose one.
+func TestSharedLogLevels(t *testing.T) {
+	_, srv := newBridge(t, Config{Mode: ModeShared})
+	ctx := context.Background()
+	quiet, loud := client(srv, "alice"), client(srv, "alice")
+	for c, level := range map[*mcptest.Client]string{quiet: "error", loud: "debug"} {
+		if err := c.Initialize(ctx, "", nil); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := c.Post(ctx, mcptest.Request(1, "logging/setLevel", map[string]any{"level": level})); err != nil || r.Final()["result"] == nil {
+			t.Fatalf("setLevel %s: %v %+v", level, err, r)
+		}
+	}
+	if r, _ := quiet.Post(ctx, mcptest.Tool(2, "level", nil)); r.Text() != "debug" {
+		t.Errorf("the vat's level = %q; want debug, the most verbose asked", r.Text())
+	}
+	streams := map[*mcptest.Client]*http.Response{}
+	for _, c := range []*mcptest.Client{quiet, loud} {
+		g, err := c.Get(ctx, "")
+		if err != nil || g.StatusCode != http.StatusOK {
+			t.Fatalf("GET: %v %+v", err, g)
+		}
+		defer g.Body.Close()
+		streams[c] = g
+	}
+	if r, _ := quiet.Post(ctx, mcptest.Tool(3, "log", nil)); r.Text() != "logged" {
+		t.Fatalf("log = %q", r.Text())
+	}
+	got := func(c *mcptest.Client) bool {
+		ch := make(chan bool, 1)
+		go func() {
+			br := bufio.NewReader(streams[c].Body)
+			for {
+				e, err := mcptest.ReadEvent(br)
+				if err != nil {
+					ch <- false
+					return
+				}
+				if e.Data != "" { // not the priming event
+					ch <- strings.Contains(e.Data, "an info line")
+					return
+				}
+			}
+		}()
+		select {
+		case ok := <-ch:
+			return ok
+		case <-time.After(time.Second):
+			return false
+		}
+	}
+	if !got(loud) {
+		t.Error("the debug session did not get the info line")
+	}
+	if got(quiet) {
+		t.Error("the error session got the info line")
 	}
 }

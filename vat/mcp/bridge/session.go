@@ -34,6 +34,7 @@ type session struct {
 	srvReqs  map[string]srvReq // ids toybox gave the vat's requests
 	nextSrv  int64
 	subs     map[string]bool // resources subscribed (shared process)
+	level    int             // its logging/setLevel (shared process; 0: not set)
 }
 
 // srvReq is a request from the vat waiting for the client's answer.

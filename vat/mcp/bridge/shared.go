@@ -25,6 +25,20 @@ type sharedOwner struct {
 	init     []byte // the vat's InitializeResult
 	version  string
 	subs     map[string]int // resources/subscribe counts by URI
+	level    int            // the log level the vat was asked for (0: none yet)
+}
+
+// logLevels ranks the syslog levels of notifications/message, most
+// verbose first (1..8; 0 is "not set").
+var logLevels = map[string]int{"debug": 1, "info": 2, "notice": 3, "warning": 4, "error": 5, "critical": 6, "alert": 7, "emergency": 8}
+
+func levelName(n int) string {
+	for k, v := range logLevels {
+		if v == n {
+			return k
+		}
+	}
+	return ""
 }
 
 // sharedFor returns the shared process for s's principal, started and
@@ -156,6 +170,43 @@ func (o *sharedOwner) local(w http.ResponseWriter, r *http.Request, s *session, 
 		_, _ = w.Write(mcp.ResultResponse(m.ID, o.init))
 		o.b.decide(r, s.principal, mcp.Legacy, s.id, m.Method, http.StatusOK, "answered from the shared process's initialize")
 		return true
+	case "logging/setLevel":
+		// Kept per session: the vat is asked for the most verbose
+		// level any session wants, and each session gets only what
+		// its own level lets through (R33).
+		name, _ := m.GetString("params", "level")
+		lv := logLevels[name]
+		if lv == 0 {
+			writeError(w, http.StatusOK, m.ID, mcp.CodeInvalidParams, "unknown log level "+strconv.Quote(name), nil)
+			return true
+		}
+		s.mu.Lock()
+		s.level = lv
+		s.mu.Unlock()
+		o.mu.Lock()
+		want := lv
+		for other := range o.sessions {
+			other.mu.Lock()
+			if other.level != 0 && other.level < want {
+				want = other.level
+			}
+			other.mu.Unlock()
+		}
+		send := o.level == 0 || want != o.level
+		o.level = want
+		o.mu.Unlock()
+		if send {
+			params, _ := json.Marshal(map[string]string{"level": levelName(want)})
+			sm, _ := mcp.Parse(mcp.Request([]byte("0"), "logging/setLevel", params))
+			if _, err := o.b.callSelf(o.p, sm, handshakeTimeout); err != nil {
+				writeError(w, http.StatusOK, m.ID, mcp.CodeInternal, err.Error(), nil)
+				return true
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(mcp.ResultResponse(m.ID, []byte("{}")))
+		o.b.decide(r, s.principal, mcp.Legacy, s.id, m.Method, http.StatusOK, "the session's level is "+name+"; the shared process's "+levelName(want))
+		return true
 	case "resources/subscribe", "resources/unsubscribe":
 		uri, _ := m.GetString("params", "uri")
 		o.mu.Lock()
@@ -222,16 +273,19 @@ func (o *sharedOwner) fromVat(p *proc, m mcp.Msg) {
 		return
 	}
 	uri, _ := m.GetString("params", "uri")
+	lname, _ := m.GetString("params", "level")
+	lv := logLevels[lname]
 	o.mu.Lock()
 	var to []*session
 	for s := range o.sessions {
-		if m.Method == "notifications/resources/updated" {
-			s.mu.Lock()
-			sub := s.subs[uri]
-			s.mu.Unlock()
-			if !sub {
-				continue
-			}
+		s.mu.Lock()
+		sub, level := s.subs[uri], s.level
+		s.mu.Unlock()
+		if m.Method == "notifications/resources/updated" && !sub {
+			continue
+		}
+		if m.Method == "notifications/message" && level != 0 && lv < level {
+			continue
 		}
 		to = append(to, s)
 	}

@@ -50,6 +50,8 @@ const Emoji = "\U0001F469\u200D\U0001F4BB \u2028 <b>&</b>"
 //	progress               sends three progress notifications, then answers
 //	count                  answers how many times it ran in this process
 //	pid                    answers the process id
+//	log                    sends an info notifications/message, then answers
+//	level                  answers the last logging/setLevel's level
 //	region {region}        answers region (its schema mirrors it in Mcp-Param-Region)
 //	stubborn               from now on ignores SIGTERM and the end of stdin
 func Fake(in io.Reader, out io.Writer, errw io.Writer) int {
@@ -88,6 +90,7 @@ type fake struct {
 	cancel    map[string]chan struct{}
 	cancelled []string
 	stubborn  bool
+	level     string
 }
 
 func (f *fake) isStubborn() bool {
@@ -175,6 +178,15 @@ func (f *fake) handle(line []byte) {
 		}})
 	case m.Method == "tools/call":
 		go f.call(m)
+	case m.Method == "logging/setLevel":
+		var p struct {
+			Level string `json:"level"`
+		}
+		_ = json.Unmarshal(m.Params, &p)
+		f.mu.Lock()
+		f.level = p.Level
+		f.mu.Unlock()
+		f.result(m.ID, map[string]any{})
 	case m.Method == "ping":
 		f.result(m.ID, map[string]any{})
 	case strings.HasPrefix(m.Method, "notifications/"):
@@ -283,6 +295,14 @@ func (f *fake) call(m msg) {
 		f.text(m.ID, fmt.Sprint(n))
 	case "region":
 		f.text(m.ID, a.Region)
+	case "log":
+		f.send(map[string]any{"jsonrpc": "2.0", "method": "notifications/message", "params": map[string]any{"level": "info", "data": "an info line"}})
+		f.text(m.ID, "logged")
+	case "level":
+		f.mu.Lock()
+		l := f.level
+		f.mu.Unlock()
+		f.text(m.ID, l)
 	case "pid":
 		f.text(m.ID, fmt.Sprint(os.Getpid()))
 	case "stubborn":
