@@ -234,24 +234,23 @@ const (
 
 // Request builds a request's JSON.
 func Request(id []byte, method string, params []byte) []byte {
-	var b bytes.Buffer
-	b.WriteString(`{"jsonrpc":"2.0","id":`)
-	b.Write(id)
-	b.WriteString(`,"method":`)
-	mj, _ := json.Marshal(method)
-	b.Write(mj)
-	if params != nil {
-		b.WriteString(`,"params":`)
-		b.Write(params)
-	}
-	b.WriteByte('}')
-	return b.Bytes()
+	return build(id, method, params)
 }
 
 // Notification builds a notification's JSON.
 func Notification(method string, params []byte) []byte {
+	return build(nil, method, params)
+}
+
+func build(id []byte, method string, params []byte) []byte {
 	var b bytes.Buffer
-	b.WriteString(`{"jsonrpc":"2.0","method":`)
+	b.WriteString(`{"jsonrpc":"2.0",`)
+	if id != nil {
+		b.WriteString(`"id":`)
+		b.Write(id)
+		b.WriteByte(',')
+	}
+	b.WriteString(`"method":`)
 	mj, _ := json.Marshal(method)
 	b.Write(mj)
 	if params != nil {

@@ -122,6 +122,46 @@ func (f *fixture) startMCPSock(t *testing.T, app string, spec MCP, sock string) 
 	return m
 }
 
+// callAnswering makes a call whose tool asks the client (method) first,
+// answers that request with answer, and returns the call's final result.
+// The id the vat's request came with must be one toybox gave it.
+func callAnswering(t *testing.T, ctx context.Context, c *mcptest.Client, body []byte, method, answer string) string {
+	t.Helper()
+	resp, err := c.Open(ctx, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		r, _ := mcptest.Read(resp)
+		t.Fatalf("answered at once: %d %s", r.Status, r.Body)
+	}
+	br := bufio.NewReader(resp.Body)
+	for {
+		e, err := mcptest.ReadEvent(br)
+		if err != nil {
+			t.Fatalf("reading the call's stream: %v", err)
+		}
+		var m map[string]json.RawMessage
+		if json.Unmarshal([]byte(e.Data), &m) != nil {
+			continue
+		}
+		if string(m["method"]) == `"`+method+`"` {
+			if !strings.HasPrefix(string(m["id"]), `"tb-`) {
+				t.Errorf("the vat's request came with id %s, not one toybox gave it", m["id"])
+			}
+			a, err := c.Post(ctx, []byte(`{"jsonrpc":"2.0","id":`+string(m["id"])+`,"result":`+answer+`}`))
+			if err != nil || a.Status != http.StatusAccepted {
+				t.Fatalf("answering %s: %v %+v", method, err, a)
+			}
+			continue
+		}
+		if m["result"] != nil {
+			return e.Data
+		}
+	}
+}
+
 func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
@@ -159,37 +199,7 @@ func TestMCPEverythingInWall(t *testing.T) {
 		{"test_elicitation", map[string]any{"message": "who?"}, "elicitation/create", `{"action":"accept","content":{"username":"ann","email":"a@example.com"}}`, "accept"},
 	} {
 		t.Run(tc.tool, func(t *testing.T) {
-			resp, err := c.Open(ctx, mcptest.Tool(3, tc.tool, tc.args))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-				r, _ := mcptest.Read(resp)
-				t.Fatalf("%s answered at once: %d %s", tc.tool, r.Status, r.Body)
-			}
-			br := bufio.NewReader(resp.Body)
-			var final string
-			for final == "" {
-				e, err := mcptest.ReadEvent(br)
-				if err != nil {
-					t.Fatalf("reading the call's stream: %v", err)
-				}
-				var m map[string]json.RawMessage
-				if json.Unmarshal([]byte(e.Data), &m) != nil {
-					continue
-				}
-				if string(m["method"]) == `"`+tc.method+`"` {
-					a, err := c.Post(ctx, []byte(`{"jsonrpc":"2.0","id":`+string(m["id"])+`,"result":`+tc.answer+`}`))
-					if err != nil || a.Status != http.StatusAccepted {
-						t.Fatalf("answering %s: %v %+v", tc.method, err, a)
-					}
-					continue
-				}
-				if m["result"] != nil {
-					final = string(m["result"])
-				}
-			}
+			final := callAnswering(t, ctx, c, mcptest.Tool(3, tc.tool, tc.args), tc.method, tc.answer)
 			if !strings.Contains(final, tc.want) {
 				t.Errorf("%s answered %s; want it to hold %q", tc.tool, final, tc.want)
 			}
@@ -558,37 +568,8 @@ func TestMCPServerRequests(t *testing.T) {
 		{"elicit", "elicitation/create", `{"action":"accept","content":{"n":"ann"}}`, `elicited: {"action":"accept","content":{"n":"ann"}}`},
 		{"roots", "roots/list", `{"roots":[]}`, `roots: {"roots":[]}`},
 	} {
-		resp, err := c.Open(ctx, mcptest.Tool(9, tc.tool, nil))
-		if err != nil {
-			t.Fatal(err)
-		}
-		br := bufio.NewReader(resp.Body)
-		var text string
-		for text == "" {
-			e, err := mcptest.ReadEvent(br)
-			if err != nil {
-				t.Fatalf("%s: %v", tc.tool, err)
-			}
-			var m map[string]json.RawMessage
-			if json.Unmarshal([]byte(e.Data), &m) != nil {
-				continue
-			}
-			if string(m["method"]) == `"`+tc.method+`"` {
-				if strings.Contains(string(m["id"]), "srv-") {
-					t.Errorf("the vat's own id %s reached the client", m["id"])
-				}
-				a, err := c.Post(ctx, []byte(`{"jsonrpc":"2.0","id":`+string(m["id"])+`,"result":`+tc.answer+`}`))
-				if err != nil || a.Status != http.StatusAccepted {
-					t.Fatalf("answering: %v %+v", err, a)
-				}
-				continue
-			}
-			if m["result"] != nil {
-				r := &mcptest.Resp{Body: []byte(e.Data)}
-				text = r.Text()
-			}
-		}
-		resp.Body.Close()
+		r := &mcptest.Resp{Body: []byte(callAnswering(t, ctx, c, mcptest.Tool(9, tc.tool, nil), tc.method, tc.answer))}
+		text := r.Text()
 		if text != tc.want {
 			t.Errorf("%s = %q; want %q", tc.tool, text, tc.want)
 		}

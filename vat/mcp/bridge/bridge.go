@@ -355,22 +355,27 @@ func (b *Bridge) post(w http.ResponseWriter, r *http.Request, principal string) 
 
 // get serves a legacy session's GET stream; a stateless client has none.
 func (b *Bridge) get(w http.ResponseWriter, r *http.Request, principal string) {
+	if sid, ok := b.sessionOnly(w, r, principal); ok {
+		b.getLegacy(w, r, principal, sid)
+	}
+}
+
+// sessionOnly returns the session id of a GET or DELETE, or answers 405:
+// without a session (or from a stateless client) neither means anything.
+func (b *Bridge) sessionOnly(w http.ResponseWriter, r *http.Request, principal string) (string, bool) {
 	sid := r.Header.Get(mcp.HeaderSession)
 	if sid == "" || mcp.IsModernVersion(r.Header.Get(mcp.HeaderVersion)) {
 		w.Header().Set("Allow", "POST")
-		b.decide(r, principal, "", "", "GET", http.StatusMethodNotAllowed, "a GET without a session")
+		b.decide(r, principal, "", "", r.Method, http.StatusMethodNotAllowed, "a "+r.Method+" without a session")
 		http.Error(w, "method not allowed without a session", http.StatusMethodNotAllowed)
-		return
+		return "", false
 	}
-	b.getLegacy(w, r, principal, sid)
+	return sid, true
 }
 
 func (b *Bridge) delete(w http.ResponseWriter, r *http.Request, principal string) {
-	sid := r.Header.Get(mcp.HeaderSession)
-	if sid == "" || mcp.IsModernVersion(r.Header.Get(mcp.HeaderVersion)) {
-		w.Header().Set("Allow", "POST")
-		b.decide(r, principal, "", "", "DELETE", http.StatusMethodNotAllowed, "a DELETE without a session")
-		http.Error(w, "method not allowed without a session", http.StatusMethodNotAllowed)
+	sid, ok := b.sessionOnly(w, r, principal)
+	if !ok {
 		return
 	}
 	s := b.lookup(sid, principal)
@@ -382,6 +387,13 @@ func (b *Bridge) delete(w http.ResponseWriter, r *http.Request, principal string
 	b.endSession(s, "ended by the client (DELETE)", true)
 	b.decide(r, principal, mcp.Legacy, sid, "DELETE", http.StatusNoContent, "session ended")
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// unavailable answers 503 for a request no process could be had for.
+func (b *Bridge) unavailable(w http.ResponseWriter, r *http.Request, principal string, era mcp.Era, m mcp.Msg, err error) {
+	b.decide(r, principal, era, "", m.Method, http.StatusServiceUnavailable, err.Error())
+	w.Header().Set("Retry-After", "1")
+	writeError(w, http.StatusServiceUnavailable, m.ID, mcp.CodeInternal, "could not start the vat's process: "+err.Error(), nil)
 }
 
 // writeError answers a JSON-RPC error with an HTTP status.

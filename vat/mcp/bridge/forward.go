@@ -18,9 +18,7 @@ import (
 func (b *Bridge) initializeForward(w http.ResponseWriter, r *http.Request, s *session, m mcp.Msg) {
 	o, err := b.modernFor(s.principal)
 	if err != nil {
-		b.decide(r, s.principal, mcp.Legacy, "", m.Method, http.StatusServiceUnavailable, err.Error())
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, m.ID, mcp.CodeInternal, "could not start the vat's process: "+err.Error(), nil)
+		b.unavailable(w, r, s.principal, mcp.Legacy, m, err)
 		return
 	}
 	dm, _ := mcp.Parse(mcp.Request([]byte("0"), "server/discover", discoverParams))

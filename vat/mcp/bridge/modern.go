@@ -238,9 +238,7 @@ func (b *Bridge) postModern(w http.ResponseWriter, r *http.Request, principal st
 	}
 	o, err := b.modernFor(principal)
 	if err != nil {
-		b.decide(r, principal, mcp.Modern, "", m.Method, http.StatusServiceUnavailable, err.Error())
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, m.ID, mcp.CodeInternal, "could not start the vat's process: "+err.Error(), nil)
+		b.unavailable(w, r, principal, mcp.Modern, m, err)
 		return
 	}
 	p := o.p

@@ -128,9 +128,7 @@ func (b *Bridge) initialize(w http.ResponseWriter, r *http.Request, principal st
 	}
 	p, err := b.acquire(s)
 	if err != nil {
-		b.decide(r, principal, mcp.Legacy, "", m.Method, http.StatusServiceUnavailable, err.Error())
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, m.ID, mcp.CodeInternal, "could not start the vat's process: "+err.Error(), nil)
+		b.unavailable(w, r, principal, mcp.Legacy, m, err)
 		return
 	}
 	s.p, s.own = p, true
@@ -221,14 +219,9 @@ func (s *session) request(w http.ResponseWriter, r *http.Request, m mcp.Msg) {
 		return
 	}
 	s.streams[st.id] = st
-	s.inflight[c] = true
 	prime := s.version >= "2025-11-25"
 	s.mu.Unlock()
-	c.onDone = func(mcp.Msg, bool) {
-		s.mu.Lock()
-		delete(s.inflight, c)
-		s.mu.Unlock()
-	}
+	s.track(c)
 	if err := s.p.send(m, c); err != nil {
 		s.mu.Lock()
 		delete(s.inflight, c)
@@ -255,6 +248,18 @@ func (s *session) request(w http.ResponseWriter, r *http.Request, m mcp.Msg) {
 		reason = "the client went before the answer; the call goes on"
 	}
 	b.decide(r, s.principal, mcp.Legacy, s.id, m.Method, http.StatusOK, reason)
+}
+
+// track counts c among the session's calls in flight until it is done.
+func (s *session) track(c *call) {
+	s.mu.Lock()
+	s.inflight[c] = true
+	s.mu.Unlock()
+	c.onDone = func(mcp.Msg, bool) {
+		s.mu.Lock()
+		delete(s.inflight, c)
+		s.mu.Unlock()
+	}
 }
 
 // streamDone forgets a POST stream once its end was written.
@@ -563,14 +568,7 @@ func (b *Bridge) postBatch(w http.ResponseWriter, r *http.Request, principal str
 		case mcp.KindRequest:
 			st := newStream(streamID(), true)
 			c := &call{st: st, sess: s}
-			s.mu.Lock()
-			s.inflight[c] = true
-			s.mu.Unlock()
-			c.onDone = func(mcp.Msg, bool) {
-				s.mu.Lock()
-				delete(s.inflight, c)
-				s.mu.Unlock()
-			}
+			s.track(c)
 			if err := s.p.send(m, c); err != nil {
 				st.push(mcp.ErrorResponse(m.ID, mcp.CodeInternal, err.Error(), nil), true)
 			}

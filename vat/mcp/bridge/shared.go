@@ -142,9 +142,7 @@ func (b *Bridge) callSelf(p *proc, m mcp.Msg, timeout time.Duration) (mcp.Msg, e
 func (b *Bridge) initializeShared(w http.ResponseWriter, r *http.Request, s *session, m mcp.Msg) {
 	o, err := b.sharedFor(s.principal)
 	if err != nil {
-		b.decide(r, s.principal, mcp.Legacy, "", m.Method, http.StatusServiceUnavailable, err.Error())
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, m.ID, mcp.CodeInternal, "could not start the vat's process: "+err.Error(), nil)
+		b.unavailable(w, r, s.principal, mcp.Legacy, m, err)
 		return
 	}
 	s.p, s.sh = o.p, o

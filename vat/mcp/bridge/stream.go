@@ -226,6 +226,17 @@ func (b *Bridge) serve(w http.ResponseWriter, r *http.Request, s *stream, o writ
 		defer t.Stop()
 		lazyTimer = t.C
 	}
+	// send writes and flushes; false when the client has gone.
+	send := func(b []byte) bool {
+		_, err := w.Write(b)
+		if flusher != nil {
+			flusher.Flush()
+		}
+		if err != nil && o.onGone != nil {
+			o.onGone()
+		}
+		return err == nil
+	}
 	keep := time.NewTicker(b.cfg.KeepAlive)
 	defer keep.Stop()
 	cursor := o.from
@@ -279,14 +290,7 @@ func (b *Bridge) serve(w http.ResponseWriter, r *http.Request, s *stream, o writ
 				buf.Write(e.data)
 				buf.WriteString("\n\n")
 			}
-			_, err := w.Write(buf.Bytes())
-			if flusher != nil {
-				flusher.Flush()
-			}
-			if err != nil {
-				if o.onGone != nil {
-					o.onGone()
-				}
+			if !send(buf.Bytes()) {
 				return false
 			}
 			cursor = evs[len(evs)-1].seq
@@ -309,17 +313,8 @@ func (b *Bridge) serve(w http.ResponseWriter, r *http.Request, s *stream, o writ
 				startSSE()
 			}
 		case <-keep.C:
-			if started {
-				_, err := w.Write([]byte(": keep-alive\n\n"))
-				if flusher != nil {
-					flusher.Flush()
-				}
-				if err != nil {
-					if o.onGone != nil {
-						o.onGone()
-					}
-					return false
-				}
+			if started && !send([]byte(": keep-alive\n\n")) {
+				return false
 			}
 		case <-r.Context().Done():
 			if o.onGone != nil {
