@@ -23,6 +23,7 @@ const victimEnv = "WALL_VICTIM"
 func TestMain(m *testing.M) {
 	if mode := os.Getenv(victimEnv); mode == "mcp-fake" {
 		mcptest.Tools["attack"] = mcpAttack
+		mcptest.Tools["env"] = mcpEnv
 		os.Exit(mcptest.Fake(os.Stdin, os.Stdout, os.Stderr))
 	} else if mode != "" {
 		os.Exit(victim(mode))

@@ -841,3 +841,32 @@ func TestMCPLegacyVatModernClient(t *testing.T) {
 		t.Errorf("a 2025 session: %v %q", err, r.Text())
 	}
 }
+
+// TestMCPWithNetwork: a stdio MCP vat with a network shape runs the
+// bridge beside the proxy: its processes get the proxy's variables, and
+// the entry serves both.
+func TestMCPWithNetwork(t *testing.T) {
+	f := newFixture(t, "mcp-net")
+	f.spec.Net = Net{}
+	ea, eb := socketpair(t)
+	serveNoGrant(t, eb, f.spec.ID)
+	f.spec.EntryCap = ea
+	w := f.startMCP(t, "", MCP{})
+	ctx := ctxT(t)
+	c := w.client("alice")
+	if err := c.Initialize(ctx, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Post(ctx, mcptest.Tool(2, "env", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := r.Text()
+	if !strings.Contains(env, "HTTPS_PROXY=http://127.0.0.1:") || strings.Contains(env, "TOYBOX_LISTEN") || strings.Contains(env, "TOYBOX_CAP_FD") {
+		t.Errorf("the process's environment:\n%s", env)
+	}
+}
+
+// mcpEnv is the fake's "env" tool inside a wall: the process's
+// environment, one variable a line.
+func mcpEnv() string { return strings.Join(os.Environ(), "\n") }
