@@ -667,6 +667,8 @@ func (b *Bridge) count(c *atomic.Int64) { c.Add(1) }
 // touch starts a call's timeout again (it showed progress), while it has
 // run less than MaxRequestTime.
 func (b *Bridge) touch(c *call) {
+	c.tmu.Lock()
+	defer c.tmu.Unlock()
 	if c.timer == nil {
 		return
 	}

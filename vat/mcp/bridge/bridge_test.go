@@ -283,13 +283,13 @@ func TestNoPrincipal(t *testing.T) {
 // TestRequestTimeout: a call with no answer in time gets -32001, and the
 // vat is told it is cancelled.
 func TestRequestTimeout(t *testing.T) {
-	_, srv := newBridge(t, Config{RequestTimeout: 300 * time.Millisecond})
+	_, srv := newBridge(t, Config{RequestTimeout: 2 * time.Second})
 	ctx := context.Background()
 	c := client(srv, "alice")
 	if err := c.Initialize(ctx, "", nil); err != nil {
 		t.Fatal(err)
 	}
-	r, err := c.Post(ctx, mcptest.Tool(7, "slow", map[string]any{"ms": 5000}))
+	r, err := c.Post(ctx, mcptest.Tool(7, "slow", map[string]any{"ms": 30000}))
 	if err != nil || !strings.Contains(string(r.Final()["error"]), "-32001") || string(r.Final()["id"]) != "7" {
 		t.Fatalf("a slow call: %v %+v; want -32001 for id 7", err, r.Final())
 	}

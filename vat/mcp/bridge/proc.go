@@ -45,7 +45,8 @@ type call struct {
 	token    string   // toybox's progress token, "" if none
 	ctoken   []byte   // the client's progress token
 	started  time.Time
-	timer    *time.Timer // the request's timeout
+	tmu      sync.Mutex
+	timer    *time.Timer // the request's timeout (under tmu)
 	// onDone runs once the response was pushed (or the call was dropped).
 	onDone func(resp mcp.Msg, ok bool)
 }
@@ -347,20 +348,23 @@ func (p *proc) take(up int64) *call {
 	if c.token != "" {
 		delete(p.progress, c.token)
 	}
+	c.tmu.Lock()
 	if c.timer != nil {
 		c.timer.Stop()
 	}
+	c.tmu.Unlock()
 	p.lastUse = time.Now()
 	return c
 }
 
-// finish pushes a call's response to its stream.
+// finish pushes a call's response to its stream, once onDone has seen
+// it (what onDone records, the stream's writer may read as it ends).
 func (p *proc) finish(c *call, resp []byte) {
 	m, err := mcp.Parse(resp)
-	c.st.push(resp, true)
 	if c.onDone != nil {
 		c.onDone(m, err == nil)
 	}
+	c.st.push(resp, true)
 }
 
 var errGone = errors.New("the vat's process has exited")
@@ -389,7 +393,9 @@ func (p *proc) send(m mcp.Msg, c *call) error {
 	p.calls[c.up] = c
 	p.lastUse = time.Now()
 	if t := p.b.cfg.RequestTimeout; t > 0 {
+		c.tmu.Lock()
 		c.timer = time.AfterFunc(t, func() { p.timedOut(c) })
+		c.tmu.Unlock()
 	}
 	p.mu.Unlock()
 	if err := p.write(raw); err != nil {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"toybox/vat/mcp"
@@ -142,10 +143,10 @@ func (b *Bridge) initialize(w http.ResponseWriter, r *http.Request, principal st
 	s.streams[st.id] = st
 	s.mu.Unlock()
 	c := &call{st: st, sess: s}
-	ok := true
+	var refused atomic.Bool // written by the reader, read here
 	c.onDone = func(resp mcp.Msg, parsed bool) {
 		if !parsed || resp.Result() == nil {
-			ok = false
+			refused.Store(true)
 			return
 		}
 		var res struct {
@@ -167,7 +168,7 @@ func (b *Bridge) initialize(w http.ResponseWriter, r *http.Request, principal st
 	}
 	done := b.serve(w, r, st, writeOpts{lazy: !prefersSSE(r), jsonOnly: !acceptsSSE(r), prime: requested >= "2025-11-25", session: s.id, lazyWait: b.cfg.LazyWait})
 	s.streamDone(st, done)
-	if !ok {
+	if refused.Load() {
 		// A refused initialize leaves no session behind.
 		b.endSession(s, "its initialize failed", true)
 		b.decide(r, principal, mcp.Legacy, s.id, m.Method, http.StatusOK, "initialize refused by the vat; session ended")
