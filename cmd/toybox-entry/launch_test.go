@@ -123,6 +123,12 @@ func TestLauncherRefusesAndSaysWhy(t *testing.T) {
 		{"the proxy port taken", []string{"--cap-fd", "4", "--proxy-port", busyPort, "--app-cap-fd", "3"}, "", entry.ExitSetup, "serving the proxy on port " + busyPort + ": bind 127.0.0.1:" + busyPort + ": address already in use"},
 		{"a forwarded port taken", []string{"--cap-fd", "4", "--forward", busyPort + "=db.lan:5432", "--app-cap-fd", "3"}, "", entry.ExitSetup, "forwarding port " + busyPort + ": bind 127.0.0.1:" + busyPort + ": address already in use"},
 		{"no such command", []string{"--app-cap-fd", "3"}, "/nonexistent/app", entry.ExitExec, "starting /nonexistent/app: no such file or directory"},
+		{"an MCP transport but stdio", []string{"--mcp", "http", "--mcp-fd", "4", "--app-cap-fd", "3"}, "", entry.ExitSetup, "--mcp is not stdio"},
+		{"an MCP mode it does not know", []string{"--mcp", "stdio", "--mcp-fd", "4", "--mcp-mode", "pooled", "--app-cap-fd", "3"}, "", entry.ExitSetup, "--mcp-mode is not session, shared or single"},
+		{"MCP without a listener", []string{"--mcp", "stdio", "--app-cap-fd", "3"}, "", entry.ExitSetup, "--mcp stdio without --mcp-fd"},
+		{"an MCP flag without --mcp", []string{"--mcp-fd", "4", "--app-cap-fd", "3"}, "", entry.ExitSetup, "an --mcp-* flag without --mcp stdio"},
+		{"the app's capability as the MCP listener", []string{"--mcp", "stdio", "--mcp-fd", "3", "--app-cap-fd", "3"}, "", entry.ExitSetup, "--mcp-fd names the descriptor of a capability"},
+		{"a closed MCP listener", []string{"--mcp", "stdio", "--mcp-fd", "9", "--app-cap-fd", "3"}, "", entry.ExitSetup, "the MCP listener (--mcp-fd): fcntl: bad file descriptor"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			marker := filepath.Join(t.TempDir(), "ran")
@@ -152,6 +158,13 @@ func TestLaunchCheck(t *testing.T) {
 	if code, err := ok.check(f); err != nil || code != 0 {
 		t.Fatalf("agreeing launch: %d %v", code, err)
 	}
+	mcpLaunch, mcpFlags := ok, f
+	mcpLaunch.Pid = 0
+	mcpLaunch.MCP = &launchMCP{FD: 5, Mode: "session", MaxProcs: 4, SpawnerFD: 6, SpawnerPid: 7}
+	mcpFlags.mcp = &launchMCP{FD: 5, Mode: "session", MaxProcs: 4}
+	if code, err := mcpLaunch.check(mcpFlags); err != nil || code != 0 {
+		t.Fatalf("agreeing MCP launch: %d %v", code, err)
+	}
 	for _, tc := range []struct {
 		name string
 		edit func(*launch)
@@ -169,6 +182,12 @@ func TestLaunchCheck(t *testing.T) {
 		{"cloexec failed", func(l *launch) {
 			*l = launch{State: launchFailed, Stage: stageCloexec, Call: "close_range", Err: syscall.EINVAL}
 		}, entry.ExitSetup, "marking descriptors close-on-exec: close_range: invalid argument"},
+		{"MCP read otherwise", func(l *launch) {
+			l.MCP = &launchMCP{FD: 5, Mode: "shared", SpawnerFD: 6, SpawnerPid: 7}
+		}, entry.ExitSetup, "read the MCP flags differently"},
+		{"spawner failed", func(l *launch) {
+			*l = launch{State: launchFailed, Stage: stageSpawner, Call: "fork", Err: syscall.EAGAIN}
+		}, entry.ExitSetup, "starting the MCP spawner: fork: resource temporarily unavailable"},
 		{"spawn failed", func(l *launch) {
 			*l = launch{State: launchFailed, Stage: stageSpawn, Call: "posix_spawn", Err: syscall.EACCES}
 		}, entry.ExitExec, "starting /app: permission denied"},
