@@ -163,7 +163,8 @@ type Stats struct {
 	Dropped    int64  `json:"droppedStdoutLines"`
 	TooLong    int64  `json:"tooLongMessages"`
 	Spawned    int64  `json:"spawned"`
-	Exited     int64  `json:"exited"` // processes that ended without being stopped
+	StderrLost int64  `json:"stderrLinesLost"` // stderr lines the vat's log could not take in time
+	Exited     int64  `json:"exited"`          // processes that ended without being stopped
 	LastError  string `json:"lastError,omitempty"`
 	LastErrorT string `json:"lastErrorAt,omitempty"`
 	// Crashing says why the bridge starts no process any more: they
@@ -199,11 +200,11 @@ type Bridge struct {
 	exits    []time.Time // processes that ended unasked, recently
 	crashing string      // why no process is started any more
 
-	stats struct{ Dropped, TooLong, Spawned, Exited atomic.Int64 }
+	stats struct{ Dropped, TooLong, Spawned, Exited, StderrLost atomic.Int64 }
 
-	logMu sync.Mutex
-	stop  chan struct{}
-	wg    sync.WaitGroup
+	stderr chan []byte
+	stop   chan struct{}
+	wg     sync.WaitGroup
 }
 
 // New starts a bridge (and its spare process, unless cfg.NoSpare).
@@ -218,10 +219,11 @@ func New(cfg Config) (*Bridge, error) {
 	b := &Bridge{
 		cfg: cfg, sessions: map[string]*session{}, procs: map[*proc]bool{},
 		modern: map[string]*modernOwner{}, shared: map[string]*sharedOwner{},
-		stop: make(chan struct{}),
+		stop: make(chan struct{}), stderr: make(chan []byte, stderrQueue),
 	}
-	b.wg.Add(1)
+	b.wg.Add(2)
 	go b.janitor()
+	go b.writeStderr()
 	b.refillSpare()
 	return b, nil
 }
@@ -265,7 +267,7 @@ func (b *Bridge) Stats() Stats {
 		Sessions: len(b.sessions), Processes: len(b.procs), Spare: b.spare != nil,
 		Era: string(b.eraLocked()), ServerInfo: b.info,
 		Dropped: b.stats.Dropped.Load(), TooLong: b.stats.TooLong.Load(),
-		Spawned: b.stats.Spawned.Load(), Exited: b.stats.Exited.Load(),
+		Spawned: b.stats.Spawned.Load(), Exited: b.stats.Exited.Load(), StderrLost: b.stats.StderrLost.Load(),
 		LastError: b.lastErr, Crashing: b.crashing,
 	}
 	if !b.lastAt.IsZero() {
@@ -704,9 +706,26 @@ func (b *Bridge) logVat(p *proc, result, reason string) {
 		keyResult, result, keyReason, reason, keyProc, p.n)
 }
 
+// noiseLogged is how many dropped lines of one process are logged one
+// by one; past it, one record in every noiseEvery says how many.
+const (
+	noiseLogged = 20
+	noiseEvery  = 1000
+)
+
 // dropped counts and logs a stdout line that is not a message.
 func (b *Bridge) dropped(p *proc, line []byte, err error) {
 	b.count(&b.stats.Dropped)
+	p.mu.Lock()
+	p.noise++
+	n := p.noise
+	p.mu.Unlock()
+	if n > noiseLogged {
+		if n%noiseEvery == 0 {
+			b.logVat(p, "dropped", fmt.Sprintf("%d stdout lines that are not JSON-RPC so far (the first %d were logged)", n, noiseLogged))
+		}
+		return
+	}
 	shown := line
 	if len(shown) > 200 {
 		shown = shown[:200]
@@ -714,10 +733,37 @@ func (b *Bridge) dropped(p *proc, line []byte, err error) {
 	b.logVat(p, "dropped", fmt.Sprintf("a stdout line that is %v: %q", err, shown))
 }
 
-// vatLog writes one line of a process's stderr to the vat's log.
+// vatLog queues one line of a process's stderr for the vat's log. It
+// never blocks: a log slower than the processes' stderr loses lines
+// (counted), never a process's stdout, which a blocked stderr would stop.
 func (b *Bridge) vatLog(line []byte) {
-	b.logMu.Lock()
-	defer b.logMu.Unlock()
 	buf := make([]byte, 0, len(line)+1)
-	_, _ = b.cfg.VatLog.Write(append(append(buf, line...), '\n'))
+	select {
+	case b.stderr <- append(append(buf, line...), '\n'):
+	default:
+		b.count(&b.stats.StderrLost)
+	}
+}
+
+// stderrQueue is how many stderr lines wait for the vat's log.
+const stderrQueue = 4096
+
+// writeStderr writes the queued stderr lines to the vat's log.
+func (b *Bridge) writeStderr() {
+	defer b.wg.Done()
+	for {
+		select {
+		case line := <-b.stderr:
+			_, _ = b.cfg.VatLog.Write(line)
+		case <-b.stop:
+			for {
+				select {
+				case line := <-b.stderr:
+					_, _ = b.cfg.VatLog.Write(line)
+				default:
+					return
+				}
+			}
+		}
+	}
 }

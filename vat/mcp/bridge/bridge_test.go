@@ -454,3 +454,33 @@ func TestSharedLogLevels(t *testing.T) {
 		t.Error("the error session got the info line")
 	}
 }
+
+// stuckLog is a vat log that takes nothing until the test ends.
+type stuckLog struct{ done chan struct{} }
+
+func (l stuckLog) Write(b []byte) (int, error) {
+	<-l.done
+	return len(b), nil
+}
+
+// TestStderrFloodDoesNotStall: a process that floods stderr while the
+// vat's log takes nothing still answers; the lines that could not wait
+// are counted.
+func TestStderrFloodDoesNotStall(t *testing.T) {
+	log := stuckLog{done: make(chan struct{})}
+	b, srv := newBridge(t, Config{VatLog: log})
+	t.Cleanup(func() { close(log.done) })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c := client(srv, "alice")
+	if err := c.Initialize(ctx, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Post(ctx, mcptest.Tool(2, "flood", nil))
+	if err != nil || r.Text() != "flooded" {
+		t.Fatalf("flood: %v %+v", err, r)
+	}
+	if st := b.Stats(); st.StderrLost == 0 {
+		t.Errorf("stats %+v; want lost stderr lines counted", st)
+	}
+}

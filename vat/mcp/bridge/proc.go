@@ -74,7 +74,8 @@ type proc struct {
 	progress map[string]*call
 	lastUse  time.Time
 	closing  bool
-	tail     tail // the end of its stderr
+	tail     tail  // the end of its stderr
+	noise    int64 // its stdout lines dropped
 
 	done     chan struct{} // closed once it is gone and its calls failed
 	exitText string

@@ -487,8 +487,9 @@ func (b *Bridge) getLegacy(w http.ResponseWriter, r *http.Request, principal, si
 	}
 	s.mu.Lock()
 	prime := s.version >= "2025-11-25"
-	st, from := s.get, s.get.delivered
+	st := s.get
 	s.mu.Unlock()
+	from := st.deliveredSeq()
 	if lei := r.Header.Get(mcp.HeaderLastEvent); lei != "" {
 		id, seq, ok := mcp.ParseEventID(lei)
 		s.mu.Lock()

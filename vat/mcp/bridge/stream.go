@@ -139,6 +139,13 @@ func (s *stream) detach(sl *slot) {
 	s.mu.Unlock()
 }
 
+// deliveredSeq is the last seq a writer wrote.
+func (s *stream) deliveredSeq() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.delivered
+}
+
 // attached reports whether a connection writes the stream now.
 func (s *stream) attached() bool {
 	s.mu.Lock()

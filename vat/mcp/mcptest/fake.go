@@ -50,6 +50,7 @@ const Emoji = "\U0001F469\u200D\U0001F4BB \u2028 <b>&</b>"
 //	progress               sends three progress notifications, then answers
 //	count                  answers how many times it ran in this process
 //	pid                    answers the process id
+//	flood                  writes 4 MB to stderr, then answers
 //	log                    sends an info notifications/message, then answers
 //	level                  answers the last logging/setLevel's level
 //	region {region}        answers region (its schema mirrors it in Mcp-Param-Region)
@@ -303,6 +304,12 @@ func (f *fake) call(m msg) {
 		l := f.level
 		f.mu.Unlock()
 		f.text(m.ID, l)
+	case "flood":
+		line := strings.Repeat("e", 200) + "\n"
+		for range 20000 {
+			_, _ = io.WriteString(f.errw, line)
+		}
+		f.text(m.ID, "flooded")
 	case "pid":
 		f.text(m.ID, fmt.Sprint(os.Getpid()))
 	case "stubborn":
