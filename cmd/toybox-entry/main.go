@@ -68,6 +68,9 @@ func main() {
 	// ran before the Go runtime. What it did is checked against this
 	// parse of the same flags.
 	l := launched()
+	// A stop request from here on is forwarded to the app (Go's default
+	// would end this pid 1 with exit 2, the app never hearing it).
+	entry.CatchSignals()
 	// The app starts 32 tasks below the wall's task limit (the launcher's
 	// TE_TASK_RESERVE): this runtime's threads must fit in them beside an
 	// app at its own limit, on any host. At most maxProcs threads run Go

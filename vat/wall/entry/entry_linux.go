@@ -28,8 +28,9 @@ const (
 // Signals for the app, and SIGCHLD for reaping. They are caught once the
 // app runs, not before: signal.Notify starts the runtime's signal loop (a
 // thread of its own, about a millisecond), which no app should wait for.
-// Until then a stop request (SIGTERM) ends the entry by Go's default
-// action, and with it the wall: what was asked for.
+// main catches them first thing (CatchSignals); before that a stop request
+// (SIGTERM) ends the entry by Go's default action (exit status 2 for a pid
+// 1), and with it the wall: what was asked for.
 var (
 	sigs = make(chan os.Signal, 16)
 	chld = make(chan os.Signal, 1)
@@ -39,6 +40,13 @@ func catchSignals() {
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2)
 	signal.Notify(chld, unix.SIGCHLD)
 }
+
+// CatchSignals catches the signals Run and RunMCP act on, as soon as
+// main runs (the app already does): a stop request that comes while the
+// entry sets itself up then waits for them. Until a signal is caught the
+// runtime's default ends the entry, as pid 1 with exit status 2, and the
+// app does not hear it.
+func CatchSignals() { catchSignals() }
 
 // bootstrapTimeout bounds the Vat bootstrap and egress() call.
 const bootstrapTimeout = 15 * time.Second

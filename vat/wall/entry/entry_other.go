@@ -26,5 +26,8 @@ const (
 	ExitExec  = 127
 )
 
+// CatchSignals does nothing off Linux.
+func CatchSignals() {}
+
 // Kill does nothing off Linux.
 func Kill(int) {}
