@@ -86,9 +86,11 @@ const tailMax = 64 << 10
 
 type tail struct{ b []byte }
 
+// write appends p, keeping at least the last tailMax bytes (cut only at
+// twice that: a copy per line of a flood would cost 64 KiB a line).
 func (t *tail) write(p []byte) {
 	t.b = append(t.b, p...)
-	if len(t.b) > tailMax {
+	if len(t.b) > 2*tailMax {
 		t.b = append(t.b[:0], t.b[len(t.b)-tailMax:]...)
 	}
 }
