@@ -10,7 +10,8 @@ GOFUMPT_VERSION := v0.12.0
 # server); make test needs the rest too (g++, libcapnp-dev and pkg-config:
 # tests/cppclient_test.go builds examples/cpp-client).
 DEV_PACKAGES := gcc libc6-dev bubblewrap libseccomp-dev busybox-static
-APT_PACKAGES := $(DEV_PACKAGES) capnproto iproute2 docker.io systemd debootstrap g++ libcapnp-dev pkg-config
+# chromium: the public edge's browser tests (tests/edge_test.go).
+APT_PACKAGES := $(DEV_PACKAGES) capnproto iproute2 docker.io systemd debootstrap g++ libcapnp-dev pkg-config chromium
 PKGS ?= $(APT_PACKAGES)
 export CGO_ENABLED := 1
 # How toybox-entry is built (tests/testenv.EntryBuildFlags says the same).
@@ -90,8 +91,13 @@ test-integration: build
 # offline quickstart does. With the local handle, the switchboard runs with
 # --loopback unchecked (development only): it has no listener-owner facts
 # (toybox's uid, its directories, docker) to judge who holds a loopback port,
-# and without them it would refuse every loopback target.
+# and without them it would refuse every loopback target. Each vat is at
+# http://<vat>.localhost:8787/ (its own origin) and localhost:8787/<vat>/;
+# DEV_PUBLIC_HOST=NAME also serves NAME and <vat>.NAME (a name of this
+# machine on the LAN, say; with DEV_HTTP=0.0.0.0:8787).
 DEV_HANDLE ?= public
+DEV_HTTP ?= 127.0.0.1:8787
+DEV_PUBLIC_HOST ?=
 DEV_LOOPBACK ?= $(if $(filter local,$(DEV_HANDLE)),--loopback unchecked,)
 dev:
 	@$(MAKE) --no-print-directory deps PKGS="$(DEV_PACKAGES)"
@@ -102,7 +108,8 @@ dev:
 	trap stop INT TERM EXIT; \
 	$(BIN)/switchboard --listen public=./state/switchboard-public.sock --listen local=./state/switchboard-local.sock $(DEV_LOOPBACK) & sb=$$!; \
 	for i in $$(seq 100); do [ -S ./state/switchboard-$(DEV_HANDLE).sock ] && break; sleep 0.05; done; \
-	$(BIN)/toybox serve --state ./state --switchboard ./state/switchboard-$(DEV_HANDLE).sock --http 127.0.0.1:8787 --admin ./admin.sock & tb=$$!; \
+	echo "vats at http://<vat>.localhost:$(lastword $(subst :, ,$(DEV_HTTP)))/ and http://localhost:$(lastword $(subst :, ,$(DEV_HTTP)))/<vat>/; admin: curl --unix-socket admin.sock http://toybox/"; \
+	$(BIN)/toybox serve --state ./state --switchboard ./state/switchboard-$(DEV_HANDLE).sock --http $(DEV_HTTP) --admin ./admin.sock $(if $(DEV_PUBLIC_HOST),--public-host $(DEV_PUBLIC_HOST)) & tb=$$!; \
 	wait $$tb; tb=; stop
 
 # bench: every figure of docs/benchmarks.md, each beside its baseline in the

@@ -128,9 +128,10 @@ func (s *Supervisor) Remove(ctx context.Context, id string) error {
 	return nil
 }
 
-// Get sends GET path to the public socket and returns the status and body.
+// Get sends GET path to the public socket (as Host localhost, a name the
+// public listener serves) and returns the status and body.
 func (s *Supervisor) Get(ctx context.Context, path string) (int, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://toybox"+path, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://localhost"+path, nil)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -263,13 +263,13 @@ func TestDoorsEndToEnd(t *testing.T) {
 	}
 
 	t.Run("the walled vat calls its door through fd 3", func(t *testing.T) {
-		if code, body := doorsDo(t, pc, http.MethodGet, "http://toybox/kiosk/doors", nil); code != 200 || body != "GET /kiosk/state\nPOST /kiosk/state\n" {
+		if code, body := doorsDo(t, pc, http.MethodGet, "http://localhost/kiosk/doors", nil); code != 200 || body != "GET /kiosk/state\nPOST /kiosk/state\n" {
 			t.Errorf("GET /kiosk/doors = %d %q", code, body)
 		}
-		if code, body := doorsDo(t, pc, http.MethodPost, "http://toybox/kiosk/door/kiosk/state", []byte("clock")); code != 200 {
+		if code, body := doorsDo(t, pc, http.MethodPost, "http://localhost/kiosk/door/kiosk/state", []byte("clock")); code != 200 {
 			t.Fatalf("POST through the door = %d %s", code, body)
 		}
-		code, body := doorsDo(t, pc, http.MethodGet, "http://toybox/kiosk/door/kiosk/state", nil)
+		code, body := doorsDo(t, pc, http.MethodGet, "http://localhost/kiosk/door/kiosk/state", nil)
 		var a struct {
 			State   string `json:"state"`
 			Request struct {
@@ -295,7 +295,7 @@ func TestDoorsEndToEnd(t *testing.T) {
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
-				code, body := doorsDo(t, pc, tt.method, "http://toybox/kiosk/door"+tt.path, nil)
+				code, body := doorsDo(t, pc, tt.method, "http://localhost/kiosk/door"+tt.path, nil)
 				if code != http.StatusBadGateway || !strings.Contains(body, tt.want) {
 					t.Errorf("%s %s = %d %q; want 502 with %q", tt.method, tt.path, code, body, tt.want)
 				}
@@ -313,7 +313,7 @@ func TestDoorsEndToEnd(t *testing.T) {
 			_ = c.Close()
 		}
 		for _, q := range []string{"unix=" + sock, "tcp=" + tcpAddr} {
-			code, body := doorsDo(t, pc, http.MethodGet, "http://toybox/kiosk/reach?"+q, nil)
+			code, body := doorsDo(t, pc, http.MethodGet, "http://localhost/kiosk/reach?"+q, nil)
 			if code != 200 || !strings.HasPrefix(body, "unreachable: ") {
 				t.Errorf("reach %s from inside the wall = %d %q; want unreachable", q, code, body)
 			}
@@ -342,10 +342,10 @@ func TestDoorsEndToEnd(t *testing.T) {
 		if code != http.StatusOK || strings.Contains(body, `"doors"`) {
 			t.Fatalf("upgrade = %d %s; want 200 with no doors", code, body)
 		}
-		if code, body := doorsDo(t, pc, http.MethodGet, "http://toybox/kiosk/doors", nil); code != 200 || body != "" {
+		if code, body := doorsDo(t, pc, http.MethodGet, "http://localhost/kiosk/doors", nil); code != 200 || body != "" {
 			t.Errorf("GET /kiosk/doors after the upgrade = %d %q; want an empty list", code, body)
 		}
-		if code, body := doorsDo(t, pc, http.MethodGet, "http://toybox/kiosk/door/kiosk/state", nil); code != http.StatusBadGateway || !strings.Contains(body, "door refused: this vat has no doors") {
+		if code, body := doorsDo(t, pc, http.MethodGet, "http://localhost/kiosk/door/kiosk/state", nil); code != http.StatusBadGateway || !strings.Contains(body, "door refused: this vat has no doors") {
 			t.Errorf("call after the upgrade = %d %q; want refused", code, body)
 		}
 		recs := logs.records("doors revoked")
@@ -359,7 +359,7 @@ func TestDoorsEndToEnd(t *testing.T) {
 		if code != http.StatusOK {
 			t.Fatalf("upgrade back to doors = %d %s", code, body)
 		}
-		if code, _ := doorsDo(t, pc, http.MethodGet, "http://toybox/kiosk/door/kiosk/state", nil); code != 200 {
+		if code, _ := doorsDo(t, pc, http.MethodGet, "http://localhost/kiosk/door/kiosk/state", nil); code != 200 {
 			t.Fatalf("a fresh grant after the upgrade does not work: %d", code)
 		}
 		if code, body := doorsDo(t, ac, http.MethodDelete, "http://admin/kiosk", nil); code != 200 {
@@ -400,7 +400,7 @@ func TestDoorsEndToEnd(t *testing.T) {
 		if st.Status != "off: it stopped" || !strings.Contains(st.LastError, "doors refused: vat kiosk is not first-party") || len(st.Doors) != 0 {
 			t.Errorf("kiosk after the table dropped it = %+v; want off with the doors refusal", st)
 		}
-		if code, _ := doorsDo(t, pc, http.MethodGet, "http://toybox/kiosk/door/kiosk/state", nil); code != http.StatusServiceUnavailable {
+		if code, _ := doorsDo(t, pc, http.MethodGet, "http://localhost/kiosk/door/kiosk/state", nil); code != http.StatusServiceUnavailable {
 			t.Errorf("kiosk answers %d; want 503 (off)", code)
 		}
 	})

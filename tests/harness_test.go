@@ -80,8 +80,10 @@ func buildAll() (int, error) {
 			return 1, err
 		}
 	}
-	if err := build(filepath.Join(bins, "examples", "snoop"), "./tests/snoop"); err != nil {
-		return 1, err
+	for _, fixture := range []string{"snoop", "pagevat"} {
+		if err := build(filepath.Join(bins, "examples", fixture), "./tests/"+fixture); err != nil {
+			return 1, err
+		}
 	}
 	return 0, nil
 }

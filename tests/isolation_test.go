@@ -300,7 +300,7 @@ func TestAttackHangingRequests(t *testing.T) {
 			t.Fatalf("hanging request %d: %v", i, err)
 		}
 		held = append(held, c)
-		if _, err := fmt.Fprintf(c, "GET /mallory/hang HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		if _, err := fmt.Fprintf(c, "GET /mallory/hang HTTP/1.1\r\nHost: localhost\r\n\r\n"); err != nil {
 			t.Fatal(err)
 		}
 	}

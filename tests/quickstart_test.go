@@ -79,7 +79,9 @@ func TestQuickstart(t *testing.T) {
 	s := newStack(t, stackOpts{handle: "local"})
 	site := t.TempDir()
 	sitePort := freePort(t)
+	_, port, _ := strings.Cut(s.http, ":")
 	sub := strings.NewReplacer(
+		".localhost:8787", ".localhost:"+port, // a vat's own origin: <vat>.localhost
 		"localhost:8787", s.http,
 		"127.0.0.1:8000", "127.0.0.1:"+sitePort,
 		`"port":8000`, `"port":`+sitePort,

@@ -24,6 +24,7 @@ import (
 
 	"toybox/cmd/internal/unixsock"
 	"toybox/vat/doors"
+	"toybox/vat/edge"
 	"toybox/vat/grant"
 	"toybox/vat/store"
 	"toybox/vat/supervisor"
@@ -33,11 +34,14 @@ import (
 
 func init() { commands["serve"] = serveMain }
 
-const serveUsage = `usage: toybox serve --state DIR --switchboard PATH [--http ADDR|unix:PATH] [--admin PATH] [--entry PATH] [--doors FILE] [--wall-tmp-mib N] [--wall-max-tasks N]
+const serveUsage = `usage: toybox serve --state DIR --switchboard PATH [--http ADDR|unix:PATH] [--public-host NAME[,NAME]]... [--admin PATH] [--entry PATH] [--doors FILE] [--wall-tmp-mib N] [--wall-max-tasks N]
 
 Runs the supervisor: every installed vat starts, the admin API is served on
-the admin socket (mode 0600) and each vat's app on the http socket as
-/<vat>/... . Under systemd socket activation the sockets named "http" and
+the admin socket (mode 0600) and each vat's app on the http socket, on its
+own origin http://<vat>.<public host>/ and as /<vat>/... on the public
+host itself. The public hosts are localhost (so http://<vat>.localhost:PORT/),
+the loopback addresses and each --public-host; a request for any other
+Host is refused (403). Under systemd socket activation the sockets named "http" and
 "admin" are used instead of --http and --admin; "admin" must be a unix
 socket (a TCP one is refused: every local user could reach it). One
 supervisor per state dir: it holds <state>/serve.lock, and a second one
@@ -53,6 +57,16 @@ func serveMain(args []string) int {
 	stateDir := fs.String("state", "", "state directory (code, data, records)")
 	sbPath := fs.String("switchboard", "", "the switchboard socket this supervisor holds (the most any vat can reach)")
 	httpAddr := fs.String("http", "", "public HTTP listener: host:port or unix:PATH")
+	var publicHosts []string
+	fs.Func("public-host", "a name (or address) the public listener answers to, its vats at <vat>.NAME; repeat it or give a comma list (localhost and loopback addresses are always served)", func(v string) error {
+		for _, n := range strings.Split(v, ",") {
+			if n = strings.TrimSpace(n); n == "" {
+				return errors.New("an empty name")
+			}
+			publicHosts = append(publicHosts, n)
+		}
+		return nil
+	})
 	adminPath := fs.String("admin", "", "admin unix socket path (created 0600)")
 	entryPath := fs.String("entry", "", "toybox-entry binary (default: next to this binary)")
 	doorsPath := fs.String("doors", "", "the operator's door table (default: <state>/doors.json, where a missing file means no doors)")
@@ -62,6 +76,11 @@ func serveMain(args []string) int {
 	wallTmp := fs.Int64("wall-tmp-mib", wall.TmpBytes>>20, "size of each wall's /tmp in MiB (it is memory: a tmpfs)")
 	wallTasks := fs.Int("wall-max-tasks", wall.MaxTasks, "most processes and threads in each wall (an app under toybox-entry, a vat with a way out, may use all but 32)")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	hosts, err := edge.ParseHosts(publicHosts)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "toybox serve: --public-host: %v\n", err)
 		return 2
 	}
 	level := slog.LevelInfo
@@ -88,7 +107,7 @@ func serveMain(args []string) int {
 	}
 	if err := runServe(serveOptions{
 		state: *stateDir, switchboard: *sbPath, http: *httpAddr, admin: *adminPath, entry: *entryPath, doors: *doorsPath,
-		readyTimeout: *readyTimeout, stopGrace: *stopGrace, maxBody: *maxBody, wallTmp: *wallTmp << 20, wallTasks: *wallTasks,
+		readyTimeout: *readyTimeout, stopGrace: *stopGrace, maxBody: *maxBody, wallTmp: *wallTmp << 20, wallTasks: *wallTasks, hosts: hosts,
 		walls: os.Getenv("TOYBOX_WALLS"), wallsDefault: os.Getenv("TOYBOX_WALLS_DEFAULT"),
 	}, log); err != nil {
 		log.Error("toybox serve", "error", err.Error())
@@ -122,6 +141,7 @@ type serveOptions struct {
 	maxBody, wallTmp                              int64
 	wallTasks                                     int
 	walls, wallsDefault                           string
+	hosts                                         edge.Hosts
 }
 
 // httpStopBudget bounds how long requests in flight may finish at shutdown.
@@ -192,7 +212,7 @@ func runServe(o serveOptions, log *slog.Logger) error {
 			return p, nil
 		},
 		ReadyTimeout: o.readyTimeout, StopGrace: o.stopGrace, WallTmpBytes: o.wallTmp, WallMaxTasks: o.wallTasks, Logger: log,
-		OwnPorts: ownPorts(httpL),
+		OwnPorts: ownPorts(httpL), Hosts: o.hosts,
 	})
 	if err != nil {
 		return err
@@ -222,7 +242,7 @@ func runServe(o serveOptions, log *slog.Logger) error {
 	if _, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
 		log.Warn("sd_notify READY=1 failed", "error", err.Error())
 	}
-	log.Info("toybox serving", "state", st.StateDir(), "admin", adminL.Addr().String(), "http", addrOf(httpL), "switchboard", o.switchboard, "entry", o.entry)
+	log.Info("toybox serving", "state", st.StateDir(), "admin", adminL.Addr().String(), "http", addrOf(httpL), "public_hosts", o.hosts.Names(), "switchboard", o.switchboard, "entry", o.entry)
 
 	var serveErr error
 	select {

@@ -209,3 +209,35 @@ func TestWallMaxTasksAboveTheHardLimit(t *testing.T) {
 		t.Errorf("--wall-max-tasks 1000 under a hard limit of 1000: exit %d %q; want it taken (then the state dir refused: exit 1)", code, out)
 	}
 }
+
+// TestPublicHostFlag: --public-host takes names, repeated or as a comma
+// list; a port, a scheme or a wildcard is refused before anything starts,
+// naming the flag and the problem.
+func TestPublicHostFlag(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve := func(flags ...string) (int, string) {
+		// A state dir that cannot be locked: past the flags, serve ends.
+		cmd := exec.Command(self, append([]string{"serve", "--state", "/dev/null/state"}, flags...)...)
+		cmd.Env = append(os.Environ(), serveEnv+"=1")
+		out, _ := cmd.CombinedOutput()
+		return cmd.ProcessState.ExitCode(), string(out)
+	}
+	for _, tt := range []struct {
+		flags []string
+		code  int
+		want  string
+	}{
+		{[]string{"--public-host", "toybox.example.com,Other.Example", "--public-host", "192.0.2.1"}, 1, "creating state dir"},
+		{[]string{"--public-host", "toybox.example.com:8787"}, 2, "--public-host: bad public host: public host \"toybox.example.com:8787\": a bare name"},
+		{[]string{"--public-host", "https://toybox.example.com"}, 2, "without a scheme"},
+		{[]string{"--public-host", "*.example.com"}, 2, "wildcard"},
+		{[]string{"--public-host", "a.example,,b.example"}, 2, "an empty name"},
+	} {
+		if code, out := serve(tt.flags...); code != tt.code || !strings.Contains(out, tt.want) {
+			t.Errorf("toybox serve %q: exit %d %q; want %d and %q", tt.flags, code, out, tt.code, tt.want)
+		}
+	}
+}

@@ -55,6 +55,19 @@ func RequireRoot(t testing.TB) {
 	}
 }
 
+// RequireChromium needs a headless Chromium (Debian's chromium package,
+// which make deps installs) and returns its path.
+func RequireChromium(t testing.TB) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if path, err := exec.LookPath(name); err == nil {
+			return path
+		}
+	}
+	Unavailable(t, "chromium is not installed (apt-get install chromium)")
+	return ""
+}
+
 // EntryBuildFlags are the go build flags toybox-entry is built with (the
 // Makefile's ENTRY_FLAGS): static, its C launcher and glibc linked in,
 // without the cgo resolver and user lookups.
@@ -133,4 +146,17 @@ func (b *Buffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// Dial connects to addr over TCP, with a deadline of 30 seconds for
+// everything on the connection; it is closed when the test ends.
+func Dial(t testing.TB, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	return c
 }

@@ -47,7 +47,7 @@ func testSupervisorWith(t *testing.T, mod func(*Config)) (*Supervisor, *store.St
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Store: st, Switches: sw, UIDBase: testUIDBase}
+	cfg := Config{Store: st, Switches: sw, UIDBase: testUIDBase, Hosts: testHosts(t)}
 	if mod != nil {
 		mod(&cfg)
 	}

@@ -32,7 +32,7 @@ func servingVat(t *testing.T, s *Supervisor, id string, h http.Handler) *instanc
 // everyone else got 503 "busy". One client holds at most
 // MaxClientVatRequests of them.
 func TestOneClientCannotMakeAVatBusy(t *testing.T) {
-	s := &Supervisor{log: slog.New(slog.DiscardHandler), vats: map[string]*vat{}}
+	s := &Supervisor{cfg: Config{Hosts: testHosts(t)}, log: slog.New(slog.DiscardHandler), vats: map[string]*vat{}}
 	in := servingVat(t, s, "bob", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body) // as an MCP server reads a POST
 		_, _ = io.WriteString(w, "got "+string(b))

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"toybox/vat/edge"
 	"toybox/vat/store"
 	"toybox/vat/switches"
 )
@@ -129,12 +130,23 @@ func unwalledSupervisor(t *testing.T, grace time.Duration) (*Supervisor, *store.
 	// Its vats' uids are not the ones the end-to-end tests' supervisors
 	// (tests/, run alongside) give theirs: an unwalled vat's processes are
 	// killed by uid when it ends.
-	s, err := New(Config{Store: st, Switches: sw, StopGrace: grace, ReadyTimeout: 10 * time.Second, UIDBase: testUIDBase})
+	s, err := New(Config{Store: st, Switches: sw, StopGrace: grace, ReadyTimeout: 10 * time.Second, UIDBase: testUIDBase, Hosts: testHosts(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Shutdown(t.Context()) })
 	return s, st, dir
+}
+
+// testHosts are the public names the tests' requests use (httptest's
+// example.com, and x).
+func testHosts(t testing.TB) edge.Hosts {
+	t.Helper()
+	h, err := edge.ParseHosts([]string{"example.com", "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
 }
 
 // shellScriptApp is examples/shell-script's app: a tiny vat, a shell script

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -15,8 +16,8 @@ import (
 	"strings"
 	"time"
 
-	"toybox/labels"
 	"toybox/vat/doors"
+	"toybox/vat/edge"
 	"toybox/vat/tokens"
 )
 
@@ -43,24 +44,51 @@ const (
 )
 
 // originWide are answer headers that act on the whole origin, which every
-// vat shares (/<vat>/...): a vat may not clear the others' storage, nor
-// widen a service worker's scope beyond its own path, nor set the origin's
-// policies that outlive the answer: NEL with Report-To (the browser then
-// reports requests to every vat's pages, their URLs, to an endpoint the
-// vat chose, for as long as max_age says, even after the vat is gone),
-// Strict-Transport-Security (the whole host, its subdomains too with
-// includeSubDomains), Alt-Svc (where the whole origin is fetched from) and
-// Accept-CH / Critical-CH (the client hints a browser keeps sending to the
-// origin, to every vat's pages). Those are the operator's, at the proxy in
-// front.
+// vat shares on a shared origin (/<vat>/...), or on the whole site, which
+// every vat's own origin shares (Clear-Site-Data's "cookies" clears the
+// registrable domain's). They go on every origin, for one rule: a vat may
+// not clear the others' storage, nor widen a service worker's scope beyond
+// its own path, nor set the origin's policies that outlive the answer: NEL
+// with Report-To (the browser then reports requests to every vat's pages,
+// their URLs, to an endpoint the vat chose, for as long as max_age says,
+// even after the vat is gone), Strict-Transport-Security (the whole host,
+// its subdomains too with includeSubDomains), Alt-Svc (where the whole
+// origin is fetched from) and Accept-CH / Critical-CH (the client hints a
+// browser keeps sending to the origin, to every vat's pages). Those are
+// the operator's, at the proxy in front.
 var originWide = []string{"Clear-Site-Data", "Service-Worker-Allowed", "Nel", "Report-To", "Strict-Transport-Security", "Alt-Svc", "Accept-Ch", "Critical-Ch"}
 
-// confineCookies keeps each cookie a vat sets below its own path: a Path
-// outside /<vat> (Path=/, say, or none on an answer to /<vat>, whose
-// default path is /) would set or overwrite another vat's cookies. Every
-// line gets its Path said again at its end (the last Path attribute is the
-// one a browser uses): its own when that is below /<vat>, else /<vat>/;
-// every other attribute stays as the vat wrote it. A cookie that cannot be
+// dropped reports whether a vat's answer header goes before the visitor
+// sees it: one that acts on the whole origin (originWide). Names compare
+// in any case.
+func dropped(key string) bool {
+	for _, k := range originWide {
+		if strings.EqualFold(k, key) {
+			return true
+		}
+	}
+	return false
+}
+
+// scrubAnswer drops the dropped headers from h.
+func scrubAnswer(h http.Header) {
+	for k := range h {
+		if dropped(k) {
+			delete(h, k)
+		}
+	}
+}
+
+// confineCookies keeps each cookie a vat sets to itself. Every Domain
+// attribute goes, so each cookie is host-only: Domain=localhost set on
+// alice.localhost would reach bob.localhost, and a cookie of the shared
+// origin would reach every vat's own. On a shared origin (prefix /<vat>)
+// each cookie also stays below its vat's path: a Path outside /<vat>
+// (Path=/, say, or none on an answer to /<vat>, whose default path is /)
+// would set or overwrite another vat's cookies. Every line there gets its
+// Path said again at its end (the last Path attribute is the one a
+// browser uses): its own when that is below /<vat>, else /<vat>/. Every
+// other attribute stays as the vat wrote it. A cookie that cannot be
 // parsed is dropped.
 func confineCookies(h http.Header, prefix string) {
 	set := h.Values("Set-Cookie")
@@ -73,6 +101,11 @@ func confineCookies(h http.Header, prefix string) {
 		if err != nil {
 			continue
 		}
+		line = withoutDomain(line)
+		if prefix == "" {
+			h.Add("Set-Cookie", line)
+			continue
+		}
 		// The Path is always said again, last: browsers take the last
 		// Path attribute and trim spaces around its name, Go's parser
 		// does not ("Path =/bob/" after "Path=/alice/" reads as /alice/
@@ -83,6 +116,21 @@ func confineCookies(h http.Header, prefix string) {
 		}
 		h.Add("Set-Cookie", line+"; Path="+p)
 	}
+}
+
+// withoutDomain removes every Domain attribute from a Set-Cookie line, as
+// a browser splits the line: at each ';', an attribute's name trimmed of
+// spaces and tabs and compared in any case.
+func withoutDomain(line string) string {
+	parts := strings.Split(line, ";")
+	kept := parts[:1]
+	for _, a := range parts[1:] {
+		name, _, _ := strings.Cut(a, "=")
+		if !strings.EqualFold(strings.Trim(name, " \t"), "domain") {
+			kept = append(kept, a)
+		}
+	}
+	return strings.Join(kept, ";")
 }
 
 // A vat's failed answers are logged at most this often (records per
@@ -143,18 +191,18 @@ func newProxy(id string, t http.RoundTripper, log *slog.Logger) *httputil.Revers
 	return proxyLogged(id, t, newProxyLog(log, id))
 }
 
-// proxyLogged is newProxy with its records going through plog.
+// proxyLogged is newProxy with its records going through plog. Each
+// request carries its edge.Route in its context (routed); one without is
+// taken as /<id>/... on a shared origin.
 func proxyLogged(id string, t http.RoundTripper, plog *proxyLog) *httputil.ReverseProxy {
-	prefix := "/" + id
 	return &httputil.ReverseProxy{
 		ErrorLog:      stdlog.New(plog, "", 0),
 		Transport:     confined{t},
 		FlushInterval: -1, // stream every write
 		ModifyResponse: func(r *http.Response) error {
-			for _, k := range originWide {
-				r.Header.Del(k)
-			}
-			confineCookies(r.Header, prefix)
+			scrubAnswer(r.Header)
+			rt, _ := RouteOf(r.Request) // Rewrite put it there
+			confineCookies(r.Header, rt.Prefix)
 			// Always: a trailer the answer never announced is read
 			// into r.Trailer at the body's end all the same. (Not an
 			// upgrade: its body is the connection, kept as it is.)
@@ -165,18 +213,12 @@ func proxyLogged(id string, t http.RoundTripper, plog *proxyLog) *httputil.Rever
 			return nil
 		},
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			rest := strings.TrimPrefix(pr.In.URL.Path, prefix)
-			rawRest := strings.TrimPrefix(pr.In.URL.EscapedPath(), prefix)
-			if rest == "" || rest[0] != '/' {
-				rest, rawRest = "/"+rest, "/"+rawRest
-			}
+			rt := routeOf(pr.In, id)
+			pr.Out = withRoute(pr.Out, rt)
 			pr.Out.URL.Scheme = "http"
 			pr.Out.URL.Host = id
-			pr.Out.URL.Path = rest
-			pr.Out.URL.RawPath = ""
-			if rawRest != rest {
-				pr.Out.URL.RawPath = rawRest
-			}
+			pr.Out.URL.Path = rt.Path
+			pr.Out.URL.RawPath = rt.RawPath
 			pr.Out.Host = pr.In.Host
 			// A visitor's word on who it is (X-Real-Ip, a CDN's or an
 			// authenticating proxy's header, X_Forwarded_For that CGI
@@ -188,7 +230,9 @@ func proxyLogged(id string, t http.RoundTripper, plog *proxyLog) *httputil.Rever
 				}
 			}
 			pr.SetXForwarded()
-			pr.Out.Header.Set("X-Forwarded-Prefix", prefix)
+			if rt.Prefix != "" {
+				pr.Out.Header.Set("X-Forwarded-Prefix", rt.Prefix)
+			}
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			// The visitor learns that the vat did not answer, not the
@@ -213,34 +257,33 @@ func proxyLogged(id string, t http.RoundTripper, plog *proxyLog) *httputil.Rever
 }
 
 // confined is the transport to a vat's app: an informational (1xx) answer
-// loses the headers that would act on other vats (originWide, Set-Cookie)
-// before the proxy passes it on. (ReverseProxy sends 1xx answers itself,
-// from its own client trace; a trace added here runs before it, on the
-// same header map.)
+// loses the headers that would act on other vats (dropped, Set-Cookie)
+// before the proxy passes it on. (ReverseProxy sends
+// 1xx answers itself, from its own client trace; a trace added here runs
+// before it, on the same header map.)
 type confined struct{ http.RoundTripper }
 
 func (c confined) RoundTrip(r *http.Request) (*http.Response, error) {
 	trace := &httptrace.ClientTrace{Got1xxResponse: func(_ int, h textproto.MIMEHeader) error {
-		for _, k := range originWide {
-			delete(h, textproto.CanonicalMIMEHeaderKey(k))
-		}
-		delete(h, "Set-Cookie")
+		scrubPassing(http.Header(h))
 		return nil
 	}}
 	return c.RoundTripper.RoundTrip(r.WithContext(httptrace.WithClientTrace(r.Context(), trace)))
 }
 
-// scrubTrailer drops from an answer's trailer what would act on other
-// vats; a browser may not read trailers, but nothing in between is bound
-// not to.
+// scrubPassing drops from a 1xx answer's headers or a trailer what would
+// act on other vats: a browser may not read trailers,
+// but nothing in between is bound not to.
+func scrubPassing(h http.Header) {
+	scrubAnswer(h)
+	delete(h, "Set-Cookie")
+}
+
+// scrubTrailer scrubs a trailer, which may be nil.
 func scrubTrailer(t http.Header) {
-	if t == nil {
-		return
+	if t != nil {
+		scrubPassing(t)
 	}
-	for _, k := range originWide {
-		t.Del(k)
-	}
-	t.Del("Set-Cookie")
 }
 
 // trailerScrubber scrubs the trailer once the body has been read: the
@@ -266,38 +309,25 @@ func (s *trailerScrubber) Close() error {
 	return err
 }
 
-// PublicHandler serves ANY /<vat>/<rest>: the vat's app, with the prefix
-// stripped, X-Forwarded-* set, bodies streamed and WebSocket upgrades passed
-// through. An unknown vat is 404; a vat that is not serving is 503 with its
-// status word, and so is one with MaxVatRequests in flight. Answers that
-// would act on other vats (the origin is shared) are confined: see
-// originWide and confineCookies.
+// PublicHandler serves the vats' apps: ANY /<vat>/<rest> on a shared
+// origin (a public name, localhost, a loopback address) and ANY <rest> on
+// a vat's own, <vat>.<public name> (edge.Hosts.Route decides, from
+// Config.Hosts). The app sees <rest>, with X-Forwarded-* set, bodies
+// streamed and WebSocket upgrades passed through. A host that is none of
+// these is 403 before any vat is named; an unknown vat is 404; a vat that
+// is not serving is 503 with its status word, and so is one with
+// MaxVatRequests in flight. Every answer on a shared origin carries
+// edge.SandboxCSP (an opaque origin), and a vat's answers lose what would
+// act on other vats (see dropped and confineCookies).
 func (s *Supervisor) PublicHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p := strings.TrimPrefix(r.URL.Path, "/")
-		id, _, _ := strings.Cut(p, "/")
-		if id == "" {
-			http.Error(w, "no vat named: ask for /<vat>/...", http.StatusNotFound)
+		rt := s.cfg.Hosts.Route(r.Host, r.URL)
+		w = s.answerWriter(w, r, rt)
+		if rt.Origin == edge.Refused {
+			http.Error(w, rt.Reason, rt.Status)
 			return
 		}
-		if !labels.ValidVatID(id) {
-			http.Error(w, fmt.Sprintf("no vat %q: not a vat id", id), http.StatusNotFound)
-			return
-		}
-		// The vat is the path's first segment as the browser sees it: in
-		// /alice%2Fsw.js that segment is "alice%2Fsw.js", so a service
-		// worker served there could claim the whole origin as its scope,
-		// every vat's pages. Only a plainly spelled first segment routes.
-		// RawPath, not EscapedPath: EscapedPath drops a RawPath Go finds
-		// invalid (a raw '|' or '^') and escapes the decoded path anew.
-		rawPath := r.URL.RawPath
-		if rawPath == "" {
-			rawPath = r.URL.Path
-		}
-		if raw, _, _ := strings.Cut(strings.TrimPrefix(rawPath, "/"), "/"); raw != id {
-			http.Error(w, fmt.Sprintf("no vat %q: the path's first segment is %q; a vat's name is spelled plainly, without percent-encoding", id, raw), http.StatusNotFound)
-			return
-		}
+		id := rt.Vat
 		in, word, ok := s.serving(id)
 		if !ok {
 			http.Error(w, fmt.Sprintf("no vat %q", id), http.StatusNotFound)
@@ -323,9 +353,75 @@ func (s *Supervisor) PublicHandler() http.Handler {
 			http.Error(w, fmt.Sprintf("vat %s is busy: %d requests in flight (limit %d)", id, MaxVatRequests, MaxVatRequests), http.StatusServiceUnavailable)
 			return
 		}
-		duplex(in.proxy).ServeHTTP(w, r)
+		duplex(in.proxy).ServeHTTP(w, withRoute(r, rt))
 	})
 }
+
+type routeKey struct{}
+
+// withRoute returns r carrying rt, for the vat's proxy.
+func withRoute(r *http.Request, rt edge.Route) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), routeKey{}, rt))
+}
+
+// RouteOf returns the route PublicHandler decided for r (a request it
+// handed on, or its outgoing copy), and false for any other request.
+func RouteOf(r *http.Request) (edge.Route, bool) {
+	rt, ok := r.Context().Value(routeKey{}).(edge.Route)
+	return rt, ok
+}
+
+// routeOf is RouteOf, where a request without a route (one handed to a
+// vat's proxy directly) is /<id>/... on a shared origin.
+func routeOf(r *http.Request, id string) edge.Route {
+	if rt, ok := RouteOf(r); ok {
+		return rt
+	}
+	rt := edge.Hosts{}.Route("localhost", r.URL)
+	if rt.Vat != id {
+		rt = edge.Route{Origin: edge.Shared, Vat: id, Prefix: "/" + id, Path: "/"}
+	}
+	return rt
+}
+
+// answerWriter wraps w so that the final answer to r says what the edge
+// must: edge.SandboxCSP on any origin but a vat's own.
+func (s *Supervisor) answerWriter(w http.ResponseWriter, r *http.Request, rt edge.Route) http.ResponseWriter {
+	return &answer{ResponseWriter: w, sandbox: rt.Origin != edge.Own}
+}
+
+// answer sets the edge's headers on the final answer, however it is
+// written: by the proxy (which clears the header map after passing on a
+// 1xx answer, so headers set before it would be lost), by http.Error, or
+// by a first Write.
+type answer struct {
+	http.ResponseWriter
+	sandbox, final bool
+}
+
+func (a *answer) WriteHeader(code int) {
+	if code >= 200 && !a.final {
+		a.final = true
+		h := a.Header()
+		if a.sandbox {
+			// Added beside any policy of the vat's: every policy is
+			// enforced, so the vat cannot loosen it.
+			h.Add("Content-Security-Policy", edge.SandboxCSP)
+		}
+	}
+	a.ResponseWriter.WriteHeader(code)
+}
+
+func (a *answer) Write(p []byte) (int, error) {
+	if !a.final {
+		a.WriteHeader(http.StatusOK)
+	}
+	return a.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController (flushes, hijacks, full duplex,
+// deadlines) reach the server's writer.
+func (a *answer) Unwrap() http.ResponseWriter { return a.ResponseWriter }
 
 // requestClient names the client of r for MaxClientVatRequests, as
 // clientKey does; "" (not counted) for a loopback client, which is this

@@ -18,6 +18,7 @@ import (
 
 	"toybox/labels"
 	"toybox/vat/doors"
+	"toybox/vat/edge"
 	"toybox/vat/grant"
 	"toybox/vat/manifest"
 	"toybox/vat/store"
@@ -91,6 +92,11 @@ type Config struct {
 	// LogBytes is how much of each app's output GET /<vat>/logs keeps. If
 	// zero, 64 KiB.
 	LogBytes int
+	// Hosts are the names the public handler answers to (and each
+	// <vat>.<name> as that vat's own origin). The zero value answers to
+	// the loopback forms only: localhost, <vat>.localhost and loopback
+	// addresses.
+	Hosts edge.Hosts
 	// OwnPorts are the supervisor's own TCP ports on this host (its http
 	// socket): a manifest naming one on loopback is refused. If empty, none
 	// is known.
