@@ -17,7 +17,8 @@ import (
 
 // TestPublicEdge runs two walled vats (tests/pagevat), alice and bob,
 // behind a real supervisor, and attacks the public edge as a hostile vat's
-// page in a visitor's browser, and as a page on a rebinding name.
+// page in a visitor's browser, a page on a rebinding name and a proxy
+// that frames requests differently.
 func TestPublicEdge(t *testing.T) {
 	s := newStack(t, stackOpts{})
 	for _, id := range []string{"alice", "bob"} {
@@ -119,6 +120,16 @@ func TestPublicEdge(t *testing.T) {
 		own := rawRequest(t, s.http, "GET /own HTTP/1.1\r\nHost: alice.localhost:"+port+"\r\nConnection: close\r\n\r\n")
 		if own.code != http.StatusNotFound || !strings.Contains(seen("alice"), "GET /own") {
 			t.Errorf("Host alice.localhost: %d %q; want the app's own answer (its 404) and the app to see GET /own", own.code, own.body)
+		}
+	})
+
+	t.Run("smuggling", func(t *testing.T) {
+		resp, closed := testenv.Smuggle(t, s.http, "/bob/upload", "/bob/smuggled")
+		if !resp.Close || !closed {
+			t.Errorf("the answer to a request with both Content-Length and Transfer-Encoding: Connection %q, closed %v; want the connection closed after it", resp.Header.Get("Connection"), closed)
+		}
+		if l := seen("bob"); !strings.Contains(l, "POST /upload") || strings.Contains(l, "smuggled") {
+			t.Errorf("bob's app saw:\n%s\nwant the POST and not the smuggled GET", l)
 		}
 	})
 }

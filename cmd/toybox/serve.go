@@ -226,7 +226,12 @@ func runServe(o serveOptions, log *slog.Logger) error {
 		log.Error("some installed vats could not be read", "error", err.Error())
 	}
 	guard := supervisor.NewConnGuard()
-	pub := &http.Server{Handler: sup.PublicHandler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ConnState: guard.ConnState, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	// ConnContext: each connection's framing (edge.Listener, below), so
+	// a request with an ambiguous length closes its connection.
+	pub := &http.Server{
+		Handler: sup.PublicHandler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		ConnState: guard.ConnState, ConnContext: edge.ConnContext, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
 	adm := &http.Server{Handler: sup.AdminHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	errc := make(chan error, 2)
 	if httpL != nil {
@@ -235,7 +240,7 @@ func runServe(o serveOptions, log *slog.Logger) error {
 		// and the admin socket. Before that, idle connections make room,
 		// and no client holds more than supervisor.MaxClientConns.
 		go func() {
-			errc <- pub.Serve(guard.Listener(netutil.LimitListener(httpL, supervisor.MaxPublicConns)))
+			errc <- pub.Serve(guard.Listener(edge.Listener(netutil.LimitListener(httpL, supervisor.MaxPublicConns))))
 		}()
 	}
 	go func() { errc <- adm.Serve(adminL) }()

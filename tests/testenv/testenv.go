@@ -5,9 +5,13 @@
 package testenv
 
 import (
+	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -159,4 +163,26 @@ func Dial(t testing.TB, addr string) net.Conn {
 	t.Cleanup(func() { _ = c.Close() })
 	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
 	return c
+}
+
+// Smuggle sends, on a new connection to addr, a POST to path carrying
+// both Content-Length and Transfer-Encoding: a proxy in front that reads
+// the Content-Length sees one request, where a server that reads the
+// chunked body sees a second one, smuggled: a GET of smuggled (a path).
+// It returns the first answer (its body read) and whether the connection
+// closed after it.
+func Smuggle(t testing.TB, addr, path, smuggled string) (resp *http.Response, closed bool) {
+	t.Helper()
+	c := Dial(t, addr)
+	defer c.Close()
+	get := "GET " + smuggled + " HTTP/1.1\r\nHost: localhost\r\n\r\n"
+	fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: localhost\r\nContent-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n%s", path, 5+len(get), get)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_, err = br.ReadByte()
+	return resp, errors.Is(err, io.EOF)
 }

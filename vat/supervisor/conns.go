@@ -149,6 +149,10 @@ type guardedConn struct {
 	once   sync.Once
 }
 
+// NetConn returns the connection c wraps (as *tls.Conn's does), for
+// edge.ConnContext to find its framing.
+func (c *guardedConn) NetConn() net.Conn { return c.Conn }
+
 func (c *guardedConn) Close() error {
 	c.once.Do(func() { c.g.release(c) })
 	return c.Conn.Close()

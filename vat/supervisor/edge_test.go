@@ -1,16 +1,20 @@
 package supervisor
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"toybox/tests/testenv"
 	"toybox/vat/edge"
 	"toybox/vat/words"
 )
@@ -191,6 +195,63 @@ func TestCookiesStayHostOnly(t *testing.T) {
 			if c, err := http.ParseSetCookie(line); err != nil || c.Domain != "" {
 				t.Errorf("%s: %q reads with domain %q (%v)", tt.host, line, c.Domain, err)
 			}
+		}
+	}
+}
+
+// framedServer serves h as toybox serve does: each connection's framing
+// followed (edge.Listener, edge.ConnContext).
+func framedServer(t *testing.T, h http.Handler) string {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	srv.Listener = edge.Listener(srv.Listener)
+	srv.Config.ConnContext = edge.ConnContext
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv.Listener.Addr().String()
+}
+
+// TestPublicClosesAmbiguousFraming: a request with both Content-Length and
+// Transfer-Encoding is read by Go as chunked; a proxy in front that reads
+// the Content-Length sees one request where Go sees two, the second
+// smuggled past the proxy's rules (RFC 9112 section 6.1). Go kept the
+// connection open and handed the smuggled request to the vat. Now the
+// connection closes after the first answer, and the second never runs.
+// A request framed one way only keeps its connection.
+func TestPublicClosesAmbiguousFraming(t *testing.T) {
+	s := edgeSupervisor(t)
+	var got seen
+	servingVat(t, s, "alice", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		got.add(r)
+		fmt.Fprint(w, "ok")
+	}))
+	addr := framedServer(t, s.PublicHandler())
+	resp, closed := testenv.Smuggle(t, addr, "/alice/upload", "/alice/smuggled")
+	if resp.StatusCode != 200 || !resp.Close || !closed {
+		t.Errorf("the ambiguous request: %d, Connection %q, closed %v; want 200 and the connection closed", resp.StatusCode, resp.Header.Get("Connection"), closed)
+	}
+	if l := got.list(); !slices.Equal(l, []string{"POST localhost /upload prefix=/alice"}) {
+		t.Errorf("the app saw %q; want the POST alone, not the smuggled GET", l)
+	}
+
+	// Framed by Transfer-Encoding alone: the connection stays.
+	c2, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	_ = c2.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprint(c2, "POST /alice/a HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\nGET /alice/b HTTP/1.1\r\nHost: localhost\r\n\r\n")
+	br2 := bufio.NewReader(c2)
+	for _, want := range []string{"a", "b"} {
+		resp, err := http.ReadResponse(br2, nil)
+		if err != nil {
+			t.Fatalf("request %s on a kept connection: %v", want, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		if resp.StatusCode != 200 || resp.Close {
+			t.Errorf("request %s: %d, close %v; want 200 and the connection kept", want, resp.StatusCode, resp.Close)
 		}
 	}
 }

@@ -318,7 +318,9 @@ func (s *trailerScrubber) Close() error {
 // is not serving is 503 with its status word, and so is one with
 // MaxVatRequests in flight. Every answer on a shared origin carries
 // edge.SandboxCSP (an opaque origin), and a vat's answers lose what would
-// act on other vats (see dropped and confineCookies).
+// act on other vats (see dropped and confineCookies). A request whose
+// framing is in doubt (edge.Framing) closes its connection after its
+// answer.
 func (s *Supervisor) PublicHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rt := s.cfg.Hosts.Route(r.Host, r.URL)
@@ -385,9 +387,20 @@ func routeOf(r *http.Request, id string) edge.Route {
 }
 
 // answerWriter wraps w so that the final answer to r says what the edge
-// must: edge.SandboxCSP on any origin but a vat's own.
+// must: edge.SandboxCSP on any origin but a vat's own, and Connection:
+// close when r's framing is in doubt (or cannot be known: a connection
+// not from edge.Listener).
 func (s *Supervisor) answerWriter(w http.ResponseWriter, r *http.Request, rt edge.Route) http.ResponseWriter {
-	return &answer{ResponseWriter: w, sandbox: rt.Origin != edge.Own}
+	aw := &answer{ResponseWriter: w, sandbox: rt.Origin != edge.Own}
+	if r.ProtoMajor == 1 {
+		if f := edge.FramingOf(r.Context()); f == nil {
+			aw.close = true
+		} else if c, why := f.Next(); c {
+			aw.close = true
+			s.log.Debug("closing a public connection after this answer", keyReason, why, "remote", r.RemoteAddr)
+		}
+	}
+	return aw
 }
 
 // answer sets the edge's headers on the final answer, however it is
@@ -396,7 +409,7 @@ func (s *Supervisor) answerWriter(w http.ResponseWriter, r *http.Request, rt edg
 // by a first Write.
 type answer struct {
 	http.ResponseWriter
-	sandbox, final bool
+	sandbox, close, final bool
 }
 
 func (a *answer) WriteHeader(code int) {
@@ -407,6 +420,9 @@ func (a *answer) WriteHeader(code int) {
 			// Added beside any policy of the vat's: every policy is
 			// enforced, so the vat cannot loosen it.
 			h.Add("Content-Security-Policy", edge.SandboxCSP)
+		}
+		if a.close {
+			h.Set("Connection", "close")
 		}
 	}
 	a.ResponseWriter.WriteHeader(code)
