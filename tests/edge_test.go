@@ -2,12 +2,15 @@ package tests
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"net/http/httputil"
+	"net/textproto"
 	"net/url"
 	"strings"
 	"testing"
@@ -17,8 +20,9 @@ import (
 
 // TestPublicEdge runs two walled vats (tests/pagevat), alice and bob,
 // behind a real supervisor, and attacks the public edge as a hostile vat's
-// page in a visitor's browser, a page on a rebinding name and a proxy
-// that frames requests differently.
+// page in a visitor's browser, a page on a rebinding name, a proxy that
+// frames requests differently and a vat that orders the proxy in front
+// would.
 func TestPublicEdge(t *testing.T) {
 	s := newStack(t, stackOpts{})
 	for _, id := range []string{"alice", "bob"} {
@@ -130,6 +134,33 @@ func TestPublicEdge(t *testing.T) {
 		}
 		if l := seen("bob"); !strings.Contains(l, "POST /upload") || strings.Contains(l, "smuggled") {
 			t.Errorf("bob's app saw:\n%s\nwant the POST and not the smuggled GET", l)
+		}
+	})
+
+	t.Run("front directives", func(t *testing.T) {
+		var early []textproto.MIMEHeader
+		ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+			Got1xxResponse: func(_ int, h textproto.MIMEHeader) error {
+				early = append(early, h)
+				return nil
+			},
+		})
+		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+s.http+"/alice/directives", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if len(early) != 1 || early[0].Get("X-Kept") != "early" || resp.Header.Get("X-Kept") != "final" || resp.Trailer.Get("X-Kept-Late") != "late" {
+			t.Fatalf("103 %v, answer %v, trailer %v; want X-Kept in each (the vat sent them)", early, resp.Header, resp.Trailer)
+		}
+		for _, k := range []string{"X-Accel-Redirect", "X-Accel-Buffering", "X-Sendfile", "X-Lighttpd-Send-File", "X-Lighttpd-Send-Tempfile", "Set-Login"} {
+			for where, h := range map[string]http.Header{"the 103": http.Header(early[0]), "the answer": resp.Header, "the trailer": resp.Trailer} {
+				if v := h.Get(k); v != "" {
+					t.Errorf("%s carried %s: %q", where, k, v)
+				}
+			}
 		}
 	})
 }

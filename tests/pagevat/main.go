@@ -1,7 +1,8 @@
 // Command pagevat is a vat for the public edge's tests: its pages keep a
 // secret (a random value of this run) in its text, a cookie and local
 // storage, and its attack page tries to read another vat's, as a hostile
-// vat's script would in a visitor's browser. It lists the requests it got.
+// vat's script would in a visitor's browser. It also sends the headers a
+// proxy in front of toybox would obey, and lists the requests it got.
 //
 //	GET /secret       the secret, as text
 //	GET /             a page holding the secret (cookie pagevat_<vat>, local storage)
@@ -9,6 +10,7 @@
 //	                  a page whose script, in window.attack (a promise), tries to
 //	                  read the victim page, its cookies and storage, and to fetch
 //	                  the secret URL; it resolves to what it got
+//	GET /directives   front-proxy directives in a 103, the answer and its trailer
 //	GET /seen         the request targets this run has got, one a line
 package main
 
@@ -24,6 +26,9 @@ import (
 	"strings"
 	"sync"
 )
+
+// Directives are the front-proxy headers /directives sends.
+var directives = []string{"X-Accel-Redirect", "X-Accel-Buffering", "X-Sendfile", "X-Lighttpd-Send-File", "X-Lighttpd-Send-Tempfile", "Set-Login"}
 
 const attackScript = `
 window.attack = (async () => {
@@ -71,6 +76,20 @@ func main() {
 	mux.HandleFunc("/attack", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		fmt.Fprintf(w, "<!doctype html><title>attack by %s</title><body><script>%s</script>", html.EscapeString(vat), attackScript)
+	})
+	mux.HandleFunc("/directives", func(w http.ResponseWriter, r *http.Request) {
+		for _, d := range directives {
+			w.Header().Set(d, "/etc/shadow")
+		}
+		w.Header().Set("X-Kept", "early")
+		w.WriteHeader(http.StatusEarlyHints)
+		w.Header().Set("X-Kept", "final")
+		w.Header().Set("Trailer", strings.Join(append([]string{"X-Kept-Late"}, directives...), ", "))
+		fmt.Fprint(w, "ok")
+		for _, d := range directives {
+			w.Header().Set(d, "/etc/shadow")
+		}
+		w.Header().Set("X-Kept-Late", "late")
 	})
 	mux.HandleFunc("/seen", func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()

@@ -2,12 +2,15 @@ package supervisor
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
+	"net/textproto"
 	"slices"
 	"strings"
 	"sync"
@@ -199,6 +202,52 @@ func TestCookiesStayHostOnly(t *testing.T) {
 	}
 }
 
+// frontHeaders are what a vat sends hoping a proxy in front obeys them.
+var frontHeaders = map[string]string{
+	"X-Accel-Redirect":         "/internal/etc/shadow",
+	"X-Accel-Buffering":        "no",
+	"X-Accel-Limit-Rate":       "1",
+	"x-accel-expires":          "0",
+	"X-Sendfile":               "/etc/shadow",
+	"X-Sendfile2":              "/etc/shadow 0-",
+	"X-Lighttpd-Send-File":     "/etc/shadow",
+	"X-Lighttpd-Send-Tempfile": "/etc/shadow",
+	"Set-Login":                "logged-in",
+}
+
+// TestProxyDropsFrontDirectives: a vat's answer may not order the server
+// in front of toybox (nginx's X-Accel-Redirect serves any file it can
+// read; X-Sendfile, lighttpd's) nor set the origin's login status
+// (Set-Login): on the final answer, a 1xx answer and the trailer alike.
+// Other headers pass.
+func TestProxyDropsFrontDirectives(t *testing.T) {
+	sock := appOnUnix(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for k, v := range frontHeaders {
+			w.Header()[k] = []string{v}
+		}
+		w.Header().Set("X-Kept", "early")
+		w.WriteHeader(http.StatusEarlyHints)
+		w.Header().Set("X-Kept", "final")
+		w.Header().Set("Trailer", "X-Accel-Redirect, X-Sendfile, Set-Login, X-Kept-Late")
+		fmt.Fprint(w, "ok")
+		for k, v := range frontHeaders {
+			w.Header()[http.TrailerPrefix+k] = []string{v}
+		}
+		w.Header().Set("X-Kept-Late", "late")
+	}))
+	early, resp, _ := getThroughProxy(t, sock)
+	if len(early) != 1 || early[0].Get("X-Kept") != "early" || resp.Header.Get("X-Kept") != "final" || resp.Trailer.Get("X-Kept-Late") != "late" {
+		t.Fatalf("103 %v, answer %v, trailer %v; want X-Kept in each", early, resp.Header, resp.Trailer)
+	}
+	for k := range frontHeaders {
+		for where, h := range map[string]http.Header{"103": http.Header(early[0]), "answer": resp.Header, "trailer": resp.Trailer} {
+			if v := h.Get(k); v != "" {
+				t.Errorf("%s carried %s: %q", where, k, v)
+			}
+		}
+	}
+}
+
 // framedServer serves h as toybox serve does: each connection's framing
 // followed (edge.Listener, edge.ConnContext).
 func framedServer(t *testing.T, h http.Handler) string {
@@ -254,4 +303,28 @@ func TestPublicClosesAmbiguousFraming(t *testing.T) {
 			t.Errorf("request %s: %d, close %v; want 200 and the connection kept", want, resp.StatusCode, resp.Close)
 		}
 	}
+}
+
+// getThroughProxy GETs /alice/ through a vat proxy to the app on sock, and
+// returns the 1xx answers' headers, the answer and its body (read, so its
+// trailer is in).
+func getThroughProxy(t *testing.T, sock string) ([]textproto.MIMEHeader, *http.Response, []byte) {
+	t.Helper()
+	front := httptest.NewServer(newProxy("alice", unixTransport(sock), nil))
+	defer front.Close()
+	var early []textproto.MIMEHeader
+	ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+		Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+			early = append(early, h)
+			return nil
+		},
+	})
+	req, _ := http.NewRequestWithContext(ctx, "GET", front.URL+"/alice/", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return early, resp, body
 }

@@ -58,13 +58,30 @@ const (
 // the operator's, at the proxy in front.
 var originWide = []string{"Clear-Site-Data", "Service-Worker-Allowed", "Nel", "Report-To", "Strict-Transport-Security", "Alt-Svc", "Accept-Ch", "Critical-Ch"}
 
+// frontDirectives are answer headers that a server in front of toybox
+// (nginx, Apache, lighttpd, a CDN) may take as orders to itself rather than
+// pass on: X-Sendfile and lighttpd's X-Lighttpd-Send-File,
+// X-Lighttpd-Send-Tempfile and X-Sendfile2 make it send a file of its own
+// choosing, any file it can read. Set-Login (FedCM) sets the browser's
+// login status for the whole origin. nginx's X-Accel-* family (Redirect:
+// any file or internal location the front can reach; Buffering,
+// Limit-Rate, Expires, Charset) goes too, by its prefix (see dropped). A
+// vat gives no orders to the front.
+var frontDirectives = []string{"X-Sendfile", "X-Sendfile2", "X-Lighttpd-Send-File", "X-Lighttpd-Send-Tempfile", "Set-Login"}
+
 // dropped reports whether a vat's answer header goes before the visitor
-// sees it: one that acts on the whole origin (originWide). Names compare
-// in any case.
+// (or the front) sees it: one that acts on the whole origin (originWide)
+// or orders the front (frontDirectives, X-Accel-*). Names compare in any
+// case.
 func dropped(key string) bool {
-	for _, k := range originWide {
-		if strings.EqualFold(k, key) {
-			return true
+	if len(key) >= len("X-Accel-") && strings.EqualFold(key[:len("X-Accel-")], "X-Accel-") {
+		return true
+	}
+	for _, list := range [][]string{originWide, frontDirectives} {
+		for _, k := range list {
+			if strings.EqualFold(k, key) {
+				return true
+			}
 		}
 	}
 	return false
@@ -257,8 +274,8 @@ func proxyLogged(id string, t http.RoundTripper, plog *proxyLog) *httputil.Rever
 }
 
 // confined is the transport to a vat's app: an informational (1xx) answer
-// loses the headers that would act on other vats (dropped, Set-Cookie)
-// before the proxy passes it on. (ReverseProxy sends
+// loses the headers that would act on other vats or order the front
+// (dropped, Set-Cookie) before the proxy passes it on. (ReverseProxy sends
 // 1xx answers itself, from its own client trace; a trace added here runs
 // before it, on the same header map.)
 type confined struct{ http.RoundTripper }
@@ -272,7 +289,7 @@ func (c confined) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // scrubPassing drops from a 1xx answer's headers or a trailer what would
-// act on other vats: a browser may not read trailers,
+// act on other vats or order the front: a browser may not read trailers,
 // but nothing in between is bound not to.
 func scrubPassing(h http.Header) {
 	scrubAnswer(h)
@@ -318,9 +335,9 @@ func (s *trailerScrubber) Close() error {
 // is not serving is 503 with its status word, and so is one with
 // MaxVatRequests in flight. Every answer on a shared origin carries
 // edge.SandboxCSP (an opaque origin), and a vat's answers lose what would
-// act on other vats (see dropped and confineCookies). A request whose
-// framing is in doubt (edge.Framing) closes its connection after its
-// answer.
+// act on other vats or order a proxy in front (see dropped and
+// confineCookies). A request whose framing is in doubt (edge.Framing)
+// closes its connection after its answer.
 func (s *Supervisor) PublicHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rt := s.cfg.Hosts.Route(r.Host, r.URL)

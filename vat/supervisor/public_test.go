@@ -8,8 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httptrace"
-	"net/textproto"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -225,22 +223,7 @@ func TestProxyConfinesEarlyAndLateHeaders(t *testing.T) {
 		w.Header().Set("Clear-Site-Data", `"*"`)
 		w.Header().Set("X-Checksum", "abc")
 	}))
-	front := httptest.NewServer(newProxy("alice", unixTransport(sock), nil))
-	defer front.Close()
-	var early []textproto.MIMEHeader
-	ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
-		Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
-			early = append(early, h)
-			return nil
-		},
-	})
-	req, _ := http.NewRequestWithContext(ctx, "GET", front.URL+"/alice/", nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	early, resp, body := getThroughProxy(t, sock)
 	if string(body) != "ok" {
 		t.Fatalf("body %q", body)
 	}
