@@ -2,6 +2,7 @@ package wall
 
 import (
 	"bytes"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -46,29 +47,44 @@ type OpKind string
 
 // Operation kinds, in the words of bwrap's options.
 const (
-	OpROBind   OpKind = "ro-bind"    // Src bound read-only at Dest, by path (system folders)
-	OpROBindFD OpKind = "ro-bind-fd" // Src opened by fd, bound read-only at Dest
-	OpBindFD   OpKind = "bind-fd"    // Src opened by fd, bound read-write at Dest
-	OpSymlink  OpKind = "symlink"    // a symlink at Dest pointing at Src
-	OpTmpfs    OpKind = "tmpfs"      // an empty tmpfs at Dest
-	OpDir      OpKind = "dir"        // an empty directory at Dest
-	OpProc     OpKind = "proc"       // a new procfs at Dest
-	OpDev      OpKind = "dev"        // a minimal /dev at Dest
-	OpFile     OpKind = "file"       // Data as a read-only file at Dest (a copy, no mount)
-	OpMaskFile OpKind = "mask-file"  // Dest hidden behind /dev/null
-	OpMaskDir  OpKind = "mask-dir"   // Dest hidden behind an empty tmpfs
+	OpROBind   OpKind = "ro-bind"      // Src bound read-only at Dest, by path (system folders)
+	OpROBindFD OpKind = "ro-bind-fd"   // Src opened by fd, bound read-only at Dest
+	OpBindFD   OpKind = "bind-fd"      // Src opened by fd, bound read-write at Dest
+	OpSymlink  OpKind = "symlink"      // a symlink at Dest pointing at Src
+	OpTmpfs    OpKind = "tmpfs"        // an empty tmpfs at Dest
+	OpDir      OpKind = "dir"          // an empty directory at Dest
+	OpProc     OpKind = "proc"         // a new procfs at Dest
+	OpDev      OpKind = "dev"          // a minimal /dev at Dest
+	OpFile     OpKind = "file"         // Data as a read-only file at Dest (a copy, no mount)
+	OpROData   OpKind = "ro-bind-data" // Data as a read-only file bound over Dest (a copy, mounted: over a kernel file)
+	OpMaskFile OpKind = "mask-file"    // Dest hidden behind /dev/null
+	OpMaskDir  OpKind = "mask-dir"     // Dest hidden behind an empty tmpfs
 	// OpExecFD: Src opened by fd, handed to the wall and run from it
 	// (/proc/self/fd/N) as the wall's first process; nothing is mounted,
 	// so Dest is empty.
 	OpExecFD OpKind = "exec-fd"
 )
 
+// BootIDPath is the kernel's boot id, which every wall has a random one of
+// its own at.
+const BootIDPath = "/proc/sys/kernel/random/boot_id"
+
+// bootID returns a random boot id, as the kernel writes one: a version 4
+// UUID and a newline.
+func bootID() []byte {
+	var u [16]byte
+	_, _ = rand.Read(u[:]) // never fails (crypto/rand)
+	u[6] = u[6]&0x0f | 0x40
+	u[8] = u[8]&0x3f | 0x80
+	return fmt.Appendf(nil, "%x-%x-%x-%x-%x\n", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
+}
+
 // Op is one step of the wall's mount plan, applied in order.
 type Op struct {
 	Kind OpKind
 	Src  string // host path (binds) or link target (symlink)
 	Dest string // path inside the wall
-	Data []byte // OpFile's content
+	Data []byte // OpFile's and OpROData's content
 	Size int64  // OpTmpfs: the most it holds, in bytes (0: the kernel's default, half the memory)
 	Why  string // why this op exists, for people reading the plan
 
@@ -398,6 +414,15 @@ func (b *planner) system() {
 	b.add(Op{Kind: OpROBindFD, Dest: "/etc", Why: "/etc: a shared view of only what programs need; group, hosts synthesised", dir: true})
 	b.add(Op{Kind: OpFile, Dest: PasswdPath, Data: []byte(b.passwd()), Why: "synthesised: the vat's user only (/etc/passwd links here)"})
 	b.add(Op{Kind: OpProc, Dest: "/proc", Why: "the wall's own processes"})
+	// A new procfs still shows some of the host: the kernel's command
+	// line (boot options, and sometimes a secret passed there), the
+	// host's file locks (open file description locks, whoever holds
+	// them, by device and inode: when another vat holds which file), and
+	// the host's boot id, the same in every wall (it ties walls to one
+	// machine and one boot). Each is covered by a file of the wall's own.
+	b.add(Op{Kind: OpROData, Dest: "/proc/cmdline", Why: "masked: the host's kernel command line (empty)"})
+	b.add(Op{Kind: OpROData, Dest: "/proc/locks", Why: "masked: the host's file locks (empty)"})
+	b.add(Op{Kind: OpROData, Dest: BootIDPath, Data: bootID(), Why: "the wall's own boot id, random"})
 	b.add(Op{Kind: OpDev, Dest: "/dev", Why: "null, zero, random, urandom, fd links, shm"})
 	tmp := b.spec.TmpBytes
 	if tmp <= 0 {

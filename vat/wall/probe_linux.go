@@ -187,7 +187,7 @@ var bwrapOptions = []string{
 	"--args", "--as-pid-1", "--bind-fd", "--block-fd", "--cap-drop", "--chdir", "--clearenv",
 	"--dev-bind", "--die-with-parent", "--dir", "--file", "--gid", "--hostname",
 	"--json-status-fd", "--new-session", "--perms", "--proc", "--remount-ro", "--ro-bind",
-	"--ro-bind-fd", "--setenv", "--size", "--symlink", "--tmpfs", "--uid",
+	"--ro-bind-data", "--ro-bind-fd", "--setenv", "--size", "--symlink", "--tmpfs", "--uid",
 	"--unshare-cgroup", "--unshare-ipc", "--unshare-net", "--unshare-pid", "--unshare-user",
 	"--unshare-uts",
 }

@@ -775,13 +775,13 @@ func (p *Plan) render(fds *fdTable, spec Spec, views *viewHold) (opts, command [
 			a = append(a, "--ro-bind", "/dev/null", op.Dest)
 		case OpMaskDir:
 			a = append(a, "--perms", "0555", "--size", strconv.Itoa(MaskBytes), "--tmpfs", op.Dest)
-		case OpFile:
+		case OpFile, OpROData:
 			f, err := dataFile(op.Dest, op.Data)
 			if err != nil {
 				return nil, nil, err
 			}
 			a = append(a, "--perms", "0444")
-			a = append(append(a, fds.pass(f, "--file")...), op.Dest)
+			a = append(append(a, fds.pass(f, "--"+string(op.Kind))...), op.Dest)
 		case OpExecFD:
 			f, _, err := openBind(op)
 			if err != nil {

@@ -407,6 +407,16 @@ func victim(mode string) int {
 		fmt.Printf("NPROC %d %d\n", rl.Cur, rl.Max)
 		os.Stdout.Sync()
 		time.Sleep(time.Minute)
+	case "hostview":
+		// What the wall's /proc shows of the host.
+		for _, p := range []string{"/proc/cmdline", "/proc/locks", BootIDPath} {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				fmt.Printf("VIEW %s error: %v\n", p, err)
+				continue
+			}
+			fmt.Printf("VIEW %s %q\n", p, b)
+		}
 	case "sleep":
 		fmt.Println("sleeping")
 		os.Stdout.Sync()

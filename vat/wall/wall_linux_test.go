@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"sort"
@@ -1219,5 +1220,58 @@ func TestAttackForkBomb(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestAttackHostView: a wall's own procfs still showed the host's kernel
+// command line, the host's file locks (here, one the test holds on a file
+// of its own, by inode) and the host's boot id, the same in every wall. Each
+// wall now reads an empty command line and lock list and a boot id of its
+// own, a random UUID, different in each wall.
+func TestAttackHostView(t *testing.T) {
+	hostCmdline, err := os.ReadFile("/proc/cmdline")
+	if err != nil || len(hostCmdline) == 0 {
+		t.Fatalf("the host's /proc/cmdline: %q, %v; the test needs one to hide", hostCmdline, err)
+	}
+	lockFile, err := os.Create(filepath.Join(t.TempDir(), "locked"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lockFile.Close()
+	// An open file description lock shows in every pid namespace's
+	// /proc/locks (it has no owner process), with its device and inode.
+	if err := unix.FcntlFlock(lockFile.Fd(), unix.F_OFD_SETLK, &unix.Flock_t{Type: unix.F_WRLCK}); err != nil {
+		t.Fatal(err)
+	}
+	hostBoot, err := os.ReadFile(BootIDPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uuid := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}\n$`)
+	boots := map[string]bool{string(hostBoot): true}
+	for _, id := range []string{"viewer-a", "viewer-b"} {
+		out, err := newFixture(t, id).runVictim(t, "hostview")
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", id, err, out)
+		}
+		view := map[string]string{}
+		for _, l := range lines(out, "VIEW ") {
+			p, v, _ := strings.Cut(l, " ")
+			if u, err := strconv.Unquote(v); err == nil {
+				v = u
+			}
+			view[p] = v
+		}
+		if v := view["/proc/cmdline"]; v != "" {
+			t.Errorf("%s read /proc/cmdline as %q; want it empty (the host's is %q)", id, v, hostCmdline)
+		}
+		if v := view["/proc/locks"]; v != "" {
+			t.Errorf("%s read /proc/locks as %q; want it empty", id, v)
+		}
+		boot := view[BootIDPath]
+		if !uuid.MatchString(boot) || boots[boot] {
+			t.Errorf("%s read its boot id as %q; want a random UUID of its own (the host's %q, seen %v)", id, boot, hostBoot, boots)
+		}
+		boots[boot] = true
 	}
 }
