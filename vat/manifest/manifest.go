@@ -44,9 +44,13 @@ type Manifest struct {
 	Doors []string `json:"doors,omitempty"`
 }
 
-// Sandbox holds sandbox.files.
+// Sandbox holds sandbox.files and sandbox.inotify.
 type Sandbox struct {
 	Files Files `json:"files,omitzero"`
+	// Inotify asks for inotify (file watching), which the wall's seccomp
+	// filter refuses otherwise: a watch on the host's system folders,
+	// shared by every wall, shows when other vats start.
+	Inotify bool `json:"inotify,omitempty"`
 }
 
 // Files name env keys (declared in Env) whose owner-supplied values are
@@ -92,7 +96,7 @@ var reservedEnv = map[string]bool{
 // manifestKeys are the keys a manifest's objects may have, spelled exactly
 // (a test checks them against the struct tags): strictjson refuses one
 // spelled in other letter case, and any key twice in one object.
-var manifestKeys = []string{"command", "env", "network", "hosts", "egress", "sandbox", "files", "read", "write", "oauthDir", "ownEnvFile", "doors"}
+var manifestKeys = []string{"command", "env", "network", "hosts", "egress", "sandbox", "files", "inotify", "read", "write", "oauthDir", "ownEnvFile", "doors"}
 
 // Parse reads and validates a manifest. Unknown keys are refused.
 func Parse(r io.Reader) (*Manifest, error) {

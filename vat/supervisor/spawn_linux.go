@@ -106,6 +106,7 @@ func (s *Supervisor) spawnWalled(ctx context.Context, v *vat, code store.Code, r
 		Env:        env,
 		Files:      wallFiles(m.Sandbox.Files.Read, m.Sandbox.Files.Write, m.Sandbox.Files.OAuthDir, env),
 		OwnEnvFile: m.OwnEnvFile,
+		Inotify:    m.Sandbox.Inotify,
 		Net:        m.Net(g),
 		EntryPath:  s.cfg.EntryPath,
 		EntryCap:   entryCap,

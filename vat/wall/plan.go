@@ -127,6 +127,9 @@ type Plan struct {
 	CodeGroup int
 	// Seccomp reports whether the filter is applied.
 	Seccomp bool
+	// Inotify reports whether the filter lets the wall use inotify
+	// (Spec.Inotify).
+	Inotify bool
 	// NoNet: the vat has no way out: no entry, no proxy, no capability
 	// but the app's own fd 3.
 	NoNet bool
@@ -189,7 +192,7 @@ var neverSources = []string{
 // BuildPlan computes the wall for spec. It reads the filesystem (to resolve
 // paths and scan bound trees for secrets) and changes nothing.
 func BuildPlan(spec Spec) (*Plan, error) {
-	b := &planner{spec: spec, p: &Plan{ID: spec.ID, UID: InsideUID, GID: InsideGID, HostUID: -1, HostGID: -1, CodeGroup: spec.CodeGroup}}
+	b := &planner{spec: spec, p: &Plan{ID: spec.ID, UID: InsideUID, GID: InsideGID, HostUID: -1, HostGID: -1, CodeGroup: spec.CodeGroup, Inotify: spec.Inotify}}
 	if err := b.build(); err != nil {
 		return nil, fmt.Errorf("planning the wall for %q: %w", spec.ID, err)
 	}

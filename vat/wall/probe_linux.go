@@ -68,7 +68,7 @@ func probeRun(ctx context.Context, bwrap string) (string, error) {
 	// container's profile refusing seccomp(2)) starts no filtered wall.
 	var extra []*os.File
 	if seccomp.Supported() == nil {
-		f, err := seccomp.File()
+		f, err := seccomp.File(seccomp.Options{})
 		if err != nil {
 			return "building the seccomp filter: " + err.Error(), err
 		}
@@ -246,7 +246,7 @@ func Doctor(ctx context.Context) []Check {
 			fix = "this architecture has no filter table: vats here run walled-noseccomp (no seccomp filter)"
 		}
 		checks = append(checks, Check{Name: "seccomp filter", Detail: err.Error(), Fix: fix})
-	} else if _, err := seccomp.BPF(); err != nil {
+	} else if _, err := seccomp.BPF(seccomp.Options{}); err != nil {
 		checks = append(checks, Check{Name: "seccomp filter", Detail: err.Error(), Fix: "install libseccomp (apt-get install libseccomp2) and rebuild with cgo"})
 	} else {
 		checks = append(checks, Check{Name: "seccomp filter", OK: true, Detail: "compiled"})

@@ -71,6 +71,9 @@ type Spec struct {
 	EntryCap, AppCap *os.File
 	// Stdout and Stderr receive the app's output. If nil, discarded.
 	Stdout, Stderr *os.File
+	// Inotify lets the wall use inotify (manifest sandbox.inotify); if
+	// false, the seccomp filter refuses it (seccomp.Options).
+	Inotify bool
 	// NoSeccomp skips the seccomp filter (tier walled-noseccomp). Only where
 	// the architecture has no table; never as a fallback after a failure.
 	NoSeccomp bool

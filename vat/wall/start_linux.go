@@ -808,7 +808,7 @@ func (p *Plan) render(fds *fdTable, spec Spec, views *viewHold) (opts, command [
 	// where a bind or a tmpfs lets it (its data, /run/toybox, /tmp).
 	a = append(a, "--remount-ro", "/", "--chdir", p.Chdir)
 	if p.Seccomp {
-		f, err := seccomp.File()
+		f, err := seccomp.File(seccomp.Options{Inotify: p.Inotify})
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w: %w", ErrNoSeccomp, err)
 		}

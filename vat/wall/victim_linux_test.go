@@ -407,6 +407,41 @@ func victim(mode string) int {
 		fmt.Printf("NPROC %d %d\n", rl.Cur, rl.Max)
 		os.Stdout.Sync()
 		time.Sleep(time.Minute)
+	case "inotify":
+		// Watches VICTIM_ARG, a file of the host's system folders, and
+		// says what it sees; or what the filter refused.
+		say := func(what string, err error) {
+			if err != nil {
+				fmt.Printf("INOTIFY %s: %v\n", what, err)
+			} else {
+				fmt.Printf("INOTIFY %s: ok\n", what)
+			}
+		}
+		_, err := unix.InotifyInit()
+		say("inotify_init", err)
+		// On a descriptor that is none: the filter answers EPERM before
+		// the kernel would say EBADF.
+		_, err = unix.InotifyAddWatch(-1, arg, unix.IN_OPEN)
+		say("inotify_add_watch(-1)", err)
+		fd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
+		say("inotify_init1", err)
+		if err != nil {
+			break
+		}
+		if _, err := unix.InotifyAddWatch(fd, arg, unix.IN_OPEN|unix.IN_ACCESS); err != nil {
+			say("inotify_add_watch", err)
+			break
+		}
+		fmt.Println("sleeping")
+		os.Stdout.Sync()
+		buf := make([]byte, 4096)
+		n, err := unix.Read(fd, buf)
+		if err != nil || n < unix.SizeofInotifyEvent {
+			say("read", err)
+			break
+		}
+		ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[0]))
+		fmt.Printf("EVENT %s mask %#x\n", arg, ev.Mask)
 	case "hostview":
 		// What the wall's /proc shows of the host.
 		for _, p := range []string{"/proc/cmdline", "/proc/locks", BootIDPath} {

@@ -1275,3 +1275,52 @@ func TestAttackHostView(t *testing.T) {
 		boots[boot] = true
 	}
 }
+
+// TestAttackInotifySharedFiles: the host's system folders are the same
+// inodes in every wall, so a vat that watches one (here /bin/busybox)
+// learns when any process on the host opens it: another wall starting it,
+// say. Without sandbox.inotify the filter refuses every way in
+// (inotify_init, inotify_init1, inotify_add_watch); with it, the vat sees
+// the other wall's start, as the manifest's owner agreed to.
+func TestAttackInotifySharedFiles(t *testing.T) {
+	const shared = "/bin/busybox"
+	if _, err := os.Stat(shared); err != nil {
+		testenv.Unavailable(t, shared+" is not installed (busybox-static)")
+	}
+	if seccomp.Supported() != nil {
+		testenv.Unavailable(t, "no seccomp filter in this build")
+	}
+	f := newFixture(t, "watcher")
+	f.spec.Env = map[string]string{"VICTIM_ARG": shared}
+	out, err := f.runVictim(t, "inotify")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, call := range []string{"inotify_init", "inotify_add_watch(-1)", "inotify_init1"} {
+		if want := "INOTIFY " + call + ": operation not permitted"; !strings.Contains(out, want) {
+			t.Errorf("without sandbox.inotify: want %q; output:\n%s", want, out)
+		}
+	}
+
+	g := newFixture(t, "watcher-optin")
+	g.spec.Inotify = true
+	g.spec.Env = map[string]string{"VICTIM_ARG": shared}
+	p, outFile := g.startVictim(t, "inotify", false)
+	defer p.Stop(time.Second)
+	// Another vat starts, running the shared program.
+	other := newFixture(t, "other")
+	other.spec.Command = []string{shared, "true"}
+	if out, err := other.runVictim(t, "hello"); err != nil {
+		t.Fatalf("the other wall: %v\n%s", err, out)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		b, _ := os.ReadFile(outFile)
+		if strings.Contains(string(b), "EVENT "+shared) {
+			t.Logf("with sandbox.inotify the watcher saw: %s", strings.TrimSpace(string(b)))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("with sandbox.inotify, the watcher saw no open of %s by the other wall; output:\n%s", shared, b)
+		}
+	}
+}

@@ -21,10 +21,10 @@ const (
 	retErrno       = 0x00050000
 )
 
-// vm loads the exported filter into x/net/bpf's interpreter.
-func vm(t *testing.T) *bpf.VM {
+// vm loads the exported filter for o into x/net/bpf's interpreter.
+func vm(t *testing.T, o Options) *bpf.VM {
 	t.Helper()
-	prog, err := BPF()
+	prog, err := BPF(o)
 	if err != nil {
 		t.Fatalf("BPF() = %v", err)
 	}
@@ -65,17 +65,59 @@ func seccompData(nr int32, arch uint32, args ...uint64) []byte {
 	return b
 }
 
+type filterCase struct {
+	name string
+	nr   int32
+	arch uint32
+	args []uint64
+	want uint32
+}
+
+var (
+	eperm  = uint32(retErrno | uint32(unix.EPERM))
+	enosys = uint32(retErrno | uint32(unix.ENOSYS))
+)
+
+func runFilterTable(t *testing.T, m *bpf.VM, tests []filterCase) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := m.Run(seccompData(tt.nr, tt.arch, tt.args...))
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if uint32(got) != tt.want {
+				t.Errorf("filter(nr=%d arch=%#x args=%#x) = %s; want %s", tt.nr, tt.arch, tt.args, action(uint32(got)), action(tt.want))
+			}
+		})
+	}
+}
+
+// TestFilterInotify: inotify is refused unless the wall's Options allow
+// it; the rest of the filter is the same either way.
+func TestFilterInotify(t *testing.T) {
+	for _, o := range []Options{{}, {Inotify: true}} {
+		want := eperm
+		if o.Inotify {
+			want = retAllow
+		}
+		t.Run(fmt.Sprintf("inotify=%v", o.Inotify), func(t *testing.T) {
+			runFilterTable(t, vm(t, o), []filterCase{
+				{"inotify_init", unix.SYS_INOTIFY_INIT, auditArchX8664, nil, want},
+				{"inotify_init1", unix.SYS_INOTIFY_INIT1, auditArchX8664, []uint64{unix.IN_CLOEXEC}, want},
+				{"inotify_add_watch", unix.SYS_INOTIFY_ADD_WATCH, auditArchX8664, []uint64{3, 0, unix.IN_OPEN}, want},
+				{"inotify_rm_watch", unix.SYS_INOTIFY_RM_WATCH, auditArchX8664, nil, retAllow},
+				{"fanotify_init", unix.SYS_FANOTIFY_INIT, auditArchX8664, nil, eperm},
+				{"ptrace", unix.SYS_PTRACE, auditArchX8664, nil, eperm},
+				{"read", unix.SYS_READ, auditArchX8664, nil, retAllow},
+				{"x32 inotify_init1", x32Bit | 294, auditArchX8664, nil, retKillProcess},
+			})
+		})
+	}
+}
+
 func TestFilterTable(t *testing.T) {
-	m := vm(t)
-	eperm := uint32(retErrno | uint32(unix.EPERM))
-	enosys := uint32(retErrno | uint32(unix.ENOSYS))
-	tests := []struct {
-		name string
-		nr   int32
-		arch uint32
-		args []uint64
-		want uint32
-	}{
+	tests := []filterCase{
 		{"read allowed", unix.SYS_READ, auditArchX8664, nil, retAllow},
 		{"write allowed", unix.SYS_WRITE, auditArchX8664, nil, retAllow},
 		{"openat allowed", unix.SYS_OPENAT, auditArchX8664, nil, retAllow},
@@ -137,17 +179,7 @@ func TestFilterTable(t *testing.T) {
 		{"x32 ptrace kills", x32Bit | 521, auditArchX8664, nil, retKillProcess},
 		{"aarch64 arch kills", unix.SYS_READ, 0xc00000b7, nil, retKillProcess},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := m.Run(seccompData(tt.nr, tt.arch, tt.args...))
-			if err != nil {
-				t.Fatalf("Run: %v", err)
-			}
-			if uint32(got) != tt.want {
-				t.Errorf("filter(nr=%d arch=%#x args=%#x) = %s; want %s", tt.nr, tt.arch, tt.args, action(uint32(got)), action(tt.want))
-			}
-		})
-	}
+	runFilterTable(t, vm(t, Options{}), tests)
 }
 
 func action(r uint32) string {

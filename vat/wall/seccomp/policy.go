@@ -42,6 +42,24 @@ var Refused = []string{
 	"modify_ldt", "vm86", "vm86old",
 }
 
+// Options vary the filter from one wall to another.
+type Options struct {
+	// Inotify lets the wall watch files (manifest sandbox.inotify). If
+	// false, the Inotify calls fail with EPERM: the host's system
+	// folders are the same inodes in every wall, so a watch on one
+	// (/usr/bin/node, the dynamic loader) reports every process on the
+	// host that opens it, another vat's start among them; and when the
+	// supervisor is not root, every wall's inotify instances count
+	// against one uid's limit (fs.inotify.max_user_instances, 128 by
+	// default), which one vat could take.
+	Inotify bool
+}
+
+// Inotify lists the calls refused unless Options.Inotify. Without an
+// instance no watch can be added; inotify_add_watch is refused too, so
+// no descriptor that reached the wall some other way can watch.
+var Inotify = []string{"inotify_init", "inotify_init1", "inotify_add_watch"}
+
 // Allowed socket families; socket() with any other family fails with EPERM.
 const (
 	afUnix  = 1

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
 
 	libseccomp "github.com/seccomp/libseccomp-golang"
@@ -22,22 +23,27 @@ func Supported() error {
 	return fmt.Errorf("%w: %s", ErrUnsupported, runtime.GOARCH)
 }
 
-var compiled struct {
+// compiled holds each variant's program: [0] without inotify, [1] with.
+var compiled [2]struct {
 	once sync.Once
 	prog []byte
 	err  error
 }
 
-// BPF returns the classic BPF program, as bubblewrap's --seccomp option
-// reads it (struct sock_filter, native endian). It is compiled once per
-// process; the caller must not modify the result.
-func BPF() ([]byte, error) {
-	compiled.once.Do(func() { compiled.prog, compiled.err = compile() })
-	return compiled.prog, compiled.err
+// BPF returns the classic BPF program for o, as bubblewrap's --seccomp
+// option reads it (struct sock_filter, native endian). Each variant is
+// compiled once per process; the caller must not modify the result.
+func BPF(o Options) ([]byte, error) {
+	c := &compiled[0]
+	if o.Inotify {
+		c = &compiled[1]
+	}
+	c.once.Do(func() { c.prog, c.err = compile(o) })
+	return c.prog, c.err
 }
 
-func compile() ([]byte, error) {
-	f, err := build()
+func compile(o Options) ([]byte, error) {
+	f, err := build(o)
 	if err != nil {
 		return nil, err
 	}
@@ -63,10 +69,10 @@ func compile() ([]byte, error) {
 	return prog, nil
 }
 
-// File returns a sealed memfd holding the BPF program, positioned at its
-// start, for bubblewrap's --seccomp. The caller must close it.
-func File() (*os.File, error) {
-	prog, err := BPF()
+// File returns a sealed memfd holding the BPF program for o, positioned
+// at its start, for bubblewrap's --seccomp. The caller must close it.
+func File(o Options) (*os.File, error) {
+	prog, err := BPF(o)
 	if err != nil {
 		return nil, err
 	}
@@ -97,7 +103,7 @@ func memfd(name string) (*os.File, error) {
 	return os.NewFile(uintptr(fd), name), nil
 }
 
-func build() (*libseccomp.ScmpFilter, error) {
+func build(o Options) (*libseccomp.ScmpFilter, error) {
 	if err := Supported(); err != nil {
 		return nil, err
 	}
@@ -127,7 +133,11 @@ func build() (*libseccomp.ScmpFilter, error) {
 	eperm := libseccomp.ActErrno.SetReturnCode(int16(unix.EPERM))
 	enosys := libseccomp.ActErrno.SetReturnCode(int16(unix.ENOSYS))
 
-	for _, name := range Refused {
+	refused := Refused
+	if !o.Inotify {
+		refused = append(slices.Clone(Refused), Inotify...)
+	}
+	for _, name := range refused {
 		sc, err := libseccomp.GetSyscallFromName(name)
 		if err != nil {
 			continue // not a call on this architecture

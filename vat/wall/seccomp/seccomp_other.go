@@ -14,7 +14,7 @@ func Supported() error {
 }
 
 // BPF is unavailable in this build.
-func BPF() ([]byte, error) { return nil, Supported() }
+func BPF(Options) ([]byte, error) { return nil, Supported() }
 
 // File is unavailable in this build.
-func File() (*os.File, error) { return nil, Supported() }
+func File(Options) (*os.File, error) { return nil, Supported() }
