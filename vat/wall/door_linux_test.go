@@ -298,7 +298,7 @@ func TestDoorOfAGoneSandbox(t *testing.T) {
 	}
 	defer d.w.Close()
 	_ = d.r.Close() // the sandbox and bubblewrap: gone
-	err = limit(sleep.Process.Pid, &Plan{MaxTasks: 4096, HostUID: -1, HostGID: -1}, d.w)
+	err = limit(sleep.Process.Pid, &Plan{MaxTasks: 4096, HostUID: -1, HostGID: -1}, nil, d.w)
 	if err == nil || !sandboxGone(err) {
 		t.Errorf("limit at a door with no reader = %v; want an error that says the sandbox is gone", err)
 	}

@@ -26,6 +26,11 @@ var (
 	ErrBwrap = errors.New("bubblewrap could not start the sandbox")
 	// ErrProbe: the preflight found that walls cannot be built here.
 	ErrProbe = errors.New("walls cannot be built on this host")
+	// ErrLimits: the wall's cgroup could not be made or its limits set.
+	ErrLimits = errors.New("the wall's limits could not be set")
+	// ErrOutOfMemory: the kernel killed the wall, or a process of it, for
+	// going past its memory limit.
+	ErrOutOfMemory = errors.New("it ran out of memory")
 	// ErrUnsupported: this platform has no walls.
 	ErrUnsupported = errors.New("walls are only supported on linux")
 )

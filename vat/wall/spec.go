@@ -22,6 +22,8 @@ package wall
 
 import (
 	"os"
+
+	"toybox/vat/wall/cgroup"
 )
 
 // Tiers: how walled a running vat is. The supervisor's words module turns
@@ -101,6 +103,13 @@ type Spec struct {
 	// runs before the first client. Its processes hold fds 0-2 only (no
 	// capability) and have no $TOYBOX_LISTEN.
 	MCP *MCP
+	// Cgroups makes the wall's cgroup, which holds it to Limits. If nil,
+	// the wall has no cgroup of its own (Process.Limits says none).
+	Cgroups *cgroup.Host
+	// Limits are what the wall's cgroup holds it to, where the host
+	// enforces each; a zero field sets none. If Limits.Tasks is zero, the
+	// wall's task limit (MaxTasks).
+	Limits cgroup.Limits
 }
 
 // MCP is a stdio MCP vat's bridge (docs/mcp.md, "Bridge").
@@ -130,6 +139,11 @@ type MCP struct {
 	// 600.
 	IdleSeconds int
 }
+
+// OOMScoreAdj is every wall's oom_score_adj: above the supervisor's own
+// (systemd's default is 0), so that when the host runs out of memory the
+// kernel kills a vat's process first.
+const OOMScoreAdj = 500
 
 // The sizes of the tmpfs a wall gets. A tmpfs holds memory no process is
 // charged for (the OOM killer would pick some other process while a wall's

@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"toybox/vat/wall/cgroup"
 	"toybox/vat/wall/seccomp"
 )
 
@@ -49,7 +50,8 @@ type Process struct {
 	status *os.File    // bwrap's JSON status pipe (read end)
 	head   *headWriter // the start of bwrap's stderr
 	plan   *Plan
-	views  *viewHold // the /etc view it binds, released when it ends
+	views  *viewHold     // the /etc view it binds, released when it ends
+	grp    *cgroup.Group // its cgroup (nil: none), removed when it ends
 	// statusRead is closed once the child pid has been read (or could not
 	// be): reap closes status only then, so an app that exits at once
 	// cannot have its pid's record closed under the reader.
@@ -62,9 +64,19 @@ func (p *Process) Pid() int { return p.cmd.Process.Pid }
 // Tier is TierWalled or TierWalledNoSeccomp.
 func (p *Process) Tier() string { return p.tier }
 
+// Limits returns the limits the wall's cgroup holds it to: only those
+// the host enforces (zero fields: none).
+func (p *Process) Limits() cgroup.Limits {
+	if p.grp == nil {
+		return cgroup.Limits{}
+	}
+	return p.grp.Limits()
+}
+
 // Wait waits for the wall to end and returns the app's exit: nil, an
 // *exec.ExitError carrying the app's status (bwrap exits with it), or an
-// error saying what failed.
+// error saying what failed. A wall the kernel killed for going past its
+// memory limit returns an error wrapping ErrOutOfMemory.
 func (p *Process) Wait() error {
 	<-p.done
 	return p.err
@@ -162,6 +174,15 @@ func (p *Process) reap() {
 				err = fmt.Errorf("%w: %w: %s%s", ErrBwrap, err, strings.TrimSpace(line), entryExecHint(p.plan))
 				break
 			}
+		}
+	}
+	if p.grp != nil {
+		// Read before the group goes: its counters go with it.
+		if err != nil && p.grp.OOMKills() > 0 {
+			err = fmt.Errorf("%w (%d MiB): %w", ErrOutOfMemory, p.grp.Limits().MemoryBytes>>20, err)
+		}
+		if rerr := p.grp.Remove(); rerr != nil {
+			p.logger.Warn("removing the wall's cgroup", keyVat, p.id, keyReason, rerr.Error())
 		}
 	}
 	// The wall's mounts are gone with its processes.
@@ -297,6 +318,20 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 			return nil, fmt.Errorf("starting the wall for %q: %w", spec.ID, err)
 		}
 	}
+	// The wall's cgroup, made (with its limits) before bubblewrap starts:
+	// at the door only its first process moves in.
+	var grp *cgroup.Group
+	if spec.Cgroups != nil {
+		lim := spec.Limits
+		if lim.Tasks == 0 {
+			lim.Tasks = plan.MaxTasks
+		}
+		grp, err = spec.Cgroups.New(spec.ID, lim)
+		if err != nil {
+			return nil, fmt.Errorf("starting the wall for %q: %w: %w", spec.ID, ErrLimits, err)
+		}
+		cl.add(func() { _ = grp.Remove() })
+	}
 	var fds fdTable
 	cl.add(fds.closeAll)
 	views := &viewHold{}
@@ -376,7 +411,7 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 		forgetBwrap() // moved or removed: the next start looks again
 		return nil, fmt.Errorf("starting the wall for %q: %w: %w", spec.ID, ErrBwrap, err)
 	}
-	p := &Process{id: spec.ID, tier: plan.Tier, cmd: cmd, logger: logger, done: make(chan struct{}), status: statusR, statusRead: make(chan struct{}), head: head, plan: plan, views: views}
+	p := &Process{id: spec.ID, tier: plan.Tier, cmd: cmd, logger: logger, done: make(chan struct{}), status: statusR, statusRead: make(chan struct{}), head: head, plan: plan, views: views, grp: grp}
 	go p.reap()
 	// Before the door the sandbox's first process is still in bwrap's
 	// process group (it makes its own session only after): ending the
@@ -407,7 +442,7 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 	// A sandbox already gone (a bind bubblewrap could not make) runs
 	// nothing: the wall ends with bubblewrap's own reason, as without a
 	// door.
-	if err := limit(child, plan, doorW); err != nil && !sandboxGone(err) {
+	if err := limit(child, plan, grp, doorW); err != nil && !sandboxGone(err) {
 		// The sandbox's process is not bwrap's to end yet (it asks for
 		// its parent's death after the door): end it first.
 		_ = unix.Kill(child, unix.SIGKILL)
@@ -451,6 +486,11 @@ func sandboxGone(err error) bool {
 // limit sets the wall's limits on its first process (child, bwrap's
 // sandbox process, still waiting at the door), then opens the door.
 //
+// The process moves into the wall's cgroup (grp, if any), so that
+// everything of the vat's is made in it, and its oom_score_adj goes to
+// OOMScoreAdj, which everything it starts inherits: when the host runs out
+// of memory, the kernel kills a vat before the supervisor.
+//
 // RLIMIT_NPROC bounds the tasks of the wall: the kernel counts them per user
 // namespace and uid (since Linux 5.14), and everything in the wall is one
 // uid in the wall's own namespace, so the limit counts the wall's tasks
@@ -459,7 +499,15 @@ func sandboxGone(err error) bool {
 // namespace, the limit would count the supervisor's uid across every wall
 // (when not root), and before the app forks is the only time it binds them
 // all: hence the door.
-func limit(child int, plan *Plan, door *os.File) error {
+func limit(child int, plan *Plan, grp *cgroup.Group, door *os.File) error {
+	if grp != nil {
+		if err := grp.Add(child); err != nil {
+			return err
+		}
+	}
+	if err := writeProc(child, "oom_score_adj", strconv.Itoa(OOMScoreAdj)); err != nil {
+		return fmt.Errorf("setting the wall's oom_score_adj (%d): %w", OOMScoreAdj, err)
+	}
 	n := uint64(plan.MaxTasks)
 	if err := prlimitAs(child, plan.HostUID, plan.HostGID, unix.RLIMIT_NPROC, &unix.Rlimit{Cur: n, Max: n}); err != nil {
 		return fmt.Errorf("setting the wall's task limit (%d): %w", n, err)
@@ -468,6 +516,19 @@ func limit(child int, plan *Plan, door *os.File) error {
 		return fmt.Errorf("opening the wall's door: %w", err)
 	}
 	return nil
+}
+
+// writeProc writes value to /proc/<pid>/<name>.
+func writeProc(pid int, name, value string) error {
+	f, err := os.OpenFile("/proc/"+strconv.Itoa(pid)+"/"+name, os.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(value)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // prlimitAs sets resource res of process pid. The kernel lets a process

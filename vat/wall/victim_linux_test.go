@@ -6,9 +6,11 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -452,6 +454,41 @@ func victim(mode string) int {
 			}
 			fmt.Printf("VIEW %s %q\n", p, b)
 		}
+	case "eat":
+		// arg: MiB to allocate and touch, 16 at a time, each kept; a
+		// wall with a memory limit is killed on the way.
+		n, _ := strconv.Atoi(arg)
+		var kept [][]byte
+		for ate := 16; ate <= n; ate += 16 {
+			b := make([]byte, 16<<20)
+			for i := 0; i < len(b); i += 4096 {
+				b[i] = 1
+			}
+			kept = append(kept, b)
+			fmt.Printf("ATE %d\n", ate)
+			os.Stdout.Sync()
+		}
+		breach("allocated all %d MiB (%d blocks)", n, len(kept))
+	case "spin":
+		// Spins on every CPU it sees (and then some) until it is ended.
+		fmt.Println("sleeping")
+		os.Stdout.Sync()
+		for range 2 * runtime.NumCPU() {
+			go func() {
+				for x := uint64(1); ; x = x*6364136223846793005 + 1 {
+					spun.Store(x)
+				}
+			}()
+		}
+		select {}
+	case "oomscore":
+		// Says its oom_score_adj, then tries to lower it to 0 (the
+		// supervisor's).
+		b, _ := os.ReadFile("/proc/self/oom_score_adj")
+		fmt.Printf("OOMSCORE %s\n", strings.TrimSpace(string(b)))
+		err := os.WriteFile("/proc/self/oom_score_adj", []byte("0"), 0)
+		b, _ = os.ReadFile("/proc/self/oom_score_adj")
+		fmt.Printf("LOWERED %v %s\n", err, strings.TrimSpace(string(b)))
 	case "sleep":
 		fmt.Println("sleeping")
 		os.Stdout.Sync()
@@ -462,6 +499,9 @@ func victim(mode string) int {
 	}
 	return 0
 }
+
+// spun is what the "spin" victim's loops compute, so that they do work.
+var spun atomic.Uint64
 
 // rawFDs lists /proc/self/fd with getdents, skipping its own descriptor.
 func rawFDs() ([]int, error) {
