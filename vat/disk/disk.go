@@ -1,0 +1,21 @@
+// Package disk gives each vat's data folder a file system of its own.
+//
+// A vat's data folder lies on the state file system, beside the code store
+// and the records: a vat that filled it would leave the others, installs and
+// upgrades no room. So each data folder is an ext4 image of the size its
+// limit names (<state>/disk/<id>.img, sparse), loop-mounted on the folder
+// (nosuid, nodev). A vat that fills it gets ENOSPC; nothing else does.
+// Mounting needs root (CAP_SYS_ADMIN), loop devices and mkfs.ext4: Open
+// tries it once, for real, and a host where it fails has no disk limits
+// (Disks.Support says why).
+package disk
+
+import "errors"
+
+// MinBytes is the smallest disk limit: room for ext4's own metadata and a
+// small app's data.
+const MinBytes = 16 << 20
+
+// ErrUnsupported: this host cannot give data folders a file system of
+// their own.
+var ErrUnsupported = errors.New("data folders cannot be limited here")

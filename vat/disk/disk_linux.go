@@ -1,0 +1,331 @@
+//go:build linux
+
+package disk
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// Disks makes, mounts and resizes the data folders' images. Its methods
+// are safe for concurrent use (each vat's calls come one at a time).
+type Disks struct {
+	dir  string // <state>/disk
+	why  string // why there are no disk limits here ("": there are)
+	mkfs string
+
+	mu      sync.Mutex
+	mounted map[string]string // data folder → its image, mounted by this process
+}
+
+// Open finds whether this host can give data folders a file system of
+// their own (it makes and mounts a small image in stateDir/disk, then
+// removes it) and returns Disks that do it, or that say why not.
+func Open(stateDir string) *Disks {
+	d := &Disks{dir: filepath.Join(stateDir, "disk"), mounted: map[string]string{}}
+	d.why = d.probe()
+	return d
+}
+
+// Support returns nil where data folders can be limited, else why not
+// (wrapping ErrUnsupported) and the fix.
+func (d *Disks) Support() error {
+	if d == nil {
+		return fmt.Errorf("%w: no disk limits were asked for", ErrUnsupported)
+	}
+	if d.why != "" {
+		return fmt.Errorf("%w: %s", ErrUnsupported, d.why)
+	}
+	return nil
+}
+
+func (d *Disks) probe() string {
+	if os.Geteuid() != 0 {
+		return "mounting a file system of its own on each data folder needs root (fix: run toybox as root, or give <state>/data a file system with project quotas and limit it there)"
+	}
+	if _, err := os.Stat("/dev/loop-control"); err != nil {
+		return fmt.Sprintf("this host has no loop devices (%v; fix: modprobe loop)", err)
+	}
+	mkfs, err := exec.LookPath("mkfs.ext4")
+	if err != nil {
+		for _, p := range []string{"/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4"} {
+			if _, serr := os.Stat(p); serr == nil {
+				mkfs, err = p, nil
+				break
+			}
+		}
+	}
+	if err != nil {
+		return "mkfs.ext4 is not installed (fix: apt-get install e2fsprogs)"
+	}
+	d.mkfs = mkfs
+	if err := os.MkdirAll(d.dir, 0o700); err != nil {
+		return fmt.Sprintf("making %s: %v", d.dir, err)
+	}
+	img := filepath.Join(d.dir, ".probe.img")
+	mnt := filepath.Join(d.dir, ".probe")
+	defer os.Remove(img)
+	defer os.Remove(mnt)
+	if err := d.makeImage(img, MinBytes); err != nil {
+		return err.Error()
+	}
+	if err := os.Mkdir(mnt, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err.Error()
+	}
+	if err := mountImage(img, mnt); err != nil {
+		return err.Error()
+	}
+	if err := unix.Unmount(mnt, 0); err != nil {
+		return fmt.Sprintf("unmounting %s: %v", mnt, err)
+	}
+	return ""
+}
+
+// image is the image of vat id's data folder.
+func (d *Disks) image(id string) string { return filepath.Join(d.dir, id+".img") }
+
+// Mount makes dataDir, vat id's data folder, a file system of its own of
+// bytes (at least MinBytes): its image is made (the folder's files moved
+// in) or resized to that size, and mounted on dataDir unless it is
+// already. Call it while no wall of the vat runs. It returns the size in
+// force.
+func (d *Disks) Mount(id, dataDir string, bytes int64) (int64, error) {
+	if err := d.Support(); err != nil {
+		return 0, err
+	}
+	bytes = max(bytes, MinBytes) &^ (4096 - 1)
+	img := d.image(id)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return 0, err
+	}
+	on, err := isMountPoint(dataDir)
+	if err != nil {
+		return 0, err
+	}
+	fi, ierr := os.Stat(img)
+	if on && ierr == nil && fi.Size() == bytes {
+		return bytes, nil
+	}
+	if on {
+		// A new size: resized while nothing has it mounted.
+		if err := unix.Unmount(dataDir, 0); err != nil {
+			return 0, fmt.Errorf("unmounting %s to resize it: %w", dataDir, err)
+		}
+		delete(d.mounted, dataDir)
+	}
+	switch {
+	case errors.Is(ierr, fs.ErrNotExist):
+		if err := d.fresh(img, dataDir, bytes); err != nil {
+			return 0, err
+		}
+	case ierr != nil:
+		return 0, ierr
+	case fi.Size() != bytes:
+		if err := resize(img, fi.Size(), bytes); err != nil {
+			return 0, err
+		}
+	}
+	if err := mountImage(img, dataDir); err != nil {
+		return 0, err
+	}
+	d.mounted[dataDir] = img
+	return bytes, nil
+}
+
+// fresh makes vat id's image and moves what its data folder holds into it.
+func (d *Disks) fresh(img, dataDir string, bytes int64) error {
+	tmp := img + ".new"
+	_ = os.Remove(tmp)
+	if err := d.makeImage(tmp, bytes); err != nil {
+		return err
+	}
+	defer os.Remove(tmp)
+	ents, err := os.ReadDir(dataDir)
+	if err != nil {
+		return err
+	}
+	if len(ents) > 0 {
+		mnt := img + ".mnt"
+		if err := os.Mkdir(mnt, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		defer os.Remove(mnt)
+		if err := mountImage(tmp, mnt); err != nil {
+			return err
+		}
+		out, cerr := exec.Command("cp", "-a", "--", dataDir+"/.", mnt+"/").CombinedOutput()
+		if uerr := unix.Unmount(mnt, 0); cerr == nil && uerr != nil {
+			cerr = uerr
+		}
+		if cerr != nil {
+			return fmt.Errorf("moving the data of %s into its own file system (%d MiB): %v: %s", dataDir, bytes>>20, cerr, strings.TrimSpace(string(out)))
+		}
+		for _, e := range ents {
+			if err := os.RemoveAll(filepath.Join(dataDir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	return os.Rename(tmp, img)
+}
+
+// makeImage makes an ext4 image of bytes at path (sparse: it takes room
+// only as it fills), with no blocks kept back for root and no lost+found.
+func (d *Disks) makeImage(path string, bytes int64) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("making the disk image: %w", err)
+	}
+	err = f.Truncate(bytes)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(path)
+		return fmt.Errorf("sizing the disk image: %w", err)
+	}
+	out, err := exec.Command(d.mkfs, "-q", "-F", "-m", "0", "-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1", path).CombinedOutput()
+	if err != nil {
+		_ = os.Remove(path)
+		return fmt.Errorf("mkfs.ext4 %s: %v: %s", path, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// resize makes the image at path bytes long (its file system too): it
+// grows, or shrinks where its files fit.
+func resize(path string, from, bytes int64) error {
+	run := func(name string, args ...string) error {
+		out, err := exec.Command(name, args...).CombinedOutput()
+		// e2fsck: 1 means it fixed something, which is fine.
+		if ee, ok := errors.AsType[*exec.ExitError](err); ok && name == "e2fsck" && ee.ExitCode() == 1 {
+			err = nil
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %v: %s", name, err, strings.TrimSpace(string(out)))
+		}
+		return nil
+	}
+	if err := run("e2fsck", "-f", "-p", path); err != nil {
+		return fmt.Errorf("checking %s before resizing it: %w", path, err)
+	}
+	if bytes > from {
+		if err := os.Truncate(path, bytes); err != nil {
+			return err
+		}
+	}
+	if err := run("resize2fs", path, strconv.FormatInt(bytes>>10, 10)+"K"); err != nil {
+		if bytes > from {
+			_ = os.Truncate(path, from)
+		}
+		return fmt.Errorf("resizing %s to %d MiB (its files must fit): %w", path, bytes>>20, err)
+	}
+	if bytes < from {
+		return os.Truncate(path, bytes)
+	}
+	return nil
+}
+
+// mountImage loop-mounts the ext4 image img on dir (nosuid, nodev).
+func mountImage(img, dir string) error {
+	out, err := exec.Command("mount", "-t", "ext4", "-o", "loop,nosuid,nodev", "--", img, dir).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("mounting %s on %s: %v: %s", img, dir, err, strings.TrimSpace(string(out)))
+	}
+	// No lost+found: the vat's folder holds what the vat put there.
+	_ = os.Remove(filepath.Join(dir, "lost+found"))
+	return nil
+}
+
+// isMountPoint reports whether dir is the root of a mount (another device
+// than its parent's, or the same device's root).
+func isMountPoint(dir string) (bool, error) {
+	var st, pst unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return false, err
+	}
+	if err := unix.Lstat(filepath.Dir(dir), &pst); err != nil {
+		return false, err
+	}
+	return st.Dev != pst.Dev || st.Ino == pst.Ino, nil
+}
+
+// Unmount unmounts vat id's data folder, dataDir, if it is mounted (its
+// data stays in its image).
+func (d *Disks) Unmount(dataDir string) error {
+	if d == nil {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.unmount(dataDir)
+}
+
+func (d *Disks) unmount(dataDir string) error {
+	on, err := isMountPoint(dataDir)
+	if err != nil || !on {
+		delete(d.mounted, dataDir)
+		return nil
+	}
+	if err := unix.Unmount(dataDir, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+		// Still in use (a wall ending): detached now, gone once it is.
+		if err := unix.Unmount(dataDir, unix.MNT_DETACH); err != nil {
+			return fmt.Errorf("unmounting %s: %w", dataDir, err)
+		}
+	}
+	delete(d.mounted, dataDir)
+	return nil
+}
+
+// Remove unmounts dataDir and removes vat id's image: its data is gone.
+func (d *Disks) Remove(id, dataDir string) error {
+	if d == nil {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.unmount(dataDir); err != nil {
+		return err
+	}
+	if err := os.Remove(d.image(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// Close unmounts every data folder this process mounted.
+func (d *Disks) Close() error {
+	if d == nil {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var errs []error
+	for dir := range d.mounted {
+		errs = append(errs, d.unmount(dir))
+	}
+	return errors.Join(errs...)
+}
+
+// Size returns the size of vat id's image, or 0 when it has none.
+func (d *Disks) Size(id string) int64 {
+	if d == nil {
+		return 0
+	}
+	fi, err := os.Stat(d.image(id))
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}

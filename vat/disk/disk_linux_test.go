@@ -1,0 +1,98 @@
+package disk
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"toybox/tests/testenv"
+)
+
+// fill copies mib MiB of /dev/zero into a new file at p, and returns how
+// many whole MiB it wrote before it stopped.
+func fill(p string, mib int) (int, error) {
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	zero, err := os.Open("/dev/zero")
+	if err != nil {
+		return 0, err
+	}
+	defer zero.Close()
+	n, err := io.CopyN(f, zero, int64(mib)<<20)
+	if err == nil {
+		err = f.Sync()
+	}
+	return int(n >> 20), err
+}
+
+// TestDiskLimit: a data folder given a file system of its own keeps what
+// it held, stops a writer at its size (ENOSPC), grows and shrinks to a new
+// limit, and goes with Remove.
+func TestDiskLimit(t *testing.T) {
+	testenv.RequireRoot(t)
+	state := t.TempDir()
+	d := Open(state)
+	t.Cleanup(func() { _ = d.Close() })
+	if err := d.Support(); err != nil {
+		testenv.Unavailable(t, err.Error())
+	}
+	data := filepath.Join(state, "data", "alice")
+	if err := os.MkdirAll(filepath.Join(data, "sub"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(data, "sub", "old.txt"), []byte("kept"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	size, err := d.Mount("alice", data, 32<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if size != 32<<20 {
+		t.Errorf("Mount = %d; want %d", size, 32<<20)
+	}
+	if on, _ := isMountPoint(data); !on {
+		t.Fatal("the data folder is not a mount of its own")
+	}
+	if b, err := os.ReadFile(filepath.Join(data, "sub", "old.txt")); err != nil || string(b) != "kept" {
+		t.Errorf("the folder's file after the move = %q, %v; want kept", b, err)
+	}
+	n, err := fill(filepath.Join(data, "fill"), 64)
+	if !errors.Is(err, unix.ENOSPC) || n > 32 {
+		t.Errorf("wrote %d MiB into a 32 MiB data folder (%v); want ENOSPC first", n, err)
+	}
+	if err := os.Remove(filepath.Join(data, "fill")); err != nil {
+		t.Fatal(err)
+	}
+	// A new limit: resized, its files kept.
+	for _, want := range []int64{64 << 20, 24 << 20} {
+		if size, err := d.Mount("alice", data, want); err != nil || size != want {
+			t.Fatalf("Mount to %d MiB = %d, %v", want>>20, size, err)
+		}
+		var st unix.Statfs_t
+		if err := unix.Statfs(data, &st); err != nil {
+			t.Fatal(err)
+		}
+		if got := int64(st.Blocks) * st.Bsize; got > want || got < want/2 {
+			t.Errorf("the file system holds %d bytes; want about %d", got, want)
+		}
+		if _, err := os.Stat(filepath.Join(data, "sub", "old.txt")); err != nil {
+			t.Errorf("after a resize: %v", err)
+		}
+	}
+	if err := d.Remove("alice", data); err != nil {
+		t.Fatal(err)
+	}
+	if on, _ := isMountPoint(data); on {
+		t.Error("still mounted after Remove")
+	}
+	if d.Size("alice") != 0 {
+		t.Error("the image is still there after Remove")
+	}
+}
