@@ -22,7 +22,7 @@ import (
 // and examples/<name>.
 var bins string
 
-var examples = []string{"counter-v1", "counter-v2", "egress-probe", "capnp-probe"}
+var examples = []string{"counter-v1", "counter-v2", "egress-probe", "capnp-probe", "hog"}
 
 func TestMain(m *testing.M) {
 	code, err := buildAll()
@@ -160,11 +160,31 @@ func newStack(t testing.TB, opts stackOpts) *stack {
 			t.Logf("toybox log:\n%s", tail(s.tbLog))
 			t.Logf("switchboard log:\n%s", tail(s.sbLog))
 		}
+		// A supervisor killed outright leaves its vats' data folders
+		// mounted (their disk limits): they go with the folder.
+		unmountBelow(dir)
 		_ = os.RemoveAll(dir)
 	})
 	s.startSwitchboard()
 	s.startToybox()
 	return s
+}
+
+// unmountBelow detaches every mount below dir (deepest first).
+func unmountBelow(dir string) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	var points []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			points = append(points, f[4])
+		}
+	}
+	for i := len(points) - 1; i >= 0; i-- {
+		_ = syscall.Unmount(points[i], syscall.MNT_DETACH)
+	}
 }
 
 func tail(b *syncBuffer) string {

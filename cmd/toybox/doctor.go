@@ -23,6 +23,7 @@ func init() { commands["doctor"] = doctorMain }
 func doctorMain(args []string) int {
 	fs := flag.NewFlagSet("toybox doctor", flag.ContinueOnError)
 	entry := fs.String("entry", "", "path of toybox-entry (default: next to this binary, as serve looks)")
+	state := fs.String("state", "", "the state dir, where the disk limit is tried (default: a temporary folder)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -33,6 +34,17 @@ func doctorMain(args []string) int {
 	if os.Geteuid() == 0 {
 		checks = append(checks, subordinateCheck("/etc/subuid", "/etc/subgid"))
 	}
+	dir := *state
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "toybox-doctor-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "toybox doctor:", err)
+			return 1
+		}
+		defer os.RemoveAll(tmp)
+		dir = tmp
+	}
+	checks = append(checks, limitChecks(dir)...)
 	return printChecks(os.Stdout, checks)
 }
 
@@ -105,7 +117,10 @@ func printChecks(w io.Writer, checks []wall.Check) int {
 	code := 0
 	for _, c := range checks {
 		mark := "ok  "
-		if !c.OK {
+		switch {
+		case c.Warn:
+			mark = "warn"
+		case !c.OK:
 			mark, code = "FAIL", 1
 		}
 		fmt.Fprintf(w, "%s %s: %s\n", mark, c.Name, c.Detail)

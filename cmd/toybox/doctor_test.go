@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"toybox/vat/wall"
 )
 
 func TestSubordinateCheck(t *testing.T) {
@@ -77,5 +79,39 @@ func TestEntryCheckOwnUID(t *testing.T) {
 	}
 	if why := entryUnrunnable(entry, 4242); len(why) != 0 {
 		t.Errorf("mode 0755: %q; want nothing", why)
+	}
+}
+
+// TestLimitWarningsLetWallsRun: a limit this host cannot enforce is a
+// warning, named with its reason; walls can still be built.
+func TestLimitWarningsLetWallsRun(t *testing.T) {
+	var b strings.Builder
+	code := printChecks(&b, []wall.Check{
+		{Name: "bubblewrap", OK: true, Detail: "found"},
+		{Name: "limit: disk", Warn: true, Detail: "not enforced here: needs root"},
+	})
+	if code != 0 || !strings.Contains(b.String(), "warn limit: disk: not enforced here: needs root") || !strings.Contains(b.String(), "walls can be built") {
+		t.Errorf("printChecks = %d\n%s; want 0, the warning and walls buildable", code, b.String())
+	}
+}
+
+// TestLimitChecks: doctor has a line for every limit, each enforced or a
+// warning with its reason (never a failure).
+func TestLimitChecks(t *testing.T) {
+	checks := limitChecks(t.TempDir())
+	seen := map[string]bool{}
+	for _, c := range checks {
+		seen[c.Name] = true
+		if !c.OK && !c.Warn {
+			t.Errorf("%s failed: %s", c.Name, c.Detail)
+		}
+		if c.Warn && !strings.HasPrefix(c.Detail, "not enforced here: ") {
+			t.Errorf("%s: a warning without its reason: %q", c.Name, c.Detail)
+		}
+	}
+	for _, k := range []string{"memory", "swap", "cpu", "tasks", "disk"} {
+		if !seen["limit: "+k] {
+			t.Errorf("no line for the %s limit in %+v", k, checks)
+		}
 	}
 }

@@ -34,7 +34,7 @@ import (
 
 func init() { commands["serve"] = serveMain }
 
-const serveUsage = `usage: toybox serve --state DIR --switchboard PATH [--http ADDR|unix:PATH] [--public-host NAME[,NAME]]... [--admin PATH] [--entry PATH] [--doors FILE] [--wall-tmp-mib N] [--wall-max-tasks N]
+const serveUsage = `usage: toybox serve --state DIR --switchboard PATH [--http ADDR|unix:PATH] [--public-host NAME[,NAME]]... [--admin PATH] [--entry PATH] [--doors FILE] [--wall-tmp-mib N] [--wall-max-tasks N] [--wall-memory-mib N] [--wall-cpus X] [--wall-disk-mib N]
 
 Runs the supervisor: every installed vat starts, the admin API is served on
 the admin socket (mode 0600) and each vat's app on the http socket, on its
@@ -46,6 +46,13 @@ Host is refused (403). Under systemd socket activation the sockets named "http" 
 socket (a TCP one is refused: every local user could reach it). One
 supervisor per state dir: it holds <state>/serve.lock, and a second one
 on the same dir is refused.
+
+Limits: every wall has a cgroup of its own holding it to --wall-memory-mib
+(no swap beyond it), --wall-cpus and --wall-max-tasks, and its data folder
+a file system of --wall-disk-mib (root only). These are each vat's limits
+and the most its owner may set (PUT /<vat>?memory_mib=N&cpus=X&disk_mib=N).
+0 sets no limit of that kind. A limit this host cannot enforce is logged
+once, and each vat's status says it runs without it (toybox doctor).
 
 Environment: TOYBOX_WALLS=off (kill switch: no walls at all),
 TOYBOX_WALLS_DEFAULT=off (this computer runs vats unwalled), TOYBOX_LOG=debug.
@@ -75,6 +82,9 @@ func serveMain(args []string) int {
 	maxBody := fs.Int64("max-body", store.DefaultMaxBody, "largest code upload in bytes")
 	wallTmp := fs.Int64("wall-tmp-mib", wall.TmpBytes>>20, "size of each wall's /tmp in MiB (it is memory: a tmpfs)")
 	wallTasks := fs.Int("wall-max-tasks", wall.MaxTasks, "most processes and threads in each wall (an app under toybox-entry, a vat with a way out, may use all but 32)")
+	wallMemory := fs.Int64("wall-memory-mib", DefaultWallMemoryMiB, "each wall's memory in MiB, swap none beyond it (0: no limit); an owner may set less")
+	wallCPUs := fs.Float64("wall-cpus", DefaultWallCPUs, "each wall's CPU time, in CPUs (0: no limit); an owner may set less")
+	wallDisk := fs.Int64("wall-disk-mib", DefaultWallDiskMiB, "each vat's data folder in MiB, a file system of its own; needs root (0: no limit); an owner may set less")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -101,6 +111,18 @@ func serveMain(args []string) int {
 		fmt.Fprintf(os.Stderr, "toybox serve: --wall-max-tasks %d: want 64 to %d\n", *wallTasks, 1<<22)
 		return 2
 	}
+	if *wallMemory < 0 || *wallMemory > 0 && *wallMemory < 16 {
+		fmt.Fprintf(os.Stderr, "toybox serve: --wall-memory-mib %d: want 0 (no limit) or at least 16\n", *wallMemory)
+		return 2
+	}
+	if *wallCPUs < 0 || *wallCPUs > 0 && *wallCPUs < 0.01 || *wallCPUs != *wallCPUs {
+		fmt.Fprintf(os.Stderr, "toybox serve: --wall-cpus %g: want 0 (no limit) or at least 0.01\n", *wallCPUs)
+		return 2
+	}
+	if *wallDisk < 0 || *wallDisk > 0 && *wallDisk < 16 {
+		fmt.Fprintf(os.Stderr, "toybox serve: --wall-disk-mib %d: want 0 (no limit) or at least 16\n", *wallDisk)
+		return 2
+	}
 	if err := wallTasksFit(*wallTasks); err != nil {
 		fmt.Fprintf(os.Stderr, "toybox serve: --wall-max-tasks %d: %v\n", *wallTasks, err)
 		return 2
@@ -108,6 +130,7 @@ func serveMain(args []string) int {
 	if err := runServe(serveOptions{
 		state: *stateDir, switchboard: *sbPath, http: *httpAddr, admin: *adminPath, entry: *entryPath, doors: *doorsPath,
 		readyTimeout: *readyTimeout, stopGrace: *stopGrace, maxBody: *maxBody, wallTmp: *wallTmp << 20, wallTasks: *wallTasks, hosts: hosts,
+		wallMemory: *wallMemory << 20, wallCPUs: *wallCPUs, wallDisk: *wallDisk << 20,
 		walls: os.Getenv("TOYBOX_WALLS"), wallsDefault: os.Getenv("TOYBOX_WALLS_DEFAULT"),
 	}, log); err != nil {
 		log.Error("toybox serve", "error", err.Error())
@@ -140,9 +163,18 @@ type serveOptions struct {
 	readyTimeout, stopGrace                       time.Duration
 	maxBody, wallTmp                              int64
 	wallTasks                                     int
+	wallMemory, wallDisk                          int64
+	wallCPUs                                      float64
 	walls, wallsDefault                           string
 	hosts                                         edge.Hosts
 }
+
+// The operator's limits for each wall by default (toybox serve flags).
+const (
+	DefaultWallMemoryMiB = 512  // a Node or Python server with room to spare
+	DefaultWallCPUs      = 1.0  // one vat cannot take the whole of a small host
+	DefaultWallDiskMiB   = 1024 // a vat's data and its package caches
+)
 
 // httpStopBudget bounds how long requests in flight may finish at shutdown.
 const httpStopBudget = 5 * time.Second
@@ -201,6 +233,8 @@ func runServe(o serveOptions, log *slog.Logger) error {
 		return err
 	}
 	defer cleanup()
+	cg, disks := openLimits(o, log)
+	defer cg.Close()
 
 	sup, err := supervisor.New(supervisor.Config{
 		Store: st, Switches: sw, Upstream: up, EntryPath: o.entry, Doors: doorTable,
@@ -212,6 +246,7 @@ func runServe(o serveOptions, log *slog.Logger) error {
 			return p, nil
 		},
 		ReadyTimeout: o.readyTimeout, StopGrace: o.stopGrace, WallTmpBytes: o.wallTmp, WallMaxTasks: o.wallTasks, Logger: log,
+		Cgroups: cg, Disks: disks, Limits: supervisor.Limits{MemoryBytes: o.wallMemory, CPUs: o.wallCPUs, DiskBytes: o.wallDisk},
 		OwnPorts: ownPorts(httpL), Hosts: o.hosts,
 	})
 	if err != nil {

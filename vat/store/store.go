@@ -127,6 +127,16 @@ type Record struct {
 	// UID is the vat's own host uid (and gid) when the supervisor gives
 	// each vat one; 0 otherwise.
 	UID int `json:"uid,omitempty"`
+	// Limits are the owner's own limits for this vat (within the
+	// operator's); a zero field takes the operator's.
+	Limits Limits `json:"limits,omitzero"`
+}
+
+// Limits are an owner's limits for one vat. A zero field: the operator's.
+type Limits struct {
+	MemoryMiB int64   `json:"memory_mib,omitempty"`
+	CPUs      float64 `json:"cpus,omitempty"`
+	DiskMiB   int64   `json:"disk_mib,omitempty"`
 }
 
 // exeName is the file a single executable is stored as.

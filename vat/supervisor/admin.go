@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
+	"slices"
 	"strings"
 
 	"toybox/labels"
@@ -15,12 +17,13 @@ import (
 
 // AdminHandler serves the admin API (see docs/manifest.md and the README):
 //
-//	PUT    /<vat>[?egress=<grant>][&env=<JSON object>][&sha256=<hex>]  install or upgrade
+//	PUT    /<vat>[?egress=<grant>][&env=<JSON object>][&sha256=<hex>][&memory_mib=N][&cpus=X][&disk_mib=N]  install or upgrade
 //	GET    /                     every vat's status
 //	GET    /<vat>                one vat's status
 //	GET    /<vat>/logs           the tail of its output
 //	POST   /<vat>/restart        restart it (also revives an off vat)
 //	POST   /<vat>/walls?walled=false|true   the owner's choice, then restart
+//	POST   /<vat>/limits[?memory_mib=N][&cpus=X][&disk_mib=N]   the owner's limits, then restart
 //	DELETE /<vat>[?purge=1]      stop and remove it (data kept unless purge)
 //
 // Answers are JSON; errors are {"error": "..."} with 400 for bad input.
@@ -80,6 +83,23 @@ func (s *Supervisor) AdminHandler() http.Handler {
 				return
 			}
 			writeJSON(w, http.StatusOK, st)
+		case sub == "limits" && r.Method == http.MethodPost:
+			q := r.URL.Query()
+			if err := onlyParams(q, limitParams...); err != nil {
+				writeErr(w, http.StatusBadRequest, err)
+				return
+			}
+			l, _, err := parseLimits(q)
+			if err != nil {
+				writeErr(w, http.StatusBadRequest, err)
+				return
+			}
+			st, err := s.SetLimits(id, l)
+			if err != nil {
+				writeErr(w, statusFor(err), err)
+				return
+			}
+			writeJSON(w, http.StatusOK, st)
 		case sub == "walls" && r.Method == http.MethodPost:
 			var walled bool
 			switch r.URL.Query().Get("walled") {
@@ -110,19 +130,14 @@ type InstallResult struct {
 
 func (s *Supervisor) handleInstall(w http.ResponseWriter, r *http.Request, id string) {
 	q := r.URL.Query()
-	for k, vs := range q {
-		switch k {
-		case "egress", "env", "sha256":
-		default:
-			writeErr(w, http.StatusBadRequest, fmt.Errorf("%w: unknown parameter %q (want egress, env, sha256)", ErrBadInput, k))
-			return
-		}
-		// Which one would count is a guess the owner should not have to
-		// make (Go takes the first; other readers the last).
-		if len(vs) > 1 {
-			writeErr(w, http.StatusBadRequest, fmt.Errorf("%w: parameter %q given %d times; give it once", ErrBadInput, k, len(vs)))
-			return
-		}
+	if err := onlyParams(q, append([]string{"egress", "env", "sha256"}, limitParams...)...); err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	lim, limSent, err := parseLimits(q)
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
 	}
 	egress := q.Get("egress")
 	if egress != "" {
@@ -145,7 +160,7 @@ func (s *Supervisor) handleInstall(w http.ResponseWriter, r *http.Request, id st
 			return
 		}
 	}
-	req := InstallRequest{ID: id, Egress: egress, EgressSent: q.Has("egress"), Env: env}
+	req := InstallRequest{ID: id, Egress: egress, EgressSent: q.Has("egress"), Env: env, Limits: lim, LimitsSent: limSent}
 	body := http.MaxBytesReader(w, r.Body, s.cfg.Store.MaxBody())
 	code, err := s.cfg.Store.Put(body, q.Get("sha256"), func(c store.Code) error {
 		req.Code = c
@@ -173,6 +188,21 @@ func (s *Supervisor) handleInstall(w http.ResponseWriter, r *http.Request, id st
 	default:
 		writeJSON(w, http.StatusServiceUnavailable, res)
 	}
+}
+
+// onlyParams refuses a parameter not in allowed, and one given twice:
+// which one would count is a guess the owner should not have to make (Go
+// takes the first; other readers the last).
+func onlyParams(q url.Values, allowed ...string) error {
+	for k, vs := range q {
+		if !slices.Contains(allowed, k) {
+			return fmt.Errorf("%w: unknown parameter %q (want %s)", ErrBadInput, k, strings.Join(allowed, ", "))
+		}
+		if len(vs) > 1 {
+			return fmt.Errorf("%w: parameter %q given %d times; give it once", ErrBadInput, k, len(vs))
+		}
+	}
+	return nil
 }
 
 func statusFor(err error) int {

@@ -193,6 +193,14 @@ func (in *instance) loop() {
 			in.markReady(fmt.Errorf("%w: %s", wall.ErrBwrap, exit))
 			return
 		}
+		// Out of memory: off, with its limit, until its backoff ends.
+		offWord, detail := words.Restarting, ""
+		if errors.Is(r.exitErr, wall.ErrOutOfMemory) {
+			offWord = words.OffMemory
+			in.v.mu.Lock()
+			detail = mib(in.v.inForce.MemoryMiB)
+			in.v.mu.Unlock()
+		}
 		s.log.Warn("vat exited", keyVat, v.id, keyExit, exit)
 		if readyErr == nil {
 			readyErr = fmt.Errorf("it exited (%s)", exit)
@@ -206,13 +214,16 @@ func (in *instance) loop() {
 		crashes++
 		if crashes > s.cfg.MaxRestarts {
 			in.update(func(v *vat) {
-				v.word = words.OffStopped
+				v.word, v.wordDetail = words.OffStopped, ""
+				if offWord == words.OffMemory {
+					v.word, v.wordDetail = offWord, detail
+				}
 				v.lastError = fmt.Sprintf("it stopped %d times in a row; the last time: %s", crashes, exit)
 			})
 			s.log.Error("vat off", keyVat, v.id, keyWord, words.OffStopped.String(), keyExit, exit)
 			return
 		}
-		in.update(func(v *vat) { v.word = words.Restarting; v.restarts++ })
+		in.update(func(v *vat) { v.word, v.wordDetail = offWord, detail; v.restarts++ })
 		select {
 		case <-time.After(backoff):
 		case <-in.ctx.Done():
@@ -286,6 +297,9 @@ func (in *instance) waitListening(r *running) error {
 	}
 }
 
+// mib is n MiB as the words show it ("512 MiB").
+func mib(n int64) string { return fmt.Sprintf("%d MiB", n) }
+
 // exitText is how a process ended, with what the wall added to its exit
 // status (bubblewrap's own refusal and its fix) kept.
 func exitText(err error) string {
@@ -319,6 +333,18 @@ func (s *Supervisor) spawn(ctx context.Context, v *vat) (r *running, off words.W
 		return nil, off, errors.New("no code loaded")
 	}
 	uid, gid := s.ids(rec)
+	lim := s.limitsFor(rec)
+	// The data folder's own file system, mounted before its folders are
+	// handed to the vat's uid (that hands over the file system's root).
+	var diskBytes int64
+	diskWhy := ""
+	if lim.DiskBytes > 0 {
+		if err := s.cfg.Disks.Support(); err != nil {
+			diskWhy = err.Error()
+		} else if diskBytes, err = s.cfg.Disks.Mount(v.id, s.cfg.Store.DataDir(v.id), lim.DiskBytes); err != nil {
+			return nil, off, fmt.Errorf("giving its data folder its disk limit (%d MiB): %w", lim.DiskBytes>>20, err)
+		}
+	}
 	if err := s.cfg.Store.PrepareDirs(v.id, uid, gid); err != nil {
 		return nil, off, err
 	}
@@ -352,7 +378,7 @@ func (s *Supervisor) spawn(ctx context.Context, v *vat) (r *running, off words.W
 			return nil, off, errors.New("no wall launcher configured")
 		}
 		var out *os.File
-		r.proc, out, err = s.spawnWalled(ctx, v, code, rec, g, gv)
+		r.proc, out, err = s.spawnWalled(ctx, v, code, rec, g, gv, lim)
 		if err != nil {
 			return nil, off, err
 		}
@@ -378,12 +404,13 @@ func (s *Supervisor) spawn(ctx context.Context, v *vat) (r *running, off words.W
 		}
 		close(r.gone)
 	}()
+	inForce, unlimited := s.inForce(r.proc, lim, diskBytes, diskWhy)
+	v.mu.Lock()
+	v.inForce, v.unlimited = inForce, unlimited
 	if gd != nil {
-		names := gd.Names()
-		v.mu.Lock()
-		v.doors = names
-		v.mu.Unlock()
+		v.doors = gd.Names()
 	}
+	v.mu.Unlock()
 	return r, 0, nil
 }
 

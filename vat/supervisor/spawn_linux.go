@@ -73,7 +73,7 @@ func (s *Supervisor) capPair(ctx context.Context, gv *grant.Vat, name string, en
 // spawnWalled starts v in its wall. The returned output pipe must stay open
 // until the process is gone (the wall copies the app's stderr into it); the
 // caller closes it then.
-func (s *Supervisor) spawnWalled(ctx context.Context, v *vat, code store.Code, rec store.Record, g []labels.Set, gv *grant.Vat) (Process, *os.File, error) {
+func (s *Supervisor) spawnWalled(ctx context.Context, v *vat, code store.Code, rec store.Record, g []labels.Set, gv *grant.Vat, lim Limits) (Process, *os.File, error) {
 	m := code.Manifest
 	entryCap, err := s.capPair(ctx, gv, "entry-cap", true)
 	if err != nil {
@@ -116,6 +116,8 @@ func (s *Supervisor) spawnWalled(ctx context.Context, v *vat, code store.Code, r
 		NoSeccomp:  noSeccompTable(),
 		TmpBytes:   s.cfg.WallTmpBytes,
 		MaxTasks:   s.cfg.WallMaxTasks,
+		Cgroups:    s.cfg.Cgroups,
+		Limits:     wallLimits(lim),
 	}
 	if uid, gid := s.ids(rec); uid >= 0 {
 		spec.UID, spec.GID = uid, gid

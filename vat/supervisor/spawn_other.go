@@ -11,7 +11,7 @@ import (
 	"toybox/vat/store"
 )
 
-func (s *Supervisor) spawnWalled(context.Context, *vat, store.Code, store.Record, []labels.Set, *grant.Vat) (Process, *os.File, error) {
+func (s *Supervisor) spawnWalled(context.Context, *vat, store.Code, store.Record, []labels.Set, *grant.Vat, Limits) (Process, *os.File, error) {
 	return nil, nil, ErrUnsupported
 }
 

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"sort"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"toybox/labels"
+	"toybox/vat/disk"
 	"toybox/vat/doors"
 	"toybox/vat/edge"
 	"toybox/vat/grant"
@@ -24,6 +26,7 @@ import (
 	"toybox/vat/store"
 	"toybox/vat/switches"
 	"toybox/vat/wall"
+	"toybox/vat/wall/cgroup"
 	"toybox/vat/words"
 )
 
@@ -70,6 +73,17 @@ type Config struct {
 	// WallMaxTasks is each wall's task limit (processes and threads). If
 	// zero, wall.MaxTasks.
 	WallMaxTasks int
+	// Cgroups makes each wall's cgroup, which holds it to its memory,
+	// CPU and task limits. If nil, walls have none (their status says
+	// so).
+	Cgroups *cgroup.Host
+	// Limits are the operator's: each vat's by default, and the most its
+	// owner may set (PUT /<vat>?memory_mib=...). A zero field: no limit
+	// of that kind.
+	Limits Limits
+	// Disks gives each vat's data folder a file system of its own of
+	// Limits.DiskBytes. If nil, data folders have no limit.
+	Disks *disk.Disks
 	// BackoffMin and BackoffMax bound the restart delay, which doubles
 	// after each crash. If zero, 200ms and 30s.
 	BackoffMin, BackoffMax time.Duration
@@ -232,6 +246,12 @@ type vat struct {
 	doors     []string        // the door entries the running spawn holds
 	dropped   []grant.Dropped // manifest defaults left out of the grant, and why
 	run       *instance
+	// inForce and unlimited are the running spawn's limits, and why it
+	// runs without the others.
+	inForce   InForce
+	unlimited map[string]string
+	// wordDetail is what the word names beside it (OffMemory's limit).
+	wordDetail string
 }
 
 // Status is what GET /<vat> answers.
@@ -254,6 +274,12 @@ type Status struct {
 	// Dropped lists the manifest's loopback addresses the vat runs
 	// without, and why (the manifest-defaults rule).
 	Dropped []string `json:"dropped,omitempty"`
+	// Limits are the limits its running wall is held to: only those
+	// enforced. Unlimited names each other limit and why it has none.
+	Limits    *InForce          `json:"limits,omitempty"`
+	Unlimited map[string]string `json:"unlimited,omitempty"`
+	// OwnLimits are the owner's own limits (PUT ?memory_mib=...).
+	OwnLimits store.Limits `json:"own_limits,omitzero"`
 
 	word words.Word
 }
@@ -268,12 +294,22 @@ func (v *vat) status() Status {
 	if g == nil {
 		g = []labels.Set{}
 	}
+	detail := ""
+	if v.word == words.OffMemory {
+		detail = v.wordDetail
+	}
 	st := Status{
-		ID: v.id, Status: v.word.String(), StatusES: v.word.In("es"), Tier: v.tier,
+		ID: v.id, Status: v.word.With("en", detail), StatusES: v.word.With("es", detail), Tier: v.tier,
 		Code: v.rec.Code, Grant: g, PID: v.pid, Restarts: v.restarts,
 		LastExit: v.lastExit, LastError: v.lastError, Installed: v.rec.Installed, UID: v.rec.UID, word: v.word,
-		Doors:   append([]string(nil), v.doors...),
-		Dropped: droppedText(v.dropped),
+		Doors:     append([]string(nil), v.doors...),
+		Dropped:   droppedText(v.dropped),
+		OwnLimits: v.rec.Limits,
+	}
+	if v.pid > 0 {
+		in := v.inForce
+		st.Limits = &in
+		st.Unlimited = maps.Clone(v.unlimited)
 	}
 	for k := range v.rec.Env {
 		st.Env = append(st.Env, k)
@@ -299,6 +335,13 @@ func (s *Supervisor) Start() error {
 		s.log.Error("ending walls an earlier supervisor left running", keyErr, err)
 	} else if n > 0 {
 		s.log.Warn("ended walls an earlier supervisor left running", "walls", n)
+	}
+	// Their cgroups too (a wall's goes when it ends; not a killed
+	// supervisor's).
+	if n, err := s.cfg.Cgroups.Sweep(); err != nil {
+		s.log.Warn("removing the cgroups of walls an earlier supervisor left", keyErr, err)
+	} else if n > 0 {
+		s.log.Info("removed the cgroups of walls an earlier supervisor left", "cgroups", n)
 	}
 	// No wall runs yet (walls end with the supervisor): views of /etc
 	// left from an earlier run are cleared, and built again on demand.
@@ -433,6 +476,9 @@ func (s *Supervisor) Shutdown(ctx context.Context) error {
 	select {
 	case <-done:
 		s.cancel()
+		if err := s.cfg.Disks.Close(); err != nil {
+			s.log.Warn("unmounting the data folders", keyErr, err)
+		}
 		return nil
 	case <-ctx.Done():
 		s.cancel()
@@ -496,6 +542,10 @@ type InstallRequest struct {
 	// Env holds the owner's values; nil on an upgrade keeps the old
 	// values of keys the new manifest still declares.
 	Env map[string]string
+	// Limits are the owner's limits (within the operator's), when
+	// LimitsSent; an upgrade without them keeps the old ones.
+	Limits     store.Limits
+	LimitsSent bool
 }
 
 // Outcome says how an install went.
@@ -557,6 +607,13 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 	if err == nil {
 		err = checkEnv(m.Env, m.Sandbox.Files, env)
 	}
+	lim := old.rec.Limits
+	if req.LimitsSent {
+		lim = req.Limits
+	}
+	if err == nil {
+		err = s.checkLimits(lim)
+	}
 	if err != nil {
 		if !existed {
 			s.forget(v)
@@ -564,7 +621,7 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 		return Status{}, 0, err
 	}
 	s.logDropped(req.ID, dropped)
-	rec := store.Record{ID: req.ID, Code: req.Code.Ref(), Egress: egress, Env: env, Installed: time.Now().UTC(), UID: old.rec.UID}
+	rec := store.Record{ID: req.ID, Code: req.Code.Ref(), Egress: egress, Env: env, Installed: time.Now().UTC(), UID: old.rec.UID, Limits: lim}
 	if rec.UID == 0 {
 		rec.UID = s.allocUID(v)
 	}
@@ -658,6 +715,11 @@ func (s *Supervisor) Check(req InstallRequest) error {
 	}
 	if _, err := s.checkGrant(id, m, ownerEgress(req, old, existed)); err != nil {
 		return err
+	}
+	if req.LimitsSent {
+		if err := s.checkLimits(req.Limits); err != nil {
+			return err
+		}
 	}
 	if env == nil && existed {
 		var err error
@@ -909,9 +971,18 @@ func (s *Supervisor) Remove(id string, purge bool) error {
 		if err := s.cfg.Store.Purge(id); err != nil {
 			ferr = fmt.Errorf("purging the data of %s: %w", id, err)
 		}
-	} else if err := s.cfg.Store.Retire(id); err != nil {
-		// Its uid may go to the next vat: that vat must not own this data.
-		ferr = fmt.Errorf("keeping the data of %s: %w", id, err)
+		if err := s.cfg.Disks.Remove(id, s.cfg.Store.DataDir(id)); err != nil {
+			ferr = errors.Join(ferr, fmt.Errorf("removing the disk of %s: %w", id, err))
+		}
+	} else {
+		if err := s.cfg.Store.Retire(id); err != nil {
+			// Its uid may go to the next vat: that vat must not own this data.
+			ferr = fmt.Errorf("keeping the data of %s: %w", id, err)
+		}
+		// Kept in its image, which comes back with an install of the id.
+		if err := s.cfg.Disks.Unmount(s.cfg.Store.DataDir(id)); err != nil {
+			ferr = errors.Join(ferr, fmt.Errorf("unmounting the data of %s: %w", id, err))
+		}
 	}
 	s.forget(v)
 	// Its record is gone, so is its code whatever became of its folders.
@@ -921,6 +992,38 @@ func (s *Supervisor) Remove(id string, purge bool) error {
 	}
 	s.log.Info("vat removed", keyVat, id, "purged", purge)
 	return nil
+}
+
+// SetLimits records the owner's limits for vat id (within the operator's)
+// and restarts it under them.
+func (s *Supervisor) SetLimits(id string, l store.Limits) (Status, error) {
+	if err := s.checkLimits(l); err != nil {
+		return Status{}, err
+	}
+	v, err := s.lockVat(id, false)
+	if err != nil {
+		return Status{}, err
+	}
+	v.mu.Lock()
+	rec := v.rec
+	v.mu.Unlock()
+	if rec.ID == "" {
+		v.op.Unlock()
+		return Status{}, fmt.Errorf("%w: %q", ErrNoVat, id)
+	}
+	rec.Limits = l
+	err = s.cfg.Store.SaveRecord(rec)
+	if err == nil {
+		v.mu.Lock()
+		v.rec.Limits = l
+		v.mu.Unlock()
+	}
+	v.op.Unlock()
+	if err != nil {
+		return Status{}, fmt.Errorf("saving the vat record: %w", err)
+	}
+	s.log.Info("owner's limits", keyVat, id, "memory_mib", l.MemoryMiB, "cpus", l.CPUs, "disk_mib", l.DiskMiB)
+	return s.Restart(id)
 }
 
 // SetWalled records the owner's choice for vat id and restarts it.

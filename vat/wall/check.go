@@ -4,6 +4,7 @@ package wall
 type Check struct {
 	Name   string // what was checked
 	OK     bool
+	Warn   bool   // not OK, but walls still run (a limit this host cannot enforce)
 	Detail string // what was found
 	Fix    string // how to fix it (empty when OK)
 }

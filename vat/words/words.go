@@ -43,6 +43,9 @@ const (
 	// listened on). Requests still go to it; the first one it accepts
 	// brings back the word it had.
 	NotAnswering
+	// OffMemory: the kernel killed it for going past its memory limit;
+	// it starts again after its backoff. Its words name the limit (With).
+	OffMemory
 )
 
 type pair struct{ en, es string }
@@ -62,6 +65,7 @@ var table = map[Word]pair{
 	OffShutdown:       {"off: the supervisor is stopping", "apagado: el supervisor se está deteniendo"},
 	Stopping:          {"stopping to start again", "deteniéndose para volver a arrancar"},
 	NotAnswering:      {"not answering: nothing accepts on its socket", "no responde: nada acepta en su socket"},
+	OffMemory:         {"off: it ran out of memory", "apagado: se quedó sin memoria"},
 }
 
 // String returns the English word.
@@ -77,6 +81,15 @@ func (w Word) In(lang string) string {
 		return p.es
 	}
 	return p.en
+}
+
+// With returns the word in lang followed by detail in parentheses ("off:
+// it ran out of memory (512 MiB)"); just the word when detail is empty.
+func (w Word) With(lang, detail string) string {
+	if detail == "" {
+		return w.In(lang)
+	}
+	return w.In(lang) + " (" + detail + ")"
 }
 
 // Off reports whether w means the app is not running and not about to.
@@ -118,5 +131,5 @@ func FromTier(tier string) Word {
 
 // All lists every word, for tests and documentation.
 func All() []Word {
-	return []Word{Unknown, Starting, Restarting, Walled, WalledNoSeccomp, NotWalledChoice, NotWalledHost, NotWalledOperator, OffWall, OffStopped, OffRemoved, OffShutdown, Stopping, NotAnswering}
+	return []Word{Unknown, Starting, Restarting, Walled, WalledNoSeccomp, NotWalledChoice, NotWalledHost, NotWalledOperator, OffWall, OffStopped, OffRemoved, OffShutdown, Stopping, NotAnswering, OffMemory}
 }

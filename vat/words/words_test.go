@@ -70,3 +70,23 @@ func TestOffAndServing(t *testing.T) {
 		t.Errorf("OffWall.In(es) = %q", got)
 	}
 }
+
+func TestWith(t *testing.T) {
+	tests := []struct {
+		name, lang, detail, want string
+	}{
+		{"english", "en", "512 MiB", "off: it ran out of memory (512 MiB)"},
+		{"spanish", "es", "512 MiB", "apagado: se quedó sin memoria (512 MiB)"},
+		{"no detail", "en", "", "off: it ran out of memory"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := OffMemory.With(tt.lang, tt.detail); got != tt.want {
+				t.Errorf("OffMemory.With(%q, %q) = %q; want %q", tt.lang, tt.detail, got, tt.want)
+			}
+		})
+	}
+	if OffMemory.Off() {
+		t.Error("OffMemory reports Off: the vat starts again after its backoff")
+	}
+}
