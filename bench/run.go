@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"toybox/vat/wall/cgroup"
 )
 
 // Config is one run of the benchmarks. The zero value of each size takes
@@ -150,6 +152,7 @@ type run struct {
 	planMasks    int             // masks in the spawn's plan
 	scanCost     time.Duration   // the runner's CPU spent reading /proc
 	wallErr      error
+	cgroups      *cgroup.Host // the spawned walls' cgroups
 }
 
 func (r *run) row(id string) *Row { return r.rows[id] }

@@ -19,6 +19,7 @@ import (
 	"toybox/schema/wire"
 	"toybox/vat/grant"
 	"toybox/vat/wall"
+	"toybox/vat/wall/cgroup"
 )
 
 // spawnUID is who the walls run as when the runner is root (wall.Spec's
@@ -61,6 +62,10 @@ func (r *run) spawnSection(ctx context.Context) {
 	}
 	up := grant.NewUpstream(grant.UpstreamConfig{Path: sbSock})
 	defer up.Close()
+	// Each wall in a cgroup of its own, with toybox serve's default
+	// limits, as a supervisor starts it.
+	r.cgroups = cgroup.Open(cgroup.Config{Name: fmt.Sprintf("toybox-bench-%d", os.Getpid())})
+	defer r.cgroups.Close()
 	none := r.row(RowSpawnNone)
 	var bare, walled, closed []time.Duration
 	for i := range r.cfg.Spawns {
@@ -89,6 +94,11 @@ func (r *run) spawnSection(ctx context.Context) {
 	b := Durations(bare, time.Millisecond)
 	planMS := r.planTime(entry, code, state)
 	common := fmt.Sprintf("%d spawns of each kind, interleaved, each timed from the start to the first byte the app writes on stdout; baseline = `bwrap --unshare-all --die-with-parent --ro-bind / / benchvat` as uid %d (p90 %.1f ms)", len(bare), spawnUID, b.Percentile(90))
+	if sup := r.cgroups.Support(); sup.Version > 0 {
+		common += fmt.Sprintf("; each wall in a cgroup of its own (v%d: 512 MiB, 1 CPU, 1024 tasks)", sup.Version)
+	} else {
+		common += "; no cgroup for the walls here"
+	}
 	if row.Verdict != VerdictNotMeasured {
 		w := Durations(walled, time.Millisecond)
 		row.Baseline, row.BaselineSamples = ptr(b.Median()), b
@@ -191,6 +201,7 @@ func (r *run) wallSpawn(ctx context.Context, id, entry, code, state string, up *
 		DataDir: data, RunDir: run, StateDir: state,
 		Net: netShape, EntryPath: entry, EntryCap: entryCap, AppCap: appCap,
 		Stdout: pw, Stderr: errf,
+		Cgroups: r.cgroups, Limits: cgroup.Limits{MemoryBytes: 512 << 20, CPUs: 1},
 	}
 	if netShape.None {
 		_ = entryCap.Close()

@@ -5,10 +5,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 
 	"toybox/tests/testenv"
+	"toybox/vat/wall/cgroup"
 )
 
 // BenchmarkSpawn compares a walled spawn (plan, fds, seccomp, bwrap,
@@ -40,6 +42,30 @@ func BenchmarkSpawn(b *testing.B) {
 		for b.Loop() {
 			f.caps(b)
 			p, err := Start(context.Background(), f.spec, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := p.Wait(); err != nil {
+				b.Fatal(err)
+			}
+			f.peer.Close()
+		}
+	})
+	b.Run("walled-limited", func(b *testing.B) {
+		// As a supervisor starts it: in a cgroup of its own, with toybox
+		// serve's default limits (made while bubblewrap starts, removed
+		// when the wall ends).
+		h := cgroup.Open(cgroup.Config{Name: "toybox-bench-" + strconv.Itoa(os.Getpid())})
+		defer h.Close()
+		if !h.Enabled() {
+			b.Skip("no cgroups here")
+		}
+		spec := f.spec
+		spec.Cgroups, spec.Limits = h, cgroup.Limits{MemoryBytes: 512 << 20, CPUs: 1}
+		for b.Loop() {
+			f.caps(b)
+			spec.AppCap = f.spec.AppCap
+			p, err := Start(context.Background(), spec, nil)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -113,13 +113,13 @@ func TestAttackCPUSpinner(t *testing.T) {
 	if got := p.Limits().CPUs; got != 0.2 {
 		t.Fatalf("Limits().CPUs = %v; want 0.2", got)
 	}
-	used0, err := p.grp.CPUTime()
+	used0, err := p.group().CPUTime()
 	if err != nil {
 		t.Fatal(err)
 	}
 	began := time.Now()
 	time.Sleep(3 * time.Second)
-	used, err := p.grp.CPUTime()
+	used, err := p.group().CPUTime()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func TestWallCgroupGoes(t *testing.T) {
 	f.spec.Cgroups = h
 	f.spec.Limits = cgroup.Limits{MemoryBytes: 256 << 20}
 	p, _ := f.startVictim(t, "sleep", false)
-	dirs := p.grp.Dirs()
+	dirs := p.group().Dirs()
 	if len(dirs) == 0 {
 		t.Fatal("the wall has no cgroup")
 	}
@@ -171,5 +171,22 @@ func TestWallCgroupGoes(t *testing.T) {
 		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s is still there after the wall ended (%v)", d, err)
 		}
+	}
+}
+
+// TestWallWithoutCgroups: where the host gives the supervisor no cgroup
+// (a service that is not root on a cgroup v1 host: found under systemd in
+// tests/systemd), the wall still runs, and claims no limit.
+func TestWallWithoutCgroups(t *testing.T) {
+	f := newFixture(t, "nogroups")
+	f.spec.Cgroups = cgroup.Open(cgroup.Config{Name: "toybox-test-none", MountInfo: filepath.Join(t.TempDir(), "no-mountinfo")})
+	if f.spec.Cgroups.Enabled() {
+		t.Fatal("a host with no mount table makes groups")
+	}
+	f.spec.Limits = cgroup.Limits{MemoryBytes: 64 << 20, CPUs: 1}
+	p, _ := f.startVictim(t, "sleep", false)
+	defer p.Stop(0)
+	if got := p.Limits(); got != (cgroup.Limits{}) {
+		t.Errorf("Limits() = %+v; want none", got)
 	}
 }

@@ -104,7 +104,8 @@ type Spec struct {
 	// capability) and have no $TOYBOX_LISTEN.
 	MCP *MCP
 	// Cgroups makes the wall's cgroup, which holds it to Limits. If nil,
-	// the wall has no cgroup of its own (Process.Limits says none).
+	// or where it makes none (Enabled), the wall has no cgroup of its own
+	// (Process.Limits says none).
 	Cgroups *cgroup.Host
 	// Limits are what the wall's cgroup holds it to, where the host
 	// enforces each; a zero field sets none. If Limits.Tasks is zero, the

@@ -21,7 +21,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"toybox/vat/wall/cgroup"
 	"toybox/vat/wall/seccomp"
 )
 
@@ -50,8 +49,8 @@ type Process struct {
 	status *os.File    // bwrap's JSON status pipe (read end)
 	head   *headWriter // the start of bwrap's stderr
 	plan   *Plan
-	views  *viewHold     // the /etc view it binds, released when it ends
-	grp    *cgroup.Group // its cgroup (nil: none), removed when it ends
+	views  *viewHold    // the /etc view it binds, released when it ends
+	grp    *groupMaking // its cgroup (nil: none), removed when it ends
 	// statusRead is closed once the child pid has been read (or could not
 	// be): reap closes status only then, so an app that exits at once
 	// cannot have its pid's record closed under the reader.
@@ -63,15 +62,6 @@ func (p *Process) Pid() int { return p.cmd.Process.Pid }
 
 // Tier is TierWalled or TierWalledNoSeccomp.
 func (p *Process) Tier() string { return p.tier }
-
-// Limits returns the limits the wall's cgroup holds it to: only those
-// the host enforces (zero fields: none).
-func (p *Process) Limits() cgroup.Limits {
-	if p.grp == nil {
-		return cgroup.Limits{}
-	}
-	return p.grp.Limits()
-}
 
 // Wait waits for the wall to end and returns the app's exit: nil, an
 // *exec.ExitError carrying the app's status (bwrap exits with it), or an
@@ -176,12 +166,12 @@ func (p *Process) reap() {
 			}
 		}
 	}
-	if p.grp != nil {
+	if g := p.group(); g != nil {
 		// Read before the group goes: its counters go with it.
-		if err != nil && p.grp.OOMKills() > 0 {
-			err = fmt.Errorf("%w (%d MiB): %w", ErrOutOfMemory, p.grp.Limits().MemoryBytes>>20, err)
+		if err != nil && g.OOMKills() > 0 {
+			err = fmt.Errorf("%w (%d MiB): %w", ErrOutOfMemory, g.Limits().MemoryBytes>>20, err)
 		}
-		if rerr := p.grp.Remove(); rerr != nil {
+		if rerr := g.Remove(); rerr != nil {
 			p.logger.Warn("removing the wall's cgroup", keyVat, p.id, keyReason, rerr.Error())
 		}
 	}
@@ -318,20 +308,16 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 			return nil, fmt.Errorf("starting the wall for %q: %w", spec.ID, err)
 		}
 	}
-	// The wall's cgroup, made (with its limits) before bubblewrap starts:
-	// at the door only its first process moves in.
-	var grp *cgroup.Group
-	if spec.Cgroups != nil {
-		lim := spec.Limits
-		if lim.Tasks == 0 {
-			lim.Tasks = plan.MaxTasks
-		}
-		grp, err = spec.Cgroups.New(spec.ID, lim)
-		if err != nil {
-			return nil, fmt.Errorf("starting the wall for %q: %w: %w", spec.ID, ErrLimits, err)
-		}
-		cl.add(func() { _ = grp.Remove() })
+	// The wall's cgroup, made (with its limits) while bubblewrap starts:
+	// at the door its first process moves in. Where the host gives none,
+	// the wall has none (its status says so); where it does, a group that
+	// cannot be made leaves the vat off.
+	lim := spec.Limits
+	if lim.Tasks == 0 {
+		lim.Tasks = plan.MaxTasks
 	}
+	grp := makeGroup(spec.Cgroups, spec.ID, lim)
+	cl.add(grp.remove)
 	var fds fdTable
 	cl.add(fds.closeAll)
 	views := &viewHold{}
@@ -486,7 +472,7 @@ func sandboxGone(err error) bool {
 // limit sets the wall's limits on its first process (child, bwrap's
 // sandbox process, still waiting at the door), then opens the door.
 //
-// The process moves into the wall's cgroup (grp, if any), so that
+// The process moves into the wall's cgroup (grp's, if any), so that
 // everything of the vat's is made in it, and its oom_score_adj goes to
 // OOMScoreAdj, which everything it starts inherits: when the host runs out
 // of memory, the kernel kills a vat before the supervisor.
@@ -499,10 +485,14 @@ func sandboxGone(err error) bool {
 // namespace, the limit would count the supervisor's uid across every wall
 // (when not root), and before the app forks is the only time it binds them
 // all: hence the door.
-func limit(child int, plan *Plan, grp *cgroup.Group, door *os.File) error {
-	if grp != nil {
-		if err := grp.Add(child); err != nil {
-			return err
+func limit(child int, plan *Plan, grp *groupMaking, door *os.File) error {
+	g, err := grp.wait()
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrLimits, err)
+	}
+	if g != nil {
+		if err := g.Add(child); err != nil {
+			return fmt.Errorf("%w: %w", ErrLimits, err)
 		}
 	}
 	if err := writeProc(child, "oom_score_adj", strconv.Itoa(OOMScoreAdj)); err != nil {
@@ -516,19 +506,6 @@ func limit(child int, plan *Plan, grp *cgroup.Group, door *os.File) error {
 		return fmt.Errorf("opening the wall's door: %w", err)
 	}
 	return nil
-}
-
-// writeProc writes value to /proc/<pid>/<name>.
-func writeProc(pid int, name, value string) error {
-	f, err := os.OpenFile("/proc/"+strconv.Itoa(pid)+"/"+name, os.O_WRONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	_, err = f.WriteString(value)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // prlimitAs sets resource res of process pid. The kernel lets a process

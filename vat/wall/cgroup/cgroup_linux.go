@@ -51,6 +51,10 @@ type Host struct {
 	kill bool              // cgroup v2's cgroup.kill is there
 }
 
+// Enabled reports whether h makes groups at all (Support().Version > 0).
+// A wall started without one runs with none of these limits.
+func (h *Host) Enabled() bool { return h != nil && h.sup.Version > 0 }
+
 // Support says which limits the host enforces.
 func (h *Host) Support() Support {
 	if h == nil {
@@ -127,8 +131,11 @@ func Open(cfg Config) *Host {
 	return h
 }
 
-// delegateFix is how to give toybox cgroups of its own.
-const delegateFix = "run toybox under systemd with Delegate=yes (systemd/toybox.service), or as root"
+// delegateFix and delegateFixV1 say how to give toybox cgroups of its own.
+const (
+	delegateFix   = "run toybox under systemd with Delegate=yes (systemd/toybox.service), or as root"
+	delegateFixV1 = "run toybox as root, or on a host with cgroup v2 under systemd with Delegate=yes: systemd hands no cgroup v1 controller to a service that is not root"
+)
 
 func (h *Host) openV2(cfg Config, dir string, avail []string) {
 	var want []string
@@ -239,7 +246,7 @@ func (h *Host) openV1(cfg Config, dirs map[string]string) {
 		walls := filepath.Join(parent, cfg.Name)
 		if err := os.Mkdir(walls, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 			if k, named := kinds[c]; named {
-				h.sup.Missing[k] = fmt.Sprintf("making %s: %v (fix: %s)", walls, err, delegateFix)
+				h.sup.Missing[k] = fmt.Sprintf("making %s: %v (fix: %s)", walls, err, delegateFixV1)
 			}
 			continue
 		}
@@ -328,9 +335,12 @@ func (h *Host) New(id string, l Limits) (*Group, error) {
 		}
 		return g, nil
 	}
+	// Only the hierarchies of the limits set (cpuacct counts the CPU
+	// time a cap holds).
+	want := map[string]bool{"memory": l.MemoryBytes > 0, "cpu": l.CPUs > 0, "cpuacct": l.CPUs > 0, "pids": l.Tasks > 0}
 	for _, c := range []string{"memory", "cpu", "cpuacct", "pids"} {
 		parent, ok := h.v1[c]
-		if !ok {
+		if !ok || !want[c] {
 			continue
 		}
 		dir, err := mk(parent)

@@ -201,8 +201,8 @@ func TestSweep(t *testing.T) {
 			}
 			next := Open(Config{Name: filepath.Base(h.sup.Where[0]), Version: v})
 			n, err := next.Sweep()
-			if err != nil || n != len(h.sup.Where) {
-				t.Errorf("Sweep = %d, %v; want %d", n, err, len(h.sup.Where))
+			if err != nil || n != len(g2.Dirs()) {
+				t.Errorf("Sweep = %d, %v; want %d", n, err, len(g2.Dirs()))
 			}
 			if !killed(c2) {
 				t.Error("Sweep left the group's process running")
@@ -297,5 +297,44 @@ func TestFind(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkGroup is what a wall's group costs a spawn: made with its
+// limits, a process moved in, removed.
+func BenchmarkGroup(b *testing.B) {
+	rnd := make([]byte, 6)
+	_, _ = rand.Read(rnd)
+	h := Open(Config{Name: "toybox-bench-" + hex.EncodeToString(rnd)})
+	defer h.Close()
+	if !h.Enabled() {
+		b.Skip("no cgroups here")
+	}
+	c := exec.Command("sleep", "600")
+	if err := c.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = c.Process.Kill(); _ = c.Wait() }()
+	home := Open(Config{Name: "toybox-bench-home-" + hex.EncodeToString(rnd)})
+	defer home.Close()
+	back, err := home.New("home", Limits{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer back.Remove()
+	for b.Loop() {
+		g, err := h.New("bench", Limits{MemoryBytes: 512 << 20, CPUs: 1, Tasks: 1024})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := g.Add(c.Process.Pid); err != nil {
+			b.Fatal(err)
+		}
+		if err := back.Add(c.Process.Pid); err != nil { // out again, so that Remove does not kill it
+			b.Fatal(err)
+		}
+		if err := g.Remove(); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

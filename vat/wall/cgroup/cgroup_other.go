@@ -18,6 +18,9 @@ type Host struct{}
 // Open returns a Host that enforces nothing.
 func Open(Config) *Host { return &Host{} }
 
+// Enabled reports false: no group is made here.
+func (h *Host) Enabled() bool { return false }
+
 // Support says nothing is enforced here.
 func (h *Host) Support() Support { return Support{Missing: allMissing(ErrUnsupported.Error())} }
 
