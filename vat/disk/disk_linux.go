@@ -50,7 +50,7 @@ func (d *Disks) Support() error {
 
 func (d *Disks) probe() string {
 	if os.Geteuid() != 0 {
-		return "mounting a file system of its own on each data folder needs root (fix: run toybox as root, or give <state>/data a file system with project quotas and limit it there)"
+		return "mounting a file system of its own on each data folder needs root (fix: run toybox as root; else give <state>/data a file system of its own, so that a vat that fills it leaves the store and the records room)"
 	}
 	if _, err := os.Stat("/dev/loop-control"); err != nil {
 		return fmt.Sprintf("this host has no loop devices (%v; fix: modprobe loop)", err)
