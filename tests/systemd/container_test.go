@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"os"
@@ -457,6 +458,33 @@ func TestUnderSystemd(t *testing.T) {
 		status := c.mustExec(t, "curl", "-sS", "--max-time", "30", "--unix-socket", "/run/toybox/admin.sock", "http://toybox/probe")
 		if !strings.Contains(status, `"tier": "walled"`) && !strings.Contains(status, `"tier":"walled"`) {
 			t.Errorf("GET /probe on the admin socket = %s; want tier walled (bubblewrap under toybox.service)", status)
+		}
+		// Its limits, as a supervisor that is not root gets them under
+		// Delegate=yes: each in force, or named as missing with why.
+		var st struct {
+			Limits    map[string]any    `json:"limits"`
+			Unlimited map[string]string `json:"unlimited"`
+		}
+		if err := json.Unmarshal([]byte(status), &st); err != nil {
+			t.Fatalf("GET /probe: %v\n%s", err, status)
+		}
+		t.Logf("limits under systemd: in force %v; without %v", st.Limits, st.Unlimited)
+		for _, k := range []string{"memory", "cpu", "disk"} {
+			if st.Unlimited[k] == "" && st.Limits[k+"_mib"] == nil && st.Limits[k+"s"] == nil {
+				t.Errorf("the status neither holds the %s limit nor says why not: %s", k, status)
+			}
+		}
+		if !strings.Contains(st.Unlimited["disk"], "needs root") {
+			t.Errorf("a supervisor that is not root claims a disk limit: %s", status)
+		}
+		if st.Limits["memory_mib"] != nil {
+			// cgroup v2 here: the wall's own group, beside toybox's.
+			if code, body := reach(t, "/probe/?read=/proc/self/cgroup"); code != "200" || !strings.Contains(body, "/probe") {
+				t.Errorf("inside the wall, /proc/self/cgroup: %s %q; want the wall's own group", code, body)
+			}
+		}
+		if code, body := reach(t, "/probe/?read=/proc/self/oom_score_adj"); code != "200" || strings.TrimSpace(body) != "read: 500" {
+			t.Errorf("inside the wall, oom_score_adj: %s %q; want 500", code, body)
 		}
 		// The wall's /etc and /dev, made by a supervisor running with the
 		// unit's UMask=0077, are readable by the vat's uid.

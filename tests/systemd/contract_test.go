@@ -61,6 +61,8 @@ func TestUnitsContract(t *testing.T) {
 		{"toybox no capabilities", strings.Join(tbSvc["Service"]["CapabilityBoundingSet"], " "), ""},
 		{"toybox no new privileges", tbSvc.get("Service", "NoNewPrivileges"), "yes"},
 		{"a vat the OOM killer picks stops only itself", tbSvc.get("Service", "OOMPolicy"), "continue"},
+		{"toybox makes the walls' cgroups in its own", tbSvc.get("Service", "Delegate"), "yes"},
+		{"toybox may write its delegated cgroup", tbSvc.get("Service", "ProtectControlGroups"), "no"},
 		{"toybox requires the switchboard socket", boolStr(slices.Contains(strings.Fields(tbSvc.get("Unit", "Requires")), "switchboard.socket")), "true"},
 	}
 	for _, tt := range tests {
