@@ -335,7 +335,9 @@ func TestSocketActivation(t *testing.T) {
 // (The request used to hold the shared budget, and the vats were then
 // killed without their SIGTERM.)
 func TestShutdownWithRequestInFlight(t *testing.T) {
-	s := newStack(t, stackOpts{})
+	// Its data folder is read below once the supervisor has stopped: a
+	// plain folder, not a file system of its own (which goes with it).
+	s := newStack(t, stackOpts{extra: []string{"--wall-disk-mib", "0"}})
 	app := filepath.Join(s.dir, "slow.sh")
 	script := `#!/bin/sh
 trap 'echo term > "$TOYBOX_DATA/term"; exit 0' TERM

@@ -968,11 +968,12 @@ func (s *Supervisor) Remove(id string, purge bool) error {
 	// under the same id waits for this vat's op lock until forget).
 	var ferr error
 	if purge {
-		if err := s.cfg.Store.Purge(id); err != nil {
-			ferr = fmt.Errorf("purging the data of %s: %w", id, err)
-		}
+		// Its file system first (unmounted, its image removed): then the
+		// folder it was mounted on goes with the rest.
 		if err := s.cfg.Disks.Remove(id, s.cfg.Store.DataDir(id)); err != nil {
-			ferr = errors.Join(ferr, fmt.Errorf("removing the disk of %s: %w", id, err))
+			ferr = fmt.Errorf("removing the disk of %s: %w", id, err)
+		} else if err := s.cfg.Store.Purge(id); err != nil {
+			ferr = fmt.Errorf("purging the data of %s: %w", id, err)
 		}
 	} else {
 		if err := s.cfg.Store.Retire(id); err != nil {

@@ -275,8 +275,12 @@ type Group struct {
 	set  Limits
 }
 
-// New makes the group of the wall of vat id and sets l in it, where the
-// host enforces each. A group of that name left over (a wall of an earlier
+// groupPrefix begins each wall's group name: a vat id alone may be the
+// name of a cgroup file (v1's "tasks").
+const groupPrefix = "vat-"
+
+// New makes the group of the wall of vat id ("vat-<id>") and sets l in
+// it, where the host enforces each. A group of that name left over (a wall of an earlier
 // supervisor) is ended and made anew. On error nothing is left behind.
 func (h *Host) New(id string, l Limits) (*Group, error) {
 	if h == nil || h.sup.Version == 0 {
@@ -291,7 +295,7 @@ func (h *Host) New(id string, l Limits) (*Group, error) {
 		return nil, err
 	}
 	mk := func(parent string) (string, error) {
-		dir := filepath.Join(parent, id)
+		dir := filepath.Join(parent, groupPrefix+id)
 		err := os.Mkdir(dir, 0o755)
 		if errors.Is(err, fs.ErrExist) {
 			if err := h.removeDir(dir); err != nil {
@@ -507,7 +511,7 @@ func (h *Host) Sweep() (int, error) {
 			continue
 		}
 		for _, e := range ents {
-			if !e.IsDir() {
+			if !e.IsDir() || !strings.HasPrefix(e.Name(), groupPrefix) {
 				continue
 			}
 			if err := h.removeDir(filepath.Join(walls, e.Name())); err != nil {

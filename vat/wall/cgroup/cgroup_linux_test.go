@@ -103,7 +103,7 @@ func TestV1(t *testing.T) {
 	}
 	self := read(t, "/proc/"+strconv.Itoa(c.Process.Pid)+"/cgroup")
 	for _, c := range []string{"memory", "cpu", "pids"} {
-		if !strings.Contains(self+"\n", ":"+c+":") || !strings.Contains(self+"\n", "/"+filepath.Base(h.v1[c])+"/alice\n") {
+		if !strings.Contains(self+"\n", ":"+c+":") || !strings.Contains(self+"\n", "/"+filepath.Base(h.v1[c])+"/vat-alice\n") {
 			t.Errorf("the process's cgroups do not name the wall's %s group:\n%s", c, self)
 		}
 	}
@@ -153,7 +153,7 @@ func TestV2(t *testing.T) {
 		t.Fatal(err)
 	}
 	self := read(t, "/proc/"+strconv.Itoa(c.Process.Pid)+"/cgroup")
-	if !strings.Contains(self, "0::/") || !strings.Contains(self, filepath.Base(h.v2)+"/bob") {
+	if !strings.Contains(self, "0::/") || !strings.Contains(self, filepath.Base(h.v2)+"/vat-bob") {
 		t.Errorf("the process's cgroups do not name the wall's group:\n%s", self)
 	}
 	if _, err := g.CPUTime(); err != nil {
@@ -178,7 +178,8 @@ func TestSweep(t *testing.T) {
 	for _, v := range []int{1, 2} {
 		t.Run("v"+strconv.Itoa(v), func(t *testing.T) {
 			h := open(t, v)
-			g, err := h.New("carol", Limits{Tasks: 10})
+			// "tasks": a vat id that is also the name of a v1 cgroup file.
+			g, err := h.New("tasks", Limits{Tasks: 10})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -188,7 +189,7 @@ func TestSweep(t *testing.T) {
 			}
 			// The same name again (a wall started while the old one's
 			// group is there): the old one's process goes.
-			g2, err := h.New("carol", Limits{Tasks: 10})
+			g2, err := h.New("tasks", Limits{Tasks: 10})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -6,12 +6,12 @@
 // cgroup, else the v1 hierarchies a host mounts for memory, cpu, cpuacct and
 // pids. Open says which limits the host enforces (Host.Support); a limit it
 // cannot enforce is reported, never claimed. Each wall's group is made
-// before bubblewrap starts (Host.New), its first process moved into it at
+// while bubblewrap starts (Host.New), its first process moved into it at
 // the wall's door (Group.Add), and it is removed when the wall ends
 // (Group.Remove). Groups an earlier supervisor left are swept (Host.Sweep).
 //
 // Layout. All walls of one supervisor share one folder, Config.Name, with a
-// group per wall named for its vat. On v2 the folder sits in this process's
+// group per wall named for its vat ("vat-<id>"). On v2 the folder sits in this process's
 // cgroup, which must offer the controllers (systemd's Delegate=yes); where
 // that cgroup holds this process, the process first moves into a leaf of
 // its own, "supervisor" (cgroup v2 hands controllers down only from a cgroup
