@@ -38,30 +38,9 @@ func BenchmarkSpawn(b *testing.B) {
 		b.Fatal(err)
 	}
 	f.peer.Close()
-	b.Run("walled", func(b *testing.B) {
-		for b.Loop() {
-			f.caps(b)
-			p, err := Start(context.Background(), f.spec, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := p.Wait(); err != nil {
-				b.Fatal(err)
-			}
-			f.peer.Close()
-		}
-	})
-	b.Run("walled-limited", func(b *testing.B) {
-		// As a supervisor starts it: in a cgroup of its own, with toybox
-		// serve's default limits (made while bubblewrap starts, removed
-		// when the wall ends).
-		h := cgroup.Open(cgroup.Config{Name: "toybox-bench-" + strconv.Itoa(os.Getpid())})
-		defer h.Close()
-		if !h.Enabled() {
-			b.Skip("no cgroups here")
-		}
-		spec := f.spec
-		spec.Cgroups, spec.Limits = h, cgroup.Limits{MemoryBytes: 512 << 20, CPUs: 1}
+	// spawn starts spec's wall (with the fixture's capability) and waits
+	// for it to end, b.N times.
+	spawn := func(b *testing.B, spec Spec) {
 		for b.Loop() {
 			f.caps(b)
 			spec.AppCap = f.spec.AppCap
@@ -74,6 +53,20 @@ func BenchmarkSpawn(b *testing.B) {
 			}
 			f.peer.Close()
 		}
+	}
+	b.Run("walled", func(b *testing.B) { spawn(b, f.spec) })
+	b.Run("walled-limited", func(b *testing.B) {
+		// As a supervisor starts it: in a cgroup of its own, with toybox
+		// serve's default limits (made while bubblewrap starts, removed
+		// when the wall ends).
+		h := cgroup.Open(cgroup.Config{Name: "toybox-bench-" + strconv.Itoa(os.Getpid())})
+		defer h.Close()
+		if !h.Enabled() {
+			b.Skip("no cgroups here")
+		}
+		spec := f.spec
+		spec.Cgroups, spec.Limits = h, cgroup.Limits{MemoryBytes: 512 << 20, CPUs: 1}
+		spawn(b, spec)
 	})
 	b.Run("walled-with-entry", func(b *testing.B) {
 		// A vat with a network shape: toybox-entry starts its proxy (no

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"toybox/vat/wall/mountinfo"
 )
 
 // EndLeftovers kills every wall of stateDir that an earlier supervisor left
@@ -128,7 +130,7 @@ func bindsInstallFolder(pid, codeDir string) bool {
 		if len(fields) < 5 {
 			continue
 		}
-		mp := unescapeMountField(fields[4])
+		mp := mountinfo.Unescape(fields[4])
 		if filepath.Dir(mp) == codeDir && digestDir.MatchString(filepath.Base(mp)) {
 			return true
 		}
@@ -162,24 +164,4 @@ func holdsInstallFolder(pid, codeDir string) bool {
 		}
 	}
 	return false
-}
-
-// unescapeMountField undoes the kernel's octal escapes in a mountinfo field
-// (\040 for a space, \011, \012, \134).
-func unescapeMountField(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

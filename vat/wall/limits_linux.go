@@ -1,11 +1,6 @@
 package wall
 
 import (
-	"os"
-	"strconv"
-
-	"golang.org/x/sys/unix"
-
 	"toybox/vat/wall/cgroup"
 )
 
@@ -61,17 +56,4 @@ func (p *Process) Limits() cgroup.Limits {
 		return g.Limits()
 	}
 	return cgroup.Limits{}
-}
-
-// writeProc writes value to /proc/<pid>/<name>.
-func writeProc(pid int, name, value string) error {
-	f, err := os.OpenFile("/proc/"+strconv.Itoa(pid)+"/"+name, os.O_WRONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	_, err = f.WriteString(value)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }

@@ -495,7 +495,7 @@ func limit(child int, plan *Plan, grp *groupMaking, door *os.File) error {
 			return fmt.Errorf("%w: %w", ErrLimits, err)
 		}
 	}
-	if err := writeProc(child, "oom_score_adj", strconv.Itoa(OOMScoreAdj)); err != nil {
+	if err := os.WriteFile("/proc/"+strconv.Itoa(child)+"/oom_score_adj", []byte(strconv.Itoa(OOMScoreAdj)), 0); err != nil {
 		return fmt.Errorf("setting the wall's oom_score_adj (%d): %w", OOMScoreAdj, err)
 	}
 	n := uint64(plan.MaxTasks)

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"toybox/vat/wall/mountinfo"
 )
 
 // Config says where a Host makes its walls' groups.
@@ -557,7 +559,7 @@ func readMounts(path string) ([]mount, error) {
 		if len(a) < 5 || len(b) < 3 || (b[0] != "cgroup" && b[0] != "cgroup2") {
 			continue
 		}
-		out = append(out, mount{root: unescape(a[3]), point: unescape(a[4]), fstype: b[0], super: b[2]})
+		out = append(out, mount{root: mountinfo.Unescape(a[3]), point: mountinfo.Unescape(a[4]), fstype: b[0], super: b[2]})
 	}
 	return out, sc.Err()
 }
@@ -723,23 +725,4 @@ func swapTotal() int64 {
 		}
 	}
 	return 0
-}
-
-// unescape undoes the kernel's octal escapes in a mountinfo field.
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

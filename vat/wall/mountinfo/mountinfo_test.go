@@ -1,11 +1,11 @@
-package wall
+package mountinfo
 
 import "testing"
 
-// TestUnescapeMountField: mountinfo writes a space, tab, newline and
+// TestUnescape: mountinfo writes a space, tab, newline and
 // backslash of a path in octal; a state dir whose path holds one still
 // names its walls' install folders.
-func TestUnescapeMountField(t *testing.T) {
+func TestUnescape(t *testing.T) {
 	for in, want := range map[string]string{
 		`/srv/toybox/code/ab`:      `/srv/toybox/code/ab`,
 		`/srv/my\040state/code/ab`: `/srv/my state/code/ab`,
@@ -13,8 +13,8 @@ func TestUnescapeMountField(t *testing.T) {
 		`/trailing\04`:             `/trailing\04`,
 		`/not\999octal`:            `/not\999octal`,
 	} {
-		if got := unescapeMountField(in); got != want {
-			t.Errorf("unescapeMountField(%q) = %q, want %q", in, got, want)
+		if got := Unescape(in); got != want {
+			t.Errorf("Unescape(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
