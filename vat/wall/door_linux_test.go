@@ -323,3 +323,26 @@ func TestRefusedLimitIsNoStart(t *testing.T) {
 		t.Errorf("the vat wrote %q: it ran", out)
 	}
 }
+
+// TestLimitOfAGoneSandbox: a sandbox gone before its limits are set (a
+// bind bubblewrap could not make) has no /proc folder any more: the
+// oom_score_adj write's ENOENT is the sandbox being gone, as prlimit's
+// ESRCH is, not a failure of the wall's own (TestUnreachableBindSource
+// failed so under load, the wall ending with that error instead of
+// bubblewrap's refusal and its hint).
+func TestLimitOfAGoneSandbox(t *testing.T) {
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := newDoor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.w.Close()
+	defer d.r.Close()
+	err = limit(gone.Process.Pid, &Plan{MaxTasks: 4096, HostUID: -1, HostGID: -1}, nil, d.w)
+	if err == nil || !sandboxGone(err) {
+		t.Errorf("limit of a gone sandbox = %v; want an error that says the sandbox is gone", err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"math"
 	"os"
@@ -496,6 +497,9 @@ func limit(child int, plan *Plan, grp *groupMaking, door *os.File) error {
 		}
 	}
 	if err := os.WriteFile("/proc/"+strconv.Itoa(child)+"/oom_score_adj", []byte(strconv.Itoa(OOMScoreAdj)), 0); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			err = unix.ESRCH // its /proc folder: the sandbox is gone
+		}
 		return fmt.Errorf("setting the wall's oom_score_adj (%d): %w", OOMScoreAdj, err)
 	}
 	n := uint64(plan.MaxTasks)
