@@ -473,17 +473,19 @@ func (s *Supervisor) Shutdown(ctx context.Context) error {
 		wg.Wait()
 		close(done)
 	}()
+	var err error
 	select {
 	case <-done:
-		s.cancel()
-		if err := s.cfg.Disks.Close(); err != nil {
-			s.log.Warn("unmounting the data folders", keyErr, err)
-		}
-		return nil
 	case <-ctx.Done():
-		s.cancel()
-		return ctx.Err()
+		err = ctx.Err()
 	}
+	s.cancel()
+	// The data folders' file systems go with the supervisor (a vat still
+	// stopping keeps its own until it is gone: detached).
+	if derr := s.cfg.Disks.Close(); derr != nil {
+		s.log.Warn("unmounting the data folders", keyErr, derr)
+	}
+	return err
 }
 
 func (s *Supervisor) get(id string) (*vat, bool) {
