@@ -8,6 +8,9 @@
 //	GET /describe                         the labels of its Handle
 //	GET /connect?addr=host:port&send=s[&constrain={"host":..,"port":..}]
 //	                                      "got: <reply>" or "got: egress refused: ..."
+//	GET /hold?addr=host:port&n=N          connect N times and keep every socket:
+//	                                      "got: held H, refused R[: <first refusal>]"
+//	GET /release                          close every socket /hold keeps
 package main
 
 import (
@@ -20,9 +23,11 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"capnproto.org/go/capnp/v3"
@@ -34,6 +39,9 @@ import (
 type probe struct {
 	conn *wire.Conn
 	vat  schema.Vat
+
+	mu   sync.Mutex
+	held []net.Conn // kept by /hold
 }
 
 func main() {
@@ -57,6 +65,8 @@ func main() {
 	defer p.vat.Release()
 	http.HandleFunc("/describe", p.describe)
 	http.HandleFunc("/connect", p.connect)
+	http.HandleFunc("/hold", p.hold)
+	http.HandleFunc("/release", p.release)
 	_ = os.Remove(listen)
 	l, err := net.Listen("unix", listen)
 	if err != nil {
@@ -152,26 +162,22 @@ func (p *probe) describe(w http.ResponseWriter, r *http.Request) {
 	say(w, fmt.Sprintf("scheme=%s host=%s port=%d network=%s vat=%s", scheme, host, l.Port(), network, vat))
 }
 
-func (p *probe) connect(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
+// target reads ?addr=host:port.
+func target(q url.Values) (string, uint16, error) {
 	host, port, err := net.SplitHostPort(q.Get("addr"))
 	if err != nil {
-		say(w, "want ?addr=host:port")
-		return
+		return "", 0, errors.New("want ?addr=host:port")
 	}
 	pn, err := strconv.ParseUint(port, 10, 16)
 	if err != nil {
-		say(w, "bad port")
-		return
+		return "", 0, errors.New("bad port")
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
-	defer cancel()
-	h, err := p.handle(ctx, q.Get("constrain"))
-	if err != nil {
-		sayErr(w, err)
-		return
-	}
-	defer h.Release()
+	return host, uint16(pn), nil
+}
+
+// dial asks h for a tcp connection to host:port and returns the socket it
+// hands over.
+func (p *probe) dial(ctx context.Context, h schema.Handle, host string, port uint16) (net.Conn, error) {
 	f, rel := h.Connect(ctx, func(ps schema.Handle_connect_Params) error {
 		t, err := ps.NewTarget()
 		if err != nil {
@@ -183,27 +189,43 @@ func (p *probe) connect(w http.ResponseWriter, r *http.Request) {
 		if err := t.SetHost(host); err != nil {
 			return err
 		}
-		t.SetPort(uint16(pn))
+		t.SetPort(port)
 		ps.SetWantFd(true)
 		return nil
 	})
 	defer rel()
 	res, err := f.Struct()
 	if err != nil {
-		sayErr(w, err)
-		return
+		return nil, err
 	}
 	if res.Fd() == 0 {
-		say(w, "the Handle sent no socket (fd 0)")
-		return
+		return nil, errors.New("the Handle sent no socket (fd 0)")
 	}
 	sock, err := p.conn.TakeFD(res.Fd())
+	if err != nil {
+		return nil, err
+	}
+	c, err := net.FileConn(sock)
+	_ = sock.Close()
+	return c, err
+}
+
+func (p *probe) connect(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	host, port, err := target(q)
+	if err != nil {
+		say(w, err.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
+	defer cancel()
+	h, err := p.handle(ctx, q.Get("constrain"))
 	if err != nil {
 		sayErr(w, err)
 		return
 	}
-	c, err := net.FileConn(sock)
-	_ = sock.Close()
+	defer h.Release()
+	c, err := p.dial(ctx, h, host, port)
 	if err != nil {
 		sayErr(w, err)
 		return
@@ -220,4 +242,61 @@ func (p *probe) connect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	say(w, strings.TrimRight(line, "\n"))
+}
+
+// hold connects n times and keeps every socket it gets, as an app that
+// holds many connections open does.
+func (p *probe) hold(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	host, port, err := target(q)
+	if err != nil {
+		say(w, err.Error())
+		return
+	}
+	n, err := strconv.Atoi(q.Get("n"))
+	if err != nil || n < 1 {
+		say(w, "want ?n=<count>")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Minute)
+	defer cancel()
+	h, err := p.handle(ctx, "")
+	if err != nil {
+		sayErr(w, err)
+		return
+	}
+	defer h.Release()
+	held, refused := 0, 0
+	var first error
+	for range n {
+		c, err := p.dial(ctx, h, host, port)
+		if err != nil {
+			refused++
+			if first == nil {
+				first = err
+			}
+			continue
+		}
+		held++
+		p.mu.Lock()
+		p.held = append(p.held, c)
+		p.mu.Unlock()
+	}
+	msg := fmt.Sprintf("held %d, refused %d", held, refused)
+	if first != nil {
+		msg += ": " + first.Error()
+	}
+	say(w, msg)
+}
+
+// release closes every socket hold keeps.
+func (p *probe) release(w http.ResponseWriter, _ *http.Request) {
+	p.mu.Lock()
+	held := p.held
+	p.held = nil
+	p.mu.Unlock()
+	for _, c := range held {
+		_ = c.Close()
+	}
+	say(w, fmt.Sprintf("released %d", len(held)))
 }

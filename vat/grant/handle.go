@@ -347,22 +347,26 @@ func (h *handleServer) Connect(ctx context.Context, call schema.Handle_connect) 
 		if err != nil {
 			return err
 		}
-		res, err := call.AllocResults()
-		if err != nil {
-			return err
-		}
 		if seq := r.Fd(); seq != 0 {
+			// Taken first, and shut down on every refusal below: the
+			// switchboard holds a duplicate, so a socket only closed
+			// would stay connected (shutFile).
 			f, err := sess.conn.TakeFD(seq)
 			if err != nil {
 				return fmt.Errorf("taking the connected socket from the switchboard: %w", err)
 			}
 			if err := ctx.Err(); err != nil {
-				_ = f.Close()
+				shutFile(f)
 				return err
 			}
 			if !wantFd {
-				_ = f.Close()
+				shutFile(f)
 				return errors.New("the switchboard handed over a socket nobody asked for")
+			}
+			res, err := call.AllocResults()
+			if err != nil {
+				shutFile(f)
+				return err
 			}
 			if !h.entry {
 				// The switchboard's socket lives in its network
@@ -384,6 +388,10 @@ func (h *handleServer) Connect(ctx context.Context, call schema.Handle_connect) 
 			}
 			res.SetFd(nseq)
 			return nil
+		}
+		res, err := call.AllocResults()
+		if err != nil {
+			return err
 		}
 		if r.HasUpstream() {
 			return res.SetUpstream(r.Upstream().AddRef())

@@ -27,7 +27,8 @@ func init() { appSocketLimit.Store(MaxAppSockets) }
 // relayed takes f, a TCP socket the switchboard connected, and returns one
 // end of a unix socketpair; the supervisor relays the other end to f
 // (relayApp) until the connection ends. It calls done once the relay has
-// ended, or at once when it fails.
+// ended, or at once when it fails. A socket it refuses (past
+// MaxAppSockets, or one it cannot relay) is shut down, not only closed.
 //
 // Why not f itself: f belongs to the switchboard's network namespace, and
 // connect(2) with AF_UNSPEC disconnects a TCP socket, after which connect,
@@ -41,17 +42,18 @@ func init() { appSocketLimit.Store(MaxAppSockets) }
 func (v *Vat) relayed(f *os.File, done func()) (*os.File, error) {
 	if limit := appSocketLimit.Load(); v.sockets.Add(1) > limit {
 		v.sockets.Add(-1)
-		_ = f.Close()
+		shutFile(f)
 		done()
 		return nil, fmt.Errorf("vat %s: %w (%d; close one first)", v.cfg.ID, ErrSockets, limit)
 	}
 	nc, err := net.FileConn(f)
-	_ = f.Close()
 	if err != nil {
+		shutFile(f)
 		v.sockets.Add(-1)
 		done()
 		return nil, err
 	}
+	_ = f.Close()
 	fail := func(err error) (*os.File, error) {
 		relay.Shutdown(nc)
 		v.sockets.Add(-1)
@@ -80,6 +82,18 @@ func (v *Vat) relayed(f *os.File, done func()) (*os.File, error) {
 		relayApp(nc, mc.(*net.UnixConn))
 	}()
 	return os.NewFile(uintptr(fds[1]), "relayed-socket"), nil
+}
+
+// shutFile ends the connection of f, a socket the switchboard handed over,
+// and closes f. The switchboard keeps a duplicate of every socket it hands
+// over, so close(2) alone would leave the connection open, at the remote
+// and in the switchboard's count of the vat's connections, until the vat
+// restarts.
+func shutFile(f *os.File) {
+	if rc, err := f.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) { _ = unix.Shutdown(int(fd), unix.SHUT_RDWR) })
+	}
+	_ = f.Close()
 }
 
 // hangUpGrace is how long the remote has, once the app's end is gone, to
