@@ -27,6 +27,7 @@ type vatStatus struct {
 	Restarts  int    `json:"restarts"`
 	LastExit  string `json:"last_exit"`
 	LastError string `json:"last_error"`
+	Damaged   string `json:"damaged"`
 }
 
 func statusMain(args []string) int {
@@ -97,6 +98,8 @@ func statusMain(args []string) int {
 		extra := ""
 		if v.LastError != "" {
 			extra = v.LastError
+		} else if v.Damaged != "" {
+			extra = v.Damaged
 		} else if v.LastExit != "" && v.Restarts > 0 {
 			extra = "last exit: " + v.LastExit
 		}

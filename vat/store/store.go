@@ -3,13 +3,16 @@
 //
 //	<state>/code/<sha256>/   the code, unpacked; never changed once renamed in
 //	<state>/vats/<id>.json   what is installed as <id>: code digest, grant, env
+//	<state>/vats/<id>.json.good   its good copy, written after it
 //	<state>/data/<id>/       the vat's storage
 //	<state>/run/<id>/        its runtime folder (the app's socket)
 //
 // Code arrives as a stream, is hashed while it is written to a temporary file
 // in the destination directory, verified, synced, unpacked into a temporary
 // folder and only then renamed to its digest. An existing digest is never
-// overwritten. Records are written atomically.
+// overwritten. Records are written atomically, each followed by its good
+// copy; a record that cannot be read falls back to its good copy, and
+// without one its vat is listed as damaged, its id and uid kept (Damaged).
 package store
 
 import (
@@ -17,7 +20,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -601,64 +603,6 @@ func sniff(name string) (kind, error) {
 	return 0, fmt.Errorf("%w: the body is neither an executable (ELF or #!) nor a tar or tar.gz bundle", ErrBadBundle)
 }
 
-// SaveRecord writes <state>/vats/<id>.json atomically (0600).
-func (s *Store) SaveRecord(r Record) error {
-	if !ValidID(r.ID) {
-		return fmt.Errorf("%w: %q", ErrBadID, r.ID)
-	}
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	return writeAtomic(filepath.Join(s.cfg.StateDir, "vats", r.ID+".json"), append(b, '\n'))
-}
-
-// DeleteRecord removes the record of id (the code and data stay).
-func (s *Store) DeleteRecord(id string) error {
-	if !ValidID(id) {
-		return fmt.Errorf("%w: %q", ErrBadID, id)
-	}
-	err := os.Remove(filepath.Join(s.cfg.StateDir, "vats", id+".json"))
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	return syncDir(filepath.Join(s.cfg.StateDir, "vats"))
-}
-
-// Records lists every installed vat. A record that cannot be read is
-// returned as an error alongside the others, never silently skipped.
-func (s *Store) Records() ([]Record, error) {
-	dir := filepath.Join(s.cfg.StateDir, "vats")
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	var out []Record
-	var errs []error
-	for _, e := range ents {
-		name := e.Name()
-		if !strings.HasSuffix(name, ".json") || strings.HasPrefix(name, ".") {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(dir, name))
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		var r Record
-		if err := json.Unmarshal(b, &r); err != nil {
-			errs = append(errs, fmt.Errorf("reading %s: %w", name, err))
-			continue
-		}
-		if r.ID+".json" != name || !ValidID(r.ID) {
-			errs = append(errs, fmt.Errorf("reading %s: %w: id %q", name, ErrBadID, r.ID))
-			continue
-		}
-		out = append(out, r)
-	}
-	return out, errors.Join(errs...)
-}
-
 // PrepareDirs creates <state>/data/<id> and <state>/run/<id> (0700) owned by
 // uid:gid (when uid is not -1), and clears a stale socket from run/. A data
 // folder that belonged to another uid is handed over whole (every entry,
@@ -736,34 +680,6 @@ func (s *Store) Retire(id string) error {
 		return err
 	}
 	return chownTree(d, 0, 0)
-}
-
-// Orphans lists the ids whose data or runtime folder is left with no
-// record (removed vats; an earlier version kept them under their uids).
-func (s *Store) Orphans() ([]string, error) {
-	recs, err := s.Records()
-	if err != nil {
-		return nil, err
-	}
-	have := map[string]bool{}
-	for _, r := range recs {
-		have[r.ID] = true
-	}
-	seen := map[string]bool{}
-	var out []string
-	for _, dir := range []string{filepath.Join(s.cfg.StateDir, "data"), filepath.Join(s.cfg.StateDir, "run")} {
-		ents, err := os.ReadDir(dir)
-		if err != nil {
-			return nil, err
-		}
-		for _, e := range ents {
-			if id := e.Name(); ValidID(id) && !have[id] && !seen[id] {
-				seen[id] = true
-				out = append(out, id)
-			}
-		}
-	}
-	return out, nil
 }
 
 // Purge removes a vat's data and runtime folders.

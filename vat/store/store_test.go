@@ -247,14 +247,14 @@ func TestRecords(t *testing.T) {
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("record mode = %v, %v; want 0600", fi.Mode().Perm(), err)
 	}
-	got, err := s.Records()
+	got, _, err := s.Records()
 	if err != nil || len(got) != 1 || got[0].Egress != r.Egress || got[0].Env["K"] != "v" {
 		t.Fatalf("Records = %+v, %v; want the saved record", got, err)
 	}
 	if err := s.DeleteRecord("alice"); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := s.Records(); len(got) != 0 {
+	if got, _, _ := s.Records(); len(got) != 0 {
 		t.Errorf("Records after delete = %+v", got)
 	}
 }

@@ -70,7 +70,7 @@ func TestConcurrentOperations(t *testing.T) {
 			t.Errorf("%s: %s pid %d; want serving", v.ID, v.Status, v.PID)
 		}
 	}
-	recs, err := st.Records()
+	recs, _, err := st.Records()
 	if err != nil || len(recs) != 2 {
 		t.Errorf("records = %+v, %v; want two", recs, err)
 	}

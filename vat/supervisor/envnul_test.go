@@ -30,7 +30,7 @@ func TestAdminRefusesNULInEnv(t *testing.T) {
 	if rec.Code != 400 || !strings.Contains(rec.Body.String(), "NUL") {
 		t.Errorf("PUT with a NUL in an env value = %d %s; want 400 naming the NUL", rec.Code, rec.Body)
 	}
-	if recs, err := st.Records(); err != nil || len(recs) != 0 {
+	if recs, _, err := st.Records(); err != nil || len(recs) != 0 {
 		t.Errorf("records = %v, %v; want none", recs, err)
 	}
 	if n := launches.Load(); n != 0 {

@@ -252,6 +252,18 @@ type vat struct {
 	unlimited map[string]string
 	// wordDetail is what the word names beside it (OffMemory's limit).
 	wordDetail string
+	// damaged says what is wrong with the vat's record and how to repair
+	// it; "" when it reads. A vat whose record has no good copy either is
+	// off (words.OffDamaged), and is no installed vat an install upgrades.
+	damaged string
+	// reserved are the uids a damaged record held (guarded by
+	// Supervisor.mu): no other vat gets them. uidUnknown: it held one that
+	// cannot be learnt, so no new vat gets a uid (ErrUIDUnknown).
+	reserved   []int
+	uidUnknown bool
+	// keepCodes are the code references a damaged record names: kept
+	// from pruning.
+	keepCodes []string
 }
 
 // Status is what GET /<vat> answers.
@@ -280,6 +292,9 @@ type Status struct {
 	Unlimited map[string]string `json:"unlimited,omitempty"`
 	// OwnLimits are the owner's own limits (PUT ?memory_mib=...).
 	OwnLimits store.Limits `json:"own_limits,omitzero"`
+	// Damaged says that the vat's record cannot be read, what it runs
+	// from meanwhile, and how to repair it.
+	Damaged string `json:"damaged,omitempty"`
 
 	word words.Word
 }
@@ -305,6 +320,7 @@ func (v *vat) status() Status {
 		Doors:     append([]string(nil), v.doors...),
 		Dropped:   droppedText(v.dropped),
 		OwnLimits: v.rec.Limits,
+		Damaged:   v.damaged,
 	}
 	if v.pid > 0 {
 		in := v.inForce
@@ -355,18 +371,27 @@ func (s *Supervisor) Start() error {
 			s.log.Warn("preparing the walls' /etc", keyErr, err)
 		}
 	}()
-	recs, rerr := s.cfg.Store.Records()
+	recs, bad, rerr := s.cfg.Store.Records()
 	if rerr != nil {
 		s.log.Error("reading installed vats", keyErr, rerr)
 	}
 	if rerr == nil {
 		s.retireOrphans()
 	}
+	// A record that cannot be read keeps its vat listed, its id and uid
+	// taken: from its good copy, or off with the reason.
+	damage := map[string]string{}
+	for _, d := range bad {
+		if rec, text := s.loadDamaged(d); rec != nil {
+			recs = append(recs, *rec)
+			damage[d.ID] = text
+		}
+	}
 	// Load every record first, so that uids handed to records that have
 	// none never collide with a uid a later record holds.
 	var load []*vat
 	for _, rec := range recs {
-		v := &vat{id: rec.ID, logs: newRing(s.cfg.LogBytes), rec: rec, word: words.Starting}
+		v := &vat{id: rec.ID, logs: newRing(s.cfg.LogBytes), rec: rec, word: words.Starting, damaged: damage[rec.ID]}
 		code, err := s.cfg.Store.Code(rec.Code)
 		if err == nil {
 			v.code = code
@@ -386,7 +411,12 @@ func (s *Supervisor) Start() error {
 	var wg sync.WaitGroup
 	for _, v := range load {
 		if v.rec.UID == 0 && s.cfg.UIDBase >= 0 {
-			uid := s.allocUID(v)
+			uid, err := s.allocUID(v)
+			if err != nil {
+				v.word, v.lastError = words.OffStopped, "giving it a uid: "+err.Error()
+				s.log.Error("vat not started", keyVat, v.id, keyErr, err)
+				continue
+			}
 			v.mu.Lock()
 			v.rec.UID = uid
 			rec := v.rec
@@ -419,7 +449,7 @@ func (s *Supervisor) Start() error {
 // record cannot be read, nothing is removed.
 func (s *Supervisor) pruneCode() {
 	_, err := s.cfg.Store.Prune(func() (map[string]bool, error) {
-		recs, err := s.cfg.Store.Records()
+		recs, bad, err := s.cfg.Store.Records()
 		if err != nil {
 			return nil, fmt.Errorf("reading the installed vats: %w", err)
 		}
@@ -427,11 +457,24 @@ func (s *Supervisor) pruneCode() {
 		for _, r := range recs {
 			used[strings.TrimPrefix(r.Code, "sha256:")] = true
 		}
+		// A damaged record keeps every code its bytes or its good copy
+		// name; one that names none could need any.
+		for _, d := range bad {
+			if len(d.Codes) == 0 {
+				return nil, fmt.Errorf("the record of %s cannot be read and names no code", d.ID)
+			}
+			for _, c := range d.Codes {
+				used[strings.TrimPrefix(c, "sha256:")] = true
+			}
+		}
 		s.mu.Lock()
 		for _, v := range s.vats {
 			v.mu.Lock()
 			used[strings.TrimPrefix(v.rec.Code, "sha256:")] = true
 			used[v.code.Digest] = true
+			for _, c := range v.keepCodes {
+				used[strings.TrimPrefix(c, "sha256:")] = true
+			}
 			v.mu.Unlock()
 		}
 		s.mu.Unlock()
@@ -592,8 +635,17 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 		dropped []grant.Dropped
 		run     *instance
 	}{v.rec, v.code, v.grant, v.dropped, v.run}
+	// A vat whose record cannot be read (and has no good copy) is
+	// installed afresh, on the uid it held: nothing of it runs to upgrade
+	// or roll back to. Should the install fail, it stays as it was.
+	damaged := v.damaged != "" && v.code.Manifest == nil
 	v.mu.Unlock()
-	existed := old.rec.ID != ""
+	existed := old.rec.ID != "" && !damaged
+	giveUp := func() {
+		if !existed && !damaged {
+			s.forget(v)
+		}
+	}
 
 	egress := ownerEgress(req, old.rec, existed)
 	var g []labels.Set
@@ -616,16 +668,18 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 	if err == nil {
 		err = s.checkLimits(lim)
 	}
+	rec := store.Record{ID: req.ID, Code: req.Code.Ref(), Egress: egress, Env: env, Installed: time.Now().UTC(), UID: old.rec.UID, Limits: lim}
+	if err == nil && rec.UID == 0 {
+		rec.UID, err = s.allocUID(v)
+	}
 	if err != nil {
-		if !existed {
-			s.forget(v)
-		}
+		giveUp()
 		return Status{}, 0, err
 	}
 	s.logDropped(req.ID, dropped)
-	rec := store.Record{ID: req.ID, Code: req.Code.Ref(), Egress: egress, Env: env, Installed: time.Now().UTC(), UID: old.rec.UID, Limits: lim}
-	if rec.UID == 0 {
-		rec.UID = s.allocUID(v)
+	var undamage func()
+	if damaged {
+		undamage = s.takeDamaged(v)
 	}
 
 	// Stop the old version (SIGTERM, grace, SIGKILL), then start the new.
@@ -678,6 +732,14 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 		in.markStopping(words.OffStopped)
 		v.mu.Unlock()
 		in.stopAndWait()
+		if damaged {
+			// Its uid stays reserved, its record as damaged as it was.
+			v.mu.Lock()
+			v.run = nil
+			v.mu.Unlock()
+			undamage()
+			return Status{}, 0, err
+		}
 		// Its folders went to a uid that is free again, and may go to the
 		// next vat installed: kept as a removal keeps them.
 		if rerr := s.cfg.Store.Retire(req.ID); rerr != nil {
@@ -686,6 +748,13 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 		s.forget(v)
 		return Status{}, 0, err
 	}
+	// The record reads again.
+	s.mu.Lock()
+	v.reserved, v.uidUnknown = nil, false
+	s.mu.Unlock()
+	v.mu.Lock()
+	v.damaged, v.keepCodes = "", nil
+	v.mu.Unlock()
 	v.mu.Lock()
 	v.run = in
 	v.mu.Unlock()
@@ -805,10 +874,11 @@ func envRole(m *manifest.Manifest, k string) string {
 }
 
 // allocUID returns the lowest free per-vat uid for v, or 0 when vats do not
-// get their own uids.
-func (s *Supervisor) allocUID(v *vat) int {
+// get their own uids. A uid a damaged record holds is not free; while one
+// holds a uid that cannot be learnt, none is (ErrUIDUnknown).
+func (s *Supervisor) allocUID(v *vat) (int, error) {
 	if s.cfg.UIDBase < 0 {
-		return 0
+		return 0, nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -817,15 +887,21 @@ func (s *Supervisor) allocUID(v *vat) int {
 		if o == v {
 			continue
 		}
+		if o.uidUnknown {
+			return 0, fmt.Errorf("%w: vat %s; repair its record or remove it (DELETE /%s) first", ErrUIDUnknown, o.id, o.id)
+		}
 		o.mu.Lock()
 		used[o.rec.UID] = true
 		o.mu.Unlock()
 		used[o.uidTaken] = true
+		for _, u := range o.reserved {
+			used[u] = true
+		}
 	}
 	for n := 0; ; n++ {
 		if !used[s.cfg.UIDBase+n] {
 			v.uidTaken = s.cfg.UIDBase + n
-			return v.uidTaken
+			return v.uidTaken, nil
 		}
 	}
 }
@@ -924,6 +1000,12 @@ func (s *Supervisor) Restart(id string) (Status, error) {
 		in.stopAndWait()
 	}
 	if !loaded {
+		v.mu.Lock()
+		damaged := v.damaged
+		v.mu.Unlock()
+		if damaged != "" {
+			return v.status(), fmt.Errorf("%w: vat %s: %s", ErrBadInput, id, damaged)
+		}
 		return v.status(), fmt.Errorf("%w: vat %s has no loadable code", ErrBadInput, id)
 	}
 	v.mu.Lock()

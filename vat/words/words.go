@@ -46,6 +46,10 @@ const (
 	// OffMemory: the kernel killed it for going past its memory limit;
 	// it starts again after its backoff. Its words name the limit (With).
 	OffMemory
+	// OffDamaged: the vat's record cannot be read and has no good copy.
+	// Its id and uid stay reserved until the record is repaired, written
+	// again (an install) or removed.
+	OffDamaged
 )
 
 type pair struct{ en, es string }
@@ -66,6 +70,7 @@ var table = map[Word]pair{
 	Stopping:          {"stopping to start again", "deteniéndose para volver a arrancar"},
 	NotAnswering:      {"not answering: nothing accepts on its socket", "no responde: nada acepta en su socket"},
 	OffMemory:         {"off: it ran out of memory", "apagado: se quedó sin memoria"},
+	OffDamaged:        {"off: its record is damaged", "apagado: su registro está dañado"},
 }
 
 // String returns the English word.
@@ -95,7 +100,7 @@ func (w Word) With(lang, detail string) string {
 // Off reports whether w means the app is not running and not about to.
 func (w Word) Off() bool {
 	switch w {
-	case OffWall, OffStopped, OffRemoved, OffShutdown, Unknown:
+	case OffWall, OffStopped, OffRemoved, OffShutdown, OffDamaged, Unknown:
 		return true
 	}
 	return false
@@ -131,5 +136,5 @@ func FromTier(tier string) Word {
 
 // All lists every word, for tests and documentation.
 func All() []Word {
-	return []Word{Unknown, Starting, Restarting, Walled, WalledNoSeccomp, NotWalledChoice, NotWalledHost, NotWalledOperator, OffWall, OffStopped, OffRemoved, OffShutdown, Stopping, NotAnswering, OffMemory}
+	return []Word{Unknown, Starting, Restarting, Walled, WalledNoSeccomp, NotWalledChoice, NotWalledHost, NotWalledOperator, OffWall, OffStopped, OffRemoved, OffShutdown, Stopping, NotAnswering, OffMemory, OffDamaged}
 }
