@@ -2,7 +2,6 @@ package grant
 
 import (
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"sync/atomic"
@@ -115,7 +114,7 @@ func relayApp(nc net.Conn, mc *net.UnixConn) {
 	down := make(chan struct{}) // the remote's bytes are all with the app
 	go func() {
 		defer close(down)
-		if _, err := io.Copy(mc, nc); err != nil {
+		if _, err := relay.Copy(mc, nc); err != nil {
 			relay.Shutdown(nc)
 			relay.Shutdown(mc)
 			return
@@ -132,7 +131,7 @@ func relayApp(nc net.Conn, mc *net.UnixConn) {
 			_ = nc.SetWriteDeadline(time.Now().Add(time.Duration(hangUpGrace.Load())))
 		}
 	}()
-	if _, err := io.Copy(nc, mc); err != nil {
+	if _, err := relay.Copy(nc, mc); err != nil {
 		relay.Shutdown(nc)
 		relay.Shutdown(mc)
 	} else {

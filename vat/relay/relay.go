@@ -5,7 +5,6 @@
 package relay
 
 import (
-	"io"
 	"net"
 	"sync"
 )
@@ -15,16 +14,15 @@ import (
 // cleanly half-closes its destination; one that fails ends both
 // connections. Pair does not close a or b: the caller does.
 //
-// Between two *net.TCPConn, or a *net.TCPConn and a *net.UnixConn, io.Copy
-// is splice(2) through a pipe from the runtime's pool (held for the copy's
-// length, one per direction): no user-space copy.
+// Each direction is Copy: between sockets, splice(2) through a pipe held
+// only while bytes move, so an idle connection costs its two sockets.
 func Pair(a, b net.Conn) (ab, ba int64, err error) {
 	var wg sync.WaitGroup
 	wg.Add(2)
 	errs := make(chan error, 2)
 	one := func(dst, src net.Conn, count *int64) {
 		defer wg.Done()
-		n, err := io.Copy(dst, src)
+		n, err := Copy(dst, src)
 		*count = n
 		if err != nil {
 			errs <- err
