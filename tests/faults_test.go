@@ -6,16 +6,20 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
-// heldRemote accepts every connection and keeps it, reading until its end:
-// accepted counts the connections, ended those whose other side ended.
+// heldRemote accepts every connection and keeps it, reading until its end,
+// then closes it (as a server does): accepted counts the connections,
+// ended those whose other side ended.
 type heldRemote struct {
 	port            string
 	accepted, ended atomic.Int64
@@ -49,6 +53,7 @@ func newHeldRemote(t *testing.T) *heldRemote {
 				for {
 					if _, err := c.Read(buf); err != nil {
 						r.ended.Add(1)
+						_ = c.Close()
 						return
 					}
 				}
@@ -166,4 +171,181 @@ func TestDamagedRecordKeepsItsUID(t *testing.T) {
 	if _, err := os.Stat(rec + ".good"); !os.IsNotExist(err) {
 		t.Errorf("alice's good copy after its removal: %v; want it gone", err)
 	}
+}
+
+// proxyStorm is an egress-probe vat granted a held remote, to connect to
+// many times through its wall's proxy, and an echo server, to see its
+// egress work.
+type proxyStorm struct {
+	s     *stack
+	r     *heldRemote
+	echo  string
+	first map[string]any // its status once installed
+}
+
+func newProxyStorm(t *testing.T) *proxyStorm {
+	t.Helper()
+	p := &proxyStorm{s: newStack(t, stackOpts{handle: "local"}), r: newHeldRemote(t), echo: echoServer(t, "echo: ")}
+	grant := fmt.Sprintf(`[{"host":"127.0.0.1","port":%s},{"host":"127.0.0.1","port":%s}]`, p.r.port, p.echo)
+	p.first = p.s.mustInstall("erin", example(t, "egress-probe"), q("egress", grant))
+	p.s.mustGet("/erin/tcp?"+q("addr", "127.0.0.1:"+p.echo, "send", "before"), "got: echo: before")
+	return p
+}
+
+// hold has the app open n tunnels to the held remote and keep them.
+func (p *proxyStorm) hold(t *testing.T, n int) (kept, refused int, body string) {
+	t.Helper()
+	_, body = p.s.get("/erin/hold?" + q("addr", "127.0.0.1:"+p.r.port, "n", strconv.Itoa(n)))
+	t.Logf("holding %d: %s", n, body)
+	if _, err := fmt.Sscanf(body, "got: held %d, refused %d", &kept, &refused); err != nil {
+		t.Fatalf("/hold answered %q", body)
+	}
+	if strings.Contains(body, "connection closed") {
+		t.Errorf("the entry lost its capability connection: %s", body)
+	}
+	return kept, refused, body
+}
+
+// release has the app close its kept tunnels, then checks that its egress
+// works again in the same wall.
+func (p *proxyStorm) release(t *testing.T, kept int) {
+	t.Helper()
+	p.s.mustGet("/erin/release", fmt.Sprintf("got: released %d", kept))
+	var last string
+	waitFor(t, "egress again once the app let go", 15*time.Second, func() bool {
+		_, body := p.s.get("/erin/tcp?" + q("addr", "127.0.0.1:"+p.echo, "send", "after"))
+		if body != last {
+			t.Logf("after the release: %s", body)
+			last = body
+		}
+		return body == "got: echo: after"
+	})
+	st := p.s.status("erin")
+	if st["status"] != "walled" || st["restarts"] != float64(0) || st["pid"] != p.first["pid"] {
+		t.Errorf("erin after the storm: %v; want the same wall, walled, no restart", st)
+	}
+}
+
+// TestEntryKeepsItsEgressAtItsLimits: an app holding thousands of proxied
+// connections ran toybox-entry out of descriptors (six for each: the
+// client's, the switchboard's socket and a splice pipe each way) at about
+// 3300 under this host's limit of 20000: its capability connection to the
+// supervisor closed, every later connect failed with "rpc: connection
+// closed" while the status still said walled, restarts 0, and the log
+// tail filled with accept-retry lines. With the real default limits (the
+// switchboard's 4096 connections per vat, the entry's descriptor limit as
+// the host gives it), every connect past a limit is refused with its
+// reason, and once the app lets go its egress works again, in the same
+// wall.
+func TestEntryKeepsItsEgressAtItsLimits(t *testing.T) {
+	p := newProxyStorm(t)
+	kept, refused, body := p.hold(t, 4400)
+	if kept < 3500 || refused == 0 || !strings.Contains(body, "4096 connections open") {
+		t.Errorf("held %d, refused %d: want most of the switchboard's 4096 held and the rest refused for that limit", kept, refused)
+	}
+	p.release(t, kept)
+}
+
+// wallEntry is the pid of toybox-entry in vat id's wall (its bwrap's child,
+// the wall's pid 1).
+func wallEntry(t *testing.T, s *stack, id string) int {
+	t.Helper()
+	bw := int(s.status(id)["pid"].(float64))
+	var pid int
+	waitFor(t, "the wall's pid 1", 10*time.Second, func() bool {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", bw, bw))
+		f := strings.Fields(string(b))
+		if len(f) == 0 {
+			return false
+		}
+		pid, _ = strconv.Atoi(f[0])
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		return strings.TrimSpace(string(comm)) != "bwrap"
+	})
+	return pid
+}
+
+// TestEntryRefusesAtItsDescriptorLimit: with its descriptor limit lowered
+// while it runs (an operator's LimitNOFILE, or a host's), toybox-entry
+// refuses the connections past what its descriptors allow, each with a
+// 503 that says why, and never runs out: its capability connection stays,
+// and once the app lets go its egress works in the same wall.
+func TestEntryRefusesAtItsDescriptorLimit(t *testing.T) {
+	p := newProxyStorm(t)
+	// As the wall's uid: root here may lack CAP_SYS_RESOURCE (a
+	// container's), which another uid's limits need.
+	pid := wallEntry(t, p.s, "erin")
+	uid := strconv.Itoa(int(p.first["uid"].(float64)))
+	if b, err := exec.Command("setpriv", "--reuid", uid, "--regid", uid, "--clear-groups", "prlimit", "--pid", strconv.Itoa(pid), "--nofile=600:600").CombinedOutput(); err != nil {
+		t.Fatalf("prlimit: %v\n%s", err, b)
+	}
+	kept, refused, body := p.hold(t, 400)
+	if kept < 150 || refused == 0 || !strings.Contains(body, "egress refused: toybox-entry holds") || !strings.Contains(body, "RLIMIT_NOFILE 600") {
+		t.Errorf("held %d, refused %d: want the connections past the entry's descriptors refused with its reason", kept, refused)
+	}
+	p.release(t, kept)
+	_, logs := p.s.adminDo("GET", "/erin/logs", nil)
+	if n := strings.Count(logs, "connection refused"); n < 1 || n > 3 {
+		t.Errorf("the wall's log holds %d refusal records for %d refusals; want one per 10 s, saying how many more:\n%s", n, refused, logs)
+	}
+}
+
+// TestLostCapabilityEndsTheWall: when toybox-entry's capability connection
+// ends while the app runs (here it is shut down from outside, as running
+// out of descriptors did), every later connect of the vat's failed with
+// "rpc: connection closed" while the status said walled, restarts 0. The
+// wall ends and starts again, and the status says why.
+func TestLostCapabilityEndsTheWall(t *testing.T) {
+	s := newStack(t, stackOpts{handle: "local"})
+	echo := echoServer(t, "echo: ")
+	s.mustInstall("erin", example(t, "egress-probe"), q("egress", fmt.Sprintf(`{"host":"127.0.0.1","port":%s}`, echo)))
+	path := "/erin/tcp?" + q("addr", "127.0.0.1:"+echo, "send", "ping")
+	s.mustGet(path, "got: echo: ping")
+	// The entry's one unix socket is its capability connection (its
+	// listeners and proxied connections are TCP).
+	pid := wallEntry(t, s, "erin")
+	pfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(pfd)
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd := -1
+	for _, e := range ents {
+		n, _ := strconv.Atoi(e.Name())
+		d, err := unix.PidfdGetfd(pfd, n, 0)
+		if err != nil {
+			continue
+		}
+		if dom, err := unix.GetsockoptInt(d, unix.SOL_SOCKET, unix.SO_DOMAIN); err == nil && dom == unix.AF_UNIX {
+			if fd >= 0 {
+				t.Fatal("the entry holds more than one unix socket")
+			}
+			fd = d
+			continue
+		}
+		_ = unix.Close(d)
+	}
+	if fd < 0 {
+		t.Fatal("the entry holds no unix socket")
+	}
+	if err := unix.Shutdown(fd, unix.SHUT_RDWR); err != nil {
+		t.Fatal(err)
+	}
+	_ = unix.Close(fd)
+	waitFor(t, "the wall to end and start again", 20*time.Second, func() bool {
+		st := s.status("erin")
+		return st["restarts"] == float64(1) && st["status"] == "walled"
+	})
+	st := s.status("erin")
+	if !strings.Contains(fmt.Sprint(st["last_error"]), "capability connection") {
+		t.Errorf("erin after its entry lost its capability connection: %v; want last_error to say so", st)
+	}
+	waitFor(t, "egress in the new wall", 15*time.Second, func() bool {
+		_, body := s.get(path)
+		return body == "got: echo: ping"
+	})
 }

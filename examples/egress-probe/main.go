@@ -9,6 +9,9 @@
 //	                                 instead of through a CONNECT tunnel
 //	GET /tcp?addr=host:port&send=s   raw TCP: send s, "got: <reply>"
 //	GET /ws?url=ws://host:port/p&send=s   WebSocket: send s as a text message, "got: <reply>"
+//	GET /hold?addr=host:port&n=N     open N tunnels and keep them:
+//	                                 "got: held H, refused R[: <first refusal>]"
+//	GET /release                     close every tunnel /hold keeps
 //
 // It knows nothing of Cap'n Proto: any program that honours proxy variables
 // gets out the same way, and only through its grant.
@@ -29,7 +32,9 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -43,6 +48,8 @@ func main() {
 	http.HandleFunc("/", fetch)
 	http.HandleFunc("/tcp", rawTCP)
 	http.HandleFunc("/ws", webSocket)
+	http.HandleFunc("/hold", hold)
+	http.HandleFunc("/release", release)
 	_ = os.Remove(listen)
 	l, err := net.Listen("unix", listen)
 	if err != nil {
@@ -264,4 +271,57 @@ func webSocket(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	say(w, string(payload))
+}
+
+// held are the tunnels /hold keeps.
+var held struct {
+	sync.Mutex
+	conns []net.Conn
+}
+
+// hold opens n tunnels to addr and keeps them, as an app that holds many
+// connections open does.
+func hold(w http.ResponseWriter, r *http.Request) {
+	addr := r.URL.Query().Get("addr")
+	n, err := strconv.Atoi(r.URL.Query().Get("n"))
+	if err != nil || n < 1 || addr == "" {
+		say(w, "want ?addr=host:port&n=<count>")
+		return
+	}
+	kept, refused := 0, 0
+	var first error
+	for range n {
+		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		c, err := tunnel(ctx, addr)
+		cancel()
+		if err != nil {
+			refused++
+			if first == nil {
+				first = err
+			}
+			continue
+		}
+		kept++
+		held.Lock()
+		held.conns = append(held.conns, c)
+		held.Unlock()
+	}
+	msg := fmt.Sprintf("held %d, refused %d", kept, refused)
+	if first != nil {
+		msg += ": " + first.Error()
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	fmt.Fprintf(w, "got: %s\n", msg) // the whole refusal, never cut
+}
+
+// release closes every tunnel hold keeps.
+func release(w http.ResponseWriter, _ *http.Request) {
+	held.Lock()
+	cs := held.conns
+	held.conns = nil
+	held.Unlock()
+	for _, c := range cs {
+		_ = c.Close()
+	}
+	say(w, fmt.Sprintf("released %d", len(cs)))
 }

@@ -19,7 +19,7 @@ import (
 // (toybox-entry ran out of descriptors at about 3300 idle connections under
 // a limit of 20000).
 const (
-	maxPipes     = 256     // pipes open at once; past it a direction copies through a buffer
+	MaxPipes     = 256     // pipes open at once unless SetMaxPipes says fewer; past it a direction copies through a buffer
 	maxFreePipes = 16      // idle pipes kept for the next burst
 	spliceMax    = 1 << 20 // bytes asked of one splice(2) (a pipe holds 64 KiB)
 	bufSize      = 32 << 10
@@ -31,9 +31,21 @@ var pipes struct {
 	sync.Mutex
 	free []pipe
 	open int
+	max  int
 }
 
-// getPipe returns a free pipe, a new one, or ok false when maxPipes are open
+func init() { pipes.max = MaxPipes }
+
+// SetMaxPipes bounds the splice pipes open at once to n (at most
+// MaxPipes): a process short of descriptors keeps its pipes within its
+// budget. Pipes open beyond it close as they come back.
+func SetMaxPipes(n int) {
+	pipes.Lock()
+	pipes.max = min(max(n, 0), MaxPipes)
+	pipes.Unlock()
+}
+
+// getPipe returns a free pipe, a new one, or ok false when SetMaxPipes's bound is reached
 // or no descriptor is left for one: the caller copies through a buffer.
 func getPipe() (pipe, bool) {
 	pipes.Lock()
@@ -43,7 +55,7 @@ func getPipe() (pipe, bool) {
 		pipes.free = pipes.free[:n-1]
 		return p, true
 	}
-	if pipes.open >= maxPipes {
+	if pipes.open >= pipes.max {
 		return pipe{}, false
 	}
 	var fds [2]int
@@ -58,7 +70,7 @@ func getPipe() (pipe, bool) {
 func putPipe(p pipe) {
 	pipes.Lock()
 	defer pipes.Unlock()
-	if len(pipes.free) < maxFreePipes {
+	if len(pipes.free) < maxFreePipes && pipes.open <= pipes.max {
 		pipes.free = append(pipes.free, p)
 		return
 	}

@@ -19,6 +19,7 @@ import (
 	"toybox/vat/doors"
 	"toybox/vat/grant"
 	"toybox/vat/wall"
+	"toybox/vat/wall/entry"
 	"toybox/vat/words"
 )
 
@@ -74,7 +75,20 @@ type running struct {
 	// closeAfter is closed once the process is gone (the wall's output
 	// pipe).
 	closeAfter *os.File
+	// entryEnded is closed once toybox-entry's capability connection
+	// ends (nil: no entry).
+	entryEnded <-chan struct{}
 }
+
+// entryLostGrace is how long a wall whose toybox-entry's capability
+// connection ended has to end on its own (its app exited, and the entry
+// with it; or the entry saw the loss and ends the wall) before the
+// supervisor ends it.
+const entryLostGrace = 2 * time.Second
+
+// entryLostText is the reason a wall was ended for the loss of its entry's
+// capability connection.
+const entryLostText = "toybox-entry's capability connection to the supervisor ended while the app ran (every connect of the vat's would have failed): its wall was ended to start again"
 
 // launch starts a new instance of v (the caller holds v.op) and returns it.
 func (s *Supervisor) launch(v *vat) *instance {
@@ -170,11 +184,8 @@ func (in *instance) loop() {
 			in.update(func(v *vat) { v.lastError = readyErr.Error() })
 			_ = r.proc.Stop(s.cfg.StopGrace)
 		}
-		select {
-		case <-r.gone:
-		case <-in.ctx.Done():
-			_ = r.proc.Stop(s.cfg.StopGrace)
-			<-r.gone
+		lost, stopped := in.watch(r)
+		if stopped {
 			r.revoke("stopped")
 			in.update(func(v *vat) { v.pid = 0; v.lastExit = exitText(r.exitErr); v.doors = nil })
 			s.log.Info("vat stopped", keyVat, v.id, keyExit, exitText(r.exitErr))
@@ -184,6 +195,10 @@ func (in *instance) loop() {
 		r.revoke("exited")
 		exit := exitText(r.exitErr)
 		in.update(func(v *vat) { v.pid, v.lastExit, v.doors = 0, exit, nil })
+		if lost {
+			in.update(func(v *vat) { v.lastError = entryLostText })
+			s.log.Error("vat's wall ended: its entry lost its capability connection", keyVat, v.id, keyExit, exit)
+		}
 		if errors.Is(r.exitErr, wall.ErrBwrap) {
 			// The wall was never built (bubblewrap could not bind a
 			// folder or run toybox-entry): no app ran, and a restart
@@ -232,6 +247,42 @@ func (in *instance) loop() {
 		}
 		backoff = min(backoff*2, s.cfg.BackoffMax)
 	}
+}
+
+// watch waits until r's process is gone and reports whether it went for
+// the loss of toybox-entry's capability connection (the entry ended the
+// wall, exiting with entry.ExitLost, or the wall still ran entryLostGrace
+// after the loss and the supervisor ended it), or whether the instance was
+// stopped (the process is gone then too).
+func (in *instance) watch(r *running) (lost, stopped bool) {
+	ended := r.entryEnded
+	var grace <-chan time.Time
+	for {
+		select {
+		case <-r.gone:
+			return lost || ended == nil && r.entryEnded != nil && exitCode(r.exitErr) == entry.ExitLost, false
+		case <-in.ctx.Done():
+			_ = r.proc.Stop(in.s.cfg.StopGrace)
+			<-r.gone
+			return false, true
+		case <-ended:
+			ended = nil
+			grace = time.After(entryLostGrace)
+		case <-grace:
+			grace = nil
+			lost = true
+			in.s.log.Error("toybox-entry's capability connection ended; ending its wall", keyVat, in.v.id)
+			go func() { _ = r.proc.Stop(in.s.cfg.StopGrace) }()
+		}
+	}
+}
+
+// exitCode is the exit status err carries, or -1.
+func exitCode(err error) int {
+	if ee, ok := errors.AsType[*exec.ExitError](err); ok {
+		return ee.ExitCode()
+	}
+	return -1
 }
 
 // answered takes what a public request's dial to the app found: nothing
@@ -378,7 +429,7 @@ func (s *Supervisor) spawn(ctx context.Context, v *vat) (r *running, off words.W
 			return nil, off, errors.New("no wall launcher configured")
 		}
 		var out *os.File
-		r.proc, out, err = s.spawnWalled(ctx, v, code, rec, g, gv, lim)
+		r.proc, out, r.entryEnded, err = s.spawnWalled(ctx, v, code, rec, g, gv, lim)
 		if err != nil {
 			return nil, off, err
 		}

@@ -35,10 +35,12 @@ var noSeccompTable = func() bool { return !seccomp.ArchHasTable() }
 // goroutine owns it from here), theirs goes to the child. The caller owns
 // theirs and must close it. entry: theirs goes to toybox-entry, which gets
 // connected sockets themselves (grant.Vat.ServeEntry); an app never does.
-func (s *Supervisor) capPair(ctx context.Context, gv *grant.Vat, name string, entry bool) (*os.File, error) {
+// The channel is closed once mine is served no more (the child's end went,
+// the vat was revoked, or ctx ended).
+func (s *Supervisor) capPair(ctx context.Context, gv *grant.Vat, name string, entry bool) (*os.File, <-chan struct{}, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, os.NewSyscallError("socketpair", err)
+		return nil, nil, os.NewSyscallError("socketpair", err)
 	}
 	// Theirs is bound (an autobound abstract name), so the vat cannot bind
 	// it to a name of its choosing in the supervisor's network namespace
@@ -46,7 +48,7 @@ func (s *Supervisor) capPair(ctx context.Context, gv *grant.Vat, name string, en
 	if err := unix.Bind(fds[1], &unix.SockaddrUnix{}); err != nil {
 		_ = unix.Close(fds[0])
 		_ = unix.Close(fds[1])
-		return nil, fmt.Errorf("binding %s: %w", name, os.NewSyscallError("bind", err))
+		return nil, nil, fmt.Errorf("binding %s: %w", name, os.NewSyscallError("bind", err))
 	}
 	mine := os.NewFile(uintptr(fds[0]), name+"-supervisor")
 	theirs := os.NewFile(uintptr(fds[1]), name)
@@ -54,41 +56,46 @@ func (s *Supervisor) capPair(ctx context.Context, gv *grant.Vat, name string, en
 	_ = mine.Close()
 	if err != nil {
 		_ = theirs.Close()
-		return nil, fmt.Errorf("wrapping %s: %w", name, err)
+		return nil, nil, fmt.Errorf("wrapping %s: %w", name, err)
 	}
 	uc, ok := nc.(*net.UnixConn)
 	if !ok {
 		_ = nc.Close()
 		_ = theirs.Close()
-		return nil, wire.ErrNotUnixConn
+		return nil, nil, wire.ErrNotUnixConn
 	}
 	serve := gv.Serve
 	if entry {
 		serve = gv.ServeEntry
 	}
-	go func() { _ = serve(ctx, wire.NewConn(uc, false)) }()
-	return theirs, nil
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		_ = serve(ctx, wire.NewConn(uc, false))
+	}()
+	return theirs, ended, nil
 }
 
 // spawnWalled starts v in its wall. The returned output pipe must stay open
 // until the process is gone (the wall copies the app's stderr into it); the
-// caller closes it then.
-func (s *Supervisor) spawnWalled(ctx context.Context, v *vat, code store.Code, rec store.Record, g []labels.Set, gv *grant.Vat, lim Limits) (Process, *os.File, error) {
+// caller closes it then. The channel is closed once toybox-entry's
+// capability connection ends (nil when the wall has no entry).
+func (s *Supervisor) spawnWalled(ctx context.Context, v *vat, code store.Code, rec store.Record, g []labels.Set, gv *grant.Vat, lim Limits) (Process, *os.File, <-chan struct{}, error) {
 	m := code.Manifest
-	entryCap, err := s.capPair(ctx, gv, "entry-cap", true)
+	entryCap, entryEnded, err := s.capPair(ctx, gv, "entry-cap", true)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	appCap, err := s.capPair(ctx, gv, "app-cap", false)
+	appCap, _, err := s.capPair(ctx, gv, "app-cap", false)
 	if err != nil {
 		_ = entryCap.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	out, err := pipeToRing(v.logs)
 	if err != nil {
 		_ = entryCap.Close()
 		_ = appCap.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	env := map[string]string{}
 	for _, k := range m.Env {
@@ -126,9 +133,12 @@ func (s *Supervisor) spawnWalled(ctx context.Context, v *vat, code store.Code, r
 	p, err := s.cfg.Launch(ctx, spec, s.log)
 	if err != nil {
 		_ = out.Close()
-		return nil, nil, fmt.Errorf("starting its wall: %w", err)
+		return nil, nil, nil, fmt.Errorf("starting its wall: %w", err)
 	}
-	return p, out, nil
+	if spec.Net.None {
+		entryEnded = nil // no entry runs: its capability is never used
+	}
+	return p, out, entryEnded, nil
 }
 
 func wallFiles(read, write, oauth []string, env map[string]string) wall.Files {
@@ -246,7 +256,7 @@ func (s *Supervisor) spawnUnwalled(v *vat, code store.Code, rec store.Record, gv
 	if !filepath.IsAbs(argv0) {
 		argv0 = filepath.Join(code.Dir, argv0)
 	}
-	appCap, err := s.capPair(s.ctx, gv, "app-cap", false)
+	appCap, _, err := s.capPair(s.ctx, gv, "app-cap", false)
 	if err != nil {
 		return nil, err
 	}

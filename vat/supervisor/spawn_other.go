@@ -11,8 +11,8 @@ import (
 	"toybox/vat/store"
 )
 
-func (s *Supervisor) spawnWalled(context.Context, *vat, store.Code, store.Record, []labels.Set, *grant.Vat, Limits) (Process, *os.File, error) {
-	return nil, nil, ErrUnsupported
+func (s *Supervisor) spawnWalled(context.Context, *vat, store.Code, store.Record, []labels.Set, *grant.Vat, Limits) (Process, *os.File, <-chan struct{}, error) {
+	return nil, nil, nil, ErrUnsupported
 }
 
 func (s *Supervisor) spawnUnwalled(*vat, store.Code, store.Record, *grant.Vat) (Process, error) {

@@ -88,3 +88,58 @@ func TestAcceptOutlastsEMFILE(t *testing.T) {
 		t.Fatal("the accept loop did not end with its listener")
 	}
 }
+
+// flakyListener fails every other Accept with EMFILE, as a listener does
+// while its process runs at its descriptor limit and connections come and
+// go.
+type flakyListener struct {
+	net.Listener
+	n int
+}
+
+func (l *flakyListener) Accept() (net.Conn, error) {
+	l.n++
+	if l.n%2 == 1 {
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: unix.EMFILE}
+	}
+	return l.Listener.Accept()
+}
+
+// TestAcceptWarningsAreRateLimited: each accept failure that followed a
+// success was a warning of its own; under a storm of connections at the
+// descriptor limit they filled the wall's log tail and pushed out what
+// caused them. One warning per logEvery, saying how many more failed.
+func TestAcceptWarningsAreRateLimited(t *testing.T) {
+	tl, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &flakyListener{Listener: tl}
+	var logs testenv.Buffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	got := make(chan net.Conn, 64)
+	done := make(chan error, 1)
+	go func() {
+		done <- acceptLoop(ctx, l, slog.New(slog.NewTextHandler(&logs, nil)), func(c net.Conn) { got <- c })
+	}()
+	const n = 20
+	for range n {
+		c, err := net.Dial("tcp4", tl.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		select {
+		case a := <-got:
+			_ = a.Close()
+		case <-time.After(5 * time.Second):
+			t.Fatal("a connection was not accepted")
+		}
+	}
+	_ = tl.Close()
+	<-done
+	if k := strings.Count(logs.String(), "accepting a connection failed"); k != 1 {
+		t.Errorf("%d accept failures made %d warnings; want 1:\n%s", n, k, logs.String())
+	}
+}

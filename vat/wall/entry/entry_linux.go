@@ -21,6 +21,7 @@ import (
 
 // Exit codes of the entry itself (the app's own code passes through).
 const (
+	ExitLost  = 124 // the capability connection ended while the app ran: the wall ends to start again
 	ExitSetup = 125 // the entry could not set the wall's network up
 	ExitExec  = 127 // the app could not be started
 )
@@ -98,8 +99,8 @@ func Run(ctx context.Context, cfg Config) int {
 		nctx, cancel := context.WithCancel(ctx)
 		netDone = make(chan netResult, 1)
 		go func() {
-			stop, err := serveNet(nctx, cfg, ls, logger)
-			netDone <- netResult{stop: stop, err: err}
+			stop, lost, err := serveNet(nctx, cfg, ls, logger)
+			netDone <- netResult{stop: stop, lost: lost, err: err}
 		}()
 		// When the app is gone the wall ends with this process: release
 		// the network without waiting on it (a Cap'n Proto close can wait
@@ -128,6 +129,7 @@ func Run(ctx context.Context, cfg Config) int {
 	if code, ok := reap(pid); ok {
 		return code
 	}
+	var lost <-chan struct{}
 	for {
 		select {
 		case r := <-netDone:
@@ -138,8 +140,17 @@ func Run(ctx context.Context, cfg Config) int {
 				Kill(pid)
 				return fail(ExitSetup, "%v", r.err)
 			}
-			stopNet = r.stop
+			stopNet, lost = r.stop, r.lost
 			continue
+		case <-lost:
+			// Every connect of the vat's would fail from here on while
+			// the wall looked healthy: the wall ends, and the
+			// supervisor starts it again.
+			if code, ok := reap(pid); ok {
+				return code // the app had ended first, on its own
+			}
+			Kill(pid)
+			return fail(ExitLost, "the capability connection to the supervisor ended while the app ran; the wall ends so that it starts again with its egress")
 		case s := <-sigs:
 			if sig, ok := s.(syscall.Signal); ok {
 				_ = unix.Kill(pid, sig)
@@ -199,10 +210,12 @@ func waitFor(pid int) {
 	}
 }
 
-// netResult is serveNet's answer: the func that stops the network, or why
+// netResult is serveNet's answer: the func that stops the network and the
+// channel closed if the capability connection ends while it serves, or why
 // it could not be set up.
 type netResult struct {
 	stop func()
+	lost <-chan struct{}
 	err  error
 }
 
@@ -215,12 +228,13 @@ func netListener(f *os.File) (net.Listener, error) {
 
 // serveNet takes the Handle and serves the proxy and the forwards on ls. It
 // owns cfg.Cap and ls: on error both are closed; on success the returned
-// func stops them.
-func serveNet(ctx context.Context, cfg Config, ls *Listeners, logger *slog.Logger) (func(), error) {
+// func stops them, and the channel is closed if the capability connection
+// ends before that.
+func serveNet(ctx context.Context, cfg Config, ls *Listeners, logger *slog.Logger) (func(), <-chan struct{}, error) {
 	conn, err := wire.FromFile(cfg.Cap, true)
 	if err != nil {
 		ls.close()
-		return nil, fmt.Errorf("using the capability socket: %w", err)
+		return nil, nil, fmt.Errorf("using the capability socket: %w", err)
 	}
 	// Its peer is the supervisor: no backlog bound, which would stop
 	// every stream of the vat while one slow app connection holds up
@@ -240,7 +254,7 @@ func serveNet(ctx context.Context, cfg Config, ls *Listeners, logger *slog.Logge
 	if err != nil {
 		ls.close()
 		_ = rc.Close()
-		return nil, fmt.Errorf("asking the vat's capability for egress: %w", err)
+		return nil, nil, fmt.Errorf("asking the vat's capability for egress: %w", err)
 	}
 	var nls []net.Listener
 	closeAll := func() {
@@ -258,21 +272,32 @@ func serveNet(ctx context.Context, cfg Config, ls *Listeners, logger *slog.Logge
 			closeAll()
 			handle.Release()
 			_ = rc.Close()
-			return nil, fmt.Errorf("serving %s: %w", f.Name(), err)
+			return nil, nil, fmt.Errorf("serving %s: %w", f.Name(), err)
 		}
 		nls = append(nls, l)
 	}
 	proxy := NewProxy(cfg.ID, handle, conn, logger)
+	proxy.SetLimits(cfg.MaxConns, len(nls))
+	stopped := make(chan struct{})
 	stop := func() {
+		close(stopped)
 		closeAll()
 		proxy.Close()
 		_ = rc.Close()
 	}
+	lost := make(chan struct{})
+	go func() {
+		select {
+		case <-rc.Done():
+			close(lost)
+		case <-stopped:
+		}
+	}()
 	for i, f := range cfg.Forwards {
 		go func() { _ = proxy.ServeForward(ctx, nls[i], f) }()
 	}
 	if ls.Proxy != nil {
 		go func() { _ = proxy.ServeProxy(ctx, nls[len(nls)-1]) }()
 	}
-	return stop, nil
+	return stop, lost, nil
 }

@@ -22,6 +22,7 @@ func RunMCP(_ context.Context, _ Config) int {
 
 // Exit codes of the entry itself.
 const (
+	ExitLost  = 124
 	ExitSetup = 125
 	ExitExec  = 127
 )

@@ -55,8 +55,8 @@ func RunMCP(ctx context.Context, cfg Config) int {
 		defer cancel()
 		netDone = make(chan netResult, 1)
 		go func() {
-			stop, err := serveNet(nctx, cfg, ls, logger)
-			netDone <- netResult{stop: stop, err: err}
+			stop, lost, err := serveNet(nctx, cfg, ls, logger)
+			netDone <- netResult{stop: stop, lost: lost, err: err}
 		}()
 	}
 	z, err := newZygote(m.Spawner, m.SpawnerPid)
@@ -103,6 +103,7 @@ func RunMCP(ctx context.Context, cfg Config) int {
 	}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	var lost <-chan struct{}
 	for {
 		select {
 		case r := <-netDone:
@@ -111,8 +112,13 @@ func RunMCP(ctx context.Context, cfg Config) int {
 				fmt.Fprintf(os.Stderr, "toybox-entry: %v\n", r.err)
 				return shutdown(ExitSetup)
 			}
-			stopNet = r.stop
+			stopNet, lost = r.stop, r.lost
 			continue
+		case <-lost:
+			// As in Run: every connect would fail from here on while the
+			// wall looked healthy, so it ends and starts again.
+			fmt.Fprintln(os.Stderr, "toybox-entry: the capability connection to the supervisor ended while the MCP server ran; the wall ends so that it starts again with its egress")
+			return shutdown(ExitLost)
 		case err := <-served:
 			fmt.Fprintf(os.Stderr, "toybox-entry: serving MCP: %v\n", err)
 			return shutdown(ExitSetup)

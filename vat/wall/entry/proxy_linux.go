@@ -55,6 +55,14 @@ type Proxy struct {
 	limiter flowcontrol.FlowLimiter // shared by every stream we write to
 	noFD    bool                    // ask for ByteStreams instead of the socket
 	headDue time.Duration           // how long a request's head may take (headerTimeout)
+	gate    *gate                   // the connections held open, against the descriptor limit
+}
+
+// SetLimits bounds the connections the proxy and the forwards hold open
+// together to maxConns (if zero, as many as the descriptor limit allows
+// beside the entry's own), counting listeners listening sockets.
+func (p *Proxy) SetLimits(maxConns, listeners int) {
+	p.gate.max, p.gate.listeners = maxConns, listeners
 }
 
 // SetHeaderTimeout sets how long a client may take to send a request's
@@ -72,7 +80,7 @@ func NewProxy(id string, handle schema.Handle, conn *wire.Conn, logger *slog.Log
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Proxy{id: id, handle: handle, conn: conn, logger: logger, limiter: flowcontrol.NewFixedLimiter(connWindow)}
+	return &Proxy{id: id, handle: handle, conn: conn, logger: logger, limiter: flowcontrol.NewFixedLimiter(connWindow), gate: &gate{log: logger.With(keyVat, id)}}
 }
 
 // Close releases the Handle.
@@ -89,18 +97,26 @@ func (t target) String() string {
 	return t.scheme + "://" + net.JoinHostPort(t.host, strconv.Itoa(int(t.port)))
 }
 
-// ServeProxy accepts proxy clients on l until l is closed or ctx ends.
+// ServeProxy accepts proxy clients on l until l is closed or ctx ends. A
+// client past the connection limit is answered 503 with the reason.
 func (p *Proxy) ServeProxy(ctx context.Context, l net.Listener) error {
-	return acceptLoop(ctx, l, p.logger, func(c net.Conn) { go p.proxyConn(ctx, c.(*net.TCPConn)) })
+	return acceptLoop(ctx, l, p.logger, func(c net.Conn) {
+		p.gate.admit(c, func() { p.proxyConn(ctx, c.(*net.TCPConn)) }, func(err error) {
+			answer(c, 503, "connection_limit_reached", err.Error())
+		})
+	})
 }
 
 // acceptLoop hands each connection accepted on l to serve until l is
 // closed or ctx ends. Any other accept error (out of descriptors, or of
 // kernel memory: the app can cause both) is waited out, with a warning,
 // never taken as the end: a proxy that stopped serving while its wall
-// stayed up would fail silently.
+// stayed up would fail silently. The warnings are one per logEvery, each
+// saying how many failures came since the one before, so that they never
+// push their cause out of the wall's log tail.
 func acceptLoop(ctx context.Context, l net.Listener, logger *slog.Logger, serve func(net.Conn)) error {
 	var wait time.Duration
+	var said rateLog
 	for {
 		c, err := l.Accept()
 		if err == nil {
@@ -111,9 +127,11 @@ func acceptLoop(ctx context.Context, l net.Listener, logger *slog.Logger, serve 
 		if errors.Is(err, net.ErrClosed) || ctx.Err() != nil {
 			return err
 		}
+		if n, ok := said.allow(time.Now()); ok {
+			logger.Warn("accepting a connection failed; retrying", "listener", l.Addr().String(), keyReason, err.Error(), "unlogged", n)
+		}
 		if wait == 0 {
 			wait = 5 * time.Millisecond
-			logger.Warn("accepting a connection failed; retrying", "listener", l.Addr().String(), keyReason, err.Error())
 		} else {
 			wait = min(2*wait, time.Second)
 		}
@@ -129,7 +147,7 @@ func acceptLoop(ctx context.Context, l net.Listener, logger *slog.Logger, serve 
 func (p *Proxy) ServeForward(ctx context.Context, l net.Listener, f Forward) error {
 	fw := &forward{t: target{scheme: "tcp", host: f.Host, port: f.TargetPort}}
 	return acceptLoop(ctx, l, p.logger, func(c net.Conn) {
-		go p.forwardConn(ctx, c.(*net.TCPConn), fw)
+		p.gate.admit(c, func() { p.forwardConn(ctx, c.(*net.TCPConn), fw) }, nil)
 	})
 }
 
