@@ -181,13 +181,14 @@ func sysctlCheck(name, v string, ok bool, bad, fix string, sandboxOK bool) Check
 // bwrapOptions are every bubblewrap option a wall may be started with
 // (TestBwrapOptionsListed keeps it whole and exact): a bubblewrap without
 // one of them cannot start some wall, which doctor says before any vat
-// fails. Beside them a wall uses --seccomp where this architecture has a
-// filter, else --disable-userns (bubblewrap 0.8): wallOptions.
+// fails. Beside them a wall uses --disable-userns where this architecture
+// has no filter (bubblewrap 0.8): wallOptions. Every wall reads a seccomp
+// program (an allow-all one where there is no filter): seccompGate.
 var bwrapOptions = []string{
 	"--args", "--as-pid-1", "--bind-fd", "--block-fd", "--cap-drop", "--chdir", "--clearenv",
 	"--dev-bind", "--die-with-parent", "--dir", "--file", "--gid", "--hostname",
 	"--json-status-fd", "--new-session", "--perms", "--proc", "--remount-ro", "--ro-bind",
-	"--ro-bind-data", "--ro-bind-fd", "--setenv", "--size", "--symlink", "--tmpfs", "--uid",
+	"--ro-bind-data", "--ro-bind-fd", "--seccomp", "--setenv", "--size", "--symlink", "--tmpfs", "--uid",
 	"--unshare-cgroup", "--unshare-ipc", "--unshare-net", "--unshare-pid", "--unshare-user",
 	"--unshare-uts",
 }
@@ -197,7 +198,7 @@ var bwrapOptions = []string{
 // its stead.
 func wallOptions(filtered bool) []string {
 	if filtered {
-		return append(slices.Clone(bwrapOptions), "--seccomp")
+		return slices.Clone(bwrapOptions)
 	}
 	return append(slices.Clone(bwrapOptions), "--disable-userns")
 }

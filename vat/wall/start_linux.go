@@ -189,6 +189,7 @@ func (p *Process) reap() {
 // knows that ExtraFiles[i] is fd 3+i.
 type fdTable struct {
 	files []*os.File
+	gate  *seccompGate // the seccomp program's pipe, filled once the door is open
 }
 
 // pass hands f to bwrap and returns "flag N" for its number there. The table
@@ -321,6 +322,7 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 	cl.add(grp.remove)
 	var fds fdTable
 	cl.add(fds.closeAll)
+	cl.add(func() { fds.gate.close() })
 	views := &viewHold{}
 	cl.add(func() { _ = views.release() }) // a start that fails binds nothing
 	opts, command, err := plan.render(&fds, spec, views)
@@ -339,11 +341,15 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 	// its namespaces and mounts are made, before anything of the vat's
 	// runs) until its limits are set (limit). bubblewrap goes on at EOF as
 	// at a byte, and that process asks for its parent's death only after
-	// the door: so the end it reads is open for writing too, and it never
-	// reads EOF. A supervisor that dies before opening it (bwrap dies with
-	// it, the sandbox does not) leaves the sandbox waiting there for good
-	// (EndLeftovers ends it), not running the vat with no limit. bubblewrap
-	// closes it once through; nothing of it reaches the vat.
+	// the door. A supervisor that dies before opening it (bwrap dies with
+	// it, the sandbox does not) closes the door's only write end, and the
+	// sandbox goes on to read its seccomp program, which the supervisor
+	// writes only once the door is open (seccompGate): empty, the kernel
+	// refuses it and bubblewrap ends before anything of the vat runs. So a
+	// sandbox whose supervisor died during its setup ends on its own; it
+	// never runs the vat with no limit, nor waits for the next supervisor.
+	// bubblewrap closes the door once through; nothing of it reaches the
+	// vat.
 	door, err := newDoor()
 	if err != nil {
 		return nil, fmt.Errorf("starting the wall for %q: %w", spec.ID, err)
@@ -429,7 +435,11 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 	// A sandbox already gone (a bind bubblewrap could not make) runs
 	// nothing: the wall ends with bubblewrap's own reason, as without a
 	// door.
-	if err := limit(child, plan, grp, doorW); err != nil && !sandboxGone(err) {
+	err = limit(child, plan, grp, doorW)
+	if err == nil {
+		err = fds.gate.open()
+	}
+	if err != nil && !sandboxGone(err) {
 		// The sandbox's process is not bwrap's to end yet (it asks for
 		// its parent's death after the door): end it first.
 		_ = unix.Kill(child, unix.SIGKILL)
@@ -445,8 +455,8 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 	return p, nil
 }
 
-// door is the pipe a sandbox waits at: r, bwrap's --block-fd, is open for
-// reading and writing, so that it never reads EOF; w is the supervisor's.
+// door is the pipe a sandbox waits at: r is bwrap's --block-fd, w the
+// supervisor's, its only write end (EOF at r means the supervisor is gone).
 type door struct{ r, w *os.File }
 
 func newDoor() (door, error) {
@@ -454,13 +464,7 @@ func newDoor() (door, error) {
 	if err != nil {
 		return door{}, fmt.Errorf("door pipe: %w", err)
 	}
-	defer r.Close()
-	rw, err := os.OpenFile("/proc/self/fd/"+strconv.Itoa(int(r.Fd())), os.O_RDWR|unix.O_CLOEXEC, 0)
-	if err != nil {
-		_ = w.Close()
-		return door{}, fmt.Errorf("door pipe: %w", err)
-	}
-	return door{r: rw, w: w}, nil
+	return door{r: r, w: w}, nil
 }
 
 // sandboxGone reports whether limit failed only because the sandbox was
@@ -849,13 +853,21 @@ func (p *Plan) render(fds *fdTable, spec Spec, views *viewHold) (opts, command [
 	// The root (a tmpfs bwrap made) goes read-only: the app writes only
 	// where a bind or a tmpfs lets it (its data, /run/toybox, /tmp).
 	a = append(a, "--remount-ro", "/", "--chdir", p.Chdir)
+	// Every wall reads a seccomp program once its door is open, through
+	// a pipe the supervisor fills only then (seccompGate): the filter, or
+	// where there is none (walled-noseccomp), one that allows everything.
+	prog := allowAll
 	if p.Seccomp {
-		f, err := seccomp.File(seccomp.Options{Inotify: p.Inotify})
-		if err != nil {
+		var err error
+		if prog, err = seccomp.BPF(seccomp.Options{Inotify: p.Inotify}); err != nil {
 			return nil, nil, fmt.Errorf("%w: %w", ErrNoSeccomp, err)
 		}
-		a = append(a, fds.pass(f, "--seccomp")...)
 	}
+	sc, err := fds.seccompGate(prog)
+	if err != nil {
+		return nil, nil, err
+	}
+	a = append(a, sc...)
 	if p.NoNet && p.MCP == nil {
 		return a, p.Command, nil
 	}
