@@ -27,6 +27,9 @@ const (
 	keyAllow     = "allow"
 	keyReason    = "reason"
 	keyUnlogged  = "unlogged"
+	// keyUnloggedAllowed counts the allowed decisions not logged since
+	// the peer's last record.
+	keyUnloggedAllowed = "unlogged_allowed"
 )
 
 // logDecision writes the one record of a decision. The record goes to the
@@ -38,7 +41,7 @@ func (h *handle) logDecision(op, target string, addrs []netip.Addr, vetted strin
 	if !hd.Enabled(ctx, slog.LevelInfo) {
 		return
 	}
-	unlogged, ok := h.p.refusalLog(allow, time.Now())
+	unlogged, unloggedAllowed, ok := h.p.decisionLog(allow, time.Now())
 	if !ok {
 		return // counted: the peer's next record says how many
 	}
@@ -63,37 +66,52 @@ func (h *handle) logDecision(op, target string, addrs []netip.Addr, vetted strin
 	if unlogged > 0 {
 		r.AddAttrs(slog.Int(keyUnlogged, unlogged))
 	}
+	if unloggedAllowed > 0 {
+		r.AddAttrs(slog.Int(keyUnloggedAllowed, unloggedAllowed))
+	}
 	_ = hd.Handle(ctx, r)
 }
 
 // One peer's refusals are logged at most refusalsPerWindow per
-// refusalWindow; past that they are counted, and the peer's next record
-// says how many went unlogged. A vat looping on refused checks made 7500
-// records a second, past journald's default rate limit for the unit, which
-// would drop every other vat's records. Allowed decisions are always
-// logged.
+// refusalWindow, and its allowed decisions at most allowedPerWindow, each
+// kind against its own count: a storm of one never costs the other its
+// records. Past that they are counted, and the peer's next record says how
+// many of each went unlogged (unlogged, unlogged_allowed), as does the
+// record of its end. A vat looping on refused checks made 7500 records a
+// second, past journald's default rate limit for the unit, which would drop
+// every other vat's records; one in a storm of allowed connects made
+// 0.5 MiB of them a second.
 const (
 	refusalWindow     = 5 * time.Second
 	refusalsPerWindow = 100
+	allowedPerWindow  = 100
 )
 
-// refusalLog reports whether a decision gets its record, and how many of
-// the peer's refusals went unlogged before it (given back once).
-func (p *peer) refusalLog(allow bool, now time.Time) (unlogged int, ok bool) {
+// decisionLog reports whether a decision gets its record, and how many of
+// the peer's refusals and allowed decisions went unlogged before it (given
+// back once).
+func (p *peer) decisionLog(allow bool, now time.Time) (unlogged, unloggedAllowed int, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if now.Sub(p.refusalsFrom) >= refusalWindow {
-		p.refusalsFrom, p.refusals = now, 0
+		p.refusalsFrom, p.refusals, p.allowed = now, 0, 0
 	}
-	if !allow {
+	if allow {
+		if p.allowed >= allowedPerWindow {
+			p.unloggedAllowed++
+			return 0, 0, false
+		}
+		p.allowed++
+	} else {
 		if p.refusals >= refusalsPerWindow {
 			p.unlogged++
-			return 0, false
+			return 0, 0, false
 		}
 		p.refusals++
 	}
 	unlogged, p.unlogged = p.unlogged, 0
-	return unlogged, true
+	unloggedAllowed, p.unloggedAllowed = p.unloggedAllowed, 0
+	return unlogged, unloggedAllowed, true
 }
 
 // logURL is how a request's or a WebSocket's URL is named in the log:

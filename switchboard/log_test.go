@@ -147,3 +147,51 @@ func TestRefusalLogBounded(t *testing.T) {
 		t.Errorf("records (%d) and unlogged counts (%d) account for %d refusals; made %d", logged, unlogged, logged+unlogged, n)
 	}
 }
+
+// TestAllowedLogBounded: a storm of allowed decisions (a vat connecting in
+// a loop) made one record each, 0.5 MiB of log a second. At most
+// allowedPerWindow records per window; the rest are counted and the next
+// record says how many (unlogged_allowed). Refusals keep their own count:
+// every refusal after the storm still gets its record.
+func TestAllowedLogBounded(t *testing.T) {
+	f := newFixture(t, nil)
+	c := dial(t, f.public)
+	ctx := context.Background()
+	f.dns.Set("ok.test", mustAddr("93.184.216.34"))
+	const n = 3 * allowedPerWindow
+	for range n {
+		if d, err := check(ctx, c.root, "tcp", "ok.test", 443); err != nil || !d.allow {
+			t.Fatalf("check(ok.test) = %+v, %v; want allowed", d, err)
+		}
+	}
+	const refused = 10
+	for range refused {
+		if d, err := check(ctx, c.root, "tcp", "127.0.0.1", 22); err != nil || d.allow {
+			t.Fatalf("check = %+v, %v; want refused", d, err)
+		}
+	}
+	allowed, refusals, unlogged := 0, 0, 0
+	for _, line := range strings.Split(strings.TrimSpace(f.log.String()), "\n") {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) != nil || rec["msg"] != "egress decision" {
+			continue
+		}
+		if rec["allow"] == true {
+			allowed++
+		} else {
+			refusals++
+		}
+		if u, ok := rec["unlogged_allowed"].(float64); ok {
+			unlogged += int(u)
+		}
+	}
+	if allowed > allowedPerWindow {
+		t.Errorf("%d allowed checks in one burst made %d records; at most %d", n, allowed, allowedPerWindow)
+	}
+	if allowed+unlogged != n {
+		t.Errorf("records (%d) and unlogged_allowed counts (%d) account for %d allowed checks; made %d", allowed, unlogged, allowed+unlogged, n)
+	}
+	if refusals != refused {
+		t.Errorf("%d refusals after the storm made %d records; want every one", refused, refusals)
+	}
+}

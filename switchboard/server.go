@@ -255,10 +255,10 @@ func (s *Server) serveConn(ctx context.Context, name string, uc *net.UnixConn, r
 	_ = conn.Close()
 	rootH.revoke()
 	p.mu.Lock()
-	unlogged := p.unlogged
+	unlogged, unloggedAllowed := p.unlogged, p.unloggedAllowed
 	p.mu.Unlock()
-	if unlogged > 0 {
-		s.log.Info("egress refusals not logged", keySocket, name, keyPeerPID, p.pid, keyUnlogged, unlogged)
+	if unlogged > 0 || unloggedAllowed > 0 {
+		s.log.Info("egress decisions not logged", keySocket, name, keyPeerPID, p.pid, keyUnlogged, unlogged, keyUnloggedAllowed, unloggedAllowed)
 	}
 }
 
@@ -279,9 +279,11 @@ type peer struct {
 	handles int
 	wsHeld  int64 // WebSocket message bytes held (maxWSHeld)
 
-	refusalsFrom time.Time // the refusal log's window (refusalLog)
-	refusals     int       // refusals logged in it
-	unlogged     int       // refusals counted, not logged, since the last record
+	refusalsFrom    time.Time // the decision log's window (decisionLog)
+	refusals        int       // refusals logged in it
+	allowed         int       // allowed decisions logged in it
+	unlogged        int       // refusals counted, not logged, since the last record
+	unloggedAllowed int       // allowed decisions counted, not logged, since the last record
 }
 
 // holdWS takes n more bytes of WebSocket message data for this
