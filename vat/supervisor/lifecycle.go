@@ -387,11 +387,15 @@ func (s *Supervisor) spawn(ctx context.Context, v *vat) (r *running, off words.W
 	lim := s.limitsFor(rec)
 	// The data folder's own file system, mounted before its folders are
 	// handed to the vat's uid (that hands over the file system's root).
+	// The folder under it is the uid's too: while toybox is stopped it
+	// is what shows, and a damaged record's uid is learnt from its owner.
 	var diskBytes int64
 	diskWhy := ""
 	if lim.DiskBytes > 0 {
 		if err := s.cfg.Disks.Support(); err != nil {
 			diskWhy = err.Error()
+		} else if err := s.cfg.Store.PrepareDirs(v.id, uid, gid); err != nil {
+			return nil, off, err
 		} else if diskBytes, err = s.cfg.Disks.Mount(v.id, s.cfg.Store.DataDir(v.id), lim.DiskBytes); err != nil {
 			return nil, off, fmt.Errorf("giving its data folder its disk limit (%d MiB): %w", lim.DiskBytes>>20, err)
 		}
