@@ -42,6 +42,8 @@ type Manifest struct {
 	// Doors lists the door sets the vat asks for, by id. They are checked
 	// against the supervisor's door table, never granted by the manifest.
 	Doors []string `json:"doors,omitempty"`
+	// MCP, when set, says the vat is an MCP server (see docs/mcp.md).
+	MCP *MCP `json:"mcp,omitempty"`
 }
 
 // Sandbox holds sandbox.files and sandbox.inotify.
@@ -96,7 +98,7 @@ var reservedEnv = map[string]bool{
 // manifestKeys are the keys a manifest's objects may have, spelled exactly
 // (a test checks them against the struct tags): strictjson refuses one
 // spelled in other letter case, and any key twice in one object.
-var manifestKeys = []string{"command", "env", "network", "hosts", "egress", "sandbox", "files", "inotify", "read", "write", "oauthDir", "ownEnvFile", "doors"}
+var manifestKeys = []string{"command", "env", "network", "hosts", "egress", "sandbox", "files", "inotify", "read", "write", "oauthDir", "ownEnvFile", "doors", "mcp", "transport", "path", "mode", "auth"}
 
 // Parse reads and validates a manifest. Unknown keys are refused.
 func Parse(r io.Reader) (*Manifest, error) {
@@ -175,6 +177,11 @@ func (m *Manifest) validate() error {
 	}
 	if _, err := m.Grant(""); err != nil {
 		return err
+	}
+	if m.MCP != nil {
+		if err := m.MCP.validate(); err != nil {
+			return err
+		}
 	}
 	return nil
 }

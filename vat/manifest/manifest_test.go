@@ -58,7 +58,7 @@ func TestManifestKeysAreTheFields(t *testing.T) {
 	for _, k := range manifestKeys {
 		known[k] = true
 	}
-	for _, typ := range []reflect.Type{reflect.TypeFor[Manifest](), reflect.TypeFor[Sandbox](), reflect.TypeFor[Files]()} {
+	for _, typ := range []reflect.Type{reflect.TypeFor[Manifest](), reflect.TypeFor[Sandbox](), reflect.TypeFor[Files](), reflect.TypeFor[MCP]()} {
 		for f := range typ.Fields() {
 			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
 			if name != "" && name != "-" && !known[name] {

@@ -1,0 +1,125 @@
+package manifest
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+var mcpTests = []struct {
+	name, in string
+	want     MCP    // after Parse's defaults; ignored when wantErr is set
+	wantErr  string // substring; "" means valid
+}{
+	{"stdio", `{"transport":"stdio"}`, MCP{Transport: "stdio", Path: "/mcp", Mode: "session", Auth: "toybox"}, ""},
+	{"stdio as the issue writes it", `{"transport":"stdio","path":"/mcp","mode":"session"}`, MCP{Transport: "stdio", Path: "/mcp", Mode: "session", Auth: "toybox"}, ""},
+	{"stdio shared", `{"transport":"stdio","mode":"shared"}`, MCP{Transport: "stdio", Path: "/mcp", Mode: "shared", Auth: "toybox"}, ""},
+	{"stdio single", `{"transport":"stdio","mode":"single"}`, MCP{Transport: "stdio", Path: "/mcp", Mode: "single", Auth: "toybox"}, ""},
+	{"http default path", `{"transport":"http"}`, MCP{Transport: "http", Path: "/mcp", Auth: "toybox"}, ""},
+	{"http own path", `{"transport":"http","path":"/api/v1/mcp/"}`, MCP{Transport: "http", Path: "/api/v1/mcp/", Auth: "toybox"}, ""},
+	{"http root", `{"transport":"http","path":"/"}`, MCP{Transport: "http", Path: "/", Auth: "toybox"}, ""},
+	{"http own auth", `{"transport":"http","auth":"vat"}`, MCP{Transport: "http", Path: "/mcp", Auth: "vat"}, ""},
+	{"no transport", `{"path":"/mcp"}`, MCP{}, "mcp.transport is missing"},
+	{"bad transport", `{"transport":"sse"}`, MCP{}, `mcp.transport "sse"`},
+	{"transport in other case", `{"transport":"STDIO"}`, MCP{}, `mcp.transport "STDIO"`},
+	{"bad mode", `{"transport":"stdio","mode":"pooled"}`, MCP{}, `mcp.mode "pooled"`},
+	{"mode for http", `{"transport":"http","mode":"shared"}`, MCP{}, "mcp.mode \"shared\" is for stdio servers"},
+	{"path for stdio", `{"transport":"stdio","path":"/other"}`, MCP{}, "a stdio server is served at /mcp"},
+	{"own auth for stdio", `{"transport":"stdio","auth":"vat"}`, MCP{}, "is for http servers"},
+	{"bad auth", `{"transport":"http","auth":"none"}`, MCP{}, `mcp.auth "none"`},
+	{"relative path", `{"transport":"http","path":"mcp"}`, MCP{}, "want an absolute path"},
+	{"path with query", `{"transport":"http","path":"/mcp?x=1"}`, MCP{}, "without a query"},
+	{"path with escape", `{"transport":"http","path":"/m%63p"}`, MCP{}, "percent escapes"},
+	{"path with space", `{"transport":"http","path":"/m cp"}`, MCP{}, "spaces"},
+	{"path climbs", `{"transport":"http","path":"/a/../mcp"}`, MCP{}, `".." segment`},
+	{"path dot", `{"transport":"http","path":"/./mcp"}`, MCP{}, `"." segment`},
+	{"path empty segment", `{"transport":"http","path":"//mcp"}`, MCP{}, "empty segment"},
+	{"path too long", `{"transport":"http","path":"/` + strings.Repeat("a", 300) + `"}`, MCP{}, "longer than"},
+	{"unknown key", `{"transport":"http","timeout":5}`, MCP{}, "unknown field"},
+	{"not an object", `"stdio"`, MCP{}, "bad manifest"},
+	{"key twice", `{"transport":"http","transport":"stdio"}`, MCP{}, "appears twice"},
+	{"key in other case", `{"transport":"http","Mode":"single"}`, MCP{}, "case-sensitive"},
+}
+
+func TestParseMCP(t *testing.T) {
+	for _, tt := range mcpTests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := `{"command":["./a"],"mcp":` + tt.in + `}`
+			m, err := Parse(strings.NewReader(in))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Parse(%s) err = %v; want one containing %q", in, err, tt.wantErr)
+				}
+				if !errors.Is(err, ErrBadManifest) {
+					t.Errorf("Parse(%s) err = %v; want ErrBadManifest", in, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Parse(%s) = %v; want ok", in, err)
+			}
+			if m.MCP == nil || *m.MCP != tt.want {
+				t.Errorf("Parse(%s).MCP = %+v; want %+v", in, m.MCP, tt.want)
+			}
+		})
+	}
+}
+
+// TestParseMCPNamedErrors: a bad mcp value is ErrBadMCP as well as
+// ErrBadManifest, so the admin API and the status can say which part failed.
+func TestParseMCPNamedErrors(t *testing.T) {
+	_, err := Parse(strings.NewReader(`{"command":["./a"],"mcp":{"transport":"sse"}}`))
+	if !errors.Is(err, ErrBadMCP) || !errors.Is(err, ErrBadManifest) {
+		t.Errorf("err = %v; want ErrBadMCP and ErrBadManifest", err)
+	}
+}
+
+func TestParseMCPQuery(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    MCP
+		wantErr bool
+	}{
+		{"stdio", MCP{Transport: "stdio", Path: "/mcp", Mode: "session", Auth: "toybox"}, false},
+		{"http", MCP{Transport: "http", Path: "/mcp", Auth: "toybox"}, false},
+		{"", MCP{}, true},
+		{"Stdio", MCP{}, true},
+		{"stdio,http", MCP{}, true},
+	}
+	for _, tt := range tests {
+		m, err := ParseMCPQuery(tt.in)
+		if tt.wantErr {
+			if !errors.Is(err, ErrBadMCP) {
+				t.Errorf("ParseMCPQuery(%q) err = %v; want ErrBadMCP", tt.in, err)
+			}
+			continue
+		}
+		if err != nil || *m != tt.want {
+			t.Errorf("ParseMCPQuery(%q) = %+v, %v; want %+v", tt.in, m, err, tt.want)
+		}
+	}
+}
+
+func FuzzParseMCP(f *testing.F) {
+	for _, tt := range mcpTests {
+		f.Add(tt.in)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		m, err := Parse(strings.NewReader(`{"command":["./a"],"mcp":` + s + `}`))
+		if err != nil || m.MCP == nil {
+			return
+		}
+		c := m.MCP
+		if c.Path == "" || c.Path[0] != '/' || strings.ContainsAny(c.Path, "?#% \t\r\n") {
+			t.Fatalf("accepted mcp.path %q", c.Path)
+		}
+		for _, seg := range strings.Split(c.Path, "/") {
+			if seg == ".." || seg == "." {
+				t.Fatalf("accepted mcp.path %q", c.Path)
+			}
+		}
+		if (c.Transport == TransportStdio) != (c.Mode != "") || c.Auth == "" {
+			t.Fatalf("accepted mcp %+v without its defaults", c)
+		}
+	})
+}
