@@ -1,0 +1,239 @@
+// Package access keeps each vat's bearer tokens: minted for its owner, kept
+// only as hashes, checked on every MCP request, revoked one at a time.
+//
+// A token reads tbx_<id>_<secret>. The id (12 hex digits) names it in the
+// admin API, the logs and the vat's principal; the secret is 32 random
+// bytes. The file keeps, per vat, each token's id and the SHA-256 of the
+// vat's id and the whole token, so a token is good for its own vat only,
+// and a stolen file opens nothing.
+package access
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"toybox/vat/atomicfile"
+)
+
+// Errors.
+var (
+	// ErrNoToken: no token of that vat has that id.
+	ErrNoToken = errors.New("no such token")
+	// ErrTooMany: the vat holds MaxPerVat tokens already.
+	ErrTooMany = errors.New("too many tokens")
+	// ErrBadFile: the tokens file cannot be read as one.
+	ErrBadFile = errors.New("bad tokens file")
+)
+
+// MaxPerVat bounds one vat's tokens: each is checked in one map lookup,
+// but the admin API lists them all, and the file holds them all.
+const MaxPerVat = 256
+
+const (
+	prefix    = "tbx_"
+	idBytes   = 6  // 12 hex digits: a name, not a secret
+	keyBytes  = 32 // the secret
+	hashLabel = "toybox-token\x00"
+)
+
+// Info is what is kept of a token: never the token.
+type Info struct {
+	// ID names the token (DELETE /<vat>/tokens/<id>).
+	ID string `json:"id"`
+	// Created is when it was minted.
+	Created time.Time `json:"created"`
+}
+
+type entry struct {
+	Info
+	Hash string `json:"sha256"` // hex SHA-256 of hashLabel, the vat's id, NUL, the token
+}
+
+// Store is the tokens of every vat, in one file (mode 0600). Safe for
+// concurrent use.
+type Store struct {
+	path string
+	mu   sync.RWMutex
+	vats map[string][]entry
+}
+
+// Open reads the tokens at path; a missing file holds none.
+func Open(path string) (*Store, error) {
+	s := &Store{path: path, vats: map[string][]entry{}}
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return s, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the tokens: %w", err)
+	}
+	if err := json.Unmarshal(b, &s.vats); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrBadFile, path, err)
+	}
+	for vat, es := range s.vats {
+		for _, e := range es {
+			if !validID(e.ID) || len(e.Hash) != 2*sha256.Size {
+				return nil, fmt.Errorf("%w: %s: vat %s holds a token without an id or a hash", ErrBadFile, path, vat)
+			}
+		}
+	}
+	return s, nil
+}
+
+func validID(id string) bool {
+	if len(id) != 2*idBytes {
+		return false
+	}
+	_, err := hex.DecodeString(id)
+	return err == nil && strings.ToLower(id) == id
+}
+
+func hashOf(vat, token string) string {
+	h := sha256.New()
+	h.Write([]byte(hashLabel))
+	h.Write([]byte(vat))
+	h.Write([]byte{0})
+	h.Write([]byte(token))
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// save writes every vat's tokens (s.mu held).
+func (s *Store) save() error {
+	b, err := json.MarshalIndent(s.vats, "", "  ")
+	if err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(s.path, append(b, '\n'), 0o600)
+}
+
+// Mint makes a token for vat and keeps its hash. The token is returned
+// once; nothing can show it again.
+func (s *Store) Mint(vat string) (string, Info, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	es := s.vats[vat]
+	if len(es) >= MaxPerVat {
+		return "", Info{}, fmt.Errorf("%w: vat %s holds %d (revoke one first)", ErrTooMany, vat, MaxPerVat)
+	}
+	var id string
+	for {
+		b := make([]byte, idBytes)
+		_, _ = rand.Read(b) // never fails (crypto/rand)
+		id = hex.EncodeToString(b)
+		if !slices.ContainsFunc(es, func(e entry) bool { return e.ID == id }) {
+			break
+		}
+	}
+	key := make([]byte, keyBytes)
+	_, _ = rand.Read(key)
+	token := prefix + id + "_" + base64.RawURLEncoding.EncodeToString(key)
+	info := Info{ID: id, Created: time.Now().UTC().Truncate(time.Second)}
+	s.vats[vat] = append(slices.Clone(es), entry{Info: info, Hash: hashOf(vat, token)})
+	if err := s.save(); err != nil {
+		s.vats[vat] = es
+		if len(es) == 0 {
+			delete(s.vats, vat)
+		}
+		return "", Info{}, fmt.Errorf("keeping the token: %w", err)
+	}
+	return token, info, nil
+}
+
+// idOf returns the id a token (or a token's start, or a bare id) names.
+func idOf(s string) string {
+	s = strings.TrimPrefix(s, prefix)
+	if len(s) >= 2*idBytes && (len(s) == 2*idBytes || s[2*idBytes] == '_') {
+		return s[:2*idBytes]
+	}
+	return ""
+}
+
+// Revoke removes vat's token named by ref: its id, or the token itself.
+func (s *Store) Revoke(vat, ref string) (Info, error) {
+	id := idOf(ref)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	es := s.vats[vat]
+	i := slices.IndexFunc(es, func(e entry) bool { return id != "" && e.ID == id })
+	if i < 0 {
+		return Info{}, fmt.Errorf("%w: vat %s has no token %q", ErrNoToken, vat, ref)
+	}
+	info := es[i].Info
+	rest := slices.Delete(slices.Clone(es), i, i+1)
+	if len(rest) == 0 {
+		delete(s.vats, vat)
+	} else {
+		s.vats[vat] = rest
+	}
+	if err := s.save(); err != nil {
+		s.vats[vat] = es
+		return Info{}, fmt.Errorf("revoking the token: %w", err)
+	}
+	return info, nil
+}
+
+// Forget removes every token of vat (it was removed: a vat installed later
+// under the same id opens to none of them).
+func (s *Store) Forget(vat string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	es, ok := s.vats[vat]
+	if !ok {
+		return nil
+	}
+	delete(s.vats, vat)
+	if err := s.save(); err != nil {
+		s.vats[vat] = es
+		return fmt.Errorf("forgetting the tokens of %s: %w", vat, err)
+	}
+	return nil
+}
+
+// Has reports whether vat holds any token (then every MCP request to it
+// needs one).
+func (s *Store) Has(vat string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.vats[vat]) > 0
+}
+
+// Check returns the id of vat's token equal to token, or false. A token of
+// another vat is false.
+func (s *Store) Check(vat, token string) (string, bool) {
+	id := idOf(token)
+	if id == "" || len(token) > 128 {
+		return "", false
+	}
+	want := hashOf(vat, token)
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, e := range s.vats[vat] {
+		if e.ID == id && subtle.ConstantTimeCompare([]byte(e.Hash), []byte(want)) == 1 {
+			return id, true
+		}
+	}
+	return "", false
+}
+
+// List returns what is kept of vat's tokens, oldest first.
+func (s *Store) List(vat string) []Info {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]Info, 0, len(s.vats[vat]))
+	for _, e := range s.vats[vat] {
+		out = append(out, e.Info)
+	}
+	return out
+}
