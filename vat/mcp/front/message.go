@@ -1,0 +1,256 @@
+package front
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strings"
+)
+
+// Headers the edge reads or sets.
+const (
+	HeaderSession  = "Mcp-Session-Id"
+	HeaderVersion  = "Mcp-Protocol-Version"
+	HeaderMethod   = "Mcp-Method"
+	HeaderName     = "Mcp-Name"
+	HeaderParam    = "Mcp-Param-" // a prefix
+	HeaderLastID   = "Last-Event-Id"
+	HeaderToybox   = "Toybox-" // a prefix: set only by the supervisor
+	HeaderPrinc    = "Toybox-Principal"
+	ModernVersion  = "2026-07-28" // the first stateless revision
+	metaVersionKey = "io.modelcontextprotocol/protocolVersion"
+)
+
+// Eras: how a request, or a server, speaks.
+const (
+	// Legacy is 2024-11-05 … 2025-11-25: initialize, sessions, GET streams.
+	Legacy = "legacy"
+	// Modern is 2026-07-28 on: stateless, per-request _meta.
+	Modern = "modern"
+	// Dual is a server that serves both.
+	Dual = "dual"
+)
+
+// JSON-RPC error codes the edge answers with.
+const (
+	CodeInvalidRequest = -32600
+	CodeInternal       = -32603
+	// CodeUnavailable: the vat is not ready (its status says why), or the
+	// edge refused before the vat (a server-defined code).
+	CodeUnavailable = -32000
+	// CodeSessionNotFound is the code SDKs read as "initialize again".
+	CodeSessionNotFound = -32001
+	// CodeUnauthorized: no token, or not this vat's.
+	CodeUnauthorized = -32002
+)
+
+// Request is what the edge reads of one POSTed message.
+type Request struct {
+	// Method is the JSON-RPC method; "" for a response, or a body that is
+	// not one JSON-RPC object ("batch" for an array).
+	Method string
+	// ID is the request's id as sent, or nil.
+	ID json.RawMessage
+	// Meta reports whether its params carry the modern protocol version.
+	Meta bool
+}
+
+// PeekBytes is how much of a POST body Peek is given: the start of a
+// message, where its method and id are (the body itself streams to the vat).
+const PeekBytes = 16 << 10
+
+// Peek reads the method, id and protocol _meta of a POST body, or of its
+// first bytes: it stops where they end. What it cannot read (a body that
+// is not a JSON-RPC object, a method after a long params) stays empty: the
+// vat answers the message whatever the edge read of it.
+func Peek(body []byte) Request {
+	b := bytes.TrimLeft(body, " \t\r\n")
+	if len(b) > 0 && b[0] == '[' {
+		return Request{Method: "batch"}
+	}
+	var out Request
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return Request{}
+	}
+	for dec.More() {
+		t, err := dec.Token()
+		key, ok := t.(string)
+		if err != nil || !ok {
+			return out
+		}
+		switch key {
+		case "method":
+			if dec.Decode(&out.Method) != nil {
+				return out
+			}
+		case "id":
+			var id json.RawMessage
+			if dec.Decode(&id) != nil {
+				return out
+			}
+			if !bytes.Equal(id, []byte("null")) {
+				out.ID = id
+			}
+		case "params":
+			if !peekParams(dec, &out) {
+				return out
+			}
+		default:
+			var skip json.RawMessage
+			if dec.Decode(&skip) != nil {
+				return out
+			}
+		}
+	}
+	return out
+}
+
+// peekParams reads params looking for _meta's protocol version; false
+// when the input ended first.
+func peekParams(dec *json.Decoder, out *Request) bool {
+	t, err := dec.Token()
+	if err != nil {
+		return false
+	}
+	if t != json.Delim('{') {
+		// Not an object (an array, a value): nothing the edge reads.
+		if d, ok := t.(json.Delim); ok && d == '[' {
+			for dec.More() {
+				var skip json.RawMessage
+				if dec.Decode(&skip) != nil {
+					return false
+				}
+			}
+			_, err := dec.Token()
+			return err == nil
+		}
+		return true
+	}
+	for dec.More() {
+		t, err := dec.Token()
+		key, ok := t.(string)
+		if err != nil || !ok {
+			return false
+		}
+		if key == "_meta" {
+			var meta map[string]json.RawMessage
+			if dec.Decode(&meta) != nil {
+				return false
+			}
+			_, out.Meta = meta[metaVersionKey]
+			continue
+		}
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return false
+		}
+	}
+	_, err = dec.Token()
+	return err == nil
+}
+
+// EraOf says which era a request speaks: modern when it names a modern
+// protocol version (the header every modern POST carries, or its _meta);
+// legacy otherwise (a missing header means 2025-03-26).
+func EraOf(h http.Header, req Request) string {
+	if v := h.Get(HeaderVersion); v >= ModernVersion || req.Meta {
+		return Modern
+	}
+	return Legacy
+}
+
+// ErrorBody is a JSON-RPC error response, id null when id is nil.
+func ErrorBody(id json.RawMessage, code int, msg string, data any) []byte {
+	if len(id) == 0 {
+		id = json.RawMessage("null")
+	}
+	b, err := json.Marshal(struct {
+		JSONRPC string          `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id"`
+		Error   struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+			Data    any    `json:"data,omitempty"`
+		} `json:"error"`
+	}{JSONRPC: "2.0", ID: id, Error: struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+		Data    any    `json:"data,omitempty"`
+	}{code, msg, data}})
+	if err != nil { // an id that is not JSON: answer with none
+		return ErrorBody(nil, code, msg, data)
+	}
+	return append(b, '\n')
+}
+
+// WriteError answers with a JSON-RPC error and HTTP status.
+func WriteError(w http.ResponseWriter, status int, id json.RawMessage, code int, msg string, data any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(ErrorBody(id, code, msg, data))
+}
+
+// requestHeaders are the client headers that cross into a vat: the MCP
+// transport's own (R46, R47). Everything else is built by the edge.
+var requestHeaders = []string{"Accept", "Content-Type", HeaderSession, HeaderVersion, HeaderLastID, HeaderMethod, HeaderName}
+
+// RequestHeaders builds the headers of a request into a vat afresh from the
+// client's: the MCP transport headers, Mcp-Param-* (which an intermediary
+// must forward), and with passAuth the client's Authorization (a vat that
+// is its own OAuth resource server). No cookie, no other Authorization,
+// and no Toybox-* header crosses.
+func RequestHeaders(in http.Header, passAuth bool) http.Header {
+	out := make(http.Header, len(requestHeaders)+4)
+	for _, k := range requestHeaders {
+		if v, ok := in[k]; ok {
+			out[k] = v
+		}
+	}
+	for k, v := range in {
+		if strings.HasPrefix(k, HeaderParam) {
+			out[k] = v
+		}
+	}
+	if passAuth {
+		if v, ok := in["Authorization"]; ok {
+			out["Authorization"] = v
+		}
+	}
+	// The answer is streamed as it comes; a compressed one would be held
+	// back by the decompressor.
+	out.Set("Accept-Encoding", "identity")
+	return out
+}
+
+// responseHeaders are the vat's answer headers a client gets.
+var responseHeaders = []string{"Content-Type", "Content-Length", HeaderSession, HeaderVersion, "Cache-Control", "Allow", "Retry-After", "Last-Modified", "Etag"}
+
+// ResponseHeaders keeps of a vat's answer headers what MCP uses (with
+// passAuth also its WWW-Authenticate: it is the resource server), in place.
+// Cookies, and headers acting on the origin or the proxies in front, go.
+func ResponseHeaders(h http.Header, passAuth bool) {
+	keep := make(map[string][]string, len(responseHeaders)+1)
+	for _, k := range responseHeaders {
+		if v, ok := h[k]; ok {
+			keep[k] = v
+		}
+	}
+	if v, ok := h["Www-Authenticate"]; ok && passAuth {
+		keep["Www-Authenticate"] = v
+	}
+	for k := range h {
+		delete(h, k)
+	}
+	for k, v := range keep {
+		h[k] = v
+	}
+	if strings.HasPrefix(strings.ToLower(h.Get("Content-Type")), "text/event-stream") {
+		// R10: no proxy in front holds the stream back.
+		h.Set("X-Accel-Buffering", "no")
+		if h.Get("Cache-Control") == "" {
+			h.Set("Cache-Control", "no-cache")
+		}
+	}
+}

@@ -1,0 +1,155 @@
+package front
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"testing"
+)
+
+var peekTests = []struct {
+	name, body, method, id string
+	meta                   bool
+}{
+	{"request", `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x"}}`, "tools/call", "7", false},
+	{"string id", `{"jsonrpc":"2.0","id":"a-1","method":"ping"}`, "ping", `"a-1"`, false},
+	{"notification", `{"jsonrpc":"2.0","method":"notifications/initialized"}`, "notifications/initialized", "", false},
+	{"response", `{"jsonrpc":"2.0","id":3,"result":{}}`, "", "3", false},
+	{"modern", `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`, "tools/list", "1", true},
+	{"batch", ` [{"jsonrpc":"2.0","id":1,"method":"ping"}]`, "batch", "", false},
+	{"not json", `hello`, "", "", false},
+	{"method after params", `{"jsonrpc":"2.0","params":{"a":[1,2,{"b":"}"}]},"id":2,"method":"tools/call"}`, "tools/call", "2", false},
+	{"params an array", `{"jsonrpc":"2.0","params":[1,[2]],"id":2,"method":"x"}`, "x", "2", false},
+	{"null id", `{"jsonrpc":"2.0","id":null,"method":"x"}`, "x", "", false},
+	{"cut inside params: what came before is kept", `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"arguments":{"text":"aaaa`, "tools/call", "5", false},
+	{"cut before the method", `{"jsonrpc":"2.0","params":{"text":"aaaa`, "", "", false},
+	{"empty", ``, "", "", false},
+}
+
+func TestPeek(t *testing.T) {
+	for _, tt := range peekTests {
+		r := Peek([]byte(tt.body))
+		if r.Method != tt.method || string(r.ID) != tt.id || r.Meta != tt.meta {
+			t.Errorf("%s: Peek = %+v (id %s); want %s %s %v", tt.name, r, r.ID, tt.method, tt.id, tt.meta)
+		}
+	}
+}
+
+func FuzzPeek(f *testing.F) {
+	for _, tt := range peekTests {
+		f.Add(tt.body)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		r := Peek([]byte(body))
+		if len(r.ID) > 0 && !json.Valid(r.ID) {
+			t.Fatalf("Peek(%q) id %q is not JSON", body, r.ID)
+		}
+		// An id read from a body goes into an error body as it is.
+		if !json.Valid(ErrorBody(r.ID, CodeInternal, "x", nil)) {
+			t.Fatalf("ErrorBody with id %q is not JSON", r.ID)
+		}
+	})
+}
+
+func TestEraOf(t *testing.T) {
+	tests := []struct {
+		version string
+		meta    bool
+		want    string
+	}{
+		{"", false, Legacy},
+		{"2025-06-18", false, Legacy},
+		{"2025-11-25", false, Legacy},
+		{"2026-07-28", false, Modern},
+		{"2027-01-01", false, Modern},
+		{"", true, Modern},
+	}
+	for _, tt := range tests {
+		h := http.Header{}
+		if tt.version != "" {
+			h.Set(HeaderVersion, tt.version)
+		}
+		if got := EraOf(h, Request{Meta: tt.meta}); got != tt.want {
+			t.Errorf("EraOf(%q, meta %v) = %s; want %s", tt.version, tt.meta, got, tt.want)
+		}
+	}
+}
+
+func TestErrorBody(t *testing.T) {
+	var m struct {
+		ID    json.RawMessage `json:"id"`
+		Error struct {
+			Code int `json:"code"`
+			Data struct {
+				Status string `json:"status"`
+			} `json:"data"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(ErrorBody(nil, CodeUnavailable, "vat a is starting", map[string]string{"status": "starting"}), &m); err != nil {
+		t.Fatal(err)
+	}
+	if string(m.ID) != "null" || m.Error.Code != CodeUnavailable || m.Error.Data.Status != "starting" {
+		t.Errorf("ErrorBody = %+v", m)
+	}
+}
+
+// TestRequestHeaders: what crosses into a vat is built afresh: the MCP
+// transport headers, never a cookie, the client's Authorization (unless
+// the vat is its own resource server), a Toybox-* header or anything else.
+func TestRequestHeaders(t *testing.T) {
+	in := http.Header{}
+	for k, v := range map[string]string{
+		"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
+		"Mcp-Session-Id": "s", "Mcp-Protocol-Version": "2025-11-25", "Last-Event-Id": "e", "Mcp-Method": "tools/call",
+		"Mcp-Name": "t", "Mcp-Param-Region": "eu", "Authorization": "Bearer x", "Cookie": "a=b",
+		"Toybox-Principal": "forged", "Toybox-Other": "x", "X-Evil": "1", "X-Forwarded-For": "10.0.0.1",
+		"Accept-Encoding": "gzip", "Proxy-Authorization": "Basic x",
+	} {
+		in.Set(k, v)
+	}
+	want := []string{"Accept", "Accept-Encoding", "Content-Type", "Last-Event-Id", "Mcp-Method", "Mcp-Name", "Mcp-Param-Region", "Mcp-Protocol-Version", "Mcp-Session-Id"}
+	keys := func(h http.Header) []string {
+		var out []string
+		for k := range h {
+			out = append(out, k)
+		}
+		slices.Sort(out)
+		return out
+	}
+	out := RequestHeaders(in, false)
+	if got := keys(out); !slices.Equal(got, want) {
+		t.Errorf("RequestHeaders = %v; want %v", got, want)
+	}
+	if out.Get("Accept-Encoding") != "identity" {
+		t.Errorf("Accept-Encoding = %q; want identity (an answer streams as it comes)", out.Get("Accept-Encoding"))
+	}
+	withAuth := RequestHeaders(in, true)
+	if withAuth.Get("Authorization") != "Bearer x" || withAuth.Get("Cookie") != "" {
+		t.Errorf("for a vat that is its own resource server: Authorization %q, Cookie %q; want the Authorization and no cookie", withAuth.Get("Authorization"), withAuth.Get("Cookie"))
+	}
+}
+
+func TestResponseHeaders(t *testing.T) {
+	h := http.Header{}
+	for k, v := range map[string]string{
+		"Content-Type": "text/event-stream", "Mcp-Session-Id": "s", "Set-Cookie": "a=b; Path=/",
+		"Www-Authenticate": "Bearer", "Clear-Site-Data": "*", "X-Accel-Redirect": "/etc/passwd",
+		"Strict-Transport-Security": "max-age=1", "Access-Control-Allow-Origin": "*",
+	} {
+		h.Set(k, v)
+	}
+	ResponseHeaders(h, false)
+	for _, k := range []string{"Set-Cookie", "Www-Authenticate", "Clear-Site-Data", "X-Accel-Redirect", "Strict-Transport-Security", "Access-Control-Allow-Origin"} {
+		if h.Get(k) != "" {
+			t.Errorf("%s passed to the client", k)
+		}
+	}
+	if h.Get("Mcp-Session-Id") != "s" || h.Get("X-Accel-Buffering") != "no" || h.Get("Cache-Control") != "no-cache" {
+		t.Errorf("an SSE answer's headers = %v; want its session, X-Accel-Buffering: no, Cache-Control: no-cache", h)
+	}
+	h2 := http.Header{"Www-Authenticate": {"Bearer"}, "Content-Type": {"application/json"}}
+	ResponseHeaders(h2, true)
+	if h2.Get("Www-Authenticate") != "Bearer" || h2.Get("X-Accel-Buffering") != "" {
+		t.Errorf("an own resource server's JSON answer = %v; want its challenge kept and no SSE headers", h2)
+	}
+}
