@@ -26,6 +26,7 @@ import (
 	"toybox/vat/doors"
 	"toybox/vat/edge"
 	"toybox/vat/grant"
+	"toybox/vat/mcp/front"
 	"toybox/vat/store"
 	"toybox/vat/supervisor"
 	"toybox/vat/switches"
@@ -34,7 +35,7 @@ import (
 
 func init() { commands["serve"] = serveMain }
 
-const serveUsage = `usage: toybox serve --state DIR --switchboard PATH [--http ADDR|unix:PATH] [--public-host NAME[,NAME]]... [--admin PATH] [--entry PATH] [--doors FILE] [--wall-tmp-mib N] [--wall-max-tasks N] [--wall-memory-mib N] [--wall-cpus X] [--wall-disk-mib N]
+const serveUsage = `usage: toybox serve --state DIR --switchboard PATH [--http ADDR|unix:PATH] [--public-host NAME[,NAME]]... [--admin PATH] [--entry PATH] [--doors FILE] [--wall-tmp-mib N] [--wall-max-tasks N] [--wall-memory-mib N] [--wall-cpus X] [--wall-disk-mib N] [--mcp-origin ORIGIN]...
 
 Runs the supervisor: every installed vat starts, the admin API is served on
 the admin socket (mode 0600) and each vat's app on the http socket, on its
@@ -85,6 +86,8 @@ func serveMain(args []string) int {
 	wallMemory := fs.Int64("wall-memory-mib", DefaultWallMemoryMiB, "each wall's memory in MiB, swap none beyond it (0: no limit); an owner may set less")
 	wallCPUs := fs.Float64("wall-cpus", DefaultWallCPUs, "each wall's CPU time, in CPUs (0: no limit); an owner may set less")
 	wallDisk := fs.Int64("wall-disk-mib", DefaultWallDiskMiB, "each vat's data folder in MiB, a file system of its own; needs root (0: no limit); an owner may set less")
+	var mcpOrigins multiFlag
+	fs.Var(&mcpOrigins, "mcp-origin", "a browser origin (scheme://host[:port]) other than an endpoint's own that may call the vats' MCP endpoints, such as a web MCP client's; repeatable")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -127,9 +130,15 @@ func serveMain(args []string) int {
 		fmt.Fprintf(os.Stderr, "toybox serve: --wall-max-tasks %d: %v\n", *wallTasks, err)
 		return 2
 	}
+	for _, o := range mcpOrigins {
+		if _, err := front.ParseOrigin(o); err != nil {
+			fmt.Fprintf(os.Stderr, "toybox serve: --mcp-origin: %v\n", err)
+			return 2
+		}
+	}
 	if err := runServe(serveOptions{
 		state: *stateDir, switchboard: *sbPath, http: *httpAddr, admin: *adminPath, entry: *entryPath, doors: *doorsPath,
-		readyTimeout: *readyTimeout, stopGrace: *stopGrace, maxBody: *maxBody, wallTmp: *wallTmp << 20, wallTasks: *wallTasks, hosts: hosts,
+		readyTimeout: *readyTimeout, stopGrace: *stopGrace, maxBody: *maxBody, wallTmp: *wallTmp << 20, wallTasks: *wallTasks, hosts: hosts, mcpOrigins: mcpOrigins,
 		wallMemory: *wallMemory << 20, wallCPUs: *wallCPUs, wallDisk: *wallDisk << 20,
 		walls: os.Getenv("TOYBOX_WALLS"), wallsDefault: os.Getenv("TOYBOX_WALLS_DEFAULT"),
 	}, log); err != nil {
@@ -167,6 +176,7 @@ type serveOptions struct {
 	wallCPUs                                      float64
 	walls, wallsDefault                           string
 	hosts                                         edge.Hosts
+	mcpOrigins                                    []string
 }
 
 // The operator's limits for each wall by default (toybox serve flags).
@@ -247,7 +257,7 @@ func runServe(o serveOptions, log *slog.Logger) error {
 		},
 		ReadyTimeout: o.readyTimeout, StopGrace: o.stopGrace, WallTmpBytes: o.wallTmp, WallMaxTasks: o.wallTasks, Logger: log,
 		Cgroups: cg, Disks: disks, Limits: supervisor.Limits{MemoryBytes: o.wallMemory, CPUs: o.wallCPUs, DiskBytes: o.wallDisk},
-		OwnPorts: ownPorts(httpL), Hosts: o.hosts,
+		OwnPorts: ownPorts(httpL), Hosts: o.hosts, MCPOrigins: o.mcpOrigins,
 	})
 	if err != nil {
 		return err

@@ -36,6 +36,7 @@ import (
 	"toybox/vat/atomicfile"
 
 	"toybox/vat/manifest"
+	"toybox/vat/mcp/front"
 )
 
 // Defaults for Config's zero values.
@@ -132,6 +133,12 @@ type Record struct {
 	// Limits are the owner's own limits for this vat (within the
 	// operator's); a zero field takes the operator's.
 	Limits Limits `json:"limits,omitzero"`
+	// MCP is the owner's ?mcp= for a single executable ("stdio" or
+	// "http"; "" for none).
+	MCP string `json:"mcp,omitempty"`
+	// MCPProbe is what the install-time probe learned of the vat's MCP
+	// server (its era, serverInfo and tools), for the code it names.
+	MCPProbe *front.Snapshot `json:"mcp_probe,omitempty"`
 }
 
 // Limits are an owner's limits for one vat. A zero field: the operator's.

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"toybox/labels"
+	"toybox/vat/access"
 	"toybox/vat/manifest"
 	"toybox/vat/store"
 	"toybox/vat/strictjson"
@@ -17,13 +18,16 @@ import (
 
 // AdminHandler serves the admin API (see docs/manifest.md and the README):
 //
-//	PUT    /<vat>[?egress=<grant>][&env=<JSON object>][&sha256=<hex>][&memory_mib=N][&cpus=X][&disk_mib=N]  install or upgrade
+//	PUT    /<vat>[?egress=<grant>][&env=<JSON object>][&sha256=<hex>][&mcp=stdio|http][&memory_mib=N][&cpus=X][&disk_mib=N]  install or upgrade
 //	GET    /                     every vat's status
 //	GET    /<vat>                one vat's status
 //	GET    /<vat>/logs           the tail of its output
 //	POST   /<vat>/restart        restart it (also revives an off vat)
 //	POST   /<vat>/walls?walled=false|true   the owner's choice, then restart
 //	POST   /<vat>/limits[?memory_mib=N][&cpus=X][&disk_mib=N]   the owner's limits, then restart
+//	POST   /<vat>/tokens         mint a bearer token for its MCP endpoint (shown once)
+//	GET    /<vat>/tokens         its tokens' ids
+//	DELETE /<vat>/tokens/<id>    revoke one
 //	DELETE /<vat>[?purge=1]      stop and remove it (data kept unless purge)
 //
 // Answers are JSON; errors are {"error": "..."} with 400 for bad input.
@@ -31,11 +35,14 @@ func (s *Supervisor) AdminHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
 		id := parts[0]
-		sub := ""
-		if len(parts) == 2 {
+		sub, ref := "", ""
+		if len(parts) >= 2 {
 			sub = parts[1]
 		}
-		if len(parts) > 2 {
+		if len(parts) == 3 && sub == "tokens" {
+			ref = parts[2]
+		}
+		if len(parts) > 3 || len(parts) == 3 && sub != "tokens" {
 			writeErr(w, http.StatusNotFound, fmt.Errorf("no such admin path %q", r.URL.Path))
 			return
 		}
@@ -100,6 +107,22 @@ func (s *Supervisor) AdminHandler() http.Handler {
 				return
 			}
 			writeJSON(w, http.StatusOK, st)
+		case sub == "tokens" && ref == "" && r.Method == http.MethodPost:
+			s.handleMint(w, id)
+		case sub == "tokens" && ref == "" && r.Method == http.MethodGet:
+			infos, err := s.Tokens(id)
+			if err != nil {
+				writeErr(w, statusFor(err), err)
+				return
+			}
+			writeJSON(w, http.StatusOK, map[string]any{"id": id, "tokens": infos})
+		case sub == "tokens" && ref != "" && r.Method == http.MethodDelete:
+			info, err := s.RevokeToken(id, ref)
+			if err != nil {
+				writeErr(w, statusFor(err), err)
+				return
+			}
+			writeJSON(w, http.StatusOK, map[string]any{"id": id, "revoked": info.ID})
 		case sub == "walls" && r.Method == http.MethodPost:
 			var walled bool
 			switch r.URL.Query().Get("walled") {
@@ -130,7 +153,7 @@ type InstallResult struct {
 
 func (s *Supervisor) handleInstall(w http.ResponseWriter, r *http.Request, id string) {
 	q := r.URL.Query()
-	if err := onlyParams(q, append([]string{"egress", "env", "sha256"}, limitParams...)...); err != nil {
+	if err := onlyParams(q, append([]string{"egress", "env", "sha256", "mcp"}, limitParams...)...); err != nil {
 		writeErr(w, http.StatusBadRequest, err)
 		return
 	}
@@ -160,7 +183,14 @@ func (s *Supervisor) handleInstall(w http.ResponseWriter, r *http.Request, id st
 			return
 		}
 	}
-	req := InstallRequest{ID: id, Egress: egress, EgressSent: q.Has("egress"), Env: env, Limits: lim, LimitsSent: limSent}
+	if q.Has("mcp") {
+		// Refuse a bad value before reading the body.
+		if _, err := manifest.ParseMCPQuery(q.Get("mcp")); err != nil {
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("%w: %w", ErrBadInput, err))
+			return
+		}
+	}
+	req := InstallRequest{ID: id, Egress: egress, EgressSent: q.Has("egress"), Env: env, Limits: lim, LimitsSent: limSent, MCP: q.Get("mcp"), MCPSent: q.Has("mcp")}
 	body := http.MaxBytesReader(w, r.Body, s.cfg.Store.MaxBody())
 	code, err := s.cfg.Store.Put(body, q.Get("sha256"), func(c store.Code) error {
 		req.Code = c
@@ -205,10 +235,33 @@ func onlyParams(q url.Values, allowed ...string) error {
 	return nil
 }
 
+// MintResult is what POST /<vat>/tokens answers: the token, once.
+type MintResult struct {
+	Token string `json:"token"`
+	access.Info
+	Vat string `json:"vat"`
+	// Use says how a client sends it.
+	Use string `json:"use"`
+}
+
+func (s *Supervisor) handleMint(w http.ResponseWriter, id string) {
+	token, info, err := s.MintToken(id)
+	if err != nil {
+		writeErr(w, statusFor(err), err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, MintResult{
+		Token: token, Info: info, Vat: id,
+		Use: "Authorization: Bearer <token> on every request to /" + id + "/mcp; shown once, only its hash is kept",
+	})
+}
+
 func statusFor(err error) int {
 	switch {
-	case errors.Is(err, ErrNoVat):
+	case errors.Is(err, ErrNoVat), errors.Is(err, access.ErrNoToken):
 		return http.StatusNotFound
+	case errors.Is(err, access.ErrTooMany):
+		return http.StatusConflict
 	case errors.Is(err, ErrShutdown):
 		return http.StatusServiceUnavailable
 	case errors.Is(err, ErrBadInput), errors.Is(err, ErrNotReady),

@@ -111,6 +111,13 @@ func TestConcurrentOperations(t *testing.T) {
 // test ends.
 func unwalledSupervisor(t *testing.T, grace time.Duration) (*Supervisor, *store.Store, string) {
 	t.Helper()
+	return unwalledWith(t, Config{StopGrace: grace, ReadyTimeout: 10 * time.Second})
+}
+
+// unwalledWith is unwalledSupervisor with cfg (its Store, Switches and
+// UIDBase are set here).
+func unwalledWith(t *testing.T, cfg Config) (*Supervisor, *store.Store, string) {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "tbx-sup-")
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +137,8 @@ func unwalledSupervisor(t *testing.T, grace time.Duration) (*Supervisor, *store.
 	// Its vats' uids are not the ones the end-to-end tests' supervisors
 	// (tests/, run alongside) give theirs: an unwalled vat's processes are
 	// killed by uid when it ends.
-	s, err := New(Config{Store: st, Switches: sw, StopGrace: grace, ReadyTimeout: 10 * time.Second, UIDBase: testUIDBase, Hosts: testHosts(t)})
+	cfg.Store, cfg.Switches, cfg.UIDBase, cfg.Hosts = st, sw, testUIDBase, testHosts(t)
+	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

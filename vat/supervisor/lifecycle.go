@@ -41,6 +41,7 @@ type instance struct {
 	transport *http.Transport
 	proxy     *httputil.ReverseProxy
 	plog      *proxyLog     // its proxy's records, rate-limited
+	mcp       *mcpRoute     // its MCP endpoint; nil when it is no MCP server
 	requests  chan struct{} // public requests in flight (MaxVatRequests)
 	clientsMu sync.Mutex
 	clients   map[string]int // public requests in flight by client (MaxClientVatRequests)
@@ -111,6 +112,13 @@ func (s *Supervisor) launch(v *vat) *instance {
 	}
 	in.plog = newProxyLog(s.log, v.id)
 	in.proxy = proxyLogged(v.id, answering{in}, in.plog)
+	v.mu.Lock()
+	cfg := mcpOf(v.code, v.rec)
+	v.mcpErr = ""
+	v.mu.Unlock()
+	if cfg != nil {
+		in.mcp = newMCPRoute(in, *cfg)
+	}
 	go in.loop()
 	return in
 }
@@ -178,7 +186,7 @@ func (in *instance) loop() {
 		readyErr := in.waitListening(r)
 		if readyErr == nil {
 			in.update(func(v *vat) { v.word, in.serving = r.word, r.word })
-			s.log.Info("vat serving", keyVat, v.id, keyCode, v.status().Code, keyPid, r.proc.Pid(), keyTier, r.proc.Tier(), keyWord, r.word.String(), "ready_ms", time.Since(started).Milliseconds())
+			s.log.Info("vat serving", keyVat, v.id, keyCode, s.status(v).Code, keyPid, r.proc.Pid(), keyTier, r.proc.Tier(), keyWord, r.word.String(), "ready_ms", time.Since(started).Milliseconds())
 			in.markReady(nil)
 		} else if in.ctx.Err() == nil {
 			in.update(func(v *vat) { v.lastError = readyErr.Error() })

@@ -2,7 +2,6 @@ package supervisor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	stdlog "log"
@@ -12,7 +11,6 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/textproto"
-	"os"
 	"strings"
 	"time"
 
@@ -255,20 +253,7 @@ func proxyLogged(id string, t http.RoundTripper, plog *proxyLog) *httputil.Rever
 			// The visitor learns that the vat did not answer, not the
 			// supervisor's paths; the log has the whole error.
 			plog.warn("proxy to vat failed", err.Error())
-			why := "no answer"
-			var pe *os.PathError
-			var ae *appSocketError
-			switch {
-			case errors.As(err, &ae):
-				why = fmt.Sprintf("its app.sock is %s, not a socket", ae.what)
-			case errors.As(err, &pe):
-				why = fmt.Sprintf("its app.sock: %s: %v", pe.Op, pe.Err)
-			case strings.Contains(err.Error(), "response headers exceeded"):
-				why = fmt.Sprintf("its answer's headers are over %d KiB", maxVatHeaderBytes>>10)
-			case strings.Contains(err.Error(), "timeout awaiting response headers"):
-				why = fmt.Sprintf("no answer's headers within %s", vatHeaderTimeout)
-			}
-			http.Error(w, fmt.Sprintf("vat %s did not answer: %s (its logs say more)", id, why), http.StatusBadGateway)
+			http.Error(w, fmt.Sprintf("vat %s did not answer: %s (its logs say more)", id, proxyWhy(err)), http.StatusBadGateway)
 		},
 	}
 }
@@ -343,10 +328,26 @@ func (s *Supervisor) PublicHandler() http.Handler {
 		rt := s.cfg.Hosts.Route(r.Host, r.URL)
 		w = s.answerWriter(w, r, rt)
 		if rt.Origin == edge.Refused {
+			if rt.Status != http.StatusForbidden && strings.HasPrefix(r.URL.Path, prmPrefix+"/") {
+				// A shared origin's protected-resource metadata:
+				// /.well-known/oauth-protected-resource/<vat>/mcp.
+				id, tail, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, prmPrefix+"/"), "/")
+				s.servePRM(w, r, id, "/"+tail)
+				return
+			}
 			http.Error(w, rt.Reason, rt.Status)
 			return
 		}
 		id := rt.Vat
+		if rt.Origin == edge.Own && strings.HasPrefix(rt.Path, prmPrefix+"/") {
+			// A vat's own origin: /.well-known/oauth-protected-resource/mcp.
+			s.servePRM(w, withRoute(r, rt), id, strings.TrimPrefix(rt.Path, prmPrefix))
+			return
+		}
+		if cfg := s.mcpConfig(id); cfg != nil {
+			s.serveMCPVat(w, withRoute(r, rt), id, rt.Path, cfg)
+			return
+		}
 		in, word, ok := s.serving(id)
 		if !ok {
 			http.Error(w, fmt.Sprintf("no vat %q", id), http.StatusNotFound)
@@ -357,21 +358,13 @@ func (s *Supervisor) PublicHandler() http.Handler {
 			http.Error(w, fmt.Sprintf("vat %s is %s", id, word), http.StatusServiceUnavailable)
 			return
 		}
-		client := requestClient(r)
-		if !in.takeClient(client) {
+		release, why := in.admit(id, requestClient(r))
+		if why != "" {
 			w.Header().Set("Retry-After", "1")
-			http.Error(w, fmt.Sprintf("vat %s is busy: this client has %d requests in flight to it (limit %d)", id, MaxClientVatRequests, MaxClientVatRequests), http.StatusServiceUnavailable)
+			http.Error(w, why, http.StatusServiceUnavailable)
 			return
 		}
-		defer in.releaseClient(client)
-		select {
-		case in.requests <- struct{}{}:
-			defer func() { <-in.requests }()
-		default:
-			w.Header().Set("Retry-After", "1")
-			http.Error(w, fmt.Sprintf("vat %s is busy: %d requests in flight (limit %d)", id, MaxVatRequests, MaxVatRequests), http.StatusServiceUnavailable)
-			return
-		}
+		defer release()
 		duplex(in.proxy).ServeHTTP(w, withRoute(r, rt))
 	})
 }
@@ -455,6 +448,21 @@ func (a *answer) Write(p []byte) (int, error) {
 // Unwrap lets http.ResponseController (flushes, hijacks, full duplex,
 // deadlines) reach the server's writer.
 func (a *answer) Unwrap() http.ResponseWriter { return a.ResponseWriter }
+
+// admit takes one of the instance's MaxVatRequests for client, and of the
+// client's MaxClientVatRequests; why says which is full when it cannot.
+func (in *instance) admit(id, client string) (release func(), why string) {
+	if !in.takeClient(client) {
+		return nil, fmt.Sprintf("vat %s is busy: this client has %d requests in flight to it (limit %d)", id, MaxClientVatRequests, MaxClientVatRequests)
+	}
+	select {
+	case in.requests <- struct{}{}:
+		return func() { <-in.requests; in.releaseClient(client) }, ""
+	default:
+		in.releaseClient(client)
+		return nil, fmt.Sprintf("vat %s is busy: %d requests in flight (limit %d)", id, MaxVatRequests, MaxVatRequests)
+	}
+}
 
 // requestClient names the client of r for MaxClientVatRequests, as
 // clientKey does; "" (not counted) for a loopback client, which is this

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -18,13 +19,16 @@ import (
 	"time"
 
 	"toybox/labels"
+	"toybox/vat/access"
 	"toybox/vat/disk"
 	"toybox/vat/doors"
 	"toybox/vat/edge"
 	"toybox/vat/grant"
 	"toybox/vat/manifest"
+	"toybox/vat/mcp/front"
 	"toybox/vat/store"
 	"toybox/vat/switches"
+	"toybox/vat/tokens"
 	"toybox/vat/wall"
 	"toybox/vat/wall/cgroup"
 	"toybox/vat/words"
@@ -115,8 +119,15 @@ type Config struct {
 	// socket): a manifest naming one on loopback is refused. If empty, none
 	// is known.
 	OwnPorts []uint16
-	// Logger receives one record per launch, exit and admin change. If
-	// nil, discarded.
+	// Tokens are the vats' bearer tokens (POST /<vat>/tokens). If nil,
+	// <state>/tokens.json is opened.
+	Tokens *access.Store
+	// MCPOrigins are browser origins other than an endpoint's own that may
+	// call the MCP endpoints (scheme://host[:port], exactly). If empty,
+	// none.
+	MCPOrigins []string
+	// Logger receives one record per launch, exit and admin change, and
+	// per MCP edge decision. If nil, discarded.
 	Logger *slog.Logger
 }
 
@@ -140,8 +151,12 @@ type Supervisor struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
+	tokens   *access.Store
+	mcpRules front.Rules
+
 	mu       sync.Mutex
 	vats     map[string]*vat
+	mcpLogs  map[string]*tokens.Records // per vat id: its MCP records' rate
 	stopping bool
 }
 
@@ -196,8 +211,22 @@ func New(cfg Config) (*Supervisor, error) {
 			log.Warn("another user can act as a vat: move its range above the vats' ids", "clash", c)
 		}
 	}
+	toks := cfg.Tokens
+	if toks == nil {
+		var err error
+		if toks, err = access.Open(filepath.Join(cfg.Store.StateDir(), "tokens.json")); err != nil {
+			return nil, err
+		}
+	}
+	rules := front.Rules{Origins: cfg.MCPOrigins}
+	// The MCP edge's Host allowlist is the public handler's names (with
+	// the loopback forms), a loopback one on the port it came in on.
+	rules.PublicHosts = cfg.Hosts.Names()
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Supervisor{cfg: cfg, log: log, ctx: ctx, cancel: cancel, vats: map[string]*vat{}}, nil
+	return &Supervisor{
+		cfg: cfg, log: log, ctx: ctx, cancel: cancel, vats: map[string]*vat{},
+		tokens: toks, mcpRules: rules, mcpLogs: map[string]*tokens.Records{},
+	}, nil
 }
 
 // retireOrphans retires the folders of vats removed before Remove retired
@@ -245,6 +274,7 @@ type vat struct {
 	lastError string
 	doors     []string        // the door entries the running spawn holds
 	dropped   []grant.Dropped // manifest defaults left out of the grant, and why
+	mcpErr    string          // the MCP edge's last failure to reach it
 	run       *instance
 	// inForce and unlimited are the running spawn's limits, and why it
 	// runs without the others.
@@ -295,6 +325,8 @@ type Status struct {
 	// Damaged says that the vat's record cannot be read, what it runs
 	// from meanwhile, and how to repair it.
 	Damaged string `json:"damaged,omitempty"`
+	// MCP holds the MCP facts of an MCP server vat (docs/mcp.md).
+	MCP *MCPStatus `json:"mcp,omitempty"`
 
 	word words.Word
 }
@@ -302,7 +334,7 @@ type Status struct {
 // Word returns the status word.
 func (st Status) Word() words.Word { return st.word }
 
-func (v *vat) status() Status {
+func (s *Supervisor) status(v *vat) Status {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	g := v.grant
@@ -321,6 +353,7 @@ func (v *vat) status() Status {
 		Dropped:   droppedText(v.dropped),
 		OwnLimits: v.rec.Limits,
 		Damaged:   v.damaged,
+		MCP:       s.mcpStatus(v),
 	}
 	if v.pid > 0 {
 		in := v.inForce
@@ -433,7 +466,11 @@ func (s *Supervisor) Start() error {
 			in := s.launch(v)
 			v.mu.Lock()
 			v.run = in
+			probed := v.rec.MCPProbe != nil && v.rec.MCPProbe.Code == v.rec.Code
 			v.mu.Unlock()
+			if in.mcp != nil && !probed {
+				go s.probeLater(v, in)
+			}
 		}()
 	}
 	wg.Wait()
@@ -441,6 +478,31 @@ func (s *Supervisor) Start() error {
 		s.pruneCode()
 	}
 	return rerr
+}
+
+// probeLater probes an MCP vat installed before its probe was recorded
+// (by an older toybox), once its instance serves, and keeps what it
+// learned in its record.
+func (s *Supervisor) probeLater(v *vat, in *instance) {
+	if in.waitReady() != nil {
+		return
+	}
+	v.op.Lock()
+	defer v.op.Unlock()
+	v.mu.Lock()
+	current, code := v.run == in, v.rec.Code
+	v.mu.Unlock()
+	if !current {
+		return
+	}
+	snap := s.probeMCP(s.ctx, in, code)
+	v.mu.Lock()
+	v.rec.MCPProbe = snap
+	rec := v.rec
+	v.mu.Unlock()
+	if err := s.cfg.Store.SaveRecord(rec); err != nil {
+		s.log.Warn("saving the MCP probe", keyVat, v.id, keyErr, err)
+	}
 }
 
 // pruneCode removes stored code that no vat uses: after a removal, after an
@@ -538,13 +600,20 @@ func (s *Supervisor) get(id string) (*vat, bool) {
 	return v, ok
 }
 
-// Status returns the status of vat id.
+// Status returns the status of vat id; for a stdio MCP vat, with its
+// bridge's live counters.
 func (s *Supervisor) Status(id string) (Status, error) {
 	v, ok := s.get(id)
 	if !ok {
 		return Status{}, fmt.Errorf("%w: %q", ErrNoVat, id)
 	}
-	return v.status(), nil
+	st := s.status(v)
+	if st.MCP != nil && st.MCP.Transport == manifest.TransportStdio {
+		if in, _, _ := s.serving(id); in != nil {
+			st.MCP.Bridge = bridgeStats(s.ctx, in)
+		}
+	}
+	return st, nil
 }
 
 // List returns every vat's status, by id.
@@ -557,7 +626,7 @@ func (s *Supervisor) List() []Status {
 	s.mu.Unlock()
 	out := make([]Status, 0, len(vs))
 	for _, v := range vs {
-		out = append(out, v.status())
+		out = append(out, s.status(v))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
@@ -591,6 +660,11 @@ type InstallRequest struct {
 	// LimitsSent; an upgrade without them keeps the old ones.
 	Limits     store.Limits
 	LimitsSent bool
+	// MCP is the owner's ?mcp= for a single executable ("stdio" or
+	// "http"); MCPSent says it was sent. An upgrade of a single
+	// executable without it keeps the one sent before.
+	MCP     string
+	MCPSent bool
 }
 
 // Outcome says how an install went.
@@ -648,10 +722,14 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 	}
 
 	egress := ownerEgress(req, old.rec, existed)
+	mcpParam := ownerMCP(req, old.rec, existed)
 	var g []labels.Set
 	var dropped []grant.Dropped
 	env := req.Env
 	_, err = s.checkGrant(req.ID, m, egress)
+	if err == nil {
+		err = s.checkMCP(req.ID, req.Code, mcpParam)
+	}
 	if err == nil {
 		g, dropped, err = s.grantFor(req.Code, egress)
 	}
@@ -668,7 +746,7 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 	if err == nil {
 		err = s.checkLimits(lim)
 	}
-	rec := store.Record{ID: req.ID, Code: req.Code.Ref(), Egress: egress, Env: env, Installed: time.Now().UTC(), UID: old.rec.UID, Limits: lim}
+	rec := store.Record{ID: req.ID, Code: req.Code.Ref(), Egress: egress, Env: env, Installed: time.Now().UTC(), UID: old.rec.UID, Limits: lim, MCP: mcpParam}
 	if err == nil && rec.UID == 0 {
 		rec.UID, err = s.allocUID(v)
 	}
@@ -718,10 +796,17 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 		v.run = back
 		v.mu.Unlock()
 		_ = back.waitReady()
-		return v.status(), 0, fmt.Errorf("%w: %w; the old version (%s) runs again", kind, why, old.rec.Code)
+		return s.status(v), 0, fmt.Errorf("%w: %w; the old version (%s) runs again", kind, why, old.rec.Code)
 	}
 	if readyErr != nil && existed {
 		return rollback(ErrUpgradeRefused, fmt.Errorf("the new version did not come up: %w", readyErr))
+	}
+	if readyErr == nil {
+		// What MCP server it is, recorded with its code (R4, R55).
+		rec.MCPProbe = s.probeMCP(s.ctx, in, rec.Code)
+		v.mu.Lock()
+		v.rec.MCPProbe = rec.MCPProbe
+		v.mu.Unlock()
 	}
 	if err := s.cfg.Store.SaveRecord(rec); err != nil {
 		err = fmt.Errorf("saving the vat record: %w", err)
@@ -758,14 +843,14 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 	v.mu.Lock()
 	v.run = in
 	v.mu.Unlock()
-	s.log.Info("vat installed", keyVat, req.ID, keyCode, rec.Code, "upgrade", existed, keyWord, v.status().Status)
+	s.log.Info("vat installed", keyVat, req.ID, keyCode, rec.Code, "upgrade", existed, keyWord, s.status(v).Status)
 	switch {
 	case readyErr != nil:
-		return v.status(), InstalledOff, nil
+		return s.status(v), InstalledOff, nil
 	case existed:
-		return v.status(), Upgraded, nil
+		return s.status(v), Upgraded, nil
 	}
-	return v.status(), Installed, nil
+	return s.status(v), Installed, nil
 }
 
 // Check validates an install before its code is stored: the grant, and the
@@ -792,6 +877,9 @@ func (s *Supervisor) Check(req InstallRequest) error {
 			return err
 		}
 	}
+	if err := s.checkMCP(id, req.Code, ownerMCP(req, old, existed)); err != nil {
+		return err
+	}
 	if env == nil && existed {
 		var err error
 		if env, err = carryEnv(m, oldM, old.Env); err != nil {
@@ -808,6 +896,39 @@ func ownerEgress(req InstallRequest, old store.Record, existed bool) string {
 		return old.Egress
 	}
 	return req.Egress
+}
+
+// ownerMCP is the ?mcp= that counts for this install: what the owner sent,
+// or, on an upgrade of a single executable that sent none, the one sent
+// before. A bundle says mcp in its manifest and has none.
+func ownerMCP(req InstallRequest, old store.Record, existed bool) string {
+	switch {
+	case req.MCPSent:
+		return req.MCP
+	case existed && !req.Code.Bundle:
+		return old.MCP
+	}
+	return ""
+}
+
+// checkMCP checks the MCP server config vat id would run with: ?mcp= only
+// for a single executable, and no vat that authenticates its own clients
+// while it holds toybox tokens (they would be checked by nobody).
+func (s *Supervisor) checkMCP(id string, code store.Code, param string) error {
+	if param != "" {
+		if code.Bundle {
+			return fmt.Errorf("%w: %w: ?mcp= is for a single executable; a bundle says \"mcp\" in its manifest.json", ErrBadInput, manifest.ErrBadMCP)
+		}
+		if _, err := manifest.ParseMCPQuery(param); err != nil {
+			return fmt.Errorf("%w: %w", ErrBadInput, err)
+		}
+	}
+	cfg := mcpOf(code, store.Record{MCP: param})
+	if cfg != nil && cfg.Auth == manifest.AuthVat && s.tokens.Has(id) {
+		return fmt.Errorf("%w: %w: vat %s holds %d toybox tokens, which a server that authenticates its own clients (mcp.auth: vat) would never see checked: revoke them first (DELETE /%s/tokens/<id>)",
+			ErrBadInput, manifest.ErrBadMCP, id, len(s.tokens.List(id)), id)
+	}
+	return nil
 }
 
 // checkGrant checks what vat id's manifest asks for: its egress grant, and
@@ -1004,9 +1125,9 @@ func (s *Supervisor) Restart(id string) (Status, error) {
 		damaged := v.damaged
 		v.mu.Unlock()
 		if damaged != "" {
-			return v.status(), fmt.Errorf("%w: vat %s: %s", ErrBadInput, id, damaged)
+			return s.status(v), fmt.Errorf("%w: vat %s: %s", ErrBadInput, id, damaged)
 		}
-		return v.status(), fmt.Errorf("%w: vat %s has no loadable code", ErrBadInput, id)
+		return s.status(v), fmt.Errorf("%w: vat %s has no loadable code", ErrBadInput, id)
 	}
 	v.mu.Lock()
 	v.restarts, v.lastError, v.word = 0, "", words.Starting
@@ -1016,7 +1137,7 @@ func (s *Supervisor) Restart(id string) (Status, error) {
 	v.run = in
 	v.mu.Unlock()
 	_ = in.waitReady()
-	return v.status(), nil
+	return s.status(v), nil
 }
 
 // Remove stops vat id and deletes its record; with purge, its data too.
@@ -1045,6 +1166,12 @@ func (s *Supervisor) Remove(id string, purge bool) error {
 		in.stopAndWait()
 	}
 	v.setWord(words.OffRemoved)
+	// Its tokens go before its record: a vat installed later under the
+	// same id opens to none of them. Should they stay, so does the record
+	// (off), and a second DELETE tries again.
+	if err := s.tokens.Forget(id); err != nil {
+		return err
+	}
 	if err := s.cfg.Store.DeleteRecord(id); err != nil {
 		return fmt.Errorf("removing the record of %s: %w", id, err)
 	}

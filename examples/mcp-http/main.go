@@ -1,0 +1,108 @@
+// Command mcp-http is an MCP server vat that serves Streamable HTTP: the
+// official Go SDK's handler at /mcp on the unix socket $TOYBOX_LISTEN.
+// toybox serves it to MCP clients at /<vat>/mcp, after its edge checks
+// (docs/mcp.md). Its tools:
+//
+//   - add: the sum of two numbers;
+//   - count: a count kept in $TOYBOX_DATA/count, one more each call;
+//   - whoami: who toybox says asks (the Toybox-Principal header) and every
+//     header that reached the vat: what crosses the edge, and nothing else.
+//
+// Install it as a single executable with ?mcp=http.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+type addArgs struct {
+	A float64 `json:"a" jsonschema:"the first number"`
+	B float64 `json:"b" jsonschema:"the second number"`
+}
+
+type sum struct {
+	Sum float64 `json:"sum"`
+}
+
+func add(_ context.Context, _ *mcp.CallToolRequest, a addArgs) (*mcp.CallToolResult, sum, error) {
+	return nil, sum{a.A + a.B}, nil
+}
+
+// counter keeps its count in a file of the vat's data folder, which
+// restarts and upgrades keep.
+type counter struct {
+	mu   sync.Mutex
+	path string
+}
+
+func (c *counter) count(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, map[string]int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	if b, err := os.ReadFile(c.path); err == nil {
+		n, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+	}
+	n++
+	if err := os.WriteFile(c.path, []byte(strconv.Itoa(n)), 0o600); err != nil {
+		return nil, nil, err
+	}
+	return nil, map[string]int{"count": n}, nil
+}
+
+func whoami(_ context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "principal: %s\n", req.Extra.Header.Get("Toybox-Principal"))
+	keys := make([]string, 0, len(req.Extra.Header))
+	for k := range req.Extra.Header {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s: %s\n", k, strings.Join(req.Extra.Header[k], ", "))
+	}
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: b.String()}}}, nil, nil
+}
+
+func main() {
+	sock, data := os.Getenv("TOYBOX_LISTEN"), os.Getenv("TOYBOX_DATA")
+	if sock == "" || data == "" {
+		log.Fatal("mcp-http runs as a toybox vat: $TOYBOX_LISTEN and $TOYBOX_DATA are not set")
+	}
+	server := mcp.NewServer(&mcp.Implementation{Name: "toybox-example-mcp-http", Version: "1.0.0"}, nil)
+	mcp.AddTool(server, &mcp.Tool{Name: "add", Description: "Adds two numbers"}, add)
+	c := &counter{path: filepath.Join(data, "count")}
+	mcp.AddTool(server, &mcp.Tool{Name: "count", Description: "Counts its calls, across restarts"}, c.count)
+	mcp.AddTool(server, &mcp.Tool{Name: "whoami", Description: "Says who toybox says asks, and which headers reached the vat"}, whoami)
+
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil))
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv := &http.Server{Handler: mux}
+	go func() {
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+		<-sig
+		_ = srv.Close()
+	}()
+	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		log.Fatal(err)
+	}
+}

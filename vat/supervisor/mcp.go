@@ -1,0 +1,805 @@
+package supervisor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	"toybox/vat/access"
+	"toybox/vat/edge"
+	"toybox/vat/manifest"
+	"toybox/vat/mcp/front"
+	"toybox/vat/store"
+	"toybox/vat/tokens"
+	"toybox/vat/words"
+)
+
+// The MCP edge's bounds.
+const (
+	// MaxMCPBody bounds one MCP request body (R38): 32 MiB, what the
+	// bridge takes per message; past it the answer is 413.
+	MaxMCPBody = 32 << 20
+	// mcpLogRate and mcpLogBurst bound one vat's MCP decision records
+	// (records a second, after a burst): every request is a decision, and
+	// a busy vat would otherwise push the supervisor's other records past
+	// journald's rate limit. Past it they are counted.
+	mcpLogRate  = 200
+	mcpLogBurst = 1000
+	// mcpStatsTimeout bounds the wait for a bridge's counters when a
+	// status is asked for.
+	mcpStatsTimeout = 500 * time.Millisecond
+	// mcpEndpoint is the public endpoint's last segment: /<vat>/mcp.
+	mcpEndpoint = "/mcp"
+	// prmPrefix is where RFC 9728 protected-resource metadata is served,
+	// the endpoint's path inserted after it.
+	prmPrefix = "/.well-known/oauth-protected-resource"
+	// probeBudget bounds a whole probe (each step has front.ProbeTimeout):
+	// an install waits for it.
+	probeBudget = 15 * time.Second
+	// bridgeStatsPath is where toybox-entry's bridge answers its counters
+	// (docs/mcp.md).
+	bridgeStatsPath = "/toybox/mcp-stats"
+)
+
+// Log attribute keys of the MCP edge's records (R59).
+const (
+	keyPrincipal = "principal"
+	keyEra       = "era"
+	keySession   = "session"
+	keyMethod    = "method"
+	keyResult    = "result"
+)
+
+// mcpOf is the MCP server config of code installed with rec: its
+// manifest's, or, for a single executable, the owner's ?mcp=. Nil when it
+// is no MCP server.
+func mcpOf(code store.Code, rec store.Record) *manifest.MCP {
+	if code.Manifest != nil && code.Manifest.MCP != nil {
+		return code.Manifest.MCP
+	}
+	if !code.Bundle && rec.MCP != "" {
+		m, err := manifest.ParseMCPQuery(rec.MCP)
+		if err == nil {
+			return m
+		}
+	}
+	return nil
+}
+
+// mcpCall is what the edge learned of one MCP request, for its proxy and
+// its log record.
+type mcpCall struct {
+	vat       string
+	principal string
+	era       string
+	session   string // the client's, checked (legacy); "" for none
+	method    string // the JSON-RPC method, or the HTTP one for GET and DELETE
+	passAuth  bool   // the vat is its own resource server
+	status    int
+	reason    string
+	started   time.Time
+}
+
+type mcpCallKey struct{}
+
+// mcpRoute is one instance's MCP endpoint: its proxy and the sessions it
+// saw minted.
+type mcpRoute struct {
+	cfg      manifest.MCP
+	proxy    *httputil.ReverseProxy
+	sessions *sessionTable
+}
+
+// newMCPRoute builds the MCP proxy of instance in for cfg. Headers into the
+// vat are built afresh (front.RequestHeaders), the vat's answer keeps only
+// what MCP uses (front.ResponseHeaders), and answers stream as they come.
+func newMCPRoute(in *instance, cfg manifest.MCP) *mcpRoute {
+	rt := &mcpRoute{cfg: cfg, sessions: newSessionTable(maxSessions)}
+	id := in.v.id
+	rt.proxy = &httputil.ReverseProxy{
+		ErrorLog:      in.proxy.ErrorLog,
+		Transport:     confined{answering{in}},
+		FlushInterval: -1,
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			c := pr.In.Context().Value(mcpCallKey{}).(*mcpCall)
+			pr.Out.Header = front.RequestHeaders(pr.In.Header, c.passAuth)
+			if c.era == front.Modern {
+				// A modern request's session id is ignored (2026-07-28);
+				// a dual-era vat must not read it as a legacy session.
+				pr.Out.Header.Del(front.HeaderSession)
+			}
+			pr.Out.Header.Set(front.HeaderPrinc, c.principal)
+			pr.Out.URL.Scheme = "http"
+			pr.Out.URL.Host = id
+			pr.Out.URL.Path, pr.Out.URL.RawPath = cfg.Path, ""
+			pr.Out.Host = pr.In.Host
+			pr.SetXForwarded()
+			if rt := routeOf(pr.In, id); rt.Prefix != "" {
+				pr.Out.Header.Set("X-Forwarded-Prefix", rt.Prefix)
+			}
+		},
+		ModifyResponse: func(resp *http.Response) error {
+			c := resp.Request.Context().Value(mcpCallKey{}).(*mcpCall)
+			c.status = resp.StatusCode
+			front.ResponseHeaders(resp.Header, c.passAuth)
+			if c.era == front.Modern {
+				resp.Header.Del(front.HeaderSession)
+			}
+			rt.learn(c, resp)
+			// Trailers are not MCP's: none reaches the client.
+			resp.Body = &trailerDropper{ReadCloser: resp.Body, trailer: &resp.Trailer}
+			for k := range resp.Trailer {
+				delete(resp.Trailer, k)
+			}
+			return nil
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			c := r.Context().Value(mcpCallKey{}).(*mcpCall)
+			if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+				c.status, c.reason = http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is over %d MiB", MaxMCPBody>>20)
+				front.WriteError(w, c.status, nil, front.CodeInvalidRequest, c.reason, nil)
+				return
+			}
+			if r.Context().Err() != nil {
+				// The client went away: nobody reads an answer.
+				c.status, c.reason = 499, "the client went away"
+				return
+			}
+			in.plog.warn("proxy to vat failed", err.Error())
+			c.status, c.reason = http.StatusBadGateway, "vat "+id+" did not answer: "+proxyWhy(err)
+			in.v.setMCPError(c.reason)
+			front.WriteError(w, c.status, nil, front.CodeInternal, c.reason+" (its logs say more)", nil)
+		},
+	}
+	return rt
+}
+
+// learn keeps the vat's answer's session id with the principal that
+// opened it, and forgets a session the vat ended or no longer knows.
+func (rt *mcpRoute) learn(c *mcpCall, resp *http.Response) {
+	if c.era == front.Modern {
+		return
+	}
+	ok := resp.StatusCode >= 200 && resp.StatusCode < 300
+	if sid := resp.Header.Get(front.HeaderSession); ok && sid != "" && sid != c.session {
+		if evicted, principal := rt.sessions.bind(sid, c.principal); evicted != "" {
+			go rt.endSession(evicted, principal)
+		}
+		c.session = sid
+	}
+	switch {
+	case c.session == "":
+	case resp.Request.Method == http.MethodDelete && ok, resp.StatusCode == http.StatusNotFound:
+		rt.sessions.drop(c.session)
+	}
+}
+
+// endSession ends a session the edge no longer keeps (the least recently
+// used, past maxSessions) at the vat too, so its process goes.
+func (rt *mcpRoute) endSession(sid, principal string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, "http://vat"+rt.cfg.Path, nil)
+	if err != nil {
+		return
+	}
+	req.Header.Set(front.HeaderSession, sid)
+	req.Header.Set(front.HeaderPrinc, principal)
+	req.Host = "localhost"
+	if resp, err := rt.proxy.Transport.RoundTrip(req); err == nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		_ = resp.Body.Close()
+	}
+}
+
+// trailerDropper empties the answer's trailer once its body has been read:
+// the transport fills it in just before the body's end.
+type trailerDropper struct {
+	io.ReadCloser
+	trailer *http.Header
+}
+
+func (d *trailerDropper) Read(p []byte) (int, error) {
+	n, err := d.ReadCloser.Read(p)
+	if err != nil {
+		clear(*d.trailer)
+	}
+	return n, err
+}
+
+func (d *trailerDropper) Close() error {
+	err := d.ReadCloser.Close()
+	clear(*d.trailer)
+	return err
+}
+
+// proxyWhy says in a few words why a vat did not answer, without the
+// supervisor's paths (the log has the whole error).
+func proxyWhy(err error) string {
+	var ae *appSocketError
+	switch {
+	case errors.As(err, &ae):
+		return fmt.Sprintf("its app.sock is %s, not a socket", ae.what)
+	case strings.Contains(err.Error(), "response headers exceeded"):
+		return fmt.Sprintf("its answer's headers are over %d KiB", maxVatHeaderBytes>>10)
+	case strings.Contains(err.Error(), "timeout awaiting response headers"):
+		return fmt.Sprintf("no answer's headers within %s", vatHeaderTimeout)
+	}
+	if pe, ok := errors.AsType[*os.PathError](err); ok {
+		return fmt.Sprintf("its app.sock: %s: %v", pe.Op, pe.Err)
+	}
+	return "no answer"
+}
+
+// mcpWriter records the status an answer went out with.
+type mcpWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *mcpWriter) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *mcpWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *mcpWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// mcpConfig is vat id's MCP config; nil when it is not an installed MCP
+// server.
+func (s *Supervisor) mcpConfig(id string) *manifest.MCP {
+	v, ok := s.get(id)
+	if !ok {
+		return nil
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return mcpOf(v.code, v.rec)
+}
+
+// serveMCPVat serves a request for MCP vat id: /<vat>/mcp is its
+// endpoint; every other path is refused, so no path of it bypasses the
+// edge's checks (an http vat's own endpoint, for one).
+func (s *Supervisor) serveMCPVat(w http.ResponseWriter, r *http.Request, id, rest string, cfg *manifest.MCP) {
+	c := &mcpCall{vat: id, era: front.Legacy, method: r.Method, started: time.Now()}
+	mw := &mcpWriter{ResponseWriter: w}
+	defer func() { s.logMCP(id, c, mw.status) }()
+	if d := s.mcpRules.Check(front.AskOf(r)); !d.Allow {
+		c.reason = d.Reason
+		front.WriteError(mw, d.Status, nil, front.CodeInvalidRequest, d.Reason, nil)
+		return
+	}
+	if rest != mcpEndpoint {
+		c.reason = "not the MCP endpoint"
+		front.WriteError(mw, http.StatusNotFound, nil, front.CodeInvalidRequest,
+			fmt.Sprintf("vat %s is an MCP server: its endpoint is /%s/mcp, and it serves nothing else here", id, id), nil)
+		return
+	}
+	s.serveMCP(mw, r, id, cfg, c)
+}
+
+// serveMCP is the edge (docs/mcp.md): a vat not ready is said at once, the
+// principal comes from the vat's token or the client's address, a
+// legacy session is only its principal's, and the request goes to the vat
+// with headers built afresh.
+func (s *Supervisor) serveMCP(w *mcpWriter, r *http.Request, id string, cfg *manifest.MCP, c *mcpCall) {
+	switch r.Method {
+	case http.MethodPost, http.MethodGet, http.MethodDelete:
+	case http.MethodOptions:
+		c.reason = "preflight"
+		s.mcpPreflight(w, r)
+		return
+	default:
+		c.reason = "method not allowed"
+		w.Header().Set("Allow", "GET, POST, DELETE, OPTIONS")
+		front.WriteError(w, http.StatusMethodNotAllowed, nil, front.CodeInvalidRequest, r.Method+" is not an MCP method (POST, GET or DELETE)", nil)
+		return
+	}
+	s.mcpCORS(w, r)
+	in, word, _ := s.serving(id)
+	if in == nil || in.mcp == nil {
+		c.reason = "vat " + word.String()
+		writeNotReady(w, id, word)
+		return
+	}
+	principal, passAuth, ok := s.mcpAuthorize(w, r, id, cfg, c)
+	if !ok {
+		return
+	}
+	c.principal, c.passAuth = principal, passAuth
+	release, why := in.admit(id, requestClient(r))
+	if why != "" {
+		c.reason = why
+		w.Header().Set("Retry-After", "1")
+		front.WriteError(w, http.StatusServiceUnavailable, nil, front.CodeUnavailable, why, nil)
+		return
+	}
+	defer release()
+
+	var req front.Request
+	if r.Method == http.MethodPost {
+		body := http.MaxBytesReader(w, r.Body, MaxMCPBody)
+		head := make([]byte, front.PeekBytes)
+		n, err := io.ReadFull(body, head)
+		switch {
+		case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+			head = head[:n]
+			r.Body = io.NopCloser(bytes.NewReader(head))
+			r.ContentLength = int64(n)
+		case err != nil:
+			c.status, c.reason = 0, "reading the request: "+err.Error()
+			front.WriteError(w, http.StatusBadRequest, nil, front.CodeInvalidRequest, c.reason, nil)
+			return
+		default:
+			r.Body = struct {
+				io.Reader
+				io.Closer
+			}{io.MultiReader(bytes.NewReader(head), body), body}
+		}
+		req = front.Peek(head)
+		c.method = req.Method
+	}
+	c.era = front.EraOf(r.Header, req)
+	if sid := r.Header.Get(front.HeaderSession); sid != "" && c.era == front.Legacy {
+		c.session = sid
+		if owner, ok := in.mcp.sessions.owner(sid); !ok || owner != c.principal {
+			// Another principal's session is one this principal never
+			// opened: as if it did not exist (R6).
+			c.reason = "no such session for this principal"
+			front.WriteError(w, http.StatusNotFound, req.ID, front.CodeSessionNotFound, "Session not found", nil)
+			return
+		}
+	}
+	ctx := context.WithValue(r.Context(), mcpCallKey{}, c)
+	duplex(in.mcp.proxy).ServeHTTP(w, r.WithContext(ctx))
+	if c.reason == "" {
+		c.reason = "proxied"
+	}
+}
+
+// writeNotReady answers a request to a vat that does not serve now: at
+// once, 503 with Retry-After and a JSON-RPC error naming its status word
+// (R57), never a handshake held open.
+func writeNotReady(w http.ResponseWriter, id string, word words.Word) {
+	retry := "1"
+	if word.Off() {
+		retry = "30" // it comes back only when its owner acts
+	}
+	w.Header().Set("Retry-After", retry)
+	front.WriteError(w, http.StatusServiceUnavailable, nil, front.CodeUnavailable,
+		fmt.Sprintf("vat %s is not serving: %s", id, word.String()),
+		map[string]string{"vat": id, "status": word.String(), "status_es": word.In("es")})
+}
+
+// mcpAuthorize returns the request's principal: its token's id when the
+// vat holds tokens (ok is false, and the answer written, without a good
+// one), else the client's address. passAuth is set for a vat that is its
+// own resource server.
+func (s *Supervisor) mcpAuthorize(w http.ResponseWriter, r *http.Request, id string, cfg *manifest.MCP, c *mcpCall) (principal string, passAuth, ok bool) {
+	if cfg.Auth == manifest.AuthVat {
+		return openPrincipal(r), true, true
+	}
+	if !s.tokens.Has(id) {
+		return openPrincipal(r), false, true
+	}
+	auth := r.Header.Values("Authorization")
+	challenge := fmt.Sprintf(`Bearer resource_metadata=%q`, prmURL(r, id))
+	token, bearer := "", false
+	if len(auth) == 1 {
+		scheme, rest, _ := strings.Cut(auth[0], " ")
+		token, bearer = strings.TrimSpace(rest), strings.EqualFold(scheme, "Bearer")
+	}
+	switch {
+	case len(auth) == 0:
+		c.reason = "no token"
+		w.Header().Set("WWW-Authenticate", challenge)
+		front.WriteError(w, http.StatusUnauthorized, nil, front.CodeUnauthorized,
+			fmt.Sprintf("vat %s needs a bearer token (Authorization: Bearer <token>); its owner mints one with POST /%s/tokens on the admin socket", id, id), nil)
+		return "", false, false
+	case len(auth) > 1 || !bearer || token == "":
+		c.reason = "not one bearer token"
+		w.Header().Set("WWW-Authenticate", challenge+`, error="invalid_request"`)
+		front.WriteError(w, http.StatusBadRequest, nil, front.CodeUnauthorized, "want one Authorization: Bearer <token> header", nil)
+		return "", false, false
+	}
+	tid, good := s.tokens.Check(id, token)
+	if !good {
+		c.reason = "a token that is not this vat's"
+		w.Header().Set("WWW-Authenticate", challenge+`, error="invalid_token", error_description="not a token of this vat"`)
+		front.WriteError(w, http.StatusUnauthorized, nil, front.CodeUnauthorized,
+			fmt.Sprintf("that token does not open vat %s (revoked, or another vat's)", id), nil)
+		return "", false, false
+	}
+	return "token:" + tid, false, true
+}
+
+// openPrincipal names the client of an open vat (no token): its address
+// (an IPv4 address or an IPv6 /64, as the per-client limits count them),
+// or, for a client on loopback (this host's own reverse proxy), the last
+// address its X-Forwarded-For names. It is stable across a client's
+// sessions, so a shared-mode vat gives each client one process, and
+// needs nothing the client must hold.
+func openPrincipal(r *http.Request) string {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return "client:local" // a unix socket: this host's own
+	}
+	a := ap.Addr().Unmap()
+	if a.IsLoopback() {
+		xff := r.Header.Values("X-Forwarded-For")
+		if len(xff) > 0 {
+			parts := strings.Split(xff[len(xff)-1], ",")
+			if fa, err := netip.ParseAddr(strings.TrimSpace(parts[len(parts)-1])); err == nil {
+				return "client:" + clientKey(fa.Unmap())
+			}
+		}
+		return "client:local"
+	}
+	return "client:" + clientKey(a)
+}
+
+// publicBase is the scheme and host a client reached the edge by: https
+// when a proxy on this host says so (X-Forwarded-Proto from loopback).
+func publicBase(r *http.Request) string {
+	scheme := "http"
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil && ap.Addr().Unmap().IsLoopback() && r.Header.Get("X-Forwarded-Proto") == "https" {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host
+}
+
+// endpointPath is vat id's MCP endpoint's path on the origin r came by:
+// /<vat>/mcp on a shared one, /mcp on the vat's own.
+func endpointPath(r *http.Request, id string) string {
+	if rt, ok := RouteOf(r); ok && rt.Origin == edge.Own {
+		return mcpEndpoint
+	}
+	return "/" + id + mcpEndpoint
+}
+
+// resourceURL is vat id's MCP endpoint as a client names it (RFC 8707
+// style: the audience its tokens are for).
+func resourceURL(r *http.Request, id string) string { return publicBase(r) + endpointPath(r, id) }
+
+// prmURL is where the vat's protected-resource metadata is (RFC 9728, the
+// endpoint's path inserted after the well-known prefix).
+func prmURL(r *http.Request, id string) string {
+	return publicBase(r) + prmPrefix + endpointPath(r, id)
+}
+
+// servePRM answers GET /.well-known/oauth-protected-resource/<vat>/mcp:
+// the vat's resource (its public endpoint, RFC 9728 §3.3) and that it
+// takes bearer tokens in the Authorization header. The tokens are its
+// owner's (POST /<vat>/tokens), so no authorization server is named. A
+// vat that is its own resource server answers for itself.
+func (s *Supervisor) servePRM(w http.ResponseWriter, r *http.Request, id, endpoint string) {
+	c := &mcpCall{vat: id, era: front.Legacy, method: "prm", started: time.Now()}
+	mw := &mcpWriter{ResponseWriter: w}
+	defer func() { s.logMCP(id, c, mw.status) }()
+	if d := s.mcpRules.Check(front.AskOf(r)); !d.Allow {
+		c.reason = d.Reason
+		http.Error(mw, d.Reason, d.Status)
+		return
+	}
+	cfg := s.mcpConfig(id)
+	if cfg == nil || endpoint != mcpEndpoint {
+		c.reason = "no such resource"
+		http.Error(mw, "no MCP endpoint here: protected-resource metadata is at "+prmPrefix+"/<vat>/mcp", http.StatusNotFound)
+		return
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		c.reason = "method not allowed"
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(mw, "GET only", http.StatusMethodNotAllowed)
+		return
+	}
+	if cfg.Auth == manifest.AuthVat {
+		s.proxyOwnPRM(mw, r, id, cfg, c)
+		return
+	}
+	c.reason = "metadata"
+	s.mcpCORS(mw, r)
+	mw.Header().Set("Content-Type", "application/json")
+	mw.Header().Set("Cache-Control", "no-store")
+	_ = json.NewEncoder(mw).Encode(map[string]any{
+		"resource":                 resourceURL(r, id),
+		"resource_name":            "toybox vat " + id,
+		"bearer_methods_supported": []string{"header"},
+	})
+}
+
+// proxyOwnPRM passes a metadata request to a vat that is its own OAuth
+// resource server, at its endpoint's well-known path.
+func (s *Supervisor) proxyOwnPRM(w *mcpWriter, r *http.Request, id string, cfg *manifest.MCP, c *mcpCall) {
+	in, word, _ := s.serving(id)
+	if in == nil || in.mcp == nil {
+		c.reason = "vat " + word.String()
+		writeNotReady(w, id, word)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	out, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+id+prmPrefix+strings.TrimSuffix(cfg.Path, "/"), nil)
+	if err != nil {
+		c.reason = err.Error()
+		http.Error(w, "bad metadata path", http.StatusInternalServerError)
+		return
+	}
+	out.Host = r.Host
+	out.Header.Set("Accept", "application/json")
+	out.Header.Set(front.HeaderPrinc, openPrincipal(r))
+	resp, err := in.mcp.proxy.Transport.RoundTrip(out)
+	if err != nil {
+		c.reason = "vat " + id + " did not answer: " + proxyWhy(err)
+		http.Error(w, c.reason, http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	c.reason = "the vat's own metadata"
+	s.mcpCORS(w, r)
+	if ct := resp.Header.Get("Content-Type"); ct != "" {
+		w.Header().Set("Content-Type", ct)
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, io.LimitReader(resp.Body, 1<<20))
+}
+
+// mcpCORS adds CORS answers for a listed browser origin (R9); a request
+// of the endpoint's own origin needs none, any other was refused.
+func (s *Supervisor) mcpCORS(w http.ResponseWriter, r *http.Request) {
+	o := r.Header.Get("Origin")
+	if o == "" || !s.mcpRules.Listed(o) {
+		return
+	}
+	h := w.Header()
+	h.Set("Access-Control-Allow-Origin", o)
+	h.Add("Vary", "Origin")
+	h.Set("Access-Control-Expose-Headers", "Mcp-Session-Id, Mcp-Protocol-Version, WWW-Authenticate")
+}
+
+// corsHeaders are the request headers a listed origin may send.
+const corsHeaders = "Content-Type, Authorization, Accept, Mcp-Session-Id, Mcp-Protocol-Version, Last-Event-ID, Mcp-Method, Mcp-Name"
+
+// mcpPreflight answers a CORS preflight: the methods and headers MCP uses,
+// plus any Mcp-Param-* the page asks for.
+func (s *Supervisor) mcpPreflight(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Allow", "GET, POST, DELETE, OPTIONS")
+	o := r.Header.Get("Origin")
+	if o != "" && s.mcpRules.Listed(o) {
+		s.mcpCORS(w, r)
+		allowed := corsHeaders
+		for _, f := range strings.Split(r.Header.Get("Access-Control-Request-Headers"), ",") {
+			f = strings.TrimSpace(f)
+			if len(f) > len(front.HeaderParam) && len(f) <= 128 && strings.EqualFold(f[:len(front.HeaderParam)], front.HeaderParam) && headerToken(f) {
+				allowed += ", " + f
+			}
+		}
+		h.Set("Access-Control-Allow-Methods", "GET, POST, DELETE")
+		h.Set("Access-Control-Allow-Headers", allowed)
+		h.Set("Access-Control-Max-Age", "600")
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// headerToken reports whether s is a header name of letters, digits and
+// dashes.
+func headerToken(s string) bool {
+	for _, c := range s {
+		if !(c == '-' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
+// logMCP writes one record per edge decision (R59), within the vat's
+// rate.
+func (s *Supervisor) logMCP(id string, c *mcpCall, status int) {
+	if status == 0 {
+		status = c.status
+	}
+	records := s.mcpRecords(id)
+	ok, unlogged := records.Admit(time.Now())
+	if !ok {
+		return
+	}
+	attrs := []any{keyVat, id, keyPrincipal, c.principal, keyEra, c.era, keySession, c.session, keyMethod, c.method, keyResult, status, keyReason, c.reason, "ms", time.Since(c.started).Milliseconds()}
+	if unlogged > 0 {
+		attrs = append(attrs, "unlogged", unlogged)
+	}
+	level := s.log.Info
+	if status >= 400 {
+		level = s.log.Warn
+	}
+	level("mcp", attrs...)
+}
+
+// mcpRecords is vat id's limiter of MCP records.
+func (s *Supervisor) mcpRecords(id string) *tokens.Records {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.mcpLogs[id]
+	if !ok {
+		if len(s.mcpLogs) > 4096 { // ids nobody installed, asked by visitors
+			clear(s.mcpLogs)
+		}
+		r = tokens.NewRecords(mcpLogRate, mcpLogBurst)
+		s.mcpLogs[id] = r
+	}
+	return r
+}
+
+func (v *vat) setMCPError(why string) {
+	v.mu.Lock()
+	v.mcpErr = why
+	v.mu.Unlock()
+}
+
+// MCPStatus is what GET /<vat> says of an MCP vat.
+type MCPStatus struct {
+	// Endpoint is its public path.
+	Endpoint  string `json:"endpoint"`
+	Transport string `json:"transport"`
+	Path      string `json:"path"`
+	Mode      string `json:"mode,omitempty"`
+	Auth      string `json:"auth"`
+	// Tokens is how many tokens open it; with none it is open to
+	// whoever reaches the public socket.
+	Tokens int `json:"tokens"`
+	// Access says who may call it, in words.
+	Access string `json:"access"`
+	// Probe is what the install-time probe learned.
+	Probe *front.Snapshot `json:"probe,omitempty"`
+	// Sessions is how many sessions the edge routes now (those it saw
+	// the vat mint, per principal).
+	Sessions int `json:"sessions"`
+	// Bridge is the stdio bridge's own counters (processes, sessions,
+	// stdout lines dropped, its last error), when it answers.
+	Bridge json.RawMessage `json:"bridge,omitempty"`
+	// LastError is the edge's last failure to reach the vat.
+	LastError string `json:"last_error,omitempty"`
+}
+
+// mcpStatus fills st.MCP for vat v (v.mu held): everything but the
+// bridge's counters, which take a request.
+func (s *Supervisor) mcpStatus(v *vat) *MCPStatus {
+	cfg := mcpOf(v.code, v.rec)
+	if cfg == nil {
+		return nil
+	}
+	ms := &MCPStatus{
+		Endpoint: "/" + v.id + mcpEndpoint, Transport: cfg.Transport, Path: cfg.Path, Mode: cfg.Mode, Auth: cfg.Auth,
+		LastError: v.mcpErr,
+	}
+	if p := v.rec.MCPProbe; p != nil && p.Code == v.rec.Code {
+		ms.Probe = p
+	}
+	if s.tokens != nil {
+		ms.Tokens = len(s.tokens.List(v.id))
+	}
+	switch {
+	case cfg.Auth == manifest.AuthVat:
+		ms.Access = "toybox does not authenticate this vat: it is its own OAuth resource server (mcp.auth: vat)"
+	case ms.Tokens > 0:
+		ms.Access = fmt.Sprintf("a bearer token of this vat (%d)", ms.Tokens)
+	default:
+		ms.Access = "open: whoever reaches the public socket (POST /" + v.id + "/tokens closes it)"
+	}
+	if v.run != nil && v.run.mcp != nil {
+		ms.Sessions = v.run.mcp.sessions.len()
+	}
+	return ms
+}
+
+// bridgeStats asks a stdio vat's bridge for its counters; nil when it does
+// not answer them.
+func bridgeStats(ctx context.Context, in *instance) json.RawMessage {
+	ctx, cancel := context.WithTimeout(ctx, mcpStatsTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://vat"+bridgeStatsPath, nil)
+	if err != nil {
+		return nil
+	}
+	req.Host = "localhost"
+	resp, err := in.transport.RoundTrip(req)
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil || resp.StatusCode != http.StatusOK || !json.Valid(b) {
+		return nil
+	}
+	return json.RawMessage(bytes.TrimSpace(b))
+}
+
+// probeMCP asks the running instance's MCP server what it is (R4, R55).
+func (s *Supervisor) probeMCP(ctx context.Context, in *instance, code string) *front.Snapshot {
+	if in.mcp == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, probeBudget)
+	defer cancel()
+	client := &http.Client{Transport: in.transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	snap := front.Prober{Client: client, URL: "http://" + in.v.id + in.mcp.cfg.Path, Host: "localhost"}.Probe(ctx)
+	snap.Code = code
+	if in.mcp.cfg.Transport == manifest.TransportStdio {
+		// The bridge answers server/discover itself for a legacy server
+		// (it bridges modern clients): the server's own era is what the
+		// bridge learned of it, asking its process.
+		var st struct {
+			Era string `json:"era"`
+		}
+		if b := bridgeStats(ctx, in); b != nil && json.Unmarshal(b, &st) == nil && st.Era != "" && st.Era != snap.Era {
+			snap.Served, snap.Era = snap.Era, st.Era
+		}
+	}
+	s.log.Info("mcp probe", keyVat, in.v.id, keyCode, code, keyEra, snap.Era, "tools", snap.ToolCount, keyErr, snap.Error)
+	return &snap
+}
+
+// MintToken mints a bearer token for MCP vat id. From then on every
+// request to its endpoint needs one of its tokens.
+func (s *Supervisor) MintToken(id string) (string, access.Info, error) {
+	v, err := s.lockVat(id, false)
+	if err != nil {
+		return "", access.Info{}, err
+	}
+	defer v.op.Unlock()
+	v.mu.Lock()
+	cfg := mcpOf(v.code, v.rec)
+	v.mu.Unlock()
+	switch {
+	case cfg == nil:
+		return "", access.Info{}, fmt.Errorf("%w: vat %s is not an MCP server (its manifest has no \"mcp\"; a single executable takes ?mcp=stdio): a token would open nothing", ErrBadInput, id)
+	case cfg.Auth == manifest.AuthVat:
+		return "", access.Info{}, fmt.Errorf("%w: vat %s authenticates its own clients (mcp.auth: vat): toybox would never check a token of its own", ErrBadInput, id)
+	}
+	token, info, err := s.tokens.Mint(id)
+	if err != nil {
+		return "", access.Info{}, err
+	}
+	s.log.Info("token minted", keyVat, id, "token", info.ID)
+	return token, info, nil
+}
+
+// Tokens lists what is kept of vat id's tokens.
+func (s *Supervisor) Tokens(id string) ([]access.Info, error) {
+	if _, ok := s.get(id); !ok {
+		return nil, fmt.Errorf("%w: %q", ErrNoVat, id)
+	}
+	return s.tokens.List(id), nil
+}
+
+// RevokeToken revokes vat id's token ref (its id, or the token itself). A
+// vat whose last token goes is open again.
+func (s *Supervisor) RevokeToken(id, ref string) (access.Info, error) {
+	if _, ok := s.get(id); !ok {
+		return access.Info{}, fmt.Errorf("%w: %q", ErrNoVat, id)
+	}
+	info, err := s.tokens.Revoke(id, ref)
+	if err != nil {
+		return access.Info{}, err
+	}
+	s.log.Info("token revoked", keyVat, id, "token", info.ID, "left", len(s.tokens.List(id)))
+	return info, nil
+}
