@@ -77,9 +77,15 @@ check: fmt vet lint generate
 test-short: build
 	$(GO) test -race -count=1 ./...
 
-# test: install what is missing, then run every test.
+# test: install what is missing, then run every test. The MCP conformance
+# suite's output (tests/mcp_test.go; a passing test's lines show only with
+# -v) goes to the log after the tests' own, each line marked, so none of its
+# "N passed, N failed" lines reads as the tests' own summary.
+CONFORMANCE_LOG := /tmp/toybox-conformance.log
 test: deps build
-	$(GO) test -count=1 -timeout 20m ./... 2>&1 | tee /tmp/toybox-test.log; exit $${PIPESTATUS[0]}
+	@rm -f $(CONFORMANCE_LOG)
+	{ TOYBOX_CONFORMANCE_LOG=$(CONFORMANCE_LOG) $(GO) test -count=1 -timeout 20m ./... 2>&1; rc=$$?; \
+	  if [ -f $(CONFORMANCE_LOG) ]; then sed 's/^/mcp-conformance | /' $(CONFORMANCE_LOG); fi; exit $$rc; } | tee /tmp/toybox-test.log; exit $${PIPESTATUS[0]}
 
 test-integration: build
 	$(GO) test -count=1 -timeout 15m ./tests/...

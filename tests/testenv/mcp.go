@@ -129,16 +129,32 @@ type Suite struct {
 	Checks map[string]string
 }
 
-// Passed lists the checks that passed, sorted.
+// Passed lists the checks that passed, sorted: SUCCESS, or WARNING, which
+// the suite counts as passed too.
 func (s Suite) Passed() []string {
 	var out []string
 	for k, v := range s.Checks {
-		if v == "SUCCESS" {
+		if v == "SUCCESS" || v == "WARNING" {
 			out = append(out, k)
 		}
 	}
 	sort.Strings(out)
 	return out
+}
+
+// Lost compares through with s, the same suite run against the reference:
+// the checks s passed that through did not (lost), and those s passed
+// cleanly that through passed only with a warning (warned).
+func (s Suite) Lost(through Suite) (lost, warned []string) {
+	for _, k := range s.Passed() {
+		switch got := through.Checks[k]; {
+		case got != "SUCCESS" && got != "WARNING":
+			lost = append(lost, fmt.Sprintf("%s (%s)", k, got))
+		case got == "WARNING" && s.Checks[k] == "SUCCESS":
+			warned = append(warned, k)
+		}
+	}
+	return lost, warned
 }
 
 // Summary is the suite's own summary, from its output.

@@ -1,0 +1,237 @@
+package tests
+
+import (
+	"archive/tar"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+
+	"toybox/tests/testenv"
+)
+
+// mcpBundle is a tar of manifest.json and the named files.
+func mcpBundle(t testing.TB, manifest string, files map[string]string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	add := func(name string, mode int64, data []byte) {
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: mode, Size: int64(len(data)), Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write(data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add("manifest.json", 0o644, []byte(manifest))
+	for name, path := range files {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		add(name, 0o755, b)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// installEverything installs the Go SDK's conformance everything-server at
+// bin as HTTP MCP vat id: it listens only on TCP, inside its wall, so
+// tests/tcprelay serves it on $TOYBOX_LISTEN.
+func (s *stack) installEverything(id, bin string, args ...string) {
+	s.t.Helper()
+	argv := append([]string{"./tcprelay", "3000", "./everything-server", "-http=127.0.0.1:3000"}, args...)
+	cmd, _ := json.Marshal(argv)
+	manifest := fmt.Sprintf(`{"command": %s, "mcp": {"transport": "http", "path": "/mcp"}}`, cmd)
+	body := mcpBundle(s.t, manifest, map[string]string{"tcprelay": example(s.t, "tcprelay"), "everything-server": bin})
+	code, out := s.adminDo("PUT", "/"+id, bytes.NewReader(body))
+	if code != http.StatusCreated {
+		_, logs := s.adminDo("GET", "/"+id+"/logs", nil)
+		s.t.Fatalf("PUT /%s = %d %s\n%s", id, code, out, logs)
+	}
+}
+
+// conformanceLog keeps the suite's output where make test prints it (the
+// test log keeps a passing test's lines only with -v).
+func conformanceLog(t *testing.T, title, out string) {
+	t.Helper()
+	t.Logf("%s:\n%s", title, out)
+	p := os.Getenv("TOYBOX_CONFORMANCE_LOG")
+	if p == "" {
+		return
+	}
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "===== %s =====\n%s\n", title, out)
+}
+
+// TestMCPConformanceHTTPVat is the differential test of the MCP edge for an
+// HTTP vat: the official conformance suite runs against the Go SDK's
+// everything-server over its own HTTP transport, then against the same
+// binary walled behind toybox's /<vat>/mcp, for each requirement set (its
+// stateful mode for 2025-11-25, its stateless one for 2026-07-28, where it
+// passes them). Every check that passes directly (the suite counts a
+// warning as a pass) must pass through toybox.
+func TestMCPConformanceHTTPVat(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	bin := testenv.EverythingServer(t, testenv.EverythingDual)
+	port := strings.TrimPrefix(s.http, "127.0.0.1:")
+	for _, tt := range []struct {
+		requirements, vat string
+		args              []string
+	}{
+		{"2025-11-25", "everything-stateful", []string{"-stateless=false"}},
+		{"2026-07-28", "everything-stateless", nil},
+	} {
+		t.Run(tt.requirements, func(t *testing.T) {
+			s := s.in(t)
+			s.installEverything(tt.vat, bin, tt.args...)
+			direct := testenv.RunConformance(t, testenv.StartEverything(t, bin, tt.args...), tt.requirements)
+			through := testenv.RunConformance(t, "http://localhost:"+port+"/"+tt.vat+"/mcp", tt.requirements)
+			title := fmt.Sprintf("conformance %s %s@%s", tt.requirements, testenv.ConformanceVersion, testenv.EverythingDual)
+			conformanceLog(t, title+", the server over its own HTTP", direct.Summary())
+			conformanceLog(t, title+", through toybox /"+tt.vat+"/mcp", through.Output)
+			if len(direct.Passed()) == 0 {
+				t.Fatalf("the server passed no check directly: the comparison means nothing\n%s", direct.Output)
+			}
+			lost, warned := direct.Lost(through)
+			if len(warned) > 0 {
+				t.Logf("passed with a warning through toybox, cleanly directly: %s", strings.Join(warned, ", "))
+			}
+			if len(lost) > 0 {
+				t.Errorf("%d checks pass against the server directly and not through toybox:\n  %s", len(lost), strings.Join(lost, "\n  "))
+			}
+			t.Logf("%d checks pass directly, %d through toybox", len(direct.Passed()), len(through.Passed()))
+		})
+	}
+}
+
+// mcpPost posts one JSON-RPC message to the public endpoint of vat id.
+func (s *stack) mcpPost(id, body string, headers ...string) (int, http.Header, string) {
+	s.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, "http://"+s.http+"/"+id+"/mcp", strings.NewReader(body))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+const mcpInit = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+
+// TestMCPTokensEndToEnd: the owner mints tokens on the admin socket; each
+// opens its own walled vat only; a revoked one opens nothing; both facts
+// hold after toybox restarts (only hashes are kept, in a 0600 file); a
+// removed vat's tokens do not open a vat installed under its id later.
+func TestMCPTokensEndToEnd(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	for _, id := range []string{"alice", "bob"} {
+		if code, body := s.install(id, example(t, "mcp-http"), "mcp=http"); code != http.StatusCreated {
+			t.Fatalf("PUT /%s?mcp=http = %d %s", id, code, body)
+		}
+	}
+	st := s.status("alice")
+	mcpSt, _ := st["mcp"].(map[string]any)
+	probe, _ := mcpSt["probe"].(map[string]any)
+	if probe["era"] != "legacy" || probe["tool_count"] != float64(3) {
+		t.Errorf("alice's MCP status = %v; want the probe's era and tools", mcpSt)
+	}
+	// docs/mcp.md's curl session: initialize, initialized, a tool call.
+	code, h, body := s.mcpPost("alice", mcpInit)
+	sid := h.Get("Mcp-Session-Id")
+	if code != http.StatusOK || sid == "" || !strings.Contains(body, `"serverInfo":{"name":"toybox-example-mcp-http"`) {
+		t.Fatalf("initialize on an open vat: %d %q %s", code, sid, body)
+	}
+	session := []string{"Mcp-Session-Id", sid, "Mcp-Protocol-Version", "2025-11-25"}
+	if code, _, body := s.mcpPost("alice", `{"jsonrpc":"2.0","method":"notifications/initialized"}`, session...); code != http.StatusAccepted {
+		t.Fatalf("notifications/initialized: %d %s", code, body)
+	}
+	code, h, body = s.mcpPost("alice", `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"add","arguments":{"a":2,"b":3}}}`, session...)
+	if code != http.StatusOK || !strings.Contains(body, `"structuredContent":{"sum":5}`) || h.Get("X-Accel-Buffering") != "no" {
+		t.Fatalf("tools/call add: %d %v %s; want the sum 5 on an event stream", code, h, body)
+	}
+	mint := func(id string) (string, string) {
+		t.Helper()
+		code, body := s.adminDo("POST", "/"+id+"/tokens", nil)
+		var m struct{ Token, ID string }
+		if code != http.StatusCreated || json.Unmarshal([]byte(body), &m) != nil || m.Token == "" {
+			t.Fatalf("POST /%s/tokens = %d %s", id, code, body)
+		}
+		return m.Token, m.ID
+	}
+	keep, _ := mint("alice")
+	gone, goneID := mint("alice")
+	bobs, _ := mint("bob")
+	bearer := func(tok string) []string { return []string{"Authorization", "Bearer " + tok} }
+	check := func(when string) {
+		t.Helper()
+		for _, c := range []struct {
+			name, vat string
+			headers   []string
+			want      int
+		}{
+			{"no token", "alice", nil, http.StatusUnauthorized},
+			{"alice's token", "alice", bearer(keep), http.StatusOK},
+			{"alice's revoked token", "alice", bearer(gone), http.StatusUnauthorized},
+			{"bob's token on alice", "alice", bearer(bobs), http.StatusUnauthorized},
+			{"alice's token on bob", "bob", bearer(keep), http.StatusUnauthorized},
+			{"bob's token", "bob", bearer(bobs), http.StatusOK},
+		} {
+			code, h, body := s.mcpPost(c.vat, mcpInit, c.headers...)
+			if code != c.want {
+				t.Errorf("%s: %s = %d %s; want %d", when, c.name, code, body, c.want)
+			}
+			if code == http.StatusUnauthorized && !strings.Contains(h.Get("WWW-Authenticate"), "resource_metadata=") {
+				t.Errorf("%s: %s: WWW-Authenticate %q has no resource_metadata", when, c.name, h.Get("WWW-Authenticate"))
+			}
+		}
+	}
+	if code, body := s.adminDo("DELETE", "/alice/tokens/"+goneID, nil); code != http.StatusOK {
+		t.Fatalf("DELETE /alice/tokens/%s = %d %s", goneID, code, body)
+	}
+	check("before a restart")
+	raw, err := os.ReadFile(s.state + "/tokens.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(raw), keep[len(keep)-20:]) {
+		t.Error("the tokens file holds a token")
+	}
+	s.stopToybox()
+	s.startToybox()
+	waitFor(t, "alice and bob serving again", 30e9, func() bool {
+		a, _, _ := s.mcpPost("alice", mcpInit, bearer(keep)...)
+		b, _, _ := s.mcpPost("bob", mcpInit, bearer(bobs)...)
+		return a == http.StatusOK && b == http.StatusOK
+	})
+	check("after a restart")
+
+	if code, body := s.adminDo("DELETE", "/alice", nil); code != http.StatusOK {
+		t.Fatalf("DELETE /alice = %d %s", code, body)
+	}
+	if code, body := s.install("alice", example(t, "mcp-http"), "mcp=http"); code != http.StatusCreated {
+		t.Fatalf("PUT /alice again = %d %s", code, body)
+	}
+	if code, body := s.adminDo("GET", "/alice/tokens", nil); code != http.StatusOK || strings.Contains(body, `"created"`) {
+		t.Errorf("a vat installed again under a removed one's id lists %s; want no token", body)
+	}
+}
