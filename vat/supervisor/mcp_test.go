@@ -185,8 +185,8 @@ func TestMCPEdgeHostAndOrigin(t *testing.T) {
 		{"plain", nil, http.StatusOK},
 		{"same origin", []string{"Origin", "http://" + host}, http.StatusOK},
 		{"listed origin", []string{"Origin", "http://localhost:6274"}, http.StatusOK},
-		{"rebinding: a foreign Host", []string{"Host", "evil.example.com"}, http.StatusForbidden},
-		{"rebinding, Origin to match", []string{"Host", "evil.example.com", "Origin", "http://evil.example.com"}, http.StatusForbidden},
+		{"rebinding: a foreign Host", []string{"Host", "evil.test"}, http.StatusForbidden},
+		{"rebinding, Origin to match", []string{"Host", "evil.test", "Origin", "http://evil.test"}, http.StatusForbidden},
 		{"localhost on another port", []string{"Host", "localhost:1"}, http.StatusForbidden},
 		{"a foreign Origin", []string{"Origin", "http://evil.example.com"}, http.StatusForbidden},
 		{"two Origins", []string{"Origin", "http://" + host, "Origin", "http://" + host}, http.StatusForbidden},
@@ -200,7 +200,9 @@ func TestMCPEdgeHostAndOrigin(t *testing.T) {
 			if resp.StatusCode != tt.want {
 				t.Fatalf("initialize with %v = %d %v; want %d", tt.headers, resp.StatusCode, m, tt.want)
 			}
-			if tt.want == http.StatusForbidden && (m == nil || m["error"] == nil || m["id"] != nil) {
+			// A foreign Host is the public handler's refusal (plain text),
+			// before any vat is named; the MCP edge's own are JSON-RPC.
+			if tt.want == http.StatusForbidden && !strings.HasPrefix(tt.name, "rebinding") && (m == nil || m["error"] == nil || m["id"] != nil) {
 				t.Errorf("a 403 answered %v; want an id-less JSON-RPC error", m)
 			}
 		})
@@ -507,5 +509,40 @@ func TestMCPStatusAndMetadata(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("no mcp record for notifications/initialized in:\n%s", logs.String())
+	}
+}
+
+// TestMCPOnItsOwnOrigin: the endpoint is also /mcp on the vat's own
+// origin, http://<vat>.localhost:PORT/mcp, with its metadata there naming
+// that URL; another vat's origin does not reach it.
+func TestMCPOnItsOwnOrigin(t *testing.T) {
+	s, st, _ := mcpSupervisor(t)
+	installMCP(t, s, st, "alice")
+	if _, _, err := s.MintToken("alice"); err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(s.PublicHandler())
+	defer front.Close()
+	port := front.URL[strings.LastIndexByte(front.URL, ':')+1:]
+	own := "alice.localhost:" + port
+	c := &mcpClient{t: t, url: front.URL + "/mcp"}
+	resp, _ := c.post(initBody, "Host", own)
+	want := fmt.Sprintf(`resource_metadata="http://%s/.well-known/oauth-protected-resource/mcp"`, own)
+	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(resp.Header.Get("WWW-Authenticate"), want) {
+		t.Errorf("POST /mcp on alice's own origin = %d %q; want 401 naming %s", resp.StatusCode, resp.Header.Get("WWW-Authenticate"), want)
+	}
+	req, _ := http.NewRequest(http.MethodGet, front.URL+"/.well-known/oauth-protected-resource/mcp", nil)
+	req.Host = own
+	r2, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r2.Body.Close()
+	var prm map[string]any
+	if err := json.NewDecoder(r2.Body).Decode(&prm); err != nil || prm["resource"] != "http://"+own+"/mcp" {
+		t.Errorf("PRM on alice's own origin = %v, %v; want resource http://%s/mcp", prm, err, own)
+	}
+	if resp, _ := c.post(initBody, "Host", "bob.localhost:"+port); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("POST /mcp on bob's origin (no such vat) = %d; want 404", resp.StatusCode)
 	}
 }
