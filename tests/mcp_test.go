@@ -235,3 +235,54 @@ func TestMCPTokensEndToEnd(t *testing.T) {
 		t.Errorf("a vat installed again under a removed one's id lists %s; want no token", body)
 	}
 }
+
+// TestMCPConformanceStdioVat is the differential test for a stdio vat: the
+// same everything-server binaries, installed as single executables with
+// ?mcp=stdio, served by the bridge inside their walls behind /<vat>/mcp,
+// against the same binary over its own HTTP transport. v1.7.0 (both eras)
+// for both requirement sets, v1.6.1 (2025 only) for 2025-11-25; the probe
+// records them dual and legacy.
+func TestMCPConformanceStdioVat(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	port := strings.TrimPrefix(s.http, "127.0.0.1:")
+	for _, tt := range []struct {
+		requirements, version, vat, era string
+		direct                          []string // the server's own HTTP mode to compare with
+	}{
+		{"2025-11-25", testenv.EverythingDual, "stdio-dual", "dual", []string{"-stateless=false"}},
+		{"2026-07-28", testenv.EverythingDual, "stdio-dual", "dual", nil},
+		{"2025-11-25", testenv.EverythingLegacy, "stdio-legacy", "legacy", nil},
+	} {
+		t.Run(tt.requirements+"-"+tt.version, func(t *testing.T) {
+			s := s.in(t)
+			bin := testenv.EverythingServer(t, tt.version)
+			if code, _ := s.adminDo("GET", "/"+tt.vat, nil); code == http.StatusNotFound {
+				if code, body := s.install(tt.vat, bin, "mcp=stdio"); code != http.StatusCreated {
+					t.Fatalf("PUT /%s?mcp=stdio = %d %s", tt.vat, code, body)
+				}
+			}
+			st := s.status(tt.vat)
+			probe, _ := st["mcp"].(map[string]any)["probe"].(map[string]any)
+			if probe["era"] != tt.era || probe["error"] != nil {
+				t.Errorf("the probe of %s = %v; want era %s", tt.version, probe, tt.era)
+			}
+			direct := testenv.RunConformance(t, testenv.StartEverything(t, bin, tt.direct...), tt.requirements)
+			through := testenv.RunConformance(t, "http://localhost:"+port+"/"+tt.vat+"/mcp", tt.requirements)
+			title := fmt.Sprintf("conformance %s %s@%s", tt.requirements, testenv.ConformanceVersion, tt.version)
+			conformanceLog(t, title+", the server over its own HTTP", direct.Summary())
+			conformanceLog(t, title+", as a stdio vat through toybox /"+tt.vat+"/mcp", through.Output)
+			lost, warned := direct.Lost(through)
+			if len(warned) > 0 {
+				t.Logf("passed with a warning through toybox, cleanly directly: %s", strings.Join(warned, ", "))
+			}
+			if len(lost) > 0 {
+				t.Errorf("%d checks pass against the server directly and not through toybox:\n  %s", len(lost), strings.Join(lost, "\n  "))
+			}
+			t.Logf("%d checks pass directly, %d through toybox", len(direct.Passed()), len(through.Passed()))
+		})
+	}
+	st := s.status("stdio-dual")
+	if b, _ := st["mcp"].(map[string]any)["bridge"].(map[string]any); b == nil || b["processes"] == nil {
+		t.Errorf("the stdio vat's status = %v; want the bridge's counters", st["mcp"])
+	}
+}

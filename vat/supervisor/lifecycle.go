@@ -18,6 +18,7 @@ import (
 	"toybox/schema"
 	"toybox/vat/doors"
 	"toybox/vat/grant"
+	"toybox/vat/manifest"
 	"toybox/vat/wall"
 	"toybox/vat/wall/entry"
 	"toybox/vat/words"
@@ -116,8 +117,16 @@ func (s *Supervisor) launch(v *vat) *instance {
 	cfg := mcpOf(v.code, v.rec)
 	v.mcpErr = ""
 	v.mu.Unlock()
+	stdio := cfg != nil && cfg.Transport == manifest.TransportStdio
 	if cfg != nil {
 		in.mcp = newMCPRoute(in, *cfg)
+	}
+	if stdio {
+		// The bridge in its wall serves it, on the socket the supervisor
+		// holds.
+		in.sock = s.bridgeSock(v.id)
+	} else {
+		s.closeBridge(v) // an upgrade made it something else
 	}
 	go in.loop()
 	return in
@@ -337,7 +346,10 @@ func (in *instance) waitListening(r *running) error {
 		cancel()
 		if err == nil {
 			_ = c.Close()
-			return nil
+			if in.mcp == nil || in.mcp.cfg.Transport != manifest.TransportStdio || bridgeAnswers(in.ctx, in) {
+				return nil
+			}
+			err = errors.New("its MCP bridge does not answer yet")
 		}
 		if errors.Is(err, ErrAppSocket) {
 			return fmt.Errorf("%w: %w", ErrNotReady, err)
@@ -390,6 +402,10 @@ func (s *Supervisor) spawn(ctx context.Context, v *vat) (r *running, off words.W
 	v.mu.Unlock()
 	if code.Manifest == nil {
 		return nil, off, errors.New("no code loaded")
+	}
+	if cfg := mcpOf(code, rec); cfg != nil && cfg.Transport == manifest.TransportStdio && !dec.Walled {
+		// The bridge is toybox-entry's, which runs only in a wall.
+		return nil, words.OffStopped, errors.New("a stdio MCP server runs only inside its wall (its bridge is toybox-entry's): put it back with POST /" + v.id + "/walls?walled=true")
 	}
 	uid, gid := s.ids(rec)
 	lim := s.limitsFor(rec)

@@ -20,6 +20,7 @@ import (
 	"toybox/labels"
 	"toybox/schema/wire"
 	"toybox/vat/grant"
+	"toybox/vat/manifest"
 	"toybox/vat/store"
 	"toybox/vat/wall"
 	"toybox/vat/wall/seccomp"
@@ -129,6 +130,14 @@ func (s *Supervisor) spawnWalled(ctx context.Context, v *vat, code store.Code, r
 	if uid, gid := s.ids(rec); uid >= 0 {
 		spec.UID, spec.GID = uid, gid
 		spec.CodeGroup = s.cfg.Store.CodeGID()
+	}
+	if cfg := mcpOf(code, rec); cfg != nil && cfg.Transport == manifest.TransportStdio {
+		if spec.MCP, err = s.bridgeSpec(v, cfg); err != nil {
+			_ = out.Close()
+			_ = entryCap.Close()
+			_ = appCap.Close()
+			return nil, nil, nil, err
+		}
 	}
 	p, err := s.cfg.Launch(ctx, spec, s.log)
 	if err != nil {

@@ -275,6 +275,7 @@ type vat struct {
 	doors     []string        // the door entries the running spawn holds
 	dropped   []grant.Dropped // manifest defaults left out of the grant, and why
 	mcpErr    string          // the MCP edge's last failure to reach it
+	bridge    *os.File        // a stdio MCP vat's bridge socket, listening (kept across its walls)
 	run       *instance
 	// inForce and unlimited are the running spawn's limits, and why it
 	// runs without the others.
@@ -1172,6 +1173,7 @@ func (s *Supervisor) Remove(id string, purge bool) error {
 	if err := s.tokens.Forget(id); err != nil {
 		return err
 	}
+	s.closeBridge(v)
 	if err := s.cfg.Store.DeleteRecord(id); err != nil {
 		return fmt.Errorf("removing the record of %s: %w", id, err)
 	}
