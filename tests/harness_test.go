@@ -22,7 +22,7 @@ import (
 // and examples/<name>.
 var bins string
 
-var examples = []string{"counter-v1", "counter-v2", "egress-probe", "capnp-probe", "hog", "mcp-http"}
+var examples = []string{"counter-v1", "counter-v2", "egress-probe", "capnp-probe", "hog", "mcp-http", "mcp-stdio"}
 
 func TestMain(m *testing.M) {
 	code, err := buildAll()

@@ -286,3 +286,42 @@ func TestMCPConformanceStdioVat(t *testing.T) {
 		t.Errorf("the stdio vat's status = %v; want the bridge's counters", st["mcp"])
 	}
 }
+
+// TestMCPStdioExample: examples/mcp-stdio, a stdio server installed with
+// ?mcp=stdio, answers a tool call through /<vat>/mcp in a legacy session,
+// and a modern (2026-07-28) request with no session at all; each session
+// has a process of its own, and the data folder is the vat's.
+func TestMCPStdioExample(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	if code, body := s.install("counter", example(t, "mcp-stdio"), "mcp=stdio"); code != http.StatusCreated {
+		t.Fatalf("PUT /counter?mcp=stdio = %d %s", code, body)
+	}
+	count := func() string {
+		t.Helper()
+		code, h, body := s.mcpPost("counter", mcpInit)
+		sid := h.Get("Mcp-Session-Id")
+		if code != http.StatusOK || sid == "" || !strings.Contains(body, "toybox-example-mcp-stdio") {
+			t.Fatalf("initialize: %d %q %s", code, sid, body)
+		}
+		session := []string{"Mcp-Session-Id", sid, "Mcp-Protocol-Version", "2025-11-25"}
+		if code, _, body := s.mcpPost("counter", `{"jsonrpc":"2.0","method":"notifications/initialized"}`, session...); code != http.StatusAccepted {
+			t.Fatalf("notifications/initialized: %d %s", code, body)
+		}
+		code, _, body = s.mcpPost("counter", `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"count","arguments":{}}}`, session...)
+		if code != http.StatusOK {
+			t.Fatalf("tools/call count: %d %s", code, body)
+		}
+		return body
+	}
+	if b := count(); !strings.Contains(b, `"structuredContent":{"count":1}`) {
+		t.Errorf("the first session's count: %s; want 1", b)
+	}
+	if b := count(); !strings.Contains(b, `"structuredContent":{"count":2}`) {
+		t.Errorf("a second session's count: %s; want 2 (the vat's data folder)", b)
+	}
+	modern := `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"add","arguments":{"a":2,"b":3},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
+	code, _, body := s.mcpPost("counter", modern, "Mcp-Protocol-Version", "2026-07-28", "Mcp-Method", "tools/call", "Mcp-Name", "add")
+	if code != http.StatusOK || !strings.Contains(body, `"sum":5`) {
+		t.Errorf("a modern tools/call add: %d %s; want the sum 5", code, body)
+	}
+}

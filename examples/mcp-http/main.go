@@ -20,49 +20,14 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"toybox/examples/internal/mcptools"
 )
-
-type addArgs struct {
-	A float64 `json:"a" jsonschema:"the first number"`
-	B float64 `json:"b" jsonschema:"the second number"`
-}
-
-type sum struct {
-	Sum float64 `json:"sum"`
-}
-
-func add(_ context.Context, _ *mcp.CallToolRequest, a addArgs) (*mcp.CallToolResult, sum, error) {
-	return nil, sum{a.A + a.B}, nil
-}
-
-// counter keeps its count in a file of the vat's data folder, which
-// restarts and upgrades keep.
-type counter struct {
-	mu   sync.Mutex
-	path string
-}
-
-func (c *counter) count(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, map[string]int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
-	if b, err := os.ReadFile(c.path); err == nil {
-		n, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-	}
-	n++
-	if err := os.WriteFile(c.path, []byte(strconv.Itoa(n)), 0o600); err != nil {
-		return nil, nil, err
-	}
-	return nil, map[string]int{"count": n}, nil
-}
 
 func whoami(_ context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
 	var b strings.Builder
@@ -84,9 +49,7 @@ func main() {
 		log.Fatal("mcp-http runs as a toybox vat: $TOYBOX_LISTEN and $TOYBOX_DATA are not set")
 	}
 	server := mcp.NewServer(&mcp.Implementation{Name: "toybox-example-mcp-http", Version: "1.0.0"}, nil)
-	mcp.AddTool(server, &mcp.Tool{Name: "add", Description: "Adds two numbers"}, add)
-	c := &counter{path: filepath.Join(data, "count")}
-	mcp.AddTool(server, &mcp.Tool{Name: "count", Description: "Counts its calls, across restarts"}, c.count)
+	mcptools.Add(server, data)
 	mcp.AddTool(server, &mcp.Tool{Name: "whoami", Description: "Says who toybox says asks, and which headers reached the vat"}, whoami)
 
 	mux := http.NewServeMux()
