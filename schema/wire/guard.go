@@ -60,13 +60,11 @@ type Limits struct {
 	AnswerBytes int64
 }
 
-// The defaults of Limits. DefaultExports is above what the switchboard
-// lets one connection hold (its own limits answer first, with their
-// reasons).
+// The defaults of Limits.
 const (
 	DefaultUnfinished  = 16384
 	DefaultBacklog     = 4096
-	DefaultExports     = 1 << 17
+	DefaultExports     = 1 << 17 // above what the switchboard lets one connection hold: its own limits answer first, with their reasons
 	DefaultCaps        = 1024
 	DefaultCallBytes   = 1 << 30
 	DefaultAnswerBytes = 1 << 30
@@ -104,6 +102,9 @@ var (
 	ErrCaps        = errors.New("a message of the peer carries too many capabilities")
 	ErrCallBytes   = errors.New("the peer's unanswered calls hold too many bytes")
 	ErrAnswerBytes = errors.New("the answers the peer left unfinished hold too many bytes")
+	// ErrUnserved ends a connection whose peer sent a message this side
+	// does not serve (see unserved).
+	ErrUnserved = errors.New("the peer sent a message this side does not serve")
 	// ErrProtocol ends a connection whose peer sent what go-capnp
 	// v3.1.0-alpha.2 does not survive: a call pipelined on its own answer
 	// (a nil dereference), a promise resolved twice, to itself or in a
@@ -239,13 +240,21 @@ func (g *guard) RecvMessage() (transport.IncomingMessage, error) {
 		return nil, fmt.Errorf("%w: %d bytes (limit %d)", ErrAnswerBytes, answerBytes, g.lim.AnswerBytes)
 	}
 	m := in.Message()
+	setReadLimit(m.Message())
 	if n := capsCarried(m); n > g.lim.Caps {
 		in.Release()
 		return nil, fmt.Errorf("%w: %d (limit %d)", ErrCaps, n, g.lim.Caps)
 	}
-	if n := longestTransform(m); n > maxTransform {
+	if n, err := longestTransform(m); err != nil || n > maxTransform {
 		in.Release()
+		if err != nil {
+			return nil, fmt.Errorf("%w: a promised answer's transform cannot be read: %w", ErrProtocol, err)
+		}
 		return nil, fmt.Errorf("%w: a promised answer's transform of %d ops (limit %d)", ErrProtocol, n, maxTransform)
+	}
+	if why := unserved(m); why != "" {
+		in.Release()
+		return nil, fmt.Errorf("%w: %s", ErrUnserved, why)
 	}
 	var q uint32
 	var size int64
@@ -440,17 +449,22 @@ func capsCarried(m rpccp.Message) int {
 // longestTransform is how many ops the longest promised-answer transform
 // in m has: the target of a call or a disembargo, or a receiverAnswer among
 // the capabilities a call, a return or a resolve carries (go-capnp reads
-// each of them). What cannot be read is left to go-capnp, which cannot
-// read it either.
-func longestTransform(m rpccp.Message) int {
+// each of them). A transform that cannot be read is an error: a long one
+// of empty ops goes past the message's read limit (readLimit). What else
+// cannot be read is left to go-capnp, which cannot read it either.
+func longestTransform(m rpccp.Message) (int, error) {
 	longest := 0
+	var unread error
 	promised := func(pa rpccp.PromisedAnswer, err error) {
 		if err != nil {
 			return
 		}
-		if t, err := pa.Transform(); err == nil {
-			longest = max(longest, t.Len())
+		t, err := pa.Transform()
+		if err != nil {
+			unread = err
+			return
 		}
+		longest = max(longest, t.Len())
 	}
 	target := func(t rpccp.MessageTarget, err error) {
 		if err == nil && t.Which() == rpccp.MessageTarget_Which_promisedAnswer {
@@ -495,7 +509,7 @@ func longestTransform(m rpccp.Message) int {
 			target(d.Target())
 		}
 	}
-	return longest
+	return longest, unread
 }
 
 // exported counts the capabilities m hands the peer: each time one is

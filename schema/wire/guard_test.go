@@ -29,13 +29,14 @@ const (
 	testMethod = 0 // returns nothing
 	testMint   = 1 // returns a new capability (a server of its own)
 	testBlock  = 2 // returns when its call is cancelled (holds the calls behind it)
-	testLarge  = 3 // returns largeAnswer bytes
+	testLarge  = 3 // returns largeAnswer bytes (nothing once its call is cancelled)
 	testHold   = 4 // holds a snapshot of its params' capability until its call is cancelled
 	// Each returns after laterDelay; its results' pointer is:
 	testLaterNull = 5 // null
 	testLaterText = 6 // text, not a capability
 	testLaterBare = 7 // a capability with no methods
 	testLaterBoot = 8 // a capability with the bootstrap's methods
+	testCopy      = 9 // copies its params' first pointer (copyArgs)
 )
 
 // holding hears from testHold once it holds its snapshot.
@@ -96,6 +97,10 @@ func bootstrap() capnp.Client {
 			Impl:   func(context.Context, *server.Call) error { return nil },
 		},
 		{
+			Method: capnp.Method{InterfaceID: testIface, MethodID: testCopy},
+			Impl:   func(_ context.Context, call *server.Call) error { return copyArgs(call.Args()) },
+		},
+		{
 			Method: capnp.Method{InterfaceID: testIface, MethodID: testMint},
 			Impl: func(_ context.Context, call *server.Call) error {
 				res, err := call.AllocResults(capnp.ObjectSize{PointerCount: 1})
@@ -115,7 +120,10 @@ func bootstrap() capnp.Client {
 		},
 		{
 			Method: capnp.Method{InterfaceID: testIface, MethodID: testLarge},
-			Impl: func(_ context.Context, call *server.Call) error {
+			Impl: func(ctx context.Context, call *server.Call) error {
+				if err := ctx.Err(); err != nil {
+					return err // the connection has ended: no one to answer
+				}
 				res, err := call.AllocResults(capnp.ObjectSize{PointerCount: 1})
 				if err != nil {
 					return err
@@ -149,7 +157,7 @@ func bootstrap() capnp.Client {
 
 // heavyCall calls method on the bootstrap as question q, its params a
 // struct holding data bytes and caps capabilities of the peer's own.
-func heavyCall(t *testing.T, q uint32, method uint16, data, caps int) *capnp.Message {
+func heavyCall(t testing.TB, q uint32, method uint16, data, caps int) *capnp.Message {
 	return raw(t, func(m rpccp.Message) error {
 		c, err := m.NewCall()
 		if err != nil {
@@ -444,7 +452,7 @@ func TestFastCallerOfLargeAnswersKeepsTheConnection(t *testing.T) {
 }
 
 // raw builds one RPC message.
-func raw(t *testing.T, build func(rpccp.Message) error) *capnp.Message {
+func raw(t testing.TB, build func(rpccp.Message) error) *capnp.Message {
 	t.Helper()
 	msg, seg := capnp.NewSingleSegmentMessage(nil)
 	m, err := rpccp.NewRootMessage(seg)
@@ -457,7 +465,7 @@ func raw(t *testing.T, build func(rpccp.Message) error) *capnp.Message {
 	return msg
 }
 
-func bootstrapMsg(t *testing.T) *capnp.Message {
+func bootstrapMsg(t testing.TB) *capnp.Message {
 	return raw(t, func(m rpccp.Message) error {
 		b, err := m.NewBootstrap()
 		b.SetQuestionId(0)
@@ -467,19 +475,19 @@ func bootstrapMsg(t *testing.T) *capnp.Message {
 
 // callMsg calls the bootstrap's method testMethod as question q
 // (pipelined on question 0, the bootstrap).
-func callMsg(t *testing.T, q uint32) *capnp.Message { return methodMsg(t, q, testMethod) }
+func callMsg(t testing.TB, q uint32) *capnp.Message { return methodMsg(t, q, testMethod) }
 
-func methodMsg(t *testing.T, q uint32, method uint16) *capnp.Message {
+func methodMsg(t testing.TB, q uint32, method uint16) *capnp.Message {
 	return heavyCall(t, q, method, 0, 0)
 }
 
 // finishMsg finishes question q, giving back the capabilities of its
 // results (the protocol's default).
-func finishMsg(t *testing.T, q uint32) *capnp.Message { return finishKeep(t, q, false) }
+func finishMsg(t testing.TB, q uint32) *capnp.Message { return finishKeep(t, q, false) }
 
 // finishKeep finishes question q; keep: the capabilities of its results
 // stay the peer's, to Release later.
-func finishKeep(t *testing.T, q uint32, keep bool) *capnp.Message {
+func finishKeep(t testing.TB, q uint32, keep bool) *capnp.Message {
 	return raw(t, func(m rpccp.Message) error {
 		f, err := m.NewFinish()
 		f.SetQuestionId(q)
@@ -647,7 +655,7 @@ func TestPeerThatDoesNotReadIsNotBuffered(t *testing.T) {
 	}
 }
 
-func releaseMsg(t *testing.T, id uint32) *capnp.Message {
+func releaseMsg(t testing.TB, id uint32) *capnp.Message {
 	return raw(t, func(m rpccp.Message) error {
 		r, err := m.NewRelease()
 		r.SetId(id)

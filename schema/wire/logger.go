@@ -25,7 +25,7 @@ func (r rpcLogger) Warn(msg string, args ...any)  { r.l.Debug(msg, args...) }
 func (r rpcLogger) Error(msg string, args ...any) {
 	level := slog.LevelDebug
 	// go-capnp writes the transport's error into the message text.
-	for _, rule := range []error{ErrFDsRefused, ErrTooManyFDs, ErrUnfinished, ErrExports, ErrCaps, ErrCallBytes, ErrAnswerBytes, ErrProtocol} {
+	for _, rule := range []error{ErrFDsRefused, ErrTooManyFDs, ErrUnfinished, ErrExports, ErrCaps, ErrCallBytes, ErrAnswerBytes, ErrProtocol, ErrUnserved} {
 		if strings.Contains(msg, rule.Error()) {
 			level = slog.LevelWarn
 		}

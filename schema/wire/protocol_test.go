@@ -51,7 +51,7 @@ func readReleases(peer *net.UnixConn, releases chan<- uint32) {
 // promiseCall calls method on the bootstrap as question q, its params
 // carrying the peer's promises ids (held while the call runs), the first
 // as the struct's pointer.
-func promiseCall(t *testing.T, q uint32, method uint16, ids ...uint32) *capnp.Message {
+func promiseCall(t testing.TB, q uint32, method uint16, ids ...uint32) *capnp.Message {
 	msg := heavyCall(t, q, method, 0, len(ids))
 	m, err := rpccp.ReadRootMessage(msg)
 	if err != nil {
@@ -72,7 +72,7 @@ func promiseCall(t *testing.T, q uint32, method uint16, ids ...uint32) *capnp.Me
 
 // resolveMsg resolves the peer's promise p: to its capability (or
 // promise) to, or with an exception.
-func resolveMsg(t *testing.T, p uint32, to uint32, promise, exception bool) *capnp.Message {
+func resolveMsg(t testing.TB, p uint32, to uint32, promise, exception bool) *capnp.Message {
 	return raw(t, func(m rpccp.Message) error {
 		r, err := m.NewResolve()
 		if err != nil {
@@ -243,7 +243,7 @@ func TestPromisesResolvedOnceKeepTheConnection(t *testing.T) {
 
 // pipelinedOn calls method on field 0 of question on's answer, as
 // question q.
-func pipelinedOn(t *testing.T, q, on uint32, method uint16) *capnp.Message {
+func pipelinedOn(t testing.TB, q, on uint32, method uint16) *capnp.Message {
 	msg := methodMsg(t, q, method)
 	m, _ := rpccp.ReadRootMessage(msg)
 	c, _ := m.Call()
