@@ -2,6 +2,8 @@ package wire
 
 import (
 	"context"
+	"errors"
+	"os"
 	"runtime"
 	"strings"
 	"testing"
@@ -12,7 +14,8 @@ import (
 )
 
 // Cap'n Proto pointers may alias: the attacks below are messages of a few
-// hundred bytes whose deep copy is tens of MiB.
+// hundred bytes whose deep copy is tens of MiB, and a peer that never
+// reads what it is sent.
 
 // dagDepth makes a DAG whose deep copy is 2^20 nodes of 24 bytes (24 MiB)
 // from 21 nodes on the wire.
@@ -374,5 +377,62 @@ func TestReadLimitIsTiedToSize(t *testing.T) {
 				t.Errorf("copying %s: %v; want the traversal limit reached", tt.name, err)
 			}
 		})
+	}
+}
+
+// TestLargeAnswersToAPeerThatDoesNotRead: a peer that sent calls for
+// answers of 1 MiB and read nothing had every call it had sent read
+// before the first answer was written (up to Limits.Backlog of them), and
+// every answer built and queued: 1.2 GiB for 1,232 calls. The answers
+// past Limits.BacklogBytes wait instead, and the served side grows by
+// tens of MiB at most. (A Backlog of 128, not 4096, keeps the test short:
+// the calls left when the connection closes are still answered, to no
+// one.)
+func TestLargeAnswersToAPeerThatDoesNotRead(t *testing.T) {
+	c, peer := served(t)
+	rc := c.RPCWith(bootstrap(), nil, Limits{Backlog: 128})
+	defer rc.Close()
+	enc := capnp.NewEncoder(peer)
+	if err := enc.Encode(bootstrapMsg(t)); err != nil {
+		t.Fatal(err)
+	}
+	var sent uint32
+	grew := heapGrowth(func() {
+		for q := uint32(1); q <= 20000; q++ {
+			_ = peer.SetWriteDeadline(time.Now().Add(time.Second))
+			if err := enc.Encode(methodMsg(t, q, testLarge)); err != nil {
+				if !errors.Is(err, os.ErrDeadlineExceeded) {
+					t.Fatalf("call %d: %v", q, err)
+				}
+				break
+			}
+			sent = q
+		}
+		time.Sleep(500 * time.Millisecond) // the answers being built
+	})
+	t.Logf("%d calls sent; %d bytes wait for the peer; the served side grew by %d MiB", sent, c.Queued(), grew>>20)
+	if grew > 48<<20 {
+		t.Errorf("the served side grew by %d MiB for a peer that reads nothing; want under 48 MiB", grew>>20)
+	}
+	if q := c.Queued(); q > DefaultBacklogBytes+2*largeAnswer {
+		t.Errorf("%d bytes wait for the peer; want at most DefaultBacklogBytes and an answer or two", q)
+	}
+	// The peer reads at last, and finishes each answer: the answers come
+	// (a few are enough to tell: they are 1 MiB each).
+	answered := readReturns(peer, int(sent)+1) // the reader never waits on the writer
+	_ = peer.SetWriteDeadline(time.Time{})
+	deadline := time.After(30 * time.Second)
+	for returns := 0; returns < 16; returns++ {
+		select {
+		case q, ok := <-answered:
+			if !ok {
+				t.Fatalf("the connection ended after %d returns", returns)
+			}
+			if err := enc.Encode(finishMsg(t, q)); err != nil {
+				t.Fatalf("finishing %d: %v", q, err)
+			}
+		case <-deadline:
+			t.Fatalf("only %d returns came", returns)
+		}
 	}
 }

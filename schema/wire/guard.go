@@ -35,6 +35,14 @@ type Limits struct {
 	// calls a peer may have running (the switchboard's limits.calls, a
 	// vat's Unfinished). If zero, DefaultBacklog.
 	Backlog int
+	// BacklogBytes is how many bytes of this side's messages may wait for
+	// the peer to read them, beyond what the socket holds (Conn.Queued).
+	// Past it, the answers of this side's servers wait before they are
+	// queued (and with them each server's next call), so a peer that
+	// never reads makes this side hold that much, the answers of the
+	// calls it has running, and past Backlog it is no longer read. If
+	// zero, DefaultBacklogBytes.
+	BacklogBytes int64
 	// Exports is how many capabilities this side may have handed the
 	// peer and not had released. Past it the connection ends with
 	// ErrExports. If zero, DefaultExports.
@@ -62,17 +70,19 @@ type Limits struct {
 
 // The defaults of Limits.
 const (
-	DefaultUnfinished  = 16384
-	DefaultBacklog     = 4096
-	DefaultExports     = 1 << 17 // above what the switchboard lets one connection hold: its own limits answer first, with their reasons
-	DefaultCaps        = 1024
-	DefaultCallBytes   = 1 << 30
-	DefaultAnswerBytes = 1 << 30
+	DefaultUnfinished   = 16384
+	DefaultBacklog      = 4096
+	DefaultBacklogBytes = 4 << 20 // four of a door's largest answers; twenty times what a unix socket holds by default (208 KiB)
+	DefaultExports      = 1 << 17 // above what the switchboard lets one connection hold: its own limits answer first, with their reasons
+	DefaultCaps         = 1024
+	DefaultCallBytes    = 1 << 30
+	DefaultAnswerBytes  = 1 << 30
 )
 
 func (l Limits) withDefaults() Limits {
 	orDefault(&l.Unfinished, DefaultUnfinished)
 	orDefault(&l.Backlog, DefaultBacklog)
+	orDefault(&l.BacklogBytes, DefaultBacklogBytes)
 	orDefault(&l.Exports, DefaultExports)
 	orDefault(&l.Caps, DefaultCaps)
 	orDefault(&l.CallBytes, DefaultCallBytes)

@@ -70,7 +70,7 @@ func FuzzGuard(f *testing.F) {
 	f.Add(frames(f, methodMsg(t, 1, testBlock), pipelinedOn(t, 2, 1, testMethod), finishMsg(t, 1)))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, peer := served(t)
-		rc := c.RPCWith(bootstrap(), nil, Limits{Unfinished: 64, Caps: 16, CallBytes: 1 << 20, AnswerBytes: 4 << 20})
+		rc := c.RPCWith(bootstrap(), nil, Limits{Unfinished: 64, Caps: 16, CallBytes: 1 << 20, AnswerBytes: 4 << 20, BacklogBytes: 64 << 10})
 		defer rc.Close()
 		go func() {
 			buf := make([]byte, 64<<10)

@@ -277,20 +277,10 @@ func TestHeldCallBytesEndTheConnection(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink shared by the rpc goroutines and the test.
-type syncBuffer = testenv.Buffer
-
-// TestUnfinishedAnswerBytesEndTheConnection: go-capnp keeps each answer,
-// results included, until its Finish. A peer that reads answers of large
-// results and never finishes them ends the connection, with a warning
-// naming the limit, once past Limits.AnswerBytes of them; fewer keep it.
-func TestUnfinishedAnswerBytesEndTheConnection(t *testing.T) {
-	const limit = 3*largeAnswer + largeAnswer/2
-	c, peer := served(t)
-	var logs syncBuffer
-	rc := c.RPCWith(bootstrap(), Logger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))), Limits{AnswerBytes: limit})
-	defer rc.Close()
-	returns := make(chan uint32, 16)
+// readReturns reads peer until the connection ends (then closes the
+// channel), sending the answer id of each Return; the channel holds n.
+func readReturns(peer *net.UnixConn, n int) <-chan uint32 {
+	returns := make(chan uint32, n)
 	go func() {
 		defer close(returns)
 		dec := capnp.NewDecoder(peer)
@@ -305,6 +295,23 @@ func TestUnfinishedAnswerBytesEndTheConnection(t *testing.T) {
 			}
 		}
 	}()
+	return returns
+}
+
+// syncBuffer is a log sink shared by the rpc goroutines and the test.
+type syncBuffer = testenv.Buffer
+
+// TestUnfinishedAnswerBytesEndTheConnection: go-capnp keeps each answer,
+// results included, until its Finish. A peer that reads answers of large
+// results and never finishes them ends the connection, with a warning
+// naming the limit, once past Limits.AnswerBytes of them; fewer keep it.
+func TestUnfinishedAnswerBytesEndTheConnection(t *testing.T) {
+	const limit = 3*largeAnswer + largeAnswer/2
+	c, peer := served(t)
+	var logs syncBuffer
+	rc := c.RPCWith(bootstrap(), Logger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))), Limits{AnswerBytes: limit})
+	defer rc.Close()
+	returns := readReturns(peer, 16)
 	enc := capnp.NewEncoder(peer)
 	// answered sends calls from..to and waits for their Returns.
 	answered := func(from, to uint32, method uint16) bool {
@@ -613,12 +620,15 @@ func TestFinishedCallsKeepTheConnection(t *testing.T) {
 }
 
 // TestPeerThatDoesNotReadIsNotBuffered: a peer that calls (and finishes)
-// without ever reading makes the served side queue every answer; past
-// DefaultBacklog the served side stops reading, so the peer's writes block
-// instead of the served side's memory growing.
+// without ever reading makes the served side answer every call. Past
+// Limits.BacklogBytes of answers the served side's answers wait, and past
+// Limits.Backlog of them it stops reading, so the peer's writes block
+// instead of the served side's memory growing. (A BacklogBytes of 256 KiB
+// keeps the test short: the default holds some 80,000 small answers.)
 func TestPeerThatDoesNotReadIsNotBuffered(t *testing.T) {
+	const backlogBytes = 256 << 10
 	c, peer := served(t)
-	rc := c.RPC(bootstrap(), nil)
+	rc := c.RPCWith(bootstrap(), nil, Limits{BacklogBytes: backlogBytes})
 	defer rc.Close()
 	enc := capnp.NewEncoder(peer)
 	if err := enc.Encode(bootstrapMsg(t)); err != nil {
@@ -642,12 +652,17 @@ func TestPeerThatDoesNotReadIsNotBuffered(t *testing.T) {
 		}
 		sent = q
 	}
-	// What gets through: the backlog, the answers the socket holds and the
-	// calls the socket holds, a few thousand each.
-	if sent > 8*DefaultBacklog {
-		t.Errorf("the served side read %d of %d calls from a peer that never reads; want it to stop near %d", sent, n, DefaultBacklog)
+	// What gets through: the answers behind (backlogBytes of them, at
+	// least 40 bytes each), the backlog, and the answers and calls the
+	// sockets hold, a few thousand each.
+	const minReturn = 40
+	if sent >= n || sent > backlogBytes/minReturn+8*DefaultBacklog {
+		t.Errorf("the served side read %d of %d calls from a peer that never reads; want it to stop near %d", sent, n, backlogBytes/minReturn+DefaultBacklog)
 	}
-	t.Logf("%d calls went through before the served side stopped reading", sent)
+	if q := c.Queued(); q > backlogBytes+64<<10 {
+		t.Errorf("%d bytes wait for the peer; want at most %d and the message waiting for room", q, backlogBytes)
+	}
+	t.Logf("%d calls went through before the served side stopped reading; %d bytes wait for the peer", sent, c.Queued())
 	select {
 	case <-rc.Done():
 		t.Error("the connection ended; want it stalled, not broken")

@@ -28,17 +28,43 @@ var (
 )
 
 // serveSafely wraps c, a capability this side serves on a connection:
-// calls pipelined on its answers wait in a pipeline, and the servers its
-// answers hand over are wrapped in their turn. It takes ownership of c.
-func serveSafely(c capnp.Client) capnp.Client {
+// calls pipelined on its answers wait in a pipeline, each answer waits
+// for room on the connection (a throttle), and the servers its answers
+// hand over are wrapped in their turn. It takes ownership of c.
+func serveSafely(c capnp.Client, t throttle) capnp.Client {
 	if !c.IsValid() {
 		return c
 	}
-	return capnp.NewClient(&servedHook{c: c})
+	return capnp.NewClient(&servedHook{c: c, t: t})
 }
 
 // servedHook is the ClientHook of serveSafely.
-type servedHook struct{ c capnp.Client }
+type servedHook struct {
+	c capnp.Client
+	t throttle
+}
+
+// throttle holds back the answers of the servers served on one
+// connection while the peer has not taken what was written to it: a
+// peer that sends a thousand calls in one write and reads nothing has
+// them all read before the first answer is written, and each answer,
+// were it built, would wait in go-capnp's send queue (a thousand calls
+// for an answer of 1 MiB each held 1.2 GiB). An answer waits, before
+// go-capnp has it, while more than limit bytes wait for the peer (see
+// behind.go), and with it the server's next call. The zero throttle
+// holds nothing back.
+type throttle struct {
+	c     *Conn
+	limit int64
+}
+
+// wait returns once at most t.limit bytes wait for the peer, or its
+// connection has closed.
+func (t throttle) wait() {
+	if t.c != nil {
+		t.c.waitQueued(t.limit)
+	}
+}
 
 func (s *servedHook) Send(ctx context.Context, sd capnp.Send) (*capnp.Answer, capnp.ReleaseFunc) {
 	return s.c.SendCall(ctx, sd)
@@ -46,7 +72,7 @@ func (s *servedHook) Send(ctx context.Context, sd capnp.Send) (*capnp.Answer, ca
 
 func (s *servedHook) Recv(ctx context.Context, r capnp.Recv) capnp.PipelineCaller {
 	p := &pipeline{}
-	r.Returner = &settling{Returner: r.Returner, p: p}
+	r.Returner = &settling{Returner: r.Returner, p: p, t: s.t}
 	// The server's own answer queue sees no pipelined call: they wait in
 	// p. A call refused at once (nil) has settled p already.
 	_ = s.c.RecvCall(ctx, r)
@@ -62,6 +88,7 @@ func (s *servedHook) String() string     { return "served " + s.c.String() }
 type settling struct {
 	capnp.Returner
 	p       *pipeline
+	t       throttle
 	results capnp.Struct
 }
 
@@ -72,8 +99,9 @@ func (s *settling) AllocResults(sz capnp.ObjectSize) (capnp.Struct, error) {
 }
 
 func (s *settling) PrepareReturn(err error) {
+	s.t.wait() // in the server's goroutine, holding no lock of go-capnp's
 	if err == nil {
-		wrapServers(s.results)
+		wrapServers(s.results, s.t)
 	}
 	s.Returner.PrepareReturn(err)
 	if err != nil {
@@ -86,7 +114,7 @@ func (s *settling) PrepareReturn(err error) {
 // wrapServers wraps each server among the capabilities results hands
 // over (before they are exported), so that calls on them are servedHook
 // safely too.
-func wrapServers(results capnp.Struct) {
+func wrapServers(results capnp.Struct, t throttle) {
 	msg := results.Message()
 	if msg == nil {
 		return
@@ -98,7 +126,7 @@ func wrapServers(results capnp.Struct) {
 		_, isServer := server.IsServer(b.Brand())
 		b.Release()
 		if isServer {
-			table.Set(capnp.CapabilityID(i), serveSafely(c)) // c moves into the wrapper
+			table.Set(capnp.CapabilityID(i), serveSafely(c, t)) // c moves into the wrapper
 		}
 	}
 }

@@ -55,6 +55,7 @@ type Conn struct {
 	sent    uint64
 	wbufs   net.Buffers // the Cap'n Proto message being gathered
 	wleft   int         // bytes of that message still to come
+	behind  behind      // what the peer has not taken yet (behind.go)
 
 	rbuf     []byte // read-ahead; descriptors that came with it are in inbox
 	rlo, rhi int
@@ -71,10 +72,12 @@ type Conn struct {
 // closed at once and the connection is broken (a vat must never be able to
 // push descriptors into the supervisor). NewConn takes ownership of uc.
 func NewConn(uc *net.UnixConn, acceptFDs bool) *Conn {
-	return &Conn{
+	c := &Conn{
 		uc: uc, acceptFD: acceptFDs, inbox: map[uint64]*os.File{},
 		oob: make([]byte, syscall.CmsgSpace(oobSize)), rbuf: make([]byte, readAhead),
 	}
+	c.behind.drained = sync.NewCond(&c.wmu)
+	return c
 }
 
 // Unix returns the underlying connection (for peer credentials).
@@ -308,77 +311,6 @@ func messageSize(p []byte) (int, bool) {
 	return size, true
 }
 
-// flush writes bufs, with any queued descriptors on the first byte. The
-// last batch of descriptors leaves in the same sendmsg as the whole of bufs,
-// so the peer collects them with the message in one recvmsg (a lone first
-// byte would cost it a second read, and its reader a second wakeup).
-func (c *Conn) flush(bufs net.Buffers) error {
-	for len(c.pending) > 0 {
-		for len(bufs) > 0 && len(bufs[0]) == 0 {
-			bufs = bufs[1:]
-		}
-		if len(bufs) == 0 {
-			return nil // descriptors wait for bytes to ride on
-		}
-		batch := c.pending
-		last := len(batch) <= maxFDsPerWrite
-		if !last {
-			batch = batch[:maxFDsPerWrite]
-		}
-		fds := make([]int, len(batch))
-		for i, f := range batch {
-			fds[i] = int(f.Fd())
-		}
-		rights := syscall.UnixRights(fds...)
-		var n int
-		var err error
-		if last {
-			n, err = c.sendmsg(bufs, rights)
-		} else {
-			n, err = c.sendmsg(net.Buffers{bufs[0][:1]}, rights)
-		}
-		if err != nil {
-			return err
-		}
-		for _, f := range batch {
-			_ = f.Close()
-		}
-		c.pending = c.pending[len(batch):]
-		bufs = consume(bufs, n)
-	}
-	if len(bufs) == 0 {
-		return nil
-	}
-	_, err := bufs.WriteTo(c.uc)
-	return err
-}
-
-// sendmsg writes bufs with the control message oob in one sendmsg(2) and
-// returns how many bytes left (at least one: oob leaves with the first).
-func (c *Conn) sendmsg(bufs net.Buffers, oob []byte) (int, error) {
-	rc, err := c.uc.SyscallConn()
-	if err != nil {
-		return 0, err
-	}
-	var n int
-	var serr error
-	werr := rc.Write(func(fd uintptr) bool {
-		for {
-			n, serr = unix.SendmsgBuffers(int(fd), bufs, oob, nil, unix.MSG_NOSIGNAL)
-			if !errors.Is(serr, unix.EINTR) {
-				return !errors.Is(serr, unix.EAGAIN)
-			}
-		}
-	})
-	if werr != nil {
-		return 0, werr
-	}
-	if serr != nil {
-		return 0, os.NewSyscallError("sendmsg", serr)
-	}
-	return n, nil
-}
-
 // consume drops the first n bytes of bufs.
 func consume(bufs net.Buffers, n int) net.Buffers {
 	for n > 0 && len(bufs) > 0 {
@@ -392,8 +324,11 @@ func consume(bufs net.Buffers, n int) net.Buffers {
 	return bufs
 }
 
-// Close closes the connection and every unclaimed descriptor.
+// Close closes the connection and every unclaimed descriptor. What is
+// behind (go-capnp's abort, say) goes out first if the peer takes it
+// within closeGrace.
 func (c *Conn) Close() error {
+	c.drainBehind()
 	err := c.uc.Close()
 	c.rmu.Lock()
 	for k, f := range c.inbox {
@@ -423,7 +358,9 @@ func (c *Conn) RPC(bootstrap capnp.Client, logger rpc.Logger) *rpc.Conn {
 // peer pipelines on an answer still to come cannot panic go-capnp (see
 // serveSafely).
 func (c *Conn) RPCWith(bootstrap capnp.Client, logger rpc.Logger, lim Limits) *rpc.Conn {
-	return rpc.NewConn(newGuard(transport.NewStream(c), lim, c.stopReading), &rpc.Options{BootstrapClient: serveSafely(bootstrap), Logger: logger})
+	g := newGuard(transport.NewStream(c), lim, c.stopReading)
+	t := throttle{c: c, limit: g.lim.BacklogBytes}
+	return rpc.NewConn(g, &rpc.Options{BootstrapClient: serveSafely(bootstrap, t), Logger: logger})
 }
 
 // stopReading makes the read under way, and every later one, fail at once
