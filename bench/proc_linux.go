@@ -93,6 +93,7 @@ func ProcCPU(pid int) (time.Duration, error) {
 // Mem is a process's memory, in bytes.
 type Mem struct {
 	RSS int64 // VmRSS
+	HWM int64 // VmHWM: the most RSS has been
 	PSS int64 // Pss from smaps_rollup (shared pages divided among sharers)
 }
 
@@ -108,6 +109,9 @@ func ProcMem(pid int) (Mem, error) {
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
 			m.RSS = kib(v)
+		}
+		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			m.HWM = kib(v)
 		}
 	}
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid)); err == nil {

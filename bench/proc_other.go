@@ -21,6 +21,7 @@ func ProcCPU(int) (time.Duration, error) { return 0, ErrUnsupported }
 // Mem is a process's memory, in bytes.
 type Mem struct {
 	RSS int64
+	HWM int64
 	PSS int64
 }
 

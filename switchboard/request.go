@@ -126,12 +126,11 @@ func connectionNames(values []string) map[string]bool {
 }
 
 // connectionListed returns the names the caller's Connection headers list.
-func connectionListed(hdrs schema.Header_List) map[string]bool {
+func connectionListed(hdrs []schema.HeaderField) map[string]bool {
 	var values []string
-	for i := 0; i < hdrs.Len(); i++ {
-		if name, _ := hdrs.At(i).Name(); http.CanonicalHeaderKey(name) == "Connection" {
-			value, _ := hdrs.At(i).Value()
-			values = append(values, value)
+	for _, h := range hdrs {
+		if http.CanonicalHeaderKey(h.Name) == "Connection" {
+			values = append(values, h.Value)
 		}
 	}
 	return connectionNames(values)
@@ -168,17 +167,17 @@ func (h *handle) Request(ctx context.Context, call schema.Handle_request) error 
 	if strings.HasPrefix(rawURL, "ws") {
 		return fail(nil, refuse("request takes http or https URLs; use webSocket for %s", logURL(rawURL)))
 	}
-	hdrs, err := args.Headers()
+	// Bounded before anything loops over them (schema.MaxHeaders).
+	hdrs, err := schema.ReadHeaders(args.Headers())
 	if err != nil {
-		return err
+		return fail(nil, refuse("%v", err))
 	}
 	header := http.Header{}
 	var contentLength int64 = -1
 	hopOnly := connectionListed(hdrs)
-	for i := 0; i < hdrs.Len(); i++ {
-		name, _ := hdrs.At(i).Name()
-		value, _ := hdrs.At(i).Value()
-		k := http.CanonicalHeaderKey(name)
+	for _, hf := range hdrs {
+		value := hf.Value
+		k := http.CanonicalHeaderKey(hf.Name)
 		switch {
 		case k == "Host":
 			want := hostHeader(lreq)

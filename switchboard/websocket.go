@@ -86,15 +86,15 @@ func (h *handle) WebSocket(ctx context.Context, call schema.Handle_webSocket) er
 	if err != nil { // labels.ParseURL read it: never here
 		return fail(nil, "", refuse("the URL cannot be parsed"))
 	}
-	hdrs, err := args.Headers()
+	// Bounded before anything loops over them (schema.MaxHeaders).
+	hdrs, err := schema.ReadHeaders(args.Headers())
 	if err != nil {
-		return err
+		return fail(nil, "", refuse("%v", err))
 	}
 	header := http.Header{}
 	hopOnly := connectionListed(hdrs)
-	for i := 0; i < hdrs.Len(); i++ {
-		name, _ := hdrs.At(i).Name()
-		value, _ := hdrs.At(i).Value()
+	for _, hf := range hdrs {
+		name, value := hf.Name, hf.Value
 		// The handshake is written by hand: a name or value that is not
 		// a valid HTTP field would write lines of the caller's (a second
 		// Host, a whole request) to a host granted only this handshake.
