@@ -1,8 +1,9 @@
 // Command snoop is a hostile vat for the isolation tests: on request it tries
-// to read a file, list a folder, dial a unix socket or turn a socket its
-// Handle gave it towards an address it was not granted, and reports what
-// happened ("ok: ..." or "denied: ..."). It must only ever succeed on its own
-// things.
+// to read a file, list a folder, dial a unix socket, turn a socket its
+// Handle gave it towards an address it was not granted, or make the
+// supervisor copy or walk far more than it sends (amplify.go), and reports
+// what happened ("ok: ..." or "denied: ..."). It must only ever succeed on
+// its own things.
 package main
 
 import (
@@ -109,6 +110,8 @@ func main() {
 		<-r.Context().Done() // never answers: holds the supervisor's connection
 	})
 	http.HandleFunc("/reconnect", reconnect)
+	http.HandleFunc("/amplify/unserved", amplifyUnserved)
+	http.HandleFunc("/amplify/relay", amplifyRelay)
 	http.HandleFunc("/bind3", func(w http.ResponseWriter, r *http.Request) {
 		// fd 3 is a unix socket of the supervisor's network namespace:
 		// binding it to a name would squat that name there.
@@ -148,23 +151,13 @@ func reconnect(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
 	defer cancel()
-	conn, err := wire.FromFile(os.NewFile(3, "vat-cap"), true)
+	conn, h, done, err := egress(ctx)
 	if err != nil {
-		say("denied: fd 3: %v", err)
+		say("denied: %v", err)
 		return
 	}
-	rc := conn.RPC(capnp.Client{}, nil)
-	defer rc.Close()
-	vat := schema.Vat(rc.Bootstrap(ctx))
-	defer vat.Release()
-	ef, erel := vat.Egress(ctx, nil)
-	defer erel()
-	eres, err := ef.Struct()
-	if err != nil {
-		say("denied: egress: %v", err)
-		return
-	}
-	cf, crel := eres.Handle().Connect(ctx, func(ps schema.Handle_connect_Params) error {
+	defer done()
+	cf, crel := h.Connect(ctx, func(ps schema.Handle_connect_Params) error {
 		t, err := ps.NewTarget()
 		if err != nil {
 			return err
@@ -215,4 +208,27 @@ func reconnect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	say("ok: reached %s: %q", target, buf[:n])
+}
+
+// egress asks fd 3 (which a vat has once) for its egress Handle. The
+// caller must call done once it no longer uses conn or the Handle.
+func egress(ctx context.Context) (conn *wire.Conn, h schema.Handle, done func(), err error) {
+	conn, err = wire.FromFile(os.NewFile(3, "vat-cap"), true)
+	if err != nil {
+		return nil, schema.Handle{}, nil, fmt.Errorf("fd 3: %w", err)
+	}
+	rc := conn.RPC(capnp.Client{}, nil)
+	vat := schema.Vat(rc.Bootstrap(ctx))
+	ef, erel := vat.Egress(ctx, nil)
+	done = func() {
+		erel()
+		vat.Release()
+		_ = rc.Close()
+	}
+	eres, err := ef.Struct()
+	if err != nil {
+		done()
+		return nil, schema.Handle{}, nil, fmt.Errorf("egress: %w", err)
+	}
+	return conn, eres.Handle(), done, nil
 }

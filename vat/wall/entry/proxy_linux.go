@@ -566,18 +566,7 @@ func (p *Proxy) check(ctx context.Context, t target) error {
 }
 
 func setTarget(newTarget func() (schema.Target, error), t target) error {
-	st, err := newTarget()
-	if err != nil {
-		return err
-	}
-	if err := st.SetScheme(t.scheme); err != nil {
-		return err
-	}
-	if err := st.SetHost(t.host); err != nil {
-		return err
-	}
-	st.SetPort(t.port)
-	return nil
+	return schema.TargetFields{Scheme: t.scheme, Host: t.host, Port: t.port}.Set(newTarget)
 }
 
 // upstream is a connection the Handle granted: the socket itself, or a
