@@ -11,6 +11,8 @@ import (
 
 	"capnproto.org/go/capnp/v3"
 	rpccp "capnproto.org/go/capnp/v3/std/capnp/rpc"
+
+	"toybox/tests/amplify"
 )
 
 // Cap'n Proto pointers may alias: the attacks below are messages of a few
@@ -19,31 +21,16 @@ import (
 
 // dagDepth makes a DAG whose deep copy is 2^20 nodes of 24 bytes (24 MiB)
 // from 21 nodes on the wire.
-const dagDepth = 20
+const dagDepth = amplify.Depth
 
-// dag returns a struct in seg whose two pointers both point at a struct
-// of the same shape, depth levels down: 24 bytes a level on the wire,
-// 2^depth leaves when deep-copied.
+// dag is amplify.DAG, failing t on an error.
 func dag(t testing.TB, seg *capnp.Segment, depth int) capnp.Struct {
 	t.Helper()
-	node := func() capnp.Struct {
-		n, err := capnp.NewStruct(seg, capnp.ObjectSize{DataSize: 8, PointerCount: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
+	d, err := amplify.DAG(seg, depth)
+	if err != nil {
+		t.Fatal(err)
 	}
-	top := node()
-	for i := 0; i < depth; i++ {
-		n := node()
-		for p := uint16(0); p < 2; p++ {
-			if err := n.SetPtr(p, top.ToPtr()); err != nil {
-				t.Fatal(err)
-			}
-		}
-		top = n
-	}
-	return top
+	return d
 }
 
 // setTag sets the union tag of s (at data offset off) to a value the

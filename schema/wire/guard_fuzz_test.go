@@ -1,12 +1,13 @@
 package wire
 
 import (
-	"bytes"
 	"testing"
 	"time"
 
 	"capnproto.org/go/capnp/v3"
 	rpccp "capnproto.org/go/capnp/v3/std/capnp/rpc"
+
+	"toybox/tests/amplify"
 )
 
 // servedMessages are messages the guard lets through to go-capnp, the
@@ -93,15 +94,12 @@ func FuzzGuard(f *testing.F) {
 	})
 }
 
-// frames returns msgs stream-framed, one after the other.
+// frames is amplify.Frames, failing t on an error.
 func frames(t testing.TB, msgs ...*capnp.Message) []byte {
 	t.Helper()
-	var b bytes.Buffer
-	enc := capnp.NewEncoder(&b)
-	for _, m := range msgs {
-		if err := enc.Encode(m); err != nil {
-			t.Fatal(err)
-		}
+	b, err := amplify.Frames(msgs...)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return b.Bytes()
+	return b
 }
