@@ -101,7 +101,7 @@ func (h *handle) Connect(ctx context.Context, call schema.Handle_connect) error 
 			return fail(d.addrs, vetted, err)
 		}
 	}
-	x, err := h.hold(conn) // from here, x.shut releases conn and the count
+	x, err := h.hold(conn, d.req.Host) // from here, x.shut releases conn and the count
 	if err != nil {
 		down.Release()
 		return fail(d.addrs, vetted, err)

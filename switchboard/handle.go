@@ -36,8 +36,11 @@ type handle struct {
 // held is one connection a handle made: a socket handed over (the
 // switchboard keeps this duplicate) or relayed.
 type held struct {
-	conn    net.Conn
-	owner   *handle
+	conn  net.Conn
+	owner *handle
+	// host is the host the connection was asked for (a name, or the
+	// address itself): Reload judges it again.
+	host    string
 	fd      int    // watched by the tracker when >= 0
 	trackID uint64 // the tracker's registration id
 	// untracked is set (under the tracker's lock) once shut began.
@@ -122,8 +125,12 @@ func (h *handle) live() error {
 // hold records c as made by h. If h is already revoked, c is shut at once
 // and an error returned. The peer's connection count is already taken; it
 // is given back when the connection is shut.
-func (h *handle) hold(c net.Conn) (*held, error) {
-	x := &held{conn: c, owner: h, fd: -1}
+func (h *handle) hold(c net.Conn, host string) (*held, error) {
+	x := &held{conn: c, owner: h, fd: -1, host: host}
+	srv := h.p.srv
+	srv.heldMu.Lock()
+	srv.helds[x] = struct{}{}
+	srv.heldMu.Unlock()
 	h.mu.Lock()
 	if h.revoked {
 		h.mu.Unlock()
@@ -146,6 +153,10 @@ func (x *held) shut() {
 		x.owner.mu.Lock()
 		delete(x.owner.conns, x)
 		x.owner.mu.Unlock()
+		srv := x.owner.p.srv
+		srv.heldMu.Lock()
+		delete(srv.helds, x)
+		srv.heldMu.Unlock()
 		x.owner.p.releaseConn()
 	})
 }

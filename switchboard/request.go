@@ -84,7 +84,7 @@ func (v *vettedDial) dial(ctx context.Context) (net.Conn, error) {
 		v.h.p.releaseConn()
 		return nil, err
 	}
-	x, err := v.h.hold(c)
+	x, err := v.h.hold(c, v.d.req.Host)
 	if err != nil {
 		return nil, err
 	}

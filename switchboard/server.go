@@ -41,6 +41,19 @@ type Server struct {
 	tracker  *tracker
 	wsHeld   atomic.Int64 // WebSocket message bytes every peer holds (peer.holdWS)
 	conns    atomic.Int64 // connections every peer holds (Limits.TotalConns)
+
+	// classMu serialises building the classifier: the own-address
+	// refresher and Reload both do. own is the host's addresses it was
+	// last built with; deny and denyNames the operator's deny list.
+	classMu   sync.Mutex
+	own       []netip.Addr
+	deny      []netip.Prefix
+	denyNames []string
+
+	// helds are every connection a handle holds (Reload judges each
+	// again).
+	heldMu sync.Mutex
+	helds  map[*held]struct{}
 }
 
 // New returns a Server for cfg. It reads the host's interface addresses
@@ -87,6 +100,8 @@ func New(cfg Config) (*Server, error) {
 		resolver: newResolver(cfg.Resolver),
 		dialer:   net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second},
 		tlsConf:  &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
+		deny:     cfg.Deny, denyNames: cfg.DenyNames,
+		helds: map[*held]struct{}{},
 	}
 	s.setOwn(own)
 	s.http = s.newTransport()
@@ -114,8 +129,15 @@ func New(cfg Config) (*Server, error) {
 const ownRefresh = 15 * time.Second
 
 func (s *Server) setOwn(own []netip.Addr) {
+	s.classMu.Lock()
+	defer s.classMu.Unlock()
+	s.own = own
+	s.storeClassesLocked()
+}
+
+func (s *Server) storeClassesLocked() {
 	s.classes.Store(&addrclass.Classifier{
-		Deny: s.cfg.Deny, DenyNames: s.cfg.DenyNames, Own: own, PublicNames: s.cfg.PublicNames,
+		Deny: s.deny, DenyNames: s.denyNames, Own: s.own, PublicNames: s.cfg.PublicNames,
 	})
 }
 

@@ -128,7 +128,7 @@ func (h *handle) WebSocket(ctx context.Context, call schema.Handle_webSocket) er
 		h.p.releaseConn()
 		return fail(d.addrs, vetted, err)
 	}
-	x, err := h.hold(conn)
+	x, err := h.hold(conn, d.req.Host)
 	if err != nil {
 		return fail(d.addrs, vetted, err)
 	}

@@ -6,7 +6,8 @@
 // Sockets come from systemd socket activation (LISTEN_FDS, with
 // FileDescriptorName=public or local) and/or --listen. It sends READY=1
 // when NOTIFY_SOCKET is set, logs one JSON record per decision on stderr,
-// and shuts down cleanly on SIGTERM or SIGINT.
+// reads its config's deny list again on SIGHUP (reload.go), and shuts down
+// cleanly on SIGTERM or SIGINT.
 package main
 
 import (
@@ -203,6 +204,19 @@ func run(args []string) int {
 	if _, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
 		log.Warn("sd_notify READY=1 failed", "error", err.Error())
 	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				reload(srv, *configPath, file, log)
+			}
+		}
+	}()
 	<-ctx.Done()
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
 	wg.Wait()
