@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"capnproto.org/go/capnp/v3"
@@ -18,31 +19,89 @@ import (
 // label set the supervisor's root handle is constrained to. It lives on the
 // connection it was handed out on (down), where connected sockets go.
 type handleServer struct {
-	v       *Vat
-	down    *wire.Conn
-	members []labels.Set
+	v    *Vat
+	down *wire.Conn
+	// narrow are the labels of each constrain that made this handle,
+	// in order (none: the vat's own Handle). Its members are the vat's
+	// current members narrowed by each: a grant changed by SetGrants
+	// applies to every narrowing already handed out.
+	narrow []labels.Set
 	// entry: down is toybox-entry's connection, which may hold the
 	// connected socket itself. Any other peer gets a relayed one
 	// (relayed).
 	entry bool
-	// narrowed: made by constrain, it holds its members' switchboard
-	// handles (Vat.hold) until go-capnp shuts it down.
-	narrowed bool
+
+	mu      sync.Mutex
+	gen     uint64       // the vat's generation members was made from
+	members []labels.Set // nil until first asked, or when none is left
+	why     error        // why no member is left
+	// held are the switchboard handles of a narrowing's members
+	// (Vat.hold), kept until go-capnp shuts it down.
+	held []*upstreamEntry
 }
 
-// narrowedHandle returns a Handle of members made by constrain: the
-// switchboard handles of its members are kept while it lives.
-func (v *Vat) narrowedHandle(down *wire.Conn, members []labels.Set, entry bool) schema.Handle {
-	v.hold(members)
-	return schema.Handle_ServerToClient(&handleServer{v: v, down: down, members: members, entry: entry, narrowed: true})
+// narrowedHandle returns a Handle made by constrain: the switchboard
+// handles of its members are kept while it lives.
+func (v *Vat) narrowedHandle(down *wire.Conn, narrow []labels.Set, members []labels.Set, gen uint64, entry bool) schema.Handle {
+	h := &handleServer{v: v, down: down, narrow: narrow, entry: entry, gen: gen, members: members, held: v.hold(members)}
+	return schema.Handle_ServerToClient(h)
 }
 
 // Shutdown is called by go-capnp once the last reference is released (or
 // the connection it lives on ends) and every call on it has returned.
 func (h *handleServer) Shutdown() {
-	if h.narrowed {
-		h.v.drop(h.members)
+	h.mu.Lock()
+	held := h.held
+	h.held = nil
+	h.mu.Unlock()
+	h.v.drop(held)
+}
+
+// current returns the handle's members under the vat's grant as it is
+// now, or why none is left.
+func (h *handleServer) current() ([]labels.Set, error) {
+	vm, gen := h.v.current()
+	if len(h.narrow) == 0 {
+		return vm, nil
 	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.gen == gen && (h.members != nil || h.why != nil) {
+		return h.members, h.why
+	}
+	ms, why := narrowAll(vm, h.narrow)
+	old := h.held
+	h.gen, h.members, h.why, h.held = gen, ms, why, h.v.hold(ms)
+	h.v.drop(old)
+	return ms, why
+}
+
+// narrowAll narrows members by each of narrow in turn, dropping the
+// members a narrowing conflicts with.
+func narrowAll(members, narrow []labels.Set) ([]labels.Set, error) {
+	ms := members
+	for _, n := range narrow {
+		var kept []labels.Set
+		var firstErr error
+		for _, m := range ms {
+			c, err := labels.Constrain(m, n)
+			if err != nil {
+				if firstErr == nil {
+					firstErr = err
+				}
+				continue
+			}
+			kept = append(kept, c)
+		}
+		if len(kept) == 0 {
+			if firstErr == nil {
+				firstErr = errors.New("the vat has no grant")
+			}
+			return nil, fmt.Errorf("constrain %s: %w", n, firstErr)
+		}
+		ms = kept
+	}
+	return ms, nil
 }
 
 // Describe returns the labels every member shares (for a single grant, its
@@ -50,6 +109,10 @@ func (h *handleServer) Shutdown() {
 func (h *handleServer) Describe(_ context.Context, call schema.Handle_describe) error {
 	if err := h.v.checkLive(); err != nil {
 		return err
+	}
+	ms, err := h.current()
+	if err != nil {
+		return fmt.Errorf("egress refused: the vat's grant no longer admits this handle (%w)", err)
 	}
 	res, err := call.AllocResults()
 	if err != nil {
@@ -59,7 +122,7 @@ func (h *handleServer) Describe(_ context.Context, call schema.Handle_describe) 
 	if err != nil {
 		return err
 	}
-	return toSchema(l, common(h.members))
+	return toSchema(l, common(ms))
 }
 
 func common(ms []labels.Set) labels.Set {
@@ -107,26 +170,17 @@ func (h *handleServer) Constrain(_ context.Context, call schema.Handle_constrain
 	if err != nil {
 		return fmt.Errorf("constrain: %w", err)
 	}
-	var kept []labels.Set
-	var firstErr error
-	for _, m := range h.members {
-		n, err := labels.Constrain(m, narrow)
-		if err != nil {
-			if firstErr == nil {
-				firstErr = err
-			}
-			continue
-		}
-		kept = append(kept, n)
-	}
-	if len(kept) == 0 {
-		return fmt.Errorf("constrain %s: %w", narrow, firstErr)
+	vm, gen := h.v.current()
+	chain := append(append([]labels.Set(nil), h.narrow...), narrow)
+	kept, err := narrowAll(vm, chain)
+	if err != nil {
+		return err
 	}
 	res, err := call.AllocResults()
 	if err != nil {
 		return err
 	}
-	return res.SetHandle(h.v.narrowedHandle(h.down, kept, h.entry))
+	return res.SetHandle(h.v.narrowedHandle(h.down, chain, kept, gen, h.entry))
 }
 
 // candidates returns the members whose labels admit r, or, when none does,
@@ -137,9 +191,13 @@ func (h *handleServer) Constrain(_ context.Context, call schema.Handle_constrain
 // the scheme refusal as its cue to ask again, so it must not be hidden
 // behind another member's "port not granted".
 func (h *handleServer) candidates(r labels.Request) ([]labels.Set, error) {
+	members, err := h.current()
+	if err != nil {
+		return nil, fmt.Errorf("egress refused: the vat's grant no longer admits this handle (%w)", err)
+	}
 	var out []labels.Set
 	var first, scheme labels.Decision
-	for i, m := range h.members {
+	for i, m := range members {
 		d := m.Admit(r)
 		switch {
 		case d.Allow:
@@ -295,6 +353,7 @@ func (h *handleServer) Check(ctx context.Context, call schema.Handle_check) erro
 		ms, err = h.candidates(r)
 	}
 	if err != nil {
+		h.v.decided("check", r, err)
 		d, derr := res.NewDecision()
 		if derr != nil {
 			return derr
@@ -326,6 +385,9 @@ func (h *handleServer) Check(ctx context.Context, call schema.Handle_check) erro
 		return nil
 	})
 	if decided && strings.HasPrefix(errText(err), "egress refused: ") {
+		// A check that is refused is told; one that is allowed is
+		// followed by the call it was asked for, which is.
+		h.v.decided("check", r, err)
 		return nil
 	}
 	return err
@@ -354,15 +416,17 @@ func (h *handleServer) Connect(ctx context.Context, call schema.Handle_connect) 
 	}
 	r, err := targetRequest(t)
 	if err != nil {
+		h.v.decided("connect", labels.Request{Scheme: r.Scheme, Port: t.Port}, err)
 		return err
 	}
 	ms, err := h.candidates(r)
 	if err != nil {
+		h.v.decided("connect", r, err)
 		return err
 	}
 	hello, _ := args.TlsHello()
 	wantFd := args.WantFd()
-	return h.each(ctx, ms, func(m labels.Set, up schema.Handle, sess session) error {
+	err = h.each(ctx, ms, func(m labels.Set, up schema.Handle, sess session) error {
 		// The upstream call is not cancelled with the vat's: the
 		// switchboard may have sent the socket already, and the upstream
 		// session is shared by every vat. An unclaimed socket would count
@@ -419,8 +483,7 @@ func (h *handleServer) Connect(ctx context.Context, call schema.Handle_connect) 
 				// The switchboard handle that made it is kept while
 				// the relay runs (releasing it would end the
 				// connection), however the app lets go of its Handle.
-				held := []labels.Set{m}
-				h.v.hold(held)
+				held := h.v.hold([]labels.Set{m})
 				if f, err = h.v.relayed(f, func() { h.v.drop(held) }); err != nil { // takes f
 					return fmt.Errorf("relaying the connected socket: %w", err)
 				}
@@ -441,6 +504,8 @@ func (h *handleServer) Connect(ctx context.Context, call schema.Handle_connect) 
 		}
 		return nil
 	})
+	h.v.decided("connect", r, err)
+	return err
 }
 
 // readHeaders reads the headers of a vat's request or WebSocket, bounded
@@ -458,7 +523,7 @@ func readHeaders(l schema.Header_List, err error) ([]schema.HeaderField, error) 
 // beginURL starts a call that names a URL (request, webSocket): the
 // in-flight slot, then the members whose labels admit the URL. The caller
 // must call done.
-func (h *handleServer) beginURL(call interface{ Go() }, url string) (done func(), ms []labels.Set, err error) {
+func (h *handleServer) beginURL(call interface{ Go() }, op, url string) (done func(), ms []labels.Set, err error) {
 	done, err = h.begin(call)
 	if err != nil {
 		return nil, nil, err
@@ -470,6 +535,7 @@ func (h *handleServer) beginURL(call interface{ Go() }, url string) (done func()
 		err = fmt.Errorf("egress refused: %w", err)
 	}
 	if err != nil {
+		h.v.decided(op, r, err)
 		done()
 		return nil, nil, err
 	}
@@ -483,12 +549,12 @@ func (h *handleServer) Request(ctx context.Context, call schema.Handle_request) 
 	if err != nil {
 		return err
 	}
-	done, ms, err := h.beginURL(call, url)
+	done, ms, err := h.beginURL(call, "request", url)
 	if err != nil {
 		return err
 	}
 	defer done()
-	return h.each(ctx, ms, func(_ labels.Set, up schema.Handle, _ session) error {
+	err = h.each(ctx, ms, func(_ labels.Set, up schema.Handle, _ session) error {
 		fut, release := up.Request(ctx, func(p schema.Handle_request_Params) error {
 			m, _ := args.Method()
 			if err := p.SetMethod(m); err != nil {
@@ -515,6 +581,8 @@ func (h *handleServer) Request(ctx context.Context, call schema.Handle_request) 
 		}
 		return res.SetBody(r.Body().AddRef())
 	})
+	h.v.decidedURL("request", url, err)
+	return err
 }
 
 func (h *handleServer) WebSocket(ctx context.Context, call schema.Handle_webSocket) error {
@@ -524,12 +592,12 @@ func (h *handleServer) WebSocket(ctx context.Context, call schema.Handle_webSock
 	if err != nil {
 		return err
 	}
-	done, ms, err := h.beginURL(call, url)
+	done, ms, err := h.beginURL(call, "webSocket", url)
 	if err != nil {
 		return err
 	}
 	defer done()
-	return h.each(ctx, ms, func(_ labels.Set, up schema.Handle, _ session) error {
+	err = h.each(ctx, ms, func(_ labels.Set, up schema.Handle, _ session) error {
 		fut, release := up.WebSocket(ctx, func(p schema.Handle_webSocket_Params) error {
 			if err := p.SetUrl(url); err != nil {
 				return err
@@ -556,4 +624,6 @@ func (h *handleServer) WebSocket(ctx context.Context, call schema.Handle_webSock
 		}
 		return res.SetUpstream(r.Upstream().AddRef())
 	})
+	h.v.decidedURL("webSocket", url, err)
+	return err
 }

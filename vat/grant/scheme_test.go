@@ -13,10 +13,10 @@ import (
 // member's "port not granted", which left CONNECT to a listed
 // https://host:8443 refused whenever another grant came first.
 func TestCandidatesSayWhenOnlyTheSchemeIsRefused(t *testing.T) {
-	h := &handleServer{v: &Vat{}, members: []labels.Set{
+	h := &handleServer{v: &Vat{members: []labels.Set{
 		{Host: "127.0.0.1", Port: 8000, Vat: "alice"},
 		{Scheme: "https", Host: "127.0.0.1", Port: 8443, Vat: "alice"},
-	}}
+	}}}
 	_, err := h.candidates(labels.Request{Scheme: "tcp", Host: "127.0.0.1", Port: 8443})
 	if err == nil || !strings.Contains(err.Error(), labels.SchemeRefused("tcp")) {
 		t.Fatalf("tcp to the https-only member: %v; want a refusal naming %q", err, labels.SchemeRefused("tcp"))

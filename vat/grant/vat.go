@@ -69,6 +69,10 @@ type VatConfig struct {
 	// Dropped are what the vat's manifest asked for and was not granted,
 	// with why: a refusal that one of them would have admitted says so.
 	Dropped []Dropped
+	// OnDecision, if set, is called once for each connect, request and
+	// WebSocket the vat asks for, with what became of it, and for each
+	// check refused. It must not block.
+	OnDecision func(Decision)
 }
 
 // Vat serves one vat's bootstrap capability on any number of connections
@@ -76,12 +80,16 @@ type VatConfig struct {
 type Vat struct {
 	cfg     VatConfig
 	log     *slog.Logger
-	members []labels.Set // each grant constrained to {vat: ID}
 	sem     chan struct{}
 	sockets atomic.Int64 // relayed sockets open (relayed)
 
 	mu      sync.Mutex
 	revoked bool
+	// members are the grants constrained to {vat: ID}, replaced whole by
+	// SetGrants (never changed in place); gen counts the replacements.
+	members []labels.Set
+	gen     uint64
+	held    []*upstreamEntry          // the members' entries, held for the vat's life
 	cache   map[string]*upstreamEntry // switchboard handle per member labels
 	idle    *list.List                // of *upstreamEntry no one holds, most recently used first
 	conns   map[*rpc.Conn]struct{}
@@ -96,6 +104,7 @@ type Vat struct {
 // (and with it, at the switchboard, whatever it made that is still open).
 type upstreamEntry struct {
 	key  string
+	set  labels.Set
 	refs int
 	gen  uint64
 	h    schema.Handle // null until first used
@@ -116,14 +125,12 @@ func NewVat(cfg VatConfig) (*Vat, error) {
 		cfg: cfg, log: log.With("vat", cfg.ID), sem: make(chan struct{}, maxInFlight),
 		cache: map[string]*upstreamEntry{}, idle: list.New(), conns: map[*rpc.Conn]struct{}{},
 	}
-	for _, g := range cfg.Grants {
-		m, err := labels.Constrain(g, labels.Set{Vat: cfg.ID})
-		if err != nil {
-			return nil, fmt.Errorf("grant %s for vat %s: %w", g, cfg.ID, err)
-		}
-		v.members = append(v.members, m)
+	members, err := memberSets(cfg.ID, cfg.Grants)
+	if err != nil {
+		return nil, err
 	}
-	v.hold(v.members) // for the vat's life: its Handle is made again and again
+	v.members = members
+	v.held = v.hold(members) // for the vat's life: its Handle is made again and again
 	if len(v.members) > 0 && cfg.Upstream == nil {
 		return nil, errors.New("a vat with a grant needs the supervisor's switchboard upstream")
 	}
@@ -137,8 +144,30 @@ func NewVat(cfg VatConfig) (*Vat, error) {
 	return v, nil
 }
 
+func memberSets(id string, grants []labels.Set) ([]labels.Set, error) {
+	var out []labels.Set
+	for _, g := range grants {
+		m, err := labels.Constrain(g, labels.Set{Vat: id})
+		if err != nil {
+			return nil, fmt.Errorf("grant %s for vat %s: %w", g, id, err)
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
 // Members returns the vat's egress members (its grants with its id).
-func (v *Vat) Members() []labels.Set { return append([]labels.Set(nil), v.members...) }
+func (v *Vat) Members() []labels.Set {
+	ms, _ := v.current()
+	return append([]labels.Set(nil), ms...)
+}
+
+// current returns the members and their generation.
+func (v *Vat) current() ([]labels.Set, uint64) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.members, v.gen
+}
 
 // Serve serves the Vat bootstrap on c until the peer hangs up, ctx ends or
 // the vat is revoked. It takes ownership of c. A socket the peer asks for
@@ -226,18 +255,19 @@ func (v *Vat) acquire() (func(), error) {
 }
 
 // hold keeps the switchboard handle of each member of ms (made when first
-// used) until drop gives the hold back.
-func (v *Vat) hold(ms []labels.Set) {
+// used) until drop gives the holds it returns back.
+func (v *Vat) hold(ms []labels.Set) []*upstreamEntry {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.revoked {
-		return // Revoke has released them all
+		return nil // Revoke has released them all
 	}
+	es := make([]*upstreamEntry, 0, len(ms))
 	for _, m := range ms {
 		key := m.String()
 		e := v.cache[key]
 		if e == nil {
-			e = &upstreamEntry{key: key}
+			e = &upstreamEntry{key: key, set: m}
 			v.cache[key] = e
 		}
 		if e.idle != nil {
@@ -245,17 +275,20 @@ func (v *Vat) hold(ms []labels.Set) {
 			e.idle = nil
 		}
 		e.refs++
+		es = append(es, e)
 	}
+	return es
 }
 
-// drop gives back a hold of each member of ms. A switchboard handle nothing
-// holds any longer joins the idle ones.
-func (v *Vat) drop(ms []labels.Set) {
+// drop gives back holds hold returned. A switchboard handle nothing holds
+// any longer joins the idle ones. An entry SetGrants revoked meanwhile is
+// no longer cached: its hold is gone with it.
+func (v *Vat) drop(es []*upstreamEntry) {
 	var gone []schema.Handle
 	v.mu.Lock()
 	if !v.revoked {
-		for _, m := range ms {
-			if e := v.cache[m.String()]; e != nil && e.refs > 0 {
+		for _, e := range es {
+			if v.cache[e.key] == e && e.refs > 0 {
 				e.refs--
 				if e.refs == 0 {
 					gone = v.idleLocked(e, gone)
@@ -355,7 +388,7 @@ func (v *Vat) upstream(ctx context.Context, m labels.Set) (schema.Handle, sessio
 		// This session has ended since: h is for this call alone.
 	default:
 		if e == nil {
-			e = &upstreamEntry{key: key}
+			e = &upstreamEntry{key: key, set: m}
 			v.cache[key] = e
 		}
 		if e.h.IsValid() {
@@ -429,10 +462,10 @@ func (s *vatServer) Egress(_ context.Context, call schema.Vat_egress) error {
 	if err != nil {
 		return err
 	}
-	if len(s.v.members) == 0 {
+	if ms, _ := s.v.current(); len(ms) == 0 {
 		return nil // no grant: no Handle
 	}
-	h := &handleServer{v: s.v, down: s.down, members: s.v.members, entry: s.entry}
+	h := &handleServer{v: s.v, down: s.down, entry: s.entry}
 	return res.SetHandle(schema.Handle_ServerToClient(h))
 }
 

@@ -1,0 +1,207 @@
+package grant
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"capnproto.org/go/capnp/v3"
+
+	"toybox/labels"
+	"toybox/schema"
+)
+
+// SetGrants replaces the vat's egress grants while it runs. Its Handles
+// (those handed out, and every narrowing of them) judge each later call
+// by the new grants. Every switchboard handle the new grants do not wholly
+// contain is released at once, so the switchboard shuts every connection,
+// request and WebSocket made through it: nothing the new grants would
+// refuse stays open. A connection the new grants still admit, but that
+// was made through a wider grant than any of them, is shut too (the
+// supervisor does not know each connection's target), and the app
+// connects again.
+func (v *Vat) SetGrants(grants []labels.Set) error {
+	members, err := memberSets(v.cfg.ID, grants)
+	if err != nil {
+		return err
+	}
+	if len(members) > 0 && v.cfg.Upstream == nil {
+		return fmt.Errorf("a vat with a grant needs the supervisor's switchboard upstream")
+	}
+	held := v.hold(members)
+	var gone []schema.Handle
+	v.mu.Lock()
+	if v.revoked {
+		v.mu.Unlock()
+		return fmt.Errorf("vat %s: %w", v.cfg.ID, ErrRevoked)
+	}
+	oldHeld := v.held
+	v.members, v.held = members, held
+	v.gen++
+	for key, e := range v.cache {
+		if covered(e.set, members) {
+			continue
+		}
+		delete(v.cache, key)
+		if e.idle != nil {
+			v.idle.Remove(e.idle)
+			e.idle = nil
+		}
+		if e.h.IsValid() {
+			gone = append(gone, e.h)
+			e.h = schema.Handle{}
+		}
+	}
+	v.mu.Unlock()
+	v.drop(oldHeld)
+	for _, h := range gone {
+		h.Release()
+	}
+	v.log.Info("egress grant changed", "grant", fmt.Sprint(members), "revoked_handles", len(gone))
+	return nil
+}
+
+// covered reports whether every request m admits, one of members admits:
+// m is at least as narrow as a member.
+func covered(m labels.Set, members []labels.Set) bool {
+	for _, g := range members {
+		if c, err := labels.Constrain(m, g); err == nil && c == m {
+			return true
+		}
+	}
+	return false
+}
+
+// Outcome is what became of one egress call.
+type Outcome int
+
+// Outcomes.
+const (
+	// Allowed: the switchboard made the connection (or began the request).
+	Allowed Outcome = iota + 1
+	// Refused: the grant or the switchboard refused it, with a reason.
+	Refused
+	// Failed: admitted, but it failed (the remote refused, a timeout).
+	Failed
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Allowed:
+		return "allowed"
+	case Refused:
+		return "refused"
+	case Failed:
+		return "failed"
+	}
+	return "unknown"
+}
+
+// Decision is what became of one egress call of a vat.
+type Decision struct {
+	// Op is "connect", "request" or "webSocket", or "check" for a
+	// check that was refused (toybox-entry checks before it connects).
+	Op string
+	// Target is what was asked for: scheme, host and port.
+	Target  labels.Request
+	Outcome Outcome
+	// Reason is why it was refused (without "egress refused: "), or how
+	// it failed; empty when allowed.
+	Reason string
+}
+
+// TargetText is the target as scheme://host:port.
+func (d Decision) TargetText() string {
+	t := d.Target
+	host := t.Host
+	if host == "" {
+		host = "?"
+	}
+	if strings.Contains(host, ":") {
+		host = "[" + host + "]"
+	}
+	port := t.Port
+	if port == 0 {
+		port = labels.DefaultPort(t.Scheme)
+	}
+	s := host
+	if port != 0 {
+		s += ":" + strconv.Itoa(int(port))
+	}
+	if t.Scheme != "" {
+		s = t.Scheme + "://" + s
+	}
+	return s
+}
+
+// decided reports one decision to the vat's OnDecision.
+func (v *Vat) decided(op string, r labels.Request, err error) {
+	if v.cfg.OnDecision == nil {
+		return
+	}
+	d := Decision{Op: op, Target: r, Outcome: Allowed}
+	if err != nil {
+		d.Reason = err.Error()
+		d.Outcome = Failed
+		if reason, ok := refusalReason(d.Reason); ok {
+			d.Outcome, d.Reason = Refused, reason
+		}
+	}
+	v.cfg.OnDecision(d)
+}
+
+// refusalReason returns the reason of an "egress refused: " error text.
+func refusalReason(msg string) (string, bool) {
+	const p = "egress refused: "
+	if i := strings.Index(msg, p); i >= 0 {
+		return msg[i+len(p):], true
+	}
+	return "", false
+}
+
+// decidedURL is decided for a call that names a URL.
+func (v *Vat) decidedURL(op, url string, err error) {
+	if v.cfg.OnDecision == nil {
+		return
+	}
+	r, _ := labels.ParseURL(url)
+	v.decided(op, r, err)
+}
+
+// Describe returns the labels of the switchboard's root handle on the
+// supervisor's own connection: the most any vat can reach. An error says
+// the switchboard is not answering (or refused to say).
+func (u *Upstream) Describe(ctx context.Context) (labels.Set, error) {
+	var last error
+	for attempt := 0; attempt < 2; attempt++ {
+		sess, err := u.current(ctx)
+		if err != nil {
+			return labels.Set{}, err
+		}
+		fut, release := sess.root.Describe(ctx, nil)
+		res, err := fut.Struct()
+		if err != nil {
+			release()
+			if capnp.IsDisconnected(err) {
+				u.broken(sess.gen)
+				last = err
+				continue
+			}
+			return labels.Set{}, err
+		}
+		l, err := res.Labels()
+		if err != nil {
+			release()
+			return labels.Set{}, err
+		}
+		s, err := fromSchema(l)
+		release()
+		return s, err
+	}
+	return labels.Set{}, last
+}
+
+// Sockets returns how many connections of the vat's app the supervisor
+// relays now.
+func (v *Vat) Sockets() int64 { return v.sockets.Load() }
