@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 
 	"toybox/labels"
 	"toybox/vat/access"
@@ -19,6 +20,7 @@ import (
 // AdminHandler serves the admin API (see docs/manifest.md and the README):
 //
 //	PUT    /<vat>[?egress=<grant>][&env=<JSON object>][&sha256=<hex>][&mcp=stdio|http][&memory_mib=N][&cpus=X][&disk_mib=N]  install or upgrade
+//	PATCH  /<vat>?egress=<grant> change its grant while it runs (so does PUT with only ?egress= and no body)
 //	GET    /                     every vat's status
 //	GET    /<vat>                one vat's status
 //	GET    /<vat>/logs           the tail of its output
@@ -59,6 +61,8 @@ func (s *Supervisor) AdminHandler() http.Handler {
 			return
 		}
 		switch {
+		case sub == "" && (r.Method == http.MethodPatch || r.Method == http.MethodPut && onlyEgress(r)):
+			s.handleRegrant(w, r, id)
 		case sub == "" && r.Method == http.MethodPut:
 			s.handleInstall(w, r, id)
 		case sub == "" && r.Method == http.MethodGet:
@@ -152,6 +156,7 @@ type InstallResult struct {
 }
 
 func (s *Supervisor) handleInstall(w http.ResponseWriter, r *http.Request, id string) {
+	start := time.Now()
 	q := r.URL.Query()
 	if err := onlyParams(q, append([]string{"egress", "env", "sha256", "mcp"}, limitParams...)...); err != nil {
 		writeErr(w, http.StatusBadRequest, err)
@@ -205,6 +210,7 @@ func (s *Supervisor) handleInstall(w http.ResponseWriter, r *http.Request, id st
 	}
 	req.Code = code
 	st, outcome, err := s.Install(req)
+	s.observer().Installed(id, time.Since(start), err == nil && outcome != InstalledOff)
 	if err != nil {
 		writeErr(w, statusFor(err), err)
 		return

@@ -193,6 +193,7 @@ func (in *instance) loop() {
 		}
 		in.update(func(v *vat) { v.pid, v.tier = r.proc.Pid(), r.proc.Tier() })
 		readyErr := in.waitListening(r)
+		s.observer().Spawned(v.id, time.Since(started), readyErr == nil)
 		if readyErr == nil {
 			in.update(func(v *vat) { v.word, in.serving = r.word, r.word })
 			s.log.Info("vat serving", keyVat, v.id, keyCode, s.status(v).Code, keyPid, r.proc.Pid(), keyTier, r.proc.Tier(), keyWord, r.word.String(), "ready_ms", time.Since(started).Milliseconds())
@@ -438,13 +439,14 @@ func (s *Supervisor) spawn(ctx context.Context, v *vat) (r *running, off words.W
 		gd = s.cfg.Doors.Grant(v.id, s.log)
 		doorSet = gd.DoorSet
 	}
-	gv, err := grant.NewVat(grant.VatConfig{ID: v.id, Grants: g, Upstream: s.cfg.Upstream, Doors: doorSet, Logger: s.log, Dropped: dropped})
+	gv, err := grant.NewVat(grant.VatConfig{ID: v.id, Grants: g, Upstream: s.cfg.Upstream, Doors: doorSet, Logger: s.log, Dropped: dropped, OnDecision: s.onDecision(v.id)})
 	if err != nil {
 		if gd != nil {
 			gd.Revoke()
 		}
 		return nil, off, fmt.Errorf("building its grant: %w", err)
 	}
+	s.tookGrant(v, gv, g)
 	r = &running{gv: gv, doors: gd, gone: make(chan struct{})}
 	spawned := r // the named result is nil on an error return
 	defer func() {

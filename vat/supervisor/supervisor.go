@@ -129,6 +129,9 @@ type Config struct {
 	// Logger receives one record per launch, exit and admin change, and
 	// per MCP edge decision. If nil, discarded.
 	Logger *slog.Logger
+	// Observer is told of every egress decision, spawn and install. If
+	// nil, nothing is told.
+	Observer Observer
 }
 
 // Log attribute keys.
@@ -295,6 +298,7 @@ type vat struct {
 	// keepCodes are the code references a damaged record names: kept
 	// from pruning.
 	keepCodes []string
+	gv        *grant.Vat // the grant of its latest spawn (Regrant changes it)
 }
 
 // Status is what GET /<vat> answers.
