@@ -5,6 +5,8 @@
 package switches
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +15,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"time"
 
 	"toybox/vat/atomicfile"
 
@@ -70,6 +73,13 @@ type Switches struct {
 	kill, hostOff bool
 	stateDir      string
 	mu            sync.Mutex // serialises writes of walls.json
+
+	// known is the digest of walls.json as toybox last read (for
+	// ChangedOutside) or wrote it; outside is set when the file was
+	// found changed since, by something else (guarded by mu).
+	known   string
+	knownOK bool
+	outside bool
 }
 
 // New validates cfg.
@@ -101,6 +111,9 @@ func (s *Switches) HostWalled() bool { return !s.kill && !s.hostOff }
 type file struct {
 	// Unwalled lists the vats their owner chose to run without a wall.
 	Unwalled []string `json:"unwalled"`
+	// Notices holds the markers of notices sent once per computer, with
+	// when each went out.
+	Notices map[string]time.Time `json:"notices,omitempty"`
 }
 
 // For decides for vat id. A walls.json that cannot be read or parsed is an
@@ -122,22 +135,114 @@ func (s *Switches) For(id string) (Decision, error) {
 }
 
 func (s *Switches) load() (file, error) {
+	f, _, err := s.loadRaw()
+	return f, err
+}
+
+// loadRaw reads and parses walls.json, and returns the digest of what it
+// read ("" for no file).
+func (s *Switches) loadRaw() (file, string, error) {
 	var f file
 	if s.stateDir == "" {
-		return f, nil
+		return f, "", nil
 	}
 	b, err := os.ReadFile(filepath.Join(s.stateDir, FileName))
 	if errors.Is(err, fs.ErrNotExist) {
-		return f, nil
+		return f, "", nil
 	}
 	if err != nil {
-		return f, fmt.Errorf("reading %s: %w", FileName, err)
+		return f, "", fmt.Errorf("reading %s: %w", FileName, err)
 	}
+	d := digest(b)
 	if err := json.Unmarshal(b, &f); err != nil {
-		return f, fmt.Errorf("parsing %s: %w", FileName, err)
+		return f, d, fmt.Errorf("parsing %s: %w", FileName, err)
 	}
-	return f, nil
+	return f, d, nil
 }
+
+func digest(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// noteLocked takes the digest of walls.json as just read: one that is not
+// what toybox last read or wrote means something else changed it.
+func (s *Switches) noteLocked(d string) {
+	if s.knownOK && d != s.known {
+		s.outside = true
+	}
+	s.known, s.knownOK = d, true
+}
+
+// write writes f as walls.json (s.mu held) and remembers what it wrote.
+func (s *Switches) write(f file) error {
+	b, err := json.MarshalIndent(f, "", "  ")
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	if err := writeAtomic(filepath.Join(s.stateDir, FileName), b); err != nil {
+		return err
+	}
+	s.known, s.knownOK = digest(b), true
+	return nil
+}
+
+// ChangedOutside reports whether walls.json was changed by something other
+// than toybox since the last call (or since toybox last wrote it). The
+// first call only takes note of the file as it is. A vat reads the new
+// settings the next time it starts.
+func (s *Switches) ChangedOutside() (bool, error) {
+	if s.stateDir == "" {
+		return false, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, d, err := s.loadRaw()
+	if err != nil && d == "" {
+		return false, err
+	}
+	s.noteLocked(d)
+	changed := s.outside
+	s.outside = false
+	return changed, nil
+}
+
+// Marked reports whether the once-per-computer notice called name has gone
+// out (walls.json holds its marker).
+func (s *Switches) Marked(name string) (bool, error) {
+	f, err := s.load()
+	if err != nil {
+		return false, err
+	}
+	_, ok := f.Notices[name]
+	return ok, nil
+}
+
+// Mark records that the notice called name went out.
+func (s *Switches) Mark(name string, at time.Time) error {
+	if s.stateDir == "" {
+		return ErrNoStateDir
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f, d, err := s.loadRaw()
+	if err != nil {
+		return err
+	}
+	s.noteLocked(d)
+	if f.Notices == nil {
+		f.Notices = map[string]time.Time{}
+	}
+	f.Notices[name] = at.UTC()
+	return s.write(f)
+}
+
+// Kill reports whether the kill switch is set.
+func (s *Switches) Kill() bool { return s.kill }
+
+// HostOff reports whether the per-host default keeps walls off.
+func (s *Switches) HostOff() bool { return s.hostOff }
 
 // SetChoice records the owner's choice for vat id: walled true removes it
 // from the unwalled list. The file is written atomically with mode 0600.
@@ -147,10 +252,11 @@ func (s *Switches) SetChoice(id string, walled bool) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	f, err := s.load()
+	f, d, err := s.loadRaw()
 	if err != nil {
 		return err
 	}
+	s.noteLocked(d)
 	set := map[string]bool{}
 	for _, u := range f.Unwalled {
 		set[u] = true
@@ -165,11 +271,7 @@ func (s *Switches) SetChoice(id string, walled bool) error {
 		f.Unwalled = append(f.Unwalled, u)
 	}
 	sort.Strings(f.Unwalled)
-	b, err := json.MarshalIndent(f, "", "  ")
-	if err != nil {
-		return err
-	}
-	return writeAtomic(filepath.Join(s.stateDir, FileName), append(b, '\n'))
+	return s.write(f)
 }
 
 func writeAtomic(path string, b []byte) error {

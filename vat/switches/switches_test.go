@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"toybox/vat/words"
 )
@@ -80,5 +81,52 @@ func TestCorruptFileFailsClosed(t *testing.T) {
 	s, _ := New(Config{StateDir: dir})
 	if _, err := s.For("alice"); err == nil {
 		t.Error("For with a corrupt walls.json succeeded; want an error (never guess)")
+	}
+}
+
+// TestChangedOutside: toybox's own writes are not changes from outside;
+// an edit by anything else is, once; markers survive an owner's choice.
+func TestChangedOutside(t *testing.T) {
+	dir := t.TempDir()
+	s, err := New(Config{StateDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch, err := s.ChangedOutside(); err != nil || ch {
+		t.Fatalf("first look = %v, %v; want no change (it takes note)", ch, err)
+	}
+	if err := s.SetChoice("alice", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Mark("walled", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if ch, err := s.ChangedOutside(); err != nil || ch {
+		t.Fatalf("after toybox's own writes = %v, %v; want no change", ch, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, FileName), []byte(`{"unwalled":["alice","bob"],"notices":{"walled":"2026-01-01T00:00:00Z"}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if ch, err := s.ChangedOutside(); err != nil || !ch {
+		t.Fatalf("after an outside edit = %v, %v; want a change", ch, err)
+	}
+	if ch, _ := s.ChangedOutside(); ch {
+		t.Fatal("the same outside edit reported twice")
+	}
+	// An outside edit toybox overwrites before it looks is still told.
+	if err := os.WriteFile(filepath.Join(dir, FileName), []byte(`{"unwalled":[],"notices":{"walled":"2026-01-01T00:00:00Z"}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetChoice("carol", false); err != nil {
+		t.Fatal(err)
+	}
+	if ch, _ := s.ChangedOutside(); !ch {
+		t.Fatal("an outside edit followed by toybox's own write went untold")
+	}
+	if ok, err := s.Marked("walled"); err != nil || !ok {
+		t.Fatalf("Marked(walled) = %v, %v after a choice was written; want the marker kept", ok, err)
+	}
+	if ok, _ := s.Marked("kill"); ok {
+		t.Fatal("Marked(kill) without a mark")
 	}
 }
