@@ -90,3 +90,20 @@ func TestWith(t *testing.T) {
 		t.Error("OffMemory reports Off: the vat starts again after its backoff")
 	}
 }
+
+func TestEveryPhraseHasBothLanguages(t *testing.T) {
+	seen := map[string]Phrase{}
+	for _, p := range Phrases() {
+		en, es := p.In("en"), p.In("es")
+		if en == "" || es == "" {
+			t.Errorf("phrase %d: en=%q es=%q; want both set", p, en, es)
+		}
+		if prev, dup := seen[en]; dup {
+			t.Errorf("phrases %d and %d share %q", prev, p, en)
+		}
+		seen[en] = p
+	}
+	if len(Phrases()) != len(phrases) {
+		t.Errorf("Phrases() lists %d; the table has %d", len(Phrases()), len(phrases))
+	}
+}
