@@ -1,0 +1,60 @@
+package reach
+
+import (
+	"strings"
+	"testing"
+
+	"toybox/labels"
+	"toybox/vat/words"
+)
+
+func TestGrant(t *testing.T) {
+	tests := []struct {
+		name   string
+		set    labels.Set
+		en, es string
+	}{
+		{"https name", labels.Set{Scheme: "https", Host: "api.example.com"}, "HTTPS to api.example.com", "HTTPS a api.example.com"},
+		{"https other port", labels.Set{Scheme: "https", Host: "api.example.com", Port: 8443}, "HTTPS to api.example.com:8443", "HTTPS a api.example.com:8443"},
+		{"lan host", labels.Set{Host: "10.0.0.5", Port: 5432}, "the LAN host 10.0.0.5:5432", "el equipo de la red local 10.0.0.5:5432"},
+		{"loopback", labels.Set{Host: "127.0.0.1", Port: 8000}, "this computer at 127.0.0.1:8000", "este ordenador en 127.0.0.1:8000"},
+		{"ipv6 loopback", labels.Set{Host: "::1", Port: 80}, "this computer at [::1]:80", "este ordenador en [::1]:80"},
+		{"public ip", labels.Set{Host: "203.0.113.9", Port: 22}, "the host 203.0.113.9:22", "el equipo 203.0.113.9:22"},
+		{"name any port", labels.Set{Host: "example.com"}, "example.com, any port", "example.com, cualquier puerto"},
+		{"any public", labels.Set{Network: "public"}, "any public address", "cualquier dirección pública"},
+		{"port of any", labels.Set{Port: 443}, "port 443 of any host", "el puerto 443 de cualquier equipo"},
+		{"manifest", labels.Set{Scheme: "https", Host: "example.org", Origin: labels.OriginManifest}, "HTTPS to example.org (from its manifest)", "HTTPS a example.org (de su manifiesto)"},
+		{"cgnat", labels.Set{Host: "100.64.1.2", Port: 9}, "the LAN host 100.64.1.2:9", "el equipo de la red local 100.64.1.2:9"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Grant(tt.set, "en"); got != tt.en {
+				t.Errorf("Grant(%v, en) = %q; want %q", tt.set, got, tt.en)
+			}
+			if got := Grant(tt.set, "es"); got != tt.es {
+				t.Errorf("Grant(%v, es) = %q; want %q", tt.set, got, tt.es)
+			}
+		})
+	}
+	if got := Grants([]labels.Set{{Scheme: "https", Host: "api.example.com"}, {Host: "10.0.0.5", Port: 5432}}, "en"); got != "HTTPS to api.example.com; the LAN host 10.0.0.5:5432" {
+		t.Errorf("Grants = %q", got)
+	}
+}
+
+func TestExplain(t *testing.T) {
+	f := Facts{ID: "erin", Word: words.Walled, Grant: []labels.Set{{Host: "127.0.0.1", Port: 8000}}, Network: "local", Dropped: []string{`{"host":"127.0.0.1","port":5432}: no compose file`}}
+	got := strings.Join(Explain(f, "en"), "\n")
+	for _, want := range []string{"erin is walled.", "this computer at 127.0.0.1:8000", "Nothing else", "local handle", "asked for", "no doors"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("Explain = %q; want it to say %q", got, want)
+		}
+	}
+	f.Down = "connection refused"
+	if got := strings.Join(Explain(f, "es"), "\n"); !strings.Contains(got, "la centralita no responde (connection refused)") {
+		t.Errorf("Explain(es) with the switchboard down = %q", got)
+	}
+	none := strings.Join(Explain(Facts{ID: "x", Word: words.NotWalledChoice}, "en"), "\n")
+	if !strings.Contains(none, "no grant") || !strings.Contains(none, "without its wall") {
+		t.Errorf("Explain(unwalled, no grant) = %q", none)
+	}
+}
