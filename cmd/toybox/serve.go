@@ -27,15 +27,17 @@ import (
 	"toybox/vat/edge"
 	"toybox/vat/grant"
 	"toybox/vat/mcp/front"
+	"toybox/vat/notices"
 	"toybox/vat/store"
 	"toybox/vat/supervisor"
 	"toybox/vat/switches"
+	"toybox/vat/ui"
 	"toybox/vat/wall"
 )
 
 func init() { commands["serve"] = serveMain }
 
-const serveUsage = `usage: toybox serve --state DIR --switchboard PATH [--http ADDR|unix:PATH] [--public-host NAME[,NAME]]... [--admin PATH] [--entry PATH] [--doors FILE] [--wall-tmp-mib N] [--wall-max-tasks N] [--wall-memory-mib N] [--wall-cpus X] [--wall-disk-mib N] [--mcp-origin ORIGIN]...
+const serveUsage = `usage: toybox serve --state DIR --switchboard PATH [--http ADDR|unix:PATH] [--public-host NAME[,NAME]]... [--admin PATH] [--entry PATH] [--doors FILE] [--wall-tmp-mib N] [--wall-max-tasks N] [--wall-memory-mib N] [--wall-cpus X] [--wall-disk-mib N] [--mcp-origin ORIGIN]... [--status 127.0.0.1:PORT] [--notice-command CMD | --notice-webhook URL]
 
 Runs the supervisor: every installed vat starts, the admin API is served on
 the admin socket (mode 0600) and each vat's app on the http socket, on its
@@ -54,6 +56,11 @@ a file system of --wall-disk-mib (root only). These are each vat's limits
 and the most its owner may set (PUT /<vat>?memory_mib=N&cpus=X&disk_mib=N).
 0 sets no limit of that kind. A limit this host cannot enforce is logged
 once, and each vat's status says it runs without it (toybox doctor).
+
+The admin socket also serves the status page (GET /ui/, ?lang=es in
+Spanish) and the metrics (GET /metrics). --status serves both read-only on
+a loopback address too; its credential is the token toybox keeps in
+<state>/status.token (docs/operator.md).
 
 Environment: TOYBOX_WALLS=off (kill switch: no walls at all),
 TOYBOX_WALLS_DEFAULT=off (this computer runs vats unwalled), TOYBOX_LOG=debug.
@@ -88,8 +95,29 @@ func serveMain(args []string) int {
 	wallDisk := fs.Int64("wall-disk-mib", DefaultWallDiskMiB, "each vat's data folder in MiB, a file system of its own; needs root (0: no limit); an owner may set less")
 	var mcpOrigins multiFlag
 	fs.Var(&mcpOrigins, "mcp-origin", "a browser origin (scheme://host[:port]) other than an endpoint's own that may call the vats' MCP endpoints, such as a web MCP client's; repeatable")
+	statusAddr := fs.String("status", "", "also serve the status page and /metrics on this loopback address (127.0.0.1:PORT), with the token in <state>/status.token as the credential")
+	noticeCommand := fs.String("notice-command", "", "run this program (and its arguments, split at spaces) for each notice, the notice as JSON on its standard input")
+	noticeWebhook := fs.String("notice-webhook", "", "POST each notice as JSON to this http URL on loopback")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2
+	}
+	sink, err := noticeSink(*noticeCommand, *noticeWebhook)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "toybox serve: %v\n", err)
+		return 2
+	}
+	if *statusAddr != "" {
+		if err := ui.CheckStatusAddr(*statusAddr); err != nil {
+			fmt.Fprintf(os.Stderr, "toybox serve: %v\n", err)
+			return 2
+		}
+		if *statusAddr == *httpAddr {
+			fmt.Fprintf(os.Stderr, "toybox serve: --status %s is the public listener's address; the status page is never served there\n", *statusAddr)
+			return 2
+		}
 	}
 	hosts, err := edge.ParseHosts(publicHosts)
 	if err != nil {
@@ -141,6 +169,7 @@ func serveMain(args []string) int {
 		readyTimeout: *readyTimeout, stopGrace: *stopGrace, maxBody: *maxBody, wallTmp: *wallTmp << 20, wallTasks: *wallTasks, hosts: hosts, mcpOrigins: mcpOrigins,
 		wallMemory: *wallMemory << 20, wallCPUs: *wallCPUs, wallDisk: *wallDisk << 20,
 		walls: os.Getenv("TOYBOX_WALLS"), wallsDefault: os.Getenv("TOYBOX_WALLS_DEFAULT"),
+		status: *statusAddr, sink: sink,
 	}, log); err != nil {
 		log.Error("toybox serve", "error", err.Error())
 		fmt.Fprintln(os.Stderr, "toybox serve:", err)
@@ -177,6 +206,8 @@ type serveOptions struct {
 	walls, wallsDefault                           string
 	hosts                                         edge.Hosts
 	mcpOrigins                                    []string
+	status                                        string       // --status, "" for none
+	sink                                          notices.Sink // nil: the log and the page only
 }
 
 // The operator's limits for each wall by default (toybox serve flags).
@@ -246,6 +277,7 @@ func runServe(o serveOptions, log *slog.Logger) error {
 	cg, disks := openLimits(o, log)
 	defer cg.Close()
 
+	view := newOperatorView(sw, o.sink, log)
 	sup, err := supervisor.New(supervisor.Config{
 		Store: st, Switches: sw, Upstream: up, EntryPath: o.entry, Doors: doorTable,
 		Launch: func(ctx context.Context, spec wall.Spec, l *slog.Logger) (supervisor.Process, error) {
@@ -257,9 +289,12 @@ func runServe(o serveOptions, log *slog.Logger) error {
 		},
 		ReadyTimeout: o.readyTimeout, StopGrace: o.stopGrace, WallTmpBytes: o.wallTmp, WallMaxTasks: o.wallTasks, Logger: log,
 		Cgroups: cg, Disks: disks, Limits: supervisor.Limits{MemoryBytes: o.wallMemory, CPUs: o.wallCPUs, DiskBytes: o.wallDisk},
-		OwnPorts: ownPorts(httpL), Hosts: o.hosts, MCPOrigins: o.mcpOrigins,
+		OwnPorts: ownPorts(httpL), Hosts: o.hosts, MCPOrigins: o.mcpOrigins, Observer: view.activity,
 	})
 	if err != nil {
+		return err
+	}
+	if err := view.makeUI(sup, sw, up, o.wallTmp, log); err != nil {
 		return err
 	}
 
@@ -270,6 +305,10 @@ func runServe(o serveOptions, log *slog.Logger) error {
 	if err := sup.Start(); err != nil {
 		log.Error("some installed vats could not be read", "error", err.Error())
 	}
+	vctx, vcancel := context.WithCancel(context.Background())
+	defer vcancel()
+	go view.notices.Watch(vctx)
+	go view.bootNotices(vctx, sup, o.readyTimeout+5*time.Second)
 	guard := supervisor.NewConnGuard()
 	// ConnContext: each connection's framing (edge.Listener, below), so
 	// a request with an ambiguous length closes its connection.
@@ -277,8 +316,16 @@ func runServe(o serveOptions, log *slog.Logger) error {
 		Handler: sup.PublicHandler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		ConnState: guard.ConnState, ConnContext: edge.ConnContext, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	adm := &http.Server{Handler: sup.AdminHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	errc := make(chan error, 2)
+	adm := &http.Server{Handler: view.adminHandler(sup), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	errc := make(chan error, 3)
+	servers := []*http.Server{adm, pub}
+	if o.status != "" {
+		if err := view.listenStatus(o.status, o.state, log, errc); err != nil {
+			_ = sup.Shutdown(context.Background())
+			return err
+		}
+		servers = append(servers, view.status)
+	}
 	if httpL != nil {
 		// Past supervisor.MaxPublicConns, new connections wait in the
 		// listen queue: the supervisor keeps descriptors for its walls
@@ -309,7 +356,7 @@ func runServe(o serveOptions, log *slog.Logger) error {
 	var wg sync.WaitGroup
 	hctx, hcancel := context.WithTimeout(context.Background(), httpStopBudget)
 	defer hcancel()
-	for _, srv := range []*http.Server{adm, pub} {
+	for _, srv := range servers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
