@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -24,7 +25,14 @@ func doctorMain(args []string) int {
 	fs := flag.NewFlagSet("toybox doctor", flag.ContinueOnError)
 	entry := fs.String("entry", "", "path of toybox-entry (default: next to this binary, as serve looks)")
 	state := fs.String("state", "", "the state dir, where the disk limit is tried (default: a temporary folder)")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: toybox doctor [--entry PATH] [--state DIR]\n\nChecks that walls can be built on this computer; exits 1 if a check failed.")
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -59,6 +60,10 @@ func egressMain(args []string) int {
 	fs.Var(&cons, "constrain", "labels as JSON to narrow the handle with (repeatable, applied in order)")
 	timeout := fs.Duration("timeout", 30*time.Second, "time limit for check and fetch")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			egressUsage(fs)
+			return exitOK
+		}
 		fmt.Fprintf(os.Stderr, "toybox egress: %v\n", err)
 		egressUsage(fs)
 		return exitUsage

@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -16,94 +18,140 @@ import (
 
 func init() { commands["status"] = statusMain }
 
-// vatStatus is the part of the admin API's status this command prints. The
-// words themselves come from the supervisor (vat/words), never from here.
-type vatStatus struct {
-	ID        string `json:"id"`
-	Status    string `json:"status"`
-	StatusES  string `json:"status_es"`
-	Code      string `json:"code"`
-	PID       int    `json:"pid"`
-	Restarts  int    `json:"restarts"`
-	LastExit  string `json:"last_exit"`
-	LastError string `json:"last_error"`
-	Damaged   string `json:"damaged"`
+// pageStatus is the part of the status page's JSON (GET /ui/status.json)
+// this command prints. The words come from the supervisor (vat/words),
+// never from here.
+type pageStatus struct {
+	Host struct {
+		Walls       string `json:"walls"`
+		Switchboard string `json:"switchboard"`
+	} `json:"host"`
+	Notices []struct {
+		Title string `json:"title"`
+	} `json:"notices"`
+	Vats []struct {
+		ID    string   `json:"id"`
+		Word  string   `json:"word"`
+		Code  string   `json:"code"`
+		Grant []string `json:"grant"`
+		Facts []struct {
+			Key    string   `json:"key"`
+			Values []string `json:"values"`
+		} `json:"facts"`
+	} `json:"vats"`
+}
+
+// adminGet GETs path on the admin socket and returns the body of a 200.
+func adminGet(admin, path string) ([]byte, error) {
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", admin)
+		},
+	}}
+	resp, err := c.Get("http://toybox" + path)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
+	}
+	return body, nil
+}
+
+// langFlags adds --admin and --lang to fs.
+func langFlags(fs *flag.FlagSet) (admin, lang *string) {
+	admin = fs.String("admin", "admin.sock", "the supervisor's admin socket")
+	lang = fs.String("lang", "en", "language of the words: en or es")
+	return admin, lang
+}
+
+func parseFlags(fs *flag.FlagSet, args []string, lang *string) (int, bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, false
+		}
+		return 2, false
+	}
+	if *lang != "en" && *lang != "es" {
+		fmt.Fprintf(os.Stderr, "toybox %s: --lang %q: want en or es\n", fs.Name(), *lang)
+		return 2, false
+	}
+	return 0, true
 }
 
 func statusMain(args []string) int {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: toybox status --admin PATH [--lang en|es] [VAT]")
+		fmt.Fprintln(fs.Output(), "usage: toybox status [--admin PATH] [--lang en|es] [--json] [VAT]\n\nPrints each vat's status word, code, grant and why it is off; the first\nlines say whether walls are on and whether the switchboard answers.\n--json prints everything the status page shows (GET /ui/status.json).")
 		fs.PrintDefaults()
 	}
-	admin := fs.String("admin", "admin.sock", "the supervisor's admin socket")
-	lang := fs.String("lang", "en", "language of the status words: en or es")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	admin, lang := langFlags(fs)
+	asJSON := fs.Bool("json", false, "print the status page's JSON")
+	if code, ok := parseFlags(fs, args, lang); !ok {
+		return code
 	}
-	if *lang != "en" && *lang != "es" {
-		fmt.Fprintf(os.Stderr, "toybox status: --lang %q: want en or es\n", *lang)
-		return 2
-	}
-	path := "/"
-	if fs.NArg() == 1 {
-		path = "/" + fs.Arg(0)
-	} else if fs.NArg() > 1 {
+	if fs.NArg() > 1 {
 		fs.Usage()
 		return 2
 	}
-	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", *admin)
-		},
-	}}
-	resp, err := c.Get("http://toybox" + path)
+	body, err := adminGet(*admin, "/ui/status.json?lang="+url.QueryEscape(*lang))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "toybox status:", err)
 		return 1
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "toybox status:", err)
-		return 1
-	}
-	if resp.StatusCode != http.StatusOK {
-		fmt.Fprintf(os.Stderr, "toybox status: %s: %s\n", resp.Status, strings.TrimSpace(string(body)))
-		return 1
-	}
-	var list []vatStatus
-	if path == "/" {
-		err = json.Unmarshal(body, &list)
-	} else {
-		var one vatStatus
-		err = json.Unmarshal(body, &one)
-		list = []vatStatus{one}
-	}
-	if err != nil {
+	var page pageStatus
+	if err := json.Unmarshal(body, &page); err != nil {
 		fmt.Fprintln(os.Stderr, "toybox status: reading the answer:", err)
 		return 1
 	}
+	one := fs.Arg(0)
+	if one != "" {
+		found := false
+		for _, v := range page.Vats {
+			found = found || v.ID == one
+		}
+		if !found {
+			fmt.Fprintf(os.Stderr, "toybox status: no vat %q\n", one)
+			return 1
+		}
+	}
+	if *asJSON {
+		_, _ = os.Stdout.Write(body)
+		return 0
+	}
+	if one == "" {
+		fmt.Printf("walls: %s\nswitchboard: %s\n", page.Host.Walls, page.Host.Switchboard)
+		for _, n := range page.Notices {
+			fmt.Printf("notice: %s\n", n.Title)
+		}
+	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	for _, v := range list {
-		word := v.Status
-		if *lang == "es" {
-			word = v.StatusES
+	for _, v := range page.Vats {
+		if one != "" && v.ID != one {
+			continue
 		}
 		code := v.Code
 		if len(code) > 19 {
 			code = code[:19] + "…"
 		}
-		extra := ""
-		if v.LastError != "" {
-			extra = v.LastError
-		} else if v.Damaged != "" {
-			extra = v.Damaged
-		} else if v.LastExit != "" && v.Restarts > 0 {
-			extra = "last exit: " + v.LastExit
+		facts := map[string]string{}
+		for _, f := range v.Facts {
+			facts[f.Key] = strings.Join(f.Values, "; ")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\tpid %d\trestarts %d\t%s\n", v.ID, word, code, v.PID, v.Restarts, extra)
+		extra := facts["last_error"]
+		if extra == "" {
+			extra = facts["damaged"]
+		}
+		if extra == "" && facts["last_exit"] != "" && facts["restarts"] != "0" {
+			extra = "last exit: " + facts["last_exit"]
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\trestarts %s\t%s\t%s\n", v.ID, v.Word, code, facts["restarts"], strings.Join(v.Grant, "; "), extra)
 	}
 	_ = tw.Flush()
 	return 0
