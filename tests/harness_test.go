@@ -111,6 +111,7 @@ type stack struct {
 	handle string // which switchboard socket toybox holds: public or local
 	env    []string
 	extra  []string // more toybox serve flags
+	sbArgs []string // more switchboard flags
 	leak   string   // stackOpts.leakFD9
 
 	activated bool
@@ -128,6 +129,7 @@ type stackOpts struct {
 	handle    string   // "local" (default) or "public"
 	env       []string // extra environment for toybox serve
 	extra     []string // extra flags for toybox serve
+	sbArgs    []string // extra flags for the switchboard (--config FILE)
 	leakFD9   string   // a file toybox serve inherits as fd 9, not close-on-exec (as a careless parent would leave it)
 }
 
@@ -150,7 +152,7 @@ func newStack(t testing.TB, opts stackOpts) *stack {
 	}
 	s := &stack{
 		t: t, dir: dir, state: filepath.Join(dir, "state"), admin: filepath.Join(dir, "admin.sock"),
-		http: "127.0.0.1:" + freePort(t), handle: opts.handle, env: opts.env, extra: opts.extra, activated: opts.activated, leak: opts.leakFD9,
+		http: "127.0.0.1:" + freePort(t), handle: opts.handle, env: opts.env, extra: opts.extra, sbArgs: opts.sbArgs, activated: opts.activated, leak: opts.leakFD9,
 		sbPublic: filepath.Join(dir, "sb-public.sock"), sbLocal: filepath.Join(dir, "sb-local.sock"),
 	}
 	t.Cleanup(func() {
@@ -222,7 +224,7 @@ func waitFor(t testing.TB, what string, d time.Duration, ok func() bool) {
 func (s *stack) startSwitchboard() {
 	s.t.Helper()
 	s.sbLog = &syncBuffer{}
-	s.sb = exec.Command(filepath.Join(bins, "switchboard"), "--listen", "public="+s.sbPublic, "--listen", "local="+s.sbLocal, "--loopback", "unchecked")
+	s.sb = exec.Command(filepath.Join(bins, "switchboard"), append([]string{"--listen", "public=" + s.sbPublic, "--listen", "local=" + s.sbLocal, "--loopback", "unchecked"}, s.sbArgs...)...)
 	s.sb.Stdout, s.sb.Stderr = s.sbLog, s.sbLog
 	s.sb.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := s.sb.Start(); err != nil {

@@ -12,6 +12,9 @@
 //	GET /hold?addr=host:port&n=N     open N tunnels and keep them:
 //	                                 "got: held H, refused R[: <first refusal>]"
 //	GET /release                     close every tunnel /hold keeps
+//	GET /keep?addr=host:port&name=n  raw TCP kept open under name n: "got: kept"
+//	GET /kept?name=n&send=s          send s on the connection kept as n: "got: <reply>"
+//	                                 (or why not: it was shut, say)
 //
 // It knows nothing of Cap'n Proto: any program that honours proxy variables
 // gets out the same way, and only through its grant.
@@ -50,6 +53,8 @@ func main() {
 	http.HandleFunc("/ws", webSocket)
 	http.HandleFunc("/hold", hold)
 	http.HandleFunc("/release", release)
+	http.HandleFunc("/keep", keep)
+	http.HandleFunc("/kept", useKept)
 	_ = os.Remove(listen)
 	l, err := net.Listen("unix", listen)
 	if err != nil {
@@ -324,4 +329,55 @@ func release(w http.ResponseWriter, _ *http.Request) {
 		_ = c.Close()
 	}
 	say(w, fmt.Sprintf("released %d", len(cs)))
+}
+
+// named are the connections /keep keeps open, by name.
+var named = struct {
+	sync.Mutex
+	m map[string]*namedConn
+}{m: map[string]*namedConn{}}
+
+type namedConn struct {
+	c  net.Conn
+	br *bufio.Reader
+}
+
+func keep(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	c, err := tunnel(ctx, q.Get("addr"))
+	if err != nil {
+		sayErr(w, err)
+		return
+	}
+	named.Lock()
+	if old := named.m[q.Get("name")]; old != nil {
+		_ = old.c.Close()
+	}
+	named.m[q.Get("name")] = &namedConn{c: c, br: bufio.NewReader(c)}
+	named.Unlock()
+	say(w, "kept")
+}
+
+func useKept(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	named.Lock()
+	h := named.m[q.Get("name")]
+	named.Unlock()
+	if h == nil {
+		say(w, "no connection kept as "+q.Get("name"))
+		return
+	}
+	_ = h.c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(h.c, q.Get("send")+"\n"); err != nil {
+		sayErr(w, err)
+		return
+	}
+	line, err := h.br.ReadString('\n')
+	if err != nil && line == "" {
+		sayErr(w, err)
+		return
+	}
+	say(w, strings.TrimRight(line, "\n"))
 }
