@@ -184,5 +184,7 @@ func storeFile(t *testing.T, st *store.Store, path string) store.Code {
 	return code
 }
 
-// testUIDBase is this package's vats' first uid under root.
-const testUIDBase = 1300000
+// testUIDBase is this package's vats' first uid under root: a range of
+// this test process's own, so that test runs side by side (other clones,
+// tests/) never stop each other's vats by uid.
+var testUIDBase = 1300000 + (os.Getpid()%1024)*VatIDSpan
