@@ -98,6 +98,7 @@ func serveMain(args []string) int {
 	statusAddr := fs.String("status", "", "also serve the status page and /metrics on this loopback address (127.0.0.1:PORT), with the token in <state>/status.token as the credential")
 	noticeCommand := fs.String("notice-command", "", "run this program (and its arguments, split at spaces) for each notice, the notice as JSON on its standard input")
 	noticeWebhook := fs.String("notice-webhook", "", "POST each notice as JSON to this http URL on loopback")
+	pkgFlags := packageFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -118,6 +119,11 @@ func serveMain(args []string) int {
 			fmt.Fprintf(os.Stderr, "toybox serve: --status %s is the public listener's address; the status page is never served there\n", *statusAddr)
 			return 2
 		}
+	}
+	pkgs, err := pkgFlags()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "toybox serve:", err)
+		return 2
 	}
 	hosts, err := edge.ParseHosts(publicHosts)
 	if err != nil {
@@ -166,7 +172,7 @@ func serveMain(args []string) int {
 	}
 	if err := runServe(serveOptions{
 		state: *stateDir, switchboard: *sbPath, http: *httpAddr, admin: *adminPath, entry: *entryPath, doors: *doorsPath,
-		readyTimeout: *readyTimeout, stopGrace: *stopGrace, maxBody: *maxBody, wallTmp: *wallTmp << 20, wallTasks: *wallTasks, hosts: hosts, mcpOrigins: mcpOrigins,
+		readyTimeout: *readyTimeout, stopGrace: *stopGrace, maxBody: *maxBody, wallTmp: *wallTmp << 20, wallTasks: *wallTasks, hosts: hosts, mcpOrigins: mcpOrigins, pkgs: pkgs,
 		wallMemory: *wallMemory << 20, wallCPUs: *wallCPUs, wallDisk: *wallDisk << 20,
 		walls: os.Getenv("TOYBOX_WALLS"), wallsDefault: os.Getenv("TOYBOX_WALLS_DEFAULT"),
 		status: *statusAddr, sink: sink,
@@ -208,6 +214,7 @@ type serveOptions struct {
 	mcpOrigins                                    []string
 	status                                        string       // --status, "" for none
 	sink                                          notices.Sink // nil: the log and the page only
+	pkgs                                          supervisor.PackagesConfig
 }
 
 // The operator's limits for each wall by default (toybox serve flags).
@@ -289,7 +296,7 @@ func runServe(o serveOptions, log *slog.Logger) error {
 		},
 		ReadyTimeout: o.readyTimeout, StopGrace: o.stopGrace, WallTmpBytes: o.wallTmp, WallMaxTasks: o.wallTasks, Logger: log,
 		Cgroups: cg, Disks: disks, Limits: supervisor.Limits{MemoryBytes: o.wallMemory, CPUs: o.wallCPUs, DiskBytes: o.wallDisk},
-		OwnPorts: ownPorts(httpL), Hosts: o.hosts, MCPOrigins: o.mcpOrigins, Observer: view.activity,
+		OwnPorts: ownPorts(httpL), Hosts: o.hosts, MCPOrigins: o.mcpOrigins, Observer: view.activity, Packages: o.pkgs,
 	})
 	if err != nil {
 		return err

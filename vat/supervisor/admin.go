@@ -158,6 +158,10 @@ type InstallResult struct {
 func (s *Supervisor) handleInstall(w http.ResponseWriter, r *http.Request, id string) {
 	start := time.Now()
 	q := r.URL.Query()
+	if q.Has("package") {
+		s.handlePackage(w, r, id) // docs/packages.md
+		return
+	}
 	if err := onlyParams(q, append([]string{"egress", "env", "sha256", "mcp"}, limitParams...)...); err != nil {
 		writeErr(w, http.StatusBadRequest, err)
 		return

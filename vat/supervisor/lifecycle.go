@@ -408,6 +408,9 @@ func (s *Supervisor) spawn(ctx context.Context, v *vat) (r *running, off words.W
 		// The bridge is toybox-entry's, which runs only in a wall.
 		return nil, words.OffStopped, errors.New("a stdio MCP server runs only inside its wall (its bridge is toybox-entry's): put it back with POST /" + v.id + "/walls?walled=true")
 	}
+	if err := checkPackageCode(code); err != nil {
+		return nil, words.OffChanged, err
+	}
 	uid, gid := s.ids(rec)
 	lim := s.limitsFor(rec)
 	// The data folder's own file system, mounted before its folders are

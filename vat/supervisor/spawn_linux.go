@@ -104,6 +104,7 @@ func (s *Supervisor) spawnWalled(ctx context.Context, v *vat, code store.Code, r
 			env[k] = val
 		}
 	}
+	env = packageEnv(code, env)
 	spec := wall.Spec{
 		ID:         v.id,
 		InstallDir: code.Dir,
@@ -289,6 +290,9 @@ func (s *Supervisor) spawnUnwalled(v *vat, code store.Code, rec store.Record, gv
 		if val, ok := rec.Env[k]; ok {
 			keys = append(keys, k+"="+val)
 		}
+	}
+	for k, val := range packageEnv(code, nil) {
+		keys = append(keys, k+"="+val)
 	}
 	sort.Strings(keys)
 	env = append(env, keys...)

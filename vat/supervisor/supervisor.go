@@ -126,6 +126,8 @@ type Config struct {
 	// call the MCP endpoints (scheme://host[:port], exactly). If empty,
 	// none.
 	MCPOrigins []string
+	// Packages prepares package installs (?package=; docs/packages.md).
+	Packages PackagesConfig
 	// Logger receives one record per launch, exit and admin change, and
 	// per MCP edge decision. If nil, discarded.
 	Logger *slog.Logger

@@ -50,6 +50,13 @@ const (
 	// Its id and uid stay reserved until the record is repaired, written
 	// again (an install) or removed.
 	OffDamaged
+	// OffChanged: a package vat's installed files differ from what was
+	// installed (checked before every start); it is not started.
+	OffChanged
+	// OffPackages: a package could not be prepared inside its prepare
+	// wall (resolved, fetched, checked or unpacked). The reason an
+	// install answers; npm's own output goes to the supervisor's log.
+	OffPackages
 )
 
 type pair struct{ en, es string }
@@ -71,6 +78,8 @@ var table = map[Word]pair{
 	NotAnswering:      {"not answering: nothing accepts on its socket", "no responde: nada acepta en su socket"},
 	OffMemory:         {"off: it ran out of memory", "apagado: se quedó sin memoria"},
 	OffDamaged:        {"off: its record is damaged", "apagado: su registro está dañado"},
+	OffChanged:        {"off: its installed files changed", "apagado: sus archivos instalados cambiaron"},
+	OffPackages:       {"off: it could not get its packages ready inside its wall", "apagado: no pudo preparar sus paquetes dentro de su muro"},
 }
 
 // String returns the English word.
@@ -100,7 +109,7 @@ func (w Word) With(lang, detail string) string {
 // Off reports whether w means the app is not running and not about to.
 func (w Word) Off() bool {
 	switch w {
-	case OffWall, OffStopped, OffRemoved, OffShutdown, OffDamaged, Unknown:
+	case OffWall, OffStopped, OffRemoved, OffShutdown, OffChanged, OffPackages, OffDamaged, Unknown:
 		return true
 	}
 	return false
@@ -136,5 +145,5 @@ func FromTier(tier string) Word {
 
 // All lists every word, for tests and documentation.
 func All() []Word {
-	return []Word{Unknown, Starting, Restarting, Walled, WalledNoSeccomp, NotWalledChoice, NotWalledHost, NotWalledOperator, OffWall, OffStopped, OffRemoved, OffShutdown, Stopping, NotAnswering, OffMemory, OffDamaged}
+	return []Word{Unknown, Starting, Restarting, Walled, WalledNoSeccomp, NotWalledChoice, NotWalledHost, NotWalledOperator, OffWall, OffStopped, OffRemoved, OffShutdown, Stopping, NotAnswering, OffMemory, OffChanged, OffPackages, OffDamaged}
 }

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"toybox/vat/packages"
+	"toybox/vat/supervisor"
+)
+
+// packageFlags registers serve's package flags; the function it returns
+// reads them after parsing. A host without node or npm gets an empty
+// config: package installs are then refused, saying why.
+func packageFlags(fs *flag.FlagSet) func() (supervisor.PackagesConfig, error) {
+	registry := fs.String("npm-registry", packages.DefaultRegistry, "the npm registry packages are installed from: the prepare wall's only egress")
+	node := fs.String("node", "node", "the node program package vats run on (bound read-only in their walls)")
+	npm := fs.String("npm", "npm", "the npm program that resolves packages inside the prepare wall")
+	return func() (supervisor.PackagesConfig, error) {
+		if _, _, _, err := packages.RegistryHost(*registry); err != nil {
+			return supervisor.PackagesConfig{}, fmt.Errorf("--npm-registry: %w", err)
+		}
+		pc := supervisor.PackagesConfig{Registry: *registry}
+		nodePath, err := realProgram(*node)
+		if err != nil {
+			return pc, nil
+		}
+		out, err := exec.Command(nodePath, "--version").Output()
+		if err != nil {
+			return pc, nil
+		}
+		npmPath, err := realProgram(*npm)
+		if err != nil {
+			return pc, nil
+		}
+		pc.Node, pc.NodeVersion, pc.NPM = nodePath, strings.TrimPrefix(strings.TrimSpace(string(out)), "v"), npmPath
+		return pc, nil
+	}
+}
+
+// realProgram finds name on PATH and resolves its links: npm is a link to
+// its npm-cli.js, which the prepare wall runs with node directly.
+func realProgram(name string) (string, error) {
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return "", err
+	}
+	if p, err = filepath.Abs(p); err != nil {
+		return "", err
+	}
+	return filepath.EvalSymlinks(p)
+}

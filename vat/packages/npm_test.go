@@ -1,0 +1,184 @@
+package packages_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"toybox/tests/testenv"
+	"toybox/vat/packages"
+	"toybox/vat/packages/npmtest"
+)
+
+// hostNode returns the host's node and npm-cli.js, and node's version.
+func hostNode(t *testing.T) (node, version, npm string) {
+	t.Helper()
+	n, err := exec.LookPath("node")
+	if err != nil {
+		testenv.Unavailable(t, "node is not installed")
+	}
+	m, err := exec.LookPath("npm")
+	if err != nil {
+		testenv.Unavailable(t, "npm is not installed")
+	}
+	m, _ = filepath.EvalSymlinks(m)
+	out, err := exec.Command(n, "--version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n, strings.TrimPrefix(strings.TrimSpace(string(out)), "v"), m
+}
+
+// directRunner runs each step as a plain child (no wall: the walled path
+// is tests/packages_test.go), with only the step's environment.
+func directRunner(t *testing.T, work string, steps *[]string) packages.Runner {
+	return func(ctx context.Context, step string, argv []string, env map[string]string) error {
+		*steps = append(*steps, step)
+		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+		cmd.Dir = work
+		cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + work}
+		for k, v := range env {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Logf("step %s: %v\n%s", step, err, out)
+			return errors.New(packages.ReasonPrepare)
+		}
+		return nil
+	}
+}
+
+func publishFixtures(t *testing.T) *npmtest.Registry {
+	t.Helper()
+	reg := npmtest.Start(t)
+	for _, f := range []string{"tb-greeting-1.0.0", "tb-greeting-1.1.0", "tb-mcp-hello", "tb-postinstall"} {
+		reg.Publish(t, npmtest.Pack(t, npmtest.Fixture(f)))
+	}
+	return reg
+}
+
+func prepare(t *testing.T, reg *npmtest.Registry, spec string, allow ...string) (string, packages.Lock, error) {
+	t.Helper()
+	node, ver, npm := hostNode(t)
+	work := t.TempDir()
+	script := filepath.Join(t.TempDir(), "fetch.js")
+	if err := os.WriteFile(script, packages.FetchScript, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sp, err := packages.ParsePackage(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps []string
+	cfg := packages.NPMConfig{Registry: reg.URL, Node: node, NodeVersion: ver, NPM: npm, Script: script}
+	tree, lock, err := packages.PrepareNPM(context.Background(), cfg, directRunner(t, work, &steps), work, packages.Request{Spec: sp, Allow: allow, MCP: json.RawMessage(`{"transport":"stdio"}`)})
+	return tree, lock, err
+}
+
+func bundleHash(t *testing.T, tree string) string {
+	t.Helper()
+	fl, err := packages.Manifest(tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := packages.WriteBundle(&b, tree, fl); err != nil {
+		t.Fatal(err)
+	}
+	s := sha256.Sum256(b.Bytes())
+	return hex.EncodeToString(s[:])
+}
+
+// TestPrepareNPMLockAndIntegrity installs a package with a dependency
+// through the real npm against a loopback registry: the range resolves
+// once to the newest match, the lock names every package with its
+// integrity, and two installs give the same code hash.
+func TestPrepareNPMLockAndIntegrity(t *testing.T) {
+	reg := publishFixtures(t)
+	tree, lock, err := prepare(t, reg, "npm:tb-mcp-hello@^1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lock.Name != "tb-mcp-hello" || lock.Version != "1.0.0" {
+		t.Errorf("lock resolved %s@%s; want tb-mcp-hello@1.0.0", lock.Name, lock.Version)
+	}
+	got := map[string]string{}
+	for _, p := range lock.Packages {
+		if !strings.HasPrefix(p.Integrity, "sha512-") || !strings.HasPrefix(p.Resolved, reg.URL) {
+			t.Errorf("package %s: integrity %q resolved %q; want sha512 from the registry", p.Path, p.Integrity, p.Resolved)
+		}
+		got[p.Path] = p.Version
+	}
+	want := map[string]string{"node_modules/tb-mcp-hello": "1.0.0", "node_modules/tb-greeting": "1.1.0"}
+	if len(got) != len(want) || got["node_modules/tb-greeting"] != "1.1.0" || got["node_modules/tb-mcp-hello"] != "1.0.0" {
+		t.Errorf("lock packages = %v; want %v", got, want)
+	}
+	if lock.Command[1] != "node_modules/tb-mcp-hello/server.js" {
+		t.Errorf("command = %v; want node node_modules/tb-mcp-hello/server.js", lock.Command)
+	}
+	h1 := bundleHash(t, tree)
+	tree2, _, err := prepare(t, reg, "npm:tb-mcp-hello@^1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h2 := bundleHash(t, tree2); h1 != h2 {
+		t.Errorf("two installs of one spec hash to %s and %s; want the same", h1, h2)
+	}
+	// The installed server answers from its own tree, with no registry.
+	before := reg.Requests()
+	node, _, _ := hostNode(t)
+	cmd := exec.Command(node, filepath.Join(tree, lock.Command[1]))
+	cmd.Stdin = strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"greet","arguments":{"name":"vat"}}}` + "\n")
+	out, err := cmd.Output()
+	if err != nil || !strings.Contains(string(out), "hello, vat") {
+		t.Errorf("the installed server answered %q, %v; want hello, vat", out, err)
+	}
+	if n := reg.Requests() - before; n != 0 {
+		t.Errorf("running it made %d registry requests; want 0", n)
+	}
+}
+
+// TestPrepareNPMTamperedTarball: a tarball whose bytes differ from the
+// integrity the registry's own packument gives is refused before anything
+// is unpacked.
+func TestPrepareNPMTamperedTarball(t *testing.T) {
+	reg := publishFixtures(t)
+	// 1.1.0's tarball replaced by 1.0.0's: a valid tarball, other code.
+	reg.Tamper("tb-greeting", "1.1.0", npmtest.Pack(t, npmtest.Fixture("tb-greeting-1.0.0")))
+	tree, _, err := prepare(t, reg, "npm:tb-mcp-hello@1.0.0")
+	if !errors.Is(err, packages.ErrIntegrity) || !strings.Contains(err.Error(), "tb-greeting@1.1.0") {
+		t.Fatalf("a tampered tarball: %v; want ErrIntegrity naming tb-greeting@1.1.0", err)
+	}
+	if tree != "" {
+		t.Errorf("a tree was laid out at %s", tree)
+	}
+}
+
+// TestPrepareNPMInstallScript: a package with a postinstall fails with a
+// fixed reason, and its script never ran; allowed, it runs.
+func TestPrepareNPMInstallScript(t *testing.T) {
+	reg := publishFixtures(t)
+	_, _, err := prepare(t, reg, "npm:tb-postinstall")
+	if !errors.Is(err, packages.ErrScripts) || !strings.Contains(err.Error(), "?allow-scripts=tb-postinstall") {
+		t.Fatalf("a package with a postinstall: %v; want ErrScripts naming the allowance", err)
+	}
+	tree, lock, err := prepare(t, reg, "npm:tb-postinstall", "tb-postinstall")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(tree, "node_modules/tb-postinstall/postinstall-ran")); err != nil {
+		t.Errorf("the allowed postinstall did not run: %v", err)
+	}
+	if len(lock.Scripts) != 1 || lock.Scripts[0] != "tb-postinstall" {
+		t.Errorf("lock.Scripts = %v", lock.Scripts)
+	}
+}

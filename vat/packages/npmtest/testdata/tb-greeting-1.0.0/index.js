@@ -1,0 +1,1 @@
+exports.greet = (n) => 'hello (1.0.0), ' + n;

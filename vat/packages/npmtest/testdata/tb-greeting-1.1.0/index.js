@@ -1,0 +1,1 @@
+exports.greet = (n) => 'hello, ' + n;

@@ -1,0 +1,396 @@
+package supervisor
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"toybox/labels"
+	"toybox/vat/grant"
+	"toybox/vat/manifest"
+	"toybox/vat/packages"
+	"toybox/vat/store"
+	"toybox/vat/strictjson"
+	"toybox/vat/wall"
+	"toybox/vat/words"
+)
+
+// PackagesConfig is what installing packages (?package=) needs.
+type PackagesConfig struct {
+	// Registry is the npm registry's base URL: the prepare wall's only
+	// egress. If empty, packages.DefaultRegistry.
+	Registry string
+	// Node is the host's node program (absolute) and NodeVersion its
+	// version ("20.20.2"). If Node is empty, package installs are
+	// refused.
+	Node, NodeVersion string
+	// NPM is the host's npm-cli.js (absolute). If empty, package installs
+	// are refused.
+	NPM string
+	// StepTimeout bounds one prepare step. If zero, 10 minutes.
+	StepTimeout time.Duration
+}
+
+const keyStep = "step"
+
+// maxServerJSON bounds a server.json body.
+const maxServerJSON = 1 << 20
+
+// PackageRequest is one package install.
+type PackageRequest struct {
+	InstallRequest
+	Package packages.Request
+}
+
+// handlePackage serves PUT /<vat>?package=<spec>: the spec, or
+// ?package=server.json with the server.json as the body.
+func (s *Supervisor) handlePackage(w http.ResponseWriter, r *http.Request, id string) {
+	q := r.URL.Query()
+	if err := onlyParams(q, "package", "egress", "env", "allow-scripts"); err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	egress, env, err := parseInstallQuery(q)
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	preq := PackageRequest{InstallRequest: InstallRequest{ID: id, Egress: egress, EgressSent: q.Has("egress"), Env: env}}
+	if a := q.Get("allow-scripts"); a != "" {
+		for _, n := range strings.Split(a, ",") {
+			if !packages.ValidNPMName(n) {
+				writeErr(w, http.StatusBadRequest, fmt.Errorf("%w: allow-scripts: %q is not a package name", ErrBadInput, n))
+				return
+			}
+			preq.Package.Allow = append(preq.Package.Allow, n)
+		}
+	}
+	spec := q.Get("package")
+	if spec == "server.json" {
+		b, err := io.ReadAll(io.LimitReader(r.Body, maxServerJSON+1))
+		if err == nil && len(b) > maxServerJSON {
+			err = fmt.Errorf("larger than %d bytes", maxServerJSON)
+		}
+		if err != nil {
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("%w: reading server.json: %w", ErrBadInput, err))
+			return
+		}
+		sj, err := packages.ParseServerJSON(b, s.registry())
+		if err != nil {
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("%w: %w", ErrBadInput, err))
+			return
+		}
+		preq.Package.Spec, preq.Package.Env = sj.Spec, sj.Env
+		preq.Package.MCP = json.RawMessage(`{"transport":"stdio"}`)
+		preq.Env = sj.OwnerEnv(preq.Env)
+	} else {
+		sp, err := packages.ParsePackage(spec)
+		if err != nil {
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("%w: %w", ErrBadInput, err))
+			return
+		}
+		preq.Package.Spec = sp
+		preq.Package.MCP = json.RawMessage(`{"transport":"stdio"}`)
+	}
+	code, err := s.PreparePackage(r.Context(), preq)
+	if err != nil {
+		writeErr(w, statusFor(err), err)
+		return
+	}
+	preq.Code = code
+	st, outcome, err := s.Install(preq.InstallRequest)
+	if err != nil {
+		writeErr(w, statusFor(err), err)
+		return
+	}
+	res := InstallResult{Status: st, Upgraded: outcome == Upgraded}
+	switch outcome {
+	case Installed:
+		writeJSON(w, http.StatusCreated, res)
+	case Upgraded:
+		writeJSON(w, http.StatusOK, res)
+	default:
+		writeJSON(w, http.StatusServiceUnavailable, res)
+	}
+}
+
+// parseInstallQuery reads ?egress= and ?env= of a package install.
+func parseInstallQuery(q url.Values) (egress string, env map[string]string, err error) {
+	egress = q.Get("egress")
+	if egress != "" {
+		if _, err := labels.ParseGrant(egress); err != nil {
+			return "", nil, fmt.Errorf("%w: %w: egress: %w", ErrBadInput, manifest.ErrBadGrant, err)
+		}
+	}
+	if q.Has("env") {
+		dec := json.NewDecoder(strings.NewReader(q.Get("env")))
+		if err := dec.Decode(&env); err != nil || env == nil || dec.More() {
+			return "", nil, fmt.Errorf("%w: env must be a JSON object of strings, such as {\"API_KEY\":\"...\"}", ErrBadInput)
+		}
+		if err := strictjson.Keys([]byte(q.Get("env")), nil); err != nil {
+			return "", nil, fmt.Errorf("%w: env: %w", ErrBadInput, err)
+		}
+	}
+	return egress, env, nil
+}
+
+func (s *Supervisor) registry() string {
+	if s.cfg.Packages.Registry != "" {
+		return s.cfg.Packages.Registry
+	}
+	return packages.DefaultRegistry
+}
+
+// PreparePackage prepares req's package in prepare walls and stores the
+// bundle; the code it returns is pinned (Install releases it). A failure
+// stores nothing and is ErrBadInput when the package is at fault.
+func (s *Supervisor) PreparePackage(ctx context.Context, req PackageRequest) (store.Code, error) {
+	pc := s.cfg.Packages
+	if !labels.ValidVatID(req.ID) {
+		return store.Code{}, fmt.Errorf("%w: vat id %q is not [a-z0-9][a-z0-9-]{0,62}", ErrBadInput, req.ID)
+	}
+	if req.Package.Spec.Registry == packages.PyPI {
+		return store.Code{}, fmt.Errorf("%w: %w", ErrBadInput, packages.ErrNoUV)
+	}
+	if pc.Node == "" || pc.NPM == "" {
+		return store.Code{}, fmt.Errorf("%w: this supervisor has no node and npm to prepare packages with", ErrBadInput)
+	}
+	if s.cfg.Upstream == nil {
+		return store.Code{}, fmt.Errorf("%w: this supervisor holds no switchboard socket, so no prepare wall can reach the registry", ErrBadInput)
+	}
+	base := filepath.Join(s.cfg.Store.StateDir(), "prepare")
+	if err := os.MkdirAll(base, 0o711); err != nil {
+		return store.Code{}, err
+	}
+	scratch, err := os.MkdirTemp(base, req.ID+"-")
+	if err != nil {
+		return store.Code{}, err
+	}
+	defer os.RemoveAll(scratch)
+	if err := os.Chmod(scratch, 0o711); err != nil {
+		return store.Code{}, err
+	}
+	dirs := prepareDirs{code: filepath.Join(scratch, "code"), data: filepath.Join(scratch, "data"), run: filepath.Join(scratch, "run")}
+	for _, d := range []string{dirs.code, dirs.data, dirs.run} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return store.Code{}, err
+		}
+	}
+	script := filepath.Join(dirs.code, "fetch.js")
+	if err := os.WriteFile(script, packages.FetchScript, 0o644); err != nil {
+		return store.Code{}, err
+	}
+	uid, gid := s.cfg.UID, s.cfg.GID // nobody's, under root: no vat's uid
+	if uid >= 0 {
+		for _, d := range []string{dirs.data, dirs.run} {
+			if err := os.Chown(d, uid, gid); err != nil {
+				return store.Code{}, err
+			}
+		}
+	}
+	if err := os.Chmod(dirs.run, 0o700); err != nil {
+		return store.Code{}, err
+	}
+	run := s.prepareRunner(req.ID, dirs, uid, gid)
+	cfg := packages.NPMConfig{
+		Registry: s.registry(), Node: pc.Node, NodeVersion: pc.NodeVersion, NPM: pc.NPM, Script: script,
+		Limits: packages.Limits{Entries: store.DefaultMaxEntries, Bytes: store.DefaultMaxUnpacked}, Logger: s.log.With(keyVat, req.ID),
+	}
+	tree, lock, err := packages.PrepareNPM(ctx, cfg, run, dirs.data, req.Package)
+	if err != nil {
+		s.log.Warn("package not prepared", keyVat, req.ID, "package", req.Package.Spec.String(), keyErr, err)
+		return store.Code{}, fmt.Errorf("%w: %s: %w", ErrBadInput, words.OffPackages, err)
+	}
+	fl, err := packages.Manifest(tree)
+	if err != nil {
+		return store.Code{}, fmt.Errorf("%w: %s: %w", ErrBadInput, words.OffPackages, err)
+	}
+	bundle, err := os.CreateTemp(scratch, "bundle-*.tar")
+	if err != nil {
+		return store.Code{}, err
+	}
+	defer bundle.Close()
+	if err := packages.WriteBundle(bundle, tree, fl); err != nil {
+		return store.Code{}, fmt.Errorf("writing the bundle: %w", err)
+	}
+	if _, err := bundle.Seek(0, io.SeekStart); err != nil {
+		return store.Code{}, err
+	}
+	code, err := s.cfg.Store.Put(bundle, "", func(c store.Code) error {
+		r := req.InstallRequest
+		r.Code = c
+		return s.Check(r)
+	})
+	if err != nil {
+		return store.Code{}, err
+	}
+	s.log.Info("package stored", keyVat, req.ID, "package", lock.Name+"@"+lock.Version, keyCode, code.Ref(), "packages", len(lock.Packages))
+	return code, nil
+}
+
+type prepareDirs struct{ code, data, run string }
+
+// prepareRunner runs each step in a wall of its own: the registry its
+// only egress, the scratch folders its only binds, nothing of the vat's.
+func (s *Supervisor) prepareRunner(id string, dirs prepareDirs, uid, gid int) packages.Runner {
+	return func(ctx context.Context, step string, argv []string, env map[string]string) error {
+		timeout := s.cfg.Packages.StepTimeout
+		if timeout == 0 {
+			timeout = 10 * time.Minute
+		}
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		g, netw, err := registryGrant(s.registry())
+		if err != nil {
+			return err
+		}
+		gv, err := grant.NewVat(grant.VatConfig{ID: id, Grants: g, Upstream: s.cfg.Upstream, Logger: s.log})
+		if err != nil {
+			return fmt.Errorf("building the prepare wall's grant: %w", err)
+		}
+		defer gv.Revoke()
+		entryCap, _, err := s.capPair(ctx, gv, "entry-cap", true)
+		if err != nil {
+			return err
+		}
+		appCap, _, err := s.capPair(ctx, gv, "app-cap", false)
+		if err != nil {
+			_ = entryCap.Close()
+			return err
+		}
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			_ = entryCap.Close()
+			_ = appCap.Close()
+			return err
+		}
+		logged := make(chan struct{})
+		go func() {
+			defer close(logged)
+			defer pr.Close()
+			sc := bufio.NewScanner(pr)
+			sc.Buffer(make([]byte, 64<<10), 64<<10)
+			n := 0
+			for sc.Scan() {
+				if n++; n <= 400 {
+					s.log.Info("prepare output", keyVat, id, keyStep, step, "line", sc.Text())
+				}
+			}
+		}()
+		var rb [4]byte
+		_, _ = rand.Read(rb[:])
+		spec := wall.Spec{
+			ID:         "prepare-" + hex.EncodeToString(rb[:]),
+			InstallDir: dirs.code,
+			Command:    argv,
+			DataDir:    dirs.data,
+			RunDir:     dirs.run,
+			StateDir:   s.cfg.Store.StateDir(),
+			Env:        env,
+			Net:        netw,
+			EntryPath:  s.cfg.EntryPath,
+			EntryCap:   entryCap,
+			AppCap:     appCap,
+			Stdout:     pw,
+			Stderr:     pw,
+			NoSeccomp:  noSeccompTable(),
+			TmpBytes:   s.cfg.WallTmpBytes,
+			MaxTasks:   s.cfg.WallMaxTasks,
+		}
+		if uid >= 0 {
+			spec.UID, spec.GID = uid, gid
+		}
+		began := time.Now()
+		p, err := s.cfg.Launch(ctx, spec, s.log)
+		if err != nil {
+			_ = pw.Close()
+			<-logged
+			return fmt.Errorf("%s: its prepare wall could not start: %w", packages.ReasonPrepare, err)
+		}
+		werr := make(chan error, 1)
+		go func() { werr <- p.Wait() }()
+		var exit error
+		select {
+		case exit = <-werr:
+		case <-ctx.Done():
+			_ = p.Stop(2 * time.Second)
+			exit = <-werr
+			if exit == nil {
+				exit = ctx.Err()
+			}
+		}
+		_ = pw.Close()
+		<-logged
+		s.log.Info("prepare step", keyVat, id, keyStep, step, keyExit, exitText(exit), "ms", time.Since(began).Milliseconds())
+		if exit != nil {
+			return fmt.Errorf("%s: its %s step failed (%s); the supervisor's log has its output", packages.ReasonPrepare, step, exitText(exit))
+		}
+		return nil
+	}
+}
+
+// registryGrant is the prepare wall's grant and network: the registry's
+// host and port only. A loopback registry is forwarded into the wall on
+// its own port; any other is reached through the wall's proxy, HTTPS on
+// public addresses.
+func registryGrant(registry string) ([]labels.Set, wall.Net, error) {
+	scheme, host, port, err := packages.RegistryHost(registry)
+	if err != nil {
+		return nil, wall.Net{}, err
+	}
+	set := map[string]any{"host": host, "port": port}
+	loop := labels.LoopbackHost(host)
+	if !loop {
+		set["scheme"] = scheme
+		set["network"] = labels.NetworkPublic
+	}
+	b, _ := json.Marshal(set)
+	g, err := labels.ParseGrant(string(b))
+	if err != nil {
+		return nil, wall.Net{}, fmt.Errorf("the registry's grant: %w", err)
+	}
+	var n wall.Net
+	if loop {
+		n.Forwards = []wall.Forward{{Port: uint16(port), Host: host, TargetPort: uint16(port)}}
+	}
+	return g, n, nil
+}
+
+// checkPackageCode refuses to start a package bundle whose installed files
+// differ from what was installed (docs/packages.md).
+func checkPackageCode(code store.Code) error {
+	if !packages.IsBundle(code.Dir) {
+		return nil
+	}
+	if err := packages.Verify(code.Dir, code.Digest); err != nil {
+		if errors.Is(err, packages.ErrChanged) {
+			return fmt.Errorf("%s: %w", words.OffChanged, err)
+		}
+		return err
+	}
+	return nil
+}
+
+// packageEnv adds a package bundle's runtime settings under the owner's
+// values.
+func packageEnv(code store.Code, env map[string]string) map[string]string {
+	if !packages.IsBundle(code.Dir) {
+		return env
+	}
+	out := packages.RuntimeEnv()
+	for k, v := range env {
+		out[k] = v
+	}
+	return out
+}
