@@ -92,7 +92,7 @@ func (s *Supervisor) handlePackage(w http.ResponseWriter, r *http.Request, id st
 			return
 		}
 		preq.Package.Spec, preq.Package.Env = sj.Spec, sj.Env
-		preq.Package.MCP = json.RawMessage(`{"transport":"stdio"}`)
+		preq.Package.MCP = mcpStdio()
 		preq.Env = sj.OwnerEnv(preq.Env)
 	} else {
 		sp, err := packages.ParsePackage(spec)
@@ -101,7 +101,7 @@ func (s *Supervisor) handlePackage(w http.ResponseWriter, r *http.Request, id st
 			return
 		}
 		preq.Package.Spec = sp
-		preq.Package.MCP = json.RawMessage(`{"transport":"stdio"}`)
+		preq.Package.MCP = mcpStdio()
 	}
 	code, err := s.PreparePackage(r.Context(), preq)
 	if err != nil {
@@ -143,6 +143,18 @@ func parseInstallQuery(q url.Values) (egress string, env map[string]string, err 
 		}
 	}
 	return egress, env, nil
+}
+
+// mcpStdio is the manifest's "mcp" value of a package vat: a stdio MCP
+// server, served by the bridge in its wall (docs/mcp.md). The seam with
+// the MCP edge: until the manifest reads the key, a package vat is an
+// ordinary app and the key is left out.
+func mcpStdio() json.RawMessage {
+	v := json.RawMessage(`{"transport":"stdio"}`)
+	if _, err := manifest.Parse(strings.NewReader(`{"command":["/bin/true"],"mcp":` + string(v) + `}`)); err != nil {
+		return nil
+	}
+	return v
 }
 
 func (s *Supervisor) registry() string {
@@ -255,6 +267,13 @@ func (s *Supervisor) prepareRunner(id string, dirs prepareDirs, uid, gid int) pa
 		if err != nil {
 			return err
 		}
+		// What toybox wrote there (package.json, the tree) is the wall's
+		// to write.
+		if uid >= 0 {
+			if err := chownTree(dirs.data, uid, gid); err != nil {
+				return fmt.Errorf("handing the prepare folder to the wall's uid: %w", err)
+			}
+		}
 		gv, err := grant.NewVat(grant.VatConfig{ID: id, Grants: g, Upstream: s.cfg.Upstream, Logger: s.log})
 		if err != nil {
 			return fmt.Errorf("building the prepare wall's grant: %w", err)
@@ -338,6 +357,16 @@ func (s *Supervisor) prepareRunner(id string, dirs prepareDirs, uid, gid int) pa
 		}
 		return nil
 	}
+}
+
+// chownTree gives every entry below dir (links themselves) to uid:gid.
+func chownTree(dir string, uid, gid int) error {
+	return filepath.WalkDir(dir, func(p string, _ os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, gid)
+	})
 }
 
 // registryGrant is the prepare wall's grant and network: the registry's

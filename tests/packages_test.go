@@ -1,0 +1,162 @@
+package tests
+
+import (
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"toybox/vat/packages"
+	"toybox/vat/packages/npmtest"
+)
+
+// otherHost serves on 127.0.0.2 and counts the requests it gets: a host
+// the prepare wall must never reach.
+func otherHost(t *testing.T) (string, *atomic.Int64) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Skipf("no 127.0.0.2 here: %v", err)
+	}
+	var n atomic.Int64
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		n.Add(1)
+		http.Error(w, "nothing here", http.StatusNotFound)
+	})}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return "http://" + l.Addr().String(), &n
+}
+
+func (s *stack) installPackage(id, spec, extra string) (int, map[string]any) {
+	s.t.Helper()
+	q := "package=" + url.QueryEscape(spec)
+	if extra != "" {
+		q += "&" + extra
+	}
+	code, body := s.adminDo("PUT", "/"+id+"?"+q, nil)
+	var out map[string]any
+	_ = json.Unmarshal([]byte(body), &out)
+	if out == nil {
+		out = map[string]any{"error": body}
+	}
+	return code, out
+}
+
+// TestPackagesEndToEnd installs npm packages through toybox serve, with
+// real walls, a real switchboard, and the real npm and node against a
+// registry on loopback: the prepare wall reaches the registry and nothing
+// else, every tarball is checked against the lock, no install script
+// runs, the same spec gives the same code, and a changed file refuses
+// the start.
+func TestPackagesEndToEnd(t *testing.T) {
+	outside, outsideHits := otherHost(t)
+	reg := npmtest.Start(t)
+	for _, f := range []string{"tb-greeting-1.0.0", "tb-greeting-1.1.0", "tb-mcp-hello", "tb-postinstall"} {
+		reg.Publish(t, npmtest.Pack(t, npmtest.Fixture(f)))
+	}
+	reg.Publish(t, npmtest.PackWith(t, "tb-outside", "OUTSIDE_URL", outside+"/tb-elsewhere.tgz"))
+	s := newStack(t, stackOpts{extra: []string{"--npm-registry", reg.URL}})
+
+	// A range resolves once; the lock has every package with its
+	// integrity; the code is stored by SHA-256 like any bundle.
+	code, st := s.installPackage("hello", "npm:tb-mcp-hello@^1", "")
+	if code != http.StatusCreated && code != http.StatusServiceUnavailable {
+		t.Fatalf("installing tb-mcp-hello: %d %v\nlog:\n%s", code, st, tail(s.tbLog))
+	}
+	ref, _ := st["code"].(string)
+	if !strings.HasPrefix(ref, "sha256:") {
+		t.Fatalf("installed code %q", ref)
+	}
+	dir := filepath.Join(s.state, "code", strings.TrimPrefix(ref, "sha256:"))
+	b, err := os.ReadFile(filepath.Join(dir, packages.LockPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lock packages.Lock
+	if err := json.Unmarshal(b, &lock); err != nil {
+		t.Fatal(err)
+	}
+	if lock.Version != "1.0.0" || len(lock.Packages) != 2 {
+		t.Errorf("lock: %s@%s with %d packages; want tb-mcp-hello@1.0.0 and its dependency", lock.Name, lock.Version, len(lock.Packages))
+	}
+	for _, p := range lock.Packages {
+		if !strings.HasPrefix(p.Integrity, "sha512-") {
+			t.Errorf("lock: %s has integrity %q", p.Path, p.Integrity)
+		}
+	}
+	if err := packages.Verify(dir, strings.TrimPrefix(ref, "sha256:")); err != nil {
+		t.Errorf("the stored tree does not verify: %v", err)
+	}
+	if !strings.Contains(s.tbLog.String(), `"step":"resolve"`) || !strings.Contains(s.tbLog.String(), `"step":"fetch"`) {
+		t.Errorf("no prepare steps in the supervisor's log")
+	}
+
+	// The same spec again: the same code hash.
+	if _, st2 := s.installPackage("hello2", "npm:tb-mcp-hello@^1", ""); st2["code"] != ref {
+		t.Errorf("a second install of the same spec gave code %v; want %s", st2["code"], ref)
+	}
+
+	// A tarball that does not match its integrity: refused, nothing kept.
+	// (A valid tarball of other code, served under 1.1.0's name.)
+	reg.Tamper("tb-greeting", "1.1.0", npmtest.Pack(t, npmtest.Fixture("tb-greeting-1.0.0")))
+	code, st = s.installPackage("tampered", "npm:tb-mcp-hello@1.0.0", "")
+	if code != http.StatusBadRequest || !strings.Contains(st["error"].(string), "integrity") {
+		t.Errorf("a tampered tarball: %d %v; want 400 naming the integrity", code, st)
+	}
+	if c, _ := s.adminDo("GET", "/tampered", nil); c != http.StatusNotFound {
+		t.Errorf("after a refused install GET /tampered = %d; want 404", c)
+	}
+
+	// A postinstall script: refused with a fixed reason; it never ran.
+	code, st = s.installPackage("scripted", "npm:tb-postinstall", "")
+	if code != http.StatusBadRequest || !strings.Contains(st["error"].(string), "needs an install script") {
+		t.Errorf("a package with a postinstall: %d %v; want 400 needs an install script", code, st)
+	}
+	_ = filepath.Walk(s.dir, func(p string, _ os.FileInfo, _ error) error {
+		if filepath.Base(p) == "postinstall-ran" {
+			t.Errorf("the postinstall ran: %s", p)
+		}
+		return nil
+	})
+
+	// A dependency on another host: the prepare wall cannot reach it,
+	// and the refusal is logged.
+	code, st = s.installPackage("outside", "npm:tb-outside@1.0.0", "")
+	if code != http.StatusBadRequest || !strings.Contains(st["error"].(string), packages.ReasonPrepare) {
+		t.Errorf("a dependency on another host: %d %v; want 400 %q", code, st, packages.ReasonPrepare)
+	}
+	if n := outsideHits.Load(); n != 0 {
+		t.Errorf("the other host got %d requests from the prepare wall; want 0", n)
+	}
+	// The wall's proxy answered the refusal of the vat's grant (a 403);
+	// npm's report of it is in the supervisor's log.
+	if logs := s.tbLog.String(); !strings.Contains(logs, `403 Forbidden - GET `+outside+`/tb-elsewhere.tgz`) {
+		t.Errorf("no logged refusal of %s in the supervisor's log:\n%s", outside, tail(s.tbLog))
+	}
+	// npm's own words stay in the supervisor's log; the answer is fixed.
+	if strings.Contains(st["error"].(string), "npm ") || strings.Contains(st["error"].(string), "ERR") {
+		t.Errorf("the answer carries npm's output: %v", st["error"])
+	}
+
+	// A flipped byte in node_modules: the next start is refused.
+	f := filepath.Join(dir, "node_modules", "tb-greeting", "index.js")
+	b, err = os.ReadFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0x20
+	if err := os.WriteFile(f, b, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	s.adminDo("POST", "/hello/restart", nil)
+	st = s.status("hello")
+	if st["status"] != "off: its installed files changed" || st["status_es"] != "apagado: sus archivos instalados cambiaron" || !strings.Contains(st["last_error"].(string), "node_modules/tb-greeting/index.js") {
+		t.Errorf("after a flipped byte: %v %v %v; want off: its installed files changed naming the file", st["status"], st["status_es"], st["last_error"])
+	}
+}
