@@ -187,7 +187,7 @@ func TestDoorsEndToEnd(t *testing.T) {
 	start := func() {
 		t.Helper()
 		serve = exec.Command(bins["toybox"], "serve", "--state", filepath.Join(tmp, "state"), "--admin", admin,
-			"--http", "unix:"+pub, "--entry", bins["toybox-entry"], "--doors", table, "--stop-grace", "1s")
+			"--http", "unix:"+pub, "--entry", bins["toybox-entry"], "--doors", table, "--stop-grace", "1s", "--uid-base", fmt.Sprint(testUIDBase))
 		serve.Env = append(os.Environ(), "TOYBOX_WALLS=", "TOYBOX_WALLS_DEFAULT=walled")
 		serve.Stdout, serve.Stderr = &logs, &logs
 		if err := serve.Start(); err != nil {

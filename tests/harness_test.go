@@ -267,6 +267,11 @@ func (s *stack) sbSock() string {
 	return s.sbLocal
 }
 
+// testUIDBase is the first uid of this test process's vats: a range of its
+// own (toybox serve --uid-base), so that test runs side by side never stop
+// each other's vats by uid.
+var testUIDBase = 1300000 + (os.Getpid()%1024)*65536
+
 func (s *stack) startToybox() {
 	s.t.Helper()
 	if s.tbLog == nil {
@@ -275,6 +280,7 @@ func (s *stack) startToybox() {
 	args := append([]string{
 		"serve", "--state", s.state, "--switchboard", s.sbSock(),
 		"--entry", filepath.Join(bins, "toybox-entry"), "--stop-grace", "2s",
+		"--uid-base", fmt.Sprint(testUIDBase),
 	}, s.extra...)
 	if s.activated {
 		// As systemd does: the sockets as fds 3 and 4, named; LISTEN_PID

@@ -37,7 +37,7 @@ import (
 
 func init() { commands["serve"] = serveMain }
 
-const serveUsage = `usage: toybox serve --state DIR --switchboard PATH [--http ADDR|unix:PATH] [--public-host NAME[,NAME]]... [--admin PATH] [--entry PATH] [--doors FILE] [--wall-tmp-mib N] [--wall-max-tasks N] [--wall-memory-mib N] [--wall-cpus X] [--wall-disk-mib N] [--mcp-origin ORIGIN]... [--status 127.0.0.1:PORT] [--notice-command CMD | --notice-webhook URL]
+const serveUsage = `usage: toybox serve --state DIR --switchboard PATH [--http ADDR|unix:PATH] [--public-host NAME[,NAME]]... [--admin PATH] [--entry PATH] [--doors FILE] [--wall-tmp-mib N] [--wall-max-tasks N] [--wall-memory-mib N] [--wall-cpus X] [--wall-disk-mib N] [--uid-base N] [--mcp-origin ORIGIN]... [--status 127.0.0.1:PORT] [--notice-command CMD | --notice-webhook URL]
 
 Runs the supervisor: every installed vat starts, the admin API is served on
 the admin socket (mode 0600) and each vat's app on the http socket, on its
@@ -89,6 +89,7 @@ func serveMain(args []string) int {
 	stopGrace := fs.Duration("stop-grace", 5*time.Second, "time between SIGTERM and SIGKILL when stopping a vat")
 	maxBody := fs.Int64("max-body", store.DefaultMaxBody, "largest code upload in bytes")
 	wallTmp := fs.Int64("wall-tmp-mib", wall.TmpBytes>>20, "size of each wall's /tmp in MiB (it is memory: a tmpfs)")
+	uidBase := fs.Int("uid-base", supervisor.DefaultUIDBase, "under root, the first host uid and gid of the vats: each vat gets one of its own from here up ("+fmt.Sprint(supervisor.VatIDSpan)+" of them)")
 	wallTasks := fs.Int("wall-max-tasks", wall.MaxTasks, "most processes and threads in each wall (an app under toybox-entry, a vat with a way out, may use all but 32)")
 	wallMemory := fs.Int64("wall-memory-mib", DefaultWallMemoryMiB, "each wall's memory in MiB, swap none beyond it (0: no limit); an owner may set less")
 	wallCPUs := fs.Float64("wall-cpus", DefaultWallCPUs, "each wall's CPU time, in CPUs (0: no limit); an owner may set less")
@@ -144,6 +145,10 @@ func serveMain(args []string) int {
 		fmt.Fprintf(os.Stderr, "toybox serve: --wall-tmp-mib %d: want 1 to %d\n", *wallTmp, 1<<20)
 		return 2
 	}
+	if *uidBase < 65536 || *uidBase > 1<<31-1-supervisor.VatIDSpan {
+		fmt.Fprintf(os.Stderr, "toybox serve: --uid-base %d: want 65536 to %d (above every system and login uid)\n", *uidBase, 1<<31-1-supervisor.VatIDSpan)
+		return 2
+	}
 	if *wallTasks < 64 || *wallTasks > 1<<22 {
 		fmt.Fprintf(os.Stderr, "toybox serve: --wall-max-tasks %d: want 64 to %d\n", *wallTasks, 1<<22)
 		return 2
@@ -172,7 +177,7 @@ func serveMain(args []string) int {
 	}
 	if err := runServe(serveOptions{
 		state: *stateDir, switchboard: *sbPath, http: *httpAddr, admin: *adminPath, entry: *entryPath, doors: *doorsPath,
-		readyTimeout: *readyTimeout, stopGrace: *stopGrace, maxBody: *maxBody, wallTmp: *wallTmp << 20, wallTasks: *wallTasks, hosts: hosts, mcpOrigins: mcpOrigins, pkgs: pkgs,
+		readyTimeout: *readyTimeout, stopGrace: *stopGrace, maxBody: *maxBody, wallTmp: *wallTmp << 20, wallTasks: *wallTasks, uidBase: *uidBase, hosts: hosts, mcpOrigins: mcpOrigins, pkgs: pkgs,
 		wallMemory: *wallMemory << 20, wallCPUs: *wallCPUs, wallDisk: *wallDisk << 20,
 		walls: os.Getenv("TOYBOX_WALLS"), wallsDefault: os.Getenv("TOYBOX_WALLS_DEFAULT"),
 		status: *statusAddr, sink: sink,
@@ -207,6 +212,7 @@ type serveOptions struct {
 	readyTimeout, stopGrace                       time.Duration
 	maxBody, wallTmp                              int64
 	wallTasks                                     int
+	uidBase                                       int
 	wallMemory, wallDisk                          int64
 	wallCPUs                                      float64
 	walls, wallsDefault                           string
@@ -294,7 +300,7 @@ func runServe(o serveOptions, log *slog.Logger) error {
 			}
 			return p, nil
 		},
-		ReadyTimeout: o.readyTimeout, StopGrace: o.stopGrace, WallTmpBytes: o.wallTmp, WallMaxTasks: o.wallTasks, Logger: log,
+		ReadyTimeout: o.readyTimeout, StopGrace: o.stopGrace, WallTmpBytes: o.wallTmp, WallMaxTasks: o.wallTasks, UIDBase: o.uidBase, Logger: log,
 		Cgroups: cg, Disks: disks, Limits: supervisor.Limits{MemoryBytes: o.wallMemory, CPUs: o.wallCPUs, DiskBytes: o.wallDisk},
 		OwnPorts: ownPorts(httpL), Hosts: o.hosts, MCPOrigins: o.mcpOrigins, Observer: view.activity, Packages: o.pkgs,
 	})
