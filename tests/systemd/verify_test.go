@@ -59,9 +59,10 @@ func makeInstall(t testing.TB, target, root, bin string, vars ...string) string 
 	return string(out)
 }
 
-// withSystemUnits copies the host's own unit directory into root, so that
-// systemd-analyze verify --root=root finds sysinit.target, sockets.target
-// and the rest of what our units depend on.
+// withSystemUnits copies the host's own unit directory and the host's
+// programs our units run into root, so that systemd-analyze verify
+// --root=root finds sysinit.target, sockets.target, /bin/kill and the rest
+// of what our units depend on.
 func withSystemUnits(t testing.TB, root string) {
 	t.Helper()
 	src := "/usr/lib/systemd/system"
@@ -74,6 +75,16 @@ func withSystemUnits(t testing.TB, root string) {
 	}
 	if out, err := exec.Command("cp", "-a", src, dst).CombinedOutput(); err != nil {
 		t.Fatalf("cp -a %s %s: %v\n%s", src, dst, err, out)
+	}
+	// The host's programs the units run that are not toybox's
+	// (switchboard.service's ExecReload), as a system has them.
+	for _, p := range []string{"/bin/kill"} {
+		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("cp", "-L", p, filepath.Join(root, p)).CombinedOutput(); err != nil {
+			t.Fatalf("cp -L %s: %v\n%s", p, err, out)
+		}
 	}
 }
 
