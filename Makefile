@@ -6,6 +6,7 @@ BIN := $(CURDIR)/bin
 CAPNPC_GO_VERSION := v3.1.0-alpha.2
 STATICCHECK_VERSION := v0.8.2
 GOFUMPT_VERSION := v0.12.0
+GOLANGCI_LINT_VERSION := v2.15.0
 # What make dev needs to build and run (busybox-static: the README's local web
 # server); make test needs the rest too (g++, libcapnp-dev and pkg-config:
 # tests/cppclient_test.go builds examples/cpp-client).
@@ -17,7 +18,7 @@ export CGO_ENABLED := 1
 # How toybox-entry is built (tests/testenv.EntryBuildFlags says the same).
 ENTRY_FLAGS := -tags netgo,osusergo -ldflags=-extldflags=-static
 
-.PHONY: all deps build generate check fmt vet lint test test-short test-integration test-systemd bench dev install uninstall clean tools
+.PHONY: all deps build generate static check fmt vet lint test test-short test-integration test-systemd bench dev install uninstall clean tools
 
 all: build
 
@@ -52,7 +53,10 @@ $(TOOLS)/staticcheck:
 $(TOOLS)/gofumpt:
 	GOBIN=$(TOOLS) $(GO) install mvdan.cc/gofumpt@$(GOFUMPT_VERSION)
 
-tools: $(TOOLS)/capnpc-go $(TOOLS)/staticcheck $(TOOLS)/gofumpt
+$(TOOLS)/golangci-lint:
+	GOBIN=$(TOOLS) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+
+tools: $(TOOLS)/capnpc-go $(TOOLS)/staticcheck $(TOOLS)/gofumpt $(TOOLS)/golangci-lint
 
 generate: $(TOOLS)/capnpc-go
 	$(GO) generate ./schema/...
@@ -63,29 +67,42 @@ fmt: $(TOOLS)/gofumpt
 vet:
 	$(GO) vet ./...
 
-lint: $(TOOLS)/staticcheck
+# lint: staticcheck, then golangci-lint with .golangci.yml (errorlint,
+# forbidigo, govet's nilness).
+lint: $(TOOLS)/staticcheck $(TOOLS)/golangci-lint
 	$(TOOLS)/staticcheck ./...
+	$(TOOLS)/golangci-lint run ./...
 
-# check: formatting, vet, staticcheck, generate and tidy leave no diff, then the tests.
-check: fmt vet lint generate
+# static: formatting, vet, the linters; generate and tidy leave no diff.
+static: fmt vet lint generate
 	@git diff --exit-code -- schema || { echo "make generate changed the committed schema Go"; exit 1; }
 	@cp go.mod /tmp/toybox-go.mod.$$$$ && cp go.sum /tmp/toybox-go.sum.$$$$ && $(GO) mod tidy && \
 	 if ! git diff --quiet -- go.mod go.sum; then git diff -- go.mod go.sum; echo "go mod tidy changes go.mod/go.sum"; exit 1; fi
+
+# check: static, then every test with the race detector. CI runs it once,
+# with walls required (.ci/run).
+check: static
 	$(MAKE) test-short
 
-# test-short: every package's tests (wall tests included), race detector on.
-test-short: build
-	$(GO) test -race -count=1 ./...
-
-# test: install what is missing, then run every test. The MCP conformance
-# suite's output (tests/mcp_test.go; a passing test's lines show only with
-# -v) goes to the log after the tests' own, each line marked, so none of its
-# "N passed, N failed" lines reads as the tests' own summary.
+# The tests of every package (wall tests included), with the flags in $(1).
+# The MCP conformance suite's output (tests/mcp_test.go; a passing test's
+# lines show only with -v) goes to the log after the tests' own, each line
+# marked, so none of its "N passed, N failed" lines reads as the tests' own
+# summary.
 CONFORMANCE_LOG := /tmp/toybox-conformance.log
-test: deps build
+define run-tests
 	@rm -f $(CONFORMANCE_LOG)
-	{ TOYBOX_CONFORMANCE_LOG=$(CONFORMANCE_LOG) $(GO) test -count=1 -timeout 20m ./... 2>&1; rc=$$?; \
+	{ TOYBOX_CONFORMANCE_LOG=$(CONFORMANCE_LOG) $(GO) test $(1) -count=1 -timeout 30m ./... 2>&1; rc=$$?; \
 	  if [ -f $(CONFORMANCE_LOG) ]; then sed 's/^/mcp-conformance | /' $(CONFORMANCE_LOG); fi; exit $$rc; } | tee /tmp/toybox-test.log; exit $${PIPESTATUS[0]}
+endef
+
+# test-short: every test, race detector on (what make check runs).
+test-short: build
+	$(call run-tests,-race)
+
+# test: install what is missing, then run every test.
+test: deps build
+	$(call run-tests,)
 
 test-integration: build
 	$(GO) test -count=1 -timeout 15m ./tests/...

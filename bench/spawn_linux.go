@@ -140,7 +140,7 @@ func bareSpawn(ctx context.Context, bwrap, app string) (time.Duration, error) {
 	d := time.Since(t0)
 	werr := cmd.Wait()
 	if rerr != nil {
-		return 0, fmt.Errorf("reading the app's first byte: %w (bwrap: %v)", rerr, werr)
+		return 0, errors.Join(fmt.Errorf("reading the app's first byte: %w", rerr), werr)
 	}
 	return d, werr
 }
@@ -221,7 +221,7 @@ func (r *run) wallSpawn(ctx context.Context, id, entry, code, state string, up *
 	}
 	werr := p.Wait()
 	if rerr != nil {
-		return 0, fmt.Errorf("reading the app's first byte: %w (wall: %v; its stderr: %s)", rerr, werr, tail(errf.Name()))
+		return 0, errors.Join(fmt.Errorf("reading the app's first byte: %w (its stderr: %s)", rerr, tail(errf.Name())), werr)
 	}
 	var ee *exec.ExitError
 	if werr != nil && !errors.As(werr, &ee) {

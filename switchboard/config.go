@@ -211,7 +211,7 @@ func ParseFile(data []byte) (*File, error) {
 	dec.DisallowUnknownFields()
 	var f File
 	if err := dec.Decode(&f); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	if dec.More() {
 		return nil, fmt.Errorf("%w: trailing data after the JSON object", ErrConfig)
@@ -223,7 +223,7 @@ func ParseFile(data []byte) (*File, error) {
 		}
 		s, err := labels.ParseSet(raw)
 		if err != nil {
-			return nil, fmt.Errorf("%w: socket %q: %v", ErrConfig, name, err)
+			return nil, fmt.Errorf("%w: socket %q: %w", ErrConfig, name, err)
 		}
 		if s.Network != "" && s.Network != name {
 			return nil, fmt.Errorf("%w: socket %q: network %q contradicts the socket's name", ErrConfig, name, s.Network)
@@ -239,12 +239,12 @@ func ParseFile(data []byte) (*File, error) {
 	}
 	for _, n := range f.PublicNames {
 		if _, err := labels.CanonicalHost(n); err != nil {
-			return nil, fmt.Errorf("%w: publicNames: %v", ErrConfig, err)
+			return nil, fmt.Errorf("%w: publicNames: %w", ErrConfig, err)
 		}
 	}
 	if f.Resolver != "" {
 		if _, err := netip.ParseAddrPort(f.Resolver); err != nil {
-			return nil, fmt.Errorf("%w: resolver %q must be ip:port: %v", ErrConfig, f.Resolver, err)
+			return nil, fmt.Errorf("%w: resolver %q must be ip:port: %w", ErrConfig, f.Resolver, err)
 		}
 	}
 	if o := f.Owner; o != nil {
@@ -256,7 +256,7 @@ func ParseFile(data []byte) (*File, error) {
 		}
 		if o.CacheTTL != "" {
 			if _, err := time.ParseDuration(o.CacheTTL); err != nil {
-				return nil, fmt.Errorf("%w: owner.cacheTTL: %v", ErrConfig, err)
+				return nil, fmt.Errorf("%w: owner.cacheTTL: %w", ErrConfig, err)
 			}
 		}
 	}
@@ -291,10 +291,10 @@ func (f *File) deny() ([]netip.Prefix, []string, error) {
 		case strings.Contains(d, "/"):
 			p, err := netip.ParsePrefix(d)
 			if err != nil {
-				return nil, nil, fmt.Errorf("%w: deny %q: %v", ErrConfig, d, err)
+				return nil, nil, fmt.Errorf("%w: deny %q: %w", ErrConfig, d, err)
 			}
 			if p, err = unmapPrefix(p); err != nil {
-				return nil, nil, fmt.Errorf("%w: deny %q: %v", ErrConfig, d, err)
+				return nil, nil, fmt.Errorf("%w: deny %q: %w", ErrConfig, d, err)
 			}
 			prefixes = append(prefixes, p)
 		default:
@@ -304,7 +304,7 @@ func (f *File) deny() ([]netip.Prefix, []string, error) {
 			}
 			n, err := labels.CanonicalHost(d)
 			if err != nil {
-				return nil, nil, fmt.Errorf("%w: deny: %v", ErrConfig, err)
+				return nil, nil, fmt.Errorf("%w: deny: %w", ErrConfig, err)
 			}
 			names = append(names, n)
 		}

@@ -249,8 +249,12 @@ func (c *client) connectFD(ctx context.Context, h schema.Handle, scheme, host st
 	defer file.Close()
 	// Handed over in blocking mode, like a freshly accepted socket
 	// (docs/switchboard.md).
-	if fl, err := unix.FcntlInt(file.Fd(), unix.F_GETFL, 0); err != nil || fl&unix.O_NONBLOCK != 0 {
-		return nil, fmt.Errorf("the socket was handed over non-blocking (flags %#x, %v)", fl, err)
+	fl, err := unix.FcntlInt(file.Fd(), unix.F_GETFL, 0)
+	if err != nil {
+		return nil, fmt.Errorf("reading the handed-over socket's flags: %w", err)
+	}
+	if fl&unix.O_NONBLOCK != 0 {
+		return nil, fmt.Errorf("the socket was handed over non-blocking (flags %#x)", fl)
 	}
 	return net.FileConn(file)
 }

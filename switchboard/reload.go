@@ -27,7 +27,7 @@ func (s *Server) Reload(p Policy) (int, error) {
 	for _, d := range p.Deny {
 		u, err := unmapPrefix(d)
 		if err != nil {
-			return 0, fmt.Errorf("%w: Deny %s: %v", ErrConfig, d, err)
+			return 0, fmt.Errorf("%w: Deny %s: %w", ErrConfig, d, err)
 		}
 		deny = append(deny, u)
 	}

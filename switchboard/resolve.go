@@ -33,7 +33,7 @@ func (s *Server) lookup(ctx context.Context, host string) ([]netip.Addr, error) 
 		if errors.As(err, &de) && de.IsNotFound {
 			return nil, fmt.Errorf("%w: %s: no such host", ErrResolve, host)
 		}
-		return nil, fmt.Errorf("%w: %s: %v", ErrResolve, host, err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrResolve, host, err)
 	}
 	if len(addrs) == 0 {
 		return nil, fmt.Errorf("%w: %s has no addresses", ErrResolve, host)

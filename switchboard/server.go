@@ -70,7 +70,7 @@ func New(cfg Config) (*Server, error) {
 	for _, p := range cfg.Deny {
 		u, err := unmapPrefix(p)
 		if err != nil {
-			return nil, fmt.Errorf("%w: Deny %s: %v", ErrConfig, p, err)
+			return nil, fmt.Errorf("%w: Deny %s: %w", ErrConfig, p, err)
 		}
 		deny = append(deny, u)
 	}
@@ -210,7 +210,7 @@ func (s *Server) Serve(ctx context.Context, name string, l *net.UnixListener, ro
 	c, err := labels.Canonical(root)
 	if err != nil {
 		_ = l.Close()
-		return fmt.Errorf("%w: root labels of socket %s: %v", ErrConfig, name, err)
+		return fmt.Errorf("%w: root labels of socket %s: %w", ErrConfig, name, err)
 	}
 	if c.Network != labels.NetworkPublic && c.Network != labels.NetworkLocal {
 		_ = l.Close()

@@ -2,7 +2,9 @@ package tests
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -168,7 +170,7 @@ func TestDamagedRecordKeepsItsUID(t *testing.T) {
 	if code, _ := s.adminDo("GET", "/alice", nil); code != http.StatusNotFound {
 		t.Errorf("GET /alice after its removal = %d; want 404", code)
 	}
-	if _, err := os.Stat(rec + ".good"); !os.IsNotExist(err) {
+	if _, err := os.Stat(rec + ".good"); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("alice's good copy after its removal: %v; want it gone", err)
 	}
 }

@@ -2,7 +2,9 @@ package tests
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
@@ -64,7 +66,7 @@ func TestInstallAndUpgrade(t *testing.T) {
 	if code, body := s.adminDo("DELETE", "/alice?purge=1", nil); code != http.StatusOK {
 		t.Fatalf("DELETE /alice?purge=1 = %d %s", code, body)
 	}
-	if _, err := os.Stat(filepath.Join(s.state, "data", "alice")); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(s.state, "data", "alice")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("data/alice after purge: %v; want gone", err)
 	}
 }
@@ -96,7 +98,7 @@ func TestSecondSupervisorRefused(t *testing.T) {
 	if ctx.Err() != nil {
 		t.Fatalf("a second toybox serve on the same state dir ran on (killed after 20 s):\n%s", out)
 	}
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), "the state dir is in use") || !strings.Contains(string(out), fmt.Sprintf("process %d", s.tb.Process.Pid)) {
+	if ee := (*exec.ExitError)(nil); !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "the state dir is in use") || !strings.Contains(string(out), fmt.Sprintf("process %d", s.tb.Process.Pid)) {
 		t.Fatalf("a second toybox serve on the same state dir: %v\n%s\nwant exit 1 naming the first (pid %d)", err, out, s.tb.Process.Pid)
 	}
 	s.mustGet("/shelly/hello", "sh says hello: GET /hello, hit 2")
@@ -223,7 +225,7 @@ func TestFailedWallNeverRunsUnwalled(t *testing.T) {
 	if code, body := s.get("/alice"); code != http.StatusServiceUnavailable || !strings.Contains(body, "could not run inside its wall") {
 		t.Errorf("GET /alice = %d %q; want 503 with the word", code, body)
 	}
-	if _, err := os.Stat(filepath.Join(s.state, "data", "alice", "count")); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(s.state, "data", "alice", "count")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the app ran (its count file exists: %v)", err)
 	}
 	// The admin socket is the owner's alone.
@@ -269,7 +271,7 @@ func TestUnrunnableEntryLeavesItOff(t *testing.T) {
 	if st["restarts"] != float64(0) || st["status"] != "off: it could not run inside its wall" {
 		t.Errorf("status = %v; want off (the wall), never restarted", st)
 	}
-	if _, err := os.Stat(filepath.Join(s.state, "data", "alice", "count")); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(s.state, "data", "alice", "count")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the app ran (its count file exists: %v)", err)
 	}
 }

@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -158,7 +159,7 @@ var tmpApp = shellApp(`	body=$(head -c 2097152 /dev/zero 2>&1 >/tmp/fill && echo
 func TestWallMaxTasks(t *testing.T) {
 	for _, bad := range []string{"63", "0", "x"} {
 		out, err := exec.Command(filepath.Join(bins, "toybox"), "serve", "--state", t.TempDir(), "--switchboard", "/nonexistent", "--wall-max-tasks", bad).CombinedOutput()
-		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "wall-max-tasks") {
+		if ee := (*exec.ExitError)(nil); !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), "wall-max-tasks") {
 			t.Errorf("--wall-max-tasks %s: %v %q; want exit 2 naming the flag", bad, err, out)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"image/png"
 	"io"
@@ -308,7 +309,7 @@ func TestStatusListenerCredential(t *testing.T) {
 	}
 	for _, bad := range []string{"0.0.0.0:9", "192.0.2.1:9", "localhost:9", s.http} {
 		out, err := exec.Command(filepath.Join(bins, "toybox"), "serve", "--state", t.TempDir(), "--admin", filepath.Join(t.TempDir(), "a.sock"), "--http", s.http, "--status", bad).CombinedOutput()
-		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "--status") {
+		if ee, ok := errors.AsType[*exec.ExitError](err); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "--status") {
 			t.Errorf("toybox serve --status %s: %v\n%s\nwant refused (exit 2)", bad, err, out)
 		}
 	}
@@ -686,7 +687,7 @@ func TestOperatorCLI(t *testing.T) {
 	run := func(args ...string) (string, int) {
 		out, err := exec.Command(tb, args...).CombinedOutput()
 		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
+		if ee, ok := errors.AsType[*exec.ExitError](err); ok {
 			code = ee.ExitCode()
 		} else if err != nil {
 			t.Fatal(err)

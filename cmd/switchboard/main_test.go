@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -243,7 +245,7 @@ func TestListenRefusesLiveSocketAndReplacesStale(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("SIGTERM exit: %v; want a clean exit", err)
 	}
-	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+	if _, err := os.Stat(stale); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("socket left behind after shutdown: %v", err)
 	}
 	for _, bad := range [][]string{{"--mode", "0666", "--listen", "public=" + stale}, {"--listen", "lan=" + stale}, {}} {

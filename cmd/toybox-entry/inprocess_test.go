@@ -172,15 +172,22 @@ func TestStalledStreamHoldsUpNoOther(t *testing.T) {
 		return c, br
 	}
 	// An echo of 8 MiB each way must go through while the others stall.
+	// A stalled echo is one that stops moving: each read has 20 seconds,
+	// however slow the machine makes the whole.
 	echoes := func(t *testing.T) {
 		t.Helper()
 		c, br := tunnel(t, echo)
-		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+		_ = c.SetDeadline(time.Time{})
 		msg := bytes.Repeat([]byte("x"), 8<<20)
 		go func() { _, _ = c.Write(msg) }()
-		got := make([]byte, len(msg))
-		if _, err := io.ReadFull(br, got); err != nil {
-			t.Fatalf("the echo stalled behind the stopped stream: %v", err)
+		buf := make([]byte, 256<<10)
+		for got := 0; got < len(msg); {
+			_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+			n, err := br.Read(buf)
+			got += n
+			if err != nil {
+				t.Fatalf("the echo stalled behind the stopped stream after %d of %d bytes: %v", got, len(msg), err)
+			}
 		}
 	}
 

@@ -413,7 +413,7 @@ func binaries(t testing.TB) (entryPath, probePath string) {
 		_ = os.Chmod(buildDir, 0o755)
 		out, err := exec.Command("go", append(append([]string{"build"}, testenv.EntryBuildFlags...), "-o", filepath.Join(buildDir, "toybox-entry"), "toybox/cmd/toybox-entry")...).CombinedOutput()
 		if err != nil {
-			buildErr = fmt.Errorf("building toybox-entry: %v\n%s", err, out)
+			buildErr = fmt.Errorf("building toybox-entry: %w\n%s", err, out)
 			return
 		}
 		self, err := os.Executable()

@@ -108,7 +108,7 @@ func TestActivatedAdminMustBeAUnixListener(t *testing.T) {
 		return renamed(t, os.NewFile(uintptr(fds[0]), "pair"), name)
 	}
 	regular := func(name string) *os.File {
-		f, err := os.Create(filepath.Join(dir, "plain"))
+		f, err := os.CreateTemp(dir, "plain")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -63,19 +63,19 @@ func ParseProcNet(r io.Reader, v6 bool, order binary.ByteOrder) ([]Listener, err
 		}
 		st, err := strconv.ParseUint(f[3], 16, 8)
 		if err != nil {
-			return nil, fmt.Errorf("%w: line %d: state %q: %v", ErrProcNet, line, f[3], err)
+			return nil, fmt.Errorf("%w: line %d: state %q: %w", ErrProcNet, line, f[3], err)
 		}
 		addr, port, err := parseHexAddrPort(f[1], v6, order)
 		if err != nil {
-			return nil, fmt.Errorf("%w: line %d: local address: %v", ErrProcNet, line, err)
+			return nil, fmt.Errorf("%w: line %d: local address: %w", ErrProcNet, line, err)
 		}
 		uid, err := strconv.ParseUint(f[7], 10, 32)
 		if err != nil {
-			return nil, fmt.Errorf("%w: line %d: uid %q: %v", ErrProcNet, line, f[7], err)
+			return nil, fmt.Errorf("%w: line %d: uid %q: %w", ErrProcNet, line, f[7], err)
 		}
 		inode, err := strconv.ParseUint(f[9], 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("%w: line %d: inode %q: %v", ErrProcNet, line, f[9], err)
+			return nil, fmt.Errorf("%w: line %d: inode %q: %w", ErrProcNet, line, f[9], err)
 		}
 		if st != tcpListen {
 			continue
@@ -83,7 +83,7 @@ func ParseProcNet(r io.Reader, v6 bool, order binary.ByteOrder) ([]Listener, err
 		out = append(out, Listener{Addr: addr, Port: port, UID: int(uid), Inode: inode})
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%w: reading: %v", ErrProcNet, err)
+		return nil, fmt.Errorf("%w: reading: %w", ErrProcNet, err)
 	}
 	if line == 0 {
 		return nil, fmt.Errorf("%w: empty (no header)", ErrProcNet)
@@ -138,7 +138,7 @@ func parseHexAddrPort(s string, v6 bool, order binary.ByteOrder) (netip.Addr, ui
 	}
 	port, err := strconv.ParseUint(portHex, 16, 16)
 	if err != nil {
-		return netip.Addr{}, 0, fmt.Errorf("%q: port: %v", s, err)
+		return netip.Addr{}, 0, fmt.Errorf("%q: port: %w", s, err)
 	}
 	words := 1
 	if v6 {
@@ -151,7 +151,7 @@ func parseHexAddrPort(s string, v6 bool, order binary.ByteOrder) (netip.Addr, ui
 	for i := 0; i < words; i++ {
 		w, err := strconv.ParseUint(host[8*i:8*i+8], 16, 32)
 		if err != nil {
-			return netip.Addr{}, 0, fmt.Errorf("%q: address: %v", s, err)
+			return netip.Addr{}, 0, fmt.Errorf("%q: address: %w", s, err)
 		}
 		order.PutUint32(b[4*i:], uint32(w))
 	}

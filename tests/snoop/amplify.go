@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -60,7 +61,7 @@ func amplifyUnserved(w http.ResponseWriter, _ *http.Request) {
 		k, err := c.Read(buf)
 		read += k
 		if err != nil {
-			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
 				say("kept: %d bytes read, then nothing for 5 s", read)
 			} else {
 				say("ended: %d bytes read, then %v", read, err)

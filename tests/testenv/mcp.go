@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -87,7 +88,7 @@ func EverythingServer(t testing.TB, version string) string {
 		cmd := exec.Command("go", "install", EverythingModule+"@"+version)
 		cmd.Env = append(os.Environ(), "GOBIN="+dir, "CGO_ENABLED=0", "GOFLAGS=")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go install %s@%s: %v\n%s", EverythingModule, version, err, out)
+			return fmt.Errorf("go install %s@%s: %w\n%s", EverythingModule, version, err, out)
 		}
 		return nil
 	})
@@ -109,11 +110,11 @@ func Conformance(t testing.TB) (node, suite string) {
 		cmd := exec.Command(npm, "install", "--no-audit", "--no-fund", "--loglevel=error", "--prefix", dir,
 			"node@"+NodeVersion, "@modelcontextprotocol/conformance@"+ConformanceVersion)
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("npm install of the conformance suite: %v\n%s", err, out)
+			return fmt.Errorf("npm install of the conformance suite: %w\n%s", err, out)
 		}
 		out, err := exec.Command(node, "--version").Output()
 		if err != nil || strings.TrimSpace(string(out)) != "v"+NodeVersion {
-			return fmt.Errorf("the node package gave no node %s at %s: %q, %v", NodeVersion, node, out, err)
+			return fmt.Errorf("the node package gave no node %s at %s: %q, %w", NodeVersion, node, out, err)
 		}
 		return nil
 	})
@@ -175,7 +176,7 @@ func RunConformance(t testing.TB, url, requirements string) Suite {
 	out := t.TempDir()
 	cmd := exec.Command(node, suite, "server", "--url", url, "--requirements", requirements, "-o", out)
 	b, err := cmd.CombinedOutput()
-	if _, ok := err.(*exec.ExitError); err != nil && !ok {
+	if _, ok := errors.AsType[*exec.ExitError](err); err != nil && !ok {
 		t.Fatalf("running the conformance suite: %v", err)
 	}
 	res := Suite{Output: string(b), Checks: map[string]string{}}

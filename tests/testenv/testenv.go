@@ -117,7 +117,7 @@ func ListenAs(t testing.TB, uid int) uint16 {
 			}
 			select {
 			case err := <-exited:
-				last = fmt.Errorf("busybox nc on port %d ended: %v", port, err)
+				last = fmt.Errorf("busybox nc on port %d ended: %w", port, err)
 				exited <- err
 			case <-time.After(10 * time.Millisecond):
 				if time.Now().Before(deadline) {

@@ -169,7 +169,7 @@ func (d *Disks) fresh(img, dataDir string, bytes int64) error {
 			cerr = uerr
 		}
 		if cerr != nil {
-			return fmt.Errorf("moving the data of %s into its own file system (%d MiB): %v: %s", dataDir, bytes>>20, cerr, strings.TrimSpace(string(out)))
+			return fmt.Errorf("moving the data of %s into its own file system (%d MiB): %w: %s", dataDir, bytes>>20, cerr, strings.TrimSpace(string(out)))
 		}
 		for _, e := range ents {
 			if err := os.RemoveAll(filepath.Join(dataDir, e.Name())); err != nil {
@@ -198,7 +198,7 @@ func (d *Disks) makeImage(path string, bytes int64) error {
 	out, err := exec.Command(d.mkfs, "-q", "-F", "-m", "0", "-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1", path).CombinedOutput()
 	if err != nil {
 		_ = os.Remove(path)
-		return fmt.Errorf("mkfs.ext4 %s: %v: %s", path, err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("mkfs.ext4 %s: %w: %s", path, err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }
@@ -213,7 +213,7 @@ func resize(path string, from, bytes int64) error {
 			err = nil
 		}
 		if err != nil {
-			return fmt.Errorf("%s: %v: %s", name, err, strings.TrimSpace(string(out)))
+			return fmt.Errorf("%s: %w: %s", name, err, strings.TrimSpace(string(out)))
 		}
 		return nil
 	}
@@ -241,7 +241,7 @@ func resize(path string, from, bytes int64) error {
 func mountImage(img, dir string) error {
 	out, err := exec.Command("mount", "-t", "ext4", "-o", "loop,nosuid,nodev", "--", img, dir).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("mounting %s on %s: %v: %s", img, dir, err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("mounting %s on %s: %w: %s", img, dir, err, strings.TrimSpace(string(out)))
 	}
 	// No lost+found: the vat's folder holds what the vat put there.
 	_ = os.Remove(filepath.Join(dir, "lost+found"))

@@ -359,7 +359,7 @@ func backendBinary(t *testing.T) string {
 		backendPath = filepath.Join(dir, "door-backend")
 		out, err := exec.Command(goBin, "build", "-o", backendPath, "toybox/examples/door-backend").CombinedOutput()
 		if err != nil {
-			buildErr = fmt.Errorf("building door-backend: %v: %s", err, out)
+			buildErr = fmt.Errorf("building door-backend: %w: %s", err, out)
 		}
 	})
 	if buildErr != nil {

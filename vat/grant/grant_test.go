@@ -64,7 +64,7 @@ func switchboardBin(t *testing.T) string {
 		buildOnce.bin = filepath.Join(dir, "switchboard")
 		out, err := exec.Command("go", "build", "-o", buildOnce.bin, "toybox/cmd/switchboard").CombinedOutput()
 		if err != nil {
-			buildOnce.err = fmt.Errorf("building switchboard: %v\n%s", err, out)
+			buildOnce.err = fmt.Errorf("building switchboard: %w\n%s", err, out)
 		}
 	})
 	if buildOnce.err != nil {
@@ -632,7 +632,7 @@ func TestOneVatCannotFillTheSwitchboardForAll(t *testing.T) {
 	}
 	mh, mcli := vat("mallory")
 	var limited error
-	for i := 0; i < 60 && limited == nil; i++ {
+	for range 60 {
 		c, err := connectFD(context.Background(), mh, mcli, "127.0.0.1", port)
 		if err != nil {
 			limited = err

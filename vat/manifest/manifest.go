@@ -290,7 +290,7 @@ func ParseHost(s string) (Host, error) {
 			if strings.HasPrefix(rest, "[") && strings.HasSuffix(rest, "]") {
 				hh, pp = rest[1:len(rest)-1], ""
 			} else {
-				return h, fmt.Errorf("network host %q: %v", s, err)
+				return h, fmt.Errorf("network host %q: %w", s, err)
 			}
 		}
 		host, port = hh, pp

@@ -46,7 +46,10 @@ func (c Command) Deliver(ctx context.Context, n Notice) error {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, c.Path, c.Args...)
 	cmd.Stdin = bytes.NewReader(b)
-	cmd.Env = append(os.Environ(), "TOYBOX_NOTICE_KIND="+string(n.Kind), "TOYBOX_NOTICE_TITLE="+n.Title.EN)
+	// The operator's command runs with toybox's environment and the
+	// notice's kind and title.
+	cmd.Env = append(os.Environ(), //nolint:forbidigo // passed on, not read
+		"TOYBOX_NOTICE_KIND="+string(n.Kind), "TOYBOX_NOTICE_TITLE="+n.Title.EN)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	cmd.WaitDelay = time.Second

@@ -229,9 +229,9 @@ func writeAll(dst syscall.RawConn, n int64, move func(fd int, left int64) (int64
 		for n > 0 {
 			m, e := move(int(fd), n)
 			switch {
-			case e == unix.EINTR:
+			case errors.Is(e, unix.EINTR):
 				continue
-			case e == unix.EAGAIN:
+			case errors.Is(e, unix.EAGAIN):
 				return false
 			case e != nil:
 				werr = e

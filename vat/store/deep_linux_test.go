@@ -1,6 +1,8 @@
 package store
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -83,7 +85,7 @@ func TestDeepTreesAreRemovedWithFewDescriptors(t *testing.T) {
 		t.Fatalf("Purge of deep trees: %v", err)
 	}
 	for _, d := range []string{s.DataDir(id), s.RunDir(id)} {
-		if _, err := os.Lstat(d); !os.IsNotExist(err) {
+		if _, err := os.Lstat(d); !errors.Is(err, fs.ErrNotExist) {
 			t.Fatalf("%s is still there after Purge (%v)", d, err)
 		}
 	}
@@ -194,7 +196,7 @@ func TestDeepUploadLeftoverIsRemoved(t *testing.T) {
 	if _, err := Open(s.cfg); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Lstat(left); !os.IsNotExist(err) {
+	if _, err := os.Lstat(left); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("a deep upload leftover is still there after Open (%v)", err)
 	}
 }

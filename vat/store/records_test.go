@@ -1,6 +1,8 @@
 package store
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"slices"
 	"strings"
@@ -65,7 +67,7 @@ func TestDamagedRecords(t *testing.T) {
 			if _, bad, _ := s.Records(); len(bad) != 0 {
 				t.Errorf("damaged after DeleteRecord: %+v", bad)
 			}
-			if _, err := os.Stat(s.RecordPath("v") + goodSuffix); !os.IsNotExist(err) {
+			if _, err := os.Stat(s.RecordPath("v") + goodSuffix); !errors.Is(err, fs.ErrNotExist) {
 				t.Errorf("the good copy after DeleteRecord: %v", err)
 			}
 		})

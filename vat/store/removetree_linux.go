@@ -169,8 +169,12 @@ func chownTree(dir string, uid, gid int) error {
 			_ = unix.Close(fd)
 			fd = up
 			parent := stack[len(stack)-1]
-			if dev, ino, err := ident(fd); err != nil || dev != parent.dev || ino != parent.ino {
-				return fmt.Errorf("handing %s to uid %d: a folder in it was moved while it was handed over (%v)", dir, uid, err)
+			dev, ino, err := ident(fd)
+			if err != nil {
+				return fmt.Errorf("handing %s to uid %d: a folder in it was moved while it was handed over (%w)", dir, uid, err)
+			}
+			if dev != parent.dev || ino != parent.ino {
+				return fmt.Errorf("handing %s to uid %d: a folder in it was moved while it was handed over", dir, uid)
 			}
 			continue
 		}

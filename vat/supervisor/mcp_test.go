@@ -41,7 +41,7 @@ func mcpExample(t *testing.T) string {
 		mcpExampleBin = filepath.Join(dir, "mcp-http")
 		out, err := exec.Command("go", "build", "-o", mcpExampleBin, "toybox/examples/mcp-http").CombinedOutput()
 		if err != nil {
-			mcpExampleErr = fmt.Errorf("go build examples/mcp-http: %v\n%s", err, out)
+			mcpExampleErr = fmt.Errorf("go build examples/mcp-http: %w\n%s", err, out)
 		}
 	})
 	if mcpExampleErr != nil {

@@ -95,7 +95,7 @@ func supervise(mode string) int {
 	}
 	var out *os.File
 	if err == nil {
-		out, err = os.Create(os.Getenv("WALL_SUP_OUT"))
+		out, err = os.OpenFile(os.Getenv("WALL_SUP_OUT"), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	}
 	if err != nil {
 		fmt.Println("fixture:", err)

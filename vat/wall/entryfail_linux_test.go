@@ -54,11 +54,11 @@ func TestEntryFailsClosedWhenEgressFails(t *testing.T) {
 	t.Cleanup(func() { _ = rc.Close() })
 	f.spec.EntryCap = ea
 	dir := t.TempDir()
-	outF, err := os.Create(filepath.Join(dir, "stdout"))
+	outF, err := os.OpenFile(filepath.Join(dir, "stdout"), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
-	errF, err := os.Create(filepath.Join(dir, "stderr"))
+	errF, err := os.OpenFile(filepath.Join(dir, "stderr"), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -353,8 +353,11 @@ func TestMCPCrashMidCall(t *testing.T) {
 	}
 	err = mcptest.Eventually(5*time.Second, func() error {
 		r, err := c.Post(ctx, mcptest.Tool(4, "echo", map[string]any{"text": "x"}))
-		if err != nil || r.Status != http.StatusNotFound {
-			return fmt.Errorf("after the crash: %v %+v; want 404", err, r)
+		if err != nil {
+			return fmt.Errorf("after the crash: %w; want 404", err)
+		}
+		if r.Status != http.StatusNotFound {
+			return fmt.Errorf("after the crash: %+v; want 404", r)
 		}
 		return nil
 	})

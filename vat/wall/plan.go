@@ -355,7 +355,10 @@ func (b *planner) hostFacts() {
 func (b *planner) hostEnv() map[string]string {
 	list := b.spec.HostEnv
 	if list == nil {
-		list = os.Environ()
+		// The host's environment names what the plan hides (HOME,
+		// CREDENTIALS_DIRECTORY). A caller that leaves HostEnv out must
+		// not lose those masks.
+		list = os.Environ() //nolint:forbidigo // a fact of the host, not a setting
 	}
 	m := make(map[string]string, len(list))
 	for _, kv := range list {

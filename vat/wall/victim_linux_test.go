@@ -5,7 +5,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime"
 	"sort"
 	"strconv"
@@ -122,7 +121,7 @@ func victim(mode string) int {
 			dir, mib, _ := strings.Cut(da, "=")
 			n, _ := strconv.Atoi(mib)
 			_ = os.Chmod(dir, 0o777)
-			expectFail(fmt.Sprintf("write %d MiB in %s", n, dir), fill(filepath.Join(dir, "fill"), n))
+			expectFail(fmt.Sprintf("write %d MiB in %s", n, dir), fill(dir, n))
 		}
 	case "forks":
 		// arg: how many processes to try (a bound, so that a wall
@@ -533,9 +532,9 @@ func rawFDs() ([]int, error) {
 	return fds, nil
 }
 
-// fill writes mib MiB of zeros to a new file at p.
-func fill(p string, mib int) error {
-	f, err := os.Create(p)
+// fill writes mib MiB of zeros to a new file in dir.
+func fill(dir string, mib int) error {
+	f, err := os.CreateTemp(dir, "fill")
 	if err != nil {
 		return err
 	}
