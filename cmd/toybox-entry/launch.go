@@ -9,7 +9,7 @@ import (
 	"toybox/vat/wall/entry"
 )
 
-// launch is what the launcher (launch_linux.go) did before main ran.
+// launch is what the launcher (launcher_linux.c) did before main ran.
 type launch struct {
 	State launchState
 	Why   string // launchNotRun: why the arguments were not a launch's

@@ -64,7 +64,7 @@ func (f *forwards) Set(s string) error {
 }
 
 func main() {
-	// The app already runs, or was refused: the launcher (launch_linux.go)
+	// The app already runs, or was refused: the launcher (launcher_linux.c)
 	// ran before the Go runtime. What it did is checked against this
 	// parse of the same flags.
 	l := launched()

@@ -1,0 +1,58 @@
+// The launcher's interface to the Go side of toybox-entry (launch_linux.go).
+#ifndef TOYBOX_ENTRY_LAUNCHER_H
+#define TOYBOX_ENTRY_LAUNCHER_H
+
+enum {
+	TE_NOT_RUN = 0, // the arguments were not a launch's (why says why)
+	TE_STARTED = 1, // the app runs: app_pid
+	TE_FAILED = 2,  // a step failed: stage, call, err (and port)
+};
+
+enum {
+	TE_STAGE_DUMPABLE = 1,
+	TE_STAGE_CLOEXEC = 2,
+	TE_STAGE_FORWARD = 3, // binding a forwarded port
+	TE_STAGE_PROXY = 4,   // binding the proxy's port
+	TE_STAGE_SPAWN = 5,
+	TE_STAGE_APPCAP = 6,  // the app's capability is not an open descriptor
+	TE_STAGE_CLOSE = 7,   // closing what the entry does not hold
+	TE_STAGE_LOCK = 8,    // the entry's own seccomp filter
+	TE_STAGE_SPAWNER = 9, // starting the MCP spawner
+	TE_STAGE_MCPFD = 10,  // the MCP listener is not an open descriptor
+};
+
+#define TE_MAX_LISTEN 256
+
+struct te_launch {
+	int state;
+	int stage;
+	int err;
+	int port;
+	const char *call;
+	const char *why;
+	int app_pid;
+	int argv_at;
+	int cap_fd, app_cap_fd, proxy_port;
+	int nforward;
+	int forward_port[TE_MAX_LISTEN];
+	int forward_fd[TE_MAX_LISTEN];
+	int proxy_fd;
+	// MCP mode: the bridge's listening socket, the mode and its limits
+	// (checked here, read again by main), and the spawner.
+	int mcp, mcp_fd, mcp_max_procs, mcp_idle_seconds;
+	const char *mcp_mode, *mcp_era;
+	int spawner_fd, spawner_pid;
+};
+
+// te_launch is what the launcher did, for main to read.
+extern struct te_launch te_launch;
+
+// te_launcher is the launcher: the constructor in launch_linux.go calls it
+// with the process's arguments before the Go runtime starts.
+void te_launcher(int argc, char **argv, char **envp);
+
+// te_lock installs the entry's own seccomp filter in this process; 0 or -1
+// with errno set.
+int te_lock(void);
+
+#endif

@@ -1,0 +1,753 @@
+//go:build linux && cgo
+
+// The launcher: C that runs as a constructor, before the Go runtime starts.
+// It reads the entry's flags (the subset it needs, in the flag package's
+// syntax), marks every inherited descriptor from 3 up close-on-exec, makes
+// this process undumpable, binds the wall's loopback ports, and starts the
+// app with posix_spawn (fds 0, 1, 2 and the app's capability as 3). The app
+// starts about a tenth of a millisecond after the entry's exec, instead of
+// after the Go runtime's start and the package inits (a few milliseconds
+// here); the runtime then starts beside the app. main reads what it did from
+// te_launch and checks it against its own parse of the flags.
+//
+// A stdio MCP vat (--mcp stdio) runs no app at start: the launcher forks
+// the spawner instead (te_spawner), before the entry locks itself, and
+// the entry's bridge asks it for each process of the app's command. Its
+// processes are the entry's children (CLONE_PARENT), so the entry reaps
+// them as it reaps the app.
+//
+// It acts only on arguments it fully understands and that main's flag
+// parsing will accept too (known flags, plain decimal numbers, a known log
+// level, forwards main would take, an --app-cap-fd that is not --cap-fd, a
+// command); otherwise it does nothing, says why in te_launch.why, and main
+// fails closed without the app ever running. Once the app runs it closes
+// every descriptor but the entry's capability and its listeners.
+
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <stddef.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+
+#include "launcher.h"
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+extern char **environ;
+
+struct te_launch te_launch;
+
+// te_uint parses a plain decimal number (no sign, no leading zero) not
+// above max; -1 otherwise.
+static long te_uint(const char *s, size_t n, long max) {
+	if (n == 0 || n > 10 || (s[0] == '0' && n > 1)) {
+		return -1;
+	}
+	long v = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] < '0' || s[i] > '9') {
+			return -1;
+		}
+		v = v * 10 + (s[i] - '0');
+	}
+	return v > max ? -1 : v;
+}
+
+static int te_flag(const char *name, size_t n, const char *want) {
+	return strlen(want) == n && memcmp(name, want, n) == 0;
+}
+
+// te_host_ok is entry.ForwardHostOK: 1 to 253 bytes of ASCII letters,
+// digits, '.', '-', '_' and ':'.
+static int te_host_ok(const char *h, size_t n) {
+	if (n == 0 || n > 253) {
+		return 0;
+	}
+	for (size_t i = 0; i < n; i++) {
+		char c = h[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-' || c == '_' || c == ':')) {
+			return 0;
+		}
+	}
+	return 1;
+}
+
+// te_forward reads PORT=HOST:PORT or PORT=[HOST]:PORT as main's forwards
+// flag does (and no wider); the listening port, or -1.
+static long te_forward(const char *v) {
+	const char *e = strchr(v, '=');
+	if (e == NULL) {
+		return -1;
+	}
+	long port = te_uint(v, (size_t)(e - v), 65535);
+	const char *t = e + 1, *host, *colon;
+	size_t hn;
+	if (t[0] == '[') {
+		const char *close = strchr(t, ']');
+		if (close == NULL || close[1] != ':') {
+			return -1;
+		}
+		host = t + 1;
+		hn = (size_t)(close - host);
+		colon = close + 1;
+	} else {
+		colon = strrchr(t, ':');
+		if (colon == NULL) {
+			return -1;
+		}
+		host = t;
+		hn = (size_t)(colon - t);
+		if (memchr(host, ':', hn) != NULL) {
+			return -1; // an IPv6 address needs its brackets
+		}
+	}
+	if (!te_host_ok(host, hn) || te_uint(colon + 1, strlen(colon + 1), 65535) <= 0) {
+		return -1;
+	}
+	return port;
+}
+
+// te_parse reads argv as the flag package would; 0 when it is a launch.
+static int te_parse(int argc, char **argv) {
+	struct te_launch *l = &te_launch;
+	l->cap_fd = -1;
+	l->app_cap_fd = -1;
+	l->proxy_fd = -1;
+	l->mcp_fd = -1;
+	l->spawner_fd = -1;
+	int mcp_flags = 0;
+	int i = 1;
+	while (i < argc) {
+		const char *a = argv[i];
+		if (a[0] != '-' || a[1] == 0) {
+			break;
+		}
+		if (strcmp(a, "--") == 0) {
+			i++;
+			break;
+		}
+		const char *name = a + 1;
+		if (name[0] == '-') {
+			name++;
+		}
+		if (name[0] == 0 || name[0] == '-' || name[0] == '=') {
+			l->why = "a flag's syntax";
+			return -1;
+		}
+		const char *eq = strchr(name, '=');
+		size_t n = eq ? (size_t)(eq - name) : strlen(name);
+		const char *v;
+		if (eq) {
+			v = eq + 1;
+		} else if (i + 1 < argc) {
+			v = argv[++i];
+		} else {
+			l->why = "a flag without its value";
+			return -1;
+		}
+		size_t vn = strlen(v);
+		if (te_flag(name, n, "vat")) {
+			// the launcher's only for its syntax
+		} else if (te_flag(name, n, "log-level")) {
+			if (strcmp(v, "debug") != 0 && strcmp(v, "info") != 0 && strcmp(v, "warn") != 0 && strcmp(v, "error") != 0) {
+				l->why = "--log-level is not debug, info, warn or error";
+				return -1;
+			}
+		} else if (te_flag(name, n, "cap-fd")) {
+			if ((l->cap_fd = (int)te_uint(v, vn, 1 << 30)) < 0) {
+				l->why = "--cap-fd is not a plain decimal number";
+				return -1;
+			}
+		} else if (te_flag(name, n, "app-cap-fd")) {
+			if ((l->app_cap_fd = (int)te_uint(v, vn, 1 << 30)) < 0) {
+				l->why = "--app-cap-fd is not a plain decimal number";
+				return -1;
+			}
+		} else if (te_flag(name, n, "proxy-port")) {
+			if ((l->proxy_port = (int)te_uint(v, vn, 65535)) < 0) {
+				l->why = "--proxy-port is not a plain decimal port";
+				return -1;
+			}
+		} else if (te_flag(name, n, "forward")) {
+			long p = te_forward(v);
+			if (p <= 0) {
+				l->why = "--forward is not PORT=HOST:PORT (plain decimal ports; a host of ASCII letters, digits, '.', '-', '_', ':'; an IPv6 address in brackets)";
+				return -1;
+			}
+			if (l->nforward == TE_MAX_LISTEN) {
+				l->why = "too many --forward flags";
+				return -1;
+			}
+			l->forward_port[l->nforward] = (int)p;
+			l->forward_fd[l->nforward] = -1;
+			l->nforward++;
+		} else if (te_flag(name, n, "mcp")) {
+			if (strcmp(v, "stdio") != 0) {
+				l->why = "--mcp is not stdio";
+				return -1;
+			}
+			l->mcp = 1;
+		} else if (te_flag(name, n, "mcp-fd")) {
+			if ((l->mcp_fd = (int)te_uint(v, vn, 1 << 30)) < 3) {
+				l->why = "--mcp-fd is not a plain decimal number from 3 up";
+				return -1;
+			}
+			mcp_flags++;
+		} else if (te_flag(name, n, "mcp-mode")) {
+			if (strcmp(v, "session") != 0 && strcmp(v, "shared") != 0 && strcmp(v, "single") != 0) {
+				l->why = "--mcp-mode is not session, shared or single";
+				return -1;
+			}
+			l->mcp_mode = v;
+			mcp_flags++;
+		} else if (te_flag(name, n, "mcp-era")) {
+			if (strcmp(v, "legacy") != 0 && strcmp(v, "modern") != 0 && strcmp(v, "dual") != 0) {
+				l->why = "--mcp-era is not legacy, modern or dual";
+				return -1;
+			}
+			l->mcp_era = v;
+			mcp_flags++;
+		} else if (te_flag(name, n, "mcp-max-procs")) {
+			if ((l->mcp_max_procs = (int)te_uint(v, vn, 4096)) <= 0) {
+				l->why = "--mcp-max-procs is not a plain decimal number from 1 to 4096";
+				return -1;
+			}
+			mcp_flags++;
+		} else if (te_flag(name, n, "mcp-idle-seconds")) {
+			if ((l->mcp_idle_seconds = (int)te_uint(v, vn, 1 << 30)) <= 0) {
+				l->why = "--mcp-idle-seconds is not a plain decimal number from 1 up";
+				return -1;
+			}
+			mcp_flags++;
+		} else {
+			l->why = "an unknown flag";
+			return -1;
+		}
+		i++;
+	}
+	if (mcp_flags > 0 && !l->mcp) {
+		l->why = "an --mcp-* flag without --mcp stdio";
+		return -1;
+	}
+	if (l->mcp && l->mcp_fd < 0) {
+		l->why = "--mcp stdio without --mcp-fd";
+		return -1;
+	}
+	if (l->mcp && (l->mcp_fd == l->cap_fd || l->mcp_fd == l->app_cap_fd)) {
+		l->why = "--mcp-fd names the descriptor of a capability";
+		return -1;
+	}
+	if (l->app_cap_fd < 3) {
+		l->why = "no --app-cap-fd";
+		return -1;
+	}
+	if (l->app_cap_fd == l->cap_fd) {
+		l->why = "--cap-fd and --app-cap-fd name the same descriptor";
+		return -1;
+	}
+	if (i >= argc) {
+		l->why = "no command";
+		return -1;
+	}
+	l->argv_at = i;
+	return 0;
+}
+
+static void te_fail(int stage, const char *call, int err, int port) {
+	te_launch.state = TE_FAILED;
+	te_launch.stage = stage;
+	te_launch.call = call;
+	te_launch.err = err;
+	te_launch.port = port;
+}
+
+// te_fds lists the open descriptors from 3 up (from /proc/self/fd) into
+// fds; their count, or -1 with the failed call in *call.
+static int te_fds(int *fds, int max, const char **call) {
+	DIR *d = opendir("/proc/self/fd");
+	if (d == NULL) {
+		*call = "opendir /proc/self/fd";
+		return -1;
+	}
+	int self = dirfd(d), n = 0;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		long fd = te_uint(e->d_name, strlen(e->d_name), 1 << 30);
+		if (fd > 2 && fd != self) {
+			if (n == max) {
+				closedir(d);
+				*call = "listing /proc/self/fd (too many descriptors)";
+				errno = EMFILE;
+				return -1;
+			}
+			fds[n++] = (int)fd;
+		}
+	}
+	closedir(d);
+	return n;
+}
+
+#define TE_MAX_FDS 4096
+
+// te_cloexec_all marks every descriptor from 3 up close-on-exec.
+static int te_cloexec_all(const char **call) {
+	*call = "close_range";
+	if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) == 0) {
+		return 0;
+	}
+	static int fds[TE_MAX_FDS];
+	int n = te_fds(fds, TE_MAX_FDS, call);
+	for (int i = 0; i < n; i++) {
+		if (fcntl(fds[i], F_SETFD, FD_CLOEXEC) < 0) {
+			*call = "fcntl";
+			return -1;
+		}
+	}
+	return n < 0 ? -1 : 0;
+}
+
+static int te_kept(int fd) {
+	struct te_launch *l = &te_launch;
+	if (fd == l->cap_fd || fd == l->proxy_fd || fd == l->mcp_fd || fd == l->spawner_fd) {
+		return 1;
+	}
+	for (int i = 0; i < l->nforward; i++) {
+		if (fd == l->forward_fd[i]) {
+			return 1;
+		}
+	}
+	return 0;
+}
+
+// te_close_others closes every descriptor from 3 up but the entry's
+// capability and its listeners, before the Go runtime opens any of its
+// own: whatever bubblewrap or the supervisor left is not the entry's to
+// hold, and the app's capability is the app's now.
+static int te_close_others(const char **call) {
+	*call = "close_range";
+	unsigned lo = 3;
+	for (;;) {
+		// the next kept descriptor at or above lo
+		long next = -1;
+		struct te_launch *l = &te_launch;
+		int cand[TE_MAX_LISTEN + 4], nc = 0;
+		cand[nc++] = l->cap_fd;
+		cand[nc++] = l->proxy_fd;
+		cand[nc++] = l->mcp_fd;
+		cand[nc++] = l->spawner_fd;
+		for (int i = 0; i < l->nforward; i++) {
+			cand[nc++] = l->forward_fd[i];
+		}
+		for (int i = 0; i < nc; i++) {
+			if (cand[i] >= (int)lo && (next < 0 || cand[i] < next)) {
+				next = cand[i];
+			}
+		}
+		unsigned hi = next < 0 ? ~0U : (unsigned)next - 1;
+		if (next < 0 || (unsigned)next > lo) {
+			if (syscall(SYS_close_range, lo, hi, 0U) != 0) {
+				break; // no close_range: the slow way below
+			}
+		}
+		if (next < 0) {
+			return 0;
+		}
+		lo = (unsigned)next + 1;
+	}
+	static int fds[TE_MAX_FDS];
+	int n = te_fds(fds, TE_MAX_FDS, call);
+	for (int i = 0; i < n; i++) {
+		if (!te_kept(fds[i])) {
+			close(fds[i]);
+		}
+	}
+	return n < 0 ? -1 : 0;
+}
+
+// te_listen returns a blocking close-on-exec TCP socket listening on
+// 127.0.0.1:port, or -1 with the failed call in *call.
+static int te_listen(int port, const char **call) {
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		*call = "socket";
+		return -1;
+	}
+	int one = 1;
+	struct sockaddr_in sa = {0};
+	sa.sin_family = AF_INET;
+	sa.sin_port = htons((unsigned short)port);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0) {
+		*call = "setsockopt";
+	} else if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+		*call = "bind";
+	} else if (listen(fd, 4096) < 0) {
+		*call = "listen";
+	} else {
+		return fd;
+	}
+	int err = errno;
+	close(fd);
+	errno = err;
+	return -1;
+}
+
+static void te_close_listeners(void) {
+	struct te_launch *l = &te_launch;
+	for (int i = 0; i < l->nforward; i++) {
+		if (l->forward_fd[i] >= 0) {
+			close(l->forward_fd[i]);
+			l->forward_fd[i] = -1;
+		}
+	}
+	if (l->proxy_fd >= 0) {
+		close(l->proxy_fd);
+		l->proxy_fd = -1;
+	}
+}
+
+// TE_TASK_RESERVE is how many of the wall's tasks the app leaves the entry
+// (at most half the limit): the Go runtime's threads, about ten.
+#define TE_TASK_RESERVE 32
+
+// te_lazy_ms bounds how long the entry's Go half waits to start (below).
+#define TE_LAZY_MS 50
+
+// te_wait_for_need returns once the entry's Go half is needed: a
+// connection waits on one of its ports, the app has ended, or TE_LAZY_MS
+// have passed. Until then the app has the CPU to itself for its own start:
+// a runtime starting beside it (threads, heap, package inits) slows it
+// down on a small host, and the entry has nothing to do before the app
+// connects. (A stop request in that window is dropped by this pid 1 with
+// no handler yet; the supervisor asks again until one is there.)
+static void te_wait_for_need(void) {
+	struct te_launch *l = &te_launch;
+	struct pollfd p[TE_MAX_LISTEN + 2];
+	int n = 0;
+	for (int i = 0; i < l->nforward; i++) {
+		p[n++] = (struct pollfd){.fd = l->forward_fd[i], .events = POLLIN};
+	}
+	if (l->proxy_fd >= 0) {
+		p[n++] = (struct pollfd){.fd = l->proxy_fd, .events = POLLIN};
+	}
+	int app = (int)syscall(SYS_pidfd_open, l->app_pid, 0);
+	if (app >= 0) {
+		p[n++] = (struct pollfd){.fd = app, .events = POLLIN};
+	}
+	(void)poll(p, (nfds_t)n, TE_LAZY_MS);
+	if (app >= 0) {
+		close(app);
+	}
+}
+
+// te_spawner is the MCP spawner's loop (a child of the entry forked before
+// the entry's own filter, so its processes are free of it). It holds only
+// its socket and fds 0-2. Each request is one byte carrying three
+// descriptors (the process's stdin, stdout and stderr); it starts the
+// app's command on them in a session of its own, as a child of the entry
+// (CLONE_PARENT), and answers {pid, errno}: errno is the exec's error, or
+// 0 once the command runs. EOF on the socket (the entry is gone) ends it.
+static void te_spawner(int sock, char **argv) {
+	(void)prctl(PR_SET_NAME, "toybox-spawner", 0, 0, 0);
+	if (sock > 3) {
+		(void)syscall(SYS_close_range, 3U, (unsigned)sock - 1, 0U);
+	}
+	(void)syscall(SYS_close_range, (unsigned)sock + 1, ~0U, 0U);
+	for (;;) {
+		char b;
+		struct iovec iov = {.iov_base = &b, .iov_len = 1};
+		union {
+			char buf[CMSG_SPACE(3 * sizeof(int))];
+			struct cmsghdr align;
+		} u;
+		struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+		ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+		if (n == 0) {
+			_exit(0);
+		}
+		if (n < 0) {
+			if (errno == EINTR) {
+				continue;
+			}
+			_exit(1);
+		}
+		int fds[3] = {-1, -1, -1}, nfd = 0;
+		for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
+			if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+				int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+				int *p = (int *)CMSG_DATA(c);
+				for (int j = 0; j < k; j++) {
+					if (nfd < 3) {
+						fds[nfd++] = p[j];
+					} else {
+						close(p[j]);
+					}
+				}
+			}
+		}
+		int rep[2] = {0, 0};
+		int ep[2] = {-1, -1};
+		if (nfd != 3 || (msg.msg_flags & MSG_CTRUNC)) {
+			rep[1] = EINVAL;
+		} else if (pipe2(ep, O_CLOEXEC) != 0) {
+			rep[1] = errno;
+		} else {
+			long pid = syscall(SYS_clone, (unsigned long)(CLONE_PARENT | SIGCHLD), 0, 0, 0, 0);
+			if (pid == 0) {
+				// The process: its own session (and so process group),
+				// fds 0-2 from the request, nothing else, no mask.
+				sigset_t none;
+				sigemptyset(&none);
+				sigprocmask(SIG_SETMASK, &none, NULL);
+				setsid();
+				if (dup2(fds[0], 0) < 0 || dup2(fds[1], 1) < 0 || dup2(fds[2], 2) < 0) {
+					int e = errno;
+					(void)!write(ep[1], &e, sizeof e);
+					_exit(127);
+				}
+				execve(argv[0], argv, environ);
+				int e = errno;
+				(void)!write(ep[1], &e, sizeof e);
+				_exit(127);
+			}
+			if (pid < 0) {
+				rep[1] = errno;
+			} else {
+				rep[0] = (int)pid;
+				close(ep[1]);
+				ep[1] = -1;
+				int e;
+				ssize_t r;
+				do {
+					r = read(ep[0], &e, sizeof e);
+				} while (r < 0 && errno == EINTR);
+				if (r == (ssize_t)sizeof e) {
+					rep[1] = e;
+				}
+			}
+		}
+		for (int j = 0; j < 2; j++) {
+			if (ep[j] >= 0) {
+				close(ep[j]);
+			}
+		}
+		for (int j = 0; j < nfd; j++) {
+			close(fds[j]);
+		}
+		while (send(sock, rep, sizeof rep, MSG_NOSIGNAL) < 0 && errno == EINTR) {
+		}
+	}
+}
+
+// te_start_spawner forks the MCP spawner; the entry keeps the other end
+// of its socket.
+static int te_start_spawner(char **argv, const char **call) {
+	struct te_launch *l = &te_launch;
+	int sv[2];
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+		*call = "socketpair";
+		return -1;
+	}
+	pid_t pid = fork();
+	if (pid < 0) {
+		int err = errno;
+		close(sv[0]);
+		close(sv[1]);
+		errno = err;
+		*call = "fork";
+		return -1;
+	}
+	if (pid == 0) {
+		close(sv[0]);
+		te_spawner(sv[1], argv + l->argv_at);
+		_exit(1);
+	}
+	close(sv[1]);
+	l->spawner_fd = sv[0];
+	l->spawner_pid = (int)pid;
+	return 0;
+}
+
+#if defined(__x86_64__)
+#define TE_AUDIT_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define TE_AUDIT_ARCH AUDIT_ARCH_AARCH64
+#endif
+
+// te_lock installs the entry's own seccomp filter, on top of the wall's,
+// once the app has started (a filter is inherited, so the app never has
+// it): the entry makes no socket and connects, binds or listens on none,
+// since its listeners are bound above and its upstream sockets come from
+// the switchboard connected. So even code run in the entry could not turn
+// a socket it holds (of the switchboard's network) elsewhere with
+// connect(AF_UNSPEC) and connect, bind or listen. Each of these, and
+// io_uring, fails with EPERM; a call of another ABI (x32) kills the process.
+int te_lock(void) {
+#ifdef TE_AUDIT_ARCH
+	struct sock_filter f[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, TE_AUDIT_ARCH, 1, 0),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_socket, 8, 0),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_socketpair, 7, 0),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_connect, 6, 0),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_bind, 5, 0),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_listen, 4, 0),
+		// io_uring has socket, connect, bind and listen operations of its
+		// own (the wall's filter refuses it too, where the wall has one).
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_setup, 3, 0),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_enter, 2, 0),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_register, 1, 0),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+	};
+	struct sock_fprog prog = {.len = (unsigned short)(sizeof(f) / sizeof(f[0])), .filter = f};
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+		return -1;
+	}
+	return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0);
+#else
+	return 0; // no table for this architecture: the wall's tier says so
+#endif
+}
+
+void te_launcher(int argc, char **argv, char **envp) {
+	(void)envp;
+	struct te_launch *l = &te_launch;
+	// The wall runs this program from a descriptor (/proc/self/fd/N), so
+	// the kernel named the task "N": it is toybox-entry to whoever looks
+	// at /proc/<pid>/comm (the listener-owner check's roles, the bench's
+	// count of a wall's processes). Its threads inherit the name.
+	(void)prctl(PR_SET_NAME, "toybox-entry", 0, 0, 0);
+	if (te_parse(argc, argv) != 0) {
+		return;
+	}
+	// Nobody in the wall (the app shares the uid) may read or write this
+	// process's memory or descriptors through /proc.
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
+		te_fail(TE_STAGE_DUMPABLE, "prctl", errno, 0);
+		return;
+	}
+	// Nothing inherited may reach the app.
+	const char *call = "";
+	if (te_cloexec_all(&call) != 0) {
+		te_fail(TE_STAGE_CLOEXEC, call, errno, 0);
+		return;
+	}
+	if (fcntl(l->app_cap_fd, F_GETFD) < 0 || (l->cap_fd >= 3 && fcntl(l->cap_fd, F_GETFD) < 0)) {
+		te_fail(TE_STAGE_APPCAP, "fcntl", errno, 0);
+		return;
+	}
+	if (l->mcp && fcntl(l->mcp_fd, F_GETFD) < 0) {
+		te_fail(TE_STAGE_MCPFD, "fcntl", errno, 0);
+		return;
+	}
+	// The ports are bound before the app starts, so its first connect never
+	// finds them closed; connections wait in the backlog until the entry
+	// serves them. A vat without a capability for the entry has no network.
+	if (l->cap_fd >= 3) {
+		for (int i = 0; i < l->nforward; i++) {
+			if ((l->forward_fd[i] = te_listen(l->forward_port[i], &call)) < 0) {
+				te_fail(TE_STAGE_FORWARD, call, errno, l->forward_port[i]);
+				te_close_listeners();
+				return;
+			}
+		}
+		if (l->proxy_port != 0) {
+			if ((l->proxy_fd = te_listen(l->proxy_port, &call)) < 0) {
+				te_fail(TE_STAGE_PROXY, call, errno, l->proxy_port);
+				te_close_listeners();
+				return;
+			}
+		}
+	}
+	// The app is this process's child to reap: not one the kernel reaps
+	// by itself because SIGCHLD came in ignored.
+	signal(SIGCHLD, SIG_DFL);
+	// The wall's task limit (RLIMIT_NPROC, which the supervisor set before
+	// this process ran anything) counts this process's threads with the
+	// app's. The app starts with a soft limit TE_TASK_RESERVE below it, so
+	// an app that forks up to its limit leaves room for the runtime's
+	// threads here: without them the entry would crash, and its wall with
+	// it. (The app may raise its soft limit to the hard one; then only its
+	// own wall suffers.) posix_spawn returns once the app has exec'd
+	// (glibc's vfork), so the entry's own limit comes back right after.
+	struct rlimit tasks;
+	int lowered = 0;
+	if (getrlimit(RLIMIT_NPROC, &tasks) == 0 && tasks.rlim_cur != RLIM_INFINITY) {
+		rlim_t reserve = tasks.rlim_cur / 2 < TE_TASK_RESERVE ? tasks.rlim_cur / 2 : TE_TASK_RESERVE;
+		struct rlimit app = {tasks.rlim_cur - reserve, tasks.rlim_max};
+		lowered = setrlimit(RLIMIT_NPROC, &app) == 0;
+	}
+	if (l->mcp) {
+		// The spawner takes the app's place (its processes inherit the
+		// lowered limit); the app's capability is closed with the rest
+		// below: a stdio MCP vat's processes hold fds 0-2 only.
+		int rc = te_start_spawner(argv, &call) != 0 ? errno : 0;
+		if (lowered) {
+			(void)setrlimit(RLIMIT_NPROC, &tasks);
+		}
+		if (rc != 0) {
+			te_fail(TE_STAGE_SPAWNER, call, rc, 0);
+			te_close_listeners();
+			return;
+		}
+	} else {
+		posix_spawn_file_actions_t fa;
+		int rc = posix_spawn_file_actions_init(&fa);
+		if (rc == 0) {
+			// dup2 onto itself clears close-on-exec (glibc >= 2.29).
+			rc = posix_spawn_file_actions_adddup2(&fa, l->app_cap_fd, 3);
+		}
+		if (rc == 0) {
+			pid_t pid;
+			rc = posix_spawn(&pid, argv[l->argv_at], &fa, NULL, argv + l->argv_at, environ);
+			if (rc == 0) {
+				l->app_pid = (int)pid;
+			}
+		}
+		posix_spawn_file_actions_destroy(&fa);
+		if (lowered) {
+			(void)setrlimit(RLIMIT_NPROC, &tasks); // up to the hard limit: allowed
+		}
+		if (rc != 0) {
+			te_fail(TE_STAGE_SPAWN, "posix_spawn", rc, 0);
+			te_close_listeners();
+			return;
+		}
+	}
+	if (te_close_others(&call) != 0) {
+		// The app runs; main kills it (fail closed).
+		te_fail(TE_STAGE_CLOSE, call, errno, 0);
+		te_close_listeners();
+		return;
+	}
+	if (te_lock() != 0) {
+		te_fail(TE_STAGE_LOCK, "prctl", errno, 0);
+		te_close_listeners();
+		return;
+	}
+	l->state = TE_STARTED;
+	if (l->cap_fd >= 3 && !l->mcp) {
+		te_wait_for_need();
+	}
+}
