@@ -100,18 +100,27 @@ func probe(mode, arg string) int {
 		fmt.Printf("ECHO %s %v\n", got, err)
 	case "filters":
 		// How many seccomp filters pid 1 (the entry) and the app have.
-		for _, who := range []string{"1", "self"} {
+		// The entry locks itself once the app has started, so its count
+		// is read until it is no longer the app's (for at most 5 s).
+		filters := func(who string) string {
 			b, err := os.ReadFile("/proc/" + who + "/status")
 			if err != nil {
-				fmt.Println("ERROR", err)
-				return 1
+				return "ERROR " + err.Error()
 			}
 			for _, line := range strings.Split(string(b), "\n") {
-				if strings.HasPrefix(line, "Seccomp_filters:") {
-					fmt.Printf("FILTERS %s %s\n", who, strings.TrimSpace(strings.TrimPrefix(line, "Seccomp_filters:")))
+				if n, ok := strings.CutPrefix(line, "Seccomp_filters:"); ok {
+					return strings.TrimSpace(n)
 				}
 			}
+			return "none"
 		}
+		self := filters("self")
+		entry := filters("1")
+		for deadline := time.Now().Add(5 * time.Second); entry == self && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+			entry = filters("1")
+		}
+		fmt.Printf("FILTERS 1 %s\nFILTERS self %s\n", entry, self)
 	case "signal1":
 		// Once the entry serves (a refused CONNECT answered), signal it
 		// as the runtime would crash on, then check it still serves.
