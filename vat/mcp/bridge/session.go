@@ -36,6 +36,7 @@ type session struct {
 	nextSrv  int64
 	subs     map[string]bool // resources subscribed (shared process)
 	level    int             // its logging/setLevel (shared process; 0: not set)
+	ring     ring            // what its streams keep for replay, together
 }
 
 // srvReq is a request from the vat waiting for the client's answer.
@@ -54,9 +55,16 @@ func (b *Bridge) newSession(principal string) *session {
 		lastPOST: time.Now(), streams: map[string]*stream{},
 		inflight: map[*call]bool{}, srvReqs: map[string]srvReq{}, subs: map[string]bool{},
 	}
-	s.get = newStream(streamID(), true)
+	s.get = s.newStream()
 	s.get.get = true
 	return s
+}
+
+// newStream returns a resumable stream of s, bounded by its ring.
+func (s *session) newStream() *stream {
+	st := newStream(streamID(), true)
+	st.ring = &s.ring
+	return st
 }
 
 // lookup returns the session sid of principal, or nil: a session of
@@ -138,7 +146,7 @@ func (b *Bridge) initialize(w http.ResponseWriter, r *http.Request, principal st
 	b.mu.Lock()
 	b.sessions[s.id] = s
 	b.mu.Unlock()
-	st := newStream(streamID(), true)
+	st := s.newStream()
 	s.mu.Lock()
 	s.streams[st.id] = st
 	s.mu.Unlock()
@@ -211,7 +219,7 @@ func (s *session) request(w http.ResponseWriter, r *http.Request, m mcp.Msg) {
 			return
 		}
 	}
-	st := newStream(streamID(), true)
+	st := s.newStream()
 	c := &call{st: st, sess: s}
 	s.mu.Lock()
 	if s.ended {
@@ -271,6 +279,7 @@ func (s *session) streamDone(st *stream, done bool) {
 	s.mu.Lock()
 	delete(s.streams, st.id)
 	s.mu.Unlock()
+	s.ring.forget(st)
 }
 
 // streamKeep is how long a POST stream's events wait, after its end, for
@@ -294,6 +303,7 @@ func (b *Bridge) sweepStreams() {
 			st.mu.Unlock()
 			if old {
 				delete(s.streams, id)
+				s.ring.forget(st)
 			}
 		}
 		s.mu.Unlock()
@@ -568,7 +578,7 @@ func (b *Bridge) postBatch(w http.ResponseWriter, r *http.Request, principal str
 	for _, m := range msgs {
 		switch m.Kind {
 		case mcp.KindRequest:
-			st := newStream(streamID(), true)
+			st := s.newStream()
 			c := &call{st: st, sess: s}
 			s.track(c)
 			if err := s.p.send(m, c); err != nil {

@@ -18,12 +18,14 @@ type event struct {
 
 // stream is one logical stream of messages to a client: a POST's answer
 // (its response and the messages related to it) or a session's GET
-// stream. A resumable stream keeps its events, bounded, for a client that
-// comes back with Last-Event-ID; its connection may come and go.
+// stream. A resumable stream keeps its events for a client that comes
+// back with Last-Event-ID, bounded by its session's ring; its connection
+// may come and go.
 type stream struct {
 	id        string // unique within its session; "" for a stateless answer
 	resumable bool
-	get       bool // the session's standalone GET stream
+	get       bool  // the session's standalone GET stream
+	ring      *ring // the session's bound on what its streams keep; nil: none
 
 	mu        sync.Mutex
 	events    []event
@@ -41,7 +43,7 @@ type stream struct {
 // slot is one connection attached to a stream; closing stop detaches it.
 type slot struct{ stop chan struct{} }
 
-// Bounds of what one stream keeps for replay.
+// Bounds of what one session's streams keep for replay, together.
 const (
 	ringEvents = 1000    // events
 	ringBytes  = 8 << 20 // bytes
@@ -49,6 +51,72 @@ const (
 
 func newStream(id string, resumable bool) *stream {
 	return &stream{id: id, resumable: resumable, next: 1, notify: make(chan struct{}, 1)}
+}
+
+// ring is one session's replay ring: it counts the events its resumable
+// streams keep, and past its bounds drops the session's oldest event,
+// whichever stream holds it. A session holds at most ringEvents events and
+// ringBytes bytes however many streams it opened.
+type ring struct {
+	mu    sync.Mutex
+	held  []heldEvent // oldest first
+	bytes int
+}
+
+// heldEvent is one event a stream keeps, as its ring counts it.
+type heldEvent struct {
+	st  *stream
+	seq int64
+	n   int
+}
+
+// add counts st's new event seq of n bytes, dropping the oldest events
+// past the bounds (the newest is always kept).
+func (r *ring) add(st *stream, seq int64, n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.held = append(r.held, heldEvent{st, seq, n})
+	r.bytes += n
+	for len(r.held) > 1 && (len(r.held) > ringEvents || r.bytes > ringBytes) {
+		h := r.held[0]
+		r.held[0] = heldEvent{}
+		r.held = r.held[1:]
+		r.bytes -= h.n
+		h.st.drop(h.seq)
+	}
+}
+
+// forget stops counting st's events (the session forgot st).
+func (r *ring) forget(st *stream) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	kept := r.held[:0]
+	for _, h := range r.held {
+		if h.st == st {
+			r.bytes -= h.n
+			continue
+		}
+		kept = append(kept, h)
+	}
+	clear(r.held[len(kept):])
+	r.held = kept
+}
+
+// drop removes event seq, the stream's oldest, from what it keeps.
+func (s *stream) drop(seq int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.events) > 0 && s.events[0].seq == seq {
+		s.bytes -= len(s.events[0].data)
+		s.events = s.events[1:]
+	}
+}
+
+// size reports how many events and bytes the ring counts.
+func (r *ring) size() (events, bytes int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.held), r.bytes
 }
 
 // push appends a message; final marks the response that ends the stream.
@@ -61,20 +129,23 @@ func (s *stream) push(data []byte, final bool) {
 	if final && s.filter != nil {
 		data = s.filter(data)
 	}
-	s.events = append(s.events, event{seq: s.next, data: data, final: final})
+	seq := s.next
+	s.events = append(s.events, event{seq: seq, data: data, final: final})
 	s.next++
 	s.bytes += len(data)
 	if final {
 		s.final = true
 		s.finalAt = time.Now()
 	}
-	// Drop the oldest events past the bounds (already written ones
-	// first: they are what a replay would need least).
-	for len(s.events) > 1 && (len(s.events) > ringEvents || s.bytes > ringBytes) {
+	// A stream of no session keeps the same bounds on its own.
+	for s.ring == nil && len(s.events) > 1 && (len(s.events) > ringEvents || s.bytes > ringBytes) {
 		s.bytes -= len(s.events[0].data)
 		s.events = s.events[1:]
 	}
 	s.mu.Unlock()
+	if s.ring != nil {
+		s.ring.add(s, seq, len(data))
+	}
 	select {
 	case s.notify <- struct{}{}:
 	default:
