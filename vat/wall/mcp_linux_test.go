@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/sys/unix"
 
 	"toybox/vat/mcp/mcptest"
@@ -842,6 +843,48 @@ func TestMCPLegacyVatModernClient(t *testing.T) {
 	}
 	if r, err := legacy.Post(ctx, mcptest.Tool(4, "test_simple_text", nil)); err != nil || r.Text() != "This is a simple text response for testing." {
 		t.Errorf("a 2025 session: %v %q", err, r.Text())
+	}
+
+	// R31: the Go SDK's 2026-07-28 client asks for sampling and
+	// elicitation as multi round-trip results; toybox turns the vat's
+	// requests into them and the retries into the vat's answers.
+	cs, err := w.client("carol").SDK(ctx, &sdk.ClientOptions{
+		//lint:ignore SA1019 the 2025 vat under test asks for sampling, which 2026-07-28 deprecates but keeps
+		CreateMessageHandler: func(_ context.Context, req *sdk.CreateMessageRequest) (*sdk.CreateMessageResult, error) {
+			prompt := ""
+			if tc, ok := req.Params.Messages[0].Content.(*sdk.TextContent); ok {
+				prompt = tc.Text
+			}
+			//lint:ignore SA1019 as above
+			return &sdk.CreateMessageResult{Role: "assistant", Model: "m", Content: &sdk.TextContent{Text: "echo of " + prompt}}, nil
+		},
+		ElicitationHandler: func(context.Context, *sdk.ElicitRequest) (*sdk.ElicitResult, error) {
+			return &sdk.ElicitResult{Action: "accept", Content: map[string]any{"username": "carol"}}, nil
+		},
+	})
+	if err != nil {
+		t.Fatalf("the SDK's client: %v", err)
+	}
+	defer cs.Close()
+	if v := cs.InitializeResult().ProtocolVersion; v != "2026-07-28" {
+		t.Errorf("the SDK's client speaks %q; want 2026-07-28 (stateless, through the bridge)", v)
+	}
+	for _, tt := range []struct {
+		tool string
+		args map[string]any
+		want string
+	}{
+		{"test_sampling", map[string]any{"prompt": "hi"}, "LLM response: echo of hi"},
+		{"test_elicitation", map[string]any{"message": "who?"}, "action=accept, content=map[username:carol]"},
+	} {
+		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: tt.tool, Arguments: tt.args})
+		if err != nil || res.IsError || len(res.Content) == 0 {
+			b, _ := json.Marshal(res)
+			t.Fatalf("%s through MRTR: %v %s", tt.tool, err, b)
+		}
+		if tc, ok := res.Content[0].(*sdk.TextContent); !ok || !strings.Contains(tc.Text, tt.want) {
+			t.Errorf("%s = %+v; want %q", tt.tool, res.Content[0], tt.want)
+		}
 	}
 }
 

@@ -199,6 +199,7 @@ type Bridge struct {
 	lastAt   time.Time
 	exits    []time.Time // processes that ended unasked, recently
 	crashing string      // why no process is started any more
+	stateKey []byte      // the MAC key of the requestStates it makes
 
 	stats struct{ Dropped, TooLong, Spawned, Exited, StderrLost atomic.Int64 }
 
@@ -220,6 +221,7 @@ func New(cfg Config) (*Bridge, error) {
 		cfg: cfg, sessions: map[string]*session{}, procs: map[*proc]bool{},
 		modern: map[string]*modernOwner{}, shared: map[string]*sharedOwner{},
 		stop: make(chan struct{}), stderr: make(chan []byte, stderrQueue),
+		stateKey: newStateKey(),
 	}
 	b.wg.Add(2)
 	go b.janitor()

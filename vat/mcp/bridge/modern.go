@@ -22,8 +22,10 @@ type modernOwner struct {
 	// initialized p itself and bridges (its InitializeResult).
 	init []byte
 
-	mu    sync.Mutex
-	tools map[string][]mcp.ParamBinding // the x-mcp-header bindings by tool; nil: not known yet
+	mu      sync.Mutex
+	tools   map[string][]mcp.ParamBinding // the x-mcp-header bindings by tool; nil: not known yet
+	pending map[string]*suspended         // calls waiting for their client's input, by inputRequests key
+	nextKey int64
 }
 
 // toolsList is the part of a tools/list result the header checks need.
@@ -72,7 +74,7 @@ func (o *modernOwner) fromVat(p *proc, m mcp.Msg) {
 	// A stateless server sends no requests, and its notifications relate
 	// to a request: the only call in flight, when there is one.
 	if m.Kind == mcp.KindRequest {
-		_ = p.write(mcp.ErrorResponse(m.ID, mcp.CodeMethodNotFound, "a stateless client takes no requests from the server", nil))
+		o.ask(p, m)
 		return
 	}
 	p.mu.Lock()
@@ -122,7 +124,7 @@ func (b *Bridge) modernFor(principal string) (*modernOwner, error) {
 		o.p = p
 	}
 	if b.eraOf() == mcp.Legacy {
-		if o.init, _, err = b.handshake(p); err != nil {
+		if o.init, _, err = b.handshake(p, bridgedCapabilities); err != nil {
 			go p.stop()
 			return nil, err
 		}
@@ -242,7 +244,7 @@ func (b *Bridge) postModern(w http.ResponseWriter, r *http.Request, principal st
 		return
 	}
 	p := o.p
-	if o.init != nil && o.bridged(w, r, principal, m) {
+	if o.init != nil && (o.bridged(w, r, principal, m) || o.resume(w, r, principal, m)) {
 		return
 	}
 	if m.Method == "tools/call" {
@@ -258,6 +260,7 @@ func (b *Bridge) postModern(w http.ResponseWriter, r *http.Request, principal st
 		st.filter = bridgedResult(m.Method)
 	}
 	c := &call{st: st}
+	c.caps, _ = m.Get("params", "_meta", mcp.MetaClientCapabilities)
 	if m.Method == "tools/list" {
 		_, cursor := m.Get("params", "cursor")
 		c.onDone = func(resp mcp.Msg, ok bool) {

@@ -44,6 +44,7 @@ type call struct {
 	sess     *session // nil for a stateless request
 	token    string   // toybox's progress token, "" if none
 	ctoken   []byte   // the client's progress token
+	caps     []byte   // a stateless request's clientCapabilities; nil for toybox's own
 	started  time.Time
 	tmu      sync.Mutex
 	timer    *time.Timer // the request's timeout (under tmu)

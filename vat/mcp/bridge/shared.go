@@ -80,15 +80,15 @@ const handshakeTimeout = 30 * time.Second
 
 // handshake sends toybox's initialize and initialized.
 func (o *sharedOwner) handshake() error {
-	init, version, err := o.b.handshake(o.p)
+	init, version, err := o.b.handshake(o.p, "{}")
 	o.init, o.version = init, version
 	return err
 }
 
-// handshake initializes p as toybox's own client, with no capabilities,
-// and returns the vat's InitializeResult and version.
-func (b *Bridge) handshake(p *proc) ([]byte, string, error) {
-	init := mcp.Request([]byte("0"), "initialize", []byte(`{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"toybox","version":"1"}}`))
+// handshake initializes p as toybox's own client, declaring the client
+// capabilities caps (a JSON object), and returns the vat's InitializeResult and version.
+func (b *Bridge) handshake(p *proc, caps string) ([]byte, string, error) {
+	init := mcp.Request([]byte("0"), "initialize", []byte(`{"protocolVersion":"2025-11-25","capabilities":`+caps+`,"clientInfo":{"name":"toybox","version":"1"}}`))
 	m, _ := mcp.Parse(init)
 	resp, err := b.callSelf(p, m, handshakeTimeout)
 	if err != nil {
