@@ -141,6 +141,7 @@ dev:
 # the idle-vat and spawn figures as CI runs them). BENCHFLAGS=-quick tries it.
 bench: build
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/benchvat ./bench/cmd/benchvat
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/benchmcp ./bench/cmd/benchmcp
 	$(GO) build -o $(BIN)/toybench ./bench/cmd/toybench
 	$(BIN)/toybench -bin $(BIN) -md docs/benchmarks.md -json bench/results.json $(BENCHFLAGS)
 

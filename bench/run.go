@@ -41,12 +41,18 @@ type Config struct {
 	// HeldConns is how many granted connections the switchboard holds for
 	// the memory figure. If zero, 10000.
 	HeldConns int
+	// MCPSessions is how many new MCP sessions are timed (initialize and
+	// the first tools/call). If zero, 40.
+	MCPSessions int
+	// MCPCalls is how many tools/call each path makes on one session for
+	// the calls-per-second figure. If zero, 4000.
+	MCPCalls int
 	// Commit names the code measured. If empty, it is read with git from
 	// the current directory (with a remark when the tree has uncommitted
 	// changes).
 	Commit string
 	// Only names the sections to run (install, bulk, latency, spawn,
-	// held); empty runs them all. A section left out leaves its rows
+	// held, mcp); empty runs them all. A section left out leaves its rows
 	// unmeasured: for a developer's look at one figure, not for results.
 	Only []string
 	// Logger receives progress. If nil, discarded.
@@ -83,6 +89,12 @@ func (c *Config) defaults() {
 	if c.HeldConns == 0 {
 		c.HeldConns = 10000
 	}
+	if c.MCPSessions == 0 {
+		c.MCPSessions = 40
+	}
+	if c.MCPCalls == 0 {
+		c.MCPCalls = 4000
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -106,6 +118,9 @@ const (
 	RowCPUWall      = "cpu-per-gb-wall"
 	RowRawLatency   = "raw-dial-echo-latency"
 	RowProxyThru    = "connect-proxy-throughput"
+	RowMCPInit      = "mcp-initialize-p50"
+	RowMCPFirstCall = "mcp-first-tools-call"
+	RowMCPRate      = "mcp-session-calls-per-second"
 	sbListenTimeout = 10 * time.Second
 )
 
@@ -126,6 +141,9 @@ func newRows() []*Row {
 		{ID: RowCPUHandoff, Figure: "CPU per GB, granted connection (socket handed over)", Unit: "CPU s/GB", BaselineName: "raw loopback TCP", Target: Target{Kind: ReportRatio}},
 		{ID: RowCPUStream, Figure: "CPU per GB, ByteStream fallback", Unit: "CPU s/GB", BaselineName: "raw loopback TCP", Target: Target{Kind: ReportRatio}},
 		{ID: RowCPUWall, Figure: "CPU per GB, app in a wall → proxy → switchboard", Unit: "CPU s/GB", BaselineName: "plain Go CONNECT proxy", Target: Target{Kind: ReportRatio}},
+		{ID: RowMCPInit, Figure: "MCP initialize through the edge, stdio vat with a warm spare, p50", Unit: "ms", Target: Target{Kind: AtMost, Value: 50}},
+		{ID: RowMCPFirstCall, Figure: "MCP first tools/call of a new session, stdio vat, median", Unit: "ms", Target: Target{Kind: ReportOnly}},
+		{ID: RowMCPRate, Figure: "MCP tools/call per second on one session, stdio vat through the edge", Unit: "calls/s", BaselineName: "the same server over its own HTTP transport", Target: Target{Kind: RatioAtLeast, Value: 0.9}},
 	}
 }
 
@@ -208,6 +226,12 @@ func Run(ctx context.Context, cfg Config) (Results, error) {
 	// the wall path.
 	if cfg.want("install") || cfg.want("bulk") || cfg.want("latency") {
 		r.supervisorSection(ctx)
+	} else if cfg.want("mcp") {
+		sbSock := ""
+		if r.sb != nil {
+			sbSock = r.sb.Socket
+		}
+		r.sup, r.supErr = StartSupervisor(ctx, cfg.Bin, filepath.Join(tmp, "toybox"), sbSock, r.log)
 	}
 	if r.sup != nil {
 		defer r.sup.Stop()
@@ -218,6 +242,9 @@ func Run(ctx context.Context, cfg Config) (Results, error) {
 	}
 	if cfg.want("latency") {
 		r.latencySection(ctx)
+	}
+	if cfg.want("mcp") {
+		r.mcpSection(ctx)
 	}
 	if cfg.want("spawn") {
 		r.spawnSection(ctx)

@@ -33,6 +33,7 @@ func buildBinaries(t *testing.T, dir string) {
 		{"./cmd/toybox", nil, nil},
 		{"./cmd/toybox-entry", nil, testenv.EntryBuildFlags},
 		{"./bench/cmd/benchvat", []string{"CGO_ENABLED=0"}, nil},
+		{"./bench/cmd/benchmcp", []string{"CGO_ENABLED=0"}, nil},
 		{"./bench/cmd/toybench", nil, nil},
 	} {
 		cmd := exec.Command(goTool, append(append([]string{"build"}, b.flags...), "-o", dir+"/", b.pkg)...)
@@ -67,7 +68,7 @@ func TestRunSmall(t *testing.T) {
 	res, err := Run(ctx, Config{
 		Bin: bin, Self: filepath.Join(bin, "toybench"),
 		Repeats: 1, Bytes: 4 << 20, LatencyRounds: 1, LatencyPerRound: 10,
-		Spawns: 2, Vats: 2, HeldConns: 100,
+		Spawns: 2, Vats: 2, HeldConns: 100, MCPSessions: 2, MCPCalls: 20,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 	})
 	if err != nil {

@@ -90,9 +90,18 @@ func (s *Supervisor) Stop() { stopProc(s.cmd, s.done) }
 
 // Install PUTs code as vat id with the egress grant (JSON, "" for none).
 func (s *Supervisor) Install(ctx context.Context, id string, code []byte, egress string) error {
-	u := "http://toybox/" + id
+	q := ""
 	if egress != "" {
-		u += "?egress=" + url.QueryEscape(egress)
+		q = "egress=" + url.QueryEscape(egress)
+	}
+	return s.put(ctx, id, code, q)
+}
+
+// put PUTs code as vat id with the query q ("" for none).
+func (s *Supervisor) put(ctx context.Context, id string, code []byte, q string) error {
+	u := "http://toybox/" + id
+	if q != "" {
+		u += "?" + q
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u, bytes.NewReader(code))
 	if err != nil {
