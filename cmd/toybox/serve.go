@@ -8,9 +8,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -37,7 +39,7 @@ import (
 
 func init() { commands["serve"] = serveMain }
 
-const serveUsage = `usage: toybox serve --state DIR --switchboard PATH [--http ADDR|unix:PATH] [--public-host NAME[,NAME]]... [--admin PATH] [--entry PATH] [--doors FILE] [--wall-tmp-mib N] [--wall-max-tasks N] [--wall-memory-mib N] [--wall-cpus X] [--wall-disk-mib N] [--uid-base N] [--mcp-origin ORIGIN]... [--status 127.0.0.1:PORT] [--notice-command CMD | --notice-webhook URL]
+const serveUsage = `usage: toybox serve --state DIR --switchboard PATH [--http ADDR|unix:PATH] [--public-host NAME[,NAME]]... [--admin PATH] [--entry PATH] [--doors FILE] [--wall-tmp-mib N] [--wall-max-tasks N] [--wall-memory-mib N] [--wall-cpus X] [--wall-disk-mib N] [--uid-base N] [--mcp-origin ORIGIN]... [--status 127.0.0.1:PORT] [--notice-command CMD | --notice-webhook URL] [--public-url URL]
 
 Runs the supervisor: every installed vat starts, the admin API is served on
 the admin socket (mode 0600) and each vat's app on the http socket, on its
@@ -100,6 +102,7 @@ func serveMain(args []string) int {
 	noticeCommand := fs.String("notice-command", "", "run this program (and its arguments, split at spaces) for each notice, the notice as JSON on its standard input")
 	noticeWebhook := fs.String("notice-webhook", "", "POST each notice as JSON to this http URL on loopback")
 	pkgFlags := packageFlags(fs)
+	publicURL := fs.String("public-url", "", "where clients reach the public listener (scheme://host[:port], no path), behind any proxy; an MCP server with mcp.auth \"vat\" is told <URL>/<vat>/mcp as $MCP_PUBLIC_URL (default: http://localhost:PORT for a loopback --http, else none)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -124,6 +127,10 @@ func serveMain(args []string) int {
 	pkgs, err := pkgFlags()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "toybox serve:", err)
+		return 2
+	}
+	if err := checkPublicURL(*publicURL); err != nil {
+		fmt.Fprintf(os.Stderr, "toybox serve: --public-url: %v\n", err)
 		return 2
 	}
 	hosts, err := edge.ParseHosts(publicHosts)
@@ -177,7 +184,7 @@ func serveMain(args []string) int {
 	}
 	if err := runServe(serveOptions{
 		state: *stateDir, switchboard: *sbPath, http: *httpAddr, admin: *adminPath, entry: *entryPath, doors: *doorsPath,
-		readyTimeout: *readyTimeout, stopGrace: *stopGrace, maxBody: *maxBody, wallTmp: *wallTmp << 20, wallTasks: *wallTasks, uidBase: *uidBase, hosts: hosts, mcpOrigins: mcpOrigins, pkgs: pkgs,
+		readyTimeout: *readyTimeout, stopGrace: *stopGrace, maxBody: *maxBody, wallTmp: *wallTmp << 20, wallTasks: *wallTasks, uidBase: *uidBase, hosts: hosts, mcpOrigins: mcpOrigins, pkgs: pkgs, publicURL: *publicURL,
 		wallMemory: *wallMemory << 20, wallCPUs: *wallCPUs, wallDisk: *wallDisk << 20,
 		walls: os.Getenv("TOYBOX_WALLS"), wallsDefault: os.Getenv("TOYBOX_WALLS_DEFAULT"),
 		status: *statusAddr, sink: sink,
@@ -221,6 +228,7 @@ type serveOptions struct {
 	status                                        string       // --status, "" for none
 	sink                                          notices.Sink // nil: the log and the page only
 	pkgs                                          supervisor.PackagesConfig
+	publicURL                                     string
 }
 
 // The operator's limits for each wall by default (toybox serve flags).
@@ -303,6 +311,7 @@ func runServe(o serveOptions, log *slog.Logger) error {
 		ReadyTimeout: o.readyTimeout, StopGrace: o.stopGrace, WallTmpBytes: o.wallTmp, WallMaxTasks: o.wallTasks, UIDBase: o.uidBase, Logger: log,
 		Cgroups: cg, Disks: disks, Limits: supervisor.Limits{MemoryBytes: o.wallMemory, CPUs: o.wallCPUs, DiskBytes: o.wallDisk},
 		OwnPorts: ownPorts(httpL), Hosts: o.hosts, MCPOrigins: o.mcpOrigins, Observer: view.activity, Packages: o.pkgs,
+		PublicURL: publicURL(o.publicURL, httpL),
 	})
 	if err != nil {
 		return err
@@ -543,6 +552,41 @@ func listenUnix(path string, mode os.FileMode) (net.Listener, error) {
 
 // ownPorts returns the TCP port of the supervisor's http socket, which no
 // manifest may point a vat at.
+// checkPublicURL checks a --public-url: "" (none), or an http or https
+// URL with a host and nothing after it but an optional "/".
+func checkPublicURL(v string) error {
+	if v == "" {
+		return nil
+	}
+	u, err := url.Parse(v)
+	switch {
+	case err != nil:
+		return err
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("%q: want an http:// or https:// URL", v)
+	case u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "":
+		return fmt.Errorf("%q: want scheme://host[:port] and nothing else", v)
+	case u.Path != "" && u.Path != "/":
+		return fmt.Errorf("%q: want no path (the vats are at <URL>/<vat>/...)", v)
+	}
+	return nil
+}
+
+// publicURL is the --public-url given, else http://localhost:PORT for a
+// loopback TCP listener (what a client on this host uses), else "".
+func publicURL(given string, l net.Listener) string {
+	if given != "" {
+		return strings.TrimSuffix(given, "/")
+	}
+	if l == nil {
+		return ""
+	}
+	if a, ok := l.Addr().(*net.TCPAddr); ok && a.IP.IsLoopback() {
+		return "http://localhost:" + strconv.Itoa(a.Port)
+	}
+	return ""
+}
+
 func ownPorts(l net.Listener) []uint16 {
 	if l == nil {
 		return nil

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -239,5 +240,49 @@ func TestPublicHostFlag(t *testing.T) {
 		if code, out := serve(tt.flags...); code != tt.code || !strings.Contains(out, tt.want) {
 			t.Errorf("toybox serve %q: exit %d %q; want %d and %q", tt.flags, code, out, tt.code, tt.want)
 		}
+	}
+}
+
+// TestPublicURL: --public-url is scheme://host[:port] and nothing more;
+// without it a loopback TCP listener gives http://localhost:PORT, anything
+// else no URL (a guess could name a resource no client uses).
+func TestPublicURL(t *testing.T) {
+	for _, tt := range []struct {
+		v  string
+		ok bool
+	}{
+		{"", true},
+		{"https://mcp.example", true},
+		{"http://127.0.0.1:8787/", true},
+		{"ftp://mcp.example", false},
+		{"https://mcp.example/base", false},
+		{"https://u@mcp.example", false},
+		{"https://mcp.example?x=1", false},
+		{"mcp.example", false},
+		{"https://", false},
+	} {
+		if err := checkPublicURL(tt.v); (err == nil) != tt.ok {
+			t.Errorf("checkPublicURL(%q) = %v; want ok %v", tt.v, err, tt.ok)
+		}
+	}
+	loop, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer loop.Close()
+	port := loop.Addr().(*net.TCPAddr).Port
+	if got, want := publicURL("", loop), fmt.Sprintf("http://localhost:%d", port); got != want {
+		t.Errorf("publicURL of a loopback listener = %q; want %q", got, want)
+	}
+	if got := publicURL("https://mcp.example/", loop); got != "https://mcp.example" {
+		t.Errorf("publicURL with --public-url = %q; want it, without the slash", got)
+	}
+	unix, err := net.Listen("unix", filepath.Join(t.TempDir(), "s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close()
+	if got := publicURL("", unix); got != "" {
+		t.Errorf("publicURL of a unix listener = %q; want none", got)
 	}
 }

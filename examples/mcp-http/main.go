@@ -32,6 +32,9 @@ import (
 func whoami(_ context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "principal: %s\n", req.Extra.Header.Get("Toybox-Principal"))
+	if u := os.Getenv("MCP_PUBLIC_URL"); u != "" {
+		fmt.Fprintf(&b, "public url: %s\n", u) // told to an mcp.auth "vat" server
+	}
 	keys := make([]string, 0, len(req.Extra.Header))
 	for k := range req.Extra.Header {
 		keys = append(keys, k)

@@ -39,6 +39,9 @@ const (
 	mcpStatsTimeout = 500 * time.Millisecond
 	// mcpEndpoint is the public endpoint's last segment: /<vat>/mcp.
 	mcpEndpoint = "/mcp"
+	// mcpPublicURLEnv tells an mcp.auth "vat" server its endpoint's URL
+	// (mcp.md R45).
+	mcpPublicURLEnv = "MCP_PUBLIC_URL"
 	// prmPrefix is where RFC 9728 protected-resource metadata is served,
 	// the endpoint's path inserted after it.
 	prmPrefix = "/.well-known/oauth-protected-resource"
@@ -73,6 +76,17 @@ func mcpOf(code store.Code, rec store.Record) *manifest.MCP {
 		}
 	}
 	return nil
+}
+
+// mcpPublicURL is what an MCP server that is its own OAuth resource
+// server (mcp.auth "vat") is told its endpoint's URL is; "" for any other
+// vat, or when toybox knows no public URL (Config.PublicURL).
+func (s *Supervisor) mcpPublicURL(id string, code store.Code, rec store.Record) string {
+	cfg := mcpOf(code, rec)
+	if cfg == nil || cfg.Auth != manifest.AuthVat || s.cfg.PublicURL == "" {
+		return ""
+	}
+	return strings.TrimSuffix(s.cfg.PublicURL, "/") + "/" + id + mcpEndpoint
 }
 
 // mcpCall is what the edge learned of one MCP request, for its proxy and
@@ -675,6 +689,9 @@ type MCPStatus struct {
 	// Bridge is the stdio bridge's own counters (processes, sessions,
 	// stdout lines dropped, its last error), when it answers.
 	Bridge json.RawMessage `json:"bridge,omitempty"`
+	// PublicURL is the URL a vat with mcp.auth "vat" is told it is
+	// reached at ($MCP_PUBLIC_URL).
+	PublicURL string `json:"public_url,omitempty"`
 	// LastError is the edge's last failure to reach the vat.
 	LastError string `json:"last_error,omitempty"`
 }
@@ -699,6 +716,9 @@ func (s *Supervisor) mcpStatus(v *vat) *MCPStatus {
 	switch {
 	case cfg.Auth == manifest.AuthVat:
 		ms.Access = "toybox does not authenticate this vat: it is its own OAuth resource server (mcp.auth: vat)"
+		if ms.PublicURL = s.mcpPublicURL(v.id, v.code, v.rec); ms.PublicURL == "" {
+			ms.Access += "; it is told no public URL (toybox serve --public-url)"
+		}
 	case ms.Tokens > 0:
 		ms.Access = fmt.Sprintf("a bearer token of this vat (%d)", ms.Tokens)
 	default:

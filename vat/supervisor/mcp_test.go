@@ -58,7 +58,8 @@ func mcpSupervisor(t *testing.T) (*Supervisor, *store.Store, *testenv.Buffer) {
 	s, st, _ := unwalledWith(t, Config{
 		StopGrace: time.Second, ReadyTimeout: 10 * time.Second,
 		BackoffMin: 10 * time.Millisecond, MaxRestarts: 1, MCPOrigins: []string{"http://localhost:6274"},
-		Logger: slog.New(slog.NewJSONHandler(logs, nil)),
+		PublicURL: "https://mcp.example",
+		Logger:    slog.New(slog.NewJSONHandler(logs, nil)),
 	})
 	return s, st, logs
 }

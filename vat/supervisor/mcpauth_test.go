@@ -54,6 +54,9 @@ func TestMCPVatIsItsOwnResourceServer(t *testing.T) {
 	if stat.MCP == nil || stat.MCP.Auth != "vat" || !strings.Contains(stat.MCP.Access, "toybox does not authenticate this vat") {
 		t.Errorf("status MCP = %+v; want it to say toybox does not authenticate it", stat.MCP)
 	}
+	if stat.MCP != nil && stat.MCP.PublicURL != "https://mcp.example/oauth/mcp" {
+		t.Errorf("status MCP public_url = %q; want the endpoint under Config.PublicURL", stat.MCP.PublicURL)
+	}
 	if _, _, err := s.MintToken("oauth"); err == nil {
 		t.Error("a token was minted for a vat that authenticates its own clients")
 	}
@@ -67,6 +70,10 @@ func TestMCPVatIsItsOwnResourceServer(t *testing.T) {
 	if code != http.StatusOK || !strings.Contains(text, "Authorization: Bearer the-vats-own-token") || strings.Contains(text, "secret-cookie") {
 		t.Errorf("whoami = %d %s; want the client's Authorization and no cookie", code, text)
 	}
+	// It is told the URL its own metadata must name as its resource.
+	if !strings.Contains(text, "public url: https://mcp.example/oauth/mcp") {
+		t.Errorf("whoami = %s; want $MCP_PUBLIC_URL https://mcp.example/oauth/mcp", text)
+	}
 	// Its metadata is its own: the example has none, so its 404 passes.
 	resp, err := http.Get(front.URL + "/.well-known/oauth-protected-resource/oauth/mcp")
 	if err != nil {
@@ -78,7 +85,9 @@ func TestMCPVatIsItsOwnResourceServer(t *testing.T) {
 	}
 
 	// A vat holding tokens is not upgraded to auth "vat".
-	installMCP(t, s, st, "tokened")
+	if stat := installMCP(t, s, st, "tokened"); stat.MCP == nil || stat.MCP.PublicURL != "" {
+		t.Errorf("a vat toybox authenticates: status MCP %+v; want no public_url (it is told none)", stat.MCP)
+	}
 	if _, _, err := s.MintToken("tokened"); err != nil {
 		t.Fatal(err)
 	}

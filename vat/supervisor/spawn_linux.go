@@ -105,6 +105,9 @@ func (s *Supervisor) spawnWalled(ctx context.Context, v *vat, code store.Code, r
 		}
 	}
 	env = packageEnv(code, env)
+	if u := s.mcpPublicURL(v.id, code, rec); u != "" {
+		env[mcpPublicURLEnv] = u
+	}
 	spec := wall.Spec{
 		ID:         v.id,
 		InstallDir: code.Dir,
@@ -293,6 +296,9 @@ func (s *Supervisor) spawnUnwalled(v *vat, code store.Code, rec store.Record, gv
 	}
 	for k, val := range packageEnv(code, nil) {
 		keys = append(keys, k+"="+val)
+	}
+	if u := s.mcpPublicURL(v.id, code, rec); u != "" {
+		keys = append(keys, mcpPublicURLEnv+"="+u)
 	}
 	sort.Strings(keys)
 	env = append(env, keys...)

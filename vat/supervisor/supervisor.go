@@ -128,6 +128,12 @@ type Config struct {
 	MCPOrigins []string
 	// Packages prepares package installs (?package=; docs/packages.md).
 	Packages PackagesConfig
+	// PublicURL is where clients reach the public listener
+	// (scheme://host[:port], no path): an MCP server with mcp.auth "vat"
+	// is told its endpoint's URL under it as $MCP_PUBLIC_URL
+	// (<PublicURL>/<vat>/mcp), the resource its own metadata must name. If
+	// empty, such a server is told none.
+	PublicURL string
 	// Logger receives one record per launch, exit and admin change, and
 	// per MCP edge decision. If nil, discarded.
 	Logger *slog.Logger
