@@ -300,7 +300,8 @@ const (
 	CodeMethodNotFound    = -32601
 	CodeInvalidParams     = -32602
 	CodeInternal          = -32603
-	CodeRequestTimeout    = -32001 // also "Session not found" on HTTP (2025 era)
+	CodeRequestTimeout    = -32001 // a request timed out
+	CodeSessionNotFound   = -32001 // the code SDKs read as "initialize again"
 	CodeHeaderMismatch    = -32020
 	CodeMissingCapability = -32021
 	CodeUnsupportedVer    = -32022

@@ -17,6 +17,7 @@ import (
 	"toybox/vat/access"
 	"toybox/vat/edge"
 	"toybox/vat/manifest"
+	"toybox/vat/mcp"
 	"toybox/vat/mcp/front"
 	"toybox/vat/store"
 	"toybox/vat/tokens"
@@ -94,7 +95,7 @@ func (s *Supervisor) mcpPublicURL(id string, code store.Code, rec store.Record) 
 type mcpCall struct {
 	vat       string
 	principal string
-	era       string
+	era       mcp.Era
 	session   string // the client's, checked (legacy); "" for none
 	method    string // the JSON-RPC method, or the HTTP one for GET and DELETE
 	passAuth  bool   // the vat is its own resource server
@@ -126,12 +127,12 @@ func newMCPRoute(in *instance, cfg manifest.MCP) *mcpRoute {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			c := pr.In.Context().Value(mcpCallKey{}).(*mcpCall)
 			pr.Out.Header = front.RequestHeaders(pr.In.Header, c.passAuth)
-			if c.era == front.Modern {
+			if c.era == mcp.Modern {
 				// A modern request's session id is ignored (2026-07-28);
 				// a dual-era vat must not read it as a legacy session.
-				pr.Out.Header.Del(front.HeaderSession)
+				pr.Out.Header.Del(mcp.HeaderSession)
 			}
-			pr.Out.Header.Set(front.HeaderPrinc, c.principal)
+			pr.Out.Header.Set(mcp.HeaderPrincipal, c.principal)
 			pr.Out.URL.Scheme = "http"
 			pr.Out.URL.Host = id
 			pr.Out.URL.Path, pr.Out.URL.RawPath = cfg.Path, ""
@@ -145,8 +146,8 @@ func newMCPRoute(in *instance, cfg manifest.MCP) *mcpRoute {
 			c := resp.Request.Context().Value(mcpCallKey{}).(*mcpCall)
 			c.status = resp.StatusCode
 			front.ResponseHeaders(resp.Header, c.passAuth)
-			if c.era == front.Modern {
-				resp.Header.Del(front.HeaderSession)
+			if c.era == mcp.Modern {
+				resp.Header.Del(mcp.HeaderSession)
 			}
 			rt.learn(c, resp)
 			// Trailers are not MCP's: none reaches the client.
@@ -160,7 +161,7 @@ func newMCPRoute(in *instance, cfg manifest.MCP) *mcpRoute {
 			c := r.Context().Value(mcpCallKey{}).(*mcpCall)
 			if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 				c.status, c.reason = http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is over %d MiB", MaxMCPBody>>20)
-				front.WriteError(w, c.status, nil, front.CodeInvalidRequest, c.reason, nil)
+				front.WriteError(w, c.status, nil, mcp.CodeInvalidRequest, c.reason, nil)
 				return
 			}
 			if r.Context().Err() != nil {
@@ -171,7 +172,7 @@ func newMCPRoute(in *instance, cfg manifest.MCP) *mcpRoute {
 			in.plog.warn("proxy to vat failed", err.Error())
 			c.status, c.reason = http.StatusBadGateway, "vat "+id+" did not answer: "+proxyWhy(err)
 			in.v.setMCPError(c.reason)
-			front.WriteError(w, c.status, nil, front.CodeInternal, c.reason+" (its logs say more)", nil)
+			front.WriteError(w, c.status, nil, mcp.CodeInternal, c.reason+" (its logs say more)", nil)
 		},
 	}
 	return rt
@@ -180,11 +181,11 @@ func newMCPRoute(in *instance, cfg manifest.MCP) *mcpRoute {
 // learn keeps the vat's answer's session id with the principal that
 // opened it, and forgets a session the vat ended or no longer knows.
 func (rt *mcpRoute) learn(c *mcpCall, resp *http.Response) {
-	if c.era == front.Modern {
+	if c.era == mcp.Modern {
 		return
 	}
 	ok := resp.StatusCode >= 200 && resp.StatusCode < 300
-	if sid := resp.Header.Get(front.HeaderSession); ok && sid != "" && sid != c.session {
+	if sid := resp.Header.Get(mcp.HeaderSession); ok && sid != "" && sid != c.session {
 		if evicted, principal := rt.sessions.bind(sid, c.principal); evicted != "" {
 			go rt.endSession(evicted, principal)
 		}
@@ -206,8 +207,8 @@ func (rt *mcpRoute) endSession(sid, principal string) {
 	if err != nil {
 		return
 	}
-	req.Header.Set(front.HeaderSession, sid)
-	req.Header.Set(front.HeaderPrinc, principal)
+	req.Header.Set(mcp.HeaderSession, sid)
+	req.Header.Set(mcp.HeaderPrincipal, principal)
 	req.Host = "localhost"
 	if resp, err := rt.proxy.Transport.RoundTrip(req); err == nil {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
@@ -292,17 +293,17 @@ func (s *Supervisor) mcpConfig(id string) *manifest.MCP {
 // endpoint; every other path is refused, so no path of it bypasses the
 // edge's checks (an http vat's own endpoint, for one).
 func (s *Supervisor) serveMCPVat(w http.ResponseWriter, r *http.Request, id, rest string, cfg *manifest.MCP) {
-	c := &mcpCall{vat: id, era: front.Legacy, method: r.Method, started: time.Now()}
+	c := &mcpCall{vat: id, era: mcp.Legacy, method: r.Method, started: time.Now()}
 	mw := &mcpWriter{ResponseWriter: w}
 	defer func() { s.logMCP(id, c, mw.status) }()
 	if d := s.mcpRules.Check(front.AskOf(r)); !d.Allow {
 		c.reason = d.Reason
-		front.WriteError(mw, d.Status, nil, front.CodeInvalidRequest, d.Reason, nil)
+		front.WriteError(mw, d.Status, nil, mcp.CodeInvalidRequest, d.Reason, nil)
 		return
 	}
 	if rest != mcpEndpoint {
 		c.reason = "not the MCP endpoint"
-		front.WriteError(mw, http.StatusNotFound, nil, front.CodeInvalidRequest,
+		front.WriteError(mw, http.StatusNotFound, nil, mcp.CodeInvalidRequest,
 			fmt.Sprintf("vat %s is an MCP server: its endpoint is /%s/mcp, and it serves nothing else here", id, id), nil)
 		return
 	}
@@ -323,7 +324,7 @@ func (s *Supervisor) serveMCP(w *mcpWriter, r *http.Request, id string, cfg *man
 	default:
 		c.reason = "method not allowed"
 		w.Header().Set("Allow", "GET, POST, DELETE, OPTIONS")
-		front.WriteError(w, http.StatusMethodNotAllowed, nil, front.CodeInvalidRequest, r.Method+" is not an MCP method (POST, GET or DELETE)", nil)
+		front.WriteError(w, http.StatusMethodNotAllowed, nil, mcp.CodeInvalidRequest, r.Method+" is not an MCP method (POST, GET or DELETE)", nil)
 		return
 	}
 	s.mcpCORS(w, r)
@@ -359,7 +360,7 @@ func (s *Supervisor) serveMCP(w *mcpWriter, r *http.Request, id string, cfg *man
 			r.ContentLength = int64(n)
 		case err != nil:
 			c.status, c.reason = 0, "reading the request: "+err.Error()
-			front.WriteError(w, http.StatusBadRequest, nil, front.CodeInvalidRequest, c.reason, nil)
+			front.WriteError(w, http.StatusBadRequest, nil, mcp.CodeInvalidRequest, c.reason, nil)
 			return
 		default:
 			r.Body = struct {
@@ -371,13 +372,13 @@ func (s *Supervisor) serveMCP(w *mcpWriter, r *http.Request, id string, cfg *man
 		c.method = req.Method
 	}
 	c.era = front.EraOf(r.Header, req)
-	if sid := r.Header.Get(front.HeaderSession); sid != "" && c.era == front.Legacy {
+	if sid := r.Header.Get(mcp.HeaderSession); sid != "" && c.era == mcp.Legacy {
 		c.session = sid
 		if owner, ok := in.mcp.sessions.owner(sid); !ok || owner != c.principal {
 			// Another principal's session is one this principal never
 			// opened: as if it did not exist (R6).
 			c.reason = "no such session for this principal"
-			front.WriteError(w, http.StatusNotFound, req.ID, front.CodeSessionNotFound, "Session not found", nil)
+			front.WriteError(w, http.StatusNotFound, req.ID, mcp.CodeSessionNotFound, "Session not found", nil)
 			return
 		}
 	}
@@ -504,7 +505,7 @@ func prmURL(r *http.Request, id string) string {
 // owner's (POST /<vat>/tokens), so no authorization server is named. A
 // vat that is its own resource server answers for itself.
 func (s *Supervisor) servePRM(w http.ResponseWriter, r *http.Request, id, endpoint string) {
-	c := &mcpCall{vat: id, era: front.Legacy, method: "prm", started: time.Now()}
+	c := &mcpCall{vat: id, era: mcp.Legacy, method: "prm", started: time.Now()}
 	mw := &mcpWriter{ResponseWriter: w}
 	defer func() { s.logMCP(id, c, mw.status) }()
 	if d := s.mcpRules.Check(front.AskOf(r)); !d.Allow {
@@ -558,7 +559,7 @@ func (s *Supervisor) proxyOwnPRM(w *mcpWriter, r *http.Request, id string, cfg *
 	}
 	out.Host = r.Host
 	out.Header.Set("Accept", "application/json")
-	out.Header.Set(front.HeaderPrinc, openPrincipal(r))
+	out.Header.Set(mcp.HeaderPrincipal, openPrincipal(r))
 	resp, err := in.mcp.proxy.Transport.RoundTrip(out)
 	if err != nil {
 		c.reason = "vat " + id + " did not answer: " + proxyWhy(err)
@@ -603,7 +604,7 @@ func (s *Supervisor) mcpPreflight(w http.ResponseWriter, r *http.Request) {
 		allowed := corsHeaders
 		for _, f := range strings.Split(r.Header.Get("Access-Control-Request-Headers"), ",") {
 			f = strings.TrimSpace(f)
-			if len(f) > len(front.HeaderParam) && len(f) <= 128 && strings.EqualFold(f[:len(front.HeaderParam)], front.HeaderParam) && headerToken(f) {
+			if len(f) > len(mcp.HeaderParam) && len(f) <= 128 && strings.EqualFold(f[:len(mcp.HeaderParam)], mcp.HeaderParam) && headerToken(f) {
 				allowed += ", " + f
 			}
 		}
@@ -767,7 +768,7 @@ func (s *Supervisor) probeMCP(ctx context.Context, in *instance, code string) *f
 		// (it bridges modern clients): the server's own era is what the
 		// bridge learned of it, asking its process.
 		var st struct {
-			Era string `json:"era"`
+			Era mcp.Era `json:"era"`
 		}
 		if b := bridgeStats(ctx, in); b != nil && json.Unmarshal(b, &st) == nil && st.Era != "" && st.Era != snap.Era {
 			snap.Served, snap.Era = snap.Era, st.Era

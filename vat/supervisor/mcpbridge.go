@@ -81,7 +81,7 @@ func (s *Supervisor) bridgeSpec(v *vat, cfg *manifest.MCP) (*wall.MCP, error) {
 	m := &wall.MCP{Listener: f, Mode: cfg.Mode}
 	v.mu.Lock()
 	if p := v.rec.MCPProbe; p != nil && p.Code == v.rec.Code {
-		m.Era = p.Era
+		m.Era = string(p.Era)
 	}
 	v.mu.Unlock()
 	return m, nil

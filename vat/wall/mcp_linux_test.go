@@ -18,6 +18,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/sys/unix"
 
+	"toybox/tests/testenv"
 	"toybox/vat/mcp/mcptest"
 )
 
@@ -175,7 +176,7 @@ func ctxT(t *testing.T) context.Context {
 // through the bridge.
 func TestMCPEverythingInWall(t *testing.T) {
 	f := newFixture(t, "mcp-everything")
-	w := f.startMCP(t, mcptest.EverythingServer(t, mcptest.DualVersion), MCP{})
+	w := f.startMCP(t, testenv.EverythingServer(t, testenv.EverythingDual), MCP{})
 	ctx := ctxT(t)
 	c := w.client("alice")
 	if err := c.Initialize(ctx, "2025-11-25", map[string]any{"sampling": map[string]any{}, "elicitation": map[string]any{}}); err != nil {
@@ -804,7 +805,7 @@ func TestAttackForgePrincipal(t *testing.T) {
 // complete. A 2025 client of the same vat gets a session as usual.
 func TestMCPLegacyVatModernClient(t *testing.T) {
 	f := newFixture(t, "mcp-legacy")
-	w := f.startMCP(t, mcptest.EverythingServer(t, mcptest.LegacyVersion), MCP{})
+	w := f.startMCP(t, testenv.EverythingServer(t, testenv.EverythingLegacy), MCP{})
 	ctx := ctxT(t)
 	c := w.client("alice")
 	meta := map[string]any{

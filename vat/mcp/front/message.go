@@ -5,41 +5,22 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+
+	"toybox/vat/mcp"
 )
 
-// Headers the edge reads or sets.
+// The header prefixes the edge alone sets (the transport's names are
+// package mcp's).
 const (
-	HeaderSession  = "Mcp-Session-Id"
-	HeaderVersion  = "Mcp-Protocol-Version"
-	HeaderMethod   = "Mcp-Method"
-	HeaderName     = "Mcp-Name"
-	HeaderParam    = "Mcp-Param-" // a prefix
-	HeaderLastID   = "Last-Event-Id"
-	HeaderToybox   = "Toybox-" // a prefix: set only by the supervisor
-	HeaderPrinc    = "Toybox-Principal"
-	ModernVersion  = "2026-07-28" // the first stateless revision
-	metaVersionKey = "io.modelcontextprotocol/protocolVersion"
+	// HeaderToybox is a prefix: a client's Toybox-* never reaches a vat.
+	HeaderToybox = "Toybox-"
 )
 
-// Eras: how a request, or a server, speaks.
+// JSON-RPC error codes the edge answers with, beside package mcp's.
 const (
-	// Legacy is 2024-11-05 … 2025-11-25: initialize, sessions, GET streams.
-	Legacy = "legacy"
-	// Modern is 2026-07-28 on: stateless, per-request _meta.
-	Modern = "modern"
-	// Dual is a server that serves both.
-	Dual = "dual"
-)
-
-// JSON-RPC error codes the edge answers with.
-const (
-	CodeInvalidRequest = -32600
-	CodeInternal       = -32603
 	// CodeUnavailable: the vat is not ready (its status says why), or the
 	// edge refused before the vat (a server-defined code).
 	CodeUnavailable = -32000
-	// CodeSessionNotFound is the code SDKs read as "initialize again".
-	CodeSessionNotFound = -32001
 	// CodeUnauthorized: no token, or not this vat's.
 	CodeUnauthorized = -32002
 )
@@ -138,7 +119,7 @@ func peekParams(dec *json.Decoder, out *Request) bool {
 			if dec.Decode(&meta) != nil {
 				return false
 			}
-			_, out.Meta = meta[metaVersionKey]
+			_, out.Meta = meta[mcp.MetaProtocolVersion]
 			continue
 		}
 		var skip json.RawMessage
@@ -153,11 +134,11 @@ func peekParams(dec *json.Decoder, out *Request) bool {
 // EraOf says which era a request speaks: modern when it names a modern
 // protocol version (the header every modern POST carries, or its _meta);
 // legacy otherwise (a missing header means 2025-03-26).
-func EraOf(h http.Header, req Request) string {
-	if v := h.Get(HeaderVersion); v >= ModernVersion || req.Meta {
-		return Modern
+func EraOf(h http.Header, req Request) mcp.Era {
+	if v := h.Get(mcp.HeaderVersion); v >= mcp.ModernVersion || req.Meta {
+		return mcp.Modern
 	}
-	return Legacy
+	return mcp.Legacy
 }
 
 // ErrorBody is a JSON-RPC error response, id null when id is nil.
@@ -194,7 +175,7 @@ func WriteError(w http.ResponseWriter, status int, id json.RawMessage, code int,
 
 // requestHeaders are the client headers that cross into a vat: the MCP
 // transport's own (R46, R47). Everything else is built by the edge.
-var requestHeaders = []string{"Accept", "Content-Type", HeaderSession, HeaderVersion, HeaderLastID, HeaderMethod, HeaderName}
+var requestHeaders = []string{"Accept", "Content-Type", mcp.HeaderSession, mcp.HeaderVersion, http.CanonicalHeaderKey(mcp.HeaderLastEvent), mcp.HeaderMethod, mcp.HeaderName}
 
 // RequestHeaders builds the headers of a request into a vat afresh from the
 // client's: the MCP transport headers, Mcp-Param-* (which an intermediary
@@ -209,7 +190,7 @@ func RequestHeaders(in http.Header, passAuth bool) http.Header {
 		}
 	}
 	for k, v := range in {
-		if strings.HasPrefix(k, HeaderParam) {
+		if strings.HasPrefix(k, mcp.HeaderParam) {
 			out[k] = v
 		}
 	}
@@ -225,7 +206,7 @@ func RequestHeaders(in http.Header, passAuth bool) http.Header {
 }
 
 // responseHeaders are the vat's answer headers a client gets.
-var responseHeaders = []string{"Content-Type", "Content-Length", HeaderSession, HeaderVersion, "Cache-Control", "Allow", "Retry-After", "Last-Modified", "Etag"}
+var responseHeaders = []string{"Content-Type", "Content-Length", mcp.HeaderSession, mcp.HeaderVersion, "Cache-Control", "Allow", "Retry-After", "Last-Modified", "Etag"}
 
 // ResponseHeaders keeps of a vat's answer headers what MCP uses (with
 // passAuth also its WWW-Authenticate: it is the resource server), in place.

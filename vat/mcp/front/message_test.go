@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"slices"
 	"testing"
+
+	"toybox/vat/mcp"
 )
 
 var peekTests = []struct {
@@ -45,7 +47,7 @@ func FuzzPeek(f *testing.F) {
 			t.Fatalf("Peek(%q) id %q is not JSON", body, r.ID)
 		}
 		// An id read from a body goes into an error body as it is.
-		if !json.Valid(ErrorBody(r.ID, CodeInternal, "x", nil)) {
+		if !json.Valid(ErrorBody(r.ID, mcp.CodeInternal, "x", nil)) {
 			t.Fatalf("ErrorBody with id %q is not JSON", r.ID)
 		}
 	})
@@ -55,19 +57,19 @@ func TestEraOf(t *testing.T) {
 	tests := []struct {
 		version string
 		meta    bool
-		want    string
+		want    mcp.Era
 	}{
-		{"", false, Legacy},
-		{"2025-06-18", false, Legacy},
-		{"2025-11-25", false, Legacy},
-		{"2026-07-28", false, Modern},
-		{"2027-01-01", false, Modern},
-		{"", true, Modern},
+		{"", false, mcp.Legacy},
+		{"2025-06-18", false, mcp.Legacy},
+		{"2025-11-25", false, mcp.Legacy},
+		{"2026-07-28", false, mcp.Modern},
+		{"2027-01-01", false, mcp.Modern},
+		{"", true, mcp.Modern},
 	}
 	for _, tt := range tests {
 		h := http.Header{}
 		if tt.version != "" {
-			h.Set(HeaderVersion, tt.version)
+			h.Set(mcp.HeaderVersion, tt.version)
 		}
 		if got := EraOf(h, Request{Meta: tt.meta}); got != tt.want {
 			t.Errorf("EraOf(%q, meta %v) = %s; want %s", tt.version, tt.meta, got, tt.want)

@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"toybox/vat/mcp"
 )
 
 // The probe's bounds.
@@ -41,12 +43,12 @@ type ServerInfo struct {
 type Snapshot struct {
 	// Code is the code the probe ran against ("sha256:<hex>").
 	Code string `json:"code"`
-	// Era is Legacy, Modern or Dual; "" when the probe learned none. For
+	// Era is legacy, modern or dual; "" when the probe learned none. For
 	// a stdio vat it is the server's own, as its bridge found it.
-	Era string `json:"era,omitempty"`
+	Era mcp.Era `json:"era,omitempty"`
 	// Served is the era the endpoint serves, when it is not Era: a bridge
 	// serves modern clients of a legacy server too.
-	Served string `json:"served,omitempty"`
+	Served mcp.Era `json:"served,omitempty"`
 	// Versions are the protocol versions the server said it speaks
 	// (server/discover's supportedVersions, else initialize's answer).
 	Versions   []string    `json:"protocol_versions,omitempty"`
@@ -108,7 +110,7 @@ func (p Prober) call(ctx context.Context, h http.Header, id int, method string, 
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set(HeaderPrinc, ProbePrincipal)
+	req.Header.Set(mcp.HeaderPrincipal, ProbePrincipal)
 	if p.Host != "" {
 		req.Host = p.Host
 	}
@@ -174,7 +176,7 @@ func readAnswer(resp *http.Response, id int) (*rpcAnswer, error) {
 
 func modernMeta() map[string]any {
 	return map[string]any{
-		metaVersionKey: ModernVersion,
+		mcp.MetaProtocolVersion:                      mcp.ModernVersion,
 		"io.modelcontextprotocol/clientCapabilities": map[string]any{},
 		"io.modelcontextprotocol/clientInfo":         map[string]any{"name": "toybox-probe", "version": "1"},
 	}
@@ -191,8 +193,8 @@ func (p Prober) Probe(ctx context.Context) Snapshot {
 	modern, legacy := false, false
 
 	mh := http.Header{}
-	mh.Set(HeaderVersion, ModernVersion)
-	mh.Set(HeaderMethod, "server/discover")
+	mh.Set(mcp.HeaderVersion, mcp.ModernVersion)
+	mh.Set(mcp.HeaderMethod, "server/discover")
 	if a, _, err := p.call(ctx, mh, 1, "server/discover", map[string]any{"_meta": modernMeta()}); err != nil {
 		errs = append(errs, err.Error())
 	} else {
@@ -207,7 +209,7 @@ func (p Prober) Probe(ctx context.Context) Snapshot {
 		} else {
 			snap.Versions, snap.ServerInfo = r.Supported, r.Meta.ServerInfo
 			for _, v := range r.Supported {
-				modern = modern || v >= ModernVersion
+				modern = modern || v >= mcp.ModernVersion
 			}
 		}
 	}
@@ -227,7 +229,7 @@ func (p Prober) Probe(ctx context.Context) Snapshot {
 		if err := json.Unmarshal(a.Result, &r); err != nil || r.Version == "" {
 			errs = append(errs, fmt.Sprintf("initialize: an answer without protocolVersion (%v)", err))
 		} else {
-			legacy, negotiated, session = true, r.Version, h.Get(HeaderSession)
+			legacy, negotiated, session = true, r.Version, h.Get(mcp.HeaderSession)
 			if snap.ServerInfo == nil {
 				snap.ServerInfo = r.ServerInfo
 			}
@@ -238,11 +240,11 @@ func (p Prober) Probe(ctx context.Context) Snapshot {
 	}
 	switch {
 	case modern && legacy:
-		snap.Era = Dual
+		snap.Era = mcp.Dual
 	case modern:
-		snap.Era = Modern
+		snap.Era = mcp.Modern
 	case legacy:
-		snap.Era = Legacy
+		snap.Era = mcp.Legacy
 	default:
 		snap.Error = "it answered neither server/discover nor initialize: " + strings.Join(errs, "; ")
 		return snap
@@ -250,9 +252,9 @@ func (p Prober) Probe(ctx context.Context) Snapshot {
 
 	lh := http.Header{}
 	if legacy {
-		lh.Set(HeaderVersion, negotiated)
+		lh.Set(mcp.HeaderVersion, negotiated)
 		if session != "" {
-			lh.Set(HeaderSession, session)
+			lh.Set(mcp.HeaderSession, session)
 		}
 		if _, _, err := p.call(ctx, lh, 0, "notifications/initialized", nil); err != nil {
 			snap.Error = err.Error()
@@ -277,8 +279,8 @@ func (p Prober) listTools(ctx context.Context, legacy bool, lh http.Header, snap
 		if !legacy {
 			params["_meta"] = modernMeta()
 			h = http.Header{}
-			h.Set(HeaderVersion, ModernVersion)
-			h.Set(HeaderMethod, "tools/list")
+			h.Set(mcp.HeaderVersion, mcp.ModernVersion)
+			h.Set(mcp.HeaderMethod, "tools/list")
 		}
 		if cursor != "" {
 			params["cursor"] = cursor
@@ -322,7 +324,7 @@ func (p Prober) endSession(ctx context.Context, h http.Header) {
 	for k, v := range h {
 		req.Header[k] = v
 	}
-	req.Header.Set(HeaderPrinc, ProbePrincipal)
+	req.Header.Set(mcp.HeaderPrincipal, ProbePrincipal)
 	if p.Host != "" {
 		req.Host = p.Host
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"toybox/vat/mcp"
+
 	"toybox/tests/testenv"
 )
 
@@ -20,11 +22,11 @@ func TestProbeRealServers(t *testing.T) {
 	tests := []struct {
 		name, version string
 		args          []string
-		era           string
+		era           mcp.Era
 	}{
-		{"v1.7.0 stateless", testenv.EverythingDual, nil, Dual},
-		{"v1.7.0 stateful", testenv.EverythingDual, []string{"-stateless=false"}, Legacy},
-		{"v1.6.1", testenv.EverythingLegacy, nil, Legacy},
+		{"v1.7.0 stateless", testenv.EverythingDual, nil, mcp.Dual},
+		{"v1.7.0 stateful", testenv.EverythingDual, []string{"-stateless=false"}, mcp.Legacy},
+		{"v1.6.1", testenv.EverythingLegacy, nil, mcp.Legacy},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -53,8 +55,8 @@ func fakeServer(t *testing.T, answers map[string]func(w http.ResponseWriter, id 
 		}
 		body, _ := io.ReadAll(r.Body)
 		req := Peek(body)
-		if r.Header.Get(HeaderPrinc) != ProbePrincipal {
-			t.Errorf("%s carries principal %q; want %q", req.Method, r.Header.Get(HeaderPrinc), ProbePrincipal)
+		if r.Header.Get(mcp.HeaderPrincipal) != ProbePrincipal {
+			t.Errorf("%s carries principal %q; want %q", req.Method, r.Header.Get(mcp.HeaderPrincipal), ProbePrincipal)
 		}
 		f, ok := answers[req.Method]
 		if !ok {
@@ -81,7 +83,7 @@ func TestProbeEdges(t *testing.T) {
 	tests := []struct {
 		name    string
 		answers map[string]func(http.ResponseWriter, string)
-		era     string
+		era     mcp.Era
 		tools   []string
 		errHas  string
 	}{
@@ -95,7 +97,7 @@ func TestProbeEdges(t *testing.T) {
 				},
 				"tools/list": jsonAnswer(tools),
 			},
-			era: Modern, tools: []string{"a", "b"},
+			era: mcp.Modern, tools: []string{"a", "b"},
 		},
 		{
 			// Discover answered with HTML 404: the fallback is taken on
@@ -106,7 +108,7 @@ func TestProbeEdges(t *testing.T) {
 				"notifications/initialized": accepted,
 				"tools/list":                jsonAnswer(tools),
 			},
-			era: Legacy, tools: []string{"a", "b"},
+			era: mcp.Legacy, tools: []string{"a", "b"},
 		},
 		{
 			// An SSE answer with a notification and a server request
@@ -123,7 +125,7 @@ func TestProbeEdges(t *testing.T) {
 					fmt.Fprintf(w, "event: message\ndata: {\"jsonrpc\":\"2.0\",\ndata: \"id\":%s,\"result\":{\"tools\":[{\"name\":\"x\"}]}}\n\n", id)
 				},
 			},
-			era: Legacy, tools: []string{"x"},
+			era: mcp.Legacy, tools: []string{"x"},
 		},
 		{
 			name: "paged tools",
@@ -139,7 +141,7 @@ func TestProbeEdges(t *testing.T) {
 					fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"two"}]}}`, id)
 				},
 			},
-			era: Legacy, tools: []string{"one", "two"},
+			era: mcp.Legacy, tools: []string{"one", "two"},
 		},
 		{
 			name:    "nothing answers",
@@ -152,7 +154,7 @@ func TestProbeEdges(t *testing.T) {
 				"initialize":                jsonAnswer(`{"protocolVersion":"2025-11-25","serverInfo":{"name":"f"}}`),
 				"notifications/initialized": accepted,
 			},
-			era: Legacy, errHas: "tools/list",
+			era: mcp.Legacy, errHas: "tools/list",
 		},
 	}
 	for _, tt := range tests {
