@@ -103,6 +103,12 @@ type Config struct {
 	// Hold is how long a server request waits for a stream to the client
 	// before the vat is told there is none. If zero, 10 s.
 	Hold time.Duration
+	// Restart is the first wait before a shared process that exited on
+	// its own is started again; each exit in a row doubles it, up to
+	// MaxRestart. If zero, 1 s.
+	Restart time.Duration
+	// MaxRestart bounds that wait. If zero, 60 s.
+	MaxRestart time.Duration
 	// Logger receives one JSON record per decision. If nil, discarded.
 	Logger *slog.Logger
 	// VatLog receives the processes' stderr, line by line. If nil,
@@ -137,6 +143,12 @@ func (c *Config) defaults() {
 	}
 	if c.RequestTimeout == 0 {
 		c.RequestTimeout = 120 * time.Second
+	}
+	if c.Restart <= 0 {
+		c.Restart = time.Second
+	}
+	if c.MaxRestart <= 0 {
+		c.MaxRestart = 60 * time.Second
 	}
 	if c.MaxRequestTime <= 0 {
 		c.MaxRequestTime = 30 * time.Minute
@@ -585,7 +597,7 @@ func (b *Bridge) procGone(p *proc, msg string, stopped bool) {
 		}
 	}
 	for k, sh := range b.shared {
-		if sh.p == p {
+		if sh.proc() == p {
 			delete(b.shared, k)
 		}
 	}

@@ -39,6 +39,13 @@ type session struct {
 	ring     ring            // what its streams keep for replay, together
 }
 
+// proc is the process serving s now (a shared one may be replaced).
+func (s *session) proc() *proc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.p
+}
+
 // srvReq is a request from the vat waiting for the client's answer.
 type srvReq struct {
 	vatID []byte
@@ -231,7 +238,7 @@ func (s *session) request(w http.ResponseWriter, r *http.Request, m mcp.Msg) {
 	prime := s.version >= "2025-11-25"
 	s.mu.Unlock()
 	s.track(c)
-	if err := s.p.send(m, c); err != nil {
+	if err := s.proc().send(m, c); err != nil {
 		s.mu.Lock()
 		delete(s.inflight, c)
 		delete(s.streams, st.id)
@@ -324,8 +331,9 @@ func (s *session) notification(m mcp.Msg) {
 		}
 		s.mu.Unlock()
 		reason, _ := m.GetString("params", "reason")
+		p := s.proc()
 		for _, c := range hit {
-			s.p.cancel(c, reason)
+			p.cancel(c, reason)
 			c.st.end()
 			if c.onDone != nil {
 				c.onDone(mcp.Msg{}, false)
@@ -337,7 +345,7 @@ func (s *session) notification(m mcp.Msg) {
 			return // toybox initialized the shared process itself
 		}
 	}
-	_ = s.p.write(m.Raw)
+	_ = s.proc().write(m.Raw)
 }
 
 // answer maps a client's response to the vat's request back to the vat's
@@ -581,7 +589,7 @@ func (b *Bridge) postBatch(w http.ResponseWriter, r *http.Request, principal str
 			st := s.newStream()
 			c := &call{st: st, sess: s}
 			s.track(c)
-			if err := s.p.send(m, c); err != nil {
+			if err := s.proc().send(m, c); err != nil {
 				st.push(mcp.ErrorResponse(m.ID, mcp.CodeInternal, err.Error(), nil), true)
 			}
 			calls = append(calls, st)
@@ -589,7 +597,7 @@ func (b *Bridge) postBatch(w http.ResponseWriter, r *http.Request, principal str
 			s.notification(m)
 		case mcp.KindResponse:
 			if reason := s.answer(m); reason != "" {
-				b.logVat(s.p, "dropped", reason)
+				b.logVat(s.proc(), "dropped", reason)
 			}
 		}
 	}

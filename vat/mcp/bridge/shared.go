@@ -18,9 +18,11 @@ import (
 type sharedOwner struct {
 	b   *Bridge
 	key string
-	p   *proc
 
 	mu       sync.Mutex
+	p        *proc // replaced when it exits on its own (R26)
+	exits    int   // its processes' exits in a row, each lived < MaxRestart
+	born     time.Time
 	sessions map[*session]bool
 	init     []byte // the vat's InitializeResult
 	version  string
@@ -59,7 +61,7 @@ func (b *Bridge) sharedFor(principal string) (*sharedOwner, error) {
 	if err != nil {
 		return nil, err
 	}
-	o.p = p
+	o.p, o.born = p, time.Now()
 	if err := o.handshake(); err != nil {
 		go p.stop()
 		return nil, err
@@ -80,9 +82,18 @@ const handshakeTimeout = 30 * time.Second
 
 // handshake sends toybox's initialize and initialized.
 func (o *sharedOwner) handshake() error {
-	init, version, err := o.b.handshake(o.p, "{}")
+	init, version, err := o.b.handshake(o.proc(), "{}")
+	o.mu.Lock()
 	o.init, o.version = init, version
+	o.mu.Unlock()
 	return err
+}
+
+// proc is the process serving o now.
+func (o *sharedOwner) proc() *proc {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.p
 }
 
 // handshake initializes p as toybox's own client, declaring the client
@@ -145,18 +156,21 @@ func (b *Bridge) initializeShared(w http.ResponseWriter, r *http.Request, s *ses
 		b.unavailable(w, r, s.principal, mcp.Legacy, m, err)
 		return
 	}
+	o.mu.Lock()
+	s.mu.Lock()
 	s.p, s.sh = o.p, o
 	s.version = o.version
-	o.mu.Lock()
+	s.mu.Unlock()
 	o.sessions[s] = true
+	n, init := o.p.n, o.init
 	o.mu.Unlock()
 	b.mu.Lock()
 	b.sessions[s.id] = s
 	b.mu.Unlock()
 	w.Header().Set(mcp.HeaderSession, s.id)
 	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(mcp.ResultResponse(m.ID, o.init))
-	b.decide(r, s.principal, mcp.Legacy, s.id, m.Method, http.StatusOK, "session started on shared process "+strconv.Itoa(o.p.n))
+	_, _ = w.Write(mcp.ResultResponse(m.ID, init))
+	b.decide(r, s.principal, mcp.Legacy, s.id, m.Method, http.StatusOK, "session started on shared process "+strconv.Itoa(n))
 }
 
 // local answers what a session on a shared process must not send on: a
@@ -164,8 +178,11 @@ func (b *Bridge) initializeShared(w http.ResponseWriter, r *http.Request, s *ses
 func (o *sharedOwner) local(w http.ResponseWriter, r *http.Request, s *session, m mcp.Msg) bool {
 	switch m.Method {
 	case "initialize":
+		o.mu.Lock()
+		init := o.init
+		o.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(mcp.ResultResponse(m.ID, o.init))
+		_, _ = w.Write(mcp.ResultResponse(m.ID, init))
 		o.b.decide(r, s.principal, mcp.Legacy, s.id, m.Method, http.StatusOK, "answered from the shared process's initialize")
 		return true
 	case "logging/setLevel":
@@ -196,7 +213,7 @@ func (o *sharedOwner) local(w http.ResponseWriter, r *http.Request, s *session, 
 		if send {
 			params, _ := json.Marshal(map[string]string{"level": levelName(want)})
 			sm, _ := mcp.Parse(mcp.Request([]byte("0"), "logging/setLevel", params))
-			if _, err := o.b.callSelf(o.p, sm, handshakeTimeout); err != nil {
+			if _, err := o.b.callSelf(o.proc(), sm, handshakeTimeout); err != nil {
 				writeError(w, http.StatusOK, m.ID, mcp.CodeInternal, err.Error(), nil)
 				return true
 			}
@@ -254,7 +271,8 @@ func (o *sharedOwner) leave(s *session) {
 	for _, uri := range unsub {
 		params, _ := json.Marshal(map[string]string{"uri": uri})
 		m, _ := mcp.Parse(mcp.Request([]byte("0"), "resources/unsubscribe", params))
-		go func() { _, _ = o.b.callSelf(o.p, m, handshakeTimeout) }()
+		p := o.proc()
+		go func() { _, _ = o.b.callSelf(p, m, handshakeTimeout) }()
 	}
 }
 
@@ -293,8 +311,93 @@ func (o *sharedOwner) fromVat(p *proc, m mcp.Msg) {
 	}
 }
 
-// exited ends every session of a shared process.
+// exited: a shared process toybox stopped ends its sessions. One that
+// exited on its own is started again after a wait (Config.Restart,
+// doubling with each exit in a row up to MaxRestart) and initialized
+// again by toybox, its sessions kept: toybox initialized it, so they need
+// nothing of their clients (R26). Meanwhile their requests get -32603
+// naming the exit. Once the bridge is crashing, the sessions end.
 func (o *sharedOwner) exited(p *proc) {
+	p.mu.Lock()
+	closing := p.closing
+	p.mu.Unlock()
+	o.b.mu.Lock()
+	crashing, closed := o.b.crashing, o.b.closed
+	o.b.mu.Unlock()
+	o.mu.Lock()
+	if o.p != p {
+		o.mu.Unlock()
+		return
+	}
+	if closing || crashing != "" || closed {
+		o.mu.Unlock()
+		o.endAll("its shared process exited (" + p.exitText + ")")
+		return
+	}
+	if time.Since(o.born) >= o.b.cfg.MaxRestart {
+		o.exits = 0
+	}
+	o.exits++
+	wait := o.b.cfg.Restart << min(o.exits-1, 16)
+	wait = min(wait, o.b.cfg.MaxRestart)
+	o.mu.Unlock()
+	o.b.mu.Lock()
+	if o.b.shared[o.key] == nil {
+		o.b.shared[o.key] = o // new sessions of its principal wait for it too
+	}
+	o.b.mu.Unlock()
+	o.b.logVat(p, "restarting", "the shared process exited ("+p.exitText+"); toybox starts it again in "+wait.String())
+	time.AfterFunc(wait, func() { o.restart(p) })
+}
+
+// restart starts and initializes a process in place of old, moving the
+// sessions, their subscriptions and the log level to it.
+func (o *sharedOwner) restart(old *proc) {
+	p, err := o.b.acquire(o)
+	if err != nil {
+		o.endAll("its shared process exited (" + old.exitText + ") and could not be started again: " + err.Error())
+		return
+	}
+	o.mu.Lock()
+	o.p, o.born = p, time.Now()
+	o.mu.Unlock()
+	if err := o.handshake(); err != nil {
+		go p.stop()
+		o.endAll("its shared process was started again but refused toybox's initialize: " + err.Error())
+		return
+	}
+	o.mu.Lock()
+	subs := make([]string, 0, len(o.subs))
+	for uri := range o.subs {
+		subs = append(subs, uri)
+	}
+	level := o.level
+	for s := range o.sessions {
+		s.mu.Lock()
+		s.p = p
+		s.mu.Unlock()
+	}
+	o.mu.Unlock()
+	for _, uri := range subs {
+		params, _ := json.Marshal(map[string]string{"uri": uri})
+		m, _ := mcp.Parse(mcp.Request([]byte("0"), "resources/subscribe", params))
+		_, _ = o.b.callSelf(p, m, handshakeTimeout)
+	}
+	if level != 0 {
+		params, _ := json.Marshal(map[string]string{"level": levelName(level)})
+		m, _ := mcp.Parse(mcp.Request([]byte("0"), "logging/setLevel", params))
+		_, _ = o.b.callSelf(p, m, handshakeTimeout)
+	}
+	o.b.logVat(p, "restarted", "the shared process was started again; its sessions go on")
+}
+
+// endAll ends every session of o and forgets it.
+func (o *sharedOwner) endAll(reason string) {
+	o.b.mu.Lock()
+	if o.b.shared[o.key] == o {
+		delete(o.b.shared, o.key)
+	}
+	o.b.mu.Unlock()
 	o.mu.Lock()
 	var ss []*session
 	for s := range o.sessions {
@@ -302,6 +405,6 @@ func (o *sharedOwner) exited(p *proc) {
 	}
 	o.mu.Unlock()
 	for _, s := range ss {
-		o.b.endSession(s, "its shared process exited ("+p.exitText+")", false)
+		o.b.endSession(s, reason, false)
 	}
 }
