@@ -13,16 +13,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log"
-	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"slices"
 	"strings"
-	"syscall"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -57,18 +53,5 @@ func main() {
 
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil))
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		log.Fatal(err)
-	}
-	srv := &http.Server{Handler: mux}
-	go func() {
-		sig := make(chan os.Signal, 1)
-		signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-		<-sig
-		_ = srv.Close()
-	}()
-	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		log.Fatal(err)
-	}
+	mcptools.ServeUnix(sock, mux)
 }

@@ -22,21 +22,19 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
-	"errors"
 	"log"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
+
+	"toybox/examples/internal/mcptools"
 )
 
 func sign(key []byte, audience, exp string) []byte {
@@ -91,18 +89,5 @@ func main() {
 	mux.Handle("/.well-known/oauth-protected-resource/mcp", auth.ProtectedResourceMetadataHandler(&oauthex.ProtectedResourceMetadata{
 		Resource: public, AuthorizationServers: []string{issuer}, BearerMethodsSupported: []string{"header"},
 	}))
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		log.Fatal(err)
-	}
-	srv := &http.Server{Handler: mux}
-	go func() {
-		sig := make(chan os.Signal, 1)
-		signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-		<-sig
-		_ = srv.Close()
-	}()
-	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		log.Fatal(err)
-	}
+	mcptools.ServeUnix(sock, mux)
 }

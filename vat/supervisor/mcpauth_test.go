@@ -17,36 +17,7 @@ import (
 // auth "vat" of a vat that holds tokens (they would go unchecked).
 func TestMCPVatIsItsOwnResourceServer(t *testing.T) {
 	s, st, _ := mcpSupervisor(t)
-	bundle := func(manifest string) string {
-		t.Helper()
-		exe, err := os.ReadFile(mcpExample(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var buf bytes.Buffer
-		tw := tar.NewWriter(&buf)
-		for _, f := range []struct {
-			name string
-			mode int64
-			data []byte
-		}{{"manifest.json", 0o644, []byte(manifest)}, {"mcp-http", 0o755, exe}} {
-			if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: f.mode, Size: int64(len(f.data)), Typeflag: tar.TypeReg}); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := tw.Write(f.data); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := tw.Close(); err != nil {
-			t.Fatal(err)
-		}
-		p := filepath.Join(t.TempDir(), "bundle.tar")
-		if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	own := bundle(`{"command":["./mcp-http"],"mcp":{"transport":"http","auth":"vat"}}`)
+	own := bundleFile(t, `{"command":["./mcp-http"],"mcp":{"transport":"http","auth":"vat"}}`, "mcp-http", mcpExample(t))
 	stat, _, err := s.Install(InstallRequest{ID: "oauth", Code: storeFile(t, st, own)})
 	if err != nil {
 		t.Fatal(err)
@@ -94,4 +65,36 @@ func TestMCPVatIsItsOwnResourceServer(t *testing.T) {
 	if _, _, err := s.Install(InstallRequest{ID: "tokened", Code: storeFile(t, st, own)}); err == nil || !strings.Contains(err.Error(), "revoke them first") {
 		t.Errorf("upgrade of a vat with tokens to auth vat: err = %v; want it refused", err)
 	}
+}
+
+// bundleFile writes a bundle of manifest and the executable exe, named
+// name, and returns its path.
+func bundleFile(t *testing.T, manifest, name, exe string) string {
+	t.Helper()
+	code, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, f := range []struct {
+		name string
+		mode int64
+		data []byte
+	}{{"manifest.json", 0o644, []byte(manifest)}, {name, 0o755, code}} {
+		if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: f.mode, Size: int64(len(f.data)), Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write(f.data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "bundle.tar")
+	if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -1,7 +1,6 @@
 package supervisor
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/hmac"
@@ -101,7 +100,7 @@ func TestMCPOAuthClient(t *testing.T) {
 	}))
 	defer as.Close()
 
-	bundle := oauthBundle(t, exe)
+	bundle := bundleFile(t, `{"command":["./mcp-oauth"],"env":["OAUTH_ISSUER","OAUTH_TOKEN_KEY"],"mcp":{"transport":"http","auth":"vat"}}`, "mcp-oauth", exe)
 	stat, _, err := s.Install(InstallRequest{ID: "notes", Code: storeFile(t, st, bundle), Env: map[string]string{"OAUTH_ISSUER": as.URL, "OAUTH_TOKEN_KEY": string(key)}})
 	if err != nil {
 		t.Fatal(err)
@@ -163,36 +162,4 @@ func TestMCPOAuthClient(t *testing.T) {
 	if len(resources) != 1 || resources[0] != endpoint {
 		t.Errorf("the authorization server was asked for resources %q; want [%s] (the vat's metadata names the URL the client used)", resources, endpoint)
 	}
-}
-
-// oauthBundle is a bundle of examples/mcp-oauth as an mcp.auth "vat" server.
-func oauthBundle(t *testing.T, exe string) string {
-	t.Helper()
-	code, err := os.ReadFile(exe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	manifest := `{"command":["./mcp-oauth"],"env":["OAUTH_ISSUER","OAUTH_TOKEN_KEY"],"mcp":{"transport":"http","auth":"vat"}}`
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, f := range []struct {
-		name string
-		mode int64
-		data []byte
-	}{{"manifest.json", 0o644, []byte(manifest)}, {"mcp-oauth", 0o755, code}} {
-		if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: f.mode, Size: int64(len(f.data)), Typeflag: tar.TypeReg}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write(f.data); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(t.TempDir(), "bundle.tar")
-	if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
 }

@@ -9,14 +9,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"log"
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -52,14 +49,6 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	srv := &http.Server{Handler: mux}
-	go func() {
-		sig := make(chan os.Signal, 1)
-		signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-		<-sig
-		_ = srv.Close()
-	}()
-	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		log.Fatal(err)
-	}
+	// SIGTERM ends it (the runner's stop): nothing is kept to flush.
+	log.Fatal(http.Serve(l, mux))
 }
