@@ -24,6 +24,7 @@ func init() { commands["doctor"] = doctorMain }
 func doctorMain(args []string) int {
 	fs := flag.NewFlagSet("toybox doctor", flag.ContinueOnError)
 	entry := fs.String("entry", "", "path of toybox-entry (default: next to this binary, as serve looks)")
+	bwrap := fs.String("bwrap", "", "the bubblewrap binary, as toybox serve --bwrap (default: bwrap on PATH)")
 	state := fs.String("state", "", "the state dir, where the disk limit is tried (default: a temporary folder)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: toybox doctor [--entry PATH] [--state DIR]\n\nChecks that walls can be built on this computer; exits 1 if a check failed.")
@@ -37,7 +38,7 @@ func doctorMain(args []string) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	checks := wall.Doctor(ctx)
+	checks := wall.Doctor(ctx, *bwrap)
 	checks = append(checks, entryCheck(*entry))
 	if os.Geteuid() == 0 {
 		checks = append(checks, subordinateCheck("/etc/subuid", "/etc/subgid"))
@@ -134,6 +135,11 @@ func printChecks(w io.Writer, checks []wall.Check) int {
 		fmt.Fprintf(w, "%s %s: %s\n", mark, c.Name, c.Detail)
 		if !c.OK && c.Fix != "" {
 			fmt.Fprintf(w, "     fix: %s\n", c.Fix)
+		}
+		if !c.OK && c.Text != "" {
+			for _, line := range strings.Split(strings.TrimRight(c.Text, "\n"), "\n") {
+				fmt.Fprintf(w, "     | %s\n", line)
+			}
 		}
 	}
 	if code == 0 {

@@ -39,7 +39,7 @@ import (
 
 func init() { commands["serve"] = serveMain }
 
-const serveUsage = `usage: toybox serve --state DIR --switchboard PATH [--http ADDR|unix:PATH] [--public-host NAME[,NAME]]... [--admin PATH] [--entry PATH] [--doors FILE] [--wall-tmp-mib N] [--wall-max-tasks N] [--wall-memory-mib N] [--wall-cpus X] [--wall-disk-mib N] [--uid-base N] [--mcp-origin ORIGIN]... [--status 127.0.0.1:PORT] [--notice-command CMD | --notice-webhook URL] [--public-url URL]
+const serveUsage = `usage: toybox serve --state DIR --switchboard PATH [--http ADDR|unix:PATH] [--public-host NAME[,NAME]]... [--admin PATH] [--entry PATH] [--bwrap PATH] [--walls-table FILE] [--docker-socket PATH] [--doors FILE] [--wall-tmp-mib N] [--wall-max-tasks N] [--wall-memory-mib N] [--wall-cpus X] [--wall-disk-mib N] [--uid-base N] [--mcp-origin ORIGIN]... [--status 127.0.0.1:PORT] [--notice-command CMD | --notice-webhook URL] [--public-url URL]
 
 Runs the supervisor: every installed vat starts, the admin API is served on
 the admin socket (mode 0600) and each vat's app on the http socket, on its
@@ -86,6 +86,9 @@ func serveMain(args []string) int {
 	})
 	adminPath := fs.String("admin", "", "admin unix socket path (created 0600)")
 	entryPath := fs.String("entry", "", "toybox-entry binary (default: next to this binary)")
+	bwrapPath := fs.String("bwrap", "", "the bubblewrap binary walls run (default: bwrap on PATH); toybox's own copy where AppArmor restricts user namespaces (toybox doctor)")
+	tablePath := fs.String("walls-table", "", "the operator's table: approved commands, shared host resources, state folders (default: "+switches.TablePath+", where a missing file means none); root's alone, writable by no one else")
+	dockerSock := fs.String("docker-socket", "", "the Docker socket whose reach an unwalled vat's status names (default: /run/docker.sock and /var/run/docker.sock)")
 	doorsPath := fs.String("doors", "", "the operator's door table (default: <state>/doors.json, where a missing file means no doors)")
 	readyTimeout := fs.Duration("ready-timeout", 10*time.Second, "how long an app has to listen on $TOYBOX_LISTEN")
 	stopGrace := fs.Duration("stop-grace", 5*time.Second, "time between SIGTERM and SIGKILL when stopping a vat")
@@ -183,6 +186,7 @@ func serveMain(args []string) int {
 		}
 	}
 	if err := runServe(serveOptions{
+		bwrap: *bwrapPath, table: *tablePath, dockerSock: *dockerSock,
 		state: *stateDir, switchboard: *sbPath, http: *httpAddr, admin: *adminPath, entry: *entryPath, doors: *doorsPath,
 		readyTimeout: *readyTimeout, stopGrace: *stopGrace, maxBody: *maxBody, wallTmp: *wallTmp << 20, wallTasks: *wallTasks, uidBase: *uidBase, hosts: hosts, mcpOrigins: mcpOrigins, pkgs: pkgs, publicURL: *publicURL,
 		wallMemory: *wallMemory << 20, wallCPUs: *wallCPUs, wallDisk: *wallDisk << 20,
@@ -216,6 +220,7 @@ func wallTasksFit(n int) error {
 
 type serveOptions struct {
 	state, switchboard, http, admin, entry, doors string
+	bwrap, table, dockerSock                      string
 	readyTimeout, stopGrace                       time.Duration
 	maxBody, wallTmp                              int64
 	wallTasks                                     int
@@ -248,7 +253,14 @@ func runServe(o serveOptions, log *slog.Logger) error {
 		return err
 	}
 	defer lock.Close()
-	sw, err := switches.New(switches.Config{Kill: o.walls, Default: o.wallsDefault, StateDir: o.state})
+	table, err := loadWallsTable(o, log)
+	if err != nil {
+		return err
+	}
+	sw, err := switches.New(switches.Config{
+		Kill: o.walls, Default: o.wallsDefault, StateDir: o.state, Table: table,
+		NoBwrap: func() bool { _, err := wall.LookBwrap(o.bwrap); return errors.Is(err, wall.ErrNoBwrap) },
+	})
 	if err != nil {
 		return err
 	}
@@ -268,7 +280,9 @@ func runServe(o serveOptions, log *slog.Logger) error {
 	}
 	if sw.HostWalled() {
 		pctx, pcancel := context.WithTimeout(context.Background(), 15*time.Second)
-		if err := wall.Probe(pctx); err != nil {
+		if err := wall.Probe(pctx, o.bwrap); errors.Is(err, wall.ErrNoBwrap) {
+			log.Error("bubblewrap is not installed: every walled vat stays off (off: bubblewrap is not installed on this computer)", "error", err.Error())
+		} else if err != nil {
 			// Vats stay off ("off: it could not run inside its wall"),
 			// never unwalled; say why once, loudly.
 			log.Error("walls cannot be built on this host: every walled vat stays off", "error", err.Error())
@@ -300,7 +314,7 @@ func runServe(o serveOptions, log *slog.Logger) error {
 
 	view := newOperatorView(sw, o.sink, log)
 	sup, err := supervisor.New(supervisor.Config{
-		Store: st, Switches: sw, Upstream: up, EntryPath: o.entry, Doors: doorTable,
+		Store: st, Switches: sw, Upstream: up, EntryPath: o.entry, Bwrap: o.bwrap, Doors: doorTable, DockerSockets: dockerSockets(o.dockerSock),
 		Launch: func(ctx context.Context, spec wall.Spec, l *slog.Logger) (supervisor.Process, error) {
 			p, err := wall.Start(ctx, spec, l)
 			if err != nil {
@@ -399,6 +413,34 @@ func runServe(o serveOptions, log *slog.Logger) error {
 		return serveErr
 	}
 	return nil
+}
+
+// loadWallsTable reads the operator's table: --walls-table FILE (which
+// must exist), else switches.TablePath (where a missing file means none).
+// A table that is refused stops toybox: approvals from a file someone
+// else could write are never used, and none is guessed.
+func loadWallsTable(o serveOptions, log *slog.Logger) (*switches.Table, error) {
+	path, explicit := o.table, o.table != ""
+	if !explicit {
+		path = switches.TablePath
+	}
+	t, err := switches.LoadTable(path)
+	if !explicit && errors.Is(err, os.ErrNotExist) {
+		log.Info("no operator's table: no approved commands, shares or state folders", "walls_table", path)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	log.Info("operator's table read", "walls_table", path, "approved", len(t.Approved), "shares", len(t.Shares), "state", len(t.State))
+	return t, nil
+}
+
+func dockerSockets(flag string) []string {
+	if flag == "" {
+		return nil
+	}
+	return []string{flag}
 }
 
 // loadDoors reads the operator's door table: --doors FILE (which must

@@ -390,17 +390,20 @@ func exitText(err error) string {
 // only when the switches say so. On error it returns the off word to show.
 // Every descriptor and the grant are released on every error path.
 func (s *Supervisor) spawn(ctx context.Context, v *vat) (r *running, off words.Word, err error) {
-	dec, err := s.cfg.Switches.For(v.id)
+	v.mu.Lock()
+	code, rec, g, dropped := v.code, v.rec, v.grant, v.dropped
+	v.mu.Unlock()
+	dec, err := s.cfg.Switches.For(v.id, rec.Code)
 	if err != nil {
 		return nil, words.OffStopped, fmt.Errorf("reading the wall switches: %w", err)
+	}
+	if dec.Off {
+		return nil, dec.Word, errors.New(dec.Reason)
 	}
 	off = words.OffStopped
 	if dec.Walled {
 		off = words.OffWall
 	}
-	v.mu.Lock()
-	code, rec, g, dropped := v.code, v.rec, v.grant, v.dropped
-	v.mu.Unlock()
 	if code.Manifest == nil {
 		return nil, off, errors.New("no code loaded")
 	}
@@ -451,6 +454,7 @@ func (s *Supervisor) spawn(ctx context.Context, v *vat) (r *running, off words.W
 	}
 	s.tookGrant(v, gv, g)
 	r = &running{gv: gv, doors: gd, gone: make(chan struct{})}
+	var facts wallFacts
 	spawned := r // the named result is nil on an error return
 	defer func() {
 		if err != nil {
@@ -473,6 +477,10 @@ func (s *Supervisor) spawn(ctx context.Context, v *vat) (r *running, off words.W
 			go func() { _ = r.proc.Wait(); _ = out.Close() }()
 			return nil, off, fmt.Errorf("the wall reported an unknown tier %q", r.proc.Tier())
 		}
+		facts = wallFacts{shares: s.cfg.Switches.Shares(v.id), state: s.stateFolders(v.id)}
+		if len(facts.shares) > 0 {
+			r.word = words.NotWalledShares
+		}
 	} else {
 		s.log.Warn("vat runs without its wall", keyVat, v.id, keyReason, dec.Reason, keyWord, dec.Word.String())
 		r.proc, err = s.spawnUnwalled(v, code, rec, gv)
@@ -480,6 +488,10 @@ func (s *Supervisor) spawn(ctx context.Context, v *vat) (r *running, off words.W
 			return nil, off, err
 		}
 		r.word = dec.Word
+		facts = wallFacts{unwalled: true, docker: s.dockerReachable(s.unwalledIDs(rec))}
+		if r.word == words.NotWalledNoBwrap && facts.docker {
+			r.word = words.NotWalledNoBwrapDocker
+		}
 	}
 	go func() {
 		r.exitErr = r.proc.Wait()
@@ -491,6 +503,7 @@ func (s *Supervisor) spawn(ctx context.Context, v *vat) (r *running, off words.W
 	inForce, unlimited := s.inForce(r.proc, lim, diskBytes, diskWhy)
 	v.mu.Lock()
 	v.inForce, v.unlimited = inForce, unlimited
+	v.facts = facts
 	if gd != nil {
 		v.doors = gd.Names()
 	}

@@ -108,6 +108,8 @@ func (s *Supervisor) spawnWalled(ctx context.Context, v *vat, code store.Code, r
 	if u := s.mcpPublicURL(v.id, code, rec); u != "" {
 		env[mcpPublicURLEnv] = u
 	}
+	shares := s.cfg.Switches.Shares(v.id)
+	shareEnv(env, shares)
 	spec := wall.Spec{
 		ID:         v.id,
 		InstallDir: code.Dir,
@@ -121,6 +123,9 @@ func (s *Supervisor) spawnWalled(ctx context.Context, v *vat, code store.Code, r
 		Inotify:    m.Sandbox.Inotify,
 		Net:        m.Net(g),
 		EntryPath:  s.cfg.EntryPath,
+		Bwrap:      s.cfg.Bwrap,
+		Shares:     wallShares(shares),
+		State:      s.stateFolders(v.id),
 		EntryCap:   entryCap,
 		AppCap:     appCap,
 		Stdout:     out,
@@ -288,13 +293,16 @@ func (s *Supervisor) spawnUnwalled(v *vat, code store.Code, rec store.Record, gv
 		"TOYBOX_DATA=" + data,
 		"TOYBOX_LISTEN=" + filepath.Join(run, "app.sock"),
 	}
-	var keys []string
+	vals := map[string]string{}
 	for _, k := range m.Env {
 		if val, ok := rec.Env[k]; ok {
-			keys = append(keys, k+"="+val)
+			vals[k] = val
 		}
 	}
-	for k, val := range packageEnv(code, nil) {
+	vals = packageEnv(code, vals)
+	shareEnv(vals, s.cfg.Switches.Shares(v.id))
+	var keys []string
+	for k, val := range vals {
 		keys = append(keys, k+"="+val)
 	}
 	if u := s.mcpPublicURL(v.id, code, rec); u != "" {
@@ -302,16 +310,23 @@ func (s *Supervisor) spawnUnwalled(v *vat, code store.Code, rec store.Record, gv
 	}
 	sort.Strings(keys)
 	env = append(env, keys...)
-	cmd := exec.Command(argv0, m.Command[1:]...)
+	// Without a wall, no_new_privs is what is left: no setuid program it
+	// runs gains privileges. setpriv (util-linux) sets it and execs the
+	// app, so the app's pid is setpriv's.
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		return nil, fmt.Errorf("starting it without a wall: setpriv is not installed, and an unwalled vat runs only under no_new_privs (apt-get install util-linux): %w", err)
+	}
+	cmd := exec.Command(setpriv, append([]string{"--no-new-privs", "--", argv0}, m.Command[1:]...)...)
 	cmd.Dir = code.Dir
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.ExtraFiles = []*os.File{appCap} // fd 3
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if uid, gid := s.ids(rec); uid >= 0 {
+	if uid, gid, groups := s.unwalledIDs(rec); uid >= 0 {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}
-		if g := s.cfg.Store.CodeGID(); g > 0 {
-			cmd.SysProcAttr.Credential.Groups = []uint32{uint32(g)} // to read its code
+		for _, g := range groups {
+			cmd.SysProcAttr.Credential.Groups = append(cmd.SysProcAttr.Credential.Groups, uint32(g))
 		}
 	}
 	// As wall.Start does: nothing of the supervisor's reaches the app but

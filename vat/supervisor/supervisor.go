@@ -66,6 +66,13 @@ type Config struct {
 	Launch Launcher
 	// EntryPath is the toybox-entry binary handed to the wall.
 	EntryPath string
+	// Bwrap is the bubblewrap binary handed to the wall (wall.Spec.Bwrap).
+	// If empty, bwrap on $PATH.
+	Bwrap string
+	// DockerSockets are the Docker sockets an unwalled vat's status says
+	// it reaches, when its user may connect to one. If nil,
+	// /run/docker.sock and /var/run/docker.sock.
+	DockerSockets []string
 	// ReadyTimeout is how long an app has to listen on $TOYBOX_LISTEN. If
 	// zero, 10s.
 	ReadyTimeout time.Duration
@@ -294,6 +301,9 @@ type vat struct {
 	unlimited map[string]string
 	// wordDetail is what the word names beside it (OffMemory's limit).
 	wordDetail string
+	// facts are what its running spawn shares with the host, or that it
+	// runs unwalled: its wall line says them.
+	facts wallFacts
 	// damaged says what is wrong with the vat's record and how to repair
 	// it; "" when it reads. A vat whose record has no good copy either is
 	// off (words.OffDamaged), and is no installed vat an install upgrades.
@@ -340,6 +350,11 @@ type Status struct {
 	Damaged string `json:"damaged,omitempty"`
 	// MCP holds the MCP facts of an MCP server vat (docs/mcp.md).
 	MCP *MCPStatus `json:"mcp,omitempty"`
+	// WallLine says what its wall lets it read and change beyond its own
+	// folders, ending, for a walled vat, with the one fixed sentence of
+	// what no wall covers (docs/walls.md); in English and Spanish.
+	WallLine   string `json:"wall_line,omitempty"`
+	WallLineES string `json:"wall_line_es,omitempty"`
 
 	word words.Word
 }
@@ -355,8 +370,11 @@ func (s *Supervisor) status(v *vat) Status {
 		g = []labels.Set{}
 	}
 	detail := ""
-	if v.word == words.OffMemory {
+	switch v.word {
+	case words.OffMemory:
 		detail = v.wordDetail
+	case words.NotWalledShares:
+		detail = v.facts.shareNames()
 	}
 	st := Status{
 		ID: v.id, Status: v.word.With("en", detail), StatusES: v.word.With("es", detail), Tier: v.tier,
@@ -367,6 +385,9 @@ func (s *Supervisor) status(v *vat) Status {
 		OwnLimits: v.rec.Limits,
 		Damaged:   v.damaged,
 		MCP:       s.mcpStatus(v),
+	}
+	if v.word.Routed() {
+		st.WallLine, st.WallLineES = v.facts.line("en"), v.facts.line("es")
 	}
 	if v.pid > 0 {
 		in := v.inForce

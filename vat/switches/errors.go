@@ -6,4 +6,5 @@ import "errors"
 var (
 	ErrBadSwitch  = errors.New("unknown switch value")
 	ErrNoStateDir = errors.New("no state directory for the owner's choices")
+	ErrBadTable   = errors.New("the operator's table is refused")
 )

@@ -1,7 +1,9 @@
 // Package switches decides whether a vat runs inside its wall. The kill
-// switch (TOYBOX_WALLS=off), the per-host default (TOYBOX_WALLS_DEFAULT) and
-// the owner's choice per vat (<state>/walls.json, mode 0600) are read here and
-// nowhere else, in that order. Nothing a vat can write is consulted.
+// switch (TOYBOX_WALLS=off), the per-host default (TOYBOX_WALLS_DEFAULT),
+// the operator's table (approved commands, shared host resources, state
+// folders; a root-owned file) and the owner's choice per vat
+// (<state>/walls.json, mode 0600) are read here and nowhere else, in that
+// order. Nothing a vat can write is consulted.
 package switches
 
 import (
@@ -13,6 +15,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -36,34 +39,55 @@ type Config struct {
 	// StateDir holds walls.json. If empty, no owner choice is ever found
 	// and SetChoice fails.
 	StateDir string
+	// Table is the operator's table (LoadTable). If nil, nothing is
+	// approved, shared or kept as state.
+	Table *Table
+	// NoBwrap reports whether this computer has no bubblewrap to run,
+	// asked at every decision. If nil, it has.
+	NoBwrap func() bool
 }
 
 // Decision is whether one vat runs walled, and the word that says why not.
 type Decision struct {
 	Walled bool
-	// Word is the status word when not walled (zero when walled: the
-	// wall's tier decides the word then).
+	// Off: it cannot run at all (walls are on and there is no bubblewrap);
+	// Word says so and Reason holds the fix.
+	Off bool
+	// Word is the status word when not walled, or off (zero when walled:
+	// the wall's tier decides the word then).
 	Word   words.Word
 	Reason string
 }
 
-// Inputs are the three switches for one vat: pure values.
+// Inputs are the switches for one vat: pure values.
 type Inputs struct {
 	Kill        bool // TOYBOX_WALLS=off
 	HostOff     bool // TOYBOX_WALLS_DEFAULT=off
+	NoBwrap     bool // this computer has no bubblewrap
+	Approved    bool // the operator's table approves its code
 	OwnerUnwall bool // walls.json says this vat runs without its wall
 }
 
-// Decide applies the order: kill switch, per-host default, owner's choice,
-// then walled.
+// NoBwrapFix is the reason a vat stays off on a computer without
+// bubblewrap.
+const NoBwrapFix = "bubblewrap is not installed on this computer (fix: apt-get install bubblewrap, then restart toybox; toybox doctor checks it)"
+
+// Decide applies the order: kill switch, per-host default, approved
+// commands, owner's choice, then walled, which needs bubblewrap.
 func Decide(in Inputs) Decision {
 	switch {
 	case in.Kill:
 		return Decision{Word: words.NotWalledOperator, Reason: "TOYBOX_WALLS=off (the kill switch) is set"}
+	case in.HostOff && in.NoBwrap:
+		return Decision{Word: words.NotWalledNoBwrap, Reason: "TOYBOX_WALLS_DEFAULT=off on this computer, which has no bubblewrap"}
 	case in.HostOff:
 		return Decision{Word: words.NotWalledHost, Reason: "TOYBOX_WALLS_DEFAULT=off on this computer"}
+	case in.Approved:
+		return Decision{Word: words.NotWalledApproved, Reason: "the operator approved its code to run without a wall"}
 	case in.OwnerUnwall:
 		return Decision{Word: words.NotWalledChoice, Reason: "the owner chose to run it without its wall"}
+	case in.NoBwrap:
+		return Decision{Off: true, Word: words.OffNoBwrap, Reason: NoBwrapFix}
 	}
 	return Decision{Walled: true, Reason: "walls are on"}
 }
@@ -72,6 +96,8 @@ func Decide(in Inputs) Decision {
 type Switches struct {
 	kill, hostOff bool
 	stateDir      string
+	table         *Table
+	noBwrap       func() bool
 	mu            sync.Mutex // serialises writes of walls.json
 
 	// known is the digest of walls.json as toybox last read (for
@@ -84,7 +110,7 @@ type Switches struct {
 
 // New validates cfg.
 func New(cfg Config) (*Switches, error) {
-	s := &Switches{stateDir: cfg.StateDir}
+	s := &Switches{stateDir: cfg.StateDir, table: cfg.Table, noBwrap: cfg.NoBwrap}
 	switch cfg.Kill {
 	case "", "on":
 	case "off":
@@ -102,6 +128,33 @@ func New(cfg Config) (*Switches, error) {
 	return s, nil
 }
 
+// Shares returns the shared host resources vat id holds (the operator's
+// table), in the table's order.
+func (s *Switches) Shares(id string) []Share {
+	if s.table == nil {
+		return nil
+	}
+	var out []Share
+	for _, sh := range s.table.Shares {
+		if slices.Contains(sh.Vats, id) {
+			out = append(out, sh)
+		}
+	}
+	return out
+}
+
+// StateFolders returns the host folders vat id keeps state in (the
+// operator's table).
+func (s *Switches) StateFolders(id string) []string {
+	if s.table == nil {
+		return nil
+	}
+	return slices.Clone(s.table.State[id])
+}
+
+// Approvals returns how many commands the operator's table approves.
+func (s *Switches) Approvals() int { return s.table.Approvals() }
+
 // HostWalled reports whether walls are on for this computer at all (neither
 // the kill switch nor the per-host default turned them off); an owner may
 // still have chosen to unwall a single vat.
@@ -116,11 +169,15 @@ type file struct {
 	Notices map[string]time.Time `json:"notices,omitempty"`
 }
 
-// For decides for vat id. A walls.json that cannot be read or parsed is an
-// error: the caller keeps the vat off rather than guess.
-func (s *Switches) For(id string) (Decision, error) {
-	in := Inputs{Kill: s.kill, HostOff: s.hostOff}
-	if !in.Kill && !in.HostOff {
+// For decides for vat id running code ("sha256:<hex>"). A walls.json that
+// cannot be read or parsed is an error: the caller keeps the vat off
+// rather than guess.
+func (s *Switches) For(id, code string) (Decision, error) {
+	in := Inputs{Kill: s.kill, HostOff: s.hostOff, Approved: s.table.approves(code)}
+	if s.noBwrap != nil {
+		in.NoBwrap = s.noBwrap()
+	}
+	if !in.Kill && !in.HostOff && !in.Approved {
 		f, err := s.load()
 		if err != nil {
 			return Decision{}, err

@@ -19,12 +19,18 @@ func TestDecideOrder(t *testing.T) {
 		{"nothing set: walled", Inputs{}, Decision{Walled: true}},
 		{"owner", Inputs{OwnerUnwall: true}, Decision{Word: words.NotWalledChoice}},
 		{"host beats owner", Inputs{HostOff: true, OwnerUnwall: true}, Decision{Word: words.NotWalledHost}},
-		{"kill beats all", Inputs{Kill: true, HostOff: true, OwnerUnwall: true}, Decision{Word: words.NotWalledOperator}},
+		{"kill beats all", Inputs{Kill: true, HostOff: true, OwnerUnwall: true, Approved: true, NoBwrap: true}, Decision{Word: words.NotWalledOperator}},
+		{"no bubblewrap, walls on: off", Inputs{NoBwrap: true}, Decision{Off: true, Word: words.OffNoBwrap}},
+		{"no bubblewrap, host default off", Inputs{NoBwrap: true, HostOff: true}, Decision{Word: words.NotWalledNoBwrap}},
+		{"approved", Inputs{Approved: true, OwnerUnwall: true}, Decision{Word: words.NotWalledApproved}},
+		{"approved needs no bubblewrap", Inputs{Approved: true, NoBwrap: true}, Decision{Word: words.NotWalledApproved}},
+		{"owner's choice needs no bubblewrap", Inputs{OwnerUnwall: true, NoBwrap: true}, Decision{Word: words.NotWalledChoice}},
+		{"host beats approved", Inputs{HostOff: true, Approved: true}, Decision{Word: words.NotWalledHost}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := Decide(tt.in)
-			if got.Walled != tt.want.Walled || got.Word != tt.want.Word || got.Reason == "" {
+			if got.Walled != tt.want.Walled || got.Off != tt.want.Off || got.Word != tt.want.Word || got.Reason == "" {
 				t.Errorf("Decide(%+v) = %+v; want %+v with a reason", tt.in, got, tt.want)
 			}
 		})
@@ -45,7 +51,7 @@ func TestOwnerChoiceFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := s.For("alice")
+	d, err := s.For("alice", "")
 	if err != nil || !d.Walled {
 		t.Fatalf("For(alice) before any choice = %+v, %v; want walled", d, err)
 	}
@@ -59,16 +65,16 @@ func TestOwnerChoiceFile(t *testing.T) {
 	if fi.Mode().Perm() != 0o600 {
 		t.Errorf("walls.json mode = %v; want 0600", fi.Mode().Perm())
 	}
-	if d, _ := s.For("alice"); d.Walled || d.Word != words.NotWalledChoice {
+	if d, _ := s.For("alice", ""); d.Walled || d.Word != words.NotWalledChoice {
 		t.Errorf("For(alice) after unwall = %+v; want not walled (your choice)", d)
 	}
-	if d, _ := s.For("bob"); !d.Walled {
+	if d, _ := s.For("bob", ""); !d.Walled {
 		t.Errorf("For(bob) = %+v; want walled (choice is per vat)", d)
 	}
 	if err := s.SetChoice("alice", true); err != nil {
 		t.Fatal(err)
 	}
-	if d, _ := s.For("alice"); !d.Walled {
+	if d, _ := s.For("alice", ""); !d.Walled {
 		t.Errorf("For(alice) after wall again = %+v; want walled", d)
 	}
 }
@@ -79,7 +85,7 @@ func TestCorruptFileFailsClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, _ := New(Config{StateDir: dir})
-	if _, err := s.For("alice"); err == nil {
+	if _, err := s.For("alice", ""); err == nil {
 		t.Error("For with a corrupt walls.json succeeded; want an error (never guess)")
 	}
 }

@@ -7,4 +7,7 @@ type Check struct {
 	Warn   bool   // not OK, but walls still run (a limit this host cannot enforce)
 	Detail string // what was found
 	Fix    string // how to fix it (empty when OK)
+	// Text is what the fix asks to write (an AppArmor profile), printed
+	// whole below it; empty when there is none.
+	Text string
 }

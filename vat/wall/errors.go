@@ -24,6 +24,9 @@ var (
 	ErrNoSeccomp = errors.New("seccomp filter unavailable")
 	// ErrBwrap: bubblewrap could not start the sandbox.
 	ErrBwrap = errors.New("bubblewrap could not start the sandbox")
+	// ErrNoBwrap: there is no bubblewrap to run (not installed, or not
+	// at the path the operator named).
+	ErrNoBwrap = errors.New("bubblewrap is not installed")
 	// ErrProbe: the preflight found that walls cannot be built here.
 	ErrProbe = errors.New("walls cannot be built on this host")
 	// ErrLimits: the wall's cgroup could not be made or its limits set.

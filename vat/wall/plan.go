@@ -261,6 +261,9 @@ func (b *planner) build() error {
 	if err := b.files(); err != nil {
 		return err
 	}
+	if err := b.hostBinds(); err != nil {
+		return err
+	}
 	if err := b.own(); err != nil {
 		return err
 	}

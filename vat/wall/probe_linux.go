@@ -3,6 +3,7 @@ package wall
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -18,21 +19,26 @@ import (
 // probeTimeout bounds the preflight sandbox.
 const probeTimeout = 10 * time.Second
 
-// Probe starts a real (minimal) sandbox the way Start would: as the uid a
-// wall runs as, with new user, pid and network namespaces. The error names
-// the cause and the fix.
-func Probe(ctx context.Context) error {
-	bwrap, err := exec.LookPath("bwrap")
+// Probe starts a real (minimal) sandbox the way Start would, with the
+// bubblewrap at bwrap (empty: bwrap on $PATH): as the uid a wall runs as,
+// with new user, pid and network namespaces. The error names the cause and
+// the fix. No bubblewrap at all wraps ErrNoBwrap as well as ErrProbe.
+func Probe(ctx context.Context, bwrap string) error {
+	path, err := lookBwrap(bwrap)
 	if err != nil {
-		return fmt.Errorf("%w: bubblewrap is not installed (fix: apt-get install bubblewrap, or your distribution's bubblewrap package)", ErrProbe)
+		return fmt.Errorf("%w: %w (fix: %s)", ErrProbe, err, installFix)
 	}
-	out, err := probeRun(ctx, bwrap)
+	out, err := probeRun(ctx, path)
 	if err == nil {
 		return nil
 	}
-	cause, fix := diagnose(out)
+	cause, fix := diagnose(out, bwrap)
 	return fmt.Errorf("%w: bubblewrap cannot start a sandbox: %s (bwrap said: %s) (fix: %s)", ErrProbe, cause, strings.TrimSpace(out), fix)
 }
+
+// installFix is the fix for a computer without bubblewrap: Debian's and
+// Ubuntu's package is called bubblewrap, as are Fedora's and Arch's.
+const installFix = "apt-get install bubblewrap (the package is called bubblewrap on Debian, Ubuntu, Fedora and Arch), or name toybox's own copy with --bwrap"
 
 // probeCommand is what the probe runs inside its sandbox (a test reads
 // the sandbox's /proc/self/status instead).
@@ -91,17 +97,24 @@ func probeRun(ctx context.Context, bwrap string) (string, error) {
 	}
 	err := cmd.Run()
 	if ctx.Err() != nil {
-		return "the probe timed out after " + probeTimeout.String(), ctx.Err()
+		return probeTimedOut + " after " + probeTimeout.String(), ctx.Err()
 	}
 	return buf.String(), err
 }
 
-// diagnose turns a failed probe into a cause and a fix, reading the host's
-// user-namespace switches.
-func diagnose(out string) (cause, fix string) {
+// probeTimedOut starts the probe's output when it ran out of time.
+const probeTimedOut = "the probe timed out"
+
+// diagnose turns a failed probe's output into a cause and a fix, reading
+// the host's user-namespace switches. bwrap is the operator's path for
+// toybox's own bubblewrap ("" if none), which an AppArmor profile names.
+func diagnose(out, bwrap string) (cause, fix string) {
+	if strings.HasPrefix(out, probeTimedOut) {
+		return "the sandbox probe did not finish in " + probeTimeout.String() + " (bubblewrap hung, or the computer is too loaded to start one)",
+			"run toybox doctor; if the probe hangs there too, run the probe by hand (bwrap --unshare-all --ro-bind /usr /usr --proc /proc --dev /dev /usr/bin/true) and look at what it waits for"
+	}
 	if v, ok := readSysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns"); ok && v == "1" {
-		return "AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns=1)",
-			"allow bwrap an AppArmor profile with the userns permission (e.g. /etc/apparmor.d/bwrap with `userns,`), or sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"
+		return "AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns=1)", appArmorFix(bwrap)
 	}
 	if v, ok := readSysctl("/proc/sys/kernel/unprivileged_userns_clone"); ok && v == "0" {
 		return "unprivileged user namespaces are switched off (kernel.unprivileged_userns_clone=0)",
@@ -124,6 +137,15 @@ func diagnose(out string) (cause, fix string) {
 			"check the user-namespace sysctls, any LSM (AppArmor, SELinux) policy for bwrap, and the service's sandboxing (e.g. systemd RestrictNamespaces=)"
 	}
 	return "bubblewrap failed", "run the probe by hand: bwrap --unshare-all --ro-bind /usr /usr --proc /proc --dev /dev /usr/bin/true"
+}
+
+// ownOr is the path an AppArmor profile names: the operator's own
+// bubblewrap, else where doctor suggests putting it.
+func ownOr(own string) string {
+	if own != "" && own != "/usr/bin/bwrap" {
+		return own
+	}
+	return OwnBwrap
 }
 
 func readSysctl(path string) (string, bool) {
@@ -203,12 +225,13 @@ func wallOptions(filtered bool) []string {
 	return append(slices.Clone(bwrapOptions), "--disable-userns")
 }
 
-// Doctor runs every check `toybox doctor` prints.
-func Doctor(ctx context.Context) []Check {
+// Doctor runs every check `toybox doctor` prints, with the bubblewrap at
+// own (empty: bwrap on $PATH), as toybox serve --bwrap would.
+func Doctor(ctx context.Context, own string) []Check {
 	var checks []Check
-	bwrap, err := exec.LookPath("bwrap")
+	bwrap, err := lookBwrap(own)
 	if err != nil {
-		checks = append(checks, Check{Name: "bubblewrap installed", Detail: "bwrap is not on PATH", Fix: "apt-get install bubblewrap"})
+		checks = append(checks, Check{Name: "bubblewrap installed", Detail: err.Error(), Fix: installFix})
 	} else {
 		v, _ := exec.CommandContext(ctx, bwrap, "--version").Output()
 		checks = append(checks, Check{Name: "bubblewrap installed", OK: true, Detail: bwrap + " " + strings.TrimSpace(string(v))})
@@ -229,14 +252,18 @@ func Doctor(ctx context.Context) []Check {
 	// The probe is what decides: a sysctl that would stop sandboxes is
 	// only a failure when one does not start (bwrap may have an AppArmor
 	// profile that allows user namespaces, say).
-	probeErr := Probe(ctx)
+	probeErr := Probe(ctx, own)
 	for _, s := range []struct{ name, path, bad, fix string }{
-		{"kernel.unprivileged_userns_clone", "/proc/sys/kernel/unprivileged_userns_clone", "0", "sysctl -w kernel.unprivileged_userns_clone=1"},
-		{"user.max_user_namespaces", "/proc/sys/user/max_user_namespaces", "0", "sysctl -w user.max_user_namespaces=15000"},
-		{"kernel.apparmor_restrict_unprivileged_userns", "/proc/sys/kernel/apparmor_restrict_unprivileged_userns", "1", "give bwrap an AppArmor profile with `userns,`, or sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"},
+		{"kernel.unprivileged_userns_clone", "/proc/sys/kernel/unprivileged_userns_clone", "0", "sysctl -w kernel.unprivileged_userns_clone=1 (and persist it in /etc/sysctl.d/)"},
+		{"user.max_user_namespaces", "/proc/sys/user/max_user_namespaces", "0", "sysctl -w user.max_user_namespaces=15000 (and persist it in /etc/sysctl.d/)"},
+		{"kernel.apparmor_restrict_unprivileged_userns", "/proc/sys/kernel/apparmor_restrict_unprivileged_userns", "1", appArmorFix(own)},
 	} {
 		v, ok := readSysctl(s.path)
-		checks = append(checks, sysctlCheck(s.name, v, ok, s.bad, s.fix, probeErr == nil))
+		c := sysctlCheck(s.name, v, ok, s.bad, s.fix, probeErr == nil)
+		if !c.OK && strings.HasPrefix(s.name, "kernel.apparmor") {
+			c.Text = AppArmorProfile(ownOr(own))
+		}
+		checks = append(checks, c)
 	}
 	if inContainer() {
 		checks = append(checks, Check{Name: "container", OK: true, Detail: "running in a container (seccomp mode " + seccompMode() + "); its profile must allow user namespaces"})
@@ -252,7 +279,9 @@ func Doctor(ctx context.Context) []Check {
 	} else {
 		checks = append(checks, Check{Name: "seccomp filter", OK: true, Detail: "compiled"})
 	}
-	if err := probeErr; err != nil {
+	if err := probeErr; errors.Is(err, ErrNoBwrap) {
+		checks = append(checks, Check{Name: "bubblewrap sandbox", Detail: "no sandbox without bubblewrap: with walls on, every vat stays off (off: bubblewrap is not installed on this computer)", Fix: installFix})
+	} else if err != nil {
 		checks = append(checks, Check{Name: "bubblewrap sandbox", Detail: err.Error(), Fix: "see the fix in the detail"})
 	} else {
 		who := "this user"

@@ -61,12 +61,22 @@ type Spec struct {
 	// Files are the owner-chosen binds (manifest sandbox.files), already
 	// resolved to the values the owner typed.
 	Files Files
+	// Shares are the host folders this vat shares with the host (the
+	// operator's table, never a manifest).
+	Shares []Share
+	// State are the host folders this vat keeps state in (the operator's
+	// table, never a manifest): each a real folder, bound read-write by
+	// fd at its path.
+	State []string
 	// OwnEnvFile binds <InstallDir>/.env read-only (manifest ownEnvFile).
 	OwnEnvFile bool
 	// Net is what toybox-entry serves on loopback inside the wall.
 	Net Net
 	// EntryPath is the host path of the toybox-entry binary.
 	EntryPath string
+	// Bwrap is the bubblewrap binary the wall runs (toybox serve --bwrap).
+	// If empty, bwrap on $PATH.
+	Bwrap string
 	// EntryCap is the entry's own capability socket (serves the Vat
 	// bootstrap). AppCap becomes the app's fd 3. Start takes ownership of
 	// both and closes its copies once the wall has them.

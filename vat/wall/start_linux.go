@@ -261,32 +261,6 @@ func Start(ctx context.Context, spec Spec, logger *slog.Logger) (*Process, error
 	return p, nil
 }
 
-// bwrapPath is where bubblewrap was found; every start but the first skips
-// the search of $PATH (a stat per folder).
-var bwrapPath struct {
-	sync.Mutex
-	path string
-}
-
-func lookBwrap() (string, error) {
-	bwrapPath.Lock()
-	defer bwrapPath.Unlock()
-	if bwrapPath.path != "" {
-		return bwrapPath.path, nil
-	}
-	p, err := exec.LookPath("bwrap")
-	if err == nil {
-		bwrapPath.path = p
-	}
-	return p, err
-}
-
-func forgetBwrap() {
-	bwrapPath.Lock()
-	bwrapPath.path = ""
-	bwrapPath.Unlock()
-}
-
 func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*Process, error) {
 	if spec.AppCap == nil {
 		return nil, fmt.Errorf("starting the wall for %q: %w: no app capability", spec.ID, ErrSpec)
@@ -294,9 +268,9 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 	if !spec.Net.None && spec.EntryCap == nil {
 		return nil, fmt.Errorf("starting the wall for %q: %w: a network shape but no entry capability", spec.ID, ErrSpec)
 	}
-	bwrap, err := lookBwrap()
+	bwrap, err := lookBwrap(spec.Bwrap)
 	if err != nil {
-		return nil, fmt.Errorf("starting the wall for %q: %w: bubblewrap is not installed (apt-get install bubblewrap)", spec.ID, ErrBwrap)
+		return nil, fmt.Errorf("starting the wall for %q: %w: %w", spec.ID, ErrBwrap, err)
 	}
 	plan, err := BuildPlan(spec)
 	if err != nil {
@@ -425,7 +399,7 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 		// one fails too), the vat's reason carries the preflight's cause
 		// and fix; otherwise the failure is this wall's own.
 		if ctx.Err() == nil {
-			if perr := Probe(ctx); perr != nil {
+			if perr := Probe(ctx, spec.Bwrap); perr != nil {
 				err = fmt.Errorf("%w; %w", err, perr)
 			}
 		}

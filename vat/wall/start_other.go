@@ -42,10 +42,13 @@ func PrepareEtcView(string) error { return nil }
 func SweepViews(stateDir string) error { return os.RemoveAll(filepath.Join(stateDir, "etc")) }
 
 // Probe returns ErrUnsupported.
-func Probe(context.Context) error { return ErrUnsupported }
+func Probe(context.Context, string) error { return ErrUnsupported }
+
+// LookBwrap returns ErrUnsupported: walls need Linux.
+func LookBwrap(string) (string, error) { return "", ErrUnsupported }
 
 // Doctor reports that walls need Linux.
-func Doctor(context.Context) []Check {
+func Doctor(context.Context, string) []Check {
 	return []Check{{Name: "platform", Detail: ErrUnsupported.Error(), Fix: "run toybox on Linux"}}
 }
 

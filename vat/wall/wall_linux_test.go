@@ -706,10 +706,10 @@ func TestPlanMasksAndBinds(t *testing.T) {
 
 func TestProbe(t *testing.T) {
 	testenvRequireBwrap(t)
-	if err := Probe(context.Background()); err != nil {
+	if err := Probe(context.Background(), ""); err != nil {
 		t.Fatalf("Probe = %v", err)
 	}
-	checks := Doctor(context.Background())
+	checks := Doctor(context.Background(), "")
 	if len(checks) < 5 {
 		t.Fatalf("Doctor gave %d checks", len(checks))
 	}
@@ -744,11 +744,11 @@ func TestSysctlCheck(t *testing.T) {
 }
 
 func TestDiagnoseNamesCauseAndFix(t *testing.T) {
-	cause, fix := diagnose("bwrap: setting up uid map: Permission denied")
+	cause, fix := diagnose("bwrap: setting up uid map: Permission denied", "")
 	if cause == "" || fix == "" {
 		t.Errorf("diagnose = %q, %q; want a cause and a fix", cause, fix)
 	}
-	if cause, fix := diagnose("bwrap: prctl(PR_SET_SECCOMP): Invalid argument"); !strings.Contains(cause, "seccomp filter") || !strings.Contains(fix, "CONFIG_SECCOMP_FILTER") {
+	if cause, fix := diagnose("bwrap: prctl(PR_SET_SECCOMP): Invalid argument", ""); !strings.Contains(cause, "seccomp filter") || !strings.Contains(fix, "CONFIG_SECCOMP_FILTER") {
 		t.Errorf("diagnose(seccomp refused) = %q, %q; want the filter named", cause, fix)
 	}
 }

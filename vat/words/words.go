@@ -57,30 +57,54 @@ const (
 	// wall (resolved, fetched, checked or unpacked). The reason an
 	// install answers; npm's own output goes to the supervisor's log.
 	OffPackages
+	// OffNoBwrap: walls are on and this computer has no bubblewrap, so
+	// nothing can run walled here.
+	OffNoBwrap
+	// NotWalledNoBwrap: the per-host default is off on a computer with no
+	// bubblewrap; the app runs under no_new_privs only.
+	NotWalledNoBwrap
+	// NotWalledNoBwrapDocker: as NotWalledNoBwrap, and the Docker socket
+	// is reachable from the app.
+	NotWalledNoBwrapDocker
+	// NotWalledApproved: the operator approved its code (by hash) to run
+	// without a wall.
+	NotWalledApproved
+	// NotWalledShares: inside its wall, sharing a host folder or
+	// credential set with the host; its words name the share (With).
+	NotWalledShares
 )
 
 type pair struct{ en, es string }
 
 var table = map[Word]pair{
-	Unknown:           {"unknown", "desconocido"},
-	Starting:          {"starting", "arrancando"},
-	Restarting:        {"restarting", "reiniciando"},
-	Walled:            {"walled", "amurallado"},
-	WalledNoSeccomp:   {"walled-noseccomp", "amurallado-sin-seccomp"},
-	NotWalledChoice:   {"not walled (your choice)", "sin muro (por tu elección)"},
-	NotWalledHost:     {"not walled (switched off for this computer)", "sin muro (desactivado en este ordenador)"},
-	NotWalledOperator: {"not walled (switched off by the operator)", "sin muro (desactivado por el operador)"},
-	OffWall:           {"off: it could not run inside its wall", "apagado: no pudo funcionar dentro de su muro"},
-	OffStopped:        {"off: it stopped", "apagado: se detuvo"},
-	OffRemoved:        {"off: removed by its owner", "apagado: retirado por su dueño"},
-	OffShutdown:       {"off: the supervisor is stopping", "apagado: el supervisor se está deteniendo"},
-	Stopping:          {"stopping to start again", "deteniéndose para volver a arrancar"},
-	NotAnswering:      {"not answering: nothing accepts on its socket", "no responde: nada acepta en su socket"},
-	OffMemory:         {"off: it ran out of memory", "apagado: se quedó sin memoria"},
-	OffDamaged:        {"off: its record is damaged", "apagado: su registro está dañado"},
-	OffChanged:        {"off: its installed files changed", "apagado: sus archivos instalados cambiaron"},
-	OffPackages:       {"off: it could not get its packages ready inside its wall", "apagado: no pudo preparar sus paquetes dentro de su muro"},
+	Unknown:                {"unknown", "desconocido"},
+	Starting:               {"starting", "arrancando"},
+	Restarting:             {"restarting", "reiniciando"},
+	Walled:                 {"walled", "amurallado"},
+	WalledNoSeccomp:        {"walled-noseccomp", "amurallado-sin-seccomp"},
+	NotWalledChoice:        {"not walled (your choice)", "sin muro (por tu elección)"},
+	NotWalledHost:          {"not walled (switched off for this computer)", "sin muro (desactivado en este ordenador)"},
+	NotWalledOperator:      {"not walled (switched off by the operator)", "sin muro (desactivado por el operador)"},
+	OffWall:                {"off: it could not run inside its wall", "apagado: no pudo funcionar dentro de su muro"},
+	OffStopped:             {"off: it stopped", "apagado: se detuvo"},
+	OffRemoved:             {"off: removed by its owner", "apagado: retirado por su dueño"},
+	OffShutdown:            {"off: the supervisor is stopping", "apagado: el supervisor se está deteniendo"},
+	Stopping:               {"stopping to start again", "deteniéndose para volver a arrancar"},
+	NotAnswering:           {"not answering: nothing accepts on its socket", "no responde: nada acepta en su socket"},
+	OffMemory:              {"off: it ran out of memory", "apagado: se quedó sin memoria"},
+	OffDamaged:             {"off: its record is damaged", "apagado: su registro está dañado"},
+	OffChanged:             {"off: its installed files changed", "apagado: sus archivos instalados cambiaron"},
+	OffPackages:            {"off: it could not get its packages ready inside its wall", "apagado: no pudo preparar sus paquetes dentro de su muro"},
+	OffNoBwrap:             {"off: bubblewrap is not installed on this computer", "apagado: bubblewrap no está instalado en este ordenador"},
+	NotWalledNoBwrap:       {"not walled on this computer", "sin muro en este ordenador"},
+	NotWalledNoBwrapDocker: {"not walled on this computer; docker reachable", "sin muro en este ordenador; docker al alcance"},
+	NotWalledApproved:      {"not walled (approved commands)", "sin muro (órdenes aprobadas)"},
+	NotWalledShares:        {"not walled: shares", "sin muro: comparte"},
 }
+
+// named are the words whose detail is part of the word itself ("not
+// walled: shares Crow's database"), not a parenthesis after it.
+var named = map[Word]bool{NotWalledShares: true}
 
 // String returns the English word.
 func (w Word) String() string { return w.In("en") }
@@ -98,10 +122,15 @@ func (w Word) In(lang string) string {
 }
 
 // With returns the word in lang followed by detail in parentheses ("off:
-// it ran out of memory (512 MiB)"); just the word when detail is empty.
+// it ran out of memory (512 MiB)"), or by detail itself for a word that
+// names it ("not walled: shares Crow's database"); just the word when
+// detail is empty.
 func (w Word) With(lang, detail string) string {
-	if detail == "" {
+	switch {
+	case detail == "":
 		return w.In(lang)
+	case named[w]:
+		return w.In(lang) + " " + detail
 	}
 	return w.In(lang) + " (" + detail + ")"
 }
@@ -109,7 +138,7 @@ func (w Word) With(lang, detail string) string {
 // Off reports whether w means the app is not running and not about to.
 func (w Word) Off() bool {
 	switch w {
-	case OffWall, OffStopped, OffRemoved, OffShutdown, OffChanged, OffPackages, OffDamaged, Unknown:
+	case OffWall, OffStopped, OffRemoved, OffShutdown, OffChanged, OffPackages, OffDamaged, OffNoBwrap, Unknown:
 		return true
 	}
 	return false
@@ -120,7 +149,8 @@ func (w Word) Off() bool {
 // (Routed).
 func (w Word) Serving() bool {
 	switch w {
-	case Walled, WalledNoSeccomp, NotWalledChoice, NotWalledHost, NotWalledOperator:
+	case Walled, WalledNoSeccomp, NotWalledChoice, NotWalledHost, NotWalledOperator,
+		NotWalledNoBwrap, NotWalledNoBwrapDocker, NotWalledApproved, NotWalledShares:
 		return true
 	}
 	return false
@@ -145,5 +175,8 @@ func FromTier(tier string) Word {
 
 // All lists every word, for tests and documentation.
 func All() []Word {
-	return []Word{Unknown, Starting, Restarting, Walled, WalledNoSeccomp, NotWalledChoice, NotWalledHost, NotWalledOperator, OffWall, OffStopped, OffRemoved, OffShutdown, Stopping, NotAnswering, OffMemory, OffChanged, OffPackages, OffDamaged}
+	return []Word{
+		Unknown, Starting, Restarting, Walled, WalledNoSeccomp, NotWalledChoice, NotWalledHost, NotWalledOperator, OffWall, OffStopped, OffRemoved, OffShutdown, Stopping, NotAnswering, OffMemory, OffChanged, OffPackages, OffDamaged,
+		OffNoBwrap, NotWalledNoBwrap, NotWalledNoBwrapDocker, NotWalledApproved, NotWalledShares,
+	}
 }

@@ -1,6 +1,7 @@
 package words
 
 import (
+	"strings"
 	"testing"
 
 	"toybox/vat/wall"
@@ -105,5 +106,29 @@ func TestEveryPhraseHasBothLanguages(t *testing.T) {
 	}
 	if len(Phrases()) != len(phrases) {
 		t.Errorf("Phrases() lists %d; the table has %d", len(Phrases()), len(phrases))
+	}
+}
+
+func TestEveryLineHasBothLanguages(t *testing.T) {
+	for _, l := range Lines() {
+		en, es := l.In("en"), l.In("es")
+		if en == "" || es == "" || en == es {
+			t.Errorf("line %d: en=%q es=%q; want both set, and different", l, en, es)
+		}
+		if strings.Count(en, "%s") != strings.Count(es, "%s") {
+			t.Errorf("line %d: en and es take different numbers of names", l)
+		}
+	}
+}
+
+func TestNamedWord(t *testing.T) {
+	if got, want := NotWalledShares.With("en", "Crow's database"), "not walled: shares Crow's database"; got != want {
+		t.Errorf("With = %q; want %q", got, want)
+	}
+	if got, want := NotWalledShares.With("es", "la base de Crow"), "sin muro: comparte la base de Crow"; got != want {
+		t.Errorf("With(es) = %q; want %q", got, want)
+	}
+	if got, want := OffMemory.With("en", "64 MiB"), "off: it ran out of memory (64 MiB)"; got != want {
+		t.Errorf("With = %q; want %q", got, want)
 	}
 }
