@@ -1,0 +1,403 @@
+package tests
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"toybox/tests/testenv"
+	"toybox/vat/words"
+)
+
+// waitWord waits until vat id's status word is want, and returns its
+// status.
+func (s *stack) waitWord(id, want string) map[string]any {
+	s.t.Helper()
+	var st map[string]any
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st = s.status(id)
+		if st["status"] == want {
+			return st
+		}
+		if time.Now().After(deadline) {
+			_, logs := s.adminDo("GET", "/"+id+"/logs", nil)
+			s.t.Fatalf("status of %s = %v; want %q\nits output:\n%s", id, st, want, logs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// restart stops toybox and starts it again with more flags and env.
+func (s *stack) restart(extra, env []string) {
+	s.t.Helper()
+	s.stopToybox()
+	s.extra = append(s.extra, extra...)
+	s.env = append(s.env, env...)
+	s.startToybox()
+}
+
+// wantWords checks a status's word in both languages.
+func wantWords(t *testing.T, st map[string]any, w words.Word, detail string) {
+	t.Helper()
+	if st["status"] != w.With("en", detail) || st["status_es"] != w.With("es", detail) {
+		t.Errorf("status %q / %q; want %q / %q", st["status"], st["status_es"], w.With("en", detail), w.With("es", detail))
+	}
+}
+
+// hostTree makes a folder outside every state dir that the vats' uids may
+// traverse, removed at the end.
+func hostTree(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "tbx-host-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(d) })
+	if err := os.Chmod(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// writeTable writes the operator's table, root's and 0644, in a folder of
+// its own.
+func writeTable(t *testing.T, doc string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "walls-table.json")
+	if err := os.WriteFile(p, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func digestOf(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// otherSnoop is snoop with one byte more: the same program under another
+// digest, so approving snoop's code approves not this one.
+func otherSnoop(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(example(t, "snoop"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "snoop-other")
+	if err := os.WriteFile(p, append(b, '\n'), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func mustWrite(t *testing.T, p, content string, mode os.FileMode) {
+	t.Helper()
+	if err := os.WriteFile(p, []byte(content), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, mode); err != nil { // past the umask
+		t.Fatal(err)
+	}
+}
+
+// TestNoBubblewrap: a computer where toybox finds no bubblewrap (--bwrap
+// names a file that is not there). With walls on, a vat stays off and
+// says how to fix it; with the per-host default off it runs unwalled, under
+// no_new_privs, and its word says whether the Docker socket is reachable
+// from it.
+func TestNoBubblewrap(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "bwrap")
+	s := newStack(t, stackOpts{extra: []string{"--bwrap", missing}})
+	if code, body := s.install("alice", example(t, "snoop"), ""); code != http.StatusServiceUnavailable {
+		t.Fatalf("PUT /alice = %d %s; want 503 (installed, off)", code, body)
+	}
+	st := s.waitWord("alice", words.OffNoBwrap.String())
+	wantWords(t, st, words.OffNoBwrap, "")
+	if e := fmt.Sprint(st["last_error"]); !strings.Contains(e, "apt-get install bubblewrap") {
+		t.Errorf("last_error %q; want the fix (the package bubblewrap)", e)
+	}
+	if code, _ := s.get("/alice/env"); code == http.StatusOK {
+		t.Errorf("GET /alice/env = 200; the vat runs, with no wall and walls on")
+	}
+	out, err := exec.Command(filepath.Join(bins, "toybox"), "doctor", "--bwrap", missing, "--entry", filepath.Join(bins, "toybox-entry")).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "FAIL bubblewrap installed") || !strings.Contains(string(out), "fix: apt-get install bubblewrap") {
+		t.Errorf("toybox doctor --bwrap %s = %v\n%s\nwant a failure naming the package", missing, err, out)
+	}
+
+	// The per-host default off: unwalled, under no_new_privs. The Docker
+	// socket here is root's alone (0600): not reachable from the vat.
+	sock := filepath.Join(s.dir, "docker.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := os.Chmod(sock, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.restart([]string{"--docker-socket", sock}, []string{"TOYBOX_WALLS_DEFAULT=off"})
+	st = s.waitWord("alice", words.NotWalledNoBwrap.String())
+	wantWords(t, st, words.NotWalledNoBwrap, "")
+	if line := fmt.Sprint(st["wall_line"]); line != words.LineUnwalled.In("en") || st["wall_line_es"] != words.LineUnwalled.In("es") {
+		t.Errorf("wall_line %q / %q; want the unwalled line alone", line, st["wall_line_es"])
+	}
+	if _, body := s.get("/alice/read?path=/proc/self/status"); !strings.Contains(body, "NoNewPrivs:\t1") {
+		t.Errorf("the unwalled vat's /proc/self/status:\n%s\nwant NoNewPrivs: 1", body)
+	}
+	if _, body := s.get("/alice/dial?addr=" + sock); !strings.HasPrefix(body, "denied") {
+		t.Errorf("dial the 0600 socket = %q; want denied (a control: the word says not reachable)", body)
+	}
+
+	// A Docker socket anyone may connect to: reachable, and the word says so.
+	if err := os.Chmod(sock, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	s.restart(nil, nil)
+	st = s.waitWord("alice", words.NotWalledNoBwrapDocker.String())
+	wantWords(t, st, words.NotWalledNoBwrapDocker, "")
+	if line := fmt.Sprint(st["wall_line"]); !strings.Contains(line, words.LineDocker.In("en")) {
+		t.Errorf("wall_line %q; want the Docker line", line)
+	}
+	if _, body := s.get("/alice/dial?addr=" + sock); body != "ok: connected" {
+		t.Errorf("dial the 0666 socket = %q; want connected (the word is true)", body)
+	}
+}
+
+// TestUserNamespaceRefused: bubblewrap installed but unable to start a
+// sandbox, for real: toybox runs in a user and network namespace of its
+// own whose user.max_user_namespaces is 0, so the kernel refuses every
+// wall's user namespace. The vat stays off (never a weaker tier), and
+// its reason and doctor name the sysctl and its fix.
+func TestUserNamespaceRefused(t *testing.T) {
+	testenv.RequireBwrap(t)
+	testenv.RequireRoot(t)
+	dir, err := os.MkdirTemp("", "tbx-userns-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unmountBelow(dir); _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	inNS := func(args ...string) *exec.Cmd {
+		cmd := exec.Command("sh", append([]string{"-c", `echo 0 > /proc/sys/user/max_user_namespaces && exec "$0" "$@"`, filepath.Join(bins, "toybox")}, args...)...)
+		// Every id maps to itself: toybox is root in there, the vats'
+		// uids are theirs, and only the sysctl differs.
+		ids := []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1 << 31}}
+		cmd.SysProcAttr = &syscall.SysProcAttr{
+			Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWNET,
+			UidMappings: ids, GidMappings: ids, GidMappingsEnableSetgroups: true,
+			Pdeathsig: syscall.SIGKILL,
+		}
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+		return cmd
+	}
+	out, err := inNS("doctor", "--entry", filepath.Join(bins, "toybox-entry")).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "FAIL user.max_user_namespaces: = 0") || !strings.Contains(string(out), "fix: sysctl -w user.max_user_namespaces=15000") {
+		t.Errorf("toybox doctor with user.max_user_namespaces=0 = %v\n%s\nwant the sysctl and its fix", err, out)
+	}
+	s := &stack{t: t, dir: dir, admin: filepath.Join(dir, "admin.sock"), tbLog: &syncBuffer{}}
+	s.tb = inNS("serve", "--state", filepath.Join(dir, "state"), "--admin", s.admin, "--http", "unix:"+filepath.Join(dir, "http.sock"),
+		"--entry", filepath.Join(bins, "toybox-entry"), "--wall-disk-mib", "0", "--stop-grace", "2s")
+	s.tb.Stdout, s.tb.Stderr = s.tbLog, s.tbLog
+	if err := s.tb.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.stopToybox()
+		if t.Failed() {
+			t.Logf("toybox log:\n%s", tail(s.tbLog))
+		}
+	})
+	waitFor(t, "toybox's admin socket", 15*time.Second, func() bool {
+		code, _ := s.adminDo("GET", "/", nil)
+		return code == http.StatusOK
+	})
+	// 503: installed, and off.
+	if code, body := s.install("alice", example(t, "snoop"), ""); code != http.StatusServiceUnavailable {
+		t.Fatalf("PUT /alice = %d %s; want 503 (installed, off)", code, body)
+	}
+	st := s.waitWord("alice", words.OffWall.String())
+	wantWords(t, st, words.OffWall, "")
+	e := fmt.Sprint(st["last_error"])
+	for _, want := range []string{"user namespaces are switched off (user.max_user_namespaces=0)", "fix: sysctl -w user.max_user_namespaces=15000"} {
+		if !strings.Contains(e, want) {
+			t.Errorf("last_error %q; want it to say %q", e, want)
+		}
+	}
+}
+
+// TestApprovedCommand: code the operator's table approves runs unwalled,
+// and says so; other code stays walled. A vat cannot approve itself: not
+// by writing the table from inside its wall, nor unwalled as its own uid,
+// nor through the admin API; and toybox reads no table that someone but
+// root may write.
+func TestApprovedCommand(t *testing.T) {
+	snoop := example(t, "snoop")
+	doc := fmt.Sprintf(`{"approved": [{"sha256": %q, "why": "a data backend"}]}`, digestOf(t, snoop))
+	table := writeTable(t, doc)
+	s := newStack(t, stackOpts{extra: []string{"--walls-table", table}})
+
+	s.mustInstall("backend", snoop, "")
+	st := s.waitWord("backend", words.NotWalledApproved.String())
+	wantWords(t, st, words.NotWalledApproved, "")
+	if line := fmt.Sprint(st["wall_line"]); line != words.LineUnwalled.In("en") {
+		t.Errorf("wall_line %q; want the unwalled line", line)
+	}
+	if _, body := s.get("/backend/read?path=/proc/self/status"); !strings.Contains(body, "NoNewPrivs:\t1") {
+		t.Errorf("the approved command's /proc/self/status:\n%s\nwant NoNewPrivs: 1", body)
+	}
+	if _, body := s.get("/backend/write?path=" + table); !strings.HasPrefix(body, "denied") {
+		t.Errorf("the approved command, unwalled, writing the table = %q; want denied (root's, 0644)", body)
+	}
+
+	s.mustInstall("eve", otherSnoop(t), "")
+	st = s.waitWord("eve", words.Walled.String())
+	wantWords(t, st, words.Walled, "")
+	if st["wall_line"] != words.LineNotCovered.In("en") || st["wall_line_es"] != words.LineNotCovered.In("es") {
+		t.Errorf("walled vat's wall_line %q / %q; want the fixed sentence", st["wall_line"], st["wall_line_es"])
+	}
+	for _, path := range []string{"/eve/write?path=" + table, "/eve/read?path=" + table, "/eve/write?path=" + filepath.Join(filepath.Dir(table), "walls-table.json.new")} {
+		if _, body := s.get(path); !strings.HasPrefix(body, "denied") {
+			t.Errorf("GET %s from inside the wall = %q; want denied", path, body)
+		}
+	}
+	if code, body := s.adminDo("PUT", "/eve?approved="+digestOf(t, otherSnoop(t)), strings.NewReader("")); code != http.StatusBadRequest {
+		t.Errorf("PUT /eve?approved= = %d %s; want 400 (no such parameter)", code, body)
+	}
+	if code, body := s.adminDo("POST", "/eve/walls?walled=false", nil); code != http.StatusOK {
+		t.Fatalf("POST /eve/walls?walled=false = %d %s", code, body)
+	}
+	s.waitWord("eve", words.NotWalledChoice.String())
+	if _, body := s.get("/eve/write?path=" + table); !strings.HasPrefix(body, "denied") {
+		t.Errorf("eve, unwalled by its owner, writing the table = %q; want denied", body)
+	}
+	if b, _ := os.ReadFile(table); string(b) != doc {
+		t.Errorf("the table changed:\n%s", b)
+	}
+
+	// A table someone but root may write is never read.
+	s.stopToybox()
+	if err := os.Chmod(table, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, filepath.Join(bins, "toybox"), "serve", "--state", s.state, "--admin", s.admin, "--walls-table", table).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "writable by group or others") {
+		t.Errorf("toybox serve with a 0666 table = %v\n%s\nwant it refused", err, out)
+	}
+}
+
+// TestSharedFolder: a host folder the operator's table shares with one
+// vat, and a state folder it keeps. The vat reads and changes the entries
+// shared, and its word and wall line say so; every other entry stays
+// masked, the folder's siblings are not there, and another vat sees none
+// of it.
+func TestSharedFolder(t *testing.T) {
+	host := hostTree(t)
+	crow := filepath.Join(host, "crow")
+	data := filepath.Join(crow, "data")
+	sessions := filepath.Join(crow, "sessions")
+	for _, d := range []string{crow, data, sessions} {
+		if err := os.Mkdir(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(crow, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, filepath.Join(data, "crow.db"), "rows", 0o666)
+	mustWrite(t, filepath.Join(data, "tasks.db"), "tasks", 0o666)
+	mustWrite(t, filepath.Join(crow, "identity.key"), "the host's key", 0o644)
+	table := writeTable(t, fmt.Sprintf(`{
+		"shares": [
+			{"name": "Crow's database", "folder": %q, "entries": ["crow.db"], "vats": ["media"]},
+			{"name": "Crow's storage", "env": {"S3_KEY": "k-123"}, "vats": ["media"]}
+		],
+		"state": {"media": [%q]}
+	}`, data, sessions))
+	s := newStack(t, stackOpts{extra: []string{"--walls-table", table}})
+
+	names := "Crow's database, Crow's storage"
+	s.mustInstall("media", example(t, "snoop"), "")
+	st := s.waitWord("media", words.NotWalledShares.With("en", names))
+	wantWords(t, st, words.NotWalledShares, names)
+	wantLine := words.LineSharesEntries.In("en", "Crow's database", "crow.db", data) + " " +
+		words.LineSharesCredentials.In("en", "Crow's storage", "S3_KEY") + " " +
+		words.LineStateFolder.In("en", sessions) + " " + words.LineNotCovered.In("en")
+	if st["wall_line"] != wantLine {
+		t.Errorf("wall_line\n%q\nwant\n%q", st["wall_line"], wantLine)
+	}
+	if es := fmt.Sprint(st["wall_line_es"]); !strings.HasSuffix(es, words.LineNotCovered.In("es")) || !strings.Contains(es, "Comparte Crow's database") {
+		t.Errorf("wall_line_es %q", es)
+	}
+
+	s.mustGet("/media/read?path="+filepath.Join(data, "crow.db"), "ok: rows")
+	s.mustGet("/media/write?path="+filepath.Join(data, "crow.db"), "ok: written")
+	if b, _ := os.ReadFile(filepath.Join(data, "crow.db")); string(b) != "snooped" {
+		t.Errorf("crow.db on the host = %q; want the vat's write", b)
+	}
+	if _, body := s.get("/media/env"); !strings.Contains(body, "\nS3_KEY=k-123\n") {
+		t.Errorf("media's environment lacks the shared credentials:\n%s", body)
+	}
+	s.mustGet("/media/write?path="+filepath.Join(sessions, "s1"), "ok: written")
+	if b, _ := os.ReadFile(filepath.Join(sessions, "s1")); string(b) != "snooped" {
+		t.Errorf("the state folder on the host holds %q; want the vat's write", b)
+	}
+
+	// The attack: the rest of the folder, and its siblings.
+	for _, p := range []string{filepath.Join(data, "tasks.db"), filepath.Join(crow, "identity.key")} {
+		if _, body := s.get("/media/read?path=" + p); strings.HasPrefix(body, "ok: tasks") || strings.HasPrefix(body, "ok: the host's key") {
+			t.Errorf("media read %s: %q; want it masked", p, body)
+		}
+	}
+	if _, body := s.get("/media/write?path=" + filepath.Join(data, "tasks.db")); !strings.HasPrefix(body, "denied") {
+		t.Errorf("media wrote the masked tasks.db: %q", body)
+	}
+	if b, _ := os.ReadFile(filepath.Join(data, "tasks.db")); string(b) != "tasks" {
+		t.Errorf("tasks.db on the host = %q; want it untouched", b)
+	}
+	if _, body := s.get("/media/list?path=" + crow); strings.Contains(body, "identity.key") {
+		t.Errorf("media lists the shared folder's parent: %q; want no sibling there", body)
+	}
+	// Beside the shared folder the wall has only its own /tmp.
+	s.get("/media/write?path=" + filepath.Join(crow, "planted"))
+	if _, err := os.Stat(filepath.Join(crow, "planted")); err == nil {
+		t.Errorf("media wrote a file beside the shared folder, on the host")
+	}
+
+	// Another vat, walled, in no entry of the table: none of it.
+	s.mustInstall("eve", example(t, "snoop"), "")
+	st = s.waitWord("eve", words.Walled.String())
+	if st["wall_line"] != words.LineNotCovered.In("en") {
+		t.Errorf("eve's wall_line %q; want the fixed sentence alone", st["wall_line"])
+	}
+	for _, p := range []string{"/eve/read?path=" + filepath.Join(data, "crow.db"), "/eve/write?path=" + filepath.Join(sessions, "s2")} {
+		if _, body := s.get(p); !strings.HasPrefix(body, "denied") {
+			t.Errorf("GET %s = %q; want denied (eve shares nothing)", p, body)
+		}
+	}
+	if _, body := s.get("/eve/env"); strings.Contains(body, "S3_KEY") {
+		t.Errorf("eve holds media's credentials:\n%s", body)
+	}
+}
