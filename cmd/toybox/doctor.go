@@ -15,6 +15,7 @@ import (
 
 	"toybox/vat/store"
 	"toybox/vat/supervisor"
+	"toybox/vat/switches"
 	"toybox/vat/wall"
 )
 
@@ -25,6 +26,7 @@ func doctorMain(args []string) int {
 	fs := flag.NewFlagSet("toybox doctor", flag.ContinueOnError)
 	entry := fs.String("entry", "", "path of toybox-entry (default: next to this binary, as serve looks)")
 	bwrap := fs.String("bwrap", "", "the bubblewrap binary, as toybox serve --bwrap (default: bwrap on PATH)")
+	table := fs.String("walls-table", "", "the operator's table, as toybox serve --walls-table (default: "+switches.TablePath+")")
 	state := fs.String("state", "", "the state dir, where the disk limit is tried (default: a temporary folder)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: toybox doctor [--entry PATH] [--state DIR]\n\nChecks that walls can be built on this computer; exits 1 if a check failed.")
@@ -39,7 +41,7 @@ func doctorMain(args []string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	checks := wall.Doctor(ctx, *bwrap)
-	checks = append(checks, entryCheck(*entry))
+	checks = append(checks, entryCheck(*entry), tableCheck(*table))
 	if os.Geteuid() == 0 {
 		checks = append(checks, subordinateCheck("/etc/subuid", "/etc/subgid"))
 	}
@@ -55,6 +57,28 @@ func doctorMain(args []string) int {
 	}
 	checks = append(checks, limitChecks(dir)...)
 	return printChecks(os.Stdout, checks)
+}
+
+// tableCheck reads the operator's table as toybox serve would: a table
+// that serve would refuse fails.
+func tableCheck(path string) wall.Check {
+	c := wall.Check{Name: "operator's table"}
+	explicit := path != ""
+	if !explicit {
+		path = switches.TablePath
+	}
+	t, err := switches.LoadTable(path)
+	switch {
+	case !explicit && errors.Is(err, os.ErrNotExist):
+		c.OK, c.Detail = true, path+" is not there: no approved commands, shares or state folders"
+	case err != nil:
+		c.Detail = err.Error()
+		c.Fix = "chown root: " + path + " and chmod go-w it and every folder above it (toybox serve refuses it until then), or fix what the detail names"
+	default:
+		c.OK = true
+		c.Detail = fmt.Sprintf("%s: %d approved commands, %d shares, state folders for %d vats", path, len(t.Approved), len(t.Shares), len(t.State))
+	}
+	return c
 }
 
 // subordinateCheck fails when a host user's subordinate ids (for rootless

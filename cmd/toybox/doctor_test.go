@@ -115,3 +115,26 @@ func TestLimitChecks(t *testing.T) {
 		}
 	}
 }
+
+// TestTableCheck: doctor reads the operator's table as serve does.
+func TestTableCheck(t *testing.T) {
+	if c := tableCheck(filepath.Join(t.TempDir(), "none.json")); c.OK {
+		t.Errorf("a --walls-table that is not there: %+v; want a failure", c)
+	}
+	if os.Geteuid() != 0 {
+		return // the table must be root's
+	}
+	p := filepath.Join(t.TempDir(), "walls-table.json")
+	if err := os.WriteFile(p, []byte(`{"approved": []}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if c := tableCheck(p); !c.OK || !strings.Contains(c.Detail, "0 approved commands") {
+		t.Errorf("root's 0644 table: %+v; want ok", c)
+	}
+	if err := os.Chmod(p, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if c := tableCheck(p); c.OK || !strings.Contains(c.Detail, "writable by group or others") || c.Fix == "" {
+		t.Errorf("a 0666 table: %+v; want a failure with the fix", c)
+	}
+}

@@ -36,8 +36,8 @@ var lines = map[Line]pair{
 		"Un muro cubre solo a su propio vat: los vats que funcionan sin su muro, y las órdenes aprobadas, funcionan fuera de los muros en este ordenador.",
 	},
 	LineUnwalled: {
-		"It runs without a wall: it can read and change whatever its user can on this computer, and reach its network, under no_new_privs only.",
-		"Funciona sin muro: puede leer y cambiar todo lo que su usuario puede en este ordenador, y llegar a su red, solo bajo no_new_privs.",
+		"It runs without a wall: it can read and change whatever its user can on this computer, and reach the network toybox has, under no_new_privs only.",
+		"Funciona sin muro: puede leer y cambiar todo lo que su usuario puede en este ordenador, y llegar a la red que tiene toybox, solo bajo no_new_privs.",
 	},
 	LineDocker: {
 		"The Docker socket is reachable from it: whoever holds that socket is root on this computer.",
