@@ -85,6 +85,9 @@ type Notice struct {
 type Vat struct {
 	ID   string
 	Word words.Word
+	// Detail is what its word names ("not walled: shares <Detail>"), if
+	// anything.
+	Detail string
 	// Reach is what it can reach, in plain words (package reach).
 	Reach Text
 }
@@ -173,14 +176,16 @@ func (c *Center) post(ctx context.Context, kind Kind, lines []Text) bool {
 func phrase(p words.Phrase) Text { return Text{p.In("en"), p.In("es")} }
 
 func wordLine(v Vat) Text {
-	return Text{v.ID + ": " + v.Word.In("en"), v.ID + ": " + v.Word.In("es")}
+	return Text{v.ID + ": " + v.Word.With("en", v.Detail), v.ID + ": " + v.Word.With("es", v.Detail)}
 }
 
-func walled(w words.Word) bool { return w == words.Walled || w == words.WalledNoSeccomp }
-
-func notWalled(w words.Word) bool {
-	return w == words.NotWalledChoice || w == words.NotWalledHost || w == words.NotWalledOperator
+// walled reports whether w is a vat running inside its wall (one that
+// shares a host resource included).
+func walled(w words.Word) bool {
+	return w == words.Walled || w == words.WalledNoSeccomp || w == words.NotWalledShares
 }
+
+func notWalled(w words.Word) bool { return w.NotWalled() }
 
 // Boot sends this boot's notices for vats (their words once they settled):
 //

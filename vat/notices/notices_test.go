@@ -221,3 +221,30 @@ func TestWebhook(t *testing.T) {
 		t.Fatalf("the webhook got %q (%v); want the kill-switch notice", got, err)
 	}
 }
+
+// TestBootNamesApprovedAndShares: an approved command and a vat that
+// shares a host resource are not walled, and the per-boot notice says
+// each one's word, the share's name included.
+func TestBootNamesApprovedAndShares(t *testing.T) {
+	sw, err := switches.New(switches.Config{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := New(Config{Switches: sw})
+	c.Boot(context.Background(), []Vat{
+		{ID: "alice", Word: words.Walled},
+		{ID: "pg", Word: words.NotWalledApproved},
+		{ID: "media", Word: words.NotWalledShares, Detail: "Crow's database"},
+	})
+	got := c.List()
+	if len(got) == 0 || got[0].Kind != SomeNotWalled {
+		t.Fatalf("notices %+v; want some-not-walled first", got)
+	}
+	want := []Text{
+		{"pg: not walled (approved commands)", "pg: sin muro (órdenes aprobadas)"},
+		{"media: not walled: shares Crow's database", "media: sin muro: comparte Crow's database"},
+	}
+	if l := got[0].Lines; len(l) != len(want) || l[0] != want[0] || l[1] != want[1] {
+		t.Errorf("some-not-walled lines = %+v; want %+v", l, want)
+	}
+}

@@ -356,11 +356,16 @@ type Status struct {
 	WallLine   string `json:"wall_line,omitempty"`
 	WallLineES string `json:"wall_line_es,omitempty"`
 
-	word words.Word
+	word   words.Word
+	detail string
 }
 
 // Word returns the status word.
 func (st Status) Word() words.Word { return st.word }
+
+// WordDetail returns what the status word names beside it (a memory
+// limit, the shares of "not walled: shares <names>"), or "".
+func (st Status) WordDetail() string { return st.detail }
 
 func (s *Supervisor) status(v *vat) Status {
 	v.mu.Lock()
@@ -379,7 +384,7 @@ func (s *Supervisor) status(v *vat) Status {
 	st := Status{
 		ID: v.id, Status: v.word.With("en", detail), StatusES: v.word.With("es", detail), Tier: v.tier,
 		Code: v.rec.Code, Grant: g, PID: v.pid, Restarts: v.restarts,
-		LastExit: v.lastExit, LastError: v.lastError, Installed: v.rec.Installed, UID: v.rec.UID, word: v.word,
+		LastExit: v.lastExit, LastError: v.lastError, Installed: v.rec.Installed, UID: v.rec.UID, word: v.word, detail: detail,
 		Doors:     append([]string(nil), v.doors...),
 		Dropped:   droppedText(v.dropped),
 		OwnLimits: v.rec.Limits,

@@ -180,6 +180,7 @@ func (u *UI) vatView(st supervisor.Status, h Host, lang string) VatView {
 			v.Facts = append(v.Facts, Fact{Key: key, Label: label.In(lang), Values: kept})
 		}
 	}
+	add("wall_line", words.PageWallLine, pick(lang, st.WallLine, st.WallLineES))
 	add("damaged", words.PageLastError, st.Damaged)
 	add("limits", words.PageLimits, u.limits(st, lang)...)
 	add("dropped", words.PageDropped, st.Dropped...)
@@ -208,7 +209,7 @@ func (u *UI) vatView(st supervisor.Status, h Host, lang string) VatView {
 // unwalled, and nothing for one that does not run.
 func (u *UI) limits(st supervisor.Status, lang string) []string {
 	w := st.Word()
-	if w == words.NotWalledChoice || w == words.NotWalledHost || w == words.NotWalledOperator {
+	if w.Unwalled() {
 		return []string{words.PageNoLimits.In(lang)}
 	}
 	if st.PID == 0 || st.Limits == nil {
@@ -268,7 +269,7 @@ func class(w words.Word) string {
 	switch {
 	case w == words.Walled || w == words.WalledNoSeccomp:
 		return "walled"
-	case w == words.NotWalledChoice || w == words.NotWalledHost || w == words.NotWalledOperator:
+	case w.NotWalled():
 		return "unwalled"
 	case w.Off():
 		return "off"

@@ -75,6 +75,8 @@ const (
 	PageDelivered
 	PageNotDelivered
 	PageCardNeedsAdmin
+	// The heading of a vat's wall line (supervisor.Status.WallLine).
+	PageWallLine
 )
 
 var phrases = map[Phrase]pair{
@@ -141,6 +143,7 @@ var phrases = map[Phrase]pair{
 	PageDelivered:       {"delivered", "entregado"},
 	PageNotDelivered:    {"not delivered", "no entregado"},
 	PageCardNeedsAdmin:  {"Use the admin socket to act on this card:", "Usa el socket de administración para actuar sobre esta tarjeta:"},
+	PageWallLine:        {"its wall", "su muro"},
 }
 
 // In returns the phrase in lang ("en" or "es"; anything else is English).
@@ -161,7 +164,7 @@ func (p Phrase) String() string { return p.In("en") }
 // Phrases lists every phrase, for tests.
 func Phrases() []Phrase {
 	out := make([]Phrase, 0, len(phrases))
-	for p := NoticeSomeNotWalled; p <= PageCardNeedsAdmin; p++ {
+	for p := NoticeSomeNotWalled; p <= PageWallLine; p++ {
 		out = append(out, p)
 	}
 	return out

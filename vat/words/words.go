@@ -156,6 +156,20 @@ func (w Word) Serving() bool {
 	return false
 }
 
+// Unwalled reports whether w means the app runs without a wall (a
+// switch, an approved command, no bubblewrap).
+func (w Word) Unwalled() bool {
+	switch w {
+	case NotWalledChoice, NotWalledHost, NotWalledOperator, NotWalledNoBwrap, NotWalledNoBwrapDocker, NotWalledApproved:
+		return true
+	}
+	return false
+}
+
+// NotWalled reports whether w reads "not walled": the app runs without a
+// wall, or inside one that shares a host resource with the host.
+func (w Word) NotWalled() bool { return w.Unwalled() || w == NotWalledShares }
+
 // Routed reports whether public requests go to the app under w: when it
 // serves, and when it last did not answer (a request is how it is seen to
 // answer again).

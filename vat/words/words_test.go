@@ -132,3 +132,19 @@ func TestNamedWord(t *testing.T) {
 		t.Errorf("With = %q; want %q", got, want)
 	}
 }
+
+// TestUnwalled: every word that reads "not walled" says so, and every
+// unwalled word is one a running app has.
+func TestUnwalled(t *testing.T) {
+	for _, w := range All() {
+		if got := strings.HasPrefix(w.String(), "not walled"); got != w.NotWalled() {
+			t.Errorf("%q: NotWalled() = %v", w, w.NotWalled())
+		}
+		if w.Unwalled() && (!w.NotWalled() || !w.Serving()) {
+			t.Errorf("%q is unwalled but not a serving not-walled word", w)
+		}
+	}
+	if NotWalledShares.Unwalled() {
+		t.Error("a vat that shares a host resource still runs inside its wall")
+	}
+}
