@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // hostDir makes a folder outside the plan's state dir, for the operator's
@@ -168,5 +169,30 @@ func TestAppArmorFix(t *testing.T) {
 	}
 	if cause, fix := diagnose(probeTimedOut+" after 10s", ""); !strings.Contains(cause, "did not finish") || fix == "" {
 		t.Errorf("diagnose(timed out) = %q, %q; want the timeout named", cause, fix)
+	}
+}
+
+// TestProbeTimedOut: a bubblewrap that never finishes its sandbox (here a
+// program that hangs) is a probe that timed out, named as such, never
+// a pass.
+func TestProbeTimedOut(t *testing.T) {
+	dir, err := os.MkdirTemp("", "tbx-hang-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil { // the probe runs as 65534 under root
+		t.Fatal(err)
+	}
+	hang := filepath.Join(dir, "bwrap")
+	if err := os.WriteFile(hang, []byte("#!/bin/sh\nexec /bin/sleep 60\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old := probeTimeout
+	probeTimeout = 300 * time.Millisecond
+	t.Cleanup(func() { probeTimeout = old })
+	err = Probe(context.Background(), hang)
+	if !errors.Is(err, ErrProbe) || !strings.Contains(err.Error(), "did not finish in 300ms") || !strings.Contains(err.Error(), "fix: ") {
+		t.Errorf("Probe(a bwrap that hangs) = %v; want the timeout named, with a fix", err)
 	}
 }

@@ -16,8 +16,9 @@ import (
 	"toybox/vat/wall/seccomp"
 )
 
-// probeTimeout bounds the preflight sandbox.
-const probeTimeout = 10 * time.Second
+// probeTimeout bounds the preflight sandbox (a variable for the test of
+// a probe that hangs).
+var probeTimeout = 10 * time.Second
 
 // Probe starts a real (minimal) sandbox the way Start would, with the
 // bubblewrap at bwrap (empty: bwrap on $PATH): as the uid a wall runs as,
