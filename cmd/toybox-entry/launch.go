@@ -30,6 +30,16 @@ type launch struct {
 	ForwardFDs   []int // their listening sockets
 	// MCP: a stdio MCP vat's launch (no app; the spawner instead).
 	MCP *launchMCP
+	// Listen: the app's own port and the relay the launcher started.
+	Listen *launchListen
+}
+
+// launchListen is what the launcher read of --listen-port and
+// --listen-path, and the relay it started (its socket and pid).
+type launchListen struct {
+	Port              int
+	Path              string
+	RelayFD, RelayPid int
 }
 
 // launchMCP is what the launcher read of the --mcp-* flags, and the
@@ -63,6 +73,7 @@ const (
 	stageLock
 	stageSpawner
 	stageMCPFD
+	stageListen
 )
 
 // flags is main's own reading of the arguments the launcher read.
@@ -71,6 +82,8 @@ type flags struct {
 	forwards                   []entry.Forward
 	argv                       []string
 	mcp                        *launchMCP // FD, Mode, Era, MaxProcs, IdleSeconds as main read them
+	listenPort                 int
+	listenPath                 string
 }
 
 // check returns why the launch did not start the app as f says it should,
@@ -98,6 +111,8 @@ func (l launch) check(f flags) (int, error) {
 			return entry.ExitSetup, fmt.Errorf("starting the MCP spawner: %w", err)
 		case stageMCPFD:
 			return entry.ExitSetup, fmt.Errorf("the MCP listener (--mcp-fd): %w", err)
+		case stageListen:
+			return entry.ExitSetup, fmt.Errorf("starting the relay to the app's port %d: %w", l.Port, err)
 		case stageCloexec:
 			return entry.ExitSetup, fmt.Errorf("marking descriptors close-on-exec: %w", err)
 		case stageForward:
@@ -119,6 +134,9 @@ func (l launch) check(f flags) (int, error) {
 	if (l.MCP == nil) != (f.mcp == nil) || (l.MCP != nil && (l.MCP.FD != f.mcp.FD || l.MCP.Mode != f.mcp.Mode || l.MCP.Era != f.mcp.Era ||
 		l.MCP.MaxProcs != f.mcp.MaxProcs || l.MCP.IdleSeconds != f.mcp.IdleSeconds || l.MCP.SpawnerFD < 3 || l.MCP.SpawnerPid <= 0)) {
 		return entry.ExitSetup, fmt.Errorf("the launcher read the MCP flags differently (%+v, %+v)", l.MCP, f.mcp)
+	}
+	if (l.Listen == nil) != (f.listenPort == 0) || (l.Listen != nil && (l.Listen.Port != f.listenPort || l.Listen.Path != f.listenPath || l.Listen.RelayFD < 3 || l.Listen.RelayPid <= 0)) {
+		return entry.ExitSetup, fmt.Errorf("the launcher read the listen flags differently (%+v; port %d, path %q)", l.Listen, f.listenPort, f.listenPath)
 	}
 	if l.CapFD != f.capFD || l.AppCapFD != f.appCapFD || l.ProxyPort != f.proxyPort ||
 		!slices.Equal(l.ForwardPorts, ports) || l.ArgvAt != len(os.Args)-len(f.argv) {

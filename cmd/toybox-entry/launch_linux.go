@@ -56,6 +56,11 @@ func launched() launch {
 		r.Stage = stageSpawner
 	case C.TE_STAGE_MCPFD:
 		r.Stage = stageMCPFD
+	case C.TE_STAGE_LISTEN:
+		r.Stage = stageListen
+	}
+	if l.listen_port > 0 {
+		r.Listen = &launchListen{Port: int(l.listen_port), Path: cString(l.listen_path), RelayFD: int(l.relay_fd), RelayPid: int(l.relay_pid)}
 	}
 	if l.mcp != 0 {
 		r.MCP = &launchMCP{

@@ -129,6 +129,14 @@ func TestLauncherRefusesAndSaysWhy(t *testing.T) {
 		{"an MCP flag without --mcp", []string{"--mcp-fd", "4", "--app-cap-fd", "3"}, "", entry.ExitSetup, "an --mcp-* flag without --mcp stdio"},
 		{"the app's capability as the MCP listener", []string{"--mcp", "stdio", "--mcp-fd", "3", "--app-cap-fd", "3"}, "", entry.ExitSetup, "--mcp-fd names the descriptor of a capability"},
 		{"a closed MCP listener", []string{"--mcp", "stdio", "--mcp-fd", "9", "--app-cap-fd", "3"}, "", entry.ExitSetup, "the MCP listener (--mcp-fd): fcntl: bad file descriptor"},
+		{"a listen port out of range", []string{"--listen-port", "65536", "--listen-path", "/tmp/x.sock", "--app-cap-fd", "3"}, "", entry.ExitSetup, "--listen-port is not a plain decimal port from 1 to 65535"},
+		{"a listen port 0", []string{"--listen-port", "0", "--listen-path", "/tmp/x.sock", "--app-cap-fd", "3"}, "", entry.ExitSetup, "--listen-port is not a plain decimal port from 1 to 65535"},
+		{"a listen port without its path", []string{"--listen-port", "3000", "--app-cap-fd", "3"}, "", entry.ExitSetup, "--listen-port and --listen-path come together"},
+		{"a relative listen path", []string{"--listen-port", "3000", "--listen-path", "x.sock", "--app-cap-fd", "3"}, "", entry.ExitSetup, "--listen-path is not an absolute path shorter than a unix socket's"},
+		{"a listen path too long for a socket", []string{"--listen-port", "3000", "--listen-path", "/" + strings.Repeat("a", 108), "--app-cap-fd", "3"}, "", entry.ExitSetup, "--listen-path is not an absolute path shorter"},
+		{"the proxy's port to listen on", []string{"--cap-fd", "4", "--proxy-port", "39080", "--listen-port", "39080", "--listen-path", "/tmp/x.sock", "--app-cap-fd", "3"}, "", entry.ExitSetup, "--listen-port is the proxy's port"},
+		{"a forwarded port to listen on", []string{"--cap-fd", "4", "--forward", "5432=db.lan:5432", "--listen-port", "5432", "--listen-path", "/tmp/x.sock", "--app-cap-fd", "3"}, "", entry.ExitSetup, "--listen-port is a forwarded port"},
+		{"listen beside a stdio MCP server", []string{"--mcp", "stdio", "--mcp-fd", "4", "--listen-port", "3000", "--listen-path", "/tmp/x.sock", "--app-cap-fd", "3"}, "", entry.ExitSetup, "--listen-port with --mcp stdio"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			marker := filepath.Join(t.TempDir(), "ran")
@@ -188,6 +196,12 @@ func TestLaunchCheck(t *testing.T) {
 		{"spawner failed", func(l *launch) {
 			*l = launch{State: launchFailed, Stage: stageSpawner, Call: "fork", Err: syscall.EAGAIN}
 		}, entry.ExitSetup, "starting the MCP spawner: fork: resource temporarily unavailable"},
+		{"listen read otherwise", func(l *launch) {
+			l.Listen = &launchListen{Port: 3001, Path: "/run/toybox/app.sock", RelayFD: 6, RelayPid: 7}
+		}, entry.ExitSetup, "read the listen flags differently"},
+		{"relay failed", func(l *launch) {
+			*l = launch{State: launchFailed, Stage: stageListen, Call: "fork", Err: syscall.EAGAIN, Port: 3000}
+		}, entry.ExitSetup, "starting the relay to the app's port 3000: fork: resource temporarily unavailable"},
 		{"spawn failed", func(l *launch) {
 			*l = launch{State: launchFailed, Stage: stageSpawn, Call: "posix_spawn", Err: syscall.EACCES}
 		}, entry.ExitExec, "starting /app: permission denied"},

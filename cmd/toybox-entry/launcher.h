@@ -19,6 +19,7 @@ enum {
 	TE_STAGE_LOCK = 8,    // the entry's own seccomp filter
 	TE_STAGE_SPAWNER = 9, // starting the MCP spawner
 	TE_STAGE_MCPFD = 10,  // the MCP listener is not an open descriptor
+	TE_STAGE_LISTEN = 11, // starting the app's port relay (te_relay)
 };
 
 #define TE_MAX_LISTEN 256
@@ -42,6 +43,12 @@ struct te_launch {
 	int mcp, mcp_fd, mcp_max_procs, mcp_idle_seconds;
 	const char *mcp_mode, *mcp_era;
 	int spawner_fd, spawner_pid;
+	// The app's own TCP port (--listen-port) and $TOYBOX_LISTEN
+	// (--listen-path), and the relay helper that makes the socket there
+	// and connects to the port (te_relay).
+	int listen_port;
+	const char *listen_path;
+	int relay_fd, relay_pid;
 };
 
 // te_launch is what the launcher did, for main to read.

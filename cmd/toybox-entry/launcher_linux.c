@@ -4,7 +4,9 @@
 // It reads the entry's flags (the subset it needs, in the flag package's
 // syntax), marks every inherited descriptor from 3 up close-on-exec, makes
 // this process undumpable, binds the wall's loopback ports, and starts the
-// app with posix_spawn (fds 0, 1, 2 and the app's capability as 3). The app
+// app with posix_spawn (fds 0, 1, 2 and the app's capability as 3; the
+// leader of a process group of its own, which the entry forwards stop
+// requests to). The app
 // starts about a tenth of a millisecond after the entry's exec, instead of
 // after the Go runtime's start and the package inits (a few milliseconds
 // here); the runtime then starts beside the app. main reads what it did from
@@ -15,6 +17,11 @@
 // the entry's bridge asks it for each process of the app's command. Its
 // processes are the entry's children (CLONE_PARENT), so the entry reaps
 // them as it reaps the app.
+//
+// An app that listens on a TCP port (--listen-port) gets a relay too
+// (te_relay), forked once the app runs and before the entry locks itself:
+// it makes $TOYBOX_LISTEN once the port accepts, and connects to the port
+// for the entry, which may make no socket itself.
 //
 // It acts only on arguments it fully understands and that main's flag
 // parsing will accept too (known flags, plain decimal numbers, a known log
@@ -29,6 +36,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/un.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
@@ -131,6 +139,7 @@ static int te_parse(int argc, char **argv) {
 	l->proxy_fd = -1;
 	l->mcp_fd = -1;
 	l->spawner_fd = -1;
+	l->relay_fd = -1;
 	int mcp_flags = 0;
 	int i = 1;
 	while (i < argc) {
@@ -235,11 +244,40 @@ static int te_parse(int argc, char **argv) {
 				return -1;
 			}
 			mcp_flags++;
+		} else if (te_flag(name, n, "listen-port")) {
+			if ((l->listen_port = (int)te_uint(v, vn, 65535)) <= 0) {
+				l->why = "--listen-port is not a plain decimal port from 1 to 65535";
+				return -1;
+			}
+		} else if (te_flag(name, n, "listen-path")) {
+			if (v[0] != '/' || vn >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
+				l->why = "--listen-path is not an absolute path shorter than a unix socket's";
+				return -1;
+			}
+			l->listen_path = v;
 		} else {
 			l->why = "an unknown flag";
 			return -1;
 		}
 		i++;
+	}
+	if ((l->listen_port > 0) != (l->listen_path != NULL)) {
+		l->why = "--listen-port and --listen-path come together";
+		return -1;
+	}
+	if (l->listen_port > 0 && l->mcp) {
+		l->why = "--listen-port with --mcp stdio (a stdio MCP server listens on nothing)";
+		return -1;
+	}
+	if (l->listen_port > 0 && l->listen_port == l->proxy_port) {
+		l->why = "--listen-port is the proxy's port";
+		return -1;
+	}
+	for (int f = 0; f < l->nforward; f++) {
+		if (l->listen_port > 0 && l->listen_port == l->forward_port[f]) {
+			l->why = "--listen-port is a forwarded port";
+			return -1;
+		}
 	}
 	if (mcp_flags > 0 && !l->mcp) {
 		l->why = "an --mcp-* flag without --mcp stdio";
@@ -324,7 +362,7 @@ static int te_cloexec_all(const char **call) {
 
 static int te_kept(int fd) {
 	struct te_launch *l = &te_launch;
-	if (fd == l->cap_fd || fd == l->proxy_fd || fd == l->mcp_fd || fd == l->spawner_fd) {
+	if (fd == l->cap_fd || fd == l->proxy_fd || fd == l->mcp_fd || fd == l->spawner_fd || fd == l->relay_fd) {
 		return 1;
 	}
 	for (int i = 0; i < l->nforward; i++) {
@@ -346,11 +384,12 @@ static int te_close_others(const char **call) {
 		// the next kept descriptor at or above lo
 		long next = -1;
 		struct te_launch *l = &te_launch;
-		int cand[TE_MAX_LISTEN + 4], nc = 0;
+		int cand[TE_MAX_LISTEN + 5], nc = 0;
 		cand[nc++] = l->cap_fd;
 		cand[nc++] = l->proxy_fd;
 		cand[nc++] = l->mcp_fd;
 		cand[nc++] = l->spawner_fd;
+		cand[nc++] = l->relay_fd;
 		for (int i = 0; i < l->nforward; i++) {
 			cand[nc++] = l->forward_fd[i];
 		}
@@ -438,13 +477,16 @@ static void te_close_listeners(void) {
 // no handler yet; the supervisor asks again until one is there.)
 static void te_wait_for_need(void) {
 	struct te_launch *l = &te_launch;
-	struct pollfd p[TE_MAX_LISTEN + 2];
+	struct pollfd p[TE_MAX_LISTEN + 3];
 	int n = 0;
 	for (int i = 0; i < l->nforward; i++) {
 		p[n++] = (struct pollfd){.fd = l->forward_fd[i], .events = POLLIN};
 	}
 	if (l->proxy_fd >= 0) {
 		p[n++] = (struct pollfd){.fd = l->proxy_fd, .events = POLLIN};
+	}
+	if (l->relay_fd >= 0) {
+		p[n++] = (struct pollfd){.fd = l->relay_fd, .events = POLLIN}; // the app's port accepts
 	}
 	int app = (int)syscall(SYS_pidfd_open, l->app_pid, 0);
 	if (app >= 0) {
@@ -555,17 +597,23 @@ static void te_spawner(int sock, char **argv) {
 	}
 }
 
-// te_start_spawner forks the MCP spawner; the entry keeps the other end
-// of its socket.
-static int te_start_spawner(char **argv, const char **call) {
-	struct te_launch *l = &te_launch;
+// te_argv is the entry's argv, for the spawner (te_run_spawner).
+static char **te_argv;
+
+static void te_run_spawner(int sock) { te_spawner(sock, te_argv + te_launch.argv_at); }
+
+// te_fork_helper forks a helper of the entry (the MCP spawner, the port
+// relay) before the entry locks itself, joined to it by a socketpair: the
+// child runs run on its end and never returns; the entry keeps the other
+// end in *fd and the child's pid in *pid.
+static int te_fork_helper(void (*run)(int sock), int *fd, int *pid, const char **call) {
 	int sv[2];
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
 		*call = "socketpair";
 		return -1;
 	}
-	pid_t pid = fork();
-	if (pid < 0) {
+	pid_t child = fork();
+	if (child < 0) {
 		int err = errno;
 		close(sv[0]);
 		close(sv[1]);
@@ -573,16 +621,145 @@ static int te_start_spawner(char **argv, const char **call) {
 		*call = "fork";
 		return -1;
 	}
-	if (pid == 0) {
+	if (child == 0) {
 		close(sv[0]);
-		te_spawner(sv[1], argv + l->argv_at);
+		run(sv[1]);
 		_exit(1);
 	}
 	close(sv[1]);
-	l->spawner_fd = sv[0];
-	l->spawner_pid = (int)pid;
+	*fd = sv[0];
+	*pid = (int)child;
 	return 0;
 }
+
+// TE_RELAY_FAST_TRIES is how many times the relay looks for the app's port
+// 1 ms apart before it looks every TE_RELAY_SLOW_MS: a server that starts
+// fast is found at once, one that starts slowly costs 100 tries a second.
+#define TE_RELAY_FAST_TRIES 200
+#define TE_RELAY_SLOW_MS 10
+
+// te_app_dial connects a new socket to the app's port on loopback (IPv6
+// when v6); the socket, or -errno.
+static int te_app_dial(int v6, int port) {
+	int fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		return -errno;
+	}
+	int r;
+	if (v6) {
+		struct sockaddr_in6 sa = {0};
+		sa.sin6_family = AF_INET6;
+		sa.sin6_port = htons((unsigned short)port);
+		sa.sin6_addr = in6addr_loopback;
+		r = connect(fd, (struct sockaddr *)&sa, sizeof sa);
+	} else {
+		struct sockaddr_in sa = {0};
+		sa.sin_family = AF_INET;
+		sa.sin_port = htons((unsigned short)port);
+		sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		r = connect(fd, (struct sockaddr *)&sa, sizeof sa);
+	}
+	if (r != 0) {
+		int e = errno;
+		close(fd);
+		return -e;
+	}
+	return fd;
+}
+
+// te_relay_send answers the entry: {errno, 0} with fd, or {errno, 0}
+// alone when fd is negative.
+static void te_relay_send(int sock, int err, int fd) {
+	int rep[2] = {err, 0};
+	struct iovec iov = {.iov_base = rep, .iov_len = sizeof rep};
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+	if (fd >= 0) {
+		msg.msg_control = u.buf;
+		msg.msg_controllen = sizeof u.buf;
+		struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &fd, sizeof fd);
+	}
+	(void)sendmsg(sock, &msg, MSG_NOSIGNAL);
+}
+
+// te_relay is the app's port relay (a child of the entry forked before
+// the entry's own filter, which refuses socket and connect). It holds only
+// its socket and fds 0-2, and connects to one place: the app's port on
+// loopback, inside the wall's own network namespace.
+//  1. It waits until the port accepts (127.0.0.1, else ::1), trying every
+//     millisecond, then every TE_RELAY_SLOW_MS; each try that connects is
+//     closed at once.
+//  2. It makes the listening socket at the listen path ($TOYBOX_LISTEN)
+//     and hands it to the entry: {0, 0} with the socket, or {errno, 0}.
+//     The supervisor's readiness check then finds a socket that accepts.
+//  3. Each byte the entry sends asks for one connection to the port:
+//     {0, 0} with the connected socket, or {errno, 0}.
+// EOF on its socket (the entry is gone) ends it.
+static void te_relay(int sock, int port, const char *path) {
+	(void)prctl(PR_SET_NAME, "toybox-relay", 0, 0, 0);
+	if (sock > 3) {
+		(void)syscall(SYS_close_range, 3U, (unsigned)sock - 1, 0U);
+	}
+	(void)syscall(SYS_close_range, (unsigned)sock + 1, ~0U, 0U);
+	// No signal interrupts a call here; the entry's end ends the wall.
+	sigset_t all;
+	sigfillset(&all);
+	sigprocmask(SIG_BLOCK, &all, NULL);
+	int v6 = 0;
+	for (int n = 0;; n++) {
+		int fd = te_app_dial(0, port);
+		if (fd < 0) {
+			fd = te_app_dial(1, port);
+			v6 = 1;
+		}
+		if (fd >= 0) {
+			close(fd);
+			break;
+		}
+		v6 = 0;
+		struct pollfd p = {.fd = sock, .events = POLLIN};
+		if (poll(&p, 1, n < TE_RELAY_FAST_TRIES ? 1 : TE_RELAY_SLOW_MS) > 0) {
+			_exit(0); // the entry writes nothing before it has the socket: it is gone
+		}
+	}
+	int l = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (l < 0) {
+		te_relay_send(sock, errno, -1);
+		_exit(1);
+	}
+	struct sockaddr_un su = {0};
+	su.sun_family = AF_UNIX;
+	strncpy(su.sun_path, path, sizeof su.sun_path - 1);
+	// A socket left by an earlier start of the vat (or made by its app).
+	(void)unlink(path);
+	if (bind(l, (struct sockaddr *)&su, sizeof su) != 0 || listen(l, 4096) != 0) {
+		te_relay_send(sock, errno, -1);
+		_exit(1);
+	}
+	te_relay_send(sock, 0, l);
+	close(l);
+	for (;;) {
+		char b;
+		ssize_t n = recv(sock, &b, 1, 0);
+		if (n <= 0) {
+			_exit(0);
+		}
+		int fd = te_app_dial(v6, port);
+		te_relay_send(sock, fd < 0 ? -fd : 0, fd);
+		if (fd >= 0) {
+			close(fd);
+		}
+	}
+}
+
+static void te_run_relay(int sock) { te_relay(sock, te_launch.listen_port, te_launch.listen_path); }
 
 #if defined(__x86_64__)
 #define TE_AUDIT_ARCH AUDIT_ARCH_X86_64
@@ -641,6 +818,7 @@ void te_launcher(int argc, char **argv, char **envp) {
 	if (te_parse(argc, argv) != 0) {
 		return;
 	}
+	te_argv = argv;
 	// Nobody in the wall (the app shares the uid) may read or write this
 	// process's memory or descriptors through /proc.
 	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
@@ -702,7 +880,7 @@ void te_launcher(int argc, char **argv, char **envp) {
 		// The spawner takes the app's place (its processes inherit the
 		// lowered limit); the app's capability is closed with the rest
 		// below: a stdio MCP vat's processes hold fds 0-2 only.
-		int rc = te_start_spawner(argv, &call) != 0 ? errno : 0;
+		int rc = te_fork_helper(te_run_spawner, &l->spawner_fd, &l->spawner_pid, &call) != 0 ? errno : 0;
 		if (lowered) {
 			(void)setrlimit(RLIMIT_NPROC, &tasks);
 		}
@@ -713,24 +891,49 @@ void te_launcher(int argc, char **argv, char **envp) {
 		}
 	} else {
 		posix_spawn_file_actions_t fa;
+		posix_spawnattr_t at;
 		int rc = posix_spawn_file_actions_init(&fa);
 		if (rc == 0) {
 			// dup2 onto itself clears close-on-exec (glibc >= 2.29).
 			rc = posix_spawn_file_actions_adddup2(&fa, l->app_cap_fd, 3);
 		}
+		int rca = posix_spawnattr_init(&at);
+		if (rc == 0) {
+			rc = rca;
+		}
+		if (rc == 0) {
+			// The app leads a process group of its own: a stop request
+			// reaches it and every process it started (npm and its
+			// node, a shell and its pipeline), as a terminal's would.
+			rc = posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP);
+		}
+		if (rc == 0) {
+			rc = posix_spawnattr_setpgroup(&at, 0);
+		}
 		if (rc == 0) {
 			pid_t pid;
-			rc = posix_spawn(&pid, argv[l->argv_at], &fa, NULL, argv + l->argv_at, environ);
+			rc = posix_spawn(&pid, argv[l->argv_at], &fa, &at, argv + l->argv_at, environ);
 			if (rc == 0) {
 				l->app_pid = (int)pid;
 			}
 		}
 		posix_spawn_file_actions_destroy(&fa);
+		if (rca == 0) {
+			posix_spawnattr_destroy(&at);
+		}
 		if (lowered) {
 			(void)setrlimit(RLIMIT_NPROC, &tasks); // up to the hard limit: allowed
 		}
 		if (rc != 0) {
 			te_fail(TE_STAGE_SPAWN, "posix_spawn", rc, 0);
+			te_close_listeners();
+			return;
+		}
+		// The relay starts once the app runs, so the app's start does
+		// not wait for it.
+		if (l->listen_port > 0 && te_fork_helper(te_run_relay, &l->relay_fd, &l->relay_pid, &call) != 0) {
+			// The app runs; main kills it (fail closed).
+			te_fail(TE_STAGE_LISTEN, call, errno, l->listen_port);
 			te_close_listeners();
 			return;
 		}
@@ -747,7 +950,7 @@ void te_launcher(int argc, char **argv, char **envp) {
 		return;
 	}
 	l->state = TE_STARTED;
-	if (l->cap_fd >= 3 && !l->mcp) {
+	if (!l->mcp) {
 		te_wait_for_need();
 	}
 }

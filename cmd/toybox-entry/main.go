@@ -1,9 +1,15 @@
 // Command toybox-entry is the first program inside a wall. bubblewrap runs it
 // as the wall's pid 1; it runs the app with exactly fds 0, 1, 2 and 3 (fd 3
-// from --app-cap-fd) and serves the vat's CONNECT proxy and forwarded ports
-// through the vat's Handle (from --cap-fd):
+// from --app-cap-fd) in a process group of its own, forwards stop requests
+// to that group, reaps every orphan, and serves the vat's CONNECT proxy and
+// forwarded ports through the vat's Handle (from --cap-fd; absent for a vat
+// with no way out):
 //
-//	toybox-entry --vat ID [--cap-fd N --proxy-port P [--forward PORT=HOST:PORT]...] --app-cap-fd N -- APP [ARGS...]
+//	toybox-entry --vat ID [--cap-fd N --proxy-port P [--forward PORT=HOST:PORT]...] [--listen-port N --listen-path PATH] --app-cap-fd N -- APP [ARGS...]
+//
+// With --listen-port the app listens on a TCP port of the wall's loopback:
+// once it accepts, the entry makes the unix socket --listen-path names
+// ($TOYBOX_LISTEN) and relays each connection there to the port.
 //
 // With --mcp stdio it serves a stdio MCP vat instead: the bridge on the
 // listening socket --mcp-fd names, which starts APP per session
@@ -92,6 +98,8 @@ func main() {
 	mcpEra := fs.String("mcp-era", "", "legacy, modern or dual: the vat's era from its install probe (with --mcp)")
 	mcpMaxProcs := fs.Int("mcp-max-procs", 0, "the most processes of the command at once (with --mcp; 0: 8)")
 	mcpIdle := fs.Int("mcp-idle-seconds", 0, "end a session idle this long (with --mcp; 0: 600)")
+	listenPort := fs.Int("listen-port", 0, "the app's own TCP port on loopback, which $TOYBOX_LISTEN is relayed to (0: none)")
+	listenPath := fs.String("listen-path", "", "$TOYBOX_LISTEN, made once the app's port accepts (with --listen-port)")
 	failed := func(code int, err error) {
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "toybox-entry:", err)
@@ -102,6 +110,9 @@ func main() {
 		}
 		if l.MCP != nil && l.MCP.SpawnerPid > 0 {
 			entry.Kill(l.MCP.SpawnerPid)
+		}
+		if l.Listen != nil && l.Listen.RelayPid > 0 {
+			entry.Kill(l.Listen.RelayPid)
 		}
 		os.Exit(code)
 	}
@@ -118,7 +129,7 @@ func main() {
 	if len(fs.Args()) == 0 {
 		failed(entry.ExitExec, errors.New("no command"))
 	}
-	f := flags{capFD: *capFD, appCapFD: *appCapFD, proxyPort: *proxyPort, forwards: fwd, argv: fs.Args()}
+	f := flags{capFD: *capFD, appCapFD: *appCapFD, proxyPort: *proxyPort, forwards: fwd, argv: fs.Args(), listenPort: *listenPort, listenPath: *listenPath}
 	if *mcpTransport != "" {
 		f.mcp = &launchMCP{FD: *mcpFD, Mode: *mcpMode, Era: *mcpEra, MaxProcs: *mcpMaxProcs, IdleSeconds: *mcpIdle}
 	}
@@ -135,6 +146,9 @@ func main() {
 	}
 	if *capFD >= 3 {
 		cfg.Cap = os.NewFile(uintptr(*capFD), "entry-cap")
+	}
+	if l.Listen != nil {
+		cfg.Listen = &entry.Listen{Port: l.Listen.Port, Relay: os.NewFile(uintptr(l.Listen.RelayFD), "listen-relay"), RelayPid: l.Listen.RelayPid}
 	}
 	if l.MCP != nil {
 		mode, err := bridge.ParseMode(*mcpMode)

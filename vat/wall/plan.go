@@ -104,9 +104,9 @@ type Plan struct {
 	Chdir string
 	// Command is the app's argv; Command[0] is an absolute path inside.
 	Command []string
-	// EntryPath is the host path of toybox-entry, which the wall runs
-	// from a descriptor (OpExecFD) and never mounts; empty when the vat has
-	// no way out (NoNet), whose app is the wall's first process itself.
+	// EntryPath is the host path of toybox-entry, the wall's pid 1 in
+	// every wall, which the wall runs from a descriptor (OpExecFD) and
+	// never mounts.
 	EntryPath string
 	// ProxyPort is the CONNECT proxy's port; 0 when Net.None.
 	ProxyPort int
@@ -130,9 +130,12 @@ type Plan struct {
 	// Inotify reports whether the filter lets the wall use inotify
 	// (Spec.Inotify).
 	Inotify bool
-	// NoNet: the vat has no way out: no entry, no proxy, no capability
-	// but the app's own fd 3.
+	// NoNet: the vat has no way out: no proxy, no forwards, no capability
+	// but the app's own fd 3. toybox-entry still runs as the wall's pid 1.
 	NoNet bool
+	// ListenPort is the app's TCP port on loopback (Spec.ListenPort); 0
+	// when the app listens on $TOYBOX_LISTEN itself.
+	ListenPort int
 	// MaxTasks is the wall's task limit (RLIMIT_NPROC, soft and hard), set
 	// on the wall's first process before it runs anything of the vat's.
 	MaxTasks int
@@ -798,17 +801,13 @@ func (b *planner) inSystem(p string) bool {
 	return false
 }
 
-// entry hands toybox-entry to the wall when the vat has a network shape to
-// serve. It is run from its descriptor (through the wall's /proc), not
-// bound: a bind costs bubblewrap a pass over the mount table, and the app
-// has no use for the entry's file. A vat with no way out runs its app as
-// the wall's first process: no proxy, no forwards, nothing for an entry
-// to do.
+// entry hands toybox-entry to the wall, whose pid 1 it is in every wall:
+// it forwards stop requests to the app's process group, reaps orphans and
+// passes the app's exit status on (an app that is pid 1 itself ignores a
+// SIGTERM it has no handler for). It is run from its descriptor (through
+// the wall's /proc), not bound: a bind costs bubblewrap a pass over the
+// mount table, and the app has no use for the entry's file.
 func (b *planner) entry() error {
-	if b.p.NoNet && b.p.MCP == nil {
-		b.p.EntryPath = ""
-		return nil
-	}
 	s := b.spec
 	if !filepath.IsAbs(s.EntryPath) {
 		return fmt.Errorf("%w: entry path %q is not absolute", ErrSpec, s.EntryPath)
@@ -833,6 +832,9 @@ func (b *planner) entry() error {
 // net validates the forwards and chooses the proxy port.
 func (b *planner) net() error {
 	n := b.spec.Net
+	if err := b.listen(); err != nil {
+		return err
+	}
 	if n.None {
 		if len(n.Forwards) > 0 {
 			return fmt.Errorf("%w: Net.None with forwards", ErrSpec)
@@ -854,7 +856,13 @@ func (b *planner) net() error {
 		if used[int(f.Port)] {
 			return fmt.Errorf("%w: port %d forwarded twice", ErrSpec, f.Port)
 		}
+		if int(f.Port) == b.p.ListenPort {
+			return fmt.Errorf("%w: port %d is both forwarded and the app's own (ListenPort)", ErrSpec, f.Port)
+		}
 		used[int(f.Port)] = true
+	}
+	if b.p.ListenPort != 0 {
+		used[b.p.ListenPort] = true // the proxy moves past the app's port
 	}
 	port := n.ProxyPort
 	if port == 0 {
@@ -870,6 +878,21 @@ func (b *planner) net() error {
 	}
 	b.p.ProxyPort = port
 	b.p.Forwards = slices.Clone(n.Forwards)
+	return nil
+}
+
+// listen checks the app's own TCP port (Spec.ListenPort).
+func (b *planner) listen() error {
+	port := b.spec.ListenPort
+	switch {
+	case port == 0:
+		return nil
+	case port < 1 || port > 65535:
+		return fmt.Errorf("%w: listen port %d is not 1-65535", ErrSpec, port)
+	case b.spec.MCP != nil:
+		return fmt.Errorf("%w: a stdio MCP vat listens on no port (ListenPort %d)", ErrSpec, port)
+	}
+	b.p.ListenPort = port
 	return nil
 }
 
@@ -924,6 +947,11 @@ func (b *planner) env() error {
 		m["NO_PROXY"] = "localhost,127.0.0.1,::1"
 		m["no_proxy"] = m["NO_PROXY"]
 		m["NODE_USE_ENV_PROXY"] = "1"
+	}
+	if b.p.ListenPort != 0 {
+		// The app listens on its port; $TOYBOX_LISTEN is the entry's.
+		m["PORT"] = strconv.Itoa(b.p.ListenPort)
+		delete(m, "TOYBOX_LISTEN")
 	}
 	if b.p.MCP != nil {
 		// A stdio MCP vat's processes listen on nothing and hold no

@@ -205,3 +205,64 @@ func TestEtcViewDirNamesContent(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanListen: an app's own TCP port (Spec.ListenPort) is $PORT, the
+// app has no $TOYBOX_LISTEN (the entry's), the proxy moves past the port,
+// and a port the entry serves, one out of range, or one beside a stdio MCP
+// bridge is refused.
+func TestPlanListen(t *testing.T) {
+	if seccomp.Supported() != nil {
+		testenv.Unavailable(t, "no seccomp table here")
+	}
+	tests := []struct {
+		name      string
+		port      int
+		net       Net
+		mcp       bool
+		wantProxy int
+		wantErr   bool
+	}{
+		{"no way out", 3001, Net{None: true}, false, 0, false},
+		{"with a way out", 3001, Net{}, false, DefaultProxyPort, false},
+		{"the proxy's default port", DefaultProxyPort, Net{}, false, DefaultProxyPort + 1, false},
+		{"a forwarded port", 5432, Net{Forwards: []Forward{{Port: 5432, Host: "db", TargetPort: 5432}}}, false, 0, true},
+		{"out of range", 65536, Net{}, false, 0, true},
+		{"negative", -1, Net{None: true}, false, 0, true},
+		{"beside a stdio MCP bridge", 3001, Net{None: true}, true, 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := planSpec(t)
+			s.Net, s.ListenPort = tt.net, tt.port
+			if tt.mcp {
+				r, w, err := os.Pipe()
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer r.Close()
+				defer w.Close()
+				s.MCP = &MCP{Listener: r}
+			}
+			p, err := BuildPlan(s)
+			if tt.wantErr {
+				if !errors.Is(err, ErrSpec) {
+					t.Fatalf("BuildPlan(ListenPort %d) = %v; want ErrSpec", tt.port, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			env := "\n" + strings.Join(p.Env, "\n") + "\n"
+			if !strings.Contains(env, "\nPORT=3001\n") && !strings.Contains(env, "\nPORT=39080\n") {
+				t.Errorf("Env has no PORT=%d:%s", tt.port, env)
+			}
+			if strings.Contains(env, "\nTOYBOX_LISTEN=") {
+				t.Errorf("Env has TOYBOX_LISTEN, the entry's socket:%s", env)
+			}
+			if p.ListenPort != tt.port || p.ProxyPort != tt.wantProxy || p.EntryPath == "" {
+				t.Errorf("ListenPort %d, ProxyPort %d, EntryPath %q; want %d, %d and the entry", p.ListenPort, p.ProxyPort, p.EntryPath, tt.port, tt.wantProxy)
+			}
+		})
+	}
+}

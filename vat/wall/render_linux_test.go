@@ -20,7 +20,16 @@ func TestNestedUserNamespacesRefusedOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		plan := &Plan{ID: "userns", NoNet: true, Seccomp: filtered, Chdir: "/", Command: []string{"/bin/true"}}
+		self, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Stat(self)
+		if err != nil {
+			t.Fatal(err)
+		}
+		entry := Op{Kind: OpExecFD, Src: self, Why: "toybox-entry (here the test binary)", id: idOf(fi)}
+		plan := &Plan{ID: "userns", NoNet: true, Seccomp: filtered, Chdir: "/", Command: []string{"/bin/true"}, Ops: []Op{entry}}
 		var fds fdTable
 		opts, _, err := plan.render(&fds, Spec{AppCap: w}, &viewHold{})
 		fds.closeAll()

@@ -11,13 +11,11 @@
 // bound tree is masked. When the supervisor is root, bwrap runs as Spec.UID
 // (65534 by default) so nothing in the wall maps onto host root.
 //
-// Descriptors: fdTable numbers everything bwrap inherits. A vat with a
-// network shape runs toybox-entry as the wall's pid 1, from its own
-// descriptor (--cap-fd for its own capability, --app-cap-fd for the
-// app's); the entry serves the proxy and makes the app's capability its
-// fd 3. A vat with no way out runs its app as the wall's pid 1 (bubblewrap
-// keeps no init of its own) with its capability handed over first, so it
-// is fd 3. Either way the app holds exactly fds 0-3.
+// Descriptors: fdTable numbers everything bwrap inherits. toybox-entry
+// is every wall's pid 1 (bubblewrap keeps no init of its own), run from
+// its own descriptor (--cap-fd for its own capability, absent for a vat
+// with no way out; --app-cap-fd for the app's); it serves the proxy and
+// makes the app's capability its fd 3. The app holds exactly fds 0-3.
 package wall
 
 import (
@@ -72,6 +70,12 @@ type Spec struct {
 	OwnEnvFile bool
 	// Net is what toybox-entry serves on loopback inside the wall.
 	Net Net
+	// ListenPort, when not zero, is the app's TCP port on loopback
+	// (1-65535; $PORT): the app listens there instead of on
+	// $TOYBOX_LISTEN, and toybox-entry makes $TOYBOX_LISTEN once the port
+	// accepts and relays each connection to it. It may be no port the
+	// entry serves (a forward); the proxy's moves past it.
+	ListenPort int
 	// EntryPath is the host path of the toybox-entry binary.
 	EntryPath string
 	// Bwrap is the bubblewrap binary the wall runs (toybox serve --bwrap).
@@ -182,8 +186,8 @@ type Files struct {
 // Net describes the loopback services toybox-entry runs inside the wall.
 type Net struct {
 	// None: the vat has no way out at all (no proxy, no forwards, and
-	// no proxy variables). Its app then runs directly under bubblewrap's
-	// init, without toybox-entry, and EntryCap is closed unused.
+	// no proxy variables). toybox-entry runs without a capability of its
+	// own, and EntryCap is closed unused.
 	None bool
 	// ProxyPort is the HTTP CONNECT proxy's port on 127.0.0.1. If zero,
 	// 39080 (bumped when a forwarded port needs it).

@@ -205,18 +205,6 @@ func (t *fdTable) hold(f *os.File) int {
 	return 3 + len(t.files) - 1
 }
 
-// first hands f over as fd 3, with no option naming it (the app's
-// capability when the app is bubblewrap's command). It must be the first
-// descriptor handed over.
-func (t *fdTable) first(f *os.File) error {
-	if len(t.files) != 0 {
-		_ = f.Close()
-		return errors.New("the app's capability must be the first descriptor handed to bwrap")
-	}
-	t.files = append(t.files, f)
-	return nil
-}
-
 func (t *fdTable) closeAll() {
 	for _, f := range t.files {
 		_ = f.Close()
@@ -746,8 +734,7 @@ func (p *Plan) render(fds *fdTable, spec Spec, views *viewHold) (opts, command [
 	// No bwrap init inside the wall: it would be a process of the vat's
 	// own uid running outside the seccomp filter, its memory open to the
 	// app through /proc. The wall's pid 1 is toybox-entry (filtered, not
-	// dumpable; it reaps and forwards signals) or, for a vat with no way
-	// out, the app itself.
+	// dumpable; it reaps and forwards signals).
 	a = append(a, "--as-pid-1")
 	// No user namespace of the vat's own: the seccomp filter refuses
 	// unshare, setns, clone with any namespace flag, and clone3. Where
@@ -758,17 +745,6 @@ func (p *Plan) render(fds *fdTable, spec Spec, views *viewHold) (opts, command [
 		a = append(a, "--disable-userns")
 	}
 	entryPath := ""
-	if p.NoNet && p.MCP == nil {
-		// The app runs directly; its capability must be fd 3, so it is
-		// the first descriptor handed over.
-		ac, err := dupFile(spec.AppCap, "app-cap")
-		if err != nil {
-			return nil, nil, err
-		}
-		if err := fds.first(ac); err != nil {
-			return nil, nil, err
-		}
-	}
 	for _, kv := range p.Env {
 		k, v, _ := strings.Cut(kv, "=")
 		a = append(a, "--setenv", k, v)
@@ -842,13 +818,10 @@ func (p *Plan) render(fds *fdTable, spec Spec, views *viewHold) (opts, command [
 		return nil, nil, err
 	}
 	a = append(a, sc...)
-	if p.NoNet && p.MCP == nil {
-		return a, p.Command, nil
-	}
 	// The entry's own descriptors: its capability and the app's, which it
 	// makes the app's fd 3.
 	if entryPath == "" {
-		return nil, nil, fmt.Errorf("%w: a network shape but no toybox-entry in the plan", ErrSpec)
+		return nil, nil, fmt.Errorf("%w: no toybox-entry in the plan", ErrSpec)
 	}
 	entry := []string{entryPath, "--vat", p.ID}
 	if !p.NoNet {
@@ -861,6 +834,9 @@ func (p *Plan) render(fds *fdTable, spec Spec, views *viewHold) (opts, command [
 		for _, f := range p.Forwards {
 			entry = append(entry, "--forward", fmt.Sprintf("%d=%s", f.Port, joinHostPort(f.Host, f.TargetPort)))
 		}
+	}
+	if p.ListenPort != 0 {
+		entry = append(entry, "--listen-port", strconv.Itoa(p.ListenPort), "--listen-path", ListenPath)
 	}
 	if p.MCP != nil {
 		// The bridge's socket: the supervisor keeps its own copy.

@@ -106,7 +106,7 @@ func TestAppInheritsExactlyFourFDs(t *testing.T) {
 }
 
 func TestAppInheritsExactlyFourFDsWithoutEntry(t *testing.T) {
-	f := newFixture(t, "fds-direct") // Net.None: the app is bwrap's command
+	f := newFixture(t, "fds-direct") // Net.None: toybox-entry without a capability
 	bait := highFD(t, "/etc/hostname")
 	defer bait.Close()
 	out, err := f.runVictim(t, "fds")
@@ -313,16 +313,16 @@ func TestAttackSupervisorEnv(t *testing.T) {
 }
 
 // TestAttackWriteOwnCode: the app writes none of its code, the system's,
-// the wall's root or pid 1's program, with pid 1 the app itself (no way
-// out) and toybox-entry (run from its descriptor, not mounted).
+// the wall's root or pid 1's program (toybox-entry, run from its
+// descriptor, not mounted), with a way out and without.
 func TestAttackWriteOwnCode(t *testing.T) {
 	for _, withEntry := range []bool{false, true} {
-		t.Run(map[bool]string{false: "app as pid 1", true: "app under toybox-entry"}[withEntry], func(t *testing.T) {
+		t.Run(map[bool]string{false: "no way out", true: "with a way out"}[withEntry], func(t *testing.T) {
 			f := newFixture(t, "rewriter")
 			f.spec.Env = map[string]string{"VICTIM_ARG": strings.Join([]string{
 				filepath.Join(f.install, "app"), filepath.Join(f.install, "new-file"), "/usr/bin/evil", "/etc/passwd",
 				"/evil",       // the wall's root (a tmpfs remounted read-only)
-				"/proc/1/exe", // pid 1's program: the app itself, or toybox-entry
+				"/proc/1/exe", // pid 1's program: toybox-entry
 			}, ":")}
 			var out string
 			var err error
@@ -508,7 +508,7 @@ func TestAttackSymlinkSwapBetweenPlanAndBind(t *testing.T) {
 
 func TestStopEndsTheWall(t *testing.T) {
 	for _, withEntry := range []bool{false, true} {
-		t.Run(map[bool]string{false: "app as pid 1", true: "app under toybox-entry"}[withEntry], func(t *testing.T) {
+		t.Run(map[bool]string{false: "no way out", true: "with a way out"}[withEntry], func(t *testing.T) {
 			f := newFixture(t, "sleeper")
 			// The app gets going, then is stopped.
 			p, _ := f.startVictim(t, "sleep", withEntry)
@@ -521,14 +521,10 @@ func TestStopEndsTheWall(t *testing.T) {
 				t.Errorf("Stop took %v; SIGTERM should end the sleeping app at once", took)
 			}
 			var ee *exec.ExitError
-			// Under toybox-entry the app dies of the forwarded SIGTERM
-			// (128+15). As the wall's pid 1 a Go app's runtime cannot
-			// die of the signal and exits 2 instead; either way SIGTERM
-			// reached it, well before the grace ran out.
-			want := 2
-			if withEntry {
-				want = 128 + 15
-			}
+			// The app dies of the SIGTERM toybox-entry forwarded
+			// (128+15), in a wall with no way out too: the entry is
+			// every wall's pid 1, and the app (pid 2) can die of it.
+			want := 128 + 15
 			if !errors.As(err, &ee) || ee.ExitCode() != want {
 				t.Errorf("Stop = %v; want exit status %d (SIGTERM reached the app)", err, want)
 			}
@@ -807,36 +803,32 @@ func TestEntryHoldsNoInheritedFD(t *testing.T) {
 }
 
 func TestAttackPidOne(t *testing.T) {
-	t.Run("no other process in a wall without an entry", func(t *testing.T) {
-		// The app is the wall's pid 1: there is no process outside its
-		// seccomp filter whose memory it could reach.
-		f := newFixture(t, "alone")
-		out, err := f.runVictim(t, "procs")
-		if err != nil {
-			t.Fatalf("Wait = %v; output:\n%s", err, out)
-		}
-		if !strings.Contains(out, "PIDS [1] SELF 1") {
-			t.Errorf("processes in the wall: %s; want the app alone as pid 1", out)
-		}
-	})
-	t.Run("toybox-entry closed to the app", func(t *testing.T) {
-		f := newFixture(t, "pidone")
-		f.spec.Net = Net{}
-		ea, eb := socketpair(t)
-		f.spec.EntryCap = ea
-		out, err := f.runVictimNoVat(t, "procmem", eb)
-		if err != nil {
-			t.Fatalf("Wait = %v; output:\n%s", err, out)
-		}
-		if n := held(t, out); n != 4 {
-			t.Errorf("held %d of 4; output:\n%s", n, out)
-		}
-		// Run from /proc/self/fd/N, the entry names its task itself: the
-		// listener-owner check and the bench know it by that name.
-		if got := lines(out, "PID1 COMM "); len(got) != 1 || got[0] != "toybox-entry" {
-			t.Errorf("pid 1's task name; want toybox-entry; output:\n%s", out)
-		}
-	})
+	for _, shape := range []string{"no way out", "with a way out"} {
+		t.Run("toybox-entry closed to the app, "+shape, func(t *testing.T) {
+			f := newFixture(t, "pidone")
+			var out string
+			var err error
+			if shape == "with a way out" {
+				f.spec.Net = Net{}
+				ea, eb := socketpair(t)
+				f.spec.EntryCap = ea
+				out, err = f.runVictimNoVat(t, "procmem", eb)
+			} else {
+				out, err = f.runVictim(t, "procmem")
+			}
+			if err != nil {
+				t.Fatalf("Wait = %v; output:\n%s", err, out)
+			}
+			if n := held(t, out); n != 4 {
+				t.Errorf("held %d of 4; output:\n%s", n, out)
+			}
+			// Run from /proc/self/fd/N, the entry names its task itself: the
+			// listener-owner check and the bench know it by that name.
+			if got := lines(out, "PID1 COMM "); len(got) != 1 || got[0] != "toybox-entry" {
+				t.Errorf("pid 1's task name; want toybox-entry; output:\n%s", out)
+			}
+		})
+	}
 }
 
 // Stop asks once: an app that catches SIGTERM and takes its time to end
@@ -1187,10 +1179,10 @@ func TestAttackFillMemory(t *testing.T) {
 // fork until the host ran out of pids (32768 here), and every other wall,
 // the supervisor and the host's own services with it. The kernel counts
 // RLIMIT_NPROC per user namespace and uid, so the wall's limit is its own:
-// the app, its children and toybox-entry together. An app with the entry
-// stops 32 short of it (the entry's reserve), and the entry lives on.
+// the app, its children and toybox-entry together. The app stops 32 short
+// of it (the entry's reserve), and the entry lives on.
 func TestAttackForkBomb(t *testing.T) {
-	for _, shape := range []string{"no way out", "with the entry"} {
+	for _, shape := range []string{"no way out", "with a way out"} {
 		t.Run(shape, func(t *testing.T) {
 			f := newFixture(t, "forker")
 			f.spec.MaxTasks = 128
@@ -1198,8 +1190,8 @@ func TestAttackForkBomb(t *testing.T) {
 			f.spec.Env = map[string]string{"VICTIM_ARG": strconv.Itoa(4 * f.spec.MaxTasks)}
 			var out string
 			var err error
-			if shape == "with the entry" {
-				appLimit -= 32
+			appLimit -= 32 // toybox-entry, pid 1 of every wall, keeps its reserve
+			if shape == "with a way out" {
 				f.spec.Net = Net{}
 				ea, eb := socketpair(t)
 				defer eb.Close()

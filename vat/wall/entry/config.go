@@ -34,6 +34,10 @@ type Config struct {
 	MaxConns int
 	// Logger receives one record per connection decision. If nil, discard.
 	Logger *slog.Logger
+	// Listen, when set, relays $TOYBOX_LISTEN to the app's own TCP port
+	// through the launcher's relay (Run takes ownership). If nil, the
+	// app listens on $TOYBOX_LISTEN itself.
+	Listen *Listen
 	// MCP makes the entry a stdio MCP vat's bridge (RunMCP): no app runs
 	// at start; the bridge starts the app's command per session.
 	MCP *MCP
@@ -56,6 +60,17 @@ type MCP struct {
 	Idle     time.Duration
 	// Logger receives the bridge's decisions (JSON). If nil, discard.
 	Logger *slog.Logger
+}
+
+// Listen is an app that listens on a TCP port of the wall's loopback.
+type Listen struct {
+	// Port is the app's port ($PORT).
+	Port int
+	// Relay is the launcher's relay's socket, RelayPid its pid. The relay
+	// makes $TOYBOX_LISTEN once the port accepts, hands its listening
+	// socket over, and connects to the port for each connection.
+	Relay    *os.File
+	RelayPid int
 }
 
 // Forward serves Port on 127.0.0.1 and connects each accepted connection to

@@ -93,6 +93,13 @@ func Run(ctx context.Context, cfg Config) int {
 	}
 	pid := cfg.App
 
+	var listenDone chan error
+	if cfg.Listen != nil {
+		lctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		listenDone = make(chan error, 1)
+		go func() { listenDone <- serveListen(lctx, cfg.Listen, logger) }()
+	}
 	var netDone chan netResult
 	var stopNet func()
 	if ls != nil {
@@ -142,6 +149,17 @@ func Run(ctx context.Context, cfg Config) int {
 			}
 			stopNet, lost = r.stop, r.lost
 			continue
+		case err := <-listenDone:
+			listenDone = nil
+			if err != nil {
+				if code, ok := reap(pid); ok {
+					return code // the app ended first: its status says why
+				}
+				// Fail closed: the app would run on unreachable.
+				Kill(pid)
+				return fail(ExitSetup, "%v", err)
+			}
+			continue
 		case <-lost:
 			// Every connect of the vat's would fail from here on while
 			// the wall looked healthy: the wall ends, and the
@@ -153,7 +171,7 @@ func Run(ctx context.Context, cfg Config) int {
 			return fail(ExitLost, "the capability connection to the supervisor ended while the app ran; the wall ends so that it starts again with its egress")
 		case s := <-sigs:
 			if sig, ok := s.(syscall.Signal); ok {
-				_ = unix.Kill(pid, sig)
+				forwardSignal(pid, sig)
 			}
 			continue
 		case <-chld:
@@ -163,6 +181,23 @@ func Run(ctx context.Context, cfg Config) int {
 			return code
 		}
 	}
+}
+
+// forwardSignal passes a signal the entry caught on to the app. A stop request
+// (SIGTERM, SIGINT, SIGHUP, SIGQUIT) goes to the app's process group, as a
+// terminal's does: the app and every process it started that stayed in
+// its group (npm's node, a shell's pipeline) hear it. The launcher made
+// the app the leader of a group of its own; if the app left it, the app
+// alone hears it. SIGUSR1 and SIGUSR2 are the app's alone (to Node,
+// SIGUSR1 starts the inspector).
+func forwardSignal(app int, sig syscall.Signal) {
+	switch sig {
+	case unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT:
+		if unix.Kill(-app, sig) == nil {
+			return
+		}
+	}
+	_ = unix.Kill(app, sig)
 }
 
 // reap reaps every child that has ended (this is pid 1); when one of them
