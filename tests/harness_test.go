@@ -22,7 +22,7 @@ import (
 // and examples/<name>.
 var bins string
 
-var examples = []string{"counter-v1", "counter-v2", "egress-probe", "capnp-probe", "hog", "mcp-http", "mcp-stdio"}
+var examples = []string{"counter-v1", "counter-v2", "egress-probe", "capnp-probe", "hog", "mcp-http", "mcp-stdio", "port-app"}
 
 func TestMain(m *testing.M) {
 	code, err := buildAll()
@@ -80,7 +80,7 @@ func buildAll() (int, error) {
 			return 1, err
 		}
 	}
-	for _, fixture := range []string{"snoop", "pagevat", "tcprelay"} {
+	for _, fixture := range []string{"snoop", "pagevat"} {
 		if err := build(filepath.Join(bins, "examples", fixture), "./tests/"+fixture); err != nil {
 			return 1, err
 		}

@@ -42,14 +42,14 @@ func mcpBundle(t testing.TB, manifest string, files map[string]string) []byte {
 }
 
 // installEverything installs the Go SDK's conformance everything-server at
-// bin as HTTP MCP vat id: it listens only on TCP, inside its wall, so
-// tests/tcprelay serves it on $TOYBOX_LISTEN.
+// bin as HTTP MCP vat id: it listens only on TCP, so its manifest says
+// listen, and toybox-entry relays $TOYBOX_LISTEN to its port.
 func (s *stack) installEverything(id, bin string, args ...string) {
 	s.t.Helper()
-	argv := append([]string{"./tcprelay", "3000", "./everything-server", "-http=127.0.0.1:3000"}, args...)
+	argv := append([]string{"./everything-server", "-http=127.0.0.1:3000"}, args...)
 	cmd, _ := json.Marshal(argv)
-	manifest := fmt.Sprintf(`{"command": %s, "mcp": {"transport": "http", "path": "/mcp"}}`, cmd)
-	body := mcpBundle(s.t, manifest, map[string]string{"tcprelay": example(s.t, "tcprelay"), "everything-server": bin})
+	manifest := fmt.Sprintf(`{"command": %s, "listen": {"port": 3000}, "mcp": {"transport": "http", "path": "/mcp"}}`, cmd)
+	body := mcpBundle(s.t, manifest, map[string]string{"everything-server": bin})
 	code, out := s.adminDo("PUT", "/"+id, bytes.NewReader(body))
 	if code != http.StatusCreated {
 		_, logs := s.adminDo("GET", "/"+id+"/logs", nil)

@@ -1,5 +1,7 @@
 // Command mcp-http is an MCP server vat that serves Streamable HTTP: the
-// official Go SDK's handler at /mcp on the unix socket $TOYBOX_LISTEN.
+// official Go SDK's handler at /mcp on the unix socket $TOYBOX_LISTEN, or,
+// installed with ?listen=N (a manifest's "listen"), on the TCP port $PORT,
+// as most HTTP MCP servers do.
 // toybox serves it to MCP clients at /<vat>/mcp, after its edge checks
 // (docs/mcp.md). Its tools:
 //
@@ -15,6 +17,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -43,9 +46,9 @@ func whoami(_ context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallT
 }
 
 func main() {
-	sock, data := os.Getenv("TOYBOX_LISTEN"), os.Getenv("TOYBOX_DATA")
-	if sock == "" || data == "" {
-		log.Fatal("mcp-http runs as a toybox vat: $TOYBOX_LISTEN and $TOYBOX_DATA are not set")
+	sock, port, data := os.Getenv("TOYBOX_LISTEN"), os.Getenv("PORT"), os.Getenv("TOYBOX_DATA")
+	if (sock == "" && port == "") || data == "" {
+		log.Fatal("mcp-http runs as a toybox vat: $TOYBOX_LISTEN (or $PORT) and $TOYBOX_DATA are not set")
 	}
 	server := mcp.NewServer(&mcp.Implementation{Name: "toybox-example-mcp-http", Version: "1.0.0"}, nil)
 	mcptools.Add(server, data)
@@ -53,5 +56,9 @@ func main() {
 
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil))
+	if sock == "" {
+		mcptools.Serve("tcp", net.JoinHostPort("127.0.0.1", port), mux)
+		return
+	}
 	mcptools.ServeUnix(sock, mux)
 }

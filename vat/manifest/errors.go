@@ -9,4 +9,7 @@ var (
 	// ErrBadMCP is a bad mcp key (or ?mcp=); a manifest's also wraps
 	// ErrBadManifest.
 	ErrBadMCP = errors.New("bad mcp")
+	// ErrBadListen is a bad listen key (or ?listen=); a manifest's also
+	// wraps ErrBadManifest.
+	ErrBadListen = errors.New("bad listen")
 )

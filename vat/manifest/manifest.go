@@ -44,6 +44,9 @@ type Manifest struct {
 	Doors []string `json:"doors,omitempty"`
 	// MCP, when set, says the vat is an MCP server (see docs/mcp.md).
 	MCP *MCP `json:"mcp,omitempty"`
+	// Listen, when set, says the app serves on a TCP port ($PORT) of its
+	// wall's loopback instead of on $TOYBOX_LISTEN.
+	Listen *Listen `json:"listen,omitempty"`
 }
 
 // Sandbox holds sandbox.files and sandbox.inotify.
@@ -98,7 +101,7 @@ var reservedEnv = map[string]bool{
 // manifestKeys are the keys a manifest's objects may have, spelled exactly
 // (a test checks them against the struct tags): strictjson refuses one
 // spelled in other letter case, and any key twice in one object.
-var manifestKeys = []string{"command", "env", "network", "hosts", "egress", "sandbox", "files", "inotify", "read", "write", "oauthDir", "ownEnvFile", "doors", "mcp", "transport", "path", "mode", "auth"}
+var manifestKeys = []string{"command", "env", "network", "hosts", "egress", "sandbox", "files", "inotify", "read", "write", "oauthDir", "ownEnvFile", "doors", "mcp", "transport", "path", "mode", "auth", "listen", "port"}
 
 // Parse reads and validates a manifest. Unknown keys are refused.
 func Parse(r io.Reader) (*Manifest, error) {
@@ -180,6 +183,11 @@ func (m *Manifest) validate() error {
 	}
 	if m.MCP != nil {
 		if err := m.MCP.validate(); err != nil {
+			return err
+		}
+	}
+	if m.Listen != nil {
+		if err := m.Listen.validate(m); err != nil {
 			return err
 		}
 	}

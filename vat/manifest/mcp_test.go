@@ -41,22 +41,33 @@ var mcpTests = []struct {
 	{"key in other case", `{"transport":"http","Mode":"single"}`, MCP{}, "case-sensitive"},
 }
 
+// parseCase parses in: when wantErr is set, it checks the refusal (a bad
+// manifest, its message holding wantErr) and returns nil; else the manifest.
+func parseCase(t *testing.T, in, wantErr string) *Manifest {
+	t.Helper()
+	m, err := Parse(strings.NewReader(in))
+	if wantErr != "" {
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Fatalf("Parse(%s) err = %v; want one containing %q", in, err, wantErr)
+		}
+		if !errors.Is(err, ErrBadManifest) {
+			t.Errorf("Parse(%s) err = %v; want ErrBadManifest", in, err)
+		}
+		return nil
+	}
+	if err != nil {
+		t.Fatalf("Parse(%s) = %v; want ok", in, err)
+	}
+	return m
+}
+
 func TestParseMCP(t *testing.T) {
 	for _, tt := range mcpTests {
 		t.Run(tt.name, func(t *testing.T) {
 			in := `{"command":["./a"],"mcp":` + tt.in + `}`
-			m, err := Parse(strings.NewReader(in))
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("Parse(%s) err = %v; want one containing %q", in, err, tt.wantErr)
-				}
-				if !errors.Is(err, ErrBadManifest) {
-					t.Errorf("Parse(%s) err = %v; want ErrBadManifest", in, err)
-				}
+			m := parseCase(t, in, tt.wantErr)
+			if m == nil {
 				return
-			}
-			if err != nil {
-				t.Fatalf("Parse(%s) = %v; want ok", in, err)
 			}
 			if m.MCP == nil || *m.MCP != tt.want {
 				t.Errorf("Parse(%s).MCP = %+v; want %+v", in, m.MCP, tt.want)

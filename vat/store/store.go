@@ -136,6 +136,9 @@ type Record struct {
 	// MCP is the owner's ?mcp= for a single executable ("stdio" or
 	// "http"; "" for none).
 	MCP string `json:"mcp,omitempty"`
+	// Listen is the owner's ?listen= for a single executable: the TCP
+	// port its app listens on (0 for none).
+	Listen int `json:"listen,omitempty"`
 	// MCPProbe is what the install-time probe learned of the vat's MCP
 	// server (its era, serverInfo and tools), for the code it names.
 	MCPProbe *front.Snapshot `json:"mcp_probe,omitempty"`

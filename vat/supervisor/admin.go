@@ -19,7 +19,7 @@ import (
 
 // AdminHandler serves the admin API (see docs/manifest.md and the README):
 //
-//	PUT    /<vat>[?egress=<grant>][&env=<JSON object>][&sha256=<hex>][&mcp=stdio|http][&memory_mib=N][&cpus=X][&disk_mib=N]  install or upgrade
+//	PUT    /<vat>[?egress=<grant>][&env=<JSON object>][&sha256=<hex>][&mcp=stdio|http][&listen=PORT][&memory_mib=N][&cpus=X][&disk_mib=N]  install or upgrade
 //	PATCH  /<vat>?egress=<grant> change its grant while it runs (so does PUT with only ?egress= and no body)
 //	GET    /                     every vat's status
 //	GET    /<vat>                one vat's status
@@ -162,7 +162,7 @@ func (s *Supervisor) handleInstall(w http.ResponseWriter, r *http.Request, id st
 		s.handlePackage(w, r, id) // docs/packages.md
 		return
 	}
-	if err := onlyParams(q, append([]string{"egress", "env", "sha256", "mcp"}, limitParams...)...); err != nil {
+	if err := onlyParams(q, append([]string{"egress", "env", "sha256", "mcp", "listen"}, limitParams...)...); err != nil {
 		writeErr(w, http.StatusBadRequest, err)
 		return
 	}
@@ -200,6 +200,15 @@ func (s *Supervisor) handleInstall(w http.ResponseWriter, r *http.Request, id st
 		}
 	}
 	req := InstallRequest{ID: id, Egress: egress, EgressSent: q.Has("egress"), Env: env, Limits: lim, LimitsSent: limSent, MCP: q.Get("mcp"), MCPSent: q.Has("mcp")}
+	if q.Has("listen") {
+		// Refuse a bad value before reading the body.
+		l, err := manifest.ParseListenQuery(q.Get("listen"))
+		if err != nil {
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("%w: %w", ErrBadInput, err))
+			return
+		}
+		req.Listen, req.ListenSent = l.Port, true
+	}
 	body := http.MaxBytesReader(w, r.Body, s.cfg.Store.MaxBody())
 	code, err := s.cfg.Store.Put(body, q.Get("sha256"), func(c store.Code) error {
 		req.Code = c

@@ -39,6 +39,7 @@ type instance struct {
 	readyErr  error
 
 	sock      string
+	listen    int // the app's TCP port, which toybox-entry relays sock to; 0: the app serves sock itself
 	transport *http.Transport
 	proxy     *httputil.ReverseProxy
 	plog      *proxyLog     // its proxy's records, rate-limited
@@ -115,6 +116,7 @@ func (s *Supervisor) launch(v *vat) *instance {
 	in.proxy = proxyLogged(v.id, answering{in}, in.plog)
 	v.mu.Lock()
 	cfg := mcpOf(v.code, v.rec)
+	in.listen = listenOf(v.code, v.rec)
 	v.mcpErr = ""
 	v.mu.Unlock()
 	stdio := cfg != nil && cfg.Transport == manifest.TransportStdio
@@ -334,6 +336,14 @@ func (in *instance) answered(err error) {
 	}
 }
 
+// listensOn names where the app listens, for the reasons it is not ready.
+func (in *instance) listensOn() string {
+	if in.listen != 0 {
+		return fmt.Sprintf("its port %d ($PORT; toybox-entry makes $TOYBOX_LISTEN once it accepts)", in.listen)
+	}
+	return "$TOYBOX_LISTEN"
+}
+
 // waitListening polls the app's socket until it accepts a connection, the
 // process exits, the instance is stopped or ReadyTimeout passes.
 func (in *instance) waitListening(r *running) error {
@@ -359,11 +369,11 @@ func (in *instance) waitListening(r *running) error {
 		case <-r.gone:
 			// Why it ended (a wall that could not be built says so
 			// here) is what the operator needs.
-			return fmt.Errorf("%w: it exited before listening on $TOYBOX_LISTEN (%s)", ErrNotReady, exitText(r.exitErr))
+			return fmt.Errorf("%w: it exited before listening on %s (%s)", ErrNotReady, in.listensOn(), exitText(r.exitErr))
 		case <-in.ctx.Done():
 			return errStopped
 		case <-deadline.C:
-			return fmt.Errorf("%w: nothing listened on $TOYBOX_LISTEN within %s", ErrNotReady, in.s.cfg.ReadyTimeout)
+			return fmt.Errorf("%w: nothing listened on %s within %s", ErrNotReady, in.listensOn(), in.s.cfg.ReadyTimeout)
 		case <-tick.C:
 		}
 	}
@@ -410,6 +420,11 @@ func (s *Supervisor) spawn(ctx context.Context, v *vat) (r *running, off words.W
 	if cfg := mcpOf(code, rec); cfg != nil && cfg.Transport == manifest.TransportStdio && !dec.Walled {
 		// The bridge is toybox-entry's, which runs only in a wall.
 		return nil, words.OffStopped, errors.New("a stdio MCP server runs only inside its wall (its bridge is toybox-entry's): put it back with POST /" + v.id + "/walls?walled=true")
+	}
+	if port := listenOf(code, rec); port != 0 && !dec.Walled {
+		// So is the relay to its port; unwalled, the app would listen
+		// on the host's own port.
+		return nil, words.OffStopped, fmt.Errorf("an app that listens on a TCP port (%d) runs only inside its wall (the relay to its port is toybox-entry's): put it back with POST /%s/walls?walled=true", port, v.id)
 	}
 	if err := checkPackageCode(code); err != nil {
 		return nil, words.OffChanged, err

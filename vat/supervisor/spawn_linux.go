@@ -122,6 +122,7 @@ func (s *Supervisor) spawnWalled(ctx context.Context, v *vat, code store.Code, r
 		OwnEnvFile: m.OwnEnvFile,
 		Inotify:    m.Sandbox.Inotify,
 		Net:        m.Net(g),
+		ListenPort: listenOf(code, rec),
 		EntryPath:  s.cfg.EntryPath,
 		Bwrap:      s.cfg.Bwrap,
 		Shares:     wallShares(shares),

@@ -704,6 +704,11 @@ type InstallRequest struct {
 	// executable without it keeps the one sent before.
 	MCP     string
 	MCPSent bool
+	// Listen is the owner's ?listen= for a single executable (the TCP
+	// port its app listens on); ListenSent says it was sent. An upgrade
+	// of a single executable without it keeps the one sent before.
+	Listen     int
+	ListenSent bool
 }
 
 // Outcome says how an install went.
@@ -762,12 +767,16 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 
 	egress := ownerEgress(req, old.rec, existed)
 	mcpParam := ownerMCP(req, old.rec, existed)
+	listenParam := ownerListen(req, old.rec, existed)
 	var g []labels.Set
 	var dropped []grant.Dropped
 	env := req.Env
 	_, err = s.checkGrant(req.ID, m, egress)
 	if err == nil {
 		err = s.checkMCP(req.ID, req.Code, mcpParam)
+	}
+	if err == nil {
+		err = checkListen(req.Code, mcpParam, listenParam)
 	}
 	if err == nil {
 		g, dropped, err = s.grantFor(req.Code, egress)
@@ -785,7 +794,7 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 	if err == nil {
 		err = s.checkLimits(lim)
 	}
-	rec := store.Record{ID: req.ID, Code: req.Code.Ref(), Egress: egress, Env: env, Installed: time.Now().UTC(), UID: old.rec.UID, Limits: lim, MCP: mcpParam}
+	rec := store.Record{ID: req.ID, Code: req.Code.Ref(), Egress: egress, Env: env, Installed: time.Now().UTC(), UID: old.rec.UID, Limits: lim, MCP: mcpParam, Listen: listenParam}
 	if err == nil && rec.UID == 0 {
 		rec.UID, err = s.allocUID(v)
 	}
@@ -919,6 +928,9 @@ func (s *Supervisor) Check(req InstallRequest) error {
 	if err := s.checkMCP(id, req.Code, ownerMCP(req, old, existed)); err != nil {
 		return err
 	}
+	if err := checkListen(req.Code, ownerMCP(req, old, existed), ownerListen(req, old, existed)); err != nil {
+		return err
+	}
 	if env == nil && existed {
 		var err error
 		if env, err = carryEnv(m, oldM, old.Env); err != nil {
@@ -937,17 +949,57 @@ func ownerEgress(req InstallRequest, old store.Record, existed bool) string {
 	return req.Egress
 }
 
-// ownerMCP is the ?mcp= that counts for this install: what the owner sent,
-// or, on an upgrade of a single executable that sent none, the one sent
-// before. A bundle says mcp in its manifest and has none.
+// ownerMCP is the ?mcp= that counts for this install (ownerParam).
 func ownerMCP(req InstallRequest, old store.Record, existed bool) string {
+	return ownerParam(req, req.MCPSent, req.MCP, old.MCP, existed)
+}
+
+// ownerListen is the ?listen= that counts for this install (ownerParam).
+func ownerListen(req InstallRequest, old store.Record, existed bool) int {
+	return ownerParam(req, req.ListenSent, req.Listen, old.Listen, existed)
+}
+
+// ownerParam is what counts for this install of a parameter only a single
+// executable takes (?mcp=, ?listen=): what the owner sent, or, on an
+// upgrade of a single executable that sent none, the one sent before. A
+// bundle says it in its manifest and has none.
+func ownerParam[T any](req InstallRequest, sent bool, value, old T, existed bool) T {
 	switch {
-	case req.MCPSent:
-		return req.MCP
+	case sent:
+		return value
 	case existed && !req.Code.Bundle:
-		return old.MCP
+		return old
 	}
-	return ""
+	var none T
+	return none
+}
+
+// checkListen checks the ?listen= a single executable would run with: none
+// for a bundle (its manifest says listen), and none for a stdio MCP server.
+func checkListen(code store.Code, mcpParam string, port int) error {
+	if port == 0 {
+		return nil
+	}
+	if code.Bundle {
+		return fmt.Errorf("%w: %w: ?listen= is for a single executable; a bundle says \"listen\" in its manifest.json", ErrBadInput, manifest.ErrBadListen)
+	}
+	if err := manifest.CheckListen(&manifest.Listen{Port: port}, mcpOf(code, store.Record{MCP: mcpParam})); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadInput, err)
+	}
+	return nil
+}
+
+// listenOf is the TCP port the app of code installed with rec listens on:
+// its manifest's listen.port, or, for a single executable, the owner's
+// ?listen=. 0 when it listens on $TOYBOX_LISTEN itself.
+func listenOf(code store.Code, rec store.Record) int {
+	if code.Manifest != nil && code.Manifest.Listen != nil {
+		return code.Manifest.Listen.Port
+	}
+	if !code.Bundle {
+		return rec.Listen
+	}
+	return 0
 }
 
 // checkMCP checks the MCP server config vat id would run with: ?mcp= only

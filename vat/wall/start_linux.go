@@ -102,9 +102,9 @@ func (p *Process) Stop(grace time.Duration) error {
 	default:
 	}
 	term := func() {
-		// The wall's pid 1: toybox-entry (which forwards it to the app),
-		// or the app itself. As pid 1 a signal it has no handler for is
-		// dropped; the kill after grace still ends it.
+		// The wall's pid 1: toybox-entry, which forwards it to the app's
+		// process group. Until its handler is there, a pid 1 drops it;
+		// the kill after grace still ends it.
 		if p.child > 0 {
 			_ = unix.Kill(p.child, unix.SIGTERM)
 		} else {

@@ -12,8 +12,13 @@ import (
 
 // ServeUnix serves h on a unix socket at path ($TOYBOX_LISTEN) until
 // SIGTERM or SIGINT; a failure ends the program.
-func ServeUnix(path string, h http.Handler) {
-	l, err := net.Listen("unix", path)
+func ServeUnix(path string, h http.Handler) { Serve("unix", path, h) }
+
+// Serve serves h on addr of network ("unix", or "tcp" for an app installed
+// with ?listen=, on $PORT) until SIGTERM or SIGINT; a failure ends the
+// program.
+func Serve(network, addr string, h http.Handler) {
+	l, err := net.Listen(network, addr)
 	if err != nil {
 		log.Fatal(err)
 	}
