@@ -168,3 +168,59 @@ func TestNodeServerStopsOnSIGTERM(t *testing.T) {
 		t.Errorf("the Node server's wall ended with %q; want \"exit status 143\" (the app died of the SIGTERM the entry forwarded, not of a SIGKILL after the grace)", exit)
 	}
 }
+
+// pythonApp is a Python vat on $TOYBOX_LISTEN: it prints a line to stdout
+// when it starts (buffered to a pipe unless PYTHONUNBUFFERED), and /orphan
+// leaves an orphan: a shell that starts a short sleep in the background
+// and exits at once, so the sleep is reparented to the wall's pid 1. It
+// answers the wall's zombies once the sleep has ended.
+const pythonApp = `#!/usr/bin/python3
+import http.server, os, socketserver, subprocess, time
+
+class H(http.server.BaseHTTPRequestHandler):
+    def address_string(self):
+        return "supervisor"
+    def do_GET(self):
+        if self.path == "/orphan":
+            subprocess.run(["/bin/sh", "-c", "sleep 0.2 & exit 0"], check=True)
+            time.sleep(1)
+            zombies = []
+            for p in os.listdir("/proc"):
+                if p.isdigit():
+                    try:
+                        with open("/proc/%s/stat" % p) as f:
+                            st = f.read()
+                    except OSError:
+                        continue
+                    if st.rsplit(")", 1)[1].split()[0] == "Z":
+                        zombies.append(st.split(")")[0] + ")")
+            body = "zombies: %s\n" % (", ".join(zombies) or "none")
+        else:
+            body = "python %d\n" % os.getpid()
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+class S(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+print("python vat started", os.getpid())
+S(os.environ["TOYBOX_LISTEN"], H).serve_forever()
+`
+
+// TestPythonVat: real python3 in a wall. Its prints show in GET
+// /<vat>/logs while it runs (PYTHONUNBUFFERED), and an orphan it leaves is
+// reaped by the wall's pid 1, toybox-entry: no zombie stays.
+func TestPythonVat(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	app := filepath.Join(t.TempDir(), "app.py")
+	if err := os.WriteFile(app, []byte(pythonApp), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s.mustInstall("pyth", app, "")
+	s.mustGet("/pyth/", "python 2")
+	if code, logs := s.adminDo("GET", "/pyth/logs", nil); code != http.StatusOK || !strings.Contains(logs, "python vat started 2") {
+		t.Errorf("GET /pyth/logs = %d %q; want the app's print while it runs", code, logs)
+	}
+	s.mustGet("/pyth/orphan", "zombies: none")
+}

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -896,6 +897,16 @@ func (b *planner) listen() error {
 	return nil
 }
 
+// RuntimeEnv is what every wall's environment holds for common runtimes
+// under a supervisor, unless the vat's manifest declares the key (the
+// owner's value wins); so is PYTHONPYCACHEPREFIX, below the data folder.
+// Each changes behaviour for the better only.
+var RuntimeEnv = map[string]string{
+	// Python block-buffers stdout to a pipe: the vat's log would show
+	// nothing of a print until 8 KiB had gathered, or the app ended.
+	"PYTHONUNBUFFERED": "1",
+}
+
 // env builds the app's environment: nothing is inherited but the allowlist.
 // A declared key that is not a name, or a value holding a NUL byte, is an
 // error; a declared TOYBOX_* key is overridden by the wall's own.
@@ -909,6 +920,10 @@ func (b *planner) env() error {
 	if m["PATH"] == "" {
 		m["PATH"] = "/usr/local/bin:/usr/bin:/bin"
 	}
+	maps.Copy(m, RuntimeEnv)
+	// Python writes its bytecode beside the source, in the vat's
+	// read-only code: it would compile every module again at each start.
+	m["PYTHONPYCACHEPREFIX"] = filepath.Join(b.data, ".cache", "python")
 	for k, v := range b.spec.Env {
 		if !validEnvKey(k) {
 			return fmt.Errorf("%w: environment key %q is not a variable name", ErrSpec, k)

@@ -59,6 +59,8 @@ func TestPlanEnv(t *testing.T) {
 		{"key with dash", map[string]string{"A-B": "x"}, ErrSpec, nil, nil},
 		{"empty key", map[string]string{"": "x"}, ErrSpec, nil, nil},
 		{"NUL in a value", map[string]string{"A": "x\x00y"}, ErrSpec, nil, nil},
+		{"for common runtimes", nil, nil, []string{"PYTHONUNBUFFERED=1", "PYTHONPYCACHEPREFIX=" + filepath.Join("DATA", ".cache", "python")}, nil},
+		{"the owner's value over the runtimes'", map[string]string{"PYTHONUNBUFFERED": ""}, nil, []string{"PYTHONUNBUFFERED="}, []string{"PYTHONUNBUFFERED=1"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -75,7 +77,12 @@ func TestPlanEnv(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := strings.Join(p.Env, "\n")
+			data, err := filepath.EvalSymlinks(s.DataDir)
+			if err != nil {
+				t.Fatal(err)
+			}
 			for _, w := range tt.want {
+				w = strings.ReplaceAll(w, "DATA", data)
 				if !strings.Contains("\n"+got+"\n", "\n"+w+"\n") {
 					t.Errorf("Env lacks %q; Env:\n%s", w, got)
 				}

@@ -138,26 +138,28 @@ func TestEnvironmentIsBuilt(t *testing.T) {
 		env[k] = v
 	}
 	want := map[string]string{
-		"API_KEY":            "owner-typed",
-		"TOYBOX_VAT":         "envy",
-		"TOYBOX_LISTEN":      "/run/toybox/app.sock",
-		"TOYBOX_CAP_FD":      "3",
-		"TOYBOX_DATA":        f.data,
-		"HOME":               f.data,
-		"XDG_CACHE_HOME":     f.data + "/.cache",
-		"npm_config_cache":   f.data + "/.cache/npm",
-		"UV_CACHE_DIR":       f.data + "/.cache/uv",
-		"TMPDIR":             "/tmp",
-		"PATH":               "/usr/bin:/bin",
-		"LANG":               "C.UTF-8",
-		"HTTP_PROXY":         "http://127.0.0.1:39081", // bumped past the forward
-		"HTTPS_PROXY":        "http://127.0.0.1:39081",
-		"http_proxy":         "http://127.0.0.1:39081",
-		"https_proxy":        "http://127.0.0.1:39081",
-		"NO_PROXY":           "localhost,127.0.0.1,::1",
-		"no_proxy":           "localhost,127.0.0.1,::1",
-		"NODE_USE_ENV_PROXY": "1",
-		victimEnv:            "env",
+		"API_KEY":             "owner-typed",
+		"TOYBOX_VAT":          "envy",
+		"TOYBOX_LISTEN":       "/run/toybox/app.sock",
+		"TOYBOX_CAP_FD":       "3",
+		"TOYBOX_DATA":         f.data,
+		"HOME":                f.data,
+		"XDG_CACHE_HOME":      f.data + "/.cache",
+		"npm_config_cache":    f.data + "/.cache/npm",
+		"UV_CACHE_DIR":        f.data + "/.cache/uv",
+		"TMPDIR":              "/tmp",
+		"PATH":                "/usr/bin:/bin",
+		"LANG":                "C.UTF-8",
+		"HTTP_PROXY":          "http://127.0.0.1:39081", // bumped past the forward
+		"HTTPS_PROXY":         "http://127.0.0.1:39081",
+		"http_proxy":          "http://127.0.0.1:39081",
+		"https_proxy":         "http://127.0.0.1:39081",
+		"NO_PROXY":            "localhost,127.0.0.1,::1",
+		"no_proxy":            "localhost,127.0.0.1,::1",
+		"NODE_USE_ENV_PROXY":  "1",
+		"PYTHONUNBUFFERED":    "1",
+		"PYTHONPYCACHEPREFIX": f.data + "/.cache/python",
+		victimEnv:             "env",
 	}
 	for k, v := range want {
 		if env[k] != v {
