@@ -97,6 +97,18 @@ func TestPackagesEndToEnd(t *testing.T) {
 		t.Errorf("no prepare steps in the supervisor's log")
 	}
 
+	// An installed package is a stdio MCP vat. With no egress at all it
+	// answers initialize through /<vat>/mcp, and its dependency loads
+	// (node runs the bundle's tree, no package manager, no registry).
+	// The install-time probe recorded its era, serverInfo and tools.
+	checkPackageMCP(t, s, "hello")
+	before := reg.Requests()
+	s.adminDo("POST", "/hello/restart", nil)
+	checkPackageMCP(t, s, "hello")
+	if n := reg.Requests() - before; n != 0 {
+		t.Errorf("a restart and a session made %d registry requests; want 0", n)
+	}
+
 	// The same spec again: the same code hash.
 	if _, st2 := s.installPackage("hello2", "npm:tb-mcp-hello@^1", ""); st2["code"] != ref {
 		t.Errorf("a second install of the same spec gave code %v; want %s", st2["code"], ref)
@@ -158,5 +170,38 @@ func TestPackagesEndToEnd(t *testing.T) {
 	st = s.status("hello")
 	if st["status"] != "off: its installed files changed" || st["status_es"] != "apagado: sus archivos instalados cambiaron" || !strings.Contains(st["last_error"].(string), "node_modules/tb-greeting/index.js") {
 		t.Errorf("after a flipped byte: %v %v %v; want off: its installed files changed naming the file", st["status"], st["status_es"], st["last_error"])
+	}
+}
+
+// checkPackageMCP checks that package vat id is a stdio MCP server with no
+// egress whose probe was recorded, and that a session reaches its tool.
+func checkPackageMCP(t *testing.T, s *stack, id string) {
+	t.Helper()
+	st := s.status(id)
+	if g, _ := st["grant"].([]any); len(g) != 0 {
+		t.Errorf("%s's grant: %v; want none", id, st["grant"])
+	}
+	m, _ := st["mcp"].(map[string]any)
+	if m == nil || m["transport"] != "stdio" {
+		t.Fatalf("%s's status has no stdio mcp: %v", id, st)
+	}
+	probe, _ := m["probe"].(map[string]any)
+	info, _ := probe["server_info"].(map[string]any)
+	tools, _ := probe["tools"].([]any)
+	if probe["era"] != "legacy" || info["name"] != "tb-mcp-hello" || len(tools) != 1 || tools[0] != "greet" {
+		t.Errorf("%s's probe: %v; want era legacy, server_info tb-mcp-hello, tools [greet]", id, probe)
+	}
+	code, h, body := s.mcpPost(id, mcpInit)
+	sid := h.Get("Mcp-Session-Id")
+	if code != http.StatusOK || sid == "" || !strings.Contains(body, `"serverInfo":{"name":"tb-mcp-hello"`) {
+		t.Fatalf("initialize through /%s/mcp: %d %q %s", id, code, sid, body)
+	}
+	session := []string{"Mcp-Session-Id", sid, "Mcp-Protocol-Version", "2025-11-25"}
+	if code, _, body := s.mcpPost(id, `{"jsonrpc":"2.0","method":"notifications/initialized"}`, session...); code != http.StatusAccepted {
+		t.Fatalf("notifications/initialized: %d %s", code, body)
+	}
+	code, _, body = s.mcpPost(id, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"greet","arguments":{"name":"vat"}}}`, session...)
+	if code != http.StatusOK || !strings.Contains(body, `"text":"hello, vat"`) {
+		t.Errorf("tools/call greet: %d %s; want hello, vat (tb-greeting 1.1.0)", code, body)
 	}
 }

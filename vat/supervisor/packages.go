@@ -92,7 +92,7 @@ func (s *Supervisor) handlePackage(w http.ResponseWriter, r *http.Request, id st
 			return
 		}
 		preq.Package.Spec, preq.Package.Env = sj.Spec, sj.Env
-		preq.Package.MCP = mcpStdio()
+		preq.Package.MCP = packageMCP
 		preq.Env = sj.OwnerEnv(preq.Env)
 	} else {
 		sp, err := packages.ParsePackage(spec)
@@ -101,7 +101,7 @@ func (s *Supervisor) handlePackage(w http.ResponseWriter, r *http.Request, id st
 			return
 		}
 		preq.Package.Spec = sp
-		preq.Package.MCP = mcpStdio()
+		preq.Package.MCP = packageMCP
 	}
 	code, err := s.PreparePackage(r.Context(), preq)
 	if err != nil {
@@ -145,17 +145,9 @@ func parseInstallQuery(q url.Values) (egress string, env map[string]string, err 
 	return egress, env, nil
 }
 
-// mcpStdio is the manifest's "mcp" value of a package vat: a stdio MCP
-// server, served by the bridge in its wall (docs/mcp.md). The seam with
-// the MCP edge: until the manifest reads the key, a package vat is an
-// ordinary app and the key is left out.
-func mcpStdio() json.RawMessage {
-	v := json.RawMessage(`{"transport":"stdio"}`)
-	if _, err := manifest.Parse(strings.NewReader(`{"command":["/bin/true"],"mcp":` + string(v) + `}`)); err != nil {
-		return nil
-	}
-	return v
-}
+// packageMCP is the manifest's "mcp" value of a package vat: a stdio MCP
+// server, served by the bridge in its wall (docs/mcp.md).
+var packageMCP = json.RawMessage(`{"transport":"stdio"}`)
 
 func (s *Supervisor) registry() string {
 	if s.cfg.Packages.Registry != "" {
