@@ -2,10 +2,12 @@ package tests
 
 import (
 	"encoding/json"
+	"errors"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -101,10 +103,10 @@ func TestPackagesEndToEnd(t *testing.T) {
 	// answers initialize through /<vat>/mcp, and its dependency loads
 	// (node runs the bundle's tree, no package manager, no registry).
 	// The install-time probe recorded its era, serverInfo and tools.
-	checkPackageMCP(t, s, "hello")
+	checkPackageMCP(t, s, "hello", "hello, vat")
 	before := reg.Requests()
 	s.adminDo("POST", "/hello/restart", nil)
-	checkPackageMCP(t, s, "hello")
+	checkPackageMCP(t, s, "hello", "hello, vat")
 	if n := reg.Requests() - before; n != 0 {
 		t.Errorf("a restart and a session made %d registry requests; want 0", n)
 	}
@@ -112,6 +114,16 @@ func TestPackagesEndToEnd(t *testing.T) {
 	// The same spec again: the same code hash.
 	if _, st2 := s.installPackage("hello2", "npm:tb-mcp-hello@^1", ""); st2["code"] != ref {
 		t.Errorf("a second install of the same spec gave code %v; want %s", st2["code"], ref)
+	}
+
+	// toybox install, with a pasted launcher line: the same code again.
+	// (TestImportAndUndo installs one with an env value.)
+	code, out := toyboxCLI(t, "install", "--admin", s.admin, "hello3", "--", "npx", "-y", "tb-mcp-hello@^1")
+	if code != 0 || !strings.Contains(out, ref) {
+		t.Errorf("toybox install hello3 -- npx -y tb-mcp-hello@^1 = %d %q; want code %s", code, out, ref)
+	}
+	if code, out := toyboxCLI(t, "install", "--admin", s.admin, "hello4", "--", "npx", "--registry", "http://elsewhere", "tb-mcp-hello"); code != 1 || !strings.Contains(out, `npx option "--registry" is refused`) {
+		t.Errorf("toybox install -- npx --registry ... = %d %q; want the option refused", code, out)
 	}
 
 	// A tarball that does not match its integrity: refused, nothing kept.
@@ -175,7 +187,7 @@ func TestPackagesEndToEnd(t *testing.T) {
 
 // checkPackageMCP checks that package vat id is a stdio MCP server with no
 // egress whose probe was recorded, and that a session reaches its tool.
-func checkPackageMCP(t *testing.T, s *stack, id string) {
+func checkPackageMCP(t *testing.T, s *stack, id, greeting string) {
 	t.Helper()
 	st := s.status(id)
 	if g, _ := st["grant"].([]any); len(g) != 0 {
@@ -201,7 +213,22 @@ func checkPackageMCP(t *testing.T, s *stack, id string) {
 		t.Fatalf("notifications/initialized: %d %s", code, body)
 	}
 	code, _, body = s.mcpPost(id, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"greet","arguments":{"name":"vat"}}}`, session...)
-	if code != http.StatusOK || !strings.Contains(body, `"text":"hello, vat"`) {
-		t.Errorf("tools/call greet: %d %s; want hello, vat (tb-greeting 1.1.0)", code, body)
+	if code != http.StatusOK || !strings.Contains(body, `"text":"`+greeting+`"`) {
+		t.Errorf("tools/call greet: %d %s; want %q", code, body, greeting)
 	}
+}
+
+// toyboxCLI runs the built toybox with args and returns its exit code and
+// output.
+func toyboxCLI(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(bins, "toybox"), args...)
+	out, err := cmd.CombinedOutput()
+	code := 0
+	if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return code, string(out)
 }

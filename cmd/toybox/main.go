@@ -4,6 +4,7 @@
 //	toybox serve       run the supervisor (see serve.go)
 //	toybox status      print the vats' status words (status.go)
 //	toybox reach       say what a vat can reach, and why (reach.go)
+//	toybox install     install a package as a vat (install.go)
 //	toybox egress      ask a switchboard socket what it would admit (egress.go)
 //	toybox doctor      check that walls can be built on this host (doctor.go)
 //	toybox completion  print a shell completion script (help.go)

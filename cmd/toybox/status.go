@@ -1,13 +1,10 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -43,23 +40,12 @@ type pageStatus struct {
 
 // adminGet GETs path on the admin socket and returns the body of a 200.
 func adminGet(admin, path string) ([]byte, error) {
-	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", admin)
-		},
-	}}
-	resp, err := c.Get("http://toybox" + path)
+	code, body, err := newAdmin(admin, 10*time.Second).do(http.MethodGet, path, nil)
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
+	if code != http.StatusOK {
+		return nil, adminError(code, body)
 	}
 	return body, nil
 }

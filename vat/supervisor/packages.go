@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -95,7 +96,7 @@ func (s *Supervisor) handlePackage(w http.ResponseWriter, r *http.Request, id st
 		preq.Package.MCP = packageMCP
 		preq.Env = sj.OwnerEnv(preq.Env)
 	} else {
-		sp, err := packages.ParsePackage(spec)
+		sp, err := parsePackageParam(spec)
 		if err != nil {
 			writeErr(w, http.StatusBadRequest, fmt.Errorf("%w: %w", ErrBadInput, err))
 			return
@@ -103,6 +104,13 @@ func (s *Supervisor) handlePackage(w http.ResponseWriter, r *http.Request, id st
 		preq.Package.Spec = sp
 		preq.Package.MCP = packageMCP
 	}
+	// The owner's keys reach the vat: the manifest declares them.
+	for k := range preq.Env {
+		if !slices.Contains(preq.Package.Env, k) {
+			preq.Package.Env = append(preq.Package.Env, k)
+		}
+	}
+	slices.Sort(preq.Package.Env)
 	code, err := s.PreparePackage(r.Context(), preq)
 	if err != nil {
 		writeErr(w, statusFor(err), err)
@@ -123,6 +131,21 @@ func (s *Supervisor) handlePackage(w http.ResponseWriter, r *http.Request, id st
 	default:
 		writeJSON(w, http.StatusServiceUnavailable, res)
 	}
+}
+
+// parsePackageParam reads ?package=: a spec ("npm:name@1.2.3"), or a
+// launcher line as a JSON list of strings (["npx","-y","name","arg"]),
+// read by the same parser, arguments kept.
+func parsePackageParam(p string) (packages.Spec, error) {
+	if !strings.HasPrefix(p, "[") {
+		return packages.ParsePackage(p)
+	}
+	var argv []string
+	dec := json.NewDecoder(strings.NewReader(p))
+	if err := dec.Decode(&argv); err != nil || dec.More() {
+		return packages.Spec{}, fmt.Errorf("%w: a launcher line must be a JSON list of strings, such as [\"npx\",\"-y\",\"name\"]", packages.ErrBadSpec)
+	}
+	return packages.ParseLauncher(argv)
 }
 
 // parseInstallQuery reads ?egress= and ?env= of a package install.

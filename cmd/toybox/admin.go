@@ -1,0 +1,54 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// admin talks to the supervisor's admin socket.
+type admin struct {
+	c *http.Client
+}
+
+// newAdmin is a client of the admin socket at path. timeout bounds each
+// request (a package install resolves and fetches: minutes).
+func newAdmin(path string, timeout time.Duration) admin {
+	return admin{c: &http.Client{Timeout: timeout, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		},
+	}}}
+}
+
+// do sends one request; the answer's body is returned with its status.
+func (a admin) do(method, path string, body io.Reader) (int, []byte, error) {
+	req, err := http.NewRequest(method, "http://toybox"+path, body)
+	if err != nil {
+		return 0, nil, err
+	}
+	resp, err := a.c.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	return resp.StatusCode, b, err
+}
+
+// adminError is the error an admin answer carries, or the body itself.
+func adminError(status int, body []byte) error {
+	var e struct {
+		Error string `json:"error"`
+	}
+	if json.Unmarshal(body, &e) == nil && e.Error != "" {
+		return fmt.Errorf("%d: %s", status, e.Error)
+	}
+	return fmt.Errorf("%d: %s", status, strings.TrimSpace(string(body)))
+}
