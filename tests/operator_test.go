@@ -695,7 +695,7 @@ func TestOperatorCLI(t *testing.T) {
 		return string(out), code
 	}
 	help, code := run("help")
-	cmds := []string{"serve", "status", "reach", "install", "egress", "doctor", "completion", "help"}
+	cmds := []string{"serve", "status", "reach", "install", "import", "egress", "doctor", "completion", "help"}
 	for _, c := range cmds {
 		if !strings.Contains(help, "  "+c+" ") {
 			t.Errorf("toybox help does not list %s:\n%s", c, help)

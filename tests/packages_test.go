@@ -3,12 +3,14 @@ package tests
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -218,6 +220,34 @@ func checkPackageMCP(t *testing.T, s *stack, id, greeting string) {
 	}
 }
 
+// notesServer is a checkout's MCP server: a stdio server whose tool reads
+// the file named by its first argument and counts its calls in a file
+// beside it.
+const notesServer = `'use strict';
+const fs = require('fs');
+const readline = require('readline');
+const send = (m) => process.stdout.write(JSON.stringify(m) + '\n');
+readline.createInterface({ input: process.stdin }).on('line', (line) => {
+  let m;
+  try { m = JSON.parse(line); } catch { return; }
+  if (m.id === undefined) return;
+  switch (m.method) {
+    case 'initialize':
+      return send({ jsonrpc: '2.0', id: m.id, result: { protocolVersion: '2025-11-25', capabilities: { tools: {} }, serverInfo: { name: 'notes', version: '0.1.0' } } });
+    case 'tools/list':
+      return send({ jsonrpc: '2.0', id: m.id, result: { tools: [{ name: 'notes', inputSchema: { type: 'object' } }] } });
+    case 'tools/call': {
+      const calls = require('path').join(require('path').dirname(process.argv[2]), 'calls');
+      let n = 1;
+      try { n += Number(fs.readFileSync(calls, 'utf8')); } catch {}
+      fs.writeFileSync(calls, String(n));
+      return send({ jsonrpc: '2.0', id: m.id, result: { content: [{ type: 'text', text: fs.readFileSync(process.argv[2], 'utf8') + ' from ' + process.argv[2] + ', call ' + n }] } });
+    }
+  }
+  send({ jsonrpc: '2.0', id: m.id, error: { code: -32601, message: 'Method not found' } });
+});
+`
+
 // toyboxCLI runs the built toybox with args and returns its exit code and
 // output.
 func toyboxCLI(t *testing.T, args ...string) (int, string) {
@@ -231,4 +261,180 @@ func toyboxCLI(t *testing.T, args ...string) (int, string) {
 		t.Fatal(err)
 	}
 	return code, string(out)
+}
+
+// TestImportAndUndo imports a Claude Desktop config of three servers (an
+// npx line, a program in a checkout folder, and a package the registry
+// does not have, which fails midway), rewrites it to the vats' endpoints,
+// then undoes it twice.
+func TestImportAndUndo(t *testing.T) {
+	reg := npmtest.Start(t)
+	for _, f := range []string{"tb-greeting-1.0.0", "tb-mcp-hello"} {
+		reg.Publish(t, npmtest.Pack(t, npmtest.Fixture(f)))
+	}
+	s := newStack(t, stackOpts{extra: []string{"--npm-registry", reg.URL}})
+
+	checkout := t.TempDir()
+	for name, body := range map[string]string{
+		"package.json":                  `{"name":"notes","version":"0.1.0"}`,
+		"server.js":                     notesServer,
+		"notes.txt":                     "remember the milk",
+		".git/HEAD":                     "ref: refs/heads/main\n",
+		"node_modules/junk/index.js":    "module.exports = 1;\n",
+		"lib/__pycache__/x.cpython.pyc": "junk",
+		"lib/util.js":                   "module.exports = 2;\n",
+	} {
+		p := filepath.Join(checkout, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entries := map[string]string{
+		"hello":       `{"command":"npx","args":["-y","tb-mcp-hello@1.0.0"],"env":{"HELLO_KEY":"k1"}}`,
+		"Local Notes": fmt.Sprintf(`{"command":"node","args":[%q,%q]}`, filepath.Join(checkout, "server.js"), filepath.Join(checkout, "notes.txt")),
+		"broken":      `{"command":"npx","args":["-y","tb-missing@1.0.0"]}`,
+	}
+	cfgPath := filepath.Join(t.TempDir(), "claude_desktop_config.json")
+	cfg := `{"globalShortcut":"Ctrl+Space","mcpServers":{` +
+		`"hello":` + entries["hello"] + `,"Local Notes":` + entries["Local Notes"] + `,"broken":` + entries["broken"] + `}}`
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	backups := filepath.Join(s.dir, "backups")
+	readCfg := func() map[string]any {
+		t.Helper()
+		b, err := os.ReadFile(cfgPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatalf("the config after import: %v\n%s", err, b)
+		}
+		return m
+	}
+	asJSON := func(s string) any {
+		var v any
+		_ = json.Unmarshal([]byte(s), &v)
+		return v
+	}
+
+	code, out := toyboxCLI(t, "import", "--admin", s.admin, "--state", s.state, "--backups", backups, "--rewrite", "http://"+s.http, cfgPath)
+	if code != 1 || !strings.Contains(out, "broken: left as it was") {
+		t.Fatalf("toybox import = %d; want 1 naming broken as left as it was:\n%s", code, out)
+	}
+
+	// The npx line: a package vat with the owner's env value.
+	st := s.status("hello")
+	if env, _ := st["env"].([]any); len(env) != 1 || env[0] != "HELLO_KEY" {
+		t.Errorf("hello's env keys: %v; want [HELLO_KEY]", st["env"])
+	}
+	checkPackageMCP(t, s, "hello", "hello (1.0.0), vat")
+
+	// The checkout: copied without .git, node_modules, __pycache__; its
+	// data file copied into the data folder, which the server reads.
+	st = s.status("local-notes")
+	dir := filepath.Join(s.state, "code", strings.TrimPrefix(st["code"].(string), "sha256:"))
+	for _, gone := range []string{".git", "node_modules", "lib/__pycache__"} {
+		if _, err := os.Lstat(filepath.Join(dir, gone)); err == nil {
+			t.Errorf("the checkout's copy has %s", gone)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "lib", "util.js")); err != nil {
+		t.Errorf("the checkout's copy lacks lib/util.js: %v", err)
+	}
+	if err := packages.Verify(dir, strings.TrimPrefix(st["code"].(string), "sha256:")); err != nil {
+		t.Errorf("the checkout's bundle does not verify: %v", err)
+	}
+	dataCopy := filepath.Join(s.state, "data", "local-notes", "notes.txt")
+	notes := func(call int) {
+		t.Helper()
+		code, h, body := s.mcpPost("local-notes", mcpInit)
+		session := []string{"Mcp-Session-Id", h.Get("Mcp-Session-Id"), "Mcp-Protocol-Version", "2025-11-25"}
+		if code != http.StatusOK {
+			t.Fatalf("initialize local-notes: %d %s", code, body)
+		}
+		s.mcpPost("local-notes", `{"jsonrpc":"2.0","method":"notifications/initialized"}`, session...)
+		code, _, body = s.mcpPost("local-notes", `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"notes","arguments":{}}}`, session...)
+		if want := fmt.Sprintf("remember the milk from %s, call %d", dataCopy, call); code != http.StatusOK || !strings.Contains(body, want) {
+			t.Errorf("local-notes tools/call: %d %s; want %q", code, body, want)
+		}
+	}
+	notes(1)
+
+	// The one that failed midway: no vat, its entry as it was, no backup.
+	if c, _ := s.adminDo("GET", "/broken", nil); c != http.StatusNotFound {
+		t.Errorf("GET /broken = %d; want 404", c)
+	}
+	m := readCfg()
+	servers := m["mcpServers"].(map[string]any)
+	if !reflect.DeepEqual(servers["broken"], asJSON(entries["broken"])) || m["globalShortcut"] != "Ctrl+Space" {
+		t.Errorf("broken's entry or the other settings changed: %v", m)
+	}
+	for name, id := range map[string]string{"hello": "hello", "Local Notes": "local-notes"} {
+		want := map[string]any{"type": "http", "url": "http://" + s.http + "/" + id + "/mcp"}
+		if !reflect.DeepEqual(servers[name], any(want)) {
+			t.Errorf("%s's entry after import: %v; want %v", name, servers[name], want)
+		}
+	}
+	fi, err := os.Stat(backups)
+	if err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("the backup folder: %v %v; want 0700", fi, err)
+	}
+	ents, _ := os.ReadDir(backups)
+	live := 0
+	for _, e := range ents {
+		fi, _ := e.Info()
+		if fi.Mode().Perm() != 0o600 {
+			t.Errorf("backup %s has mode %v; want 0600", e.Name(), fi.Mode().Perm())
+		}
+		if strings.Contains(e.Name(), "broken") {
+			t.Errorf("a backup of broken is kept: %s", e.Name())
+		}
+		if !strings.Contains(e.Name(), "-config-") {
+			live++
+		}
+	}
+	if live != 2 {
+		t.Errorf("%d server backups; want 2 (%v)", live, ents)
+	}
+
+	// Undo: every entry as it was, the vats out of service, nothing
+	// deleted (the data copy, the checkout and the backups stay).
+	code, out = toyboxCLI(t, "import", "--admin", s.admin, "--backups", backups, "--undo")
+	if code != 0 || !strings.Contains(out, "hello\trestored") || !strings.Contains(out, "Local Notes\trestored") {
+		t.Fatalf("toybox import --undo = %d:\n%s", code, out)
+	}
+	servers = readCfg()["mcpServers"].(map[string]any)
+	for name, e := range entries {
+		if !reflect.DeepEqual(servers[name], asJSON(e)) {
+			t.Errorf("%s after undo: %v; want %s", name, servers[name], e)
+		}
+	}
+	for _, id := range []string{"hello", "local-notes"} {
+		if c, _ := s.adminDo("GET", "/"+id, nil); c != http.StatusNotFound {
+			t.Errorf("GET /%s after undo = %d; want 404", id, c)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(checkout, ".git", "HEAD")); err != nil {
+		t.Errorf("the checkout changed: %v", err)
+	}
+	if after, _ := os.ReadDir(backups); len(after) != len(ents) {
+		t.Errorf("undo left %d backup files of %d", len(after), len(ents))
+	}
+	code, out = toyboxCLI(t, "import", "--admin", s.admin, "--backups", backups, "--undo")
+	if code != 0 || !strings.Contains(out, "nothing to undo") {
+		t.Errorf("a second undo = %d %q; want nothing to undo", code, out)
+	}
+
+	// Nothing was deleted: imported again, the checkout's vat comes back
+	// with its data folder as it was (the copy kept, the count at 1).
+	code, out = toyboxCLI(t, "import", "--admin", s.admin, "--state", s.state, "--backups", backups, cfgPath)
+	if code != 1 || !strings.Contains(out, "Local Notes\timported as vat local-notes") {
+		t.Fatalf("toybox import again = %d:\n%s", code, out)
+	}
+	notes(2)
 }

@@ -19,6 +19,7 @@ var summaries = []struct{ name, what string }{
 	{"status", "print every vat's status word, or one vat's (--json: all the status page shows)"},
 	{"reach", "say what a vat can reach, and why"},
 	{"install", "install an npm package (or a server.json, or a pasted npx line) as a vat"},
+	{"import", "install each server of an MCP client config as a vat; --undo puts them back"},
 	{"egress", "ask a switchboard socket what it would admit, and use it (check, fetch, connect)"},
 	{"doctor", "check that walls can be built on this computer"},
 	{"completion", "print a bash or zsh completion script"},
@@ -87,6 +88,7 @@ _toybox() {
     egress) COMPREPLY=($(compgen -W "check fetch connect --socket --constrain --timeout" -- "$cur")) ;;
     status) COMPREPLY=($(compgen -W "--admin --lang --json" -- "$cur")) ;;
     reach) COMPREPLY=($(compgen -W "--admin --lang --json" -- "$cur")) ;;
+    import) COMPREPLY=($(compgen -W "--admin --state --backups --rewrite --allow-scripts --undo --timeout" -- "$cur")) ;;
     install) COMPREPLY=($(compgen -W "--admin --egress --env --allow-scripts --server-json --timeout" -- "$cur")) ;;
     *) COMPREPLY=($(compgen -f -- "$cur")) ;;
   esac

@@ -5,6 +5,7 @@
 //	toybox status      print the vats' status words (status.go)
 //	toybox reach       say what a vat can reach, and why (reach.go)
 //	toybox install     install a package as a vat (install.go)
+//	toybox import      install an MCP client config's servers; --undo (import.go)
 //	toybox egress      ask a switchboard socket what it would admit (egress.go)
 //	toybox doctor      check that walls can be built on this host (doctor.go)
 //	toybox completion  print a shell completion script (help.go)

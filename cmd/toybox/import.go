@@ -1,0 +1,531 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"maps"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"toybox/vat/packages"
+	"toybox/vat/store"
+)
+
+func init() { commands["import"] = importMain }
+
+const importUsage = `usage: toybox import --admin PATH --state DIR [--backups DIR] [--rewrite URL] [--allow-scripts NAME[,NAME]] FILE
+       toybox import --backups DIR --admin PATH --undo [NAME...]
+
+Installs each server of an MCP client config (Claude Desktop's
+claude_desktop_config.json, .mcp.json, VS Code's mcp.json) as a vat
+(docs/packages.md). Each entry is backed up first; a server that fails is
+left exactly as it was. --undo restores from the backups, newest first.
+`
+
+// backup is one server's backup, written before anything of it changes.
+type backup struct {
+	// Stamp orders backups (newest first on undo).
+	Stamp string `json:"stamp"`
+	// Name is the server's name in Config; Vat its vat.
+	Name string `json:"name"`
+	Vat  string `json:"vat"`
+	// Config is the client config's path; Key its servers member.
+	Config string `json:"config"`
+	Key    string `json:"key"`
+	// Entry is the server's entry as it was.
+	Entry json.RawMessage `json:"entry"`
+	// Rewritten says the config was rewritten to the vat's URL.
+	Rewritten bool `json:"rewritten"`
+	// Data are the files the import copied into the vat's data folder.
+	Data []string `json:"data,omitempty"`
+	// Undone is when an undo restored it ("" while it is live).
+	Undone string `json:"undone,omitempty"`
+
+	file string
+}
+
+// writeBackup writes b to its file (0600) in dir (0700).
+func writeBackup(dir string, b *backup) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return err
+	}
+	if b.file == "" {
+		b.file = filepath.Join(dir, b.Stamp+"-"+b.Vat+".json")
+	}
+	j, err := json.MarshalIndent(b, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(b.file, append(j, '\n'), 0o600)
+}
+
+// writeFileAtomic writes b beside path and renames it over path.
+func writeFileAtomic(path string, b []byte, mode fs.FileMode) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Chmod(mode)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+	}
+	return err
+}
+
+// defaultBackups is the backup folder when --backups is not given.
+func defaultBackups() string {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "toybox", "import-backups")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "toybox-import-backups"
+	}
+	return filepath.Join(home, ".local", "state", "toybox", "import-backups")
+}
+
+func importMain(args []string) int {
+	fs := flag.NewFlagSet("import", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), importUsage)
+		fs.PrintDefaults()
+	}
+	adminPath := fs.String("admin", "admin.sock", "the supervisor's admin socket")
+	state := fs.String("state", "", "the supervisor's state directory: a file an entry names is copied into its vat's data folder there")
+	backups := fs.String("backups", defaultBackups(), "the backup folder (0700, files 0600)")
+	rewrite := fs.String("rewrite", "", "rewrite each imported entry of the config to this toybox's endpoint, URL/<vat>/mcp (such as http://localhost:8787)")
+	allow := fs.String("allow-scripts", "", "packages whose install scripts may run, as ?allow-scripts=")
+	undo := fs.Bool("undo", false, "restore the named servers (none: every one) from their backups, newest first")
+	timeout := fs.Duration("timeout", 15*time.Minute, "how long one server's install may take")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	a := newAdmin(*adminPath, *timeout)
+	if *undo {
+		return undoImport(a, *backups, fs.Args())
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return exitUsage
+	}
+	if *rewrite != "" {
+		if u, err := url.Parse(*rewrite); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			fmt.Fprintf(os.Stderr, "toybox import: --rewrite %q: want http(s)://host[:port]\n", *rewrite)
+			return exitUsage
+		}
+	}
+	im := importer{a: a, state: *state, backups: *backups, rewrite: strings.TrimRight(*rewrite, "/"), allow: *allow}
+	return im.run(fs.Arg(0))
+}
+
+type importer struct {
+	a              admin
+	state, backups string
+	rewrite, allow string
+	config         string
+	cc             packages.ClientConfig
+	done           []*backup // this run's imported servers
+	failed         int
+	stampN         int
+	lookPath       func(string) (string, error)
+	now            func() time.Time
+	copyLimits     packages.Limits
+}
+
+func (im *importer) run(file string) int {
+	abs, err := filepath.Abs(file)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "toybox import:", err)
+		return exitError
+	}
+	im.config = abs
+	b, err := os.ReadFile(abs)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "toybox import:", err)
+		return exitError
+	}
+	if im.cc, err = packages.ParseClientConfig(b); err != nil {
+		fmt.Fprintf(os.Stderr, "toybox import %s: %v\n", file, err)
+		return exitError
+	}
+	im.lookPath, im.now = exec.LookPath, time.Now
+	im.copyLimits = packages.Limits{Entries: store.DefaultMaxEntries, Bytes: store.DefaultMaxUnpacked}
+	for _, name := range im.cc.Names() {
+		bk, err := im.one(name)
+		if err != nil {
+			im.failed++
+			fmt.Fprintf(os.Stderr, "toybox import: %s: left as it was: %v\n", name, err)
+			continue
+		}
+		im.done = append(im.done, bk)
+		fmt.Printf("%s\timported as vat %s\n", name, bk.Vat)
+	}
+	if im.rewrite != "" && len(im.done) > 0 {
+		if err := im.rewriteConfig(); err != nil {
+			fmt.Fprintf(os.Stderr, "toybox import: rewriting %s: %v; every server is left as it was\n", file, err)
+			for _, bk := range im.done {
+				im.rollback(bk)
+			}
+			return exitError
+		}
+	}
+	if im.failed > 0 {
+		return exitError
+	}
+	return exitOK
+}
+
+// stamp is a new backup's stamp: the time, then a count, so two in one
+// run keep their order.
+func (im *importer) stamp() string {
+	im.stampN++
+	return im.now().UTC().Format("20060102T150405.000000000Z") + "-" + fmt.Sprintf("%04d", im.stampN)
+}
+
+// one imports server name: every change it makes is undone if a later
+// step fails, and its backup is dropped.
+func (im *importer) one(name string) (*backup, error) {
+	id := packages.VatID(name)
+	if id == "" {
+		return nil, fmt.Errorf("its name makes no vat id")
+	}
+	e, err := im.cc.Entry(name)
+	if err != nil {
+		return nil, err
+	}
+	dataDir := ""
+	if im.state != "" {
+		st, err := filepath.Abs(im.state)
+		if err != nil {
+			return nil, err
+		}
+		if real, err := filepath.EvalSymlinks(st); err == nil {
+			st = real
+		}
+		dataDir = filepath.Join(st, "data", id)
+	}
+	plan, err := packages.PlanImport(name, e, im.lookPath, dataDir)
+	if err != nil {
+		return nil, err
+	}
+	if len(plan.DataFiles) > 0 && im.state == "" {
+		return nil, fmt.Errorf("it names files in its folder (%s): give --state so they are copied into its data folder", strings.Join(slices.Sorted(maps.Keys(plan.DataFiles)), ", "))
+	}
+	if code, _, err := im.a.do(http.MethodGet, "/"+id, nil); err != nil {
+		return nil, err
+	} else if code != http.StatusNotFound {
+		return nil, fmt.Errorf("vat %s already exists: remove it or rename the server", id)
+	}
+	q := packageQuery{allowScripts: im.allow}
+	if plan.Env != nil {
+		b, _ := json.Marshal(plan.Env)
+		q.env, q.envSet = string(b), true
+	}
+	// The bundle of a checkout is made before anything changes.
+	var body []byte
+	if plan.Kind == packages.ImportCheckout {
+		if body, err = im.checkoutBundle(plan); err != nil {
+			return nil, err
+		}
+	}
+	bk := &backup{Stamp: im.stamp(), Name: name, Vat: id, Config: im.config, Key: im.cc.Key, Entry: im.cc.Servers[name]}
+	if err := writeBackup(im.backups, bk); err != nil {
+		return nil, fmt.Errorf("writing its backup: %w", err)
+	}
+	fail := func(err error) (*backup, error) {
+		im.rollback(bk)
+		return nil, err
+	}
+	switch plan.Kind {
+	case packages.ImportLauncher:
+		if _, err := installPackage(im.a, id, q.values(launcherParam(plan.Launcher)), nil); err != nil {
+			return fail(err)
+		}
+	case packages.ImportCheckout:
+		v := url.Values{}
+		if q.envSet {
+			v.Set("env", q.env)
+		}
+		code, b, err := im.a.do(http.MethodPut, "/"+id+"?"+v.Encode(), bytes.NewReader(body))
+		if err != nil {
+			return fail(err)
+		}
+		if code != http.StatusCreated && code != http.StatusOK && code != http.StatusServiceUnavailable {
+			return fail(adminError(code, b))
+		}
+	}
+	if len(plan.DataFiles) > 0 {
+		if err := im.copyData(bk, plan); err != nil {
+			return fail(fmt.Errorf("copying its files into its data folder: %w", err))
+		}
+		if err := writeBackup(im.backups, bk); err != nil {
+			return fail(fmt.Errorf("writing its backup: %w", err))
+		}
+		// It starts again with its files in place.
+		if code, b, err := im.a.do(http.MethodPost, "/"+id+"/restart", nil); err != nil {
+			return fail(err)
+		} else if code != http.StatusOK {
+			return fail(adminError(code, b))
+		}
+	}
+	return bk, nil
+}
+
+// checkoutBundle copies plan's folder (without .git, node_modules, .venv,
+// __pycache__), compares the copy entry by entry, and bundles it.
+func (im *importer) checkoutBundle(plan packages.ImportPlan) ([]byte, error) {
+	tmp, err := os.MkdirTemp("", "toybox-import-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	dir := filepath.Join(tmp, "copy")
+	if err := packages.CopyCheckout(plan.Source, dir, im.copyLimits); err != nil {
+		return nil, err
+	}
+	env := slices.Sorted(maps.Keys(plan.Env))
+	var buf bytes.Buffer
+	if err := packages.CheckoutBundle(&buf, dir, plan.Command, env, []byte(`{"transport":"stdio"}`)); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// copyData copies the files plan names into the vat's data folder, owned
+// by the vat's uid. A file already there is kept if it is the same, and
+// fails the import otherwise.
+func (im *importer) copyData(bk *backup, plan packages.ImportPlan) error {
+	_, b, err := im.a.do(http.MethodGet, "/"+bk.Vat, nil)
+	if err != nil {
+		return err
+	}
+	var st struct {
+		UID int `json:"uid"`
+	}
+	_ = json.Unmarshal(b, &st)
+	for _, src := range slices.Sorted(maps.Keys(plan.DataFiles)) {
+		dst := plan.DataFiles[src]
+		fi, err := os.Lstat(filepath.Dir(dst))
+		if err != nil || !fi.IsDir() {
+			return fmt.Errorf("the data folder %s is not a folder", filepath.Dir(dst))
+		}
+		want, err := os.ReadFile(src)
+		if err != nil {
+			return err
+		}
+		if fi, err := os.Lstat(dst); err == nil {
+			have, rerr := os.ReadFile(dst)
+			if !fi.Mode().IsRegular() || rerr != nil || !bytes.Equal(have, want) {
+				return fmt.Errorf("%s is already there and differs", dst)
+			}
+			continue
+		}
+		sfi, err := os.Stat(src)
+		if err != nil {
+			return err
+		}
+		f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, sfi.Mode().Perm()|0o600)
+		if err != nil {
+			return err
+		}
+		bk.Data = append(bk.Data, dst)
+		_, err = f.Write(want)
+		if err == nil && st.UID > 0 {
+			err = f.Chown(st.UID, st.UID)
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rollback undoes what importing bk did in this run: the vat it made (it
+// did not exist before) goes with the files copied into its data folder,
+// and its backup is dropped.
+func (im *importer) rollback(bk *backup) {
+	if code, _, err := im.a.do(http.MethodDelete, "/"+bk.Vat+"?purge=1", nil); err != nil || code != http.StatusOK && code != http.StatusNotFound {
+		fmt.Fprintf(os.Stderr, "toybox import: %s: removing vat %s again: %d %v; its backup %s is kept\n", bk.Name, bk.Vat, code, err, bk.file)
+		return
+	}
+	for _, p := range bk.Data {
+		_ = os.Remove(p)
+	}
+	_ = os.Remove(bk.file)
+}
+
+// rewriteConfig points each imported entry at its vat's endpoint, after a
+// copy of the whole config is kept in the backup folder.
+func (im *importer) rewriteConfig() error {
+	orig, err := os.ReadFile(im.config)
+	if err != nil {
+		return err
+	}
+	fi, err := os.Stat(im.config)
+	if err != nil {
+		return err
+	}
+	cc, err := packages.ParseClientConfig(orig)
+	if err != nil {
+		return err
+	}
+	if err := writeFileAtomic(filepath.Join(im.backups, im.done[0].Stamp+"-config-"+filepath.Base(im.config)), orig, 0o600); err != nil {
+		return err
+	}
+	for _, bk := range im.done {
+		e, _ := json.Marshal(map[string]string{"type": "http", "url": im.rewrite + "/" + bk.Vat + "/mcp"})
+		cc = cc.With(bk.Name, e)
+	}
+	out, err := cc.Encode()
+	if err != nil {
+		return err
+	}
+	for _, bk := range im.done {
+		bk.Rewritten = true
+		if err := writeBackup(im.backups, bk); err != nil {
+			return err
+		}
+	}
+	if err := writeFileAtomic(im.config, out, fi.Mode().Perm()); err != nil {
+		for _, bk := range im.done {
+			bk.Rewritten = false
+			_ = writeBackup(im.backups, bk)
+		}
+		return err
+	}
+	return nil
+}
+
+// liveBackups lists the backups not yet undone, newest first. A file that
+// does not read as a backup of its own name is skipped.
+func liveBackups(dir string) ([]*backup, error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []*backup
+	for _, e := range ents {
+		if !e.Type().IsRegular() || !strings.HasSuffix(e.Name(), ".json") || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, err
+		}
+		var bk backup
+		if json.Unmarshal(b, &bk) != nil || bk.Vat == "" || e.Name() != bk.Stamp+"-"+bk.Vat+".json" || packages.VatID(bk.Vat) != bk.Vat {
+			continue
+		}
+		if bk.Undone != "" {
+			continue
+		}
+		bk.file = p
+		out = append(out, &bk)
+	}
+	slices.SortFunc(out, func(a, b *backup) int { return strings.Compare(b.Stamp, a.Stamp) })
+	return out, nil
+}
+
+// undoImport restores the named servers (none: all) from their live
+// backups, newest first: the entry goes back into its config, the vat is
+// taken out of service (its data folder and stored code stay), and the
+// backup is marked undone. Nothing is deleted.
+func undoImport(a admin, dir string, names []string) int {
+	live, err := liveBackups(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "toybox import --undo:", err)
+		return exitError
+	}
+	n, bad := 0, 0
+	for _, bk := range live {
+		if len(names) > 0 && !slices.Contains(names, bk.Name) && !slices.Contains(names, bk.Vat) {
+			continue
+		}
+		n++
+		if err := undoOne(a, bk); err != nil {
+			bad++
+			fmt.Fprintf(os.Stderr, "toybox import --undo: %s: %v; its backup %s stays live\n", bk.Name, err, bk.file)
+			continue
+		}
+		fmt.Printf("%s\trestored (vat %s removed, its data kept)\n", bk.Name, bk.Vat)
+	}
+	if n == 0 {
+		fmt.Println("nothing to undo")
+	}
+	if bad > 0 {
+		return exitError
+	}
+	return exitOK
+}
+
+func undoOne(a admin, bk *backup) error {
+	if bk.Rewritten {
+		fi, err := os.Stat(bk.Config)
+		if err != nil {
+			return err
+		}
+		b, err := os.ReadFile(bk.Config)
+		if err != nil {
+			return err
+		}
+		cc, err := packages.ParseClientConfig(b)
+		if err != nil {
+			return err
+		}
+		if cc.Key != bk.Key {
+			return fmt.Errorf("%s now keeps its servers in %s, not %s", bk.Config, cc.Key, bk.Key)
+		}
+		out, err := cc.With(bk.Name, bk.Entry).Encode()
+		if err != nil {
+			return err
+		}
+		if err := writeFileAtomic(bk.Config, out, fi.Mode().Perm()); err != nil {
+			return err
+		}
+	}
+	code, b, err := a.do(http.MethodDelete, "/"+bk.Vat, nil)
+	if err != nil {
+		return err
+	}
+	if code != http.StatusOK && code != http.StatusNotFound {
+		return adminError(code, b)
+	}
+	bk.Undone = time.Now().UTC().Format(time.RFC3339Nano)
+	return writeBackup(filepath.Dir(bk.file), bk)
+}

@@ -1,0 +1,349 @@
+package packages
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// ClientConfig is an MCP client's config: Claude Desktop's
+// claude_desktop_config.json and Claude Code's .mcp.json ("mcpServers"),
+// or VS Code's mcp.json ("servers").
+type ClientConfig struct {
+	// Key is the member holding the servers: "mcpServers" or "servers".
+	Key string
+	// Servers are the entries by name, as written.
+	Servers map[string]json.RawMessage
+	// top is every top-level member, as written.
+	top map[string]json.RawMessage
+}
+
+// ClientEntry is one stdio server entry of a client config.
+type ClientEntry struct {
+	Type    string            `json:"type,omitempty"`
+	Command string            `json:"command,omitempty"`
+	Args    []string          `json:"args,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	Cwd     string            `json:"cwd,omitempty"`
+	URL     string            `json:"url,omitempty"`
+}
+
+// ParseClientConfig reads a client config. Exactly one of "mcpServers" and
+// "servers" must be an object of entries.
+func ParseClientConfig(b []byte) (ClientConfig, error) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(b, &top); err != nil || top == nil {
+		return ClientConfig{}, fmt.Errorf("%w: not a JSON object", ErrBadConfig)
+	}
+	cc := ClientConfig{top: top}
+	for _, k := range []string{"mcpServers", "servers"} {
+		raw, ok := top[k]
+		if !ok {
+			continue
+		}
+		if cc.Key != "" {
+			return ClientConfig{}, fmt.Errorf("%w: both mcpServers and servers", ErrBadConfig)
+		}
+		if err := json.Unmarshal(raw, &cc.Servers); err != nil || cc.Servers == nil {
+			return ClientConfig{}, fmt.Errorf("%w: %s is not an object of servers", ErrBadConfig, k)
+		}
+		cc.Key = k
+	}
+	if cc.Key == "" {
+		return ClientConfig{}, fmt.Errorf("%w: no mcpServers (Claude Desktop, .mcp.json) or servers (VS Code mcp.json)", ErrBadConfig)
+	}
+	return cc, nil
+}
+
+// Names are the servers' names, sorted.
+func (cc ClientConfig) Names() []string {
+	names := make([]string, 0, len(cc.Servers))
+	for n := range cc.Servers {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// With returns the config with server name's entry set to raw (deleted
+// when raw is nil), every other member kept as written.
+func (cc ClientConfig) With(name string, raw json.RawMessage) ClientConfig {
+	out := ClientConfig{Key: cc.Key, Servers: map[string]json.RawMessage{}, top: map[string]json.RawMessage{}}
+	for k, v := range cc.Servers {
+		out.Servers[k] = v
+	}
+	if raw == nil {
+		delete(out.Servers, name)
+	} else {
+		out.Servers[name] = raw
+	}
+	for k, v := range cc.top {
+		out.top[k] = v
+	}
+	return out
+}
+
+// Encode writes the config, indented.
+func (cc ClientConfig) Encode() ([]byte, error) {
+	top := map[string]any{}
+	for k, v := range cc.top {
+		top[k] = v
+	}
+	top[cc.Key] = cc.Servers
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(top); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// Entry reads server name's entry.
+func (cc ClientConfig) Entry(name string) (ClientEntry, error) {
+	var e ClientEntry
+	dec := json.NewDecoder(bytes.NewReader(cc.Servers[name]))
+	if err := dec.Decode(&e); err != nil {
+		return ClientEntry{}, fmt.Errorf("%w: server %q: %w", ErrBadConfig, name, err)
+	}
+	return e, nil
+}
+
+// ImportKind says how an entry becomes a vat.
+type ImportKind int
+
+const (
+	// ImportLauncher: an npx or uvx line, installed as a package.
+	ImportLauncher ImportKind = iota + 1
+	// ImportCheckout: a program in a folder of the owner's, copied into
+	// a bundle.
+	ImportCheckout
+)
+
+// ImportPlan is what importing one entry does.
+type ImportPlan struct {
+	Kind ImportKind
+	// Spec is a launcher entry's package (with its arguments).
+	Spec Spec
+	// Launcher is the line as written (command and args).
+	Launcher []string
+	// Source is a checkout entry's folder (real path), copied into the
+	// bundle; Command its argv in the bundle: a program inside the
+	// source becomes relative to the bundle, a host program absolute.
+	Source  string
+	Command []string
+	// DataFiles are files the entry names inside the source other than
+	// its program: each is copied into the vat's data folder (DataDir)
+	// and the entry points at the copy. Keys are the source paths.
+	DataFiles map[string]string
+	// Env are the entry's env values: the owner's values of the vat.
+	Env map[string]string
+}
+
+var vatIDBad = regexp.MustCompile(`[^a-z0-9-]+`)
+
+// VatID is the vat id a server name becomes: lower case, each run of
+// other characters a "-", at most 63 characters. "" if nothing is left.
+func VatID(name string) string {
+	id := strings.Trim(vatIDBad.ReplaceAllString(strings.ToLower(name), "-"), "-")
+	if len(id) > 63 {
+		id = strings.TrimRight(id[:63], "-")
+	}
+	return id
+}
+
+// checkoutMarkers are the files that mark a checkout's top folder.
+var checkoutMarkers = []string{".git", "package.json", "pyproject.toml", "go.mod", "Cargo.toml"}
+
+// isHostProgram reports whether p is in a system folder: a host program a
+// wall sees read-only, not the owner's code.
+func isHostProgram(p string) bool {
+	for _, d := range []string{"/usr/", "/bin/", "/sbin/", "/lib/", "/lib64/", "/opt/", "/nix/"} {
+		if strings.HasPrefix(p, d) {
+			return true
+		}
+	}
+	return false
+}
+
+// PlanImport reads entry e of server name. lookPath finds a bare command
+// on the host (exec.LookPath); dataDir is where the vat's data folder is
+// (<state>/data/<vat>, the path it has inside the wall too). A remote
+// entry (url), an entry with no command, and a command that is neither a
+// launcher nor a program in a folder are refused, saying why.
+func PlanImport(name string, e ClientEntry, lookPath func(string) (string, error), dataDir string) (ImportPlan, error) {
+	if e.URL != "" || e.Type == "http" || e.Type == "sse" {
+		return ImportPlan{}, fmt.Errorf("%w: server %q is remote (url): nothing to install", ErrBadConfig, name)
+	}
+	if e.Command == "" {
+		return ImportPlan{}, fmt.Errorf("%w: server %q has no command", ErrBadConfig, name)
+	}
+	argv := append([]string{e.Command}, e.Args...)
+	// VS Code's ${input:...} and ${workspaceFolder} are the client's to
+	// fill; toybox would pass them as they are.
+	for _, v := range append(append([]string{e.Cwd}, argv...), slices.Sorted(maps.Values(e.Env))...) {
+		if strings.Contains(v, "${") {
+			return ImportPlan{}, fmt.Errorf("%w: server %q: %q names a variable the client fills (${...}); write the value instead", ErrBadConfig, name, v)
+		}
+	}
+	switch filepath.Base(e.Command) {
+	case "npx", "uvx":
+		if e.Cwd != "" {
+			return ImportPlan{}, fmt.Errorf("%w: server %q: a launcher with a cwd may read a project there; import that folder instead", ErrBadConfig, name)
+		}
+		sp, err := ParseLauncher(argv)
+		if err != nil {
+			return ImportPlan{}, fmt.Errorf("server %q: %w", name, err)
+		}
+		return ImportPlan{Kind: ImportLauncher, Spec: sp, Launcher: argv, Env: e.Env}, nil
+	}
+	return planCheckout(name, e, argv, lookPath, dataDir)
+}
+
+// planCheckout finds the folder an entry's program lives in and maps its
+// paths into the bundle (the wall's working directory) or the data
+// folder.
+func planCheckout(name string, e ClientEntry, argv []string, lookPath func(string) (string, error), dataDir string) (ImportPlan, error) {
+	cwd := e.Cwd
+	if cwd != "" {
+		if !filepath.IsAbs(cwd) {
+			return ImportPlan{}, fmt.Errorf("%w: server %q: cwd %q is not absolute", ErrBadConfig, name, cwd)
+		}
+	}
+	abs := func(p string) string {
+		if filepath.IsAbs(p) || cwd == "" {
+			return p
+		}
+		return filepath.Join(cwd, p)
+	}
+	// The program: the command, or an interpreter's first path argument.
+	prog := -1
+	cmd := argv[0]
+	if strings.ContainsRune(cmd, '/') {
+		cmd = abs(cmd)
+	}
+	if !filepath.IsAbs(cmd) {
+		p, err := lookPath(cmd)
+		if err != nil {
+			return ImportPlan{}, fmt.Errorf("%w: server %q: command %q is not on this host: %w", ErrBadConfig, name, cmd, err)
+		}
+		cmd = p
+	}
+	if real, err := filepath.EvalSymlinks(cmd); err == nil && !isHostProgram(cmd) {
+		cmd = real
+	}
+	if !isHostProgram(cmd) {
+		prog = 0
+	} else {
+		for i := 1; i < len(argv); i++ {
+			if strings.HasPrefix(argv[i], "-") {
+				continue
+			}
+			p := abs(argv[i])
+			if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && filepath.IsAbs(p) {
+				prog = i
+			}
+			break
+		}
+	}
+	if prog < 0 && cwd == "" {
+		return ImportPlan{}, fmt.Errorf("%w: server %q: %s runs no program of a folder of yours (no launcher, no script path, no cwd)", ErrBadConfig, name, argv[0])
+	}
+	src := cwd
+	if prog >= 0 {
+		p := cmd
+		if prog > 0 {
+			p = abs(argv[prog])
+		}
+		real, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			return ImportPlan{}, fmt.Errorf("%w: server %q: %w", ErrBadConfig, name, err)
+		}
+		if src == "" {
+			src = checkoutTop(filepath.Dir(real))
+		}
+	}
+	src, err := filepath.EvalSymlinks(src)
+	if err != nil {
+		return ImportPlan{}, fmt.Errorf("%w: server %q: source folder: %w", ErrBadConfig, name, err)
+	}
+	if src == "/" || isHostProgram(src+"/") {
+		return ImportPlan{}, fmt.Errorf("%w: server %q: source folder %s is a system folder", ErrBadConfig, name, src)
+	}
+	plan := ImportPlan{Kind: ImportCheckout, Source: src, Env: e.Env, DataFiles: map[string]string{}}
+	out := slices.Clone(argv)
+	out[0] = cmd
+	for i := range out {
+		p := out[i]
+		if i > 0 {
+			p = abs(p)
+		}
+		if !filepath.IsAbs(p) {
+			continue
+		}
+		real, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			continue
+		}
+		rel, ok := inside(src, real)
+		if !ok {
+			continue
+		}
+		fi, err := os.Stat(real)
+		if err != nil {
+			continue
+		}
+		switch {
+		case i == prog || fi.IsDir():
+			// Code: its place in the bundle, the wall's working folder.
+			out[i] = "./" + rel
+		case fi.Mode().IsRegular():
+			// A file the program reads or writes: the data folder's copy.
+			dst := filepath.Join(dataDir, filepath.Base(real))
+			for _, d := range plan.DataFiles {
+				if d == dst {
+					return ImportPlan{}, fmt.Errorf("%w: server %q: two data files named %s", ErrBadConfig, name, filepath.Base(real))
+				}
+			}
+			plan.DataFiles[real] = dst
+			out[i] = dst
+		}
+	}
+	if out[0] == "./." {
+		return ImportPlan{}, fmt.Errorf("%w: server %q: command is its folder", ErrBadConfig, name)
+	}
+	plan.Command = out
+	return plan, nil
+}
+
+// checkoutTop is the nearest folder at or above dir holding a checkout
+// marker (.git, package.json, ...); dir when none does.
+func checkoutTop(dir string) string {
+	for d := dir; ; d = filepath.Dir(d) {
+		for _, m := range checkoutMarkers {
+			if _, err := os.Lstat(filepath.Join(d, m)); err == nil {
+				return d
+			}
+		}
+		if d == "/" || d == filepath.Dir(d) {
+			return dir
+		}
+	}
+}
+
+// inside reports whether p is src or below it, with its path relative to
+// src.
+func inside(src, p string) (string, bool) {
+	rel, err := filepath.Rel(src, p)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return "", false
+	}
+	return rel, true
+}
