@@ -13,16 +13,30 @@ import (
 
 // packageFlags registers serve's package flags; the function it returns
 // reads them after parsing. A host without node or npm gets an empty
-// config: package installs are then refused, saying why.
+// config: package installs are then refused, saying why (and PyPI
+// installs on a host without uv or python).
 func packageFlags(fs *flag.FlagSet) func() (supervisor.PackagesConfig, error) {
 	registry := fs.String("npm-registry", packages.DefaultRegistry, "the npm registry packages are installed from: the prepare wall's only egress")
 	node := fs.String("node", "node", "the node program package vats run on (bound read-only in their walls)")
 	npm := fs.String("npm", "npm", "the npm program that resolves packages inside the prepare wall")
+	index := fs.String("pypi-index", packages.DefaultPyPIIndex, "the Python package index PyPI packages are installed from: the prepare wall's only egress for them")
+	uv := fs.String("uv", "uv", "the uv program that resolves and installs PyPI packages inside the prepare wall")
+	python := fs.String("python", "python3", "the python program PyPI package vats run on (bound read-only in their walls)")
 	return func() (supervisor.PackagesConfig, error) {
 		if _, _, _, err := packages.RegistryHost(*registry); err != nil {
 			return supervisor.PackagesConfig{}, fmt.Errorf("--npm-registry: %w", err)
 		}
-		pc := supervisor.PackagesConfig{Registry: *registry}
+		if _, _, _, err := packages.RegistryHost(*index); err != nil {
+			return supervisor.PackagesConfig{}, fmt.Errorf("--pypi-index: %w", err)
+		}
+		pc := supervisor.PackagesConfig{Registry: *registry, PyPIIndex: *index}
+		if uvPath, err := realProgram(*uv); err == nil {
+			if pyPath, err := realProgram(*python); err == nil {
+				if out, err := exec.Command(pyPath, "--version").Output(); err == nil {
+					pc.UV, pc.Python, pc.PythonVersion = uvPath, pyPath, strings.TrimPrefix(strings.TrimSpace(string(out)), "Python ")
+				}
+			}
+		}
 		nodePath, err := realProgram(*node)
 		if err != nil {
 			return pc, nil

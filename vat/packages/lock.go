@@ -42,8 +42,10 @@ type Lock struct {
 	// Scripts are the packages whose install scripts the owner allowed
 	// (and that ran, inside the prepare wall).
 	Scripts []string `json:"scripts,omitempty"`
-	// Node is the Node.js that runs it.
-	Node Node `json:"node"`
+	// Node is the Node.js that runs an npm package.
+	Node Node `json:"node,omitzero"`
+	// Python is the Python that runs a PyPI package.
+	Python *Python `json:"python,omitempty"`
 	// Command is the argv the vat runs.
 	Command []string `json:"command"`
 }
@@ -60,6 +62,13 @@ type Node struct {
 	Bundled bool `json:"bundled,omitempty"`
 }
 
+// Python says which Python runs a PyPI package: the host's, bound
+// read-only in the wall.
+type Python struct {
+	Path    string `json:"path"`
+	Version string `json:"version"`
+}
+
 // Package is one package of the tree.
 type Package struct {
 	// Path is where it lies: "node_modules/a/node_modules/b".
@@ -69,7 +78,9 @@ type Package struct {
 	// Resolved is its tarball's URL; empty for a package that comes inside
 	// another's tarball (InBundle).
 	Resolved string `json:"resolved,omitempty"`
-	// Integrity is the SRI hash of its tarball ("sha512-<base64>").
+	// Integrity is the SRI hash of its tarball ("sha512-<base64>"); for
+	// a PyPI package its artefacts' hashes ("sha256:<hex>", space
+	// separated), one of which the installed wheel has.
 	Integrity string `json:"integrity,omitempty"`
 	// InBundle: it ships inside its parent's tarball.
 	InBundle bool `json:"inBundle,omitempty"`

@@ -315,15 +315,7 @@ func PrepareNPM(ctx context.Context, cfg NPMConfig, run Runner, work string, req
 		Format: LockFormat, Asked: sp.String(), Registry: reg, Name: sp.Name, Version: root.Version,
 		Packages: pkgs, Skipped: skipped, Scripts: scripts, Node: node, Command: cmd,
 	}
-	lb, _ := json.MarshalIndent(lock, "", "  ")
-	if err := t.WriteFile(LockPath, append(lb, '\n')); err != nil {
-		return "", lock, err
-	}
-	mb, err := bundleManifest(cmd, req.Env, req.MCP)
-	if err != nil {
-		return "", lock, err
-	}
-	if err := t.WriteFile("manifest.json", mb); err != nil {
+	if err := writeLockAndManifest(t, lock, req); err != nil {
 		return "", lock, err
 	}
 	log.Info("package prepared", "package", sp.Name, "version", root.Version, "packages", len(pkgs), "node", node.Path)
@@ -412,6 +404,20 @@ func enginesNode(lockFile, key string) (string, error) {
 }
 
 // bundleManifest writes manifest.json of a package bundle.
+// writeLockAndManifest writes the lock and the manifest (running the
+// lock's command) into the tree.
+func writeLockAndManifest(t *Tree, lock Lock, req Request) error {
+	lb, _ := json.MarshalIndent(lock, "", "  ")
+	if err := t.WriteFile(LockPath, append(lb, '\n')); err != nil {
+		return err
+	}
+	mb, err := bundleManifest(lock.Command, req.Env, req.MCP)
+	if err != nil {
+		return err
+	}
+	return t.WriteFile("manifest.json", mb)
+}
+
 func bundleManifest(cmd, env []string, mcp json.RawMessage) ([]byte, error) {
 	m := map[string]any{"command": cmd}
 	if len(env) > 0 {

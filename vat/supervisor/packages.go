@@ -39,6 +39,13 @@ type PackagesConfig struct {
 	// NPM is the host's npm-cli.js (absolute). If empty, package installs
 	// are refused.
 	NPM string
+	// UV is the host's uv (absolute), Python its python3 (absolute) and
+	// PythonVersion that one's version. If UV or Python is empty, PyPI
+	// installs are refused.
+	UV, Python, PythonVersion string
+	// PyPIIndex is the simple index PyPI packages come from. If empty,
+	// packages.DefaultPyPIIndex (and its file host).
+	PyPIIndex string
 	// StepTimeout bounds one prepare step. If zero, 10 minutes.
 	StepTimeout time.Duration
 }
@@ -187,10 +194,18 @@ func (s *Supervisor) PreparePackage(ctx context.Context, req PackageRequest) (st
 	if !labels.ValidVatID(req.ID) {
 		return store.Code{}, fmt.Errorf("%w: vat id %q is not [a-z0-9][a-z0-9-]{0,62}", ErrBadInput, req.ID)
 	}
-	if req.Package.Spec.Registry == packages.PyPI {
-		return store.Code{}, fmt.Errorf("%w: %w", ErrBadInput, packages.ErrNoUV)
+	pypi := req.Package.Spec.Registry == packages.PyPI
+	uvc := packages.UVConfig{
+		Index: pc.PyPIIndex, UV: pc.UV, Python: pc.Python, PythonVersion: pc.PythonVersion,
+		Limits: packages.Limits{Entries: store.DefaultMaxEntries, Bytes: store.DefaultMaxUnpacked}, Logger: s.log.With(keyVat, req.ID),
 	}
-	if pc.Node == "" || pc.NPM == "" {
+	hosts := []string{s.registry()}
+	switch {
+	case pypi && (pc.UV == "" || pc.Python == ""):
+		return store.Code{}, fmt.Errorf("%w: %w", ErrBadInput, packages.ErrNoUV)
+	case pypi:
+		hosts = uvc.Hosts()
+	case pc.Node == "" || pc.NPM == "":
 		return store.Code{}, fmt.Errorf("%w: this supervisor has no node and npm to prepare packages with", ErrBadInput)
 	}
 	if s.cfg.Upstream == nil {
@@ -229,12 +244,20 @@ func (s *Supervisor) PreparePackage(ctx context.Context, req PackageRequest) (st
 	if err := os.Chmod(dirs.run, 0o700); err != nil {
 		return store.Code{}, err
 	}
-	run := s.prepareRunner(req.ID, dirs, uid, gid)
-	cfg := packages.NPMConfig{
-		Registry: s.registry(), Node: pc.Node, NodeVersion: pc.NodeVersion, NPM: pc.NPM, Script: script,
-		Limits: packages.Limits{Entries: store.DefaultMaxEntries, Bytes: store.DefaultMaxUnpacked}, Logger: s.log.With(keyVat, req.ID),
+	run := s.prepareRunner(req.ID, dirs, uid, gid, hosts)
+	var (
+		tree string
+		lock packages.Lock
+	)
+	if pypi {
+		tree, lock, err = packages.PrepareUV(ctx, uvc, run, dirs.data, req.Package)
+	} else {
+		cfg := packages.NPMConfig{
+			Registry: s.registry(), Node: pc.Node, NodeVersion: pc.NodeVersion, NPM: pc.NPM, Script: script,
+			Limits: packages.Limits{Entries: store.DefaultMaxEntries, Bytes: store.DefaultMaxUnpacked}, Logger: s.log.With(keyVat, req.ID),
+		}
+		tree, lock, err = packages.PrepareNPM(ctx, cfg, run, dirs.data, req.Package)
 	}
-	tree, lock, err := packages.PrepareNPM(ctx, cfg, run, dirs.data, req.Package)
 	if err != nil {
 		s.log.Warn("package not prepared", keyVat, req.ID, "package", req.Package.Spec.String(), keyErr, err)
 		return store.Code{}, fmt.Errorf("%w: %s: %w", ErrBadInput, words.OffPackages, err)
@@ -270,7 +293,7 @@ type prepareDirs struct{ code, data, run string }
 
 // prepareRunner runs each step in a wall of its own: the registry its
 // only egress, the scratch folders its only binds, nothing of the vat's.
-func (s *Supervisor) prepareRunner(id string, dirs prepareDirs, uid, gid int) packages.Runner {
+func (s *Supervisor) prepareRunner(id string, dirs prepareDirs, uid, gid int, hosts []string) packages.Runner {
 	return func(ctx context.Context, step string, argv []string, env map[string]string) error {
 		timeout := s.cfg.Packages.StepTimeout
 		if timeout == 0 {
@@ -278,7 +301,7 @@ func (s *Supervisor) prepareRunner(id string, dirs prepareDirs, uid, gid int) pa
 		}
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
-		g, netw, err := registryGrant(s.registry())
+		g, netw, err := registryGrant(hosts...)
 		if err != nil {
 			return err
 		}
@@ -384,29 +407,31 @@ func chownTree(dir string, uid, gid int) error {
 	})
 }
 
-// registryGrant is the prepare wall's grant and network: the registry's
+// registryGrant is the prepare wall's grant and network: each registry's
 // host and port only. A loopback registry is forwarded into the wall on
 // its own port; any other is reached through the wall's proxy, HTTPS on
 // public addresses.
-func registryGrant(registry string) ([]labels.Set, wall.Net, error) {
-	scheme, host, port, err := packages.RegistryHost(registry)
-	if err != nil {
-		return nil, wall.Net{}, err
+func registryGrant(registries ...string) ([]labels.Set, wall.Net, error) {
+	var sets []map[string]any
+	var n wall.Net
+	for _, r := range registries {
+		scheme, host, port, err := packages.RegistryHost(r)
+		if err != nil {
+			return nil, wall.Net{}, err
+		}
+		set := map[string]any{"host": host, "port": port}
+		if labels.LoopbackHost(host) {
+			n.Forwards = append(n.Forwards, wall.Forward{Port: uint16(port), Host: host, TargetPort: uint16(port)})
+		} else {
+			set["scheme"] = scheme
+			set["network"] = labels.NetworkPublic
+		}
+		sets = append(sets, set)
 	}
-	set := map[string]any{"host": host, "port": port}
-	loop := labels.LoopbackHost(host)
-	if !loop {
-		set["scheme"] = scheme
-		set["network"] = labels.NetworkPublic
-	}
-	b, _ := json.Marshal(set)
+	b, _ := json.Marshal(sets)
 	g, err := labels.ParseGrant(string(b))
 	if err != nil {
 		return nil, wall.Net{}, fmt.Errorf("the registry's grant: %w", err)
-	}
-	var n wall.Net
-	if loop {
-		n.Forwards = []wall.Forward{{Port: uint16(port), Host: host, TargetPort: uint16(port)}}
 	}
 	return g, n, nil
 }
