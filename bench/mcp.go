@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -206,7 +207,7 @@ func (r *run) mcpSection(ctx context.Context) {
 		return
 	}
 	const id = "bench-mcp"
-	if err := r.sup.put(ctx, id, code, "mcp=stdio"); err != nil {
+	if err := r.sup.AdminDo(ctx, http.MethodPut, "/"+id, url.Values{"mcp": {"stdio"}}, code); err != nil {
 		notMeasured(errText(err))
 		return
 	}

@@ -52,7 +52,7 @@ type Config struct {
 	// changes).
 	Commit string
 	// Only names the sections to run (install, bulk, latency, spawn,
-	// held, mcp); empty runs them all. A section left out leaves its rows
+	// packages, held, mcp); empty runs them all. A section left out leaves its rows
 	// unmeasured: for a developer's look at one figure, not for results.
 	Only []string
 	// Logger receives progress. If nil, discarded.
@@ -102,26 +102,28 @@ func (c *Config) defaults() {
 
 // Row ids, in table order.
 const (
-	RowHandoff      = "handoff-throughput"
-	RowStream       = "bytestream-throughput"
-	RowConnectP50   = "connect-latency-p50"
-	RowConnectP99   = "connect-latency-p99"
-	RowWallThru     = "wall-throughput"
-	RowWallLatency  = "wall-connect-latency-p50"
-	RowSpawn        = "walled-spawn"
-	RowSpawnNone    = "walled-spawn-no-way-out"
-	RowInstall      = "install-first-response"
-	RowIdleVat      = "idle-vat-rss"
-	RowHeldConns    = "switchboard-rss-10k"
-	RowCPUHandoff   = "cpu-per-gb-handoff"
-	RowCPUStream    = "cpu-per-gb-bytestream"
-	RowCPUWall      = "cpu-per-gb-wall"
-	RowRawLatency   = "raw-dial-echo-latency"
-	RowProxyThru    = "connect-proxy-throughput"
-	RowMCPInit      = "mcp-initialize-p50"
-	RowMCPFirstCall = "mcp-first-tools-call"
-	RowMCPRate      = "mcp-session-calls-per-second"
-	sbListenTimeout = 10 * time.Second
+	RowHandoff         = "handoff-throughput"
+	RowStream          = "bytestream-throughput"
+	RowConnectP50      = "connect-latency-p50"
+	RowConnectP99      = "connect-latency-p99"
+	RowWallThru        = "wall-throughput"
+	RowWallLatency     = "wall-connect-latency-p50"
+	RowSpawn           = "walled-spawn"
+	RowSpawnNone       = "walled-spawn-no-way-out"
+	RowInstall         = "install-first-response"
+	RowIdleVat         = "idle-vat-rss"
+	RowHeldConns       = "switchboard-rss-10k"
+	RowCPUHandoff      = "cpu-per-gb-handoff"
+	RowCPUStream       = "cpu-per-gb-bytestream"
+	RowCPUWall         = "cpu-per-gb-wall"
+	RowRawLatency      = "raw-dial-echo-latency"
+	RowProxyThru       = "connect-proxy-throughput"
+	RowMCPInit         = "mcp-initialize-p50"
+	RowMCPFirstCall    = "mcp-first-tools-call"
+	RowMCPRate         = "mcp-session-calls-per-second"
+	RowPackageStart    = "package-start-initialize"
+	RowPackageRegistry = "package-start-registry-requests"
+	sbListenTimeout    = 10 * time.Second
 )
 
 // newRows returns the table's rows, not yet measured.
@@ -138,6 +140,8 @@ func newRows() []*Row {
 		{ID: RowInstall, Figure: "install → first response, static Go vat (median)", Unit: "ms", Target: Target{Kind: AtMost, Value: 150}},
 		{ID: RowIdleVat, Figure: "RSS per idle vat (supervisor share + bwrap + entry)", Unit: "MiB", Target: Target{Kind: AtMost, Value: 12}},
 		{ID: RowHeldConns, Figure: "switchboard RSS with 10,000 granted connections open", Unit: "MiB", Target: Target{Kind: AtMost, Value: 64}},
+		{ID: RowPackageStart, Figure: "start of an installed npm MCP server → first initialize answer (median)", Unit: "ms", BaselineName: "npx from a warm cache", Target: Target{Kind: RatioAtMost, Value: 0.3}},
+		{ID: RowPackageRegistry, Figure: "registry requests while an installed npm MCP server starts", Unit: "requests", Target: Target{Kind: AtMost, Value: 0}},
 		{ID: RowCPUHandoff, Figure: "CPU per GB, granted connection (socket handed over)", Unit: "CPU s/GB", BaselineName: "raw loopback TCP", Target: Target{Kind: ReportRatio}},
 		{ID: RowCPUStream, Figure: "CPU per GB, ByteStream fallback", Unit: "CPU s/GB", BaselineName: "raw loopback TCP", Target: Target{Kind: ReportRatio}},
 		{ID: RowCPUWall, Figure: "CPU per GB, app in a wall → proxy → switchboard", Unit: "CPU s/GB", BaselineName: "plain Go CONNECT proxy", Target: Target{Kind: ReportRatio}},
@@ -252,6 +256,9 @@ func Run(ctx context.Context, cfg Config) (Results, error) {
 	if r.sup != nil {
 		r.sup.Stop()
 		r.sup = nil
+	}
+	if cfg.want("packages") {
+		r.packagesSection(ctx)
 	}
 	if cfg.want("held") {
 		r.heldConnsSection(ctx)

@@ -37,9 +37,9 @@ func unixClient(path string) *http.Client {
 }
 
 // StartSupervisor runs `bin/toybox serve` with its state in dir, holding
-// the switchboard socket sbSock ("" for none), and waits for its admin
-// socket. Stop it when done.
-func StartSupervisor(ctx context.Context, bin, dir, sbSock string, log *slog.Logger) (*Supervisor, error) {
+// the switchboard socket sbSock ("" for none), with more serve flags
+// extra, and waits for its admin socket. Stop it when done.
+func StartSupervisor(ctx context.Context, bin, dir, sbSock string, log *slog.Logger, extra ...string) (*Supervisor, error) {
 	toybox := filepath.Join(bin, "toybox")
 	for _, b := range []string{toybox, filepath.Join(bin, "toybox-entry")} {
 		if err := needBinary(b); err != nil {
@@ -63,6 +63,7 @@ func StartSupervisor(ctx context.Context, bin, dir, sbSock string, log *slog.Log
 	if sbSock != "" {
 		args = append(args, "--switchboard", sbSock)
 	}
+	args = append(args, extra...)
 	cmd := exec.Command(toybox, args...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.Env = append(os.Environ(), "TOYBOX_WALLS=", "TOYBOX_WALLS_DEFAULT=")
@@ -90,59 +91,51 @@ func (s *Supervisor) Stop() { stopProc(s.cmd, s.done) }
 
 // Install PUTs code as vat id with the egress grant (JSON, "" for none).
 func (s *Supervisor) Install(ctx context.Context, id string, code []byte, egress string) error {
-	q := ""
+	q := url.Values{}
 	if egress != "" {
-		q = "egress=" + url.QueryEscape(egress)
+		q.Set("egress", egress)
 	}
-	return s.put(ctx, id, code, q)
+	return s.AdminDo(ctx, http.MethodPut, "/"+id, q, code)
 }
 
-// put PUTs code as vat id with the query q ("" for none).
-func (s *Supervisor) put(ctx context.Context, id string, code []byte, q string) error {
-	u := "http://toybox/" + id
-	if q != "" {
-		u += "?" + q
+// AdminDo sends method path?q with body to the admin socket and wants a
+// 2xx answer.
+func (s *Supervisor) AdminDo(ctx context.Context, method, path string, q url.Values, body []byte) error {
+	u := "http://toybox" + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u, bytes.NewReader(code))
+	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
 	resp, err := s.admin.Do(req)
 	if err != nil {
-		return fmt.Errorf("installing %s: %w", id, err)
+		return fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("installing %s: %s: %s", id, resp.Status, bytes.TrimSpace(body))
+		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, bytes.TrimSpace(b))
 	}
 	return nil
 }
 
-// Remove DELETEs vat id with its data.
-func (s *Supervisor) Remove(ctx context.Context, id string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, "http://toybox/"+id+"?purge=1", nil)
-	if err != nil {
-		return err
-	}
-	resp, err := s.admin.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("removing %s: %s", id, resp.Status)
-	}
-	return nil
+// PostPublic sends POST path with a JSON body and headers to the public
+// socket (as Host localhost) and returns the status and body.
+func (s *Supervisor) PostPublic(ctx context.Context, path string, body []byte, headers map[string]string) (int, []byte, error) {
+	return s.publicDo(ctx, http.MethodPost, path, bytes.NewReader(body), headers)
 }
 
-// Get sends GET path to the public socket (as Host localhost, a name the
-// public listener serves) and returns the status and body.
-func (s *Supervisor) Get(ctx context.Context, path string) (int, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://localhost"+path, nil)
+// publicDo sends one request to the public socket, as Host localhost (a
+// name the public listener serves).
+func (s *Supervisor) publicDo(ctx context.Context, method, path string, body io.Reader, headers map[string]string) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, "http://localhost"+path, body)
 	if err != nil {
 		return 0, nil, err
+	}
+	for k, v := range headers {
+		req.Header.Set(k, v)
 	}
 	resp, err := s.public.Do(req)
 	if err != nil {
@@ -151,6 +144,17 @@ func (s *Supervisor) Get(ctx context.Context, path string) (int, []byte, error) 
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	return resp.StatusCode, b, err
+}
+
+// Remove DELETEs vat id with its data.
+func (s *Supervisor) Remove(ctx context.Context, id string) error {
+	return s.AdminDo(ctx, http.MethodDelete, "/"+id, url.Values{"purge": {"1"}}, nil)
+}
+
+// Get sends GET path to the public socket (as Host localhost, a name the
+// public listener serves) and returns the status and body.
+func (s *Supervisor) Get(ctx context.Context, path string) (int, []byte, error) {
+	return s.publicDo(ctx, http.MethodGet, path, nil, nil)
 }
 
 // GetJSON sends GET path to the public socket and decodes a 200 answer.

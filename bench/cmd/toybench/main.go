@@ -34,7 +34,7 @@ func main() {
 	js := flag.String("json", "bench/results.json", "JSON results file")
 	quick := flag.Bool("quick", false, "small sizes, to try the runner (not for committed results)")
 	commit := flag.String("commit", "", "what code is measured (default: git rev-parse HEAD of the current directory)")
-	only := flag.String("only", "", "comma-separated sections to run (install, bulk, latency, spawn, held, mcp); prints the table, writes no file")
+	only := flag.String("only", "", "comma-separated sections to run (install, bulk, latency, spawn, packages, held, mcp); prints the table, writes no file")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	self, err := os.Executable()

@@ -20,10 +20,20 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"testing"
 
 	"toybox/vat/packages"
 )
+
+// TB is the part of testing.TB the registry uses: tests pass theirs, the
+// benchmarks (bench) their own.
+type TB interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Skip(args ...any)
+	Cleanup(f func())
+	TempDir() string
+}
 
 // Registry is a registry serving on 127.0.0.1.
 type Registry struct {
@@ -41,7 +51,7 @@ type version struct {
 }
 
 // Start serves an empty registry until the test ends.
-func Start(t testing.TB) *Registry {
+func Start(t TB) *Registry {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -78,7 +88,7 @@ var (
 
 // Pack packs dir with the real npm (npm pack, scripts off) and returns the
 // tarball (once per folder and test binary).
-func Pack(t testing.TB, dir string) []byte {
+func Pack(t TB, dir string) []byte {
 	t.Helper()
 	packMu.Lock()
 	defer packMu.Unlock()
@@ -114,7 +124,7 @@ func Pack(t testing.TB, dir string) []byte {
 
 // PackWith packs a copy of fixture with each old string of its
 // package.json replaced by the new one (pairs).
-func PackWith(t testing.TB, fixture string, oldNew ...string) []byte {
+func PackWith(t TB, fixture string, oldNew ...string) []byte {
 	t.Helper()
 	dir := t.TempDir()
 	src := Fixture(fixture)
@@ -140,7 +150,7 @@ func PackWith(t testing.TB, fixture string, oldNew ...string) []byte {
 
 // Publish adds the packed tarball tgz (its package.json read from the
 // fixture folder dir) to the registry, with its real integrity.
-func (r *Registry) Publish(t testing.TB, tgz []byte) {
+func (r *Registry) Publish(t TB, tgz []byte) {
 	t.Helper()
 	pj := readPackageJSON(t, tgz)
 	name, ver := pj["name"].(string), pj["version"].(string)
@@ -191,7 +201,7 @@ func (r *Registry) Tamper(name, ver string, other []byte) {
 	r.tarballs["/"+name+"/-/"+base+"-"+ver+".tgz"] = bytes.Clone(other)
 }
 
-func readPackageJSON(t testing.TB, tgz []byte) map[string]any {
+func readPackageJSON(t TB, tgz []byte) map[string]any {
 	t.Helper()
 	dir := t.TempDir()
 	tree, err := packages.NewTree(dir, packages.Limits{})
