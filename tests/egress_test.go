@@ -17,6 +17,24 @@ import (
 
 // echoServer runs a line echo server on 127.0.0.1 and returns its port.
 func echoServer(t testing.TB, prefix string) string {
+	return tcpServer(t, func(c net.Conn) {
+		defer c.Close()
+		r := bufio.NewReader(c)
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			if _, err := io.WriteString(c, prefix+line); err != nil {
+				return
+			}
+		}
+	})
+}
+
+// tcpServer serves each connection to 127.0.0.1 with serve, on a
+// goroutine of its own, and returns the port.
+func tcpServer(t testing.TB, serve func(net.Conn)) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -29,19 +47,7 @@ func echoServer(t testing.TB, prefix string) string {
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				r := bufio.NewReader(c)
-				for {
-					line, err := r.ReadString('\n')
-					if err != nil {
-						return
-					}
-					if _, err := io.WriteString(c, prefix+line); err != nil {
-						return
-					}
-				}
-			}()
+			go serve(c)
 		}
 	}()
 	return fmt.Sprint(l.Addr().(*net.TCPAddr).Port)

@@ -28,6 +28,12 @@ type launch struct {
 	ProxyFD      int   // -1: none
 	ForwardPorts []int // the --forward ports, in order
 	ForwardFDs   []int // their listening sockets
+	// Transparent egress (--egress-mode transparent): the app's
+	// notification listener (-1: the kernel gave none, NotifyErr says
+	// why), the DNS stub's socket and the connector's.
+	Transparent                  bool
+	NotifyFD, DNSFD, ConnectorFD int
+	NotifyErr                    syscall.Errno
 	// MCP: a stdio MCP vat's launch (no app; the spawner instead).
 	MCP *launchMCP
 	// Listen: the app's own port and the relay the launcher started.
@@ -74,11 +80,13 @@ const (
 	stageSpawner
 	stageMCPFD
 	stageListen
+	stageNotify
 )
 
 // flags is main's own reading of the arguments the launcher read.
 type flags struct {
 	capFD, appCapFD, proxyPort int
+	transparent                bool
 	forwards                   []entry.Forward
 	argv                       []string
 	mcp                        *launchMCP // FD, Mode, Era, MaxProcs, IdleSeconds as main read them
@@ -113,6 +121,8 @@ func (l launch) check(f flags) (int, error) {
 			return entry.ExitSetup, fmt.Errorf("the MCP listener (--mcp-fd): %w", err)
 		case stageListen:
 			return entry.ExitSetup, fmt.Errorf("starting the relay to the app's port %d: %w", l.Port, err)
+		case stageNotify:
+			return entry.ExitSetup, fmt.Errorf("setting up transparent egress: %w", err)
 		case stageCloexec:
 			return entry.ExitSetup, fmt.Errorf("marking descriptors close-on-exec: %w", err)
 		case stageForward:
@@ -138,7 +148,7 @@ func (l launch) check(f flags) (int, error) {
 	if (l.Listen == nil) != (f.listenPort == 0) || (l.Listen != nil && (l.Listen.Port != f.listenPort || l.Listen.Path != f.listenPath || l.Listen.RelayFD < 3 || l.Listen.RelayPid <= 0)) {
 		return entry.ExitSetup, fmt.Errorf("the launcher read the listen flags differently (%+v; port %d, path %q)", l.Listen, f.listenPort, f.listenPath)
 	}
-	if l.CapFD != f.capFD || l.AppCapFD != f.appCapFD || l.ProxyPort != f.proxyPort ||
+	if l.CapFD != f.capFD || l.AppCapFD != f.appCapFD || l.ProxyPort != f.proxyPort || l.Transparent != f.transparent ||
 		!slices.Equal(l.ForwardPorts, ports) || l.ArgvAt != len(os.Args)-len(f.argv) {
 		return entry.ExitSetup, fmt.Errorf("the launcher read the arguments differently (cap %d/%d, app cap %d/%d, proxy port %d/%d, forwards %v/%v, command at %d/%d)",
 			l.CapFD, f.capFD, l.AppCapFD, f.appCapFD, l.ProxyPort, f.proxyPort, l.ForwardPorts, ports, l.ArgvAt, len(os.Args)-len(f.argv))
@@ -158,6 +168,17 @@ func (l launch) listeners() *entry.Listeners {
 	}
 	if l.ProxyFD >= 0 {
 		ls.Proxy = os.NewFile(uintptr(l.ProxyFD), fmt.Sprintf("listen:%d", l.ProxyPort))
+	}
+	if l.DNSFD >= 0 {
+		ls.DNS = os.NewFile(uintptr(l.DNSFD), "dns")
+	}
+	if l.ConnectorFD >= 0 {
+		ls.Connector = os.NewFile(uintptr(l.ConnectorFD), "connector")
+	}
+	if l.NotifyFD >= 0 {
+		ls.Notify = os.NewFile(uintptr(l.NotifyFD), "seccomp-notify")
+	} else if l.Transparent && l.MCP == nil {
+		ls.NotifyErr = fmt.Errorf("seccomp user notification: %w", l.NotifyErr)
 	}
 	return ls
 }

@@ -23,17 +23,22 @@ import "syscall"
 func launched() launch {
 	l := &C.te_launch
 	r := launch{
-		State:     launchState(l.state),
-		Why:       cString(l.why),
-		Call:      cString(l.call),
-		Err:       syscall.Errno(l.err),
-		Port:      int(l.port),
-		Pid:       int(l.app_pid),
-		ArgvAt:    int(l.argv_at),
-		CapFD:     int(l.cap_fd),
-		AppCapFD:  int(l.app_cap_fd),
-		ProxyPort: int(l.proxy_port),
-		ProxyFD:   int(l.proxy_fd),
+		State:       launchState(l.state),
+		Why:         cString(l.why),
+		Call:        cString(l.call),
+		Err:         syscall.Errno(l.err),
+		Port:        int(l.port),
+		Pid:         int(l.app_pid),
+		ArgvAt:      int(l.argv_at),
+		CapFD:       int(l.cap_fd),
+		AppCapFD:    int(l.app_cap_fd),
+		ProxyPort:   int(l.proxy_port),
+		ProxyFD:     int(l.proxy_fd),
+		Transparent: l.transparent != 0,
+		NotifyFD:    int(l.notify_fd),
+		NotifyErr:   syscall.Errno(l.notify_err),
+		DNSFD:       int(l.dns_fd),
+		ConnectorFD: int(l.connector_fd),
 	}
 	switch l.stage {
 	case C.TE_STAGE_DUMPABLE:
@@ -58,6 +63,8 @@ func launched() launch {
 		r.Stage = stageMCPFD
 	case C.TE_STAGE_LISTEN:
 		r.Stage = stageListen
+	case C.TE_STAGE_NOTIFY:
+		r.Stage = stageNotify
 	}
 	if l.listen_port > 0 {
 		r.Listen = &launchListen{Port: int(l.listen_port), Path: cString(l.listen_path), RelayFD: int(l.relay_fd), RelayPid: int(l.relay_pid)}

@@ -20,6 +20,7 @@ enum {
 	TE_STAGE_SPAWNER = 9, // starting the MCP spawner
 	TE_STAGE_MCPFD = 10,  // the MCP listener is not an open descriptor
 	TE_STAGE_LISTEN = 11, // starting the app's port relay (te_relay)
+	TE_STAGE_NOTIFY = 12, // the DNS socket or the connector
 };
 
 #define TE_MAX_LISTEN 256
@@ -49,6 +50,10 @@ struct te_launch {
 	int listen_port;
 	const char *listen_path;
 	int relay_fd, relay_pid;
+	// Transparent egress (--egress-mode transparent): the app's
+	// notification listener (-1: none, notify_err says why), the wall's
+	// DNS socket and the connector.
+	int transparent, notify_fd, notify_err, dns_fd, connector_fd, connector_pid;
 };
 
 // te_launch is what the launcher did, for main to read.

@@ -52,6 +52,7 @@
 #include <linux/seccomp.h>
 
 #include "launcher.h"
+#include "notify_linux.h"
 
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
@@ -140,6 +141,9 @@ static int te_parse(int argc, char **argv) {
 	l->mcp_fd = -1;
 	l->spawner_fd = -1;
 	l->relay_fd = -1;
+	l->notify_fd = -1;
+	l->dns_fd = -1;
+	l->connector_fd = -1;
 	int mcp_flags = 0;
 	int i = 1;
 	while (i < argc) {
@@ -206,6 +210,15 @@ static int te_parse(int argc, char **argv) {
 			l->forward_port[l->nforward] = (int)p;
 			l->forward_fd[l->nforward] = -1;
 			l->nforward++;
+		} else if (te_flag(name, n, "egress-mode")) {
+			if (strcmp(v, "transparent") == 0) {
+				l->transparent = 1;
+			} else if (strcmp(v, "proxy") == 0) {
+				l->transparent = 0;
+			} else {
+				l->why = "--egress-mode is not transparent or proxy";
+				return -1;
+			}
 		} else if (te_flag(name, n, "mcp")) {
 			if (strcmp(v, "stdio") != 0) {
 				l->why = "--mcp is not stdio";
@@ -362,7 +375,7 @@ static int te_cloexec_all(const char **call) {
 
 static int te_kept(int fd) {
 	struct te_launch *l = &te_launch;
-	if (fd == l->cap_fd || fd == l->proxy_fd || fd == l->mcp_fd || fd == l->spawner_fd || fd == l->relay_fd) {
+	if (fd == l->cap_fd || fd == l->proxy_fd || fd == l->mcp_fd || fd == l->spawner_fd || fd == l->relay_fd || fd == l->notify_fd || fd == l->dns_fd || fd == l->connector_fd) {
 		return 1;
 	}
 	for (int i = 0; i < l->nforward; i++) {
@@ -384,7 +397,10 @@ static int te_close_others(const char **call) {
 		// the next kept descriptor at or above lo
 		long next = -1;
 		struct te_launch *l = &te_launch;
-		int cand[TE_MAX_LISTEN + 5], nc = 0;
+		int cand[TE_MAX_LISTEN + 8], nc = 0;
+		cand[nc++] = l->notify_fd;
+		cand[nc++] = l->dns_fd;
+		cand[nc++] = l->connector_fd;
 		cand[nc++] = l->cap_fd;
 		cand[nc++] = l->proxy_fd;
 		cand[nc++] = l->mcp_fd;
@@ -459,6 +475,14 @@ static void te_close_listeners(void) {
 		close(l->proxy_fd);
 		l->proxy_fd = -1;
 	}
+	if (l->dns_fd >= 0) {
+		close(l->dns_fd);
+		l->dns_fd = -1;
+	}
+	if (l->notify_fd >= 0) {
+		close(l->notify_fd);
+		l->notify_fd = -1;
+	}
 }
 
 // TE_TASK_RESERVE is how many of the wall's tasks the app leaves the entry
@@ -477,7 +501,7 @@ static void te_close_listeners(void) {
 // no handler yet; the supervisor asks again until one is there.)
 static void te_wait_for_need(void) {
 	struct te_launch *l = &te_launch;
-	struct pollfd p[TE_MAX_LISTEN + 3];
+	struct pollfd p[TE_MAX_LISTEN + 5];
 	int n = 0;
 	for (int i = 0; i < l->nforward; i++) {
 		p[n++] = (struct pollfd){.fd = l->forward_fd[i], .events = POLLIN};
@@ -487,6 +511,13 @@ static void te_wait_for_need(void) {
 	}
 	if (l->relay_fd >= 0) {
 		p[n++] = (struct pollfd){.fd = l->relay_fd, .events = POLLIN}; // the app's port accepts
+	}
+	// A connect() waits for the entry's answer, a lookup for the stub's.
+	if (l->notify_fd >= 0) {
+		p[n++] = (struct pollfd){.fd = l->notify_fd, .events = POLLIN};
+	}
+	if (l->dns_fd >= 0) {
+		p[n++] = (struct pollfd){.fd = l->dns_fd, .events = POLLIN};
 	}
 	int app = (int)syscall(SYS_pidfd_open, l->app_pid, 0);
 	if (app >= 0) {
@@ -607,28 +638,14 @@ static void te_run_spawner(int sock) { te_spawner(sock, te_argv + te_launch.argv
 // child runs run on its end and never returns; the entry keeps the other
 // end in *fd and the child's pid in *pid.
 static int te_fork_helper(void (*run)(int sock), int *fd, int *pid, const char **call) {
-	int sv[2];
-	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
-		*call = "socketpair";
+	int r = te_fork_socket(fd, pid, call);
+	if (r < 0) {
 		return -1;
 	}
-	pid_t child = fork();
-	if (child < 0) {
-		int err = errno;
-		close(sv[0]);
-		close(sv[1]);
-		errno = err;
-		*call = "fork";
-		return -1;
-	}
-	if (child == 0) {
-		close(sv[0]);
-		run(sv[1]);
+	if (r == 0) {
+		run(*fd);
 		_exit(1);
 	}
-	close(sv[1]);
-	*fd = sv[0];
-	*pid = (int)child;
 	return 0;
 }
 
@@ -857,6 +874,16 @@ void te_launcher(int argc, char **argv, char **envp) {
 				return;
 			}
 		}
+		// Transparent egress: the DNS stub's socket and the connector,
+		// before the entry locks itself (it makes no socket and connects
+		// none; the connector connects the wall's own).
+		if (l->transparent && !l->mcp) {
+			if ((l->dns_fd = te_dns_socket(&call)) < 0 || te_start_connector(&l->connector_fd, &l->connector_pid, &call) != 0) {
+				te_fail(TE_STAGE_NOTIFY, call, errno, 0);
+				te_close_listeners();
+				return;
+			}
+		}
 	}
 	// The app is this process's child to reap: not one the kernel reaps
 	// by itself because SIGCHLD came in ignored.
@@ -889,6 +916,20 @@ void te_launcher(int argc, char **argv, char **envp) {
 			te_close_listeners();
 			return;
 		}
+	} else if (l->transparent && l->connector_fd >= 0) {
+		// The app starts under its own filter, whose listener the entry
+		// holds: every connect() it makes waits for the entry's answer.
+		int pid = te_spawn_notified(argv + l->argv_at, l->app_cap_fd, 1, &l->notify_fd, &l->notify_err, &call);
+		int rc = pid < 0 ? errno : 0;
+		if (lowered) {
+			(void)setrlimit(RLIMIT_NPROC, &tasks);
+		}
+		if (pid < 0) {
+			te_fail(TE_STAGE_SPAWN, call, rc, 0);
+			te_close_listeners();
+			return;
+		}
+		l->app_pid = pid;
 	} else {
 		posix_spawn_file_actions_t fa;
 		posix_spawnattr_t at;

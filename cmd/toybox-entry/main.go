@@ -90,6 +90,7 @@ func main() {
 	appCapFD := fs.Int("app-cap-fd", -1, "the socket that becomes the app's fd 3")
 	proxyPort := fs.Int("proxy-port", 0, "the CONNECT proxy's port on 127.0.0.1 (0: none)")
 	logLevel := fs.String("log-level", "warn", "debug, info, warn or error")
+	egressMode := fs.String("egress-mode", "proxy", "transparent: the app's connect() calls are answered through the Handle too; proxy: the proxy alone")
 	var fwd forwards
 	fs.Var(&fwd, "forward", "PORT=HOST:PORT: serve 127.0.0.1:PORT, connect through the Handle (repeatable)")
 	mcpTransport := fs.String("mcp", "", "stdio: serve the command as a stdio MCP server through the bridge")
@@ -129,7 +130,10 @@ func main() {
 	if len(fs.Args()) == 0 {
 		failed(entry.ExitExec, errors.New("no command"))
 	}
-	f := flags{capFD: *capFD, appCapFD: *appCapFD, proxyPort: *proxyPort, forwards: fwd, argv: fs.Args(), listenPort: *listenPort, listenPath: *listenPath}
+	if *egressMode != "transparent" && *egressMode != "proxy" {
+		failed(entry.ExitSetup, fmt.Errorf("--egress-mode %q is not transparent or proxy", *egressMode))
+	}
+	f := flags{capFD: *capFD, appCapFD: *appCapFD, proxyPort: *proxyPort, transparent: *egressMode == "transparent", forwards: fwd, argv: fs.Args(), listenPort: *listenPort, listenPath: *listenPath}
 	if *mcpTransport != "" {
 		f.mcp = &launchMCP{FD: *mcpFD, Mode: *mcpMode, Era: *mcpEra, MaxProcs: *mcpMaxProcs, IdleSeconds: *mcpIdle}
 	}
@@ -142,7 +146,9 @@ func main() {
 		Forwards:  fwd,
 		App:       l.Pid,
 		Listeners: l.listeners(),
-		Logger:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
+		// JSON, and every egress decision (info) whatever the level:
+		// one record each, on the vat's log.
+		Logger: slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: min(level, slog.LevelInfo)})),
 	}
 	if *capFD >= 3 {
 		cfg.Cap = os.NewFile(uintptr(*capFD), "entry-cap")

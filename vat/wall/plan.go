@@ -137,6 +137,12 @@ type Plan struct {
 	// ListenPort is the app's TCP port on loopback (Spec.ListenPort); 0
 	// when the app listens on $TOYBOX_LISTEN itself.
 	ListenPort int
+	// Transparent: the app's connect() calls are answered by
+	// toybox-entry through the vat's Handle (seccomp user notification),
+	// and its lookups by the wall's DNS stub. When false for a vat with
+	// a way out, ProxyOnly says why (the proxy alone serves it).
+	Transparent bool
+	ProxyOnly   string
 	// MaxTasks is the wall's task limit (RLIMIT_NPROC, soft and hard), set
 	// on the wall's first process before it runs anything of the vat's.
 	MaxTasks int
@@ -280,6 +286,7 @@ func (b *planner) build() error {
 	if err := b.mcp(); err != nil {
 		return err
 	}
+	b.transparent()
 	if err := b.entry(); err != nil {
 		return err
 	}
@@ -458,6 +465,9 @@ func baseEtc() []EtcEntry {
 		EtcEntry{Path: "passwd", Link: PasswdPath},
 		EtcEntry{Path: "group", Data: []byte(fmt.Sprintf("root:x:0:\nvat:x:%d:\nnogroup:x:65534:\n", InsideGID))},
 		EtcEntry{Path: "hosts", Data: []byte("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")},
+		// toybox-entry's DNS stub, where the wall has transparent egress
+		// (entry.DNSAddr; elsewhere a lookup fails at once).
+		EtcEntry{Path: "resolv.conf", Data: []byte("nameserver 127.0.0.53\noptions edns0\n")},
 		EtcEntry{Path: "hostname", Data: []byte("toybox\n")},
 	)
 }
@@ -828,6 +838,26 @@ func (b *planner) entry() error {
 	}
 	b.add(Op{Kind: OpExecFD, Src: real, Why: "toybox-entry, run from its descriptor (not mounted)", id: idOf(fi)})
 	return nil
+}
+
+// transparent decides transparent egress: a vat with a way out whose
+// app runs under the wall's filter, where the kernel has what it takes
+// (seccomp.NotifierSupported); otherwise the proxy alone, and
+// Plan.ProxyOnly says why.
+func (b *planner) transparent() {
+	switch {
+	case b.p.NoNet:
+	case b.p.MCP != nil:
+		b.p.ProxyOnly = "a stdio MCP vat's processes use the proxy alone"
+	case !b.p.Seccomp:
+		b.p.ProxyOnly = "the wall has no seccomp filter"
+	default:
+		if err := seccomp.NotifierSupported(); err != nil {
+			b.p.ProxyOnly = err.Error()
+			return
+		}
+		b.p.Transparent = true
+	}
 }
 
 // net validates the forwards and chooses the proxy port.

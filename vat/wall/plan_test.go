@@ -273,3 +273,53 @@ func TestPlanListen(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanTransparent: a vat with a way out gets transparent egress where
+// the kernel can give it (the filter lets the entry read the app, the
+// entry is told); a stdio MCP vat and a vat with no way out do not, and a
+// vat with a way out that does not says why.
+func TestPlanTransparent(t *testing.T) {
+	if seccomp.Supported() != nil {
+		testenv.Unavailable(t, "no seccomp table here")
+	}
+	kernel := seccomp.NotifierSupported()
+	tests := []struct {
+		name            string
+		net             Net
+		mcp             bool
+		wantWhy         string
+		wantTransparent bool
+	}{
+		{name: "a way out", net: Net{}, wantTransparent: kernel == nil},
+		{name: "no way out", net: Net{None: true}},
+		{name: "stdio MCP", net: Net{}, mcp: true, wantWhy: "a stdio MCP vat's processes use the proxy alone"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := planSpec(t)
+			s.Net = tt.net
+			if tt.mcp {
+				r, w, err := os.Pipe() // the plan only needs one to be given
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { r.Close(); w.Close() })
+				s.MCP = &MCP{Listener: r}
+			}
+			p, err := BuildPlan(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Transparent != tt.wantTransparent {
+				t.Errorf("Transparent = %v; want %v (kernel: %v)", p.Transparent, tt.wantTransparent, kernel)
+			}
+			why := tt.wantWhy
+			if tt.name == "a way out" && kernel != nil {
+				why = kernel.Error()
+			}
+			if p.ProxyOnly != why {
+				t.Errorf("ProxyOnly = %q; want %q", p.ProxyOnly, why)
+			}
+		})
+	}
+}

@@ -809,7 +809,7 @@ func (p *Plan) render(fds *fdTable, spec Spec, views *viewHold) (opts, command [
 	prog := allowAll
 	if p.Seccomp {
 		var err error
-		if prog, err = seccomp.BPF(seccomp.Options{Inotify: p.Inotify}); err != nil {
+		if prog, err = seccomp.BPF(seccomp.Options{Inotify: p.Inotify, Notifier: p.Transparent}); err != nil {
 			return nil, nil, fmt.Errorf("%w: %w", ErrNoSeccomp, err)
 		}
 	}
@@ -831,6 +831,9 @@ func (p *Plan) render(fds *fdTable, spec Spec, views *viewHold) (opts, command [
 		}
 		entry = append(entry, fds.pass(ec, "--cap-fd")...)
 		entry = append(entry, "--proxy-port", strconv.Itoa(p.ProxyPort))
+		if p.Transparent {
+			entry = append(entry, "--egress-mode", "transparent")
+		}
 		for _, f := range p.Forwards {
 			entry = append(entry, "--forward", fmt.Sprintf("%d=%s", f.Port, joinHostPort(f.Host, f.TargetPort)))
 		}

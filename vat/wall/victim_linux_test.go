@@ -327,6 +327,12 @@ func victim(mode string) int {
 		}
 		sort.Ints(pids)
 		fmt.Printf("PIDS %v SELF %d\n", pids, os.Getpid())
+		var comms []string
+		for _, pid := range pids {
+			comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+			comms = append(comms, fmt.Sprintf("%d=%s", pid, strings.TrimSpace(string(comm))))
+		}
+		fmt.Printf("COMMS %s\n", strings.Join(comms, " "))
 	case "devetc":
 		// What a program needs of /dev and /etc works; what it must not
 		// have is not there. OK lines for what works, HELD/BREACH as usual.

@@ -3,6 +3,7 @@ package entry
 import (
 	"log/slog"
 	"os"
+	"slices"
 	"time"
 
 	"toybox/vat/mcp"
@@ -87,14 +88,20 @@ type Forward struct {
 type Listeners struct {
 	Forwards []*os.File // one per Config.Forwards, in order
 	Proxy    *os.File   // nil when Config.ProxyPort is 0
+	// Transparent egress (nil: the proxy alone): the app's seccomp
+	// notification listener, the DNS stub's UDP socket and the
+	// connector's socket. NotifyErr says why the kernel gave no
+	// listener when one was asked for (the wall runs with the proxy
+	// alone then).
+	Notify, DNS, Connector *os.File
+	NotifyErr              error
 }
 
 func (ls *Listeners) close() {
-	for _, f := range ls.Forwards {
-		_ = f.Close()
-	}
-	if ls.Proxy != nil {
-		_ = ls.Proxy.Close()
+	for _, f := range append(slices.Clone(ls.Forwards), ls.Proxy, ls.Notify, ls.DNS, ls.Connector) {
+		if f != nil {
+			_ = f.Close()
+		}
 	}
 }
 

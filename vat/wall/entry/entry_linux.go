@@ -313,10 +313,18 @@ func serveNet(ctx context.Context, cfg Config, ls *Listeners, logger *slog.Logge
 	}
 	proxy := NewProxy(cfg.ID, handle, conn, logger)
 	proxy.SetLimits(cfg.MaxConns, len(nls))
+	stopTransparent, err := startTransparent(ctx, proxy, ls)
+	if err != nil {
+		closeAll()
+		proxy.Close()
+		_ = rc.Close()
+		return nil, nil, fmt.Errorf("transparent egress: %w", err)
+	}
 	stopped := make(chan struct{})
 	stop := func() {
 		close(stopped)
 		closeAll()
+		stopTransparent()
 		proxy.Close()
 		_ = rc.Close()
 	}

@@ -31,8 +31,13 @@ const (
 	keyScheme = "scheme"
 	keyAllow  = "allow"
 	keyReason = "reason"
-	keyPath   = "path" // "fd" or "stream"
+	keyPath   = "path" // "fd", "stream", "request" or "transparent"
+	keyOp     = "op"
 )
+
+// DecisionMsg is the message of every egress decision's record (the
+// switchboard's and the supervisor's too).
+const DecisionMsg = "egress decision"
 
 // Limits.
 const (
@@ -197,7 +202,7 @@ func (p *Proxy) forwardConn(ctx context.Context, client *net.TCPConn, fw *forwar
 		}
 		hello, err := readTLSHello(br)
 		if err != nil {
-			p.logger.Info("egress", keyVat, p.id, keyTarget, t.String(), keyAllow, false, keyReason, err.Error())
+			p.log(t, false, err.Error(), "")
 			_ = client.Close()
 			return
 		}
@@ -300,7 +305,7 @@ func (p *Proxy) connect(ctx context.Context, c *net.TCPConn, br *bufio.Reader, r
 	_ = c.SetReadDeadline(time.Now().Add(helloTimeout))
 	hello, err := readTLSHello(br)
 	if err != nil {
-		p.logger.Info("egress", keyVat, p.id, keyTarget, t.String(), keyAllow, false, keyReason, err.Error())
+		p.log(t, false, err.Error(), "")
 		_ = c.Close()
 		return
 	}
@@ -649,8 +654,14 @@ func (p *Proxy) dial(ctx context.Context, t target, hello []byte, client *net.TC
 	return &upstream{bs: bs, ds: ds, proxy: p, target: t}, nil
 }
 
+// log writes the one record of a decision the entry made or was told,
+// with the keys the switchboard's and the supervisor's records use.
 func (p *Proxy) log(t target, allow bool, reason, path string) {
-	p.logger.Info("egress", keyVat, p.id, keyTarget, t.String(), keyScheme, t.scheme, keyAllow, allow, keyReason, reason, keyPath, path)
+	op := "connect"
+	if path == "request" {
+		op = "request"
+	}
+	p.logger.Info(DecisionMsg, keyVat, p.id, keyOp, op, keyTarget, t.String(), keyScheme, t.scheme, keyAllow, allow, keyReason, strings.TrimPrefix(reason, "egress refused: "), keyPath, path)
 }
 
 // relay moves bytes both ways until both sides are done, then closes

@@ -53,7 +53,17 @@ type Options struct {
 	// against one uid's limit (fs.inotify.max_user_instances, 128 by
 	// default), which one vat could take.
 	Inotify bool
+	// Notifier lets the wall's processes read another's memory and take
+	// its descriptors (NotifierCalls): toybox-entry does, for the app's
+	// connect() calls (transparent egress). The app itself runs under a
+	// filter of its own then, which refuses them again (toybox-entry's
+	// launcher installs it).
+	Notifier bool
 }
+
+// NotifierCalls are the calls of Refused that Options.Notifier lets
+// through the wall's filter.
+var NotifierCalls = []string{"process_vm_readv", "pidfd_getfd"}
 
 // Inotify lists the calls refused unless Options.Inotify. Without an
 // instance no watch can be added; inotify_add_watch is refused too, so

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"unsafe"
 
 	libseccomp "github.com/seccomp/libseccomp-golang"
 	"golang.org/x/sys/unix"
@@ -23,8 +24,8 @@ func Supported() error {
 	return fmt.Errorf("%w: %s", ErrUnsupported, runtime.GOARCH)
 }
 
-// compiled holds each variant's program: [0] without inotify, [1] with.
-var compiled [2]struct {
+// compiled holds each variant's program: bit 0 inotify, bit 1 notifier.
+var compiled [4]struct {
 	once sync.Once
 	prog []byte
 	err  error
@@ -34,10 +35,14 @@ var compiled [2]struct {
 // option reads it (struct sock_filter, native endian). Each variant is
 // compiled once per process; the caller must not modify the result.
 func BPF(o Options) ([]byte, error) {
-	c := &compiled[0]
+	i := 0
 	if o.Inotify {
-		c = &compiled[1]
+		i |= 1
 	}
+	if o.Notifier {
+		i |= 2
+	}
+	c := &compiled[i]
 	c.once.Do(func() { c.prog, c.err = compile(o) })
 	return c.prog, c.err
 }
@@ -134,8 +139,11 @@ func build(o Options) (*libseccomp.ScmpFilter, error) {
 	enosys := libseccomp.ActErrno.SetReturnCode(int16(unix.ENOSYS))
 
 	refused := Refused
+	if o.Notifier {
+		refused = slices.DeleteFunc(slices.Clone(refused), func(s string) bool { return slices.Contains(NotifierCalls, s) })
+	}
 	if !o.Inotify {
-		refused = append(slices.Clone(Refused), Inotify...)
+		refused = append(slices.Clone(refused), Inotify...)
 	}
 	for _, name := range refused {
 		sc, err := libseccomp.GetSyscallFromName(name)
@@ -228,6 +236,35 @@ func rule(f *libseccomp.ScmpFilter, name string, act libseccomp.ScmpAction, cond
 	}
 	if err != nil {
 		return fmt.Errorf("adding the %s rule: %w", name, err)
+	}
+	return nil
+}
+
+// NotifierSupported reports whether this kernel can give the app's
+// connect() calls to toybox-entry (transparent egress): seccomp user
+// notification with SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV (Linux 5.19;
+// without it a signal during a connect restarts it without end), sockets'
+// network namespace cookies (5.14) and pidfd_getfd (5.6). nil, or why
+// not.
+func NotifierSupported() error {
+	if err := Supported(); err != nil {
+		return err
+	}
+	act := uint32(0x7fc00000) // SECCOMP_RET_USER_NOTIF
+	if _, _, e := unix.Syscall(unix.SYS_SECCOMP, 2 /* SECCOMP_GET_ACTION_AVAIL */, 0, uintptr(unsafe.Pointer(&act))); e != 0 {
+		return fmt.Errorf("this kernel has no seccomp user notification: %w", e)
+	}
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return fmt.Errorf("reading the kernel's version: %w", err)
+	}
+	rel := unix.ByteSliceToString(u.Release[:])
+	var major, minor int
+	if _, err := fmt.Sscanf(rel, "%d.%d", &major, &minor); err != nil {
+		return fmt.Errorf("reading the kernel's version %q: %w", rel, err)
+	}
+	if major < 5 || major == 5 && minor < 19 {
+		return fmt.Errorf("kernel %s is older than 5.19 (seccomp's WAIT_KILLABLE_RECV)", rel)
 	}
 	return nil
 }

@@ -18,3 +18,6 @@ func BPF(Options) ([]byte, error) { return nil, Supported() }
 
 // File is unavailable in this build.
 func File(Options) (*os.File, error) { return nil, Supported() }
+
+// NotifierSupported is false in this build.
+func NotifierSupported() error { return Supported() }

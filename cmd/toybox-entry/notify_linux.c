@@ -1,0 +1,430 @@
+//go:build linux && cgo
+
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+
+#include "notify_linux.h"
+
+extern char **environ;
+
+#ifndef SO_NETNS_COOKIE
+#define SO_NETNS_COOKIE 71
+#endif
+#ifndef MSG_FASTOPEN
+#define MSG_FASTOPEN 0x20000000
+#endif
+
+#if defined(__x86_64__)
+#define TN_AUDIT_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define TN_AUDIT_ARCH AUDIT_ARCH_AARCH64
+#endif
+
+#define TN_ARG_LO(i) (offsetof(struct seccomp_data, args) + 8 * (i))
+
+// te_app_filter is the app's own filter, on top of the wall's: connect()
+// waits for the entry (connect_ret is SECCOMP_RET_USER_NOTIF), or is
+// allowed when the kernel gave no listener. Whatever the answer, the app
+// may not read another process (the entry itself reads the app's memory
+// and descriptors, so the wall's filter lets those calls through for
+// it), use io_uring (its connect never passes here), or send with
+// MSG_FASTOPEN (a connect without connect()).
+static int te_app_filter(unsigned int connect_ret, unsigned int flags) {
+#ifdef TN_AUDIT_ARCH
+	struct sock_filter f[] = {
+		/* 0 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+		/* 1 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, TN_AUDIT_ARCH, 1, 0),
+		/* 2 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+		/* 3 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		/* 4 */ BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000, 0, 1),
+		/* 5 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+		/* 6 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_connect, 12, 0),
+		/* 7 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_pidfd_getfd, 12, 0),
+		/* 8 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 11, 0),
+		/* 9 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_writev, 10, 0),
+		/* 10 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_ptrace, 9, 0),
+		/* 11 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_setup, 8, 0),
+		/* 12 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_enter, 7, 0),
+		/* 13 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_register, 6, 0),
+		/* 14 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_sendto, 6, 0),
+		/* 15 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_sendmmsg, 5, 0),
+		/* 16 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_sendmsg, 6, 0),
+		/* 17 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+		/* 18 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+		/* 19 */ BPF_STMT(BPF_RET | BPF_K, connect_ret),
+		/* 20 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+		/* 21 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, TN_ARG_LO(3)), // sendto, sendmmsg: flags
+		/* 22 */ BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, MSG_FASTOPEN, 3, 2),
+		/* 23 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, TN_ARG_LO(2)), // sendmsg: flags
+		/* 24 */ BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, MSG_FASTOPEN, 1, 0),
+		/* 25 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+		/* 26 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EOPNOTSUPP & SECCOMP_RET_DATA)),
+	};
+	struct sock_fprog prog = {.len = (unsigned short)(sizeof(f) / sizeof(f[0])), .filter = f};
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+		return -1;
+	}
+	return (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &prog);
+#else
+	(void)connect_ret;
+	(void)flags;
+	errno = ENOSYS;
+	return -1;
+#endif
+}
+
+// The child's first message to the launcher: the listener's errno (0: the
+// listener rides along), or the step that failed before exec.
+struct tn_hello {
+	int lerr;
+	int failed; // 1: the filter could not be installed at all (err)
+	int err;
+};
+
+static void tn_send(int sock, const void *b, size_t n, int fd) {
+	struct iovec iov = {.iov_base = (void *)b, .iov_len = n};
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+	if (fd >= 0) {
+		msg.msg_control = u.buf;
+		msg.msg_controllen = sizeof u.buf;
+		struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &fd, sizeof fd);
+	}
+	while (sendmsg(sock, &msg, MSG_NOSIGNAL) < 0 && errno == EINTR) {
+	}
+}
+
+int te_spawn_notified(char **argv, int app_cap_fd, int listen, int *lfd, int *lerr, const char **call) {
+	*lfd = -1;
+	*lerr = 0;
+	int sv[2];
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+		*call = "socketpair";
+		return -1;
+	}
+	pid_t pid = fork();
+	if (pid < 0) {
+		int err = errno;
+		close(sv[0]);
+		close(sv[1]);
+		errno = err;
+		*call = "fork";
+		return -1;
+	}
+	if (pid == 0) {
+		close(sv[0]);
+		// Above fd 3, which the app's capability takes below.
+		int s = fcntl(sv[1], F_DUPFD_CLOEXEC, 10);
+		if (s < 0) {
+			_exit(127);
+		}
+		close(sv[1]);
+		sv[1] = s;
+		struct tn_hello h = {0};
+		int l = -1;
+		if (listen) {
+			l = te_app_filter(SECCOMP_RET_USER_NOTIF, SECCOMP_FILTER_FLAG_NEW_LISTENER | SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV);
+			if (l < 0) {
+				h.lerr = errno;
+			}
+		}
+		if (l < 0 && te_app_filter(SECCOMP_RET_ALLOW, 0) < 0) {
+			h.failed = 1;
+			h.err = errno;
+			tn_send(sv[1], &h, sizeof h, -1);
+			_exit(127);
+		}
+		tn_send(sv[1], &h, sizeof h, l);
+		if (l >= 0) {
+			close(l);
+		}
+		if (app_cap_fd == 3) {
+			if (fcntl(3, F_SETFD, 0) < 0) {
+				int e = errno;
+				tn_send(sv[1], &e, sizeof e, -1);
+				_exit(127);
+			}
+		} else if (dup2(app_cap_fd, 3) < 0) {
+			int e = errno;
+			tn_send(sv[1], &e, sizeof e, -1);
+			_exit(127);
+		}
+		execve(argv[0], argv, environ);
+		int e = errno;
+		tn_send(sv[1], &e, sizeof e, -1);
+		_exit(127);
+	}
+	close(sv[1]);
+	struct tn_hello h = {0};
+	struct iovec iov = {.iov_base = &h, .iov_len = sizeof h};
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+	ssize_t n;
+	do {
+		n = recvmsg(sv[0], &msg, MSG_CMSG_CLOEXEC);
+	} while (n < 0 && errno == EINTR);
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); n > 0 && c != NULL; c = CMSG_NXTHDR(&msg, c)) {
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int))) {
+			memcpy(lfd, CMSG_DATA(c), sizeof(int));
+		}
+	}
+	int fail = 0, ferr = 0;
+	if (n != (ssize_t)sizeof h) {
+		fail = 1;
+		ferr = n < 0 ? errno : EPROTO;
+		*call = "starting the app (its filter)";
+	} else if (h.failed) {
+		fail = 1;
+		ferr = h.err;
+		*call = "seccomp (the app's filter)";
+	} else {
+		*lerr = h.lerr;
+		int e = 0;
+		do {
+			n = recv(sv[0], &e, sizeof e, 0);
+		} while (n < 0 && errno == EINTR);
+		if (n == (ssize_t)sizeof e) {
+			fail = 1;
+			ferr = e;
+			*call = "execve";
+		}
+	}
+	close(sv[0]);
+	if (fail) {
+		if (*lfd >= 0) {
+			close(*lfd);
+			*lfd = -1;
+		}
+		errno = ferr;
+		return -1;
+	}
+	return (int)pid;
+}
+
+int te_dns_socket(const char **call) {
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		*call = "socket (DNS)";
+		return -1;
+	}
+	struct sockaddr_in sa = {0};
+	sa.sin_family = AF_INET;
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+		int err = errno;
+		close(fd);
+		errno = err;
+		*call = "bind (DNS)";
+		return -1;
+	}
+	return fd;
+}
+
+// The connector's messages. A request is a socket (SCM_RIGHTS) of the
+// wall's own network and the address to connect it to; the answer is
+// connect's errno (0: connected).
+struct tn_req {
+	uint64_t id;
+	uint32_t len;
+	uint8_t addr[128];
+};
+
+struct tn_rep {
+	uint64_t id;
+	int32_t err;
+	int32_t pad;
+};
+
+static uint64_t tn_cookie;
+static int tn_sock;
+
+struct tn_job {
+	struct tn_req req;
+	int fd;
+};
+
+// tn_connect makes one connect, on a socket of the wall's own network
+// only: one that is not (the switchboard's, handed to the app connected)
+// is never connected again.
+static void tn_connect(struct tn_job *j) {
+	struct tn_rep rep = {.id = j->req.id};
+	uint64_t cookie = 0;
+	socklen_t cl = sizeof cookie;
+	if (getsockopt(j->fd, SOL_SOCKET, SO_NETNS_COOKIE, &cookie, &cl) != 0 || cookie != tn_cookie) {
+		rep.err = EISCONN;
+	} else {
+		int r;
+		do {
+			r = connect(j->fd, (struct sockaddr *)j->req.addr, j->req.len);
+		} while (r < 0 && errno == EINTR);
+		rep.err = r < 0 ? errno : 0;
+	}
+	close(j->fd);
+	while (send(tn_sock, &rep, sizeof rep, MSG_NOSIGNAL) < 0 && errno == EINTR) {
+	}
+}
+
+static void *tn_thread(void *arg) {
+	struct tn_job *j = arg;
+	tn_connect(j);
+	free(j);
+	return NULL;
+}
+
+// TN_MAX_THREADS bounds the connects that may block at once (blocking
+// sockets); past it they wait their turn in the loop.
+#define TN_MAX_THREADS 32
+static int tn_threads;
+static pthread_mutex_t tn_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void *tn_thread_counted(void *arg) {
+	tn_thread(arg);
+	pthread_mutex_lock(&tn_mu);
+	tn_threads--;
+	pthread_mutex_unlock(&tn_mu);
+	return NULL;
+}
+
+static void te_connector(int sock) {
+	(void)prctl(PR_SET_NAME, "toybox-connect", 0, 0, 0);
+	if (sock > 3) {
+		(void)syscall(SYS_close_range, 3U, (unsigned)sock - 1, 0U);
+	}
+	(void)syscall(SYS_close_range, (unsigned)sock + 1, ~0U, 0U);
+	tn_sock = sock;
+	int probe = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	socklen_t cl = sizeof tn_cookie;
+	if (probe < 0 || getsockopt(probe, SOL_SOCKET, SO_NETNS_COOKIE, &tn_cookie, &cl) != 0 || tn_cookie == 0) {
+		_exit(1); // the entry sees EOF: every in-wall connect fails closed
+	}
+	close(probe);
+	for (;;) {
+		struct tn_job *j = calloc(1, sizeof *j);
+		if (j == NULL) {
+			_exit(1);
+		}
+		j->fd = -1;
+		struct iovec iov = {.iov_base = &j->req, .iov_len = sizeof j->req};
+		union {
+			char buf[CMSG_SPACE(sizeof(int))];
+			struct cmsghdr align;
+		} u;
+		struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+		ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+		if (n == 0) {
+			_exit(0);
+		}
+		if (n < 0) {
+			free(j);
+			if (errno == EINTR) {
+				continue;
+			}
+			_exit(1);
+		}
+		for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
+			if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int))) {
+				memcpy(&j->fd, CMSG_DATA(c), sizeof(int));
+			}
+		}
+		if (j->fd < 0 || n != (ssize_t)sizeof j->req || j->req.len > sizeof j->req.addr || (msg.msg_flags & MSG_CTRUNC)) {
+			struct tn_rep rep = {.id = j->req.id, .err = EINVAL};
+			if (j->fd >= 0) {
+				close(j->fd);
+			}
+			free(j);
+			(void)send(sock, &rep, sizeof rep, MSG_NOSIGNAL);
+			continue;
+		}
+		int fl = fcntl(j->fd, F_GETFL);
+		if (fl >= 0 && (fl & O_NONBLOCK)) {
+			tn_connect(j); // returns at once: EINPROGRESS or done
+			free(j);
+			continue;
+		}
+		// A blocking connect can wait (a full backlog): on a thread of
+		// its own, so the others go on.
+		pthread_mutex_lock(&tn_mu);
+		int spare = tn_threads < TN_MAX_THREADS;
+		if (spare) {
+			tn_threads++;
+		}
+		pthread_mutex_unlock(&tn_mu);
+		pthread_t t;
+		pthread_attr_t a;
+		if (spare && pthread_attr_init(&a) == 0) {
+			pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+			pthread_attr_setstacksize(&a, 64 << 10);
+			int rc = pthread_create(&t, &a, tn_thread_counted, j);
+			pthread_attr_destroy(&a);
+			if (rc == 0) {
+				continue;
+			}
+		}
+		if (spare) {
+			pthread_mutex_lock(&tn_mu);
+			tn_threads--;
+			pthread_mutex_unlock(&tn_mu);
+		}
+		tn_connect(j);
+		free(j);
+	}
+}
+
+int te_fork_socket(int *fd, int *pid, const char **call) {
+	int sv[2];
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+		*call = "socketpair";
+		return -1;
+	}
+	pid_t p = fork();
+	if (p < 0) {
+		int err = errno;
+		close(sv[0]);
+		close(sv[1]);
+		errno = err;
+		*call = "fork";
+		return -1;
+	}
+	if (p == 0) {
+		close(sv[0]);
+		*fd = sv[1];
+		return 0;
+	}
+	close(sv[1]);
+	*fd = sv[0];
+	*pid = (int)p;
+	return 1;
+}
+
+int te_start_connector(int *fd, int *pid, const char **call) {
+	int r = te_fork_socket(fd, pid, call);
+	if (r == 0) {
+		te_connector(*fd);
+		_exit(1);
+	}
+	return r < 0 ? -1 : 0;
+}

@@ -1,0 +1,31 @@
+// The launcher's part of transparent egress (notify_linux.c): the app's
+// own seccomp filter, whose connect() calls wait for the entry's answer
+// (user notification), the wall's DNS socket, and the connector, which
+// makes the connects the entry decides stay inside the wall.
+
+#ifndef TE_NOTIFY_H
+#define TE_NOTIFY_H
+
+// te_spawn_notified starts argv with fd 3 = app_cap_fd (every other
+// descriptor from 3 up is close-on-exec) under the app's filter. When
+// listen is set it asks for a notification listener: *lfd is then that
+// listener (close-on-exec, the entry's), or -1 with the reason in
+// *lerr, when the kernel cannot give one; the app runs under the same
+// filter then, with connect() allowed (the proxy alone). The app's pid, or
+// -1 with the failed call in *call and errno set.
+int te_spawn_notified(char **argv, int app_cap_fd, int listen, int *lfd, int *lerr, const char **call);
+
+// te_dns_socket returns a UDP socket bound to 127.0.0.1 on a port of the
+// kernel's choice (close-on-exec), or -1 with the failed call in *call.
+int te_dns_socket(const char **call);
+
+// te_fork_socket forks with a SOCK_SEQPACKET socket pair between the two
+// processes: 1 in the parent (*fd its end, *pid the child's), 0 in the
+// child (*fd its end), or -1 with the failed call in *call.
+int te_fork_socket(int *fd, int *pid, const char **call);
+
+// te_start_connector forks the connector; *fd is the entry's end of its
+// socket, *pid its pid. 0, or -1 with the failed call in *call.
+int te_start_connector(int *fd, int *pid, const char **call);
+
+#endif

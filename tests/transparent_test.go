@@ -1,0 +1,233 @@
+package tests
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
+)
+
+// netResult is what the netclient vat answers for one command.
+type netResult struct {
+	Out  string `json:"out"`
+	Code int    `json:"code"`
+}
+
+// runIn runs argv inside vat id's wall (the netclient vat), without any
+// proxy variable unless proxy, with files written to its $TMPDIR first.
+func (s *stack) runIn(id string, proxy bool, files map[string]string, argv ...string) netResult {
+	s.t.Helper()
+	body, _ := json.Marshal(map[string]any{"argv": argv, "files": files, "proxy": proxy})
+	c := &http.Client{Timeout: 90 * time.Second}
+	resp, err := c.Post("http://"+s.http+"/"+id+"/run", "application/json", bytes.NewReader(body))
+	if err != nil {
+		s.t.Fatalf("running %q: %v", argv, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var r netResult
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(b, &r) != nil {
+		s.t.Fatalf("running %q: %d %s", argv, resp.StatusCode, b)
+	}
+	return r
+}
+
+// helloServer serves HTTP on 127.0.0.1, answering every request with text,
+// and returns its port.
+func helloServer(t testing.TB, text string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, text) })}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { srv.Close() })
+	return fmt.Sprint(l.Addr().(*net.TCPAddr).Port)
+}
+
+// speakFirstServer writes text to each connection as it is accepted,
+// then closes it.
+func speakFirstServer(t testing.TB, text string) string {
+	return tcpServer(t, func(c net.Conn) {
+		defer c.Close()
+		_, _ = io.WriteString(c, text+"\n")
+	})
+}
+
+// cClient connects to argv[1]:argv[2] (an IPv4 address), sends a GET and
+// prints what comes back, or the connect's errno by name.
+const cClient = `#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sa = {0};
+	sa.sin_family = AF_INET;
+	sa.sin_port = htons(atoi(argv[2]));
+	inet_pton(AF_INET, argv[1], &sa.sin_addr);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+		printf("connect: %s\n", errno == ECONNREFUSED ? "ECONNREFUSED" : strerror(errno));
+		return 2;
+	}
+	const char *req = "GET / HTTP/1.0\r\n\r\n";
+	write(fd, req, strlen(req));
+	char buf[4096];
+	ssize_t n;
+	while ((n = read(fd, buf, sizeof buf)) > 0) {
+		fwrite(buf, 1, n, stdout);
+	}
+	return 0;
+}
+`
+
+// TestTransparentEgress: ordinary clients that use no proxy (curl, Node
+// 20's fetch, Python's urllib, Go's net/http with Proxy nil, busybox nc,
+// a C program) reach a granted server on the host's loopback, by address
+// and by name, from inside a real wall; an ungranted one is refused with
+// ECONNREFUSED and one JSON record of the entry's.
+func TestTransparentEgress(t *testing.T) {
+	s := newStack(t, stackOpts{handle: "local", sbArgs: []string{"--config", resolverConfig(t, "granted.test")}})
+	granted := helloServer(t, "hello through the wall")
+	refused := helloServer(t, "you should not see this")
+	first := speakFirstServer(t, "the server spoke first")
+	grant := fmt.Sprintf(`[{"host":"127.0.0.1","port":%s},{"host":"127.0.0.1","port":%s},{"host":"granted.test","port":%s}]`, granted, first, granted)
+	st := s.mustInstall("nina", example(t, "netclient"), q("egress", grant))
+	if st["status"] != "walled" {
+		t.Fatalf("status = %v; want walled", st)
+	}
+	clients := []struct {
+		name  string
+		files map[string]string
+		argv  func(url, host, port string) []string
+		// refusal is what the client says when its connect is refused.
+		refusal string
+	}{
+		{"curl", nil, func(url, _, _ string) []string { return []string{"curl", "-sS", "--max-time", "20", url} }, "Couldn't connect to server"},
+		{"node fetch", nil, func(url, _, _ string) []string {
+			return []string{"/usr/bin/node", "-e", `fetch(process.argv[1]).then(r => r.text()).then(t => process.stdout.write(t), e => { console.log("ERR", e.cause && e.cause.code || e.message); process.exit(3) })`, url}
+		}, "ECONNREFUSED"},
+		{"python urllib", nil, func(url, _, _ string) []string {
+			return []string{"python3", "-c", "import sys, urllib.request\ntry:\n print(urllib.request.urlopen(sys.argv[1], timeout=20).read().decode(), end='')\nexcept Exception as e:\n print('ERR', e); sys.exit(3)", url}
+		}, "Connection refused"},
+		{"go net/http", nil, func(url, _, _ string) []string { return []string{"go-get", url} }, "connection refused"},
+		{"C", map[string]string{"client.c": cClient}, func(_, host, port string) []string {
+			return []string{"sh", "-c", `gcc -o client client.c && ./client "$0" "$1"`, host, port}
+		}, "ECONNREFUSED"},
+	}
+	for _, c := range clients {
+		t.Run(c.name, func(t *testing.T) {
+			s := s.in(t)
+			r := s.runIn("nina", false, c.files, c.argv("http://127.0.0.1:"+granted+"/", "127.0.0.1", granted)...)
+			if !strings.Contains(r.Out, "hello through the wall") {
+				t.Errorf("granted: %+v; want the server's answer", r)
+			}
+			r = s.runIn("nina", false, c.files, c.argv("http://127.0.0.1:"+refused+"/", "127.0.0.1", refused)...)
+			if strings.Contains(r.Out, "you should not see this") || !strings.Contains(r.Out, c.refusal) {
+				t.Errorf("refused: %+v; want %q", r, c.refusal)
+			}
+			if c.name != "C" {
+				r = s.runIn("nina", false, nil, c.argv("http://granted.test:"+granted+"/", "granted.test", granted)...)
+				if !strings.Contains(r.Out, "hello through the wall") {
+					t.Errorf("by name: %+v; want the server's answer", r)
+				}
+			}
+		})
+	}
+	t.Run("busybox nc", func(t *testing.T) {
+		s := s.in(t)
+		r := s.runIn("nina", false, nil, "busybox", "nc", "127.0.0.1", first)
+		if !strings.Contains(r.Out, "the server spoke first") {
+			t.Errorf("granted: %+v; want the server's greeting", r)
+		}
+		r = s.runIn("nina", false, nil, "busybox", "nc", "127.0.0.1", refused)
+		if r.Code == 0 || !strings.Contains(r.Out, "refused") {
+			t.Errorf("refused: %+v; want connection refused", r)
+		}
+	})
+	t.Run("the refusal's record", func(t *testing.T) {
+		s := s.in(t)
+		_, logs := s.adminDo("GET", "/nina/logs", nil)
+		var found bool
+		for line := range strings.Lines(logs) {
+			i := strings.Index(line, "{")
+			if i < 0 {
+				continue
+			}
+			var rec map[string]any
+			if json.Unmarshal([]byte(line[i:]), &rec) != nil {
+				continue
+			}
+			if rec["msg"] == "egress decision" && rec["vat"] == "nina" && rec["target"] == "tcp://127.0.0.1:"+refused && rec["allow"] == false && rec["reason"] != "" && rec["path"] == "transparent" {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no JSON record of the refusal of 127.0.0.1:%s in the vat's log:\n%s", refused, logs)
+		}
+	})
+}
+
+// resolverConfig starts a DNS server on 127.0.0.1 that answers name with
+// 127.0.0.1 (and every other name with NXDOMAIN), and returns a switchboard
+// config file that resolves through it.
+func resolverConfig(t testing.TB, name string) string {
+	t.Helper()
+	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			var p dnsmessage.Parser
+			h, err := p.Start(buf[:n])
+			if err != nil {
+				continue
+			}
+			question, err := p.Question()
+			if err != nil {
+				continue
+			}
+			rh := dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true, RecursionDesired: h.RecursionDesired}
+			found := strings.EqualFold(strings.TrimSuffix(question.Name.String(), "."), name)
+			if !found {
+				rh.RCode = dnsmessage.RCodeNameError
+			}
+			b := dnsmessage.NewBuilder(nil, rh)
+			_ = b.StartQuestions()
+			_ = b.Question(question)
+			if found && question.Type == dnsmessage.TypeA {
+				_ = b.StartAnswers()
+				_ = b.AResource(dnsmessage.ResourceHeader{Name: question.Name, Class: dnsmessage.ClassINET, TTL: 60}, dnsmessage.AResource{A: [4]byte{127, 0, 0, 1}})
+			}
+			if out, err := b.Finish(); err == nil {
+				_, _ = pc.WriteTo(out, from)
+			}
+		}
+	}()
+	path := filepath.Join(t.TempDir(), "switchboard.json")
+	cfg := fmt.Sprintf(`{"resolver":%q}`, pc.LocalAddr().String())
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}

@@ -1,0 +1,611 @@
+package entry
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"toybox/schema"
+)
+
+// Transparent egress. The app runs under a filter of its own (the
+// launcher's) whose connect() calls wait for this process's answer through
+// a seccomp notification listener. For each one the entry reads the
+// address from the app's memory and takes the socket itself (pidfd_getfd),
+// checking after each step that the notification is still pending (so a
+// reused thread id cannot be read in its place). It never lets the call
+// go on in the kernel (SECCOMP_USER_NOTIF_FLAG_CONTINUE would read the
+// address and the descriptor again, after the decision): it answers with
+// a result of its own.
+//
+//   - A TCP connect to an address outside the wall (a name's address from
+//     the DNS stub, an IP literal, or a loopback port nothing in the wall
+//     listens on) is asked of the vat's Handle, as the proxy asks it; the
+//     socket the switchboard connected is put in place of the app's
+//     (SECCOMP_IOCTL_NOTIF_ADDFD with SETFD) and connect() returns 0. A
+//     refusal returns ECONNREFUSED, logged as one record.
+//   - A socket that is not of the wall's own network namespace (one put
+//     in place before) is never connected again: EISCONN.
+//   - Everything else (unix sockets, UDP, the wall's own loopback ports)
+//     is connected inside the wall by the connector, on the very socket
+//     taken and to the very address read. A UDP connect to the stub's
+//     address (resolv.conf's nameserver, port 53) goes to the stub.
+
+// The seccomp user-notification ABI (linux/seccomp.h); x/sys has RECV
+// and SEND only.
+const (
+	ioctlNotifRecv     = 0xc0502100
+	ioctlNotifSend     = 0xc0182101
+	ioctlNotifIDValid  = 0x40082102
+	ioctlNotifAddFD    = 0x40182103
+	ioctlNotifSetFlags = 0x40082104
+	addFDFlagSetFD     = 1
+	notifFDSyncWakeUp  = 1
+	pidfdThread        = unix.O_EXCL
+	soNetnsCookie      = 71
+	maxSockaddr        = 128
+)
+
+type seccompNotif struct {
+	ID    uint64
+	Pid   uint32
+	Flags uint32
+	Nr    int32
+	Arch  uint32
+	IP    uint64
+	Args  [6]uint64
+}
+
+type seccompResp struct {
+	ID    uint64
+	Val   int64
+	Error int32
+	Flags uint32
+}
+
+type seccompAddFD struct {
+	ID         uint64
+	Flags      uint32
+	Srcfd      uint32
+	Newfd      uint32
+	NewfdFlags uint32
+}
+
+// DNSAddr is where the wall's resolv.conf sends lookups (the stub).
+var DNSAddr = netip.MustParseAddrPort("127.0.0.53:53")
+
+// notifier answers the app's connect() calls.
+type notifier struct {
+	p      *Proxy
+	lfd    *os.File
+	conn   *connector
+	names  *names
+	cookie uint64         // the wall's network namespace
+	stub   netip.AddrPort // where the DNS stub listens
+}
+
+func ioctlPtr(fd uintptr, req uintptr, p unsafe.Pointer) syscall.Errno {
+	_, _, e := unix.Syscall(unix.SYS_IOCTL, fd, req, uintptr(p))
+	return e
+}
+
+// serve receives notifications until the listener has no task left.
+func (n *notifier) serve(ctx context.Context) {
+	fd := n.lfd.Fd()
+	// Wake the app's thread on the answering CPU: most of a connect's
+	// cost otherwise (kernel 6.6 and later; older ones say EINVAL).
+	_, _, _ = unix.Syscall(unix.SYS_IOCTL, fd, ioctlNotifSetFlags, notifFDSyncWakeUp)
+	for {
+		pf := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		if _, err := unix.Poll(pf, -1); err != nil && err != unix.EINTR {
+			return
+		}
+		if pf[0].Revents&(unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0 {
+			return // no task of the app's is left
+		}
+		if pf[0].Revents&unix.POLLIN == 0 {
+			continue
+		}
+		var sn seccompNotif
+		if e := ioctlPtr(fd, ioctlNotifRecv, unsafe.Pointer(&sn)); e != 0 {
+			if e == unix.EINTR || e == unix.ENOENT {
+				continue
+			}
+			n.p.logger.Warn("transparent egress stopped", keyVat, n.p.id, keyReason, e.Error())
+			return
+		}
+		go n.handle(ctx, sn)
+	}
+}
+
+func (n *notifier) valid(id uint64) bool {
+	return ioctlPtr(n.lfd.Fd(), ioctlNotifIDValid, unsafe.Pointer(&id)) == 0
+}
+
+// answer ends the app's connect() with errno (0: success).
+func (n *notifier) answer(id uint64, errno syscall.Errno) {
+	r := seccompResp{ID: id, Error: -int32(errno)}
+	_ = ioctlPtr(n.lfd.Fd(), ioctlNotifSend, unsafe.Pointer(&r))
+}
+
+// handle answers one connect().
+func (n *notifier) handle(ctx context.Context, sn seccompNotif) {
+	if sn.Nr != unix.SYS_CONNECT {
+		n.answer(sn.ID, unix.ENOSYS)
+		return
+	}
+	tid := int(sn.Pid)
+	fd := int(int32(sn.Args[0]))
+	alen := int(uint32(sn.Args[2]))
+	if alen < 2 || alen > maxSockaddr {
+		n.answer(sn.ID, unix.EINVAL)
+		return
+	}
+	sa := make([]byte, alen)
+	local := []unix.Iovec{{Base: &sa[0]}}
+	local[0].SetLen(alen)
+	remote := []unix.RemoteIovec{{Base: uintptr(sn.Args[1]), Len: alen}}
+	if got, err := unix.ProcessVMReadv(tid, local, remote, 0); err != nil || got != alen {
+		if n.valid(sn.ID) {
+			n.answer(sn.ID, unix.EFAULT)
+		}
+		return
+	}
+	// The thread read is still the one that called: the address is its.
+	if !n.valid(sn.ID) {
+		return
+	}
+	sock, errno := n.takeFD(tid, fd)
+	if errno != 0 {
+		if n.valid(sn.ID) {
+			n.answer(sn.ID, errno)
+		}
+		return
+	}
+	defer unix.Close(sock)
+	if !n.valid(sn.ID) {
+		return
+	}
+	cookie, err := unix.GetsockoptUint64(sock, unix.SOL_SOCKET, soNetnsCookie)
+	if err != nil {
+		n.answer(sn.ID, errnoOf(err, unix.ENOTSOCK))
+		return
+	}
+	if cookie != n.cookie {
+		// A socket of the switchboard's network, put in place before:
+		// connect(AF_UNSPEC) would free it to connect anywhere from
+		// there. It is connected, and stays so.
+		n.answer(sn.ID, unix.EISCONN)
+		return
+	}
+	if ap, ok := n.outside(sock, sa); ok {
+		n.relay(ctx, sn, tid, fd, sock, ap)
+		return
+	}
+	if ap, ok := inetAddr(sa); ok && ap == DNSAddr {
+		if typ, _ := unix.GetsockoptInt(sock, unix.SOL_SOCKET, unix.SO_TYPE); typ == unix.SOCK_DGRAM {
+			sa = rewriteInet(sa, n.stub)
+		}
+	}
+	if sa, errno = unixPath(sa, tid); errno != 0 {
+		n.answer(sn.ID, errno)
+		return
+	}
+	n.answer(sn.ID, n.conn.connect(sock, sa))
+}
+
+// takeFD duplicates fd of thread tid into this process.
+func (n *notifier) takeFD(tid, fd int) (int, syscall.Errno) {
+	pfd, err := unix.PidfdOpen(tid, pidfdThread)
+	if err == unix.EINVAL {
+		// Before Linux 6.9: the thread's process, which shares its
+		// descriptors (a thread with a table of its own is refused
+		// below by the notification check failing, or reads its own).
+		pfd, err = unix.PidfdOpen(tgid(tid), 0)
+	}
+	if err != nil {
+		return -1, errnoOf(err, unix.ESRCH)
+	}
+	defer unix.Close(pfd)
+	sock, err := unix.PidfdGetfd(pfd, fd, 0)
+	if err != nil {
+		return -1, errnoOf(err, unix.EBADF)
+	}
+	return sock, 0
+}
+
+// tgid is the process of thread tid (tid itself if unknown).
+func tgid(tid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/status")
+	if err != nil {
+		return tid
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "Tgid:"); ok {
+			if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
+				return n
+			}
+		}
+	}
+	return tid
+}
+
+func errnoOf(err error, def syscall.Errno) syscall.Errno {
+	var e syscall.Errno
+	if errors.As(err, &e) {
+		return e
+	}
+	return def
+}
+
+// inetAddr reads an AF_INET or AF_INET6 address (a v4-mapped one as v4).
+func inetAddr(sa []byte) (netip.AddrPort, bool) {
+	fam := binary.NativeEndian.Uint16(sa)
+	switch {
+	case fam == unix.AF_INET && len(sa) >= 16:
+		return netip.AddrPortFrom(netip.AddrFrom4([4]byte(sa[4:8])), binary.BigEndian.Uint16(sa[2:4])), true
+	case fam == unix.AF_INET6 && len(sa) >= 24:
+		a := netip.AddrFrom16([16]byte(sa[8:24]))
+		return netip.AddrPortFrom(a.Unmap(), binary.BigEndian.Uint16(sa[2:4])), true
+	}
+	return netip.AddrPort{}, false
+}
+
+// rewriteInet returns sa aimed at to (a loopback v4 address), in sa's own
+// family.
+func rewriteInet(sa []byte, to netip.AddrPort) []byte {
+	out := bytes.Clone(sa)
+	binary.BigEndian.PutUint16(out[2:4], to.Port())
+	if binary.NativeEndian.Uint16(sa) == unix.AF_INET {
+		copy(out[4:8], to.Addr().AsSlice())
+		return out
+	}
+	a := netip.AddrFrom16(to.Addr().As16()) // v4-mapped
+	copy(out[8:24], a.AsSlice())
+	return out
+}
+
+// unixPath makes a relative unix socket path the calling thread's: the
+// connector runs in another working folder.
+func unixPath(sa []byte, tid int) ([]byte, syscall.Errno) {
+	if binary.NativeEndian.Uint16(sa) != unix.AF_UNIX || len(sa) <= 2 || sa[2] == 0 || sa[2] == '/' {
+		return sa, 0
+	}
+	path := sa[2:]
+	if i := bytes.IndexByte(path, 0); i >= 0 {
+		path = path[:i]
+	}
+	abs := "/proc/" + strconv.Itoa(tid) + "/cwd/" + string(path)
+	if len(abs) >= 108 {
+		return nil, unix.ENAMETOOLONG
+	}
+	out := make([]byte, 2+len(abs)+1)
+	copy(out, sa[:2])
+	copy(out[2:], abs)
+	return out, 0
+}
+
+// outside reports whether a connect of sock to sa leaves the wall: a TCP
+// socket of the inet families, to an address that is not the wall's own
+// (loopback with nothing listening on that port inside counts as outside:
+// the host's, if the owner granted it).
+func (n *notifier) outside(sock int, sa []byte) (netip.AddrPort, bool) {
+	ap, ok := inetAddr(sa)
+	if !ok || ap.Port() == 0 || ap.Addr().IsUnspecified() {
+		return netip.AddrPort{}, false
+	}
+	dom, err1 := unix.GetsockoptInt(sock, unix.SOL_SOCKET, unix.SO_DOMAIN)
+	typ, err2 := unix.GetsockoptInt(sock, unix.SOL_SOCKET, unix.SO_TYPE)
+	if err1 != nil || err2 != nil || typ != unix.SOCK_STREAM || (dom != unix.AF_INET && dom != unix.AF_INET6) {
+		return netip.AddrPort{}, false
+	}
+	if dom == unix.AF_INET && binary.NativeEndian.Uint16(sa) != unix.AF_INET {
+		return netip.AddrPort{}, false // the kernel's own error
+	}
+	if ap.Addr().IsLoopback() && listensInside(ap) {
+		return netip.AddrPort{}, false
+	}
+	return ap, true
+}
+
+// listensInside reports whether a TCP socket of the wall's listens where
+// ap would reach it (this process's network namespace is the wall's).
+func listensInside(ap netip.AddrPort) bool {
+	for _, file := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		if listening(file, ap) {
+			return true
+		}
+	}
+	return false
+}
+
+func listening(file string, ap netip.AddrPort) bool {
+	f, err := os.Open(file)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	port := fmt.Sprintf(":%04X", ap.Port())
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		fields := strings.Fields(s.Text())
+		if len(fields) < 4 || fields[3] != "0A" || !strings.HasSuffix(fields[1], port) {
+			continue
+		}
+		a, ok := procAddr(strings.TrimSuffix(fields[1], port))
+		if ok && (a.IsUnspecified() || a.Unmap() == ap.Addr()) {
+			return true
+		}
+	}
+	return false
+}
+
+// procAddr reads an address of /proc/net/tcp{,6}: hex, each 32-bit word
+// in host order.
+func procAddr(h string) (netip.Addr, bool) {
+	b := make([]byte, len(h)/2)
+	for i := range b {
+		v, err := strconv.ParseUint(h[2*i:2*i+2], 16, 8)
+		if err != nil {
+			return netip.Addr{}, false
+		}
+		b[i] = byte(v)
+	}
+	for i := 0; i+4 <= len(b); i += 4 {
+		binary.BigEndian.PutUint32(b[i:], binary.NativeEndian.Uint32(b[i:]))
+	}
+	a, ok := netip.AddrFromSlice(b)
+	return a, ok
+}
+
+// relay asks the Handle for ap and puts the connected socket in place of
+// fd; a refusal is ECONNREFUSED.
+func (n *notifier) relay(ctx context.Context, sn seccompNotif, tid, fd, sock int, ap netip.AddrPort) {
+	host := ap.Addr().String()
+	if name, ok := n.names.name(ap.Addr()); ok {
+		host = name
+	} else if n.names.fake(ap.Addr()) {
+		t := target{scheme: "tcp", host: host, port: ap.Port()}
+		n.p.log(t, false, "egress refused: the wall's DNS stub gave no name this address", pathTransparent)
+		n.answer(sn.ID, unix.ECONNREFUSED)
+		return
+	}
+	t := target{scheme: "tcp", host: host, port: ap.Port()}
+	f, err := n.p.dialFile(ctx, t)
+	if err != nil {
+		if n.valid(sn.ID) {
+			n.answer(sn.ID, unix.ECONNREFUSED)
+		}
+		return
+	}
+	defer f.Close()
+	up := int(f.Fd())
+	// The app's socket options that matter once connected, and its mode
+	// (the flag lives on the open file: the app's, shared with our dup).
+	for _, o := range [][2]int{{unix.IPPROTO_TCP, unix.TCP_NODELAY}, {unix.SOL_SOCKET, unix.SO_KEEPALIVE}} {
+		if v, err := unix.GetsockoptInt(sock, o[0], o[1]); err == nil {
+			_ = unix.SetsockoptInt(up, o[0], o[1], v)
+		}
+	}
+	fl, _ := unix.FcntlInt(uintptr(sock), unix.F_GETFL, 0)
+	_ = unix.SetNonblock(up, fl&unix.O_NONBLOCK != 0)
+	add := seccompAddFD{ID: sn.ID, Flags: addFDFlagSetFD, Srcfd: uint32(up), Newfd: uint32(fd)}
+	if cloexec(tid, fd) {
+		add.NewfdFlags = unix.O_CLOEXEC
+	}
+	if e := ioctlPtr(n.lfd.Fd(), ioctlNotifAddFD, unsafe.Pointer(&add)); e != 0 {
+		n.p.logger.Debug("putting the connected socket in place failed", keyVat, n.p.id, keyTarget, t.String(), keyReason, e.Error())
+		if n.valid(sn.ID) {
+			n.answer(sn.ID, unix.ECONNABORTED)
+		}
+		return
+	}
+	n.answer(sn.ID, 0)
+}
+
+// cloexec reports whether tid's fd is close-on-exec.
+func cloexec(tid, fd int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/fdinfo/" + strconv.Itoa(fd))
+	if err != nil {
+		return true
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "flags:"); ok {
+			fl, err := strconv.ParseUint(strings.TrimSpace(v), 8, 64)
+			return err != nil || fl&unix.O_CLOEXEC != 0
+		}
+	}
+	return true
+}
+
+// connector is the launcher's connector: it connects sockets of the wall's
+// own network (the entry makes no connect itself).
+type connector struct {
+	fd   int
+	mu   sync.Mutex
+	next uint64
+	wait map[uint64]chan syscall.Errno
+	dead bool
+}
+
+func newConnector(f *os.File) (*connector, error) {
+	fd, err := unix.Dup(int(f.Fd()))
+	_ = f.Close()
+	if err != nil {
+		return nil, err
+	}
+	unix.CloseOnExec(fd)
+	c := &connector{fd: fd, wait: map[uint64]chan syscall.Errno{}}
+	go c.read()
+	return c, nil
+}
+
+func (c *connector) read() {
+	buf := make([]byte, 16)
+	for {
+		n, err := unix.Read(c.fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n != 16 {
+			c.mu.Lock()
+			c.dead = true
+			for id, ch := range c.wait {
+				ch <- unix.EACCES
+				delete(c.wait, id)
+			}
+			c.mu.Unlock()
+			return
+		}
+		id := binary.NativeEndian.Uint64(buf)
+		errno := syscall.Errno(int32(binary.NativeEndian.Uint32(buf[8:])))
+		c.mu.Lock()
+		if ch, ok := c.wait[id]; ok {
+			ch <- errno
+			delete(c.wait, id)
+		}
+		c.mu.Unlock()
+	}
+}
+
+// connect connects sock to sa in the wall and returns connect's errno.
+// Without a connector (it ended) every connect fails: EACCES.
+func (c *connector) connect(sock int, sa []byte) syscall.Errno {
+	ch := make(chan syscall.Errno, 1)
+	c.mu.Lock()
+	if c.dead {
+		c.mu.Unlock()
+		return unix.EACCES
+	}
+	c.next++
+	id := c.next
+	c.wait[id] = ch
+	c.mu.Unlock()
+	req := make([]byte, 8+4+maxSockaddr+4) // struct tn_req, padded
+	binary.NativeEndian.PutUint64(req, id)
+	binary.NativeEndian.PutUint32(req[8:], uint32(len(sa)))
+	copy(req[12:], sa)
+	for {
+		err := unix.Sendmsg(c.fd, req, unix.UnixRights(sock), nil, unix.MSG_NOSIGNAL)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			c.mu.Lock()
+			delete(c.wait, id)
+			c.mu.Unlock()
+			return unix.EACCES
+		}
+		break
+	}
+	return <-ch
+}
+
+// pathTransparent is the log's path of a connection put in place of the
+// app's own socket.
+const pathTransparent = "transparent"
+
+// dialFile asks the Handle for a connection to t and returns the socket
+// the switchboard connected. Every decision is logged (path transparent).
+func (p *Proxy) dialFile(ctx context.Context, t target) (*os.File, error) {
+	if !p.handle.IsValid() {
+		p.log(t, false, ErrNoGrant.Error(), pathTransparent)
+		return nil, ErrNoGrant
+	}
+	fut, rel := p.handle.Connect(ctx, func(ps schema.Handle_connect_Params) error {
+		if err := setTarget(ps.NewTarget, t); err != nil {
+			return err
+		}
+		ps.SetWantFd(true)
+		return nil
+	})
+	defer rel()
+	res, err := fut.Struct()
+	if err != nil {
+		p.log(t, false, err.Error(), pathTransparent)
+		return nil, err
+	}
+	seq := res.Fd()
+	if seq == 0 {
+		if up := res.Upstream(); up.IsValid() {
+			up.Release()
+		}
+		p.log(t, false, "the Handle returned no socket", pathTransparent)
+		return nil, errors.New("the Handle returned no socket")
+	}
+	f, err := p.conn.TakeFD(seq)
+	if err != nil {
+		p.log(t, false, "taking the connected socket: "+err.Error(), pathTransparent)
+		return nil, err
+	}
+	p.log(t, true, "", pathTransparent)
+	return f, nil
+}
+
+// startTransparent serves the app's connect() calls and the DNS stub when
+// ls holds a notification listener; it takes ls.Notify, ls.DNS and
+// ls.Connector (closed on error, and by the returned func).
+func startTransparent(ctx context.Context, p *Proxy, ls *Listeners) (func(), error) {
+	if ls.Notify == nil {
+		for _, f := range []*os.File{ls.DNS, ls.Connector} {
+			if f != nil {
+				_ = f.Close()
+			}
+		}
+		if ls.NotifyErr != nil {
+			p.logger.Warn("transparent egress unavailable: the proxy alone serves this wall", keyVat, p.id, keyReason, ls.NotifyErr.Error())
+		}
+		return func() {}, nil
+	}
+	fail := func(err error) (func(), error) {
+		for _, f := range []*os.File{ls.Notify, ls.DNS, ls.Connector} {
+			if f != nil {
+				_ = f.Close()
+			}
+		}
+		return nil, err
+	}
+	if ls.DNS == nil || ls.Connector == nil {
+		return fail(errors.New("a notification listener without the DNS socket or the connector"))
+	}
+	cookie, err := unix.GetsockoptUint64(int(ls.DNS.Fd()), unix.SOL_SOCKET, soNetnsCookie)
+	if err != nil {
+		return fail(fmt.Errorf("the wall's network namespace: %w", os.NewSyscallError("getsockopt SO_NETNS_COOKIE", err)))
+	}
+	sa, err := unix.Getsockname(int(ls.DNS.Fd()))
+	if err != nil {
+		return fail(fmt.Errorf("the DNS socket's address: %w", err))
+	}
+	in4, ok := sa.(*unix.SockaddrInet4)
+	if !ok {
+		return fail(fmt.Errorf("the DNS socket is bound to %T, not an IPv4 address", sa))
+	}
+	pc, err := net.FilePacketConn(ls.DNS)
+	if err != nil {
+		return fail(fmt.Errorf("the DNS socket: %w", err))
+	}
+	_ = ls.DNS.Close()
+	conn, err := newConnector(ls.Connector)
+	if err != nil {
+		_ = pc.Close()
+		_ = ls.Notify.Close()
+		return nil, fmt.Errorf("the connector's socket: %w", err)
+	}
+	n := &notifier{p: p, lfd: ls.Notify, conn: conn, names: newNames(), cookie: cookie, stub: netip.AddrPortFrom(netip.AddrFrom4(in4.Addr), uint16(in4.Port))}
+	go serveDNS(pc, n.names, p.logger.With(keyVat, p.id))
+	go n.serve(ctx)
+	return func() { _ = pc.Close() }, nil
+}
