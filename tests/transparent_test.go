@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,15 +45,35 @@ func (s *stack) runIn(id string, proxy bool, files map[string]string, argv ...st
 // helloServer serves HTTP on 127.0.0.1, answering every request with text,
 // and returns its port.
 func helloServer(t testing.TB, text string) string {
+	port, _ := countingServer(t, text)
+	return port
+}
+
+// countingServer is helloServer, counting the connections it accepts.
+func countingServer(t testing.TB, text string) (string, *atomic.Int64) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	l := &countingListener{Listener: inner}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, text) })}
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(func() { srv.Close() })
-	return fmt.Sprint(l.Addr().(*net.TCPAddr).Port)
+	return fmt.Sprint(l.Addr().(*net.TCPAddr).Port), &l.n
+}
+
+type countingListener struct {
+	net.Listener
+	n atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.n.Add(1)
+	}
+	return c, err
 }
 
 // speakFirstServer writes text to each connection as it is accepted,
@@ -102,7 +123,7 @@ int main(int argc, char **argv) {
 func TestTransparentEgress(t *testing.T) {
 	s := newStack(t, stackOpts{handle: "local", sbArgs: []string{"--config", resolverConfig(t, "granted.test")}})
 	granted := helloServer(t, "hello through the wall")
-	refused := helloServer(t, "you should not see this")
+	refused, refusedHits := countingServer(t, "you should not see this")
 	first := speakFirstServer(t, "the server spoke first")
 	grant := fmt.Sprintf(`[{"host":"127.0.0.1","port":%s},{"host":"127.0.0.1","port":%s},{"host":"granted.test","port":%s}]`, granted, first, granted)
 	st := s.mustInstall("nina", example(t, "netclient"), q("egress", grant))
@@ -156,6 +177,68 @@ func TestTransparentEgress(t *testing.T) {
 		r = s.runIn("nina", false, nil, "busybox", "nc", "127.0.0.1", refused)
 		if r.Code == 0 || !strings.Contains(r.Out, "refused") {
 			t.Errorf("refused: %+v; want connection refused", r)
+		}
+	})
+	t.Run("loopback with the proxy variables", func(t *testing.T) {
+		// NO_PROXY names loopback: proxy-aware clients go straight to
+		// 127.0.0.1 too, and reach the host's granted listener.
+		s := s.in(t)
+		for _, argv := range [][]string{
+			{"curl", "-sS", "--max-time", "20", "http://127.0.0.1:" + granted + "/"},
+			{"python3", "-c", "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:" + granted + "/', timeout=20).read().decode())"},
+		} {
+			if r := s.runIn("nina", true, nil, argv...); !strings.Contains(r.Out, "hello through the wall") {
+				t.Errorf("%s with the proxy variables: %+v; want the host server's answer", argv[0], r)
+			}
+		}
+	})
+	t.Run("the wall's own loopback stays inside", func(t *testing.T) {
+		// A server of the app's own on the granted port number: the
+		// app's connect reaches it, not the host's.
+		s := s.in(t)
+		py := "import http.server, threading, urllib.request\n" +
+			"class H(http.server.BaseHTTPRequestHandler):\n" +
+			" def do_GET(self):\n  self.send_response(200); self.end_headers(); self.wfile.write(b'inside the wall')\n" +
+			" def log_message(self, *a): pass\n" +
+			"srv = http.server.HTTPServer(('127.0.0.1', " + granted + "), H)\n" +
+			"threading.Thread(target=srv.serve_forever, daemon=True).start()\n" +
+			"print(urllib.request.urlopen('http://127.0.0.1:" + granted + "/', timeout=20).read().decode())\n"
+		if r := s.runIn("nina", false, nil, "python3", "-c", py); !strings.Contains(r.Out, "inside the wall") {
+			t.Errorf("%+v; want the app's own server's answer", r)
+		}
+	})
+	t.Run("attacks", func(t *testing.T) {
+		// A hostile program races the notifier (the address and the
+		// descriptor change under it, many threads at once), tries to
+		// re-aim the socket it was handed (AF_UNSPEC, a second connect,
+		// MSG_FASTOPEN), and io_uring: the refused server never sees a
+		// connection.
+		s := s.in(t)
+		src, err := os.ReadFile("testdata/attack.c")
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := refusedHits.Load()
+		r := s.runIn("nina", false, map[string]string{"attack.c": string(src)}, "sh", "-c", `gcc -o attack attack.c -lpthread && ./attack "$0" "$1"`, granted, refused)
+		for _, want := range []string{
+			"DIAL granted OK", "LISTEN-INSIDE OK", "UNSPEC EISCONN", "RECONNECT EISCONN", "FASTOPEN-INJECTED EOPNOTSUPP",
+			"FASTOPEN-FRESH EOPNOTSUPP", "SENDMSG-FASTOPEN EOPNOTSUPP", "IO_URING EPERM", "PIDFD_GETFD EPERM",
+			"FLIP done", "SWAP done", "INJECTED says granted", "MANY done",
+		} {
+			if !strings.Contains(r.Out, want) {
+				t.Errorf("the attack's output lacks %q:\n%s", want, r.Out)
+			}
+		}
+		if strings.Contains(r.Out, "MANY wrong") {
+			t.Errorf("a connect from one of many threads got the wrong answer:\n%s", r.Out)
+		}
+		if n := refusedHits.Load() - before; n != 0 {
+			t.Errorf("the refused server accepted %d connections from the attack:\n%s", n, r.Out)
+		}
+	})
+	t.Run("the refused server saw nothing", func(t *testing.T) {
+		if n := refusedHits.Load(); n != 0 {
+			t.Errorf("the refused server accepted %d connections", n)
 		}
 	})
 	t.Run("the refusal's record", func(t *testing.T) {

@@ -49,7 +49,7 @@ func main() {
 				return
 			}
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)
+		ctx, cancel := context.WithTimeout(r.Context(), 40*time.Second)
 		defer cancel()
 		if q.Argv[0] == "go-get" && len(q.Argv) == 2 {
 			// Go's net/http with no proxy at all.
@@ -58,6 +58,7 @@ func main() {
 		}
 		cmd := exec.CommandContext(ctx, q.Argv[0], q.Argv[1:]...)
 		cmd.Dir = tmp
+		cmd.WaitDelay = 5 * time.Second // a child left holding the output
 		for _, kv := range os.Environ() {
 			k, _, _ := strings.Cut(kv, "=")
 			if !q.Proxy && strings.Contains(strings.ToLower(k), "proxy") {
