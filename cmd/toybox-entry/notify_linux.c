@@ -244,12 +244,17 @@ int te_dns_socket(const char **call) {
 	return fd;
 }
 
-// The connector's messages. A request is a socket (SCM_RIGHTS) of the
-// wall's own network and the address to connect it to; the answer is
-// connect's errno (0: connected).
+// The connector's messages. A connect request (op TN_CONNECT) is a
+// socket (SCM_RIGHTS) of the wall's own network and the address to
+// connect it to; the answer is connect's errno (0: connected). A probe
+// (TN_PROBE, no socket) binds a fresh TCP socket with SO_REUSEADDR to the
+// address: EADDRINUSE means something in the wall listens there.
+enum { TN_CONNECT = 0, TN_PROBE = 1 };
+
 struct tn_req {
 	uint64_t id;
 	uint32_t len;
+	uint32_t op;
 	uint8_t addr[128];
 };
 
@@ -350,7 +355,23 @@ static void te_connector(int sock) {
 				memcpy(&j->fd, CMSG_DATA(c), sizeof(int));
 			}
 		}
-		if (j->fd < 0 || n != (ssize_t)sizeof j->req || j->req.len > sizeof j->req.addr || (msg.msg_flags & MSG_CTRUNC)) {
+		if (n == (ssize_t)sizeof j->req && j->req.op == TN_PROBE && j->fd < 0 && j->req.len >= sizeof(sa_family_t) && j->req.len <= sizeof j->req.addr) {
+			struct tn_rep rep = {.id = j->req.id};
+			sa_family_t fam;
+			memcpy(&fam, j->req.addr, sizeof fam);
+			int p = socket(fam, SOCK_STREAM | SOCK_CLOEXEC, 0);
+			int one = 1;
+			if (p < 0 || setsockopt(p, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 || bind(p, (struct sockaddr *)j->req.addr, j->req.len) != 0) {
+				rep.err = errno;
+			}
+			if (p >= 0) {
+				close(p);
+			}
+			free(j);
+			(void)send(sock, &rep, sizeof rep, MSG_NOSIGNAL);
+			continue;
+		}
+		if (j->fd < 0 || n != (ssize_t)sizeof j->req || j->req.op != TN_CONNECT || j->req.len > sizeof j->req.addr || (msg.msg_flags & MSG_CTRUNC)) {
 			struct tn_rep rep = {.id = j->req.id, .err = EINVAL};
 			if (j->fd >= 0) {
 				close(j->fd);

@@ -1,7 +1,6 @@
 package entry
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -315,60 +314,10 @@ func (n *notifier) outside(sock int, sa []byte) (netip.AddrPort, bool) {
 	if dom == unix.AF_INET && binary.NativeEndian.Uint16(sa) != unix.AF_INET {
 		return netip.AddrPort{}, false // the kernel's own error
 	}
-	if ap.Addr().IsLoopback() && listensInside(ap) {
+	if ap.Addr().IsLoopback() && n.conn.listening(ap) {
 		return netip.AddrPort{}, false
 	}
 	return ap, true
-}
-
-// listensInside reports whether a TCP socket of the wall's listens where
-// ap would reach it (this process's network namespace is the wall's).
-func listensInside(ap netip.AddrPort) bool {
-	for _, file := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-		if listening(file, ap) {
-			return true
-		}
-	}
-	return false
-}
-
-func listening(file string, ap netip.AddrPort) bool {
-	f, err := os.Open(file)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	port := fmt.Sprintf(":%04X", ap.Port())
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		fields := strings.Fields(s.Text())
-		if len(fields) < 4 || fields[3] != "0A" || !strings.HasSuffix(fields[1], port) {
-			continue
-		}
-		a, ok := procAddr(strings.TrimSuffix(fields[1], port))
-		if ok && (a.IsUnspecified() || a.Unmap() == ap.Addr()) {
-			return true
-		}
-	}
-	return false
-}
-
-// procAddr reads an address of /proc/net/tcp{,6}: hex, each 32-bit word
-// in host order.
-func procAddr(h string) (netip.Addr, bool) {
-	b := make([]byte, len(h)/2)
-	for i := range b {
-		v, err := strconv.ParseUint(h[2*i:2*i+2], 16, 8)
-		if err != nil {
-			return netip.Addr{}, false
-		}
-		b[i] = byte(v)
-	}
-	for i := 0; i+4 <= len(b); i += 4 {
-		binary.BigEndian.PutUint32(b[i:], binary.NativeEndian.Uint32(b[i:]))
-	}
-	a, ok := netip.AddrFromSlice(b)
-	return a, ok
 }
 
 // relay asks the Handle for ap and puts the connected socket in place of
@@ -481,9 +430,36 @@ func (c *connector) read() {
 	}
 }
 
+// Connector requests (struct tn_req's op).
+const (
+	opConnect = 0
+	opProbe   = 1
+)
+
+// listening reports whether something in the wall listens where a
+// connect to ap would reach it: a bind there (SO_REUSEADDR) fails. (The
+// kernel's /proc/net/tcp would tell too, at the cost of a walk over every
+// connection of the host's.)
+func (c *connector) listening(ap netip.AddrPort) bool {
+	var sa []byte
+	if ap.Addr().Is4() {
+		sa = make([]byte, 16)
+		binary.NativeEndian.PutUint16(sa, unix.AF_INET)
+		copy(sa[4:8], ap.Addr().AsSlice())
+	} else {
+		sa = make([]byte, 28)
+		binary.NativeEndian.PutUint16(sa, unix.AF_INET6)
+		copy(sa[8:24], ap.Addr().AsSlice())
+	}
+	binary.BigEndian.PutUint16(sa[2:4], ap.Port())
+	return c.call(opProbe, -1, sa) == unix.EADDRINUSE
+}
+
 // connect connects sock to sa in the wall and returns connect's errno.
 // Without a connector (it ended) every connect fails: EACCES.
-func (c *connector) connect(sock int, sa []byte) syscall.Errno {
+func (c *connector) connect(sock int, sa []byte) syscall.Errno { return c.call(opConnect, sock, sa) }
+
+func (c *connector) call(op uint32, sock int, sa []byte) syscall.Errno {
 	ch := make(chan syscall.Errno, 1)
 	c.mu.Lock()
 	if c.dead {
@@ -494,12 +470,17 @@ func (c *connector) connect(sock int, sa []byte) syscall.Errno {
 	id := c.next
 	c.wait[id] = ch
 	c.mu.Unlock()
-	req := make([]byte, 8+4+maxSockaddr+4) // struct tn_req, padded
+	req := make([]byte, 8+4+4+maxSockaddr) // struct tn_req
 	binary.NativeEndian.PutUint64(req, id)
 	binary.NativeEndian.PutUint32(req[8:], uint32(len(sa)))
-	copy(req[12:], sa)
+	binary.NativeEndian.PutUint32(req[12:], op)
+	copy(req[16:], sa)
+	var rights []byte
+	if sock >= 0 {
+		rights = unix.UnixRights(sock)
+	}
 	for {
-		err := unix.Sendmsg(c.fd, req, unix.UnixRights(sock), nil, unix.MSG_NOSIGNAL)
+		err := unix.Sendmsg(c.fd, req, rights, nil, unix.MSG_NOSIGNAL)
 		if err == unix.EINTR {
 			continue
 		}
