@@ -127,8 +127,8 @@ func TestTransparentEgress(t *testing.T) {
 	first := speakFirstServer(t, "the server spoke first")
 	grant := fmt.Sprintf(`[{"host":"127.0.0.1","port":%s},{"host":"127.0.0.1","port":%s},{"host":"granted.test","port":%s}]`, granted, first, granted)
 	st := s.mustInstall("nina", example(t, "netclient"), q("egress", grant))
-	if st["status"] != "walled" {
-		t.Fatalf("status = %v; want walled", st)
+	if st["status"] != "walled" || !strings.HasPrefix(fmt.Sprint(st["egress"]), "transparent") || !strings.HasPrefix(fmt.Sprint(st["egress_es"]), "transparente") {
+		t.Fatalf("status = %v; want walled, with transparent egress", st)
 	}
 	clients := []struct {
 		name  string
@@ -239,6 +239,19 @@ func TestTransparentEgress(t *testing.T) {
 	t.Run("the refused server saw nothing", func(t *testing.T) {
 		if n := refusedHits.Load(); n != 0 {
 			t.Errorf("the refused server accepted %d connections", n)
+		}
+	})
+	t.Run("the last refusal in the status", func(t *testing.T) {
+		s := s.in(t)
+		s.runIn("nina", false, nil, "curl", "-sS", "--max-time", "20", "http://127.0.0.1:"+refused+"/")
+		last, _ := s.status("nina")["last_refusal"].(map[string]any)
+		if last["target"] != "tcp://127.0.0.1:"+refused || last["by"] != "supervisor" || !strings.Contains(fmt.Sprint(last["reason"]), "not granted") {
+			t.Errorf("last_refusal = %v; want the supervisor's refusal of tcp://127.0.0.1:%s", last, refused)
+		}
+		// Decided by the supervisor, logged there: the same keys.
+		rec := `"msg":"egress decision","vat":"nina","op":"connect","target":"tcp://127.0.0.1:` + refused + `","allow":false,"reason":`
+		if !strings.Contains(s.tbLog.String(), rec) {
+			t.Errorf("the supervisor's log has no record %s", rec)
 		}
 	})
 	t.Run("the refusal's record", func(t *testing.T) {

@@ -17,6 +17,8 @@ import (
 	"toybox/vat/supervisor"
 	"toybox/vat/switches"
 	"toybox/vat/wall"
+	"toybox/vat/wall/seccomp"
+	"toybox/vat/words"
 )
 
 func init() { commands["doctor"] = doctorMain }
@@ -41,7 +43,7 @@ func doctorMain(args []string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	checks := wall.Doctor(ctx, *bwrap)
-	checks = append(checks, entryCheck(*entry), tableCheck(*table))
+	checks = append(checks, entryCheck(*entry), tableCheck(*table), egressModeCheck())
 	if os.Geteuid() == 0 {
 		checks = append(checks, subordinateCheck("/etc/subuid", "/etc/subgid"))
 	}
@@ -79,6 +81,21 @@ func tableCheck(path string) wall.Check {
 		c.Detail = fmt.Sprintf("%s: %d approved commands, %d shares, state folders for %d vats", path, len(t.Approved), len(t.Shares), len(t.State))
 	}
 	return c
+}
+
+// egressModeCheck says whether walls here get transparent egress (every
+// connect() through the vat's grant) or the CONNECT proxy alone. The
+// proxy alone is a warning: walls still run, only programs that use
+// HTTP(S)_PROXY get out.
+func egressModeCheck() wall.Check {
+	if err := seccomp.NotifierSupported(); err != nil {
+		return wall.Check{
+			Name: "egress", Warn: true,
+			Detail: words.EgressProxyOnly.With("en", err.Error()),
+			Fix:    "run a Linux kernel 5.19 or later with seccomp user notification, toybox not nested under another seccomp notifier",
+		}
+	}
+	return wall.Check{Name: "egress", OK: true, Detail: words.EgressTransparent.In("en")}
 }
 
 // subordinateCheck fails when a host user's subordinate ids (for rootless

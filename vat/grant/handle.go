@@ -190,7 +190,7 @@ func (h *handleServer) Constrain(_ context.Context, call schema.Handle_constrain
 // same address (toybox-entry: TLS to a port granted only as https) reads
 // the scheme refusal as its cue to ask again, so it must not be hidden
 // behind another member's "port not granted".
-func (h *handleServer) candidates(r labels.Request) ([]labels.Set, error) {
+func (h *handleServer) candidates(op string, r labels.Request) ([]labels.Set, error) {
 	members, err := h.current()
 	if err != nil {
 		return nil, fmt.Errorf("egress refused: the vat's grant no longer admits this handle (%w)", err)
@@ -220,6 +220,7 @@ func (h *handleServer) candidates(r labels.Request) ([]labels.Set, error) {
 				break
 			}
 		}
+		h.v.refused(op, requestTarget(r), reason)
 		return nil, errors.New("egress refused: " + reason)
 	}
 	return out, nil
@@ -350,7 +351,7 @@ func (h *handleServer) Check(ctx context.Context, call schema.Handle_check) erro
 	r, err := targetRequest(t)
 	var ms []labels.Set
 	if err == nil {
-		ms, err = h.candidates(r)
+		ms, err = h.candidates("check", r)
 	}
 	if err != nil {
 		h.v.decided("check", r, err)
@@ -419,7 +420,7 @@ func (h *handleServer) Connect(ctx context.Context, call schema.Handle_connect) 
 		h.v.decided("connect", labels.Request{Scheme: r.Scheme, Port: t.Port}, err)
 		return err
 	}
-	ms, err := h.candidates(r)
+	ms, err := h.candidates("connect", r)
 	if err != nil {
 		h.v.decided("connect", r, err)
 		return err
@@ -505,6 +506,7 @@ func (h *handleServer) Connect(ctx context.Context, call schema.Handle_connect) 
 		return nil
 	})
 	h.v.decided("connect", r, err)
+	h.v.noteRefusal("connect", requestTarget(r), err)
 	return err
 }
 
@@ -530,7 +532,7 @@ func (h *handleServer) beginURL(call interface{ Go() }, op, url string) (done fu
 	}
 	r, err := labels.ParseURL(url)
 	if err == nil {
-		ms, err = h.candidates(r)
+		ms, err = h.candidates(op, r)
 	} else {
 		err = fmt.Errorf("egress refused: %w", err)
 	}

@@ -82,6 +82,7 @@ type Vat struct {
 	log     *slog.Logger
 	sem     chan struct{}
 	sockets atomic.Int64 // relayed sockets open (relayed)
+	last    lastRefusal  // its most recent egress refusal
 
 	mu      sync.Mutex
 	revoked bool

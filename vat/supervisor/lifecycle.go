@@ -188,12 +188,18 @@ func (in *instance) loop() {
 				in.markReady(errStopped)
 				return
 			}
-			in.update(func(v *vat) { v.word, v.lastError, v.pid, v.tier = offWord, err.Error(), 0, "" })
+			in.update(func(v *vat) {
+				v.word, v.lastError, v.pid, v.tier = offWord, err.Error(), 0, ""
+				v.egress, v.egressWhy = words.EgressNone, ""
+			})
 			s.log.Error("vat launch refused", keyVat, v.id, keyWord, offWord.String(), keyErr, err)
 			in.markReady(err)
 			return
 		}
-		in.update(func(v *vat) { v.pid, v.tier = r.proc.Pid(), r.proc.Tier() })
+		in.update(func(v *vat) {
+			v.pid, v.tier = r.proc.Pid(), r.proc.Tier()
+			v.egress, v.egressWhy = egressOf(r.proc)
+		})
 		readyErr := in.waitListening(r)
 		s.observer().Spawned(v.id, time.Since(started), readyErr == nil)
 		if readyErr == nil {
@@ -207,7 +213,12 @@ func (in *instance) loop() {
 		lost, stopped := in.watch(r)
 		if stopped {
 			r.revoke("stopped")
-			in.update(func(v *vat) { v.pid = 0; v.lastExit = exitText(r.exitErr); v.doors = nil })
+			in.update(func(v *vat) {
+				v.pid = 0
+				v.lastExit = exitText(r.exitErr)
+				v.doors = nil
+				v.egress, v.egressWhy = words.EgressNone, ""
+			})
 			s.log.Info("vat stopped", keyVat, v.id, keyExit, exitText(r.exitErr))
 			in.markReady(errStopped)
 			return

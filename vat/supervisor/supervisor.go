@@ -45,6 +45,28 @@ type Process interface {
 	Stop(grace time.Duration) error
 }
 
+// egressReporter is a Process that says how its programs get out
+// (*wall.Process does).
+type egressReporter interface {
+	Egress() (transparent bool, why string)
+}
+
+// egressOf is p's egress word and why.
+func egressOf(p Process) (words.Egress, string) {
+	e, ok := p.(egressReporter)
+	if !ok {
+		return words.EgressNone, ""
+	}
+	transparent, why := e.Egress()
+	switch {
+	case transparent:
+		return words.EgressTransparent, ""
+	case why != "":
+		return words.EgressProxyOnly, why
+	}
+	return words.EgressNone, ""
+}
+
 // Launcher starts a walled spawn (wall.Start, adapted).
 type Launcher func(ctx context.Context, spec wall.Spec, log *slog.Logger) (Process, error)
 
@@ -286,6 +308,8 @@ type vat struct {
 	grant     []labels.Set
 	word      words.Word
 	tier      string
+	egress    words.Egress
+	egressWhy string
 	pid       int
 	restarts  int
 	lastExit  string
@@ -355,6 +379,13 @@ type Status struct {
 	// what no wall covers (docs/walls.md); in English and Spanish.
 	WallLine   string `json:"wall_line,omitempty"`
 	WallLineES string `json:"wall_line_es,omitempty"`
+	// Egress says how its running wall's programs get out: transparent
+	// (every connect through its grant) or the proxy alone, and why.
+	Egress   string `json:"egress,omitempty"`
+	EgressES string `json:"egress_es,omitempty"`
+	// LastRefusal is its most recent egress refusal (since the
+	// supervisor started it last).
+	LastRefusal *grant.Refusal `json:"last_refusal,omitempty"`
 
 	word   words.Word
 	detail string
@@ -390,6 +421,13 @@ func (s *Supervisor) status(v *vat) Status {
 		OwnLimits: v.rec.Limits,
 		Damaged:   v.damaged,
 		MCP:       s.mcpStatus(v),
+		Egress:    v.egress.With("en", v.egressWhy),
+		EgressES:  v.egress.With("es", v.egressWhy),
+	}
+	if v.gv != nil {
+		if r, ok := v.gv.LastRefusal(); ok {
+			st.LastRefusal = &r
+		}
 	}
 	if v.word.Routed() {
 		st.WallLine, st.WallLineES = v.facts.line("en"), v.facts.line("es")

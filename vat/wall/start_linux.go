@@ -64,6 +64,13 @@ func (p *Process) Pid() int { return p.cmd.Process.Pid }
 // Tier is TierWalled or TierWalledNoSeccomp.
 func (p *Process) Tier() string { return p.tier }
 
+// Egress reports whether the wall's programs get out through transparent
+// egress; when not, why is why the proxy alone serves it ("" for a wall
+// with no way out).
+func (p *Process) Egress() (transparent bool, why string) {
+	return p.plan.Transparent, p.plan.ProxyOnly
+}
+
 // Wait waits for the wall to end and returns the app's exit: nil, an
 // *exec.ExitError carrying the app's status (bwrap exits with it), or an
 // error saying what failed. A wall the kernel killed for going past its

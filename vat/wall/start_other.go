@@ -19,6 +19,9 @@ func (p *Process) Pid() int { return 0 }
 // Tier is empty here.
 func (p *Process) Tier() string { return "" }
 
+// Egress is the proxy's alone on this platform.
+func (p *Process) Egress() (bool, string) { return false, "" }
+
 // Wait returns ErrUnsupported.
 func (p *Process) Wait() error { return ErrUnsupported }
 

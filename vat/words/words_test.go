@@ -148,3 +148,21 @@ func TestUnwalled(t *testing.T) {
 		t.Error("a vat that shares a host resource still runs inside its wall")
 	}
 }
+
+func TestEveryEgressWordHasBothLanguages(t *testing.T) {
+	for _, e := range AllEgress() {
+		if e == EgressNone {
+			if e.In("en") != "" || e.With("es", "x") != "" {
+				t.Errorf("EgressNone says %q / %q; want nothing", e.In("en"), e.With("es", "x"))
+			}
+			continue
+		}
+		en, es := e.In("en"), e.In("es")
+		if en == "" || es == "" || en == es {
+			t.Errorf("egress word %d: en %q, es %q", e, en, es)
+		}
+		if got := e.With("en", "why"); got != en+" (why)" {
+			t.Errorf("With = %q", got)
+		}
+	}
+}
