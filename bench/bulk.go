@@ -114,26 +114,33 @@ func (r *run) bulkSection(ctx context.Context) {
 			paths = append(paths, handoff, stream)
 		}
 	}
+	var transparent *pathRun
 	if r.wallVat != "" {
-		wall = &pathRun{name: "app in a wall", bytes: r.cfg.Bytes, run: func(ctx context.Context, n int64) error {
-			var out struct {
-				NS  int64  `json:"ns"`
-				Err string `json:"error"`
+		inWall := func(p **pathRun, direct string) func(ctx context.Context, n int64) error {
+			return func(ctx context.Context, n int64) error {
+				var out struct {
+					NS  int64  `json:"ns"`
+					Err string `json:"error"`
+				}
+				q := fmt.Sprintf("/%s/upload?target=%s&bytes=%d%s", r.wallVat, sink, n, direct)
+				if err := r.sup.GetJSON(ctx, q, &out); err != nil {
+					return err
+				}
+				if out.Err != "" {
+					return fmt.Errorf("the app in the wall: %s", out.Err)
+				}
+				if out.NS <= 0 {
+					return fmt.Errorf("the app in the wall gave no time (ns %d)", out.NS)
+				}
+				(*p).timed = time.Duration(out.NS)
+				return nil
 			}
-			q := fmt.Sprintf("/%s/upload?target=%s&bytes=%d", r.wallVat, sink, n)
-			if err := r.sup.GetJSON(ctx, q, &out); err != nil {
-				return err
-			}
-			if out.Err != "" {
-				return fmt.Errorf("the app in the wall: %s", out.Err)
-			}
-			if out.NS <= 0 {
-				return fmt.Errorf("the app in the wall gave no time (ns %d)", out.NS)
-			}
-			wall.timed = time.Duration(out.NS)
-			return nil
-		}}
-		paths = append(paths, wall)
+		}
+		wall = &pathRun{name: "app in a wall", bytes: r.cfg.Bytes}
+		wall.run = inWall(&wall, "")
+		transparent = &pathRun{name: "app in a wall, transparent", bytes: r.cfg.Bytes}
+		transparent.run = inWall(&transparent, "&direct=1")
+		paths = append(paths, wall, transparent)
 	}
 	for i := range r.cfg.Repeats {
 		// Each repeat starts the round at the next path, so that no path
@@ -187,7 +194,7 @@ func (r *run) bulkSection(ctx context.Context) {
 		}
 	}
 	if raw.err != nil || proxy.err != nil || raw.fails > 0 || proxy.fails > 0 {
-		for _, id := range []string{RowHandoff, RowStream, RowWallThru, RowCPUHandoff, RowCPUStream, RowCPUWall} {
+		for _, id := range []string{RowHandoff, RowStream, RowWallThru, RowCPUHandoff, RowCPUStream, RowCPUWall, RowTransThru} {
 			r.row(id).NotMeasured(fmt.Sprintf("the baseline failed: raw %s, proxy %s", raw.firstErr, proxy.firstErr))
 		}
 		return
@@ -226,6 +233,7 @@ func (r *run) bulkSection(ctx context.Context) {
 	setThru(RowHandoff, raw, handoff, sbMissing, common+"; ours = constrain + connect(wantFd) through the switchboard process, then the same upload on the received socket")
 	setThru(RowStream, raw, stream, sbMissing, fmt.Sprintf("median of %d repeats of a %s upload written as 64 KiB ByteStream messages under a 1 MiB flow window (toybox-entry's stream settings), switchboard → sink over TCP", r.cfg.Repeats, size(r.cfg.StreamBytes)))
 	setThru(RowWallThru, proxy, wall, r.wallMissing(), common+"; ours = an app inside a real wall (bwrap, seccomp, toybox-entry) dials the in-wall CONNECT proxy, which connects through the vat's Handle (supervisor relay → switchboard, socket handed over) and splices; timed inside the app, the baseline from the host")
+	setThru(RowTransThru, raw, transparent, r.wallMissing(), common+"; ours = an app inside a real wall calls connect() itself (no proxy): the entry's seccomp notifier connects through the vat's Handle and puts the switchboard's socket in place of the app's, so the upload runs on that socket with no relay; timed inside the app, the baseline from the host")
 	cpuNote := "CPU time (user+sys) of every bench process (runner, targets = sink and echo, proxy, switchboard, supervisor and its walls) during the transfer, per GB moved; the runner's own reading of /proc is left out"
 	setCPU(RowCPUHandoff, raw, handoff, sbMissing, cpuNote)
 	setCPU(RowCPUStream, raw, stream, sbMissing, cpuNote)

@@ -136,23 +136,28 @@ func (r *run) latencySection(ctx context.Context) {
 			paths = append(paths, sb, piped)
 		}
 	}
+	var transparent *latPath
 	if r.wallVat != "" {
-		wall = &latPath{name: "app in a wall", round: func(ctx context.Context, n int) ([]time.Duration, []string, error) {
-			var out struct {
-				NS     []int64  `json:"ns"`
-				Errors []string `json:"errors"`
+		inWall := func(direct string) func(ctx context.Context, n int) ([]time.Duration, []string, error) {
+			return func(ctx context.Context, n int) ([]time.Duration, []string, error) {
+				var out struct {
+					NS     []int64  `json:"ns"`
+					Errors []string `json:"errors"`
+				}
+				q := fmt.Sprintf("/%s/latency?target=%s&n=%d%s", r.wallVat, echo, n, direct)
+				if err := r.sup.GetJSON(ctx, q, &out); err != nil {
+					return nil, nil, err
+				}
+				ds := make([]time.Duration, len(out.NS))
+				for i, ns := range out.NS {
+					ds[i] = time.Duration(ns)
+				}
+				return ds, out.Errors, nil
 			}
-			q := fmt.Sprintf("/%s/latency?target=%s&n=%d", r.wallVat, echo, n)
-			if err := r.sup.GetJSON(ctx, q, &out); err != nil {
-				return nil, nil, err
-			}
-			ds := make([]time.Duration, len(out.NS))
-			for i, ns := range out.NS {
-				ds[i] = time.Duration(ns)
-			}
-			return ds, out.Errors, nil
-		}}
-		paths = append(paths, wall)
+		}
+		wall = &latPath{name: "app in a wall", round: inWall("")}
+		transparent = &latPath{name: "app in a wall, transparent", round: inWall("&direct=1")}
+		paths = append(paths, wall, transparent)
 	}
 	for range r.cfg.LatencyRounds {
 		for _, p := range paths {
@@ -192,7 +197,7 @@ func (r *run) latencySection(ctx context.Context) {
 		r.log.Info("latency", "path", p.name, "n", len(us), "p50_us", fmt.Sprintf("%.0f", us.Percentile(50)), "p99_us", fmt.Sprintf("%.0f", us.Percentile(99)))
 	}
 	if proxy.err != nil || raw.err != nil || proxy.fails > 0 || raw.fails > 0 {
-		for _, id := range []string{RowConnectP50, RowConnectP99, RowWallLatency} {
+		for _, id := range []string{RowConnectP50, RowConnectP99, RowWallLatency, RowTransP50, RowTransP99} {
 			r.row(id).NotMeasured(fmt.Sprintf("the baseline failed: raw %v %s, proxy %v %s", raw.err, raw.firstErr, proxy.err, proxy.firstErr))
 		}
 		return
@@ -231,6 +236,9 @@ func (r *run) latencySection(ctx context.Context) {
 	note += cpuNote
 	set(RowConnectP50, 50, piped, r.sbMissing(), note)
 	set(RowConnectP99, 99, piped, r.sbMissing(), note)
+	transNote := fmt.Sprintf("%d connects per path in %d interleaved rounds; ours = inside the wall, a plain connect() to the echo server (the entry's seccomp notifier → supervisor relay → switchboard, the connected socket put in place of the app's) + 1-byte echo, timed by the app; baseline = dial the plain proxy + CONNECT + 200 + 1-byte echo from the host%s", n, r.cfg.LatencyRounds, wallCPU(proxy, transparent))
+	set(RowTransP50, 50, transparent, r.wallMissing(), transNote)
+	set(RowTransP99, 99, transparent, r.wallMissing(), transNote)
 	set(RowWallLatency, 50, wall, r.wallMissing(), fmt.Sprintf("%d connects per path in %d interleaved rounds; ours = inside the wall, dial the entry's proxy on 127.0.0.1 + CONNECT (entry → supervisor relay → switchboard, socket handed over) + 1-byte echo, timed by the app; baseline = the same from the host through the plain proxy%s", n, r.cfg.LatencyRounds, wallCPU(proxy, wall)))
 }
 

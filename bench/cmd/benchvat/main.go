@@ -10,6 +10,9 @@
 //	                                         (the times of those that worked, and
 //	                                         why the others failed)
 //
+// With &direct=1 both dial the target itself, as a program that knows no
+// proxy does (the wall's transparent egress answers its connect()).
+//
 // Failures answer 502 with {"error": "..."}.
 package main
 
@@ -91,13 +94,14 @@ func upload(w http.ResponseWriter, r *http.Request) {
 		answer(w, nil, fmt.Errorf("bytes must be a positive number: %q", r.URL.Query().Get("bytes")))
 		return
 	}
+	direct := r.URL.Query().Get("direct") == "1"
 	proxy, err := proxyAddr()
-	if err != nil {
+	if err != nil && !direct {
 		answer(w, nil, err)
 		return
 	}
 	t0 := time.Now()
-	c, err := load.DialConnect(r.Context(), proxy, target)
+	c, err := dial(r.Context(), direct, proxy, target)
 	if err != nil {
 		answer(w, nil, err)
 		return
@@ -117,8 +121,9 @@ func latency(w http.ResponseWriter, r *http.Request) {
 		answer(w, nil, fmt.Errorf("n must be 1..100000: %q", r.URL.Query().Get("n")))
 		return
 	}
+	direct := r.URL.Query().Get("direct") == "1"
 	proxy, err := proxyAddr()
-	if err != nil {
+	if err != nil && !direct {
 		answer(w, nil, err)
 		return
 	}
@@ -129,7 +134,7 @@ func latency(w http.ResponseWriter, r *http.Request) {
 	for i := range n {
 		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 		t0 := time.Now()
-		err := once(ctx, proxy, target)
+		err := once(ctx, direct, proxy, target)
 		d := time.Since(t0)
 		cancel()
 		if err != nil {
@@ -141,11 +146,20 @@ func latency(w http.ResponseWriter, r *http.Request) {
 	answer(w, res, nil)
 }
 
-func once(ctx context.Context, proxy, target string) error {
-	c, err := load.DialConnect(ctx, proxy, target)
+func once(ctx context.Context, direct bool, proxy, target string) error {
+	c, err := dial(ctx, direct, proxy, target)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 	return load.EchoOnce(c)
+}
+
+// dial connects to target through the proxy, or itself when direct.
+func dial(ctx context.Context, direct bool, proxy, target string) (net.Conn, error) {
+	if direct {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", target)
+	}
+	return load.DialConnect(ctx, proxy, target)
 }
