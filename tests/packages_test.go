@@ -113,9 +113,23 @@ func TestPackagesEndToEnd(t *testing.T) {
 		t.Errorf("a restart and a session made %d registry requests; want 0", n)
 	}
 
-	// The same spec again: the same code hash.
+	// The same spec again: the same code hash. It counts in the install
+	// metrics as a bundle's install does.
+	installs := func() string {
+		_, m := s.adminDo("GET", "/metrics", nil)
+		for _, l := range strings.Split(m, "\n") {
+			if v, ok := strings.CutPrefix(l, `toybox_vat_install_duration_seconds_count{result="ok"} `); ok {
+				return v
+			}
+		}
+		return "0"
+	}
+	counted := installs()
 	if _, st2 := s.installPackage("hello2", "npm:tb-mcp-hello@^1", ""); st2["code"] != ref {
 		t.Errorf("a second install of the same spec gave code %v; want %s", st2["code"], ref)
+	}
+	if n := installs(); n == counted {
+		t.Errorf("/metrics counted %s serving installs before a package install and %s after; want one more", counted, n)
 	}
 
 	// toybox install, with a pasted launcher line: the same code again.

@@ -159,7 +159,7 @@ func (s *Supervisor) handleInstall(w http.ResponseWriter, r *http.Request, id st
 	start := time.Now()
 	q := r.URL.Query()
 	if q.Has("package") {
-		s.handlePackage(w, r, id) // docs/packages.md
+		s.handlePackage(w, r, id, start) // docs/packages.md
 		return
 	}
 	if err := onlyParams(q, append([]string{"egress", "env", "sha256", "mcp", "listen"}, limitParams...)...); err != nil {
@@ -222,8 +222,14 @@ func (s *Supervisor) handleInstall(w http.ResponseWriter, r *http.Request, id st
 		return
 	}
 	req.Code = code
+	s.installAndAnswer(w, req, start)
+}
+
+// installAndAnswer installs req (its code stored), counts the install
+// from start, and answers: 201 installed, 200 upgraded, 503 installed off.
+func (s *Supervisor) installAndAnswer(w http.ResponseWriter, req InstallRequest, start time.Time) {
 	st, outcome, err := s.Install(req)
-	s.observer().Installed(id, time.Since(start), err == nil && outcome != InstalledOff)
+	s.observer().Installed(req.ID, time.Since(start), err == nil && outcome != InstalledOff)
 	if err != nil {
 		writeErr(w, statusFor(err), err)
 		return

@@ -63,7 +63,7 @@ type PackageRequest struct {
 
 // handlePackage serves PUT /<vat>?package=<spec>: the spec, or
 // ?package=server.json with the server.json as the body.
-func (s *Supervisor) handlePackage(w http.ResponseWriter, r *http.Request, id string) {
+func (s *Supervisor) handlePackage(w http.ResponseWriter, r *http.Request, id string, start time.Time) {
 	q := r.URL.Query()
 	if err := onlyParams(q, "package", "egress", "env", "allow-scripts"); err != nil {
 		writeErr(w, http.StatusBadRequest, err)
@@ -124,20 +124,7 @@ func (s *Supervisor) handlePackage(w http.ResponseWriter, r *http.Request, id st
 		return
 	}
 	preq.Code = code
-	st, outcome, err := s.Install(preq.InstallRequest)
-	if err != nil {
-		writeErr(w, statusFor(err), err)
-		return
-	}
-	res := InstallResult{Status: st, Upgraded: outcome == Upgraded}
-	switch outcome {
-	case Installed:
-		writeJSON(w, http.StatusCreated, res)
-	case Upgraded:
-		writeJSON(w, http.StatusOK, res)
-	default:
-		writeJSON(w, http.StatusServiceUnavailable, res)
-	}
+	s.installAndAnswer(w, preq.InstallRequest, start)
 }
 
 // parsePackageParam reads ?package=: a spec ("npm:name@1.2.3"), or a
