@@ -303,8 +303,9 @@ func TestLostCapabilityEndsTheWall(t *testing.T) {
 	s.mustInstall("erin", example(t, "egress-probe"), q("egress", fmt.Sprintf(`{"host":"127.0.0.1","port":%s}`, echo)))
 	path := "/erin/tcp?" + q("addr", "127.0.0.1:"+echo, "send", "ping")
 	s.mustGet(path, "got: echo: ping")
-	// The entry's one unix socket is its capability connection (its
-	// listeners and proxied connections are TCP).
+	// The entry's one unix stream socket is its capability connection
+	// (its listeners and proxied connections are TCP, its helpers'
+	// sockets, the connector's, are SOCK_SEQPACKET).
 	pid := wallEntry(t, s, "erin")
 	pfd, err := unix.PidfdOpen(pid, 0)
 	if err != nil {
@@ -322,9 +323,11 @@ func TestLostCapabilityEndsTheWall(t *testing.T) {
 		if err != nil {
 			continue
 		}
-		if dom, err := unix.GetsockoptInt(d, unix.SOL_SOCKET, unix.SO_DOMAIN); err == nil && dom == unix.AF_UNIX {
+		dom, err := unix.GetsockoptInt(d, unix.SOL_SOCKET, unix.SO_DOMAIN)
+		typ, err2 := unix.GetsockoptInt(d, unix.SOL_SOCKET, unix.SO_TYPE)
+		if err == nil && err2 == nil && dom == unix.AF_UNIX && typ == unix.SOCK_STREAM {
 			if fd >= 0 {
-				t.Fatal("the entry holds more than one unix socket")
+				t.Fatal("the entry holds more than one unix stream socket")
 			}
 			fd = d
 			continue
@@ -332,7 +335,7 @@ func TestLostCapabilityEndsTheWall(t *testing.T) {
 		_ = unix.Close(d)
 	}
 	if fd < 0 {
-		t.Fatal("the entry holds no unix socket")
+		t.Fatal("the entry holds no unix stream socket")
 	}
 	if err := unix.Shutdown(fd, unix.SHUT_RDWR); err != nil {
 		t.Fatal(err)

@@ -153,9 +153,9 @@ var tmpApp = shellApp(`	body=$(head -c 2097152 /dev/zero 2>&1 >/tmp/fill && echo
 	body=$(printf '%s' "$body" | tail -n 1)`)
 
 // TestWallMaxTasks: the operator's --wall-max-tasks is each wall's task
-// limit, soft and hard, for a vat with no way out (its app is the wall's
-// first process: all of it) and for one with a grant (toybox-entry keeps 32
-// of it). 64 or more, and a number, or serve refuses to start.
+// limit, hard, and the app's soft limit is 32 less (toybox-entry, every
+// wall's first process, keeps them), for a vat with no way out and for one
+// with a grant. 64 or more, and a number, or serve refuses to start.
 func TestWallMaxTasks(t *testing.T) {
 	for _, bad := range []string{"63", "0", "x"} {
 		out, err := exec.Command(filepath.Join(bins, "toybox"), "serve", "--state", t.TempDir(), "--switchboard", "/nonexistent", "--wall-max-tasks", bad).CombinedOutput()
@@ -171,7 +171,7 @@ func TestWallMaxTasks(t *testing.T) {
 	s.mustInstall("tasks", p, "")
 	s.mustInstall("granted", p, "egress="+url.QueryEscape(`{"host":"127.0.0.1","port":9}`))
 	for _, tt := range []struct{ id, want string }{
-		{"tasks", `^Max processes +100 +100 +processes`},
+		{"tasks", `^Max processes +68 +100 +processes`},
 		{"granted", `^Max processes +68 +100 +processes`},
 	} {
 		code, body := s.get("/" + tt.id + "/")

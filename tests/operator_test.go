@@ -336,15 +336,20 @@ func TestFixItCard(t *testing.T) {
 		t.Fatal(err)
 	}
 	entry := filepath.Join(dir, "toybox-entry")
-	if err := os.WriteFile(entry, raw, 0o600); err != nil {
+	if err := os.WriteFile(entry, raw, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	s := newStack(t, stackOpts{extra: []string{"--entry", entry}})
+	// Every wall runs toybox-entry: good starts while it can run, then
+	// the entry loses its execute bits and bad's wall cannot be built.
+	s.mustInstall("good", example(t, "counter-v1"), "")
+	if err := os.Chmod(entry, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	port := lineEcho(t, "127.0.0.1:0")
 	if code, body := s.install("bad", example(t, "egress-probe"), q("egress", fmt.Sprintf(`{"host":"127.0.0.1","port":%d}`, port))); code != http.StatusServiceUnavailable {
 		t.Fatalf("PUT /bad = %d %s; want 503 (its wall cannot be built)", code, body)
 	}
-	s.mustInstall("good", example(t, "counter-v1"), "")
 	fwd := forwardAdmin(t, s)
 	b := startBrowser(t)
 	b.open("http://" + fwd + "/ui/")
