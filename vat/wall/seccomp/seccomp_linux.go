@@ -266,5 +266,31 @@ func NotifierSupported() error {
 	if major < 5 || major == 5 && minor < 19 {
 		return fmt.Errorf("kernel %s is older than 5.19 (seccomp's WAIT_KILLABLE_RECV)", rel)
 	}
-	return nil
+	return entryCallsAllowed()
+}
+
+// entryCallsAllowed says why toybox-entry, a descendant of this process
+// under every filter this process is under, could not answer a connect():
+// it reads the address with process_vm_readv and takes the socket with
+// pidfd_getfd. A service manager's filter (systemd's SystemCallFilter, the
+// @debug set) may refuse either; each is tried on this process itself.
+func entryCallsAllowed() error {
+	const why = "%s is refused to this process (a seccomp filter of its own, such as a systemd unit's SystemCallFilter, refuses it): %w"
+	var src, dst [8]byte
+	local := []unix.Iovec{{Base: &dst[0]}}
+	local[0].SetLen(len(dst))
+	remote := []unix.RemoteIovec{{Base: uintptr(unsafe.Pointer(&src[0])), Len: len(src)}}
+	if _, err := unix.ProcessVMReadv(os.Getpid(), local, remote, 0); err != nil {
+		return fmt.Errorf(why, "process_vm_readv", err)
+	}
+	pfd, err := unix.PidfdOpen(os.Getpid(), 0)
+	if err != nil {
+		return fmt.Errorf(why, "pidfd_open", err)
+	}
+	defer unix.Close(pfd)
+	fd, err := unix.PidfdGetfd(pfd, pfd, 0)
+	if err != nil {
+		return fmt.Errorf(why, "pidfd_getfd", err)
+	}
+	return unix.Close(fd)
 }
