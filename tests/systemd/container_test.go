@@ -355,6 +355,24 @@ func TestUnderSystemd(t *testing.T) {
 		if got := c.show(t, "switchboard.service", "ActiveState") + "/" + c.show(t, "switchboard.service", "SubState"); got != "active/running" {
 			t.Errorf("switchboard.service = %s; want active/running", got)
 		}
+		// systemctl reload: its ExecReload runs here (no procps in the
+		// image) and the switchboard takes the SIGHUP and stays up.
+		if out, err := c.exec(t, "timeout", "30", "systemctl", "reload", "switchboard.service"); err != nil {
+			t.Errorf("systemctl reload switchboard.service: %v\n%s", err, out)
+		}
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			log := c.mustExec(t, "journalctl", "-u", "switchboard.service", "--no-pager", "-o", "cat")
+			if strings.Contains(log, "SIGHUP: no --config file to read again") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("the switchboard's journal has no SIGHUP record after a reload:\n%s", tail(log, 20))
+				break
+			}
+		}
+		if got := c.show(t, "switchboard.service", "ActiveState"); got != "active" {
+			t.Errorf("switchboard.service after a reload = %s; want active", got)
+		}
 		if got := c.mustExec(t, "stat", "-c", "%a %F", "/run/toybox-switchboard-local"); got != "700 directory" {
 			t.Errorf("the local socket's runtime directory = %q; want 700 directory", got)
 		}

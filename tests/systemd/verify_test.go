@@ -61,7 +61,7 @@ func makeInstall(t testing.TB, target, root, bin string, vars ...string) string 
 
 // withSystemUnits copies the host's own unit directory and the host's
 // programs our units run into root, so that systemd-analyze verify
-// --root=root finds sysinit.target, sockets.target, /bin/kill and the rest
+// --root=root finds sysinit.target, sockets.target, /bin/sh and the rest
 // of what our units depend on.
 func withSystemUnits(t testing.TB, root string) {
 	t.Helper()
@@ -78,7 +78,7 @@ func withSystemUnits(t testing.TB, root string) {
 	}
 	// The host's programs the units run that are not toybox's
 	// (switchboard.service's ExecReload), as a system has them.
-	for _, p := range []string{"/bin/kill"} {
+	for _, p := range []string{"/bin/sh"} {
 		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755); err != nil {
 			t.Fatal(err)
 		}
