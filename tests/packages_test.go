@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"toybox/tests/testenv"
 	"toybox/vat/packages"
 	"toybox/vat/packages/npmtest"
 )
@@ -25,7 +26,7 @@ func otherHost(t *testing.T) (string, *atomic.Int64) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.2:0")
 	if err != nil {
-		t.Skipf("no 127.0.0.2 here: %v", err)
+		testenv.Unavailable(t, "no 127.0.0.2 here: "+err.Error())
 	}
 	var n atomic.Int64
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {

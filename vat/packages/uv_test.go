@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"toybox/tests/testenv"
 )
 
 const (
@@ -108,7 +110,7 @@ func (f *fakeUV) run(_ context.Context, step string, argv []string, env map[stri
 func TestPrepareUV(t *testing.T) {
 	python, err := exec.LookPath("python3")
 	if err != nil {
-		t.Skip("no python3 here")
+		testenv.Unavailable(t, "no python3 here (make deps installs it)")
 	}
 	f := &fakeUV{reqs: "hello-mcp==1.2.0 --hash=sha256:" + hashA + "\n"}
 	cfg := UVConfig{Index: "http://127.0.0.1:9/simple", UV: "/usr/bin/uv", Python: python, PythonVersion: "3.11.7"}
