@@ -688,22 +688,7 @@ static int te_app_dial(int v6, int port) {
 // alone when fd is negative.
 static void te_relay_send(int sock, int err, int fd) {
 	int rep[2] = {err, 0};
-	struct iovec iov = {.iov_base = rep, .iov_len = sizeof rep};
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
-	if (fd >= 0) {
-		msg.msg_control = u.buf;
-		msg.msg_controllen = sizeof u.buf;
-		struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &fd, sizeof fd);
-	}
-	(void)sendmsg(sock, &msg, MSG_NOSIGNAL);
+	te_send_fd(sock, rep, sizeof rep, fd);
 }
 
 // te_relay is the app's port relay (a child of the entry forked before

@@ -95,7 +95,7 @@ struct tn_hello {
 	int err;
 };
 
-static void tn_send(int sock, const void *b, size_t n, int fd) {
+void te_send_fd(int sock, const void *b, size_t n, int fd) {
 	struct iovec iov = {.iov_base = (void *)b, .iov_len = n};
 	union {
 		char buf[CMSG_SPACE(sizeof(int))];
@@ -152,27 +152,27 @@ int te_spawn_notified(char **argv, int app_cap_fd, int listen, int *lfd, int *le
 		if (l < 0 && te_app_filter(SECCOMP_RET_ALLOW, 0) < 0) {
 			h.failed = 1;
 			h.err = errno;
-			tn_send(sv[1], &h, sizeof h, -1);
+			te_send_fd(sv[1], &h, sizeof h, -1);
 			_exit(127);
 		}
-		tn_send(sv[1], &h, sizeof h, l);
+		te_send_fd(sv[1], &h, sizeof h, l);
 		if (l >= 0) {
 			close(l);
 		}
 		if (app_cap_fd == 3) {
 			if (fcntl(3, F_SETFD, 0) < 0) {
 				int e = errno;
-				tn_send(sv[1], &e, sizeof e, -1);
+				te_send_fd(sv[1], &e, sizeof e, -1);
 				_exit(127);
 			}
 		} else if (dup2(app_cap_fd, 3) < 0) {
 			int e = errno;
-			tn_send(sv[1], &e, sizeof e, -1);
+			te_send_fd(sv[1], &e, sizeof e, -1);
 			_exit(127);
 		}
 		execve(argv[0], argv, environ);
 		int e = errno;
-		tn_send(sv[1], &e, sizeof e, -1);
+		te_send_fd(sv[1], &e, sizeof e, -1);
 		_exit(127);
 	}
 	close(sv[1]);

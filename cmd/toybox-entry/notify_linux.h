@@ -19,6 +19,10 @@ int te_spawn_notified(char **argv, int app_cap_fd, int listen, int *lfd, int *le
 // kernel's choice (close-on-exec), or -1 with the failed call in *call.
 int te_dns_socket(const char **call);
 
+// te_send_fd sends the n bytes at b on sock, with fd (SCM_RIGHTS) when it
+// is not negative; EINTR is retried, other errors are the peer's to see.
+void te_send_fd(int sock, const void *b, size_t n, int fd);
+
 // te_fork_socket forks with a SOCK_SEQPACKET socket pair between the two
 // processes: 1 in the parent (*fd its end, *pid the child's), 0 in the
 // child (*fd its end), or -1 with the failed call in *call.
