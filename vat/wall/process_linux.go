@@ -1,0 +1,269 @@
+package wall
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Process is a running wall. Its methods are safe for concurrent use.
+type Process struct {
+	id     string
+	tier   string
+	cmd    *exec.Cmd
+	child  int // the wall's pid 1 on the host (toybox-entry, or the app)
+	logger *slog.Logger
+
+	done   chan struct{}
+	err    error
+	status *os.File    // bwrap's JSON status pipe (read end)
+	head   *headWriter // the start of bwrap's stderr
+	plan   *Plan
+	views  *viewHold    // the /etc view it binds, released when it ends
+	grp    *groupMaking // its cgroup (nil: none), removed when it ends
+	// statusRead is closed once the child pid has been read (or could not
+	// be): reap closes status only then, so an app that exits at once
+	// cannot have its pid's record closed under the reader.
+	statusRead chan struct{}
+}
+
+// Pid is bwrap's pid on the host.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Tier is TierWalled or TierWalledNoSeccomp.
+func (p *Process) Tier() string { return p.tier }
+
+// Egress reports whether the wall's programs get out through transparent
+// egress; when not, why is why the proxy alone serves it ("" for a wall
+// with no way out).
+func (p *Process) Egress() (transparent bool, why string) {
+	return p.plan.Transparent, p.plan.ProxyOnly
+}
+
+// Wait waits for the wall to end and returns the app's exit: nil, an
+// *exec.ExitError carrying the app's status (bwrap exits with it), or an
+// error saying what failed. A wall the kernel killed for going past its
+// memory limit returns an error wrapping ErrOutOfMemory.
+func (p *Process) Wait() error {
+	<-p.done
+	return p.err
+}
+
+// catches reports whether the wall's pid 1 has a handler for sig (its
+// SigCgt in /proc); false when that cannot be read.
+func (p *Process) catches(sig unix.Signal) bool {
+	if p.child <= 0 {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(p.child) + "/status")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "SigCgt:"); ok {
+			mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && mask&(1<<(uint(sig)-1)) != 0
+		}
+	}
+	return false
+}
+
+// Stop asks the app to end (SIGTERM, forwarded by toybox-entry), and after
+// grace kills the whole wall. It waits for the wall to end and returns Wait's
+// error.
+func (p *Process) Stop(grace time.Duration) error {
+	select {
+	case <-p.done:
+		return p.err
+	default:
+	}
+	term := func() {
+		// The wall's pid 1: toybox-entry, which forwards it to the app's
+		// process group. Until its handler is there, a pid 1 drops it;
+		// the kill after grace still ends it.
+		if p.child > 0 {
+			_ = unix.Kill(p.child, unix.SIGTERM)
+		} else {
+			_ = p.cmd.Process.Signal(unix.SIGTERM)
+		}
+	}
+	// A wall that was just started may not have its handler yet (pid 1
+	// drops unhandled signals): the request is repeated until one was
+	// sent while the wall's pid 1 caught it. Not after: a second one can
+	// mean "hurry" to an app (the entry forwards every one).
+	heard := p.catches(unix.SIGTERM)
+	term()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	resend := time.NewTicker(200 * time.Millisecond)
+	defer resend.Stop()
+	for n := 0; ; n++ {
+		select {
+		case <-p.done:
+			return p.err
+		case <-resend.C:
+			if n < 5 && !heard {
+				heard = p.catches(unix.SIGTERM)
+				term()
+			}
+			continue
+		case <-t.C:
+		}
+		break
+	}
+	if p.child > 0 {
+		// pid 1 of the wall: the kernel kills everything inside with it.
+		_ = unix.Kill(p.child, unix.SIGKILL)
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.done
+	return p.err
+}
+
+func (p *Process) reap() {
+	err := p.cmd.Wait()
+	if p.status != nil {
+		<-p.statusRead // EOF at the latest: bwrap's write end is gone
+		_ = p.status.Close()
+	}
+	if err != nil && p.head != nil && p.plan != nil {
+		// bubblewrap's own lines only ("bwrap: ..." at a line's start):
+		// the app shares this stderr, and what it merely quotes must not
+		// draw the hint. Either line means the wall was never built, and
+		// the error is ErrBwrap: starting it again fails the same way (an
+		// app that prints such a line itself only turns itself off).
+		for _, line := range strings.Split(p.head.String(), "\n") {
+			if strings.HasPrefix(line, "bwrap: ") && strings.Contains(line, "Can't find source path") && strings.Contains(line, "Permission denied") {
+				err = fmt.Errorf("%w: %w: %s%s", ErrBwrap, err, strings.TrimSpace(line), unreachableHint(p.plan))
+				break
+			}
+			if strings.HasPrefix(line, "bwrap: execvp /proc/self/fd/") {
+				err = fmt.Errorf("%w: %w: %s%s", ErrBwrap, err, strings.TrimSpace(line), entryExecHint(p.plan))
+				break
+			}
+		}
+	}
+	if g := p.group(); g != nil {
+		// Read before the group goes: its counters go with it.
+		if err != nil && g.OOMKills() > 0 {
+			err = fmt.Errorf("%w (%d MiB): %w", ErrOutOfMemory, g.Limits().MemoryBytes>>20, err)
+		}
+		if rerr := g.Remove(); rerr != nil {
+			p.logger.Warn("removing the wall's cgroup", keyVat, p.id, keyReason, rerr.Error())
+		}
+	}
+	// The wall's mounts are gone with its processes.
+	if rerr := p.views.release(); rerr != nil {
+		p.logger.Warn("clearing old /etc views", keyVat, p.id, keyReason, rerr.Error())
+	}
+	p.err = err
+	p.logger.Info("wall ended", keyVat, p.id, keyPid, p.cmd.Process.Pid, keyReason, fmt.Sprint(err))
+	close(p.done)
+}
+
+// unreachableHint names, for a wall whose bubblewrap was refused a bind
+// source ("Can't find source path /proc/self/fd/N: Permission denied": it
+// reopens each source as the wall's uid), the folders on the way to a
+// source that uid cannot search by their mode bits. It only explains a
+// failure: an ACL may grant what the bits do not.
+func unreachableHint(plan *Plan) string {
+	if plan.HostUID < 0 {
+		return ""
+	}
+	var hints []string
+	seen := map[string]bool{}
+	for _, op := range plan.Ops {
+		if op.Kind != OpBindFD && op.Kind != OpROBindFD {
+			continue
+		}
+		for dir := filepath.Dir(op.Src); ; dir = filepath.Dir(dir) {
+			if fi, err := os.Stat(dir); err == nil && classPerm(fi, plan.HostUID, plan.HostGID, plan.CodeGroup)&0o001 == 0 && !seen[dir] {
+				seen[dir] = true
+				hints = append(hints, fmt.Sprintf("%s (mode %v, on the way to %s)", dir, fi.Mode().Perm(), op.Src))
+			}
+			if dir == "/" {
+				break
+			}
+		}
+	}
+	if len(hints) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (the wall runs as uid %d, which cannot search %s; fix: chmod o+x, or move the files)", plan.HostUID, strings.Join(hints, ", "))
+}
+
+// entryExecHint names, for a wall whose bubblewrap could not run
+// toybox-entry ("execvp /proc/self/fd/N: Permission denied": it runs the
+// entry from its descriptor), the entry's file and what keeps the wall's
+// uid from running it (EntryUnrunnable).
+func entryExecHint(plan *Plan) string {
+	for _, op := range plan.Ops {
+		if op.Kind != OpExecFD {
+			continue
+		}
+		uid, gid := plan.HostUID, plan.HostGID
+		if uid < 0 {
+			uid, gid = os.Getuid(), os.Getgid()
+		}
+		if why := EntryUnrunnable(op.Src, uid, gid, plan.CodeGroup); len(why) > 0 {
+			return fmt.Sprintf(" (toybox-entry, %s: %s)", op.Src, strings.Join(why, "; "))
+		}
+		return fmt.Sprintf(" (toybox-entry, %s)", op.Src)
+	}
+	return ""
+}
+
+// EntryUnrunnable says what keeps a wall running as uid and gid (and
+// the supplementary group extra, if > 0) from running the toybox-entry at
+// path, each with its fix: its mode bits, or a file system mounted
+// noexec. Nothing when neither does (an ACL or a security module may still
+// refuse).
+func EntryUnrunnable(path string, uid, gid, extra int) []string {
+	var why []string
+	if fi, err := os.Stat(path); err == nil && classPerm(fi, uid, gid, extra)&0o001 == 0 {
+		// a+x: the class that counts may be the owner's or the group's
+		// (o+x alone leaves an owner's 0644 unrunnable by its owner).
+		why = append(why, fmt.Sprintf("its mode %v does not let uid %d execute it (fix: chmod a+x)", fi.Mode().Perm(), uid))
+	}
+	var st unix.Statfs_t
+	if unix.Statfs(path, &st) == nil && st.Flags&unix.ST_NOEXEC != 0 {
+		why = append(why, "it lies on a file system mounted noexec (fix: install it elsewhere)")
+	}
+	return why
+}
+
+// headWriter forwards to w (if any) and keeps the first max bytes, for an
+// error message when bwrap fails.
+type headWriter struct {
+	mu  sync.Mutex
+	w   io.Writer
+	buf []byte
+	max int
+}
+
+func (h *headWriter) Write(b []byte) (int, error) {
+	h.mu.Lock()
+	if room := h.max - len(h.buf); room > 0 {
+		h.buf = append(h.buf, b[:min(room, len(b))]...)
+	}
+	h.mu.Unlock()
+	if h.w != nil {
+		_, _ = h.w.Write(b)
+	}
+	return len(b), nil
+}
+
+func (h *headWriter) String() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return string(h.buf)
+}
