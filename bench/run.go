@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"toybox/vat/wall"
 	"toybox/vat/wall/cgroup"
 )
 
@@ -181,6 +182,7 @@ type run struct {
 	scanCost     time.Duration   // the runner's CPU spent reading /proc
 	wallErr      error
 	cgroups      *cgroup.Host // the spawned walls' cgroups
+	walls        *wall.Host   // what the spawned walls share, as a supervisor's do
 }
 
 func (r *run) row(id string) *Row { return r.rows[id] }

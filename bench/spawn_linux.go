@@ -62,6 +62,7 @@ func (r *run) spawnSection(ctx context.Context) {
 	}
 	up := grant.NewUpstream(grant.UpstreamConfig{Path: sbSock})
 	defer up.Close()
+	r.walls = wall.NewHost()
 	// Each wall in a cgroup of its own, with toybox serve's default
 	// limits, as a supervisor starts it.
 	r.cgroups = cgroup.Open(cgroup.Config{Name: fmt.Sprintf("toybox-bench-%d", os.Getpid())})
@@ -197,7 +198,7 @@ func (r *run) wallSpawn(ctx context.Context, id, entry, code, state string, up *
 		return 0, err
 	}
 	spec := wall.Spec{
-		ID: id, InstallDir: code, Command: []string{"benchvat", "spawned"},
+		ID: id, Host: r.walls, InstallDir: code, Command: []string{"benchvat", "spawned"},
 		DataDir: data, RunDir: run, StateDir: state,
 		Net: netShape, EntryPath: entry, EntryCap: entryCap, AppCap: appCap,
 		Stdout: pw, Stderr: errf,
@@ -298,7 +299,7 @@ func (r *run) planTime(entry, code, state string) float64 {
 	defer os.RemoveAll(data)
 	defer os.RemoveAll(run)
 	spec := wall.Spec{
-		ID: id, InstallDir: code, Command: []string{"benchvat", "spawned"},
+		ID: id, Host: r.walls, InstallDir: code, Command: []string{"benchvat", "spawned"},
 		DataDir: data, RunDir: run, StateDir: state, Net: wall.Net{}, EntryPath: entry,
 	}
 	var ds []time.Duration

@@ -523,6 +523,7 @@ func newWalled(t testing.TB, id string, net wall.Net) *walled {
 	state := filepath.Join(root, "state")
 	w := &walled{spec: wall.Spec{
 		ID:         id,
+		Host:       wall.NewHost(),
 		InstallDir: filepath.Join(state, "code", "abc"),
 		DataDir:    filepath.Join(state, "data", id),
 		RunDir:     filepath.Join(state, "run", id),

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"toybox/tests/testenv"
-	"toybox/vat/wall"
 	"toybox/vat/words"
 )
 
@@ -32,7 +31,7 @@ func TestDamagedRecordWithNoUIDToLearn(t *testing.T) {
 	t.Cleanup(func() { _ = s.Shutdown(t.Context()) })
 	// Start builds the walls' /etc in the background; this waits for that
 	// build, which the state dir's removal must not race.
-	if err := wall.PrepareEtcView(st.StateDir()); err != nil {
+	if err := s.walls.PrepareEtcView(st.StateDir()); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.Status("cut")

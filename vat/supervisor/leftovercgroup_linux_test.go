@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"toybox/tests/testenv"
-	"toybox/vat/wall"
 	"toybox/vat/wall/cgroup"
 )
 
@@ -52,7 +51,7 @@ func TestStartRemovesLeftoverCgroups(t *testing.T) {
 	t.Cleanup(func() { _ = s.Shutdown(t.Context()) })
 	// Start builds the walls' /etc in the background; the state dir's
 	// removal must not race it.
-	if err := wall.PrepareEtcView(st.StateDir()); err != nil {
+	if err := s.walls.PrepareEtcView(st.StateDir()); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"toybox/tests/testenv"
-	"toybox/vat/wall"
 )
 
 // TestStartEndsLeftoverWalls: bubblewrap's --die-with-parent is racy
@@ -61,7 +60,7 @@ func TestStartEndsLeftoverWalls(t *testing.T) {
 	t.Cleanup(func() { _ = s.Shutdown(t.Context()) })
 	// Start builds the walls' /etc in the background; this waits for that
 	// build, which the state dir's removal must not race.
-	if err := wall.PrepareEtcView(st.StateDir()); err != nil {
+	if err := s.walls.PrepareEtcView(st.StateDir()); err != nil {
 		t.Fatal(err)
 	}
 	for _, w := range []struct {

@@ -336,6 +336,7 @@ func (s *Supervisor) prepareRunner(id string, dirs prepareDirs, uid, gid int, ho
 		_, _ = rand.Read(rb[:])
 		spec := wall.Spec{
 			ID:         "prepare-" + hex.EncodeToString(rb[:]),
+			Host:       s.walls,
 			InstallDir: dirs.code,
 			Command:    argv,
 			DataDir:    dirs.data,

@@ -112,6 +112,7 @@ func (s *Supervisor) spawnWalled(ctx context.Context, v *vat, code store.Code, r
 	shareEnv(env, shares)
 	spec := wall.Spec{
 		ID:         v.id,
+		Host:       s.walls,
 		InstallDir: code.Dir,
 		Command:    m.Command,
 		DataDir:    s.cfg.Store.DataDir(v.id),

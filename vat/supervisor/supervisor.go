@@ -193,6 +193,9 @@ type Supervisor struct {
 
 	tokens   *access.Store
 	mcpRules front.Rules
+	// walls is the state every wall of this supervisor shares: the /etc
+	// views and which walls bind them, and the host's lookups (wall.Host).
+	walls *wall.Host
 
 	mu       sync.Mutex
 	vats     map[string]*vat
@@ -266,6 +269,7 @@ func New(cfg Config) (*Supervisor, error) {
 	return &Supervisor{
 		cfg: cfg, log: log, ctx: ctx, cancel: cancel, vats: map[string]*vat{},
 		tokens: toks, mcpRules: rules, mcpLogs: map[string]*tokens.Records{},
+		walls: wall.NewHost(),
 	}, nil
 }
 
@@ -471,13 +475,13 @@ func (s *Supervisor) Start() error {
 	}
 	// No wall runs yet (walls end with the supervisor): views of /etc
 	// left from an earlier run are cleared, and built again on demand.
-	if err := wall.SweepViews(s.cfg.Store.StateDir()); err != nil {
+	if err := s.walls.SweepViews(s.cfg.Store.StateDir()); err != nil {
 		s.log.Warn("clearing old /etc views", keyErr, err)
 	}
 	// The view every plain wall binds, built now rather than by the first
 	// spawn (a spawn that comes meanwhile waits for this same build).
 	go func() {
-		if err := wall.PrepareEtcView(s.cfg.Store.StateDir()); err != nil {
+		if err := s.walls.PrepareEtcView(s.cfg.Store.StateDir()); err != nil {
 			s.log.Warn("preparing the walls' /etc", keyErr, err)
 		}
 	}()

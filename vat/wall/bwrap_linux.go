@@ -4,16 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"sync"
 )
-
-// bwrapPath is where bubblewrap was found on $PATH; every start but the
-// first skips the search of $PATH (a stat per folder). A path the
-// operator named (Spec.Bwrap) is looked at on every start.
-var bwrapPath struct {
-	sync.Mutex
-	path string
-}
 
 // LookBwrap finds bubblewrap: path when it is set (toybox's own copy the
 // operator named), else bwrap on $PATH. The error wraps ErrNoBwrap when
@@ -22,32 +13,53 @@ func LookBwrap(path string) (string, error) { return lookBwrap(path) }
 
 func lookBwrap(path string) (string, error) {
 	if path != "" {
-		fi, err := os.Stat(path)
-		switch {
-		case err != nil:
-			return "", fmt.Errorf("%w: %s: %w", ErrNoBwrap, path, err)
-		case !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0:
-			return "", fmt.Errorf("%w: %s is not an executable file", ErrNoBwrap, path)
-		}
-		return path, nil
-	}
-	bwrapPath.Lock()
-	defer bwrapPath.Unlock()
-	if bwrapPath.path != "" {
-		return bwrapPath.path, nil
+		return namedBwrap(path)
 	}
 	p, err := exec.LookPath("bwrap")
 	if err != nil {
 		return "", fmt.Errorf("%w: no bwrap on PATH", ErrNoBwrap)
 	}
-	bwrapPath.path = p
 	return p, nil
 }
 
-func forgetBwrap() {
-	bwrapPath.Lock()
-	bwrapPath.path = ""
-	bwrapPath.Unlock()
+// lookBwrap is LookBwrap for a start. Where bubblewrap was found on $PATH
+// is kept: every start but the first skips the search of $PATH (a stat
+// per folder). A path the operator named (Spec.Bwrap) is looked at on
+// every start.
+func (h *Host) lookBwrap(path string) (string, error) {
+	if path != "" {
+		return namedBwrap(path)
+	}
+	h.bwrapPath.Lock()
+	defer h.bwrapPath.Unlock()
+	if h.bwrapPath.path != "" {
+		return h.bwrapPath.path, nil
+	}
+	p, err := lookBwrap("")
+	if err != nil {
+		return "", err
+	}
+	h.bwrapPath.path = p
+	return p, nil
+}
+
+// namedBwrap checks the bubblewrap the operator named.
+func namedBwrap(path string) (string, error) {
+	fi, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("%w: %s: %w", ErrNoBwrap, path, err)
+	case !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0:
+		return "", fmt.Errorf("%w: %s is not an executable file", ErrNoBwrap, path)
+	}
+	return path, nil
+}
+
+// forgetBwrap drops the path kept by lookBwrap: the next start looks again.
+func (h *Host) forgetBwrap() {
+	h.bwrapPath.Lock()
+	h.bwrapPath.path = ""
+	h.bwrapPath.Unlock()
 }
 
 // OwnBwrap is where doctor suggests toybox's own copy of bubblewrap, for

@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -24,26 +23,19 @@ var devLinks = [][2]string{{"/proc/self/fd", "fd"}, {"/proc/self/fd/0", "stdin"}
 // state dir (the devNodes made with mknod, the links, an empty shm), bound
 // with one mount. Otherwise /dev is a tmpfs with each node bound from the
 // host's /dev: each bind costs bubblewrap two mount calls and a read of the
-// mount table.
-var devDirs struct {
-	sync.Mutex
-	m map[string]bool // state dir → its dev folder is ready
-}
-
-// noDevDir makes every wall use the tmpfs /dev (tests of that path).
-var noDevDir bool
+// mount table. Host.devDirs notes the state dirs whose folder is made.
 
 // devDir returns the prepared /dev folder of stateDir, making it if need
 // be, or "" when there is none (not root, or it could not be made: the
 // caller falls back to the tmpfs /dev).
-func devDir(stateDir string) string {
-	if noDevDir || os.Geteuid() != 0 {
+func (h *Host) devDir(stateDir string) string {
+	if h.noDevDir || os.Geteuid() != 0 {
 		return ""
 	}
 	dir := filepath.Join(stateDir, "dev")
-	devDirs.Lock()
-	defer devDirs.Unlock()
-	if devDirs.m[stateDir] {
+	h.devDirs.Lock()
+	defer h.devDirs.Unlock()
+	if h.devDirs.m[stateDir] {
 		if _, err := os.Lstat(filepath.Join(dir, "urandom")); err == nil {
 			return dir // checked when made; only root writes there
 		}
@@ -58,10 +50,7 @@ func devDir(stateDir string) string {
 	if err := makeDevDir(dir); err != nil {
 		return ""
 	}
-	if devDirs.m == nil {
-		devDirs.m = map[string]bool{}
-	}
-	devDirs.m[stateDir] = true
+	h.devDirs.m[stateDir] = true
 	return dir
 }
 
@@ -156,8 +145,8 @@ func makeDevDir(dir string) error {
 // there is one, else a tmpfs with each node bound from the host. Either
 // way /dev/shm is a tmpfs of the wall's own (or a folder of /dev's), of at
 // most ShmBytes.
-func appendDev(a []string, dest, stateDir string) []string {
-	if d := devDir(stateDir); d != "" {
+func (h *Host) appendDev(a []string, dest, stateDir string) []string {
+	if d := h.devDir(stateDir); d != "" {
 		a = append(a, "--dev-bind", d, dest)
 		return append(a, "--perms", "01777", "--size", strconv.Itoa(ShmBytes), "--tmpfs", dest+"/shm")
 	}

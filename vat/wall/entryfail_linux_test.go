@@ -146,8 +146,6 @@ func TestBwrapFailureSaysWhyAndFix(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("PATH", fake+":"+os.Getenv("PATH"))
-	forgetBwrap()
-	t.Cleanup(forgetBwrap)
 	f.caps(t)
 	p, err := Start(context.Background(), f.spec, nil)
 	if err == nil {

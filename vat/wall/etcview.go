@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -41,8 +40,8 @@ func (b *planner) passwd() string {
 // baseEtc is the content of every wall's /etc view before mountpoints:
 // the allowlisted entries the host has, the synthesised group, hosts and
 // hostname, and the link to the wall's own passwd.
-func baseEtc() []EtcEntry {
-	return append(presentEtcEntries(),
+func (h *Host) baseEtc() []EtcEntry {
+	return append(h.presentEtcEntries(),
 		EtcEntry{Path: "passwd", Link: PasswdPath},
 		EtcEntry{Path: "group", Data: []byte(fmt.Sprintf("root:x:0:\nvat:x:%d:\nnogroup:x:65534:\n", InsideGID))},
 		EtcEntry{Path: "hosts", Data: []byte("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")},
@@ -76,36 +75,29 @@ func (b *planner) etcMountpoints() {
 		b.p.Etc = append(b.p.Etc, EtcEntry{Path: strings.TrimPrefix(op.Dest, "/etc/"), Mount: true, Dir: dir})
 	}
 	if view >= 0 {
-		b.p.EtcView = EtcViewDir(b.state, b.p.Etc)
+		b.p.EtcView = b.h.EtcViewDir(b.state, b.p.Etc)
 		b.p.Ops[view].Src = b.p.EtcView
 	}
 }
 
 // EtcViewDir is the folder of the /etc view holding entries: named by its
 // content, so walls with the same /etc share one.
-func EtcViewDir(stateDir string, entries []EtcEntry) string {
+func (h *Host) EtcViewDir(stateDir string, entries []EtcEntry) string {
 	// Every spawn asks, almost always for the entries it asked for last:
 	// the last answer is kept, and given again for equal entries (a
 	// comparison costs far less than the hash).
-	etcViewLast.Lock()
-	defer etcViewLast.Unlock()
-	if etcViewLast.dir != "" && etcViewLast.state == stateDir && slices.EqualFunc(etcViewLast.entries, entries, EtcEntry.same) {
-		return etcViewLast.dir
+	h.etcViewLast.Lock()
+	defer h.etcViewLast.Unlock()
+	if h.etcViewLast.dir != "" && h.etcViewLast.state == stateDir && slices.EqualFunc(h.etcViewLast.entries, entries, EtcEntry.same) {
+		return h.etcViewLast.dir
 	}
 	dir := etcViewDir(stateDir, entries)
 	kept := slices.Clone(entries)
 	for i := range kept {
 		kept[i].Data = bytes.Clone(kept[i].Data) // the caller's bytes may change
 	}
-	etcViewLast.state, etcViewLast.entries, etcViewLast.dir = stateDir, kept, dir
+	h.etcViewLast.state, h.etcViewLast.entries, h.etcViewLast.dir = stateDir, kept, dir
 	return dir
-}
-
-var etcViewLast struct {
-	sync.Mutex
-	state   string
-	entries []EtcEntry
-	dir     string
 }
 
 // same reports whether e and o are the same entry (everything key hashes).
@@ -132,22 +124,16 @@ func (e EtcEntry) key() string {
 // walls started a second later.
 const etcRecheck = time.Second
 
-var etcPresent struct {
-	sync.Mutex
-	at      time.Time
-	entries []EtcEntry
-}
-
 // presentEtcEntries is etcEntries(etcFiles), looked up at most once per
 // etcRecheck.
-func presentEtcEntries() []EtcEntry {
-	etcPresent.Lock()
-	defer etcPresent.Unlock()
-	if etcPresent.entries == nil || time.Since(etcPresent.at) >= etcRecheck {
-		etcPresent.entries = etcEntries(etcFiles)
-		etcPresent.at = time.Now()
+func (h *Host) presentEtcEntries() []EtcEntry {
+	h.etcPresent.Lock()
+	defer h.etcPresent.Unlock()
+	if h.etcPresent.entries == nil || time.Since(h.etcPresent.at) >= etcRecheck {
+		h.etcPresent.entries = etcEntries(etcFiles)
+		h.etcPresent.at = time.Now()
 	}
-	return slices.Clone(etcPresent.entries)
+	return slices.Clone(h.etcPresent.entries)
 }
 
 // etcEntries turns the allowlist into view entries (those that exist).

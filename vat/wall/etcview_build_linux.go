@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -27,7 +26,7 @@ import (
 // calls and a read of the mount table, and each copy a file written into
 // the wall's root. Views are named by their content and shared; one is
 // rebuilt only when a source changed, and an old one is set aside, never
-// emptied while running walls still show it (viewUse).
+// emptied while running walls still show it (Host.views).
 
 // Limits of one view: an /etc folder larger than this is not copied.
 const (
@@ -39,16 +38,16 @@ const (
 // aside or left half-built there (the current one stays). Call it only
 // when no wall runs (the supervisor, before its first spawn): a wall's
 // /etc and /dev are binds of these, and emptying one empties them.
-func SweepViews(stateDir string) error {
+func (h *Host) SweepViews(stateDir string) error {
 	dir := filepath.Join(stateDir, "etc")
-	etcViews.Lock()
-	for k := range etcViews.m {
+	h.etcViews.Lock()
+	for k := range h.etcViews.m {
 		if filepath.Dir(k) == dir {
-			delete(etcViews.m, k)
+			delete(h.etcViews.m, k)
 		}
 	}
-	etcViews.Unlock()
-	forgetAside(dir)
+	h.etcViews.Unlock()
+	h.views.forgetAside(dir)
 	err := os.RemoveAll(dir)
 	for _, pattern := range []string{"dev.old-*", ".dev.new-*"} {
 		old, _ := filepath.Glob(filepath.Join(stateDir, pattern))
@@ -65,42 +64,30 @@ func SweepViews(stateDir string) error {
 // (one with no owner-chosen file below /etc), so that the first spawn does
 // not wait for it. The supervisor calls it when it starts; a spawn that
 // comes while it runs waits for the same build.
-func PrepareEtcView(stateDir string) error {
-	entries := baseEtc()
-	return ensureEtcView(&Plan{Etc: entries, EtcView: EtcViewDir(stateDir, entries)})
+func (h *Host) PrepareEtcView(stateDir string) error {
+	entries := h.baseEtc()
+	return h.ensureEtcView(&Plan{Etc: entries, EtcView: h.EtcViewDir(stateDir, entries)})
 }
 
-// etcView is what the last build of one view saw.
-type etcView struct {
-	mu      sync.Mutex
-	fp      string    // fingerprint of the sources when built
-	files   []string  // regular files and folders inside copied folders (their changes count)
-	checked time.Time // when fp was last found current
-}
-
-var etcViews = struct {
-	sync.Mutex
-	m map[string]*etcView
-}{m: map[string]*etcView{}}
-
-func viewFor(dir string) *etcView {
-	etcViews.Lock()
-	defer etcViews.Unlock()
-	v := etcViews.m[dir]
+// viewFor returns what h knows of the view at dir.
+func (h *Host) viewFor(dir string) *etcView {
+	h.etcViews.Lock()
+	defer h.etcViews.Unlock()
+	v := h.etcViews.m[dir]
 	if v == nil {
 		v = &etcView{}
-		etcViews.m[dir] = v
+		h.etcViews.m[dir] = v
 	}
 	return v
 }
 
 // ensureEtcView builds p's /etc view unless the one on disk was built from
 // the same sources.
-func ensureEtcView(p *Plan) error {
+func (h *Host) ensureEtcView(p *Plan) error {
 	if p.EtcView == "" {
 		return nil
 	}
-	v := viewFor(p.EtcView)
+	v := h.viewFor(p.EtcView)
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.fp != "" && time.Since(v.checked) < etcRecheck {
@@ -113,7 +100,7 @@ func ensureEtcView(p *Plan) error {
 		v.checked = time.Now()
 		return nil
 	}
-	files, err := buildEtcView(p.EtcView, p.Etc)
+	files, err := h.buildEtcView(p.EtcView, p.Etc)
 	if err != nil {
 		v.fp = ""
 		return fmt.Errorf("building the wall's /etc: %w", err)
@@ -154,7 +141,7 @@ func etcFingerprint(dir string, entries []EtcEntry, files []string) string {
 // buildEtcView writes the view in a new folder next to dir and swaps it in,
 // so a wall always binds a whole view. It returns the regular files and folders found in
 // copied folders.
-func buildEtcView(dir string, entries []EtcEntry) ([]string, error) {
+func (h *Host) buildEtcView(dir string, entries []EtcEntry) ([]string, error) {
 	parent := filepath.Dir(dir)
 	if err := os.MkdirAll(parent, 0o711); err != nil {
 		return nil, err
@@ -191,7 +178,7 @@ func buildEtcView(dir string, entries []EtcEntry) ([]string, error) {
 	if old != "" {
 		// Not an error of this build: the new view is in place. What
 		// could not be removed goes at the next start.
-		_ = retireView(old)
+		_ = h.views.retire(old)
 	}
 	return b.files, nil
 }

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -45,34 +44,28 @@ func replaceDir(tmp, dir string) (old string, err error) {
 	return "", &os.LinkError{Op: "renameat2", Old: tmp, New: dir, Err: err}
 }
 
-// A wall's /etc is a bind of the view folder its start opened (by fd), so
-// removing the entries of a view empties the /etc of every wall that binds
-// it. A view set aside by a rebuild is therefore removed only once no
-// running wall binds it: at once when none does, else when the last of
-// them ends. One left behind by a crash goes at the next start
-// (SweepViews).
-var viewUse = struct {
-	sync.Mutex
-	walls map[fileID]int    // running walls that bind the view, by its identity
-	aside map[fileID]string // views set aside while bound, and where they are
-}{walls: map[fileID]int{}, aside: map[fileID]string{}}
+// viewHold is the views one wall binds, counted in use (its Host's).
+type viewHold struct {
+	use *viewUse
+	ids []fileID
+}
 
-// viewHold is the views one wall binds.
-type viewHold struct{ ids []fileID }
+// newViewHold returns the view count of one wall started with h.
+func (h *Host) newViewHold() *viewHold { return &viewHold{use: &h.views} }
 
 // open opens the view op binds (as openBind does) and counts the wall
-// among its users. Opening and counting are one step to retireView: a view
+// among its users. Opening and counting are one step to retire: a view
 // a start opened before a rebuild set it aside is counted before the
 // rebuild looks, and a start that comes after the rebuild opens the new
 // one.
 func (h *viewHold) open(op *Op) (*os.File, error) {
-	viewUse.Lock()
-	defer viewUse.Unlock()
+	h.use.Lock()
+	defer h.use.Unlock()
 	f, id, err := openBind(op)
 	if err != nil {
 		return nil, err
 	}
-	viewUse.walls[id]++
+	h.use.walls[id]++
 	h.ids = append(h.ids, id)
 	return f, nil
 }
@@ -80,20 +73,20 @@ func (h *viewHold) open(op *Op) (*os.File, error) {
 // release uncounts the wall (once: later calls do nothing) and removes
 // every view set aside that no running wall binds any more.
 func (h *viewHold) release() error {
-	viewUse.Lock()
+	h.use.Lock()
 	var gone []string
 	for _, id := range h.ids {
-		if viewUse.walls[id]--; viewUse.walls[id] > 0 {
+		if h.use.walls[id]--; h.use.walls[id] > 0 {
 			continue
 		}
-		delete(viewUse.walls, id)
-		if dir, ok := viewUse.aside[id]; ok {
-			delete(viewUse.aside, id)
+		delete(h.use.walls, id)
+		if dir, ok := h.use.aside[id]; ok {
+			delete(h.use.aside, id)
 			gone = append(gone, dir)
 		}
 	}
 	h.ids = nil
-	viewUse.Unlock()
+	h.use.Unlock()
 	var err error
 	for _, dir := range gone {
 		if rerr := os.RemoveAll(dir); err == nil && rerr != nil {
@@ -103,32 +96,32 @@ func (h *viewHold) release() error {
 	return err
 }
 
-// retireView removes the view a rebuild set aside at dir, or, while
+// retire removes the view a rebuild set aside at dir, or, while
 // running walls bind it, leaves it to the last of them to remove.
-func retireView(dir string) error {
+func (u *viewUse) retire(dir string) error {
 	fi, err := os.Lstat(dir)
 	if err != nil {
 		return err
 	}
 	id := idOf(fi)
-	viewUse.Lock()
-	if viewUse.walls[id] > 0 {
-		viewUse.aside[id] = dir
-		viewUse.Unlock()
+	u.Lock()
+	if u.walls[id] > 0 {
+		u.aside[id] = dir
+		u.Unlock()
 		return nil
 	}
-	viewUse.Unlock()
+	u.Unlock()
 	return os.RemoveAll(dir)
 }
 
 // forgetAside drops what is noted as set aside below dir (SweepViews
 // removes it all).
-func forgetAside(dir string) {
-	viewUse.Lock()
-	defer viewUse.Unlock()
-	for id, d := range viewUse.aside {
+func (u *viewUse) forgetAside(dir string) {
+	u.Lock()
+	defer u.Unlock()
+	for id, d := range u.aside {
 		if strings.HasPrefix(d, dir+string(filepath.Separator)) {
-			delete(viewUse.aside, id)
+			delete(u.aside, id)
 		}
 	}
 }

@@ -88,7 +88,7 @@ func TestPlanEtcIsOneView(t *testing.T) {
 		}
 	}
 	// The view the supervisor prepares at start is this one.
-	if err := PrepareEtcView(f.state); err != nil {
+	if err := f.spec.Host.PrepareEtcView(f.state); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(p.EtcView, "hostname")); err != nil {
@@ -145,7 +145,7 @@ func TestEtcViewKeptWhileBound(t *testing.T) {
 	}
 	// The rebuild a changed source brings: the view the wall binds is set
 	// aside, whole.
-	if _, err := buildEtcView(view, p.plan.Etc); err != nil {
+	if _, err := f.spec.Host.buildEtcView(view, p.plan.Etc); err != nil {
 		t.Fatal(err)
 	}
 	kept := aside()
@@ -156,7 +156,7 @@ func TestEtcViewKeptWhileBound(t *testing.T) {
 		t.Errorf("the view a running wall binds was emptied: %v", err)
 	}
 	// Another: the view it sets aside is bound by no wall and goes at once.
-	if _, err := buildEtcView(view, p.plan.Etc); err != nil {
+	if _, err := f.spec.Host.buildEtcView(view, p.plan.Etc); err != nil {
 		t.Fatal(err)
 	}
 	if got := aside(); !slices.Equal(got, kept) {
@@ -183,6 +183,7 @@ func TestEtcViewKeptWhileBound(t *testing.T) {
 // following them, leaves out what is neither, adds mountpoints, and is
 // built again only when a source changed.
 func TestEtcViewBuild(t *testing.T) {
+	h := NewHost()
 	src := t.TempDir()
 	mustWrite(t, filepath.Join(src, "conf"), "setting=1\n")
 	mustWrite(t, filepath.Join(src, "certs", "bundle.pem"), "PEM-1")
@@ -218,7 +219,7 @@ func TestEtcViewBuild(t *testing.T) {
 		{Path: "owner/dir", Mount: true, Dir: true},
 		{Path: "owner.conf", Mount: true},
 	}}
-	if err := ensureEtcView(p); err != nil {
+	if err := h.ensureEtcView(p); err != nil {
 		t.Fatal(err)
 	}
 	read := func(rel string) string {
@@ -277,14 +278,14 @@ func TestEtcViewBuild(t *testing.T) {
 	// expire ends the second in which a view found current is trusted
 	// without looking at its sources.
 	expire := func() {
-		v := viewFor(view)
+		v := h.viewFor(view)
 		v.mu.Lock()
 		v.checked = time.Time{}
 		v.mu.Unlock()
 	}
 	first := ino()
 	expire()
-	if err := ensureEtcView(p); err != nil {
+	if err := h.ensureEtcView(p); err != nil {
 		t.Fatal(err)
 	}
 	if ino() != first {
@@ -295,14 +296,14 @@ func TestEtcViewBuild(t *testing.T) {
 	mustWrite(t, filepath.Join(src, "certs", "bundle.pem"), "PEM-2")
 	later := time.Now().Add(2 * time.Second)
 	_ = os.Chtimes(filepath.Join(src, "certs", "bundle.pem"), later, later)
-	if err := ensureEtcView(p); err != nil {
+	if err := h.ensureEtcView(p); err != nil {
 		t.Fatal(err)
 	}
 	if got := read("ssl/certs/bundle.pem"); got != "PEM-1" {
 		t.Errorf("within the recheck interval bundle.pem = %q; want the view unchanged", got)
 	}
 	expire()
-	if err := ensureEtcView(p); err != nil {
+	if err := h.ensureEtcView(p); err != nil {
 		t.Fatal(err)
 	}
 	if got := read("ssl/certs/bundle.pem"); got != "PEM-2" {
@@ -312,7 +313,7 @@ func TestEtcViewBuild(t *testing.T) {
 	mustWrite(t, filepath.Join(src, "certs", "sub", "new.pem"), "NEW")
 	_ = os.Chtimes(filepath.Join(src, "certs", "sub"), later, later)
 	expire()
-	if err := ensureEtcView(p); err != nil {
+	if err := h.ensureEtcView(p); err != nil {
 		t.Fatal(err)
 	}
 	if got := read("ssl/certs/sub/new.pem"); got != "NEW" {
@@ -322,7 +323,7 @@ func TestEtcViewBuild(t *testing.T) {
 	if err := os.RemoveAll(view); err != nil {
 		t.Fatal(err)
 	}
-	if err := ensureEtcView(p); err != nil {
+	if err := h.ensureEtcView(p); err != nil {
 		t.Fatal(err)
 	}
 	if got := read("app.conf"); got != "setting=1\n" {
@@ -339,11 +340,11 @@ func TestEtcViewBuild(t *testing.T) {
 	}
 	// A path that climbs out of /etc is refused.
 	bad := &Plan{EtcView: filepath.Join(t.TempDir(), "etc", "v2"), Etc: []EtcEntry{{Path: "../escape", Data: []byte("x")}}}
-	if err := ensureEtcView(bad); err == nil {
+	if err := h.ensureEtcView(bad); err == nil {
 		t.Error("an entry outside /etc was accepted")
 	}
 	// SweepViews clears every view, those set aside included.
-	if err := SweepViews(filepath.Dir(filepath.Dir(view))); err != nil {
+	if err := h.SweepViews(filepath.Dir(filepath.Dir(view))); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Dir(view)); err == nil {
@@ -355,9 +356,8 @@ func TestEtcViewBuild(t *testing.T) {
 // the same /dev as the prepared folder.
 func TestWallDevFallback(t *testing.T) {
 	testenv.RequireRoot(t) // the wall runs as another uid, and /dev is made with mknod, only as root
-	noDevDir = true
-	defer func() { noDevDir = false }()
 	f := newFixture(t, "devfallback")
+	f.spec.Host.noDevDir = true
 	out, err := f.runVictim(t, "devetc")
 	if err != nil {
 		t.Fatalf("Wait = %v; output:\n%s", err, out)
@@ -373,7 +373,8 @@ func TestWallDevFallback(t *testing.T) {
 func TestDevDir(t *testing.T) {
 	testenv.RequireRoot(t) // the wall runs as another uid, and /dev is made with mknod, only as root
 	state := t.TempDir()
-	d := devDir(state)
+	h := NewHost()
+	d := h.devDir(state)
 	if d == "" {
 		t.Fatal("no dev folder as root")
 	}
@@ -403,12 +404,12 @@ func TestDevDir(t *testing.T) {
 	if err := os.RemoveAll(d); err != nil {
 		t.Fatal(err)
 	}
-	if got := devDir(state); got != d || devDirOK(d) != nil {
+	if got := h.devDir(state); got != d || devDirOK(d) != nil {
 		t.Errorf("after removal devDir = %q (check: %v); want it made again", got, devDirOK(d))
 	}
 	// When the supervisor next starts, what was set aside goes; the
 	// folder in use stays.
-	if err := SweepViews(state); err != nil {
+	if err := h.SweepViews(state); err != nil {
 		t.Fatal(err)
 	}
 	if aside, _ := filepath.Glob(d + ".old-*"); len(aside) != 0 {
@@ -428,7 +429,7 @@ func TestDevDirNotOnNodev(t *testing.T) {
 		testenv.Unavailable(t, "cannot mount a tmpfs: "+err.Error())
 	}
 	t.Cleanup(func() { _ = unix.Unmount(state, unix.MNT_DETACH) })
-	if d := devDir(state); d != "" {
+	if d := NewHost().devDir(state); d != "" {
 		t.Fatalf("devDir on a nodev mount = %q; want none", d)
 	}
 	if _, err := os.Stat(filepath.Join(state, "dev")); err == nil {

@@ -134,6 +134,7 @@ func makeFixture(root, id, entry, victimBin string) (*fixture, error) {
 	}
 	f.spec = Spec{
 		ID:         id,
+		Host:       NewHost(),
 		InstallDir: f.install,
 		Command:    []string{"./app"},
 		DataDir:    f.data,

@@ -9,8 +9,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
-	"time"
 
 	"toybox/vat/wall/entry"
 	"toybox/vat/wall/seccomp"
@@ -150,7 +148,10 @@ var idRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 // BuildPlan computes the wall for spec. It reads the filesystem (to resolve
 // paths and scan bound trees for secrets) and changes nothing.
 func BuildPlan(spec Spec) (*Plan, error) {
-	b := &planner{spec: spec, p: &Plan{ID: spec.ID, UID: InsideUID, GID: InsideGID, HostUID: -1, HostGID: -1, CodeGroup: spec.CodeGroup, Inotify: spec.Inotify}}
+	if spec.Host == nil {
+		return nil, fmt.Errorf("planning the wall for %q: %w: no Host (wall.NewHost, one per supervisor)", spec.ID, ErrSpec)
+	}
+	b := &planner{spec: spec, h: spec.Host, p: &Plan{ID: spec.ID, UID: InsideUID, GID: InsideGID, HostUID: -1, HostGID: -1, CodeGroup: spec.CodeGroup, Inotify: spec.Inotify}}
 	if err := b.build(); err != nil {
 		return nil, fmt.Errorf("planning the wall for %q: %w", spec.ID, err)
 	}
@@ -159,6 +160,7 @@ func BuildPlan(spec Spec) (*Plan, error) {
 
 type planner struct {
 	spec Spec
+	h    *Host // spec.Host
 	p    *Plan
 
 	install, data, run, state string   // real paths
@@ -288,25 +290,6 @@ func (b *planner) hostFacts() {
 
 func (b *planner) add(op Op) { b.p.Ops = append(b.p.Ops, op) }
 
-// systemOps binds the system folders this host has, read-only at their
-// own paths, and makes those that are links (a merged /usr's /bin, /lib)
-// the same links. They are looked up at most once per etcRecheck, as
-// /etc's entries are.
-func systemOps() []Op {
-	systemLast.Lock()
-	defer systemLast.Unlock()
-	if systemLast.ops == nil || time.Since(systemLast.at) >= etcRecheck {
-		systemLast.ops, systemLast.at = lookSystemOps(), time.Now()
-	}
-	return slices.Clone(systemLast.ops)
-}
-
-var systemLast struct {
-	sync.Mutex
-	at  time.Time
-	ops []Op
-}
-
 func lookSystemOps() []Op {
 	var ops []Op
 	for _, d := range systemDirs {
@@ -328,11 +311,11 @@ func lookSystemOps() []Op {
 // system adds the system folders, the chosen /etc entries and the kernel
 // filesystems.
 func (b *planner) system() {
-	b.p.Ops = append(b.p.Ops, systemOps()...)
+	b.p.Ops = append(b.p.Ops, b.h.systemOps()...)
 	// /etc: one read-only bind of a view the supervisor builds and every
 	// wall with the same /etc shares (see EtcEntry). passwd names the
 	// vat, so it is the wall's own file, linked from the view.
-	b.p.Etc = baseEtc()
+	b.p.Etc = b.h.baseEtc()
 	// Src is set once the view's content is known (etcMountpoints).
 	b.add(Op{Kind: OpROBindFD, Dest: "/etc", Why: "/etc: a shared view of only what programs need; group, hosts synthesised", dir: true})
 	b.add(Op{Kind: OpFile, Dest: PasswdPath, Data: []byte(b.passwd()), Why: "synthesised: the vat's user only (/etc/passwd links here)"})

@@ -18,6 +18,7 @@ func planSpec(t testing.TB) Spec {
 	state := filepath.Join(root, "state")
 	s := Spec{
 		ID:         "planned",
+		Host:       NewHost(),
 		StateDir:   state,
 		InstallDir: filepath.Join(state, "code", "c0de"),
 		DataDir:    filepath.Join(state, "data", "planned"),
@@ -178,36 +179,47 @@ func FuzzBuildPlan(f *testing.F) {
 	})
 }
 
+// TestBuildPlanNeedsHost: a Spec without the supervisor's Host is refused.
+// A Host of its own would not know which views the other walls bind.
+func TestBuildPlanNeedsHost(t *testing.T) {
+	s := planSpec(t)
+	s.Host = nil
+	if _, err := BuildPlan(s); !errors.Is(err, ErrSpec) || !strings.Contains(err.Error(), "no Host") {
+		t.Errorf("BuildPlan(no Host) = %v; want ErrSpec naming the Host", err)
+	}
+}
+
 // TestEtcViewDirNamesContent: the view's folder is named by its content,
 // also when the last answer is given again (EtcViewDir keeps it): other
 // content, or the same caller's bytes changed after the call, is another
 // folder; the same content in new slices is the same one.
 func TestEtcViewDirNamesContent(t *testing.T) {
+	h := NewHost()
 	state := t.TempDir()
 	entries := func(hosts string) []EtcEntry {
 		return []EtcEntry{{Path: "hostname", Data: []byte("toybox\n")}, {Path: "hosts", Data: []byte(hosts)}}
 	}
 	a := entries("127.0.0.1 localhost\n")
-	dirA := EtcViewDir(state, a)
-	if got := EtcViewDir(state, entries("127.0.0.1 localhost\n")); got != dirA {
+	dirA := h.EtcViewDir(state, a)
+	if got := h.EtcViewDir(state, entries("127.0.0.1 localhost\n")); got != dirA {
 		t.Errorf("the same content in new slices: %s, then %s", dirA, got)
 	}
-	dirB := EtcViewDir(state, entries("127.0.0.1 elsewhere\n"))
+	dirB := h.EtcViewDir(state, entries("127.0.0.1 elsewhere\n"))
 	if dirB == dirA {
 		t.Errorf("other content, the same folder %s", dirA)
 	}
-	if got := EtcViewDir(state, a); got != dirA {
+	if got := h.EtcViewDir(state, a); got != dirA {
 		t.Errorf("the first content again: %s, want %s", got, dirA)
 	}
 	copy(a[1].Data, "127.0.0.2")
-	if got := EtcViewDir(state, a); got == dirA {
+	if got := h.EtcViewDir(state, a); got == dirA {
 		t.Errorf("the caller's bytes changed in place: still %s", got)
 	}
-	if got := EtcViewDir(t.TempDir(), entries("127.0.0.1 localhost\n")); filepath.Base(got) != filepath.Base(dirA) || got == dirA {
+	if got := h.EtcViewDir(t.TempDir(), entries("127.0.0.1 localhost\n")); filepath.Base(got) != filepath.Base(dirA) || got == dirA {
 		t.Errorf("another state dir: %s; want the same name below it (%s)", got, filepath.Base(dirA))
 	}
 	for _, e := range [][]EtcEntry{a, entries("127.0.0.1 localhost\n"), entries("127.0.0.1 elsewhere\n")} {
-		if got, want := EtcViewDir(state, e), etcViewDir(state, e); got != want {
+		if got, want := h.EtcViewDir(state, e), etcViewDir(state, e); got != want {
 			t.Errorf("EtcViewDir = %s; the hash says %s", got, want)
 		}
 	}

@@ -62,7 +62,7 @@ func probeRun(ctx context.Context, bwrap string) (string, error) {
 	// The system folders as a wall has them: bound where this host has
 	// folders, linked where it has links (a /usr not merged keeps its own
 	// /lib64, where /usr/bin/true's loader is).
-	for _, op := range systemOps() {
+	for _, op := range lookSystemOps() {
 		if op.Kind == OpSymlink {
 			args = append(args, "--symlink", op.Src, op.Dest)
 		} else {

@@ -121,7 +121,7 @@ func (p *Plan) render(fds *fdTable, spec Spec, views *viewHold) (opts, command [
 		case OpProc:
 			a = append(a, "--proc", op.Dest)
 		case OpDev:
-			a = appendDev(a, op.Dest, spec.StateDir)
+			a = spec.Host.appendDev(a, op.Dest, spec.StateDir)
 		case OpMaskFile:
 			a = append(a, "--ro-bind", "/dev/null", op.Dest)
 		case OpMaskDir:

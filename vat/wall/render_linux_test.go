@@ -31,7 +31,7 @@ func TestNestedUserNamespacesRefusedOnce(t *testing.T) {
 		entry := Op{Kind: OpExecFD, Src: self, Why: "toybox-entry (here the test binary)", id: idOf(fi)}
 		plan := &Plan{ID: "userns", NoNet: true, Seccomp: filtered, Chdir: "/", Command: []string{"/bin/true"}, Ops: []Op{entry}}
 		var fds fdTable
-		opts, _, err := plan.render(&fds, Spec{AppCap: w}, &viewHold{})
+		opts, _, err := plan.render(&fds, Spec{AppCap: w, Host: NewHost()}, NewHost().newViewHold())
 		fds.closeAll()
 		_ = r.Close()
 		_ = w.Close()
@@ -65,20 +65,19 @@ func TestBwrapOptionsListed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ensureEtcView(plan); err != nil {
+	if err := f.spec.Host.ensureEtcView(plan); err != nil {
 		t.Fatal(err)
 	}
 	// Start's own options, then render's with the filter and without, each
 	// with /dev as a prepared folder and as a tmpfs: every option a wall
 	// of that kind may use is listed, and nothing else is.
-	defer func(old bool) { noDevDir = old }(noDevDir)
 	for _, filtered := range []bool{true, false} {
 		used := []string{"--json-status-fd", "--block-fd", "--args"}
 		plan.Seccomp = filtered
 		for _, tmpDev := range []bool{false, true} {
-			noDevDir = tmpDev
+			f.spec.Host.noDevDir = tmpDev
 			var fds fdTable
-			views := &viewHold{}
+			views := f.spec.Host.newViewHold()
 			opts, _, err := plan.render(&fds, f.spec, views)
 			fds.closeAll()
 			_ = views.release()

@@ -48,6 +48,9 @@ type Spec struct {
 	// RunDir is <state>/run/<id> (0700), bound as /run/toybox; the app
 	// listens on /run/toybox/app.sock ($TOYBOX_LISTEN).
 	RunDir string
+	// Host is the state the supervisor's walls share (NewHost). Required:
+	// BuildPlan and Start refuse a Spec without one.
+	Host *Host
 	// StateDir is the supervisor's state dir: never a bind source outside
 	// this vat's own folders, masked wherever it sits inside a bound tree.
 	StateDir string

@@ -75,7 +75,11 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 	if !spec.Net.None && spec.EntryCap == nil {
 		return nil, fmt.Errorf("starting the wall for %q: %w: a network shape but no entry capability", spec.ID, ErrSpec)
 	}
-	bwrap, err := lookBwrap(spec.Bwrap)
+	h := spec.Host
+	if h == nil {
+		return nil, fmt.Errorf("starting the wall for %q: %w: no Host (wall.NewHost, one per supervisor)", spec.ID, ErrSpec)
+	}
+	bwrap, err := h.lookBwrap(spec.Bwrap)
 	if err != nil {
 		return nil, fmt.Errorf("starting the wall for %q: %w: %w", spec.ID, ErrBwrap, err)
 	}
@@ -83,7 +87,7 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 	if err != nil {
 		return nil, err
 	}
-	if err := ensureEtcView(plan); err != nil {
+	if err := h.ensureEtcView(plan); err != nil {
 		return nil, fmt.Errorf("starting the wall for %q: %w", spec.ID, err)
 	}
 	if plan.HostUID >= 0 {
@@ -104,7 +108,7 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 	var fds fdTable
 	cl.add(fds.closeAll)
 	cl.add(func() { fds.gate.close() })
-	views := &viewHold{}
+	views := h.newViewHold()
 	cl.add(func() { _ = views.release() }) // a start that fails binds nothing
 	opts, command, err := plan.render(&fds, spec, views)
 	if err != nil {
@@ -182,7 +186,7 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 	// The child's copies are bwrap's now; ours go, so EOF means "bwrap gone".
 	fds.closeAll()
 	if err != nil {
-		forgetBwrap() // moved or removed: the next start looks again
+		h.forgetBwrap() // moved or removed: the next start looks again
 		return nil, fmt.Errorf("starting the wall for %q: %w: %w", spec.ID, ErrBwrap, err)
 	}
 	p := &Process{id: spec.ID, tier: plan.Tier, cmd: cmd, logger: logger, done: make(chan struct{}), status: statusR, statusRead: make(chan struct{}), head: head, plan: plan, views: views, grp: grp}

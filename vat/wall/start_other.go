@@ -39,10 +39,10 @@ func Start(_ context.Context, spec Spec, _ *slog.Logger) (*Process, error) {
 }
 
 // PrepareEtcView does nothing here.
-func PrepareEtcView(string) error { return nil }
+func (h *Host) PrepareEtcView(string) error { return nil }
 
 // SweepViews removes every /etc view in stateDir.
-func SweepViews(stateDir string) error { return os.RemoveAll(filepath.Join(stateDir, "etc")) }
+func (h *Host) SweepViews(stateDir string) error { return os.RemoveAll(filepath.Join(stateDir, "etc")) }
 
 // Probe returns ErrUnsupported.
 func Probe(context.Context, string) error { return ErrUnsupported }

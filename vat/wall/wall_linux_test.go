@@ -480,13 +480,13 @@ func TestAttackSymlinkSwapBetweenPlanAndBind(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := ensureEtcView(plan); err != nil {
+			if err := f.spec.Host.ensureEtcView(plan); err != nil {
 				t.Fatal(err)
 			}
 			tt.swap(t, f, decoy)
 			var fds fdTable
 			defer fds.closeAll()
-			views := &viewHold{}
+			views := f.spec.Host.newViewHold()
 			defer views.release()
 			_, _, err = plan.render(&fds, f.spec, views)
 			if !errors.Is(err, tt.want) {
