@@ -8,13 +8,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// seccompGate is the seccomp program a wall's bubblewrap reads (--seccomp)
-// right after its door, to EOF, through a pipe the supervisor fills and
-// closes only once the door is open (Start, after limit). A supervisor that
-// dies before that leaves the program empty or cut short, and a program
-// cut anywhere is one the kernel refuses (guarded): bubblewrap then ends
-// with "Unable to set up system call filtering" or "Invalid seccomp data"
-// before it runs anything of the vat.
+// seccompGate is the seccomp program a wall's bubblewrap reads (--seccomp).
+// bubblewrap reads it to EOF right after its block is released.
+// The supervisor fills and closes the pipe only then (Start, after limit).
+// A supervisor that dies before that leaves the program empty or cut short.
+// The kernel refuses a program cut anywhere (guarded).
+// bubblewrap then ends with "Unable to set up system call filtering" or
+// "Invalid seccomp data" before it runs anything of the vat.
 type seccompGate struct {
 	w    *os.File
 	prog []byte
@@ -31,7 +31,7 @@ func (t *fdTable) seccompGate(prog []byte) ([]string, error) {
 		return nil, fmt.Errorf("the seccomp program's pipe: %w", err)
 	}
 	g := &seccompGate{w: w, prog: guarded(prog)}
-	// Room for the whole program: the write once the door is open never
+	// Room for the whole program: the write once the block is released never
 	// waits on bubblewrap.
 	if len(g.prog) > 64<<10 {
 		if _, err := unix.FcntlInt(w.Fd(), unix.F_SETPIPE_SZ, len(g.prog)); err != nil {

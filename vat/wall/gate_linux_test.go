@@ -26,7 +26,7 @@ func attach(t *testing.T, prog []byte) error {
 }
 
 // TestGuardedProgramCutAnywhereIsRefused: the seccomp program a wall reads
-// once its door is open comes through a pipe; a supervisor that dies while
+// once its block is released comes through a pipe; a supervisor that dies while
 // writing it leaves it cut short. Every cut of a guarded program is one the
 // kernel refuses (so bubblewrap ends), and the whole one loads.
 func TestGuardedProgramCutAnywhereIsRefused(t *testing.T) {

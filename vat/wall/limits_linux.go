@@ -15,7 +15,7 @@ import (
 
 // groupMaking is a wall's cgroup being made while bubblewrap sets the
 // sandbox up: off the spawn's path (a group costs about half a
-// millisecond on cgroup v1, where it is four), wanted only at the door.
+// millisecond on cgroup v1, where it is four), wanted only at the block.
 type groupMaking struct {
 	done chan struct{}
 	g    *cgroup.Group
@@ -68,29 +68,31 @@ func (p *Process) Limits() cgroup.Limits {
 }
 
 // sandboxGone reports whether limit failed only because the sandbox was
-// gone: its process (ESRCH), or it and bubblewrap both, the door's only
+// gone: its process (ESRCH), or it and bubblewrap both, the block's only
 // readers, once its limit was set (EPIPE).
 func sandboxGone(err error) bool {
 	return errors.Is(err, unix.ESRCH) || errors.Is(err, unix.EPIPE)
 }
 
 // limit sets the wall's limits on its first process (child, bwrap's
-// sandbox process, still waiting at the door), then opens the door.
+// sandbox process, still waiting at the block), then releases the block.
 //
 // The process moves into the wall's cgroup (grp's, if any), so that
 // everything of the vat's is made in it, and its oom_score_adj goes to
 // OOMScoreAdj, which everything it starts inherits: when the host runs out
 // of memory, the kernel kills a vat before the supervisor.
 //
-// RLIMIT_NPROC bounds the tasks of the wall: the kernel counts them per user
-// namespace and uid (since Linux 5.14), and everything in the wall is one
-// uid in the wall's own namespace, so the limit counts the wall's tasks
-// alone (they are also charged to the uid that made the namespace, up to
-// its own limit: docs/walls.md); soft and hard, so the app cannot raise it. Set on bwrap before it made the
-// namespace, the limit would count the supervisor's uid across every wall
-// (when not root), and before the app forks is the only time it binds them
-// all: hence the door.
-func limit(child int, plan *Plan, grp *groupMaking, door *os.File) error {
+// RLIMIT_NPROC bounds the tasks of the wall.
+// The kernel counts them per user namespace and uid (since Linux 5.14).
+// Everything in the wall is one uid in the wall's own namespace.
+// So the limit counts the wall's tasks alone.
+// They are also charged to the uid that made the namespace, up to its own
+// limit (docs/walls.md).
+// The limit is soft and hard, so the app cannot raise it.
+// Set on bwrap before it made the namespace, it would count the
+// supervisor's uid across every wall (when not root).
+// Before the app forks is the only time it binds them all: hence the block.
+func limit(child int, plan *Plan, grp *groupMaking, blockW *os.File) error {
 	g, err := grp.wait()
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrLimits, err)
@@ -110,8 +112,8 @@ func limit(child int, plan *Plan, grp *groupMaking, door *os.File) error {
 	if err := prlimitAs(child, plan.HostUID, plan.HostGID, unix.RLIMIT_NPROC, &unix.Rlimit{Cur: n, Max: n}); err != nil {
 		return fmt.Errorf("setting the wall's task limit (%d): %w", n, err)
 	}
-	if _, err := door.Write([]byte{0}); err != nil {
-		return fmt.Errorf("opening the wall's door: %w", err)
+	if _, err := blockW.Write([]byte{0}); err != nil {
+		return fmt.Errorf("releasing the wall's block: %w", err)
 	}
 	return nil
 }

@@ -17,7 +17,7 @@ import (
 // knows that ExtraFiles[i] is fd 3+i.
 type fdTable struct {
 	files []*os.File
-	gate  *seccompGate // the seccomp program's pipe, filled once the door is open
+	gate  *seccompGate // the seccomp program's pipe, filled once the block is released
 }
 
 // pass hands f to bwrap and returns "flag N" for its number there. The table
@@ -158,7 +158,7 @@ func (p *Plan) render(fds *fdTable, spec Spec, views *viewHold) (opts, command [
 	// The root (a tmpfs bwrap made) goes read-only: the app writes only
 	// where a bind or a tmpfs lets it (its data, /run/toybox, /tmp).
 	a = append(a, "--remount-ro", "/", "--chdir", p.Chdir)
-	// Every wall reads a seccomp program once its door is open, through
+	// Every wall reads a seccomp program once its block is released, through
 	// a pipe the supervisor fills only then (seccompGate): the filter, or
 	// where there is none (walled-noseccomp), one that allows everything.
 	prog := allowAll

@@ -96,7 +96,7 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 		}
 	}
 	// The wall's cgroup, made (with its limits) while bubblewrap starts:
-	// at the door its first process moves in. Where the host gives none,
+	// at the block its first process moves in. Where the host gives none,
 	// the wall has none (its status says so); where it does, a group that
 	// cannot be made leaves the vat off.
 	lim := spec.Limits
@@ -122,26 +122,27 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 	}
 	cl.add(func() { _ = statusR.Close() })
 	opts = append(fds.pass(statusW, "--json-status-fd"), opts...)
-	// The door: the sandbox's first process waits on it (--block-fd, once
-	// its namespaces and mounts are made, before anything of the vat's
-	// runs) until its limits are set (limit). bubblewrap goes on at EOF as
-	// at a byte, and that process asks for its parent's death only after
-	// the door. A supervisor that dies before opening it (bwrap dies with
-	// it, the sandbox does not) closes the door's only write end, and the
-	// sandbox goes on to read its seccomp program, which the supervisor
-	// writes only once the door is open (seccompGate): empty, the kernel
-	// refuses it and bubblewrap ends before anything of the vat runs. So a
-	// sandbox whose supervisor died during its setup ends on its own; it
-	// never runs the vat with no limit, nor waits for the next supervisor.
-	// bubblewrap closes the door once through; nothing of it reaches the
-	// vat.
-	door, err := newDoor()
+	// The block holds the sandbox until its limits are set (limit).
+	// The sandbox's first process waits on it (--block-fd) once its
+	// namespaces and mounts are made, before anything of the vat's runs.
+	// bubblewrap goes on at EOF as at a byte.
+	// That process asks for its parent's death only after the block.
+	// A supervisor that dies before releasing it closes its only write end.
+	// bwrap dies with the supervisor; the sandbox does not.
+	// The sandbox then reads its seccomp program, which the supervisor
+	// writes only once the block is released (seccompGate).
+	// The kernel refuses that empty program, and bubblewrap ends before
+	// anything of the vat runs.
+	// So a sandbox whose supervisor died during its setup ends on its own.
+	// It never runs the vat with no limit, nor waits for the next supervisor.
+	// bubblewrap closes the block once through; nothing of it reaches the vat.
+	blk, err := newBlock()
 	if err != nil {
 		return nil, fmt.Errorf("starting the wall for %q: %w", spec.ID, err)
 	}
-	doorW := door.w
-	defer doorW.Close()
-	opts = append(fds.pass(door.r, "--block-fd"), opts...)
+	blockW := blk.w
+	defer blockW.Close()
+	opts = append(fds.pass(blk.r, "--block-fd"), opts...)
 	// bwrap's options go through a descriptor (--args), not its argv:
 	// /proc/<pid>/cmdline is readable by every user of the host, and the
 	// options carry the owner's environment values (--setenv).
@@ -191,9 +192,9 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 	}
 	p := &Process{id: spec.ID, tier: plan.Tier, cmd: cmd, logger: logger, done: make(chan struct{}), status: statusR, statusRead: make(chan struct{}), head: head, plan: plan, views: views, grp: grp}
 	go p.reap()
-	// Before the door the sandbox's first process is still in bwrap's
+	// Before the block the sandbox's first process is still in bwrap's
 	// process group (it makes its own session only after): ending the
-	// group ends it too. Ending bwrap alone left it waiting at the door
+	// group ends it too. Ending bwrap alone left it waiting at the block
 	// (or for bwrap's go-ahead) and holding bwrap's stderr, so the wait
 	// below never ended.
 	kill := func() { _ = unix.Kill(-cmd.Process.Pid, unix.SIGKILL); _ = cmd.Process.Kill(); <-p.done }
@@ -219,14 +220,14 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 	p.child = child
 	// A sandbox already gone (a bind bubblewrap could not make) runs
 	// nothing: the wall ends with bubblewrap's own reason, as without a
-	// door.
-	err = limit(child, plan, grp, doorW)
+	// block.
+	err = limit(child, plan, grp, blockW)
 	if err == nil {
 		err = fds.gate.open()
 	}
 	if err != nil && !sandboxGone(err) {
 		// The sandbox's process is not bwrap's to end yet (it asks for
-		// its parent's death after the door): end it first.
+		// its parent's death after the block): end it first.
 		_ = unix.Kill(child, unix.SIGKILL)
 		kill()
 		return nil, fmt.Errorf("starting the wall for %q: %w", spec.ID, err)
@@ -240,16 +241,19 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 	return p, nil
 }
 
-// door is the pipe a sandbox waits at: r is bwrap's --block-fd, w the
-// supervisor's, its only write end (EOF at r means the supervisor is gone).
-type door struct{ r, w *os.File }
+// block is the pipe a sandbox waits at until the supervisor has set its
+// limits. Writing a byte to w releases it.
+type block struct {
+	r *os.File // bwrap's --block-fd
+	w *os.File // the supervisor's, the only write end: EOF at r means the supervisor is gone
+}
 
-func newDoor() (door, error) {
+func newBlock() (block, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
-		return door{}, fmt.Errorf("door pipe: %w", err)
+		return block{}, fmt.Errorf("block pipe: %w", err)
 	}
-	return door{r: r, w: w}, nil
+	return block{r: r, w: w}, nil
 }
 
 // readChildPid reads bwrap's first JSON status ({"child-pid": N}). It

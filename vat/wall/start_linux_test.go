@@ -75,8 +75,8 @@ const supervisorEnv = "WALL_SUPERVISOR"
 
 // supervise is such a supervisor: it starts one wall of the victim from
 // the fixture below $WALL_SUP_ROOT, its output to $WALL_SUP_OUT.
-//   - "door": a limit of 100 tasks; the victim says its own ("nproc"); it
-//     waits for the wall (TestDoorStaysShutWhenSupervisorDies kills it).
+//   - "block": a limit of 100 tasks; the victim says its own ("nproc"); it
+//     waits for the wall (TestSandboxEndsWhenSupervisorDiesAtTheBlock kills it).
 //   - "refused": its own hard task limit lowered to 100 first, a wall of
 //     200 asked; prints START-ERROR and Start's error, or fails when the
 //     wall started (TestRefusedLimitIsNoStart).
@@ -139,25 +139,25 @@ func superviseCmd(t *testing.T, ctx context.Context, mode string) (*exec.Cmd, st
 	return cmd, out
 }
 
-// TestSandboxEndsWhenSupervisorDiesAtTheDoor: bubblewrap goes on at its
-// door's EOF as at a byte, and the sandbox's process asks for its parent's
-// death only after the door. A supervisor that died before setting the
-// task limit (crash, OOM killer, kill -9) closed the door's only write end:
+// TestSandboxEndsWhenSupervisorDiesAtTheBlock: bubblewrap goes on at its
+// block's EOF as at a byte, and the sandbox's process asks for its parent's
+// death only after the block. A supervisor that died before setting the
+// task limit (crash, OOM killer, kill -9) closed the block's only write end:
 // the vat ran, reparented to init, with the host's task limit. Then the
-// sandbox held a writer of its own door and waited there, for good, until
+// sandbox held a writer of its own block and waited there, for good, until
 // a next supervisor's EndLeftovers (5 of 7 kills of toybox serve during
 // wall setup left one). Now it goes on at EOF to a seccomp program nobody
 // wrote, which the kernel refuses: it ends on its own, and the vat never
 // ran.
-func TestSandboxEndsWhenSupervisorDiesAtTheDoor(t *testing.T) {
+func TestSandboxEndsWhenSupervisorDiesAtTheBlock(t *testing.T) {
 	testenvRequireBwrap(t)
 	for try := 0; ; try++ {
-		sup, outPath := superviseCmd(t, context.Background(), "door")
+		sup, outPath := superviseCmd(t, context.Background(), "block")
 		if err := sup.Start(); err != nil {
 			t.Fatal(err)
 		}
 		// Freeze the supervisor once bwrap runs: it cannot set the limit;
-		// bwrap makes the sandbox, which comes to the door.
+		// bwrap makes the sandbox, which comes to the block.
 		bw := wallBwrap(t, sup.Process.Pid)
 		_ = sup.Process.Signal(syscall.SIGSTOP)
 		var sandbox int
@@ -166,7 +166,7 @@ func TestSandboxEndsWhenSupervisorDiesAtTheDoor(t *testing.T) {
 				sandbox = c[0]
 			}
 		}
-		time.Sleep(500 * time.Millisecond) // its mounts made: at the door
+		time.Sleep(500 * time.Millisecond) // its mounts made: at the block
 		limited := strings.HasPrefix(tasksLimit(sandbox), "Max processes 100 ")
 		// kill -9 of the frozen supervisor.
 		_ = sup.Process.Kill()
@@ -189,21 +189,21 @@ func TestSandboxEndsWhenSupervisorDiesAtTheDoor(t *testing.T) {
 		}
 		b, _ := os.ReadFile(outPath)
 		if strings.Contains(string(b), "NPROC") {
-			t.Fatalf("the vat ran with no task limit once its supervisor died at the door (%s): %q", tasksLimit(sandbox), b)
+			t.Fatalf("the vat ran with no task limit once its supervisor died at the block (%s): %q", tasksLimit(sandbox), b)
 		}
 		if !gone {
-			t.Fatalf("the sandbox's process (%s) still waits 5 s after its supervisor died at the door; out %q", procField(sandbox, "Name:"), b)
+			t.Fatalf("the sandbox's process (%s) still waits 5 s after its supervisor died at the block; out %q", procField(sandbox, "Name:"), b)
 		}
 		return
 	}
 }
 
-// TestStartCancelledAtTheDoor: a start whose context ended once bwrap had
+// TestStartCancelledAtTheBlock: a start whose context ended once bwrap had
 // made the sandbox's process killed bwrap alone; that process, waiting at the
-// door (or for bwrap's go-ahead), held bwrap's stderr, so Start waited for
+// block (or for bwrap's go-ahead), held bwrap's stderr, so Start waited for
 // good (and with it the vat's stop, removal or the supervisor's shutdown).
 // Now the process group goes: Start returns and nothing of the wall is left.
-func TestStartCancelledAtTheDoor(t *testing.T) {
+func TestStartCancelledAtTheBlock(t *testing.T) {
 	cancelled := 0
 	for round := 0; round < 8; round++ {
 		f := newFixture(t, "cancel")
@@ -288,19 +288,19 @@ func TestStartCancelledAtTheDoor(t *testing.T) {
 	}
 }
 
-// TestDoorOfAGoneSandbox: a sandbox that fails before its door (a bind
+// TestBlockOfAGoneSandbox: a sandbox that fails before its block (a bind
 // bubblewrap cannot make) ends, and bubblewrap with it. If that happens
-// between its limit and the door's byte, the byte finds no reader: Start
-// took that EPIPE for a failure of its own ("opening the wall's door: ...
+// between its limit and the block's byte, the byte finds no reader: Start
+// took that EPIPE for a failure of its own ("releasing the wall's block: ...
 // broken pipe") where a gone sandbox (ESRCH) lets the wall end with
 // bubblewrap's reason and its hint (TestEntryUnreachable).
-func TestDoorOfAGoneSandbox(t *testing.T) {
+func TestBlockOfAGoneSandbox(t *testing.T) {
 	sleep := exec.Command("sleep", "30")
 	if err := sleep.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = sleep.Process.Kill(); _ = sleep.Wait() }()
-	d, err := newDoor()
+	d, err := newBlock()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +308,7 @@ func TestDoorOfAGoneSandbox(t *testing.T) {
 	_ = d.r.Close() // the sandbox and bubblewrap: gone
 	err = limit(sleep.Process.Pid, &Plan{MaxTasks: 4096, HostUID: -1, HostGID: -1}, nil, d.w)
 	if err == nil || !sandboxGone(err) {
-		t.Errorf("limit at a door with no reader = %v; want an error that says the sandbox is gone", err)
+		t.Errorf("limit at a block with no reader = %v; want an error that says the sandbox is gone", err)
 	}
 }
 
@@ -343,7 +343,7 @@ func TestLimitOfAGoneSandbox(t *testing.T) {
 	if err := gone.Run(); err != nil {
 		t.Fatal(err)
 	}
-	d, err := newDoor()
+	d, err := newBlock()
 	if err != nil {
 		t.Fatal(err)
 	}
