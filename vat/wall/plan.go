@@ -85,7 +85,7 @@ type Op struct {
 	id  fileID // fd kinds: the source's identity when planned
 }
 
-// Plan is one walled spawn, computed from a Spec without side effects.
+// Plan is one walled spawn, computed from a Spec by BuildPlan.
 type Plan struct {
 	ID   string
 	Tier string // TierWalled or TierWalledNoSeccomp

@@ -1,21 +1,38 @@
-// Package wall builds and starts the bubblewrap sandbox ("wall") a vat runs
-// in: a pure plan (bwrap argv, binds, environment, fds) from a Spec, then the
-// launch. It fails closed: a wall that cannot be built returns an error and
-// nothing runs.
+// Package wall builds and starts the bubblewrap sandbox ("wall") a vat runs in.
 //
-// A wall has new user, pid, ipc, uts, cgroup and network namespaces (loopback
-// only), no capabilities, the seccomp filter of package seccomp, a read-only
-// root with the system folders, a few /etc files (passwd and group made for
-// the vat), its code read-only, its data folder read-write by fd, its run
-// folder at /run/toybox, and the owner's files; every .env and .mcp.json in a
-// bound tree is masked. When the supervisor is root, bwrap runs as Spec.UID
-// (65534 by default) so nothing in the wall maps onto host root.
+// BuildPlan turns a Spec into a Plan: the mounts, the environment, the command.
+// It reads the filesystem to resolve paths and find secrets, and changes nothing.
+// Start renders the Plan as bwrap's options and descriptors, then launches it.
+// It fails closed: a wall that cannot be built returns an error and nothing runs.
 //
-// Descriptors: fdTable numbers everything bwrap inherits. toybox-entry
-// is every wall's pid 1 (bubblewrap keeps no init of its own), run from
-// its own descriptor (--cap-fd for its own capability, absent for a vat
-// with no way out; --app-cap-fd for the app's); it serves the proxy and
-// makes the app's capability its fd 3. The app holds exactly fds 0-3.
+// A wall has new user, pid, ipc, uts, cgroup and network namespaces.
+// Its network is loopback only.
+// It has no capabilities and the seccomp filter of package seccomp.
+// Its root is read-only, with the system folders and a few /etc files.
+// passwd and group are made for the vat.
+// Its code is read-only, its data folder read-write by fd.
+// Its run folder is at /run/toybox.
+// The owner's files are bound where the owner named them.
+// Every .env and .mcp.json in a bound tree is masked.
+// When the supervisor is root, bwrap runs as Spec.UID (65534 by default).
+// So nothing in the wall maps onto host root.
+//
+// Descriptors: fdTable numbers everything bwrap inherits.
+// toybox-entry is every wall's pid 1 (bubblewrap keeps no init of its own).
+// It runs from its own descriptor.
+// --cap-fd is its own capability, absent for a vat with no way out.
+// --app-cap-fd is the app's, which it makes the app's fd 3.
+// It serves the proxy. The app holds exactly fds 0-3.
+//
+// The files, by concern:
+//   - policy.go: what every wall binds, shows in /etc and masks.
+//   - plan.go: Spec to Plan. binds.go, hostbind.go: the binds and masks.
+//   - env.go: the app's environment.
+//   - etcview*.go, devdir_linux.go: the /etc view and /dev folder walls share.
+//   - render_linux.go, gate_linux.go: bwrap's options, its fds, the seccomp pipe.
+//   - start_linux.go: Start and its block. process_linux.go: Stop, Wait, reap.
+//   - limits_linux.go: the cgroup, task limit and oom_score_adj.
+//   - host.go: what one supervisor's walls share (Host).
 package wall
 
 import (
