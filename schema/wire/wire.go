@@ -83,25 +83,6 @@ func NewConn(uc *net.UnixConn, acceptFDs bool) *Conn {
 // Unix returns the underlying connection (for peer credentials).
 func (c *Conn) Unix() *net.UnixConn { return c.uc }
 
-// PeerCred reports the peer's pid, uid and gid (SO_PEERCRED).
-func (c *Conn) PeerCred() (pid int32, uid, gid uint32, err error) {
-	raw, err := c.uc.SyscallConn()
-	if err != nil {
-		return 0, 0, 0, err
-	}
-	var cred *syscall.Ucred
-	var serr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, serr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
-	}); err != nil {
-		return 0, 0, 0, err
-	}
-	if serr != nil {
-		return 0, 0, 0, os.NewSyscallError("getsockopt SO_PEERCRED", serr)
-	}
-	return cred.Pid, cred.Uid, cred.Gid, nil
-}
-
 // SendFD queues a duplicate of f to be sent to the peer and returns the
 // sequence number the peer will know it by. The caller keeps ownership of f.
 // The descriptor leaves with the next write on the connection, so a message
