@@ -109,3 +109,10 @@ func (s *Supervisor) takeDamaged(v *vat) func() {
 		v.mu.Unlock()
 	}
 }
+
+// unreadable reports whether v's record cannot be read and has no good
+// copy: nothing of it runs, so an install over it is a fresh one. The
+// caller holds v.mu.
+func (v *vat) unreadable() bool {
+	return v.damaged != "" && v.code.Manifest == nil
+}

@@ -1,0 +1,484 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"toybox/labels"
+	"toybox/vat/grant"
+	"toybox/vat/manifest"
+	"toybox/vat/store"
+	"toybox/vat/words"
+)
+
+// InstallRequest is one PUT /<vat>.
+type InstallRequest struct {
+	ID string
+	// Code is the stored code to run, as store.Put returned it: pinned.
+	// Install releases that pin when it ends.
+	Code store.Code
+	// Egress is the owner's ?egress= value ("" for none).
+	Egress string
+	// EgressSent says the owner sent ?egress= at all. An upgrade without
+	// it keeps the grant the owner typed before (as env carries over); an
+	// empty ?egress= leaves the manifest's defaults alone.
+	EgressSent bool
+	// Env holds the owner's values; nil on an upgrade keeps the old
+	// values of keys the new manifest still declares.
+	Env map[string]string
+	// Limits are the owner's limits (within the operator's), when
+	// LimitsSent; an upgrade without them keeps the old ones.
+	Limits     store.Limits
+	LimitsSent bool
+	// MCP is the owner's ?mcp= for a single executable ("stdio" or
+	// "http"); MCPSent says it was sent. An upgrade of a single
+	// executable without it keeps the one sent before.
+	MCP     string
+	MCPSent bool
+	// Listen is the owner's ?listen= for a single executable (the TCP
+	// port its app listens on); ListenSent says it was sent. An upgrade
+	// of a single executable without it keeps the one sent before.
+	Listen     int
+	ListenSent bool
+}
+
+// Outcome says how an install went.
+type Outcome int
+
+// Outcomes.
+const (
+	// Installed: a new vat, running.
+	Installed Outcome = iota + 1
+	// Upgraded: the new code runs; the data folder carried over.
+	Upgraded
+	// InstalledOff: a new vat, recorded, that did not come up (see its
+	// status).
+	InstalledOff
+)
+
+// Install installs or upgrades vat req.ID. Input problems are ErrBadInput
+// and change nothing. An upgrade whose new code does not come up is rolled
+// back: the old version runs again, the record is unchanged, and the error
+// says why.
+func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
+	// The pin store.Put took on the code goes when this install ends (its
+	// record names the code by then, or it gave up, a bad id included),
+	// then whatever it left unused: the version an upgrade replaced, or
+	// its own code.
+	defer s.pruneCode()
+	defer s.cfg.Store.Release(req.Code.Digest)
+	if !labels.ValidVatID(req.ID) {
+		return Status{}, 0, fmt.Errorf("%w: vat id %q is not [a-z0-9][a-z0-9-]{0,62}", ErrBadInput, req.ID)
+	}
+	v, err := s.lockVat(req.ID, true)
+	if err != nil {
+		return Status{}, 0, err
+	}
+	defer v.op.Unlock()
+	v.mu.Lock()
+	old := struct {
+		rec     store.Record
+		code    store.Code
+		grant   []labels.Set
+		dropped []grant.Dropped
+		run     *instance
+	}{v.rec, v.code, v.grant, v.dropped, v.run}
+	// A vat whose record cannot be read (and has no good copy) is
+	// installed afresh, on the uid it held: nothing of it runs to upgrade
+	// or roll back to. Should the install fail, it stays as it was.
+	damaged := v.unreadable()
+	v.mu.Unlock()
+	existed := old.rec.ID != "" && !damaged
+	giveUp := func() {
+		if !existed && !damaged {
+			s.forget(v)
+		}
+	}
+
+	c, err := s.validate(req, old.rec, old.code.Manifest, existed)
+	var g []labels.Set
+	var dropped []grant.Dropped
+	if err == nil {
+		g, dropped, err = s.grantFor(req.Code, c.egress)
+	}
+	rec := store.Record{ID: req.ID, Code: req.Code.Ref(), Egress: c.egress, Env: c.env, Installed: time.Now().UTC(), UID: old.rec.UID, Limits: c.limits, MCP: c.mcp, Listen: c.listen}
+	if err == nil && rec.UID == 0 {
+		rec.UID, err = s.allocUID(v)
+	}
+	if err != nil {
+		giveUp()
+		return Status{}, 0, err
+	}
+	s.logDropped(req.ID, dropped)
+	var undamage func()
+	if damaged {
+		undamage = s.takeDamaged(v)
+	}
+
+	// Stop the old version (SIGTERM, grace, SIGKILL), then start the new.
+	// Meanwhile it is not serving: visitors get 503 with Retry-After, not
+	// an app that is going away.
+	if old.run != nil {
+		v.mu.Lock()
+		old.run.markStopping(words.Stopping)
+		v.mu.Unlock()
+		old.run.stopAndWait()
+	}
+	v.mu.Lock()
+	v.rec, v.code, v.grant, v.dropped = rec, req.Code, g, dropped
+	v.restarts, v.lastExit, v.lastError, v.word = 0, "", "", words.Starting
+	v.mu.Unlock()
+	in := s.launch(v)
+	v.mu.Lock()
+	v.run = in
+	v.mu.Unlock()
+	readyErr := in.waitReady()
+	rollback := func(kind, why error) (Status, Outcome, error) {
+		// The new version, up or not, is not served while it stops: the
+		// old one starts again after it.
+		v.mu.Lock()
+		in.markStopping(words.Stopping)
+		v.mu.Unlock()
+		in.stopAndWait()
+		s.log.Warn("upgrade rolled back", keyVat, req.ID, keyCode, rec.Code, keyErr, why)
+		v.mu.Lock()
+		v.rec, v.code, v.grant, v.dropped = old.rec, old.code, old.grant, old.dropped
+		v.restarts, v.lastExit, v.word = 0, "", words.Starting
+		v.lastError = "upgrade to " + rec.Code + " failed: " + why.Error()
+		v.mu.Unlock()
+		back := s.launch(v)
+		v.mu.Lock()
+		v.run = back
+		v.mu.Unlock()
+		_ = back.waitReady()
+		return s.status(v), 0, fmt.Errorf("%w: %w; the old version (%s) runs again", kind, why, old.rec.Code)
+	}
+	if readyErr != nil && existed {
+		return rollback(ErrUpgradeRefused, fmt.Errorf("the new version did not come up: %w", readyErr))
+	}
+	if readyErr == nil {
+		// What MCP server it is, recorded with its code (R4, R55).
+		rec.MCPProbe = s.probeMCP(s.ctx, in, rec.Code)
+		v.mu.Lock()
+		v.rec.MCPProbe = rec.MCPProbe
+		v.mu.Unlock()
+	}
+	if err := s.cfg.Store.SaveRecord(rec); err != nil {
+		err = fmt.Errorf("saving the vat record: %w", err)
+		if existed {
+			return rollback(ErrUpgradeFailed, err)
+		}
+		v.mu.Lock()
+		in.markStopping(words.OffStopped)
+		v.mu.Unlock()
+		in.stopAndWait()
+		if damaged {
+			// Its uid stays reserved, its record as damaged as it was.
+			v.mu.Lock()
+			v.run = nil
+			v.mu.Unlock()
+			undamage()
+			return Status{}, 0, err
+		}
+		// Its folders went to a uid that is free again, and may go to the
+		// next vat installed: kept as a removal keeps them.
+		if rerr := s.cfg.Store.Retire(req.ID); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("keeping the data of %s: %w", req.ID, rerr))
+		}
+		s.forget(v)
+		return Status{}, 0, err
+	}
+	// The record reads again.
+	s.mu.Lock()
+	v.reserved, v.uidUnknown = nil, false
+	s.mu.Unlock()
+	v.mu.Lock()
+	v.damaged, v.keepCodes = "", nil
+	v.mu.Unlock()
+	v.mu.Lock()
+	v.run = in
+	v.mu.Unlock()
+	s.log.Info("vat installed", keyVat, req.ID, keyCode, rec.Code, "upgrade", existed, keyWord, s.status(v).Status)
+	switch {
+	case readyErr != nil:
+		return s.status(v), InstalledOff, nil
+	case existed:
+		return s.status(v), Upgraded, nil
+	}
+	return s.status(v), Installed, nil
+}
+
+// Check validates an install before its code is stored, as Install will
+// (validate). It changes nothing.
+func (s *Supervisor) Check(req InstallRequest) error {
+	if !labels.ValidVatID(req.ID) {
+		return fmt.Errorf("%w: vat id %q is not [a-z0-9][a-z0-9-]{0,62}", ErrBadInput, req.ID)
+	}
+	var old store.Record
+	var oldM *manifest.Manifest
+	existed := false
+	if v, ok := s.get(req.ID); ok {
+		v.mu.Lock()
+		old, oldM = v.rec, v.code.Manifest
+		existed = old.ID != "" && !v.unreadable()
+		v.mu.Unlock()
+	}
+	_, err := s.validate(req, old, oldM, existed)
+	return err
+}
+
+// checked is what an install runs with, once validate has checked it.
+type checked struct {
+	egress string            // the grant the owner typed (ownerEgress)
+	mcp    string            // the ?mcp= that counts (ownerMCP)
+	listen int               // the ?listen= that counts (ownerListen)
+	env    map[string]string // the owner's values, or the old ones carried over
+	limits store.Limits      // the owner's limits: sent, or the old ones
+}
+
+// validate checks install req over the vat it replaces: its record old and
+// manifest oldM, when existed. It checks, in order:
+//  1. the grant and the doors the manifest names;
+//  2. the owner's limits against the operator's;
+//  3. the MCP server config;
+//  4. the ?listen= port;
+//  5. the env values, or the old ones an upgrade carries over.
+//
+// Check (before the code is stored) and Install both call it. It changes
+// nothing.
+func (s *Supervisor) validate(req InstallRequest, old store.Record, oldM *manifest.Manifest, existed bool) (checked, error) {
+	m := req.Code.Manifest
+	c := checked{
+		egress: ownerEgress(req, old, existed),
+		mcp:    ownerMCP(req, old, existed),
+		listen: ownerListen(req, old, existed),
+		env:    req.Env,
+		limits: old.Limits,
+	}
+	if req.LimitsSent {
+		c.limits = req.Limits
+	}
+	if _, err := s.checkGrant(req.ID, m, c.egress); err != nil {
+		return checked{}, err
+	}
+	if err := s.checkLimits(c.limits); err != nil {
+		return checked{}, err
+	}
+	if err := s.checkMCP(req.ID, req.Code, c.mcp); err != nil {
+		return checked{}, err
+	}
+	if err := checkListen(req.Code, c.mcp, c.listen); err != nil {
+		return checked{}, err
+	}
+	if c.env == nil && existed {
+		var err error
+		if c.env, err = carryEnv(m, oldM, old.Env); err != nil {
+			return checked{}, err
+		}
+	}
+	if err := checkEnv(m.Env, m.Sandbox.Files, c.env); err != nil {
+		return checked{}, err
+	}
+	return c, nil
+}
+
+// ownerEgress is the grant the owner typed for this install: what it sent,
+// or, on an upgrade that sent no ?egress=, the one it typed before.
+func ownerEgress(req InstallRequest, old store.Record, existed bool) string {
+	if !req.EgressSent && existed {
+		return old.Egress
+	}
+	return req.Egress
+}
+
+// ownerMCP is the ?mcp= that counts for this install (ownerParam).
+func ownerMCP(req InstallRequest, old store.Record, existed bool) string {
+	return ownerParam(req, req.MCPSent, req.MCP, old.MCP, existed)
+}
+
+// ownerListen is the ?listen= that counts for this install (ownerParam).
+func ownerListen(req InstallRequest, old store.Record, existed bool) int {
+	return ownerParam(req, req.ListenSent, req.Listen, old.Listen, existed)
+}
+
+// ownerParam is what counts for this install of a parameter only a single
+// executable takes (?mcp=, ?listen=): what the owner sent, or, on an
+// upgrade of a single executable that sent none, the one sent before. A
+// bundle says it in its manifest and has none.
+func ownerParam[T any](req InstallRequest, sent bool, value, old T, existed bool) T {
+	switch {
+	case sent:
+		return value
+	case existed && !req.Code.Bundle:
+		return old
+	}
+	var none T
+	return none
+}
+
+// checkListen checks the ?listen= a single executable would run with: none
+// for a bundle (its manifest says listen), and none for a stdio MCP server.
+func checkListen(code store.Code, mcpParam string, port int) error {
+	if port == 0 {
+		return nil
+	}
+	if code.Bundle {
+		return fmt.Errorf("%w: %w: ?listen= is for a single executable; a bundle says \"listen\" in its manifest.json", ErrBadInput, manifest.ErrBadListen)
+	}
+	if err := manifest.CheckListen(&manifest.Listen{Port: port}, mcpOf(code, store.Record{MCP: mcpParam})); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadInput, err)
+	}
+	return nil
+}
+
+// listenOf is the TCP port the app of code installed with rec listens on:
+// its manifest's listen.port, or, for a single executable, the owner's
+// ?listen=. 0 when it listens on $TOYBOX_LISTEN itself.
+func listenOf(code store.Code, rec store.Record) int {
+	if code.Manifest != nil && code.Manifest.Listen != nil {
+		return code.Manifest.Listen.Port
+	}
+	if !code.Bundle {
+		return rec.Listen
+	}
+	return 0
+}
+
+// checkMCP checks the MCP server config vat id would run with: ?mcp= only
+// for a single executable, and no vat that authenticates its own clients
+// while it holds toybox tokens (they would be checked by nobody).
+func (s *Supervisor) checkMCP(id string, code store.Code, param string) error {
+	if param != "" {
+		if code.Bundle {
+			return fmt.Errorf("%w: %w: ?mcp= is for a single executable; a bundle says \"mcp\" in its manifest.json", ErrBadInput, manifest.ErrBadMCP)
+		}
+		if _, err := manifest.ParseMCPQuery(param); err != nil {
+			return fmt.Errorf("%w: %w", ErrBadInput, err)
+		}
+	}
+	cfg := mcpOf(code, store.Record{MCP: param})
+	if cfg != nil && cfg.Auth == manifest.AuthVat && s.tokens.Has(id) {
+		return fmt.Errorf("%w: %w: vat %s holds %d toybox tokens, which a server that authenticates its own clients (mcp.auth: vat) would never see checked: revoke them first (DELETE /%s/tokens/<id>)",
+			ErrBadInput, manifest.ErrBadMCP, id, len(s.tokens.List(id)), id)
+	}
+	return nil
+}
+
+// checkGrant checks what vat id's manifest asks for: its egress grant, and
+// the doors it names against the operator's door table.
+func (s *Supervisor) checkGrant(id string, m *manifest.Manifest, egress string) ([]labels.Set, error) {
+	g, err := m.Grant(egress)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadInput, err)
+	}
+	if len(g) > 0 && s.cfg.Upstream == nil {
+		return nil, fmt.Errorf("%w: this supervisor holds no switchboard socket, so it can grant no egress", ErrBadInput)
+	}
+	if err := s.checkOwnPorts(g); err != nil {
+		return nil, err
+	}
+	if err := s.cfg.Doors.CheckManifest(id, m.Doors); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadInput, err)
+	}
+	return g, nil
+}
+
+// carryEnv keeps the old values of the keys m still declares, for an
+// upgrade that sends no env. A value keeps the meaning the owner gave it:
+// the new manifest may use it as the old one did, or for less (a bind
+// dropped, a read-write bind made read-only), never for more. Text that
+// becomes a bind, or a read that becomes a write, is the owner's to confirm
+// by sending env again.
+func carryEnv(m, oldM *manifest.Manifest, old map[string]string) (map[string]string, error) {
+	env := map[string]string{}
+	for _, k := range m.Env {
+		val, ok := old[k]
+		if !ok {
+			continue
+		}
+		was, now := envRole(oldM, k), envRole(m, k)
+		if now != was && now != rolePlain && !(now == roleRead && (was == roleWrite || was == roleOAuth)) {
+			return nil, fmt.Errorf("%w: %s: the old version %s, the new one %s; send env again to confirm its value (?env=)", ErrBadInput, k, was, now)
+		}
+		env[k] = val
+	}
+	return env, nil
+}
+
+// What a manifest does with the value of an env key.
+const (
+	rolePlain = "takes it as text"
+	roleRead  = "reads it (sandbox.files.read)"
+	roleWrite = "writes it (sandbox.files.write)"
+	roleOAuth = "keeps a read-write folder there (sandbox.files.oauthDir)"
+)
+
+func envRole(m *manifest.Manifest, k string) string {
+	switch {
+	case m == nil:
+		return rolePlain
+	case slices.Contains(m.Sandbox.Files.OAuthDir, k):
+		return roleOAuth
+	case slices.Contains(m.Sandbox.Files.Write, k):
+		return roleWrite
+	case slices.Contains(m.Sandbox.Files.Read, k):
+		return roleRead
+	}
+	return rolePlain
+}
+
+// checkEnv refuses values for undeclared keys, values too long or holding a
+// NUL byte, and bind paths that are not absolute.
+func checkEnv(declared []string, files manifest.Files, env map[string]string) error {
+	ok := map[string]bool{}
+	for _, k := range declared {
+		ok[k] = true
+	}
+	for k, val := range env {
+		if !ok[k] {
+			return fmt.Errorf("%w: env key %q is not declared by the manifest", ErrBadInput, k)
+		}
+		if len(val) > 64<<10 {
+			return fmt.Errorf("%w: env value of %q is too long", ErrBadInput, k)
+		}
+		// No process can be given it (execve ends a string there): the vat
+		// would be recorded and never start, or an upgrade stop the old
+		// version for nothing.
+		if strings.IndexByte(val, 0) >= 0 {
+			return fmt.Errorf("%w: env value of %q holds a NUL byte", ErrBadInput, k)
+		}
+	}
+	for k, what := range fileKeys(files) {
+		if val := env[k]; val != "" && (val[0] != '/' || containsDotDot(val)) {
+			return fmt.Errorf("%w: %s of %s must be an absolute path without .., got %q", ErrBadInput, k, what, val)
+		}
+	}
+	return nil
+}
+
+// fileKeys maps each env key sandbox.files names to what it binds.
+func fileKeys(f manifest.Files) map[string]string {
+	out := map[string]string{}
+	for _, k := range f.Read {
+		out[k] = "sandbox.files.read"
+	}
+	for _, k := range f.Write {
+		out[k] = "sandbox.files.write"
+	}
+	for _, k := range f.OAuthDir {
+		out[k] = "sandbox.files.oauthDir"
+	}
+	return out
+}
+
+func containsDotDot(p string) bool {
+	for _, part := range strings.Split(p, "/") {
+		if part == ".." {
+			return true
+		}
+	}
+	return false
+}

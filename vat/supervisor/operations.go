@@ -1,0 +1,168 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+
+	"toybox/labels"
+	"toybox/vat/store"
+	"toybox/vat/switches"
+	"toybox/vat/words"
+)
+
+// Restart stops vat id and starts it again on the same code, clearing its
+// crash count. It revives a vat that is off.
+func (s *Supervisor) Restart(id string) (Status, error) {
+	v, err := s.lockVat(id, false)
+	if err != nil {
+		return Status{}, err
+	}
+	defer v.op.Unlock()
+	v.mu.Lock()
+	in, loaded := v.run, v.code.Manifest != nil
+	if in != nil {
+		in.markStopping(words.Stopping)
+	}
+	v.mu.Unlock()
+	if in != nil {
+		in.stopAndWait()
+	}
+	if !loaded {
+		v.mu.Lock()
+		damaged := v.damaged
+		v.mu.Unlock()
+		if damaged != "" {
+			return s.status(v), fmt.Errorf("%w: vat %s: %s", ErrBadInput, id, damaged)
+		}
+		return s.status(v), fmt.Errorf("%w: vat %s has no loadable code", ErrBadInput, id)
+	}
+	v.mu.Lock()
+	v.restarts, v.lastError, v.word = 0, "", words.Starting
+	v.mu.Unlock()
+	in = s.launch(v)
+	v.mu.Lock()
+	v.run = in
+	v.mu.Unlock()
+	_ = in.waitReady()
+	return s.status(v), nil
+}
+
+// Remove stops vat id and deletes its record; with purge, its data too.
+func (s *Supervisor) Remove(id string, purge bool) error {
+	v, err := s.lockVat(id, false)
+	if err != nil {
+		return err
+	}
+	defer v.op.Unlock()
+	// The owner's choice to run this vat without a wall goes with it: code
+	// installed later under the same id is walled unless chosen again.
+	// Cleared first: a failure to clear it stops nothing. (Should removing
+	// the record fail after it, the vat stays installed, walled.)
+	if err := s.cfg.Switches.SetChoice(id, true); err != nil && !errors.Is(err, switches.ErrNoStateDir) {
+		return fmt.Errorf("clearing the wall choice of %s: %w", id, err)
+	}
+	// Visitors meanwhile are told it is being removed, not that it runs.
+	v.mu.Lock()
+	in := v.run
+	v.run = nil
+	if in != nil {
+		in.markStopping(words.OffRemoved)
+	}
+	v.mu.Unlock()
+	if in != nil {
+		in.stopAndWait()
+	}
+	v.setWord(words.OffRemoved)
+	// Its tokens go before its record: a vat installed later under the
+	// same id opens to none of them. Should they stay, so does the record
+	// (off), and a second DELETE tries again.
+	if err := s.tokens.Forget(id); err != nil {
+		return err
+	}
+	s.closeBridge(v)
+	if err := s.cfg.Store.DeleteRecord(id); err != nil {
+		return fmt.Errorf("removing the record of %s: %w", id, err)
+	}
+	// Its folders are dealt with before the id is free again (an install
+	// under the same id waits for this vat's op lock until forget).
+	var ferr error
+	if purge {
+		// Its file system first (unmounted, its image removed): then the
+		// folder it was mounted on goes with the rest.
+		if err := s.cfg.Disks.Remove(id, s.cfg.Store.DataDir(id)); err != nil {
+			ferr = fmt.Errorf("removing the disk of %s: %w", id, err)
+		} else if err := s.cfg.Store.Purge(id); err != nil {
+			ferr = fmt.Errorf("purging the data of %s: %w", id, err)
+		}
+	} else {
+		if err := s.cfg.Store.Retire(id); err != nil {
+			// Its uid may go to the next vat: that vat must not own this data.
+			ferr = fmt.Errorf("keeping the data of %s: %w", id, err)
+		}
+		// Kept in its image, which comes back with an install of the id.
+		if err := s.cfg.Disks.Unmount(s.cfg.Store.DataDir(id)); err != nil {
+			ferr = errors.Join(ferr, fmt.Errorf("unmounting the data of %s: %w", id, err))
+		}
+	}
+	s.forget(v)
+	// Its record is gone, so is its code whatever became of its folders.
+	s.pruneCode()
+	if ferr != nil {
+		return ferr
+	}
+	s.log.Info("vat removed", keyVat, id, "purged", purge)
+	return nil
+}
+
+// SetLimits records the owner's limits for vat id (within the operator's)
+// and restarts it under them.
+func (s *Supervisor) SetLimits(id string, l store.Limits) (Status, error) {
+	if err := s.checkLimits(l); err != nil {
+		return Status{}, err
+	}
+	v, err := s.lockVat(id, false)
+	if err != nil {
+		return Status{}, err
+	}
+	v.mu.Lock()
+	rec := v.rec
+	v.mu.Unlock()
+	if rec.ID == "" {
+		v.op.Unlock()
+		return Status{}, fmt.Errorf("%w: %q", ErrNoVat, id)
+	}
+	rec.Limits = l
+	err = s.cfg.Store.SaveRecord(rec)
+	if err == nil {
+		v.mu.Lock()
+		v.rec.Limits = l
+		v.mu.Unlock()
+	}
+	v.op.Unlock()
+	if err != nil {
+		return Status{}, fmt.Errorf("saving the vat record: %w", err)
+	}
+	s.log.Info("owner's limits", keyVat, id, "memory_mib", l.MemoryMiB, "cpus", l.CPUs, "disk_mib", l.DiskMiB)
+	return s.Restart(id)
+}
+
+// SetWalled records the owner's choice for vat id and restarts it.
+func (s *Supervisor) SetWalled(id string, walled bool) (Status, error) {
+	if !labels.ValidVatID(id) {
+		return Status{}, fmt.Errorf("%w: vat id %q is not valid", ErrBadInput, id)
+	}
+	// Only for an installed vat, and under its lock, so a choice is never
+	// stored ahead for an id whose code is not chosen yet, nor left behind
+	// by a removal running at the same time.
+	v, err := s.lockVat(id, false)
+	if err != nil {
+		return Status{}, err
+	}
+	err = s.cfg.Switches.SetChoice(id, walled)
+	v.op.Unlock()
+	if err != nil {
+		return Status{}, err
+	}
+	s.log.Info("owner's wall choice", keyVat, id, "walled", walled)
+	return s.Restart(id)
+}
