@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,120 +34,198 @@ import (
 //	DELETE /<vat>[?purge=1]      stop and remove it (data kept unless purge)
 //
 // Answers are JSON; errors are {"error": "..."} with 400 for bad input.
+// Slashes at either end of the path are ignored. The checks run in order:
+//  1. a path of more than three segments, or of three not under tokens: 404;
+//  2. a vat id that is not valid: 400;
+//  3. a method the path does not take: 405.
 func (s *Supervisor) AdminHandler() http.Handler {
+	mux := http.NewServeMux()
+	// A GET pattern takes HEAD too; the admin API answers HEAD nowhere.
+	get := func(pattern string, h http.Handler) {
+		mux.Handle("GET "+pattern, h)
+		mux.Handle("HEAD "+pattern, notAdmin(pattern))
+	}
+	get("/{$}", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, s.List())
+	}))
+	mux.Handle("/{$}", notAdmin("/{$}"))
+	mux.Handle("PUT /{vat}", withVat(func(w http.ResponseWriter, r *http.Request, id string) {
+		if onlyEgress(r) {
+			s.handleRegrant(w, r, id)
+			return
+		}
+		s.handleInstall(w, r, id)
+	}))
+	mux.Handle("PATCH /{vat}", withVat(s.handleRegrant))
+	get("/{vat}", withVat(s.handleStatus))
+	mux.Handle("DELETE /{vat}", withVat(s.handleRemove))
+	get("/{vat}/logs", withVat(s.handleLogs))
+	mux.Handle("POST /{vat}/restart", withVat(s.handleRestart))
+	mux.Handle("POST /{vat}/limits", withVat(s.handleLimits))
+	mux.Handle("POST /{vat}/walls", withVat(s.handleWalls))
+	mux.Handle("POST /{vat}/tokens", withVat(func(w http.ResponseWriter, _ *http.Request, id string) { s.handleMint(w, id) }))
+	get("/{vat}/tokens", withVat(s.handleTokens))
+	mux.Handle("DELETE /{vat}/tokens/{token}", withVat(s.handleRevoke))
+	for _, p := range []string{"/{vat}", "/{vat}/{op}", "/{vat}/tokens/{token}"} {
+		mux.Handle(p, notAdmin(p))
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
-		id := parts[0]
-		sub, ref := "", ""
-		if len(parts) >= 2 {
-			sub = parts[1]
-		}
-		if len(parts) == 3 && sub == "tokens" {
-			ref = parts[2]
-		}
-		if len(parts) > 3 || len(parts) == 3 && sub != "tokens" {
+		if len(parts) > 3 || len(parts) == 3 && parts[1] != "tokens" {
 			writeErr(w, http.StatusNotFound, fmt.Errorf("no such admin path %q", r.URL.Path))
 			return
 		}
-		if id == "" {
-			if r.Method != http.MethodGet {
-				writeErr(w, http.StatusMethodNotAllowed, fmt.Errorf("%s / is not allowed (GET lists the vats)", r.Method))
-				return
-			}
-			writeJSON(w, http.StatusOK, s.List())
-			return
+		mux.ServeHTTP(w, adminRequest(r, parts))
+	})
+}
+
+// adminPathKey is the context key of the path an admin request came with
+// (the mux sees its canonical form, adminRequest).
+type adminPathKey struct{}
+
+// adminRequest is r with its path the canonical form of parts: one slash
+// before each, every segment escaped. So the mux matches what the owner
+// sent and never redirects (a segment "." or ".." included).
+func adminRequest(r *http.Request, parts []string) *http.Request {
+	raw := make([]string, len(parts))
+	for i, p := range parts {
+		raw[i] = url.PathEscape(p)
+		if p == "." || p == ".." {
+			raw[i] = strings.Repeat("%2E", len(p))
 		}
+	}
+	r2 := r.WithContext(context.WithValue(r.Context(), adminPathKey{}, r.URL.Path))
+	u := *r.URL
+	u.Path, u.RawPath = "/"+strings.Join(parts, "/"), "/"+strings.Join(raw, "/")
+	r2.URL = &u
+	r2.RequestURI = u.RequestURI()
+	return r2
+}
+
+// adminPath is the path admin request r came with.
+func adminPath(r *http.Request) string {
+	if p, ok := r.Context().Value(adminPathKey{}).(string); ok {
+		return p
+	}
+	return r.URL.Path
+}
+
+// withVat serves a request for one vat, {vat} in the pattern, once its id
+// is valid.
+func withVat(h func(w http.ResponseWriter, r *http.Request, id string)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("vat")
 		if !labels.ValidVatID(id) {
 			writeErr(w, http.StatusBadRequest, fmt.Errorf("%w: vat id %q is not [a-z0-9][a-z0-9-]{0,62}", ErrBadInput, id))
 			return
 		}
-		switch {
-		case sub == "" && (r.Method == http.MethodPatch || r.Method == http.MethodPut && onlyEgress(r)):
-			s.handleRegrant(w, r, id)
-		case sub == "" && r.Method == http.MethodPut:
-			s.handleInstall(w, r, id)
-		case sub == "" && r.Method == http.MethodGet:
-			st, err := s.Status(id)
-			if err != nil {
-				writeErr(w, http.StatusNotFound, err)
-				return
-			}
-			writeJSON(w, http.StatusOK, st)
-		case sub == "" && r.Method == http.MethodDelete:
-			purge := r.URL.Query().Get("purge") == "1"
-			if err := s.Remove(id, purge); err != nil {
-				writeErr(w, statusFor(err), err)
-				return
-			}
-			writeJSON(w, http.StatusOK, map[string]any{"id": id, "removed": true, "purged": purge})
-		case sub == "logs" && r.Method == http.MethodGet:
-			b, err := s.Logs(id)
-			if err != nil {
-				writeErr(w, http.StatusNotFound, err)
-				return
-			}
-			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-			_, _ = w.Write(b)
-		case sub == "restart" && r.Method == http.MethodPost:
-			st, err := s.Restart(id)
-			if err != nil {
-				writeErr(w, statusFor(err), err)
-				return
-			}
-			writeJSON(w, http.StatusOK, st)
-		case sub == "limits" && r.Method == http.MethodPost:
-			q := r.URL.Query()
-			if err := onlyParams(q, limitParams...); err != nil {
-				writeErr(w, http.StatusBadRequest, err)
-				return
-			}
-			l, _, err := parseLimits(q)
-			if err != nil {
-				writeErr(w, http.StatusBadRequest, err)
-				return
-			}
-			st, err := s.SetLimits(id, l)
-			if err != nil {
-				writeErr(w, statusFor(err), err)
-				return
-			}
-			writeJSON(w, http.StatusOK, st)
-		case sub == "tokens" && ref == "" && r.Method == http.MethodPost:
-			s.handleMint(w, id)
-		case sub == "tokens" && ref == "" && r.Method == http.MethodGet:
-			infos, err := s.Tokens(id)
-			if err != nil {
-				writeErr(w, statusFor(err), err)
-				return
-			}
-			writeJSON(w, http.StatusOK, map[string]any{"id": id, "tokens": infos})
-		case sub == "tokens" && ref != "" && r.Method == http.MethodDelete:
-			info, err := s.RevokeToken(id, ref)
-			if err != nil {
-				writeErr(w, statusFor(err), err)
-				return
-			}
-			writeJSON(w, http.StatusOK, map[string]any{"id": id, "revoked": info.ID})
-		case sub == "walls" && r.Method == http.MethodPost:
-			var walled bool
-			switch r.URL.Query().Get("walled") {
-			case "true", "1":
-				walled = true
-			case "false", "0":
-			default:
-				writeErr(w, http.StatusBadRequest, fmt.Errorf("%w: want ?walled=true or ?walled=false", ErrBadInput))
-				return
-			}
-			st, err := s.SetWalled(id, walled)
-			if err != nil {
-				writeErr(w, statusFor(err), err)
-				return
-			}
-			writeJSON(w, http.StatusOK, st)
-		default:
-			writeErr(w, http.StatusMethodNotAllowed, fmt.Errorf("%s %s is not an admin operation", r.Method, r.URL.Path))
-		}
+		h(w, r, id)
 	})
+}
+
+// notAdmin answers a method that the path of pattern does not take: 405,
+// after the vat id is checked.
+func notAdmin(pattern string) http.Handler {
+	if pattern == "/{$}" {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			writeErr(w, http.StatusMethodNotAllowed, fmt.Errorf("%s / is not allowed (GET lists the vats)", r.Method))
+		})
+	}
+	return withVat(func(w http.ResponseWriter, r *http.Request, _ string) {
+		writeErr(w, http.StatusMethodNotAllowed, fmt.Errorf("%s %s is not an admin operation", r.Method, adminPath(r)))
+	})
+}
+
+func (s *Supervisor) handleStatus(w http.ResponseWriter, _ *http.Request, id string) {
+	st, err := s.Status(id)
+	if err != nil {
+		writeErr(w, http.StatusNotFound, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+func (s *Supervisor) handleRemove(w http.ResponseWriter, r *http.Request, id string) {
+	purge := r.URL.Query().Get("purge") == "1"
+	if err := s.Remove(id, purge); err != nil {
+		writeErr(w, statusFor(err), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"id": id, "removed": true, "purged": purge})
+}
+
+func (s *Supervisor) handleLogs(w http.ResponseWriter, _ *http.Request, id string) {
+	b, err := s.Logs(id)
+	if err != nil {
+		writeErr(w, http.StatusNotFound, err)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = w.Write(b)
+}
+
+func (s *Supervisor) handleRestart(w http.ResponseWriter, _ *http.Request, id string) {
+	st, err := s.Restart(id)
+	if err != nil {
+		writeErr(w, statusFor(err), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+func (s *Supervisor) handleLimits(w http.ResponseWriter, r *http.Request, id string) {
+	q := r.URL.Query()
+	if err := onlyParams(q, limitParams...); err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	l, _, err := parseLimits(q)
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	st, err := s.SetLimits(id, l)
+	if err != nil {
+		writeErr(w, statusFor(err), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+func (s *Supervisor) handleWalls(w http.ResponseWriter, r *http.Request, id string) {
+	var walled bool
+	switch r.URL.Query().Get("walled") {
+	case "true", "1":
+		walled = true
+	case "false", "0":
+	default:
+		writeErr(w, http.StatusBadRequest, fmt.Errorf("%w: want ?walled=true or ?walled=false", ErrBadInput))
+		return
+	}
+	st, err := s.SetWalled(id, walled)
+	if err != nil {
+		writeErr(w, statusFor(err), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+func (s *Supervisor) handleTokens(w http.ResponseWriter, _ *http.Request, id string) {
+	infos, err := s.Tokens(id)
+	if err != nil {
+		writeErr(w, statusFor(err), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"id": id, "tokens": infos})
+}
+
+func (s *Supervisor) handleRevoke(w http.ResponseWriter, r *http.Request, id string) {
+	info, err := s.RevokeToken(id, r.PathValue("token"))
+	if err != nil {
+		writeErr(w, statusFor(err), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"id": id, "revoked": info.ID})
 }
 
 // InstallResult is what PUT /<vat> answers.
