@@ -1,7 +1,10 @@
 package supervisor
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -18,14 +21,15 @@ import (
 func TestNoSeccompTableRunsWalledNoSeccomp(t *testing.T) {
 	for _, noTable := range []bool{false, true} {
 		t.Run(fmt.Sprintf("no table %v", noTable), func(t *testing.T) {
-			old := noSeccompTable
-			noSeccompTable = func() bool { return noTable }
-			t.Cleanup(func() { noSeccompTable = old })
 			specs := make(chan wall.Spec, 16)
-			s, st := noWallSupervisor(t, func(spec wall.Spec) {
-				select {
-				case specs <- spec:
-				default:
+			s, st := testSupervisorWith(t, func(c *Config) {
+				c.NoSeccompTable = func() bool { return noTable }
+				c.Launch = func(_ context.Context, spec wall.Spec, _ *slog.Logger) (Process, error) {
+					select {
+					case specs <- spec:
+					default:
+					}
+					return nil, errors.New("no wall in this test")
 				}
 			})
 			code, err := st.Put(strings.NewReader("#!/bin/sh\nexit 0\n"), "", nil)

@@ -349,7 +349,7 @@ func (s *Supervisor) prepareRunner(id string, dirs prepareDirs, uid, gid int, ho
 			AppCap:     appCap,
 			Stdout:     pw,
 			Stderr:     pw,
-			NoSeccomp:  noSeccompTable(),
+			NoSeccomp:  s.cfg.NoSeccompTable(),
 			TmpBytes:   s.cfg.WallTmpBytes,
 			MaxTasks:   s.cfg.WallMaxTasks,
 		}

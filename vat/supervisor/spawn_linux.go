@@ -23,14 +23,7 @@ import (
 	"toybox/vat/manifest"
 	"toybox/vat/store"
 	"toybox/vat/wall"
-	"toybox/vat/wall/seccomp"
 )
-
-// noSeccompTable reports whether this architecture has no seccomp filter
-// table. Only then does a vat run walled-noseccomp (wall.Spec.NoSeccomp,
-// which the wall refuses where a table exists). A build without cgo, or a
-// filter that cannot be built, is a failure: the vat stays off and says why.
-var noSeccompTable = func() bool { return !seccomp.ArchHasTable() }
 
 // capPair makes a socketpair: mine is served with the Vat bootstrap (a
 // goroutine owns it from here), theirs goes to the child. The caller owns
@@ -132,7 +125,7 @@ func (s *Supervisor) spawnWalled(ctx context.Context, v *vat, code store.Code, r
 		AppCap:     appCap,
 		Stdout:     out,
 		Stderr:     out,
-		NoSeccomp:  noSeccompTable(),
+		NoSeccomp:  s.cfg.NoSeccompTable(),
 		TmpBytes:   s.cfg.WallTmpBytes,
 		MaxTasks:   s.cfg.WallMaxTasks,
 		Cgroups:    s.cfg.Cgroups,

@@ -26,6 +26,7 @@ import (
 	"toybox/vat/tokens"
 	"toybox/vat/wall"
 	"toybox/vat/wall/cgroup"
+	"toybox/vat/wall/seccomp"
 	"toybox/vat/words"
 )
 
@@ -98,6 +99,13 @@ type Config struct {
 	// WallTmpBytes is the size of each wall's /tmp (memory). If zero,
 	// wall.TmpBytes.
 	WallTmpBytes int64
+	// NoSeccompTable reports whether this architecture has no seccomp
+	// filter table. Only then does a vat run walled-noseccomp
+	// (wall.Spec.NoSeccomp, which the wall refuses where a table exists).
+	// A build without cgo, or a filter that cannot be built, is a
+	// failure: the vat stays off and says why. If nil, the architecture
+	// decides (seccomp.ArchHasTable).
+	NoSeccompTable func() bool
 	// WallMaxTasks is each wall's task limit (processes and threads). If
 	// zero, wall.MaxTasks.
 	WallMaxTasks int
@@ -235,6 +243,9 @@ func New(cfg Config) (*Supervisor, error) {
 	}
 	if cfg.LogBytes == 0 {
 		cfg.LogBytes = 64 << 10
+	}
+	if cfg.NoSeccompTable == nil {
+		cfg.NoSeccompTable = func() bool { return !seccomp.ArchHasTable() }
 	}
 	log := cfg.Logger
 	if log == nil {
