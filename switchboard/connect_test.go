@@ -23,6 +23,7 @@ import (
 
 	"toybox/labels"
 	"toybox/schema"
+	"toybox/tests/testenv"
 )
 
 func TestConnectHandsOverTheSocket(t *testing.T) {
@@ -184,17 +185,12 @@ func TestReceiverShutdownEndsTheConnection(t *testing.T) {
 		t.Fatalf("remote read = %v; want EOF", err)
 	}
 	_ = conn.Close()
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		n := f.srv.tracker.count()
-		if n == 0 {
-			break
+	testenv.WaitFor(t, 3*time.Second, func() error {
+		if n := f.srv.tracker.count(); n != 0 {
+			return fmt.Errorf("%d sockets still tracked after both sides shut down", n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d sockets still tracked after both sides shut down", n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // collector is a ByteStream server that gathers what it is sent.
@@ -481,20 +477,16 @@ func TestConnectHTTPSByteStream(t *testing.T) {
 	}
 	up := r.Upstream().AddRef()
 	defer up.Release()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testenv.WaitFor(t, 5*time.Second, func() error {
 		b := col.bytes()
-		if len(b) >= 6 {
-			if b[0] != 22 || b[5] != 2 {
-				t.Fatalf("first bytes downstream = % x; want a ServerHello record", b[:6])
-			}
-			break
+		if len(b) < 6 {
+			return fmt.Errorf("no ServerHello downstream (%d bytes)", len(b))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no ServerHello downstream (%d bytes)", len(b))
+		if b[0] != 22 || b[5] != 2 {
+			t.Fatalf("first bytes downstream = % x; want a ServerHello record", b[:6])
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestConnectHTTPSRefusesHelloRetry: a server that does not take the

@@ -3,6 +3,8 @@ package switchboard
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net"
 	"os"
 	"strings"
@@ -14,6 +16,7 @@ import (
 
 	"toybox/labels"
 	"toybox/schema"
+	"toybox/tests/testenv"
 )
 
 // TestFloodingPeerDoesNotHurtAnother: one peer queues far more calls than
@@ -181,18 +184,15 @@ func TestHandleLimit(t *testing.T) {
 	for _, h := range hs {
 		h.Release()
 	}
-	deadline := time.Now().Add(5 * time.Second) // go-capnp finishes ~250ms after release
-	for {
+	// go-capnp finishes ~250ms after release.
+	testenv.WaitFor(t, 5*time.Second, func() error {
 		h, err := constrain(t, c.root, labels.Set{Port: 443})
-		if err == nil {
-			h.Release()
-			break
+		if err != nil {
+			return fmt.Errorf("constrain after releasing every handle: %w", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("constrain after releasing every handle: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		h.Release()
+		return nil
+	})
 }
 
 // TestPeerCannotPushDescriptors: a peer that sends a descriptor to the
@@ -275,16 +275,12 @@ func TestPipelinedCallBytesEndThePeer(t *testing.T) {
 		})
 		defer rel()
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := check(ctx, c.root, "tcp", "127.0.0.1", 80); err != nil {
-			break // the connection ended
+	testenv.WaitFor(t, 10*time.Second, func() error {
+		if _, err := check(ctx, c.root, "tcp", "127.0.0.1", 80); err == nil {
+			return errors.New("12 MiB of calls pipelined on a pending promise kept the connection (limits.bytes 4 MiB)")
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("12 MiB of calls pipelined on a pending promise kept the connection (limits.bytes 4 MiB)")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil // the connection ended
+	})
 }
 
 // TestTotalConnsBoundsEveryPeer: limits.conns bounds one peer connection

@@ -23,6 +23,7 @@ import (
 
 	"toybox/labels"
 	"toybox/schema"
+	"toybox/tests/testenv"
 )
 
 // respCollector is a Responder that gathers the answer.
@@ -580,13 +581,12 @@ func TestRequestsWaitingOnResponderAreBounded(t *testing.T) {
 	close(block)
 	waitAccepted := func(what string) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for request(make(chan struct{})) != nil {
-			if time.Now().After(deadline) {
-				t.Fatalf("no request accepted %s", what)
+		testenv.WaitFor(t, 10*time.Second, func() error {
+			if request(make(chan struct{})) != nil {
+				return fmt.Errorf("no request accepted %s", what)
 			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	waitAccepted("once the responders took their failures")
 	// A responder that never takes it is given up after responderTimeout.

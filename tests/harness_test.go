@@ -212,13 +212,12 @@ func freePort(t testing.TB) string {
 
 func waitFor(t testing.TB, what string, d time.Duration, ok func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
+	testenv.WaitFor(t, d, func() error {
+		if !ok() {
+			return fmt.Errorf("timed out after %v waiting for %s", d, what)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func (s *stack) startSwitchboard() {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +18,7 @@ import (
 	"toybox/schema"
 	"toybox/schema/wire"
 	"toybox/tests/amplify"
+	"toybox/tests/testenv"
 )
 
 // cost runs f and reports what it cost process pid: the growth of its
@@ -151,13 +153,12 @@ func TestAttackAliasedUnservedMessages(t *testing.T) {
 // waitLog waits for the switchboard's log to hold want.
 func waitLog(t *testing.T, r *running, want string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(r.stderr.String(), want) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the switchboard's log does not say %q:\n%s", want, r.stderr.String())
+	testenv.WaitFor(t, 5*time.Second, func() error {
+		if !strings.Contains(r.stderr.String(), want) {
+			return fmt.Errorf("the switchboard's log does not say %q:\n%s", want, r.stderr.String())
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestAttackHeaderLists: request() and webSocket() with headers as a list

@@ -100,15 +100,14 @@ func startSwitchboard(t *testing.T, extra map[string]any, flags ...string) *runn
 
 func waitSocket(t *testing.T, path string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if c, err := net.Dial("unix", path); err == nil {
-			_ = c.Close()
-			return
+	testenv.WaitFor(t, 10*time.Second, func() error {
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			return fmt.Errorf("socket %s never came up", path)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("socket %s never came up", path)
+		_ = c.Close()
+		return nil
+	})
 }
 
 // egress runs toybox egress and returns its exit code, stdout and stderr.
@@ -318,19 +317,18 @@ func TestOwnerCheckWired(t *testing.T) {
 // $GOMAXPROCS says otherwise, and says so in its first record.
 func TestThreads(t *testing.T) {
 	threads := func(r *running) string {
-		deadline := time.Now().Add(5 * time.Second)
-		for time.Now().Before(deadline) {
+		var n string
+		testenv.WaitFor(t, 5*time.Second, func() error {
 			for _, l := range strings.Split(r.stderr.String(), "\n") {
 				if strings.Contains(l, `"msg":"starting"`) {
 					_, after, _ := strings.Cut(l, `"threads":`)
-					n, _, _ := strings.Cut(after, "}")
-					return n
+					n, _, _ = strings.Cut(after, "}")
+					return nil
 				}
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		t.Fatalf("no starting record in %s", r.stderr.String())
-		return ""
+			return fmt.Errorf("no starting record in %s", r.stderr.String())
+		})
+		return n
 	}
 	t.Setenv("GOMAXPROCS", "")
 	os.Unsetenv("GOMAXPROCS")

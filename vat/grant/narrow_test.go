@@ -11,6 +11,7 @@ import (
 
 	"toybox/labels"
 	"toybox/schema"
+	"toybox/tests/testenv"
 )
 
 // TestNarrowingsDoNotPileUp: a vat that narrows its Handle to one port
@@ -159,15 +160,12 @@ func TestNarrowingsDoNotPileUp(t *testing.T) {
 	// Once the app's socket is closed, its switchboard handle is idle too.
 	_ = c.Close()
 	socketKey := member(labels.Set{Scheme: "tcp", Port: port})
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		_, refs := cachedUpstream(v, socketKey)
-		if refs == 0 {
-			break
+	testenv.WaitFor(t, 5*time.Second, func() error {
+		if _, refs := cachedUpstream(v, socketKey); refs != 0 {
+			return fmt.Errorf("the app closed its socket; its switchboard handle still has %d holds", refs)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the app closed its socket; its switchboard handle still has %d holds", refs)
-		}
-	}
+		return nil
+	})
 
 	v.Revoke()
 	if held := upstreamsHeld(v); held != 0 {

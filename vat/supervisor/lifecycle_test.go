@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"toybox/tests/testenv"
 	"toybox/vat/words"
 )
 
@@ -126,15 +128,17 @@ func TestNotAnsweringComesBackOnAPooledConnection(t *testing.T) {
 	}
 	// Install does not wait for the app to listen (python takes a while
 	// on a busy host): until then the vat is starting (503).
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		c := get("/")
-		if c == http.StatusOK {
-			break
-		}
-		if c != http.StatusServiceUnavailable || time.Now().After(deadline) {
+	testenv.WaitFor(t, 10*time.Second, func() error {
+		switch c := get("/"); c {
+		case http.StatusOK:
+			return nil
+		case http.StatusServiceUnavailable:
+			return fmt.Errorf("before: %d", c)
+		default:
 			t.Fatalf("before: %d", c)
+			return nil
 		}
-	}
+	})
 	serving, _ := s.Status("kept")
 	sock := filepath.Join(st.RunDir("kept"), "app.sock")
 	// The kept connection is busy with a slow request while another comes:

@@ -337,19 +337,15 @@ func TestOneClientCannotMakeAVatBusy(t *testing.T) {
 		wg.Wait()
 	}()
 	// Wait until every one of them is either refused or in flight.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testenv.WaitFor(t, 10*time.Second, func() error {
 		mu.Lock()
 		n := refused
 		mu.Unlock()
 		if n+len(in.requests) == MaxVatRequests {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("refused %d, in flight %d: not settled", n, len(in.requests))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Errorf("refused %d, in flight %d: not settled", n, len(in.requests))
+	})
 	if got := len(in.requests); got > MaxClientVatRequests {
 		t.Errorf("one client holds %d of the vat's requests; want at most %d", got, MaxClientVatRequests)
 	}
