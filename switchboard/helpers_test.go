@@ -2,7 +2,6 @@ package switchboard
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -26,27 +25,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	var leaks []string
-	var mu sync.Mutex
-	flag.Parse()
-	if b := flag.Lookup("test.bench"); b != nil && b.Value.String() != "" {
-		// Benchmarks run without leak tracking: it records a stack trace
-		// for every client, which would dominate the numbers.
-		os.Exit(m.Run())
-	}
-	capnp.SetClientLeakFunc(func(msg string) {
-		mu.Lock()
-		leaks = append(leaks, msg)
-		mu.Unlock()
-	})
-	code := m.Run()
-	mu.Lock()
-	if len(leaks) > 0 && code == 0 {
-		fmt.Fprintf(os.Stderr, "capnp client leaks:\n%s\n", strings.Join(leaks, "\n"))
-		code = 1
-	}
-	mu.Unlock()
-	os.Exit(code)
+	os.Exit(testenv.RunCheckingLeaks(m))
 }
 
 type syncBuffer = testenv.Buffer

@@ -8,7 +8,14 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"toybox/tests/testenv"
 )
+
+// TestMain fails the package on any capability a test leaves unreleased.
+func TestMain(m *testing.M) {
+	os.Exit(testenv.RunCheckingLeaks(m))
+}
 
 func pair(t *testing.T, acceptB bool) (*Conn, *Conn) {
 	t.Helper()

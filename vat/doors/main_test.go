@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -20,50 +19,21 @@ import (
 
 	"toybox/schema"
 	"toybox/schema/wire"
+	"toybox/tests/testenv"
 )
 
 // helperEnv makes the test binary act as a helper process (see TestMain).
 const helperEnv = "TOYBOX_DOORS_TEST_HELPER"
 
-var (
-	leakMu sync.Mutex
-	leaks  []string
-)
-
-func recordLeak(msg string) {
-	leakMu.Lock()
-	leaks = append(leaks, msg)
-	leakMu.Unlock()
-}
-
-// checkLeaks collects garbage and reports every capability that was never
-// released.
-func checkLeaks() []string {
-	for i := 0; i < 4; i++ {
-		runtime.GC()
-		time.Sleep(50 * time.Millisecond)
-	}
-	leakMu.Lock()
-	defer leakMu.Unlock()
-	return append([]string(nil), leaks...)
-}
-
 func TestMain(m *testing.M) {
-	capnp.SetClientLeakFunc(recordLeak)
 	switch os.Getenv(helperEnv) {
 	case "vat", "helper":
+		testenv.TrackLeaks()
 		os.Exit(helperMain(os.Getenv(helperEnv)))
 	}
-	code := m.Run()
+	code := testenv.RunCheckingLeaks(m)
 	if backendPath != "" {
 		_ = os.RemoveAll(filepath.Dir(backendPath))
-	}
-	if l := checkLeaks(); len(l) > 0 {
-		fmt.Fprintf(os.Stderr, "%d capability leaks:\n", len(l))
-		for _, s := range l {
-			fmt.Fprintln(os.Stderr, s)
-		}
-		code = 1
 	}
 	os.Exit(code)
 }
@@ -133,7 +103,7 @@ func helperMain(role string) int {
 		_ = leakConn.Close()
 	}
 	_ = rc.Close()
-	if l := checkLeaks(); len(l) > 0 {
+	if l := testenv.Leaks(); len(l) > 0 {
 		fmt.Fprintf(os.Stderr, "%d capability leaks: %v\n", len(l), l)
 		return 3
 	}

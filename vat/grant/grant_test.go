@@ -25,25 +25,8 @@ import (
 	"toybox/tests/testenv"
 )
 
-var leaks struct {
-	sync.Mutex
-	msgs []string
-}
-
 func TestMain(m *testing.M) {
-	capnp.SetClientLeakFunc(func(msg string) {
-		leaks.Lock()
-		leaks.msgs = append(leaks.msgs, msg)
-		leaks.Unlock()
-	})
-	code := m.Run()
-	leaks.Lock()
-	if len(leaks.msgs) > 0 && code == 0 {
-		fmt.Fprintf(os.Stderr, "capability leaks:\n%s\n", strings.Join(leaks.msgs, "\n"))
-		code = 1
-	}
-	leaks.Unlock()
-	os.Exit(code)
+	os.Exit(testenv.RunCheckingLeaks(m))
 }
 
 var buildOnce struct {
@@ -568,11 +551,12 @@ func TestVatCannotHoardCapabilities(t *testing.T) {
 	if len(kept) > VatLimits.Exports+1 {
 		t.Errorf("the vat got %d door sets; want at most about %d", len(kept), VatLimits.Exports)
 	}
-	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(logs.String(), wire.ErrExports.Error()); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("log %q; want a warning saying %q", logs.String(), wire.ErrExports)
+	testenv.WaitFor(t, 5*time.Second, func() error {
+		if !strings.Contains(logs.String(), wire.ErrExports.Error()) {
+			return fmt.Errorf("log %q; want a warning saying %q", logs.String(), wire.ErrExports.Error())
 		}
-	}
+		return nil
+	})
 }
 
 // TestManyConnectsLeaveNothingUnfinished: every connect through the relay,
