@@ -41,7 +41,21 @@ func listPackages(t *testing.T) []pkg {
 	return pkgs
 }
 
-// TestPackageDocs fails when a package has no doc comment or more than one.
+// maxDocWords is the most words a package doc's first sentence may have
+// (STYLE.md §16: one plain sentence under ~15 words).
+const maxDocWords = 15
+
+// firstSentence is doc's text up to the end of its first sentence.
+func firstSentence(doc string) string {
+	text := strings.Join(strings.Fields(doc), " ")
+	if i := strings.Index(text+" ", ". "); i >= 0 {
+		return text[:i+1]
+	}
+	return text
+}
+
+// TestPackageDocs fails when a package has no doc comment or more than one,
+// or when its first sentence is longer than maxDocWords.
 func TestPackageDocs(t *testing.T) {
 	for _, p := range listPackages(t) {
 		if len(p.GoFiles)+len(p.CgoFiles) == 0 {
@@ -56,6 +70,9 @@ func TestPackageDocs(t *testing.T) {
 			}
 			if af.Doc != nil && strings.TrimSpace(af.Doc.Text()) != "" {
 				with = append(with, f)
+				if first := firstSentence(af.Doc.Text()); len(strings.Fields(first)) > maxDocWords {
+					t.Errorf("%s: the package doc opens with %d words; want at most %d in its first sentence: %q", path, len(strings.Fields(first)), maxDocWords, first)
+				}
 			}
 		}
 		switch {

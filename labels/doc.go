@@ -1,5 +1,6 @@
-// Package labels is the one implementation of toybox's egress label rules:
-// label sets ({scheme, host, port, network, vat}) parsed from JSON or the
+// Package labels is the one implementation of toybox's egress label rules.
+//
+// It holds label sets ({scheme, host, port, network, vat}) parsed from JSON or the
 // legacy bare host[:port] spelling, canonicalised, narrowed with Constrain,
 // and asked whether they admit a request with Admit.
 //

@@ -1,8 +1,10 @@
-// Package load generates the benchmarks' traffic: the bulk protocol (a
-// length, that many bytes, the sink's count), a one-byte echo, and the
-// baseline HTTP CONNECT proxy with its client. It is shared by the runner
-// and by the vat that measures from inside a wall, so both ends speak the
-// same bytes; it needs no cgo, so that vat links statically.
+// Package load generates the benchmarks' traffic.
+//
+// It holds the bulk protocol (a length, that many bytes, the sink's count), a
+// one-byte echo, and the baseline HTTP CONNECT proxy with its client. It is
+// shared by the runner and by the vat that measures from inside a wall, so
+// both ends speak the same bytes; it needs no cgo, so that vat links
+// statically.
 package load
 
 import (

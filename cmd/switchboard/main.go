@@ -1,5 +1,7 @@
-// Command switchboard serves egress Handles on unix sockets: the only way
-// out to the network for everything toybox runs (see docs/switchboard.md).
+// Command switchboard serves egress Handles on unix sockets.
+//
+// They are the only way out to the network for everything toybox runs (see
+// docs/switchboard.md).
 //
 //	switchboard [--config FILE] [--listen NAME=PATH]... [--mode 0600]
 //

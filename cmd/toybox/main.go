@@ -1,5 +1,6 @@
-// Command toybox is the supervisor and its operator tools (toybox help
-// lists them):
+// Command toybox is the supervisor and its operator tools.
+//
+// `toybox help` lists the commands:
 //
 //	toybox serve       run the supervisor (see serve.go)
 //	toybox status      print the vats' status words (status.go)

@@ -1,5 +1,6 @@
-// Command capnp-probe is a vat that uses its capability on fd 3 directly,
-// with no proxy: it asks the Vat bootstrap for its egress Handle, may narrow
+// Command capnp-probe is a vat that uses its capability on fd 3 directly.
+//
+// It needs no proxy: it asks the Vat bootstrap for its egress Handle, may narrow
 // it with constrain (as an app would before handing a part of itself a
 // smaller grant), and connects with wantFd, receiving a connected socket
 // over fd 3 (SCM_RIGHTS; a unix socket the supervisor relays to the

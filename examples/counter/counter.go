@@ -1,7 +1,9 @@
-// Package counter is the vat behind counter-v1 and counter-v2: it counts the requests it answers, keeping
-// the count in its data folder ($TOYBOX_DATA/count), so that the count
-// survives restarts and upgrades ("v1 count N", then "v2 count N" after an
-// upgrade). Each command is one line that names its version.
+// Package counter is the vat behind counter-v1 and counter-v2.
+//
+// It counts the requests it answers, keeping the count in its data folder
+// ($TOYBOX_DATA/count), so that the count survives restarts and upgrades
+// ("v1 count N", then "v2 count N" after an upgrade). Each command is one
+// line that names its version.
 package counter
 
 import (

@@ -1,7 +1,8 @@
-// Command door-backend is an example of an operator's door backend: the host
-// service behind a door set (see docs/doors.md). It keeps a kiosk display
-// state and counts browser restarts, and shows in every answer the request it
-// saw, so a test can check what the supervisor forwarded.
+// Command door-backend is an example of an operator's door backend.
+//
+// It is the host service behind a door set (see docs/doors.md). It keeps a kiosk
+// display state and counts browser restarts, and shows in every answer the
+// request it saw, so a test can check what the supervisor forwarded.
 //
 //	door-backend -listen unix:/run/kiosk-doors.sock
 //	door-backend -listen 127.0.0.1:8099

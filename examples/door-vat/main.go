@@ -1,6 +1,7 @@
-// Command door-vat is an example first-party vat that uses its door: it finds
-// the Vat bootstrap on fd 3, asks it for its DoorSet, and serves HTTP on
-// $TOYBOX_LISTEN (see docs/doors.md):
+// Command door-vat is an example first-party vat that uses its door.
+//
+// It finds the Vat bootstrap on fd 3, asks it for its DoorSet, and serves
+// HTTP on $TOYBOX_LISTEN (see docs/doors.md):
 //
 //	GET  /doors              the entries of its door set, one per line
 //	ANY  /door/<path>        calls its door with the same method, "/<path>"

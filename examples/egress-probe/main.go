@@ -1,5 +1,7 @@
 // Command egress-probe is a vat that reaches out on request and says what
-// happened, through the proxy its wall gives it ($HTTPS_PROXY / $HTTP_PROXY,
+// happened.
+//
+// It goes through the proxy its wall gives it ($HTTPS_PROXY / $HTTP_PROXY,
 // toybox-entry's CONNECT proxy on loopback), which admits only what the vat
 // was granted:
 //

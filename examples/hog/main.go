@@ -1,8 +1,10 @@
-// Command hog is a vat that takes what it is told to, to show its wall's
-// limits hold: GET /eat?mib=N allocates N MiB and keeps it (the kernel
-// kills the wall past its memory limit), /fill?mib=N writes N MiB into its
-// data folder (answering how much fit, and why it stopped), /spin?s=N spins
-// every CPU it sees for N seconds.
+// Command hog is a vat that takes what it is told to.
+//
+// It shows that its wall's limits hold:
+// GET /eat?mib=N allocates N MiB and keeps it (the kernel kills the wall
+// past its memory limit), /fill?mib=N writes N MiB into its data folder
+// (answering how much fit, and why it stopped), /spin?s=N spins every CPU it
+// sees for N seconds.
 package main
 
 import (

@@ -1,9 +1,9 @@
-// Command mcp-http is an MCP server vat that serves Streamable HTTP: the
-// official Go SDK's handler at /mcp on the unix socket $TOYBOX_LISTEN, or,
-// installed with ?listen=N (a manifest's "listen"), on the TCP port $PORT,
-// as most HTTP MCP servers do.
-// toybox serves it to MCP clients at /<vat>/mcp, after its edge checks
-// (docs/mcp.md). Its tools:
+// Command mcp-http is an MCP server vat that serves Streamable HTTP.
+//
+// It is the official Go SDK's handler at /mcp on the unix socket $TOYBOX_LISTEN,
+// or, installed with ?listen=N (a manifest's "listen"), on the TCP port
+// $PORT, as most HTTP MCP servers do. toybox serves it to MCP clients at
+// /<vat>/mcp, after its edge checks (docs/mcp.md). Its tools:
 //
 //   - add: the sum of two numbers;
 //   - count: a count kept in $TOYBOX_DATA/count, one more each call;

@@ -1,5 +1,7 @@
 // Command mcp-oauth is an MCP server vat that is its own OAuth resource
-// server (manifest "mcp": {"transport": "http", "auth": "vat"}): toybox
+// server.
+//
+// Its manifest says "mcp": {"transport": "http", "auth": "vat"}. So toybox
 // checks no token for it and passes the client's Authorization through.
 //
 // It serves Streamable HTTP at /mcp on $TOYBOX_LISTEN, behind the Go SDK's

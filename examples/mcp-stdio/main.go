@@ -1,7 +1,9 @@
-// Command mcp-stdio is an MCP server vat that speaks stdio, as most MCP
-// servers do: the official Go SDK's server on stdin and stdout. toybox-entry
-// bridges it inside its wall, and toybox serves it to MCP clients at
-// /<vat>/mcp (docs/mcp.md). Its tools:
+// Command mcp-stdio is an MCP server vat that speaks stdio.
+//
+// It is the official Go SDK's server on stdin and stdout, as most MCP
+// servers are.
+// toybox-entry bridges it inside its wall, and toybox serves it to MCP
+// clients at /<vat>/mcp (docs/mcp.md). Its tools:
 //
 //   - add: the sum of two numbers;
 //   - count: a count kept in $TOYBOX_DATA/count, one more each call, across

@@ -1,10 +1,11 @@
-// Command port-app is a vat that serves HTTP on a TCP port, as most web
-// servers and HTTP MCP servers do: it listens on every address of its
-// wall at $PORT and knows nothing of toybox. Installed with ?listen=N (or
-// a manifest's "listen": {"port": N}), toybox-entry relays the vat's
-// $TOYBOX_LISTEN to that port once it accepts. It answers
-// "port-app on port N: GET /path" and, at /pid, its own pid and its
-// parent's: under toybox-entry it is pid 2.
+// Command port-app is a vat that serves HTTP on a TCP port.
+//
+// It does as most web servers and HTTP MCP servers do: it listens on every address
+// of its wall at $PORT and knows nothing of toybox. Installed with ?listen=N
+// (or a manifest's "listen": {"port": N}), toybox-entry relays the vat's
+// $TOYBOX_LISTEN to that port once it accepts. It answers "port-app on port
+// N: GET /path" and, at /pid, its own pid and its parent's: under
+// toybox-entry it is pid 2.
 package main
 
 import (

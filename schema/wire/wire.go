@@ -1,5 +1,5 @@
-// Package wire carries Cap'n Proto over a unix stream connection and passes
-// file descriptors on the same connection.
+// Package wire carries Cap'n Proto and file descriptors over a unix stream
+// connection.
 //
 // go-capnp cannot attach descriptors to messages, so Conn wraps the unix
 // connection: a descriptor queued with SendFD rides (SCM_RIGHTS) on the next

@@ -1,10 +1,11 @@
-// Package addrclass classifies IP addresses for the switchboard: public
-// (globally reachable unicast), local (loopback, private, shared, unique-local,
-// link-local) or never (everything else, and cloud metadata). The table is
-// built from the IANA IPv4 and IPv6 special-purpose address registries, not
-// from net.IP.IsGlobalUnicast, which calls many reserved blocks global. IPv6
-// forms that embed an IPv4 address are judged by the embedded address or
-// refused.
+// Package addrclass classifies IP addresses for the switchboard.
+//
+// Each is public (globally reachable unicast), local (loopback, private, shared,
+// unique-local, link-local) or never (everything else, and cloud metadata).
+// The table is built from the IANA IPv4 and IPv6 special-purpose address
+// registries, not from net.IP.IsGlobalUnicast, which calls many reserved
+// blocks global. IPv6 forms that embed an IPv4 address are judged by the
+// embedded address or refused.
 package addrclass
 
 import (

@@ -1,7 +1,9 @@
-// Package dnstest is a tiny authoritative DNS responder on a local UDP
-// socket, for tests: each name answers what the test sets (A and AAAA from
-// the same list, or a CNAME to another name it knows), can change between
-// lookups, and counts its queries.
+// Package dnstest is a tiny authoritative DNS responder for tests.
+//
+// It is a tiny authoritative DNS responder on a local UDP socket, for tests:
+// each name answers what the test sets (A and AAAA from the same list, or a
+// CNAME to another name it knows), can change between lookups, and counts
+// its queries.
 package dnstest
 
 import (

@@ -1,14 +1,16 @@
-// Package owner is the listener-owner check: before a local handle dials a
-// loopback address (or one of this host's own addresses), it asks the
-// kernel who holds the listening socket there (/proc/net/tcp,
-// /proc/net/tcp6, /proc/*/fd) and, for a root-owned socket, asks the Docker
-// Engine which running container publishes it and to which compose project
-// that container belongs. A port reaches a vat only when it is that vat's
-// own service (a process of the toybox user outside toybox's own tree, for
-// an address the owner typed) or a port its own compose project (or an
-// operator-named exception) publishes. Everything else — nothing listening,
-// the supervisor, the switchboard, a wall, a root daemon, another vat's
-// container, another user, any error — is refused with a specific reason.
+// Package owner is the listener-owner check.
+//
+// Before a local handle dials a loopback address (or one of this host's own
+// addresses), it asks the kernel who holds the listening socket there
+// (/proc/net/tcp, /proc/net/tcp6, /proc/*/fd) and, for a root-owned socket,
+// asks the Docker Engine which running container publishes it and to which
+// compose project that container belongs. A port reaches a vat only when it
+// is that vat's own service (a process of the toybox user outside toybox's
+// own tree, for an address the owner typed) or a port its own compose
+// project (or an operator-named exception) publishes. Everything else —
+// nothing listening, the supervisor, the switchboard, a wall, a root daemon,
+// another vat's container, another user, any error — is refused with a
+// specific reason.
 //
 // The judgement itself (Judge) is a pure function of gathered Facts; Checker
 // gathers them, caches each decision for at most two seconds, and adapts to

@@ -1,6 +1,9 @@
-// Package amplify builds Cap'n Proto messages that cost far more to copy
-// or to walk than their size: the attacks of the amplification tests (a
-// hostile vat sends them on fd 3, a hostile client to the switchboard).
+// Package amplify builds Cap'n Proto messages that cost far more than their
+// size.
+//
+// It builds Cap'n Proto messages that cost far more to copy or to walk than
+// their size: the attacks of the amplification tests (a hostile vat sends
+// them on fd 3, a hostile client to the switchboard).
 package amplify
 
 import (

@@ -1,9 +1,10 @@
-// Command netclient is a test vat: it serves HTTP on $TOYBOX_LISTEN and, for
-// each POST /run, writes the request's files below $TMPDIR and runs its
-// command inside the wall, without any proxy variable, answering with the
-// command's output and exit code (JSON). The transparent egress tests use
-// it to run ordinary clients (curl, node, python, busybox nc, a C program)
-// as an app would.
+// Command netclient is a test vat that runs commands inside its wall.
+//
+// It is a test vat: it serves HTTP on $TOYBOX_LISTEN and, for each POST
+// /run, writes the request's files below $TMPDIR and runs its command inside
+// the wall, without any proxy variable, answering with the command's output
+// and exit code (JSON). The transparent egress tests use it to run ordinary
+// clients (curl, node, python, busybox nc, a C program) as an app would.
 package main
 
 import (

@@ -1,8 +1,10 @@
-// Command pagevat is a vat for the public edge's tests: its pages keep a
-// secret (a random value of this run) in its text, a cookie and local
-// storage, and its attack page tries to read another vat's, as a hostile
-// vat's script would in a visitor's browser. It also sends the headers a
-// proxy in front of toybox would obey, and lists the requests it got.
+// Command pagevat is a vat for the public edge's tests.
+//
+// Its pages keep a secret (a random value of this run) in its text, a cookie
+// and local storage, and its attack page tries to read another vat's, as a
+// hostile vat's script would in a visitor's browser. It also sends the
+// headers a proxy in front of toybox would obey, and lists the requests it
+// got.
 //
 //	GET /secret       the secret, as text
 //	GET /             a page holding the secret (cookie pagevat_<vat>, local storage)

@@ -1,9 +1,10 @@
-// Command snoop is a hostile vat for the isolation tests: on request it tries
-// to read a file, list a folder, dial a unix socket, turn a socket its
-// Handle gave it towards an address it was not granted, or make the
-// supervisor copy or walk far more than it sends (amplify.go), and reports
-// what happened ("ok: ..." or "denied: ..."). It must only ever succeed on
-// its own things.
+// Command snoop is a hostile vat for the isolation tests.
+//
+// On request it tries to read a file, list a folder, dial a unix socket,
+// turn a socket its Handle gave it towards an address it was not granted, or
+// make the supervisor copy or walk far more than it sends (amplify.go), and
+// reports what happened ("ok: ..." or "denied: ..."). It must only ever
+// succeed on its own things.
 package main
 
 import (

@@ -1,7 +1,10 @@
-// Package testenv decides whether a test that needs a real component
-// (bubblewrap, user namespaces, docker, root) can run here. Where it cannot,
-// the test skips — unless TOYBOX_REQUIRE_WALLS=1 (as in CI), where the same
-// condition fails the test, so a suite can never pass by skipping.
+// Package testenv decides whether a test that needs a real component can run
+// here.
+//
+// It decides whether a test that needs a real component (bubblewrap, user
+// namespaces, docker, root) can run here. Where it cannot, the test skips —
+// unless TOYBOX_REQUIRE_WALLS=1 (as in CI), where the same condition fails
+// the test, so a suite can never pass by skipping.
 package testenv
 
 import (

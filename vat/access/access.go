@@ -1,5 +1,7 @@
-// Package access keeps each vat's bearer tokens: minted for its owner, kept
-// only as hashes, checked on every MCP request, revoked one at a time.
+// Package access keeps each vat's bearer tokens.
+//
+// Tokens are minted for their vat's owner, kept only as hashes, checked on every MCP request,
+// revoked one at a time.
 //
 // A token reads tbx_<id>_<secret>. The id (12 hex digits) names it in the
 // admin API, the logs and the vat's principal; the secret is 32 random

@@ -1,7 +1,9 @@
-// Package activity keeps what the operator's view shows of each vat's
-// recent doings: its last egress decisions with their reasons, and the
-// counts and durations the metrics report. It is the supervisor's
-// Observer. Everything is in memory and bounded.
+// Package activity keeps what the operator's view shows of each vat's recent
+// doings.
+//
+// It keeps the last egress decisions with their reasons, and the counts and durations
+// the metrics report. It is the supervisor's Observer. Everything is in
+// memory and bounded.
 package activity
 
 import (

@@ -1,7 +1,9 @@
-// Package atomicfile writes the supervisor's small state files (vat records,
-// walls.json) so that a reader sees the old contents or the new, never a
-// part: a temporary file in the same folder, written, synced, renamed over
-// the target, and the folder synced.
+// Package atomicfile writes the supervisor's small state files all at once.
+//
+// It writes the supervisor's small state files (vat records, walls.json) so
+// that a reader sees the old contents or the new, never a part: a temporary
+// file in the same folder, written, synced, renamed over the target, and the
+// folder synced.
 package atomicfile
 
 import (

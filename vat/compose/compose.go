@@ -1,6 +1,8 @@
-// Package compose reads what a vat's Docker Compose file publishes, for the
-// manifest-defaults rule: a loopback address a manifest names is granted only
-// when the vat's own compose file publishes that port on 127.0.0.1 over TCP.
+// Package compose reads what a vat's Docker Compose file publishes.
+//
+// It serves the manifest-defaults rule: a loopback address a manifest names is
+// granted only when the vat's own compose file publishes that port on
+// 127.0.0.1 over TCP.
 package compose
 
 import (

@@ -1,5 +1,7 @@
 // Package doors gives a first-party vat the host functions the operator
-// allows it, as Cap'n Proto capabilities.
+// allows it.
+//
+// Each is a Cap'n Proto capability.
 //
 // A door is something only the host can do (a kiosk display state, the
 // restart of a companion container), served by a backend of the operator's

@@ -1,5 +1,6 @@
-// Package edge decides where a request to the public HTTP listener goes:
-// which vat, on which kind of browser origin, or nowhere and why. It also
+// Package edge decides where a request to the public HTTP listener goes.
+//
+// It says which vat, on which kind of browser origin, or nowhere and why. It also
 // follows each connection's request framing, so that a request whose length
 // two parsers could read differently ends its connection.
 package edge

@@ -1,8 +1,9 @@
-// Package grant serves a vat's authority: the Vat bootstrap a vat finds on
-// fd 3, its egress Handle (the supervisor's one switchboard handle,
-// constrained to the vat's grant and relayed, with connected sockets passed
-// straight through), and its doors. Revoking a Vat stops every capability it
-// handed out.
+// Package grant serves a vat's authority as capabilities.
+//
+// It serves a vat's authority: the Vat bootstrap a vat finds on fd 3, its
+// egress Handle (the supervisor's one switchboard handle, constrained to the
+// vat's grant and relayed, with connected sockets passed straight through),
+// and its doors. Revoking a Vat stops every capability it handed out.
 package grant
 
 import (

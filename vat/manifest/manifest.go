@@ -1,7 +1,8 @@
-// Package manifest parses and validates a vat's manifest.json strictly: every
-// key is known, every value checked, and a problem is an error that names it.
-// It also derives what the manifest asks for — the egress grant and the
-// loopback forwards — as plain values. See docs/manifest.md.
+// Package manifest parses and validates a vat's manifest.json strictly.
+//
+// Every key is known, every value checked, and a problem is an error that
+// names it. It also derives what the manifest asks for — the egress grant
+// and the loopback forwards — as plain values. See docs/manifest.md.
 package manifest
 
 import (

@@ -1,9 +1,11 @@
 // Package notices tells the operator what the walls design says they must
-// hear: per boot, the vats that run without their walls; once per
-// computer, that walls now run here (or, with the kill switch set, that
-// they do not); and a change of walls.json that toybox did not write. Each
-// notice is logged, kept for the status page, and delivered to the
-// operator's sink (a command or a webhook on loopback).
+// hear.
+//
+// It tells, per boot, the vats that run without their walls; once per computer, that
+// walls now run here (or, with the kill switch set, that they do not); and a
+// change of walls.json that toybox did not write. Each notice is logged,
+// kept for the status page, and delivered to the operator's sink (a command
+// or a webhook on loopback).
 package notices
 
 import (

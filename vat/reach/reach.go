@@ -1,7 +1,8 @@
-// Package reach says in plain words what a vat can reach: each grant as a
-// person would say it ("HTTPS to api.example.com; the LAN host
-// 10.0.0.5:5432"), and the whole answer to "what can this vat reach, and
-// why", in English and Spanish. Pure functions of the status, no I/O.
+// Package reach says in plain words what a vat can reach.
+//
+// It says each grant as a person would say it ("HTTPS to api.example.com; the LAN
+// host 10.0.0.5:5432"), and the whole answer to "what can this vat reach,
+// and why", in English and Spanish. Pure functions of the status, no I/O.
 package reach
 
 import (

@@ -1,7 +1,9 @@
 // Package relay moves bytes between two stream connections, half-close
-// aware: toybox-entry's CONNECT proxy (a client in the wall and the socket
-// the switchboard connected). (The supervisor's relay for sockets an app
-// asks for on its fd 3, vat/grant, ends on the app's hang-up as well.)
+// aware.
+//
+// It serves toybox-entry's CONNECT proxy (a client in the wall and the socket the
+// switchboard connected). (The supervisor's relay for sockets an app asks
+// for on its fd 3, vat/grant, ends on the app's hang-up as well.)
 package relay
 
 import (

@@ -1,5 +1,8 @@
-// Package store keeps vat code by SHA-256 and the record of each installed
-// vat under the supervisor's state directory:
+// Package store keeps vat code and each vat's record under the state
+// directory.
+//
+// It keeps vat code by SHA-256 and the record of each installed vat under
+// the supervisor's state directory:
 //
 //	<state>/code/<sha256>/   the code, unpacked; never changed once renamed in
 //	<state>/vats/<id>.json   what is installed as <id>: code digest, grant, env

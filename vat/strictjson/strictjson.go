@@ -1,9 +1,11 @@
 // Package strictjson checks what encoding/json quietly accepts in a
-// document people write by hand (a manifest, the door table): a key twice
-// in one object, where the last would win, and a key spelled in other
-// letter case than a known one, which encoding/json matches to it. Either
-// lets a reader, a person or another JSON parser, see a document other than
-// the one toybox acts on.
+// hand-written document.
+//
+// It checks what encoding/json quietly accepts in a document people write by
+// hand (a manifest, the door table): a key twice in one object, where the
+// last would win, and a key spelled in other letter case than a known one,
+// which encoding/json matches to it. Either lets a reader, a person or
+// another JSON parser, see a document other than the one toybox acts on.
 package strictjson
 
 import (

@@ -1,6 +1,9 @@
-// Package supervisor runs installed vats: it installs and upgrades code from
-// the store, starts each vat inside its wall (or, only when the switches say
-// so, without one), serves every vat its Vat capability on fd 3, watches it,
+// Package supervisor runs installed vats and serves the admin and public
+// HTTP interfaces.
+//
+// It runs installed vats: it installs and upgrades code from the store,
+// starts each vat inside its wall (or, only when the switches say so,
+// without one), serves every vat its Vat capability on fd 3, watches it,
 // restarts it with backoff, and serves the admin and public HTTP interfaces.
 package supervisor
 

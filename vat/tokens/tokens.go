@@ -1,8 +1,9 @@
-// Package tokens is a token bucket: tokens come at Rate per second, at most
-// Burst of them wait, and a bucket starts full. The supervisor paces an
-// app's output with one (a debt is slept off; not safe for concurrent use:
-// its owner locks); Records bounds log records with one (what does not fit
-// is counted instead).
+// Package tokens is a token bucket.
+//
+// Tokens come at Rate per second, at most Burst of them wait, and a bucket
+// starts full. The supervisor paces an app's output with one (a debt is
+// slept off; not safe for concurrent use: its owner locks); Records bounds
+// log records with one (what does not fit is counted instead).
 package tokens
 
 import (

@@ -1,8 +1,10 @@
-// Package ui is the operator's view of toybox: the status page (GET /ui/,
-// server-rendered, readable with JavaScript off, in English and Spanish),
-// its Fix-it cards, and the metrics (GET /metrics, Prometheus text). It
-// serves the admin socket, where the Fix-it buttons act, and the
-// --status listener on loopback, which only shows and needs a credential.
+// Package ui is the operator's view of toybox.
+//
+// The status page (GET /ui/, server-rendered, readable with JavaScript off,
+// in English and Spanish), its Fix-it cards, and the metrics (GET /metrics,
+// Prometheus text). It serves the admin socket, where the Fix-it buttons
+// act, and the --status listener on loopback, which only shows and needs a
+// credential.
 package ui
 
 import (

@@ -1,5 +1,6 @@
-// Command benchmcp is the MCP server the benchmarks measure: the Go SDK's
-// server with one tool, add {a, b}.
+// Command benchmcp is the MCP server the benchmarks measure.
+//
+// It is the Go SDK's server with one tool, add {a, b}.
 //
 //	benchmcp                serves MCP on stdin and stdout (a stdio vat)
 //	benchmcp -listen PATH   serves Streamable HTTP at /mcp on the unix

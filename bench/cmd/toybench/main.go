@@ -1,7 +1,10 @@
-// Command toybench runs toybox's benchmarks side by side with their
-// baselines and writes the table (docs/benchmarks.md, between its markers)
-// and its JSON twin (bench/results.json). `make bench` builds the binaries
-// and runs it from the repository root.
+// Command toybench runs toybox's benchmarks beside their baselines and
+// writes the table.
+//
+// It runs toybox's benchmarks side by side with their baselines and writes
+// the table (docs/benchmarks.md, between its markers) and its JSON twin
+// (bench/results.json). `make bench` builds the binaries and runs it from
+// the repository root.
 //
 //	toybench [-bin DIR] [-md FILE] [-json FILE] [-quick] [-commit TEXT]
 //	toybench helper targets|proxy   (started by the runner itself)

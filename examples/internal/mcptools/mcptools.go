@@ -1,5 +1,6 @@
-// Package mcptools holds the tools the example MCP server vats share: add,
-// and count, a count kept in the vat's data folder.
+// Package mcptools holds the tools the example MCP server vats share.
+//
+// They are add, and count, a count kept in the vat's data folder.
 package mcptools
 
 import (

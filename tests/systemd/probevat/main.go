@@ -1,9 +1,11 @@
-// Command probevat is the vat the systemd tests install: a static program
-// that serves HTTP on $TOYBOX_LISTEN and, for GET /?connect=HOST:PORT, asks
-// the wall's HTTP CONNECT proxy ($HTTP_PROXY) for a TCP stream there, sends
-// "ping\n" and answers with the first line that comes back. It knows nothing
-// of Cap'n Proto: its only way out is the proxy toybox-entry runs inside the
-// wall, which reaches only what the vat's grant admits.
+// Command probevat is the vat the systemd tests install.
+//
+// It is a static program that serves HTTP on $TOYBOX_LISTEN and, for GET
+// /?connect=HOST:PORT, asks the wall's HTTP CONNECT proxy ($HTTP_PROXY) for
+// a TCP stream there, sends "ping\n" and answers with the first line that
+// comes back. It knows nothing of Cap'n Proto: its only way out is the proxy
+// toybox-entry runs inside the wall, which reaches only what the vat's grant
+// admits.
 //
 // GET /?read=PATH answers "read: FIRST LINE" or "unreadable: ERROR": what
 // the wall shows of a file (its /etc, its /dev).

@@ -1,7 +1,8 @@
-// Package bridge serves a stdio MCP server as Streamable HTTP: it maps
-// HTTP sessions and principals to processes of the vat's command, mints
-// every request id it sends upstream, and keeps the streams (lazy JSON or
-// SSE, keep-alives, resumption) that the stdio transport has none of.
+// Package bridge serves a stdio MCP server as Streamable HTTP.
+//
+// It maps HTTP sessions and principals to processes of the vat's command,
+// mints every request id it sends upstream, and keeps the streams (lazy JSON
+// or SSE, keep-alives, resumption) that the stdio transport has none of.
 //
 // It runs inside the vat's wall (toybox-entry), behind the supervisor,
 // which alone reaches it: the supervisor strips /<vat> from the path and

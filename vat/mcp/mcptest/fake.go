@@ -1,7 +1,8 @@
-// Package mcptest holds what tests of the MCP bridge share: a client for
-// the bridge's endpoint (raw, or the Go SDK's) and a small stdio MCP
-// server with tools that misbehave on purpose. The Go SDK's conformance
-// everything-server is tests/testenv's EverythingServer.
+// Package mcptest holds what tests of the MCP bridge share.
+//
+// It holds a client for the bridge's endpoint (raw, or the Go SDK's) and a small
+// stdio MCP server with tools that misbehave on purpose. The Go SDK's
+// conformance everything-server is tests/testenv's EverythingServer.
 package mcptest
 
 import (

@@ -1,5 +1,6 @@
-// Package npmtest serves a small npm registry on loopback for tests: the
-// packuments and tarballs of packages packed with the real npm from
+// Package npmtest serves a small npm registry on loopback for tests.
+//
+// It serves the packuments and tarballs of packages packed with the real npm from
 // fixture folders.
 package npmtest
 
