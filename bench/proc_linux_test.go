@@ -1,10 +1,13 @@
 package bench
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"testing"
 	"time"
+
+	"toybox/tests/testenv"
 )
 
 // TestProcReaders reads a real child's place in the tree, memory and CPU.
@@ -14,21 +17,16 @@ func TestProcReaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	var cpu time.Duration
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		var err error
-		if cpu, err = ProcCPU(cmd.Process.Pid); err != nil {
+	testenv.WaitFor(t, 5*time.Second, func() error {
+		cpu, err := ProcCPU(cmd.Process.Pid)
+		if err != nil {
 			t.Fatalf("ProcCPU(child) = %v", err)
 		}
-		if cpu > 10*time.Millisecond {
-			break
+		if cpu <= 10*time.Millisecond {
+			return fmt.Errorf("ProcCPU(busy child) = %v; want more than 10ms", cpu)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if cpu <= 10*time.Millisecond {
-		t.Errorf("ProcCPU(busy child) = %v; want more than 10ms", cpu)
-	}
+		return nil
+	})
 	m, err := ProcMem(cmd.Process.Pid)
 	if err != nil {
 		t.Fatal(err)

@@ -69,18 +69,6 @@ func startSwitchboard(t *testing.T, sock string, args ...string) func() {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if c, err := net.Dial("unix", sock); err == nil {
-			_ = c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			t.Fatalf("switchboard did not listen on %s", sock)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
@@ -89,6 +77,21 @@ func startSwitchboard(t *testing.T, sock string, args ...string) func() {
 		})
 	}
 	t.Cleanup(stop)
+	listening := false
+	t.Cleanup(func() { // first: a switchboard that never listened is killed
+		if !listening {
+			_ = cmd.Process.Kill()
+		}
+	})
+	testenv.WaitFor(t, 10*time.Second, func() error {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			return fmt.Errorf("switchboard did not listen on %s", sock)
+		}
+		_ = c.Close()
+		return nil
+	})
+	listening = true
 	return stop
 }
 

@@ -3,6 +3,7 @@ package notices
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"toybox/tests/testenv"
 	"toybox/vat/switches"
 	"toybox/vat/words"
 )
@@ -189,10 +191,12 @@ func TestWatchTellsAnOutsideChange(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, switches.FileName), []byte(`{"unwalled":["mallory"]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for len(read()) == 0 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.WaitFor(t, 5*time.Second, func() error {
+		if got := read(); len(got) == 0 {
+			return fmt.Errorf("after an outside edit the sink has %+v; want one changed-outside notice", got)
+		}
+		return nil
+	})
 	got := read()
 	if !sameKinds(kinds(got), ChangedOutside) || !strings.Contains(got[0].Lines[0].EN, "next time each vat starts") {
 		t.Fatalf("after an outside edit the sink has %+v; want one changed-outside notice", got)
