@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"toybox/vat/access"
@@ -124,6 +125,7 @@ func newMCPRoute(in *instance, cfg manifest.MCP) *mcpRoute {
 		ErrorLog:      in.proxy.ErrorLog,
 		Transport:     confined{answering{in}},
 		FlushInterval: -1,
+		BufferPool:    copyBuffers,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			c := pr.In.Context().Value(mcpCallKey{}).(*mcpCall)
 			pr.Out.Header = front.RequestHeaders(pr.In.Header, c.passAuth)
@@ -177,6 +179,32 @@ func newMCPRoute(in *instance, cfg manifest.MCP) *mcpRoute {
 	}
 	return rt
 }
+
+// peekSize is how much of a POST body of length n (-1: unknown) the edge
+// reads before it forwards it: front.PeekBytes, or the whole body and
+// one byte more when that is less (most messages are a few hundred bytes).
+func peekSize(n int64) int {
+	if n >= 0 && n < front.PeekBytes {
+		return int(n) + 1
+	}
+	return front.PeekBytes
+}
+
+// copyBuffers are the MCP proxy's buffers for copying answers: without
+// them each answer would take a new 32 KiB buffer.
+var copyBuffers = &bufferPool{}
+
+// bufferPool is a sync.Pool of 32 KiB buffers (httputil.BufferPool).
+type bufferPool struct{ p sync.Pool }
+
+func (b *bufferPool) Get() []byte {
+	if v, ok := b.p.Get().(*[]byte); ok {
+		return *v
+	}
+	return make([]byte, 32<<10)
+}
+
+func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
 
 // learn keeps the vat's answer's session id with the principal that
 // opened it, and forgets a session the vat ended or no longer knows.
@@ -351,7 +379,7 @@ func (s *Supervisor) serveMCP(w *mcpWriter, r *http.Request, id string, cfg *man
 	var req front.Request
 	if r.Method == http.MethodPost {
 		body := http.MaxBytesReader(w, r.Body, MaxMCPBody)
-		head := make([]byte, front.PeekBytes)
+		head := make([]byte, peekSize(r.ContentLength))
 		n, err := io.ReadFull(body, head)
 		switch {
 		case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):

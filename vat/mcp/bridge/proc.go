@@ -48,8 +48,12 @@ type call struct {
 	started  time.Time
 	tmu      sync.Mutex
 	timer    *time.Timer // the request's timeout (under tmu)
-	// onDone runs once the response was pushed (or the call was dropped).
+	// onDone runs once the response was pushed (or the call was dropped),
+	// with the response parsed.
 	onDone func(resp mcp.Msg, ok bool)
+	// onEnd runs then too, for what needs no response: the session's
+	// count of calls in flight (no parse on the common path).
+	onEnd func()
 }
 
 // owner receives what a process sends that is not a response to a call
@@ -364,9 +368,12 @@ func (p *proc) take(up int64) *call {
 // finish pushes a call's response to its stream, once onDone has seen
 // it (what onDone records, the stream's writer may read as it ends).
 func (p *proc) finish(c *call, resp []byte) {
-	m, err := mcp.Parse(resp)
 	if c.onDone != nil {
+		m, err := mcp.Parse(resp)
 		c.onDone(m, err == nil)
+	}
+	if c.onEnd != nil {
+		c.onEnd()
 	}
 	c.st.push(resp, true)
 }

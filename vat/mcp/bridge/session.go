@@ -271,7 +271,7 @@ func (s *session) track(c *call) {
 	s.mu.Lock()
 	s.inflight[c] = true
 	s.mu.Unlock()
-	c.onDone = func(mcp.Msg, bool) {
+	c.onEnd = func() {
 		s.mu.Lock()
 		delete(s.inflight, c)
 		s.mu.Unlock()
@@ -337,6 +337,9 @@ func (s *session) notification(m mcp.Msg) {
 			c.st.end()
 			if c.onDone != nil {
 				c.onDone(mcp.Msg{}, false)
+			}
+			if c.onEnd != nil {
+				c.onEnd()
 			}
 		}
 		return

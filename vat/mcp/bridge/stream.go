@@ -276,6 +276,15 @@ func (b *Bridge) serve(w http.ResponseWriter, r *http.Request, s *stream, o writ
 	flusher, _ := w.(http.Flusher)
 	sse := !o.lazy
 	started := false
+	// The keep-alive ticks only on an event stream: a JSON answer (most
+	// of them) needs none.
+	var keep *time.Ticker
+	var keepC <-chan time.Time
+	defer func() {
+		if keep != nil {
+			keep.Stop()
+		}
+	}()
 	if o.session != "" {
 		w.Header().Set(mcp.HeaderSession, o.session)
 	}
@@ -294,6 +303,8 @@ func (b *Bridge) serve(w http.ResponseWriter, r *http.Request, s *stream, o writ
 			flusher.Flush()
 		}
 		started = true
+		keep = time.NewTicker(b.cfg.KeepAlive)
+		keepC = keep.C
 	}
 	if sse {
 		startSSE()
@@ -315,8 +326,6 @@ func (b *Bridge) serve(w http.ResponseWriter, r *http.Request, s *stream, o writ
 		}
 		return err == nil
 	}
-	keep := time.NewTicker(b.cfg.KeepAlive)
-	defer keep.Stop()
 	cursor := o.from
 	for {
 		evs := s.since(cursor)
@@ -390,7 +399,7 @@ func (b *Bridge) serve(w http.ResponseWriter, r *http.Request, s *stream, o writ
 			if !started {
 				startSSE()
 			}
-		case <-keep.C:
+		case <-keepC:
 			if started && !send([]byte(": keep-alive\n\n")) {
 				return false
 			}
