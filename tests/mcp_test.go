@@ -3,10 +3,13 @@ package tests
 import (
 	"archive/tar"
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -323,5 +326,94 @@ func TestMCPStdioExample(t *testing.T) {
 	code, _, body := s.mcpPost("counter", modern, "Mcp-Protocol-Version", "2026-07-28", "Mcp-Method", "tools/call", "Mcp-Name", "add")
 	if code != http.StatusOK || !strings.Contains(body, `"sum":5`) {
 		t.Errorf("a modern tools/call add: %d %s; want the sum 5", code, body)
+	}
+}
+
+// TestMCPTokenSecrets (R22): a token minted with secrets has them set in
+// its own processes alone, over the vat's value. examples/mcp-stdio's key
+// tool says which API_KEY its process holds (a hash's start); alice's,
+// bob's and an owner-less token's sessions, and alice's stateless
+// requests, each see only their own.
+func TestMCPTokenSecrets(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	manifest := `{"command": ["./mcp-stdio"], "env": ["API_KEY"], "mcp": {"transport": "stdio"}}`
+	body := mcpBundle(t, manifest, map[string]string{"mcp-stdio": example(t, "mcp-stdio")})
+	if code, out := s.adminDo("PUT", "/keys?env="+url.QueryEscape(`{"API_KEY":"vat-key"}`), bytes.NewReader(body)); code != http.StatusCreated {
+		t.Fatalf("PUT /keys = %d %s", code, out)
+	}
+	mint := func(body string) (int, map[string]any) {
+		t.Helper()
+		code, out := s.adminDo("POST", "/keys/tokens", strings.NewReader(body))
+		var m map[string]any
+		_ = json.Unmarshal([]byte(out), &m)
+		return code, m
+	}
+	for _, bad := range []string{`{"env": {"OTHER": "x"}}`, `{"env": {"API_KEY": "x"}, "env": {}}`, `{"envs": {}}`, `[1]`} {
+		if code, m := mint(bad); code != http.StatusBadRequest {
+			t.Errorf("POST /keys/tokens %s = %d %v; want 400", bad, code, m)
+		}
+	}
+	tokens := map[string]string{}
+	for who, body := range map[string]string{"alice": `{"env": {"API_KEY": "alice-key"}}`, "bob": `{"env": {"API_KEY": "bob-key"}}`, "plain": ``} {
+		code, m := mint(body)
+		tok, _ := m["token"].(string)
+		if code != http.StatusCreated || tok == "" {
+			t.Fatalf("POST /keys/tokens %s = %d %v", body, code, m)
+		}
+		tokens[who] = tok
+	}
+	if _, out := s.adminDo("GET", "/keys/tokens", nil); strings.Contains(out, "alice-key") || strings.Count(out, `"API_KEY"`) != 2 {
+		t.Errorf("GET /keys/tokens = %s; want the secrets' names, never their values", out)
+	}
+	hash := func(k string) string {
+		sum := sha256.Sum256([]byte(k))
+		return hex.EncodeToString(sum[:6])
+	}
+	want := map[string]string{"alice": hash("alice-key"), "bob": hash("bob-key"), "plain": hash("vat-key")}
+	keyOf := func(auth []string, session ...string) string {
+		t.Helper()
+		code, _, out := s.mcpPost("keys", `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"key","arguments":{}}}`, append(auth, session...)...)
+		if code != http.StatusOK {
+			t.Fatalf("tools/call key: %d %s", code, out)
+		}
+		return out
+	}
+	for who, tok := range tokens {
+		auth := []string{"Authorization", "Bearer " + tok}
+		code, h, out := s.mcpPost("keys", mcpInit, auth...)
+		sid := h.Get("Mcp-Session-Id")
+		if code != http.StatusOK || sid == "" {
+			t.Fatalf("%s's initialize: %d %q %s", who, code, sid, out)
+		}
+		session := []string{"Mcp-Session-Id", sid, "Mcp-Protocol-Version", "2025-11-25"}
+		if code, _, out := s.mcpPost("keys", `{"jsonrpc":"2.0","method":"notifications/initialized"}`, append(auth, session...)...); code != http.StatusAccepted {
+			t.Fatalf("notifications/initialized: %d %s", code, out)
+		}
+		got := keyOf(auth, session...)
+		for other, h := range want {
+			if has := strings.Contains(got, h); has != (other == who) {
+				t.Errorf("%s's process holds %s's key: %v; want %v (%s)", who, other, has, other == who, got)
+			}
+		}
+		if who != "alice" {
+			continue
+		}
+		modern := `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"key","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
+		code, _, out = s.mcpPost("keys", modern, append(auth, "Mcp-Protocol-Version", "2026-07-28", "Mcp-Method", "tools/call", "Mcp-Name", "key")...)
+		if code != http.StatusOK || !strings.Contains(out, want["alice"]) || strings.Contains(out, want["plain"]) {
+			t.Errorf("alice's stateless tools/call key: %d %s; want her key's %s", code, out, want["alice"])
+		}
+	}
+	// A client's own Toybox-Principal-Env is dropped at the edge: the
+	// plain token's process keeps the vat's key.
+	forged := []string{"Authorization", "Bearer " + tokens["plain"], "Toybox-Principal-Env", "eyJBUElfS0VZIjoiZm9yZ2VkIn0="}
+	code, h, out := s.mcpPost("keys", mcpInit, forged...)
+	if code != http.StatusOK {
+		t.Fatalf("initialize with a forged Toybox-Principal-Env: %d %s", code, out)
+	}
+	session := []string{"Mcp-Session-Id", h.Get("Mcp-Session-Id"), "Mcp-Protocol-Version", "2025-11-25"}
+	s.mcpPost("keys", `{"jsonrpc":"2.0","method":"notifications/initialized"}`, append(forged, session...)...)
+	if got := keyOf(forged, session...); !strings.Contains(got, want["plain"]) || strings.Contains(got, hash("forged")) {
+		t.Errorf("with a forged Toybox-Principal-Env: %s; want the vat's key %s", got, want["plain"])
 	}
 }

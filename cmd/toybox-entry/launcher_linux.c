@@ -529,13 +529,97 @@ static void te_wait_for_need(void) {
 	}
 }
 
+// TE_ENV_MAX bounds a principal's environment as the spawner reads it
+// (the supervisor allows 32 KiB of names and values).
+#define TE_ENV_MAX (64 * 1024)
+
+// te_env_read reads a principal's environment from fd (NAME=value
+// entries, each ending in NUL, to EOF) and returns environ with those set
+// over it, in one allocation the caller frees; NULL with errno on a read
+// error, a blob over TE_ENV_MAX, or an entry with no name.
+static char **te_env_read(int fd) {
+	char *blob = malloc(TE_ENV_MAX + 1);
+	if (blob == NULL) {
+		return NULL;
+	}
+	size_t len = 0;
+	for (;;) {
+		ssize_t r = read(fd, blob + len, TE_ENV_MAX + 1 - len);
+		if (r < 0 && errno == EINTR) {
+			continue;
+		}
+		if (r < 0) {
+			int e = errno;
+			free(blob);
+			errno = e;
+			return NULL;
+		}
+		if (r == 0) {
+			break;
+		}
+		len += (size_t)r;
+		if (len > TE_ENV_MAX) {
+			free(blob);
+			errno = E2BIG;
+			return NULL;
+		}
+	}
+	if (len == 0 || blob[len - 1] != '\0') {
+		free(blob);
+		errno = EINVAL;
+		return NULL;
+	}
+	size_t nx = 0;
+	for (size_t i = 0; i < len; i += strlen(blob + i) + 1) {
+		const char *eq = strchr(blob + i, '=');
+		if (eq == NULL || eq == blob + i) {
+			free(blob);
+			errno = EINVAL;
+			return NULL;
+		}
+		nx++;
+	}
+	size_t ne = 0;
+	while (environ[ne] != NULL) {
+		ne++;
+	}
+	char **envp = malloc((ne + nx + 1) * sizeof *envp + len);
+	if (envp == NULL) {
+		free(blob);
+		return NULL;
+	}
+	char *copy = (char *)(envp + ne + nx + 1);
+	memcpy(copy, blob, len);
+	free(blob);
+	size_t n = 0;
+	for (size_t j = 0; j < ne; j++) {
+		// A variable of the principal's replaces the vat's of that name.
+		const char *eq = strchr(environ[j], '=');
+		size_t kl = eq != NULL ? (size_t)(eq - environ[j]) + 1 : strlen(environ[j]);
+		int over = 0;
+		for (size_t i = 0; i < len && !over; i += strlen(copy + i) + 1) {
+			over = strncmp(copy + i, environ[j], kl) == 0;
+		}
+		if (!over) {
+			envp[n++] = environ[j];
+		}
+	}
+	for (size_t i = 0; i < len; i += strlen(copy + i) + 1) {
+		envp[n++] = copy + i;
+	}
+	envp[n] = NULL;
+	return envp;
+}
+
 // te_spawner is the MCP spawner's loop (a child of the entry forked before
 // the entry's own filter, so its processes are free of it). It holds only
 // its socket and fds 0-2. Each request is one byte carrying three
-// descriptors (the process's stdin, stdout and stderr); it starts the
-// app's command on them in a session of its own, as a child of the entry
-// (CLONE_PARENT), and answers {pid, errno}: errno is the exec's error, or
-// 0 once the command runs. EOF on the socket (the entry is gone) ends it.
+// descriptors (the process's stdin, stdout and stderr), and a fourth when
+// the process gets a principal's environment (te_env_read reads it); it
+// starts the app's command on them in a session of its own, as a child of
+// the entry (CLONE_PARENT), and answers {pid, errno}: errno is the exec's
+// error, or 0 once the command runs. EOF on the socket (the entry is gone)
+// ends it.
 static void te_spawner(int sock, char **argv) {
 	(void)prctl(PR_SET_NAME, "toybox-spawner", 0, 0, 0);
 	if (sock > 3) {
@@ -546,7 +630,7 @@ static void te_spawner(int sock, char **argv) {
 		char b;
 		struct iovec iov = {.iov_base = &b, .iov_len = 1};
 		union {
-			char buf[CMSG_SPACE(3 * sizeof(int))];
+			char buf[CMSG_SPACE(4 * sizeof(int))];
 			struct cmsghdr align;
 		} u;
 		struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
@@ -560,13 +644,13 @@ static void te_spawner(int sock, char **argv) {
 			}
 			_exit(1);
 		}
-		int fds[3] = {-1, -1, -1}, nfd = 0;
+		int fds[4] = {-1, -1, -1, -1}, nfd = 0;
 		for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
 			if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
 				int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
 				int *p = (int *)CMSG_DATA(c);
 				for (int j = 0; j < k; j++) {
-					if (nfd < 3) {
+					if (nfd < 4) {
 						fds[nfd++] = p[j];
 					} else {
 						close(p[j]);
@@ -576,8 +660,11 @@ static void te_spawner(int sock, char **argv) {
 		}
 		int rep[2] = {0, 0};
 		int ep[2] = {-1, -1};
-		if (nfd != 3 || (msg.msg_flags & MSG_CTRUNC)) {
+		char **own = NULL; // the process's environment when it gets a principal's
+		if ((nfd != 3 && nfd != 4) || (msg.msg_flags & MSG_CTRUNC)) {
 			rep[1] = EINVAL;
+		} else if (nfd == 4 && (own = te_env_read(fds[3])) == NULL) {
+			rep[1] = errno != 0 ? errno : EINVAL;
 		} else if (pipe2(ep, O_CLOEXEC) != 0) {
 			rep[1] = errno;
 		} else {
@@ -594,7 +681,7 @@ static void te_spawner(int sock, char **argv) {
 					(void)!write(ep[1], &e, sizeof e);
 					_exit(127);
 				}
-				execve(argv[0], argv, environ);
+				execve(argv[0], argv, own != NULL ? own : environ);
 				int e = errno;
 				(void)!write(ep[1], &e, sizeof e);
 				_exit(127);
@@ -620,6 +707,7 @@ static void te_spawner(int sock, char **argv) {
 				close(ep[j]);
 			}
 		}
+		free(own);
 		for (int j = 0; j < nfd; j++) {
 			close(fds[j]);
 		}

@@ -7,7 +7,8 @@
 // admin API, the logs and the vat's principal; the secret is 32 random
 // bytes. The file keeps, per vat, each token's id and the SHA-256 of the
 // vat's id and the whole token, so a token is good for its own vat only,
-// and a stolen file opens nothing.
+// and a stolen file opens nothing. It also keeps each token's secrets (the
+// environment of its processes alone), which a copy of it shows.
 package access
 
 import (
@@ -20,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -56,11 +58,17 @@ type Info struct {
 	ID string `json:"id"`
 	// Created is when it was minted.
 	Created time.Time `json:"created"`
+	// Env names the variables set for this token's processes alone (its
+	// secrets); their values are never shown.
+	Env []string `json:"env,omitempty"`
 }
 
 type entry struct {
 	Info
 	Hash string `json:"sha256"` // hex SHA-256 of hashLabel, the vat's id, NUL, the token
+	// Secrets are the token's own environment (R22): set only in the
+	// processes that serve it.
+	Secrets map[string]string `json:"secrets,omitempty"`
 }
 
 // Store is the tokens of every vat, in one file (mode 0600). Safe for
@@ -120,9 +128,10 @@ func (s *Store) save() error {
 	return atomicfile.WriteFile(s.path, append(b, '\n'), 0o600)
 }
 
-// Mint makes a token for vat and keeps its hash. The token is returned
-// once; nothing can show it again.
-func (s *Store) Mint(vat string) (string, Info, error) {
+// Mint makes a token for vat and keeps its hash, with the environment
+// only its processes get (nil: none). The token is returned once; nothing
+// can show it again.
+func (s *Store) Mint(vat string, secrets map[string]string) (string, Info, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	es := s.vats[vat]
@@ -142,7 +151,13 @@ func (s *Store) Mint(vat string) (string, Info, error) {
 	_, _ = rand.Read(key)
 	token := prefix + id + "_" + base64.RawURLEncoding.EncodeToString(key)
 	info := Info{ID: id, Created: time.Now().UTC().Truncate(time.Second)}
-	s.vats[vat] = append(slices.Clone(es), entry{Info: info, Hash: hashOf(vat, token)})
+	if len(secrets) > 0 {
+		info.Env = slices.Sorted(maps.Keys(secrets))
+		secrets = maps.Clone(secrets)
+	} else {
+		secrets = nil
+	}
+	s.vats[vat] = append(slices.Clone(es), entry{Info: info, Hash: hashOf(vat, token), Secrets: secrets})
 	if err := s.save(); err != nil {
 		s.vats[vat] = es
 		if len(es) == 0 {
@@ -227,6 +242,19 @@ func (s *Store) Check(vat, token string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// Secrets returns the environment of vat's token id, nil when it has
+// none. The caller must not change it.
+func (s *Store) Secrets(vat, id string) map[string]string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, e := range s.vats[vat] {
+		if e.ID == id {
+			return e.Secrets
+		}
+	}
+	return nil
 }
 
 // List returns what is kept of vat's tokens, oldest first.

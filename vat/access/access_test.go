@@ -20,7 +20,7 @@ func open(t *testing.T) (*Store, string) {
 
 func mint(t *testing.T, s *Store, vat string) (string, Info) {
 	t.Helper()
-	tok, info, err := s.Mint(vat)
+	tok, info, err := s.Mint(vat, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,10 +175,10 @@ func TestMaxPerVat(t *testing.T) {
 	for range MaxPerVat {
 		mint(t, s, "alice")
 	}
-	if _, _, err := s.Mint("alice"); !errors.Is(err, ErrTooMany) {
+	if _, _, err := s.Mint("alice", nil); !errors.Is(err, ErrTooMany) {
 		t.Errorf("Mint past the limit: err = %v; want ErrTooMany", err)
 	}
-	if _, _, err := s.Mint("bob"); err != nil {
+	if _, _, err := s.Mint("bob", nil); err != nil {
 		t.Errorf("bob's first token: %v", err)
 	}
 }
@@ -196,7 +196,7 @@ func TestSaveFailureKeepsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.path = filepath.Join(notDir, "tokens.json")
-	if _, _, err := s.Mint("bob"); err == nil {
+	if _, _, err := s.Mint("bob", nil); err == nil {
 		t.Error("Mint into an unwritable folder succeeded")
 	}
 	if s.Has("bob") {

@@ -50,6 +50,10 @@ const (
 	// HeaderPrincipal names who asks. Only the supervisor sets it: it
 	// strips a client's copy and is the only one that reaches the bridge.
 	HeaderPrincipal = "Toybox-Principal"
+	// HeaderPrincipalEnv carries the principal's own environment (its
+	// secrets, R22; EncodeEnv), set by the supervisor alone like
+	// HeaderPrincipal.
+	HeaderPrincipalEnv = "Toybox-Principal-Env"
 )
 
 // Decision is a pure verdict with its reason: refused when Code is set.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -430,4 +431,31 @@ func FuzzEventID(f *testing.F) {
 			t.Fatalf("ParseEventID(%q) = %q %d, which prints as %q", s, st, n, EventID(st, n))
 		}
 	})
+}
+
+func TestEnvRoundTrip(t *testing.T) {
+	tests := []struct {
+		name string
+		in   map[string]string
+		want []string
+	}{
+		{"none", nil, nil},
+		{"two, sorted", map[string]string{"TOKEN_B": "b=1", "API_KEY": "sk-\n x"}, []string{"API_KEY=sk-\n x", "TOKEN_B=b=1"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := DecodeEnv(EncodeEnv(tt.in))
+			if err != nil || !slices.Equal(got, tt.want) {
+				t.Errorf("DecodeEnv(EncodeEnv(%v)) = %q, %v; want %q", tt.in, got, err, tt.want)
+			}
+		})
+	}
+	for _, bad := range []map[string]string{{"A=B": "x"}, {"1X": "x"}, {"X": "a\x00b"}, {"": "x"}} {
+		if got, err := DecodeEnv(EncodeEnv(bad)); err == nil {
+			t.Errorf("DecodeEnv(EncodeEnv(%q)) = %q; want an error", bad, got)
+		}
+	}
+	if got, err := DecodeEnv("not base64!"); err == nil {
+		t.Errorf("DecodeEnv(junk) = %q; want an error", got)
+	}
 }

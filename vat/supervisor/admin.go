@@ -1,10 +1,12 @@
 package supervisor
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"slices"
@@ -28,7 +30,8 @@ import (
 //	POST   /<vat>/restart        restart it (also revives an off vat)
 //	POST   /<vat>/walls?walled=false|true   the owner's choice, then restart
 //	POST   /<vat>/limits[?memory_mib=N][&cpus=X][&disk_mib=N]   the owner's limits, then restart
-//	POST   /<vat>/tokens         mint a bearer token for its MCP endpoint (shown once)
+//	POST   /<vat>/tokens         mint a bearer token for its MCP endpoint (shown once);
+//	                             body {"env": {...}}: its own secrets (docs/mcp.md)
 //	GET    /<vat>/tokens         its tokens' ids
 //	DELETE /<vat>/tokens/<id>    revoke one
 //	DELETE /<vat>[?purge=1]      stop and remove it (data kept unless purge)
@@ -63,7 +66,7 @@ func (s *Supervisor) AdminHandler() http.Handler {
 	mux.Handle("POST /{vat}/restart", withVat(s.handleRestart))
 	mux.Handle("POST /{vat}/limits", withVat(s.handleLimits))
 	mux.Handle("POST /{vat}/walls", withVat(s.handleWalls))
-	mux.Handle("POST /{vat}/tokens", withVat(func(w http.ResponseWriter, _ *http.Request, id string) { s.handleMint(w, id) }))
+	mux.Handle("POST /{vat}/tokens", withVat(s.handleMint))
 	get("/{vat}/tokens", withVat(s.handleTokens))
 	mux.Handle("DELETE /{vat}/tokens/{token}", withVat(s.handleRevoke))
 	for _, p := range []string{"/{vat}", "/{vat}/{op}", "/{vat}/tokens/{token}"} {
@@ -348,8 +351,41 @@ type MintResult struct {
 	Use string `json:"use"`
 }
 
-func (s *Supervisor) handleMint(w http.ResponseWriter, id string) {
-	token, info, err := s.MintToken(id)
+// MintRequest is the optional body of POST /<vat>/tokens.
+type MintRequest struct {
+	// Env is the token's own environment (R22): set only in the processes
+	// that serve it, each name one the vat's manifest declares.
+	Env map[string]string `json:"env,omitempty"`
+}
+
+// maxMintBody bounds POST /<vat>/tokens' body: the secrets' bound and room
+// for JSON's escapes.
+const maxMintBody = 4 * maxSecretsBytes
+
+func (s *Supervisor) handleMint(w http.ResponseWriter, r *http.Request, id string) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxMintBody+1))
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, fmt.Errorf("reading the body: %w", err))
+		return
+	}
+	var req MintRequest
+	if len(bytes.TrimSpace(body)) > 0 {
+		switch {
+		case len(body) > maxMintBody:
+			writeErr(w, http.StatusRequestEntityTooLarge, fmt.Errorf("%w: the body is over %d bytes", ErrBadInput, maxMintBody))
+			return
+		case strictjson.Keys(body, []string{"env"}) != nil:
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("%w: the body: %w", ErrBadInput, strictjson.Keys(body, []string{"env"})))
+			return
+		}
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("%w: the body: want {\"env\": {\"NAME\": \"value\"}}: %w", ErrBadInput, err))
+			return
+		}
+	}
+	token, info, err := s.MintToken(id, req.Env)
 	if err != nil {
 		writeErr(w, statusFor(err), err)
 		return

@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -100,6 +102,7 @@ type mcpCall struct {
 	session   string // the client's, checked (legacy); "" for none
 	method    string // the JSON-RPC method, or the HTTP one for GET and DELETE
 	passAuth  bool   // the vat is its own resource server
+	env       string // the principal's secrets for the bridge (mcp.EncodeEnv); "" for none
 	status    int
 	reason    string
 	started   time.Time
@@ -135,6 +138,9 @@ func newMCPRoute(in *instance, cfg manifest.MCP) *mcpRoute {
 				pr.Out.Header.Del(mcp.HeaderSession)
 			}
 			pr.Out.Header.Set(mcp.HeaderPrincipal, c.principal)
+			if c.env != "" {
+				pr.Out.Header.Set(mcp.HeaderPrincipalEnv, c.env)
+			}
 			pr.Out.URL.Scheme = "http"
 			pr.Out.URL.Host = id
 			pr.Out.URL.Path, pr.Out.URL.RawPath = cfg.Path, ""
@@ -367,6 +373,11 @@ func (s *Supervisor) serveMCP(w *mcpWriter, r *http.Request, id string, cfg *man
 		return
 	}
 	c.principal, c.passAuth = principal, passAuth
+	if tid, ok := strings.CutPrefix(principal, "token:"); ok && cfg.Transport == manifest.TransportStdio && cfg.Mode != manifest.ModeSingle {
+		// The token's own secrets (R22), for the bridge to set in its
+		// processes alone.
+		c.env = mcp.EncodeEnv(s.tokens.Secrets(id, tid))
+	}
 	release, why := in.admit(id, requestClient(r))
 	if why != "" {
 		c.reason = why
@@ -806,9 +817,19 @@ func (s *Supervisor) probeMCP(ctx context.Context, in *instance, code string) *f
 	return &snap
 }
 
+// Bounds of a token's own environment (R22): it is passed to the bridge
+// in a header of each of its requests.
+const (
+	maxSecrets      = 64       // variables per token
+	maxSecretsBytes = 32 << 10 // names and values together
+)
+
 // MintToken mints a bearer token for MCP vat id. From then on every
-// request to its endpoint needs one of its tokens.
-func (s *Supervisor) MintToken(id string) (string, access.Info, error) {
+// request to its endpoint needs one of its tokens. secrets (nil: none) are
+// set only in the processes that serve this token (R22): each name must be
+// one the vat's manifest declares in "env", and the vat a stdio server
+// whose processes are never shared between principals.
+func (s *Supervisor) MintToken(id string, secrets map[string]string) (string, access.Info, error) {
 	v, err := s.lockVat(id, false)
 	if err != nil {
 		return "", access.Info{}, err
@@ -816,6 +837,10 @@ func (s *Supervisor) MintToken(id string) (string, access.Info, error) {
 	defer v.op.Unlock()
 	v.mu.Lock()
 	cfg := mcpOf(v.code, v.rec)
+	var declared []string
+	if v.code.Manifest != nil {
+		declared = v.code.Manifest.Env
+	}
 	v.mu.Unlock()
 	switch {
 	case cfg == nil:
@@ -823,12 +848,46 @@ func (s *Supervisor) MintToken(id string) (string, access.Info, error) {
 	case cfg.Auth == manifest.AuthVat:
 		return "", access.Info{}, fmt.Errorf("%w: vat %s authenticates its own clients (mcp.auth: vat): toybox would never check a token of its own", ErrBadInput, id)
 	}
-	token, info, err := s.tokens.Mint(id)
+	if err := checkSecrets(id, cfg, declared, secrets); err != nil {
+		return "", access.Info{}, err
+	}
+	token, info, err := s.tokens.Mint(id, secrets)
 	if err != nil {
 		return "", access.Info{}, err
 	}
 	s.log.Info("token minted", keyVat, id, "token", info.ID)
 	return token, info, nil
+}
+
+// checkSecrets says why a token of vat id (cfg, declaring the env names
+// declared) may not carry secrets; nil when it may.
+func checkSecrets(id string, cfg *manifest.MCP, declared []string, secrets map[string]string) error {
+	if len(secrets) == 0 {
+		return nil
+	}
+	switch {
+	case cfg.Transport != manifest.TransportStdio:
+		return fmt.Errorf("%w: vat %s is an http MCP server: its one process serves every client, so a token's secrets would reach them all (per-token secrets need mcp.transport \"stdio\")", ErrBadInput, id)
+	case cfg.Mode == manifest.ModeSingle:
+		return fmt.Errorf("%w: vat %s runs one process for everyone (mcp.mode \"single\"): a token's secrets would reach every client", ErrBadInput, id)
+	case len(secrets) > maxSecrets:
+		return fmt.Errorf("%w: %d secrets; a token takes at most %d", ErrBadInput, len(secrets), maxSecrets)
+	}
+	size := 0
+	for _, k := range slices.Sorted(maps.Keys(secrets)) {
+		val := secrets[k]
+		switch {
+		case !slices.Contains(declared, k):
+			return fmt.Errorf("%w: secret %q is not one of the variables vat %s's manifest declares in \"env\" (%s)", ErrBadInput, k, id, strings.Join(declared, ", "))
+		case strings.ContainsRune(val, 0):
+			return fmt.Errorf("%w: secret %q holds a NUL byte", ErrBadInput, k)
+		}
+		size += len(k) + len(val)
+	}
+	if size > maxSecretsBytes {
+		return fmt.Errorf("%w: the secrets are %d bytes; a token takes at most %d", ErrBadInput, size, maxSecretsBytes)
+	}
+	return nil
 }
 
 // Tokens lists what is kept of vat id's tokens.

@@ -261,11 +261,11 @@ func TestMCPTokens(t *testing.T) {
 	if code, _ := status("alice", ""); code != http.StatusOK {
 		t.Fatalf("an open vat answered %d", code)
 	}
-	aliceTok, aliceInfo, err := s.MintToken("alice")
+	aliceTok, aliceInfo, err := s.MintToken("alice", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	bobTok, _, err := s.MintToken("bob")
+	bobTok, _, err := s.MintToken("bob", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +287,7 @@ func TestMCPTokens(t *testing.T) {
 	if code, _ := status("alice", bobTok); code != http.StatusUnauthorized {
 		t.Errorf("bob's token on alice: %d; want 401", code)
 	}
-	second, _, err := s.MintToken("alice")
+	second, _, err := s.MintToken("alice", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +318,7 @@ func TestMCPTokens(t *testing.T) {
 func TestMCPNoCredentialsIntoVat(t *testing.T) {
 	s, st, _ := mcpSupervisor(t)
 	installMCP(t, s, st, "alice")
-	tok, info, err := s.MintToken("alice")
+	tok, info, err := s.MintToken("alice", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,8 +348,8 @@ func TestMCPNoCredentialsIntoVat(t *testing.T) {
 func TestMCPSessionIsItsPrincipals(t *testing.T) {
 	s, st, _ := mcpSupervisor(t)
 	installMCP(t, s, st, "alice")
-	a, _, _ := s.MintToken("alice")
-	b, _, _ := s.MintToken("alice")
+	a, _, _ := s.MintToken("alice", nil)
+	b, _, _ := s.MintToken("alice", nil)
 	front := httptest.NewServer(s.PublicHandler())
 	defer front.Close()
 	ca := &mcpClient{t: t, url: front.URL + "/alice/mcp", headers: map[string]string{"Authorization": "Bearer " + a}}
@@ -445,7 +445,7 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 func TestMCPOnlyItsEndpoint(t *testing.T) {
 	s, st, _ := mcpSupervisor(t)
 	installMCP(t, s, st, "alice")
-	if _, _, err := s.MintToken("alice"); err != nil {
+	if _, _, err := s.MintToken("alice", nil); err != nil {
 		t.Fatal(err)
 	}
 	front := httptest.NewServer(s.PublicHandler())
@@ -519,7 +519,7 @@ func TestMCPStatusAndMetadata(t *testing.T) {
 func TestMCPOnItsOwnOrigin(t *testing.T) {
 	s, st, _ := mcpSupervisor(t)
 	installMCP(t, s, st, "alice")
-	if _, _, err := s.MintToken("alice"); err != nil {
+	if _, _, err := s.MintToken("alice", nil); err != nil {
 		t.Fatal(err)
 	}
 	front := httptest.NewServer(s.PublicHandler())

@@ -28,7 +28,7 @@ func TestMCPVatIsItsOwnResourceServer(t *testing.T) {
 	if stat.MCP != nil && stat.MCP.PublicURL != "https://mcp.example/oauth/mcp" {
 		t.Errorf("status MCP public_url = %q; want the endpoint under Config.PublicURL", stat.MCP.PublicURL)
 	}
-	if _, _, err := s.MintToken("oauth"); err == nil {
+	if _, _, err := s.MintToken("oauth", nil); err == nil {
 		t.Error("a token was minted for a vat that authenticates its own clients")
 	}
 	front := httptest.NewServer(s.PublicHandler())
@@ -59,7 +59,7 @@ func TestMCPVatIsItsOwnResourceServer(t *testing.T) {
 	if stat := installMCP(t, s, st, "tokened"); stat.MCP == nil || stat.MCP.PublicURL != "" {
 		t.Errorf("a vat toybox authenticates: status MCP %+v; want no public_url (it is told none)", stat.MCP)
 	}
-	if _, _, err := s.MintToken("tokened"); err != nil {
+	if _, _, err := s.MintToken("tokened", nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := s.Install(InstallRequest{ID: "tokened", Code: storeFile(t, st, own)}); err == nil || !strings.Contains(err.Error(), "revoke them first") {

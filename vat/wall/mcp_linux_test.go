@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"toybox/tests/testenv"
+	"toybox/vat/mcp"
 	"toybox/vat/mcp/mcptest"
 )
 
@@ -917,3 +919,59 @@ func TestMCPWithNetwork(t *testing.T) {
 // mcpEnv is the fake's "env" tool inside a wall: the process's
 // environment, one variable a line.
 func mcpEnv() string { return strings.Join(os.Environ(), "\n") }
+
+// TestMCPPrincipalSecrets (R22): the spawner sets a principal's secrets
+// (Toybox-Principal-Env, as the supervisor sends a token's) over the
+// vat's environment in that principal's processes alone; the processes of
+// two principals differ only in them.
+func TestMCPPrincipalSecrets(t *testing.T) {
+	f := newFixture(t, "mcp-secrets")
+	f.spec.Env = map[string]string{"API_KEY": "vat-default"}
+	w := f.startMCP(t, "", MCP{})
+	ctx := ctxT(t)
+	secrets := map[string]map[string]string{
+		"alice": {"API_KEY": "alice-secret", "ALICE_ONLY": "a b=c"},
+		"bob":   {"API_KEY": "bob-secret"},
+		"carol": nil,
+	}
+	got := map[string][]string{}
+	for _, who := range []string{"alice", "bob", "carol"} {
+		c := w.client(who)
+		c.PrincipalEnv = mcp.EncodeEnv(secrets[who])
+		if err := c.Initialize(ctx, "", nil); err != nil {
+			t.Fatal(err)
+		}
+		r, err := c.Post(ctx, mcptest.Tool(2, "env", nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		env := strings.Split(r.Text(), "\n")
+		slices.Sort(env)
+		got[who] = env
+	}
+	has := func(who, kv string) bool {
+		return strings.Contains("\n"+strings.Join(got[who], "\n")+"\n", "\n"+kv+"\n")
+	}
+	for who := range got {
+		for other, s := range secrets {
+			for k, v := range s {
+				if h := has(who, k+"="+v); h != (who == other) {
+					t.Errorf("%s's process has %s's %s: %v; want %v", who, other, k, h, who == other)
+				}
+			}
+		}
+	}
+	if !has("carol", "API_KEY=vat-default") || has("alice", "API_KEY=vat-default") {
+		t.Errorf("API_KEY: carol's %q, alice's %q; want the vat's for carol, replaced for alice", got["carol"], got["alice"])
+	}
+	strip := func(env []string) []string {
+		return slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
+			return strings.HasPrefix(kv, "API_KEY=") || strings.HasPrefix(kv, "ALICE_ONLY=")
+		})
+	}
+	for _, who := range []string{"alice", "bob"} {
+		if a, b := strip(got[who]), strip(got["carol"]); !slices.Equal(a, b) {
+			t.Errorf("%s's environment differs from carol's beyond its secrets:\n%q\n%q", who, a, b)
+		}
+	}
+}

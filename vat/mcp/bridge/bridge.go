@@ -314,6 +314,11 @@ func (b *Bridge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, nil, mcp.CodeInvalidRequest, "no principal", nil)
 		return
 	}
+	if _, err := mcp.DecodeEnv(r.Header.Get(mcp.HeaderPrincipalEnv)); err != nil {
+		b.decide(r, principal, "", "", "", http.StatusBadRequest, err.Error())
+		writeError(w, http.StatusBadRequest, nil, mcp.CodeInvalidRequest, "bad principal environment", nil)
+		return
+	}
 	switch r.Method {
 	case http.MethodPost:
 		b.post(w, r, principal)
@@ -326,6 +331,13 @@ func (b *Bridge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		b.decide(r, principal, "", "", "", http.StatusMethodNotAllowed, "method "+r.Method)
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 	}
+}
+
+// principalEnv is the secrets of the request's principal (R22), checked
+// by ServeHTTP: NAME=value entries set in its processes alone.
+func principalEnv(r *http.Request) []string {
+	env, _ := mcp.DecodeEnv(r.Header.Get(mcp.HeaderPrincipalEnv))
+	return env
 }
 
 // post reads one message and serves it in its era.
@@ -478,7 +490,9 @@ var (
 
 // acquire gives o a process: the spare if there is one, else a new one
 // (ending the least recently used session when the vat is at its bound).
-func (b *Bridge) acquire(o owner) (*proc, error) {
+// A process for a principal with secrets (env) is always a new one: the
+// spare was started without them.
+func (b *Bridge) acquire(o owner, env []string) (*proc, error) {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -488,7 +502,7 @@ func (b *Bridge) acquire(o owner) (*proc, error) {
 		b.mu.Unlock()
 		return nil, errString("crashing: " + b.crashing)
 	}
-	if sp := b.spare; sp != nil {
+	if sp := b.spare; sp != nil && len(env) == 0 {
 		b.spare = nil
 		sp.mu.Lock()
 		sp.owner = o
@@ -510,7 +524,7 @@ func (b *Bridge) acquire(o owner) (*proc, error) {
 	}
 	b.spawning++
 	b.mu.Unlock()
-	p, err := b.spawn()
+	p, err := b.spawn(env)
 	b.mu.Lock()
 	b.spawning--
 	if err == nil {
@@ -537,7 +551,7 @@ func (b *Bridge) refillSpare() {
 	b.spawning++
 	b.mu.Unlock()
 	go func() {
-		p, err := b.spawn()
+		p, err := b.spawn(nil)
 		b.mu.Lock()
 		b.spawning--
 		if err != nil {

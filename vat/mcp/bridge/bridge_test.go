@@ -25,6 +25,7 @@ const fakeEnv = "BRIDGE_TEST_FAKE"
 func TestMain(m *testing.M) {
 	if os.Getenv(fakeEnv) == "1" {
 		mcptest.ModernOnly = os.Getenv("BRIDGE_TEST_MODERN") == "1"
+		mcptest.Tools["env"] = fakeEnviron
 		os.Exit(mcptest.Fake(os.Stdin, os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())

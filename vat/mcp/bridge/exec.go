@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -18,13 +19,13 @@ type ExecSpawner struct {
 	Dir  string
 }
 
-// Spawn starts one process.
-func (e ExecSpawner) Spawn(stdin, stdout, stderr *os.File) (Child, error) {
+// Spawn starts one process, with env set over Env.
+func (e ExecSpawner) Spawn(stdin, stdout, stderr *os.File, env []string) (Child, error) {
 	if len(e.Argv) == 0 {
 		return nil, fmt.Errorf("no command")
 	}
 	cmd := exec.Command(e.Argv[0], e.Argv[1:]...)
-	cmd.Env = e.Env
+	cmd.Env = MergeEnv(e.Env, env)
 	cmd.Dir = e.Dir
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -42,6 +43,26 @@ func (e ExecSpawner) Spawn(stdin, stdout, stderr *os.File) (Child, error) {
 		close(c.done)
 	}()
 	return c, nil
+}
+
+// MergeEnv returns base with each NAME=value of over set in it: a name
+// over sets replaces base's.
+func MergeEnv(base, over []string) []string {
+	if len(over) == 0 {
+		return base
+	}
+	set := make(map[string]bool, len(over))
+	for _, kv := range over {
+		k, _, _ := strings.Cut(kv, "=")
+		set[k] = true
+	}
+	out := make([]string, 0, len(base)+len(over))
+	for _, kv := range base {
+		if k, _, _ := strings.Cut(kv, "="); !set[k] {
+			out = append(out, kv)
+		}
+	}
+	return append(out, over...)
 }
 
 type execChild struct {

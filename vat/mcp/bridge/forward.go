@@ -16,7 +16,7 @@ import (
 
 // initializeForward starts a session bridged to a modern-only vat.
 func (b *Bridge) initializeForward(w http.ResponseWriter, r *http.Request, s *session, m mcp.Msg) {
-	o, err := b.modernFor(s.principal)
+	o, err := b.modernFor(s.principal, s.env)
 	if err != nil {
 		b.unavailable(w, r, s.principal, mcp.Legacy, m, err)
 		return

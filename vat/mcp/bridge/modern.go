@@ -97,10 +97,10 @@ func (o *modernOwner) exited(*proc) {}
 // modernFor returns the stateless process for principal, starting one.
 // For a vat that speaks only the 2025 revisions it is one toybox
 // initialized itself, and its requests are bridged.
-func (b *Bridge) modernFor(principal string) (*modernOwner, error) {
+func (b *Bridge) modernFor(principal string, env []string) (*modernOwner, error) {
 	key := principal
 	if b.cfg.Mode == ModeSingle {
-		key = ""
+		key, env = "", nil // one process for everyone holds no one's secrets
 	}
 	b.mu.Lock()
 	if o := b.modern[key]; o != nil {
@@ -109,7 +109,7 @@ func (b *Bridge) modernFor(principal string) (*modernOwner, error) {
 	}
 	b.mu.Unlock()
 	o := &modernOwner{b: b, key: key}
-	p, err := b.acquire(o)
+	p, err := b.acquire(o, env)
 	if err != nil {
 		return nil, err
 	}
@@ -118,7 +118,7 @@ func (b *Bridge) modernFor(principal string) (*modernOwner, error) {
 		// The probe's process had a request before any initialize:
 		// a fresh one is initialized instead.
 		go p.stop()
-		if p, err = b.acquire(o); err != nil {
+		if p, err = b.acquire(o, env); err != nil {
 			return nil, err
 		}
 		o.p = p
@@ -238,7 +238,7 @@ func (b *Bridge) postModern(w http.ResponseWriter, r *http.Request, principal st
 		w.WriteHeader(http.StatusAccepted)
 		return
 	}
-	o, err := b.modernFor(principal)
+	o, err := b.modernFor(principal, principalEnv(r))
 	if err != nil {
 		b.unavailable(w, r, principal, mcp.Modern, m, err)
 		return

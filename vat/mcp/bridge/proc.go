@@ -30,9 +30,10 @@ type Child interface {
 
 // Spawner starts processes of the vat's command. stdin, stdout and stderr
 // are the child's ends of its pipes; the caller closes its copies once
-// Spawn returns.
+// Spawn returns. env (NAME=value, nil for none) is set over the vat's own
+// environment: one principal's secrets (R22).
 type Spawner interface {
-	Spawn(stdin, stdout, stderr *os.File) (Child, error)
+	Spawn(stdin, stdout, stderr *os.File, env []string) (Child, error)
 }
 
 // call is one request in flight to a process.
@@ -112,8 +113,9 @@ func (t *tail) last(n int) string {
 	return string(s)
 }
 
-// spawn starts a process with its pipes and the goroutines that read it.
-func (b *Bridge) spawn() (*proc, error) {
+// spawn starts a process with its pipes and the goroutines that read it;
+// env is set over the vat's environment (a principal's secrets).
+func (b *Bridge) spawn(env []string) (*proc, error) {
 	var files []*os.File
 	closeAll := func() {
 		for _, f := range files {
@@ -141,7 +143,7 @@ func (b *Bridge) spawn() (*proc, error) {
 		closeAll()
 		return nil, fmt.Errorf("making the process's pipes: %w", err)
 	}
-	child, err := b.cfg.Spawner.Spawn(inR, outW, errW)
+	child, err := b.cfg.Spawner.Spawn(inR, outW, errW, env)
 	// The child's ends are the child's: ours go, so EOF means it is gone.
 	for _, f := range []*os.File{inR, outW, errW} {
 		_ = f.Close()

@@ -17,6 +17,7 @@ import (
 // session is one legacy-era session: a client's, bound to its principal.
 type session struct {
 	id, principal string
+	env           []string // the principal's secrets (R22), for its processes
 	b             *Bridge
 	p             *proc
 	own           bool         // the process is the session's alone (ModeSession)
@@ -56,9 +57,9 @@ type srvReq struct {
 // separator).
 func streamID() string { return rand.Text()[:12] }
 
-func (b *Bridge) newSession(principal string) *session {
+func (b *Bridge) newSession(principal string, env []string) *session {
 	s := &session{
-		id: mcp.NewSessionID(), principal: principal, b: b,
+		id: mcp.NewSessionID(), principal: principal, env: env, b: b,
 		lastPOST: time.Now(), streams: map[string]*stream{},
 		inflight: map[*call]bool{}, srvReqs: map[string]srvReq{}, subs: map[string]bool{},
 	}
@@ -133,7 +134,7 @@ func (b *Bridge) postLegacy(w http.ResponseWriter, r *http.Request, principal st
 // initialize starts a session: its own process (a spare's, if one is
 // ready) in ModeSession, the principal's shared one otherwise.
 func (b *Bridge) initialize(w http.ResponseWriter, r *http.Request, principal string, m mcp.Msg) {
-	s := b.newSession(principal)
+	s := b.newSession(principal, principalEnv(r))
 	if b.cfg.Era == mcp.Modern {
 		b.initializeForward(w, r, s, m)
 		return
@@ -142,7 +143,7 @@ func (b *Bridge) initialize(w http.ResponseWriter, r *http.Request, principal st
 		b.initializeShared(w, r, s, m)
 		return
 	}
-	p, err := b.acquire(s)
+	p, err := b.acquire(s, s.env)
 	if err != nil {
 		b.unavailable(w, r, principal, mcp.Legacy, m, err)
 		return

@@ -18,6 +18,7 @@ import (
 type sharedOwner struct {
 	b   *Bridge
 	key string
+	env []string // its principal's secrets, set in each of its processes
 
 	mu       sync.Mutex
 	p        *proc // replaced when it exits on its own (R26)
@@ -45,10 +46,10 @@ func levelName(n int) string {
 
 // sharedFor returns the shared process for s's principal, started and
 // initialized.
-func (b *Bridge) sharedFor(principal string) (*sharedOwner, error) {
+func (b *Bridge) sharedFor(principal string, env []string) (*sharedOwner, error) {
 	key := principal
 	if b.cfg.Mode == ModeSingle {
-		key = ""
+		key, env = "", nil // one process for everyone holds no one's secrets
 	}
 	b.mu.Lock()
 	if o := b.shared[key]; o != nil {
@@ -56,8 +57,8 @@ func (b *Bridge) sharedFor(principal string) (*sharedOwner, error) {
 		return o, nil
 	}
 	b.mu.Unlock()
-	o := &sharedOwner{b: b, key: key, sessions: map[*session]bool{}, subs: map[string]int{}}
-	p, err := b.acquire(o)
+	o := &sharedOwner{b: b, key: key, env: env, sessions: map[*session]bool{}, subs: map[string]int{}}
+	p, err := b.acquire(o, env)
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +152,7 @@ func (b *Bridge) callSelf(p *proc, m mcp.Msg, timeout time.Duration) (mcp.Msg, e
 // initializeShared starts a session on the shared process, answering its
 // initialize from the vat's first answer.
 func (b *Bridge) initializeShared(w http.ResponseWriter, r *http.Request, s *session, m mcp.Msg) {
-	o, err := b.sharedFor(s.principal)
+	o, err := b.sharedFor(s.principal, s.env)
 	if err != nil {
 		b.unavailable(w, r, s.principal, mcp.Legacy, m, err)
 		return
@@ -353,7 +354,7 @@ func (o *sharedOwner) exited(p *proc) {
 // restart starts and initializes a process in place of old, moving the
 // sessions, their subscriptions and the log level to it.
 func (o *sharedOwner) restart(old *proc) {
-	p, err := o.b.acquire(o)
+	p, err := o.b.acquire(o, o.env)
 	if err != nil {
 		o.endAll("its shared process exited (" + old.exitText + ") and could not be started again: " + err.Error())
 		return

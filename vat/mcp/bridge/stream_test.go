@@ -10,7 +10,7 @@ import (
 // many streams it opened (a bound per stream let one session keep 8 MiB
 // per call its client walked away from).
 func TestSessionRing(t *testing.T) {
-	s := (&Bridge{}).newSession("alice")
+	s := (&Bridge{}).newSession("alice", nil)
 	a, b := s.newStream(), s.newStream()
 	for range 600 {
 		a.push([]byte(`{"n":1}`), false)

@@ -32,8 +32,11 @@ type Client struct {
 	HTTP      *http.Client
 	URL       string // the endpoint, e.g. http://bridge/mcp
 	Principal string
-	Session   string // set by Initialize
-	Version   string // the negotiated version
+	// PrincipalEnv is sent as Toybox-Principal-Env (mcp.EncodeEnv), as
+	// the supervisor sends a token's secrets.
+	PrincipalEnv string
+	Session      string // set by Initialize
+	Version      string // the negotiated version
 }
 
 // Event is one server-sent event.
@@ -146,6 +149,9 @@ func (c *Client) Open(ctx context.Context, body []byte, hdr ...string) (*http.Re
 func (c *Client) headers(req *http.Request) {
 	if c.Principal != "" {
 		req.Header.Set("Toybox-Principal", c.Principal)
+	}
+	if c.PrincipalEnv != "" {
+		req.Header.Set("Toybox-Principal-Env", c.PrincipalEnv)
 	}
 	if c.Session != "" {
 		req.Header.Set("Mcp-Session-Id", c.Session)

@@ -172,9 +172,51 @@ func newZygote(f *os.File, pid int) (*zygote, error) {
 
 var errSpawnerGone = errors.New("the spawner is gone")
 
+// maxSpawnEnv bounds a principal's environment as sent to the spawner
+// (its TE_ENV_MAX); the supervisor allows 32 KiB.
+const maxSpawnEnv = 64 << 10
+
+// envPipe returns the read end of a pipe holding env (NAME=value, each
+// ending in NUL), written and closed: the spawner reads it to EOF.
+func envPipe(env []string) (*os.File, error) {
+	var blob []byte
+	for _, kv := range env {
+		if strings.IndexByte(kv, 0) >= 0 || !strings.Contains(kv, "=") {
+			return nil, fmt.Errorf("a principal's variable %q is not NAME=value", kv)
+		}
+		blob = append(append(blob, kv...), 0)
+	}
+	if len(blob) > maxSpawnEnv {
+		return nil, fmt.Errorf("the principal's environment is %d bytes, over %d", len(blob), maxSpawnEnv)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	// A pipe holds 64 KiB: the write never waits for the reader.
+	_, err = w.Write(blob)
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = r.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
 // Spawn asks the spawner for one process of the app's command on the
-// three files.
-func (z *zygote) Spawn(stdin, stdout, stderr *os.File) (bridge.Child, error) {
+// three files, with env set over the app's environment (a fourth file,
+// a pipe holding it, when there is any).
+func (z *zygote) Spawn(stdin, stdout, stderr *os.File, env []string) (bridge.Child, error) {
+	var envR *os.File
+	if len(env) > 0 {
+		var err error
+		if envR, err = envPipe(env); err != nil {
+			return nil, fmt.Errorf("passing the principal's environment: %w", err)
+		}
+		defer envR.Close()
+	}
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	z.rmu.Lock()
@@ -191,7 +233,11 @@ func (z *zygote) Spawn(stdin, stdout, stderr *os.File) (bridge.Child, error) {
 		z.rmu.Unlock()
 	}()
 	_ = z.conn.SetDeadline(time.Now().Add(spawnTimeout))
-	rights := unix.UnixRights(int(stdin.Fd()), int(stdout.Fd()), int(stderr.Fd()))
+	fds := []int{int(stdin.Fd()), int(stdout.Fd()), int(stderr.Fd())}
+	if envR != nil {
+		fds = append(fds, int(envR.Fd()))
+	}
+	rights := unix.UnixRights(fds...)
 	if _, _, err := z.conn.WriteMsgUnix([]byte{0}, rights, nil); err != nil {
 		return nil, z.broken(fmt.Errorf("asking the spawner: %w", err))
 	}
