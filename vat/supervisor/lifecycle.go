@@ -177,6 +177,9 @@ func (in *instance) loop() {
 	s, v := in.s, in.v
 	defer close(in.done)
 	defer in.transport.CloseIdleConnections()
+	if in.mcp != nil {
+		defer in.mcp.close()
+	}
 	defer in.plog.flush()
 	backoff := s.cfg.BackoffMin
 	crashes := 0

@@ -116,6 +116,14 @@ type mcpRoute struct {
 	cfg      manifest.MCP
 	proxy    *httputil.ReverseProxy
 	sessions *sessionTable
+	bridge   *bridgeTransport // a stdio vat's; nil for an http vat
+}
+
+// close closes the route's idle connections (its instance ended).
+func (rt *mcpRoute) close() {
+	if rt.bridge != nil {
+		rt.bridge.closeIdle()
+	}
 }
 
 // newMCPRoute builds the MCP proxy of instance in for cfg. Headers into the
@@ -124,9 +132,16 @@ type mcpRoute struct {
 func newMCPRoute(in *instance, cfg manifest.MCP) *mcpRoute {
 	rt := &mcpRoute{cfg: cfg, sessions: newSessionTable(maxSessions)}
 	id := in.v.id
+	var transport http.RoundTripper = confined{answering{in}}
+	if cfg.Transport == manifest.TransportStdio {
+		// The bridge: toybox-entry's own server, on the edge's busiest
+		// path.
+		rt.bridge = &bridgeTransport{in: in}
+		transport = rt.bridge
+	}
 	rt.proxy = &httputil.ReverseProxy{
 		ErrorLog:      in.proxy.ErrorLog,
-		Transport:     confined{answering{in}},
+		Transport:     transport,
 		FlushInterval: -1,
 		BufferPool:    copyBuffers,
 		Rewrite: func(pr *httputil.ProxyRequest) {

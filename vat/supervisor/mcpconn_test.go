@@ -1,0 +1,166 @@
+package supervisor
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// bridgeServer serves h on a unix socket in a folder of the test's and
+// returns its path and how many connections it accepted.
+func bridgeServer(t *testing.T, h http.Handler) (string, *atomic.Int64, *http.Server) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "bt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	path := filepath.Join(dir, "b.sock")
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns atomic.Int64
+	srv := &http.Server{Handler: h, ConnState: func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return path, &conns, srv
+}
+
+func get(t *testing.T, bt *bridgeTransport, ctx context.Context, body string) (*http.Response, error) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://vat/mcp", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bt.RoundTrip(req)
+}
+
+// TestBridgeTransport: requests share kept connections; one the bridge
+// closed while idle is not used; an answer's headers are bounded; a
+// request whose context ends closes its stream's connection.
+func TestBridgeTransport(t *testing.T) {
+	streaming := make(chan struct{})
+	gone := make(chan struct{})
+	path, conns, _ := bridgeServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		switch string(b) {
+		case "close":
+			w.Header().Set("Connection", "close")
+		case "big":
+			w.Header().Set("X-Big", strings.Repeat("x", maxVatHeaderBytes+1))
+		case "early":
+			w.WriteHeader(http.StatusEarlyHints)
+		case "stream":
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write([]byte("data: 1\n\n"))
+			w.(http.Flusher).Flush()
+			close(streaming)
+			<-r.Context().Done()
+			close(gone)
+			return
+		}
+		fmt.Fprintf(w, "echo %s", b)
+	}))
+	bt := &bridgeTransport{in: &instance{sock: path}}
+	defer bt.closeIdle()
+	ctx := context.Background()
+	read := func(body string) string {
+		t.Helper()
+		resp, err := get(t, bt, ctx, body)
+		if err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Sprintf("%d %s", resp.StatusCode, b)
+	}
+	for i := range 5 {
+		if got, want := read(fmt.Sprint(i)), fmt.Sprintf("200 echo %d", i); got != want {
+			t.Fatalf("answer = %q; want %q", got, want)
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("5 requests in a row took %d connections; want 1 (kept open)", n)
+	}
+	// The bridge ends the connection after this answer: the next request
+	// must not be written on it.
+	if got := read("close"); got != "200 echo close" {
+		t.Fatalf("answer = %q", got)
+	}
+	if got := read("after"); got != "200 echo after" {
+		t.Errorf("after a closed connection: %q", got)
+	}
+	// An informational answer is dropped; the final one is the answer.
+	if got := read("early"); got != "200 echo early" {
+		t.Errorf("after a 103: %q", got)
+	}
+	if _, err := get(t, bt, ctx, "big"); err == nil || !strings.Contains(err.Error(), "response headers exceeded") {
+		t.Errorf("headers over %d bytes: %v; want refused", maxVatHeaderBytes, err)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	resp, err := get(t, bt, sctx, "stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := bufio.NewReader(resp.Body).ReadString('\n')
+	if err != nil || ev != "data: 1\n" {
+		t.Fatalf("stream: %q %v", ev, err)
+	}
+	<-streaming
+	cancel()
+	select {
+	case <-gone:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the client's context ended, and the bridge's stream went on")
+	}
+	_ = resp.Body.Close()
+}
+
+// TestBridgeTransportIdleClosed: an idle connection the bridge closed
+// (its wall restarted) is found closed before a request is written on it.
+func TestBridgeTransportIdleClosed(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") })
+	path, conns, srv := bridgeServer(t, h)
+	bt := &bridgeTransport{in: &instance{sock: path}}
+	defer bt.closeIdle()
+	resp, err := get(t, bt, context.Background(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	bt.mu.Lock()
+	if len(bt.idle) != 1 {
+		bt.mu.Unlock()
+		t.Fatalf("%d idle connections; want 1", len(bt.idle))
+	}
+	bt.mu.Unlock()
+	// The server closes its idle connections, as a wall's restart
+	// ends the bridge's.
+	srv.SetKeepAlivesEnabled(false)
+	srv.SetKeepAlivesEnabled(true)
+	time.Sleep(50 * time.Millisecond) // the close reaches our end
+	resp, err = get(t, bt, context.Background(), "b")
+	if err != nil {
+		t.Fatalf("a request after the bridge closed the idle connection: %v", err)
+	}
+	_ = resp.Body.Close()
+	if n := conns.Load(); n < 2 {
+		t.Errorf("%d connections; want a new one", n)
+	}
+}
