@@ -94,6 +94,13 @@ interface Handle {
   webSocket @5 (url :Text, headers :List(Header), downstream :MessageStream)
             -> (upstream :MessageStream, protocol :Text);
   # A ws/wss connection, after the upgrade succeeded.
+
+  socket    @6 () -> (fd :UInt64);
+  # A new unix connection to the switchboard whose bootstrap is a handle
+  # with this one's labels, made from it: revoked with it, and closed when
+  # it is. fd is the sequence number of the descriptor of its other end,
+  # passed on this connection as connect's is. The supervisor asks it for
+  # toybox-entry, whose connects then take one hop (docs/switchboard.md).
 }
 
 struct DoorEntry {
@@ -121,4 +128,20 @@ interface Vat {
   egress @0 () -> (handle :Handle);  # null when the vat has no grant
   doors  @1 () -> (doors :DoorSet);  # empty set when it has none
   id     @2 () -> (id :Text);
+
+  direct @3 () -> (fds :List(UInt64));
+  # toybox-entry only: one switchboard connection per member of the
+  # vat's grant (Handle.socket), each fd a descriptor sequence number on
+  # this connection. Every connection is shut when its member leaves the
+  # grant or the vat stops; ask again after one closes. Empty: no grant.
+
+  reportDirect @4 (reports :List(DirectReport));
+  # toybox-entry only: what became of connects made on direct
+  # connections, for the vat's status and metrics.
+}
+
+struct DirectReport {
+  target  @0 :Target;
+  allowed @1 :Bool;   # false: admitted, but the connect failed
+  reason  @2 :Text;   # how it failed
 }

@@ -2045,6 +2045,26 @@ func (c Handle) WebSocket(ctx context.Context, params func(Handle_webSocket_Para
 
 }
 
+func (c Handle) Socket(ctx context.Context, params func(Handle_socket_Params) error) (Handle_socket_Results_Future, capnp.ReleaseFunc) {
+
+	s := capnp.Send{
+		Method: capnp.Method{
+			InterfaceID:   0x9ba788bc1f82f2f1,
+			MethodID:      6,
+			InterfaceName: "toybox.capnp:Handle",
+			MethodName:    "socket",
+		},
+	}
+	if params != nil {
+		s.ArgsSize = capnp.ObjectSize{DataSize: 0, PointerCount: 0}
+		s.PlaceArgs = func(s capnp.Struct) error { return params(Handle_socket_Params(s)) }
+	}
+
+	ans, release := capnp.Client(c).SendCall(ctx, s)
+	return Handle_socket_Results_Future{Future: ans.Future()}, release
+
+}
+
 func (c Handle) WaitStreaming() error {
 	return capnp.Client(c).WaitStreaming()
 }
@@ -2129,6 +2149,8 @@ type Handle_Server interface {
 	Request(context.Context, Handle_request) error
 
 	WebSocket(context.Context, Handle_webSocket) error
+
+	Socket(context.Context, Handle_socket) error
 }
 
 // Handle_NewServer creates a new Server from an implementation of Handle_Server.
@@ -2147,7 +2169,7 @@ func Handle_ServerToClient(s Handle_Server) Handle {
 // This can be used to create a more complicated Server.
 func Handle_Methods(methods []server.Method, s Handle_Server) []server.Method {
 	if cap(methods) == 0 {
-		methods = make([]server.Method, 0, 6)
+		methods = make([]server.Method, 0, 7)
 	}
 
 	methods = append(methods, server.Method{
@@ -2219,6 +2241,18 @@ func Handle_Methods(methods []server.Method, s Handle_Server) []server.Method {
 		},
 		Impl: func(ctx context.Context, call *server.Call) error {
 			return s.WebSocket(ctx, Handle_webSocket{call})
+		},
+	})
+
+	methods = append(methods, server.Method{
+		Method: capnp.Method{
+			InterfaceID:   0x9ba788bc1f82f2f1,
+			MethodID:      6,
+			InterfaceName: "toybox.capnp:Handle",
+			MethodName:    "socket",
+		},
+		Impl: func(ctx context.Context, call *server.Call) error {
+			return s.Socket(ctx, Handle_socket{call})
 		},
 	})
 
@@ -2325,6 +2359,23 @@ func (c Handle_webSocket) Args() Handle_webSocket_Params {
 func (c Handle_webSocket) AllocResults() (Handle_webSocket_Results, error) {
 	r, err := c.Call.AllocResults(capnp.ObjectSize{DataSize: 0, PointerCount: 2})
 	return Handle_webSocket_Results(r), err
+}
+
+// Handle_socket holds the state for a server call to Handle.socket.
+// See server.Call for documentation.
+type Handle_socket struct {
+	*server.Call
+}
+
+// Args returns the call's arguments.
+func (c Handle_socket) Args() Handle_socket_Params {
+	return Handle_socket_Params(c.Call.Args())
+}
+
+// AllocResults allocates the results struct.
+func (c Handle_socket) AllocResults() (Handle_socket_Results, error) {
+	r, err := c.Call.AllocResults(capnp.ObjectSize{DataSize: 8, PointerCount: 0})
+	return Handle_socket_Results(r), err
 }
 
 // Handle_List is a list of Handle.
@@ -3532,6 +3583,143 @@ func (f Handle_webSocket_Results_Future) Struct() (Handle_webSocket_Results, err
 }
 func (p Handle_webSocket_Results_Future) Upstream() MessageStream {
 	return MessageStream(p.Future.Field(0, nil).Client())
+}
+
+type Handle_socket_Params capnp.Struct
+
+// Handle_socket_Params_TypeID is the unique identifier for the type Handle_socket_Params.
+const Handle_socket_Params_TypeID = 0x9998d31124dbb2ef
+
+func NewHandle_socket_Params(s *capnp.Segment) (Handle_socket_Params, error) {
+	st, err := capnp.NewStruct(s, capnp.ObjectSize{DataSize: 0, PointerCount: 0})
+	return Handle_socket_Params(st), err
+}
+
+func NewRootHandle_socket_Params(s *capnp.Segment) (Handle_socket_Params, error) {
+	st, err := capnp.NewRootStruct(s, capnp.ObjectSize{DataSize: 0, PointerCount: 0})
+	return Handle_socket_Params(st), err
+}
+
+func ReadRootHandle_socket_Params(msg *capnp.Message) (Handle_socket_Params, error) {
+	root, err := msg.Root()
+	return Handle_socket_Params(root.Struct()), err
+}
+
+func (s Handle_socket_Params) String() string {
+	str, _ := text.Marshal(0x9998d31124dbb2ef, capnp.Struct(s))
+	return str
+}
+
+func (s Handle_socket_Params) EncodeAsPtr(seg *capnp.Segment) capnp.Ptr {
+	return capnp.Struct(s).EncodeAsPtr(seg)
+}
+
+func (Handle_socket_Params) DecodeFromPtr(p capnp.Ptr) Handle_socket_Params {
+	return Handle_socket_Params(capnp.Struct{}.DecodeFromPtr(p))
+}
+
+func (s Handle_socket_Params) ToPtr() capnp.Ptr {
+	return capnp.Struct(s).ToPtr()
+}
+func (s Handle_socket_Params) IsValid() bool {
+	return capnp.Struct(s).IsValid()
+}
+
+func (s Handle_socket_Params) Message() *capnp.Message {
+	return capnp.Struct(s).Message()
+}
+
+func (s Handle_socket_Params) Segment() *capnp.Segment {
+	return capnp.Struct(s).Segment()
+}
+
+// Handle_socket_Params_List is a list of Handle_socket_Params.
+type Handle_socket_Params_List = capnp.StructList[Handle_socket_Params]
+
+// NewHandle_socket_Params creates a new list of Handle_socket_Params.
+func NewHandle_socket_Params_List(s *capnp.Segment, sz int32) (Handle_socket_Params_List, error) {
+	l, err := capnp.NewCompositeList(s, capnp.ObjectSize{DataSize: 0, PointerCount: 0}, sz)
+	return capnp.StructList[Handle_socket_Params](l), err
+}
+
+// Handle_socket_Params_Future is a wrapper for a Handle_socket_Params promised by a client call.
+type Handle_socket_Params_Future struct{ *capnp.Future }
+
+func (f Handle_socket_Params_Future) Struct() (Handle_socket_Params, error) {
+	p, err := f.Future.Ptr()
+	return Handle_socket_Params(p.Struct()), err
+}
+
+type Handle_socket_Results capnp.Struct
+
+// Handle_socket_Results_TypeID is the unique identifier for the type Handle_socket_Results.
+const Handle_socket_Results_TypeID = 0xb639bda245cfe51a
+
+func NewHandle_socket_Results(s *capnp.Segment) (Handle_socket_Results, error) {
+	st, err := capnp.NewStruct(s, capnp.ObjectSize{DataSize: 8, PointerCount: 0})
+	return Handle_socket_Results(st), err
+}
+
+func NewRootHandle_socket_Results(s *capnp.Segment) (Handle_socket_Results, error) {
+	st, err := capnp.NewRootStruct(s, capnp.ObjectSize{DataSize: 8, PointerCount: 0})
+	return Handle_socket_Results(st), err
+}
+
+func ReadRootHandle_socket_Results(msg *capnp.Message) (Handle_socket_Results, error) {
+	root, err := msg.Root()
+	return Handle_socket_Results(root.Struct()), err
+}
+
+func (s Handle_socket_Results) String() string {
+	str, _ := text.Marshal(0xb639bda245cfe51a, capnp.Struct(s))
+	return str
+}
+
+func (s Handle_socket_Results) EncodeAsPtr(seg *capnp.Segment) capnp.Ptr {
+	return capnp.Struct(s).EncodeAsPtr(seg)
+}
+
+func (Handle_socket_Results) DecodeFromPtr(p capnp.Ptr) Handle_socket_Results {
+	return Handle_socket_Results(capnp.Struct{}.DecodeFromPtr(p))
+}
+
+func (s Handle_socket_Results) ToPtr() capnp.Ptr {
+	return capnp.Struct(s).ToPtr()
+}
+func (s Handle_socket_Results) IsValid() bool {
+	return capnp.Struct(s).IsValid()
+}
+
+func (s Handle_socket_Results) Message() *capnp.Message {
+	return capnp.Struct(s).Message()
+}
+
+func (s Handle_socket_Results) Segment() *capnp.Segment {
+	return capnp.Struct(s).Segment()
+}
+func (s Handle_socket_Results) Fd() uint64 {
+	return capnp.Struct(s).Uint64(0)
+}
+
+func (s Handle_socket_Results) SetFd(v uint64) {
+	capnp.Struct(s).SetUint64(0, v)
+}
+
+// Handle_socket_Results_List is a list of Handle_socket_Results.
+type Handle_socket_Results_List = capnp.StructList[Handle_socket_Results]
+
+// NewHandle_socket_Results creates a new list of Handle_socket_Results.
+func NewHandle_socket_Results_List(s *capnp.Segment, sz int32) (Handle_socket_Results_List, error) {
+	l, err := capnp.NewCompositeList(s, capnp.ObjectSize{DataSize: 8, PointerCount: 0}, sz)
+	return capnp.StructList[Handle_socket_Results](l), err
+}
+
+// Handle_socket_Results_Future is a wrapper for a Handle_socket_Results promised by a client call.
+type Handle_socket_Results_Future struct{ *capnp.Future }
+
+func (f Handle_socket_Results_Future) Struct() (Handle_socket_Results, error) {
+	p, err := f.Future.Ptr()
+	return Handle_socket_Results(p.Struct()), err
 }
 
 type DoorEntry capnp.Struct
@@ -5059,6 +5247,46 @@ func (c Vat) Id(ctx context.Context, params func(Vat_id_Params) error) (Vat_id_R
 
 }
 
+func (c Vat) Direct(ctx context.Context, params func(Vat_direct_Params) error) (Vat_direct_Results_Future, capnp.ReleaseFunc) {
+
+	s := capnp.Send{
+		Method: capnp.Method{
+			InterfaceID:   0xdedc3a13a41d33f8,
+			MethodID:      3,
+			InterfaceName: "toybox.capnp:Vat",
+			MethodName:    "direct",
+		},
+	}
+	if params != nil {
+		s.ArgsSize = capnp.ObjectSize{DataSize: 0, PointerCount: 0}
+		s.PlaceArgs = func(s capnp.Struct) error { return params(Vat_direct_Params(s)) }
+	}
+
+	ans, release := capnp.Client(c).SendCall(ctx, s)
+	return Vat_direct_Results_Future{Future: ans.Future()}, release
+
+}
+
+func (c Vat) ReportDirect(ctx context.Context, params func(Vat_reportDirect_Params) error) (Vat_reportDirect_Results_Future, capnp.ReleaseFunc) {
+
+	s := capnp.Send{
+		Method: capnp.Method{
+			InterfaceID:   0xdedc3a13a41d33f8,
+			MethodID:      4,
+			InterfaceName: "toybox.capnp:Vat",
+			MethodName:    "reportDirect",
+		},
+	}
+	if params != nil {
+		s.ArgsSize = capnp.ObjectSize{DataSize: 0, PointerCount: 1}
+		s.PlaceArgs = func(s capnp.Struct) error { return params(Vat_reportDirect_Params(s)) }
+	}
+
+	ans, release := capnp.Client(c).SendCall(ctx, s)
+	return Vat_reportDirect_Results_Future{Future: ans.Future()}, release
+
+}
+
 func (c Vat) WaitStreaming() error {
 	return capnp.Client(c).WaitStreaming()
 }
@@ -5137,6 +5365,10 @@ type Vat_Server interface {
 	Doors(context.Context, Vat_doors) error
 
 	Id(context.Context, Vat_id) error
+
+	Direct(context.Context, Vat_direct) error
+
+	ReportDirect(context.Context, Vat_reportDirect) error
 }
 
 // Vat_NewServer creates a new Server from an implementation of Vat_Server.
@@ -5155,7 +5387,7 @@ func Vat_ServerToClient(s Vat_Server) Vat {
 // This can be used to create a more complicated Server.
 func Vat_Methods(methods []server.Method, s Vat_Server) []server.Method {
 	if cap(methods) == 0 {
-		methods = make([]server.Method, 0, 3)
+		methods = make([]server.Method, 0, 5)
 	}
 
 	methods = append(methods, server.Method{
@@ -5191,6 +5423,30 @@ func Vat_Methods(methods []server.Method, s Vat_Server) []server.Method {
 		},
 		Impl: func(ctx context.Context, call *server.Call) error {
 			return s.Id(ctx, Vat_id{call})
+		},
+	})
+
+	methods = append(methods, server.Method{
+		Method: capnp.Method{
+			InterfaceID:   0xdedc3a13a41d33f8,
+			MethodID:      3,
+			InterfaceName: "toybox.capnp:Vat",
+			MethodName:    "direct",
+		},
+		Impl: func(ctx context.Context, call *server.Call) error {
+			return s.Direct(ctx, Vat_direct{call})
+		},
+	})
+
+	methods = append(methods, server.Method{
+		Method: capnp.Method{
+			InterfaceID:   0xdedc3a13a41d33f8,
+			MethodID:      4,
+			InterfaceName: "toybox.capnp:Vat",
+			MethodName:    "reportDirect",
+		},
+		Impl: func(ctx context.Context, call *server.Call) error {
+			return s.ReportDirect(ctx, Vat_reportDirect{call})
 		},
 	})
 
@@ -5246,6 +5502,40 @@ func (c Vat_id) Args() Vat_id_Params {
 func (c Vat_id) AllocResults() (Vat_id_Results, error) {
 	r, err := c.Call.AllocResults(capnp.ObjectSize{DataSize: 0, PointerCount: 1})
 	return Vat_id_Results(r), err
+}
+
+// Vat_direct holds the state for a server call to Vat.direct.
+// See server.Call for documentation.
+type Vat_direct struct {
+	*server.Call
+}
+
+// Args returns the call's arguments.
+func (c Vat_direct) Args() Vat_direct_Params {
+	return Vat_direct_Params(c.Call.Args())
+}
+
+// AllocResults allocates the results struct.
+func (c Vat_direct) AllocResults() (Vat_direct_Results, error) {
+	r, err := c.Call.AllocResults(capnp.ObjectSize{DataSize: 0, PointerCount: 1})
+	return Vat_direct_Results(r), err
+}
+
+// Vat_reportDirect holds the state for a server call to Vat.reportDirect.
+// See server.Call for documentation.
+type Vat_reportDirect struct {
+	*server.Call
+}
+
+// Args returns the call's arguments.
+func (c Vat_reportDirect) Args() Vat_reportDirect_Params {
+	return Vat_reportDirect_Params(c.Call.Args())
+}
+
+// AllocResults allocates the results struct.
+func (c Vat_reportDirect) AllocResults() (Vat_reportDirect_Results, error) {
+	r, err := c.Call.AllocResults(capnp.ObjectSize{DataSize: 0, PointerCount: 0})
+	return Vat_reportDirect_Results(r), err
 }
 
 // Vat_List is a list of Vat.
@@ -5704,183 +5994,625 @@ func (f Vat_id_Results_Future) Struct() (Vat_id_Results, error) {
 	return Vat_id_Results(p.Struct()), err
 }
 
-const schema_f87d9be7acf38326 = "x\xda\xacY}t\x14\xd5\xd9\xbf\xcf\xcc\xe6]\x02\xd9" +
-	"\x8f\xbb\xb3\xf9\x00\xf5\xcd\x817x^SH!H+" +
-	"\xb1\xbak\x0ex \x15\xcd\x04\xa8\xa2\xa6:\xd9\xbd&" +
-	"[7;afB\x0c\x15#\x8aF\xdbz\xfc*\x95" +
-	"\x94\"\xca\x09E,~\x84jkRm%\xc7\x16\xfb" +
-	"\xa1\xa7\xf5\xb4=\x05-\x1e\xacbm\x8f\xd5\xd0Z\x14" +
-	"\xe5l\xcfsg\xef\xcc\xecG\x82\xb4\xfdo\xb2\xf3\xcc" +
-	"s\x9f\xfb\xfc\x9e\xe7w\x7f\xcf\xcd\x82\x0b\xa6\xc5}\x0b" +
-	"\x03\xc7\x15\"\xa9\x7f.\xfb\x9f\xd7\x8d\xc3\x0fl9\xe7" +
-	"\xf3\x9bi\x14\x08)\xf3\xf9\x09Yt\xa4|\x16\x10P" +
-	"\xde)\x7f\x9b@\xb6\xbd\xee\x93L\xd5\xe8\xaf\x06\x89z" +
-	"\x06\xa0\x05\xa0\xc5o\xa67\xa3\xc5\xc1\xe9}\x04\xb2\xbf" +
-	"\xbcf\xe9\xe3\xc9K7\xdcAl\x17\xdc`\xf1\x8c\x08" +
-	"\x1a\\0#F \xfb\x7fW\xcf{c\xc7k7\xdd" +
-	"I\xd4\x00@\xf6\xec[\xff\xbe\xf7\xedm\x1b?$e" +
-	"e~B\x14m\xc6N%5\x03\xbfa3.\x07\x02" +
-	"\xd9\xab|\xd6\x91\xc0\x01\xf9\xeb9w\x12\xbe\x1a\xa9h" +
-	"Dw\xa3\x15\xb8\xde\xe1\x9a\xa7\x9bOt=p7\xa1" +
-	"\x01\xd9\xf5F@9+\xf0\xa827\x80Ng\x07\x0e" +
-	"(C\xf8\x94}\xeaPpt\xda\x81\xa5\xf7\x105\x02" +
-	"\xc2\x9d\xb2)p\x82\x80r[\xe0\x09\x02\xd9\xd4\x81\x99" +
-	"\xe6\xd8\xa6\xe1{\x0a\x83\xe3\x86\xf3\x83;\x95\xc5A|" +
-	"Z\x18D\xe3\xfdCc\xb7\xd6\xec>~\x1f\xa1\x95\xce" +
-	"V\x7f\x1e\x940\xb6\x97\x82\xb8Ui\x9d\xdc\x91=y" +
-	"h\x8b\x1d<\xcf\xe6\xbb\xc19@|\xd9yG\xde\x1b" +
-	";\xf6\xf8\x86o\x11J\xc5\xa7\xca\xef\x82o`\x16\xf9" +
-	"\x97\x81U/\xbe\xf2\xd2\xd1\xd7\x1f 4\"\xbe\xfc(" +
-	"8\x1d\xbf\xbc;\xf3\xe6\xdb\x0f\xae\x0dn%\xb4\xdaY" +
-	"\xf4H\xd0\x86\x88\x7f:\xb1\xe1\x93{\xd6\x97\xef\xdb\xea" +
-	"q\xbd\xa8<\xc4\xa3\x0a\x84\xd0``h\xf53W\xdd" +
-	"\\\xb6\xcd\x8b\xd0\xfc\x10O\xe9bnp\xc5\xad\xc1\xfb" +
-	"/\xa9\xd9\xb1\xad(\xa5kB\xe3J{\x08c]\x1b" +
-	"\x1aT\xf6\xe0Sv\xe2\xd8-\xb5\xcf\xde\xb1\xbb\xd8\xf8" +
-	"\xde\xd0Ne\x08M\x16m\x09\x0d\x82ro\xd8O\xc8" +
-	"\xf1\x0b\xef\x1a\xffC\xcd\x82\xed\x9e\x84\xf5\x87\xa7\xe3\xca" +
-	"\x9b\xc2\xb8\xf2\xf6\xdaY\x0d\xa9g/\xdan\xc7\x8e\xdb" +
-	"V\x1e\x0e\x1f#\xbe\xec\xed\xed\xc7_\x9c\x18\x19\xf5\xbe" +
-	"\xb8-|\x82\xf8\xb2\xd6{\x17n=y\xffgwx" +
-	"7\x93\x0a\xcfA\x97\xeb\xb8K\xb6\xfe\xddot\xec\x9b" +
-	"x\xd8kpo\xb8\x1e\x0d\x86\xb8\xc1\x0b-\xff\xbb\xec" +
-	"\xcc\x8a\x19\xbb\x89\x1a\xe55!\xa3\xc5h\x98gt\x7f" +
-	"\x18\x8b\xbe\xee\xd5\xcd?\x9a\x19\xff\xeb\x93yE\xbf\x9d" +
-	"6\xa1\xc5.\x8aEX7\xf6h\xffo\xab\x9f\x1c)" +
-	"J\x02D\x0e)\x81\x08\x86[\x1e\x19T\xd6\xe2S\xf6" +
-	"\xe8\xdc\xb9\x97\x9d\xffq\xdd>oD\x17Ex\x16V" +
-	"D0\xa2_\xbf\xff\xc2\xbc\xf0\xd8\xeb\xdf'\xb4F\x80" +
-	"\x9f\x8a\xccB\xf0\x9f\xfb\xde_*\xbe|\xdf\x92\xa7\x8a" +
-	"\xd6Q#c\xb6weMdP\xd9\xc5\xd7\x19-\x0b" +
-	"A\xe8\xe3\xd7~hW\x0awsW\x84W\xdf\xf0\xf3" +
-	"g\x9e\xfd\xfb\x13}\xa3vu\xf16Wz#\xc7\x08" +
-	"(\xfd\x11\xdcp\xdb\x89-\xffx\xf9g\x8f\x8c\x11\x1a" +
-	"(j\x82ve\xa7\xc2\x14\xde\xab\x0an\xfd\x99\xce\xf6" +
-	"\x1b\x9b\xf6\x9f\xff\xe3\xa2\x90\x9eS\xeeS~\xca\x0d\xf7" +
-	"+\x83\x0a\x8dbH\x17T\xecz\xe1\x9a/f\x9f\xf7" +
-	"\xc0\xf8\x91r\x88\xf8\xb2\x975]zS[\xcb\xc8x" +
-	".'\x1c\x83?*\x1c\xa5\xb7\x14\xec\xb5\xd6\x07\xa7o" +
-	"\xba\xe2\xe8\xf1q\x81\x92\x8dc\x94\x03=\x14\xc5@v" +
-	"?\xd8\x91\xb8\xb2\xb7\xff\x80'k\x1fE\xf9v\xc7?" +
-	"7\xef\xbc\x9d_i\xffE^\xcbD\xb9\xf3w\xa2\x98" +
-	"\xf0\xdb\xdb\xd7|\xb7\xe2\x07\xeb^)\xecz\x99\x03W" +
-	"\xb9O\xa1\x95\xf8\x14\xa8\xc4\xe4\x1c\xdcv\xb4\xff\x9c\xe1" +
-	"\x8d\x07\x89Z\xedF\xf2A%\x8f\xe4d%F\xb2Z" +
-	"\x7f\xf6\x89\x9es'^\xb5y\xc1\xc6\xafJ\xc2Hn" +
-	"^4<10\x9c<\xece\x8c\x95U\x1c\xfa5U" +
-	"\x18\xc9\x87\x8b\xce\x1aV\x9a^;\\\x94\xcd\xde\xaa\xaf" +
-	")\x1b\xab0\x8a\xfe\xaa\x03\xca\x04>e\xf7\xdep\xf9" +
-	"\x8e\xaf\x0e|\xfc\x86g\x9d\x83U\x9c$\xae\xdd\xbd\xf7" +
-	"~\xe9\xa5\xeb\xfeD\xe8\x19\xe2\xcd\xfe\xaa\x16|\xf3\xc1" +
-	"\x8a=\x0bw\x8c\xb37\xbd\x11<V\xc5\xe9\xf9i\x1e" +
-	"\xc1\xd1\xcb>\xbc\xe5\xe0\xc9\x8e\xb7\xec4\xda\x06oU" +
-	"\xf1d\xbd\xcb\x0d\xce\\\xda\xfcrzq\xdf\xfb\x05\xc5" +
-	"\xc1s\x15\xa8\x1eS*\xab\xf1\x89V#j\xcb~\xf2" +
-	"jf\xf6\xdf\x06'r\x85\xc6\x9d\xed\xa9\xe6\xab\x8dT" +
-	"\xa3\xb3\xcf\\|\xf7\xe2\xc8\x82\xe1\x7fz{\xe1H\xb5" +
-	"\x0d\x0d7\xd8{\xec\xe9\x0d\xcf\xacN\x1c\xf7\x12ey" +
-	"\x0d\x12v\xa0&F\xd6f-\xbd\xbfC\xbf\xa1!!" +
-	"k=\x99\x9e\xa6\xe5Z&\x99f\x0d\x06[\xd7\xcbL" +
-	"\xab\xaeU34\xb9\xdbT\xc3\xb2\x8f\x10\x1f\x10B\xb5" +
-	"&B\xd4\xabeP\xbb$\xa0\x00\xbc\x96(\x9bC\x88" +
-	"z\xad\x0cjZ\x02*IQ\x90\x08\xa1\xa9fB\xd4" +
-	"\xa4\x0c\xea\xcd\x12PY\x8e\x82L\x08\xdd\xd8F\x88z" +
-	"\xa3\x0c\xea\x1d\x12\xc4\xba\x99\xd5\xa5'\xa1\x82HPA" +
-	"\xc0\xdfk\xa4\xc5\xf3@\x17\xd3\x92\xcc0!H\xa0U" +
-	"\x06\x08\xbb\x1dE\x00\x7f\xcc\x1a\xcc\xec\xd13IF\xc0" +
-	"\x00\xea\xb65\x01\xa0\x04\x9cM\xf9\xf8\xa6V2\xd3\xd4" +
-	":\xd9*\xcb`ZwC\"\xad\x9b\x8c\xef\xac\xdb$" +
-	"\xea4gg\xe7\xd4\x13\xa2\xd6\xc9\xa0.\x90@ll" +
-	">\xee\xf6\xffeP\xcf\x95 \x94\xd0\x93\x0c\xfcD\x02" +
-	"?\x81\x98\xc14S\xcf\x88xKg1\xd1\xc5\x12\xd7" +
-	"\xd7\xb51\xb37m\x81\xa9\xfa\x9c\xa5\x02-\x84\xa8\x15" +
-	"2\xa85\x12d\x93,\x912Sz\x86\x10\x02a\xb7" +
-	"\x93\x08@\xd8\xe3\x18\xb8\xe3K\xb4\x0e?K\x9b\xad\x00" +
-	"j\x8d\xe3m\x08\x83\xfc\xa6\x0c\xeaC\x1eH\xb6\xe3n" +
-	"\xb6\xca\xa0\x0eK\x009D\x1e\xc6\xdf\xbe#\x83\xfa\x08" +
-	"\"\"\xd9\x88\xecB\x98\x1e\x92A\xdd+\x01\xf5\xc9Q" +
-	"\xf0\x11B\xf7 \xa0\xc32\xa8OJ@\xcb|Q(" +
-	"#\x84>\x86\xeb<\"\x83\xfa\x94\x0413\xd1\xc5\xba" +
-	"\x99\xd8\x7f\xa8K7-\xe7\x8f\x1e\xdd\xb0D\xa2\x062" +
-	"\xcc\xea\xd3\x8d\xeb\x1d\x94\xd7k\x8eaL7R\x9d\xa9" +
-	"S$\xb1\x8fu\xac\xd2\x13\xd73\xab\xae\x8d\xd5b&" +
-	"M/f-.>\xce\xd6\x17\xe2\x8f\x0bdP\xbf " +
-	"A\xb6\xb7\xc7\xe4\xb0cv\xa9{\xcc\xe4\xea\xa4\xc7\xd0" +
-	"-=\xa1\xa7\xf1ma\x14v\xc6\x97\xeaz\xc8X\xc5" +
-	",Ly\x85\\\xe6!\x0d\x10L@\xd5z\"\xd1e" +
-	"~p\x89\x0b\x04O\xd1%s\x88D\xe7\xfbAr\xc4" +
-	"\x0e\\x\xd78\xe1g\xf8l|W\xe9\x0f\xa5S\xa6" +
-	"\x15\x07\xbf\x96N\xc7\xc1\xdf\xc9\xac8\xb4\x82\x1b\x87$" +
-	"\xe20\x1a\x12Z:]\xd7\x16cv\x1a*\x9c4," +
-	"Cd\xe22\xa8\x97\xb8\xa5\xbb\x02q]*\x83z-" +
-	"\xf6$\xd8\x15\xd0\x8e\x15p\x85\x0cj\x12!\xb44\xab" +
-	"\xd7t\x80:U\xcb\x85:\xf4d?\x04\x88\x04\x81\xa2" +
-	",\xad\xd6\x0c\x0c\xdcNR\xa9\xa8\x1cpV\xd4\xe7\xc2" +
-	"ju\xebr%\xfe\xb6\\\x06u\xf5i\x14VA\xb5" +
-	"`~V1\xab\xa1\x93YNo{\x1a\x0eW\x98&" +
-	"\x83\x1a\x95 \x94\xd1\\\xff\xa5k.\xc9\xcc\x84\x91\xea" +
-	"\xe0,\xe1\xd7\xba\xcd\x02,\xbe\xa4Y\x0d\xa9$ol" +
-	"?\x02\xe1Yg\x96\xbb\x8e\x9cJN\xb2\x0a\xc7\x92e" +
-	",#\xc5L\x11,)\xb0i\xcb\xf1\x9b\xd1p\x9d\x96" +
-	"J;D\xecY\xaa\xd9]j\xa0\xdbf\xb8I\xd6\xc3" +
-	"xY\xa7\xc1L3GF\xf9\xb9ir\x1d\xc5\xbax" +
-	"\x02\x80\xba\xaa\xb4\x80Q\xf3\x09N\xcf\x98\x96\xa1\xa52" +
-	"no\xfe\xbb~\xed\xcc6\xf7[9\x9a&XK\xd3" +
-	"x\xc3\x89\x03\x152#\xcf\xf7-\xfa\xf65Cta" +
-	"#\x91\xe8\\l8\xa1\xf4@\x88\x17:\x13\x9b*\xe0" +
-	"\xaf\xed3R\x16\x8b\x83\x9fe\x92\xf9\xfd\x04b\x07\xfe" +
-	"d\x9a\xd9L\x8a\xab\x88Q\x03\x84\xde\xa5#-D\xa2" +
-	"{p\x15q\xc8\x82P\xfet{\x1b\x91\xe8\x16lk" +
-	"!FA\xccm\xf4N\x8cn\xa3\x1fdG\x19\x83\x10" +
-	"_t]3\x91(\xf3\x83O\xcc\x89\x1e\xfd\xbd\x16\xdf" +
-	"\xad\xf4C\x99#\xe6@\x0co\xf4\"\\o\x89?+" +
-	"*\x93\x10\x12\x87\xac\xc8?\x81L\x1cj\xf9q\x13\x87" +
-	"\x81\x84\x9e\xc9\xb0\x84\x15\x87\x81\xdc1\x1e\x87\xac`Q" +
-	"\x02\x05\xecR\xdc=\xa2D&\xed\x9f\xa4\xae\xe3\x99\xeb" +
-	"\xe8\xd6\x92Hb\xcd\xa1\xa1Y\xd7Z\xcb+\xbc\xc4\xfb" +
-	"\\M\xc6Z\xf3\x0dJ*\x91R\xcd\xe6\x0d\x8a\x93\x13" +
-	"u'\xaf\xa9\xca\xd6i\xef6f\x86\xa6\xaa\xda\xb4\xd6" +
-	"\xc1\xd2&\x84\xdd\x91\xbb\xe0T.\xec\x06\xcc\xfb\xa7\x16" +
-	"M-9}\xd4\xe32a7\x1av\xc9\xa0Z\x9e\x13" +
-	"z\xdd\x95\x84\xa8=2\xa87J\x10\xb34\xa3\x93Y" +
-	"\x10v\x07m\x11R\xda\\\xce\xd2i\x1d\x8f\xb2\x1cI" +
-	"\xc7\xfa\xb4\x8cuq\x12\x80H\x00\x04\xb2I\xbd\x0f\xeb" +
-	"\x85\x11Y\xeb>e\xae\xf2E\x93\xc92I\x01\xd4\xe9" +
-	"h\xa6\xa4fiN8\x1d\xa9\x8cf\xf4;\xe1\xe4\x17" +
-	"\x84g=Y\xebv\xbb_\xcc\x8e\x9e\xee\xaf\x17\xdd/" +
-	".S@\xc8u:\xb3\x91w\x7f\xc8\xe4m_\xcb\xb5" +
-	"^\xa9\x82\xcfSh\x82\x82'+\x83\xc9s\x9e\xe7\xd3" +
-	"%\xaf\x06\xccV\xae\x0c\x0ax\xa7\x8d\x991\x9b\xd8\xdd" +
-	"-\x8a\x81\x08\xc4\x9c\xe5!8q[\x01b\x18\xa53" +
-	"\xebm\x823-\xcd\xb0\xe2\x10\xc2\xf3\xa1\xd4\x16\x0bN" +
-	"\x10\xd1@\x93\xea\x8a\\\x9f\x9e\xb2l\xeb?\xb5\xd6G" +
-	"\xcb\x1bdP7\x17i\xfdP\x8ffu}j\xb1?" +
-	"\x95\xf2X\xce4\xbf\x93\xccRe\xe9\x04>\xbf\xd1S" +
-	"\x97^\x0dP\xbb^K\xf7\xb2\xc9\xf5\x1fx\xa0\x12\xd7" +
-	"J \x063\xba\xb0Y@%.\x05@\\\x92\x09\xa8" +
-	"\x06rg}\x1cB\x09.\xf2\x8a\xe5]NR\x14\xd6" +
-	"\xcc$J\xb8U\x0bq\xa8<ZkN)\xad\x95'" +
-	"\x01sP\xb5_\xe9\x82zz#W\x01}\x14j\xe9" +
-	")9\xd1\xa1o\x0fH\xb3Jp\x07r\xe2<\x19\xd4" +
-	"\xf3$\x90\xafKB9\x91\xa0\x9c\x14\xaa\xf8\xa9\x89\xab" +
-	"\xa0\x0d\x8b\xea\xbe\xb0;x\x1f\x95<\x0aN\xe3|\xc9" +
-	"\x15\x0bK\xd4\xf2Y\x0e\x0b\xc6\xd3G\x8dn\xca\x9d6" +
-	"j\xf2\xb6QN\x9e\xa7\xdar\xf4\xbf\xd9C\xff\x9b\x9a" +
-	"\xdc\x91\xb9VK\xa7\xf5>\xc1\xa0\x85C\xa8\x96L\xe2" +
-	"\x81\xca\x088(\xe2\xab \x81\xd8zfYl2=" +
-	"Z\x98\x8b\x9c\xea\xf5b\xd5T\x02\xab\xe6\\?-=" +
-	"\xfdY\xc2\x09\xc0\x9f'?8\x0d\xd9d,\x0c\x8a\xde" +
-	"\xff\xa7\xf2\x04D\xbf\x11\xe2\xcet\xe2v\x14\xc4\xdd/" +
-	"U\x9b\xc4L'\xaeTA\xdc\xa4\xd0%\x8db\xa6\x13" +
-	"\xd7q \xae\xa3\xe9\xecY|\xa6\x8b\xd9\xda&\x0e\xb5" +
-	"\\\x04\xc5q\x1a\x98Jx\xe1\x08X<\x0aL~}" +
-	"\xe1da*\x7f\xa5n\x1e\xc4\xd4P'\x81\xa0%\x17" +
-	"%\xe7f\xaa\x00\xa5\xa2\xc6\xe2\xe2\xda\xa1\xa1\xc9\x80\xf0" +
-	"\x9c\xfd\xc5\xac\x1a3\x96e,\xa3\xbf`d\xac/E" +
-	"cM\xee\xc8\xe8\xd0\x98wf\xccc\xf3\xa9N\x9a\xa9" +
-	"\xe6\xb0\xffr\xb2\x8a&\xa4\x12\xc9:-\xa9Y(\xab" +
-	"\x9dk\x00\x8f\xc3F\xd7\xa1]w@\xdd\x7f\xef\xd8}" +
-	"\xf0\xaf\x00\x00\x00\xff\xff\x0bn\x14\x11"
+type Vat_direct_Params capnp.Struct
+
+// Vat_direct_Params_TypeID is the unique identifier for the type Vat_direct_Params.
+const Vat_direct_Params_TypeID = 0x92fb1023edcc2f5f
+
+func NewVat_direct_Params(s *capnp.Segment) (Vat_direct_Params, error) {
+	st, err := capnp.NewStruct(s, capnp.ObjectSize{DataSize: 0, PointerCount: 0})
+	return Vat_direct_Params(st), err
+}
+
+func NewRootVat_direct_Params(s *capnp.Segment) (Vat_direct_Params, error) {
+	st, err := capnp.NewRootStruct(s, capnp.ObjectSize{DataSize: 0, PointerCount: 0})
+	return Vat_direct_Params(st), err
+}
+
+func ReadRootVat_direct_Params(msg *capnp.Message) (Vat_direct_Params, error) {
+	root, err := msg.Root()
+	return Vat_direct_Params(root.Struct()), err
+}
+
+func (s Vat_direct_Params) String() string {
+	str, _ := text.Marshal(0x92fb1023edcc2f5f, capnp.Struct(s))
+	return str
+}
+
+func (s Vat_direct_Params) EncodeAsPtr(seg *capnp.Segment) capnp.Ptr {
+	return capnp.Struct(s).EncodeAsPtr(seg)
+}
+
+func (Vat_direct_Params) DecodeFromPtr(p capnp.Ptr) Vat_direct_Params {
+	return Vat_direct_Params(capnp.Struct{}.DecodeFromPtr(p))
+}
+
+func (s Vat_direct_Params) ToPtr() capnp.Ptr {
+	return capnp.Struct(s).ToPtr()
+}
+func (s Vat_direct_Params) IsValid() bool {
+	return capnp.Struct(s).IsValid()
+}
+
+func (s Vat_direct_Params) Message() *capnp.Message {
+	return capnp.Struct(s).Message()
+}
+
+func (s Vat_direct_Params) Segment() *capnp.Segment {
+	return capnp.Struct(s).Segment()
+}
+
+// Vat_direct_Params_List is a list of Vat_direct_Params.
+type Vat_direct_Params_List = capnp.StructList[Vat_direct_Params]
+
+// NewVat_direct_Params creates a new list of Vat_direct_Params.
+func NewVat_direct_Params_List(s *capnp.Segment, sz int32) (Vat_direct_Params_List, error) {
+	l, err := capnp.NewCompositeList(s, capnp.ObjectSize{DataSize: 0, PointerCount: 0}, sz)
+	return capnp.StructList[Vat_direct_Params](l), err
+}
+
+// Vat_direct_Params_Future is a wrapper for a Vat_direct_Params promised by a client call.
+type Vat_direct_Params_Future struct{ *capnp.Future }
+
+func (f Vat_direct_Params_Future) Struct() (Vat_direct_Params, error) {
+	p, err := f.Future.Ptr()
+	return Vat_direct_Params(p.Struct()), err
+}
+
+type Vat_direct_Results capnp.Struct
+
+// Vat_direct_Results_TypeID is the unique identifier for the type Vat_direct_Results.
+const Vat_direct_Results_TypeID = 0xea1ff6ba67af9249
+
+func NewVat_direct_Results(s *capnp.Segment) (Vat_direct_Results, error) {
+	st, err := capnp.NewStruct(s, capnp.ObjectSize{DataSize: 0, PointerCount: 1})
+	return Vat_direct_Results(st), err
+}
+
+func NewRootVat_direct_Results(s *capnp.Segment) (Vat_direct_Results, error) {
+	st, err := capnp.NewRootStruct(s, capnp.ObjectSize{DataSize: 0, PointerCount: 1})
+	return Vat_direct_Results(st), err
+}
+
+func ReadRootVat_direct_Results(msg *capnp.Message) (Vat_direct_Results, error) {
+	root, err := msg.Root()
+	return Vat_direct_Results(root.Struct()), err
+}
+
+func (s Vat_direct_Results) String() string {
+	str, _ := text.Marshal(0xea1ff6ba67af9249, capnp.Struct(s))
+	return str
+}
+
+func (s Vat_direct_Results) EncodeAsPtr(seg *capnp.Segment) capnp.Ptr {
+	return capnp.Struct(s).EncodeAsPtr(seg)
+}
+
+func (Vat_direct_Results) DecodeFromPtr(p capnp.Ptr) Vat_direct_Results {
+	return Vat_direct_Results(capnp.Struct{}.DecodeFromPtr(p))
+}
+
+func (s Vat_direct_Results) ToPtr() capnp.Ptr {
+	return capnp.Struct(s).ToPtr()
+}
+func (s Vat_direct_Results) IsValid() bool {
+	return capnp.Struct(s).IsValid()
+}
+
+func (s Vat_direct_Results) Message() *capnp.Message {
+	return capnp.Struct(s).Message()
+}
+
+func (s Vat_direct_Results) Segment() *capnp.Segment {
+	return capnp.Struct(s).Segment()
+}
+func (s Vat_direct_Results) Fds() (capnp.UInt64List, error) {
+	p, err := capnp.Struct(s).Ptr(0)
+	return capnp.UInt64List(p.List()), err
+}
+
+func (s Vat_direct_Results) HasFds() bool {
+	return capnp.Struct(s).HasPtr(0)
+}
+
+func (s Vat_direct_Results) SetFds(v capnp.UInt64List) error {
+	return capnp.Struct(s).SetPtr(0, v.ToPtr())
+}
+
+// NewFds sets the fds field to a newly
+// allocated capnp.UInt64List, preferring placement in s's segment.
+func (s Vat_direct_Results) NewFds(n int32) (capnp.UInt64List, error) {
+	l, err := capnp.NewUInt64List(capnp.Struct(s).Segment(), n)
+	if err != nil {
+		return capnp.UInt64List{}, err
+	}
+	err = capnp.Struct(s).SetPtr(0, l.ToPtr())
+	return l, err
+}
+
+// Vat_direct_Results_List is a list of Vat_direct_Results.
+type Vat_direct_Results_List = capnp.StructList[Vat_direct_Results]
+
+// NewVat_direct_Results creates a new list of Vat_direct_Results.
+func NewVat_direct_Results_List(s *capnp.Segment, sz int32) (Vat_direct_Results_List, error) {
+	l, err := capnp.NewCompositeList(s, capnp.ObjectSize{DataSize: 0, PointerCount: 1}, sz)
+	return capnp.StructList[Vat_direct_Results](l), err
+}
+
+// Vat_direct_Results_Future is a wrapper for a Vat_direct_Results promised by a client call.
+type Vat_direct_Results_Future struct{ *capnp.Future }
+
+func (f Vat_direct_Results_Future) Struct() (Vat_direct_Results, error) {
+	p, err := f.Future.Ptr()
+	return Vat_direct_Results(p.Struct()), err
+}
+
+type Vat_reportDirect_Params capnp.Struct
+
+// Vat_reportDirect_Params_TypeID is the unique identifier for the type Vat_reportDirect_Params.
+const Vat_reportDirect_Params_TypeID = 0xc6ef7611085407c1
+
+func NewVat_reportDirect_Params(s *capnp.Segment) (Vat_reportDirect_Params, error) {
+	st, err := capnp.NewStruct(s, capnp.ObjectSize{DataSize: 0, PointerCount: 1})
+	return Vat_reportDirect_Params(st), err
+}
+
+func NewRootVat_reportDirect_Params(s *capnp.Segment) (Vat_reportDirect_Params, error) {
+	st, err := capnp.NewRootStruct(s, capnp.ObjectSize{DataSize: 0, PointerCount: 1})
+	return Vat_reportDirect_Params(st), err
+}
+
+func ReadRootVat_reportDirect_Params(msg *capnp.Message) (Vat_reportDirect_Params, error) {
+	root, err := msg.Root()
+	return Vat_reportDirect_Params(root.Struct()), err
+}
+
+func (s Vat_reportDirect_Params) String() string {
+	str, _ := text.Marshal(0xc6ef7611085407c1, capnp.Struct(s))
+	return str
+}
+
+func (s Vat_reportDirect_Params) EncodeAsPtr(seg *capnp.Segment) capnp.Ptr {
+	return capnp.Struct(s).EncodeAsPtr(seg)
+}
+
+func (Vat_reportDirect_Params) DecodeFromPtr(p capnp.Ptr) Vat_reportDirect_Params {
+	return Vat_reportDirect_Params(capnp.Struct{}.DecodeFromPtr(p))
+}
+
+func (s Vat_reportDirect_Params) ToPtr() capnp.Ptr {
+	return capnp.Struct(s).ToPtr()
+}
+func (s Vat_reportDirect_Params) IsValid() bool {
+	return capnp.Struct(s).IsValid()
+}
+
+func (s Vat_reportDirect_Params) Message() *capnp.Message {
+	return capnp.Struct(s).Message()
+}
+
+func (s Vat_reportDirect_Params) Segment() *capnp.Segment {
+	return capnp.Struct(s).Segment()
+}
+func (s Vat_reportDirect_Params) Reports() (DirectReport_List, error) {
+	p, err := capnp.Struct(s).Ptr(0)
+	return DirectReport_List(p.List()), err
+}
+
+func (s Vat_reportDirect_Params) HasReports() bool {
+	return capnp.Struct(s).HasPtr(0)
+}
+
+func (s Vat_reportDirect_Params) SetReports(v DirectReport_List) error {
+	return capnp.Struct(s).SetPtr(0, v.ToPtr())
+}
+
+// NewReports sets the reports field to a newly
+// allocated DirectReport_List, preferring placement in s's segment.
+func (s Vat_reportDirect_Params) NewReports(n int32) (DirectReport_List, error) {
+	l, err := NewDirectReport_List(capnp.Struct(s).Segment(), n)
+	if err != nil {
+		return DirectReport_List{}, err
+	}
+	err = capnp.Struct(s).SetPtr(0, l.ToPtr())
+	return l, err
+}
+
+// Vat_reportDirect_Params_List is a list of Vat_reportDirect_Params.
+type Vat_reportDirect_Params_List = capnp.StructList[Vat_reportDirect_Params]
+
+// NewVat_reportDirect_Params creates a new list of Vat_reportDirect_Params.
+func NewVat_reportDirect_Params_List(s *capnp.Segment, sz int32) (Vat_reportDirect_Params_List, error) {
+	l, err := capnp.NewCompositeList(s, capnp.ObjectSize{DataSize: 0, PointerCount: 1}, sz)
+	return capnp.StructList[Vat_reportDirect_Params](l), err
+}
+
+// Vat_reportDirect_Params_Future is a wrapper for a Vat_reportDirect_Params promised by a client call.
+type Vat_reportDirect_Params_Future struct{ *capnp.Future }
+
+func (f Vat_reportDirect_Params_Future) Struct() (Vat_reportDirect_Params, error) {
+	p, err := f.Future.Ptr()
+	return Vat_reportDirect_Params(p.Struct()), err
+}
+
+type Vat_reportDirect_Results capnp.Struct
+
+// Vat_reportDirect_Results_TypeID is the unique identifier for the type Vat_reportDirect_Results.
+const Vat_reportDirect_Results_TypeID = 0xa0a1e3aac04bbd1d
+
+func NewVat_reportDirect_Results(s *capnp.Segment) (Vat_reportDirect_Results, error) {
+	st, err := capnp.NewStruct(s, capnp.ObjectSize{DataSize: 0, PointerCount: 0})
+	return Vat_reportDirect_Results(st), err
+}
+
+func NewRootVat_reportDirect_Results(s *capnp.Segment) (Vat_reportDirect_Results, error) {
+	st, err := capnp.NewRootStruct(s, capnp.ObjectSize{DataSize: 0, PointerCount: 0})
+	return Vat_reportDirect_Results(st), err
+}
+
+func ReadRootVat_reportDirect_Results(msg *capnp.Message) (Vat_reportDirect_Results, error) {
+	root, err := msg.Root()
+	return Vat_reportDirect_Results(root.Struct()), err
+}
+
+func (s Vat_reportDirect_Results) String() string {
+	str, _ := text.Marshal(0xa0a1e3aac04bbd1d, capnp.Struct(s))
+	return str
+}
+
+func (s Vat_reportDirect_Results) EncodeAsPtr(seg *capnp.Segment) capnp.Ptr {
+	return capnp.Struct(s).EncodeAsPtr(seg)
+}
+
+func (Vat_reportDirect_Results) DecodeFromPtr(p capnp.Ptr) Vat_reportDirect_Results {
+	return Vat_reportDirect_Results(capnp.Struct{}.DecodeFromPtr(p))
+}
+
+func (s Vat_reportDirect_Results) ToPtr() capnp.Ptr {
+	return capnp.Struct(s).ToPtr()
+}
+func (s Vat_reportDirect_Results) IsValid() bool {
+	return capnp.Struct(s).IsValid()
+}
+
+func (s Vat_reportDirect_Results) Message() *capnp.Message {
+	return capnp.Struct(s).Message()
+}
+
+func (s Vat_reportDirect_Results) Segment() *capnp.Segment {
+	return capnp.Struct(s).Segment()
+}
+
+// Vat_reportDirect_Results_List is a list of Vat_reportDirect_Results.
+type Vat_reportDirect_Results_List = capnp.StructList[Vat_reportDirect_Results]
+
+// NewVat_reportDirect_Results creates a new list of Vat_reportDirect_Results.
+func NewVat_reportDirect_Results_List(s *capnp.Segment, sz int32) (Vat_reportDirect_Results_List, error) {
+	l, err := capnp.NewCompositeList(s, capnp.ObjectSize{DataSize: 0, PointerCount: 0}, sz)
+	return capnp.StructList[Vat_reportDirect_Results](l), err
+}
+
+// Vat_reportDirect_Results_Future is a wrapper for a Vat_reportDirect_Results promised by a client call.
+type Vat_reportDirect_Results_Future struct{ *capnp.Future }
+
+func (f Vat_reportDirect_Results_Future) Struct() (Vat_reportDirect_Results, error) {
+	p, err := f.Future.Ptr()
+	return Vat_reportDirect_Results(p.Struct()), err
+}
+
+type DirectReport capnp.Struct
+
+// DirectReport_TypeID is the unique identifier for the type DirectReport.
+const DirectReport_TypeID = 0x8f8088becc1b89ac
+
+func NewDirectReport(s *capnp.Segment) (DirectReport, error) {
+	st, err := capnp.NewStruct(s, capnp.ObjectSize{DataSize: 8, PointerCount: 2})
+	return DirectReport(st), err
+}
+
+func NewRootDirectReport(s *capnp.Segment) (DirectReport, error) {
+	st, err := capnp.NewRootStruct(s, capnp.ObjectSize{DataSize: 8, PointerCount: 2})
+	return DirectReport(st), err
+}
+
+func ReadRootDirectReport(msg *capnp.Message) (DirectReport, error) {
+	root, err := msg.Root()
+	return DirectReport(root.Struct()), err
+}
+
+func (s DirectReport) String() string {
+	str, _ := text.Marshal(0x8f8088becc1b89ac, capnp.Struct(s))
+	return str
+}
+
+func (s DirectReport) EncodeAsPtr(seg *capnp.Segment) capnp.Ptr {
+	return capnp.Struct(s).EncodeAsPtr(seg)
+}
+
+func (DirectReport) DecodeFromPtr(p capnp.Ptr) DirectReport {
+	return DirectReport(capnp.Struct{}.DecodeFromPtr(p))
+}
+
+func (s DirectReport) ToPtr() capnp.Ptr {
+	return capnp.Struct(s).ToPtr()
+}
+func (s DirectReport) IsValid() bool {
+	return capnp.Struct(s).IsValid()
+}
+
+func (s DirectReport) Message() *capnp.Message {
+	return capnp.Struct(s).Message()
+}
+
+func (s DirectReport) Segment() *capnp.Segment {
+	return capnp.Struct(s).Segment()
+}
+func (s DirectReport) Target() (Target, error) {
+	p, err := capnp.Struct(s).Ptr(0)
+	return Target(p.Struct()), err
+}
+
+func (s DirectReport) HasTarget() bool {
+	return capnp.Struct(s).HasPtr(0)
+}
+
+func (s DirectReport) SetTarget(v Target) error {
+	return capnp.Struct(s).SetPtr(0, capnp.Struct(v).ToPtr())
+}
+
+// NewTarget sets the target field to a newly
+// allocated Target struct, preferring placement in s's segment.
+func (s DirectReport) NewTarget() (Target, error) {
+	ss, err := NewTarget(capnp.Struct(s).Segment())
+	if err != nil {
+		return Target{}, err
+	}
+	err = capnp.Struct(s).SetPtr(0, capnp.Struct(ss).ToPtr())
+	return ss, err
+}
+
+func (s DirectReport) Allowed() bool {
+	return capnp.Struct(s).Bit(0)
+}
+
+func (s DirectReport) SetAllowed(v bool) {
+	capnp.Struct(s).SetBit(0, v)
+}
+
+func (s DirectReport) Reason() (string, error) {
+	p, err := capnp.Struct(s).Ptr(1)
+	return p.Text(), err
+}
+
+func (s DirectReport) HasReason() bool {
+	return capnp.Struct(s).HasPtr(1)
+}
+
+func (s DirectReport) ReasonBytes() ([]byte, error) {
+	p, err := capnp.Struct(s).Ptr(1)
+	return p.TextBytes(), err
+}
+
+func (s DirectReport) SetReason(v string) error {
+	return capnp.Struct(s).SetText(1, v)
+}
+
+// DirectReport_List is a list of DirectReport.
+type DirectReport_List = capnp.StructList[DirectReport]
+
+// NewDirectReport creates a new list of DirectReport.
+func NewDirectReport_List(s *capnp.Segment, sz int32) (DirectReport_List, error) {
+	l, err := capnp.NewCompositeList(s, capnp.ObjectSize{DataSize: 8, PointerCount: 2}, sz)
+	return capnp.StructList[DirectReport](l), err
+}
+
+// DirectReport_Future is a wrapper for a DirectReport promised by a client call.
+type DirectReport_Future struct{ *capnp.Future }
+
+func (f DirectReport_Future) Struct() (DirectReport, error) {
+	p, err := f.Future.Ptr()
+	return DirectReport(p.Struct()), err
+}
+func (p DirectReport_Future) Target() Target_Future {
+	return Target_Future{Future: p.Future.Field(0, nil)}
+}
+
+const schema_f87d9be7acf38326 = "x\xda\xacY}t\x14\xd5\xd9\xbf\xcf\xcc\xc6!\x9ad" +
+	"\xf7\xeel`7\xc2\x9b#\x06\xcfK^\x8c$\xc8\xfb" +
+	"J|q\x97\x1c\xb0\x04E3\x01\xaa\xa8)Nv/" +
+	"\xc9\xeaf'\x99\x99\x10C\xd5\x80\xa2`[\x0e\x8a\xa5" +
+	"\x92\xd2\x88pB\x11\x8b\x1fP\xb1\x92\x8a\x05\x8e\x15\xdb" +
+	"\xaa\xad\xf6\xe3\x14\xf0\xe0\xf1\x03<\xb5\xc7bh\x15\x01" +
+	"9\xdbs\xef\xec\x9d\x99\xfd\x0a\xd0\xf6\xbfI\xe6\x99\xe7" +
+	">\xcf\xef\xf9\xfa=w'O.\x8exjK\x17\x8d" +
+	"F\xc2<\x0f\x14]\xf4\xbe~\xe4\x89u\x13\xffo\x05" +
+	"\x0e\x00BE\x1e\x09\xa1)\xe5\x97T\x00\x02y\xdc%" +
+	"\x9f H\xb5T}\x9d\x1c\xbd\xfb\xcd\x95H\xb9\x14\xa8" +
+	"\x04P\x89\xa2\x92\x06*QZ\xd2\x83 \xf5\x9bE3" +
+	"\x9f\x8b\xdd\xb4t\x15\xb2T0\x81x\x89\x9f\x0at\x95" +
+	"\x84\x11\xa4.\xbfc\xd2\x87\x1b\xdf\xbb\xff\x11\xa4\x94\x02" +
+	"\xa4\xaex\xf0\xef\xdb?\xd9p\xdfW\xa8\xa8HBH" +
+	"^W\xb2Y\x1e(\xa1\xdf\xf4\x97\xdc\x02\x08R\xb7{" +
+	"\xcc\x0fJ\x0f\x88\xdfM\xab\x13\xe8\xab\xa3\xa5uT\xdd" +
+	"g\xa5\xf4\xbc\xed\x8f\\\xfa\xe6\xab\xab\x96\xad\xc9VG" +
+	"%e\xa5\xec]\xb9\xa5\x8c>-,{\x1eA\xeaH" +
+	"pW\xc3\xe9\xf6'\xd6 \\*:\xb2\x08\xe4\xe1\xb2" +
+	"g\xe4SL\xf0\x8b\xb2\x03r\x87WB(\xf5\xe2\xa1" +
+	"\xb2\xdd\xa3\x0e\xcc|\x14)~\xe0g\xcb\x0b\xbc\xa7\x11" +
+	"\xc8\x0b\xbdT[\xfc@\xc8\x18Z>\xf8h\xde\xa3\xc1" +
+	"\xb7Y.\xf6\xd1\xa7\"\x1f\x15\xde\xd7?\xf4`p\xeb" +
+	"\xc9\xb5\x08\x97\xdb\xb8\x0c\xf8\x04\xea\xc8&\x1f\xc5e\xd1" +
+	"Uo~v\xb9\xef\xccZ\x841 D\xa1\x97\xf7\xf9" +
+	"N#OJ\xe8\x12[Sg\x0f\xad\xb3 `1\xd9" +
+	"\xe2\x1b\x0f\xc8\x93\x9a\xf4\xc1\xf1\xa1\x13\xcf-\xfd\x81\xf5" +
+	"\x09\xd3)\xaf\xf6}\x88@~\x8c\xa9,\x9d\xf7\xc6\xbb" +
+	"o\x1d{\xff\x09\x84\xfd\xfc\xcb\x1d\xbe\x8b\xe9\x97k\x92" +
+	"\x1f\x7f\xf2\xe4\xc2\xb2\xf5\x08\x8f\xb1\xad\xe9\xf7U8\xd6" +
+	"\x0c/\xfd\xfa\xd1%\xc5;\xd7\xbbTO\xd9g\x99\xfb" +
+	"K&p|\xe7\xe1*\xfc\xfb\xf5\xfd.\xab\x8e\xfa\xfc" +
+	"Tw_\xff\xfc\x97o_V\xb4\xc1\x9d\x01o\xf9X" +
+	"\xc8\xfe\xc8>\xbd\xf5\xc1\xb2\xc7o\x0cn\xdc\x90\x13\x85" +
+	"/|\xfb\xe5\xb3\x0c\xb3S\xbe\x95r#\xa6Q\x18>" +
+	"\xf1@\xe5+\xab\xb6\xe6\x0a\xd7\xe2\xcd\xf24*2e" +
+	"*>\x00\xf2B\xbf\x84\xd0\xc9\xebV\xef\xffsp\xf2" +
+	"\x80\x0b\xe3\x19\xfe\x8b\xe9\xc9\x8d~z\xf2@eEM" +
+	"\xfc\x95\x19\x03.\x8c\xe3\xfe\x13\xc8\x93z\xb8\xe5\xe4\x1b" +
+	"\xc3;v\xbb_\xcc\xf5S\xf0\xcd\xe3\xd7\xad?\xfb\xf8" +
+	"U\x1b\xdd\xce\xd4\xfa\xc7S\x95\xd3\x98\xcaq{n\xd8" +
+	"\xfb\xccG\x9b\x9er\xbe\x9c\xb2\xd0_Gq K>" +
+	"\xfb^\xeb\xce\xe1M\xeeOg\xf8\xab\x1dk^\x9b\xf3" +
+	"_\xb3\xc6\x96\\\xb2\x15)\x01\x96`\"\xab\x15?\x8b" +
+	"B\x97\x9f\x96[\xd5\xe1\x15?\x0fE\xfe\xfaBF\xb9" +
+	"\xcd\x95\xeb\xa9\xc4\x02\x99\xa6\x7f\xd5\xd03\xbd\x7f\x18\xf3" +
+	"\xc2\x8e\x1cxv\xc8\x87\xe4=2ud\xb7\xbcR." +
+	"\x0eP,\x8fM\x98p\xf3\xb5g\xaav\xba-\x1a\x96" +
+	"\x19>\xa7dj\xd1\xef>\x7fm\x92o\xe8\xfd\x9f\"" +
+	"\x1c\xe4\xce\x84\x02\x15\xd4\x99=?\xf9\xb4\xe4[k\xa7" +
+	"\xbd\x98s\x0e\x04\x86,\xedrQ`\xa5\xbc\x80\x9dS" +
+	"q\xf4\xb7\xb36\xef\x99\xf6R\xda1\xa6gz\x80\xf9" +
+	"5+@\xcf\xd9]\xe4\x05\xef\x99\xf7~f\xa5\x1f{" +
+	"O\x02,\xa5\x07\xf7\x8e\xbd\xe2O\xa7{v[)[" +
+	"dE\"p\x02\x81\xac\x04(\"\xcd\xa7\xd7\xfd\xe3\xed" +
+	"\xd7\x9f\x1eB\xb84\xa7\xe4\xa6\x96o\x96\xa7\x97\xd3\xa7" +
+	"i\xe5\x14\x9b\x97\xdbZ\xee\xad\xdfw\xed\xab96\xaf" +
+	"+_+\x0f0\xc1\xfe\xf2\x95\xf2_\xe8Sjz\xc9" +
+	"\x96\xd7\x16\xdd\x90\xda\xeb\xca\x80w\xca\x0f!O\xea\xe6" +
+	"\xfa\x9b\xeeo\x9e\xb3c\x7f\x1a4\x16\xa4]\xe5,\x8c" +
+	"{\xcaie7=y\xf1\xf2[\x8f\x9d\xdc\xcf\xc3h" +
+	"\xb5\xbc\xd1,G\xbaFSC\xf6I\xf3G\xe1%\xc7" +
+	"_w\x17\xd3;\xa3\x99\x8a\x83\xa3)\x1e[\x9fl\x8d" +
+	"\xde\xd6\xdd{\xc0\x85{\xf1\x18\x86\xc7\xfe\xff\x9dt\xcd" +
+	"\xe6\xbbZ~\xed.\xd4a\xeb\xd3S\xec\xd3\x87[\x16" +
+	"\xfc\xb8\xe4\xa5\xaew\xb3\x9b\x10\xb5S\x0e\x8d\xd9)_" +
+	"6\x86>\x8d\x1bC\xd1;\xb8\xe1X\xef\xc4\xc1\xfb\x0e" +
+	"\"e\x8c\xab}\x07\x99\xa9\xa5Aj\xea|\xed\x95\xe7" +
+	";\xaf\x1e>l\xb5)fIoP\xa0\x96,\x9b2" +
+	"8\xdc7\x18;\xe2n`-A\x96<$H-\xf9" +
+	"j\xca\xb8A\xb9\xfe\xbd#9p?\x14\xfc\x8e\xbc:" +
+	"H\xe5\x1f\x09~\x03\xe4\x05!\x8a\xf7\xf6{n\xd9\xf8" +
+	"\xed\xbe3\x1f\xba\x0e\x9a\x1eb\xbd\xe9\xce\xad\xdb\x1f\x17" +
+	"\xdeZ\xfc\x11\xc2\x97\xf27\x13Bs\xe8\x9b/\x1a\xb7" +
+	"\xd5n\xdcO>v\x9b\x80Cl\xb6\x84B\xd4\x84c" +
+	"7\x7f\xf5\xc0\xc1\xb3\xadG-\x1c-\x81\xc6\x10CK" +
+	"a\x02\x8dk\x9fo\x1b\xfa\xb2\xf2Sw$\xbaB\xac" +
+	"\xadu3\x81\xb13\x1b\xdeNL\xed\xf9<+\xbf\x18" +
+	"\x9a[BC\xf2\xb3\xd4xy[\x88\x06~\xd6/\x0e" +
+	"'/\xfb\xdb\xca\xe1t\xaeZ\x05^\xc1\xcci\xac\xa0" +
+	"\xca\xfe\xe7\xfa5S\xfd\x93\x07\xbft\xd7[o\x053" +
+	"g9\x13\xd8~b\xd7\xd2\x97\xe7GO\xba\x1b\xf8\xa6" +
+	"\x0a:a\xb6T\x84\xd1\xc2\x94\xa9\xf5\xb6j\xf7\xd4D" +
+	"E\xb53\xd9Y?[M\xc6\x12\xa4F']\xdd\xc4" +
+	"0\xab\x9aT]\x15;\x0c\xc5'z\x10\xf2\x00BX" +
+	"\xadGH\xb9C\x04\xa5]\x00\x0c\xc0\xd2\x11\x93\xf1\x08" +
+	")w\x8a\xa0$\x04\xc0\x82\x10\x00\x01!\x1co@H" +
+	"\x89\x89\xa0,\x13\x00\x8bb\x00D\x84\xf0}\xcd\x08)" +
+	"\xf7\x8a\xa0\xac\x12 \xdcA\xccv-\x06%H\x80\x12" +
+	"\x04R\xb7\x9e\xe0\xcf}\xedD\x8d\x11\xdd\x802\x04M" +
+	"\"\x80\xcf)J\x04\xf4\x9f)\x9d\x18\x9dZ2F\x10" +
+	"\xe8\x80\x9d\xd6\x81\x000\x02\xdb)\x0fsj.1\x0c" +
+	"\xb5\x8d\xcc3u\xa2v\xd4D\x13\x9aA\x98g\x1d\x06" +
+	"RF\xd9\x9eM\xacFH\xa9\x12A\x99,\x00w\xec" +
+	"J\xea\xed\x7f\x8b\xa0\\-\x807\xaa\xc5\x08HH\x00" +
+	"\x09AX'\xaa\xa1%\xb9\xbd\xf9Q\x8c\xb6\x93\xe8\xdd" +
+	"U\xcd\xc4\xe8N\x98`(\x1e\xfb\xa8\xd29\x08)%" +
+	"\"(A\x01R1\x12\x8d\x1bq-\x89\x10\x02\x9fS" +
+	"k\x08\xc0\xe7R\x0cL\xf1\x8dj\xabD\x12F\x13\x80" +
+	"\x12\xb4\xb5\xf5S#\xbf/\x82\xf2\x94+$\x03\xd4\x9b" +
+	"\xf5\"(\x83\x02@:\"\x9b\xe8\xff~$\x82\xf24" +
+	"\x8d\x88`Ed\x0b\x0d\xd3S\"(\xdb\x05\xc0\x1e1" +
+	"\x00\x1e\x84\xf06\x1a\xd0A\x11\x94\x17\x04\xc0E\x9e\x00" +
+	"\x14!\x84\x9f\xa5\xe7<-\x82\xf2\xa2\x00a#\xdaN" +
+	":\x08\xf7\xdf\xdb\xae\x19\xa6\xfdG\xa7\xa6\x9b\x1c\xa8\xbe" +
+	"$1{4\xfdn;\xcaKT[0\xac\xe9\xf1\xb6" +
+	"\xf89@\xec!\xad\xf3\xb4\xe8\xdd\xc4\xacj&\x95\x14" +
+	"I\xc3\x1d\xb39N|l\xd7k\xe9?'\x8b\xa0\xfc" +
+	"\xbf\x00\xa9\xeeN\x83\x85\x9d\xa2\x8b\x9dQ\x96\xce\x93N" +
+	"]3\xb5\xa8\x96\xa0o\xb3\xad\x10\x98\x153\xe3:\x89" +
+	"\x9a\xcd\xa4S\xd3\xc1\xa4\xb8\x97\xd8\x87\xcf\xa2xDD" +
+	"Pnt\x12\xa6\x91\xa29S\x04\xa5\x89V\x02X\xb8" +
+	"\xcf\xa5\x82\xb3EP\xe6\x0b\x106U\xbd\x8d\x98\xe0s" +
+	"\xa8\x9d\x15\xe9>5\x91\xd0zH\x0c\x00\x09\x00\x853" +
+	"\xccJ\x84\x99\x9a\xe6\xd5\xe7\x91\xb4EE\xaef\x07\xbc" +
+	"\x83a\xa5\x1a\x09x\x96\x04N\xc7\x05\xde`\xf1\xb4\xf1" +
+	"H\xc0WJ \xd8\xa4\x11\xae[\xbd\x1f1bs\x19" +
+	"}W.y\x13q\xc3\x8c\x80\xa4&\x12\x11\x90\xda\x88" +
+	"\x19\x81&\xc8\x81G\xd3\xf4\x9a\xa8\x9aHT5\x87\x89" +
+	"\x15\x9d\xf3\x04\xe8N\x17@-41o\x15A\x89\xd1" +
+	"\xcc2U\xb3\xdb\xb0\xf3\xe7\\\x9d\xc0\xdb\xaa\xc5z\xa1" +
+	"\x14\x09P\x9a\x83\xd2|U\xa7\x86\x17\x0e\x9b\x9d3\x8d" +
+	"\xd5N\xdcx\xb9\xcc\xadv\x85\xed|\xf3=+\x89)" +
+	">\xf3\x88Y\xd3FL\xbb\xe5\xb8\xfa\x00=a\x94\x08" +
+	"J@\x00oRu\xf4g\xa1\xfcM\xd5\xac\x89\xb1D" +
+	"\xac\x0a[Z\xf2\xd7J\x8c\x18Q=\xde\xca\xba\x9b\xe4" +
+	"\x96r\xd4\xc4c\xac!I4R.C*\x1cC\xc4" +
+	"x\xac@E\xb2`\x93\xa4\xa9\xc7\x89\xc1\xbdAY2" +
+	"\xcd\xe9\xbe\xac\xd7,V\xe3\x09{\x80\xb8\x8ejp\x8e" +
+	"\xea\xeb\xb0:s\x81\xf3\xa8\xbd\xa4M'\x86\x91n\xa2" +
+	"\x99\xe0\xd5;\x8a\xc2\xed\x0c\x00\xc0\x0e\x97\xcf\x9a\x04\x19" +
+	"8\x19VCa.@\x01,\xa3Z\xd20u5\x9e" +
+	"t\xfa\xce\xbfz\xb6\x85~C\xaf\x99\x1eA\x88&\xe4" +
+	"(V\xb5\x9cM@r\xc7\xde\x9e)?\\\xd4\x8fk" +
+	"\xeb\x90\x80'\xd0\xaa\xe5L\x198u\xc3!Z\x99\xa5" +
+	"Re\x8f\x1e7I\x04$\x92\x8ce\x16%p\x0f\xa4" +
+	"X\x82\xd0S\xc6\xb2S\xf8z\x07|_\xc0\xef\xccA" +
+	"\x02\xfe\x15=\x85\x13\x08\xe0;\x15\xde\xd3\x8c\x04\xbc\x8b" +
+	"\xf6\x06N\xe6\x81o\xdcx\x1b\xb5n@\x02\xd1\xde," +
+	"\x80sS\xfcX\x03\x12\xf0C\x12x\xf8\x86\xef\xdal" +
+	"z\xe9\xbb\x0e\x09\x8al\xae\x0b|\xed\xc6*=o\xa1" +
+	"\x04\x17\xd9\x0b\x1fpvO[\xa7\x80gH)\x9e\xd9" +
+	"\x08\xa1\x08\xa4xl\x10$#P\xc9\xc6l\x04\xfa\xa2" +
+	"Z2I\xa2f\x04\xfa\xd2\xf4%\x02)>=\x10\x98" +
+	"\x11\x08[q\xcf\x84,\xb7Ny\xae\x15\xac\xd4\x98\xa6" +
+	"Q\xd2as\xff\xbc\xe1f5\xabi\xbaQ\xd5T\x99" +
+	"Y\xb2Bvr\x8fX\xd3\x9c\x8a\xe5\xabZ\xb7Q\xac" +
+	"\x0dbg\xf1\xcd\x9b\xff\xf4P\x9d\xce2\xd3\x9akv" +
+	"n\x9f\xa3\x9f4\x13\xc3;R\x09$\xd4V\x920\xc0" +
+	"\xe7\xdc\xbcd\xd1\x97\xec\xd2\xa2\x81:ov9'M" +
+	"$;\x9d\xde\xdcA\x05\xdbEPL\x17\x95\xe9\xba\x0d" +
+	"!\xa5S\x04\xe5\xde\x11\xe6l\xcaL\x18\xb3I\"\xa1" +
+	"\xd1\x99\x9f\x1e\x1b\xe1\x1e5i^o\x8f\xdeTL\xeb" +
+	"\xa1\x09F\x90\xa8v\x9c\x13\xd3Lvi\x90d\x8c\x07" +
+	"\xf4B\xc8eL5U\xdb\x9c\xd6xR\xd5{ms" +
+	"2\x13\xc7u\x9e\xa8v8\xad\x84/\xf2\xaeVR\xcd" +
+	"[\x09\xbfS\x03\xbe\xf8\xe0P\x1dk%^\x83\xf5\x90" +
+	"JF\x8a\xf3\x15F\x06\x95\xe5=\xbfP\x1a\x14\xc6<" +
+	"C\xa7\xd3\x09k(Z\xe94\xc8jb\xcd\xc4\x08[" +
+	"\x93\xc4q\x91\xef\x96\xc0WVW\xb7\xe4\xd7M\xc0\x17" +
+	"\x7f\x1c\xaa\xb6\xba\xa5a\xaa\xba\x19\x01/\x1dH#\xb8" +
+	"hp\x96it'\xc4\xc2\xd3qq\x0c\x8a\x91\x00\xc5" +
+	"9^eM>^\xaf\x05\x09S\xba-\x9c3\xfb\xab" +
+	"\xcf{\xb7\xa2\x92\xf7\x88\xa0\xac\xc8\xd9\xad\xbc\x9d\xaa\xd9" +
+	"~\xde\xcb\xd5H\x94j6Q%;&\xf9\xb2\xdb6" +
+	"\xfc\xca:Wz\xbb\xc9M\xe5\x125\xd1M\x0a\x13[" +
+	"pE\x9c_/\x02_\x84qm\x03\x8f8\xbf\xc7\x01" +
+	"~\x8b\xca#\xde\x97\xe6(\x11\xf0F\x19{\xcd\xe5\xad" +
+	"i*\x94\x9dz\x056\x8f&\xd5\xcbB\xe5\"\x91\xe3" +
+	"\xf3\x91\xc8\x0cn\x9b\x0eU\xcbmNP/l\xc5\xcd" +
+	"\xeaB\xd9\xbb\xcb\x88\xad\xd5\x9e\x16\xae U\xe4iA" +
+	"\xb4\xb5N\x12A\xb9&3\xb33\xb7\xa6\x0b\x9c)\x1c" +
+	"\xad<\x9c\xafJ\xa0\xc3\x99\xca\xba\xfc\xb6\xaf\xd7\xd3~" +
+	"\x8f\xd8,r\xca*\xbb\xf8X\xb5\xe7\x1dX\x170-" +
+	"\xd3\xb9H\xa2\x95l5\xa7\xf9\xe8*\xd3:'\xa2v" +
+	"\x95\xd6\xbb\xab4\xbd\xd6\xc4\x9b\xd3Cj\x85kH-" +
+	"\xafwn@*\xd9\xceWh\xe3Sc1J\x0f\x08" +
+	"\x02\x1b,\xfa\xaa\x0cAx\x091MR\x88\xa6gc" +
+	"\x91^\x06\xdc\xa9P\x9f'\x15\x1a\xd2\xe5:\xf3\xc2w" +
+	"0\xdb\x00)\x83L\xb1.g\x8d\x0c.\x90\xf3\xfe\xdf" +
+	"%[\xc0s\x101V\x1d`]\x83_\xb5\x03\xff\x89" +
+	"\x01?VoqS\xe7~\x1e\xf8\xc5\x18\xee\xad\xb3\xb8" +
+	"\xa9`_\xd0\x02\xff\xd5\x03\xab\x15H\xc0\x0b(\xdf\xe5" +
+	"\xbf\x9d\x00\xbf\xdf\xc3\x8dT\xe7t\x09<\xf6\xe5+\xf0" +
+	"\x9bz\\{\x17\x12\xf0D)l1\xbc\x08T2*" +
+	"\x18\xa1\xcbU\x04\xc2\xd6.\x17\x81\x14\xaf\x1b\xe4\xb5\xfe" +
+	"Q\x98\x98\xd2e<w\xe7*|\xbfe\xe3:\x92\xbe" +
+	"|WS\xeeRM\xf7Q'\xee\xf6\xd5\xe5\xb9J\x95" +
+	"m(\xf9:AFh]\x9c'OS\x89q\x8a\x9a" +
+	"\xbb\xfa\x8dw\x8c\x94\x16\xc7l\x03\x8b\xad\xf2\xc8\x1d)" +
+	"a}V\xd2\xd4{\xb3.\x02\xaa\xf3\xf5\xf0z\xf7\x05" +
+	"N\x9e\x9b\x80\x8cQ6\xd2\x98\x1diy\xfe\x0f\x03\x9f" +
+	"\xb3\xb2\xe6\x01\xfe\x82\xe8z\xf6\x0ac_\xee\xb8\x14\xd6" +
+	"9\x0a\xad\xec\x06\xec\xfc\xf8iU\xe9?\x03\x00\x00\xff" +
+	"\xff\x83+\xf9A"
 
 func RegisterSchema(reg *schemas.Registry) {
 	reg.Register(&schemas.Schema{
@@ -5891,15 +6623,18 @@ func RegisterSchema(reg *schemas.Registry) {
 			0x887a4e64ae445fcb,
 			0x897edc9fe22c5c23,
 			0x8b03c70de174045b,
+			0x8f8088becc1b89ac,
 			0x8f9768fa42b518de,
 			0x9044c708b90edab4,
 			0x90a481ba7319c769,
 			0x92f7a71883ba99c1,
+			0x92fb1023edcc2f5f,
 			0x95dafdff62037102,
 			0x967aaef2baefe12c,
 			0x97dfe6cdd2c8530d,
 			0x980e599ee7e46e8f,
 			0x98b2097690fc7af1,
+			0x9998d31124dbb2ef,
 			0x9b05805bb854997f,
 			0x9b9f184c930e8358,
 			0x9ba788bc1f82f2f1,
@@ -5907,6 +6642,7 @@ func RegisterSchema(reg *schemas.Registry) {
 			0x9d41bc692e1a1f9d,
 			0x9db9b1f1c8f75d86,
 			0x9f2f93fd983eef74,
+			0xa0a1e3aac04bbd1d,
 			0xa1f1b2628ced7665,
 			0xa70b0c1c451e4ac4,
 			0xb0eb4019bb84db24,
@@ -5914,6 +6650,7 @@ func RegisterSchema(reg *schemas.Registry) {
 			0xb224fb3b4f2525e6,
 			0xb3dfba102cc4f0d0,
 			0xb439925e0ceaabbd,
+			0xb639bda245cfe51a,
 			0xb7dcfb0f010f05b9,
 			0xb977fad6261cc0a4,
 			0xbaa8c6cef495fa52,
@@ -5921,6 +6658,7 @@ func RegisterSchema(reg *schemas.Registry) {
 			0xc0ff4b5fc4a50c3d,
 			0xc2b14a527e4e3a4f,
 			0xc2f7e658810a9e50,
+			0xc6ef7611085407c1,
 			0xc779755a63629ea7,
 			0xca5d6aa2382c36c2,
 			0xd271b60ca6555d86,
@@ -5932,6 +6670,7 @@ func RegisterSchema(reg *schemas.Registry) {
 			0xe366cd0293aca760,
 			0xe465c29f31a949f5,
 			0xe562fdd982f84fe6,
+			0xea1ff6ba67af9249,
 			0xf077356cce42441c,
 			0xf187ee216edbbf45,
 			0xf6a43012358f462b,

@@ -42,6 +42,8 @@ var errRecorded = errors.New("egress refused: recorded")
 
 func (h recordingHandle) Describe(context.Context, schema.Handle_describe) error { return nil }
 
+func (h recordingHandle) Socket(context.Context, schema.Handle_socket) error { return errRecorded }
+
 func (h recordingHandle) Constrain(_ context.Context, call schema.Handle_constrain) error {
 	res, err := call.AllocResults()
 	if err != nil {

@@ -292,6 +292,10 @@ type noGrantVat struct{ id string }
 
 func (v noGrantVat) Egress(context.Context, schema.Vat_egress) error { return nil }
 
+func (v noGrantVat) Direct(context.Context, schema.Vat_direct) error { return nil }
+
+func (v noGrantVat) ReportDirect(context.Context, schema.Vat_reportDirect) error { return nil }
+
 func (v noGrantVat) Doors(context.Context, schema.Vat_doors) error {
 	return errors.New("no doors in this test")
 }

@@ -285,12 +285,14 @@ func serveNet(ctx context.Context, cfg Config, ls *Listeners, logger *slog.Logge
 		handle = res.Handle().AddRef()
 	}
 	rel()
-	vat.Release()
 	if err != nil {
+		vat.Release()
 		ls.close()
 		_ = rc.Close()
 		return nil, nil, fmt.Errorf("asking the vat's capability for egress: %w", err)
 	}
+	// The proxy keeps vat for its direct switchboard connections
+	// (SetDirect); released with the Handle on every failure below.
 	var nls []net.Listener
 	closeAll := func() {
 		for _, l := range nls {
@@ -306,12 +308,18 @@ func serveNet(ctx context.Context, cfg Config, ls *Listeners, logger *slog.Logge
 			ls.close()
 			closeAll()
 			handle.Release()
+			vat.Release()
 			_ = rc.Close()
 			return nil, nil, fmt.Errorf("serving %s: %w", f.Name(), err)
 		}
 		nls = append(nls, l)
 	}
 	proxy := NewProxy(cfg.ID, handle, conn, logger)
+	if handle.IsValid() {
+		proxy.SetDirect(vat)
+	} else {
+		vat.Release()
+	}
 	proxy.SetLimits(cfg.MaxConns, len(nls))
 	stopTransparent, err := startTransparent(ctx, proxy, ls)
 	if err != nil {

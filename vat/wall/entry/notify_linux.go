@@ -506,6 +506,9 @@ func (p *Proxy) dialFile(ctx context.Context, t target) (*os.File, error) {
 		p.log(t, false, ErrNoGrant.Error(), pathTransparent)
 		return nil, ErrNoGrant
 	}
+	if f, err := p.dialDirect(ctx, t, nil, pathTransparent); !errors.Is(err, errRelay) {
+		return f, err
+	}
 	fut, rel := p.handle.Connect(ctx, func(ps schema.Handle_connect_Params) error {
 		if err := setTarget(ps.NewTarget, t); err != nil {
 			return err

@@ -61,6 +61,7 @@ type Proxy struct {
 	noFD    bool                    // ask for ByteStreams instead of the socket
 	headDue time.Duration           // how long a request's head may take (headerTimeout)
 	gate    *gate                   // the connections held open, against the descriptor limit
+	direct  *direct                 // the one-hop path (SetDirect); nil: the relay alone
 }
 
 // SetLimits bounds the connections the proxy and the forwards hold open
@@ -89,7 +90,12 @@ func NewProxy(id string, handle schema.Handle, conn *wire.Conn, logger *slog.Log
 }
 
 // Close releases the Handle.
-func (p *Proxy) Close() { p.handle.Release() }
+func (p *Proxy) Close() {
+	p.handle.Release()
+	if p.direct != nil {
+		p.direct.close()
+	}
+}
 
 // target is one destination, as the Handle is asked for it.
 type target struct {
@@ -603,6 +609,12 @@ func (p *Proxy) dial(ctx context.Context, t target, hello []byte, client *net.TC
 		p.log(t, false, ErrNoGrant.Error(), "")
 		return nil, ErrNoGrant
 	}
+	if f, err := p.dialDirect(ctx, t, hello, "fd"); !errors.Is(err, errRelay) {
+		if err != nil {
+			return nil, err
+		}
+		return p.fileUpstream(t, f)
+	}
 	ds := newDownstream(client)
 	fut, rel := p.handle.Connect(ctx, func(ps schema.Handle_connect_Params) error {
 		if err := setTarget(ps.NewTarget, t); err != nil {
@@ -634,14 +646,8 @@ func (p *Proxy) dial(ctx context.Context, t target, hello []byte, client *net.TC
 			p.log(t, false, "taking the connected socket: "+err.Error(), "")
 			return nil, fmt.Errorf("taking the connected socket: %w", err)
 		}
-		nc, err := net.FileConn(f)
-		_ = f.Close()
-		if err != nil {
-			p.log(t, false, "using the connected socket: "+err.Error(), "")
-			return nil, fmt.Errorf("using the connected socket: %w", err)
-		}
 		p.log(t, true, "", "fd")
-		return &upstream{nc: nc, proxy: p, target: t}, nil
+		return p.fileUpstream(t, f)
 	}
 	up := res.Upstream()
 	if !up.IsValid() {

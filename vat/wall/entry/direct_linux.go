@@ -1,0 +1,340 @@
+package entry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"capnproto.org/go/capnp/v3"
+	"capnproto.org/go/capnp/v3/rpc"
+
+	"toybox/schema"
+	"toybox/schema/wire"
+)
+
+// The direct path: the entry's connects take one Cap'n Proto hop. fd 3's
+// Vat.direct hands the entry one switchboard connection per member of the
+// vat's grant, each bootstrapped with that member's constrained Handle
+// (labels vat and origin included), so the switchboard decides, logs and
+// connects as it does for the supervisor's relay, and the connected socket
+// comes back once. The union of a list grant is the entry trying each
+// member in turn; what every member refuses goes to the relay (fd 3's
+// Handle), which refuses it with its own words and reports it. The
+// switchboard shuts a member's connection when the supervisor releases
+// that member's handle (the grant changed, the vat stopped) or the
+// switchboard restarts; the entry then asks fd 3 again.
+
+// directRetry is how often at most the entry asks fd 3 for its direct
+// connections; between asks, connects go through the relay.
+const directRetry = time.Second
+
+// reportEvery is how long a direct connect's report waits to go to the
+// supervisor with the others of its batch.
+const reportEvery = 250 * time.Millisecond
+
+// maxReportBatch bounds one batch of reports (the supervisor takes up to
+// 4096); past it reports are counted and dropped.
+const maxReportBatch = 1024
+
+// direct holds the entry's direct switchboard connections.
+type direct struct {
+	vat    schema.Vat // fd 3's bootstrap: asked for the connections
+	conn   *wire.Conn // fd 3's connection, where they arrive
+	logger *slog.Logger
+
+	ask sync.Mutex // one ask at a time; others take the relay meanwhile
+
+	mu      sync.Mutex
+	closed  bool
+	members []*directConn // nil: none held
+	asked   time.Time     // when last asked
+	reports []directReport
+	dropped int // reports past maxReportBatch since the last batch
+	flush   bool
+}
+
+// directConn is one member's connection.
+type directConn struct {
+	wc *wire.Conn
+	rc *rpc.Conn
+	h  schema.Handle
+}
+
+func (m *directConn) close() {
+	m.h.Release()
+	_ = m.rc.Close()
+}
+
+type directReport struct {
+	t       target
+	allowed bool
+	reason  string
+}
+
+// SetDirect lets the proxy ask vat (fd 3's bootstrap, whose descriptors
+// arrive on p's conn) for direct switchboard connections. It takes vat;
+// Close releases it.
+func (p *Proxy) SetDirect(vat schema.Vat) {
+	p.direct = &direct{vat: vat, conn: p.conn, logger: p.logger}
+}
+
+// close drops every direct connection and the Vat.
+func (d *direct) close() {
+	d.mu.Lock()
+	d.closed = true
+	ms := d.members
+	d.members = nil
+	d.mu.Unlock()
+	for _, m := range ms {
+		m.close()
+	}
+	d.vat.Release()
+}
+
+// current returns the direct connections, asking fd 3 for them when none
+// are held and the last ask is directRetry old. Nil: use the relay.
+func (d *direct) current(ctx context.Context) []*directConn {
+	d.mu.Lock()
+	ms, due := d.members, !d.closed && d.members == nil && time.Since(d.asked) >= directRetry
+	d.mu.Unlock()
+	if ms != nil || !due || !d.ask.TryLock() {
+		return ms
+	}
+	defer d.ask.Unlock()
+	d.mu.Lock()
+	if d.members != nil || d.closed || time.Since(d.asked) < directRetry {
+		ms = d.members
+		d.mu.Unlock()
+		return ms
+	}
+	d.asked = time.Now()
+	d.mu.Unlock()
+	ms, err := d.fetch(ctx)
+	if err != nil {
+		d.logger.Warn("direct switchboard connections unavailable: connects go through the supervisor", keyReason, err.Error())
+		return nil
+	}
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		for _, m := range ms {
+			m.close()
+		}
+		return nil
+	}
+	d.members = ms
+	d.mu.Unlock()
+	return ms
+}
+
+// fetch asks fd 3 for one connection per member.
+func (d *direct) fetch(ctx context.Context) ([]*directConn, error) {
+	fut, rel := d.vat.Direct(ctx, nil)
+	defer rel()
+	res, err := fut.Struct()
+	if err != nil {
+		return nil, err
+	}
+	seqs, err := res.Fds()
+	if err != nil {
+		return nil, err
+	}
+	ms := make([]*directConn, 0, seqs.Len())
+	fail := func(err error) ([]*directConn, error) {
+		for _, m := range ms {
+			m.close()
+		}
+		return nil, err
+	}
+	for i := 0; i < seqs.Len(); i++ {
+		f, err := d.conn.TakeFD(seqs.At(i))
+		if err != nil {
+			return fail(err)
+		}
+		wc, err := wire.FromFile(f, true)
+		if err != nil {
+			return fail(err)
+		}
+		// Its peer is the switchboard, as fd 3's is the supervisor: no
+		// backlog bound (serveNet).
+		rc := wc.RPCWith(capnp.Client{}, nil, wire.Limits{Backlog: math.MaxInt})
+		ms = append(ms, &directConn{wc: wc, rc: rc, h: schema.Handle(rc.Bootstrap(ctx))})
+	}
+	if len(ms) == 0 {
+		return nil, errors.New("the vat has no grant")
+	}
+	return ms, nil
+}
+
+// drop forgets m, a direct connection the switchboard closed or revoked
+// (its member left the grant, the vat stopped, the switchboard went), and
+// closes it. The others stay: closing one would shut every connection made
+// on it. Once none is left, the next connect asks fd 3 again.
+func (d *direct) drop(m *directConn) {
+	d.mu.Lock()
+	kept := make([]*directConn, 0, len(d.members))
+	for _, x := range d.members {
+		if x != m {
+			kept = append(kept, x)
+		}
+	}
+	if len(kept) == 0 {
+		kept = nil
+	}
+	d.members = kept
+	d.mu.Unlock()
+	m.close()
+}
+
+// errRelay says a connect is for the relay to decide.
+var errRelay = errors.New("for the relay")
+
+// connect asks each direct connection in turn for a connection to t and
+// returns the socket of the first that admits it. errRelay: none is held,
+// every one refused t (the relay decides, and words the refusal; a member
+// the grant gained since the entry asked is the relay's to serve), or one
+// was revoked or lost (it is dropped). Any other error is the
+// switchboard's: admitted, and it failed.
+func (d *direct) connect(ctx context.Context, t target, hello []byte) (*os.File, error) {
+	ms := d.current(ctx)
+	if ms == nil {
+		return nil, errRelay
+	}
+	for _, m := range ms {
+		fut, rel := m.h.Connect(ctx, func(ps schema.Handle_connect_Params) error {
+			if err := setTarget(ps.NewTarget, t); err != nil {
+				return err
+			}
+			if len(hello) > 0 {
+				if err := ps.SetTlsHello(hello); err != nil {
+					return err
+				}
+			}
+			ps.SetWantFd(true)
+			return nil
+		})
+		res, err := fut.Struct()
+		var seq uint64
+		if err == nil {
+			seq = res.Fd()
+			if seq == 0 {
+				if up := res.Upstream(); up.IsValid() {
+					up.Release()
+				}
+				err = errors.New("the switchboard returned no socket")
+			}
+		}
+		rel()
+		switch {
+		case err == nil:
+			f, err := m.wc.TakeFD(seq)
+			if err != nil {
+				d.drop(m)
+				return nil, errRelay
+			}
+			d.report(t, true, "")
+			return f, nil
+		case strings.Contains(err.Error(), "egress refused: "):
+			continue // another member may admit it
+		case capnp.IsDisconnected(err) || strings.Contains(err.Error(), "handle revoked"):
+			d.drop(m)
+			return nil, errRelay
+		case ctx.Err() != nil:
+			return nil, err
+		default:
+			d.report(t, false, err.Error())
+			return nil, err
+		}
+	}
+	return nil, errRelay // every member refused: the relay decides
+}
+
+// report queues what became of one direct connect for the supervisor.
+func (d *direct) report(t target, allowed bool, reason string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.reports) >= maxReportBatch {
+		d.dropped++
+		return
+	}
+	d.reports = append(d.reports, directReport{t: t, allowed: allowed, reason: reason})
+	if !d.flush {
+		d.flush = true
+		time.AfterFunc(reportEvery, d.send)
+	}
+}
+
+// send passes the queued reports to the supervisor.
+func (d *direct) send() {
+	d.mu.Lock()
+	rs, dropped := d.reports, d.dropped
+	d.reports, d.dropped, d.flush = nil, 0, false
+	closed := d.closed
+	d.mu.Unlock()
+	if closed || len(rs) == 0 {
+		return
+	}
+	if dropped > 0 {
+		d.logger.Warn("direct connect reports dropped", "dropped", dropped)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	fut, rel := d.vat.ReportDirect(ctx, func(ps schema.Vat_reportDirect_Params) error {
+		l, err := ps.NewReports(int32(len(rs)))
+		if err != nil {
+			return err
+		}
+		for i, r := range rs {
+			e := l.At(i)
+			if err := setTarget(e.NewTarget, r.t); err != nil {
+				return err
+			}
+			e.SetAllowed(r.allowed)
+			if err := e.SetReason(r.reason); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	defer rel()
+	if _, err := fut.Struct(); err != nil {
+		d.logger.Warn("reporting direct connects to the supervisor", keyReason, err.Error())
+	}
+}
+
+// dialDirect is dial's one-hop path: the socket the switchboard connected
+// for t on a direct connection, logged under path, or errRelay when the
+// relay must be asked (logged by the relay's path then).
+func (p *Proxy) dialDirect(ctx context.Context, t target, hello []byte, path string) (*os.File, error) {
+	if p.direct == nil || p.noFD {
+		return nil, errRelay
+	}
+	f, err := p.direct.connect(ctx, t, hello)
+	switch {
+	case errors.Is(err, errRelay):
+	case err != nil:
+		p.log(t, false, err.Error(), path)
+	default:
+		p.log(t, true, "", path)
+	}
+	return f, err
+}
+
+// fileUpstream makes an upstream of f, a socket the switchboard connected
+// (taking f).
+func (p *Proxy) fileUpstream(t target, f *os.File) (*upstream, error) {
+	nc, err := net.FileConn(f)
+	_ = f.Close()
+	if err != nil {
+		p.log(t, false, "using the connected socket: "+err.Error(), "")
+		return nil, fmt.Errorf("using the connected socket: %w", err)
+	}
+	return &upstream{nc: nc, proxy: p, target: t}, nil
+}
