@@ -123,9 +123,18 @@ interface DoorSet {
   get  @2 (name :Text) -> (door :Door); # narrowed to one entry
 }
 
+struct Notifier {
+  # toybox-entry's report, in its egress() call, of what its wall got for
+  # transparent egress; the supervisor reads it from the entry's own
+  # connection only (an app's is ignored).
+  asked     @0 :Bool;  # the wall asked for a connect() listener
+  installed @1 :Bool;  # the kernel gave it: every connect() is answered through the Handle
+  why       @2 :Text;  # asked and not installed: why the kernel gave none
+}
+
 interface Vat {
   # The bootstrap capability a vat finds on fd 3.
-  egress @0 () -> (handle :Handle);  # null when the vat has no grant
+  egress @0 (notifier :Notifier) -> (handle :Handle);  # null when the vat has no grant
   doors  @1 () -> (doors :DoorSet);  # empty set when it has none
   id     @2 () -> (id :Text);
 

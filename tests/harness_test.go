@@ -80,7 +80,7 @@ func buildAll() (int, error) {
 			return 1, err
 		}
 	}
-	for _, fixture := range []string{"snoop", "pagevat", "netclient"} {
+	for _, fixture := range []string{"snoop", "pagevat", "netclient", "nested"} {
 		if err := build(filepath.Join(bins, "examples", fixture), "./tests/"+fixture); err != nil {
 			return 1, err
 		}
@@ -113,6 +113,7 @@ type stack struct {
 	extra  []string // more toybox serve flags
 	sbArgs []string // more switchboard flags
 	leak   string   // stackOpts.leakFD9
+	nested bool     // stackOpts.nested
 
 	activated bool
 	listened  []*os.File // the activated sockets (ours; toybox gets copies)
@@ -131,6 +132,7 @@ type stackOpts struct {
 	extra     []string // extra flags for toybox serve
 	sbArgs    []string // extra flags for the switchboard (--config FILE)
 	leakFD9   string   // a file toybox serve inherits as fd 9, not close-on-exec (as a careless parent would leave it)
+	nested    bool     // run toybox serve under another seccomp notifier's filter (tests/nested)
 }
 
 // newStack starts a switchboard and a supervisor holding opts.handle. Every
@@ -152,7 +154,7 @@ func newStack(t testing.TB, opts stackOpts) *stack {
 	}
 	s := &stack{
 		t: t, dir: dir, state: filepath.Join(dir, "state"), admin: filepath.Join(dir, "admin.sock"),
-		http: "127.0.0.1:" + freePort(t), handle: opts.handle, env: opts.env, extra: opts.extra, sbArgs: opts.sbArgs, activated: opts.activated, leak: opts.leakFD9,
+		http: "127.0.0.1:" + freePort(t), handle: opts.handle, env: opts.env, extra: opts.extra, sbArgs: opts.sbArgs, activated: opts.activated, leak: opts.leakFD9, nested: opts.nested,
 		sbPublic: filepath.Join(dir, "sb-public.sock"), sbLocal: filepath.Join(dir, "sb-local.sock"),
 	}
 	t.Cleanup(func() {
@@ -295,6 +297,13 @@ func (s *stack) startToybox() {
 		if s.leak != "" {
 			s.tb = exec.Command("sh", append([]string{"-c", `exec 9<"$TOYBOX_TEST_LEAK"; exec "$0" "$@"`, filepath.Join(bins, "toybox")}, args...)...)
 		}
+	}
+	if s.nested {
+		// Under a filter with a listener: the kernel refuses every wall's
+		// toybox-entry a listener of its own (EBUSY).
+		nested := filepath.Join(bins, "examples", "nested")
+		s.tb.Args = append([]string{nested, s.tb.Path}, s.tb.Args[1:]...)
+		s.tb.Path = nested
 	}
 	s.tb.Env = append([]string{"PATH=" + os.Getenv("PATH")}, s.env...)
 	if s.leak != "" {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -126,9 +127,13 @@ func TestTransparentEgress(t *testing.T) {
 	refused, refusedHits := countingServer(t, "you should not see this")
 	first := speakFirstServer(t, "the server spoke first")
 	grant := fmt.Sprintf(`[{"host":"127.0.0.1","port":%s},{"host":"127.0.0.1","port":%s},{"host":"granted.test","port":%s}]`, granted, first, granted)
-	st := s.mustInstall("nina", example(t, "netclient"), q("egress", grant))
-	if st["status"] != "walled" || !strings.HasPrefix(fmt.Sprint(st["egress"]), "transparent") || !strings.HasPrefix(fmt.Sprint(st["egress_es"]), "transparente") {
-		t.Fatalf("status = %v; want walled, with transparent egress", st)
+	if st := s.mustInstall("nina", example(t, "netclient"), q("egress", grant)); st["status"] != "walled" {
+		t.Fatalf("status = %v; want walled", st)
+	}
+	// The word is what the entry reported it got, once it has.
+	st := s.waitEgress("nina", "transparent")
+	if !strings.HasPrefix(fmt.Sprint(st["egress_es"]), "transparente") {
+		t.Fatalf("status = %v; want transparent egress", st)
 	}
 	clients := []struct {
 		name  string
@@ -326,4 +331,55 @@ func resolverConfig(t testing.TB, name string) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// waitEgress waits until vat id's egress word starts with prefix (the
+// entry reports what its wall got shortly after it starts) and returns
+// the status.
+func (s *stack) waitEgress(id, prefix string) map[string]any {
+	s.t.Helper()
+	var st map[string]any
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		st = s.status(id)
+		if strings.HasPrefix(fmt.Sprint(st["egress"]), prefix) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("status = %v; want egress %q...", st, prefix)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestTransparentEgressNested: under another seccomp notifier (tests/nested
+// holds a listener over toybox serve and everything it starts) the kernel
+// refuses the app's filter a listener. The wall runs with the proxy alone,
+// and the status and toybox doctor say so, with the kernel's reason; a
+// client that ignores the proxy gets nowhere, one that uses it gets out.
+func TestTransparentEgressNested(t *testing.T) {
+	s := newStack(t, stackOpts{nested: true, sbArgs: []string{"--config", resolverConfig(t, "granted.test")}})
+	granted := helloServer(t, "hello through the proxy")
+	grant := fmt.Sprintf(`[{"host":"granted.test","port":%s},{"host":"127.0.0.1","port":%s}]`, granted, granted)
+	if st := s.mustInstall("nora", example(t, "netclient"), q("egress", grant)); st["status"] != "walled" {
+		t.Fatalf("status = %v; want walled", st)
+	}
+	st := s.waitEgress("nora", "proxy only")
+	if !strings.Contains(fmt.Sprint(st["egress"]), "another seccomp notifier") || !strings.HasPrefix(fmt.Sprint(st["egress_es"]), "solo proxy") {
+		t.Errorf("status = %v; want proxy only, naming the other notifier, in en and es", st)
+	}
+	if r := s.runIn("nora", true, nil, "curl", "-sS", "--max-time", "20", "http://granted.test:"+granted+"/"); !strings.Contains(r.Out, "hello through the proxy") {
+		t.Errorf("curl with the proxy variables: %+v; want the server's answer", r)
+	}
+	if r := s.runIn("nora", false, nil, "curl", "-sS", "--max-time", "20", "http://127.0.0.1:"+granted+"/"); strings.Contains(r.Out, "hello through the proxy") || r.Code == 0 {
+		t.Errorf("curl without a proxy: %+v; want no way out (nothing answers connect())", r)
+	}
+	out, _ := exec.Command(filepath.Join(bins, "examples", "nested"), filepath.Join(bins, "toybox"), "doctor", "--entry", filepath.Join(bins, "toybox-entry")).CombinedOutput()
+	if !strings.Contains(string(out), "warn egress: proxy only") || !strings.Contains(string(out), "another seccomp notifier") {
+		t.Errorf("toybox doctor under another notifier:\n%s\nwant a warning that walls get the proxy alone, and why", out)
+	}
+	out, _ = exec.Command(filepath.Join(bins, "toybox"), "doctor", "--entry", filepath.Join(bins, "toybox-entry")).CombinedOutput()
+	if !strings.Contains(string(out), "ok   egress: transparent") {
+		t.Errorf("toybox doctor:\n%s\nwant transparent egress", out)
+	}
 }

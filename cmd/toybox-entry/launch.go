@@ -178,7 +178,16 @@ func (l launch) listeners() *entry.Listeners {
 	if l.NotifyFD >= 0 {
 		ls.Notify = os.NewFile(uintptr(l.NotifyFD), "seccomp-notify")
 	} else if l.Transparent && l.MCP == nil {
-		ls.NotifyErr = fmt.Errorf("seccomp user notification: %w", l.NotifyErr)
+		ls.NotifyErr = notifyErr(l.NotifyErr)
 	}
 	return ls
+}
+
+// notifyErr says why the kernel gave the app's filter no listener.
+func notifyErr(e syscall.Errno) error {
+	if e == syscall.EBUSY {
+		// Only one filter of a process's chain may have a listener.
+		return fmt.Errorf("the kernel refused a seccomp listener for connect() (%w): toybox runs under another seccomp notifier", e)
+	}
+	return fmt.Errorf("the kernel refused a seccomp listener for connect(): %w", e)
 }

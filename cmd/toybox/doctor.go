@@ -88,7 +88,10 @@ func tableCheck(path string) wall.Check {
 // proxy alone is a warning: walls still run, only programs that use
 // HTTP(S)_PROXY get out.
 func egressModeCheck() wall.Check {
-	if err := seccomp.NotifierSupported(); err != nil {
+	// A real listener is installed (and dropped) here: a kernel that
+	// would refuse it to toybox-entry (nested under another seccomp
+	// notifier) refuses it here too.
+	if err := seccomp.ListenerInstallable(); err != nil {
 		return wall.Check{
 			Name: "egress", Warn: true,
 			Detail: words.EgressProxyOnly.With("en", err.Error()),

@@ -83,6 +83,8 @@ type Vat struct {
 	sem     chan struct{}
 	sockets atomic.Int64 // relayed sockets open (relayed)
 	last    lastRefusal  // its most recent egress refusal
+	// notifier is toybox-entry's report of its connect() listener.
+	notifier notifierReport
 
 	mu      sync.Mutex
 	revoked bool
@@ -462,6 +464,13 @@ func (s *vatServer) Egress(_ context.Context, call schema.Vat_egress) error {
 	res, err := call.AllocResults()
 	if err != nil {
 		return err
+	}
+	if s.entry {
+		if p, err := call.Args().Notifier(); err == nil {
+			s.v.notifier.note(p)
+		} else {
+			s.v.notifier.note(schema.Notifier{})
+		}
 	}
 	if ms, _ := s.v.current(); len(ms) == 0 {
 		return nil // no grant: no Handle

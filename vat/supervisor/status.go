@@ -91,9 +91,9 @@ func (s *Supervisor) status(v *vat) Status {
 		OwnLimits: v.rec.Limits,
 		Damaged:   v.damaged,
 		MCP:       s.mcpStatus(v),
-		Egress:    v.egress.With("en", v.egressWhy),
-		EgressES:  v.egress.With("es", v.egressWhy),
 	}
+	eg, why := egressInForce(v.egress, v.egressWhy, v.gv)
+	st.Egress, st.EgressES = eg.With("en", why), eg.With("es", why)
 	if v.gv != nil {
 		if r, ok := v.gv.LastRefusal(); ok {
 			st.LastRefusal = &r

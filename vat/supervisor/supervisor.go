@@ -66,6 +66,29 @@ func egressOf(p Process) (words.Egress, string) {
 	return words.EgressNone, ""
 }
 
+// egressInForce is the egress word of a running wall: the planned one,
+// except that transparent egress is only what its toybox-entry reported
+// the kernel gave it (a nested seccomp notifier, for one, refuses the
+// listener the plan counted on).
+func egressInForce(planned words.Egress, why string, gv *grant.Vat) (words.Egress, string) {
+	if planned != words.EgressTransparent {
+		return planned, why
+	}
+	if gv == nil {
+		return words.EgressPending, ""
+	}
+	r, ok := gv.Notifier()
+	switch {
+	case !ok:
+		return words.EgressPending, ""
+	case r.Installed:
+		return words.EgressTransparent, ""
+	case r.Asked && r.Why != "":
+		return words.EgressProxyOnly, r.Why
+	}
+	return words.EgressProxyOnly, "toybox-entry got no connect() listener"
+}
+
 // Launcher starts a walled spawn (wall.Start, adapted).
 type Launcher func(ctx context.Context, spec wall.Spec, log *slog.Logger) (Process, error)
 

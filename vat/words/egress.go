@@ -14,12 +14,17 @@ const (
 	// EgressProxyOnly: only programs that use HTTP(S)_PROXY get out; its
 	// words name why (With).
 	EgressProxyOnly
+	// EgressPending: the wall was asked for transparent egress and its
+	// toybox-entry has not yet said whether the kernel gave it; nothing
+	// is claimed until it does.
+	EgressPending
 )
 
 var egressTable = map[Egress]pair{
 	EgressNone:        {"", ""},
 	EgressTransparent: {"transparent: every connection goes through its grant", "transparente: cada conexión pasa por su permiso"},
 	EgressProxyOnly:   {"proxy only: only programs that use HTTP(S)_PROXY get out", "solo proxy: solo salen los programas que usan HTTP(S)_PROXY"},
+	EgressPending:     {"not known yet: its wall has not said whether every connection goes through its grant", "aún no se sabe: su muro no ha dicho si cada conexión pasa por su permiso"},
 }
 
 // In returns the word in lang ("en" or "es"; anything else is English).
@@ -41,4 +46,6 @@ func (e Egress) With(lang, detail string) string {
 }
 
 // AllEgress lists every egress word, for tests and documentation.
-func AllEgress() []Egress { return []Egress{EgressNone, EgressTransparent, EgressProxyOnly} }
+func AllEgress() []Egress {
+	return []Egress{EgressNone, EgressTransparent, EgressProxyOnly, EgressPending}
+}

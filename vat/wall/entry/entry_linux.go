@@ -278,7 +278,9 @@ func serveNet(ctx context.Context, cfg Config, ls *Listeners, logger *slog.Logge
 	bctx, cancel := context.WithTimeout(ctx, bootstrapTimeout)
 	defer cancel()
 	vat := schema.Vat(rc.Bootstrap(bctx))
-	fut, rel := vat.Egress(bctx, nil)
+	// The call says what the wall got for transparent egress: the
+	// supervisor's status shows that, not what it planned.
+	fut, rel := vat.Egress(bctx, func(p schema.Vat_egress_Params) error { return reportNotifier(p, ls) })
 	res, err := fut.Struct()
 	var handle schema.Handle
 	if err == nil {
@@ -351,4 +353,22 @@ func serveNet(ctx context.Context, cfg Config, ls *Listeners, logger *slog.Logge
 		go func() { _ = proxy.ServeProxy(ctx, nls[len(nls)-1]) }()
 	}
 	return stop, lost, nil
+}
+
+// reportNotifier writes into p whether the wall asked for a connect()
+// listener, whether the kernel gave it, and why not.
+func reportNotifier(p schema.Vat_egress_Params, ls *Listeners) error {
+	if ls.Notify == nil && ls.NotifyErr == nil {
+		return nil // not asked
+	}
+	n, err := p.NewNotifier()
+	if err != nil {
+		return err
+	}
+	n.SetAsked(true)
+	n.SetInstalled(ls.Notify != nil)
+	if ls.Notify == nil {
+		return n.SetWhy(ls.NotifyErr.Error())
+	}
+	return nil
 }

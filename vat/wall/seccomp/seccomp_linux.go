@@ -294,3 +294,44 @@ func entryCallsAllowed() error {
 	}
 	return unix.Close(fd)
 }
+
+// ListenerInstallable reports whether a process started from here may
+// install a seccomp filter with a notification listener, as toybox-entry
+// does for the app's connect() calls: nil, or why not (EBUSY: a filter
+// this process is under already has a listener, such as another seccomp
+// notifier's supervisor; only one listener per chain). It installs an
+// allow-everything filter with a listener on a thread of its own, closes
+// the listener and lets that thread end (it is never used again).
+func ListenerInstallable() error {
+	if err := NotifierSupported(); err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() {
+		// Never unlocked: the thread ends (or, the main thread, stays
+		// parked) with the goroutine, and its filter with it.
+		runtime.LockOSThread()
+		done <- installProbeListener()
+	}()
+	return <-done
+}
+
+func installProbeListener() error {
+	// Allow everything: the probe changes nothing this thread does.
+	prog := []unix.SockFilter{{Code: unix.BPF_RET | unix.BPF_K, K: unix.SECCOMP_RET_ALLOW}}
+	fp := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	// no_new_privs is this thread's alone (it is never used again).
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("probing a seccomp listener: %w", os.NewSyscallError("prctl", err))
+	}
+	const flags = unix.SECCOMP_FILTER_FLAG_NEW_LISTENER
+	fd, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, flags, uintptr(unsafe.Pointer(&fp)))
+	runtime.KeepAlive(prog)
+	if e == unix.EBUSY {
+		return fmt.Errorf("the kernel refuses a seccomp listener (%w): this process runs under another seccomp notifier", e)
+	}
+	if e != 0 {
+		return fmt.Errorf("the kernel refuses a seccomp listener: %w", e)
+	}
+	return unix.Close(int(fd))
+}

@@ -21,3 +21,6 @@ func File(Options) (*os.File, error) { return nil, Supported() }
 
 // NotifierSupported is false in this build.
 func NotifierSupported() error { return Supported() }
+
+// ListenerInstallable is false in this build.
+func ListenerInstallable() error { return Supported() }
