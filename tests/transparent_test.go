@@ -383,3 +383,54 @@ func TestTransparentEgressNested(t *testing.T) {
 		t.Errorf("toybox doctor:\n%s\nwant transparent egress", out)
 	}
 }
+
+// TestTransparentEgressMCPStdio: a stdio MCP vat's processes (started by
+// the bridge inside the wall, per session) get transparent egress as an
+// app does: its tool's plain connect (Go's net/http, Proxy nil) reaches a
+// granted server on the host's loopback, and one to an ungranted server is
+// refused, with the entry's record and the status's last refusal.
+func TestTransparentEgressMCPStdio(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	granted := helloServer(t, "hello to the MCP tool")
+	refused, refusedHits := countingServer(t, "you should not see this")
+	grant := fmt.Sprintf(`{"host":"127.0.0.1","port":%s}`, granted)
+	if code, body := s.install("fetcher", filepath.Join(bins, "examples", "mcpfetch"), q("mcp", "stdio", "egress", grant)); code != http.StatusCreated {
+		t.Fatalf("PUT /fetcher?mcp=stdio = %d %s", code, body)
+	}
+	s.waitEgress("fetcher", "transparent")
+	code, h, body := s.mcpPost("fetcher", mcpInit)
+	sid := h.Get("Mcp-Session-Id")
+	if code != http.StatusOK || sid == "" {
+		t.Fatalf("initialize: %d %q %s", code, sid, body)
+	}
+	session := []string{"Mcp-Session-Id", sid, "Mcp-Protocol-Version", "2025-11-25"}
+	if code, _, body := s.mcpPost("fetcher", `{"jsonrpc":"2.0","method":"notifications/initialized"}`, session...); code != http.StatusAccepted {
+		t.Fatalf("notifications/initialized: %d %s", code, body)
+	}
+	call := func(id int, url string) string {
+		t.Helper()
+		code, _, body := s.mcpPost("fetcher", fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"fetch","arguments":{"url":%q}}}`, id, url), session...)
+		if code != http.StatusOK {
+			t.Fatalf("tools/call fetch %s: %d %s", url, code, body)
+		}
+		return body
+	}
+	if b := call(2, "http://127.0.0.1:"+granted+"/"); !strings.Contains(b, "hello to the MCP tool") {
+		t.Errorf("fetch of the granted server: %s; want its answer", b)
+	}
+	if b := call(3, "http://127.0.0.1:"+refused+"/"); !strings.Contains(b, "connection refused") || strings.Contains(b, "you should not see this") {
+		t.Errorf("fetch of the ungranted server: %s; want connection refused", b)
+	}
+	if n := refusedHits.Load(); n != 0 {
+		t.Errorf("the ungranted server accepted %d connections", n)
+	}
+	last, _ := s.status("fetcher")["last_refusal"].(map[string]any)
+	if last["target"] != "tcp://127.0.0.1:"+refused {
+		t.Errorf("last_refusal = %v; want tcp://127.0.0.1:%s", last, refused)
+	}
+	_, logs := s.adminDo("GET", "/fetcher/logs", nil)
+	rec := `"msg":"egress decision","vat":"fetcher","op":"connect","target":"tcp://127.0.0.1:` + refused + `","scheme":"tcp","allow":false`
+	if !strings.Contains(logs, rec) || !strings.Contains(logs, `"path":"transparent"`) {
+		t.Errorf("the vat's log has no transparent refusal record %s:\n%s", rec, logs)
+	}
+}

@@ -177,7 +177,7 @@ func (l launch) listeners() *entry.Listeners {
 	}
 	if l.NotifyFD >= 0 {
 		ls.Notify = os.NewFile(uintptr(l.NotifyFD), "seccomp-notify")
-	} else if l.Transparent && l.MCP == nil {
+	} else if l.Transparent {
 		ls.NotifyErr = notifyErr(l.NotifyErr)
 	}
 	return ls

@@ -626,6 +626,13 @@ static void te_spawner(int sock, char **argv) {
 		(void)syscall(SYS_close_range, 3U, (unsigned)sock - 1, 0U);
 	}
 	(void)syscall(SYS_close_range, (unsigned)sock + 1, ~0U, 0U);
+	// Transparent egress: the app's filter on the spawner itself, whose
+	// processes inherit it, so that one listener (the entry's) answers
+	// the connect() calls of every process of the command. Its first
+	// message, the hello, is the launcher's.
+	if (te_launch.transparent && te_launch.connector_fd >= 0 && te_filter_self(sock, 1) != 0) {
+		_exit(127);
+	}
 	for (;;) {
 		char b;
 		struct iovec iov = {.iov_base = &b, .iov_len = 1};
@@ -950,7 +957,7 @@ void te_launcher(int argc, char **argv, char **envp) {
 		// Transparent egress: the DNS stub's socket and the connector,
 		// before the entry locks itself (it makes no socket and connects
 		// none; the connector connects the wall's own).
-		if (l->transparent && !l->mcp) {
+		if (l->transparent) {
 			if ((l->dns_fd = te_dns_socket(&call)) < 0 || te_start_connector(&l->connector_fd, &l->connector_pid, &call) != 0) {
 				te_fail(TE_STAGE_NOTIFY, call, errno, 0);
 				te_close_listeners();
@@ -983,6 +990,10 @@ void te_launcher(int argc, char **argv, char **envp) {
 		int rc = te_fork_helper(te_run_spawner, &l->spawner_fd, &l->spawner_pid, &call) != 0 ? errno : 0;
 		if (lowered) {
 			(void)setrlimit(RLIMIT_NPROC, &tasks);
+		}
+		// Transparent egress: the spawner's hello, with the listener.
+		if (rc == 0 && l->transparent && l->connector_fd >= 0 && te_filter_hello(l->spawner_fd, &l->notify_fd, &l->notify_err, &call) != 0) {
+			rc = errno;
 		}
 		if (rc != 0) {
 			te_fail(TE_STAGE_SPAWNER, call, rc, 0);

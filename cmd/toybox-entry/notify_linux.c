@@ -115,6 +115,67 @@ void te_send_fd(int sock, const void *b, size_t n, int fd) {
 	}
 }
 
+int te_filter_self(int sock, int listen) {
+	struct tn_hello h = {0};
+	int l = -1;
+	if (listen) {
+		l = te_app_filter(SECCOMP_RET_USER_NOTIF, SECCOMP_FILTER_FLAG_NEW_LISTENER | SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV);
+		if (l < 0) {
+			h.lerr = errno;
+		}
+	}
+	if (l < 0 && te_app_filter(SECCOMP_RET_ALLOW, 0) < 0) {
+		h.failed = 1;
+		h.err = errno;
+		te_send_fd(sock, &h, sizeof h, -1);
+		return -1;
+	}
+	te_send_fd(sock, &h, sizeof h, l);
+	if (l >= 0) {
+		close(l);
+	}
+	return 0;
+}
+
+int te_filter_hello(int sock, int *lfd, int *lerr, const char **call) {
+	*lfd = -1;
+	*lerr = 0;
+	struct tn_hello h = {0};
+	struct iovec iov = {.iov_base = &h, .iov_len = sizeof h};
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+	ssize_t n;
+	do {
+		n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+	} while (n < 0 && errno == EINTR);
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); n > 0 && c != NULL; c = CMSG_NXTHDR(&msg, c)) {
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int))) {
+			memcpy(lfd, CMSG_DATA(c), sizeof(int));
+		}
+	}
+	int err = 0;
+	if (n != (ssize_t)sizeof h) {
+		err = n < 0 ? errno : EPROTO;
+		*call = "starting the app (its filter)";
+	} else if (h.failed) {
+		err = h.err;
+		*call = "seccomp (the app's filter)";
+	}
+	if (err != 0) {
+		if (*lfd >= 0) {
+			close(*lfd);
+			*lfd = -1;
+		}
+		errno = err;
+		return -1;
+	}
+	*lerr = h.lerr;
+	return 0;
+}
+
 int te_spawn_notified(char **argv, int app_cap_fd, int listen, int *lfd, int *lerr, const char **call) {
 	*lfd = -1;
 	*lerr = 0;
@@ -141,23 +202,8 @@ int te_spawn_notified(char **argv, int app_cap_fd, int listen, int *lfd, int *le
 		}
 		close(sv[1]);
 		sv[1] = s;
-		struct tn_hello h = {0};
-		int l = -1;
-		if (listen) {
-			l = te_app_filter(SECCOMP_RET_USER_NOTIF, SECCOMP_FILTER_FLAG_NEW_LISTENER | SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV);
-			if (l < 0) {
-				h.lerr = errno;
-			}
-		}
-		if (l < 0 && te_app_filter(SECCOMP_RET_ALLOW, 0) < 0) {
-			h.failed = 1;
-			h.err = errno;
-			te_send_fd(sv[1], &h, sizeof h, -1);
+		if (te_filter_self(sv[1], listen) != 0) {
 			_exit(127);
-		}
-		te_send_fd(sv[1], &h, sizeof h, l);
-		if (l >= 0) {
-			close(l);
 		}
 		if (app_cap_fd == 3) {
 			if (fcntl(3, F_SETFD, 0) < 0) {
@@ -176,33 +222,12 @@ int te_spawn_notified(char **argv, int app_cap_fd, int listen, int *lfd, int *le
 		_exit(127);
 	}
 	close(sv[1]);
-	struct tn_hello h = {0};
-	struct iovec iov = {.iov_base = &h, .iov_len = sizeof h};
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
-	ssize_t n;
-	do {
-		n = recvmsg(sv[0], &msg, MSG_CMSG_CLOEXEC);
-	} while (n < 0 && errno == EINTR);
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); n > 0 && c != NULL; c = CMSG_NXTHDR(&msg, c)) {
-		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int))) {
-			memcpy(lfd, CMSG_DATA(c), sizeof(int));
-		}
-	}
 	int fail = 0, ferr = 0;
-	if (n != (ssize_t)sizeof h) {
+	if (te_filter_hello(sv[0], lfd, lerr, call) != 0) {
 		fail = 1;
-		ferr = n < 0 ? errno : EPROTO;
-		*call = "starting the app (its filter)";
-	} else if (h.failed) {
-		fail = 1;
-		ferr = h.err;
-		*call = "seccomp (the app's filter)";
+		ferr = errno;
 	} else {
-		*lerr = h.lerr;
+		ssize_t n;
 		int e = 0;
 		do {
 			n = recv(sv[0], &e, sizeof e, 0);

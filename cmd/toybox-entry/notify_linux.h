@@ -15,6 +15,18 @@
 // -1 with the failed call in *call and errno set.
 int te_spawn_notified(char **argv, int app_cap_fd, int listen, int *lfd, int *lerr, const char **call);
 
+// te_filter_self installs the app's filter on this process (asking for a
+// listener when listen is set; the filter with connect() allowed when the
+// kernel gives none) and sends its hello on sock, the listener riding
+// along. 0, or -1 when no filter could be installed (the hello says why):
+// the caller must not run the app then.
+int te_filter_self(int sock, int listen);
+
+// te_filter_hello reads te_filter_self's hello from sock: *lfd is the
+// listener (close-on-exec) or -1 with the kernel's reason in *lerr. 0, or
+// -1 with the failed call in *call and errno set (no filter, or no hello).
+int te_filter_hello(int sock, int *lfd, int *lerr, const char **call);
+
 // te_dns_socket returns a UDP socket bound to 127.0.0.1 on a port of the
 // kernel's choice (close-on-exec), or -1 with the failed call in *call.
 int te_dns_socket(const char **call);

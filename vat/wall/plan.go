@@ -430,8 +430,6 @@ func (b *planner) entry() error {
 func (b *planner) transparent() {
 	switch {
 	case b.p.NoNet:
-	case b.p.MCP != nil:
-		b.p.ProxyOnly = "a stdio MCP vat's processes use the proxy alone"
 	case !b.p.Seccomp:
 		b.p.ProxyOnly = "the wall has no seccomp filter"
 	default:
