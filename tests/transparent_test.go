@@ -434,3 +434,75 @@ func TestTransparentEgressMCPStdio(t *testing.T) {
 		t.Errorf("the vat's log has no transparent refusal record %s:\n%s", rec, logs)
 	}
 }
+
+// TestTransparentDNS: the wall's DNS stub answers real resolvers. A lookup
+// of both families (glibc's getaddrinfo through getent and Python, Node's
+// dns.lookup with all) gets the stub's IPv4 address at once: the AAAA
+// query has a definitive empty answer, so nothing waits for a timeout.
+// Over TCP (glibc with RES_OPTIONS=use-vc, and a query written by hand)
+// the stub answers too, and the name it hands out connects through the
+// grant.
+func TestTransparentDNS(t *testing.T) {
+	s := newStack(t, stackOpts{sbArgs: []string{"--config", resolverConfig(t, "granted.test")}})
+	granted := helloServer(t, "hello by name")
+	grant := fmt.Sprintf(`{"host":"granted.test","port":%s}`, granted)
+	if st := s.mustInstall("dina", example(t, "netclient"), q("egress", grant)); st["status"] != "walled" {
+		t.Fatalf("status = %v; want walled", st)
+	}
+	s.waitEgress("dina", "transparent")
+	// timed runs a shell command and prints how long it took (ms) last.
+	timed := func(cmd string) (string, int) {
+		t.Helper()
+		r := s.runIn("dina", false, nil, "sh", "-c", `s=$(date +%s%N); `+cmd+`; e=$?; echo "ms=$(( ($(date +%s%N) - s) / 1000000 ))"; exit $e`)
+		var ms int
+		if i := strings.LastIndex(r.Out, "ms="); i >= 0 {
+			_, _ = fmt.Sscanf(r.Out[i:], "ms=%d", &ms)
+		}
+		if r.Code != 0 {
+			t.Errorf("%s: %+v", cmd, r)
+		}
+		return r.Out, ms
+	}
+	for _, c := range []struct{ name, cmd, want string }{
+		{"getent ahosts", "getent ahosts granted.test", "198.18."},
+		{"python getaddrinfo", `python3 -c 'import socket; print(sorted({(f, a[0]) for f, _, _, _, a in socket.getaddrinfo("granted.test", 80)}))'`, "198.18."},
+		{"node dns.lookup all", `node -e 'require("dns").lookup("granted.test", {all: true}, (e, a) => { if (e) { console.log("ERR", e.code); process.exit(3) } console.log(JSON.stringify(a)) })'`, `"family":4`},
+		{"getent ahosts over TCP", "RES_OPTIONS=use-vc getent ahosts granted.test", "198.18."},
+		{"curl by name over TCP", "RES_OPTIONS=use-vc curl -sS --max-time 20 http://granted.test:" + granted + "/", "hello by name"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, ms := timed(c.cmd)
+			if !strings.Contains(out, c.want) {
+				t.Errorf("%s:\n%s\nwant %q", c.cmd, out, c.want)
+			}
+			// glibc waits 5 s for an answer that does not come.
+			if ms > 2000 {
+				t.Errorf("%s took %d ms; want no wait for a timeout", c.cmd, ms)
+			}
+		})
+	}
+	t.Run("a TCP query by hand", func(t *testing.T) {
+		// An AAAA and an A query on one TCP connection, each with its
+		// two-byte length: NOERROR with no answer, then the address.
+		py := `import socket, struct
+def q(qid, qtype):
+    name = b"".join(bytes([len(p)]) + p for p in b"granted.test".split(b".")) + b"\0"
+    m = struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0) + name + struct.pack(">HH", qtype, 1)
+    return struct.pack(">H", len(m)) + m
+s = socket.create_connection(("127.0.0.53", 53), timeout=5)
+s.sendall(q(7, 28) + q(8, 1))
+f = s.makefile("rb")
+for _ in range(2):
+    n, = struct.unpack(">H", f.read(2))
+    m = f.read(n)
+    qid, flags, _, an = struct.unpack(">HHHH", m[:8])
+    print("id", qid, "rcode", flags & 15, "answers", an, "addr", ".".join(map(str, m[-4:])) if an else "-")
+`
+		r := s.runIn("dina", false, map[string]string{"q.py": py}, "python3", "q.py")
+		for _, want := range []string{"id 7 rcode 0 answers 0 addr -", "id 8 rcode 0 answers 1 addr 198.18."} {
+			if !strings.Contains(r.Out, want) {
+				t.Errorf("%+v; want %q", r, want)
+			}
+		}
+	})
+}

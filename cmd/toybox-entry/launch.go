@@ -33,6 +33,7 @@ type launch struct {
 	// why), the DNS stub's socket and the connector's.
 	Transparent                  bool
 	NotifyFD, DNSFD, ConnectorFD int
+	DNSTCPFD                     int // the DNS stub's TCP socket
 	NotifyErr                    syscall.Errno
 	// MCP: a stdio MCP vat's launch (no app; the spawner instead).
 	MCP *launchMCP
@@ -171,6 +172,9 @@ func (l launch) listeners() *entry.Listeners {
 	}
 	if l.DNSFD >= 0 {
 		ls.DNS = os.NewFile(uintptr(l.DNSFD), "dns")
+	}
+	if l.DNSTCPFD >= 0 {
+		ls.DNSTCP = os.NewFile(uintptr(l.DNSTCPFD), "dns-tcp")
 	}
 	if l.ConnectorFD >= 0 {
 		ls.Connector = os.NewFile(uintptr(l.ConnectorFD), "connector")

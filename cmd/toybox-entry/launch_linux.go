@@ -38,6 +38,7 @@ func launched() launch {
 		NotifyFD:    int(l.notify_fd),
 		NotifyErr:   syscall.Errno(l.notify_err),
 		DNSFD:       int(l.dns_fd),
+		DNSTCPFD:    int(l.dns_tcp_fd),
 		ConnectorFD: int(l.connector_fd),
 	}
 	switch l.stage {

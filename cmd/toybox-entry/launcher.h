@@ -54,6 +54,9 @@ struct te_launch {
 	// notification listener (-1: none, notify_err says why), the wall's
 	// DNS socket and the connector.
 	int transparent, notify_fd, notify_err, dns_fd, connector_fd, connector_pid;
+	// The DNS stub's TCP socket, listening (resolvers retry over TCP on
+	// truncation; some use it alone).
+	int dns_tcp_fd;
 };
 
 // te_launch is what the launcher did, for main to read.

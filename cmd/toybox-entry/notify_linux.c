@@ -269,6 +269,28 @@ int te_dns_socket(const char **call) {
 	return fd;
 }
 
+int te_dns_tcp_socket(const char **call) {
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		*call = "socket (DNS over TCP)";
+		return -1;
+	}
+	struct sockaddr_in sa = {0};
+	sa.sin_family = AF_INET;
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+		*call = "bind (DNS over TCP)";
+	} else if (listen(fd, 64) < 0) {
+		*call = "listen (DNS over TCP)";
+	} else {
+		return fd;
+	}
+	int err = errno;
+	close(fd);
+	errno = err;
+	return -1;
+}
+
 // The connector's messages. A connect request (op TN_CONNECT) is a
 // socket (SCM_RIGHTS) of the wall's own network and the address to
 // connect it to; the answer is connect's errno (0: connected). A probe

@@ -1,12 +1,16 @@
 package entry
 
 import (
+	"bufio"
+	"encoding/binary"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/netip"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
 )
@@ -16,8 +20,14 @@ import (
 // notifier maps back to the name when the app connects to it. So the
 // switchboard is asked for the name, decides on the name, resolves it
 // itself and dials only what it vetted (no rebinding, the same rules as
-// the proxy's). AAAA queries get no address (the wall has no IPv6 route
-// but loopback), and so do the other types.
+// the proxy's). AAAA queries get NOERROR with no address (NODATA), and so
+// do the other types: a resolver asking for both families (getaddrinfo
+// with AF_UNSPEC, Node's lookup with all, Go's) has a definitive answer
+// for IPv6 at once and uses the A answer, with no wait for a timeout.
+// (The switchboard is asked for the name either way, and dials the
+// family it vetted: a fake IPv6 range would add nothing but a second
+// table.) It answers over UDP and over TCP (resolvers retry a truncated
+// answer over TCP; some, with "options use-vc", use TCP alone).
 
 // fakeRange is the benchmarking range (RFC 2544), never a real host's.
 var fakeRange = netip.MustParsePrefix("198.18.0.0/15")
@@ -93,6 +103,61 @@ func serveDNS(pc net.PacketConn, ns *names, log *slog.Logger) {
 		}
 		if out := answerDNS(buf[:n], ns, log); out != nil {
 			_, _ = pc.WriteTo(out, from)
+		}
+	}
+}
+
+// DNS over TCP (RFC 7766): each message has a two-byte length before it.
+const (
+	maxDNSConns   = 64               // connections served at once; past it one waits for another to end
+	dnsTCPIdle    = 10 * time.Second // an idle connection is closed (RFC 7766 §6.2.3 suggests seconds)
+	maxDNSMessage = 1 << 16          // the length prefix's bound
+)
+
+// serveDNSTCP answers queries over TCP on l until it is closed.
+func serveDNSTCP(l net.Listener, ns *names, log *slog.Logger) {
+	sem := make(chan struct{}, maxDNSConns)
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem }()
+			serveDNSConn(c, ns, log)
+		}()
+	}
+}
+
+// serveDNSConn answers the queries of one TCP connection, in order, until
+// the client closes it, sends something that is not a query, or idles.
+func serveDNSConn(c net.Conn, ns *names, log *slog.Logger) {
+	defer c.Close()
+	br := bufio.NewReader(c)
+	var lb [2]byte
+	buf := make([]byte, maxDNSMessage)
+	for {
+		_ = c.SetDeadline(time.Now().Add(dnsTCPIdle))
+		if _, err := io.ReadFull(br, lb[:]); err != nil {
+			return
+		}
+		n := int(binary.BigEndian.Uint16(lb[:]))
+		if _, err := io.ReadFull(br, buf[:n]); err != nil {
+			return
+		}
+		out := answerDNS(buf[:n], ns, log)
+		if out == nil {
+			return
+		}
+		msg := make([]byte, 2+len(out))
+		binary.BigEndian.PutUint16(msg, uint16(len(out)))
+		copy(msg[2:], out)
+		if _, err := c.Write(msg); err != nil {
+			return
 		}
 	}
 }

@@ -88,12 +88,13 @@ var DNSAddr = netip.MustParseAddrPort("127.0.0.53:53")
 
 // notifier answers the app's connect() calls.
 type notifier struct {
-	p      *Proxy
-	lfd    *os.File
-	conn   *connector
-	names  *names
-	cookie uint64         // the wall's network namespace
-	stub   netip.AddrPort // where the DNS stub listens
+	p       *Proxy
+	lfd     *os.File
+	conn    *connector
+	names   *names
+	cookie  uint64         // the wall's network namespace
+	stub    netip.AddrPort // where the DNS stub listens (UDP)
+	stubTCP netip.AddrPort // and over TCP
 }
 
 func ioctlPtr(fd uintptr, req uintptr, p unsafe.Pointer) syscall.Errno {
@@ -190,14 +191,18 @@ func (n *notifier) handle(ctx context.Context, sn seccompNotif) {
 		n.answer(sn.ID, unix.EISCONN)
 		return
 	}
-	if ap, ok := n.outside(sock, sa); ok {
+	if ap, ok := inetAddr(sa); ok && ap == DNSAddr {
+		// The stub, over UDP or TCP (a resolver retries a truncated
+		// answer over TCP; some use TCP alone).
+		switch typ, _ := unix.GetsockoptInt(sock, unix.SOL_SOCKET, unix.SO_TYPE); typ {
+		case unix.SOCK_DGRAM:
+			sa = rewriteInet(sa, n.stub)
+		case unix.SOCK_STREAM:
+			sa = rewriteInet(sa, n.stubTCP)
+		}
+	} else if ap, ok := n.outside(sock, sa); ok {
 		n.relay(ctx, sn, tid, fd, sock, ap)
 		return
-	}
-	if ap, ok := inetAddr(sa); ok && ap == DNSAddr {
-		if typ, _ := unix.GetsockoptInt(sock, unix.SOL_SOCKET, unix.SO_TYPE); typ == unix.SOCK_DGRAM {
-			sa = rewriteInet(sa, n.stub)
-		}
 	}
 	if sa, errno = unixPath(sa, tid); errno != 0 {
 		n.answer(sn.ID, errno)
@@ -540,11 +545,11 @@ func (p *Proxy) dialFile(ctx context.Context, t target) (*os.File, error) {
 }
 
 // startTransparent serves the app's connect() calls and the DNS stub when
-// ls holds a notification listener; it takes ls.Notify, ls.DNS and
-// ls.Connector (closed on error, and by the returned func).
+// ls holds a notification listener; it takes ls.Notify, ls.DNS,
+// ls.DNSTCP and ls.Connector (closed on error, and by the returned func).
 func startTransparent(ctx context.Context, p *Proxy, ls *Listeners) (func(), error) {
 	if ls.Notify == nil {
-		for _, f := range []*os.File{ls.DNS, ls.Connector} {
+		for _, f := range []*os.File{ls.DNS, ls.DNSTCP, ls.Connector} {
 			if f != nil {
 				_ = f.Close()
 			}
@@ -555,15 +560,23 @@ func startTransparent(ctx context.Context, p *Proxy, ls *Listeners) (func(), err
 		return func() {}, nil
 	}
 	fail := func(err error) (func(), error) {
-		for _, f := range []*os.File{ls.Notify, ls.DNS, ls.Connector} {
+		for _, f := range []*os.File{ls.Notify, ls.DNS, ls.DNSTCP, ls.Connector} {
 			if f != nil {
 				_ = f.Close()
 			}
 		}
 		return nil, err
 	}
-	if ls.DNS == nil || ls.Connector == nil {
-		return fail(errors.New("a notification listener without the DNS socket or the connector"))
+	if ls.DNS == nil || ls.DNSTCP == nil || ls.Connector == nil {
+		return fail(errors.New("a notification listener without the DNS sockets or the connector"))
+	}
+	tsa, err := unix.Getsockname(int(ls.DNSTCP.Fd()))
+	if err != nil {
+		return fail(fmt.Errorf("the DNS TCP socket's address: %w", err))
+	}
+	tin4, ok := tsa.(*unix.SockaddrInet4)
+	if !ok {
+		return fail(fmt.Errorf("the DNS TCP socket is bound to %T, not an IPv4 address", tsa))
 	}
 	cookie, err := unix.GetsockoptUint64(int(ls.DNS.Fd()), unix.SOL_SOCKET, soNetnsCookie)
 	if err != nil {
@@ -582,14 +595,28 @@ func startTransparent(ctx context.Context, p *Proxy, ls *Listeners) (func(), err
 		return fail(fmt.Errorf("the DNS socket: %w", err))
 	}
 	_ = ls.DNS.Close()
+	tl, err := net.FileListener(ls.DNSTCP)
+	if err != nil {
+		_ = pc.Close()
+		ls.DNS = nil
+		return fail(fmt.Errorf("the DNS TCP socket: %w", err))
+	}
+	_ = ls.DNSTCP.Close()
 	conn, err := newConnector(ls.Connector)
 	if err != nil {
 		_ = pc.Close()
+		_ = tl.Close()
 		_ = ls.Notify.Close()
 		return nil, fmt.Errorf("the connector's socket: %w", err)
 	}
-	n := &notifier{p: p, lfd: ls.Notify, conn: conn, names: newNames(), cookie: cookie, stub: netip.AddrPortFrom(netip.AddrFrom4(in4.Addr), uint16(in4.Port))}
-	go serveDNS(pc, n.names, p.logger.With(keyVat, p.id))
+	n := &notifier{
+		p: p, lfd: ls.Notify, conn: conn, names: newNames(), cookie: cookie,
+		stub:    netip.AddrPortFrom(netip.AddrFrom4(in4.Addr), uint16(in4.Port)),
+		stubTCP: netip.AddrPortFrom(netip.AddrFrom4(tin4.Addr), uint16(tin4.Port)),
+	}
+	log := p.logger.With(keyVat, p.id)
+	go serveDNS(pc, n.names, log)
+	go serveDNSTCP(tl, n.names, log)
 	go n.serve(ctx)
-	return func() { _ = pc.Close() }, nil
+	return func() { _ = pc.Close(); _ = tl.Close() }, nil
 }
