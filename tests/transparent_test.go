@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -505,4 +506,55 @@ for _ in range(2):
 			}
 		}
 	})
+}
+
+// TestTransparentEgressSchemeGrant: a grant that names a scheme (https or
+// http) admits a program's plain connect too. The entry reads what the
+// stream opens with and asks for that scheme: the switchboard checks an
+// https stream's ClientHello (SNI = the granted name) as it does for the
+// proxy. curl and Node's fetch reach a granted TLS server by name; an SNI
+// for another name is refused by the switchboard before the server sees a
+// request; an http grant carries plain requests.
+func TestTransparentEgressSchemeGrant(t *testing.T) {
+	s := newStack(t, stackOpts{sbArgs: []string{"--config", resolverConfig(t, "granted.test")}})
+	var tlsHits atomic.Int64
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tlsHits.Add(1)
+		fmt.Fprintln(w, "hello over tls")
+	}))
+	ts.StartTLS()
+	t.Cleanup(ts.Close)
+	tlsPort := fmt.Sprint(ts.Listener.Addr().(*net.TCPAddr).Port)
+	httpPort := helloServer(t, "hello over http")
+	grant := fmt.Sprintf(`[{"scheme":"https","host":"granted.test","port":%s},{"scheme":"http","host":"granted.test","port":%s}]`, tlsPort, httpPort)
+	if st := s.mustInstall("sara", example(t, "netclient"), q("egress", grant)); st["status"] != "walled" {
+		t.Fatalf("status = %v; want walled", st)
+	}
+	s.waitEgress("sara", "transparent")
+	url := "https://granted.test:" + tlsPort + "/"
+	for _, c := range []struct {
+		name string
+		argv []string
+	}{
+		{"curl", []string{"curl", "-sSk", "--max-time", "20", url}},
+		{"node fetch", []string{"env", "NODE_TLS_REJECT_UNAUTHORIZED=0", "/usr/bin/node", "-e", `fetch(process.argv[1]).then(r => r.text()).then(t => process.stdout.write(t), e => { console.log("ERR", e.cause && e.cause.code || e.message); process.exit(3) })`, url}},
+	} {
+		if r := s.runIn("sara", false, nil, c.argv...); !strings.Contains(r.Out, "hello over tls") {
+			t.Errorf("%s %s: %+v; want the TLS server's answer", c.name, url, r)
+		}
+	}
+	before := tlsHits.Load()
+	r := s.runIn("sara", false, nil, "curl", "-sSk", "--max-time", "20", "--connect-to", "other.test:"+tlsPort+":granted.test:"+tlsPort, "https://other.test:"+tlsPort+"/")
+	if r.Code == 0 || strings.Contains(r.Out, "hello over tls") || tlsHits.Load() != before {
+		t.Errorf("an SNI of another name: %+v (%d requests reached the server); want it refused", r, tlsHits.Load()-before)
+	}
+	if !strings.Contains(s.sbLog.String(), "other.test") {
+		t.Errorf("the switchboard logged no refusal naming the SNI other.test:\n%s", tail(s.sbLog))
+	}
+	if r := s.runIn("sara", false, nil, "curl", "-sS", "--max-time", "20", "http://granted.test:"+httpPort+"/"); !strings.Contains(r.Out, "hello over http") {
+		t.Errorf("curl over an http grant: %+v; want the server's answer", r)
+	}
+	if r := s.runIn("sara", false, nil, "curl", "-sSk", "--max-time", "20", "https://127.0.0.1:"+tlsPort+"/"); !strings.Contains(r.Out, "Couldn't connect") {
+		t.Errorf("curl to the ungranted address: %+v; want the connect refused", r)
+	}
 }

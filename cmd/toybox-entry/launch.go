@@ -34,6 +34,7 @@ type launch struct {
 	Transparent                  bool
 	NotifyFD, DNSFD, ConnectorFD int
 	DNSTCPFD                     int // the DNS stub's TCP socket
+	SchemeFD                     int // the listener for connects granted under another scheme
 	NotifyErr                    syscall.Errno
 	// MCP: a stdio MCP vat's launch (no app; the spawner instead).
 	MCP *launchMCP
@@ -175,6 +176,9 @@ func (l launch) listeners() *entry.Listeners {
 	}
 	if l.DNSTCPFD >= 0 {
 		ls.DNSTCP = os.NewFile(uintptr(l.DNSTCPFD), "dns-tcp")
+	}
+	if l.SchemeFD >= 0 {
+		ls.Scheme = os.NewFile(uintptr(l.SchemeFD), "scheme")
 	}
 	if l.ConnectorFD >= 0 {
 		ls.Connector = os.NewFile(uintptr(l.ConnectorFD), "connector")

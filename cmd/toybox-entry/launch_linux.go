@@ -39,6 +39,7 @@ func launched() launch {
 		NotifyErr:   syscall.Errno(l.notify_err),
 		DNSFD:       int(l.dns_fd),
 		DNSTCPFD:    int(l.dns_tcp_fd),
+		SchemeFD:    int(l.scheme_fd),
 		ConnectorFD: int(l.connector_fd),
 	}
 	switch l.stage {

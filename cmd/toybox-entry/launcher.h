@@ -57,6 +57,10 @@ struct te_launch {
 	// The DNS stub's TCP socket, listening (resolvers retry over TCP on
 	// truncation; some use it alone).
 	int dns_tcp_fd;
+	// The listener a connect() granted under another scheme alone
+	// (http, https) is put through: the entry reads what the stream
+	// opens with and asks for that scheme.
+	int scheme_fd;
 };
 
 // te_launch is what the launcher did, for main to read.

@@ -144,6 +144,7 @@ static int te_parse(int argc, char **argv) {
 	l->notify_fd = -1;
 	l->dns_fd = -1;
 	l->dns_tcp_fd = -1;
+	l->scheme_fd = -1;
 	l->connector_fd = -1;
 	int mcp_flags = 0;
 	int i = 1;
@@ -376,7 +377,7 @@ static int te_cloexec_all(const char **call) {
 
 static int te_kept(int fd) {
 	struct te_launch *l = &te_launch;
-	if (fd == l->cap_fd || fd == l->proxy_fd || fd == l->mcp_fd || fd == l->spawner_fd || fd == l->relay_fd || fd == l->notify_fd || fd == l->dns_fd || fd == l->dns_tcp_fd || fd == l->connector_fd) {
+	if (fd == l->cap_fd || fd == l->proxy_fd || fd == l->mcp_fd || fd == l->spawner_fd || fd == l->relay_fd || fd == l->notify_fd || fd == l->dns_fd || fd == l->dns_tcp_fd || fd == l->scheme_fd || fd == l->connector_fd) {
 		return 1;
 	}
 	for (int i = 0; i < l->nforward; i++) {
@@ -402,6 +403,7 @@ static int te_close_others(const char **call) {
 		cand[nc++] = l->notify_fd;
 		cand[nc++] = l->dns_fd;
 		cand[nc++] = l->dns_tcp_fd;
+		cand[nc++] = l->scheme_fd;
 		cand[nc++] = l->connector_fd;
 		cand[nc++] = l->cap_fd;
 		cand[nc++] = l->proxy_fd;
@@ -485,6 +487,10 @@ static void te_close_listeners(void) {
 		close(l->dns_tcp_fd);
 		l->dns_tcp_fd = -1;
 	}
+	if (l->scheme_fd >= 0) {
+		close(l->scheme_fd);
+		l->scheme_fd = -1;
+	}
 	if (l->notify_fd >= 0) {
 		close(l->notify_fd);
 		l->notify_fd = -1;
@@ -527,6 +533,9 @@ static void te_wait_for_need(void) {
 	}
 	if (l->dns_tcp_fd >= 0) {
 		p[n++] = (struct pollfd){.fd = l->dns_tcp_fd, .events = POLLIN};
+	}
+	if (l->scheme_fd >= 0) {
+		p[n++] = (struct pollfd){.fd = l->scheme_fd, .events = POLLIN};
 	}
 	int app = (int)syscall(SYS_pidfd_open, l->app_pid, 0);
 	if (app >= 0) {
@@ -967,7 +976,7 @@ void te_launcher(int argc, char **argv, char **envp) {
 		// before the entry locks itself (it makes no socket and connects
 		// none; the connector connects the wall's own).
 		if (l->transparent) {
-			if ((l->dns_fd = te_dns_socket(&call)) < 0 || (l->dns_tcp_fd = te_dns_tcp_socket(&call)) < 0 || te_start_connector(&l->connector_fd, &l->connector_pid, &call) != 0) {
+			if ((l->dns_fd = te_dns_socket(&call)) < 0 || (l->dns_tcp_fd = te_loopback_listener(&call)) < 0 || (l->scheme_fd = te_loopback_listener(&call)) < 0 || te_start_connector(&l->connector_fd, &l->connector_pid, &call) != 0) {
 				te_fail(TE_STAGE_NOTIFY, call, errno, 0);
 				te_close_listeners();
 				return;

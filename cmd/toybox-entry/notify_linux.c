@@ -269,19 +269,19 @@ int te_dns_socket(const char **call) {
 	return fd;
 }
 
-int te_dns_tcp_socket(const char **call) {
+int te_loopback_listener(const char **call) {
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0) {
-		*call = "socket (DNS over TCP)";
+		*call = "socket (a loopback listener)";
 		return -1;
 	}
 	struct sockaddr_in sa = {0};
 	sa.sin_family = AF_INET;
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
-		*call = "bind (DNS over TCP)";
-	} else if (listen(fd, 64) < 0) {
-		*call = "listen (DNS over TCP)";
+		*call = "bind (a loopback listener)";
+	} else if (listen(fd, 4096) < 0) {
+		*call = "listen (a loopback listener)";
 	} else {
 		return fd;
 	}

@@ -31,10 +31,11 @@ int te_filter_hello(int sock, int *lfd, int *lerr, const char **call);
 // kernel's choice (close-on-exec), or -1 with the failed call in *call.
 int te_dns_socket(const char **call);
 
-// te_dns_tcp_socket returns a TCP socket listening on 127.0.0.1 on a port
-// of the kernel's choice (close-on-exec), or -1 with the failed call in
-// *call.
-int te_dns_tcp_socket(const char **call);
+// te_loopback_listener returns a TCP socket listening on 127.0.0.1 on a
+// port of the kernel's choice (close-on-exec), or -1 with the failed call
+// in *call: the DNS stub's over TCP, and the entry's for connects granted
+// under another scheme alone.
+int te_loopback_listener(const char **call);
 
 // te_send_fd sends the n bytes at b on sock, with fd (SCM_RIGHTS) when it
 // is not negative; EINTR is retried, other errors are the peer's to see.

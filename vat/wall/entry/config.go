@@ -92,13 +92,15 @@ type Listeners struct {
 	// notification listener, the DNS stub's UDP socket and the
 	// connector's socket. NotifyErr says why the kernel gave no
 	// listener when one was asked for (the wall runs with the proxy
-	// alone then). DNSTCP is the stub's TCP socket, listening.
-	Notify, DNS, DNSTCP, Connector *os.File
-	NotifyErr                      error
+	// alone then). DNSTCP is the stub's TCP socket, listening; Scheme
+	// the listener a connect granted under another scheme alone (http,
+	// https) is put through.
+	Notify, DNS, DNSTCP, Scheme, Connector *os.File
+	NotifyErr                              error
 }
 
 func (ls *Listeners) close() {
-	for _, f := range append(slices.Clone(ls.Forwards), ls.Proxy, ls.Notify, ls.DNS, ls.DNSTCP, ls.Connector) {
+	for _, f := range append(slices.Clone(ls.Forwards), ls.Proxy, ls.Notify, ls.DNS, ls.DNSTCP, ls.Scheme, ls.Connector) {
 		if f != nil {
 			_ = f.Close()
 		}

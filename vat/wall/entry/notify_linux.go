@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"toybox/labels"
 	"toybox/schema"
 )
 
@@ -95,6 +96,7 @@ type notifier struct {
 	cookie  uint64         // the wall's network namespace
 	stub    netip.AddrPort // where the DNS stub listens (UDP)
 	stubTCP netip.AddrPort // and over TCP
+	schemes *schemes       // connects granted under another scheme alone
 }
 
 func ioctlPtr(fd uintptr, req uintptr, p unsafe.Pointer) syscall.Errno {
@@ -201,7 +203,7 @@ func (n *notifier) handle(ctx context.Context, sn seccompNotif) {
 			sa = rewriteInet(sa, n.stubTCP)
 		}
 	} else if ap, ok := n.outside(sock, sa); ok {
-		n.relay(ctx, sn, tid, fd, sock, ap)
+		n.relay(ctx, sn, tid, fd, sock, sa, ap)
 		return
 	}
 	if sa, errno = unixPath(sa, tid); errno != 0 {
@@ -326,8 +328,9 @@ func (n *notifier) outside(sock int, sa []byte) (netip.AddrPort, bool) {
 }
 
 // relay asks the Handle for ap and puts the connected socket in place of
-// fd; a refusal is ECONNREFUSED.
-func (n *notifier) relay(ctx context.Context, sn seccompNotif, tid, fd, sock int, ap netip.AddrPort) {
+// fd; a refusal is ECONNREFUSED. A target granted under another scheme
+// alone goes through the scheme listener (throughScheme).
+func (n *notifier) relay(ctx context.Context, sn seccompNotif, tid, fd, sock int, sa []byte, ap netip.AddrPort) {
 	host := ap.Addr().String()
 	if name, ok := n.names.name(ap.Addr()); ok {
 		host = name
@@ -338,8 +341,19 @@ func (n *notifier) relay(ctx context.Context, sn seccompNotif, tid, fd, sock int
 		return
 	}
 	t := target{scheme: "tcp", host: host, port: ap.Port()}
+	if n.schemes.only(t) {
+		n.throughScheme(sn, sock, sa, t)
+		return
+	}
 	f, err := n.p.dialFile(ctx, t)
 	if err != nil {
+		if strings.Contains(err.Error(), labels.SchemeRefused("tcp")) {
+			// Granted as http or https alone: the stream is read
+			// first (below), and asked for as what it opens with.
+			n.schemes.setOnly(t)
+			n.throughScheme(sn, sock, sa, t)
+			return
+		}
 		if n.valid(sn.ID) {
 			n.answer(sn.ID, unix.ECONNREFUSED)
 		}
@@ -549,7 +563,7 @@ func (p *Proxy) dialFile(ctx context.Context, t target) (*os.File, error) {
 // ls.DNSTCP and ls.Connector (closed on error, and by the returned func).
 func startTransparent(ctx context.Context, p *Proxy, ls *Listeners) (func(), error) {
 	if ls.Notify == nil {
-		for _, f := range []*os.File{ls.DNS, ls.DNSTCP, ls.Connector} {
+		for _, f := range []*os.File{ls.DNS, ls.DNSTCP, ls.Scheme, ls.Connector} {
 			if f != nil {
 				_ = f.Close()
 			}
@@ -560,15 +574,23 @@ func startTransparent(ctx context.Context, p *Proxy, ls *Listeners) (func(), err
 		return func() {}, nil
 	}
 	fail := func(err error) (func(), error) {
-		for _, f := range []*os.File{ls.Notify, ls.DNS, ls.DNSTCP, ls.Connector} {
+		for _, f := range []*os.File{ls.Notify, ls.DNS, ls.DNSTCP, ls.Scheme, ls.Connector} {
 			if f != nil {
 				_ = f.Close()
 			}
 		}
 		return nil, err
 	}
-	if ls.DNS == nil || ls.DNSTCP == nil || ls.Connector == nil {
-		return fail(errors.New("a notification listener without the DNS sockets or the connector"))
+	if ls.DNS == nil || ls.DNSTCP == nil || ls.Scheme == nil || ls.Connector == nil {
+		return fail(errors.New("a notification listener without the DNS sockets, the scheme listener or the connector"))
+	}
+	ssa, err := unix.Getsockname(int(ls.Scheme.Fd()))
+	if err != nil {
+		return fail(fmt.Errorf("the scheme listener's address: %w", err))
+	}
+	sin4, ok := ssa.(*unix.SockaddrInet4)
+	if !ok {
+		return fail(fmt.Errorf("the scheme listener is bound to %T, not an IPv4 address", ssa))
 	}
 	tsa, err := unix.Getsockname(int(ls.DNSTCP.Fd()))
 	if err != nil {
@@ -602,10 +624,19 @@ func startTransparent(ctx context.Context, p *Proxy, ls *Listeners) (func(), err
 		return fail(fmt.Errorf("the DNS TCP socket: %w", err))
 	}
 	_ = ls.DNSTCP.Close()
+	sl, err := net.FileListener(ls.Scheme)
+	if err != nil {
+		_ = pc.Close()
+		_ = tl.Close()
+		ls.DNS, ls.DNSTCP = nil, nil
+		return fail(fmt.Errorf("the scheme listener: %w", err))
+	}
+	_ = ls.Scheme.Close()
 	conn, err := newConnector(ls.Connector)
 	if err != nil {
 		_ = pc.Close()
 		_ = tl.Close()
+		_ = sl.Close()
 		_ = ls.Notify.Close()
 		return nil, fmt.Errorf("the connector's socket: %w", err)
 	}
@@ -613,10 +644,12 @@ func startTransparent(ctx context.Context, p *Proxy, ls *Listeners) (func(), err
 		p: p, lfd: ls.Notify, conn: conn, names: newNames(), cookie: cookie,
 		stub:    netip.AddrPortFrom(netip.AddrFrom4(in4.Addr), uint16(in4.Port)),
 		stubTCP: netip.AddrPortFrom(netip.AddrFrom4(tin4.Addr), uint16(tin4.Port)),
+		schemes: newSchemes(netip.AddrPortFrom(netip.AddrFrom4(sin4.Addr), uint16(sin4.Port))),
 	}
 	log := p.logger.With(keyVat, p.id)
 	go serveDNS(pc, n.names, log)
 	go serveDNSTCP(tl, n.names, log)
 	go n.serve(ctx)
-	return func() { _ = pc.Close(); _ = tl.Close() }, nil
+	go n.serveSchemes(ctx, sl)
+	return func() { _ = pc.Close(); _ = tl.Close(); _ = sl.Close() }, nil
 }
