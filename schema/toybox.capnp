@@ -74,7 +74,7 @@ interface Handle {
   # The full decision (labels, DNS, address classes) without dialling.
 
   connect   @3 (target :Target, tlsHello :Data, wantFd :Bool,
-                downstream :ByteStream) -> (fd :UInt64, upstream :ByteStream);
+                downstream :ByteStream, inProgress :Bool) -> (fd :UInt64, upstream :ByteStream);
   # A TCP stream to target. With scheme "https", tlsHello must hold the first
   # bytes of the caller's stream: a TLS ClientHello whose SNI equals the host
   # when the host is a name; the switchboard checks it and sends it first.
@@ -83,7 +83,9 @@ interface Handle {
   # passed with SCM_RIGHTS on this connection (docs/switchboard.md, "The
   # descriptor handoff"), and upstream is null. Otherwise fd is 0, the
   # remote's bytes are written to downstream and the caller writes its bytes
-  # to upstream.
+  # to upstream. With wantFd, inProgress and no tlsHello, a socket whose
+  # connect is still under way may come back (the caller's own connect was
+  # non-blocking): the caller sees the end of the handshake on the socket.
 
   request   @4 (method :Text, url :Text, headers :List(Header),
                 responder :Responder) -> (body :ByteStream);

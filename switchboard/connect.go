@@ -79,7 +79,11 @@ func (h *handle) Connect(ctx context.Context, call schema.Handle_connect) error 
 	// A ClientHello is written here with a deadline, which only a socket in
 	// the runtime's poller keeps: the lean dial is for sockets handed over
 	// untouched.
-	conn, vetted, err := h.dial(ctx, d, wantFd && len(hello) == 0)
+	// A caller whose own connect was non-blocking may take the socket
+	// with its handshake under way: then one vetted address only (no
+	// fallback to try after a failure it would see itself).
+	inProgress := wantFd && len(hello) == 0 && args.InProgress() && len(d.vetted) == 1
+	conn, vetted, err := h.dialMode(ctx, d, wantFd && len(hello) == 0, inProgress)
 	if err != nil {
 		h.p.releaseConn()
 		down.Release()
@@ -184,6 +188,12 @@ func checkHello(hello []byte, host string) error {
 // will be handed over (handOver) is dialled the lean way; one the
 // switchboard relays itself is a net.TCPConn.
 func (h *handle) dial(ctx context.Context, d *decision, handOver bool) (net.Conn, string, error) {
+	return h.dialMode(ctx, d, handOver, false)
+}
+
+// dialMode is dial; with inProgress (and handOver) a connect still under
+// way is not waited for (startHandOver).
+func (h *handle) dialMode(ctx context.Context, d *decision, handOver, inProgress bool) (net.Conn, string, error) {
 	var errs []error
 	for i, a := range d.vetted {
 		ap := netip.AddrPortFrom(a, d.req.Port)
@@ -194,9 +204,12 @@ func (h *handle) dial(ctx context.Context, d *decision, handOver bool) (net.Conn
 		}
 		var c net.Conn
 		var err error
-		if handOver {
+		switch {
+		case handOver && inProgress:
+			c, err = startHandOver(ctx, ap, h.p.srv.cfg.DialTimeout)
+		case handOver:
 			c, err = dialHandOver(ctx, ap, h.p.srv.cfg.DialTimeout)
-		} else {
+		default:
 			c, err = h.p.srv.dialer.DialContext(ctx, "tcp", ap.String())
 		}
 		if err == nil {

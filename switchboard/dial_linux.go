@@ -19,6 +19,18 @@ import (
 // as the server's net.Dialer does (probes after 30 s idle, every 15 s, 9 of
 // them). The socket it returns may be blocking: no deadlines on it.
 func dialHandOver(ctx context.Context, ap netip.AddrPort, timeout time.Duration) (net.Conn, error) {
+	return dialHandOverMode(ctx, ap, timeout, false)
+}
+
+// startHandOver is dialHandOver for a caller whose own connect was
+// non-blocking: a connect still under way after its first poll is not
+// waited for, and the socket goes back with its handshake in progress
+// (the caller sees the end of it, or its error, on the socket itself).
+func startHandOver(ctx context.Context, ap netip.AddrPort, timeout time.Duration) (net.Conn, error) {
+	return dialHandOverMode(ctx, ap, timeout, true)
+}
+
+func dialHandOverMode(ctx context.Context, ap netip.AddrPort, timeout time.Duration, inProgress bool) (net.Conn, error) {
 	family, sa := unix.AF_INET6, unix.Sockaddr(nil)
 	switch a := ap.Addr().Unmap(); {
 	case a.Is4():
@@ -63,6 +75,13 @@ func dialHandOver(ctx context.Context, ap netip.AddrPort, timeout time.Duration)
 	if done {
 		// Blocking from here, as a handed-over socket goes (and then
 		// os.NewFile leaves it out of the runtime's poller).
+		if err := unix.SetNonblock(fd, false); err != nil {
+			_ = unix.Close(fd)
+			return nil, opErr(ap, os.NewSyscallError("fcntl", err))
+		}
+		return &handOverConn{File: os.NewFile(uintptr(fd), "tcp:"+ap.String()), remote: net.TCPAddrFromAddrPort(ap)}, nil
+	}
+	if inProgress {
 		if err := unix.SetNonblock(fd, false); err != nil {
 			_ = unix.Close(fd)
 			return nil, opErr(ap, os.NewSyscallError("fcntl", err))

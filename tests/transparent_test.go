@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
+	"golang.org/x/sys/unix"
 )
 
 // netResult is what the netclient vat answers for one command.
@@ -557,4 +558,133 @@ func TestTransparentEgressSchemeGrant(t *testing.T) {
 	if r := s.runIn("sara", false, nil, "curl", "-sSk", "--max-time", "20", "https://127.0.0.1:"+tlsPort+"/"); !strings.Contains(r.Out, "Couldn't connect") {
 		t.Errorf("curl to the ungranted address: %+v; want the connect refused", r)
 	}
+}
+
+// blackholeServer returns the port of a listener on 127.0.0.1 whose
+// backlog is full and never accepted: a connect to it never completes
+// (the kernel drops its SYNs), as a black-holed target's.
+func blackholeServer(t testing.TB) string {
+	t.Helper()
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", sa.(*unix.SockaddrInet4).Port)
+	// One connection fills the queue (backlog 0 holds one).
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if c2, err := net.DialTimeout("tcp", addr, 300*time.Millisecond); err == nil {
+		c2.Close()
+		t.Fatalf("a second connect to %s completed; want the listener black-holed", addr)
+	}
+	return fmt.Sprint(sa.(*unix.SockaddrInet4).Port)
+}
+
+// cNonblock connects to argv[1] (a black hole) and argv[2] (a server),
+// both non-blocking: the first connect must return EINPROGRESS at once,
+// the second must complete while the first is still pending.
+const cNonblock = `#include <arpa/inet.h>
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+static long ms(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1000 + t.tv_nsec / 1000000; }
+static int dial(const char *port, int *err) {
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	struct sockaddr_in sa = {0};
+	sa.sin_family = AF_INET;
+	sa.sin_port = htons(atoi(port));
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	*err = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 ? 0 : errno;
+	return fd;
+}
+int main(int argc, char **argv) {
+	int e;
+	long t0 = ms();
+	int slow = dial(argv[1], &e);
+	printf("SLOW %s in %ld ms\n", e == EINPROGRESS ? "EINPROGRESS" : strerror(e), ms() - t0);
+	long t1 = ms();
+	int fast = dial(argv[2], &e);
+	struct pollfd p = {.fd = fast, .events = POLLOUT};
+	if (e == EINPROGRESS) poll(&p, 1, 5000);
+	int so = e == EINPROGRESS ? -1 : e;
+	socklen_t l = sizeof so;
+	if (e == EINPROGRESS) getsockopt(fast, SOL_SOCKET, SO_ERROR, &so, &l);
+	printf("FAST %s in %ld ms\n", so == 0 ? "connected" : strerror(so), ms() - t1);
+	struct pollfd q = {.fd = slow, .events = POLLOUT};
+	printf("SLOW poll %d\n", poll(&q, 1, 300));
+	return 0;
+}
+`
+
+// TestTransparentEgressNonblocking: a non-blocking connect to a target
+// that never answers does not hold the app's thread: connect() returns
+// EINPROGRESS once the switchboard has decided, and the socket is handed
+// over with its handshake under way. A second connect, to a fast server,
+// completes meanwhile (a C client with O_NONBLOCK and poll), and Node's
+// event loop keeps turning while one of its connects hangs.
+func TestTransparentEgressNonblocking(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	fast := helloServer(t, "fast")
+	slow := blackholeServer(t)
+	grant := fmt.Sprintf(`[{"host":"127.0.0.1","port":%s},{"host":"127.0.0.1","port":%s}]`, fast, slow)
+	if st := s.mustInstall("nell", example(t, "netclient"), q("egress", grant)); st["status"] != "walled" {
+		t.Fatalf("status = %v; want walled", st)
+	}
+	s.waitEgress("nell", "transparent")
+	t.Run("C", func(t *testing.T) {
+		s := s.in(t)
+		r := s.runIn("nell", false, map[string]string{"nb.c": cNonblock}, "sh", "-c", `gcc -o nb nb.c && ./nb "$0" "$1"`, slow, fast)
+		var slowMS, fastMS, pollN int
+		i, j, k := strings.Index(r.Out, "SLOW EINPROGRESS in "), strings.Index(r.Out, "FAST connected in "), strings.Index(r.Out, "SLOW poll ")
+		if i < 0 || j < 0 || k < 0 {
+			t.Fatalf("%+v; want EINPROGRESS for the black hole, then the fast server connected", r)
+		}
+		_, _ = fmt.Sscanf(r.Out[i:], "SLOW EINPROGRESS in %d ms", &slowMS)
+		_, _ = fmt.Sscanf(r.Out[j:], "FAST connected in %d ms", &fastMS)
+		_, _ = fmt.Sscanf(r.Out[k:], "SLOW poll %d", &pollN)
+		if slowMS > 1000 || fastMS > 1000 || pollN != 0 {
+			t.Errorf("%+v; want both connects answered within 1 s and the black hole still connecting", r)
+		}
+	})
+	t.Run("node", func(t *testing.T) {
+		s := s.in(t)
+		js := `const net = require("net");
+const [slow, fast] = process.argv.slice(2);
+let last = Date.now(), gap = 0;
+setInterval(() => { const now = Date.now(); gap = Math.max(gap, now - last); last = now; }, 5);
+const t0 = Date.now();
+net.connect({host: "127.0.0.1", port: +slow}).on("error", () => {});
+const f = net.connect({host: "127.0.0.1", port: +fast}, () => { console.log("FAST connected in " + (Date.now() - t0) + " ms"); f.destroy(); });
+setTimeout(() => { console.log("GAP " + gap); process.exit(0); }, 1500);
+`
+		r := s.runIn("nell", false, map[string]string{"nb.js": js}, "/usr/bin/node", "nb.js", slow, fast)
+		var fastMS, gap int
+		i, j := strings.Index(r.Out, "FAST connected in "), strings.Index(r.Out, "GAP ")
+		if i < 0 || j < 0 {
+			t.Fatalf("%+v; want the fast connect to complete", r)
+		}
+		_, _ = fmt.Sscanf(r.Out[i:], "FAST connected in %d ms", &fastMS)
+		_, _ = fmt.Sscanf(r.Out[j:], "GAP %d", &gap)
+		if fastMS > 1000 || gap > 500 {
+			t.Errorf("%+v; want the fast connect within 1 s and no event-loop stall over 500 ms", r)
+		}
+	})
 }

@@ -445,6 +445,9 @@ func (h *handleServer) Connect(ctx context.Context, call schema.Handle_connect) 
 				return err
 			}
 			p.SetWantFd(wantFd)
+			// Only toybox-entry takes the socket itself; an app's is
+			// relayed here, which needs it connected.
+			p.SetInProgress(h.entry && wantFd && args.InProgress())
 			if args.HasDownstream() {
 				return p.SetDownstream(args.Downstream().AddRef())
 			}

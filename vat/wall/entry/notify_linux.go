@@ -345,7 +345,13 @@ func (n *notifier) relay(ctx context.Context, sn seccompNotif, tid, fd, sock int
 		n.throughScheme(sn, sock, sa, t)
 		return
 	}
-	f, err := n.p.dialFile(ctx, t)
+	// A non-blocking connect is answered once the switchboard has
+	// decided and started its dial: the socket comes back with the
+	// handshake under way, and the app's thread (an event loop) waits no
+	// longer than the decision.
+	fl, _ := unix.FcntlInt(uintptr(sock), unix.F_GETFL, 0)
+	nonblock := fl&unix.O_NONBLOCK != 0
+	f, err := n.p.dialFile(ctx, t, nonblock)
 	if err != nil {
 		if strings.Contains(err.Error(), labels.SchemeRefused("tcp")) {
 			// Granted as http or https alone: the stream is read
@@ -368,8 +374,13 @@ func (n *notifier) relay(ctx context.Context, sn seccompNotif, tid, fd, sock int
 			_ = unix.SetsockoptInt(up, o[0], o[1], v)
 		}
 	}
-	fl, _ := unix.FcntlInt(uintptr(sock), unix.F_GETFL, 0)
-	_ = unix.SetNonblock(up, fl&unix.O_NONBLOCK != 0)
+	_ = unix.SetNonblock(up, nonblock)
+	// Still connecting: the app's non-blocking connect says so, as the
+	// kernel's would (POLLOUT and SO_ERROR then tell the end of it).
+	var errno syscall.Errno
+	if _, err := unix.Getpeername(up); nonblock && errors.Is(err, unix.ENOTCONN) {
+		errno = unix.EINPROGRESS
+	}
 	add := seccompAddFD{ID: sn.ID, Flags: addFDFlagSetFD, Srcfd: uint32(up), Newfd: uint32(fd)}
 	if cloexec(tid, fd) {
 		add.NewfdFlags = unix.O_CLOEXEC
@@ -381,7 +392,7 @@ func (n *notifier) relay(ctx context.Context, sn seccompNotif, tid, fd, sock int
 		}
 		return
 	}
-	n.answer(sn.ID, 0)
+	n.answer(sn.ID, errno)
 }
 
 // cloexec reports whether tid's fd is close-on-exec.
@@ -519,8 +530,9 @@ func (c *connector) call(op uint32, sock int, sa []byte) syscall.Errno {
 const pathTransparent = "transparent"
 
 // dialFile asks the Handle for a connection to t and returns the socket
-// the switchboard connected. Every decision is logged (path transparent).
-func (p *Proxy) dialFile(ctx context.Context, t target) (*os.File, error) {
+// the switchboard connected (with inProgress, perhaps still connecting).
+// Every decision is logged (path transparent).
+func (p *Proxy) dialFile(ctx context.Context, t target, inProgress bool) (*os.File, error) {
 	if !p.handle.IsValid() {
 		p.log(t, false, ErrNoGrant.Error(), pathTransparent)
 		return nil, ErrNoGrant
@@ -533,6 +545,7 @@ func (p *Proxy) dialFile(ctx context.Context, t target) (*os.File, error) {
 			return err
 		}
 		ps.SetWantFd(true)
+		ps.SetInProgress(inProgress)
 		return nil
 	})
 	defer rel()
