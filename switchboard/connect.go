@@ -43,14 +43,14 @@ func (h *handle) Connect(ctx context.Context, call schema.Handle_connect) error 
 	switch req.Scheme {
 	case "tcp":
 		if len(hello) > 0 {
-			return fail(nil, "", refuse("tlsHello is only for scheme https; scheme tcp carries no hello"))
+			return fail(nil, "", labels.Refuse("tlsHello is only for scheme https; scheme tcp carries no hello"))
 		}
 	case "https":
 		if len(hello) == 0 {
-			return fail(nil, "", refuse("an https connect must carry the stream's TLS ClientHello in tlsHello"))
+			return fail(nil, "", labels.Refuse("an https connect must carry the stream's TLS ClientHello in tlsHello"))
 		}
 	default:
-		return fail(nil, "", refuse("connect takes scheme tcp or https, not %q", req.Scheme))
+		return fail(nil, "", labels.Refusef("connect takes scheme tcp or https, not %q", req.Scheme))
 	}
 	d, err := h.p.srv.decide(ctx, h.labels, req)
 	if err != nil {
@@ -154,7 +154,7 @@ func (h *handle) Connect(ctx context.Context, call schema.Handle_connect) error 
 func checkHello(hello []byte, host string) error {
 	sni, encrypted, err := parseClientHello(hello)
 	if err != nil {
-		return refuse("the stream does not open with a valid TLS ClientHello: %v", err)
+		return labels.Refusef("the stream does not open with a valid TLS ClientHello: %v", err)
 	}
 	if encrypted != 0 {
 		what := "encrypted_client_hello"
@@ -164,20 +164,20 @@ func checkHello(hello []byte, host string) error {
 		case encrypted != extECH:
 			what = fmt.Sprintf("encrypted_client_hello of an ECH draft (extension %#x)", encrypted)
 		}
-		return refuse("the ClientHello carries %s: an encrypted ClientHello (ECH) hides the name the grant is for; connect with ECH off (ECH GREASE included)", what)
+		return labels.Refusef("the ClientHello carries %s: an encrypted ClientHello (ECH) hides the name the grant is for; connect with ECH off (ECH GREASE included)", what)
 	}
 	if _, isIP := parseLiteral(host); isIP {
 		if sni != "" {
-			return refuse("the ClientHello names %q but the target is the address %s", sni, host)
+			return labels.Refusef("the ClientHello names %q but the target is the address %s", sni, host)
 		}
 		return nil
 	}
 	if sni == "" {
-		return refuse("the ClientHello names no server (SNI); it must name %s", host)
+		return labels.Refusef("the ClientHello names no server (SNI); it must name %s", host)
 	}
 	c, err := labels.CanonicalHost(sni)
 	if err != nil || c != host {
-		return refuse("the ClientHello names %q, not %s", sni, host)
+		return labels.Refusef("the ClientHello names %q, not %s", sni, host)
 	}
 	return nil
 }
@@ -199,7 +199,7 @@ func (h *handle) dialMode(ctx context.Context, d *decision, handOver, inProgress
 		ap := netip.AddrPortFrom(a, d.req.Port)
 		if d.local[i] {
 			if ok, why := h.p.srv.loopbackCheck(ctx, ap, h.labels); !ok {
-				return nil, ap.String(), refuse("%s", why)
+				return nil, ap.String(), labels.Refuse(why)
 			}
 		}
 		var c net.Conn

@@ -122,7 +122,7 @@ func TestReleaseShutsHandedOverConnections(t *testing.T) {
 			}
 			_ = conn.SetReadDeadline(time.Now().Add(3 * time.Second))
 			n, err := conn.Read(buf)
-			if err == nil || errors.Is(err, ErrRefused) || isTimeout(err) {
+			if err == nil || errors.Is(err, labels.ErrRefused) || isTimeout(err) {
 				t.Fatalf("read after release = %d, %v; want EOF (shut down)", n, err)
 			}
 			if which == "parent" {

@@ -27,7 +27,7 @@ func (d *decision) err() error {
 	if d.allow {
 		return nil
 	}
-	return &refusal{reason: d.reason}
+	return labels.Refuse(d.reason)
 }
 
 // decide judges req against the handle's labels h: the name first (labels,

@@ -7,6 +7,6 @@
 // SCM_RIGHTS (package schema/wire); the switchboard keeps a duplicate and
 // shuts the connection down when the handle that made it is released.
 //
-// Refusals are errors whose text starts "egress refused: ". Every decision
-// is one structured log record.
+// Refusals are labels.Refusal errors: their text starts "egress refused: ".
+// Every decision is one structured log record.
 package switchboard

@@ -45,7 +45,7 @@ func (h *handle) logDecision(op, target string, addrs []netip.Addr, vetted strin
 	if !ok {
 		return // counted: the peer's next record says how many
 	}
-	reason = strings.TrimPrefix(reason, RefusedPrefix)
+	reason = strings.TrimPrefix(reason, labels.RefusedPrefix)
 	as := make([]string, len(addrs))
 	for i, a := range addrs {
 		as[i] = a.String()

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"toybox/labels"
 )
 
 // awaitServerHello waits (until deadline) for the first bytes the server
@@ -66,7 +68,7 @@ func awaitServerHello(c net.Conn, deadline time.Time) error {
 		// socket and sees for itself, as it would without this look.
 		return nil
 	case isHelloRetry(head[:n]):
-		return refuse("the server asked for a second ClientHello (a TLS 1.3 HelloRetryRequest), which the switchboard cannot check against the grant; offer a key share the server takes (X25519)")
+		return labels.Refuse("the server asked for a second ClientHello (a TLS 1.3 HelloRetryRequest), which the switchboard cannot check against the grant; offer a key share the server takes (X25519)")
 	}
 	return nil
 }

@@ -50,14 +50,14 @@ func (s *Server) newTransport() *http.Transport {
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			v, ok := ctx.Value(vettedKey{}).(*vettedDial)
 			if !ok {
-				return nil, refuse("no decision for a dial to %s", addr)
+				return nil, labels.Refusef("no decision for a dial to %s", addr)
 			}
 			host, port, err := net.SplitHostPort(addr)
 			if err != nil {
 				return nil, err
 			}
 			if p, _ := strconv.Atoi(port); !strings.EqualFold(strings.Trim(host, "[]"), v.d.req.Host) || p != int(v.d.req.Port) {
-				return nil, refuse("dial to %s does not match the decision for %s", addr, v.d.req.Host)
+				return nil, labels.Refusef("dial to %s does not match the decision for %s", addr, v.d.req.Host)
 			}
 			return v.dial(ctx)
 		},
@@ -162,15 +162,15 @@ func (h *handle) Request(ctx context.Context, call schema.Handle_request) error 
 	}
 	lreq, err := labels.ParseURL(rawURL)
 	if err != nil {
-		return fail(nil, refuse("%s", strings.TrimPrefix(err.Error(), labels.ErrBadLabel.Error()+": ")))
+		return fail(nil, labels.Refuse(strings.TrimPrefix(err.Error(), labels.ErrBadLabel.Error()+": ")))
 	}
 	if strings.HasPrefix(rawURL, "ws") {
-		return fail(nil, refuse("request takes http or https URLs; use webSocket for %s", logURL(rawURL)))
+		return fail(nil, labels.Refusef("request takes http or https URLs; use webSocket for %s", logURL(rawURL)))
 	}
 	// Bounded before anything loops over them (schema.MaxHeaders).
 	hdrs, err := schema.ReadHeaders(args.Headers())
 	if err != nil {
-		return fail(nil, refuse("%v", err))
+		return fail(nil, labels.Refuse(err.Error()))
 	}
 	header := http.Header{}
 	var contentLength int64 = -1
@@ -182,7 +182,7 @@ func (h *handle) Request(ctx context.Context, call schema.Handle_request) error 
 		case k == "Host":
 			want := hostHeader(lreq)
 			if !strings.EqualFold(value, want) && !strings.EqualFold(value, lreq.Host) {
-				return fail(nil, refuse("Host header %q does not match the URL's host %s", value, want))
+				return fail(nil, labels.Refusef("Host header %q does not match the URL's host %s", value, want))
 			}
 			continue
 		case k == "Content-Length":

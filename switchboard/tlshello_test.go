@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"toybox/labels"
 )
 
 // realHello captures the ClientHello crypto/tls sends for serverName.
@@ -172,8 +174,8 @@ func TestCheckHello(t *testing.T) {
 			if (err == nil) != tt.ok {
 				t.Fatalf("checkHello(sni %q, host %q) = %v; want ok %v", tt.sni, tt.host, err, tt.ok)
 			}
-			if err != nil && !strings.HasPrefix(err.Error(), RefusedPrefix) {
-				t.Errorf("error %q does not start with %q", err, RefusedPrefix)
+			if err != nil && !strings.HasPrefix(err.Error(), labels.RefusedPrefix) {
+				t.Errorf("error %q does not start with %q", err, labels.RefusedPrefix)
 			}
 		})
 	}
@@ -207,7 +209,7 @@ func TestCheckHelloRefusesECH(t *testing.T) {
 			if err == nil {
 				t.Fatal("checkHello admitted it")
 			}
-			mustContain(t, "refusal", err.Error(), RefusedPrefix+"the ClientHello "+tt.why)
+			mustContain(t, "refusal", err.Error(), labels.RefusedPrefix+"the ClientHello "+tt.why)
 			mustContain(t, "refusal", err.Error(), "an encrypted ClientHello (ECH) hides the name the grant is for")
 		})
 	}

@@ -76,20 +76,20 @@ func (h *handle) WebSocket(ctx context.Context, call schema.Handle_webSocket) er
 		return err
 	}
 	if !strings.HasPrefix(rawURL, "ws://") && !strings.HasPrefix(rawURL, "wss://") {
-		return fail(nil, "", refuse("webSocket takes ws or wss URLs, not %s", logURL(rawURL)))
+		return fail(nil, "", labels.Refusef("webSocket takes ws or wss URLs, not %s", logURL(rawURL)))
 	}
 	lreq, err := labels.ParseURL(rawURL)
 	if err != nil {
-		return fail(nil, "", refuse("%s", strings.TrimPrefix(err.Error(), labels.ErrBadLabel.Error()+": ")))
+		return fail(nil, "", labels.Refuse(strings.TrimPrefix(err.Error(), labels.ErrBadLabel.Error()+": ")))
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil { // labels.ParseURL read it: never here
-		return fail(nil, "", refuse("the URL cannot be parsed"))
+		return fail(nil, "", labels.Refuse("the URL cannot be parsed"))
 	}
 	// Bounded before anything loops over them (schema.MaxHeaders).
 	hdrs, err := schema.ReadHeaders(args.Headers())
 	if err != nil {
-		return fail(nil, "", refuse("%v", err))
+		return fail(nil, "", labels.Refuse(err.Error()))
 	}
 	header := http.Header{}
 	hopOnly := connectionListed(hdrs)
@@ -99,10 +99,10 @@ func (h *handle) WebSocket(ctx context.Context, call schema.Handle_webSocket) er
 		// a valid HTTP field would write lines of the caller's (a second
 		// Host, a whole request) to a host granted only this handshake.
 		if !httpguts.ValidHeaderFieldName(name) {
-			return fail(nil, "", refuse("header name %q is not a valid HTTP field name", name))
+			return fail(nil, "", labels.Refusef("header name %q is not a valid HTTP field name", name))
 		}
 		if !httpguts.ValidHeaderFieldValue(value) {
-			return fail(nil, "", refuse("the value of header %s is not a valid HTTP field value", name))
+			return fail(nil, "", labels.Refusef("the value of header %s is not a valid HTTP field value", name))
 		}
 		k := http.CanonicalHeaderKey(name)
 		if wsHeaderDrop[k] || hopHeaders[k] || hopOnly[k] {

@@ -97,13 +97,13 @@ func egressMain(args []string) int {
 	if isURL {
 		r, err := labels.ParseURL(tgt)
 		if err != nil {
-			return refusedOrError(fmt.Errorf("egress refused: %s", strings.TrimPrefix(err.Error(), labels.ErrBadLabel.Error()+": ")))
+			return refusedOrError(labels.Refuse(strings.TrimPrefix(err.Error(), labels.ErrBadLabel.Error()+": ")))
 		}
 		req = r
 	} else {
 		host, port, err := labels.ParseHostPort(tgt)
 		if err != nil {
-			return refusedOrError(fmt.Errorf("egress refused: %s", strings.TrimPrefix(err.Error(), labels.ErrBadLabel.Error()+": ")))
+			return refusedOrError(labels.Refuse(strings.TrimPrefix(err.Error(), labels.ErrBadLabel.Error()+": ")))
 		}
 		req = labels.Request{Scheme: "tcp", Host: host, Port: port}
 	}
@@ -168,9 +168,8 @@ func egressMain(args []string) int {
 
 // refusedOrError prints err and returns 3 for a refusal, 1 otherwise.
 func refusedOrError(err error) int {
-	msg := err.Error()
-	if i := strings.Index(msg, "egress refused: "); i >= 0 {
-		fmt.Fprintln(os.Stderr, msg[i:])
+	if reason, ok := labels.RefusalReason(err); ok {
+		fmt.Fprintln(os.Stderr, labels.Refuse(reason))
 		return exitRefused
 	}
 	fmt.Fprintf(os.Stderr, "toybox egress: %v\n", err)
@@ -230,7 +229,7 @@ func egressCheck(ctx context.Context, h schema.Handle, req labels.Request) int {
 		addrs = append(addrs, a)
 	}
 	if !d.Allow() {
-		fmt.Fprintf(os.Stderr, "egress refused: %s\n", reason)
+		fmt.Fprintln(os.Stderr, labels.Refuse(reason))
 		if len(addrs) > 0 {
 			fmt.Fprintf(os.Stderr, "addresses: %s\n", strings.Join(addrs, " "))
 		}

@@ -112,7 +112,7 @@ func (h *handleServer) Describe(_ context.Context, call schema.Handle_describe) 
 	}
 	ms, err := h.current()
 	if err != nil {
-		return fmt.Errorf("egress refused: the vat's grant no longer admits this handle (%w)", err)
+		return labels.Refusef("the vat's grant no longer admits this handle (%w)", err)
 	}
 	res, err := call.AllocResults()
 	if err != nil {
@@ -193,7 +193,7 @@ func (h *handleServer) Constrain(_ context.Context, call schema.Handle_constrain
 func (h *handleServer) candidates(op string, r labels.Request) ([]labels.Set, error) {
 	members, err := h.current()
 	if err != nil {
-		return nil, fmt.Errorf("egress refused: the vat's grant no longer admits this handle (%w)", err)
+		return nil, labels.Refusef("the vat's grant no longer admits this handle (%w)", err)
 	}
 	var out []labels.Set
 	var first, scheme labels.Decision
@@ -221,7 +221,7 @@ func (h *handleServer) candidates(op string, r labels.Request) ([]labels.Set, er
 			}
 		}
 		h.v.refused(op, requestTarget(r), reason)
-		return nil, errors.New("egress refused: " + reason)
+		return nil, labels.Refuse(reason)
 	}
 	return out, nil
 }
@@ -245,7 +245,7 @@ func schemeAlone(m labels.Set, r labels.Request) bool {
 func targetRequest(t schema.TargetFields) (labels.Request, error) {
 	ch, err := labels.CanonicalHost(t.Host)
 	if err != nil {
-		return labels.Request{}, fmt.Errorf("egress refused: %w", err)
+		return labels.Request{}, labels.Refusef("%w", err)
 	}
 	return labels.Request{Scheme: strings.ToLower(t.Scheme), Host: ch, Port: t.Port}, nil
 }
@@ -315,7 +315,7 @@ func (h *handleServer) each(ctx context.Context, ms []labels.Set, op func(m labe
 			last = relayErr(err)
 			break
 		}
-		if last != nil && !strings.HasPrefix(last.Error(), "egress refused: ") {
+		if _, refused := labels.RefusalReason(last); last != nil && !refused {
 			return last // not a refusal: another member would not help
 		}
 	}
@@ -359,7 +359,11 @@ func (h *handleServer) Check(ctx context.Context, call schema.Handle_check) erro
 		if derr != nil {
 			return derr
 		}
-		return d.SetReason(strings.TrimPrefix(err.Error(), "egress refused: "))
+		reason, ok := labels.RefusalReason(err)
+		if !ok {
+			reason = err.Error()
+		}
+		return d.SetReason(reason)
 	}
 	// A member's refusal is a decision, not an error: try the next member,
 	// and answer with the last decision seen.
@@ -381,24 +385,17 @@ func (h *handleServer) Check(ctx context.Context, call schema.Handle_check) erro
 		decided = true
 		if !d.Allow() {
 			reason, _ := d.Reason()
-			return errors.New("egress refused: " + reason)
+			return labels.Refuse(reason)
 		}
 		return nil
 	})
-	if decided && strings.HasPrefix(errText(err), "egress refused: ") {
+	if _, refused := labels.RefusalReason(err); decided && refused {
 		// A check that is refused is told; one that is allowed is
 		// followed by the call it was asked for, which is.
 		h.v.decided("check", r, err)
 		return nil
 	}
 	return err
-}
-
-func errText(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
 }
 
 // upstreamConnectTimeout bounds a relayed connect whose vat has given up.
@@ -520,7 +517,7 @@ func (h *handleServer) Connect(ctx context.Context, call schema.Handle_connect) 
 func readHeaders(l schema.Header_List, err error) ([]schema.HeaderField, error) {
 	hs, err := schema.ReadHeaders(l, err)
 	if err != nil {
-		return nil, fmt.Errorf("egress refused: %w", err)
+		return nil, labels.Refusef("%w", err)
 	}
 	return hs, nil
 }
@@ -537,7 +534,7 @@ func (h *handleServer) beginURL(call interface{ Go() }, op, url string) (done fu
 	if err == nil {
 		ms, err = h.candidates(op, r)
 	} else {
-		err = fmt.Errorf("egress refused: %w", err)
+		err = labels.Refusef("%w", err)
 	}
 	if err != nil {
 		h.v.decided(op, r, err)

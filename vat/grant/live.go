@@ -144,20 +144,11 @@ func (v *Vat) decided(op string, r labels.Request, err error) {
 	if err != nil {
 		d.Reason = err.Error()
 		d.Outcome = Failed
-		if reason, ok := refusalReason(d.Reason); ok {
+		if reason, ok := labels.RefusalReason(err); ok {
 			d.Outcome, d.Reason = Refused, reason
 		}
 	}
 	v.cfg.OnDecision(d)
-}
-
-// refusalReason returns the reason of an "egress refused: " error text.
-func refusalReason(msg string) (string, bool) {
-	const p = "egress refused: "
-	if i := strings.Index(msg, p); i >= 0 {
-		return msg[i+len(p):], true
-	}
-	return "", false
 }
 
 // decidedURL is decided for a call that names a URL.

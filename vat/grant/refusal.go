@@ -1,7 +1,6 @@
 package grant
 
 import (
-	"strings"
 	"sync"
 	"time"
 
@@ -59,10 +58,11 @@ func (v *Vat) refused(op, target, reason string) {
 // noteRefusal keeps a refusal the switchboard decided (and logged) as
 // the vat's last; err is what the relay returns for it.
 func (v *Vat) noteRefusal(op, target string, err error) {
-	if err == nil || !strings.HasPrefix(err.Error(), "egress refused: ") {
+	reason, ok := labels.RefusalReason(err)
+	if !ok {
 		return
 	}
-	v.last.set(Refusal{Time: time.Now(), Op: op, Target: target, Reason: strings.TrimPrefix(err.Error(), "egress refused: "), By: "switchboard"})
+	v.last.set(Refusal{Time: time.Now(), Op: op, Target: target, Reason: reason, By: "switchboard"})
 }
 
 // requestTarget writes r as the records write a target: scheme://host:port.

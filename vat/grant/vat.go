@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -408,15 +407,11 @@ func (v *Vat) upstream(ctx context.Context, m labels.Set) (schema.Handle, sessio
 	return h, sess, nil
 }
 
-// relayErr keeps the words the switchboard chose: an error that carries an
-// "egress refused:" reason is passed on as exactly that reason.
+// relayErr keeps the words the switchboard chose: an error that carries a
+// refusal is passed on as exactly that refusal.
 func relayErr(err error) error {
-	if err == nil {
-		return nil
-	}
-	msg := err.Error()
-	if i := strings.Index(msg, "egress refused: "); i >= 0 {
-		return errors.New(msg[i:])
+	if reason, ok := labels.RefusalReason(err); ok {
+		return labels.Refuse(reason)
 	}
 	return err
 }

@@ -1,7 +1,6 @@
 package entry
 
 import (
-	"fmt"
 	"log/slog"
 	"net"
 	"sync"
@@ -10,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"toybox/labels"
 	"toybox/vat/relay"
 )
 
@@ -64,9 +64,9 @@ func (g *gate) take() (func(), error) {
 	if g.open.Add(1) > n {
 		g.open.Add(-1)
 		if g.max > 0 {
-			return nil, fmt.Errorf("egress refused: toybox-entry holds %d connections, its limit; close one first", n)
+			return nil, labels.Refusef("toybox-entry holds %d connections, its limit; close one first", n)
 		}
-		return nil, fmt.Errorf("egress refused: toybox-entry holds %d connections, as many as its descriptor limit allows (RLIMIT_NOFILE %d); close one first", n, nofile)
+		return nil, labels.Refusef("toybox-entry holds %d connections, as many as its descriptor limit allows (RLIMIT_NOFILE %d); close one first", n, nofile)
 	}
 	var once sync.Once
 	return func() { once.Do(func() { g.open.Add(-1) }) }, nil

@@ -336,7 +336,7 @@ func (n *notifier) relay(ctx context.Context, sn seccompNotif, tid, fd, sock int
 		host = name
 	} else if n.names.fake(ap.Addr()) {
 		t := target{scheme: "tcp", host: host, port: ap.Port()}
-		n.p.log(t, false, "egress refused: the wall's DNS stub gave no name this address", pathTransparent)
+		n.p.log(t, false, "the wall's DNS stub gave no name this address", pathTransparent)
 		n.answer(sn.ID, unix.ECONNREFUSED)
 		return
 	}

@@ -521,8 +521,8 @@ func (r *responder) Fail(_ context.Context, call schema.Responder_fail) error {
 // which is a refusal like any other: a 403 whose body starts "egress
 // refused:".
 func requestFailed(c net.Conn, msg string) {
-	if i := strings.Index(msg, "egress refused:"); i >= 0 {
-		answer(c, 403, "destination_ip_prohibited", msg[i:])
+	if reason, ok := labels.RefusalText(msg); ok {
+		answer(c, 403, "destination_ip_prohibited", labels.Refuse(reason).Error())
 		return
 	}
 	answer(c, 502, "http_request_error", msg)
@@ -571,7 +571,7 @@ func (p *Proxy) check(ctx context.Context, t target) error {
 	if !d.Allow() {
 		reason, _ := d.Reason()
 		p.log(t, false, reason, "")
-		return fmt.Errorf("%w: %s", ErrRefused, strings.TrimPrefix(reason, "egress refused: "))
+		return labels.Refuse(strings.TrimPrefix(reason, labels.RefusedPrefix))
 	}
 	return nil
 }
@@ -667,7 +667,7 @@ func (p *Proxy) log(t target, allow bool, reason, path string) {
 	if path == "request" {
 		op = "request"
 	}
-	p.logger.Info(DecisionMsg, keyVat, p.id, keyOp, op, keyTarget, t.String(), keyScheme, t.scheme, keyAllow, allow, keyReason, strings.TrimPrefix(reason, "egress refused: "), keyPath, path)
+	p.logger.Info(DecisionMsg, keyVat, p.id, keyOp, op, keyTarget, t.String(), keyScheme, t.scheme, keyAllow, allow, keyReason, strings.TrimPrefix(reason, labels.RefusedPrefix), keyPath, path)
 }
 
 // relay moves bytes both ways until both sides are done, then closes
@@ -803,16 +803,16 @@ func readTLSHello(br *bufio.Reader) ([]byte, error) {
 		}
 		if hdr[0] != tlsHandshake {
 			if recs == nil {
-				return nil, fmt.Errorf("egress refused: the stream to a TLS port does not start with a TLS handshake (first byte %#x)", hdr[0])
+				return nil, labels.Refusef("the stream to a TLS port does not start with a TLS handshake (first byte %#x)", hdr[0])
 			}
-			return nil, fmt.Errorf("egress refused: a TLS record of type %d inside the ClientHello", hdr[0])
+			return nil, labels.Refusef("a TLS record of type %d inside the ClientHello", hdr[0])
 		}
 		n := int(hdr[3])<<8 | int(hdr[4])
 		if n == 0 || n > maxTLSRecord {
-			return nil, fmt.Errorf("egress refused: TLS record of %d bytes", n)
+			return nil, labels.Refusef("TLS record of %d bytes", n)
 		}
 		if len(recs)+5+n > maxTLSHello {
-			return nil, fmt.Errorf("egress refused: a TLS ClientHello in more than %d bytes of records", maxTLSHello)
+			return nil, labels.Refusef("a TLS ClientHello in more than %d bytes of records", maxTLSHello)
 		}
 		at := len(recs)
 		recs = append(recs, make([]byte, 5+n)...)
@@ -828,16 +828,15 @@ func readTLSHello(br *bufio.Reader) ([]byte, error) {
 
 // refuse answers a refused or failed connection.
 func refuse(c net.Conn, err error) {
-	msg := err.Error()
-	if i := strings.Index(msg, "egress refused:"); i >= 0 {
-		answer(c, 403, "destination_ip_prohibited", msg[i:])
+	if reason, ok := labels.RefusalReason(err); ok {
+		answer(c, 403, "destination_ip_prohibited", labels.Refuse(reason).Error())
 		return
 	}
-	if errors.Is(err, ErrRefused) {
-		answer(c, 403, "destination_ip_prohibited", "egress refused: "+msg)
+	if errors.Is(err, labels.ErrRefused) {
+		answer(c, 403, "destination_ip_prohibited", labels.Refuse(err.Error()).Error())
 		return
 	}
-	answer(c, 502, "proxy_internal_error", "egress failed: "+msg)
+	answer(c, 502, "proxy_internal_error", "egress failed: "+err.Error())
 }
 
 // answer writes a complete text answer with an RFC 9209 Proxy-Status and

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"toybox/labels"
 )
 
 // answerOf runs answer/refuse on one end of a real TCP pair and parses
@@ -56,7 +58,7 @@ func TestRefuseAnswers(t *testing.T) {
 	}{
 		{"switchboard words", refused(errors.New(`rpc: call failed: egress refused: egress to example.org not granted`)), 403, "egress refused: egress to example.org not granted", "destination_ip_prohibited"},
 		{"no grant", refused(ErrNoGrant), 403, "egress refused: this vat has no egress grant", "destination_ip_prohibited"},
-		{"refused decision", refused(errors.Join(ErrRefused, errors.New("10.0.0.1 is private"))), 403, "egress refused:", "destination_ip_prohibited"},
+		{"refused decision", refused(errors.Join(labels.ErrRefused, errors.New("10.0.0.1 is private"))), 403, "egress refused:", "destination_ip_prohibited"},
 		{"transport failure", refused(errors.New("connecting to db: connection refused")), 502, "egress failed: connecting to db", "proxy_internal_error"},
 		{"quotes and newlines", refused(errors.New("egress refused: a \"quoted\"\nname")), 403, `egress refused: a "quoted" name`, "destination_ip_prohibited"},
 		{"request refused at the dial", failed(`request to 127.0.0.1:8000 failed: egress refused: 127.0.0.1:8000 is held by toybox's own process`), 403, "egress refused: 127.0.0.1:8000 is held by toybox's own process", "destination_ip_prohibited"},
