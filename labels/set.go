@@ -25,7 +25,7 @@ type Set struct {
 	Host    string // canonical: lower case, IDNA A-label, no trailing dot, canonical IP text, IPv6 unbracketed
 	Port    uint16
 	Network string // "public" or "local"
-	Vat     string // [a-z0-9][a-z0-9-]{0,62}
+	Vat     string // a vat id (CheckVatID)
 	// Origin "manifest" marks a grant the add-on's author wrote (its
 	// manifest), not one its owner typed. Absent: typed by whoever holds
 	// the handle. Set only by the supervisor; only the listener-owner check
@@ -261,26 +261,13 @@ func Canonical(s Set) (Set, error) {
 	default:
 		return Set{}, badf("network %q not allowed (public or local)", s.Network)
 	}
-	if s.Vat != "" && !ValidVatID(s.Vat) {
-		return Set{}, badf("vat id %q not allowed ([a-z0-9][a-z0-9-]{0,62})", s.Vat)
+	if s.Vat != "" {
+		if err := CheckVatID(s.Vat); err != nil {
+			return Set{}, badf("%w", err)
+		}
 	}
 	if s.Origin != "" && s.Origin != OriginManifest {
 		return Set{}, badf("origin %q not allowed (manifest)", s.Origin)
 	}
 	return s, nil
-}
-
-// ValidVatID reports whether id is a well-formed vat id:
-// [a-z0-9][a-z0-9-]{0,62}.
-func ValidVatID(id string) bool {
-	if id == "" || len(id) > 63 || id[0] == '-' {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
-			return false
-		}
-	}
-	return true
 }

@@ -4,12 +4,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
-)
 
-// vatID is the syntax of a vat id (labels: [a-z0-9][a-z0-9-]{0,62}).
-var vatID = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+	"toybox/labels"
+)
 
 // StateVats returns an InstalledVats function for the supervisor's state
 // layout: the installed vats are the records <state>/vats/<id>.json (see
@@ -38,9 +36,9 @@ func DirVats(dir string, log *slog.Logger) func() []string {
 		for _, e := range ents {
 			name := e.Name()
 			switch {
-			case e.IsDir() && vatID.MatchString(name):
+			case e.IsDir() && labels.ValidVatID(name):
 				ids = append(ids, name)
-			case e.Type().IsRegular() && strings.HasSuffix(name, ".json") && vatID.MatchString(strings.TrimSuffix(name, ".json")):
+			case e.Type().IsRegular() && strings.HasSuffix(name, ".json") && labels.ValidVatID(strings.TrimSuffix(name, ".json")):
 				ids = append(ids, strings.TrimSuffix(name, ".json"))
 			}
 		}

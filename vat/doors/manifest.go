@@ -3,6 +3,8 @@ package doors
 import (
 	"fmt"
 	"strings"
+
+	"toybox/labels"
 )
 
 // CheckManifest decides, at install, whether vat vatID's manifest may name
@@ -17,8 +19,8 @@ func (t *Table) CheckManifest(vatID string, named []string) error {
 	if len(named) == 0 {
 		return nil
 	}
-	if !vatIDRE.MatchString(vatID) {
-		return fmt.Errorf("%w: %q is not a vat id", ErrInstallRefused, clip(vatID))
+	if err := labels.CheckVatID(vatID); err != nil {
+		return fmt.Errorf("%w: %w", ErrInstallRefused, err)
 	}
 	if len(named) > 1 {
 		return fmt.Errorf("%w: vat %s names %d door sets; a manifest may name only its own (\"doors\": [%q])", ErrInstallRefused, vatID, len(named), vatID)

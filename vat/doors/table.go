@@ -11,12 +11,12 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"toybox/labels"
 	"toybox/vat/strictjson"
 )
 
@@ -170,8 +170,6 @@ type setJSON struct {
 	Entries    []string `json:"entries"`
 }
 
-var vatIDRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
-
 // ParseTable reads a door table:
 //
 //	{"sets": {"<vat id>": {"firstParty": true,
@@ -208,8 +206,8 @@ func ParseTable(data []byte) (*Table, error) {
 }
 
 func parseSet(id string, sj setJSON) (*Set, error) {
-	if !vatIDRE.MatchString(id) {
-		return nil, errors.New("not a vat id ([a-z0-9][a-z0-9-]{0,62})")
+	if err := labels.CheckVatID(id); err != nil {
+		return nil, err
 	}
 	b, err := parseBackend(sj.Backend)
 	if err != nil {

@@ -120,8 +120,8 @@ func NewVat(cfg VatConfig) (*Vat, error) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	if !labels.ValidVatID(cfg.ID) {
-		return nil, fmt.Errorf("vat id %q is not valid", cfg.ID)
+	if err := labels.CheckVatID(cfg.ID); err != nil {
+		return nil, err
 	}
 	v := &Vat{
 		cfg: cfg, log: log.With("vat", cfg.ID), sem: make(chan struct{}, maxInFlight),

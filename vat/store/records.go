@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"toybox/labels"
 )
 
 // goodSuffix names the good copy of a record: <state>/vats/<id>.json.good,
@@ -47,8 +49,8 @@ func (s *Store) RecordPath(id string) string {
 // copy. A good copy that cannot be written leaves the older one (the
 // record itself is saved, and says the newer state); it is logged.
 func (s *Store) SaveRecord(r Record) error {
-	if !ValidID(r.ID) {
-		return fmt.Errorf("%w: %q", ErrBadID, r.ID)
+	if err := labels.CheckVatID(r.ID); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadID, err)
 	}
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
@@ -68,8 +70,8 @@ func (s *Store) SaveRecord(r Record) error {
 // DeleteRecord removes the record of id and its good copy (the code and
 // data stay).
 func (s *Store) DeleteRecord(id string) error {
-	if !ValidID(id) {
-		return fmt.Errorf("%w: %q", ErrBadID, id)
+	if err := labels.CheckVatID(id); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadID, err)
 	}
 	p := s.RecordPath(id)
 	for _, f := range []string{p, p + goodSuffix} {
@@ -99,7 +101,7 @@ func (s *Store) Records() ([]Record, []Damaged, error) {
 		if !ok || strings.HasPrefix(name, ".") {
 			continue
 		}
-		if !ValidID(id) {
+		if !labels.ValidVatID(id) {
 			errs = append(errs, fmt.Errorf("reading %s: %w: the file's name is no vat id", name, ErrBadID))
 			continue
 		}
@@ -194,7 +196,7 @@ func (s *Store) Orphans() ([]string, error) {
 			return nil, err
 		}
 		for _, e := range ents {
-			if id := e.Name(); ValidID(id) && !have[id] && !seen[id] {
+			if id := e.Name(); labels.ValidVatID(id) && !have[id] && !seen[id] {
 				seen[id] = true
 				out = append(out, id)
 			}

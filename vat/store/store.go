@@ -36,6 +36,7 @@ import (
 	"syscall"
 	"time"
 
+	"toybox/labels"
 	"toybox/vat/atomicfile"
 
 	"toybox/vat/manifest"
@@ -157,13 +158,7 @@ type Limits struct {
 // exeName is the file a single executable is stored as.
 const exeName = "app"
 
-var (
-	idRe     = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
-	digestRe = regexp.MustCompile(`^[0-9a-f]{64}$`)
-)
-
-// ValidID reports whether id is a vat id: [a-z0-9][a-z0-9-]{0,62}.
-func ValidID(id string) bool { return idRe.MatchString(id) }
+var digestRe = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 // Open creates the state layout if needed.
 func Open(cfg Config) (*Store, error) {
@@ -660,8 +655,8 @@ func (s *Store) PrepareDirs(id string, uid, gid int) error {
 // folder is handed to root (PrepareDirs hands it to the uid of a later
 // install). Its uid may go to another vat, which must not own this data.
 func (s *Store) Retire(id string) error {
-	if !ValidID(id) {
-		return fmt.Errorf("%w: %q", ErrBadID, id)
+	if err := labels.CheckVatID(id); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadID, err)
 	}
 	if err := removeTree(s.RunDir(id)); err != nil {
 		return err
@@ -697,8 +692,8 @@ func (s *Store) Retire(id string) error {
 
 // Purge removes a vat's data and runtime folders.
 func (s *Store) Purge(id string) error {
-	if !ValidID(id) {
-		return fmt.Errorf("%w: %q", ErrBadID, id)
+	if err := labels.CheckVatID(id); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadID, err)
 	}
 	// The vat's own trees: removeTree, not os.RemoveAll (any depth).
 	return errors.Join(removeTree(s.DataDir(id)), removeTree(s.RunDir(id)))

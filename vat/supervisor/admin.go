@@ -118,8 +118,8 @@ func adminPath(r *http.Request) string {
 func withVat(h func(w http.ResponseWriter, r *http.Request, id string)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("vat")
-		if !labels.ValidVatID(id) {
-			writeErr(w, http.StatusBadRequest, fmt.Errorf("%w: vat id %q is not [a-z0-9][a-z0-9-]{0,62}", ErrBadInput, id))
+		if err := labels.CheckVatID(id); err != nil {
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("%w: %w", ErrBadInput, err))
 			return
 		}
 		h(w, r, id)

@@ -70,8 +70,8 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 	// its own code.
 	defer s.pruneCode()
 	defer s.cfg.Store.Release(req.Code.Digest)
-	if !labels.ValidVatID(req.ID) {
-		return Status{}, 0, fmt.Errorf("%w: vat id %q is not [a-z0-9][a-z0-9-]{0,62}", ErrBadInput, req.ID)
+	if err := labels.CheckVatID(req.ID); err != nil {
+		return Status{}, 0, fmt.Errorf("%w: %w", ErrBadInput, err)
 	}
 	v, err := s.lockVat(req.ID, true)
 	if err != nil {
@@ -214,8 +214,8 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 // Check validates an install before its code is stored, as Install will
 // (validate). It changes nothing.
 func (s *Supervisor) Check(req InstallRequest) error {
-	if !labels.ValidVatID(req.ID) {
-		return fmt.Errorf("%w: vat id %q is not [a-z0-9][a-z0-9-]{0,62}", ErrBadInput, req.ID)
+	if err := labels.CheckVatID(req.ID); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadInput, err)
 	}
 	var old store.Record
 	var oldM *manifest.Manifest

@@ -148,8 +148,8 @@ func (s *Supervisor) SetLimits(id string, l store.Limits) (Status, error) {
 
 // SetWalled records the owner's choice for vat id and restarts it.
 func (s *Supervisor) SetWalled(id string, walled bool) (Status, error) {
-	if !labels.ValidVatID(id) {
-		return Status{}, fmt.Errorf("%w: vat id %q is not valid", ErrBadInput, id)
+	if err := labels.CheckVatID(id); err != nil {
+		return Status{}, fmt.Errorf("%w: %w", ErrBadInput, err)
 	}
 	// Only for an installed vat, and under its lock, so a choice is never
 	// stored ahead for an id whose code is not chosen yet, nor left behind

@@ -178,8 +178,8 @@ func (s *Supervisor) registry() string {
 // stores nothing and is ErrBadInput when the package is at fault.
 func (s *Supervisor) PreparePackage(ctx context.Context, req PackageRequest) (store.Code, error) {
 	pc := s.cfg.Packages
-	if !labels.ValidVatID(req.ID) {
-		return store.Code{}, fmt.Errorf("%w: vat id %q is not [a-z0-9][a-z0-9-]{0,62}", ErrBadInput, req.ID)
+	if err := labels.CheckVatID(req.ID); err != nil {
+		return store.Code{}, fmt.Errorf("%w: %w", ErrBadInput, err)
 	}
 	pypi := req.Package.Spec.Registry == packages.PyPI
 	uvc := packages.UVConfig{

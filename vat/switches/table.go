@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"toybox/labels"
 	"toybox/vat/strictjson"
 )
 
@@ -67,7 +68,6 @@ type Share struct {
 var tableKeys = []string{"approved", "sha256", "why", "shares", "name", "folder", "entries", "env", "vats", "state"}
 
 var (
-	vatIDRE  = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 	sha256RE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 	envKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 )
@@ -210,14 +210,14 @@ func (t *Table) check() error {
 			}
 		}
 		for _, id := range sh.Vats {
-			if !vatIDRE.MatchString(id) {
-				return fmt.Errorf("shares[%d] (%s): vat %q is not an id", i, sh.Name, id)
+			if err := labels.CheckVatID(id); err != nil {
+				return fmt.Errorf("shares[%d] (%s): %w", i, sh.Name, err)
 			}
 		}
 	}
 	for id, dirs := range t.State {
-		if !vatIDRE.MatchString(id) {
-			return fmt.Errorf("state: vat %q is not an id", id)
+		if err := labels.CheckVatID(id); err != nil {
+			return fmt.Errorf("state: %w", err)
 		}
 		for _, d := range dirs {
 			if err := hostFolder(d); err != nil {

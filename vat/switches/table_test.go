@@ -65,7 +65,7 @@ func TestParseTableRefuses(t *testing.T) {
 		{"share entry path", `{"shares": [{"name": "x", "folder": "/srv/x", "entries": ["../y"], "vats": ["a"]}]}`, "not a name"},
 		{"share name twice", `{"shares": [{"name": "x", "folder": "/srv/x", "vats": ["a"]}, {"name": "x", "folder": "/srv/y", "vats": ["a"]}]}`, "twice"},
 		{"toybox env key", `{"shares": [{"name": "x", "env": {"TOYBOX_LISTEN": "b"}, "vats": ["a"]}]}`, "env key"},
-		{"bad vat", `{"state": {"Bad": ["/srv/x"]}}`, "not an id"},
+		{"bad vat", `{"state": {"Bad": ["/srv/x"]}}`, `"Bad" is not a vat id`},
 		{"state root", `{"state": {"a": ["/"]}}`, "other than /"},
 		{"trailing", `{} {}`, "after"},
 	} {
