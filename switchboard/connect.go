@@ -64,6 +64,10 @@ func (h *handle) Connect(ctx context.Context, call schema.Handle_connect) error 
 			return fail(d.addrs, "", err)
 		}
 	}
+	// Each step below that takes something registers its release; an early
+	// return releases them all, last first.
+	var undo cleanup
+	defer undo.run()
 	wantFd := args.WantFd()
 	var down schema.ByteStream
 	if !wantFd {
@@ -71,11 +75,15 @@ func (h *handle) Connect(ctx context.Context, call schema.Handle_connect) error 
 			return fail(d.addrs, "", errors.New("connect without wantFd needs a downstream ByteStream"))
 		}
 		down = args.Downstream().AddRef()
+		undo.add(down.Release)
 	}
 	if err := h.p.acquireConn(); err != nil {
-		down.Release()
 		return fail(d.addrs, "", err)
 	}
+	// The socket and its count are released here until hold takes them.
+	var sock cleanup
+	undo.add(sock.run)
+	sock.add(h.p.releaseConn)
 	// A ClientHello is written here with a deadline, which only a socket in
 	// the runtime's poller keeps: the lean dial is for sockets handed over
 	// untouched.
@@ -85,47 +93,37 @@ func (h *handle) Connect(ctx context.Context, call schema.Handle_connect) error 
 	inProgress := wantFd && len(hello) == 0 && args.InProgress() && len(d.vetted) == 1
 	conn, vetted, err := h.dialMode(ctx, d, wantFd && len(hello) == 0, inProgress)
 	if err != nil {
-		h.p.releaseConn()
-		down.Release()
 		return fail(d.addrs, vetted, err)
 	}
+	sock.add(func() { _ = conn.Close() })
 	if len(hello) > 0 {
 		_ = conn.SetWriteDeadline(time.Now().Add(h.p.srv.cfg.DialTimeout))
 		if _, err := conn.Write(hello); err != nil {
-			_ = conn.Close()
-			h.p.releaseConn()
-			down.Release()
 			return fail(d.addrs, vetted, fmt.Errorf("sending the ClientHello to %s: %w", vetted, err))
 		}
 		_ = conn.SetWriteDeadline(time.Time{})
 		if err := awaitServerHello(conn, time.Now().Add(h.p.srv.cfg.DialTimeout)); err != nil {
-			_ = conn.Close()
-			h.p.releaseConn()
-			down.Release()
 			return fail(d.addrs, vetted, err)
 		}
 	}
-	x, err := h.hold(conn, d.req.Host) // from here, x.shut releases conn and the count
+	x, err := h.hold(conn, d.req.Host)
+	sock.release() // hold took the socket and its count, even when it failed
 	if err != nil {
-		down.Release()
 		return fail(d.addrs, vetted, err)
 	}
+	undo.add(x.shut)
 	res, err := call.AllocResults()
 	if err != nil {
-		x.shut()
-		down.Release()
 		return err
 	}
 	if wantFd {
 		// A caller that gave up meanwhile would never take the socket;
 		// unclaimed, it would count against its connection's limit.
 		if err := ctx.Err(); err != nil {
-			x.shut()
 			return fail(d.addrs, vetted, fmt.Errorf("the caller gave up before the socket was handed over: %w", err))
 		}
 		seq, err := h.handOver(x)
 		if err != nil {
-			x.shut()
 			return fail(d.addrs, vetted, err)
 		}
 		res.SetFd(seq)
@@ -134,12 +132,11 @@ func (h *handle) Connect(ctx context.Context, call schema.Handle_connect) error 
 		down.SetFlowLimiter(h.p.streamFlow())
 		up := schema.ByteStream(h.p.export(schema.ByteStream_NewServer(&upstream{r: r})))
 		if err := res.SetUpstream(up); err != nil {
-			x.shut()
-			down.Release()
 			return err
 		}
 		go r.pump()
 	}
+	undo.release() // the socket is handed over, or the relay owns it
 	h.logDecision("connect", target, d.addrs, vetted, true, d.reason)
 	return nil
 }

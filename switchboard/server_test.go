@@ -320,3 +320,36 @@ func TestTotalConnsBoundsEveryPeer(t *testing.T) {
 		t.Errorf("peer b's 2nd connect = %v; want the switchboard's total limit", err)
 	}
 }
+
+// TestFailedConnectsReleaseTheirCount: a connect that fails after it took
+// a slot of limits.conns (here: nobody listens on the port) gives the slot
+// back, so failures never use up a peer's connections.
+func TestFailedConnectsReleaseTheirCount(t *testing.T) {
+	_, port := echoServer(t, "")
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := uint16(l.Addr().(*net.TCPAddr).Port)
+	_ = l.Close()
+	f := newFixture(t, func(c *Config) { c.Limits = Limits{Conns: 2} })
+	c := dial(t, f.local)
+	ctx := context.Background()
+	for i := range 5 {
+		conn, err := c.connectFD(ctx, c.root, "tcp", "127.0.0.1", closed, nil)
+		if err == nil {
+			_ = conn.Close()
+			t.Fatalf("connect %d to a closed port succeeded", i+1)
+		}
+		if strings.Contains(err.Error(), "connections open on this connection") {
+			t.Fatalf("failed connect %d = %v; the failures before it kept their slots", i+1, err)
+		}
+	}
+	for i := range 2 {
+		conn, err := c.connectFD(ctx, c.root, "tcp", "127.0.0.1", port, nil)
+		if err != nil {
+			t.Fatalf("connect %d after the failures: %v; want a free slot", i+1, err)
+		}
+		defer conn.Close()
+	}
+}
