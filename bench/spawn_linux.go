@@ -6,18 +6,16 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"toybox/labels"
 	"toybox/schema/wire"
 	"toybox/vat/grant"
+	"toybox/vat/sockpair"
 	"toybox/vat/wall"
 	"toybox/vat/wall/cgroup"
 )
@@ -235,23 +233,9 @@ func (r *run) wallSpawn(ctx context.Context, id, entry, code, state string, up *
 // the other, which the caller owns. If seen is not nil, it is called when
 // the first bytes arrive (the entry's bootstrap: it is running).
 func capPair(ctx context.Context, gv *grant.Vat, name string, seen func()) (*os.File, error) {
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	uc, theirs, err := sockpair.Pair(name)
 	if err != nil {
-		return nil, os.NewSyscallError("socketpair", err)
-	}
-	mine := os.NewFile(uintptr(fds[0]), name+"-runner")
-	theirs := os.NewFile(uintptr(fds[1]), name)
-	nc, err := net.FileConn(mine)
-	_ = mine.Close()
-	if err != nil {
-		_ = theirs.Close()
 		return nil, err
-	}
-	uc, ok := nc.(*net.UnixConn)
-	if !ok {
-		_ = nc.Close()
-		_ = theirs.Close()
-		return nil, wire.ErrNotUnixConn
 	}
 	go func() {
 		if seen != nil {

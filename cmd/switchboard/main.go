@@ -14,7 +14,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -163,12 +162,13 @@ func run(args []string) int {
 			fmt.Fprintf(os.Stderr, "switchboard: socket %q given twice\n", name)
 			return 2
 		}
-		l, err := listenUnix(path, perm)
+		l, err := unixsock.Listen(path, perm)
 		if err != nil {
 			closeAll()
 			fmt.Fprintf(os.Stderr, "switchboard: --listen %s: %v\n", spec, err)
 			return 1
 		}
+		l.SetUnlinkOnClose(true)
 		sockets[name] = l
 	}
 	if len(sockets) == 0 {
@@ -289,40 +289,6 @@ func activatedListeners() (map[string]*net.UnixListener, error) {
 		_ = f.Close() // net.FileListener duplicated each
 	}
 	return out, nil
-}
-
-// listenUnix creates a unix socket at path with mode perm. A live socket
-// at path is never replaced; a stale one (nobody listening) is removed;
-// anything else at path is an error.
-func listenUnix(path string, perm os.FileMode) (*net.UnixListener, error) {
-	if fi, err := os.Lstat(path); err == nil {
-		if fi.Mode().Type() != os.ModeSocket {
-			return nil, fmt.Errorf("%s exists and is not a socket", path)
-		}
-		c, err := net.Dial("unix", path)
-		if err == nil {
-			_ = c.Close()
-			return nil, fmt.Errorf("%s is a live socket (another switchboard?); refusing to replace it", path)
-		}
-		if !errors.Is(err, syscall.ECONNREFUSED) {
-			return nil, fmt.Errorf("probing %s: %w", path, err)
-		}
-		if err := os.Remove(path); err != nil {
-			return nil, fmt.Errorf("removing stale socket: %w", err)
-		}
-	}
-	old := umask(0o177) // the socket is born 0600, never wider, then chmod
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	umask(old)
-	if err != nil {
-		return nil, err
-	}
-	if err := os.Chmod(path, perm); err != nil {
-		_ = l.Close()
-		return nil, err
-	}
-	l.SetUnlinkOnClose(true)
-	return l, nil
 }
 
 // newOwnerChecker builds the listener-owner check from the config file.

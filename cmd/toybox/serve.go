@@ -486,7 +486,7 @@ func listeners(o serveOptions) (httpL, adminL net.Listener, cleanup func(), err 
 			c()
 		}
 	}
-	adminL, err = listenUnix(o.admin, 0o600)
+	adminL, err = unixsock.Listen(o.admin, 0o600)
 	if err != nil {
 		return nil, nil, cleanup, fmt.Errorf("admin socket: %w", err)
 	}
@@ -495,7 +495,7 @@ func listeners(o serveOptions) (httpL, adminL net.Listener, cleanup func(), err 
 	case o.http == "":
 	case strings.HasPrefix(o.http, "unix:"):
 		p := strings.TrimPrefix(o.http, "unix:")
-		httpL, err = listenUnix(p, 0o666)
+		httpL, err = unixsock.Listen(p, 0o666)
 		if err != nil {
 			cleanup()
 			return nil, nil, func() {}, fmt.Errorf("http socket: %w", err)
@@ -560,36 +560,6 @@ func activatedListeners(files []*os.File) (httpL, adminL net.Listener, err error
 		return httpL, adminL, errors.New("socket-activated without a socket named \"admin\"")
 	}
 	return httpL, adminL, nil
-}
-
-// listenUnix listens on a unix socket created with mode (the umask is
-// narrowed while binding, so the socket never exists with a wider mode).
-// A stale socket at path is replaced; any other file there is an error.
-func listenUnix(path string, mode os.FileMode) (net.Listener, error) {
-	if fi, err := os.Lstat(path); err == nil {
-		if fi.Mode()&os.ModeSocket == 0 {
-			return nil, fmt.Errorf("%s exists and is not a socket", path)
-		}
-		if c, err := net.Dial("unix", path); err == nil {
-			_ = c.Close()
-			return nil, fmt.Errorf("%s is in use by another process", path)
-		}
-		if err := os.Remove(path); err != nil {
-			return nil, err
-		}
-	}
-	old := syscall.Umask(int(^mode & 0o777))
-	l, err := net.Listen("unix", path)
-	syscall.Umask(old)
-	if err != nil {
-		return nil, err
-	}
-	if err := os.Chmod(path, mode); err != nil {
-		_ = l.Close()
-		return nil, err
-	}
-	l.(*net.UnixListener).SetUnlinkOnClose(false)
-	return l, nil
 }
 
 // ownPorts returns the TCP port of the supervisor's http socket, which no

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"toybox/vat/relay"
+	"toybox/vat/sockpair"
 )
 
 // MaxAppSockets is how many relayed sockets one vat's app may hold open at
@@ -59,28 +60,16 @@ func (v *Vat) relayed(f *os.File, done func()) (*os.File, error) {
 		done()
 		return nil, err
 	}
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	mc, theirs, err := sockpair.Pair("relayed-socket")
 	if err != nil {
-		return fail(os.NewSyscallError("socketpair", err))
-	}
-	if err := unix.Bind(fds[1], &unix.SockaddrUnix{}); err != nil {
-		_ = unix.Close(fds[0])
-		_ = unix.Close(fds[1])
-		return fail(fmt.Errorf("binding the app's end: %w", os.NewSyscallError("bind", err)))
-	}
-	mine := os.NewFile(uintptr(fds[0]), "relay")
-	mc, err := net.FileConn(mine)
-	_ = mine.Close()
-	if err != nil {
-		_ = unix.Close(fds[1])
 		return fail(err)
 	}
 	go func() {
 		defer done()
 		defer v.sockets.Add(-1)
-		relayApp(nc, mc.(*net.UnixConn))
+		relayApp(nc, mc)
 	}()
-	return os.NewFile(uintptr(fds[1]), "relayed-socket"), nil
+	return theirs, nil
 }
 
 // shutFile ends the connection of f, a socket the switchboard handed over,

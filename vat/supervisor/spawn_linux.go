@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +20,7 @@ import (
 	"toybox/schema/wire"
 	"toybox/vat/grant"
 	"toybox/vat/manifest"
+	"toybox/vat/sockpair"
 	"toybox/vat/store"
 	"toybox/vat/wall"
 )
@@ -32,31 +32,11 @@ import (
 // The channel is closed once mine is served no more (the child's end went,
 // the vat was revoked, or ctx ended).
 func (s *Supervisor) capPair(ctx context.Context, gv *grant.Vat, name string, entry bool) (*os.File, <-chan struct{}, error) {
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	// Theirs is bound (sockpair.Pair), so the vat cannot bind it to a name
+	// of its choosing in the supervisor's network namespace.
+	uc, theirs, err := sockpair.Pair(name)
 	if err != nil {
-		return nil, nil, os.NewSyscallError("socketpair", err)
-	}
-	// Theirs is bound (an autobound abstract name), so the vat cannot bind
-	// it to a name of its choosing in the supervisor's network namespace
-	// (squatting a name a host service would bind).
-	if err := unix.Bind(fds[1], &unix.SockaddrUnix{}); err != nil {
-		_ = unix.Close(fds[0])
-		_ = unix.Close(fds[1])
-		return nil, nil, fmt.Errorf("binding %s: %w", name, os.NewSyscallError("bind", err))
-	}
-	mine := os.NewFile(uintptr(fds[0]), name+"-supervisor")
-	theirs := os.NewFile(uintptr(fds[1]), name)
-	nc, err := net.FileConn(mine)
-	_ = mine.Close()
-	if err != nil {
-		_ = theirs.Close()
-		return nil, nil, fmt.Errorf("wrapping %s: %w", name, err)
-	}
-	uc, ok := nc.(*net.UnixConn)
-	if !ok {
-		_ = nc.Close()
-		_ = theirs.Close()
-		return nil, nil, wire.ErrNotUnixConn
+		return nil, nil, err
 	}
 	serve := gv.Serve
 	if entry {

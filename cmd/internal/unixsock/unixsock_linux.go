@@ -81,3 +81,5 @@ func typeName(t int) string {
 	}
 	return "another type"
 }
+
+func umask(m int) int { return unix.Umask(m) }

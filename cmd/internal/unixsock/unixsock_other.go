@@ -11,3 +11,5 @@ import (
 func CheckListener(f *os.File) error {
 	return errors.New("socket activation is supported on Linux only")
 }
+
+func umask(m int) int { return m }

@@ -1,5 +1,0 @@
-package main
-
-import "golang.org/x/sys/unix"
-
-func umask(m int) int { return unix.Umask(m) }
