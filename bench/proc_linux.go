@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"os"
@@ -13,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"toybox/vat/procstatus"
 )
 
 // ReadMachine describes this machine.
@@ -100,20 +101,11 @@ type Mem struct {
 // ProcMem reads process pid's RSS and PSS.
 func ProcMem(pid int) (Mem, error) {
 	var m Mem
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	st, err := procstatus.Read(pid)
 	if err != nil {
 		return m, err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			m.RSS = kib(v)
-		}
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			m.HWM = kib(v)
-		}
-	}
+	m.RSS, m.HWM = kib(st["VmRSS"]), kib(st["VmHWM"])
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid)); err == nil {
 		for line := range strings.Lines(string(b)) {
 			if v, ok := strings.CutPrefix(line, "Pss:"); ok {

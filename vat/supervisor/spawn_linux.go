@@ -20,6 +20,7 @@ import (
 	"toybox/schema/wire"
 	"toybox/vat/grant"
 	"toybox/vat/manifest"
+	"toybox/vat/procstatus"
 	"toybox/vat/sockpair"
 	"toybox/vat/store"
 	"toybox/vat/wall"
@@ -208,21 +209,13 @@ func killUID(uid int) {
 
 // processOf reports whether process pid (not a zombie) runs as uid.
 func processOf(pid, uid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
+	st, err := procstatus.Read(pid)
+	if err != nil || strings.Contains(st["State"], "Z") {
 		return false
 	}
 	want := strconv.Itoa(uid)
-	for _, line := range strings.Split(string(b), "\n") {
-		if state, ok := strings.CutPrefix(line, "State:"); ok && strings.Contains(state, "Z") {
-			return false
-		}
-		if ids, ok := strings.CutPrefix(line, "Uid:"); ok {
-			f := strings.Fields(ids)
-			return len(f) >= 3 && (f[0] == want || f[1] == want || f[2] == want)
-		}
-	}
-	return false
+	f := st.Fields("Uid")
+	return len(f) >= 3 && (f[0] == want || f[1] == want || f[2] == want)
 }
 
 func (p *unwalledProc) Stop(grace time.Duration) error {

@@ -19,6 +19,7 @@ import (
 
 	"toybox/labels"
 	"toybox/schema"
+	"toybox/vat/procstatus"
 )
 
 // Transparent egress. The app runs under a filter of its own (the
@@ -235,16 +236,12 @@ func (n *notifier) takeFD(tid, fd int) (int, syscall.Errno) {
 
 // tgid is the process of thread tid (tid itself if unknown).
 func tgid(tid int) int {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/status")
+	st, err := procstatus.Read(tid)
 	if err != nil {
 		return tid
 	}
-	for line := range strings.Lines(string(b)) {
-		if v, ok := strings.CutPrefix(line, "Tgid:"); ok {
-			if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
-				return n
-			}
-		}
+	if n, ok := st.Int("Tgid"); ok {
+		return n
 	}
 	return tid
 }
