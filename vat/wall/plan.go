@@ -6,10 +6,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 
+	"toybox/labels"
 	"toybox/vat/wall/entry"
 	"toybox/vat/wall/seccomp"
 )
@@ -143,8 +143,6 @@ type Plan struct {
 	MCP *MCPPlan
 }
 
-var idRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
-
 // BuildPlan computes the wall for spec. It reads the filesystem (to resolve
 // paths and scan bound trees for secrets) and changes nothing.
 func BuildPlan(spec Spec) (*Plan, error) {
@@ -172,8 +170,8 @@ type planner struct {
 
 func (b *planner) build() error {
 	s := b.spec
-	if !idRE.MatchString(s.ID) {
-		return fmt.Errorf("%w: id %q is not [a-z0-9][a-z0-9-]{0,62}", ErrSpec, s.ID)
+	if err := labels.CheckVatID(s.ID); err != nil {
+		return fmt.Errorf("%w: %w", ErrSpec, err)
 	}
 	if len(s.Command) == 0 || s.Command[0] == "" {
 		return fmt.Errorf("%w: no command", ErrSpec)

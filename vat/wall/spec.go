@@ -52,7 +52,7 @@ const (
 // vat/wall (owner) and the supervisor: fields may be added; do not rename or
 // remove without updating the supervisor.
 type Spec struct {
-	// ID is the vat's id ([a-z0-9][a-z0-9-]{0,62}).
+	// ID is the vat's id (labels.CheckVatID).
 	ID string
 	// InstallDir is the vat's code (<state>/code/<sha256> or an unpacked
 	// bundle), bound read-only at its real path; the working directory.
