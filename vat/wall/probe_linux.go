@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"toybox/vat/procstatus"
 	"toybox/vat/wall/seccomp"
 )
 
@@ -174,16 +175,11 @@ func inContainer() bool {
 
 // seccompMode is this process's Seccomp line in /proc/self/status.
 func seccompMode() string {
-	b, err := os.ReadFile("/proc/self/status")
+	st, err := procstatus.Self()
 	if err != nil {
 		return ""
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "Seccomp:"); ok {
-			return strings.TrimSpace(v)
-		}
-	}
-	return ""
+	return st["Seccomp"]
 }
 
 // sysctlCheck is doctor's line for one sysctl of value v (ok: the kernel

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"toybox/vat/procstatus"
 )
 
 // Process is a running wall. Its methods are safe for concurrent use.
@@ -64,17 +66,12 @@ func (p *Process) catches(sig unix.Signal) bool {
 	if p.child <= 0 {
 		return false
 	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(p.child) + "/status")
+	st, err := procstatus.Read(p.child)
 	if err != nil {
 		return false
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "SigCgt:"); ok {
-			mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-			return err == nil && mask&(1<<(uint(sig)-1)) != 0
-		}
-	}
-	return false
+	mask, err := strconv.ParseUint(st["SigCgt"], 16, 64)
+	return err == nil && mask&(1<<(uint(sig)-1)) != 0
 }
 
 // Stop asks the app to end (SIGTERM, forwarded by toybox-entry), and after
