@@ -3,13 +3,13 @@ package wall
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
 
+	"toybox/vat/memfd"
 	"toybox/vat/wall/seccomp"
 )
 
@@ -43,32 +43,18 @@ func (t *fdTable) closeAll() {
 // argsFile holds bwrap's options, NUL-separated, for --args: a sealed
 // memfd, rewound, that only bwrap reads.
 func argsFile(opts []string) (*os.File, error) {
-	fd, err := unix.MemfdCreate("bwrap-args", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
-	if err != nil {
-		return nil, fmt.Errorf("the options' descriptor: %w", os.NewSyscallError("memfd_create", err))
-	}
-	f := os.NewFile(uintptr(fd), "bwrap-args")
 	var b strings.Builder
 	for _, o := range opts {
 		if strings.IndexByte(o, 0) >= 0 {
-			_ = f.Close()
 			return nil, fmt.Errorf("%w: a wall option holds a NUL byte", ErrSpec)
 		}
 		b.WriteString(o)
 		b.WriteByte(0)
 	}
-	if _, err := f.WriteString(b.String()); err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("writing the options' descriptor: %w", err)
-	}
 	// Sealed: nothing can change the options between here and bwrap's read.
-	if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, unix.F_SEAL_WRITE|unix.F_SEAL_GROW|unix.F_SEAL_SHRINK|unix.F_SEAL_SEAL); err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("sealing the options' descriptor: %w", os.NewSyscallError("fcntl F_ADD_SEALS", err))
-	}
-	if _, err := f.Seek(0, 0); err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("rewinding the options' descriptor: %w", err)
+	f, err := memfd.Sealed("bwrap-args", []byte(b.String()))
+	if err != nil {
+		return nil, fmt.Errorf("the options' descriptor: %w", err)
 	}
 	return f, nil
 }
@@ -231,19 +217,11 @@ func dupFile(f *os.File, name string) (*os.File, error) {
 	return os.NewFile(uintptr(fd), name), nil
 }
 
-// dataFile puts data in a sealed memfd for --file (bubblewrap copies it into the wall).
+// dataFile puts data in a sealed memfd for --file (bubblewrap copies it
+// into the wall): what the wall gets is what the plan said, byte for byte.
 func dataFile(name string, data []byte) (*os.File, error) {
-	fd, err := unix.MemfdCreate("toybox-data:"+name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	f, err := memfd.Sealed("toybox-data:"+name, data)
 	if err != nil {
-		return nil, fmt.Errorf("data for %s: %w", name, os.NewSyscallError("memfd_create", err))
-	}
-	f := os.NewFile(uintptr(fd), "data:"+name)
-	if _, err := f.Write(data); err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("data for %s: %w", name, err)
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		_ = f.Close()
 		return nil, fmt.Errorf("data for %s: %w", name, err)
 	}
 	return f, nil

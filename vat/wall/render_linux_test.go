@@ -1,6 +1,7 @@
 package wall
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -100,6 +101,38 @@ func TestBwrapOptionsListed(t *testing.T) {
 			if !slices.Contains(used, o) {
 				t.Errorf("seccomp %v: doctor checks bubblewrap for %s, which no wall of this kind uses", filtered, o)
 			}
+		}
+	}
+}
+
+// TestDataFilesAreSealed: what bubblewrap copies into a wall (--file) and
+// reads its options from (--args) cannot change after the plan wrote it,
+// by this process or by anyone handed a copy of the descriptor.
+func TestDataFilesAreSealed(t *testing.T) {
+	data, err := dataFile("etc/passwd", []byte("vat:x:1000:1000::/home/vat:/bin/sh\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer data.Close()
+	args, err := argsFile([]string{"--unshare-all", "--die-with-parent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer args.Close()
+	for _, f := range []*os.File{data, args} {
+		before, err := io.ReadAll(f)
+		if err != nil || len(before) == 0 {
+			t.Fatalf("%s: read %q, %v; want its contents from the start", f.Name(), before, err)
+		}
+		if _, err := f.WriteAt([]byte("root::0:0::/:/bin/sh\n"), 0); err == nil {
+			t.Errorf("%s: a write succeeded; want it sealed", f.Name())
+		}
+		if err := f.Truncate(0); err == nil {
+			t.Errorf("%s: truncating succeeded; want it sealed", f.Name())
+		}
+		after, _ := io.ReadAll(io.NewSectionReader(f, 0, 1<<20))
+		if string(after) != string(before) {
+			t.Errorf("%s now holds %q; want %q", f.Name(), after, before)
 		}
 	}
 }

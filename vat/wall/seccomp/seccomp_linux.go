@@ -13,6 +13,8 @@ import (
 
 	libseccomp "github.com/seccomp/libseccomp-golang"
 	"golang.org/x/sys/unix"
+
+	"toybox/vat/memfd"
 )
 
 // Supported reports whether this architecture has a filter table. It returns
@@ -53,7 +55,7 @@ func compile(o Options) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Release()
-	mf, err := memfd("toybox-seccomp")
+	mf, err := memfd.Create("toybox-seccomp")
 	if err != nil {
 		return nil, err
 	}
@@ -81,31 +83,11 @@ func File(o Options) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	mf, err := memfd("toybox-seccomp")
+	mf, err := memfd.Sealed("toybox-seccomp", prog)
 	if err != nil {
-		return nil, err
-	}
-	if _, err := mf.Write(prog); err != nil {
-		mf.Close()
-		return nil, fmt.Errorf("writing seccomp BPF: %w", err)
-	}
-	if _, err := mf.Seek(0, io.SeekStart); err != nil {
-		mf.Close()
-		return nil, fmt.Errorf("rewinding seccomp BPF: %w", err)
-	}
-	if _, err := unix.FcntlInt(mf.Fd(), unix.F_ADD_SEALS, unix.F_SEAL_SEAL|unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_WRITE); err != nil {
-		mf.Close()
-		return nil, os.NewSyscallError("fcntl F_ADD_SEALS", err)
+		return nil, fmt.Errorf("seccomp BPF: %w", err)
 	}
 	return mf, nil
-}
-
-func memfd(name string) (*os.File, error) {
-	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
-	if err != nil {
-		return nil, os.NewSyscallError("memfd_create", err)
-	}
-	return os.NewFile(uintptr(fd), name), nil
 }
 
 func build(o Options) (*libseccomp.ScmpFilter, error) {
