@@ -31,7 +31,9 @@ const (
 // startTimeout bounds how long bwrap may take to set the sandbox up.
 const startTimeout = 20 * time.Second
 
-// cleanup runs registered releases in reverse unless released.
+// cleanup runs registered releases in reverse when Start returns, success
+// or not. The switchboard has its own, since neither side may import the
+// other.
 type cleanup struct{ fns []func() }
 
 func (c *cleanup) add(f func()) { c.fns = append(c.fns, f) }
