@@ -86,10 +86,7 @@ type Host struct {
 // Loopback reports whether h names this machine's loopback.
 func (h Host) Loopback() bool { return labels.LoopbackHost(h.Host) }
 
-var (
-	envKeyRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
-	doorRe   = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
-)
+var envKeyRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 
 // reservedEnv are keys the supervisor and the wall set; a manifest cannot
 // declare them.
@@ -168,7 +165,7 @@ func (m *Manifest) validate() error {
 	}
 	seen := map[string]bool{}
 	for _, d := range m.Doors {
-		if !doorRe.MatchString(d) {
+		if !labels.ValidVatID(d) { // a door set is named by its vat's id
 			return bad("door %q is not a valid door id", d)
 		}
 		if seen[d] {
