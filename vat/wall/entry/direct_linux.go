@@ -15,6 +15,7 @@ import (
 	"capnproto.org/go/capnp/v3"
 	"capnproto.org/go/capnp/v3/rpc"
 
+	"toybox/labels"
 	"toybox/schema"
 	"toybox/schema/wire"
 )
@@ -241,7 +242,7 @@ func (d *direct) connect(ctx context.Context, t target, hello []byte) (*os.File,
 			}
 			d.report(t, true, "")
 			return f, nil
-		case strings.Contains(err.Error(), "egress refused: "):
+		case refused(err):
 			continue // another member may admit it
 		case capnp.IsDisconnected(err) || strings.Contains(err.Error(), "handle revoked"):
 			d.drop(m)
@@ -337,4 +338,11 @@ func (p *Proxy) fileUpstream(t target, f *os.File) (*upstream, error) {
 		return nil, fmt.Errorf("using the connected socket: %w", err)
 	}
 	return &upstream{nc: nc, proxy: p, target: t}, nil
+}
+
+// refused reports whether err carries a refusal (labels.RefusalReason),
+// as the switchboard's text or as a labels.Refusal.
+func refused(err error) bool {
+	_, ok := labels.RefusalReason(err)
+	return ok
 }
