@@ -36,6 +36,9 @@ type launch struct {
 	DNSTCPFD                     int // the DNS stub's TCP socket
 	SchemeFD                     int // the listener for connects granted under another scheme
 	NotifyErr                    syscall.Errno
+	// FenceFD is --task-fence-fd as the launcher read it (-1: none); the
+	// launcher closes it once it has read the fence.
+	FenceFD int
 	// MCP: a stdio MCP vat's launch (no app; the spawner instead).
 	MCP *launchMCP
 	// Listen: the app's own port and the relay the launcher started.
@@ -83,11 +86,13 @@ const (
 	stageMCPFD
 	stageListen
 	stageNotify
+	stageFence
 )
 
 // flags is main's own reading of the arguments the launcher read.
 type flags struct {
 	capFD, appCapFD, proxyPort int
+	fenceFD                    int
 	transparent                bool
 	forwards                   []entry.Forward
 	argv                       []string
@@ -125,6 +130,8 @@ func (l launch) check(f flags) (int, error) {
 			return entry.ExitSetup, fmt.Errorf("starting the relay to the app's port %d: %w", l.Port, err)
 		case stageNotify:
 			return entry.ExitSetup, fmt.Errorf("setting up transparent egress: %w", err)
+		case stageFence:
+			return entry.ExitSetup, fmt.Errorf("fencing the app's tasks off the entry's reserve: %w", err)
 		case stageCloexec:
 			return entry.ExitSetup, fmt.Errorf("marking descriptors close-on-exec: %w", err)
 		case stageForward:
@@ -149,6 +156,9 @@ func (l launch) check(f flags) (int, error) {
 	}
 	if (l.Listen == nil) != (f.listenPort == 0) || (l.Listen != nil && (l.Listen.Port != f.listenPort || l.Listen.Path != f.listenPath || l.Listen.RelayFD < 3 || l.Listen.RelayPid <= 0)) {
 		return entry.ExitSetup, fmt.Errorf("the launcher read the listen flags differently (%+v; port %d, path %q)", l.Listen, f.listenPort, f.listenPath)
+	}
+	if l.FenceFD != f.fenceFD {
+		return entry.ExitSetup, fmt.Errorf("the launcher read --task-fence-fd differently (%d/%d)", l.FenceFD, f.fenceFD)
 	}
 	if l.CapFD != f.capFD || l.AppCapFD != f.appCapFD || l.ProxyPort != f.proxyPort || l.Transparent != f.transparent ||
 		!slices.Equal(l.ForwardPorts, ports) || l.ArgvAt != len(os.Args)-len(f.argv) {

@@ -41,6 +41,7 @@ func launched() launch {
 		DNSTCPFD:    int(l.dns_tcp_fd),
 		SchemeFD:    int(l.scheme_fd),
 		ConnectorFD: int(l.connector_fd),
+		FenceFD:     int(l.fence_fd),
 	}
 	switch l.stage {
 	case C.TE_STAGE_DUMPABLE:
@@ -67,6 +68,8 @@ func launched() launch {
 		r.Stage = stageListen
 	case C.TE_STAGE_NOTIFY:
 		r.Stage = stageNotify
+	case C.TE_STAGE_FENCE:
+		r.Stage = stageFence
 	}
 	if l.listen_port > 0 {
 		r.Listen = &launchListen{Port: int(l.listen_port), Path: cString(l.listen_path), RelayFD: int(l.relay_fd), RelayPid: int(l.relay_pid)}

@@ -21,6 +21,7 @@ enum {
 	TE_STAGE_MCPFD = 10,  // the MCP listener is not an open descriptor
 	TE_STAGE_LISTEN = 11, // starting the app's port relay (te_relay)
 	TE_STAGE_NOTIFY = 12, // the DNS socket or the connector
+	TE_STAGE_FENCE = 13,  // the task fence: its descriptors, or a move between groups
 };
 
 #define TE_MAX_LISTEN 256
@@ -61,6 +62,10 @@ struct te_launch {
 	// (http, https) is put through: the entry reads what the stream
 	// opens with and asks for that scheme.
 	int scheme_fd;
+	// The task fence (--task-fence-fd): its socket (closed once read),
+	// then the app's and the entry's cgroup.procs the supervisor sent on
+	// it (-1: none).
+	int fence_fd, fence_app, fence_home;
 };
 
 // te_launch is what the launcher did, for main to read.

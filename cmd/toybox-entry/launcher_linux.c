@@ -146,6 +146,9 @@ static int te_parse(int argc, char **argv) {
 	l->dns_tcp_fd = -1;
 	l->scheme_fd = -1;
 	l->connector_fd = -1;
+	l->fence_fd = -1;
+	l->fence_app = -1;
+	l->fence_home = -1;
 	int mcp_flags = 0;
 	int i = 1;
 	while (i < argc) {
@@ -192,6 +195,11 @@ static int te_parse(int argc, char **argv) {
 		} else if (te_flag(name, n, "app-cap-fd")) {
 			if ((l->app_cap_fd = (int)te_uint(v, vn, 1 << 30)) < 0) {
 				l->why = "--app-cap-fd is not a plain decimal number";
+				return -1;
+			}
+		} else if (te_flag(name, n, "task-fence-fd")) {
+			if ((l->fence_fd = (int)te_uint(v, vn, 1 << 30)) < 3) {
+				l->why = "--task-fence-fd is not a plain decimal number from 3 up";
 				return -1;
 			}
 		} else if (te_flag(name, n, "proxy-port")) {
@@ -312,6 +320,10 @@ static int te_parse(int argc, char **argv) {
 	}
 	if (l->app_cap_fd == l->cap_fd) {
 		l->why = "--cap-fd and --app-cap-fd name the same descriptor";
+		return -1;
+	}
+	if (l->fence_fd >= 0 && (l->fence_fd == l->cap_fd || l->fence_fd == l->app_cap_fd || l->fence_fd == l->mcp_fd)) {
+		l->why = "--task-fence-fd names another flag's descriptor";
 		return -1;
 	}
 	if (i >= argc) {
@@ -500,6 +512,86 @@ static void te_close_listeners(void) {
 // TE_TASK_RESERVE is how many of the wall's tasks the app leaves the entry
 // (at most half the limit): the Go runtime's threads, about ten.
 #define TE_TASK_RESERVE 32
+
+// te_fence_recv reads what the supervisor sends on the fence socket
+// (--task-fence-fd) once the wall's cgroup is made: one byte and two
+// descriptors, the app's cgroup.procs and the entry's own, opened by the
+// supervisor (the kernel checks a move against the opener's rights). The
+// socket is closed after. 0, or -1 with errno set (EPROTO: not two
+// descriptors; EOF, the supervisor gone, is one).
+static int te_fence_recv(void) {
+	struct te_launch *l = &te_launch;
+	char b;
+	struct iovec iov = {.iov_base = &b, .iov_len = 1};
+	union {
+		char buf[CMSG_SPACE(2 * sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+	ssize_t n;
+	do {
+		n = recvmsg(l->fence_fd, &msg, MSG_CMSG_CLOEXEC);
+	} while (n < 0 && errno == EINTR);
+	int e = errno;
+	close(l->fence_fd); // its number stays in te_launch, for main's check
+	if (n < 0) {
+		errno = e;
+		return -1;
+	}
+	struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+	if (c != NULL && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(2 * sizeof(int))) {
+		int fds[2];
+		memcpy(fds, CMSG_DATA(c), sizeof fds);
+		l->fence_app = fds[0];
+		l->fence_home = fds[1];
+	} else if (c != NULL && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+		// Not ours to hold: close what came.
+		int *fds = (int *)CMSG_DATA(c);
+		for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+			close(fds[i]);
+		}
+	}
+	if (n != 1 || l->fence_app < 0 || (msg.msg_flags & MSG_CTRUNC) != 0) {
+		errno = EPROTO;
+		return -1;
+	}
+	return 0;
+}
+
+// te_fence_move moves this process into the cgroup whose cgroup.procs fd
+// is (pid 0: the writer); 0, or -1 with errno set.
+static int te_fence_move(int fd) {
+	ssize_t n;
+	do {
+		n = write(fd, "0", 1);
+	} while (n < 0 && errno == EINTR);
+	return n == 1 ? 0 : -1;
+}
+
+// te_fence_close closes the fence's descriptors.
+static void te_fence_close(void) {
+	struct te_launch *l = &te_launch;
+	if (l->fence_app >= 0) {
+		close(l->fence_app);
+		l->fence_app = -1;
+	}
+	if (l->fence_home >= 0) {
+		close(l->fence_home);
+		l->fence_home = -1;
+	}
+}
+
+// te_unfence moves this process back into its own group, out of the
+// app's, and closes the fence; 0 or the errno.
+static int te_unfence(void) {
+	struct te_launch *l = &te_launch;
+	int e = 0;
+	if (l->fence_home >= 0 && te_fence_move(l->fence_home) != 0) {
+		e = errno;
+	}
+	te_fence_close();
+	return e;
+}
 
 // te_lazy_ms bounds how long the entry's Go half waits to start (below).
 #define TE_LAZY_MS 50
@@ -954,6 +1046,12 @@ void te_launcher(int argc, char **argv, char **envp) {
 		te_fail(TE_STAGE_MCPFD, "fcntl", errno, 0);
 		return;
 	}
+	// The task fence: the wall's cgroup keeps a reserve of tasks for this
+	// process that the app's cannot take (below). No app starts without it.
+	if (l->fence_fd >= 0 && te_fence_recv() != 0) {
+		te_fail(TE_STAGE_FENCE, "recvmsg --task-fence-fd", errno, 0);
+		return;
+	}
 	// The ports are bound before the app starts, so its first connect never
 	// finds them closed; connections wait in the backlog until the entry
 	// serves them. A vat without a capability for the entry has no network.
@@ -1001,6 +1099,23 @@ void te_launcher(int argc, char **argv, char **envp) {
 		struct rlimit app = {tasks.rlim_cur - reserve, tasks.rlim_max};
 		lowered = setrlimit(RLIMIT_NPROC, &app) == 0;
 	}
+	// Where the wall's cgroup holds its tasks (pids.max), the reserve is
+	// the cgroup's: this process steps into the app's group (pids.max the
+	// wall's less the reserve), starts the app there, and steps back, so
+	// everything of the app's is made in it and can never take the
+	// reserve, whatever limits it sets itself. The kernel enforces a
+	// group's pids.max on forks, not on moves.
+	if (l->fence_app >= 0 && te_fence_move(l->fence_app) != 0) {
+		int e = errno;
+		if (lowered) {
+			(void)setrlimit(RLIMIT_NPROC, &tasks);
+		}
+		te_fail(TE_STAGE_FENCE, "write the app's cgroup.procs", e, 0);
+		te_fence_close();
+		te_close_listeners();
+		return;
+	}
+	int fence_err = 0;
 	if (l->mcp) {
 		// The spawner takes the app's place (its processes inherit the
 		// lowered limit); the app's capability is closed with the rest
@@ -1013,6 +1128,7 @@ void te_launcher(int argc, char **argv, char **envp) {
 		if (rc == 0 && l->transparent && l->connector_fd >= 0 && te_filter_hello(l->spawner_fd, &l->notify_fd, &l->notify_err, &call) != 0) {
 			rc = errno;
 		}
+		fence_err = te_unfence();
 		if (rc != 0) {
 			te_fail(TE_STAGE_SPAWNER, call, rc, 0);
 			te_close_listeners();
@@ -1026,6 +1142,7 @@ void te_launcher(int argc, char **argv, char **envp) {
 		if (lowered) {
 			(void)setrlimit(RLIMIT_NPROC, &tasks);
 		}
+		fence_err = te_unfence();
 		if (pid < 0) {
 			te_fail(TE_STAGE_SPAWN, call, rc, 0);
 			te_close_listeners();
@@ -1067,6 +1184,7 @@ void te_launcher(int argc, char **argv, char **envp) {
 		if (lowered) {
 			(void)setrlimit(RLIMIT_NPROC, &tasks); // up to the hard limit: allowed
 		}
+		fence_err = te_unfence();
 		if (rc != 0) {
 			te_fail(TE_STAGE_SPAWN, "posix_spawn", rc, 0);
 			te_close_listeners();
@@ -1080,6 +1198,13 @@ void te_launcher(int argc, char **argv, char **envp) {
 			te_close_listeners();
 			return;
 		}
+	}
+	if (fence_err != 0) {
+		// The app runs; main kills it (fail closed): this process is
+		// still in the app's group, with no reserve of its own.
+		te_fail(TE_STAGE_FENCE, "write the entry's cgroup.procs", fence_err, 0);
+		te_close_listeners();
+		return;
 	}
 	if (te_close_others(&call) != 0) {
 		// The app runs; main kills it (fail closed).

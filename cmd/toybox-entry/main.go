@@ -5,7 +5,11 @@
 // forwarded ports through the vat's Handle (from --cap-fd; absent for a vat
 // with no way out):
 //
-//	toybox-entry --vat ID [--cap-fd N --proxy-port P [--forward PORT=HOST:PORT]...] [--listen-port N --listen-path PATH] --app-cap-fd N -- APP [ARGS...]
+//	toybox-entry --vat ID [--cap-fd N --proxy-port P [--forward PORT=HOST:PORT]...] [--listen-port N --listen-path PATH] [--task-fence-fd N] --app-cap-fd N -- APP [ARGS...]
+//
+// With --task-fence-fd the supervisor sends, on that socket, the app's and
+// the entry's cgroup.procs: the app starts in a group of its own whose
+// pids.max leaves the entry its reserve of tasks (docs/walls.md).
 //
 // With --listen-port the app listens on a TCP port of the wall's loopback:
 // once it accepts, the entry makes the unix socket --listen-path names
@@ -78,8 +82,9 @@ func main() {
 	// would end this pid 1 with exit 2, the app never hearing it).
 	entry.CatchSignals()
 	// The app starts 32 tasks below the wall's task limit (the launcher's
-	// TE_TASK_RESERVE): this runtime's threads must fit in them beside an
-	// app at its own limit, on any host. At most maxProcs threads run Go
+	// TE_TASK_RESERVE, in the wall's cgroup where it has one, else in
+	// RLIMIT_NPROC): this runtime's threads must fit in them beside an
+	// app at its own limit. At most maxProcs threads run Go
 	// code (the relays splice in the kernel), plus the runtime's few.
 	if runtime.GOMAXPROCS(0) > maxProcs {
 		runtime.GOMAXPROCS(maxProcs)
@@ -88,6 +93,7 @@ func main() {
 	id := fs.String("vat", "", "the vat's id")
 	capFD := fs.Int("cap-fd", -1, "the entry's capability socket (absent: no way out)")
 	appCapFD := fs.Int("app-cap-fd", -1, "the socket that becomes the app's fd 3")
+	fenceFD := fs.Int("task-fence-fd", -1, "the socket the supervisor sends the app's and the entry's cgroup.procs on (absent: the wall's cgroup keeps no reserve)")
 	proxyPort := fs.Int("proxy-port", 0, "the CONNECT proxy's port on 127.0.0.1 (0: none)")
 	logLevel := fs.String("log-level", "warn", "debug, info, warn or error")
 	egressMode := fs.String("egress-mode", "proxy", "transparent: the app's connect() calls are answered through the Handle too; proxy: the proxy alone")
@@ -133,7 +139,7 @@ func main() {
 	if *egressMode != "transparent" && *egressMode != "proxy" {
 		failed(entry.ExitSetup, fmt.Errorf("--egress-mode %q is not transparent or proxy", *egressMode))
 	}
-	f := flags{capFD: *capFD, appCapFD: *appCapFD, proxyPort: *proxyPort, transparent: *egressMode == "transparent", forwards: fwd, argv: fs.Args(), listenPort: *listenPort, listenPath: *listenPath}
+	f := flags{capFD: *capFD, appCapFD: *appCapFD, fenceFD: *fenceFD, proxyPort: *proxyPort, transparent: *egressMode == "transparent", forwards: fwd, argv: fs.Args(), listenPort: *listenPort, listenPath: *listenPath}
 	if *mcpTransport != "" {
 		f.mcp = &launchMCP{FD: *mcpFD, Mode: *mcpMode, Era: *mcpEra, MaxProcs: *mcpMaxProcs, IdleSeconds: *mcpIdle}
 	}

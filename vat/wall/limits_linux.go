@@ -28,6 +28,9 @@ func makeGroup(h *cgroup.Host, id string, l cgroup.Limits) *groupMaking {
 	if !h.Enabled() {
 		return nil
 	}
+	if l.Tasks > 0 {
+		l.TaskReserve = TaskReserve
+	}
 	m := &groupMaking{done: make(chan struct{})}
 	go func() {
 		defer close(m.done)
@@ -160,4 +163,10 @@ func threadIDs(uid, gid int) error {
 		return os.NewSyscallError("setresuid", e)
 	}
 	return nil
+}
+
+// group returns the group once made (nil for none, or one that failed).
+func (m *groupMaking) group() *cgroup.Group {
+	g, _ := m.wait()
+	return g
 }

@@ -18,6 +18,7 @@ import (
 type fdTable struct {
 	files []*os.File
 	gate  *seccompGate // the seccomp program's pipe, filled once the block is released
+	fence *taskFence   // the entry's task fence, sent once the group is made
 }
 
 // pass hands f to bwrap and returns "flag N" for its number there. The table
@@ -196,6 +197,11 @@ func (p *Plan) render(fds *fdTable, spec Spec, views *viewHold) (opts, command [
 		return nil, nil, err
 	}
 	entry = append(entry, fds.pass(ac, "--app-cap-fd")...)
+	fence, err := fds.taskFence(spec.Cgroups)
+	if err != nil {
+		return nil, nil, err
+	}
+	entry = append(entry, fence...)
 	entry = append(entry, "--")
 	entry = append(entry, p.Command...)
 	return a, entry, nil

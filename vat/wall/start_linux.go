@@ -110,6 +110,7 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 	var fds fdTable
 	cl.add(fds.closeAll)
 	cl.add(func() { fds.gate.close() })
+	cl.add(func() { fds.fence.close() })
 	views := h.newViewHold()
 	cl.add(func() { _ = views.release() }) // a start that fails binds nothing
 	opts, command, err := plan.render(&fds, spec, views)
@@ -224,6 +225,9 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 	// nothing: the wall ends with bubblewrap's own reason, as without a
 	// block.
 	err = limit(child, plan, grp, blockW)
+	if err == nil {
+		err = fds.fence.hand(grp.group())
+	}
 	if err == nil {
 		err = fds.gate.open()
 	}

@@ -144,6 +144,37 @@ func victim(mode string) int {
 		} else {
 			breach("started all %d processes", n)
 		}
+	case "forkproxy":
+		// A fork bomb that holds every task the wall lets it have (its
+		// children pause until the wall ends), then a CONNECT to the
+		// entry's proxy: the entry must still answer. The ask uses
+		// blocking system calls alone, so this process needs no thread
+		// of its own for it.
+		n, _ := strconv.Atoi(arg)
+		started := 0
+		var err error
+		var last [2]int
+		for ; started < n; started++ {
+			pid, errno := forkPause()
+			if errno != 0 {
+				err = errno
+				break
+			}
+			last[started%2] = pid
+		}
+		fmt.Printf("FORKED %d\n", started)
+		if err == nil {
+			breach("started all %d processes", n)
+		}
+		// Two of the app's tasks back, for this process's own runtime
+		// (a thread it may start): the app's, never the entry's.
+		for _, pid := range last {
+			if pid > 0 {
+				_, _, _ = syscall.RawSyscall(syscall.SYS_KILL, uintptr(pid), uintptr(syscall.SIGKILL), 0)
+				_, _, _ = syscall.RawSyscall6(syscall.SYS_WAIT4, uintptr(pid), 0, 0, 0, 0, 0)
+			}
+		}
+		fmt.Printf("PROXY %s\n", rawConnect(os.Getenv("HTTPS_PROXY")))
 	case "environs":
 		// The supervisor's environment must be nowhere in the wall. The
 		// test passes the secret reversed, so this process's own env does
@@ -552,4 +583,56 @@ func fill(dir string, mib int) error {
 		}
 	}
 	return f.Close()
+}
+
+// rawConnect asks the CONNECT proxy at proxy (http://127.0.0.1:PORT) for a
+// tunnel to 127.0.0.1:1 with blocking system calls alone (no netpoller, no
+// thread), and returns its status line or what failed.
+func rawConnect(proxy string) string {
+	port, err := strconv.Atoi(proxy[strings.LastIndexByte(proxy, ':')+1:])
+	if err != nil {
+		return "no proxy in " + strconv.Quote(proxy)
+	}
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return "socket: " + err.Error()
+	}
+	defer unix.Close(fd)
+	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 20})
+	if err := unix.Connect(fd, &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		return "connect: " + err.Error()
+	}
+	if _, err := unix.Write(fd, []byte("CONNECT 127.0.0.1:1 HTTP/1.1\r\nHost: 127.0.0.1:1\r\n\r\n")); err != nil {
+		return "write: " + err.Error()
+	}
+	buf := make([]byte, 512)
+	n, err := unix.Read(fd, buf)
+	if err != nil {
+		return "read: " + err.Error()
+	}
+	if n == 0 {
+		return "read: the proxy closed the connection unanswered"
+	}
+	line, _, _ := strings.Cut(string(buf[:n]), "\r\n")
+	return line
+}
+
+// forkPause forks a child that does nothing but pause until the wall ends
+// (no exec: a fork bomb at the kernel's speed). It returns the child's
+// pid or the fork's error. The child runs nothing of the Go runtime: it calls pause(2) alone,
+// as the runtime's own child does between fork and exec.
+//
+//go:norace
+//go:nosplit
+func forkPause() (int, syscall.Errno) {
+	r, _, errno := syscall.RawSyscall6(syscall.SYS_CLONE, uintptr(syscall.SIGCHLD), 0, 0, 0, 0, 0)
+	if errno != 0 {
+		return 0, errno
+	}
+	if r == 0 {
+		for {
+			syscall.RawSyscall(syscall.SYS_PAUSE, 0, 0, 0)
+		}
+	}
+	return int(r), 0
 }

@@ -270,12 +270,24 @@ func (h *Host) openV1(cfg Config, dirs map[string]string) {
 
 // Group is one wall's cgroup (one folder per hierarchy on v1).
 type Group struct {
-	h    *Host
-	dirs []string
-	mem  string // the folder holding the memory controller's files
-	cpu  string // the folder holding the CPU time used
-	set  Limits
+	h     *Host
+	dirs  []string
+	procs []string // the cgroup.procs Add writes: one per folder of dirs
+	mem   string   // the folder holding the memory controller's files
+	cpu   string   // the folder holding the CPU time used
+	app   string   // the app's folder (Fence), "" for none
+	home  string   // the folder the wall's first process keeps, beside app
+	set   Limits
 }
+
+// appLeaf and entryLeaf are the folders of a wall's group that hold its
+// app's tasks and its first process's (the entry), where the group keeps a
+// reserve of tasks (Limits.TaskReserve). entryLeaf is made on cgroup v2
+// only, whose groups hold processes only in leaves.
+const (
+	appLeaf   = "app"
+	entryLeaf = "entry"
+)
 
 // groupPrefix begins each wall's group name: a vat id alone may be the
 // name of a cgroup file (v1's "tasks").
@@ -309,7 +321,35 @@ func (h *Host) New(id string, l Limits) (*Group, error) {
 			return "", fmt.Errorf("making the wall's cgroup: %w", err)
 		}
 		g.dirs = append(g.dirs, dir)
+		g.procs = append(g.procs, filepath.Join(dir, "cgroup.procs"))
 		return dir, nil
+	}
+	// fence makes the app's folder below dir, holding l.Tasks less the
+	// reserve (and home's, on v2).
+	reserve := 0
+	if l.Tasks > 0 && l.TaskReserve > 0 {
+		reserve = min(l.TaskReserve, l.Tasks/2)
+	}
+	fence := func(dir string, v2 bool) error {
+		g.home = dir
+		if v2 {
+			// A v2 group that hands a controller down holds no process:
+			// the wall's first process goes into a leaf of its own.
+			if err := writeFile(filepath.Join(dir, "cgroup.subtree_control"), "+pids"); err != nil {
+				return fmt.Errorf("handing the tasks controller to the wall's app: %w", err)
+			}
+			g.home = filepath.Join(dir, entryLeaf)
+			if err := os.Mkdir(g.home, 0o755); err != nil {
+				return fmt.Errorf("making the wall's cgroup: %w", err)
+			}
+			g.procs[len(g.procs)-1] = filepath.Join(g.home, "cgroup.procs")
+		}
+		app := filepath.Join(dir, appLeaf)
+		if err := os.Mkdir(app, 0o755); err != nil {
+			return fmt.Errorf("making the wall's cgroup: %w", err)
+		}
+		g.app = app
+		return writeAll(app, []kv{{"pids.max", strconv.Itoa(l.Tasks - reserve)}})
 	}
 	s := h.sup
 	if h.v2 != "" {
@@ -335,9 +375,15 @@ func (h *Host) New(id string, l Limits) (*Group, error) {
 		if l.Tasks > 0 && s.Has(Tasks) {
 			w = append(w, kv{"pids.max", strconv.Itoa(l.Tasks)})
 			g.set.Tasks = l.Tasks
+			g.set.TaskReserve = reserve
 		}
 		if err := writeAll(dir, w); err != nil {
 			return fail(err)
+		}
+		if g.set.TaskReserve > 0 {
+			if err := fence(dir, true); err != nil {
+				return fail(err)
+			}
 		}
 		return g, nil
 	}
@@ -377,10 +423,16 @@ func (h *Host) New(id string, l Limits) (*Group, error) {
 			if l.Tasks > 0 {
 				w = append(w, kv{"pids.max", strconv.Itoa(l.Tasks)})
 				g.set.Tasks = l.Tasks
+				g.set.TaskReserve = reserve
 			}
 		}
 		if err := writeAll(dir, w); err != nil {
 			return fail(err)
+		}
+		if c == "pids" && g.set.TaskReserve > 0 {
+			if err := fence(dir, false); err != nil {
+				return fail(err)
+			}
 		}
 	}
 	return g, nil
@@ -405,10 +457,11 @@ func writeAll(dir string, w []kv) error {
 // enforces.
 func (g *Group) Limits() Limits { return g.set }
 
-// Add moves process pid (and its threads) into the group.
+// Add moves process pid (and its threads) into the group: beside the app's
+// folder where the group keeps a reserve of tasks.
 func (g *Group) Add(pid int) error {
-	for _, dir := range g.dirs {
-		if err := writeFile(filepath.Join(dir, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
+	for _, procs := range g.procs {
+		if err := writeFile(procs, strconv.Itoa(pid)); err != nil {
 			return fmt.Errorf("moving the wall into its cgroup: %w", err)
 		}
 	}
@@ -467,10 +520,39 @@ func (g *Group) Remove() error {
 	return errors.Join(errs...)
 }
 
-// removeDir kills every process in the group dir and removes it. The
-// processes of a wall whose pid 1 ended are being torn down by the kernel:
-// the folder goes once they are gone.
+// Fence opens the cgroup.procs of the app's folder and of the folder the
+// wall's first process keeps (Add's), where the group keeps a reserve of
+// tasks; nil, nil where it keeps none. The caller closes both. A process
+// holding them moves itself (pid 0) or a process of its own pid namespace
+// between the two with the rights of this process, the opener: the wall's
+// entry starts its app in the app's folder so.
+func (g *Group) Fence() (app, home *os.File, err error) {
+	if g.app == "" {
+		return nil, nil, nil
+	}
+	if app, err = os.OpenFile(filepath.Join(g.app, "cgroup.procs"), os.O_WRONLY|unix.O_CLOEXEC, 0); err != nil {
+		return nil, nil, fmt.Errorf("opening the wall's app cgroup: %w", err)
+	}
+	if home, err = os.OpenFile(filepath.Join(g.home, "cgroup.procs"), os.O_WRONLY|unix.O_CLOEXEC, 0); err != nil {
+		_ = app.Close()
+		return nil, nil, fmt.Errorf("opening the wall's cgroup: %w", err)
+	}
+	return app, home, nil
+}
+
+// removeDir kills every process in the group dir (its folders' too) and
+// removes it. The processes of a wall whose pid 1 ended are being torn
+// down by the kernel: the folder goes once they are gone.
 func (h *Host) removeDir(dir string) error {
+	if ents, rerr := os.ReadDir(dir); rerr == nil {
+		for _, e := range ents {
+			if e.IsDir() {
+				if err := h.removeDir(filepath.Join(dir, e.Name())); err != nil {
+					return err
+				}
+			}
+		}
+	}
 	err := unix.Rmdir(dir)
 	if err == nil || errors.Is(err, unix.ENOENT) {
 		return nil

@@ -33,6 +33,10 @@ type Limits struct {
 	// Tasks is the most processes and threads the wall may hold at once
 	// (pids.max).
 	Tasks int
+	// TaskReserve is how many of Tasks the wall's first process keeps for
+	// itself (at most half): the group's app folder, where the app's
+	// processes start (Group.Fence), holds Tasks less the reserve.
+	TaskReserve int
 }
 
 // The kinds of limit, as Support names them.
