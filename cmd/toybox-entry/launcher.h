@@ -63,9 +63,9 @@ struct te_launch {
 	// opens with and asks for that scheme.
 	int scheme_fd;
 	// The task fence (--task-fence-fd): its socket (closed once read),
-	// then the app's and the entry's cgroup.procs the supervisor sent on
-	// it (-1: none).
-	int fence_fd, fence_app, fence_home;
+	// then the entry's own cgroup.procs the supervisor sent on it (-1:
+	// none).
+	int fence_fd, fence_home;
 };
 
 // te_launch is what the launcher did, for main to read.

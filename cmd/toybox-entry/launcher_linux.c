@@ -39,6 +39,7 @@
 #include <sys/un.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -147,7 +148,6 @@ static int te_parse(int argc, char **argv) {
 	l->scheme_fd = -1;
 	l->connector_fd = -1;
 	l->fence_fd = -1;
-	l->fence_app = -1;
 	l->fence_home = -1;
 	int mcp_flags = 0;
 	int i = 1;
@@ -514,17 +514,17 @@ static void te_close_listeners(void) {
 #define TE_TASK_RESERVE 32
 
 // te_fence_recv reads what the supervisor sends on the fence socket
-// (--task-fence-fd) once the wall's cgroup is made: one byte and two
-// descriptors, the app's cgroup.procs and the entry's own, opened by the
-// supervisor (the kernel checks a move against the opener's rights). The
-// socket is closed after. 0, or -1 with errno set (EPROTO: not two
-// descriptors; EOF, the supervisor gone, is one).
+// (--task-fence-fd) once the wall's cgroup is made: one byte and one
+// descriptor, the cgroup.procs of the entry's own folder of the group,
+// opened by the supervisor (the kernel checks a move against the opener's
+// rights). The socket is closed after. 0, or -1 with errno set (EPROTO:
+// not one descriptor; EOF, the supervisor gone, is one).
 static int te_fence_recv(void) {
 	struct te_launch *l = &te_launch;
 	char b;
 	struct iovec iov = {.iov_base = &b, .iov_len = 1};
 	union {
-		char buf[CMSG_SPACE(2 * sizeof(int))];
+		char buf[CMSG_SPACE(sizeof(int))];
 		struct cmsghdr align;
 	} u;
 	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
@@ -539,57 +539,43 @@ static int te_fence_recv(void) {
 		return -1;
 	}
 	struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-	if (c != NULL && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(2 * sizeof(int))) {
-		int fds[2];
-		memcpy(fds, CMSG_DATA(c), sizeof fds);
-		l->fence_app = fds[0];
-		l->fence_home = fds[1];
-	} else if (c != NULL && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-		// Not ours to hold: close what came.
-		int *fds = (int *)CMSG_DATA(c);
-		for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
-			close(fds[i]);
-		}
+	if (c != NULL && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int))) {
+		memcpy(&l->fence_home, CMSG_DATA(c), sizeof(int));
 	}
-	if (n != 1 || l->fence_app < 0 || (msg.msg_flags & MSG_CTRUNC) != 0) {
+	if (n != 1 || l->fence_home < 0 || (msg.msg_flags & MSG_CTRUNC) != 0) {
 		errno = EPROTO;
 		return -1;
 	}
 	return 0;
 }
 
-// te_fence_move moves this process into the cgroup whose cgroup.procs fd
-// is (pid 0: the writer); 0, or -1 with errno set.
-static int te_fence_move(int fd) {
+// te_fence_move writes pid (0: the writer) to the cgroup.procs fd is, moving
+// that process there; 0, or -1 with errno set.
+static int te_fence_move(int fd, int pid) {
+	char b[16];
+	int len = snprintf(b, sizeof b, "%d", pid);
 	ssize_t n;
 	do {
-		n = write(fd, "0", 1);
+		n = write(fd, b, (size_t)len);
 	} while (n < 0 && errno == EINTR);
-	return n == 1 ? 0 : -1;
+	return n == len ? 0 : -1;
 }
 
-// te_fence_close closes the fence's descriptors.
-static void te_fence_close(void) {
-	struct te_launch *l = &te_launch;
-	if (l->fence_app >= 0) {
-		close(l->fence_app);
-		l->fence_app = -1;
-	}
-	if (l->fence_home >= 0) {
-		close(l->fence_home);
-		l->fence_home = -1;
-	}
-}
-
-// te_unfence moves this process back into its own group, out of the
-// app's, and closes the fence; 0 or the errno.
+// te_unfence moves this process (and the connector, forked before the app)
+// out of the app's folder of the wall's cgroup, where the supervisor put
+// the wall's first process, into the entry's own, and closes the fence; 0
+// or the errno. Whatever the app starts stays in the app's folder.
 static int te_unfence(void) {
 	struct te_launch *l = &te_launch;
+	if (l->fence_home < 0) {
+		return 0;
+	}
 	int e = 0;
-	if (l->fence_home >= 0 && te_fence_move(l->fence_home) != 0) {
+	if ((l->connector_pid > 0 && te_fence_move(l->fence_home, l->connector_pid) != 0) || te_fence_move(l->fence_home, 0) != 0) {
 		e = errno;
 	}
-	te_fence_close();
+	close(l->fence_home);
+	l->fence_home = -1;
 	return e;
 }
 
@@ -1047,7 +1033,7 @@ void te_launcher(int argc, char **argv, char **envp) {
 		return;
 	}
 	// The task fence: the wall's cgroup keeps a reserve of tasks for this
-	// process that the app's cannot take (below). No app starts without it.
+	// process that the app cannot take (below). No app starts without it.
 	if (l->fence_fd >= 0 && te_fence_recv() != 0) {
 		te_fail(TE_STAGE_FENCE, "recvmsg --task-fence-fd", errno, 0);
 		return;
@@ -1100,21 +1086,12 @@ void te_launcher(int argc, char **argv, char **envp) {
 		lowered = setrlimit(RLIMIT_NPROC, &app) == 0;
 	}
 	// Where the wall's cgroup holds its tasks (pids.max), the reserve is
-	// the cgroup's: this process steps into the app's group (pids.max the
-	// wall's less the reserve), starts the app there, and steps back, so
-	// everything of the app's is made in it and can never take the
-	// reserve, whatever limits it sets itself. The kernel enforces a
-	// group's pids.max on forks, not on moves.
-	if (l->fence_app >= 0 && te_fence_move(l->fence_app) != 0) {
-		int e = errno;
-		if (lowered) {
-			(void)setrlimit(RLIMIT_NPROC, &tasks);
-		}
-		te_fail(TE_STAGE_FENCE, "write the app's cgroup.procs", e, 0);
-		te_fence_close();
-		te_close_listeners();
-		return;
-	}
+	// the cgroup's: the supervisor put this process in the group's app
+	// folder (pids.max the wall's less the reserve), and once the app is
+	// started there it moves itself out (te_unfence), so everything of
+	// the app's is made in it and can never take the reserve, whatever
+	// limits it sets itself. The kernel enforces pids.max on forks, not on
+	// moves. The move comes after the app's start, not on its way.
 	int fence_err = 0;
 	if (l->mcp) {
 		// The spawner takes the app's place (its processes inherit the

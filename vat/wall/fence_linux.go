@@ -19,8 +19,10 @@ import (
 const TaskReserve = 32
 
 // taskFence is the socket a wall's entry reads the task fence from: the
-// app's and the entry's cgroup.procs (cgroup.Group.Fence), opened by the
-// supervisor, which the entry writes to start the app in the app's folder.
+// cgroup.procs of its own folder of the wall's group (cgroup.Group.Home),
+// opened by the supervisor. The wall's first process starts in the app's
+// folder (Group.Add); the entry starts the app there, then writes itself
+// into its own.
 // The supervisor sends them once the group is made, before the wall's
 // seccomp gate opens (so before the entry runs); an entry that reads no
 // fence (the supervisor died first) starts no app.
@@ -41,7 +43,7 @@ func (t *fdTable) taskFence(h *cgroup.Host) ([]string, error) {
 	return t.pass(os.NewFile(uintptr(fds[0]), "task-fence-entry"), "--task-fence-fd"), nil
 }
 
-// hand sends the entry g's fence and closes the socket.
+// hand sends the entry g's own folder and closes the socket.
 func (f *taskFence) hand(g *cgroup.Group) error {
 	if f == nil {
 		return nil
@@ -50,16 +52,15 @@ func (f *taskFence) hand(g *cgroup.Group) error {
 	if g == nil {
 		return fmt.Errorf("%w: the wall has no cgroup to fence its app's tasks in", ErrLimits)
 	}
-	app, home, err := g.Fence()
+	home, err := g.Home()
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrLimits, err)
 	}
-	if app == nil {
+	if home == nil {
 		return fmt.Errorf("%w: the wall's cgroup keeps no reserve of tasks", ErrLimits)
 	}
-	defer app.Close()
 	defer home.Close()
-	rights := unix.UnixRights(int(app.Fd()), int(home.Fd()))
+	rights := unix.UnixRights(int(home.Fd()))
 	err = unix.Sendmsg(int(f.w.Fd()), []byte{0}, rights, nil, 0)
 	if errors.Is(err, unix.EPIPE) || errors.Is(err, unix.ECONNRESET) {
 		err = unix.ESRCH // the entry's end is gone with its sandbox

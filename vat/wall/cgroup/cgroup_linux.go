@@ -275,15 +275,16 @@ type Group struct {
 	procs []string // the cgroup.procs Add writes: one per folder of dirs
 	mem   string   // the folder holding the memory controller's files
 	cpu   string   // the folder holding the CPU time used
-	app   string   // the app's folder (Fence), "" for none
-	home  string   // the folder the wall's first process keeps, beside app
+	app   string   // the app's folder, "" for none
+	home  string   // the entry's folder, beside app (Home)
 	set   Limits
 }
 
 // appLeaf and entryLeaf are the folders of a wall's group that hold its
 // app's tasks and its first process's (the entry), where the group keeps a
 // reserve of tasks (Limits.TaskReserve). entryLeaf is made on cgroup v2
-// only, whose groups hold processes only in leaves.
+// only, whose groups hold processes only in leaves; on v1 the entry's
+// folder is the group's own.
 const (
 	appLeaf   = "app"
 	entryLeaf = "entry"
@@ -325,7 +326,8 @@ func (h *Host) New(id string, l Limits) (*Group, error) {
 		return dir, nil
 	}
 	// fence makes the app's folder below dir, holding l.Tasks less the
-	// reserve (and home's, on v2).
+	// reserve (and the entry's, on v2), where Add puts the wall's first
+	// process.
 	reserve := 0
 	if l.Tasks > 0 && l.TaskReserve > 0 {
 		reserve = min(l.TaskReserve, l.Tasks/2)
@@ -342,13 +344,13 @@ func (h *Host) New(id string, l Limits) (*Group, error) {
 			if err := os.Mkdir(g.home, 0o755); err != nil {
 				return fmt.Errorf("making the wall's cgroup: %w", err)
 			}
-			g.procs[len(g.procs)-1] = filepath.Join(g.home, "cgroup.procs")
 		}
 		app := filepath.Join(dir, appLeaf)
 		if err := os.Mkdir(app, 0o755); err != nil {
 			return fmt.Errorf("making the wall's cgroup: %w", err)
 		}
 		g.app = app
+		g.procs[len(g.procs)-1] = filepath.Join(app, "cgroup.procs")
 		return writeAll(app, []kv{{"pids.max", strconv.Itoa(l.Tasks - reserve)}})
 	}
 	s := h.sup
@@ -457,8 +459,9 @@ func writeAll(dir string, w []kv) error {
 // enforces.
 func (g *Group) Limits() Limits { return g.set }
 
-// Add moves process pid (and its threads) into the group: beside the app's
-// folder where the group keeps a reserve of tasks.
+// Add moves process pid (and its threads) into the group: into the app's
+// folder where the group keeps a reserve of tasks (the wall's first
+// process, which starts the app there and then moves itself out: Home).
 func (g *Group) Add(pid int) error {
 	for _, procs := range g.procs {
 		if err := writeFile(procs, strconv.Itoa(pid)); err != nil {
@@ -520,24 +523,21 @@ func (g *Group) Remove() error {
 	return errors.Join(errs...)
 }
 
-// Fence opens the cgroup.procs of the app's folder and of the folder the
-// wall's first process keeps (Add's), where the group keeps a reserve of
-// tasks; nil, nil where it keeps none. The caller closes both. A process
-// holding them moves itself (pid 0) or a process of its own pid namespace
-// between the two with the rights of this process, the opener: the wall's
-// entry starts its app in the app's folder so.
-func (g *Group) Fence() (app, home *os.File, err error) {
+// Home opens the cgroup.procs of the entry's folder of the group, where the
+// group keeps a reserve of tasks; nil where it keeps none. The caller
+// closes it. A process holding it moves itself (pid 0) or a process of its
+// own pid namespace there with the rights of this process, the opener:
+// the wall's entry, put in the app's folder by Add, moves itself out so
+// once it has started its app there.
+func (g *Group) Home() (*os.File, error) {
 	if g.app == "" {
-		return nil, nil, nil
+		return nil, nil
 	}
-	if app, err = os.OpenFile(filepath.Join(g.app, "cgroup.procs"), os.O_WRONLY|unix.O_CLOEXEC, 0); err != nil {
-		return nil, nil, fmt.Errorf("opening the wall's app cgroup: %w", err)
+	f, err := os.OpenFile(filepath.Join(g.home, "cgroup.procs"), os.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("opening the wall's cgroup: %w", err)
 	}
-	if home, err = os.OpenFile(filepath.Join(g.home, "cgroup.procs"), os.O_WRONLY|unix.O_CLOEXEC, 0); err != nil {
-		_ = app.Close()
-		return nil, nil, fmt.Errorf("opening the wall's cgroup: %w", err)
-	}
-	return app, home, nil
+	return f, nil
 }
 
 // removeDir kills every process in the group dir (its folders' too) and

@@ -341,8 +341,8 @@ func BenchmarkGroup(b *testing.B) {
 }
 
 // TestFence: a group that keeps a reserve of tasks has an app folder whose
-// pids.max is the wall's less the reserve; its first process (Add) is
-// beside it, and the fence's descriptors move a process between the two.
+// pids.max is the wall's less the reserve; its first process (Add) goes
+// into it, and Home's descriptor moves a process out, into the entry's.
 func TestFence(t *testing.T) {
 	var why []string
 	for _, v := range []int{1, 2} {
@@ -373,26 +373,22 @@ func TestFence(t *testing.T) {
 			if err := g.Add(c.Process.Pid); err != nil {
 				t.Fatal(err)
 			}
-			if got := read(t, filepath.Join(g.home, "cgroup.procs")); got != pid {
-				t.Errorf("the wall's own cgroup.procs = %q; want %s", got, pid)
+			if got := read(t, filepath.Join(g.app, "cgroup.procs")); got != pid {
+				t.Errorf("the app's cgroup.procs = %q; want %s", got, pid)
 			}
-			app, home, err := g.Fence()
+			home, err := g.Home()
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer app.Close()
 			defer home.Close()
-			if _, err := app.WriteString(pid); err != nil {
-				t.Fatal(err)
-			}
-			if got := read(t, filepath.Join(g.app, "cgroup.procs")); got != pid {
-				t.Errorf("the app's cgroup.procs = %q after the move; want %s", got, pid)
-			}
 			if _, err := home.WriteString(pid); err != nil {
 				t.Fatal(err)
 			}
 			if got := read(t, filepath.Join(g.app, "cgroup.procs")); got != "" {
-				t.Errorf("the app's cgroup.procs = %q after the move back; want none", got)
+				t.Errorf("the app's cgroup.procs = %q after the move out; want none", got)
+			}
+			if got := read(t, filepath.Join(g.home, "cgroup.procs")); got != pid {
+				t.Errorf("the entry's cgroup.procs = %q after the move; want %s", got, pid)
 			}
 			// Half at most: a reserve past it leaves the app half.
 			g2, err := h.New("halved", Limits{Tasks: 20, TaskReserve: 32})
