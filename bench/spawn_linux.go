@@ -66,7 +66,7 @@ func (r *run) spawnSection(ctx context.Context) {
 	r.cgroups = cgroup.Open(cgroup.Config{Name: fmt.Sprintf("toybox-bench-%d", os.Getpid())})
 	defer r.cgroups.Close()
 	none := r.row(RowSpawnNone)
-	var bare, walled, closed []time.Duration
+	var bare, walled, closed, ungrouped []time.Duration
 	for i := range r.cfg.Spawns {
 		d, err := bareSpawn(ctx, bwrap, app)
 		if err != nil {
@@ -76,14 +76,22 @@ func (r *run) spawnSection(ctx context.Context) {
 		}
 		bare = append(bare, d)
 		if row.Verdict != VerdictNotMeasured {
-			d, err = r.wallSpawn(ctx, fmt.Sprintf("spawn-%02d", i+1), entry, code, state, up)
+			d, err = r.wallSpawn(ctx, fmt.Sprintf("spawn-%02d", i+1), entry, code, state, up, r.cgroups)
 			if err != nil {
 				row.NotMeasured("the walled spawn failed: " + errText(err))
 			}
 			walled = append(walled, d)
+			// The same spawn with no cgroup: what the limits cost.
+			if r.cgroups.Enabled() {
+				d, err = r.wallSpawn(ctx, fmt.Sprintf("nogroup-%02d", i+1), entry, code, state, up, nil)
+				if err != nil {
+					row.NotMeasured("the walled spawn without a cgroup failed: " + errText(err))
+				}
+				ungrouped = append(ungrouped, d)
+			}
 		}
 		if none.Verdict != VerdictNotMeasured {
-			d, err = r.wallSpawn(ctx, fmt.Sprintf("closed-%02d", i+1), entry, code, state, nil)
+			d, err = r.wallSpawn(ctx, fmt.Sprintf("closed-%02d", i+1), entry, code, state, nil, r.cgroups)
 			if err != nil {
 				none.NotMeasured("the walled spawn failed: " + errText(err))
 			}
@@ -104,6 +112,11 @@ func (r *run) spawnSection(ctx context.Context) {
 		row.Ours, row.OurSamples = ptr(w.Median()), w
 		row.Note = fmt.Sprintf("%s; ours = wall.Start (plan, seccomp, binds, bwrap, toybox-entry) of a vat with one egress grant, so the wall's pid 1 is toybox-entry, which binds its proxy port, starts the app, then takes its capability; same binary and uid; p90 %.1f ms; wall.Start returned (bwrap reported the sandbox's pid) after a median %.1f ms, toybox-entry's first bytes on its capability socket (sent once the app is started) came at a median %.1f ms; wall.BuildPlan alone takes a median %.2f ms (a plan of %d bwrap operations and %d masks)",
 			common, w.Percentile(90), Durations(r.spawnStarted, time.Millisecond).Median(), Durations(r.entrySeen, time.Millisecond).Median(), planMS, r.planOps, r.planMasks)
+		if len(ungrouped) > 0 {
+			u := Durations(ungrouped, time.Millisecond)
+			row.Note += fmt.Sprintf("; the same spawn with no cgroup, interleaved: median %.1f ms (%.2f× the baseline), so the limits cost %+.1f ms (%.2f×)",
+				u.Median(), u.Median()/b.Median(), w.Median()-u.Median(), w.Median()/u.Median())
+		}
 	}
 	if none.Verdict != VerdictNotMeasured {
 		w := Durations(closed, time.Millisecond)
@@ -146,7 +159,7 @@ func bareSpawn(ctx context.Context, bwrap, app string) (time.Duration, error) {
 
 // wallSpawn starts one wall the way the supervisor does and returns the
 // time to the app's first byte.
-func (r *run) wallSpawn(ctx context.Context, id, entry, code, state string, up *grant.Upstream) (time.Duration, error) {
+func (r *run) wallSpawn(ctx context.Context, id, entry, code, state string, up *grant.Upstream, cg *cgroup.Host) (time.Duration, error) {
 	cfg := grant.VatConfig{ID: id}
 	netShape := wall.Net{None: true}
 	if up != nil {
@@ -183,7 +196,8 @@ func (r *run) wallSpawn(ctx context.Context, id, entry, code, state string, up *
 
 	t0 := time.Now()
 	var seen func()
-	if !netShape.None {
+	record := !netShape.None && cg == r.cgroups // the row's own spawns: their times go in its note
+	if record {
 		seen = func() { r.entrySeen = append(r.entrySeen, time.Since(t0)) }
 	}
 	entryCap, err := capPair(ctx, gv, "entry-cap", seen)
@@ -200,7 +214,7 @@ func (r *run) wallSpawn(ctx context.Context, id, entry, code, state string, up *
 		DataDir: data, RunDir: run, StateDir: state,
 		Net: netShape, EntryPath: entry, EntryCap: entryCap, AppCap: appCap,
 		Stdout: pw, Stderr: errf,
-		Cgroups: r.cgroups, Limits: cgroup.Limits{MemoryBytes: 512 << 20, CPUs: 1},
+		Cgroups: cg, Limits: cgroup.Limits{MemoryBytes: 512 << 20, CPUs: 1},
 	}
 	if netShape.None {
 		_ = entryCap.Close()
@@ -215,7 +229,7 @@ func (r *run) wallSpawn(ctx context.Context, id, entry, code, state string, up *
 	var out [1]byte
 	_, rerr := io.ReadFull(pr, out[:])
 	d := time.Since(t0)
-	if !netShape.None {
+	if record {
 		r.spawnStarted = append(r.spawnStarted, started)
 	}
 	werr := p.Wait()
