@@ -67,9 +67,12 @@ func limitChecks(stateDir string) []wall.Check {
 		out = append(out, wall.Check{Name: "limits: cgroups", OK: true, Detail: fmt.Sprintf("cgroup v%d; a wall's group would be made in %s", sup.Version, strings.Join(sup.Where, ", "))})
 	}
 	for _, k := range cgroup.Kinds {
-		c := wall.Check{Name: "limit: " + k, OK: true, Detail: "enforced"}
+		c := wall.Check{Name: "limit: " + k, OK: true, Detail: "enforced (" + howLimited(k, sup.Version) + ")"}
 		if why, missing := sup.Missing[k]; missing {
 			c.OK, c.Warn, c.Detail = false, true, "not enforced here: "+why
+			if k == cgroup.Tasks {
+				c.Detail += fmt.Sprintf("; each wall's RLIMIT_NPROC still holds it, and the entry's reserve of %d is only the app's soft RLIMIT_NPROC, which the app may raise", wall.TaskReserve)
+			}
 		}
 		out = append(out, c)
 	}
@@ -80,4 +83,26 @@ func limitChecks(stateDir string) []wall.Check {
 		c.Detail = "enforced (each data folder a loop-mounted ext4 image of its own)"
 	}
 	return append(out, c)
+}
+
+// howLimited says which files of a wall's cgroup hold it to limit kind on
+// cgroup version v (docs/walls.md).
+func howLimited(kind string, v int) string {
+	switch {
+	case kind == cgroup.Memory && v == 2:
+		return "memory.max; the whole wall is killed at it: memory.oom.group"
+	case kind == cgroup.Memory:
+		return "memory.limit_in_bytes"
+	case kind == cgroup.Swap && v == 2:
+		return "memory.swap.max 0"
+	case kind == cgroup.Swap:
+		return "memory.memsw.limit_in_bytes equal to the memory limit"
+	case kind == cgroup.CPU && v == 2:
+		return "cpu.max per 100 ms"
+	case kind == cgroup.CPU:
+		return "cpu.cfs_quota_us per 100 ms"
+	case kind == cgroup.Tasks:
+		return fmt.Sprintf("pids.max, beside RLIMIT_NPROC; the app's folder holds %d fewer, the entry's reserve", wall.TaskReserve)
+	}
+	return kind
 }

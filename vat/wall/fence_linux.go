@@ -10,14 +10,6 @@ import (
 	"toybox/vat/wall/cgroup"
 )
 
-// TaskReserve is how many of a wall's tasks its entry keeps for itself (at
-// most half the wall's limit; the launcher's TE_TASK_RESERVE): the Go
-// runtime's threads, about ten, with room to spare. Where the wall's cgroup
-// holds its tasks, the app starts in a folder of the group whose pids.max
-// is the wall's less the reserve (taskFence); elsewhere the app's soft
-// RLIMIT_NPROC is.
-const TaskReserve = 32
-
 // taskFence is the socket a wall's entry reads the task fence from: the
 // cgroup.procs of its own folder of the wall's group (cgroup.Group.Home),
 // opened by the supervisor. The wall's first process starts in the app's
