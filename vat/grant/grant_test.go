@@ -776,11 +776,13 @@ func silentVat(t *testing.T, id string, conns int) (*Vat, schema.Handle, *wire.C
 // the vat's connections in place); and an app holds at most MaxAppSockets
 // relayed sockets at once.
 func TestAppSocketEndsWithTheApp(t *testing.T) {
-	_, h, cli, port := silentVat(t, "silent", 3)
+	v, h, cli, port := silentVat(t, "silent", 3)
 	for round := range 3 {
 		var open []net.Conn
 		for i := range 3 {
-			c, err := connectFD(context.Background(), h, cli, "127.0.0.1", port)
+			// The switchboard notices each hang-up of the previous round
+			// on its own time and gives its slot back.
+			c, err := connectWhenFreed(context.Background(), h, cli, "127.0.0.1", port)
 			if err != nil {
 				t.Fatalf("round %d, connect %d: %v (the connections the app closed are still counted)", round+1, i+1, err)
 			}
@@ -789,21 +791,26 @@ func TestAppSocketEndsWithTheApp(t *testing.T) {
 		for _, c := range open {
 			_ = c.Close()
 		}
-		// The switchboard notices each hang-up and gives its slot back.
-		time.Sleep(300 * time.Millisecond)
 	}
+	// The supervisor's relays end on their own goroutines too.
+	testenv.WaitFor(t, 5*time.Second, func() error {
+		if n := v.sockets.Load(); n != 0 {
+			return fmt.Errorf("relayed sockets counted after the app closed them all: %d; want 0", n)
+		}
+		return nil
+	})
 
 	old := appSocketLimit.Swap(2)
 	defer appSocketLimit.Store(old)
 	var open []net.Conn
 	for range 2 {
-		c, err := connectFD(context.Background(), h, cli, "127.0.0.1", port)
+		c, err := connectWhenFreed(context.Background(), h, cli, "127.0.0.1", port)
 		if err != nil {
 			t.Fatal(err)
 		}
 		open = append(open, c)
 	}
-	if _, err := connectFD(context.Background(), h, cli, "127.0.0.1", port); err == nil || !strings.Contains(err.Error(), ErrSockets.Error()) {
+	if _, err := connectWhenFreed(context.Background(), h, cli, "127.0.0.1", port); err == nil || !strings.Contains(err.Error(), ErrSockets.Error()) {
 		t.Errorf("a third relayed socket with MaxAppSockets 2: %v; want %q", err, ErrSockets)
 	}
 	for _, c := range open {
@@ -826,12 +833,14 @@ func TestAppSocketHangUpWhileStuck(t *testing.T) {
 	_ = c.SetWriteDeadline(time.Now().Add(time.Second))
 	_, _ = c.Write(make([]byte, 64<<20)) // far more than the buffers hold
 	_ = c.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for v.sockets.Load() != 0 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	time.Sleep(300 * time.Millisecond) // the switchboard notices the hang-up
-	c2, err := connectFD(context.Background(), h, cli, "127.0.0.1", port)
+	testenv.WaitFor(t, 5*time.Second, func() error {
+		if n := v.sockets.Load(); n != 0 {
+			return fmt.Errorf("relayed sockets counted after the app closed its only one: %d; want 0 (the relay is stuck)", n)
+		}
+		return nil
+	})
+	// The switchboard notices the hang-up on its own time.
+	c2, err := connectWhenFreed(context.Background(), h, cli, "127.0.0.1", port)
 	if err != nil {
 		t.Fatalf("connect after the app closed its only socket: %v (relayed sockets still counted: %d)", err, v.sockets.Load())
 	}

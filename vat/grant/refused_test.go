@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"toybox/labels"
+	"toybox/schema"
+	"toybox/schema/wire"
 )
 
 // keptRemote is a remote that accepts every connection and hands it to the
@@ -45,13 +47,34 @@ func keptRemote(t *testing.T) (uint16, <-chan net.Conn) {
 	return uint16(l.Addr().(*net.TCPAddr).Port), got
 }
 
+// switchboardFull is the switchboard's words for a peer connection at its
+// limits.conns (switchboard.ErrLimit; vat must not import switchboard).
+const switchboardFull = "per-connection limit reached"
+
+// connectWhenFreed is connectFD, retried for up to 5s while the switchboard
+// refuses on its own connection limit. The switchboard gives a slot back
+// when its epoll tracker sees the hang-up. That happens on its own
+// goroutine, after the remote may already have read its end. A slot that
+// is never given back still fails: the last refusal is returned.
+func connectWhenFreed(ctx context.Context, h schema.Handle, c *wire.Conn, host string, port uint16) (net.Conn, error) {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		nc, err := connectFD(ctx, h, c, host, port)
+		if err == nil || !strings.Contains(err.Error(), switchboardFull) || time.Now().After(deadline) {
+			return nc, err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // TestRefusedAtTheRelayLimitIsShut: a connect refused at the app's limit of
 // relayed sockets (MaxAppSockets) came after the switchboard had connected
 // it, and the supervisor only closed its copy. The switchboard keeps a
 // duplicate of every socket it hands over, so the connection stayed open,
 // at the remote and in the switchboard's count of the vat's connections,
 // until the vat restarted (a fault run piled up 3072 from one vat). The
-// refused socket is shut down at once: the remote reads its end.
+// refused socket is shut down at once: the remote reads its end, and the
+// switchboard gives its slot back (a leak reaches its limit of 5).
 func TestRefusedAtTheRelayLimitIsShut(t *testing.T) {
 	old := appSocketLimit.Swap(2)
 	defer appSocketLimit.Store(old)
@@ -78,7 +101,9 @@ func TestRefusedAtTheRelayLimitIsShut(t *testing.T) {
 		<-remote
 	}
 	for i := range 6 {
-		_, err := connectFD(ctx, h, cli, "127.0.0.1", port)
+		// The switchboard frees the previous refused connect's slot on its
+		// own time, after the remote read its end: wait for it.
+		_, err := connectWhenFreed(ctx, h, cli, "127.0.0.1", port)
 		if err == nil || !strings.Contains(err.Error(), ErrSockets.Error()) {
 			t.Fatalf("connect %d past the limit of 2: %v; want %q (the refused ones are still open at the switchboard)", i+1, err, ErrSockets)
 		}
