@@ -16,9 +16,6 @@ import (
 	"toybox/vat/relay"
 )
 
-// keyPort is the app's port, in the relay's records.
-const keyPort = "port"
-
 // portRelay is the entry's end of the launcher's relay (te_relay): a
 // SOCK_SEQPACKET socket on which each answer is {errno, 0} and, when errno
 // is 0, one descriptor.

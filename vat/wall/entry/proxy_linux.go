@@ -24,21 +24,6 @@ import (
 	"toybox/vat/relay"
 )
 
-// Log attribute keys.
-const (
-	keyVat    = "vat"
-	keyTarget = "target"
-	keyScheme = "scheme"
-	keyAllow  = "allow"
-	keyReason = "reason"
-	keyPath   = "path" // "fd", "stream", "request" or "transparent"
-	keyOp     = "op"
-)
-
-// DecisionMsg is the message of every egress decision's record (the
-// switchboard's and the supervisor's too).
-const DecisionMsg = "egress decision"
-
 // Limits.
 const (
 	headerTimeout = 30 * time.Second
