@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -169,7 +168,7 @@ func (s *Supervisor) waitSpare(ctx context.Context, id string, timeout time.Dura
 func startBenchMCP(ctx context.Context, bin, dir string) (*mcpClient, func(), error) {
 	sock := filepath.Join(dir, "benchmcp.sock")
 	cmd := exec.Command(bin, "-listen", sock)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = killedWithParent()
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {

@@ -193,3 +193,9 @@ func RaiseNoFile(want uint64) (uint64, error) {
 	}
 	return r.Cur, nil
 }
+
+// killedWithParent returns process attributes that kill the child when
+// the benchmark dies.
+func killedWithParent() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}

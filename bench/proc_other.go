@@ -4,6 +4,7 @@ package bench
 
 import (
 	"runtime"
+	"syscall"
 	"time"
 )
 
@@ -39,3 +40,7 @@ func Descendants(int) ([]Proc, error) { return nil, ErrUnsupported }
 
 // RaiseNoFile is unsupported off Linux.
 func RaiseNoFile(uint64) (uint64, error) { return 0, ErrUnsupported }
+
+// killedWithParent returns empty attributes: only Linux has a
+// parent-death signal.
+func killedWithParent() *syscall.SysProcAttr { return &syscall.SysProcAttr{} }

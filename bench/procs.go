@@ -70,7 +70,7 @@ func StartSwitchboardWith(ctx context.Context, bin, dir, config string, log *slo
 	defer lf.Close()
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = lf, lf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = killedWithParent()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting the switchboard: %w", err)
 	}

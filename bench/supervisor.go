@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"syscall"
 	"time"
 )
 
@@ -67,7 +66,7 @@ func StartSupervisor(ctx context.Context, bin, dir, sbSock string, log *slog.Log
 	cmd := exec.Command(toybox, args...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.Env = append(os.Environ(), "TOYBOX_WALLS=", "TOYBOX_WALLS_DEFAULT=")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = killedWithParent()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting toybox serve: %w", err)
 	}

@@ -18,3 +18,7 @@ func (s *Supervisor) spawnWalled(context.Context, *vat, store.Code, store.Record
 func (s *Supervisor) spawnUnwalled(*vat, store.Code, store.Record, *grant.Vat) (Process, error) {
 	return nil, ErrUnsupported
 }
+
+func (s *Supervisor) capPair(context.Context, *grant.Vat, string, bool) (*os.File, <-chan struct{}, error) {
+	return nil, nil, ErrUnsupported
+}
