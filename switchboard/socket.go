@@ -3,11 +3,9 @@ package switchboard
 import (
 	"context"
 	"net"
-	"os"
 
 	"capnproto.org/go/capnp/v3"
 	"capnproto.org/go/capnp/v3/flowcontrol"
-	"golang.org/x/sys/unix"
 
 	"toybox/schema"
 	"toybox/schema/wire"
@@ -35,20 +33,19 @@ func (h *handle) Socket(ctx context.Context, call schema.Handle_socket) error {
 		h.logDecision("socket", "", nil, "", false, err.Error())
 		return err
 	}
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	mine, theirs, err := streamPair()
 	if err != nil {
-		h.p.releaseHandle()
-		return os.NewSyscallError("socketpair", err)
-	}
-	mine := os.NewFile(uintptr(fds[0]), "direct")
-	fc, err := net.FileConn(mine)
-	_ = mine.Close()
-	if err != nil {
-		_ = unix.Close(fds[1])
 		h.p.releaseHandle()
 		return err
 	}
-	seq, err := h.p.wc.SendOwned(os.NewFile(uintptr(fds[1]), "direct-socket")) // takes it
+	fc, err := net.FileConn(mine)
+	_ = mine.Close()
+	if err != nil {
+		_ = theirs.Close()
+		h.p.releaseHandle()
+		return err
+	}
+	seq, err := h.p.wc.SendOwned(theirs) // takes it
 	if err != nil {
 		_ = fc.Close()
 		h.p.releaseHandle()
