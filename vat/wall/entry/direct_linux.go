@@ -202,8 +202,9 @@ var errRelay = errors.New("for the relay")
 // every one refused t (the relay decides, and words the refusal; a member
 // the grant gained since the entry asked is the relay's to serve), or one
 // was revoked or lost (it is dropped). Any other error is the
-// switchboard's: admitted, and it failed.
-func (d *direct) connect(ctx context.Context, t target, hello []byte) (*os.File, error) {
+// switchboard's: admitted, and it failed. With inProgress the socket may
+// come back still connecting (a non-blocking connect()).
+func (d *direct) connect(ctx context.Context, t target, hello []byte, inProgress bool) (*os.File, error) {
 	ms := d.current(ctx)
 	if ms == nil {
 		return nil, errRelay
@@ -219,6 +220,7 @@ func (d *direct) connect(ctx context.Context, t target, hello []byte) (*os.File,
 				}
 			}
 			ps.SetWantFd(true)
+			ps.SetInProgress(inProgress)
 			return nil
 		})
 		res, err := fut.Struct()
@@ -312,12 +314,13 @@ func (d *direct) send() {
 
 // dialDirect is dial's one-hop path: the socket the switchboard connected
 // for t on a direct connection, logged under path, or errRelay when the
-// relay must be asked (logged by the relay's path then).
-func (p *Proxy) dialDirect(ctx context.Context, t target, hello []byte, path string) (*os.File, error) {
+// relay must be asked (logged by the relay's path then). inProgress is
+// dialFile's: the socket may come back still connecting.
+func (p *Proxy) dialDirect(ctx context.Context, t target, hello []byte, inProgress bool, path string) (*os.File, error) {
 	if p.direct == nil || p.noFD {
 		return nil, errRelay
 	}
-	f, err := p.direct.connect(ctx, t, hello)
+	f, err := p.direct.connect(ctx, t, hello, inProgress)
 	switch {
 	case errors.Is(err, errRelay):
 	case err != nil:

@@ -534,7 +534,7 @@ func (p *Proxy) dialFile(ctx context.Context, t target, inProgress bool) (*os.Fi
 		p.log(t, false, ErrNoGrant.Error(), pathTransparent)
 		return nil, ErrNoGrant
 	}
-	if f, err := p.dialDirect(ctx, t, nil, pathTransparent); !errors.Is(err, errRelay) {
+	if f, err := p.dialDirect(ctx, t, nil, inProgress, pathTransparent); !errors.Is(err, errRelay) {
 		return f, err
 	}
 	fut, rel := p.handle.Connect(ctx, func(ps schema.Handle_connect_Params) error {

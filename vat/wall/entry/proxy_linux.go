@@ -594,7 +594,7 @@ func (p *Proxy) dial(ctx context.Context, t target, hello []byte, client *net.TC
 		p.log(t, false, ErrNoGrant.Error(), "")
 		return nil, ErrNoGrant
 	}
-	if f, err := p.dialDirect(ctx, t, hello, "fd"); !errors.Is(err, errRelay) {
+	if f, err := p.dialDirect(ctx, t, hello, false, "fd"); !errors.Is(err, errRelay) {
 		if err != nil {
 			return nil, err
 		}
