@@ -1,7 +1,7 @@
-// Command mcpfetch is a stdio MCP server whose one tool, fetch, GETs a URL
-// with Go's net/http and no proxy at all (Transport.Proxy nil): from
-// inside a wall it gets out only if its plain connect() does. It answers
-// the body, or the error's text.
+// Command mcpfetch is a stdio MCP server whose tool fetches a URL.
+// Its one tool, fetch, GETs the URL with Go's net/http and no proxy at all
+// (Transport.Proxy nil). From inside a wall it gets out only if its plain
+// connect() does. It answers the body, or the error's text.
 package main
 
 import (

@@ -1,11 +1,11 @@
-// Command nested runs a command under a seccomp filter that has a
-// notification listener, as another seccomp notifier's supervisor would
-// (a container runtime that answers system calls in user space): every
-// process the command starts is under that filter, so the kernel refuses
-// each of them a listener of its own (EBUSY, one listener per chain).
-// The filter allows every call, so nothing else changes. It holds the
-// listener until the command ends, passes SIGTERM and SIGINT on, and
-// exits with the command's status.
+// Command nested runs a command under another seccomp notifier's filter.
+// The filter has a notification listener, as a container runtime that
+// answers system calls in user space would install. Every process the
+// command starts is under that filter, so the kernel refuses each of them a
+// listener of its own (EBUSY: one listener per chain). The filter allows
+// every call, so nothing else changes. It holds the listener until the
+// command ends, passes SIGTERM and SIGINT on, and exits with the command's
+// status.
 //
 //	nested COMMAND [ARGS...]
 package main
