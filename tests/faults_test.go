@@ -303,9 +303,11 @@ func TestLostCapabilityEndsTheWall(t *testing.T) {
 	s.mustInstall("erin", example(t, "egress-probe"), q("egress", fmt.Sprintf(`{"host":"127.0.0.1","port":%s}`, echo)))
 	path := "/erin/tcp?" + q("addr", "127.0.0.1:"+echo, "send", "ping")
 	s.mustGet(path, "got: echo: ping")
-	// The entry's one unix stream socket is its capability connection
-	// (its listeners and proxied connections are TCP, its helpers'
-	// sockets, the connector's, are SOCK_SEQPACKET).
+	// The entry's capability connection is its one unix stream socket
+	// whose peer is the supervisor (its listeners and proxied connections
+	// are TCP, its helpers' sockets, the connector's, are SOCK_SEQPACKET,
+	// and its direct switchboard connections are socket pairs the
+	// switchboard made, so their peer is the switchboard).
 	pid := wallEntry(t, s, "erin")
 	pfd, err := unix.PidfdOpen(pid, 0)
 	if err != nil {
@@ -325,9 +327,9 @@ func TestLostCapabilityEndsTheWall(t *testing.T) {
 		}
 		dom, err := unix.GetsockoptInt(d, unix.SOL_SOCKET, unix.SO_DOMAIN)
 		typ, err2 := unix.GetsockoptInt(d, unix.SOL_SOCKET, unix.SO_TYPE)
-		if err == nil && err2 == nil && dom == unix.AF_UNIX && typ == unix.SOCK_STREAM {
+		if err == nil && err2 == nil && dom == unix.AF_UNIX && typ == unix.SOCK_STREAM && peerPid(d) == s.tb.Process.Pid {
 			if fd >= 0 {
-				t.Fatal("the entry holds more than one unix stream socket")
+				t.Fatal("the entry holds more than one unix stream socket to the supervisor")
 			}
 			fd = d
 			continue
@@ -335,7 +337,7 @@ func TestLostCapabilityEndsTheWall(t *testing.T) {
 		_ = unix.Close(d)
 	}
 	if fd < 0 {
-		t.Fatal("the entry holds no unix stream socket")
+		t.Fatal("the entry holds no unix stream socket to the supervisor")
 	}
 	if err := unix.Shutdown(fd, unix.SHUT_RDWR); err != nil {
 		t.Fatal(err)
@@ -353,4 +355,14 @@ func TestLostCapabilityEndsTheWall(t *testing.T) {
 		_, body := s.get(path)
 		return body == "got: echo: ping"
 	})
+}
+
+// peerPid reports the pid SO_PEERCRED names for the socket fd: for a
+// socket pair, the process that made it. -1 when it cannot be read.
+func peerPid(fd int) int {
+	c, err := unix.GetsockoptUcred(fd, unix.SOL_SOCKET, unix.SO_PEERCRED)
+	if err != nil {
+		return -1
+	}
+	return int(c.Pid)
 }
