@@ -30,6 +30,11 @@ type MCP struct {
 	// client's Authorization through and checks no token). Parse sets
 	// AuthToybox when the manifest says none.
 	Auth string `json:"auth,omitempty"`
+	// CacheToolsList lets toybox answer tools/list from its cache (R48):
+	// only answers the server marks "public" with a positive ttlMs, for
+	// that long, until the server says notifications/tools/list_changed.
+	// Stdio servers only. If false, every tools/list reaches the server.
+	CacheToolsList bool `json:"cacheToolsList,omitempty"`
 }
 
 // The values of the mcp keys.
@@ -82,6 +87,9 @@ func (m *MCP) validate() error {
 	case "", AuthToybox, AuthVat:
 	default:
 		return badMCP("mcp.auth %q: want %q (toybox checks the owner's tokens) or %q (the server is its own OAuth resource server)", m.Auth, AuthToybox, AuthVat)
+	}
+	if err := m.validateCache(); err != nil {
+		return err
 	}
 	if m.Transport == TransportStdio {
 		if m.Path != "" && m.Path != DefaultPath {
