@@ -54,7 +54,14 @@ const (
 	// secrets, R22; EncodeEnv), set by the supervisor alone like
 	// HeaderPrincipal.
 	HeaderPrincipalEnv = "Toybox-Principal-Env"
+	// HeaderCache names what the bridge may answer from its cache
+	// (CacheToolsList), set by the supervisor alone for a vat whose
+	// manifest opts in (R48). Without it nothing is cached.
+	HeaderCache = "Toybox-Cache"
 )
+
+// CacheToolsList is HeaderCache's one value: tools/list.
+const CacheToolsList = "tools/list"
 
 // Decision is a pure verdict with its reason: refused when Code is set.
 type Decision struct {

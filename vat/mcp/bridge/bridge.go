@@ -183,6 +183,9 @@ type Stats struct {
 	// Crashing says why the bridge starts no process any more: they
 	// kept exiting (CrashLoop). It holds until the wall is restarted.
 	Crashing string `json:"crashing,omitempty"`
+	// Cache is the tools/list cache's counters; absent while no request
+	// came marked for it (the vat's manifest did not opt in).
+	Cache *CacheStats `json:"toolsListCache,omitempty"`
 }
 
 // CrashLoop is when processes exiting on their own mean the vat is
@@ -215,6 +218,7 @@ type Bridge struct {
 	stateKey []byte      // the MAC key of the requestStates it makes
 
 	stats struct{ Dropped, TooLong, Spawned, Exited, StderrLost atomic.Int64 }
+	cache listCache // tools/list answers, for requests the supervisor marks (R48)
 
 	stderr chan []byte
 	stop   chan struct{}
@@ -283,7 +287,7 @@ func (b *Bridge) Stats() Stats {
 		Era: string(b.eraLocked()), ServerInfo: b.info,
 		Dropped: b.stats.Dropped.Load(), TooLong: b.stats.TooLong.Load(),
 		Spawned: b.stats.Spawned.Load(), Exited: b.stats.Exited.Load(), StderrLost: b.stats.StderrLost.Load(),
-		LastError: b.lastErr, Crashing: b.crashing,
+		LastError: b.lastErr, Crashing: b.crashing, Cache: b.cache.stats(),
 	}
 	if !b.lastAt.IsZero() {
 		st.LastErrorT = b.lastAt.UTC().Format(time.RFC3339)

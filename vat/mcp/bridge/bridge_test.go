@@ -23,6 +23,9 @@ import (
 const fakeEnv = "BRIDGE_TEST_FAKE"
 
 func TestMain(m *testing.M) {
+	if dir := os.Getenv(listerEnv); dir != "" {
+		os.Exit(runLister(dir))
+	}
 	if os.Getenv(fakeEnv) == "1" {
 		mcptest.ModernOnly = os.Getenv("BRIDGE_TEST_MODERN") == "1"
 		mcptest.Tools["env"] = fakeEnviron

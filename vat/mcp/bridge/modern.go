@@ -238,6 +238,13 @@ func (b *Bridge) postModern(w http.ResponseWriter, r *http.Request, principal st
 		w.WriteHeader(http.StatusAccepted)
 		return
 	}
+	version, _ := m.GetString("params", "_meta", mcp.MetaProtocolVersion)
+	hit, keep := b.cached(r, m, version)
+	if hit != nil {
+		b.serveCached(w, r, hit, writeOpts{lazy: true, sseUnlessError: prefersSSE(r), jsonOnly: !acceptsSSE(r), status: modernStatus, lazyWait: b.cfg.LazyWait})
+		b.decide(r, principal, mcp.Modern, "", m.Method, http.StatusOK, "answered from the cache")
+		return
+	}
 	o, err := b.modernFor(principal, principalEnv(r))
 	if err != nil {
 		b.unavailable(w, r, principal, mcp.Modern, m, err)
@@ -268,6 +275,9 @@ func (b *Bridge) postModern(w http.ResponseWriter, r *http.Request, principal st
 				o.noteTools(resp.Result(), !cursor)
 			}
 		}
+	}
+	if o.init == nil {
+		c.onDone = both(c.onDone, keep) // a bridged 2025 vat's lists are private (bridgedResult)
 	}
 	if m.Method == "server/discover" {
 		c.onDone = func(resp mcp.Msg, ok bool) {

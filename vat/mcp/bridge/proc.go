@@ -296,6 +296,9 @@ func (p *proc) tooLong(prefix []byte, n int64) {
 
 // fromVat routes one message from the process.
 func (p *proc) fromVat(m mcp.Msg) {
+	if m.Kind == mcp.KindNotification && m.Method == "notifications/tools/list_changed" {
+		p.b.cache.invalidate() // before it is routed: a request after it is never answered from before
+	}
 	switch m.Kind {
 	case mcp.KindResponse:
 		up, err := strconv.ParseInt(string(m.ID), 10, 64)

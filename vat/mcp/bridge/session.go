@@ -217,6 +217,15 @@ func (s *session) request(w http.ResponseWriter, r *http.Request, m mcp.Msg) {
 			return
 		}
 	}
+	s.mu.Lock()
+	version := s.version
+	s.mu.Unlock()
+	hit, keep := b.cached(r, m, version)
+	if hit != nil {
+		b.serveCached(w, r, hit, writeOpts{lazy: !prefersSSE(r), jsonOnly: !acceptsSSE(r), lazyWait: b.cfg.LazyWait})
+		b.decide(r, s.principal, mcp.Legacy, s.id, m.Method, http.StatusOK, "answered from the cache")
+		return
+	}
 	if s.fwd != nil {
 		if s.forwardLocal(w, r, m) {
 			return
@@ -228,7 +237,7 @@ func (s *session) request(w http.ResponseWriter, r *http.Request, m mcp.Msg) {
 		}
 	}
 	st := s.newStream()
-	c := &call{st: st, sess: s}
+	c := &call{st: st, sess: s, onDone: keep}
 	s.mu.Lock()
 	if s.ended {
 		s.mu.Unlock()
