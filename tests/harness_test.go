@@ -80,7 +80,7 @@ func buildAll() (int, error) {
 			return 1, err
 		}
 	}
-	for _, fixture := range []string{"snoop", "pagevat", "netclient", "nested", "mcpfetch"} {
+	for _, fixture := range []string{"snoop", "pagevat", "netclient", "nested", "mcpfetch", "mcplist"} {
 		if err := build(filepath.Join(bins, "examples", fixture), "./tests/"+fixture); err != nil {
 			return 1, err
 		}

@@ -156,6 +156,9 @@ func newMCPRoute(in *instance, cfg manifest.MCP) *mcpRoute {
 			if c.env != "" {
 				pr.Out.Header.Set(mcp.HeaderPrincipalEnv, c.env)
 			}
+			if cfg.CacheToolsList {
+				pr.Out.Header.Set(mcp.HeaderCache, mcp.CacheToolsList) // R48: the bridge may answer from its cache
+			}
 			pr.Out.URL.Scheme = "http"
 			pr.Out.URL.Host = id
 			pr.Out.URL.Path, pr.Out.URL.RawPath = cfg.Path, ""
@@ -747,6 +750,9 @@ type MCPStatus struct {
 	// PublicURL is the URL a vat with mcp.auth "vat" is told it is
 	// reached at ($MCP_PUBLIC_URL).
 	PublicURL string `json:"public_url,omitempty"`
+	// Cache says what toybox answers from its cache (R48), in words:
+	// what the edge running the vat asks of its bridge.
+	Cache string `json:"cache"`
 	// LastError is the edge's last failure to reach the vat.
 	LastError string `json:"last_error,omitempty"`
 }
@@ -779,8 +785,10 @@ func (s *Supervisor) mcpStatus(v *vat) *MCPStatus {
 	default:
 		ms.Access = "open: whoever reaches the public socket (POST /" + v.id + "/tokens closes it)"
 	}
+	ms.Cache = cacheWords(*cfg)
 	if v.run != nil && v.run.mcp != nil {
 		ms.Sessions = v.run.mcp.sessions.len()
+		ms.Cache = cacheWords(v.run.mcp.cfg) // the running edge's, during an upgrade too
 	}
 	return ms
 }
@@ -925,4 +933,13 @@ func (s *Supervisor) RevokeToken(id, ref string) (access.Info, error) {
 	}
 	s.log.Info("token revoked", keyVat, id, "token", info.ID, "left", len(s.tokens.List(id)))
 	return info, nil
+}
+
+// cacheWords says what the edge of a vat of cfg lets its bridge answer
+// from its cache.
+func cacheWords(cfg manifest.MCP) string {
+	if cfg.CacheToolsList {
+		return "tools/list: answers the server marks public, for their ttlMs, until it says the list changed"
+	}
+	return "off: every request reaches the server"
 }
