@@ -118,9 +118,12 @@ func TestMRTR(t *testing.T) {
 	}
 }
 
-// TestMRTRExpires: a state past its call's timeout is refused.
+// TestMRTRExpires: a state past its call's timeout is refused. The
+// timeout also bounds the spawn and initialize of the process, so it is
+// not cut so short that a loaded machine misses it.
 func TestMRTRExpires(t *testing.T) {
-	_, srv := newBridge(t, Config{RequestTimeout: 300 * time.Millisecond})
+	const timeout = 3 * time.Second
+	_, srv := newBridge(t, Config{RequestTimeout: timeout})
 	ctx := context.Background()
 	c := client(srv, "alice")
 	caps := map[string]any{"sampling": map[string]any{}}
@@ -133,7 +136,7 @@ func TestMRTRExpires(t *testing.T) {
 	if ir.RequestState == "" {
 		t.Fatalf("no input request: %s", r.Body)
 	}
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(timeout + 200*time.Millisecond)
 	var key string
 	for k := range ir.InputRequests {
 		key = k
