@@ -21,6 +21,7 @@ import (
 type mcpClient struct {
 	hc  *http.Client
 	url string
+	pid int // the server's process when the runner started it; 0 for the edge
 }
 
 const mcpVersion = "2025-11-25"
@@ -181,7 +182,7 @@ func startBenchMCP(ctx context.Context, bin, dir string) (*mcpClient, func(), er
 		stop()
 		return nil, nil, fmt.Errorf("benchmcp -listen: %w: %s", err, bytes.TrimSpace(stderr.Bytes()))
 	}
-	return &mcpClient{hc: unixClient(sock), url: "http://localhost/mcp"}, stop, nil
+	return &mcpClient{hc: unixClient(sock), url: "http://localhost/mcp", pid: cmd.Process.Pid}, stop, nil
 }
 
 // mcpSection measures the MCP edge with benchmcp installed as a stdio vat
@@ -303,14 +304,26 @@ func (r *run) mcpRate(ctx context.Context, bin string, edge *mcpClient) {
 	}
 	defer direct.end(ctx, dsid)
 	var ours, base Samples
+	baseCPU := &latPath{name: "baseline"}
+	oursCPU := &latPath{name: "ours"}
 	row.Attempts = 2 * rounds * per
 	for range rounds {
 		for _, side := range []struct {
 			c   *mcpClient
 			sid string
 			out *Samples
-		}{{direct, dsid, &base}, {edge, esid, &ours}} {
+			cpu *latPath
+		}{{direct, dsid, &base, baseCPU}, {edge, esid, &ours, oursCPU}} {
+			cpu0 := r.mcpCPU(direct.pid)
 			v, failed, err := side.c.rps(ctx, side.sid, per, workers)
+			cpu1 := r.mcpCPU(direct.pid)
+			if side.cpu.byProc == nil {
+				side.cpu.byProc = map[string]time.Duration{}
+			}
+			for k, d := range cpu1 {
+				side.cpu.byProc[k] += d - cpu0[k]
+			}
+			side.cpu.attempts += per
 			row.Failures += failed
 			if err != nil && row.FirstErr == "" {
 				row.FirstErr = errText(err)
@@ -324,5 +337,19 @@ func (r *run) mcpRate(ctx context.Context, bin string, edge *mcpClient) {
 	}
 	row.Ours, row.OurSamples = ptr(ours.Median()), ours
 	row.Baseline, row.BaselineSamples = ptr(base.Median()), base
-	row.Note = fmt.Sprintf("%d rounds of %d tools/call (add) per path on one session, %d at a time, alternating; ours = benchmcp as a stdio vat through /<vat>/mcp on the http socket (edge, bridge in the wall, stdio); baseline = the same binary's Go SDK Streamable HTTP handler on a unix socket, unwalled, the same client", rounds, per, workers)
+	row.Note = fmt.Sprintf("%d rounds of %d tools/call (add) per path on one session, %d at a time, alternating; ours = benchmcp as a stdio vat through /<vat>/mcp on the http socket (edge, bridge in the wall, stdio); baseline = the same binary's Go SDK Streamable HTTP handler on a unix socket, unwalled, the same client; CPU µs per call by process (runner = the client), %s; %s", rounds, per, workers, baseCPU.perConnect(), oursCPU.perConnect())
+}
+
+// mcpCPU is cpuByProc with the baseline's server (pid, a child of the
+// runner) as "benchmcp -listen".
+func (r *run) mcpCPU(pid int) map[string]time.Duration {
+	out := r.cpuByProc()
+	begin := SelfCPU()
+	if d, err := ProcCPU(pid); err == nil {
+		out["benchmcp -listen"] = d
+	}
+	cost := SelfCPU() - begin
+	r.scanCost += cost
+	out["runner"] -= cost
+	return out
 }
