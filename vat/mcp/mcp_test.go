@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -457,5 +458,25 @@ func TestEnvRoundTrip(t *testing.T) {
 	}
 	if got, err := DecodeEnv("not base64!"); err == nil {
 		t.Errorf("DecodeEnv(junk) = %q; want an error", got)
+	}
+}
+
+func TestFields(t *testing.T) {
+	tests := []struct {
+		name, in string
+		want     []Field
+		ok       bool
+	}{
+		{"members in order", `{"b":1,"a":{"x":[1,"}"]},"b":"2"}`, []Field{{"b", []byte("1")}, {"a", []byte(`{"x":[1,"}"]}`)}, {"b", []byte(`"2"`)}}, true},
+		{"escaped key", ` {"\u0061" : true } `, []Field{{"a", []byte("true")}}, true},
+		{"empty", `{}`, []Field{}, true},
+		{"not an object", `[1]`, nil, false},
+		{"a value after it", `{} 1`, nil, false},
+	}
+	for _, tt := range tests {
+		got, ok := Fields([]byte(tt.in))
+		if ok != tt.ok || !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("%s: Fields(%s) = %q, %v; want %q, %v", tt.name, tt.in, got, ok, tt.want, tt.ok)
+		}
 	}
 }

@@ -161,3 +161,25 @@ func splice(b []byte, start, end int, v []byte) []byte {
 	out = append(out, v...)
 	return append(out, b[end:]...)
 }
+
+// Field is one member of a JSON object: its key and its value's JSON.
+type Field struct {
+	Key   string
+	Value []byte
+}
+
+// Fields lists the members of the JSON object b, in order, keys decoded;
+// false when b is not one object and nothing else. b must be valid JSON
+// (json.Valid): only the values' spans are found, nested values are
+// skipped whole.
+func Fields(b []byte) ([]Field, bool) {
+	ms, end, err := members(b, 0)
+	if err != nil || skipSpace(b, end) != len(b) {
+		return nil, false
+	}
+	out := make([]Field, len(ms))
+	for i, m := range ms {
+		out[i] = Field{Key: m.key, Value: b[m.start:m.end]}
+	}
+	return out, true
+}

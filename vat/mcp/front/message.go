@@ -49,6 +49,81 @@ func Peek(body []byte) Request {
 	if len(b) > 0 && b[0] == '[' {
 		return Request{Method: "batch"}
 	}
+	if json.Valid(b) {
+		// A whole message (most are): its members are found by one scan,
+		// not token by token.
+		if out, ok := peekWhole(b); ok {
+			return out
+		}
+	}
+	return peekTokens(b)
+}
+
+// peekWhole is Peek of a whole JSON value b, reading what peekTokens
+// reads, member by member, and stopping where it stops; false when b
+// is not an object it can scan (peekTokens then reads it).
+func peekWhole(b []byte) (Request, bool) {
+	fields, ok := mcp.Fields(b)
+	if !ok {
+		return Request{}, false
+	}
+	var out Request
+	for _, f := range fields {
+		switch f.Key {
+		case "method":
+			if json.Unmarshal(f.Value, &out.Method) != nil {
+				return out, true
+			}
+		case "id":
+			if !bytes.Equal(f.Value, []byte("null")) {
+				out.ID = json.RawMessage(f.Value)
+			}
+		case "params":
+			if !peekWholeParams(f.Value, &out) {
+				return out, true
+			}
+		}
+	}
+	return out, true
+}
+
+// peekWholeParams is peekParams of a whole params value v.
+func peekWholeParams(v []byte, out *Request) bool {
+	if v[0] != '{' {
+		return true // an array or a value: nothing the edge reads
+	}
+	fields, ok := mcp.Fields(v)
+	if !ok {
+		return false
+	}
+	for _, f := range fields {
+		if f.Key != "_meta" {
+			continue
+		}
+		switch f.Value[0] {
+		case 'n': // null: an empty map
+			out.Meta = false
+		case '{':
+			meta, ok := mcp.Fields(f.Value)
+			if !ok {
+				return false
+			}
+			out.Meta = false
+			for _, m := range meta {
+				if m.Key == mcp.MetaProtocolVersion {
+					out.Meta = true
+				}
+			}
+		default: // not an object: it is not read, nor what follows
+			return false
+		}
+	}
+	return true
+}
+
+// peekTokens is Peek of a body that may be cut short: token by token,
+// as far as it goes.
+func peekTokens(b []byte) Request {
 	var out Request
 	dec := json.NewDecoder(bytes.NewReader(b))
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {

@@ -1,6 +1,7 @@
 package front
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"slices"
@@ -26,6 +27,13 @@ var peekTests = []struct {
 	{"cut inside params: what came before is kept", `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"arguments":{"text":"aaaa`, "tools/call", "5", false},
 	{"cut before the method", `{"jsonrpc":"2.0","params":{"text":"aaaa`, "", "", false},
 	{"empty", ``, "", "", false},
+	{"method twice", `{"method":"a","id":1,"method":"b"}`, "b", "1", false},
+	{"a method that is no string stops", `{"method":"a","method":7,"id":1}`, "a", "", false},
+	{"meta null", `{"method":"a","params":{"_meta":null},"id":1}`, "a", "1", false},
+	{"meta a string stops", `{"method":"a","params":{"_meta":"x"},"id":1}`, "a", "", false},
+	{"meta twice, the last counts", `{"method":"a","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"},"_meta":{}}}`, "a", "", false},
+	{"escaped keys", `{"m\u0065thod":"a","params":{"_meta":{"io.modelcontextprotocol\/protocolVersion":"x"}}}`, "a", "", true},
+	{"not an object", `"tools/call"`, "", "", false},
 }
 
 func TestPeek(t *testing.T) {
@@ -43,6 +51,13 @@ func FuzzPeek(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body string) {
 		r := Peek([]byte(body))
+		// A whole message is read in one scan, as the tokens would read it.
+		if b := bytes.TrimLeft([]byte(body), " \t\r\n"); json.Valid(b) && (len(b) == 0 || b[0] != '[') {
+			want := peekTokens(b)
+			if r.Method != want.Method || !bytes.Equal(r.ID, want.ID) || r.Meta != want.Meta {
+				t.Fatalf("Peek(%q) = %+v (id %s); token by token %+v (id %s)", body, r, r.ID, want, want.ID)
+			}
+		}
 		if len(r.ID) > 0 && !json.Valid(r.ID) {
 			t.Fatalf("Peek(%q) id %q is not JSON", body, r.ID)
 		}
