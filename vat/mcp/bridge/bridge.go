@@ -729,8 +729,9 @@ func (b *Bridge) decide(r *http.Request, principal string, era mcp.Era, session,
 	if status >= 400 {
 		level = slog.LevelWarn
 	}
-	b.cfg.Logger.Log(r.Context(), level, "mcp", keyVat, b.cfg.Vat, keyPrincipal, principal, keyEra, string(era),
-		keySession, session, keyMethod, method, keyResult, status, keyReason, reason)
+	b.cfg.Logger.LogAttrs(r.Context(), level, "mcp", slog.String(keyVat, b.cfg.Vat), slog.String(keyPrincipal, principal),
+		slog.String(keyEra, string(era)), slog.String(keySession, session), slog.String(keyMethod, method),
+		slog.Int(keyResult, status), slog.String(keyReason, reason))
 }
 
 // logVat logs one decision about what a process did.

@@ -3,6 +3,7 @@ package bridge
 import (
 	"bytes"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -355,12 +356,19 @@ func (b *Bridge) serve(w http.ResponseWriter, r *http.Request, s *stream, o writ
 				if o.status != nil {
 					status = o.status(fin.data)
 				}
-				w.Header().Set("Content-Type", "application/json")
+				h := w.Header()
+				h.Set("Content-Type", "application/json")
+				h.Set("Content-Length", strconv.Itoa(len(fin.data)))
 				if status == 0 {
 					status = http.StatusOK
 				}
 				w.WriteHeader(status)
 				_, _ = w.Write(fin.data)
+				if flusher != nil {
+					// The answer goes now, whole (its length is known), not
+					// after the caller's decision record.
+					flusher.Flush()
+				}
 				s.wrote(fin.seq)
 				return true
 			default:
