@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"net/http"
 	"net/http/httputil"
@@ -694,15 +695,20 @@ func (s *Supervisor) logMCP(id string, c *mcpCall, status int) {
 	if !ok {
 		return
 	}
-	attrs := []any{keyVat, id, keyPrincipal, c.principal, keyEra, c.era, keySession, c.session, keyMethod, c.method, keyResult, status, keyReason, c.reason, "ms", time.Since(c.started).Milliseconds()}
+	// Attrs, not key-value pairs: one record a call, so each pair's
+	// boxing and the era's reflection (a named string type) show.
+	attrs := make([]slog.Attr, 0, 10)
+	attrs = append(attrs, slog.String(keyVat, id), slog.String(keyPrincipal, c.principal), slog.String(keyEra, string(c.era)),
+		slog.String(keySession, c.session), slog.String(keyMethod, c.method), slog.Int(keyResult, status),
+		slog.String(keyReason, c.reason), slog.Int64("ms", time.Since(c.started).Milliseconds()))
 	if unlogged > 0 {
-		attrs = append(attrs, "unlogged", unlogged)
+		attrs = append(attrs, slog.Int("unlogged", unlogged))
 	}
-	level := s.log.Info
+	level := slog.LevelInfo
 	if status >= 400 {
-		level = s.log.Warn
+		level = slog.LevelWarn
 	}
-	level("mcp", attrs...)
+	s.log.LogAttrs(context.Background(), level, "mcp", attrs...)
 }
 
 // mcpRecords is vat id's limiter of MCP records.
