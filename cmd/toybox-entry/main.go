@@ -45,6 +45,10 @@ import (
 // maxProcs bounds the threads that run the entry's Go code.
 const maxProcs = 8
 
+// mcpRecordDelay is how long the bridge's decision records may wait to be
+// written together (entry.BatchWriter).
+const mcpRecordDelay = 5 * time.Millisecond
+
 type forwards []entry.Forward
 
 func (f *forwards) String() string { return fmt.Sprint(*f) }
@@ -167,6 +171,7 @@ func main() {
 		if err != nil {
 			failed(entry.ExitSetup, err)
 		}
+		records := entry.NewBatchWriter(os.Stderr, mcpRecordDelay)
 		cfg.MCP = &entry.MCP{
 			Listener:   os.NewFile(uintptr(l.MCP.FD), "mcp-listen"),
 			Spawner:    os.NewFile(uintptr(l.MCP.SpawnerFD), "mcp-spawner"),
@@ -175,10 +180,13 @@ func main() {
 			Era:        mcp.Era(*mcpEra),
 			MaxProcs:   *mcpMaxProcs,
 			Idle:       time.Duration(*mcpIdle) * time.Second,
-			// One JSON record per decision, on the vat's log.
-			Logger: slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
+			// One JSON record per decision, on the vat's log, written
+			// a few at a time (one a call would cost more than the call).
+			Logger: slog.New(slog.NewJSONHandler(records, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		}
-		os.Exit(entry.RunMCP(context.Background(), cfg))
+		code := entry.RunMCP(context.Background(), cfg)
+		records.Flush()
+		os.Exit(code)
 	}
 	os.Exit(entry.Run(context.Background(), cfg))
 }

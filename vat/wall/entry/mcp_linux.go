@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -39,6 +40,12 @@ func RunMCP(ctx context.Context, cfg Config) int {
 	if m == nil || m.Listener == nil || m.Spawner == nil || m.SpawnerPid <= 0 {
 		return fail(ExitSetup, "no MCP listener or spawner")
 	}
+	// One P: each call is a chain of hand-offs between goroutines (the
+	// connection's, the process's stdout reader), and with a second P each
+	// one wakes another thread instead of running on this one. The
+	// wall's CPU cap is one CPU by default, and Go's default never goes
+	// below 2; the vat's own processes are not held to it.
+	runtime.GOMAXPROCS(1)
 	signal.Ignore(unix.SIGABRT, unix.SIGTRAP, unix.SIGSYS, unix.SIGILL, unix.SIGSTKFLT, unix.SIGSEGV, unix.SIGBUS, unix.SIGFPE)
 	ls := cfg.Listeners
 	if cfg.Cap == nil && ls != nil {
