@@ -323,7 +323,7 @@ func serveNet(ctx context.Context, cfg Config, ls *Listeners, logger *slog.Logge
 		vat.Release()
 	}
 	proxy.SetLimits(cfg.MaxConns, len(nls))
-	stopTransparent, err := startTransparent(ctx, proxy, ls)
+	stopTransparent, err := startTransparent(ctx, proxy, ls, nls)
 	if err != nil {
 		closeAll()
 		proxy.Close()

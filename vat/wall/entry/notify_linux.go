@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -98,6 +99,11 @@ type notifier struct {
 	stub    netip.AddrPort // where the DNS stub listens (UDP)
 	stubTCP netip.AddrPort // and over TCP
 	schemes *schemes       // connects granted under another scheme alone
+	// own are where the entry's own listeners (the proxy, the forwarded
+	// ports) listen, for as long as it serves: a connect there stays in
+	// the wall without asking the connector whether something listens
+	// (a round trip to another process on every proxy client's connect).
+	own []netip.AddrPort
 }
 
 func ioctlPtr(fd uintptr, req uintptr, p unsafe.Pointer) syscall.Errno {
@@ -318,7 +324,7 @@ func (n *notifier) outside(sock int, sa []byte) (netip.AddrPort, bool) {
 	if dom == unix.AF_INET && binary.NativeEndian.Uint16(sa) != unix.AF_INET {
 		return netip.AddrPort{}, false // the kernel's own error
 	}
-	if ap.Addr().IsLoopback() && n.conn.listening(ap) {
+	if ap.Addr().IsLoopback() && (slices.Contains(n.own, ap) || n.conn.listening(ap)) {
 		return netip.AddrPort{}, false
 	}
 	return ap, true
@@ -571,7 +577,8 @@ func (p *Proxy) dialFile(ctx context.Context, t target, inProgress bool) (*os.Fi
 // startTransparent serves the app's connect() calls and the DNS stub when
 // ls holds a notification listener; it takes ls.Notify, ls.DNS,
 // ls.DNSTCP and ls.Connector (closed on error, and by the returned func).
-func startTransparent(ctx context.Context, p *Proxy, ls *Listeners) (func(), error) {
+// own are the entry's listeners (the proxy, the forwards).
+func startTransparent(ctx context.Context, p *Proxy, ls *Listeners, own []net.Listener) (func(), error) {
 	if ls.Notify == nil {
 		for _, f := range []*os.File{ls.DNS, ls.DNSTCP, ls.Scheme, ls.Connector} {
 			if f != nil {
@@ -655,6 +662,12 @@ func startTransparent(ctx context.Context, p *Proxy, ls *Listeners) (func(), err
 		stub:    netip.AddrPortFrom(netip.AddrFrom4(in4.Addr), uint16(in4.Port)),
 		stubTCP: netip.AddrPortFrom(netip.AddrFrom4(tin4.Addr), uint16(tin4.Port)),
 		schemes: newSchemes(netip.AddrPortFrom(netip.AddrFrom4(sin4.Addr), uint16(sin4.Port))),
+	}
+	for _, l := range own {
+		if a, ok := l.Addr().(*net.TCPAddr); ok {
+			ap := a.AddrPort()
+			n.own = append(n.own, netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()))
+		}
 	}
 	log := p.logger.With(keyVat, p.id)
 	go serveDNS(pc, n.names, log)
