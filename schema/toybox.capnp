@@ -103,6 +103,13 @@ interface Handle {
   # it is. fd is the sequence number of the descriptor of its other end,
   # passed on this connection as connect's is. The supervisor asks it for
   # toybox-entry, whose connects then take one hop (docs/switchboard.md).
+
+  revoke    @7 ();
+  # Revokes this handle and every handle, connection and socket made
+  # through it, before it answers (a release takes effect some time after
+  # the release is sent). The supervisor revokes a member a regrant
+  # removes, so that no direct connection connects once the regrant is
+  # done.
 }
 
 struct DoorEntry {
@@ -140,15 +147,23 @@ interface Vat {
   doors  @1 () -> (doors :DoorSet);  # empty set when it has none
   id     @2 () -> (id :Text);
 
-  direct @3 () -> (fds :List(UInt64));
+  direct @3 () -> (fds :List(UInt64), members :List(Labels), gen :UInt64);
   # toybox-entry only: one switchboard connection per member of the
   # vat's grant (Handle.socket), each fd a descriptor sequence number on
-  # this connection. Every connection is shut when its member leaves the
-  # grant or the vat stops; ask again after one closes. Empty: no grant.
+  # this connection, with that member's labels. Every connection is shut
+  # when its member leaves the grant or the vat stops; ask again after one
+  # closes, or once grantChanged answers. Empty: no grant. gen is the
+  # grant's generation these members are of.
 
   reportDirect @4 (reports :List(DirectReport));
   # toybox-entry only: what became of connects made on direct
   # connections, for the vat's status and metrics.
+
+  grantChanged @5 (gen :UInt64) -> (gen :UInt64);
+  # toybox-entry only: answers once the grant's generation is not gen
+  # (at once if it already is not), with the new one: the entry then asks
+  # direct again, so that a member a regrant adds takes one hop too.
+  # Fails when the vat stops.
 }
 
 struct DirectReport {

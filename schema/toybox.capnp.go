@@ -2065,6 +2065,26 @@ func (c Handle) Socket(ctx context.Context, params func(Handle_socket_Params) er
 
 }
 
+func (c Handle) Revoke(ctx context.Context, params func(Handle_revoke_Params) error) (Handle_revoke_Results_Future, capnp.ReleaseFunc) {
+
+	s := capnp.Send{
+		Method: capnp.Method{
+			InterfaceID:   0x9ba788bc1f82f2f1,
+			MethodID:      7,
+			InterfaceName: "toybox.capnp:Handle",
+			MethodName:    "revoke",
+		},
+	}
+	if params != nil {
+		s.ArgsSize = capnp.ObjectSize{DataSize: 0, PointerCount: 0}
+		s.PlaceArgs = func(s capnp.Struct) error { return params(Handle_revoke_Params(s)) }
+	}
+
+	ans, release := capnp.Client(c).SendCall(ctx, s)
+	return Handle_revoke_Results_Future{Future: ans.Future()}, release
+
+}
+
 func (c Handle) WaitStreaming() error {
 	return capnp.Client(c).WaitStreaming()
 }
@@ -2151,6 +2171,8 @@ type Handle_Server interface {
 	WebSocket(context.Context, Handle_webSocket) error
 
 	Socket(context.Context, Handle_socket) error
+
+	Revoke(context.Context, Handle_revoke) error
 }
 
 // Handle_NewServer creates a new Server from an implementation of Handle_Server.
@@ -2169,7 +2191,7 @@ func Handle_ServerToClient(s Handle_Server) Handle {
 // This can be used to create a more complicated Server.
 func Handle_Methods(methods []server.Method, s Handle_Server) []server.Method {
 	if cap(methods) == 0 {
-		methods = make([]server.Method, 0, 7)
+		methods = make([]server.Method, 0, 8)
 	}
 
 	methods = append(methods, server.Method{
@@ -2253,6 +2275,18 @@ func Handle_Methods(methods []server.Method, s Handle_Server) []server.Method {
 		},
 		Impl: func(ctx context.Context, call *server.Call) error {
 			return s.Socket(ctx, Handle_socket{call})
+		},
+	})
+
+	methods = append(methods, server.Method{
+		Method: capnp.Method{
+			InterfaceID:   0x9ba788bc1f82f2f1,
+			MethodID:      7,
+			InterfaceName: "toybox.capnp:Handle",
+			MethodName:    "revoke",
+		},
+		Impl: func(ctx context.Context, call *server.Call) error {
+			return s.Revoke(ctx, Handle_revoke{call})
 		},
 	})
 
@@ -2376,6 +2410,23 @@ func (c Handle_socket) Args() Handle_socket_Params {
 func (c Handle_socket) AllocResults() (Handle_socket_Results, error) {
 	r, err := c.Call.AllocResults(capnp.ObjectSize{DataSize: 8, PointerCount: 0})
 	return Handle_socket_Results(r), err
+}
+
+// Handle_revoke holds the state for a server call to Handle.revoke.
+// See server.Call for documentation.
+type Handle_revoke struct {
+	*server.Call
+}
+
+// Args returns the call's arguments.
+func (c Handle_revoke) Args() Handle_revoke_Params {
+	return Handle_revoke_Params(c.Call.Args())
+}
+
+// AllocResults allocates the results struct.
+func (c Handle_revoke) AllocResults() (Handle_revoke_Results, error) {
+	r, err := c.Call.AllocResults(capnp.ObjectSize{DataSize: 0, PointerCount: 0})
+	return Handle_revoke_Results(r), err
 }
 
 // Handle_List is a list of Handle.
@@ -3728,6 +3779,136 @@ type Handle_socket_Results_Future struct{ *capnp.Future }
 func (f Handle_socket_Results_Future) Struct() (Handle_socket_Results, error) {
 	p, err := f.Future.Ptr()
 	return Handle_socket_Results(p.Struct()), err
+}
+
+type Handle_revoke_Params capnp.Struct
+
+// Handle_revoke_Params_TypeID is the unique identifier for the type Handle_revoke_Params.
+const Handle_revoke_Params_TypeID = 0xbfc78572b06726fc
+
+func NewHandle_revoke_Params(s *capnp.Segment) (Handle_revoke_Params, error) {
+	st, err := capnp.NewStruct(s, capnp.ObjectSize{DataSize: 0, PointerCount: 0})
+	return Handle_revoke_Params(st), err
+}
+
+func NewRootHandle_revoke_Params(s *capnp.Segment) (Handle_revoke_Params, error) {
+	st, err := capnp.NewRootStruct(s, capnp.ObjectSize{DataSize: 0, PointerCount: 0})
+	return Handle_revoke_Params(st), err
+}
+
+func ReadRootHandle_revoke_Params(msg *capnp.Message) (Handle_revoke_Params, error) {
+	root, err := msg.Root()
+	return Handle_revoke_Params(root.Struct()), err
+}
+
+func (s Handle_revoke_Params) String() string {
+	str, _ := text.Marshal(0xbfc78572b06726fc, capnp.Struct(s))
+	return str
+}
+
+func (s Handle_revoke_Params) EncodeAsPtr(seg *capnp.Segment) capnp.Ptr {
+	return capnp.Struct(s).EncodeAsPtr(seg)
+}
+
+func (Handle_revoke_Params) DecodeFromPtr(p capnp.Ptr) Handle_revoke_Params {
+	return Handle_revoke_Params(capnp.Struct{}.DecodeFromPtr(p))
+}
+
+func (s Handle_revoke_Params) ToPtr() capnp.Ptr {
+	return capnp.Struct(s).ToPtr()
+}
+func (s Handle_revoke_Params) IsValid() bool {
+	return capnp.Struct(s).IsValid()
+}
+
+func (s Handle_revoke_Params) Message() *capnp.Message {
+	return capnp.Struct(s).Message()
+}
+
+func (s Handle_revoke_Params) Segment() *capnp.Segment {
+	return capnp.Struct(s).Segment()
+}
+
+// Handle_revoke_Params_List is a list of Handle_revoke_Params.
+type Handle_revoke_Params_List = capnp.StructList[Handle_revoke_Params]
+
+// NewHandle_revoke_Params creates a new list of Handle_revoke_Params.
+func NewHandle_revoke_Params_List(s *capnp.Segment, sz int32) (Handle_revoke_Params_List, error) {
+	l, err := capnp.NewCompositeList(s, capnp.ObjectSize{DataSize: 0, PointerCount: 0}, sz)
+	return capnp.StructList[Handle_revoke_Params](l), err
+}
+
+// Handle_revoke_Params_Future is a wrapper for a Handle_revoke_Params promised by a client call.
+type Handle_revoke_Params_Future struct{ *capnp.Future }
+
+func (f Handle_revoke_Params_Future) Struct() (Handle_revoke_Params, error) {
+	p, err := f.Future.Ptr()
+	return Handle_revoke_Params(p.Struct()), err
+}
+
+type Handle_revoke_Results capnp.Struct
+
+// Handle_revoke_Results_TypeID is the unique identifier for the type Handle_revoke_Results.
+const Handle_revoke_Results_TypeID = 0xf41b6b643b5f8d85
+
+func NewHandle_revoke_Results(s *capnp.Segment) (Handle_revoke_Results, error) {
+	st, err := capnp.NewStruct(s, capnp.ObjectSize{DataSize: 0, PointerCount: 0})
+	return Handle_revoke_Results(st), err
+}
+
+func NewRootHandle_revoke_Results(s *capnp.Segment) (Handle_revoke_Results, error) {
+	st, err := capnp.NewRootStruct(s, capnp.ObjectSize{DataSize: 0, PointerCount: 0})
+	return Handle_revoke_Results(st), err
+}
+
+func ReadRootHandle_revoke_Results(msg *capnp.Message) (Handle_revoke_Results, error) {
+	root, err := msg.Root()
+	return Handle_revoke_Results(root.Struct()), err
+}
+
+func (s Handle_revoke_Results) String() string {
+	str, _ := text.Marshal(0xf41b6b643b5f8d85, capnp.Struct(s))
+	return str
+}
+
+func (s Handle_revoke_Results) EncodeAsPtr(seg *capnp.Segment) capnp.Ptr {
+	return capnp.Struct(s).EncodeAsPtr(seg)
+}
+
+func (Handle_revoke_Results) DecodeFromPtr(p capnp.Ptr) Handle_revoke_Results {
+	return Handle_revoke_Results(capnp.Struct{}.DecodeFromPtr(p))
+}
+
+func (s Handle_revoke_Results) ToPtr() capnp.Ptr {
+	return capnp.Struct(s).ToPtr()
+}
+func (s Handle_revoke_Results) IsValid() bool {
+	return capnp.Struct(s).IsValid()
+}
+
+func (s Handle_revoke_Results) Message() *capnp.Message {
+	return capnp.Struct(s).Message()
+}
+
+func (s Handle_revoke_Results) Segment() *capnp.Segment {
+	return capnp.Struct(s).Segment()
+}
+
+// Handle_revoke_Results_List is a list of Handle_revoke_Results.
+type Handle_revoke_Results_List = capnp.StructList[Handle_revoke_Results]
+
+// NewHandle_revoke_Results creates a new list of Handle_revoke_Results.
+func NewHandle_revoke_Results_List(s *capnp.Segment, sz int32) (Handle_revoke_Results_List, error) {
+	l, err := capnp.NewCompositeList(s, capnp.ObjectSize{DataSize: 0, PointerCount: 0}, sz)
+	return capnp.StructList[Handle_revoke_Results](l), err
+}
+
+// Handle_revoke_Results_Future is a wrapper for a Handle_revoke_Results promised by a client call.
+type Handle_revoke_Results_Future struct{ *capnp.Future }
+
+func (f Handle_revoke_Results_Future) Struct() (Handle_revoke_Results, error) {
+	p, err := f.Future.Ptr()
+	return Handle_revoke_Results(p.Struct()), err
 }
 
 type DoorEntry capnp.Struct
@@ -5393,6 +5574,26 @@ func (c Vat) ReportDirect(ctx context.Context, params func(Vat_reportDirect_Para
 
 }
 
+func (c Vat) GrantChanged(ctx context.Context, params func(Vat_grantChanged_Params) error) (Vat_grantChanged_Results_Future, capnp.ReleaseFunc) {
+
+	s := capnp.Send{
+		Method: capnp.Method{
+			InterfaceID:   0xdedc3a13a41d33f8,
+			MethodID:      5,
+			InterfaceName: "toybox.capnp:Vat",
+			MethodName:    "grantChanged",
+		},
+	}
+	if params != nil {
+		s.ArgsSize = capnp.ObjectSize{DataSize: 8, PointerCount: 0}
+		s.PlaceArgs = func(s capnp.Struct) error { return params(Vat_grantChanged_Params(s)) }
+	}
+
+	ans, release := capnp.Client(c).SendCall(ctx, s)
+	return Vat_grantChanged_Results_Future{Future: ans.Future()}, release
+
+}
+
 func (c Vat) WaitStreaming() error {
 	return capnp.Client(c).WaitStreaming()
 }
@@ -5475,6 +5676,8 @@ type Vat_Server interface {
 	Direct(context.Context, Vat_direct) error
 
 	ReportDirect(context.Context, Vat_reportDirect) error
+
+	GrantChanged(context.Context, Vat_grantChanged) error
 }
 
 // Vat_NewServer creates a new Server from an implementation of Vat_Server.
@@ -5493,7 +5696,7 @@ func Vat_ServerToClient(s Vat_Server) Vat {
 // This can be used to create a more complicated Server.
 func Vat_Methods(methods []server.Method, s Vat_Server) []server.Method {
 	if cap(methods) == 0 {
-		methods = make([]server.Method, 0, 5)
+		methods = make([]server.Method, 0, 6)
 	}
 
 	methods = append(methods, server.Method{
@@ -5553,6 +5756,18 @@ func Vat_Methods(methods []server.Method, s Vat_Server) []server.Method {
 		},
 		Impl: func(ctx context.Context, call *server.Call) error {
 			return s.ReportDirect(ctx, Vat_reportDirect{call})
+		},
+	})
+
+	methods = append(methods, server.Method{
+		Method: capnp.Method{
+			InterfaceID:   0xdedc3a13a41d33f8,
+			MethodID:      5,
+			InterfaceName: "toybox.capnp:Vat",
+			MethodName:    "grantChanged",
+		},
+		Impl: func(ctx context.Context, call *server.Call) error {
+			return s.GrantChanged(ctx, Vat_grantChanged{call})
 		},
 	})
 
@@ -5623,7 +5838,7 @@ func (c Vat_direct) Args() Vat_direct_Params {
 
 // AllocResults allocates the results struct.
 func (c Vat_direct) AllocResults() (Vat_direct_Results, error) {
-	r, err := c.Call.AllocResults(capnp.ObjectSize{DataSize: 0, PointerCount: 1})
+	r, err := c.Call.AllocResults(capnp.ObjectSize{DataSize: 8, PointerCount: 2})
 	return Vat_direct_Results(r), err
 }
 
@@ -5642,6 +5857,23 @@ func (c Vat_reportDirect) Args() Vat_reportDirect_Params {
 func (c Vat_reportDirect) AllocResults() (Vat_reportDirect_Results, error) {
 	r, err := c.Call.AllocResults(capnp.ObjectSize{DataSize: 0, PointerCount: 0})
 	return Vat_reportDirect_Results(r), err
+}
+
+// Vat_grantChanged holds the state for a server call to Vat.grantChanged.
+// See server.Call for documentation.
+type Vat_grantChanged struct {
+	*server.Call
+}
+
+// Args returns the call's arguments.
+func (c Vat_grantChanged) Args() Vat_grantChanged_Params {
+	return Vat_grantChanged_Params(c.Call.Args())
+}
+
+// AllocResults allocates the results struct.
+func (c Vat_grantChanged) AllocResults() (Vat_grantChanged_Results, error) {
+	r, err := c.Call.AllocResults(capnp.ObjectSize{DataSize: 8, PointerCount: 0})
+	return Vat_grantChanged_Results(r), err
 }
 
 // Vat_List is a list of Vat.
@@ -6197,12 +6429,12 @@ type Vat_direct_Results capnp.Struct
 const Vat_direct_Results_TypeID = 0xea1ff6ba67af9249
 
 func NewVat_direct_Results(s *capnp.Segment) (Vat_direct_Results, error) {
-	st, err := capnp.NewStruct(s, capnp.ObjectSize{DataSize: 0, PointerCount: 1})
+	st, err := capnp.NewStruct(s, capnp.ObjectSize{DataSize: 8, PointerCount: 2})
 	return Vat_direct_Results(st), err
 }
 
 func NewRootVat_direct_Results(s *capnp.Segment) (Vat_direct_Results, error) {
-	st, err := capnp.NewRootStruct(s, capnp.ObjectSize{DataSize: 0, PointerCount: 1})
+	st, err := capnp.NewRootStruct(s, capnp.ObjectSize{DataSize: 8, PointerCount: 2})
 	return Vat_direct_Results(st), err
 }
 
@@ -6261,13 +6493,43 @@ func (s Vat_direct_Results) NewFds(n int32) (capnp.UInt64List, error) {
 	err = capnp.Struct(s).SetPtr(0, l.ToPtr())
 	return l, err
 }
+func (s Vat_direct_Results) Members() (Labels_List, error) {
+	p, err := capnp.Struct(s).Ptr(1)
+	return Labels_List(p.List()), err
+}
+
+func (s Vat_direct_Results) HasMembers() bool {
+	return capnp.Struct(s).HasPtr(1)
+}
+
+func (s Vat_direct_Results) SetMembers(v Labels_List) error {
+	return capnp.Struct(s).SetPtr(1, v.ToPtr())
+}
+
+// NewMembers sets the members field to a newly
+// allocated Labels_List, preferring placement in s's segment.
+func (s Vat_direct_Results) NewMembers(n int32) (Labels_List, error) {
+	l, err := NewLabels_List(capnp.Struct(s).Segment(), n)
+	if err != nil {
+		return Labels_List{}, err
+	}
+	err = capnp.Struct(s).SetPtr(1, l.ToPtr())
+	return l, err
+}
+func (s Vat_direct_Results) Gen() uint64 {
+	return capnp.Struct(s).Uint64(0)
+}
+
+func (s Vat_direct_Results) SetGen(v uint64) {
+	capnp.Struct(s).SetUint64(0, v)
+}
 
 // Vat_direct_Results_List is a list of Vat_direct_Results.
 type Vat_direct_Results_List = capnp.StructList[Vat_direct_Results]
 
 // NewVat_direct_Results creates a new list of Vat_direct_Results.
 func NewVat_direct_Results_List(s *capnp.Segment, sz int32) (Vat_direct_Results_List, error) {
-	l, err := capnp.NewCompositeList(s, capnp.ObjectSize{DataSize: 0, PointerCount: 1}, sz)
+	l, err := capnp.NewCompositeList(s, capnp.ObjectSize{DataSize: 8, PointerCount: 2}, sz)
 	return capnp.StructList[Vat_direct_Results](l), err
 }
 
@@ -6432,6 +6694,150 @@ func (f Vat_reportDirect_Results_Future) Struct() (Vat_reportDirect_Results, err
 	return Vat_reportDirect_Results(p.Struct()), err
 }
 
+type Vat_grantChanged_Params capnp.Struct
+
+// Vat_grantChanged_Params_TypeID is the unique identifier for the type Vat_grantChanged_Params.
+const Vat_grantChanged_Params_TypeID = 0x82102e912b5ad588
+
+func NewVat_grantChanged_Params(s *capnp.Segment) (Vat_grantChanged_Params, error) {
+	st, err := capnp.NewStruct(s, capnp.ObjectSize{DataSize: 8, PointerCount: 0})
+	return Vat_grantChanged_Params(st), err
+}
+
+func NewRootVat_grantChanged_Params(s *capnp.Segment) (Vat_grantChanged_Params, error) {
+	st, err := capnp.NewRootStruct(s, capnp.ObjectSize{DataSize: 8, PointerCount: 0})
+	return Vat_grantChanged_Params(st), err
+}
+
+func ReadRootVat_grantChanged_Params(msg *capnp.Message) (Vat_grantChanged_Params, error) {
+	root, err := msg.Root()
+	return Vat_grantChanged_Params(root.Struct()), err
+}
+
+func (s Vat_grantChanged_Params) String() string {
+	str, _ := text.Marshal(0x82102e912b5ad588, capnp.Struct(s))
+	return str
+}
+
+func (s Vat_grantChanged_Params) EncodeAsPtr(seg *capnp.Segment) capnp.Ptr {
+	return capnp.Struct(s).EncodeAsPtr(seg)
+}
+
+func (Vat_grantChanged_Params) DecodeFromPtr(p capnp.Ptr) Vat_grantChanged_Params {
+	return Vat_grantChanged_Params(capnp.Struct{}.DecodeFromPtr(p))
+}
+
+func (s Vat_grantChanged_Params) ToPtr() capnp.Ptr {
+	return capnp.Struct(s).ToPtr()
+}
+func (s Vat_grantChanged_Params) IsValid() bool {
+	return capnp.Struct(s).IsValid()
+}
+
+func (s Vat_grantChanged_Params) Message() *capnp.Message {
+	return capnp.Struct(s).Message()
+}
+
+func (s Vat_grantChanged_Params) Segment() *capnp.Segment {
+	return capnp.Struct(s).Segment()
+}
+func (s Vat_grantChanged_Params) Gen() uint64 {
+	return capnp.Struct(s).Uint64(0)
+}
+
+func (s Vat_grantChanged_Params) SetGen(v uint64) {
+	capnp.Struct(s).SetUint64(0, v)
+}
+
+// Vat_grantChanged_Params_List is a list of Vat_grantChanged_Params.
+type Vat_grantChanged_Params_List = capnp.StructList[Vat_grantChanged_Params]
+
+// NewVat_grantChanged_Params creates a new list of Vat_grantChanged_Params.
+func NewVat_grantChanged_Params_List(s *capnp.Segment, sz int32) (Vat_grantChanged_Params_List, error) {
+	l, err := capnp.NewCompositeList(s, capnp.ObjectSize{DataSize: 8, PointerCount: 0}, sz)
+	return capnp.StructList[Vat_grantChanged_Params](l), err
+}
+
+// Vat_grantChanged_Params_Future is a wrapper for a Vat_grantChanged_Params promised by a client call.
+type Vat_grantChanged_Params_Future struct{ *capnp.Future }
+
+func (f Vat_grantChanged_Params_Future) Struct() (Vat_grantChanged_Params, error) {
+	p, err := f.Future.Ptr()
+	return Vat_grantChanged_Params(p.Struct()), err
+}
+
+type Vat_grantChanged_Results capnp.Struct
+
+// Vat_grantChanged_Results_TypeID is the unique identifier for the type Vat_grantChanged_Results.
+const Vat_grantChanged_Results_TypeID = 0xd1182277a0c82de2
+
+func NewVat_grantChanged_Results(s *capnp.Segment) (Vat_grantChanged_Results, error) {
+	st, err := capnp.NewStruct(s, capnp.ObjectSize{DataSize: 8, PointerCount: 0})
+	return Vat_grantChanged_Results(st), err
+}
+
+func NewRootVat_grantChanged_Results(s *capnp.Segment) (Vat_grantChanged_Results, error) {
+	st, err := capnp.NewRootStruct(s, capnp.ObjectSize{DataSize: 8, PointerCount: 0})
+	return Vat_grantChanged_Results(st), err
+}
+
+func ReadRootVat_grantChanged_Results(msg *capnp.Message) (Vat_grantChanged_Results, error) {
+	root, err := msg.Root()
+	return Vat_grantChanged_Results(root.Struct()), err
+}
+
+func (s Vat_grantChanged_Results) String() string {
+	str, _ := text.Marshal(0xd1182277a0c82de2, capnp.Struct(s))
+	return str
+}
+
+func (s Vat_grantChanged_Results) EncodeAsPtr(seg *capnp.Segment) capnp.Ptr {
+	return capnp.Struct(s).EncodeAsPtr(seg)
+}
+
+func (Vat_grantChanged_Results) DecodeFromPtr(p capnp.Ptr) Vat_grantChanged_Results {
+	return Vat_grantChanged_Results(capnp.Struct{}.DecodeFromPtr(p))
+}
+
+func (s Vat_grantChanged_Results) ToPtr() capnp.Ptr {
+	return capnp.Struct(s).ToPtr()
+}
+func (s Vat_grantChanged_Results) IsValid() bool {
+	return capnp.Struct(s).IsValid()
+}
+
+func (s Vat_grantChanged_Results) Message() *capnp.Message {
+	return capnp.Struct(s).Message()
+}
+
+func (s Vat_grantChanged_Results) Segment() *capnp.Segment {
+	return capnp.Struct(s).Segment()
+}
+func (s Vat_grantChanged_Results) Gen() uint64 {
+	return capnp.Struct(s).Uint64(0)
+}
+
+func (s Vat_grantChanged_Results) SetGen(v uint64) {
+	capnp.Struct(s).SetUint64(0, v)
+}
+
+// Vat_grantChanged_Results_List is a list of Vat_grantChanged_Results.
+type Vat_grantChanged_Results_List = capnp.StructList[Vat_grantChanged_Results]
+
+// NewVat_grantChanged_Results creates a new list of Vat_grantChanged_Results.
+func NewVat_grantChanged_Results_List(s *capnp.Segment, sz int32) (Vat_grantChanged_Results_List, error) {
+	l, err := capnp.NewCompositeList(s, capnp.ObjectSize{DataSize: 8, PointerCount: 0}, sz)
+	return capnp.StructList[Vat_grantChanged_Results](l), err
+}
+
+// Vat_grantChanged_Results_Future is a wrapper for a Vat_grantChanged_Results promised by a client call.
+type Vat_grantChanged_Results_Future struct{ *capnp.Future }
+
+func (f Vat_grantChanged_Results_Future) Struct() (Vat_grantChanged_Results, error) {
+	p, err := f.Future.Ptr()
+	return Vat_grantChanged_Results(p.Struct()), err
+}
+
 type DirectReport capnp.Struct
 
 // DirectReport_TypeID is the unique identifier for the type DirectReport.
@@ -6549,216 +6955,229 @@ func (p DirectReport_Future) Target() Target_Future {
 	return Target_Future{Future: p.Future.Field(0, nil)}
 }
 
-const schema_f87d9be7acf38326 = "x\xda\xacY}t\x14\xd5\xd9\xbf\xcf\xcc\xc6\x05M\xb2" +
-	"{3\x9b\xaf\x0d\xbe9`\xf0\xbc\xe4\x85H\x12}_" +
-	"\x89\xaf\xee\x92\x82%\x08\x9a\x09X\x01Mq\xb2{I" +
-	"V6;afB\x0c\x15\x03\x0a\x02\xad\x1c\x10K%" +
-	"\xa5\x88pb\x11\x8b\x1fPQ\x93\x8a\x05\x8e\x88\xb4j" +
-	"\xab\xad=\x05\x14\x8f_xj\x0f\xc5\xd0\"\x0ar\xb6" +
-	"\xe7\xde\xd9;3\xfb\x15\xa0\xed\x7f\x9b\xcc3\xcf}>" +
-	"\x7f\xcf\xef\xb93~\xcd\xf0\xa0\xab:\xef\xa5\"$\xcc" +
-	"\x18\x069\x97}\xa8\x1d{l\xfd\x98\xff[\x86}\x80" +
-	"P\x8e\xcb\x8dP\xed\xc4+\xfc\x80@j\xb8\xe2s\x04" +
-	"\xf1\xe6\x8aocE\xfdo\xae@r\x19P\x09\xa0\x12" +
-	"\xd5\xb9\xf5TbBn\x17\x82\xf8o\xe7Nz6|" +
-	"\xeb\xa2\x95\xc8T\xc1\x04\xd6\xe7\x16P\x81M\xb9\x01\x04" +
-	"\xf1\xab\xee\x1a\xfb\xf1\xe6\xf7\xef_\x85\xe4<\x80\xf8\xd5" +
-	"\x0f\xfe}\xc7\xe7\x1b\x17\x7f\x8drr\xdc\x08I\xfbr" +
-	"\xb7J\x87r\xe9;\x07r\xef\x00\x04\xf1;]\xc6G" +
-	"y\x07\xc5\x1f%\xd4\x09\xf4\x11\xce\xaf\xa1\xeaJ\xf3\xe9" +
-	"y;V\x95\xbd\xf9\xea\xca%kR\xd5QIiq" +
-	"\xfe\xbb\xd2\xaa|\xfaky\xfes\x08\xe2\xc7Jv\xd7" +
-	"\x9fm{l\x0d\xc2y\xa2-\x8b@\xba\xd2\xf3\xb44" +
-	"\xdaC\x05Gz\x0eJ\xbd\xf4W\xfc\x85#\xf9\xfd\xc3" +
-	"\x0eNZ\x8b\xe4\x02\xe0gKK=g\x11H\xcb=" +
-	"T[\xe4`\xa9>\xb0\xb4om\xc6\xa3\xc7y\xb7J" +
-	"\xd7y\xe9\xafj/\x15\xde\xd7;\xf0`\xc9\xb63\xeb" +
-	"\x10.\xb4\xe2r\xc8+PG\xde\xf2\xd2\xb8\xcc\xbd\xe6" +
-	"\xcd\x13Wy\xcf\xadC\x18\x03B4\xf4\xd2\x09\xefY" +
-	"\xe4\x8a\x0b\x0b\xc4\x96\xf8\xf9#\xeb\xcd\x10\xb0\x9c\xbc\xe3" +
-	"\x1d\x05\xc8\x15\x1f\xfb\xd1\xc9\x81S\xcf.\xfa\x89\xf9\x0a" +
-	"\xd3)\xf5{?F \xeda*\xf3f\xbc\xf1\xee[" +
-	"\xc7?|\x0c\xe1\x02\xfe\xe6\x07\xde\xcb\xe9\x9bkb\x9f" +
-	"~\xfe\xf8\xec\xfc\x0d\x08\x17[\xd6\x1c\xf0\xfamk\x06" +
-	"\x17}\xbbv\xe1\xf0]\x1b\x1c\xaakO\x98\xe6\x0e2" +
-	"\x81\x93\xbb\x8eV\xe0?l\xe8uX\x85\xe91\xaex" +
-	"O\xef\xcc\x97\xef\\\x92\xb3\xd1Y\x01\xdfxY\xca\x00" +
-	"\xd3Wg=\x98\xff\xe8\xb4\x92\xcd\x1b\xd3\xb20\x12\xef" +
-	"\x97\xc6`\xea\xc5h\xbcB\xea\xa4\xbf\xe2\x83\xa7\x1e(" +
-	"\x7fe\xe5\xb6t\xe1f\xbcU\"T\xa4V\xc1\x07A" +
-	"Z^\xe0F\xe8\xccM\xab\xf7\xff\xb9d\xfc&G\x8c" +
-	"\xdb\x0b.\xa7'w\x16\xd0\x937\x95\xfb\xab\"\xafL" +
-	"\xdc\xe4\x88\xf1\xfa\x82S\xc8\x15\x7f\xa8\xf9\xcc\x1b\x83;" +
-	"\xfb79#\xd9]@S\xbd\x98\xbdh\x9c\xbci\xc3" +
-	"\xf9G\xaf\xd9\xec\xf4iK\xc1(\xaay;\x13\xb8r" +
-	"\xcf-{\x9f\xfed\xcb\x13\xb6\xe6\xdaC\x0554\x1c" +
-	"d\xe1\x89\x87[v\x0dnq\xbe\xba\xb3\xa0\x92\xbe\xda" +
-	"\xcf^}m\xea\x7fM\x1e\x91{\xc56$\xfbX\x9d" +
-	"\x89T\xe2p\x01MF\xedG\x05\xe5\xb4\x0b*\x8e." +
-	"\xfbUi\xf0\xaf\xcf'\xb5\xddy\xa9\x8e*\xc9\xf1\xd1" +
-	"6\xa8\x18x\xba\xfb\x8f\xc5\xcf\xefL\x0b\x93\xe2;\"" +
-	"\xb5\xfb\xa8?\x11\xdf\x0a\xa9\x9f\xfe\x8a\x1f\x1f=\xfa\xb6" +
-	"\x1b\xceU\xecJ\xf2\xc6\xc7\xe2\xb4\xddGM\xfa\xfd\x97" +
-	"\xaf\x8d\xf5\x0e|\xf8K\x84K,o|~\xea\xcd\x9e" +
-	"_|\x91\xfb\xfdu\x13^H;g\xa7o\xc0\xd4." +
-	"\xed\xf6\xad\x90r\x0a\xe99\xfe\xcf~7y\xeb\x9e\x09" +
-	"/&<czN\xf8X\x95\x9df\xe7\xf4\xe7x\xc0" +
-	"s\xee\xfd\x97\xcc2d\xcf\x0b\x0bYi\xf7\xed\x1dq" +
-	"\xf5\x9f\xcev\xf5\x9b\xa5\xcb\x90H:\xef;Ek\xa8" +
-	"\x90\x02Q\xd3\xd9\xf5\xffx\xfb\xf5\xa7\x06\x10\xceKk" +
-	"\xbd\xcf\x0a\xb7J'\xa8\x01\xd2_\x0ail^nm" +
-	"\xbe\xafn\xdf\x0d\xaf\xa6\xd9<\xb9h\x9d4\xbd\x88\x0a" +
-	"6\x14\xad\x90z\xe9\xaf\xf8\x8d\xb9O\xbe6\xf7\x96\xf8" +
-	"^G\x89,-:\x82\\\xf1\xdb\xean\xbd\xbfi\xea" +
-	"\xce\xfd\x89\xa0\xb1,\x91\"\x96\xc7\xf6\"\xda\xe1\x8d\x8f" +
-	"_\xbet\xd6\xf13\xfby\x1eYXK\x8bY\x91\x8c" +
-	",\xa6\x86\xb4\xbc\x97\xf3\x9d3\x83{\x0e\xa4\x02\x06+" +
-	"\xb7\xa5\xc5\xbb\xa4U\xc5\x0c\xab\x8a\x19`\xb8g\x0e\xc3" +
-	"\x0bO\xbe\xee\xec\xc0\x91%\xec\xbc1%4x\xdb\x1e" +
-	"o\x09\xcd\xe9\xec>\xe8H\xd2\xec\x12\x16\xbc\xfd\xff;" +
-	"\xf6\xfa\xad\xf74\xff\xc6\xd9\xdd\x13\xcdW\x1b\xd8\xab\x0f" +
-	"5\xdf\xfe\xf3\xdc\x17\x17\xbc\x9bj\x88\xc8\xea\xa4d\x97" +
-	"\xb4\xa0\x84\xfej/\xa1\xa1>\xbc\xf1x\xf7\x98\xbe\xc5" +
-	"\x87\x91\\l\xfbu{)\xf3\xab\xb9\x94\xfa5S}" +
-	"\xe5\xb9\x8ek\x07\x8f\x9a\xd8f\x96K\xa9@-YR" +
-	"\xdb7\xd8\xd3\x17>\xe6D\xbdgJY\xa5\xed.\xa5" +
-	"\x96|]{e\x9fT\xf7\xfe\xb1\xb4\xdc\xbcW\xfaC" +
-	"\xe9\x83R\xd6\x0a\xa5\xdf\x05\xe9I?M\xce\x8e{\xef" +
-	"\xd8\xfc\x83\x9es\x1f;\x0eZ\xedg\x80v\xf7\xb6\x1d" +
-	"\x8f\x0ao\xcd\xfb\x04\xe12\xfe\xa4\xd3?\x95>9\xdd" +
-	"\xb0\xbdz\xf3~\xf2\xa9\xd3\x04\xc5\xcf\x06R\xc4OM" +
-	"8~\xdb\xd7\x0f\x1c>\xdf\xf2\x99\x19GS\xa0\xd7\xcf" +
-	"\xa2\xb5\x85\x094\xac{\xaeu\xe0\xab\xf2/\x9c\x99\xd8" +
-	"\xe7gXx\x80\x09\x8c\x98T\xffv\xf4\xba\xae/S" +
-	"\x8a\x91E\xf3\xb4\x7f@:O\x8d\x97\xbe\xf1\xd3\xb4N" +
-	"\xfe\xf5\xd1\xd8\xc8\xbf\xad\x18L\x146S\xf6H\x193" +
-	"\xa7\xb7\x8c*\xfb\x9f\x9b\xd7\\W0\xbe\xef+gs" +
-	"\x1e*c\xe6\xbc\xc3\x04v\x9c\xda\xbd\xe8\xe5\x99\xa13" +
-	"N\xac\x1a,\xa3Xu\xba,\x80f\xc7\x0d\xb5\xbbE" +
-	"\xbd\xb7*$*\x1d\xb1\x8e\xba)J,\x1c%U\x1a" +
-	"Y\xd0It\xa3\xa2Q\xd1\x14\xb1]\x97\xbd\xa2\x0b!" +
-	"\x17 \x84\x95:\x84\xe4\xbbD\x90\xdb\x04\xc0\x00\xacv" +
-	"1\x19\x85\x90|\xb7\x08rT\x00,\x08>\x10\x10\xc2" +
-	"\x91z\x84\xe4\xb0\x08\xf2\x12\x01\xb0(\xfa@D\x08/" +
-	"nBH\xbeO\x04y\xa5\x00\x81vb\xb4\xa9a\xc8" +
-	"E\x02\xe4\"pwjQ\xfe\xbb\xa7\x8d(a\xa2\xe9" +
-	"\x90\x8f\xa0Q\x04\xf0\xda\x1d\x8c\x80\xfe3\xae\x11\xbdC" +
-	"\x8d\x85\x09\x02\x0d\xb0\x8d3\x08\x00S\x00N8\xe5b" +
-	"NM'\xba\xae\xb4\x92\x19\x86F\x94\xf6\xaaPT\xd5" +
-	"\x09\xf3\xac]G\xf20\xcb\xb31\x95\x08\xc9\x15\"\xc8" +
-	"\xe3\x05\xe0\x8e\x8d\xa3\xde\xfe\xb7\x08\xf2\xb5\x02xBj" +
-	"\x98\x80\x1b\x09\xe0F\x10\xd0\x88\xa2\xab1no\xe6(" +
-	"\x86\xdaHh~E\x13\xd1;\xa3\x06\xe8\xb2\xcb:*" +
-	"o*Br\xae\x08r\x89\x00\xf10\x09E\xf4\x88\x1a" +
-	"C\x08\x81\xd7\xee5\x04\xe0u(\x06\xa6x\x9a\xd2\xe2" +
-	"&Q\xbd\x11@.\xb1\xb4\xf5R#\x7f,\x82\xfc\x84" +
-	"#%\x9b\xa87\x1bD\x90\xfb\x04\x80DF\xb6\xd0\xff" +
-	"\xfdL\x04\xf9)\x9a\x11\xc1\xcc\xc8\x934MO\x88 " +
-	"\xef\x10\x00\xbbD\x1f\xb8\x10\xc2\xdbiB\xfbD\x90\x9f" +
-	"\x17\x00\xe7\xb8|\x90\x83\x10~\x86\x9e\xf3\x94\x08\xf2\x0b" +
-	"\x02\x04\xf4P\x1bi'\xdc\x7fO\x9b\xaa\x1b\xd6\x1f\x1d" +
-	"\xaaf\xf0@\xf5\xc4\x88\xd1\xa5j\xf3\xad,/T," +
-	"\xc1\x80\xaaEZ#\x17\x08b\x17i\x99\xa1\x86\xe6\x13" +
-	"\xa3\xa2\x89\x94\xd3H\xea\xce\x9cM\xb5\xf3c\xb9^M" +
-	"\xff9^\x04\xf9\xff\x05\x88wv\xe8,\xed4\xba\xd8" +
-	"\x9e{\x89:\xe9\xd0TC\x0d\xa9Q\xfa4\xd5\x0a\x81" +
-	"Y1)\xa2\x91\x90\xd1D:T\x0d\x0c\x1a\xf7\\\xeb" +
-	"\xf0\xc94\x1eA\x11\xe4iv\xc14\xd0hN\x12A" +
-	"n\xa4\x9d\x00f\xdc\xa7S\xc1)\"\xc83\x05\x08\x18" +
-	"\x8a\xd6J\x0c\xf0\xda|\xd0\xcct\x8f\x12\x8d\xaa]$" +
-	"\x0c\x80\x04\x80\xec\x15f\x16\xc2$U\xf5h3H\xc2" +
-	"\xa2\x1c\x07\xd8\x01G0,W\"\x01Ov\x83\x8d\xb8" +
-	"\xc0\x01\x16O\x18\x85\x04<\xce\x0d\x82\xc54\xe1\xa6\xd5" +
-	"\xfb\x11cC#\xe9\xb3B\xb7'\x1a\xd1\x8d \xb8\x95" +
-	"h4\x08\xeeVb\x04\xa1\x11\xd2\xc2\xa3\xaaZUH" +
-	"\x89F+\x9a\x02\xc4\xcc\xceE\x06\xe8nG\x80\x9ai" +
-	"a\xce\x12A\x0e\xd3\xca2\x14\xa3S\xb7\xea\xe7BH" +
-	"\xe0iQ\xc3\xdd\x90\x87\x04\xc8K\x8b\xd2LE\xa3\x86" +
-	"gO\x9bU3\x0d\x95v\xdex\xbbL\xaft\xa4\xed" +
-	"b\xeb=\xa5\x88i|f\x10\xa3\xaa\x95\x18\x16\xe48" +
-	"p\x80\x9e0L\x04\xd9'\x80'\xa6\xd8\xfaS\xa2\xfc" +
-	"=\xc5\xa8\x0a\xb3B\xac\x08\x98Z2\xf7J\x98\xe8!" +
-	"-\xd2\xc2\xd0\xcd\xed\x94\xb2\xd5D\xc2\x0c\x90\xdc4S" +
-	"\x0eC\xfc\xb6!b$\x9c\xa5#Y\xb2I\xcc\xd0\"" +
-	"D\xe7\xde\xa0\x14\x99\xa6\x04.kU\xf3\x94H\xd4\x1a" +
-	" \x8e\xa3\xea\xed\xa3z\xdaMd\xcer\x1e\xb5\x97\xb4" +
-	"jD\xd7\x13 \x9a\x1c\xbc:[Q\xa0\x8d\x05\x00\xb0" +
-	"\xbd\x00\xa4L\x82\xa48\xe9&\xa00\x17 K,C" +
-	"jL74%\x12\xb3q\xe7_=\xdb\x8c~}\xb7" +
-	"\x91\x18A\x88\x16\xe40\xd6\xb5\x9cM@l\xe7\xde\xae" +
-	"\xda\x9f\xce\xed\xc5\xd55H\xc0\xa3i\xd7rZ\x0d\x9c" +
-	"\xba\xe1R\xda\x99y\xee\xf2.-b\x90 \xb8I," +
-	"\x9c\xdc\x94\xc0=p\x87\xa3\x84\x9e2\x82\x9d\xc2wB" +
-	"\xe0\xdb\x05~g*\x12\xf0!z\x0a'\x10\xc0\x171" +
-	"\xbc\xa7\x09\x09x7\xc5\x06\xce\xfc\x81\xaf\xe9x;\xb5" +
-	"n\x93\x1bDk\x0f\x01Nd\xf1#\xf5H\xc0\xcb\xdd" +
-	"\xe0\xe2\xd7\x02\x8e=\xa8\x9b>kwC\x8eE\x8c\x81" +
-	"\xef\xeaX\xa1\xe7\xcdv\xc3e\xd6\x96\x08|\x15\xa0\xd0" +
-	")\xe0\x89\xee8\xafl\x84P\x10\xe2<7\x08bA" +
-	"(gc6\x08=!5\x16#!#\x08=\x09\xfa" +
-	"\x12\x848\x9f\x1e\x08\x8c \x04\xcc\xbc'\x87,\xbdO" +
-	"y\xade\xed\xd4\xb0\xaaR\xd2a-\x0a\x19\xd3\xcdz" +
-	"VU5\xbd\xa2\xb1<\xb9e\x85\xd4\xe2N\xf4t6" +
-	"\x82\x10S\x8d\xc8\xbc\x08\xd1L\x82`m\x05)\x04!" +
-	"#\x7f\xcb\xd4\xeaNO\x18vb{\xc5\xce\xd84\xd4" +
-	"R\x8d\x0e@\xc3\x1c\x86VC\\\x00\x84\x9a\x88\xee\x19" +
-	"\xaao\xa2J\x0b\x89\xea\xe0\xb5\xefx\x86r)\x91]" +
-	"\x0bQ|\x96\xd2\xc5T\xe9\xbd\"\xc8\xcb\x1c\x80\xbe\x94" +
-	"Fp\x89\x08\xf2\xc36\xa0\xaf\xa2\x82\xcbD\x90\xd7:" +
-	"\xf8\xcf\xea9\x08\xc9\x0f\x8b o\xa0\xfc\x07L\xfe\xb3" +
-	"~\x8eM\xa9\xb2N\xec\xb8\x11\xd5\xa7\x90hT\xa5\x89" +
-	"I\x0c\xa0@\x97\x123n\xb6\x86x<\xacv\xd1R" +
-	"%HT\xda3\x04:\x12k\xd4\xd4V\xfaX\xd7\xad" +
-	"w\x92\xddO&\xaf:\x89\x85\xadz\xb9\x04\xee\x1aV" +
-	"\x0c\xc5\xb2\xb1%\x12S\xb4\xee\xb4\xf3\x84\xd4\xf3D\xa5" +
-	"\xddF*~\xa9\xe0@\xaaJ\x8eT\xfc\x9e\x0f\xf8^" +
-	"\x85Kk\x18Ryt\x06Q\xe5\x8csg\xea\xbb$" +
-	"\xa6\xccGJ\xb6\x82\xc9\x9e\x88$\x9d6\xd0V\xd1h" +
-	"%\x0a&\x05#\x9b\x88\x1e0\x07\x95\xed\"_]\x81" +
-	"o\xc4\x0e0\xe6W`\xc0/!pi\xa5\x09\xc6\xba" +
-	"\xa1hF\x10<t\xde\x0d\xe1\xa2\xceI\xac\xde\x19\x15" +
-	"\xb3\x0f\xdfya\x18\x8e\x04\x18\x9e\xe6U\xca`\xe5\x9d" +
-	"\x9d\x95\x8f%P\xe7\x82\xab[\xe5E\xafn\x95v\x9b" +
-	"\xa5\xacn\x9e\x0e\xc5h\xbb\xe8\xddm(\xc66\x85(" +
-	"n+'\x99\xaa\xdb2|\\\x8d\xa3\xbc\x9d\xdc\xa9|" +
-	"\xa1\x12\xed$\xd9y382\xce\xaf<\x81\xef\xd9\xb8" +
-	"\xba\x9eg\x9c\xdf)\x01\xbf\xd9\xe5\x19\xefIP\xa0 " +
-	"xB\x8c\x1c\xa7\xd3\xe2\x04\xd3J-\xbd,\x8bM\xa3" +
-	"\xe2a\xa9rp\xd4Q\x998j\x12uN\xa4\xaay" +
-	"\x8e\x9d\xd4K\xdb\xa0S\xa0)u5\x1a\x12\x84\xad\xb9" +
-	"\xe2H\x92?\x03\x04Q\x10\x1e+\x82|}re'" +
-	"/e\xd9\xa6\x8f\x99\xb1[U\xa3\x9c\x8d\xbf\x14\x16_" +
-	"\x93)BM6c\xe7\xa0/\xd3PN\x13A\x9e%" +
-	"@\xb9\xa2\xcf\xb77\xacx$\xa6\x1bJ4J\x10X" +
-	"\xffsw\xb5u\x0f\xc1F\x93\xc6 O[\x06n[" +
-	"!P\x12Be\x1d\x09\xb0\xbe=$\x120$j\xa5" +
-	"\xf5w*\x0a0\xd8\xc98c/a\xc0'\x9a\x82\x84" +
-	"\xca\xd9\x15\x04\x0d\xb1\x03/j\xec\xd2\xb2\xe0\xa2\xce\x09" +
-	"\x17\x89\xf5-B\xc3\xde\x96\x18\xc0|\xae.\xad\xb3o" +
-	"z\xca\xd9n\x9bm\xb3U\xc2aJ\x83\x08\x02+X" +
-	"\xf4Q>\x82\xc0Bb\x18$\xdb:\x92\x1a\x8b\xc4\xd2" +
-	"\xe3\xac\xc9\xba\x0c5Y\x9f\xc0\x8dI\x97\xbekZ\x06" +
-	"\xb8\x93H#\x83[svq\x81\xb4\xe7\xff.\xa9\x04" +
-	"^\x83\x88m\x0f>\x06_\xfc;\x04\xf0\xef/\xf8\x91" +
-	":\x93\x83\xdb\x1f/\x80_\x00\xe2\xee\x1a\x93\x83\x0b\xd6" +
-	"\xad5\xf0OBX\xf1#\x01\xdfNy=\xff\xb0\x04" +
-	"\xfc\x1e\x137P\x9d7\xba\xc1e]2\x03\xff~\x81" +
-	"\xab\xefA\x02\x1e\xe3\x0e\x98L6\x08\xe5\x8c\xf2\x06\xe9" +
-	"\x12\x19\x84\x80\xb9\xb3\x06!\xce\xfb\x06y\xcc\x7fd'" +
-	"\xe0\xd1\x88n\xa4\xef\x96\xd9\xef\xf1\xac\xb8\x0e\xa5/\xd3" +
-	"\x15\x9c\xb3U\x13\x80n\xe7\xdd\xba\xa2\xbdP\xab\xb2M" +
-	",\x13\x12$\xa5\xd6A\xbe2\x80J\x98\xb3\xea\xf4\x15" +
-	"w\x94m\xa4{^\xd82p\xb8\xd9\x1e\xe9\xb3-\xa0" +
-	"M\x8e\x19Zw\x0aTVf\x82\xca:\xe7EU\x86" +
-	"\x1b\x8f\xa4\x99:\xd4\xbc\x1f\xea\x92\xe0?\x1c\xf8\xb4\xd5" +
-	"<C\xe0/i\xc3H]\xd5\xacK,\x87\xc2\x1a[" +
-	"\xa1Y\xdd\x80\xed/\xc3f\x97\xfe3\x00\x00\xff\xff\xa5" +
-	"gCN"
+const schema_f87d9be7acf38326 = "x\xda\xacY\x7fp\x14U\x9e\x7f\xdf\xee\x19\x9b`&" +
+	"\x93G'$\x99\x90\xcb\x89\x91:\"DH\xe4N\xe2" +
+	"\xe9\x8c\x11,@\xd0t\x80\x13\xd0\x1cvf\x9add" +
+	"f:tw\x88\xe1\xc4\x10E\xc1;)\x10\x8f\x93\x1c" +
+	"\x17\xf9Q\xe1\x10\x8fS\xc2\x89gr\xa2H\x89\xc8\xad" +
+	"\xba\xab\xbbl-\xa0X\xa0`\xe1\x16\x8baU\x14L" +
+	"\xcd\xd6{=\xaf\xbbg2\x13\xc0\xdd\xffz\xe6\xbd\xfe" +
+	"\xfe\xfe~\xbe?z\xc2\x98\xe1\x01\xd7DOA!\xe2" +
+	"f\x17\x82\xfb\xba\xf8\xea#\x0bn~\xae\"\xf7\x09$" +
+	"a\x00\x84\\\x02BU\xfd\xd7\x97\x03\x02\xf1\xc7\xeb\xfd" +
+	"\x08>\xd7N\xbc\xb0a\xec\xdf\xad\xc4y\x80\x90\x9b\x1e" +
+	"\x17e\xfb\xc8\xf1\x0d\xd9_!\x88\xd7\x97\xfd\x14\x1b\xd9" +
+	"\xfb\xc1*$\x15\x93\xf7\xdd@ndyj\xc8\x0d\xec" +
+	"iE\x10\xff\xc5\xc2)\xaf\x84\xee[\xb6\x1a\x99$\xe8" +
+	"\x85\xa8g\x04\xb9\xd0\xe2\xf1#\x88\xdf\xf8\xd0\xb8S\x9b" +
+	"?}\xfc\x19$y\x00\xe2c\x9e\xfc\xe3\xae\xaf6-" +
+	"\xff\x01\xb9\xdd\x02Bb\xa7g\x9b\xb8\xd5C\xde\xe9\xf2" +
+	"<\x00\x08\xe2\x0f\xba\x8c\x93\x9eC\xfc\xbf$\xc8q\xe4" +
+	"\xe8lN%!\xd7\x9fC\xf8\xedz\xa6\xf8\x83\xb7V" +
+	"\xafX\x9bJ\x8e\xdc\x14\xe7z?\x11e/y\xaa\xf7" +
+	"\xbe\x8a ~\xa2po\xcd\xa5\xa6\x17\xd6\"\xec\xe1\xed" +
+	"\xbb\x08\xc4\xef\xbc/\x8b\x03\xf4\xe2\x8f\xdeC\xe2\x92\\" +
+	"\x01\xa1\xf8k\xc7rz\x87\x1d\x9a\xb2\x0eI#\x80\xf1" +
+	"\x16\xe7\xe7^B \xd6\xe7\x12j\xe1CEz_G" +
+	"\xf7\xba\xb4\xac\xddx\x9b\xe8\xc1\xe4)\x0b\x93\xcb\xeft" +
+	"\xf6=Y\xb8\xe3\xe2z\x84\xf3-\xbbl\xc5\x1cQd" +
+	";&vYx\xcb\x07\xe7n\xcc\xbd\xbc\x1ea\x9c\xf0" +
+	"\x8cx\x10_B\xae8\xb7\x84o\x88\x0f\x1c\xdb`\x9a" +
+	"\x80\xfad'\x1e\x0d\xc8\x15\x1fw\xf2|\xdf\x85W\x96" +
+	"\xfd\x9b\xf9\x0a\xa5)>\x87O!\x107P\x92\x9e\xd9" +
+	"\xef\x7f\xf2\xe1\x99\xcf_@x\x04{s/\x1eN\xde" +
+	"\\\x1b\xfb\xf2\xab\x17\xe7\xe7lD\xb8\xc0\x92\xa6\x0b\xfb" +
+	"li\xfa\x97\xfd\xb4ni\xd6\x9e\x8d\x0e\xd2U\x07M" +
+	"q\x0f\xd3\x0b\xe7\xf7\x1c/\xc3\xbf\xde\xd8\xe9\x90\xea," +
+	"a\xe3\x8a\xb7w\xcey\xe3\xc1\x15\xeeM\xce\x08\xf8\x18" +
+	"S\x97\x1d\xa5\xaf\xce{2\xe7\xf9\x99\x85\x9b7\x0d\xf2" +
+	"\xc2\x8f\xf8\x80\x08#\x88\x16\x03x\x958\x8b<\xc5\xfb" +
+	"/<Q\xfa\xe6\xea\x1d\x83/O\x1a\xb1M\xbc\x83\\" +
+	"\xa9\x9a<B\xe0\xc4\xa7D\x01\xa1\x8bw\xae9\xf0\xbb" +
+	"\xc2\x09]\x0e\x1bG\xc5\xe14\xf6D\xc2\xb9\xab\xd4W" +
+	"\x11~\xf3\xae.\x87\x8d7\x88\x17\x90+\xfet\xfd\xc5" +
+	"\xf7\xfb{z\xbb\x9c\x96l\x13\x89\xab\x97\xd3\x17\x8d\xf3" +
+	"wn\x1cx\xfe\x96\xcdN\x9d\xb6\x8a\xa3\x09\xe5\x9d\xf4" +
+	"B\xc9\xbe{\xf7\xbf\xfc\xc5\xd6-6\xe5\xaa\xc3b%" +
+	"1\x87\xb2\xf4\xdc\xb3\x0d{\xfa\xb7:_\xed\x11i\xca" +
+	"\xf5\xd2W\xdf\x9d\xf1WSGe_\xbf\x03Iy4" +
+	"\xcexr\xe3\xa8H\x9cQuR,%YPv|" +
+	"\xe5\xff\x15\x05~\xbf;)\xed\x06\xf2\xaa\x09\x11w>" +
+	"I\x83\xb2\xbe\x97\xdb~S\xb0\xbbg\x90\x99\xe4\xfcc" +
+	"b4\x9f\xe8\x13\xce_%\xf6\x92\xa7\xf8\x99\x9bn\xba" +
+	"\xff\xf6\xcbe{\x92\xb4\xc9\xa7v\xda\x99OD\xfa\xd5" +
+	"7\xef\x8e\xcb\xed\xfb\xfc\x7f\x10.\xb4\xb4\xc9\xf7\x11m" +
+	"\xf6\xfd\xd7\xd7\xd9\xff\xb8~\xf2k\x83\xf8\xf4\xe4\xf7\x99" +
+	"\xd4\xc5\xbd\xf9\xabD\xf7H\xc2\xc7w\xfa\x97S\xb7\xed" +
+	"\x9b\xfczB3J\xe7\\>\x8d\xb2\xef(\x9f^\xb7" +
+	"\x17\xbc\x97?\xfd_3\x0c\xe9y\xfeH\x1a\xda\xdd\xfb" +
+	"G\x8d\xf9\xed\xa5\xd6^3t)\x12\x89\x03\xf9\x17\x10" +
+	"\x880\x92\x00Q\xdd\xa5\x0d\xdf~\xf4\xdeK}\x08{" +
+	"\x06\xa5\xde\xe9\x91\xdb\xc4sD\x00\xf1\xecHb\x9b7" +
+	"\x1a\xeb\x1f\xab~\xe7\xf6\xb7\x06\xc9<\xb5`\xbd8\xab" +
+	"\x80\\\x9c^\xb0J\xec$O\xf1\x9f\xc64\xee\xd6\x9e" +
+	":\xf4\xb6#\xae;\x0ah\\\xdf\x91\xbd\xfd\xdd\x85\xf7" +
+	"\xc6\xf7;\x82'\\p\x0c\xb9\xe2\xf7W\xdf\xf7x\xdd" +
+	"\x8c\x9e\x03\x09sR\xff\xcd*\xa0\x1e\x9e[@r\xbf" +
+	"\xf6\xc5\xe1\x1d\xf3\xce\\<\xc0<L\x0d\x0e\x854|" +
+	"\xb2\x0a\x89\x88\x0dG\xdcw_\xec\xdfw0\x15Jh" +
+	" \x86\x0b\xf7\x88K\x0a\xc9S\xb4\x90B\x890g\x18" +
+	"^z\xfe=gnf\x15Q~\xb8\x88\x98u\xc7\x8b" +
+	"\x0d\xc1\x05-m\x87\x1c\xee\xbb\xab\x88\x9a\xf5\xc0\xdf\x8e" +
+	"\xbbm\xdb#\xf5\xff\xef\xcc\xfb\xb1\xe6\xab\x13\xe9\xab\xa7" +
+	"\xc6\xbf\xbf\xa5ut\xe1\xc7\xce\x02!\x15\xd1\xe4\x9dO" +
+	"/<]?\xf7?\xb3__\xf2I\xaa\xa4<M\x99" +
+	"\xa2=bG\x11yZ^D\xbctt\xd3\x99\xb6\xb1" +
+	"\xdd\xcb\x8f\"\xa9\xc0V\\\xf1Q\xc5\xa3>\xa2\xf8\x1c" +
+	"\xf5\xcdW\x9bo\xed?n\xc2\"ew\xd4\xc7\x11Q" +
+	"WTu\xf7\xb7w\x87N8\x01s\x9f\x8f\x06\xe9A" +
+	"\x1f\x91\xe4\x87\xaa\x92n\xb1\xfa\xd3\x13\x83\xdcz\xda\xf7" +
+	"\xcf\xe29\x1fE$\xdf*\x10O\x16\x13\xbf\xeez\xf4" +
+	"\x81\xcd\xff\xd4~\xf9\x94\x83\xd1\xe1b\x8a\x85\x0f\xef\xd8" +
+	"\xf5<\xf7\xe1\xa2/\x10.f'=\xc53\xc8\xc9w" +
+	"\xd3wN\xdc|@\xf9\xd2)BW1\xade\xdb\x8b" +
+	"\x89\x08g\xee\xff\xe1\x89\xa3\x03\x0d\xa7MC\x9b\x17\x8e" +
+	"\x14Ss~F/L_\xffjc\xdf\xf7\xa5_'" +
+	"\xcci\xd6\xaf\x81b\x8a\xa30\x8a8s\xd4\x94\x9a\x8f" +
+	"\"\x93Z\xbfI\x09dj\xce\xdeQ}\xe2;\xa3\xc8" +
+	"\xd3>zw\xea\xdb\xc7c7\xfcaU\x7f\")(" +
+	"\xbb\xb9%T\x9e\xfa\x12\xc2\xee\xa95\x0bo\x0f-." +
+	"\xfe\xd6\x11\xbckJh\xde\xde|\xcf\xdaI#&t" +
+	"\x7f\xefL\xf9\x96\x12*\xe9r\xfa\xea\xae\x0b{\x97\xbd" +
+	"1'x\xd1\x89\x80]%\x04\x01\xb7\x96\xf8\xd1\xfc\xb8" +
+	"\xa1\xb65\xa8\x8fV\x04y\xb99\xd6\\\xfd\x0f\xb2Q" +
+	"\xd1\xa8\xc91\xe3\xee&9\xd6\xa8\x84\xcaje\xaf&" +
+	"Gu\xc9\xc5\xbb\x10r\x01B\xd83\x1a!i\x18\x0f" +
+	"R\x1e\x07B\xa3\x12\x83,\xc4A\x16\xc1\xd2$J\xd3" +
+	"\xe4X(\xa2Th\xca\x92\x16E7\xcajeM\xe6" +
+	"\xa3\xba\x94k\xd1\x91\xab\x11\x92\x1e\xe2Aj\xe2\x00\x03" +
+	"\xd0\x0c\xc2\x0a!\xfe0\x0fR\x84\x03\xccqy\xc0!" +
+	"\x84\xc35\x08I!\x1e\xa4\x15\x1c`\x9e\xcf\x03\x1e!" +
+	"\xbc\xbc\x0e!\xe91\x1e\xa4\xd5\x1c\xf8\xa3\x8a\xd1\xa4\x86" +
+	" \x1bq\x90\x8d@h\xd1\"\xec\xb9\xbdI\x91C\x8a" +
+	"\xa6C\x0e\x82Z\x1e \xd7F\x18\x04\xe4\xcf\xb8\xa6\xe8" +
+	"\xcdj,\xa4 \xd0\x00\xdb8\x88\x00\xb0C)\x17U" +
+	"j\x96\xa2\xebr\xa32\xdb\xd0\x149Z\x11\x8c\xa8\xba" +
+	"B5\x8b\xea\xc4$L\xb3\xb1\xe5\x08Ie<H\x13" +
+	"8`\x8a\x8d'\xda\xfe\x0d\x0f\xd2\xad\x1cx\x83jH" +
+	"\x01\x01q  \xf0k\x8a\xac\xab1&oz+\x06" +
+	"\x9b\x94\xe0\xe2\xb2:Eo\x89\x18\x90\xe4\x8c\x19\x08I" +
+	"\xd9<H\x85\x1c\xc4CJ0\xac\x87\xd5\x18B\x08r" +
+	"\xed\x84F\x00\xb9\x0e\xc2@\x09\xcf\x94\x1b\x04%\xa2\xd7" +
+	"\x02H\x85\x16\xb5N\"\xe4\xbf\xf2 mq\xb8\xa4\x8b" +
+	"h\xb3\x91\x07\xa9\x9b\x03Hxd+\xf9\xef?x\x90" +
+	"^\"\x1e\xe1L\x8fl'n\xda\xc2\x83\xb4\x8b\x03\xec" +
+	"\xe2\xf3\xc0\x85\x10\xdeI\x1c\xda\xcd\x83\xb4\x9b\x03\xecv" +
+	"\xe5\x81\x1b!\xfc\xdf\x84\xcfK<H\xafq\xe0\xd7\x83" +
+	"MJTa\xfa{\x9bT\xdd\xb0~4\xab\x9a\xc1\x0c" +
+	"\xd5\x1eS\x8cVU[lyy\xa9l]\xf4\xabZ" +
+	"\xb81|\x05#\xb6*\x0d\xb3\xd5\xe0b\xc5(\xabS" +
+	"J\x89%u\xa7\xcff\xd8\xfe\xb1T\x9fH\xfe\x9c\xc0" +
+	"\x83\xf4\xf7\x1c\xc4[\x9au\xeavb]l\xd7\xe5D" +
+	"\x9c4k\xaa\xa1\x06\xd5\x089M\x95\x82\xa3RL\x09" +
+	"kJ\xd0\xa8S\x9aU\x0d\x0cb\xf7l\x8b\xf9Tb" +
+	"\x8f\x00\x0f\xd2L;`\xa6\x13kN\xe1A\xaa%\x99" +
+	"\x00\xa6\xddg\x91\x8b\xd3x\x90\xe6p\xe07d\xadQ" +
+	"1 \xd7\xeeWMO\xb7\xcb\x91\x88\xda\xaa\x84\x00\x10" +
+	"\x07\x909\xc2\xcc@\x98\xa2\xaa^m\xb6\x92\x90\xc8\xed" +
+	"@T`0\x89\xa5r\xc4\xe1\xa9\x02\xd8\xb0\x0e\x0c\xc5" +
+	"\xf1\xe4\xd1\x88\xc3\xe3\x05\xe0\xacN\x18\xee\\s\x00\xd1" +
+	"n\xed\x06r\x96/x#a\xdd\x08\x80 G\"\x01" +
+	"\x02\x19F\x00ja\x90yTU\xab\x08\xca\x91HY" +
+	"\x9d_1\xbds\x95\x06z\xd8a\xa0z\x12\x98\xf3x" +
+	"\x90B$\xb2\x0c\xd9h\xd1\xad\xf8\xb9\x12\x12x\x1b\xd4" +
+	"P\x1bx\x10\x07\x9eAV\x9a#kD\xf0\xccn\xb3" +
+	"bfz\xb9\xed7\x96.\xb3\xca\x1dn\xbb\xdaxO" +
+	"\x09bb\x9f\xd9\x8aQ\xd1\xa8\x18\x16\xe48p\xa0\xdc" +
+	"\x06eoL\xb6\xe9\xa7X\x99\xe0{\x88\x06b\x99\xdf" +
+	"\xa4\x92>WB\x8a\x1e\xd4\xc2\x0d\x14\xdd\x04\xe7-\x9b" +
+	"L8D\x01I \x9er\x08\xe2\xb3\x05\xe1\xc3\xa1\x0c" +
+	"\x19I\x9d\xad\xc4\x0c-\xac\xe8L\x1b\x94r\xa7.\x81" +
+	"\xcbZ\xc5\"9\x1c\xb1\x0a\x88\x83U\x8d\xcd\xaa=j" +
+	"\"s\x06~D^\xa5QSt=\x01\xa2\xc9\xc6\xab" +
+	"\xb6\x09\xf9\x9b\xa8\x01\x00\xdb\x03JJ%H\xb2\x93n" +
+	"\x02\x0aU\x012\xd82\xa8\xc6tC\x93\xc31\x1bw" +
+	"~.o\xd3\xfa5mF\xa2\x04!\x12\x90\xc3h\xd6" +
+	"\xb2\x96\x05b=\xfb[\xab\xfe}a'\x9eX\x898" +
+	"|\x13\xc9Z\xd6\xf6\x03k q\x11\xc9L\x8fP\xda" +
+	"\xaa\x85\x0d%\x00\x82\x12\x0b%'%0\x0d\x84PD" +
+	"!\\\xfe\x9ara3+\xb0\xe9\x07\xf7\xcf@\x1c>" +
+	"K\xb8\xb0V\x04\xd8\xa0\x88?\xabC\x1c>B\xb0\x81" +
+	"M&\xc0\xd6\x08\xf80\x91n\x9f\x00\xbc5'\x01k" +
+	"\xa7qO\x0d\xe2\xf0v\x01\\lm\xe1\x98\xd3:\xc9" +
+	"\xd9\x1a\x01\xdcV{\x0el\x97\x80;\x08\xbf6\x01\xae" +
+	"\xb3\xa6X`\xa3\x0a\x8eV#\x0e\xcb\x02\x08\xd6$\x00" +
+	"\xac\xab\xc2s\xc9\xd9t!\xce\xa2\x1e!\x14\x808\xf3" +
+	"\x1b\x82X\x00Ji\x09\x0e@{P\x8d\xc5\x94\xa0\x11" +
+	"\x80\xf6Dk\x13\x808\xab,\x08\x8c\x00\xf8\xcd\x98\x08" +
+	"\x10\xdc]\xaa.V\x92\xed:8\x99Y@fL\xe7" +
+	"\x90\xaa\x92\xce\xc4\x9av\xd2\xc6\x04MlU\xd5\xf4\xb2" +
+	"\xda\xd2\xe4\xbc\xe6R3 \x91\xf8\x99\xba\x88\x98j\x84" +
+	"\x17\x85\x15\xcd\xec\"\xac\x01&\xa5\x8bH\xdb\xe4\xa5\xc3" +
+	"\x03\xa7&\x14`\xb1\xbd'H\x9bYDR\x8dTI" +
+	"\xc3\xac\x98V\xd6\\\x01\xa9\xea\x14\xdd;TrE\xe4" +
+	"\x06%\xa2C\xae\xbd\xa8\x1aJ\xa5\x84\x9b-\xd8\xc9\xb3" +
+	"\x88.'D\x1f\xe5AZ\xe9@\xfd\x0eb\xc1\x15<" +
+	"H\xcf\xda\xa8\xff\x0c\xb9\xb8\x92\x07i\x9d\xa3IZ\xb3" +
+	"\x00!\xe9Y\x1e\xa4\x8d\xa4I\x02\xb3I\xda\xb0\xc0\xee" +
+	"\xbb2\x96\xf5\xb8\x11\xd1\xa7)\x91\x88J\x1c\x93\xa8R" +
+	"\xfeV9f\xdccU\xfaxHm%1\xab ^" +
+	"\x8e\xa61t8V\xab\xa9\x8d\xe4X\xd7\xadw\x92\xd5" +
+	"O\xeepu%\x16\xb2\xe2\xe5\x1a\x1a\xdc\x90l\xc8\x96" +
+	"\x8c\x0d\xe1\x98\xac\xb5\x0d\xe2\xc7\xa5\xf2\xe3\xe5\xa8\x0dg" +
+	"l3\xe2\x80\xb3r\x06glY\x09l\xc2\xc3E\x95" +
+	"\x14\xce\xbc:\xc5\xb1R\xda\x98\xa7\xcb\xbb\xa4v\x9a\xd5" +
+	"\x9dL\x01\x93\xd9\x11I4m4\xae \xd6J\x04L" +
+	"\x0a\x90\xd6)\xba\xdf\xacf\xb6\x8al\x88\x066\xbc;" +
+	"\x10\x9b\xed\xf1\x80mRpQ\xb9\x89\xd8\xba!kF" +
+	"\x00\xbc\xa4(\x0e\xa1\xa2\xce:]\xbd%\xc2g\xae\xd0" +
+	"\x8bB\x19\xc6\xb7\x94\xea\xcb2;c\xd3\x96@\x9d+" +
+	"\xcew\xe5W=\xdf\x95\xdbi\x962\xdfy\x9be\xa3" +
+	"\xe9\xaa\x07\xbc\xa1\xda\xbai\x8a,X>I\x17\xdd\x96" +
+	"\xe0\xe3+\x1d\xe1\xedl\xb0J\x97\xca\x91\x16%ss" +
+	"\x0d\x0e\x8f\xb3\xbd-\xb0\x81\x1fO\xaca\x1eg\x8b1" +
+	"`\xebi\xe6\xf1\xf6D\x9f\x14\x00o\x90v\xd0\x19}" +
+	"n\xd6\x9bA\xcdHR\xcb\x96\x1a\x9e\x19&$6\xf6" +
+	";\x9a\xdd\xd1\xe9\x9a\xdd\xa4\x1e<\xe1\xce\xfa\x05\xb6\xe3" +
+	"\xafm\x14O\x81\xaf\xd4\x19kH\xa0\xb6j\x8f\xc3\x91" +
+	"\xbe40E\x80z\x1c\x0f\xd2m\xc9\xd1\x9f<\xdde" +
+	"\xaaP\xa6W\xefS\x8dRZ\"S\xc6\x81\xcat\x16" +
+	"\xaa\xb3[\x7fV\x18$b\xca\x99<H\xf38(\x95" +
+	"\xf5\xc5\xf6\xa8\x16\x0f\xc7tC\x8eD\x14\x04\xd6\x7fB" +
+	"kS\xdb\x10mmR\xa9L\xb3\xadaMr\x19G" +
+	":\x16r\xd7\xe1\x00\xeb#K\xc2\x01C\"\xdb \x0c" +
+	"HE\x0a\x0aMi\xeb\xf0\xcfj\x02\x92\xf6P\xe9Z" +
+	"\xe7+-\xa2\x129\xa8\x04K\xe9Z\x84x\xcb\x01O" +
+	"\x95v\x94Z\xe8T\xedD\xa7\xc4H\x19&\x1elJ" +
+	"\xd4{V\xc6;\xaa\xed\xedS)\x9d\xb73M\xdbr" +
+	"(D\xba.\x05\x81ewr\x94\x83\xc0\xbfT1\x0c" +
+	"%\xd3\x88\x94j\xd6\xc4 \xe6\x0c\xef\xea4\xe1]\x93" +
+	"\x80\xa9)\xd7>\xffZ\x02\x08I=*Ew\xb3T" +
+	"\xb2\x0b\x83\xce\xff\xdc\x1e\x16\x98\xd3\x1127R\x04-" +
+	"\xd9\xb7\x1b`\xdf\xacpO\xb59\x17\xd8\x1f|\x80\xad" +
+	"7qg\xa59\x17p\xd6>\x1f\xd8g4\xdc\xe1C" +
+	"\x1cn!\xb3\x06\xfb\x18\x07l\x81\x8b\xc3\x84f\xbd\x00" +
+	".k\xfd\x0e\xec\x9b\x0f\x96\x1e\xa1s\x01\xb8\xad\xef\xab" +
+	"\xc0\xf6\xe8\xf8\x0er6I\xf0\x9bMu\x00Ji\xf7" +
+	"\x1d Co\x00\xfc\xe6\x8c\x1d\x808KO\xe4M\xfc" +
+	"\xc1\xa2\x1ayI\\\x0f5\x1cD\xc2\xba1x8\xce" +
+	"\xbc\x88\xb4\x9c0\x14\xbdt;D'D$\x8a\x8d\x1d" +
+	"$\xd6\x1e\xfbJ\x10AG\xc9t\x08\x94\x14\x07\x8e\xc6" +
+	"0M\xca\x87X\xc7\x9f\x98\xd1\xd3\x94\x9f\x87\x1c\xe0:" +
+	"\x9fH>\x87\x07\xa9\xd9\x06\xd7\xe8\xe8D\xba\x1a\x1c\x08" +
+	"\x8bB\x96&Yf\xd2\xb5G\x95hCR\x168\xc7" +
+	"\x81\x1c4$\x92\xa8\xaa_\x9b\x1a3\xb4\xb6\x14\xe0/" +
+	"O\x07\xfc\xd5\xce\xfd]\x9aEPR\x171T\x873" +
+	"\xd4\xee\xe4/\xec\xce\xe4F\x825\x8fWZk\xa4\xf1" +
+	"\xf95\x0d^\xa9\x13\xac\xb5\x00t\x10\xac\xb4\x09\x9a\x99" +
+	"\x06\xd8\xfe\xeao\xa2\xc9\x9f\x02\x00\x00\xff\xff\xaf'\xcc" +
+	"\xfa"
 
 func RegisterSchema(reg *schemas.Registry) {
 	reg.Register(&schemas.Schema{
 		String: schema_f87d9be7acf38326,
 		Nodes: []uint64{
+			0x82102e912b5ad588,
 			0x843700299597de72,
 			0x87ccb9166efc245d,
 			0x887a4e64ae445fcb,
@@ -6796,6 +7215,7 @@ func RegisterSchema(reg *schemas.Registry) {
 			0xb977fad6261cc0a4,
 			0xbaa8c6cef495fa52,
 			0xbe3bc13a7c5d67b8,
+			0xbfc78572b06726fc,
 			0xc0ff4b5fc4a50c3d,
 			0xc2b14a527e4e3a4f,
 			0xc2f7e658810a9e50,
@@ -6803,6 +7223,7 @@ func RegisterSchema(reg *schemas.Registry) {
 			0xc6ef7611085407c1,
 			0xc779755a63629ea7,
 			0xca5d6aa2382c36c2,
+			0xd1182277a0c82de2,
 			0xd271b60ca6555d86,
 			0xd97da42979e69bd9,
 			0xdbf13470afbc6f54,
@@ -6815,6 +7236,7 @@ func RegisterSchema(reg *schemas.Registry) {
 			0xea1ff6ba67af9249,
 			0xf077356cce42441c,
 			0xf187ee216edbbf45,
+			0xf41b6b643b5f8d85,
 			0xf6a43012358f462b,
 			0xf76354b87ab5f2ac,
 		},

@@ -177,6 +177,12 @@ func (h *handle) Describe(ctx context.Context, call schema.Handle_describe) erro
 	return toSchema(l, h.labels)
 }
 
+// Revoke revokes h and everything made through it before it answers.
+func (h *handle) Revoke(context.Context, schema.Handle_revoke) error {
+	h.revoke()
+	return nil
+}
+
 // Constrain returns a narrower handle.
 func (h *handle) Constrain(ctx context.Context, call schema.Handle_constrain) error {
 	if err := h.live(); err != nil {

@@ -66,3 +66,61 @@ func TestInWallConnectTakesOneHop(t *testing.T) {
 		return false
 	})
 }
+
+// directAllowed counts the switchboard's allowed connects to port on a
+// direct connection (its socket named with +direct).
+func directAllowed(s *stack, port string) int {
+	op := "connect"
+	n := 0
+	for _, line := range strings.Split(s.sbLog.String(), "\n") {
+		var r map[string]any
+		if json.Unmarshal([]byte(line), &r) != nil || r["msg"] != "egress decision" || r["op"] != op || r["allow"] != true {
+			continue
+		}
+		sock, _ := r["socket"].(string)
+		target, _ := r["target"].(string)
+		if strings.HasSuffix(sock, "+direct") && strings.HasSuffix(target, ":"+port) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestRegrantTakesOneHop: a live regrant reaches toybox-entry's direct
+// connections both ways. A member the regrant adds is connected in one hop
+// within moments (the entry's grantChanged call answers, and it asks for
+// its connections again), not through the supervisor's relay for as long
+// as the old members last. A member the next regrant removes is refused
+// by the very next connect (the supervisor revokes it at the switchboard
+// before the regrant returns), while the member kept goes on.
+func TestRegrantTakesOneHop(t *testing.T) {
+	s := newStack(t, stackOpts{handle: "local"})
+	a, b := echoServer(t, "a: "), echoServer(t, "b: ")
+	s.mustInstall("erin", example(t, "egress-probe"), q("egress", fmt.Sprintf(`{"host":"127.0.0.1","port":%s}`, a)))
+	s.mustGet("/erin/tcp?"+q("addr", "127.0.0.1:"+a, "send", "one"), "got: a: one")
+	if directAllowed(s, a) == 0 {
+		t.Fatalf("no direct connect to the granted port:\n%s", tail(s.sbLog))
+	}
+
+	code, body := s.adminDo("PATCH", "/erin?"+q("egress", fmt.Sprintf(`[{"host":"127.0.0.1","port":%s},{"host":"127.0.0.1","port":%s}]`, a, b)), nil)
+	if code != 200 || !strings.Contains(body, `"restarted": false`) {
+		t.Fatalf("PATCH /erin = %d %s; want 200, not restarted", code, body)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for i := 0; directAllowed(s, b) == 0; i++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("the member the regrant added took no direct connect in 2 s (%d connects through the relay):\n%s", i, tail(s.sbLog))
+		}
+		s.mustGet("/erin/tcp?"+q("addr", "127.0.0.1:"+b, "send", "two"), "got: b: two")
+	}
+
+	code, body = s.adminDo("PATCH", "/erin?"+q("egress", fmt.Sprintf(`{"host":"127.0.0.1","port":%s}`, b)), nil)
+	if code != 200 || !strings.Contains(body, `"restarted": false`) {
+		t.Fatalf("PATCH /erin = %d %s; want 200, not restarted", code, body)
+	}
+	got := wantPrefix(t, s, "/erin/tcp?"+q("addr", "127.0.0.1:"+a, "send", "three"), "got: egress refused:")
+	if strings.Contains(got, "a: three") || !strings.Contains(got, "not granted") {
+		t.Errorf("the removed member right after the regrant: %q; want refused, not granted", got)
+	}
+	s.mustGet("/erin/tcp?"+q("addr", "127.0.0.1:"+b, "send", "four"), "got: b: four")
+}

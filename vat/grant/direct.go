@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 
 	"capnproto.org/go/capnp/v3"
 
@@ -21,6 +22,11 @@ var errEntryOnly = errors.New("only toybox-entry is given direct switchboard con
 // per grant member, which Vat.direct hands to toybox-entry alone.
 func (h *handleServer) Socket(context.Context, schema.Handle_socket) error {
 	return fmt.Errorf("vat %s: %w (a vat's Handle makes none)", h.v.cfg.ID, errEntryOnly)
+}
+
+// Revoke is refused on a vat's Handle: its grant is the owner's to change.
+func (h *handleServer) Revoke(context.Context, schema.Handle_revoke) error {
+	return fmt.Errorf("vat %s: a vat's Handle is not revoked by the vat: its grant is the owner's to change", h.v.cfg.ID)
 }
 
 // Direct hands toybox-entry one switchboard connection per member of the
@@ -45,12 +51,37 @@ func (s *vatServer) Direct(ctx context.Context, call schema.Vat_direct) error {
 	}
 	defer done()
 	call.Go()
-	ms, _ := s.v.current()
-	var seqs []uint64
-	for _, m := range ms {
-		seq, err := s.directOne(ctx, m)
+	// The connections are all made before any is passed on, and passed
+	// on only while their generation is the grant's: made across a
+	// SetGrants, they are dropped and made again.
+	var ms []labels.Set
+	var gen uint64
+	var files []*os.File
+	for attempt := 0; ; attempt++ {
+		ms, gen = s.v.current()
+		files, err = s.directAll(ctx, ms)
 		if err != nil {
-			return fmt.Errorf("a direct switchboard connection for %s: %w", m, err)
+			return err
+		}
+		if _, now := s.v.current(); now == gen || attempt == 2 {
+			break
+		}
+		closeAll(files)
+	}
+	if _, now := s.v.current(); now != gen {
+		closeAll(files)
+		return errGrantChanged
+	}
+	if err := s.v.checkLive(); err != nil {
+		closeAll(files) // their bootstraps are revoked with the vat
+		return err
+	}
+	var seqs []uint64
+	for i, f := range files {
+		seq, err := s.down.SendOwned(f) // takes f
+		if err != nil {
+			closeAll(files[i+1:])
+			return fmt.Errorf("handing the switchboard's connection to the entry: %w", err)
 		}
 		seqs = append(seqs, seq)
 	}
@@ -65,18 +96,87 @@ func (s *vatServer) Direct(ctx context.Context, call schema.Vat_direct) error {
 	for i, q := range seqs {
 		l.Set(i, q)
 	}
+	ml, err := res.NewMembers(int32(len(ms)))
+	if err != nil {
+		return err
+	}
+	for i, m := range ms {
+		if err := toSchema(ml.At(i), m); err != nil {
+			return err
+		}
+	}
+	res.SetGen(gen)
 	return nil
 }
 
+// errGrantChanged ends a Vat.direct whose grant was replaced while it made
+// the connections: the entry asks again (grantChanged answers at once).
+var errGrantChanged = errors.New("the grant changed meanwhile; ask again")
+
+// GrantChanged answers once the vat's grant generation is not the one the
+// entry names, with the new one; it fails when the vat stops. The entry
+// keeps one such call waiting, and asks Direct again when it answers.
+func (s *vatServer) GrantChanged(ctx context.Context, call schema.Vat_grantChanged) error {
+	if !s.entry {
+		return fmt.Errorf("vat %s: %w", s.v.cfg.ID, errEntryOnly)
+	}
+	call.Go()
+	known := call.Args().Gen()
+	for {
+		s.v.mu.Lock()
+		revoked, gen, changed := s.v.revoked, s.v.gen, s.v.changed
+		s.v.mu.Unlock()
+		if revoked {
+			return fmt.Errorf("egress revoked: vat %s stopped", s.v.cfg.ID)
+		}
+		if gen != known {
+			res, err := call.AllocResults()
+			if err != nil {
+				return err
+			}
+			res.SetGen(gen)
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// directAll makes one switchboard connection per member of ms (closing
+// those made when one fails).
+func (s *vatServer) directAll(ctx context.Context, ms []labels.Set) ([]*os.File, error) {
+	var files []*os.File
+	for _, m := range ms {
+		f, err := s.directOne(ctx, m)
+		if err != nil {
+			closeAll(files)
+			return nil, fmt.Errorf("a direct switchboard connection for %s: %w", m, err)
+		}
+		files = append(files, f)
+	}
+	return files, nil
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		_ = f.Close() // the switchboard revokes its bootstrap
+	}
+}
+
 // directOne asks the switchboard for a connection bootstrapped with m's
-// handle and passes it on to the entry; a disconnect is retried once on a
-// fresh session.
-func (s *vatServer) directOne(ctx context.Context, m labels.Set) (uint64, error) {
+// handle; a disconnect is retried once on a fresh session. The caller
+// passes it on only if the grant is still the one m is a member of:
+// SetGrants released the handles of the members it removed, and one made
+// anew after it would be revoked by nothing.
+func (s *vatServer) directOne(ctx context.Context, m labels.Set) (*os.File, error) {
 	var last error
 	for attempt := 0; attempt < 2; attempt++ {
 		up, sess, err := s.v.upstream(ctx, m)
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 		fut, release := up.Socket(ctx, nil)
 		res, err := fut.Struct()
@@ -92,23 +192,15 @@ func (s *vatServer) directOne(ctx context.Context, m labels.Set) (uint64, error)
 				last = err
 				continue
 			}
-			return 0, err
+			return nil, err
 		}
 		f, err := sess.conn.TakeFD(seq)
 		if err != nil {
-			return 0, fmt.Errorf("taking the switchboard's connection: %w", err)
+			return nil, fmt.Errorf("taking the switchboard's connection: %w", err)
 		}
-		if err := s.v.checkLive(); err != nil {
-			_ = f.Close() // its bootstrap is revoked with the vat
-			return 0, err
-		}
-		nseq, err := s.down.SendOwned(f) // takes f
-		if err != nil {
-			return 0, fmt.Errorf("handing the switchboard's connection to the entry: %w", err)
-		}
-		return nseq, nil
+		return f, nil
 	}
-	return 0, last
+	return nil, last
 }
 
 // ReportDirect takes toybox-entry's reports of the connects it made on

@@ -2,6 +2,7 @@ package grant
 
 import (
 	"context"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
@@ -276,5 +277,147 @@ func TestDirectRevokedByRegrantAndStop(t *testing.T) {
 			c.Close()
 			t.Fatalf("direct connection %d still connects after the vat stopped", i)
 		}
+	}
+}
+
+// directGen is Vat.direct's answer: the members' labels and the grant's
+// generation (each connection is closed at once: these are what Direct
+// says, not what it connects).
+func directGen(t *testing.T, vc schema.Vat, cli *wire.Conn) ([]labels.Set, uint64) {
+	t.Helper()
+	fut, release := vc.Direct(context.Background(), nil)
+	defer release()
+	res, err := fut.Struct()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seqs, _ := res.Fds()
+	l, err := res.Members()
+	if err != nil || l.Len() != seqs.Len() {
+		t.Fatalf("direct: %d members for %d connections, %v", l.Len(), seqs.Len(), err)
+	}
+	var ms []labels.Set
+	for i := 0; i < l.Len(); i++ {
+		if f, err := cli.TakeFD(seqs.At(i)); err == nil {
+			_ = f.Close()
+		}
+		s, err := fromSchema(l.At(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms = append(ms, s)
+	}
+	return ms, res.Gen()
+}
+
+// grantChanged starts vc.grantChanged(gen) and returns where its answer
+// (the new generation, or the error) arrives.
+func grantChanged(vc schema.Vat, gen uint64) <-chan error {
+	out := make(chan error, 1)
+	fut, release := vc.GrantChanged(context.Background(), func(p schema.Vat_grantChanged_Params) error {
+		p.SetGen(gen)
+		return nil
+	})
+	go func() {
+		defer release()
+		res, err := fut.Struct()
+		if err == nil && res.Gen() == gen {
+			err = errors.New("answered with the generation it was given")
+		}
+		out <- err
+	}()
+	return out
+}
+
+// TestDirectFollowsTheGrant: toybox-entry learns of a regrant as it
+// happens. grantChanged waits while the grant stays, answers when a
+// regrant adds a member (so that the entry asks Vat.direct again and the
+// new member takes one hop at once), and fails when the vat stops. The
+// other way, a member the regrant removes stops at once: the entry's
+// connection for it refuses the very next connect, with no wait for a
+// held connection to be shut first. An app's fd 3 may not watch.
+func TestDirectFollowsTheGrant(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "sb.sock")
+	startSwitchboard(t, sock)
+	p1, p2 := echoServer(t), echoServer(t)
+	v, _ := newVat(t, sock, "erin", labels.Set{Host: "127.0.0.1", Port: p1})
+	ctx := context.Background()
+
+	avc, _ := vatClient(t, v)
+	if err := <-grantChanged(avc, 0); err == nil || !strings.Contains(err.Error(), "only toybox-entry") {
+		t.Fatalf("an app's grantChanged: %v; want refused, only toybox-entry", err)
+	}
+
+	vc, cli := entryClient(t, v)
+	ms, gen := directGen(t, vc, cli)
+	if len(ms) != 1 || ms[0].Port != p1 || ms[0].Vat != "erin" {
+		t.Fatalf("direct members %v; want the one grant, with the vat's label", ms)
+	}
+	if err := <-grantChanged(vc, gen+1); err != nil {
+		t.Fatalf("grantChanged with a stale generation: %v; want an answer at once", err)
+	}
+	waiting := grantChanged(vc, gen)
+	select {
+	case err := <-waiting:
+		t.Fatalf("grantChanged answered (%v) with no regrant", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+
+	// A regrant adds p2: the watch answers, and asking again gives both.
+	if err := v.SetGrants([]labels.Set{{Host: "127.0.0.1", Port: p1}, {Host: "127.0.0.1", Port: p2}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-waiting:
+		if err != nil {
+			t.Fatalf("grantChanged after a regrant: %v", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("grantChanged did not answer the regrant that added a member")
+	}
+	hs, wcs, err := directHandles(t, vc, cli)
+	if err != nil || len(hs) != 2 {
+		t.Fatalf("asking again: %d connections, %v; want 2", len(hs), err)
+	}
+	c, err := connectFD(ctx, hs[1], wcs[1], "127.0.0.1", p2)
+	if err != nil {
+		t.Fatalf("the member the regrant added, one hop: %v", err)
+	}
+	roundTrip(t, c, "added")
+	c.Close()
+	ms, gen2 := directGen(t, vc, cli)
+	if gen2 == gen || len(ms) != 2 {
+		t.Fatalf("after the regrant: generation %d (was %d), members %v", gen2, gen, ms)
+	}
+
+	// A regrant removes p1: its connection refuses the very next connect.
+	waiting = grantChanged(vc, gen2)
+	if err := v.SetGrants([]labels.Set{{Host: "127.0.0.1", Port: p2}}); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := connectFD(ctx, hs[0], wcs[0], "127.0.0.1", p1); err == nil {
+		c.Close()
+		t.Fatal("the removed member's direct connection connected right after the regrant")
+	}
+	if err := <-waiting; err != nil {
+		t.Fatalf("grantChanged after the removal: %v", err)
+	}
+	if c, err := connectFD(ctx, hs[1], wcs[1], "127.0.0.1", p2); err != nil {
+		t.Fatalf("the member kept: %v", err)
+	} else {
+		c.Close()
+	}
+
+	// The vat stops: a waiting watch fails.
+	_, gen3 := directGen(t, vc, cli)
+	waiting = grantChanged(vc, gen3)
+	v.Revoke()
+	select {
+	case err := <-waiting:
+		if err == nil {
+			t.Fatal("grantChanged answered the stop as a regrant")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("grantChanged still waits after the vat stopped")
 	}
 }

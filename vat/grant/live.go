@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"capnproto.org/go/capnp/v3"
 
@@ -15,7 +16,7 @@ import (
 // SetGrants replaces the vat's egress grants while it runs. Its Handles
 // (those handed out, and every narrowing of them) judge each later call
 // by the new grants. Every switchboard handle the new grants do not wholly
-// contain is released at once, so the switchboard shuts every connection,
+// contain is revoked before it returns, so the switchboard shuts every connection,
 // request and WebSocket made through it: nothing the new grants would
 // refuse stays open. A connection the new grants still admit, but that
 // was made through a wider grant than any of them, is shut too (the
@@ -39,6 +40,8 @@ func (v *Vat) SetGrants(grants []labels.Set) error {
 	oldHeld := v.held
 	v.members, v.held = members, held
 	v.gen++
+	changed := v.changed
+	v.changed = make(chan struct{})
 	for key, e := range v.cache {
 		if covered(e.set, members) {
 			continue
@@ -55,11 +58,42 @@ func (v *Vat) SetGrants(grants []labels.Set) error {
 	}
 	v.mu.Unlock()
 	v.drop(oldHeld)
-	for _, h := range gone {
-		h.Release()
-	}
+	// Revoked before SetGrants returns, not only released: a release
+	// takes effect at the switchboard some time after, and
+	// toybox-entry's direct connections reach it on connections of their
+	// own, which would connect for a removed member meanwhile.
+	revokeNow(gone)
+	close(changed)
 	v.log.Info("egress grant changed", "grant", fmt.Sprint(members), "revoked_handles", len(gone))
 	return nil
+}
+
+// revokeTimeout bounds the wait for the switchboard in revokeNow.
+const revokeTimeout = 5 * time.Second
+
+// revokeNow revokes each of hs at the switchboard, all at once, waits for
+// the answers (or revokeTimeout), and releases hs. A handle of a session
+// that has ended fails at once: its connection took it with it.
+func revokeNow(hs []schema.Handle) {
+	if len(hs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
+	defer cancel()
+	type pending struct {
+		fut     schema.Handle_revoke_Results_Future
+		release capnp.ReleaseFunc
+	}
+	ps := make([]pending, 0, len(hs))
+	for _, h := range hs {
+		fut, release := h.Revoke(ctx, nil)
+		ps = append(ps, pending{fut, release})
+	}
+	for i, p := range ps {
+		_, _ = p.fut.Struct() // an error: revoked already, or gone with its session
+		p.release()
+		hs[i].Release()
+	}
 }
 
 // covered reports whether every request m admits, one of members admits:

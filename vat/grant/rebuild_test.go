@@ -44,6 +44,8 @@ func (h recordingHandle) Describe(context.Context, schema.Handle_describe) error
 
 func (h recordingHandle) Socket(context.Context, schema.Handle_socket) error { return errRecorded }
 
+func (h recordingHandle) Revoke(context.Context, schema.Handle_revoke) error { return errRecorded }
+
 func (h recordingHandle) Constrain(_ context.Context, call schema.Handle_constrain) error {
 	res, err := call.AllocResults()
 	if err != nil {

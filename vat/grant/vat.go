@@ -91,6 +91,7 @@ type Vat struct {
 	// SetGrants (never changed in place); gen counts the replacements.
 	members []labels.Set
 	gen     uint64
+	changed chan struct{}             // closed (and replaced) when gen moves, and when revoked
 	held    []*upstreamEntry          // the members' entries, held for the vat's life
 	cache   map[string]*upstreamEntry // switchboard handle per member labels
 	idle    *list.List                // of *upstreamEntry no one holds, most recently used first
@@ -126,6 +127,7 @@ func NewVat(cfg VatConfig) (*Vat, error) {
 	v := &Vat{
 		cfg: cfg, log: log.With("vat", cfg.ID), sem: make(chan struct{}, maxInFlight),
 		cache: map[string]*upstreamEntry{}, idle: list.New(), conns: map[*rpc.Conn]struct{}{},
+		changed: make(chan struct{}),
 	}
 	members, err := memberSets(cfg.ID, cfg.Grants)
 	if err != nil {
@@ -218,6 +220,7 @@ func (v *Vat) Revoke() {
 		return
 	}
 	v.revoked = true
+	close(v.changed)
 	cache := v.cache
 	v.cache = map[string]*upstreamEntry{}
 	v.idle.Init()

@@ -296,6 +296,10 @@ func (v noGrantVat) Direct(context.Context, schema.Vat_direct) error { return ni
 
 func (v noGrantVat) ReportDirect(context.Context, schema.Vat_reportDirect) error { return nil }
 
+func (v noGrantVat) GrantChanged(context.Context, schema.Vat_grantChanged) error {
+	return errors.New("no grant")
+}
+
 func (v noGrantVat) Doors(context.Context, schema.Vat_doors) error {
 	return errors.New("no doors in this test")
 }

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -49,28 +50,48 @@ type direct struct {
 	vat    schema.Vat // fd 3's bootstrap: asked for the connections
 	conn   *wire.Conn // fd 3's connection, where they arrive
 	logger *slog.Logger
+	stop   context.CancelFunc // ends the watch (grantChanged)
 
 	ask sync.Mutex // one ask at a time; others take the relay meanwhile
 
 	mu      sync.Mutex
 	closed  bool
 	members []*directConn // nil: none held
-	asked   time.Time     // when last asked
-	reports []directReport
-	dropped int // reports past maxReportBatch since the last batch
-	flush   bool
+	// retired are connections of an earlier grant, kept open while the
+	// switchboard keeps them (what was made on them stays up), never used
+	// again. A member the new grant still covers keeps its connection
+	// (the same member in the new set takes its place).
+	retired  []*directConn
+	gen      uint64    // the grant generation members are of
+	stale    bool      // a member was lost, or the grant changed: ask again
+	watching bool      // a grantChanged call waits
+	asked    time.Time // when last asked
+	reports  []directReport
+	dropped  int // reports past maxReportBatch since the last batch
+	flush    bool
 }
 
 // directConn is one member's connection.
 type directConn struct {
-	wc *wire.Conn
-	rc *rpc.Conn
-	h  schema.Handle
+	key string // the member's labels
+	wc  *wire.Conn
+	rc  *rpc.Conn
+	h   schema.Handle
 }
 
 func (m *directConn) close() {
 	m.h.Release()
 	_ = m.rc.Close()
+}
+
+// gone reports whether the switchboard has closed m.
+func (m *directConn) gone() bool {
+	select {
+	case <-m.rc.Done():
+		return true
+	default:
+		return false
+	}
 }
 
 type directReport struct {
@@ -90,9 +111,13 @@ func (p *Proxy) SetDirect(vat schema.Vat) {
 func (d *direct) close() {
 	d.mu.Lock()
 	d.closed = true
-	ms := d.members
-	d.members = nil
+	ms := append(d.members, d.retired...)
+	d.members, d.retired = nil, nil
+	stop := d.stop
 	d.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
 	for _, m := range ms {
 		m.close()
 	}
@@ -100,63 +125,182 @@ func (d *direct) close() {
 }
 
 // current returns the direct connections, asking fd 3 for them when none
-// are held and the last ask is directRetry old. Nil: use the relay.
+// are held and the last ask is directRetry old. Nil: use the relay. When
+// some are held but one was lost, they are asked for again meanwhile.
 func (d *direct) current(ctx context.Context) []*directConn {
 	d.mu.Lock()
-	ms, due := d.members, !d.closed && d.members == nil && time.Since(d.asked) >= directRetry
+	ms, due := d.members, !d.closed && (d.members == nil || d.stale) && time.Since(d.asked) >= directRetry
 	d.mu.Unlock()
-	if ms != nil || !due || !d.ask.TryLock() {
+	if !due {
 		return ms
+	}
+	if ms != nil {
+		go d.refresh(context.Background(), false)
+		return ms
+	}
+	d.refresh(ctx, false)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.members
+}
+
+// refresh asks fd 3 for the grant's connections and takes them in place
+// of those held: a member held already keeps its connection (the new one
+// is closed unused), a member that left goes to retired. At most one ask
+// runs at a time: another caller returns at once, unless now (the grant
+// changed), which waits its turn. Unless now, an ask comes at most once
+// per directRetry. It reports whether it took a new set.
+func (d *direct) refresh(ctx context.Context, now bool) bool {
+	if now {
+		d.ask.Lock()
+	} else if !d.ask.TryLock() {
+		return false
 	}
 	defer d.ask.Unlock()
 	d.mu.Lock()
-	if d.members != nil || d.closed || time.Since(d.asked) < directRetry {
-		ms = d.members
+	if d.closed || (!now && time.Since(d.asked) < directRetry) {
 		d.mu.Unlock()
-		return ms
+		return false
 	}
 	d.asked = time.Now()
 	d.mu.Unlock()
-	ms, err := d.fetch(ctx)
+	fresh, gen, err := d.fetch(ctx)
 	if err != nil {
 		d.logger.Warn("direct switchboard connections unavailable: connects go through the supervisor", keyReason, err.Error())
-		return nil
+		return false
 	}
+	var unused []*directConn
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
-		for _, m := range ms {
+		for _, m := range fresh {
 			m.close()
 		}
-		return nil
+		return false
 	}
-	d.members = ms
+	held := map[string]*directConn{}
+	for _, m := range d.members {
+		if !m.gone() {
+			held[m.key] = m
+		}
+	}
+	kept := map[*directConn]bool{}
+	ms := make([]*directConn, 0, len(fresh))
+	for _, m := range fresh {
+		if old := held[m.key]; old != nil && !kept[old] {
+			kept[old] = true
+			unused = append(unused, m)
+			ms = append(ms, old)
+			continue
+		}
+		ms = append(ms, m)
+	}
+	var retired []*directConn
+	for _, m := range slices.Concat(d.retired, d.members) {
+		switch {
+		case kept[m]:
+		case m.gone():
+			unused = append(unused, m)
+		default:
+			retired = append(retired, m)
+		}
+	}
+	d.retired = retired
+	d.members, d.gen, d.stale = ms, gen, false
+	if len(ms) == 0 {
+		d.members = nil
+	}
+	watch := !d.watching
+	d.watching = true
+	var wctx context.Context
+	if watch {
+		wctx, d.stop = context.WithCancel(context.Background())
+	}
 	d.mu.Unlock()
-	return ms
+	for _, m := range unused {
+		m.close()
+	}
+	if watch {
+		go d.watch(wctx)
+	}
+	return true
 }
 
-// fetch asks fd 3 for one connection per member.
-func (d *direct) fetch(ctx context.Context) ([]*directConn, error) {
+// watch keeps one grantChanged call waiting on fd 3 and asks for the
+// connections again each time it answers: a member a regrant adds takes
+// one hop from then on (until then, the relay serves it). It ends with
+// the direct connections (close) or fd 3.
+func (d *direct) watch(ctx context.Context) {
+	defer func() {
+		d.mu.Lock()
+		d.watching = false
+		d.mu.Unlock()
+	}()
+	for ctx.Err() == nil {
+		d.mu.Lock()
+		gen := d.gen
+		d.mu.Unlock()
+		fut, rel := d.vat.GrantChanged(ctx, func(p schema.Vat_grantChanged_Params) error {
+			p.SetGen(gen)
+			return nil
+		})
+		_, err := fut.Struct()
+		rel()
+		if err != nil {
+			if ctx.Err() == nil && !capnp.IsDisconnected(err) {
+				d.logger.Warn("watching the grant for changes ended: a member a regrant adds goes through the supervisor", keyReason, err.Error())
+			}
+			return
+		}
+		d.mu.Lock()
+		d.stale = true
+		d.mu.Unlock()
+		if !d.refresh(ctx, true) {
+			// Not taken (fd 3 or the switchboard failed it): the next
+			// grantChanged answers at once; ask no faster than connects do.
+			select {
+			case <-time.After(directRetry):
+			case <-ctx.Done():
+			}
+		}
+	}
+}
+
+// fetch asks fd 3 for one connection per member, and the grant's
+// generation.
+func (d *direct) fetch(ctx context.Context) ([]*directConn, uint64, error) {
 	fut, rel := d.vat.Direct(ctx, nil)
 	defer rel()
 	res, err := fut.Struct()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	seqs, err := res.Fds()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
+	}
+	members, err := res.Members()
+	if err != nil {
+		return nil, 0, err
 	}
 	ms := make([]*directConn, 0, seqs.Len())
-	fail := func(err error) ([]*directConn, error) {
+	fail := func(err error) ([]*directConn, uint64, error) {
 		for _, m := range ms {
 			m.close()
 		}
-		return nil, err
+		return nil, 0, err
+	}
+	if members.Len() != seqs.Len() {
+		return fail(fmt.Errorf("%d direct connections for %d members", seqs.Len(), members.Len()))
 	}
 	for i := 0; i < seqs.Len(); i++ {
 		f, err := d.conn.TakeFD(seqs.At(i))
 		if err != nil {
+			return fail(err)
+		}
+		lf, err := members.At(i).Fields()
+		if err != nil {
+			_ = f.Close()
 			return fail(err)
 		}
 		wc, err := wire.FromFile(f, true)
@@ -166,12 +310,9 @@ func (d *direct) fetch(ctx context.Context) ([]*directConn, error) {
 		// Its peer is the switchboard, as fd 3's is the supervisor: no
 		// backlog bound (serveNet).
 		rc := wc.RPCWith(capnp.Client{}, nil, wire.Limits{Backlog: math.MaxInt})
-		ms = append(ms, &directConn{wc: wc, rc: rc, h: schema.Handle(rc.Bootstrap(ctx))})
+		ms = append(ms, &directConn{key: labels.Set(lf).String(), wc: wc, rc: rc, h: schema.Handle(rc.Bootstrap(ctx))})
 	}
-	if len(ms) == 0 {
-		return nil, errors.New("the vat has no grant")
-	}
-	return ms, nil
+	return ms, res.Gen(), nil
 }
 
 // drop forgets m, a direct connection the switchboard closed or revoked
@@ -180,6 +321,7 @@ func (d *direct) fetch(ctx context.Context) ([]*directConn, error) {
 // on it. Once none is left, the next connect asks fd 3 again.
 func (d *direct) drop(m *directConn) {
 	d.mu.Lock()
+	d.stale = true
 	kept := make([]*directConn, 0, len(d.members))
 	for _, x := range d.members {
 		if x != m {
