@@ -69,8 +69,11 @@ func TestInWallConnectTakesOneHop(t *testing.T) {
 
 // directAllowed counts the switchboard's allowed connects to port on a
 // direct connection (its socket named with +direct).
-func directAllowed(s *stack, port string) int {
-	op := "connect"
+func directAllowed(s *stack, port string) int { return directDecisions(s, "connect", port) }
+
+// directDecisions counts the switchboard's allowed op calls for port on a
+// direct connection.
+func directDecisions(s *stack, op, port string) int {
 	n := 0
 	for _, line := range strings.Split(s.sbLog.String(), "\n") {
 		var r map[string]any

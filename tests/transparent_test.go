@@ -544,6 +544,15 @@ func TestTransparentEgressSchemeGrant(t *testing.T) {
 			t.Errorf("%s %s: %+v; want the TLS server's answer", c.name, url, r)
 		}
 	}
+	// Through the wall's proxy: the CONNECT asks for tcp, is refused for
+	// the scheme alone, and checks https before it reads the ClientHello,
+	// in one hop (a direct connection's check).
+	if r := s.runIn("sara", true, nil, "curl", "-sSk", "--max-time", "20", url); !strings.Contains(r.Out, "hello over tls") {
+		t.Errorf("curl through the proxy %s: %+v; want the TLS server's answer", url, r)
+	}
+	if directDecisions(s, "check", tlsPort) == 0 {
+		t.Errorf("no check allowed on a direct connection in the switchboard's log:\n%s", tail(s.sbLog))
+	}
 	before := tlsHits.Load()
 	r := s.runIn("sara", false, nil, "curl", "-sSk", "--max-time", "20", "--connect-to", "other.test:"+tlsPort+":granted.test:"+tlsPort, "https://other.test:"+tlsPort+"/")
 	if r.Code == 0 || strings.Contains(r.Out, "hello over tls") || tlsHits.Load() != before {

@@ -401,6 +401,45 @@ func (d *direct) connect(ctx context.Context, t target, hello []byte, inProgress
 	return nil, errRelay // every member refused: the relay decides
 }
 
+// check asks each direct connection in turn for its decision on t
+// without dialling, and returns nil at the first that admits it.
+// errRelay: none is held, every one refused t (the relay decides and
+// words the refusal, and reports it), or one was revoked or lost.
+func (d *direct) check(ctx context.Context, t target) error {
+	ms := d.current(ctx)
+	if ms == nil {
+		return errRelay
+	}
+	for _, m := range ms {
+		fut, rel := m.h.Check(ctx, func(ps schema.Handle_check_Params) error {
+			return setTarget(ps.NewTarget, t)
+		})
+		res, err := fut.Struct()
+		allow := false
+		if err == nil {
+			var dec schema.Decision
+			if dec, err = res.Decision(); err == nil {
+				allow = dec.Allow()
+			}
+		}
+		rel()
+		switch {
+		case err == nil && allow:
+			return nil
+		case err == nil || refused(err):
+			continue // another member may admit it
+		case capnp.IsDisconnected(err) || strings.Contains(err.Error(), "handle revoked"):
+			d.drop(m)
+			return errRelay
+		case ctx.Err() != nil:
+			return err
+		default:
+			return errRelay
+		}
+	}
+	return errRelay
+}
+
 // report queues what became of one direct connect for the supervisor.
 func (d *direct) report(t target, allowed bool, reason string) {
 	d.mu.Lock()

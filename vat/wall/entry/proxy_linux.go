@@ -535,10 +535,17 @@ func (b *respBody) End(context.Context, schema.ByteStream_end) error {
 
 func (b *respBody) Shutdown() { b.r.finish() }
 
-// check asks the Handle for its decision without dialling.
+// check asks the Handle for its decision without dialling: a direct
+// connection's first, the relay's when none admits t (the relay words
+// and reports a refusal).
 func (p *Proxy) check(ctx context.Context, t target) error {
 	if !p.handle.IsValid() {
 		return ErrNoGrant
+	}
+	if p.direct != nil && !p.noFD {
+		if err := p.direct.check(ctx, t); !errors.Is(err, errRelay) {
+			return err
+		}
 	}
 	fut, rel := p.handle.Check(ctx, func(ps schema.Handle_check_Params) error {
 		return setTarget(ps.NewTarget, t)
