@@ -54,6 +54,7 @@
 
 #include "launcher.h"
 #include "notify_linux.h"
+#include "sock_linux.h"
 
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
@@ -451,34 +452,6 @@ static int te_close_others(const char **call) {
 	return n < 0 ? -1 : 0;
 }
 
-// te_listen returns a blocking close-on-exec TCP socket listening on
-// 127.0.0.1:port, or -1 with the failed call in *call.
-static int te_listen(int port, const char **call) {
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0) {
-		*call = "socket";
-		return -1;
-	}
-	int one = 1;
-	struct sockaddr_in sa = {0};
-	sa.sin_family = AF_INET;
-	sa.sin_port = htons((unsigned short)port);
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0) {
-		*call = "setsockopt";
-	} else if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
-		*call = "bind";
-	} else if (listen(fd, 4096) < 0) {
-		*call = "listen";
-	} else {
-		return fd;
-	}
-	int err = errno;
-	close(fd);
-	errno = err;
-	return -1;
-}
-
 static void te_close_listeners(void) {
 	struct te_launch *l = &te_launch;
 	for (int i = 0; i < l->nforward; i++) {
@@ -522,27 +495,14 @@ static void te_close_listeners(void) {
 static int te_fence_recv(void) {
 	struct te_launch *l = &te_launch;
 	char b;
-	struct iovec iov = {.iov_base = &b, .iov_len = 1};
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
-	ssize_t n;
-	do {
-		n = recvmsg(l->fence_fd, &msg, MSG_CMSG_CLOEXEC);
-	} while (n < 0 && errno == EINTR);
+	ssize_t n = te_recv_fd(l->fence_fd, &b, 1, &l->fence_home);
 	int e = errno;
 	close(l->fence_fd); // its number stays in te_launch, for main's check
 	if (n < 0) {
 		errno = e;
 		return -1;
 	}
-	struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-	if (c != NULL && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int))) {
-		memcpy(&l->fence_home, CMSG_DATA(c), sizeof(int));
-	}
-	if (n != 1 || l->fence_home < 0 || (msg.msg_flags & MSG_CTRUNC) != 0) {
+	if (n != 1 || l->fence_home < 0) {
 		errno = EPROTO;
 		return -1;
 	}
@@ -1043,14 +1003,14 @@ void te_launcher(int argc, char **argv, char **envp) {
 	// serves them. A vat without a capability for the entry has no network.
 	if (l->cap_fd >= 3) {
 		for (int i = 0; i < l->nforward; i++) {
-			if ((l->forward_fd[i] = te_listen(l->forward_port[i], &call)) < 0) {
+			if ((l->forward_fd[i] = te_loopback(SOCK_STREAM, l->forward_port[i], &call)) < 0) {
 				te_fail(TE_STAGE_FORWARD, call, errno, l->forward_port[i]);
 				te_close_listeners();
 				return;
 			}
 		}
 		if (l->proxy_port != 0) {
-			if ((l->proxy_fd = te_listen(l->proxy_port, &call)) < 0) {
+			if ((l->proxy_fd = te_loopback(SOCK_STREAM, l->proxy_port, &call)) < 0) {
 				te_fail(TE_STAGE_PROXY, call, errno, l->proxy_port);
 				te_close_listeners();
 				return;
@@ -1060,7 +1020,7 @@ void te_launcher(int argc, char **argv, char **envp) {
 		// before the entry locks itself (it makes no socket and connects
 		// none; the connector connects the wall's own).
 		if (l->transparent) {
-			if ((l->dns_fd = te_dns_socket(&call)) < 0 || (l->dns_tcp_fd = te_loopback_listener(&call)) < 0 || (l->scheme_fd = te_loopback_listener(&call)) < 0 || te_start_connector(&l->connector_fd, &l->connector_pid, &call) != 0) {
+			if ((l->dns_fd = te_loopback(SOCK_DGRAM, 0, &call)) < 0 || (l->dns_tcp_fd = te_loopback(SOCK_STREAM, 0, &call)) < 0 || (l->scheme_fd = te_loopback(SOCK_STREAM, 0, &call)) < 0 || te_start_connector(&l->connector_fd, &l->connector_pid, &call) != 0) {
 				te_fail(TE_STAGE_NOTIFY, call, errno, 0);
 				te_close_listeners();
 				return;

@@ -18,6 +18,7 @@
 #include <linux/seccomp.h>
 
 #include "notify_linux.h"
+#include "sock_linux.h"
 
 extern char **environ;
 
@@ -95,26 +96,6 @@ struct tn_hello {
 	int err;
 };
 
-void te_send_fd(int sock, const void *b, size_t n, int fd) {
-	struct iovec iov = {.iov_base = (void *)b, .iov_len = n};
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
-	if (fd >= 0) {
-		msg.msg_control = u.buf;
-		msg.msg_controllen = sizeof u.buf;
-		struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &fd, sizeof fd);
-	}
-	while (sendmsg(sock, &msg, MSG_NOSIGNAL) < 0 && errno == EINTR) {
-	}
-}
-
 int te_filter_self(int sock, int listen) {
 	struct tn_hello h = {0};
 	int l = -1;
@@ -141,21 +122,7 @@ int te_filter_hello(int sock, int *lfd, int *lerr, const char **call) {
 	*lfd = -1;
 	*lerr = 0;
 	struct tn_hello h = {0};
-	struct iovec iov = {.iov_base = &h, .iov_len = sizeof h};
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
-	ssize_t n;
-	do {
-		n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
-	} while (n < 0 && errno == EINTR);
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); n > 0 && c != NULL; c = CMSG_NXTHDR(&msg, c)) {
-		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int))) {
-			memcpy(lfd, CMSG_DATA(c), sizeof(int));
-		}
-	}
+	ssize_t n = te_recv_fd(sock, &h, sizeof h, lfd);
 	int err = 0;
 	if (n != (ssize_t)sizeof h) {
 		err = n < 0 ? errno : EPROTO;
@@ -179,58 +146,47 @@ int te_filter_hello(int sock, int *lfd, int *lerr, const char **call) {
 int te_spawn_notified(char **argv, int app_cap_fd, int listen, int *lfd, int *lerr, const char **call) {
 	*lfd = -1;
 	*lerr = 0;
-	int sv[2];
-	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
-		*call = "socketpair";
+	int sock, pid;
+	int r = te_fork_socket(&sock, &pid, call);
+	if (r < 0) {
 		return -1;
 	}
-	pid_t pid = fork();
-	if (pid < 0) {
-		int err = errno;
-		close(sv[0]);
-		close(sv[1]);
-		errno = err;
-		*call = "fork";
-		return -1;
-	}
-	if (pid == 0) {
-		close(sv[0]);
+	if (r == 0) {
 		// Above fd 3, which the app's capability takes below.
-		int s = fcntl(sv[1], F_DUPFD_CLOEXEC, 10);
+		int s = fcntl(sock, F_DUPFD_CLOEXEC, 10);
 		if (s < 0) {
 			_exit(127);
 		}
-		close(sv[1]);
-		sv[1] = s;
-		if (te_filter_self(sv[1], listen) != 0) {
+		close(sock);
+		sock = s;
+		if (te_filter_self(sock, listen) != 0) {
 			_exit(127);
 		}
 		if (app_cap_fd == 3) {
 			if (fcntl(3, F_SETFD, 0) < 0) {
 				int e = errno;
-				te_send_fd(sv[1], &e, sizeof e, -1);
+				te_send_fd(sock, &e, sizeof e, -1);
 				_exit(127);
 			}
 		} else if (dup2(app_cap_fd, 3) < 0) {
 			int e = errno;
-			te_send_fd(sv[1], &e, sizeof e, -1);
+			te_send_fd(sock, &e, sizeof e, -1);
 			_exit(127);
 		}
 		execve(argv[0], argv, environ);
 		int e = errno;
-		te_send_fd(sv[1], &e, sizeof e, -1);
+		te_send_fd(sock, &e, sizeof e, -1);
 		_exit(127);
 	}
-	close(sv[1]);
 	int fail = 0, ferr = 0;
-	if (te_filter_hello(sv[0], lfd, lerr, call) != 0) {
+	if (te_filter_hello(sock, lfd, lerr, call) != 0) {
 		fail = 1;
 		ferr = errno;
 	} else {
 		ssize_t n;
 		int e = 0;
 		do {
-			n = recv(sv[0], &e, sizeof e, 0);
+			n = recv(sock, &e, sizeof e, 0);
 		} while (n < 0 && errno == EINTR);
 		if (n == (ssize_t)sizeof e) {
 			fail = 1;
@@ -238,7 +194,7 @@ int te_spawn_notified(char **argv, int app_cap_fd, int listen, int *lfd, int *le
 			*call = "execve";
 		}
 	}
-	close(sv[0]);
+	close(sock);
 	if (fail) {
 		if (*lfd >= 0) {
 			close(*lfd);
@@ -248,47 +204,6 @@ int te_spawn_notified(char **argv, int app_cap_fd, int listen, int *lfd, int *le
 		return -1;
 	}
 	return (int)pid;
-}
-
-int te_dns_socket(const char **call) {
-	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	if (fd < 0) {
-		*call = "socket (DNS)";
-		return -1;
-	}
-	struct sockaddr_in sa = {0};
-	sa.sin_family = AF_INET;
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
-		int err = errno;
-		close(fd);
-		errno = err;
-		*call = "bind (DNS)";
-		return -1;
-	}
-	return fd;
-}
-
-int te_loopback_listener(const char **call) {
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0) {
-		*call = "socket (a loopback listener)";
-		return -1;
-	}
-	struct sockaddr_in sa = {0};
-	sa.sin_family = AF_INET;
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
-		*call = "bind (a loopback listener)";
-	} else if (listen(fd, 4096) < 0) {
-		*call = "listen (a loopback listener)";
-	} else {
-		return fd;
-	}
-	int err = errno;
-	close(fd);
-	errno = err;
-	return -1;
 }
 
 // The connector's messages. A connect request (op TN_CONNECT) is a
@@ -379,28 +294,13 @@ static void te_connector(int sock) {
 		if (j == NULL) {
 			_exit(1);
 		}
-		j->fd = -1;
-		struct iovec iov = {.iov_base = &j->req, .iov_len = sizeof j->req};
-		union {
-			char buf[CMSG_SPACE(sizeof(int))];
-			struct cmsghdr align;
-		} u;
-		struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
-		ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+		// A request whose descriptor did not come whole has none.
+		ssize_t n = te_recv_fd(sock, &j->req, sizeof j->req, &j->fd);
 		if (n == 0) {
 			_exit(0);
 		}
 		if (n < 0) {
-			free(j);
-			if (errno == EINTR) {
-				continue;
-			}
 			_exit(1);
-		}
-		for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
-			if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int))) {
-				memcpy(&j->fd, CMSG_DATA(c), sizeof(int));
-			}
 		}
 		if (n == (ssize_t)sizeof j->req && j->req.op == TN_PROBE && j->fd < 0 && j->req.len >= sizeof(sa_family_t) && j->req.len <= sizeof j->req.addr) {
 			struct tn_rep rep = {.id = j->req.id};
@@ -418,7 +318,7 @@ static void te_connector(int sock) {
 			(void)send(sock, &rep, sizeof rep, MSG_NOSIGNAL);
 			continue;
 		}
-		if (j->fd < 0 || n != (ssize_t)sizeof j->req || j->req.op != TN_CONNECT || j->req.len > sizeof j->req.addr || (msg.msg_flags & MSG_CTRUNC)) {
+		if (j->fd < 0 || n != (ssize_t)sizeof j->req || j->req.op != TN_CONNECT || j->req.len > sizeof j->req.addr) {
 			struct tn_rep rep = {.id = j->req.id, .err = EINVAL};
 			if (j->fd >= 0) {
 				close(j->fd);
@@ -460,32 +360,6 @@ static void te_connector(int sock) {
 		tn_connect(j);
 		free(j);
 	}
-}
-
-int te_fork_socket(int *fd, int *pid, const char **call) {
-	int sv[2];
-	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
-		*call = "socketpair";
-		return -1;
-	}
-	pid_t p = fork();
-	if (p < 0) {
-		int err = errno;
-		close(sv[0]);
-		close(sv[1]);
-		errno = err;
-		*call = "fork";
-		return -1;
-	}
-	if (p == 0) {
-		close(sv[0]);
-		*fd = sv[1];
-		return 0;
-	}
-	close(sv[1]);
-	*fd = sv[0];
-	*pid = (int)p;
-	return 1;
 }
 
 int te_start_connector(int *fd, int *pid, const char **call) {

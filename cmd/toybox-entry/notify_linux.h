@@ -27,25 +27,6 @@ int te_filter_self(int sock, int listen);
 // -1 with the failed call in *call and errno set (no filter, or no hello).
 int te_filter_hello(int sock, int *lfd, int *lerr, const char **call);
 
-// te_dns_socket returns a UDP socket bound to 127.0.0.1 on a port of the
-// kernel's choice (close-on-exec), or -1 with the failed call in *call.
-int te_dns_socket(const char **call);
-
-// te_loopback_listener returns a TCP socket listening on 127.0.0.1 on a
-// port of the kernel's choice (close-on-exec), or -1 with the failed call
-// in *call: the DNS stub's over TCP, and the entry's for connects granted
-// under another scheme alone.
-int te_loopback_listener(const char **call);
-
-// te_send_fd sends the n bytes at b on sock, with fd (SCM_RIGHTS) when it
-// is not negative; EINTR is retried, other errors are the peer's to see.
-void te_send_fd(int sock, const void *b, size_t n, int fd);
-
-// te_fork_socket forks with a SOCK_SEQPACKET socket pair between the two
-// processes: 1 in the parent (*fd its end, *pid the child's), 0 in the
-// child (*fd its end), or -1 with the failed call in *call.
-int te_fork_socket(int *fd, int *pid, const char **call);
-
 // te_start_connector forks the connector; *fd is the entry's end of its
 // socket, *pid its pid. 0, or -1 with the failed call in *call.
 int te_start_connector(int *fd, int *pid, const char **call);
