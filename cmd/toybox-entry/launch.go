@@ -3,58 +3,66 @@ package main
 import (
 	"fmt"
 	"os"
-	"slices"
 	"syscall"
 
 	"toybox/vat/wall/entry"
 )
 
-// launch is what the launcher (launcher_linux.c) did before main ran.
+// launch is the launcher's one reading of the flags and what it did with
+// them. The launcher (launcher_linux.c) parses the flags before the Go
+// runtime starts. main does not parse them again: it reads them here.
 type launch struct {
 	State launchState
-	Why   string // launchNotRun: why the arguments were not a launch's
+	// launchNotRun: why the arguments were not a launch's, and the
+	// argument that is about (BadAt: its index in the argv; 0: none).
+	Why    string
+	BadAt  int
+	BadArg string
 	// launchFailed: the step, the system call and its error (Port: the
 	// port being bound).
 	Stage launchStage
 	Call  string
 	Err   syscall.Errno
 	Port  int
+	// The flags, as the launcher read them.
+	ID          string // --vat
+	LogLevel    string // --log-level: debug, info, warn or error
+	CapFD       int    // --cap-fd (-1: none)
+	AppCapFD    int    // --app-cap-fd
+	ProxyPort   int    // --proxy-port (0: none)
+	Forwards    []entry.Forward
+	Transparent bool // --egress-mode transparent
+	// FenceFD is --task-fence-fd (-1: none). The launcher closes it once
+	// it has read the fence.
+	FenceFD int
+	ArgvAt  int      // index in the argv of the app's argv[0]
+	Argv    []string // the app's command
 	// launchStarted: the app's pid and the listening sockets.
-	Pid          int
-	ArgvAt       int // index in os.Args of the app's argv[0]
-	CapFD        int
-	AppCapFD     int
-	ProxyPort    int
-	ProxyFD      int   // -1: none
-	ForwardPorts []int // the --forward ports, in order
-	ForwardFDs   []int // their listening sockets
-	// Transparent egress (--egress-mode transparent): the app's
-	// notification listener (-1: the kernel gave none, NotifyErr says
-	// why), the DNS stub's socket and the connector's.
-	Transparent                  bool
+	Pid        int
+	ProxyFD    int   // -1: none
+	ForwardFDs []int // the --forward listeners, in the order of Forwards
+	// Transparent egress: the app's notification listener (-1: the
+	// kernel gave none, NotifyErr says why), the DNS stub's socket and
+	// the connector's.
 	NotifyFD, DNSFD, ConnectorFD int
 	DNSTCPFD                     int // the DNS stub's TCP socket
 	SchemeFD                     int // the listener for connects granted under another scheme
 	NotifyErr                    syscall.Errno
-	// FenceFD is --task-fence-fd as the launcher read it (-1: none); the
-	// launcher closes it once it has read the fence.
-	FenceFD int
 	// MCP: a stdio MCP vat's launch (no app; the spawner instead).
 	MCP *launchMCP
 	// Listen: the app's own port and the relay the launcher started.
 	Listen *launchListen
 }
 
-// launchListen is what the launcher read of --listen-port and
-// --listen-path, and the relay it started (its socket and pid).
+// launchListen is --listen-port and --listen-path, and the relay the
+// launcher started (its socket and pid).
 type launchListen struct {
 	Port              int
 	Path              string
 	RelayFD, RelayPid int
 }
 
-// launchMCP is what the launcher read of the --mcp-* flags, and the
-// spawner it started.
+// launchMCP is the --mcp-* flags, and the spawner the launcher started.
 type launchMCP struct {
 	FD                    int // the bridge's listening socket
 	Mode, Era             string
@@ -89,26 +97,17 @@ const (
 	stageFence
 )
 
-// flags is main's own reading of the arguments the launcher read.
-type flags struct {
-	capFD, appCapFD, proxyPort int
-	fenceFD                    int
-	transparent                bool
-	forwards                   []entry.Forward
-	argv                       []string
-	mcp                        *launchMCP // FD, Mode, Era, MaxProcs, IdleSeconds as main read them
-	listenPort                 int
-	listenPath                 string
-}
-
-// check returns why the launch did not start the app as f says it should,
-// and the exit code for it; nil when it did.
-func (l launch) check(f flags) (int, error) {
+// check returns why the launcher did not start the app, and the exit code
+// for it; nil when it did.
+func (l launch) check() (int, error) {
 	switch l.State {
 	case launchNotRun:
 		why := l.Why
 		if why == "" {
 			why = "it did not run"
+		}
+		if l.BadAt > 0 {
+			why = fmt.Sprintf("%s (argument %d, %q)", why, l.BadAt, l.BadArg)
 		}
 		return entry.ExitSetup, fmt.Errorf("the launcher did not start the app: %s", why)
 	case launchFailed:
@@ -139,31 +138,12 @@ func (l launch) check(f flags) (int, error) {
 		case stageProxy:
 			return entry.ExitSetup, fmt.Errorf("serving the proxy on port %d: %s 127.0.0.1:%d: %w", l.Port, l.Call, l.Port, l.Err)
 		case stageSpawn:
-			if len(f.argv) > 0 {
-				return entry.ExitExec, fmt.Errorf("starting %s: %w", f.argv[0], l.Err)
+			if len(l.Argv) > 0 {
+				return entry.ExitExec, fmt.Errorf("starting %s: %w", l.Argv[0], l.Err)
 			}
 			return entry.ExitExec, fmt.Errorf("starting the app: %w", l.Err)
 		}
 		return entry.ExitSetup, fmt.Errorf("the launcher failed at step %d: %w", l.Stage, err)
-	}
-	ports := make([]int, len(f.forwards))
-	for i, fw := range f.forwards {
-		ports[i] = int(fw.Port)
-	}
-	if (l.MCP == nil) != (f.mcp == nil) || (l.MCP != nil && (l.MCP.FD != f.mcp.FD || l.MCP.Mode != f.mcp.Mode || l.MCP.Era != f.mcp.Era ||
-		l.MCP.MaxProcs != f.mcp.MaxProcs || l.MCP.IdleSeconds != f.mcp.IdleSeconds || l.MCP.SpawnerFD < 3 || l.MCP.SpawnerPid <= 0)) {
-		return entry.ExitSetup, fmt.Errorf("the launcher read the MCP flags differently (%+v, %+v)", l.MCP, f.mcp)
-	}
-	if (l.Listen == nil) != (f.listenPort == 0) || (l.Listen != nil && (l.Listen.Port != f.listenPort || l.Listen.Path != f.listenPath || l.Listen.RelayFD < 3 || l.Listen.RelayPid <= 0)) {
-		return entry.ExitSetup, fmt.Errorf("the launcher read the listen flags differently (%+v; port %d, path %q)", l.Listen, f.listenPort, f.listenPath)
-	}
-	if l.FenceFD != f.fenceFD {
-		return entry.ExitSetup, fmt.Errorf("the launcher read --task-fence-fd differently (%d/%d)", l.FenceFD, f.fenceFD)
-	}
-	if l.CapFD != f.capFD || l.AppCapFD != f.appCapFD || l.ProxyPort != f.proxyPort || l.Transparent != f.transparent ||
-		!slices.Equal(l.ForwardPorts, ports) || l.ArgvAt != len(os.Args)-len(f.argv) {
-		return entry.ExitSetup, fmt.Errorf("the launcher read the arguments differently (cap %d/%d, app cap %d/%d, proxy port %d/%d, forwards %v/%v, command at %d/%d)",
-			l.CapFD, f.capFD, l.AppCapFD, f.appCapFD, l.ProxyPort, f.proxyPort, l.ForwardPorts, ports, l.ArgvAt, len(os.Args)-len(f.argv))
 	}
 	return 0, nil
 }
@@ -176,7 +156,7 @@ func (l launch) listeners() *entry.Listeners {
 	}
 	ls := &entry.Listeners{}
 	for i, fd := range l.ForwardFDs {
-		ls.Forwards = append(ls.Forwards, os.NewFile(uintptr(fd), fmt.Sprintf("listen:%d", l.ForwardPorts[i])))
+		ls.Forwards = append(ls.Forwards, os.NewFile(uintptr(fd), fmt.Sprintf("listen:%d", l.Forwards[i].Port)))
 	}
 	if l.ProxyFD >= 0 {
 		ls.Proxy = os.NewFile(uintptr(l.ProxyFD), fmt.Sprintf("listen:%d", l.ProxyPort))

@@ -4,11 +4,13 @@ package main
 
 // The launcher is C that runs as a constructor, before the Go runtime
 // starts. Its code is in launcher_linux.c, which says what it does. Its
-// interface is launcher.h: te_launch, the record of what it did, and
-// te_lock. A compiler warning in it fails the build (-Wall -Werror).
+// interface is launcher.h: te_launch, its one reading of the flags and the
+// record of what it did; te_parse, that reading; and te_lock. A compiler
+// warning in it fails the build (-Wall -Werror).
 
 /*
 #cgo CFLAGS: -Wall -Werror
+#include <stdlib.h>
 #include "launcher.h"
 
 __attribute__((constructor)) static void te_init(int argc, char **argv, char **envp) {
@@ -17,17 +19,47 @@ __attribute__((constructor)) static void te_init(int argc, char **argv, char **e
 */
 import "C"
 
-import "syscall"
+import (
+	"os"
+	"syscall"
+	"unsafe"
 
-// launched returns what the launcher did before main.
+	"toybox/vat/wall/entry"
+)
+
+// launched returns the launcher's reading of the flags and what it did,
+// before main.
 func launched() launch {
-	l := &C.te_launch
+	return readLaunch(&C.te_launch, os.Args)
+}
+
+// parseLaunch runs the launcher's parser (te_parse) alone on args, an
+// argv with the program's name first. It reports whether args are a
+// launch's. The tests hold the parser to the flag package with it.
+func parseLaunch(args []string) (launch, bool) {
+	l := (*C.struct_te_launch)(C.calloc(1, C.sizeof_struct_te_launch))
+	defer C.free(unsafe.Pointer(l))
+	argv := unsafe.Slice((**C.char)(C.calloc(C.size_t(len(args)+1), C.size_t(unsafe.Sizeof((*C.char)(nil))))), len(args)+1)
+	defer C.free(unsafe.Pointer(&argv[0]))
+	for i, a := range args {
+		argv[i] = C.CString(a)
+		defer C.free(unsafe.Pointer(argv[i]))
+	}
+	ok := C.te_parse(l, C.int(len(args)), &argv[0]) == 0
+	return readLaunch(l, args), ok
+}
+
+// readLaunch copies l into a launch. args is the argv l was read from.
+func readLaunch(l *C.struct_te_launch, args []string) launch {
 	r := launch{
 		State:       launchState(l.state),
 		Why:         cString(l.why),
+		BadAt:       int(l.bad_at),
 		Call:        cString(l.call),
 		Err:         syscall.Errno(l.err),
 		Port:        int(l.port),
+		ID:          cString(l.vat),
+		LogLevel:    cString(l.log_level),
 		Pid:         int(l.app_pid),
 		ArgvAt:      int(l.argv_at),
 		CapFD:       int(l.cap_fd),
@@ -42,6 +74,15 @@ func launched() launch {
 		SchemeFD:    int(l.scheme_fd),
 		ConnectorFD: int(l.connector_fd),
 		FenceFD:     int(l.fence_fd),
+	}
+	if r.LogLevel == "" {
+		r.LogLevel = "warn"
+	}
+	if r.BadAt > 0 && r.BadAt < len(args) {
+		r.BadArg = args[r.BadAt]
+	}
+	if r.ArgvAt > 0 && r.ArgvAt < len(args) {
+		r.Argv = args[r.ArgvAt:]
 	}
 	switch l.stage {
 	case C.TE_STAGE_DUMPABLE:
@@ -82,7 +123,11 @@ func launched() launch {
 		}
 	}
 	for i := range int(l.nforward) {
-		r.ForwardPorts = append(r.ForwardPorts, int(l.forward_port[i]))
+		r.Forwards = append(r.Forwards, entry.Forward{
+			Port:       uint16(l.forward_port[i]),
+			Host:       C.GoStringN(l.forward_host[i], l.forward_host_len[i]),
+			TargetPort: uint16(l.forward_target[i]),
+		})
 		r.ForwardFDs = append(r.ForwardFDs, int(l.forward_fd[i]))
 	}
 	return r

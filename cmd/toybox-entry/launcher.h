@@ -26,6 +26,8 @@ enum {
 
 #define TE_MAX_LISTEN 256
 
+// te_launch is the one reading of the entry's flags (te_parse), and what
+// the launcher did with them. Every string points into the argv it read.
 struct te_launch {
 	int state;
 	int stage;
@@ -33,15 +35,23 @@ struct te_launch {
 	int port;
 	const char *call;
 	const char *why;
+	int bad_at; // TE_NOT_RUN: the argument why is about (0: none)
 	int app_pid;
 	int argv_at;
+	const char *vat;       // --vat (NULL: none)
+	const char *log_level; // --log-level: debug, info, warn or error (NULL: warn)
 	int cap_fd, app_cap_fd, proxy_port;
+	// --forward, in order: the port the entry listens on, the target
+	// (host_len bytes at host, then its port) and the listener.
 	int nforward;
 	int forward_port[TE_MAX_LISTEN];
+	const char *forward_host[TE_MAX_LISTEN];
+	int forward_host_len[TE_MAX_LISTEN];
+	int forward_target[TE_MAX_LISTEN];
 	int forward_fd[TE_MAX_LISTEN];
 	int proxy_fd;
-	// MCP mode: the bridge's listening socket, the mode and its limits
-	// (checked here, read again by main), and the spawner.
+	// MCP mode: the bridge's listening socket, the mode and its limits,
+	// and the spawner.
 	int mcp, mcp_fd, mcp_max_procs, mcp_idle_seconds;
 	const char *mcp_mode, *mcp_era;
 	int spawner_fd, spawner_pid;
@@ -70,6 +80,11 @@ struct te_launch {
 
 // te_launch is what the launcher did, for main to read.
 extern struct te_launch te_launch;
+
+// te_parse reads the entry's flags from argv into l, which the caller
+// zeroes. It returns 0 when they are a launch's, or -1 with the reason in
+// l->why. It reads only argv and writes only l.
+int te_parse(struct te_launch *l, int argc, char **argv);
 
 // te_launcher is the launcher: the constructor in launch_linux.go calls it
 // with the process's arguments before the Go runtime starts.

@@ -1,16 +1,24 @@
 //go:build linux && cgo
 
 // The launcher: C that runs as a constructor, before the Go runtime starts.
-// It reads the entry's flags (the subset it needs, in the flag package's
-// syntax), marks every inherited descriptor from 3 up close-on-exec, makes
-// this process undumpable, binds the wall's loopback ports, and starts the
-// app with posix_spawn (fds 0, 1, 2 and the app's capability as 3; the
-// leader of a process group of its own, which the entry forwards stop
-// requests to). The app
-// starts about a tenth of a millisecond after the entry's exec, instead of
-// after the Go runtime's start and the package inits (a few milliseconds
-// here); the runtime then starts beside the app. main reads what it did from
-// te_launch and checks it against its own parse of the flags.
+// It reads the entry's flags, marks every inherited descriptor from 3 up
+// close-on-exec, makes this process undumpable, binds the wall's loopback
+// ports, and starts the app with posix_spawn. The app gets fds 0, 1, 2 and
+// its capability as 3. It leads a process group of its own, which the entry
+// forwards stop requests to. The app starts about a tenth of a millisecond
+// after the entry's exec. Waiting for the Go runtime's start and the package
+// inits would cost a few milliseconds here. The runtime then starts beside
+// the app, and main reads from te_launch what the launcher did.
+//
+// The flags are parsed once, here (te_parse), and main reads the result.
+// Only this side can parse: the app runs before any Go code does, so the
+// launcher must know the flags first. main therefore has no flag parser of
+// its own, so no second reading can disagree with this one. te_launch holds
+// every value (strings point into argv), and Go reads it in the same
+// process, built from the same header, so it needs no version or encoding.
+// The syntax is the flag package's (-name value, --name=value, "--" ends
+// the flags). FuzzLauncherFlags (launch_linux_test.go) holds te_parse to
+// the flag package's reading of the same argv.
 //
 // A stdio MCP vat (--mcp stdio) runs no app at start: the launcher forks
 // the spawner instead (te_spawner), before the entry locks itself, and
@@ -23,12 +31,12 @@
 // it makes $TOYBOX_LISTEN once the port accepts, and connects to the port
 // for the entry, which may make no socket itself.
 //
-// It acts only on arguments it fully understands and that main's flag
-// parsing will accept too (known flags, plain decimal numbers, a known log
-// level, forwards main would take, an --app-cap-fd that is not --cap-fd, a
-// command); otherwise it does nothing, says why in te_launch.why, and main
-// fails closed without the app ever running. Once the app runs it closes
-// every descriptor but the entry's capability and its listeners.
+// It acts only on arguments it fully understands: known flags, plain
+// decimal numbers, a known log level, well-formed forwards, an
+// --app-cap-fd that is not --cap-fd, and a command. Otherwise it does
+// nothing and says why in te_launch.why, and main fails closed without the
+// app ever running. Once the app runs it closes every descriptor but the
+// entry's capability and its listeners.
 
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -99,9 +107,10 @@ static int te_host_ok(const char *h, size_t n) {
 	return 1;
 }
 
-// te_forward reads PORT=HOST:PORT or PORT=[HOST]:PORT as main's forwards
-// flag does (and no wider); the listening port, or -1.
-static long te_forward(const char *v) {
+// te_forward reads PORT=HOST:PORT or PORT=[HOST]:PORT into forward i of
+// l: the listening port, the host (not NUL-terminated: it points into v)
+// and the target's port. 0, or -1 when v is not one.
+static int te_forward(struct te_launch *l, int i, const char *v) {
 	const char *e = strchr(v, '=');
 	if (e == NULL) {
 		return -1;
@@ -128,15 +137,19 @@ static long te_forward(const char *v) {
 			return -1; // an IPv6 address needs its brackets
 		}
 	}
-	if (!te_host_ok(host, hn) || te_uint(colon + 1, strlen(colon + 1), 65535) <= 0) {
+	long target = te_uint(colon + 1, strlen(colon + 1), 65535);
+	if (port <= 0 || target <= 0 || !te_host_ok(host, hn)) {
 		return -1;
 	}
-	return port;
+	l->forward_port[i] = (int)port;
+	l->forward_host[i] = host;
+	l->forward_host_len[i] = (int)hn;
+	l->forward_target[i] = (int)target;
+	l->forward_fd[i] = -1;
+	return 0;
 }
 
-// te_parse reads argv as the flag package would; 0 when it is a launch.
-static int te_parse(int argc, char **argv) {
-	struct te_launch *l = &te_launch;
+int te_parse(struct te_launch *l, int argc, char **argv) {
 	l->cap_fd = -1;
 	l->app_cap_fd = -1;
 	l->proxy_fd = -1;
@@ -165,6 +178,7 @@ static int te_parse(int argc, char **argv) {
 		if (name[0] == '-') {
 			name++;
 		}
+		l->bad_at = i; // the argument a refusal below is about
 		if (name[0] == 0 || name[0] == '-' || name[0] == '=') {
 			l->why = "a flag's syntax";
 			return -1;
@@ -182,12 +196,13 @@ static int te_parse(int argc, char **argv) {
 		}
 		size_t vn = strlen(v);
 		if (te_flag(name, n, "vat")) {
-			// the launcher's only for its syntax
+			l->vat = v;
 		} else if (te_flag(name, n, "log-level")) {
 			if (strcmp(v, "debug") != 0 && strcmp(v, "info") != 0 && strcmp(v, "warn") != 0 && strcmp(v, "error") != 0) {
 				l->why = "--log-level is not debug, info, warn or error";
 				return -1;
 			}
+			l->log_level = v;
 		} else if (te_flag(name, n, "cap-fd")) {
 			if ((l->cap_fd = (int)te_uint(v, vn, 1 << 30)) < 0) {
 				l->why = "--cap-fd is not a plain decimal number";
@@ -209,17 +224,14 @@ static int te_parse(int argc, char **argv) {
 				return -1;
 			}
 		} else if (te_flag(name, n, "forward")) {
-			long p = te_forward(v);
-			if (p <= 0) {
-				l->why = "--forward is not PORT=HOST:PORT (plain decimal ports; a host of ASCII letters, digits, '.', '-', '_', ':'; an IPv6 address in brackets)";
-				return -1;
-			}
 			if (l->nforward == TE_MAX_LISTEN) {
 				l->why = "too many --forward flags";
 				return -1;
 			}
-			l->forward_port[l->nforward] = (int)p;
-			l->forward_fd[l->nforward] = -1;
+			if (te_forward(l, l->nforward, v) != 0) {
+				l->why = "--forward is not PORT=HOST:PORT (plain decimal ports; a host of ASCII letters, digits, '.', '-', '_', ':'; an IPv6 address in brackets)";
+				return -1;
+			}
 			l->nforward++;
 		} else if (te_flag(name, n, "egress-mode")) {
 			if (strcmp(v, "transparent") == 0) {
@@ -285,6 +297,7 @@ static int te_parse(int argc, char **argv) {
 		}
 		i++;
 	}
+	l->bad_at = 0; // the refusals below are about no one argument
 	if ((l->listen_port > 0) != (l->listen_path != NULL)) {
 		l->why = "--listen-port and --listen-path come together";
 		return -1;
@@ -497,7 +510,7 @@ static int te_fence_recv(void) {
 	char b;
 	ssize_t n = te_recv_fd(l->fence_fd, &b, 1, &l->fence_home);
 	int e = errno;
-	close(l->fence_fd); // its number stays in te_launch, for main's check
+	close(l->fence_fd); // its number stays in te_launch, for main's message
 	if (n < 0) {
 		errno = e;
 		return -1;
@@ -968,7 +981,7 @@ void te_launcher(int argc, char **argv, char **envp) {
 	// at /proc/<pid>/comm (the listener-owner check's roles, the bench's
 	// count of a wall's processes). Its threads inherit the name.
 	(void)prctl(PR_SET_NAME, "toybox-entry", 0, 0, 0);
-	if (te_parse(argc, argv) != 0) {
+	if (te_parse(l, argc, argv) != 0) {
 		return;
 	}
 	te_argv = argv;
