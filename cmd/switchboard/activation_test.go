@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"toybox/tests/testenv"
 )
 
 // activated starts the switchboard the way systemd does: the sockets as
@@ -128,7 +130,7 @@ func TestActivationRefusesWhatIsNotAUnixListener(t *testing.T) {
 }
 
 func socketpair() (*os.File, *os.File, error) {
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	fds, err := testenv.SocketPair()
 	if err != nil {
 		return nil, nil, err
 	}

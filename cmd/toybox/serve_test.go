@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"toybox/tests/testenv"
 )
 
 // asFD returns a descriptor of what file-bearing x holds (a listener, a
@@ -101,7 +103,7 @@ func TestActivatedAdminMustBeAUnixListener(t *testing.T) {
 		return asFD(t, l, name)
 	}
 	connected := func(name string) *os.File {
-		fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+		fds, err := testenv.SocketPair()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,7 +16,6 @@ import (
 	"capnproto.org/go/capnp/v3/rpc"
 	"capnproto.org/go/capnp/v3/server"
 	rpccp "capnproto.org/go/capnp/v3/std/capnp/rpc"
-	"golang.org/x/sys/unix"
 
 	"toybox/tests/testenv"
 )
@@ -53,7 +52,7 @@ const largeAnswer = 1 << 20
 // socketpair and returns it and the raw other end.
 func served(t *testing.T) (*Conn, *net.UnixConn) {
 	t.Helper()
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	fds, err := testenv.SocketPair()
 	if err != nil {
 		t.Fatal(err)
 	}

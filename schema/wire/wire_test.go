@@ -19,7 +19,7 @@ func TestMain(m *testing.M) {
 
 func pair(t *testing.T, acceptB bool) (*Conn, *Conn) {
 	t.Helper()
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	fds, err := testenv.SocketPair()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func TestManyFDsOneWrite(t *testing.T) {
 // kernel drops the rest and says so (MSG_CTRUNC); sequence numbers would be
 // off from then on, naming the wrong socket. The connection ends instead.
 func TestTruncatedDescriptorsEndTheConnection(t *testing.T) {
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	fds, err := testenv.SocketPair()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"capnproto.org/go/capnp/v3"
-	"golang.org/x/sys/unix"
 
 	"toybox/schema"
 	"toybox/schema/wire"
@@ -22,7 +21,7 @@ import (
 // socketPair returns a connected unix stream pair as files.
 func socketPair(t *testing.T) (*os.File, *os.File) {
 	t.Helper()
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	fds, err := testenv.SocketPair()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -137,7 +137,7 @@ func entryClient(t *testing.T, v *Vat) (schema.Vat, *wire.Conn) {
 
 func serveClient(t *testing.T, serve func(context.Context, *wire.Conn) error) (schema.Vat, *wire.Conn) {
 	t.Helper()
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	fds, err := testenv.SocketPair()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -469,7 +469,7 @@ func warnedVat(t *testing.T, id string) (*Vat, *syncLog) {
 // its own connection and nothing else.
 func TestVatCannotPushFDs(t *testing.T) {
 	v, logs := warnedVat(t, "henry")
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	fds, err := testenv.SocketPair()
 	if err != nil {
 		t.Fatal(err)
 	}

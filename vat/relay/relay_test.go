@@ -7,7 +7,7 @@ import (
 	"os"
 	"testing"
 
-	"golang.org/x/sys/unix"
+	"toybox/tests/testenv"
 )
 
 // tcpPair is two ends of one loopback TCP connection.
@@ -30,7 +30,7 @@ func tcpPair(t *testing.T) (net.Conn, net.Conn) {
 // unixPair is two ends of one unix stream socketpair.
 func unixPair(t *testing.T) (net.Conn, net.Conn) {
 	t.Helper()
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	fds, err := testenv.SocketPair()
 	if err != nil {
 		t.Fatal(err)
 	}
