@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -249,6 +250,49 @@ var launcherFlagSeeds = [][]string{
 	{},
 }
 
+// boundarySeeds puts each value flag's edges (the numbers about each
+// limit, each word and its near misses) in an argv that is otherwise a
+// launch's. Random mutation rarely finds an edge such as a limit of 1.
+func boundarySeeds() [][]string {
+	tail := []string{"--app-cap-fd", "3", "--", "/app"}
+	mcp := []string{"--mcp", "stdio", "--mcp-fd", "5"}
+	var seeds [][]string
+	for _, v := range []string{"-1", "0", "1", "2", "3", "4", "4096", "4097", "65535", "65536", "1073741824", "1073741825", "9999999999", "99999999999"} {
+		for _, args := range [][]string{
+			{"--cap-fd", v},
+			{"--task-fence-fd", v},
+			{"--proxy-port", v},
+			{"--forward", v + "=h:1"},
+			{"--forward", "1=h:" + v},
+			{"--listen-port", v, "--listen-path", "/x"},
+			append(slices.Clone(mcp), "--mcp-max-procs", v),
+			append(slices.Clone(mcp), "--mcp-idle-seconds", v),
+			{"--mcp", "stdio", "--mcp-fd", v},
+		} {
+			seeds = append(seeds, append(args, tail...))
+		}
+		seeds = append(seeds, []string{"--app-cap-fd", v, "--", "/app"})
+	}
+	for flag, words := range map[string][]string{
+		"--log-level":   {"debug", "info", "warn", "error"},
+		"--egress-mode": {"transparent", "proxy"},
+		"--mcp":         {"stdio"},
+		"--mcp-mode":    {"session", "shared", "single"},
+		"--mcp-era":     {"legacy", "modern", "dual"},
+	} {
+		for _, w := range words {
+			for _, v := range []string{w, strings.ToUpper(w), w + "x", w[:len(w)-1], ""} {
+				args := []string{flag, v}
+				if strings.HasPrefix(flag, "--mcp-") {
+					args = append(slices.Clone(mcp), args...)
+				}
+				seeds = append(seeds, append(args, tail...))
+			}
+		}
+	}
+	return seeds
+}
+
 // The launcher reads the flags once, before the Go runtime starts, and
 // main takes its reading. So the launcher alone decides what the flags
 // say. This holds it to the flag package's syntax, which the usage
@@ -256,6 +300,9 @@ var launcherFlagSeeds = [][]string{
 // supervisor did not ask for (or refuse one it did).
 func FuzzLauncherFlags(f *testing.F) {
 	for _, s := range launcherFlagSeeds {
+		f.Add(strings.Join(s, "\x00"))
+	}
+	for _, s := range boundarySeeds() {
 		f.Add(strings.Join(s, "\x00"))
 	}
 	f.Fuzz(func(t *testing.T, s string) {
