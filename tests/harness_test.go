@@ -82,7 +82,7 @@ func buildAll() (int, error) {
 			return 1, err
 		}
 	}
-	for _, fixture := range []string{"snoop", "pagevat", "netclient", "nested", "mcpfetch", "mcplist"} {
+	for _, fixture := range []string{"snoop", "pagevat", "netclient", "nested", "mcpfetch", "mcplist", "mcpecho"} {
 		if err := build(filepath.Join(bins, "examples", fixture), "./tests/"+fixture); err != nil {
 			return 1, err
 		}

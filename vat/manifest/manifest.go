@@ -99,7 +99,7 @@ var reservedEnv = map[string]bool{
 // manifestKeys are the keys a manifest's objects may have, spelled exactly
 // (a test checks them against the struct tags): strictjson refuses one
 // spelled in other letter case, and any key twice in one object.
-var manifestKeys = []string{"command", "env", "network", "hosts", "egress", "sandbox", "files", "inotify", "read", "write", "oauthDir", "ownEnvFile", "doors", "mcp", "transport", "path", "mode", "auth", "listen", "port"}
+var manifestKeys = []string{"command", "env", "network", "hosts", "egress", "sandbox", "files", "inotify", "read", "write", "oauthDir", "ownEnvFile", "doors", "mcp", "transport", "path", "mode", "auth", "listen", "port", "headers", "headerEnv", "header"}
 
 // Parse reads and validates a manifest. Unknown keys are refused.
 func Parse(r io.Reader) (*Manifest, error) {
@@ -182,6 +182,14 @@ func (m *Manifest) validate() error {
 	if m.MCP != nil {
 		if err := m.MCP.validate(); err != nil {
 			return err
+		}
+		if err := m.MCP.checkHeaderEnv(declared); err != nil {
+			return err
+		}
+		for _, k := range m.Env {
+			if m.MCP.SetsEnv(k, m.Listen != nil) {
+				return badMCP("env declares %s, which toybox sets for this MCP server (see docs/mcp.md)", k)
+			}
 		}
 	}
 	if m.Listen != nil {

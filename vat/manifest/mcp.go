@@ -2,6 +2,7 @@ package manifest
 
 import (
 	"fmt"
+	"net/textproto"
 	"regexp"
 	"strings"
 )
@@ -35,6 +36,25 @@ type MCP struct {
 	// that long, until the server says notifications/tools/list_changed.
 	// Stdio servers only. If false, every tools/list reaches the server.
 	CacheToolsList bool `json:"cacheToolsList,omitempty"`
+	// Headers are the client headers an http server takes as they come,
+	// beside MCP's own (mcp.md R46: its declared extras). Parse writes
+	// them in canonical form (X-Tenant). Every other client header stops
+	// at the edge.
+	Headers []string `json:"headers,omitempty"`
+	// HeaderEnv maps a client header to a variable of the environment of
+	// the processes that serve that client alone (R46: per-user values).
+	// Only a stdio server whose processes are never shared between
+	// clients takes it: mode session or shared.
+	HeaderEnv []HeaderEnv `json:"headerEnv,omitempty"`
+}
+
+// HeaderEnv is one client header set as a variable in the processes that
+// serve the client that sends it.
+type HeaderEnv struct {
+	// Header is the client's header; Parse writes it in canonical form.
+	Header string `json:"header"`
+	// Env is the variable, one the manifest's env declares.
+	Env string `json:"env"`
 }
 
 // The values of the mcp keys.
@@ -54,7 +74,108 @@ const (
 	DefaultPath = "/mcp"
 	// maxPathLen bounds mcp.path.
 	maxPathLen = 256
+	// maxHeaders bounds mcp.headers and mcp.headerEnv, each: the edge
+	// looks each one up on every request.
+	maxHeaders = 16
 )
+
+// headerNameRe is a header name of letters, digits and dashes, at most 64
+// bytes: what every proxy in front passes unchanged.
+var headerNameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9-]{0,63}$`)
+
+// headerRefusals say why a client header can never cross into a vat,
+// by canonical name or prefix (ending in "-").
+var headerRefusals = []struct{ name, why string }{
+	{"Authorization", "it carries the client's toybox token (mcp.auth \"vat\" passes it to a server that is its own OAuth resource server)"},
+	{"Proxy-Authorization", "it carries a credential for a proxy, never for a vat"},
+	{"Cookie", "cookies are the browser's credentials for this origin, shared by every vat on it"},
+	{"Host", "the edge sets it"},
+	{"Content-Length", "the edge frames the request"},
+	{"Transfer-Encoding", "the edge frames the request"},
+	{"Connection", "it is hop-by-hop"},
+	{"Keep-Alive", "it is hop-by-hop"},
+	{"Te", "it is hop-by-hop"},
+	{"Trailer", "it is hop-by-hop"},
+	{"Upgrade", "it is hop-by-hop"},
+	{"Proxy-Connection", "it is hop-by-hop"},
+	{"Expect", "the edge frames the request"},
+	{"Forwarded", "toybox says who forwards (X-Forwarded-*)"},
+	{"X-Forwarded-", "toybox sets the X-Forwarded-* headers itself"},
+	{"X-Real-Ip", "toybox says who asks (X-Forwarded-For)"},
+	{"Toybox-", "Toybox-* headers are set by toybox alone"},
+	{"Accept", "it crosses already (an MCP transport header)"},
+	{"Accept-Encoding", "the edge asks for an identity answer, which streams"},
+	{"Content-Type", "it crosses already (an MCP transport header)"},
+	{"Last-Event-Id", "it crosses already (an MCP transport header)"},
+	{"Mcp-", "Mcp-* headers cross already (MCP transport headers)"},
+}
+
+// checkHeader checks one client header name of key (mcp.headers[i],
+// mcp.headerEnv[i].header) and returns its canonical form.
+func checkHeader(key, h string) (string, error) {
+	if !headerNameRe.MatchString(h) {
+		return "", badMCP("%s %q is not a header name (letters, digits and dashes, at most 64)", key, h)
+	}
+	c := textproto.CanonicalMIMEHeaderKey(h)
+	for _, r := range headerRefusals {
+		if c == r.name || strings.HasSuffix(r.name, "-") && strings.HasPrefix(c, r.name) {
+			return "", badMCP("%s %q never crosses into a vat: %s", key, h, r.why)
+		}
+	}
+	return c, nil
+}
+
+// checkHeaders checks mcp.headers and mcp.headerEnv's headers and writes
+// them in canonical form.
+func (m *MCP) checkHeaders() error {
+	if len(m.Headers) > maxHeaders {
+		return badMCP("mcp.headers names %d headers; at most %d", len(m.Headers), maxHeaders)
+	}
+	if len(m.HeaderEnv) > maxHeaders {
+		return badMCP("mcp.headerEnv maps %d headers; at most %d", len(m.HeaderEnv), maxHeaders)
+	}
+	seen := map[string]string{}
+	for i, h := range m.Headers {
+		c, err := checkHeader(fmt.Sprintf("mcp.headers[%d]", i), h)
+		if err != nil {
+			return err
+		}
+		if seen[c] != "" {
+			return badMCP("mcp.headers names %s twice", c)
+		}
+		seen[c] = "headers"
+		m.Headers[i] = c
+	}
+	vars := map[string]bool{}
+	for i, he := range m.HeaderEnv {
+		c, err := checkHeader(fmt.Sprintf("mcp.headerEnv[%d].header", i), he.Header)
+		if err != nil {
+			return err
+		}
+		switch {
+		case seen[c] != "":
+			return badMCP("mcp.headerEnv[%d].header %s is mapped twice", i, c)
+		case he.Env == "":
+			return badMCP("mcp.headerEnv[%d].env is missing: name the variable %s sets", i, c)
+		case vars[he.Env]:
+			return badMCP("mcp.headerEnv sets %s from two headers", he.Env)
+		}
+		seen[c], vars[he.Env] = "headerEnv", true
+		m.HeaderEnv[i].Header = c
+	}
+	if len(m.Headers) > 0 && m.Transport != TransportHTTP {
+		return badMCP("mcp.headers is for http servers: a stdio server reads no headers (mcp.headerEnv sets one in its environment)")
+	}
+	if len(m.HeaderEnv) > 0 {
+		switch {
+		case m.Transport != TransportStdio:
+			return badMCP("mcp.headerEnv is for stdio servers: an http server's one process serves every client, so one client's value would be in the environment every client's calls run in (mcp.headers passes a header with each request)")
+		case m.Mode == ModeSingle:
+			return badMCP("mcp.headerEnv needs mode %q or %q: in mode %q one process serves every client, so one client's value would be in every client's process", ModeSession, ModeShared, ModeSingle)
+		}
+	}
+	return nil
+}
 
 // pathRe is an absolute URL path of RFC 3986 pchars, with no percent
 // escapes: what it names is then what every reader reads.
@@ -112,6 +233,31 @@ func (m *MCP) validate() error {
 	}
 	if m.Auth == "" {
 		m.Auth = AuthToybox
+	}
+	return m.checkHeaders()
+}
+
+// SetsEnv reports whether toybox sets variable k for this MCP server,
+// given whether its app listens on a TCP port (mcp.md R47, as ToolHive
+// does): MCP_TRANSPORT always; MCP_HOST, MCP_PORT and FASTMCP_PORT for an
+// http server on its port (PORT is listen's own).
+func (m *MCP) SetsEnv(k string, listens bool) bool {
+	switch k {
+	case "MCP_TRANSPORT":
+		return true
+	case "MCP_HOST", "MCP_PORT", "FASTMCP_PORT":
+		return listens && m.Transport == TransportHTTP
+	}
+	return false
+}
+
+// checkHeaderEnv checks that each variable mcp.headerEnv sets is one the
+// manifest's env declares (declared): the names an outsider may set.
+func (m *MCP) checkHeaderEnv(declared map[string]bool) error {
+	for i, he := range m.HeaderEnv {
+		if !declared[he.Env] {
+			return badMCP("mcp.headerEnv[%d].env %q is not a variable the manifest's env declares", i, he.Env)
+		}
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package manifest
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -44,6 +45,29 @@ var mcpTests = []struct {
 	{"not an object", `"stdio"`, MCP{}, "bad manifest"},
 	{"key twice", `{"transport":"http","transport":"stdio"}`, MCP{}, "appears twice"},
 	{"key in other case", `{"transport":"http","Mode":"single"}`, MCP{}, "case-sensitive"},
+	// R46: the declared extras and per-user variables.
+	{"http headers", `{"transport":"http","headers":["x-tenant","X-Region"]}`, MCP{Transport: "http", Path: "/mcp", Auth: "toybox", Headers: []string{"X-Tenant", "X-Region"}}, ""},
+	{"stdio headerEnv", `{"transport":"stdio","headerEnv":[{"header":"x-api-key","env":"API_KEY"}]}`, MCP{Transport: "stdio", Path: "/mcp", Mode: "session", Auth: "toybox", HeaderEnv: []HeaderEnv{{"X-Api-Key", "API_KEY"}}}, ""},
+	{"shared headerEnv", `{"transport":"stdio","mode":"shared","headerEnv":[{"header":"X-Api-Key","env":"API_KEY"}]}`, MCP{Transport: "stdio", Path: "/mcp", Mode: "shared", Auth: "toybox", HeaderEnv: []HeaderEnv{{"X-Api-Key", "API_KEY"}}}, ""},
+	{"single headerEnv", `{"transport":"stdio","mode":"single","headerEnv":[{"header":"X-Api-Key","env":"API_KEY"}]}`, MCP{}, `in mode "single" one process serves every client`},
+	{"http headerEnv", `{"transport":"http","headerEnv":[{"header":"X-Api-Key","env":"API_KEY"}]}`, MCP{}, "mcp.headerEnv is for stdio servers"},
+	{"stdio headers", `{"transport":"stdio","headers":["X-Tenant"]}`, MCP{}, "a stdio server reads no headers"},
+	{"headerEnv undeclared", `{"transport":"stdio","headerEnv":[{"header":"X-Key","env":"OTHER"}]}`, MCP{}, `env "OTHER" is not a variable the manifest's env declares`},
+	{"headerEnv no env", `{"transport":"stdio","headerEnv":[{"header":"X-Key"}]}`, MCP{}, "mcp.headerEnv[0].env is missing"},
+	{"headerEnv one var twice", `{"transport":"stdio","headerEnv":[{"header":"X-A","env":"API_KEY"},{"header":"X-B","env":"API_KEY"}]}`, MCP{}, "sets API_KEY from two headers"},
+	{"header twice", `{"transport":"http","headers":["X-Tenant","x-tenant"]}`, MCP{}, "names X-Tenant twice"},
+	{"header not a name", `{"transport":"http","headers":["X Evil"]}`, MCP{}, "is not a header name"},
+	{"header empty", `{"transport":"http","headers":[""]}`, MCP{}, "is not a header name"},
+	{"header authorization", `{"transport":"http","headers":["authorization"]}`, MCP{}, "toybox token"},
+	{"header cookie", `{"transport":"http","headers":["Cookie"]}`, MCP{}, "cookies are the browser's credentials"},
+	{"header proxy auth", `{"transport":"http","headers":["Proxy-Authorization"]}`, MCP{}, "never crosses into a vat"},
+	{"header forwarded", `{"transport":"http","headers":["X-Forwarded-For"]}`, MCP{}, "X-Forwarded-* headers itself"},
+	{"header toybox", `{"transport":"http","headers":["Toybox-Principal"]}`, MCP{}, "set by toybox alone"},
+	{"header env toybox", `{"transport":"stdio","headerEnv":[{"header":"toybox-principal-env","env":"API_KEY"}]}`, MCP{}, "set by toybox alone"},
+	{"header mcp", `{"transport":"http","headers":["Mcp-Session-Id"]}`, MCP{}, "cross already"},
+	{"header host", `{"transport":"http","headers":["Host"]}`, MCP{}, "the edge sets it"},
+	{"header hop", `{"transport":"http","headers":["Connection"]}`, MCP{}, "hop-by-hop"},
+	{"headers too many", `{"transport":"http","headers":["X-1","X-2","X-3","X-4","X-5","X-6","X-7","X-8","X-9","X-10","X-11","X-12","X-13","X-14","X-15","X-16","X-17"]}`, MCP{}, "at most 16"},
 }
 
 // parseCase parses in: when wantErr is set, it checks the refusal (a bad
@@ -69,15 +93,35 @@ func parseCase(t *testing.T, in, wantErr string) *Manifest {
 func TestParseMCP(t *testing.T) {
 	for _, tt := range mcpTests {
 		t.Run(tt.name, func(t *testing.T) {
-			in := `{"command":["./a"],"mcp":` + tt.in + `}`
+			in := `{"command":["./a"],"env":["API_KEY"],"mcp":` + tt.in + `}`
 			m := parseCase(t, in, tt.wantErr)
 			if m == nil {
 				return
 			}
-			if m.MCP == nil || *m.MCP != tt.want {
+			if m.MCP == nil || !reflect.DeepEqual(*m.MCP, tt.want) {
 				t.Errorf("Parse(%s).MCP = %+v; want %+v", in, m.MCP, tt.want)
 			}
 		})
+	}
+}
+
+// TestParseMCPEnvToyboxSets: a manifest may not declare a variable toybox
+// sets for its MCP server (R47): MCP_TRANSPORT for any, MCP_HOST,
+// MCP_PORT and FASTMCP_PORT for an http server on a TCP port.
+func TestParseMCPEnvToyboxSets(t *testing.T) {
+	tests := []struct {
+		name, in, wantErr string
+	}{
+		{"transport stdio", `{"command":["./a"],"env":["MCP_TRANSPORT"],"mcp":{"transport":"stdio"}}`, "env declares MCP_TRANSPORT, which toybox sets"},
+		{"transport http", `{"command":["./a"],"env":["MCP_TRANSPORT"],"mcp":{"transport":"http"}}`, "env declares MCP_TRANSPORT"},
+		{"port on a port", `{"command":["./a"],"env":["MCP_PORT"],"listen":{"port":3000},"mcp":{"transport":"http"}}`, "env declares MCP_PORT"},
+		{"fastmcp on a port", `{"command":["./a"],"env":["FASTMCP_PORT"],"listen":{"port":3000},"mcp":{"transport":"http"}}`, "env declares FASTMCP_PORT"},
+		{"host on a port", `{"command":["./a"],"env":["MCP_HOST"],"listen":{"port":3000},"mcp":{"transport":"http"}}`, "env declares MCP_HOST"},
+		{"port on the socket", `{"command":["./a"],"env":["MCP_PORT"],"mcp":{"transport":"http"}}`, ""},
+		{"no mcp", `{"command":["./a"],"env":["MCP_TRANSPORT","MCP_PORT"],"listen":{"port":3000}}`, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { parseCase(t, tt.in, tt.wantErr) })
 	}
 }
 
@@ -110,7 +154,7 @@ func TestParseMCPQuery(t *testing.T) {
 			}
 			continue
 		}
-		if err != nil || *m != tt.want {
+		if err != nil || !reflect.DeepEqual(*m, tt.want) {
 			t.Errorf("ParseMCPQuery(%q) = %+v, %v; want %+v", tt.in, m, err, tt.want)
 		}
 	}

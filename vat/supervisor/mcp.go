@@ -3,6 +3,10 @@ package supervisor
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +18,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -94,6 +99,36 @@ func (s *Supervisor) mcpPublicURL(id string, code store.Code, rec store.Record) 
 	return strings.TrimSuffix(s.cfg.PublicURL, "/") + "/" + id + mcpEndpoint
 }
 
+// The values toybox gives an MCP server's MCP_TRANSPORT, and the host an
+// http server on a TCP port listens on (as ToolHive sets them, R47).
+const (
+	mcpTransportStdio = "stdio"
+	mcpTransportHTTP  = "streamable-http"
+	mcpListenHost     = "127.0.0.1"
+)
+
+// mcpEnv is what toybox sets in the environment of the MCP server of code
+// installed with rec, as ToolHive does (mcp.md R47): MCP_TRANSPORT, and
+// for an http server on a TCP port (listen) MCP_HOST, MCP_PORT and
+// FASTMCP_PORT, the port toybox-entry relays $TOYBOX_LISTEN to (the wall
+// sets PORT). Nil for a vat that is no MCP server. The manifest may not
+// declare these (manifest.MCP.SetsEnv).
+func mcpEnv(code store.Code, rec store.Record) map[string]string {
+	cfg := mcpOf(code, rec)
+	switch {
+	case cfg == nil:
+		return nil
+	case cfg.Transport == manifest.TransportStdio:
+		return map[string]string{"MCP_TRANSPORT": mcpTransportStdio}
+	}
+	env := map[string]string{"MCP_TRANSPORT": mcpTransportHTTP}
+	if port := listenOf(code, rec); port != 0 {
+		p := strconv.Itoa(port)
+		env["MCP_HOST"], env["MCP_PORT"], env["FASTMCP_PORT"] = mcpListenHost, p, p
+	}
+	return env
+}
+
 // mcpCall is what the edge learned of one MCP request, for its proxy and
 // its log record.
 type mcpCall struct {
@@ -148,6 +183,13 @@ func newMCPRoute(in *instance, cfg manifest.MCP) *mcpRoute {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			c := pr.In.Context().Value(mcpCallKey{}).(*mcpCall)
 			pr.Out.Header = front.RequestHeaders(pr.In.Header, c.passAuth)
+			for _, k := range cfg.Headers {
+				// The vat's declared extras (R46), canonical in the
+				// manifest.
+				if v, ok := pr.In.Header[k]; ok {
+					pr.Out.Header[k] = v
+				}
+			}
 			if c.era == mcp.Modern {
 				// A modern request's session id is ignored (2026-07-28);
 				// a dual-era vat must not read it as a legacy session.
@@ -392,10 +434,32 @@ func (s *Supervisor) serveMCP(w *mcpWriter, r *http.Request, id string, cfg *man
 		return
 	}
 	c.principal, c.passAuth = principal, passAuth
-	if tid, ok := strings.CutPrefix(principal, "token:"); ok && cfg.Transport == manifest.TransportStdio && cfg.Mode != manifest.ModeSingle {
-		// The token's own secrets (R22), for the bridge to set in its
-		// processes alone.
-		c.env = mcp.EncodeEnv(s.tokens.Secrets(id, tid))
+	if cfg.Transport == manifest.TransportStdio && cfg.Mode != manifest.ModeSingle {
+		var env map[string]string
+		if len(cfg.HeaderEnv) > 0 {
+			var why string
+			if env, why = headerEnv(r.Header, cfg.HeaderEnv); why != "" {
+				c.reason = why
+				front.WriteError(w, http.StatusBadRequest, nil, mcp.CodeInvalidRequest, why, nil)
+				return
+			}
+			if len(env) > 0 {
+				// A client's own values make it another principal: its
+				// processes and sessions are its own, never those of
+				// another client behind its address (R46, R21).
+				c.principal += envPrincipal(env)
+			}
+		}
+		if tid, ok := strings.CutPrefix(principal, "token:"); ok {
+			// The token's own secrets (R22) win over its headers.
+			if secrets := s.tokens.Secrets(id, tid); len(env) == 0 {
+				env = secrets
+			} else {
+				maps.Copy(env, secrets)
+			}
+		}
+		// For the bridge to set in that principal's processes alone.
+		c.env = mcp.EncodeEnv(env)
 	}
 	release, why := in.admit(id, requestClient(r))
 	if why != "" {
@@ -445,6 +509,49 @@ func (s *Supervisor) serveMCP(w *mcpWriter, r *http.Request, id string, cfg *man
 	if c.reason == "" {
 		c.reason = "proxied"
 	}
+}
+
+// maxHeaderEnvValue bounds one header's value that mcp.headerEnv sets in
+// a process's environment; the whole goes to the bridge in one header
+// (mcp.MaxEnvHeader).
+const maxHeaderEnvValue = 4 << 10
+
+// headerEnv is the environment a client's headers give its processes by
+// the manifest's mcp.headerEnv (R46); a reason when they cannot.
+func headerEnv(h http.Header, mapping []manifest.HeaderEnv) (map[string]string, string) {
+	env := map[string]string{}
+	for _, he := range mapping {
+		v, ok := h[he.Header]
+		switch {
+		case !ok:
+			continue
+		case len(v) > 1:
+			return nil, fmt.Sprintf("%s is sent %d times; it sets %s, which holds one value", he.Header, len(v), he.Env)
+		case len(v[0]) > maxHeaderEnvValue:
+			return nil, fmt.Sprintf("%s is over %d bytes", he.Header, maxHeaderEnvValue)
+		case strings.ContainsRune(v[0], 0):
+			return nil, he.Header + " holds a NUL byte"
+		}
+		env[he.Env] = v[0]
+	}
+	return env, ""
+}
+
+// envKey keys envPrincipal's digests: made at start, so a digest in a log
+// record tells nothing of a value, and no one outside can make one.
+var envKey = func() []byte {
+	k := make([]byte, 32)
+	_, _ = rand.Read(k) // it never returns an error (Go 1.24)
+	return k
+}()
+
+// envPrincipal is the suffix of the principal of a client whose headers
+// set env: a keyed digest of the values, so each set of values has its own
+// processes and sessions.
+func envPrincipal(env map[string]string) string {
+	mac := hmac.New(sha256.New, envKey)
+	mac.Write([]byte(mcp.EncodeEnv(env)))
+	return "/env:" + hex.EncodeToString(mac.Sum(nil)[:8])
 }
 
 // writeNotReady answers a request to a vat that does not serve now: at

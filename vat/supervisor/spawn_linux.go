@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"os/exec"
@@ -82,6 +83,7 @@ func (s *Supervisor) spawnWalled(ctx context.Context, v *vat, code store.Code, r
 	if u := s.mcpPublicURL(v.id, code, rec); u != "" {
 		env[mcpPublicURLEnv] = u
 	}
+	maps.Copy(env, mcpEnv(code, rec))
 	shares := s.cfg.Switches.Shares(v.id)
 	shareEnv(env, shares)
 	spec := wall.Spec{
@@ -275,6 +277,9 @@ func (s *Supervisor) spawnUnwalled(v *vat, code store.Code, rec store.Record, gv
 	}
 	if u := s.mcpPublicURL(v.id, code, rec); u != "" {
 		keys = append(keys, mcpPublicURLEnv+"="+u)
+	}
+	for k, val := range mcpEnv(code, rec) {
+		keys = append(keys, k+"="+val)
 	}
 	sort.Strings(keys)
 	env = append(env, keys...)
