@@ -2,6 +2,7 @@ package manifest
 
 import (
 	"errors"
+	"net/textproto"
 	"reflect"
 	"strings"
 	"testing"
@@ -165,7 +166,7 @@ func FuzzParseMCP(f *testing.F) {
 		f.Add(tt.in)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		m, err := Parse(strings.NewReader(`{"command":["./a"],"mcp":` + s + `}`))
+		m, err := Parse(strings.NewReader(`{"command":["./a"],"env":["API_KEY"],"mcp":` + s + `}`))
 		if err != nil || m.MCP == nil {
 			return
 		}
@@ -180,6 +181,18 @@ func FuzzParseMCP(f *testing.F) {
 		}
 		if (c.Transport == TransportStdio) != (c.Mode != "") || c.Auth == "" {
 			t.Fatalf("accepted mcp %+v without its defaults", c)
+		}
+		names := c.Headers
+		for _, he := range c.HeaderEnv {
+			names = append(names, he.Header)
+		}
+		for _, h := range names {
+			if h != textproto.CanonicalMIMEHeaderKey(h) || h == "Authorization" || h == "Cookie" || strings.HasPrefix(h, "Toybox-") || strings.HasPrefix(h, "Mcp-") {
+				t.Fatalf("accepted header %q", h)
+			}
+		}
+		if len(c.HeaderEnv) > 0 && (c.Transport != TransportStdio || c.Mode == ModeSingle) {
+			t.Fatalf("accepted mcp.headerEnv with %+v", c)
 		}
 	})
 }
