@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"toybox/vat/procstatus"
+	"toybox/vat/wall/entry"
 )
 
 // Process is a running wall. Its methods are safe for concurrent use.
@@ -60,57 +61,59 @@ func (p *Process) Wait() error {
 	return p.err
 }
 
-// catches reports whether the wall's pid 1 has a handler for sig (its
-// SigCgt in /proc); false when that cannot be read.
-func (p *Process) catches(sig unix.Signal) bool {
-	if p.child <= 0 {
-		return false
-	}
+// forwards reports whether the wall's pid 1, toybox-entry, forwards a
+// SIGTERM to the app (entry.Forwarding); false when that cannot be read.
+func (p *Process) forwards() bool {
 	st, err := procstatus.Read(p.child)
 	if err != nil {
 		return false
 	}
-	mask, err := strconv.ParseUint(st["SigCgt"], 16, 64)
-	return err == nil && mask&(1<<(uint(sig)-1)) != 0
+	mask, err := strconv.ParseUint(st["SigIgn"], 16, 64)
+	return err == nil && entry.Forwarding(mask)
+}
+
+// ask sends the wall one stop request and reports whether it did. The
+// wall's pid 1 is toybox-entry, which forwards a SIGTERM to the app's
+// process group once it catches it. Before that a SIGTERM ends the entry
+// (Go's default, exit status 2), and the wall with it, the app never
+// hearing it: then ask sends nothing.
+func (p *Process) ask() bool {
+	if p.child <= 0 {
+		_ = p.cmd.Process.Signal(unix.SIGTERM)
+		return true
+	}
+	if !p.forwards() {
+		return false
+	}
+	_ = unix.Kill(p.child, unix.SIGTERM)
+	return true
 }
 
 // Stop asks the app to end (SIGTERM, forwarded by toybox-entry), and after
 // grace kills the whole wall. It waits for the wall to end and returns Wait's
 // error.
+//
+// It asks once: a second SIGTERM can mean "hurry" to an app (the entry
+// forwards every one). A wall just started may not forward one yet; Stop
+// looks again every 10 ms until it does or grace ends.
 func (p *Process) Stop(grace time.Duration) error {
 	select {
 	case <-p.done:
 		return p.err
 	default:
 	}
-	term := func() {
-		// The wall's pid 1: toybox-entry, which forwards it to the app's
-		// process group. Until its handler is there, a pid 1 drops it;
-		// the kill after grace still ends it.
-		if p.child > 0 {
-			_ = unix.Kill(p.child, unix.SIGTERM)
-		} else {
-			_ = p.cmd.Process.Signal(unix.SIGTERM)
-		}
-	}
-	// A wall that was just started may not have its handler yet (pid 1
-	// drops unhandled signals): the request is repeated until one was
-	// sent while the wall's pid 1 caught it. Not after: a second one can
-	// mean "hurry" to an app (the entry forwards every one).
-	heard := p.catches(unix.SIGTERM)
-	term()
+	asked := p.ask()
 	t := time.NewTimer(grace)
 	defer t.Stop()
-	resend := time.NewTicker(200 * time.Millisecond)
-	defer resend.Stop()
-	for n := 0; ; n++ {
+	again := time.NewTicker(10 * time.Millisecond)
+	defer again.Stop()
+	for {
 		select {
 		case <-p.done:
 			return p.err
-		case <-resend.C:
-			if n < 5 && !heard {
-				heard = p.catches(unix.SIGTERM)
-				term()
+		case <-again.C:
+			if !asked {
+				asked = p.ask()
 			}
 			continue
 		case <-t.C:

@@ -29,17 +29,37 @@ const (
 // Signals for the app, and SIGCHLD for reaping. They are caught once the
 // app runs, not before: signal.Notify starts the runtime's signal loop (a
 // thread of its own, about a millisecond), which no app should wait for.
-// main catches them first thing (CatchSignals); before that a stop request
+// main catches them first thing (CatchSignals). Before that a stop request
 // (SIGTERM) ends the entry by Go's default action (exit status 2 for a pid
-// 1), and with it the wall: what was asked for.
+// 1), and with it the wall, without the app hearing it. So the wall's Stop
+// sends it only once Forwarding says the entry catches it.
 var (
 	sigs = make(chan os.Signal, 16)
 	chld = make(chan os.Signal, 1)
 )
 
+// crashSignals are the signals the runtime would answer with a crash and a
+// stack dump. The app shares the entry's uid, so it may send pid 1 one (a
+// kill(2), not a fault of the entry's own). They are ignored: pid 1 of a
+// pid namespace does not get a signal it ignores from inside.
+var crashSignals = []os.Signal{unix.SIGABRT, unix.SIGTRAP, unix.SIGSYS, unix.SIGILL, unix.SIGSTKFLT, unix.SIGSEGV, unix.SIGBUS, unix.SIGFPE}
+
 func catchSignals() {
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2)
 	signal.Notify(chld, unix.SIGCHLD)
+	// After the Notify calls: that these are ignored is the mark that
+	// SIGTERM is caught (Forwarding).
+	signal.Ignore(crashSignals...)
+}
+
+// Forwarding reports whether a toybox-entry whose /proc status has this
+// SigIgn mask forwards a SIGTERM to its app. SigCgt cannot tell: the Go
+// runtime installs its handler for SIGTERM before main runs, and that
+// handler ends the entry until CatchSignals has run. SIGABRT is the one
+// of crashSignals that signal.Ignore sets to SIG_IGN in the kernel (the
+// runtime drops the others itself).
+func Forwarding(sigIgn uint64) bool {
+	return sigIgn&(1<<(unix.SIGABRT-1)) != 0
 }
 
 // CatchSignals catches the signals Run and RunMCP act on, as soon as
@@ -73,11 +93,7 @@ func Run(ctx context.Context, cfg Config) int {
 	if cfg.App <= 0 {
 		return fail(ExitExec, "no app")
 	}
-	// The app shares the entry's uid, so it may signal pid 1. Signals that
-	// the runtime would answer with a crash and a stack dump (a kill(2),
-	// not a fault of the entry's own) are ignored: pid 1 of a pid
-	// namespace does not get a signal it ignores from inside.
-	signal.Ignore(unix.SIGABRT, unix.SIGTRAP, unix.SIGSYS, unix.SIGILL, unix.SIGSTKFLT, unix.SIGSEGV, unix.SIGBUS, unix.SIGFPE)
+	signal.Ignore(crashSignals...)
 	ls := cfg.Listeners
 	if ls == nil {
 		ls = &Listeners{}

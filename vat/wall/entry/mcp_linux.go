@@ -46,7 +46,7 @@ func RunMCP(ctx context.Context, cfg Config) int {
 	// wall's CPU cap is one CPU by default, and Go's default never goes
 	// below 2; the vat's own processes are not held to it.
 	runtime.GOMAXPROCS(1)
-	signal.Ignore(unix.SIGABRT, unix.SIGTRAP, unix.SIGSYS, unix.SIGILL, unix.SIGSTKFLT, unix.SIGSEGV, unix.SIGBUS, unix.SIGFPE)
+	signal.Ignore(crashSignals...)
 	ls := cfg.Listeners
 	if cfg.Cap == nil && ls != nil {
 		ls.close()
