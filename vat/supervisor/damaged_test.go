@@ -28,7 +28,7 @@ func TestDamagedRecordWithNoUIDToLearn(t *testing.T) {
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = s.Shutdown(t.Context()) })
+	shutdownAtEnd(t, s)
 	// Start builds the walls' /etc in the background; this waits for that
 	// build, which the state dir's removal must not race.
 	if err := s.walls.PrepareEtcView(st.StateDir()); err != nil {

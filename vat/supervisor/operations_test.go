@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -145,8 +146,24 @@ func unwalledWith(t *testing.T, cfg Config) (*Supervisor, *store.Store, string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = s.Shutdown(t.Context()) })
+	shutdownAtEnd(t, s)
 	return s, st, dir
+}
+
+// shutdownAtEnd shuts s down when the test ends and waits for its vats to
+// end. Not with t.Context(): that is cancelled before cleanups run, so
+// Shutdown returned at once with its vats still stopping. An unwalled vat
+// that ended then killed every process of its uid, the uid the next test's
+// first vat was given too (TestMCPNotReady's 503 while "restarting").
+func shutdownAtEnd(t *testing.T, s *Supervisor) {
+	t.Helper()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := s.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown at the test's end: %v", err)
+		}
+	})
 }
 
 // testHosts are the public names the tests' requests use (httptest's

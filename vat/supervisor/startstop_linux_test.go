@@ -61,7 +61,7 @@ func TestStartEndsLeftoverWalls(t *testing.T) {
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = s.Shutdown(t.Context()) })
+	shutdownAtEnd(t, s)
 	// Start builds the walls' /etc in the background; this waits for that
 	// build, which the state dir's removal must not race.
 	if err := s.walls.PrepareEtcView(st.StateDir()); err != nil {
@@ -146,7 +146,7 @@ func TestStartRemovesLeftoverCgroups(t *testing.T) {
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = s.Shutdown(t.Context()) })
+	shutdownAtEnd(t, s)
 	// Start builds the walls' /etc in the background; the state dir's
 	// removal must not race it.
 	if err := s.walls.PrepareEtcView(st.StateDir()); err != nil {
