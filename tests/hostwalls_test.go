@@ -26,18 +26,14 @@ import (
 func (s *stack) waitWord(id, want string) map[string]any {
 	s.t.Helper()
 	var st map[string]any
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		st = s.status(id)
-		if st["status"] == want {
-			return st
+	testenv.WaitFor(s.t, 30*time.Second, func() error {
+		if st = s.status(id); st["status"] == want {
+			return nil
 		}
-		if time.Now().After(deadline) {
-			_, logs := s.adminDo("GET", "/"+id+"/logs", nil)
-			s.t.Fatalf("status of %s = %v; want %q\nits output:\n%s", id, st, want, logs)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		_, logs := s.adminDo("GET", "/"+id+"/logs", nil)
+		return fmt.Errorf("status of %s = %v; want %q\nits output:\n%s", id, st, want, logs)
+	})
+	return st
 }
 
 // restart stops toybox and starts it again with more flags and env.

@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"toybox/tests/testenv"
 	"toybox/vat/wall"
 	"toybox/vat/wall/entry"
 	"toybox/vat/wall/seccomp"
@@ -281,25 +282,25 @@ func TestEntryHoldsOnlyItsOwn(t *testing.T) {
 	// runtime opens files of its own (the cgroup's CPU quota) meanwhile.
 	// No reading may show a descriptor that is not the entry's.
 	capLink := "socket:[" + strconv.FormatUint(inode(t, entryCap), 10) + "]"
-	var held map[string]string
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if b, err := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/status"); err == nil && !strings.Contains(string(b), "\nThreads:\t1\n") {
-			held = fdLinks(t, cmd.Process.Pid)
-			for fd, link := range held {
-				if link == probeBin || link == appCapLink {
-					t.Fatalf("the entry holds fd %s -> %s, which is not its own", fd, link)
-				}
-			}
-			if slices.Contains(slices.Collect(maps.Values(held)), capLink) {
-				break
+	testenv.WaitFor(t, 30*time.Second, func() error {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/status")
+		if err != nil {
+			return fmt.Errorf("reading the entry's status: %w", err)
+		}
+		if strings.Contains(string(b), "\nThreads:\t1\n") {
+			return errors.New("the entry's runtime never started")
+		}
+		held := fdLinks(t, cmd.Process.Pid)
+		for fd, link := range held {
+			if link == probeBin || link == appCapLink {
+				t.Fatalf("the entry holds fd %s -> %s, which is not its own", fd, link)
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the entry's runtime never started holding its capability; last seen: %v", held)
+		if !slices.Contains(slices.Collect(maps.Values(held)), capLink) {
+			return fmt.Errorf("the entry's runtime never started holding its capability; last seen: %v", held)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 	if c, err := net.Dial("tcp4", "127.0.0.1:"+strconv.Itoa(port)); err != nil {
 		t.Errorf("the proxy port does not answer: %v", err)
 	} else {

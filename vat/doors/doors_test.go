@@ -3,6 +3,7 @@ package doors
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -494,10 +495,12 @@ func TestInFlightBound(t *testing.T) {
 		release()
 		slowDone <- err
 	}()
-	deadline := time.Now().Add(2 * time.Second)
-	for len(gr.g.sem) == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.WaitFor(t, 30*time.Second, func() error {
+		if len(gr.g.sem) == 0 {
+			return errors.New("the slow call never took its place in flight")
+		}
+		return nil
+	})
 	release, err := call("/kiosk/state")
 	release()
 	if want := "door refused: 1 calls of vat kiosk are already in flight"; err == nil || !strings.Contains(err.Error(), want) {

@@ -429,15 +429,15 @@ func TestMCPNotReady(t *testing.T) {
 	}
 }
 
+// waitFor waits up to 30 s for ok, and fails t naming what it waited for.
 func waitFor(t *testing.T, what string, ok func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	testenv.WaitFor(t, 30*time.Second, func() error {
+		if !ok() {
+			return fmt.Errorf("timed out waiting for %s", what)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestMCPOnlyItsEndpoint: an MCP vat serves nothing but /<vat>/mcp: its

@@ -371,22 +371,22 @@ func TestPublicRoutesOnlyAPlainFirstSegment(t *testing.T) {
 	}
 	front := httptest.NewServer(s.PublicHandler())
 	defer front.Close()
-	get := func(p string) (int, string) {
+	get := func(p string) (code int, body string) {
 		t.Helper()
-		deadline := time.Now().Add(15 * time.Second)
-		for {
+		testenv.WaitFor(t, 30*time.Second, func() error {
 			resp, err := http.Get(front.URL + p)
 			if err != nil {
 				t.Fatal(err)
 			}
 			b, _ := io.ReadAll(resp.Body)
 			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusServiceUnavailable && time.Now().Before(deadline) {
-				time.Sleep(100 * time.Millisecond) // still starting
-				continue
+			code, body = resp.StatusCode, string(b)
+			if code == http.StatusServiceUnavailable {
+				return fmt.Errorf("GET %s: still starting: %d %s", p, code, body)
 			}
-			return resp.StatusCode, string(b)
-		}
+			return nil
+		})
+		return code, body
 	}
 	if code, body := get("/alice/sw.js"); code != 200 || !strings.Contains(body, "GET /sw.js") {
 		t.Fatalf("GET /alice/sw.js = %d %q; want the app's answer", code, body)

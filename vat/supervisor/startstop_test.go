@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io/fs"
 	"net/http"
 	"net/http/httptest"
@@ -42,20 +43,17 @@ func TestUnwalledLeavesNoProcess(t *testing.T) {
 	if err := s.Remove("daemons", true); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		left := leftovers(marker)
-		if len(left) == 0 {
-			return
+	t.Cleanup(func() {
+		for _, pid := range leftovers(marker) {
+			_ = syscallKill(pid)
 		}
-		if time.Now().After(deadline) {
-			for _, pid := range left {
-				_ = syscallKill(pid)
-			}
-			t.Fatalf("%d processes the vat started outlived it: %v", len(left), left)
+	})
+	testenv.WaitFor(t, 30*time.Second, func() error {
+		if left := leftovers(marker); len(left) > 0 {
+			return fmt.Errorf("%d processes the vat started outlived it: %v", len(left), left)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // leftovers lists the processes whose command line starts with marker.
