@@ -507,7 +507,7 @@ func finishKeep(t testing.TB, q uint32, keep bool) *capnp.Message {
 // calls left without a Finish past finishGrace, more than Limits.Unfinished
 // of them, end the connection; so do too many in all, whatever their age.
 func TestUnfinishedCallsEndTheConnection(t *testing.T) {
-	const limit = 100
+	const limit = 16
 	for _, burst := range []bool{false, true} {
 		rc, enc := readingPeer(t, Limits{Unfinished: limit}) // it reads, so nothing waits on it
 		n := uint32(limit + 10)
@@ -519,17 +519,27 @@ func TestUnfinishedCallsEndTheConnection(t *testing.T) {
 				break // the connection ended: what the test wants
 			}
 		}
-		if !burst {
-			// Within the grace nothing happens; after it, the next call
-			// finds them stale.
-			time.Sleep(finishGrace + 1500*time.Millisecond)
-			_ = enc.Encode(callMsg(t, n+1))
+		// Without a burst, a call after the grace finds them stale. The
+		// stale are counted at most once a second, as calls come, and
+		// under load the answers themselves can take seconds: one more
+		// call a second, fewer than 30 in all, far below the burst bound.
+		more := time.NewTicker(finishGrace / 2)
+		deadline := time.After(30 * time.Second)
+	wait:
+		for {
+			select {
+			case <-rc.Done():
+				break wait
+			case <-more.C:
+				if !burst {
+					n++
+					_ = enc.Encode(callMsg(t, n))
+				}
+			case <-deadline:
+				t.Fatalf("burst %v: the served side still holds %d unfinished calls; want the connection ended", burst, n)
+			}
 		}
-		select {
-		case <-rc.Done():
-		case <-time.After(20 * time.Second):
-			t.Fatalf("burst %v: the served side still holds %d unfinished calls; want the connection ended", burst, n)
-		}
+		more.Stop()
 		_ = rc.Close()
 	}
 }
@@ -565,10 +575,14 @@ func TestFastCallerKeepsTheConnection(t *testing.T) {
 
 // TestFinishedCallsKeepTheConnection: the limit counts calls left
 // unfinished, not calls made: a peer that finishes each call may make any
-// number, and is answered.
+// number, and is answered. It makes more than either bound allows
+// unfinished (the stale one and unfinishedFactor times it in all), under a
+// small Unfinished: at the default's 16,384 the same test took minutes
+// under -race.
 func TestFinishedCallsKeepTheConnection(t *testing.T) {
+	const limit = 64
 	c, peer := served(t)
-	rc := c.RPC(bootstrap(), nil)
+	rc := c.RPCWith(bootstrap(), nil, Limits{Unfinished: limit})
 	defer rc.Close()
 	enc := capnp.NewEncoder(peer)
 	dec := capnp.NewDecoder(peer)
@@ -590,7 +604,7 @@ func TestFinishedCallsKeepTheConnection(t *testing.T) {
 	if err := enc.Encode(bootstrapMsg(t)); err != nil {
 		t.Fatal(err)
 	}
-	const n = 2*DefaultUnfinished + 10
+	const n = unfinishedFactor*limit + 10
 	for q := uint32(1); q <= n; q++ {
 		if err := enc.Encode(callMsg(t, q)); err != nil {
 			t.Fatalf("call %d: %v", q, err)
