@@ -88,7 +88,7 @@ func FuzzGuard(f *testing.F) {
 		_ = peer.CloseWrite()
 		select {
 		case <-rc.Done():
-		case <-time.After(10 * time.Second):
+		case <-time.After(30 * time.Second):
 			t.Fatalf("the served side kept the connection after the peer hung up (input %x)", data)
 		}
 	})
