@@ -25,7 +25,10 @@ type Set struct {
 	Host    string // canonical: lower case, IDNA A-label, no trailing dot, canonical IP text, IPv6 unbracketed
 	Port    uint16
 	Network string // "public" or "local"
-	Vat     string // a vat id (CheckVatID)
+	// Vat is a vat id. It is text, not a VatID, so that schema.LabelFields
+	// converts to a Set with a plain type conversion. Canonical parses it
+	// (ParseVatID): every Set read from JSON or the wire passes there.
+	Vat string
 	// Origin "manifest" marks a grant the add-on's author wrote (its
 	// manifest), not one its owner typed. Absent: typed by whoever holds
 	// the handle. Set only by the supervisor; only the listener-owner check
@@ -262,7 +265,7 @@ func Canonical(s Set) (Set, error) {
 		return Set{}, badf("network %q not allowed (public or local)", s.Network)
 	}
 	if s.Vat != "" {
-		if err := CheckVatID(s.Vat); err != nil {
+		if _, err := ParseVatID(s.Vat); err != nil {
 			return Set{}, badf("%w", err)
 		}
 	}

@@ -1,6 +1,7 @@
 package labels
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -23,34 +24,42 @@ var vatIDTests = []struct {
 	{strings.Repeat("a", 64), false},
 }
 
-func TestCheckVatID(t *testing.T) {
+func TestParseVatID(t *testing.T) {
 	for _, tt := range vatIDTests {
 		t.Run(tt.id, func(t *testing.T) {
 			if got := ValidVatID(tt.id); got != tt.ok {
 				t.Errorf("ValidVatID(%q) = %v; want %v", tt.id, got, tt.ok)
 			}
-			err := CheckVatID(tt.id)
+			id, err := ParseVatID(tt.id)
 			if (err == nil) != tt.ok {
-				t.Fatalf("CheckVatID(%q) = %v; want ok %v", tt.id, err, tt.ok)
+				t.Fatalf("ParseVatID(%q) = %v; want ok %v", tt.id, err, tt.ok)
 			}
-			if err != nil && !strings.Contains(err.Error(), "is not a vat id ("+VatIDSyntax+")") {
-				t.Errorf("CheckVatID(%q) = %q; want it to name the syntax", tt.id, err)
+			if err != nil {
+				if want := fmt.Sprintf("%q is not a vat id (%s)", tt.id, VatIDSyntax); err.Error() != want {
+					t.Errorf("ParseVatID(%q) = %q; want %q", tt.id, err, want)
+				}
+				if id != "" {
+					t.Errorf("ParseVatID(%q) = %q with an error; want no id", tt.id, id)
+				}
+			} else if id.String() != tt.id {
+				t.Errorf("ParseVatID(%q) = %q; want it unchanged", tt.id, id)
 			}
 		})
 	}
 }
 
-// TestCheckVatIDClips: a long bad id does not make a long message.
-func TestCheckVatIDClips(t *testing.T) {
-	err := CheckVatID(strings.Repeat("A", 1<<20))
+// TestParseVatIDClips: a long bad id does not make a long message.
+func TestParseVatIDClips(t *testing.T) {
+	_, err := ParseVatID(strings.Repeat("A", 1<<20))
 	if err == nil || len(err.Error()) > 300 {
-		t.Errorf("CheckVatID(1 MiB) = %d bytes of message; want at most 300", len(err.Error()))
+		t.Errorf("ParseVatID(1 MiB) = %d bytes of message; want at most 300", len(err.Error()))
 	}
 }
 
-// FuzzCheckVatID: ValidVatID agrees with the syntax it names, spelled as a
-// loop here so the two cannot share a mistake.
-func FuzzCheckVatID(f *testing.F) {
+// FuzzParseVatID: ParseVatID and ValidVatID agree with the syntax they
+// name, spelled as a loop here so the two cannot share a mistake, and a
+// parsed id is the text it came from.
+func FuzzParseVatID(f *testing.F) {
 	for _, tt := range vatIDTests {
 		f.Add(tt.id)
 	}
@@ -59,8 +68,15 @@ func FuzzCheckVatID(f *testing.F) {
 		if got := ValidVatID(id); got != want {
 			t.Errorf("ValidVatID(%q) = %v; want %v", id, got, want)
 		}
-		if (CheckVatID(id) == nil) != want {
-			t.Errorf("CheckVatID(%q) = %v; want ok %v", id, CheckVatID(id), want)
+		got, err := ParseVatID(id)
+		if (err == nil) != want {
+			t.Fatalf("ParseVatID(%q) = %v; want ok %v", id, err, want)
+		}
+		if err == nil && string(got) != id {
+			t.Errorf("ParseVatID(%q) = %q; want it unchanged", id, got)
+		}
+		if err != nil && (got != "" || !strings.Contains(err.Error(), " is not a vat id ("+VatIDSyntax+")")) {
+			t.Errorf("ParseVatID(%q) = %q, %q; want no id and the one message", id, got, err)
 		}
 	})
 }
