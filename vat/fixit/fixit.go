@@ -9,6 +9,8 @@ import (
 	"encoding/hex"
 	"sync"
 	"time"
+
+	"toybox/labels"
 )
 
 // Record is one failure of one vat's wall.
@@ -16,7 +18,7 @@ type Record struct {
 	// Ref names the record on its card: 128 random bits, in hex.
 	Ref string
 	// Vat is the vat the record is about.
-	Vat string
+	Vat labels.VatID
 	// Code is the code the vat failed with ("sha256:…"): an upgrade
 	// since makes the record stale.
 	Code string
@@ -31,17 +33,17 @@ type Record struct {
 type Records struct {
 	mu    sync.Mutex
 	byRef map[string]*Record
-	byVat map[string]*Record
+	byVat map[labels.VatID]*Record
 }
 
 // Raise returns the current record of vat for its failure with code and
 // reason: the one raised before for the same failure, or a new one (which
 // replaces any other record of the vat: an older card names nothing).
-func (rs *Records) Raise(vat, code, reason string) Record {
+func (rs *Records) Raise(vat labels.VatID, code, reason string) Record {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	if rs.byRef == nil {
-		rs.byRef, rs.byVat = map[string]*Record{}, map[string]*Record{}
+		rs.byRef, rs.byVat = map[string]*Record{}, map[labels.VatID]*Record{}
 	}
 	if r := rs.byVat[vat]; r != nil {
 		if r.Code == code && r.Reason == reason {
@@ -57,7 +59,7 @@ func (rs *Records) Raise(vat, code, reason string) Record {
 
 // Settle forgets vat's record: it no longer fails (it runs, it was
 // removed, its owner chose).
-func (rs *Records) Settle(vat string) {
+func (rs *Records) Settle(vat labels.VatID) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	if r := rs.byVat[vat]; r != nil {

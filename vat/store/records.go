@@ -26,7 +26,7 @@ const goodSuffix = ".good"
 // again by an install, or removed.
 type Damaged struct {
 	// ID is the vat's id, from the file's name.
-	ID string
+	ID labels.VatID
 	// Err says why the record cannot be read.
 	Err error
 	// Good is the record's good copy (<id>.json.good), when there is one
@@ -41,16 +41,16 @@ type Damaged struct {
 }
 
 // RecordPath is the path of the record of id.
-func (s *Store) RecordPath(id string) string {
-	return filepath.Join(s.cfg.StateDir, "vats", id+".json")
+func (s *Store) RecordPath(id labels.VatID) string {
+	return filepath.Join(s.cfg.StateDir, "vats", string(id)+".json")
 }
 
 // SaveRecord writes <state>/vats/<id>.json atomically (0600), then its good
 // copy. A good copy that cannot be written leaves the older one (the
 // record itself is saved, and says the newer state); it is logged.
 func (s *Store) SaveRecord(r Record) error {
-	if err := labels.CheckVatID(r.ID); err != nil {
-		return fmt.Errorf("%w: %w", ErrBadID, err)
+	if err := recheck(r.ID); err != nil {
+		return err
 	}
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
@@ -69,9 +69,9 @@ func (s *Store) SaveRecord(r Record) error {
 
 // DeleteRecord removes the record of id and its good copy (the code and
 // data stay).
-func (s *Store) DeleteRecord(id string) error {
-	if err := labels.CheckVatID(id); err != nil {
-		return fmt.Errorf("%w: %w", ErrBadID, err)
+func (s *Store) DeleteRecord(id labels.VatID) error {
+	if err := recheck(id); err != nil {
+		return err
 	}
 	p := s.RecordPath(id)
 	for _, f := range []string{p, p + goodSuffix} {
@@ -97,12 +97,13 @@ func (s *Store) Records() ([]Record, []Damaged, error) {
 	var errs []error
 	for _, e := range ents {
 		name := e.Name()
-		id, ok := strings.CutSuffix(name, ".json")
+		base, ok := strings.CutSuffix(name, ".json")
 		if !ok || strings.HasPrefix(name, ".") {
 			continue
 		}
-		if !labels.ValidVatID(id) {
-			errs = append(errs, fmt.Errorf("reading %s: %w: the file's name is no vat id", name, ErrBadID))
+		id, err := labels.ParseVatID(base) // a file's name is where a vat id enters from disk
+		if err != nil {
+			errs = append(errs, fmt.Errorf("reading %s: %w: %w", name, ErrBadID, err))
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join(dir, name))
@@ -119,7 +120,7 @@ func (s *Store) Records() ([]Record, []Damaged, error) {
 }
 
 // readRecord decodes b, the record of id.
-func readRecord(id string, b []byte) (Record, error) {
+func readRecord(id labels.VatID, b []byte) (Record, error) {
 	var r Record
 	if err := json.Unmarshal(b, &r); err != nil {
 		return Record{}, err
@@ -139,7 +140,7 @@ var (
 
 // damaged is what can be learnt of vat id, whose record (b) cannot be read
 // for err.
-func (s *Store) damaged(id string, b []byte, err error) Damaged {
+func (s *Store) damaged(id labels.VatID, b []byte, err error) Damaged {
 	d := Damaged{ID: id, Err: err}
 	uids := map[int]bool{}
 	codes := map[string]bool{}
@@ -175,28 +176,29 @@ func (s *Store) damaged(id string, b []byte, err error) Damaged {
 
 // Orphans lists the ids whose data or runtime folder is left with no
 // record (removed vats; an earlier version kept them under their uids). A
-// damaged record is a record: its folders are not orphans.
-func (s *Store) Orphans() ([]string, error) {
+// damaged record is a record: its folders are not orphans. A folder whose
+// name is no vat id is no vat's, and is left alone.
+func (s *Store) Orphans() ([]labels.VatID, error) {
 	recs, bad, err := s.Records()
 	if err != nil {
 		return nil, err
 	}
-	have := map[string]bool{}
+	have := map[labels.VatID]bool{}
 	for _, r := range recs {
 		have[r.ID] = true
 	}
 	for _, d := range bad {
 		have[d.ID] = true
 	}
-	seen := map[string]bool{}
-	var out []string
+	seen := map[labels.VatID]bool{}
+	var out []labels.VatID
 	for _, dir := range []string{filepath.Join(s.cfg.StateDir, "data"), filepath.Join(s.cfg.StateDir, "run")} {
 		ents, err := os.ReadDir(dir)
 		if err != nil {
 			return nil, err
 		}
 		for _, e := range ents {
-			if id := e.Name(); labels.ValidVatID(id) && !have[id] && !seen[id] {
+			if id, err := labels.ParseVatID(e.Name()); err == nil && !have[id] && !seen[id] {
 				seen[id] = true
 				out = append(out, id)
 			}

@@ -4,10 +4,13 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"toybox/labels"
 )
 
 // TestDamagedRecords: a record that cannot be read is listed as damaged,
@@ -71,5 +74,75 @@ func TestDamagedRecords(t *testing.T) {
 				t.Errorf("the good copy after DeleteRecord: %v", err)
 			}
 		})
+	}
+}
+
+// TestRecordsRefuseBadFileName: a record's file name is where a vat id
+// enters from disk. A name that is no vat id is refused with the one
+// message labels.ParseVatID gives, the other records still load, and a
+// folder so named is no orphan.
+func TestRecordsRefuseBadFileName(t *testing.T) {
+	s := openStore(t)
+	if err := s.SaveRecord(Record{ID: "ok", Code: "sha256:" + strings.Repeat("c", 64)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"Bad", "a.b", "-x"} {
+		if err := os.WriteFile(filepath.Join(s.StateDir(), "vats", name+".json"), []byte(`{"id":"`+name+`"}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(filepath.Join(s.StateDir(), "data", name), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs, bad, err := s.Records()
+	if len(recs) != 1 || recs[0].ID != "ok" || len(bad) != 0 {
+		t.Errorf("Records = %+v, damaged %+v; want only ok", recs, bad)
+	}
+	for _, name := range []string{"Bad", "a.b", "-x"} {
+		_, perr := labels.ParseVatID(name)
+		want := "reading " + name + ".json: " + ErrBadID.Error() + ": " + perr.Error()
+		if !errors.Is(err, ErrBadID) || !strings.Contains(err.Error(), want) {
+			t.Errorf("Records error = %v; want ErrBadID and %q", err, want)
+		}
+	}
+	for _, name := range []string{"Bad", "a.b", "-x"} {
+		if err := os.Remove(filepath.Join(s.StateDir(), "vats", name+".json")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if o, err := s.Orphans(); err != nil || len(o) != 0 {
+		t.Errorf("Orphans = %v, %v; a folder named no vat id is no vat's", o, err)
+	}
+}
+
+// TestForgedIDActsOnNothing: a labels.VatID made by a conversion, not by
+// ParseVatID, is refused by each method that writes, removes or chowns a
+// path built from it. "../x" would act on the state folder itself.
+func TestForgedIDActsOnNothing(t *testing.T) {
+	s := openStore(t)
+	victim := filepath.Join(s.StateDir(), "x")
+	if err := os.Mkdir(victim, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(victim, "keep"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	forged := labels.VatID("../x")
+	for name, f := range map[string]func() error{
+		"SaveRecord":   func() error { return s.SaveRecord(Record{ID: forged}) },
+		"DeleteRecord": func() error { return s.DeleteRecord(forged) },
+		"PrepareDirs":  func() error { return s.PrepareDirs(forged, -1, -1) },
+		"Retire":       func() error { return s.Retire(forged) },
+		"Purge":        func() error { return s.Purge(forged) },
+	} {
+		if err := f(); !errors.Is(err, ErrBadID) || !strings.Contains(err.Error(), `"../x" is not a vat id`) {
+			t.Errorf("%s(%q) = %v; want ErrBadID with the one message", name, forged, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(victim, "keep")); err != nil {
+		t.Errorf("%s after the forged calls: %v", victim, err)
+	}
+	if _, err := os.Stat(filepath.Join(s.StateDir(), "x.json")); err == nil {
+		t.Error("SaveRecord wrote <state>/x.json for a forged id")
 	}
 }

@@ -122,7 +122,7 @@ func (c Code) Ref() string { return "sha256:" + c.Digest }
 
 // Record is what is installed under one vat id.
 type Record struct {
-	ID string `json:"id"`
+	ID labels.VatID `json:"id"`
 	// Code is "sha256:<hex>".
 	Code string `json:"code"`
 	// Egress is the owner's ?egress= value as given ("" for none).
@@ -361,11 +361,28 @@ func (s *Store) StateDir() string { return s.cfg.StateDir }
 // MaxBody returns the upload size limit.
 func (s *Store) MaxBody() int64 { return s.cfg.MaxBody }
 
+// recheck refuses an id that does not parse, with ErrBadID. An id is
+// parsed where it enters (labels.ParseVatID), so a labels.VatID is well
+// formed unless a conversion made it. The methods that write, remove or
+// chown a path built from an id check it again all the same: a "../" there
+// would act outside the vat's own folders, on another vat's or the
+// supervisor's files. Reading a path needs no check.
+func recheck(id labels.VatID) error {
+	if _, err := labels.ParseVatID(string(id)); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadID, err)
+	}
+	return nil
+}
+
 // DataDir returns <state>/data/<id>.
-func (s *Store) DataDir(id string) string { return filepath.Join(s.cfg.StateDir, "data", id) }
+func (s *Store) DataDir(id labels.VatID) string {
+	return filepath.Join(s.cfg.StateDir, "data", string(id))
+}
 
 // RunDir returns <state>/run/<id>.
-func (s *Store) RunDir(id string) string { return filepath.Join(s.cfg.StateDir, "run", id) }
+func (s *Store) RunDir(id labels.VatID) string {
+	return filepath.Join(s.cfg.StateDir, "run", string(id))
+}
 
 func (s *Store) codeDir() string { return filepath.Join(s.cfg.StateDir, "code") }
 
@@ -615,7 +632,10 @@ func sniff(name string) (kind, error) {
 // uid:gid (when uid is not -1), and clears a stale socket from run/. A data
 // folder that belonged to another uid is handed over whole (every entry,
 // links not followed).
-func (s *Store) PrepareDirs(id string, uid, gid int) error {
+func (s *Store) PrepareDirs(id labels.VatID, uid, gid int) error {
+	if err := recheck(id); err != nil {
+		return err
+	}
 	for _, d := range []string{s.DataDir(id), s.RunDir(id)} {
 		if err := os.Mkdir(d, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 			return fmt.Errorf("creating %s: %w", d, err)
@@ -654,9 +674,9 @@ func (s *Store) PrepareDirs(id string, uid, gid int) error {
 // and nothing else of it: its runtime folder goes, and under root its data
 // folder is handed to root (PrepareDirs hands it to the uid of a later
 // install). Its uid may go to another vat, which must not own this data.
-func (s *Store) Retire(id string) error {
-	if err := labels.CheckVatID(id); err != nil {
-		return fmt.Errorf("%w: %w", ErrBadID, err)
+func (s *Store) Retire(id labels.VatID) error {
+	if err := recheck(id); err != nil {
+		return err
 	}
 	if err := removeTree(s.RunDir(id)); err != nil {
 		return err
@@ -691,9 +711,9 @@ func (s *Store) Retire(id string) error {
 }
 
 // Purge removes a vat's data and runtime folders.
-func (s *Store) Purge(id string) error {
-	if err := labels.CheckVatID(id); err != nil {
-		return fmt.Errorf("%w: %w", ErrBadID, err)
+func (s *Store) Purge(id labels.VatID) error {
+	if err := recheck(id); err != nil {
+		return err
 	}
 	// The vat's own trees: removeTree, not os.RemoveAll (any depth).
 	return errors.Join(removeTree(s.DataDir(id)), removeTree(s.RunDir(id)))

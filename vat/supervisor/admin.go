@@ -52,7 +52,7 @@ func (s *Supervisor) AdminHandler() http.Handler {
 		writeJSON(w, http.StatusOK, s.List())
 	}))
 	mux.Handle("/{$}", notAdmin("/{$}"))
-	mux.Handle("PUT /{vat}", withVat(func(w http.ResponseWriter, r *http.Request, id string) {
+	mux.Handle("PUT /{vat}", withVat(func(w http.ResponseWriter, r *http.Request, id labels.VatID) {
 		if onlyEgress(r) {
 			s.handleRegrant(w, r, id)
 			return
@@ -114,11 +114,12 @@ func adminPath(r *http.Request) string {
 }
 
 // withVat serves a request for one vat, {vat} in the pattern, once its id
-// is valid.
-func withVat(h func(w http.ResponseWriter, r *http.Request, id string)) http.Handler {
+// parses. The admin API is where an id enters: the handlers and the
+// Supervisor's methods take the parsed labels.VatID.
+func withVat(h func(w http.ResponseWriter, r *http.Request, id labels.VatID)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := r.PathValue("vat")
-		if err := labels.CheckVatID(id); err != nil {
+		id, err := labels.ParseVatID(r.PathValue("vat"))
+		if err != nil {
 			writeErr(w, http.StatusBadRequest, fmt.Errorf("%w: %w", ErrBadInput, err))
 			return
 		}
@@ -134,12 +135,12 @@ func notAdmin(pattern string) http.Handler {
 			writeErr(w, http.StatusMethodNotAllowed, fmt.Errorf("%s / is not allowed (GET lists the vats)", r.Method))
 		})
 	}
-	return withVat(func(w http.ResponseWriter, r *http.Request, _ string) {
+	return withVat(func(w http.ResponseWriter, r *http.Request, _ labels.VatID) {
 		writeErr(w, http.StatusMethodNotAllowed, fmt.Errorf("%s %s is not an admin operation", r.Method, adminPath(r)))
 	})
 }
 
-func (s *Supervisor) handleStatus(w http.ResponseWriter, _ *http.Request, id string) {
+func (s *Supervisor) handleStatus(w http.ResponseWriter, _ *http.Request, id labels.VatID) {
 	st, err := s.Status(id)
 	if err != nil {
 		writeErr(w, http.StatusNotFound, err)
@@ -148,7 +149,7 @@ func (s *Supervisor) handleStatus(w http.ResponseWriter, _ *http.Request, id str
 	writeJSON(w, http.StatusOK, st)
 }
 
-func (s *Supervisor) handleRemove(w http.ResponseWriter, r *http.Request, id string) {
+func (s *Supervisor) handleRemove(w http.ResponseWriter, r *http.Request, id labels.VatID) {
 	purge := r.URL.Query().Get("purge") == "1"
 	if err := s.Remove(id, purge); err != nil {
 		writeErr(w, statusFor(err), err)
@@ -157,7 +158,7 @@ func (s *Supervisor) handleRemove(w http.ResponseWriter, r *http.Request, id str
 	writeJSON(w, http.StatusOK, map[string]any{"id": id, "removed": true, "purged": purge})
 }
 
-func (s *Supervisor) handleLogs(w http.ResponseWriter, _ *http.Request, id string) {
+func (s *Supervisor) handleLogs(w http.ResponseWriter, _ *http.Request, id labels.VatID) {
 	b, err := s.Logs(id)
 	if err != nil {
 		writeErr(w, http.StatusNotFound, err)
@@ -167,7 +168,7 @@ func (s *Supervisor) handleLogs(w http.ResponseWriter, _ *http.Request, id strin
 	_, _ = w.Write(b)
 }
 
-func (s *Supervisor) handleRestart(w http.ResponseWriter, _ *http.Request, id string) {
+func (s *Supervisor) handleRestart(w http.ResponseWriter, _ *http.Request, id labels.VatID) {
 	st, err := s.Restart(id)
 	if err != nil {
 		writeErr(w, statusFor(err), err)
@@ -176,7 +177,7 @@ func (s *Supervisor) handleRestart(w http.ResponseWriter, _ *http.Request, id st
 	writeJSON(w, http.StatusOK, st)
 }
 
-func (s *Supervisor) handleLimits(w http.ResponseWriter, r *http.Request, id string) {
+func (s *Supervisor) handleLimits(w http.ResponseWriter, r *http.Request, id labels.VatID) {
 	q := r.URL.Query()
 	if err := onlyParams(q, limitParams...); err != nil {
 		writeErr(w, http.StatusBadRequest, err)
@@ -195,7 +196,7 @@ func (s *Supervisor) handleLimits(w http.ResponseWriter, r *http.Request, id str
 	writeJSON(w, http.StatusOK, st)
 }
 
-func (s *Supervisor) handleWalls(w http.ResponseWriter, r *http.Request, id string) {
+func (s *Supervisor) handleWalls(w http.ResponseWriter, r *http.Request, id labels.VatID) {
 	var walled bool
 	switch r.URL.Query().Get("walled") {
 	case "true", "1":
@@ -213,7 +214,7 @@ func (s *Supervisor) handleWalls(w http.ResponseWriter, r *http.Request, id stri
 	writeJSON(w, http.StatusOK, st)
 }
 
-func (s *Supervisor) handleTokens(w http.ResponseWriter, _ *http.Request, id string) {
+func (s *Supervisor) handleTokens(w http.ResponseWriter, _ *http.Request, id labels.VatID) {
 	infos, err := s.Tokens(id)
 	if err != nil {
 		writeErr(w, statusFor(err), err)
@@ -222,7 +223,7 @@ func (s *Supervisor) handleTokens(w http.ResponseWriter, _ *http.Request, id str
 	writeJSON(w, http.StatusOK, map[string]any{"id": id, "tokens": infos})
 }
 
-func (s *Supervisor) handleRevoke(w http.ResponseWriter, r *http.Request, id string) {
+func (s *Supervisor) handleRevoke(w http.ResponseWriter, r *http.Request, id labels.VatID) {
 	info, err := s.RevokeToken(id, r.PathValue("token"))
 	if err != nil {
 		writeErr(w, statusFor(err), err)
@@ -237,7 +238,7 @@ type InstallResult struct {
 	Upgraded bool `json:"upgraded"`
 }
 
-func (s *Supervisor) handleInstall(w http.ResponseWriter, r *http.Request, id string) {
+func (s *Supervisor) handleInstall(w http.ResponseWriter, r *http.Request, id labels.VatID) {
 	start := time.Now()
 	q := r.URL.Query()
 	if q.Has("package") {
@@ -311,7 +312,7 @@ func (s *Supervisor) handleInstall(w http.ResponseWriter, r *http.Request, id st
 // from start, and answers: 201 installed, 200 upgraded, 503 installed off.
 func (s *Supervisor) installAndAnswer(w http.ResponseWriter, req InstallRequest, start time.Time) {
 	st, outcome, err := s.Install(req)
-	s.observer().Installed(req.ID, time.Since(start), err == nil && outcome != InstalledOff)
+	s.observer().Installed(string(req.ID), time.Since(start), err == nil && outcome != InstalledOff)
 	if err != nil {
 		writeErr(w, statusFor(err), err)
 		return
@@ -362,7 +363,7 @@ type MintRequest struct {
 // for JSON's escapes.
 const maxMintBody = 4 * maxSecretsBytes
 
-func (s *Supervisor) handleMint(w http.ResponseWriter, r *http.Request, id string) {
+func (s *Supervisor) handleMint(w http.ResponseWriter, r *http.Request, id labels.VatID) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxMintBody+1))
 	if err != nil {
 		writeErr(w, http.StatusBadRequest, fmt.Errorf("reading the body: %w", err))
@@ -391,8 +392,8 @@ func (s *Supervisor) handleMint(w http.ResponseWriter, r *http.Request, id strin
 		return
 	}
 	writeJSON(w, http.StatusCreated, MintResult{
-		Token: token, Info: info, Vat: id,
-		Use: "Authorization: Bearer <token> on every request to /" + id + "/mcp; shown once, only its hash is kept",
+		Token: token, Info: info, Vat: string(id),
+		Use: "Authorization: Bearer <token> on every request to /" + string(id) + "/mcp; shown once, only its hash is kept",
 	})
 }
 

@@ -2,14 +2,18 @@ package supervisor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
 
+	"toybox/labels"
 	"toybox/vat/store"
 	"toybox/vat/switches"
 	"toybox/vat/wall"
@@ -91,6 +95,47 @@ func TestAdminRefusals(t *testing.T) {
 	ents, err := os.ReadDir(s.cfg.Store.StateDir() + "/code")
 	if err != nil || len(ents) != 0 {
 		t.Errorf("code/ after refusals = %v, %v; want empty", ents, err)
+	}
+}
+
+// TestAdminRefusesBadVatID: the admin API is where a vat id enters. A bad
+// one is refused on every path that names a vat, with 400 and the one
+// message labels.ParseVatID gives, before any handler runs.
+func TestAdminRefusesBadVatID(t *testing.T) {
+	s := newTestSupervisor(t)
+	h := s.AdminHandler()
+	for _, id := range []string{"Bad_ID", "-x", "a.b", "a%20b", strings.Repeat("a", 64)} {
+		raw, _ := url.PathUnescape(id)
+		_, perr := labels.ParseVatID(raw)
+		if perr == nil {
+			t.Fatalf("ParseVatID(%q) took it; the test needs a bad id", raw)
+		}
+		want := fmt.Errorf("%w: %w", ErrBadInput, perr).Error()
+		for _, mt := range []struct{ method, path string }{
+			{"GET", "/" + id},
+			{"PUT", "/" + id},
+			{"PATCH", "/" + id + "?egress="},
+			{"DELETE", "/" + id},
+			{"GET", "/" + id + "/logs"},
+			{"POST", "/" + id + "/restart"},
+			{"POST", "/" + id + "/limits"},
+			{"POST", "/" + id + "/walls?walled=true"},
+			{"GET", "/" + id + "/tokens"},
+			{"POST", "/" + id + "/tokens"},
+			{"DELETE", "/" + id + "/tokens/t1"},
+			{"POST", "/" + id + "/explode"},
+		} {
+			req := httptest.NewRequest(mt.method, "http://toybox"+mt.path, strings.NewReader("#!/bin/sh\n"))
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			var body struct{ Error string }
+			if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil || rec.Code != http.StatusBadRequest || body.Error != want {
+				t.Errorf("%s %s = %d %s; want 400 {\"error\": %q}", mt.method, mt.path, rec.Code, rec.Body, want)
+			}
+		}
+	}
+	if got := s.List(); len(got) != 0 {
+		t.Errorf("vats after refusals = %+v; want none", got)
 	}
 }
 

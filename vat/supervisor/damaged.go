@@ -18,7 +18,7 @@ var ErrUIDUnknown = errors.New("a damaged vat record's uid is unknown")
 
 // damageText says what is wrong with vat d's record and how to repair it.
 func (s *Supervisor) damageText(d store.Damaged, uids []int) string {
-	p := filepath.Join("vats", d.ID+".json")
+	p := filepath.Join("vats", string(d.ID)+".json")
 	var b strings.Builder
 	fmt.Fprintf(&b, "its record %s cannot be read (%v)", p, d.Err)
 	if d.Good != nil {

@@ -16,7 +16,8 @@ import (
 
 // InstallRequest is one PUT /<vat>.
 type InstallRequest struct {
-	ID string
+	// ID is the vat's id, parsed where it entered (labels.ParseVatID).
+	ID labels.VatID
 	// Code is the stored code to run, as store.Put returned it: pinned.
 	// Install releases that pin when it ends.
 	Code store.Code
@@ -65,14 +66,10 @@ const (
 // says why.
 func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 	// The pin store.Put took on the code goes when this install ends (its
-	// record names the code by then, or it gave up, a bad id included),
-	// then whatever it left unused: the version an upgrade replaced, or
-	// its own code.
+	// record names the code by then, or it gave up), then whatever it left
+	// unused: the version an upgrade replaced, or its own code.
 	defer s.pruneCode()
 	defer s.cfg.Store.Release(req.Code.Digest)
-	if err := labels.CheckVatID(req.ID); err != nil {
-		return Status{}, 0, fmt.Errorf("%w: %w", ErrBadInput, err)
-	}
 	v, err := s.lockVat(req.ID, true)
 	if err != nil {
 		return Status{}, 0, err
@@ -112,7 +109,7 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 		giveUp()
 		return Status{}, 0, err
 	}
-	s.logDropped(req.ID, dropped)
+	s.logDropped(string(req.ID), dropped)
 	var undamage func()
 	if damaged {
 		undamage = s.takeDamaged(v)
@@ -214,9 +211,6 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 // Check validates an install before its code is stored, as Install will
 // (validate). It changes nothing.
 func (s *Supervisor) Check(req InstallRequest) error {
-	if err := labels.CheckVatID(req.ID); err != nil {
-		return fmt.Errorf("%w: %w", ErrBadInput, err)
-	}
 	var old store.Record
 	var oldM *manifest.Manifest
 	existed := false
@@ -261,13 +255,13 @@ func (s *Supervisor) validate(req InstallRequest, old store.Record, oldM *manife
 	if req.LimitsSent {
 		c.limits = req.Limits
 	}
-	if _, err := s.checkGrant(req.ID, m, c.egress); err != nil {
+	if _, err := s.checkGrant(string(req.ID), m, c.egress); err != nil {
 		return checked{}, err
 	}
 	if err := s.checkLimits(c.limits); err != nil {
 		return checked{}, err
 	}
-	if err := s.checkMCP(req.ID, req.Code, c.mcp); err != nil {
+	if err := s.checkMCP(string(req.ID), req.Code, c.mcp); err != nil {
 		return checked{}, err
 	}
 	if err := checkListen(req.Code, c.mcp, c.listen); err != nil {

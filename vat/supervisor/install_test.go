@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"toybox/labels"
 	"toybox/tests/testenv"
 	"toybox/vat/wall"
 	"toybox/vat/words"
@@ -126,7 +127,7 @@ func servingWhile(s *Supervisor, id string, op func() error, also func(Status) b
 			return n, err
 		case <-time.After(20 * time.Millisecond):
 		}
-		st, err := s.Status(id)
+		st, err := s.Status(labels.VatID(id))
 		if err == nil && wordOf(st.Status).Serving() && (also == nil || also(st)) {
 			n++
 		}
@@ -215,7 +216,7 @@ func TestConcurrentInstallsGetTheirOwnUID(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				_, _, _ = s.Install(InstallRequest{ID: id, Code: code})
+				_, _, _ = s.Install(InstallRequest{ID: labels.VatID(id), Code: code})
 			}()
 		}
 		close(start)
@@ -223,7 +224,7 @@ func TestConcurrentInstallsGetTheirOwnUID(t *testing.T) {
 	}
 	owners := map[int][]string{}
 	for _, st := range s.List() {
-		owners[st.UID] = append(owners[st.UID], st.ID)
+		owners[st.UID] = append(owners[st.UID], string(st.ID))
 	}
 	for uid, ids := range owners {
 		if len(ids) > 1 {

@@ -112,8 +112,8 @@ func (s *Supervisor) launch(v *vat) *instance {
 		MaxResponseHeaderBytes: maxVatHeaderBytes,
 		ResponseHeaderTimeout:  vatHeaderTimeout,
 	}
-	in.plog = newProxyLog(s.log, v.id)
-	in.proxy = proxyLogged(v.id, answering{in}, in.plog)
+	in.plog = newProxyLog(s.log, string(v.id))
+	in.proxy = proxyLogged(string(v.id), answering{in}, in.plog)
 	v.mu.Lock()
 	cfg := mcpOf(v.code, v.rec)
 	in.listen = listenOf(v.code, v.rec)
@@ -126,7 +126,7 @@ func (s *Supervisor) launch(v *vat) *instance {
 	if stdio {
 		// The bridge in its wall serves it, on the socket the supervisor
 		// holds.
-		in.sock = s.bridgeSock(v.id)
+		in.sock = s.bridgeSock(string(v.id))
 	} else {
 		s.closeBridge(v) // an upgrade made it something else
 	}
@@ -204,7 +204,7 @@ func (in *instance) loop() {
 			v.egress, v.egressWhy = egressOf(r.proc)
 		})
 		readyErr := in.waitListening(r)
-		s.observer().Spawned(v.id, time.Since(started), readyErr == nil)
+		s.observer().Spawned(string(v.id), time.Since(started), readyErr == nil)
 		if readyErr == nil {
 			in.update(func(v *vat) { v.word, in.serving = r.word, r.word })
 			s.log.Info("vat serving", keyVat, v.id, keyCode, s.status(v).Code, keyPid, r.proc.Pid(), keyTier, r.proc.Tier(), keyWord, r.word.String(), "ready_ms", time.Since(started).Milliseconds())
@@ -417,7 +417,7 @@ func (s *Supervisor) spawn(ctx context.Context, v *vat) (r *running, off words.W
 	v.mu.Lock()
 	code, rec, g, dropped := v.code, v.rec, v.grant, v.dropped
 	v.mu.Unlock()
-	dec, err := s.cfg.Switches.For(v.id, rec.Code)
+	dec, err := s.cfg.Switches.For(string(v.id), rec.Code)
 	if err != nil {
 		return nil, words.OffStopped, fmt.Errorf("reading the wall switches: %w", err)
 	}
@@ -433,7 +433,7 @@ func (s *Supervisor) spawn(ctx context.Context, v *vat) (r *running, off words.W
 	}
 	if cfg := mcpOf(code, rec); cfg != nil && cfg.Transport == manifest.TransportStdio && !dec.Walled {
 		// The bridge is toybox-entry's, which runs only in a wall.
-		return nil, words.OffStopped, errors.New("a stdio MCP server runs only inside its wall (its bridge is toybox-entry's): put it back with POST /" + v.id + "/walls?walled=true")
+		return nil, words.OffStopped, errors.New("a stdio MCP server runs only inside its wall (its bridge is toybox-entry's): put it back with POST /" + string(v.id) + "/walls?walled=true")
 	}
 	if port := listenOf(code, rec); port != 0 && !dec.Walled {
 		// So is the relay to its port; unwalled, the app would listen
@@ -456,7 +456,7 @@ func (s *Supervisor) spawn(ctx context.Context, v *vat) (r *running, off words.W
 			diskWhy = err.Error()
 		} else if err := s.cfg.Store.PrepareDirs(v.id, uid, gid); err != nil {
 			return nil, off, err
-		} else if diskBytes, err = s.cfg.Disks.Mount(v.id, s.cfg.Store.DataDir(v.id), lim.DiskBytes); err != nil {
+		} else if diskBytes, err = s.cfg.Disks.Mount(string(v.id), s.cfg.Store.DataDir(v.id), lim.DiskBytes); err != nil {
 			return nil, off, fmt.Errorf("giving its data folder its disk limit (%d MiB): %w", lim.DiskBytes>>20, err)
 		}
 	}
@@ -468,13 +468,13 @@ func (s *Supervisor) spawn(ctx context.Context, v *vat) (r *running, off words.W
 	var gd *doors.Granted
 	var doorSet func() schema.DoorSet
 	if len(code.Manifest.Doors) > 0 {
-		if err := s.cfg.Doors.CheckManifest(v.id, code.Manifest.Doors); err != nil {
+		if err := s.cfg.Doors.CheckManifest(string(v.id), code.Manifest.Doors); err != nil {
 			return nil, words.OffStopped, err // not the wall's fault: the table refuses
 		}
-		gd = s.cfg.Doors.Grant(v.id, s.log)
+		gd = s.cfg.Doors.Grant(string(v.id), s.log)
 		doorSet = gd.DoorSet
 	}
-	gv, err := grant.NewVat(grant.VatConfig{ID: v.id, Grants: g, Upstream: s.cfg.Upstream, Doors: doorSet, Logger: s.log, Dropped: dropped, OnDecision: s.onDecision(v.id)})
+	gv, err := grant.NewVat(grant.VatConfig{ID: string(v.id), Grants: g, Upstream: s.cfg.Upstream, Doors: doorSet, Logger: s.log, Dropped: dropped, OnDecision: s.onDecision(string(v.id))})
 	if err != nil {
 		if gd != nil {
 			gd.Revoke()
@@ -506,7 +506,7 @@ func (s *Supervisor) spawn(ctx context.Context, v *vat) (r *running, off words.W
 			go func() { _ = r.proc.Wait(); _ = out.Close() }()
 			return nil, off, fmt.Errorf("the wall reported an unknown tier %q", r.proc.Tier())
 		}
-		facts = wallFacts{shares: s.cfg.Switches.Shares(v.id), state: s.stateFolders(v.id)}
+		facts = wallFacts{shares: s.cfg.Switches.Shares(string(v.id)), state: s.stateFolders(string(v.id))}
 		if len(facts.shares) > 0 {
 			r.word = words.NotWalledShares
 		}

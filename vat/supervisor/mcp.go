@@ -23,6 +23,7 @@ import (
 	"sync"
 	"time"
 
+	"toybox/labels"
 	"toybox/vat/access"
 	"toybox/vat/edge"
 	"toybox/vat/manifest"
@@ -167,7 +168,7 @@ func (rt *mcpRoute) close() {
 // what MCP uses (front.ResponseHeaders), and answers stream as they come.
 func newMCPRoute(in *instance, cfg manifest.MCP) *mcpRoute {
 	rt := &mcpRoute{cfg: cfg, sessions: newSessionTable(maxSessions)}
-	id := in.v.id
+	id := string(in.v.id)
 	var transport http.RoundTripper = confined{answering{in}}
 	if cfg.Transport == manifest.TransportStdio {
 		// The bridge: toybox-entry's own server, on the edge's busiest
@@ -375,7 +376,7 @@ func (w *mcpWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // mcpConfig is vat id's MCP config; nil when it is not an installed MCP
 // server.
 func (s *Supervisor) mcpConfig(id string) *manifest.MCP {
-	v, ok := s.get(id)
+	v, ok := s.find(id)
 	if !ok {
 		return nil
 	}
@@ -878,25 +879,25 @@ func (s *Supervisor) mcpStatus(v *vat) *MCPStatus {
 		return nil
 	}
 	ms := &MCPStatus{
-		Endpoint: "/" + v.id + mcpEndpoint, Transport: cfg.Transport, Path: cfg.Path, Mode: cfg.Mode, Auth: cfg.Auth,
+		Endpoint: "/" + string(v.id) + mcpEndpoint, Transport: cfg.Transport, Path: cfg.Path, Mode: cfg.Mode, Auth: cfg.Auth,
 		LastError: v.mcpErr,
 	}
 	if p := v.rec.MCPProbe; p != nil && p.Code == v.rec.Code {
 		ms.Probe = p
 	}
 	if s.tokens != nil {
-		ms.Tokens = len(s.tokens.List(v.id))
+		ms.Tokens = len(s.tokens.List(string(v.id)))
 	}
 	switch {
 	case cfg.Auth == manifest.AuthVat:
 		ms.Access = "toybox does not authenticate this vat: it is its own OAuth resource server (mcp.auth: vat)"
-		if ms.PublicURL = s.mcpPublicURL(v.id, v.code, v.rec); ms.PublicURL == "" {
+		if ms.PublicURL = s.mcpPublicURL(string(v.id), v.code, v.rec); ms.PublicURL == "" {
 			ms.Access += "; it is told no public URL (toybox serve --public-url)"
 		}
 	case ms.Tokens > 0:
 		ms.Access = fmt.Sprintf("a bearer token of this vat (%d)", ms.Tokens)
 	default:
-		ms.Access = "open: whoever reaches the public socket (POST /" + v.id + "/tokens closes it)"
+		ms.Access = "open: whoever reaches the public socket (POST /" + string(v.id) + "/tokens closes it)"
 	}
 	ms.Cache = cacheWords(*cfg)
 	if v.run != nil && v.run.mcp != nil {
@@ -936,7 +937,7 @@ func (s *Supervisor) probeMCP(ctx context.Context, in *instance, code string) *f
 	ctx, cancel := context.WithTimeout(ctx, probeBudget)
 	defer cancel()
 	client := &http.Client{Transport: in.transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	snap := front.Prober{Client: client, URL: "http://" + in.v.id + in.mcp.cfg.Path, Host: "localhost"}.Probe(ctx)
+	snap := front.Prober{Client: client, URL: "http://" + string(in.v.id) + in.mcp.cfg.Path, Host: "localhost"}.Probe(ctx)
 	snap.Code = code
 	if in.mcp.cfg.Transport == manifest.TransportStdio {
 		// The bridge answers server/discover itself for a legacy server
@@ -965,7 +966,7 @@ const (
 // set only in the processes that serve this token (R22): each name must be
 // one the vat's manifest declares in "env", and the vat a stdio server
 // whose processes are never shared between principals.
-func (s *Supervisor) MintToken(id string, secrets map[string]string) (string, access.Info, error) {
+func (s *Supervisor) MintToken(id labels.VatID, secrets map[string]string) (string, access.Info, error) {
 	v, err := s.lockVat(id, false)
 	if err != nil {
 		return "", access.Info{}, err
@@ -984,10 +985,10 @@ func (s *Supervisor) MintToken(id string, secrets map[string]string) (string, ac
 	case cfg.Auth == manifest.AuthVat:
 		return "", access.Info{}, fmt.Errorf("%w: vat %s authenticates its own clients (mcp.auth: vat): toybox would never check a token of its own", ErrBadInput, id)
 	}
-	if err := checkSecrets(id, cfg, declared, secrets); err != nil {
+	if err := checkSecrets(string(id), cfg, declared, secrets); err != nil {
 		return "", access.Info{}, err
 	}
-	token, info, err := s.tokens.Mint(id, secrets)
+	token, info, err := s.tokens.Mint(string(id), secrets)
 	if err != nil {
 		return "", access.Info{}, err
 	}
@@ -1027,24 +1028,24 @@ func checkSecrets(id string, cfg *manifest.MCP, declared []string, secrets map[s
 }
 
 // Tokens lists what is kept of vat id's tokens.
-func (s *Supervisor) Tokens(id string) ([]access.Info, error) {
+func (s *Supervisor) Tokens(id labels.VatID) ([]access.Info, error) {
 	if _, ok := s.get(id); !ok {
 		return nil, fmt.Errorf("%w: %q", ErrNoVat, id)
 	}
-	return s.tokens.List(id), nil
+	return s.tokens.List(string(id)), nil
 }
 
 // RevokeToken revokes vat id's token ref (its id, or the token itself). A
 // vat whose last token goes is open again.
-func (s *Supervisor) RevokeToken(id, ref string) (access.Info, error) {
+func (s *Supervisor) RevokeToken(id labels.VatID, ref string) (access.Info, error) {
 	if _, ok := s.get(id); !ok {
 		return access.Info{}, fmt.Errorf("%w: %q", ErrNoVat, id)
 	}
-	info, err := s.tokens.Revoke(id, ref)
+	info, err := s.tokens.Revoke(string(id), ref)
 	if err != nil {
 		return access.Info{}, err
 	}
-	s.log.Info("token revoked", keyVat, id, "token", info.ID, "left", len(s.tokens.List(id)))
+	s.log.Info("token revoked", keyVat, id, "token", info.ID, "left", len(s.tokens.List(string(id))))
 	return info, nil
 }
 

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"toybox/labels"
 	"toybox/tests/testenv"
 	"toybox/vat/store"
 )
@@ -67,7 +68,7 @@ func mcpSupervisor(t *testing.T) (*Supervisor, *store.Store, *testenv.Buffer) {
 // installMCP installs examples/mcp-http as vat id (?mcp=http).
 func installMCP(t *testing.T, s *Supervisor, st *store.Store, id string) Status {
 	t.Helper()
-	stat, _, err := s.Install(InstallRequest{ID: id, Code: storeFile(t, st, mcpExample(t)), MCP: "http", MCPSent: true})
+	stat, _, err := s.Install(InstallRequest{ID: labels.VatID(id), Code: storeFile(t, st, mcpExample(t)), MCP: "http", MCPSent: true})
 	if err != nil {
 		t.Fatal(err)
 	}

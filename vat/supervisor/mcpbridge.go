@@ -34,7 +34,7 @@ func (s *Supervisor) bridgeListener(v *vat) (*os.File, error) {
 	if f != nil {
 		return f, nil
 	}
-	path := s.bridgeSock(v.id)
+	path := s.bridgeSock(string(v.id))
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("making the bridges' folder: %w", err)
 	}
@@ -67,7 +67,7 @@ func (s *Supervisor) closeBridge(v *vat) {
 	v.mu.Unlock()
 	if f != nil {
 		_ = f.Close()
-		_ = os.Remove(s.bridgeSock(v.id))
+		_ = os.Remove(s.bridgeSock(string(v.id)))
 	}
 }
 

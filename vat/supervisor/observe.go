@@ -68,7 +68,7 @@ func sameGrant(a, b []labels.Set) bool {
 
 // RelayedSockets returns how many connections of vat id's app the
 // supervisor relays now (0 for a vat it does not know).
-func (s *Supervisor) RelayedSockets(id string) int64 {
+func (s *Supervisor) RelayedSockets(id labels.VatID) int64 {
 	v, ok := s.get(id)
 	if !ok {
 		return 0

@@ -12,7 +12,7 @@ import (
 
 // Restart stops vat id and starts it again on the same code, clearing its
 // crash count. It revives a vat that is off.
-func (s *Supervisor) Restart(id string) (Status, error) {
+func (s *Supervisor) Restart(id labels.VatID) (Status, error) {
 	v, err := s.lockVat(id, false)
 	if err != nil {
 		return Status{}, err
@@ -48,7 +48,7 @@ func (s *Supervisor) Restart(id string) (Status, error) {
 }
 
 // Remove stops vat id and deletes its record; with purge, its data too.
-func (s *Supervisor) Remove(id string, purge bool) error {
+func (s *Supervisor) Remove(id labels.VatID, purge bool) error {
 	v, err := s.lockVat(id, false)
 	if err != nil {
 		return err
@@ -58,7 +58,7 @@ func (s *Supervisor) Remove(id string, purge bool) error {
 	// installed later under the same id is walled unless chosen again.
 	// Cleared first: a failure to clear it stops nothing. (Should removing
 	// the record fail after it, the vat stays installed, walled.)
-	if err := s.cfg.Switches.SetChoice(id, true); err != nil && !errors.Is(err, switches.ErrNoStateDir) {
+	if err := s.cfg.Switches.SetChoice(string(id), true); err != nil && !errors.Is(err, switches.ErrNoStateDir) {
 		return fmt.Errorf("clearing the wall choice of %s: %w", id, err)
 	}
 	// Visitors meanwhile are told it is being removed, not that it runs.
@@ -76,7 +76,7 @@ func (s *Supervisor) Remove(id string, purge bool) error {
 	// Its tokens go before its record: a vat installed later under the
 	// same id opens to none of them. Should they stay, so does the record
 	// (off), and a second DELETE tries again.
-	if err := s.tokens.Forget(id); err != nil {
+	if err := s.tokens.Forget(string(id)); err != nil {
 		return err
 	}
 	s.closeBridge(v)
@@ -89,7 +89,7 @@ func (s *Supervisor) Remove(id string, purge bool) error {
 	if purge {
 		// Its file system first (unmounted, its image removed): then the
 		// folder it was mounted on goes with the rest.
-		if err := s.cfg.Disks.Remove(id, s.cfg.Store.DataDir(id)); err != nil {
+		if err := s.cfg.Disks.Remove(string(id), s.cfg.Store.DataDir(id)); err != nil {
 			ferr = fmt.Errorf("removing the disk of %s: %w", id, err)
 		} else if err := s.cfg.Store.Purge(id); err != nil {
 			ferr = fmt.Errorf("purging the data of %s: %w", id, err)
@@ -116,7 +116,7 @@ func (s *Supervisor) Remove(id string, purge bool) error {
 
 // SetLimits records the owner's limits for vat id (within the operator's)
 // and restarts it under them.
-func (s *Supervisor) SetLimits(id string, l store.Limits) (Status, error) {
+func (s *Supervisor) SetLimits(id labels.VatID, l store.Limits) (Status, error) {
 	if err := s.checkLimits(l); err != nil {
 		return Status{}, err
 	}
@@ -147,10 +147,7 @@ func (s *Supervisor) SetLimits(id string, l store.Limits) (Status, error) {
 }
 
 // SetWalled records the owner's choice for vat id and restarts it.
-func (s *Supervisor) SetWalled(id string, walled bool) (Status, error) {
-	if err := labels.CheckVatID(id); err != nil {
-		return Status{}, fmt.Errorf("%w: %w", ErrBadInput, err)
-	}
+func (s *Supervisor) SetWalled(id labels.VatID, walled bool) (Status, error) {
 	// Only for an installed vat, and under its lock, so a choice is never
 	// stored ahead for an id whose code is not chosen yet, nor left behind
 	// by a removal running at the same time.
@@ -158,7 +155,7 @@ func (s *Supervisor) SetWalled(id string, walled bool) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	err = s.cfg.Switches.SetChoice(id, walled)
+	err = s.cfg.Switches.SetChoice(string(id), walled)
 	v.op.Unlock()
 	if err != nil {
 		return Status{}, err

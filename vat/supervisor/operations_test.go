@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"toybox/labels"
 	"toybox/vat/edge"
 	"toybox/vat/store"
 	"toybox/vat/switches"
@@ -36,7 +37,7 @@ func TestConcurrentOperations(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		_, _, err = s.Install(InstallRequest{ID: id, Code: code})
+		_, _, err = s.Install(InstallRequest{ID: labels.VatID(id), Code: code})
 		return err
 	}
 	var wg sync.WaitGroup
@@ -52,9 +53,9 @@ func TestConcurrentOperations(t *testing.T) {
 						t.Errorf("install %s: %v", id, err)
 					}
 				case 1:
-					_, _ = s.Restart(id) // may be absent: ErrNoVat is fine
+					_, _ = s.Restart(labels.VatID(id)) // may be absent: ErrNoVat is fine
 				case 2:
-					_ = s.Remove(id, false)
+					_ = s.Remove(labels.VatID(id), false)
 				}
 			}
 		}()
@@ -85,7 +86,7 @@ func TestConcurrentOperations(t *testing.T) {
 			t.Errorf("%s: pid %d is not running: %v", v.ID, v.PID, err)
 			continue
 		}
-		if !strings.Contains(string(b), "TOYBOX_VAT="+v.ID) {
+		if !strings.Contains(string(b), "TOYBOX_VAT="+string(v.ID)) {
 			t.Errorf("%s: pid %d is not that vat's app", v.ID, v.PID)
 		}
 	}

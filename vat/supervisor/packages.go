@@ -63,7 +63,7 @@ type PackageRequest struct {
 
 // handlePackage serves PUT /<vat>?package=<spec>: the spec, or
 // ?package=server.json with the server.json as the body.
-func (s *Supervisor) handlePackage(w http.ResponseWriter, r *http.Request, id string, start time.Time) {
+func (s *Supervisor) handlePackage(w http.ResponseWriter, r *http.Request, id labels.VatID, start time.Time) {
 	q := r.URL.Query()
 	if err := onlyParams(q, "package", "egress", "env", "allow-scripts"); err != nil {
 		writeErr(w, http.StatusBadRequest, err)
@@ -178,9 +178,6 @@ func (s *Supervisor) registry() string {
 // stores nothing and is ErrBadInput when the package is at fault.
 func (s *Supervisor) PreparePackage(ctx context.Context, req PackageRequest) (store.Code, error) {
 	pc := s.cfg.Packages
-	if err := labels.CheckVatID(req.ID); err != nil {
-		return store.Code{}, fmt.Errorf("%w: %w", ErrBadInput, err)
-	}
 	pypi := req.Package.Spec.Registry == packages.PyPI
 	uvc := packages.UVConfig{
 		Index: pc.PyPIIndex, UV: pc.UV, Python: pc.Python, PythonVersion: pc.PythonVersion,
@@ -202,7 +199,7 @@ func (s *Supervisor) PreparePackage(ctx context.Context, req PackageRequest) (st
 	if err := os.MkdirAll(base, 0o711); err != nil {
 		return store.Code{}, err
 	}
-	scratch, err := os.MkdirTemp(base, req.ID+"-")
+	scratch, err := os.MkdirTemp(base, string(req.ID)+"-")
 	if err != nil {
 		return store.Code{}, err
 	}
@@ -231,7 +228,7 @@ func (s *Supervisor) PreparePackage(ctx context.Context, req PackageRequest) (st
 	if err := os.Chmod(dirs.run, 0o700); err != nil {
 		return store.Code{}, err
 	}
-	run := s.prepareRunner(req.ID, dirs, uid, gid, hosts)
+	run := s.prepareRunner(string(req.ID), dirs, uid, gid, hosts)
 	var (
 		tree string
 		lock packages.Lock

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"toybox/labels"
 	"toybox/tests/testenv"
 	"toybox/vat/edge"
 	"toybox/vat/words"
@@ -290,7 +291,7 @@ func servingVat(t *testing.T, s *Supervisor, id string, h http.Handler) *instanc
 	t.Cleanup(tr.CloseIdleConnections)
 	in.proxy = newProxy(id, tr, s.log)
 	s.mu.Lock()
-	s.vats[id] = &vat{id: id, logs: newRing(1), word: words.Walled, run: in}
+	s.vats[labels.VatID(id)] = &vat{id: labels.VatID(id), logs: newRing(1), word: words.Walled, run: in}
 	s.mu.Unlock()
 	return in
 }
@@ -301,7 +302,7 @@ func servingVat(t *testing.T, s *Supervisor, id string, h http.Handler) *instanc
 // everyone else got 503 "busy". One client holds at most
 // MaxClientVatRequests of them.
 func TestOneClientCannotMakeAVatBusy(t *testing.T) {
-	s := &Supervisor{cfg: Config{Hosts: testHosts(t)}, log: slog.New(slog.DiscardHandler), vats: map[string]*vat{}}
+	s := &Supervisor{cfg: Config{Hosts: testHosts(t)}, log: slog.New(slog.DiscardHandler), vats: map[labels.VatID]*vat{}}
 	in := servingVat(t, s, "bob", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body) // as an MCP server reads a POST
 		_, _ = io.WriteString(w, "got "+string(b))
@@ -426,7 +427,7 @@ func TestPublicRoutesOnlyAPlainFirstSegment(t *testing.T) {
 // edgeSupervisor is a supervisor with testHosts and no store, for vats
 // added with servingVat.
 func edgeSupervisor(t *testing.T) *Supervisor {
-	return &Supervisor{cfg: Config{Hosts: testHosts(t)}, log: slog.New(slog.DiscardHandler), vats: map[string]*vat{}}
+	return &Supervisor{cfg: Config{Hosts: testHosts(t)}, log: slog.New(slog.DiscardHandler), vats: map[labels.VatID]*vat{}}
 }
 
 // seen records the requests an app got.

@@ -16,7 +16,7 @@ import (
 // that changes the wall itself (from no grant to one, or back, or a
 // forwarded loopback port) restarts the vat instead, and restarted says so.
 // The record is saved first: a grant that cannot be saved changes nothing.
-func (s *Supervisor) Regrant(id, egress string) (st Status, restarted bool, err error) {
+func (s *Supervisor) Regrant(id labels.VatID, egress string) (st Status, restarted bool, err error) {
 	v, err := s.lockVat(id, false)
 	if err != nil {
 		return Status{}, false, err
@@ -32,7 +32,7 @@ func (s *Supervisor) Regrant(id, egress string) (st Status, restarted bool, err 
 	if code.Manifest == nil {
 		return s.status(v), false, fmt.Errorf("%w: vat %s has no loadable code", ErrBadInput, id)
 	}
-	if _, err := s.checkGrant(id, code.Manifest, egress); err != nil {
+	if _, err := s.checkGrant(string(id), code.Manifest, egress); err != nil {
 		return Status{}, false, err
 	}
 	g, dropped, err := s.grantFor(code, egress)
@@ -43,7 +43,7 @@ func (s *Supervisor) Regrant(id, egress string) (st Status, restarted bool, err 
 	if err := s.cfg.Store.SaveRecord(rec); err != nil {
 		return Status{}, false, fmt.Errorf("saving the vat record: %w", err)
 	}
-	s.logDropped(id, dropped)
+	s.logDropped(string(id), dropped)
 	v.mu.Lock()
 	v.rec, v.grant, v.dropped = rec, g, dropped
 	gv := v.gv
@@ -75,7 +75,7 @@ type RegrantResult struct {
 
 // handleRegrant serves PATCH /<vat>?egress=<grant> (and PUT with only
 // ?egress= and no body).
-func (s *Supervisor) handleRegrant(w http.ResponseWriter, r *http.Request, id string) {
+func (s *Supervisor) handleRegrant(w http.ResponseWriter, r *http.Request, id labels.VatID) {
 	q := r.URL.Query()
 	if err := onlyParams(q, "egress"); err != nil {
 		writeErr(w, http.StatusBadRequest, err)

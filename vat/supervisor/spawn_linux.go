@@ -80,14 +80,14 @@ func (s *Supervisor) spawnWalled(ctx context.Context, v *vat, code store.Code, r
 		}
 	}
 	env = packageEnv(code, env)
-	if u := s.mcpPublicURL(v.id, code, rec); u != "" {
+	if u := s.mcpPublicURL(string(v.id), code, rec); u != "" {
 		env[mcpPublicURLEnv] = u
 	}
 	maps.Copy(env, mcpEnv(code, rec))
-	shares := s.cfg.Switches.Shares(v.id)
+	shares := s.cfg.Switches.Shares(string(v.id))
 	shareEnv(env, shares)
 	spec := wall.Spec{
-		ID:         v.id,
+		ID:         string(v.id),
 		Host:       s.walls,
 		InstallDir: code.Dir,
 		Command:    m.Command,
@@ -103,7 +103,7 @@ func (s *Supervisor) spawnWalled(ctx context.Context, v *vat, code store.Code, r
 		EntryPath:  s.cfg.EntryPath,
 		Bwrap:      s.cfg.Bwrap,
 		Shares:     wallShares(shares),
-		State:      s.stateFolders(v.id),
+		State:      s.stateFolders(string(v.id)),
 		EntryCap:   entryCap,
 		AppCap:     appCap,
 		Stdout:     out,
@@ -259,7 +259,7 @@ func (s *Supervisor) spawnUnwalled(v *vat, code store.Code, rec store.Record, gv
 		"PATH=/usr/local/bin:/usr/bin:/bin",
 		"HOME=" + data,
 		"TMPDIR=" + data,
-		"TOYBOX_VAT=" + v.id,
+		"TOYBOX_VAT=" + string(v.id),
 		"TOYBOX_DATA=" + data,
 		"TOYBOX_LISTEN=" + filepath.Join(run, "app.sock"),
 	}
@@ -270,12 +270,12 @@ func (s *Supervisor) spawnUnwalled(v *vat, code store.Code, rec store.Record, gv
 		}
 	}
 	vals = packageEnv(code, vals)
-	shareEnv(vals, s.cfg.Switches.Shares(v.id))
+	shareEnv(vals, s.cfg.Switches.Shares(string(v.id)))
 	var keys []string
 	for k, val := range vals {
 		keys = append(keys, k+"="+val)
 	}
-	if u := s.mcpPublicURL(v.id, code, rec); u != "" {
+	if u := s.mcpPublicURL(string(v.id), code, rec); u != "" {
 		keys = append(keys, mcpPublicURLEnv+"="+u)
 	}
 	for k, val := range mcpEnv(code, rec) {

@@ -54,19 +54,19 @@ func (s *Supervisor) Start() error {
 	for _, d := range bad {
 		if rec, text := s.loadDamaged(d); rec != nil {
 			recs = append(recs, *rec)
-			damage[d.ID] = text
+			damage[string(d.ID)] = text
 		}
 	}
 	// Load every record first, so that uids handed to records that have
 	// none never collide with a uid a later record holds.
 	var load []*vat
 	for _, rec := range recs {
-		v := &vat{id: rec.ID, logs: newRing(s.cfg.LogBytes), rec: rec, word: words.Starting, damaged: damage[rec.ID]}
+		v := &vat{id: rec.ID, logs: newRing(s.cfg.LogBytes), rec: rec, word: words.Starting, damaged: damage[string(rec.ID)]}
 		code, err := s.cfg.Store.Code(rec.Code)
 		if err == nil {
 			v.code = code
 			v.grant, v.dropped, err = s.grantFor(code, rec.Egress)
-			s.logDropped(rec.ID, v.dropped)
+			s.logDropped(string(rec.ID), v.dropped)
 		}
 		if err != nil {
 			v.word, v.lastError = words.OffStopped, "loading its code: "+err.Error()

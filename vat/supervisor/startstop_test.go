@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"toybox/labels"
 	"toybox/tests/testenv"
 )
 
@@ -91,7 +92,7 @@ func TestRemovedVatsFoldersRetired(t *testing.T) {
 	s, st, _ := unwalledSupervisor(t, time.Second)
 	put := func(id string) Status {
 		t.Helper()
-		stat, _, err := s.Install(InstallRequest{ID: id, Code: storeFile(t, st, shellScriptApp(t))})
+		stat, _, err := s.Install(InstallRequest{ID: labels.VatID(id), Code: storeFile(t, st, shellScriptApp(t))})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -295,15 +296,15 @@ func TestRemovalThatFailsLaterStillPrunes(t *testing.T) {
 }
 
 // TestInstallReleasesItsPinOnBadInput: Install releases the pin store.Put
-// took whatever it answers (InstallRequest.Code says so), a refused vat id
+// took whatever it answers (InstallRequest.Code says so), a refused grant
 // included; otherwise that code could never be removed while the
 // supervisor runs.
 func TestInstallReleasesItsPinOnBadInput(t *testing.T) {
 	testenv.RequireRoot(t)
 	s, st, _ := unwalledSupervisor(t, time.Second)
 	code := storeFile(t, st, writeTemp(t, []byte("#!/bin/sh\n# never installed\n")))
-	if _, _, err := s.Install(InstallRequest{ID: "Not_A_Vat", Code: code}); err == nil {
-		t.Fatal("Install with a bad id succeeded")
+	if _, _, err := s.Install(InstallRequest{ID: "refused", Code: code, Egress: "*", EgressSent: true}); err == nil {
+		t.Fatal("Install with a bad grant succeeded")
 	}
 	s.pruneCode()
 	if _, err := os.Stat(code.Dir); err == nil {

@@ -15,7 +15,7 @@ import (
 
 // Status is what GET /<vat> answers.
 type Status struct {
-	ID        string       `json:"id"`
+	ID        labels.VatID `json:"id"`
 	Status    string       `json:"status"`
 	StatusES  string       `json:"status_es"`
 	Tier      string       `json:"tier,omitempty"`
@@ -116,14 +116,14 @@ func (s *Supervisor) status(v *vat) Status {
 
 // Status returns the status of vat id; for a stdio MCP vat, with its
 // bridge's live counters.
-func (s *Supervisor) Status(id string) (Status, error) {
+func (s *Supervisor) Status(id labels.VatID) (Status, error) {
 	v, ok := s.get(id)
 	if !ok {
 		return Status{}, fmt.Errorf("%w: %q", ErrNoVat, id)
 	}
 	st := s.status(v)
 	if st.MCP != nil && st.MCP.Transport == manifest.TransportStdio {
-		if in, _, _ := s.serving(id); in != nil {
+		if in, _, _ := s.serving(string(id)); in != nil {
 			st.MCP.Bridge = bridgeStats(s.ctx, in)
 		}
 	}
@@ -147,7 +147,7 @@ func (s *Supervisor) List() []Status {
 }
 
 // Logs returns the tail of vat id's output.
-func (s *Supervisor) Logs(id string) ([]byte, error) {
+func (s *Supervisor) Logs(id labels.VatID) ([]byte, error) {
 	v, ok := s.get(id)
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrNoVat, id)
@@ -157,7 +157,7 @@ func (s *Supervisor) Logs(id string) ([]byte, error) {
 
 // serving returns the running instance of vat id, or why there is none.
 func (s *Supervisor) serving(id string) (*instance, words.Word, bool) {
-	v, ok := s.get(id)
+	v, ok := s.find(id)
 	if !ok {
 		return nil, words.Unknown, false
 	}

@@ -227,7 +227,7 @@ type Supervisor struct {
 	walls *wall.Host
 
 	mu       sync.Mutex
-	vats     map[string]*vat
+	vats     map[labels.VatID]*vat
 	mcpLogs  map[string]*tokens.Records // per vat id: its MCP records' rate
 	stopping bool
 }
@@ -299,7 +299,7 @@ func New(cfg Config) (*Supervisor, error) {
 	rules.PublicHosts = cfg.Hosts.Names()
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Supervisor{
-		cfg: cfg, log: log, ctx: ctx, cancel: cancel, vats: map[string]*vat{},
+		cfg: cfg, log: log, ctx: ctx, cancel: cancel, vats: map[labels.VatID]*vat{},
 		tokens: toks, mcpRules: rules, mcpLogs: map[string]*tokens.Records{},
 		walls: wall.NewHost(),
 	}, nil
@@ -310,7 +310,7 @@ const DefaultUIDBase = 1000000
 
 // vat is one installed vat and its current run.
 type vat struct {
-	id   string
+	id   labels.VatID
 	logs *ring
 
 	// op serialises admin operations on this id (install, upgrade,
@@ -369,12 +369,17 @@ func (v *vat) setWord(w words.Word) {
 	v.mu.Unlock()
 }
 
-func (s *Supervisor) get(id string) (*vat, bool) {
+func (s *Supervisor) get(id labels.VatID) (*vat, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	v, ok := s.vats[id]
 	return v, ok
 }
+
+// find is get for an id as text, as the public handler routes it. It needs
+// no parse: the map holds only parsed ids, so text that is no vat id finds
+// nothing.
+func (s *Supervisor) find(id string) (*vat, bool) { return s.get(labels.VatID(id)) }
 
 // allocUID returns the lowest free per-vat uid for v, or 0 when vats do not
 // get their own uids. A uid a damaged record holds is not free; while one
@@ -420,7 +425,7 @@ func (s *Supervisor) ids(rec store.Record) (int, int) {
 // lockVat returns vat id with its op lock held (the caller unlocks), making
 // it first when create is set. It retries when the vat it locked was removed
 // meanwhile, so an operation never acts on a vat that is no longer listed.
-func (s *Supervisor) lockVat(id string, create bool) (*vat, error) {
+func (s *Supervisor) lockVat(id labels.VatID, create bool) (*vat, error) {
 	for {
 		s.mu.Lock()
 		if s.stopping {

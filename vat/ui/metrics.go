@@ -39,7 +39,7 @@ func (u *UI) metrics(w http.ResponseWriter, r *http.Request) {
 	}
 	m.family("toybox_vat_restarts", "gauge", "Restarts of each vat since its last install, upgrade or restart by the owner.")
 	for _, st := range vats {
-		m.sample("toybox_vat_restarts", float64(st.Restarts), "vat", st.ID)
+		m.sample("toybox_vat_restarts", float64(st.Restarts), "vat", string(st.ID))
 	}
 	m.family("toybox_vat_up", "gauge", "1 when the vat serves (its word is a serving one), else 0.")
 	for _, st := range vats {
@@ -47,11 +47,11 @@ func (u *UI) metrics(w http.ResponseWriter, r *http.Request) {
 		if st.Word().Serving() {
 			up = 1
 		}
-		m.sample("toybox_vat_up", up, "vat", st.ID)
+		m.sample("toybox_vat_up", up, "vat", string(st.ID))
 	}
 	m.family("toybox_egress_relayed_connections", "gauge", "Connections of each vat's app the supervisor relays now. Connections toybox-entry holds itself are the switchboard's to count.")
 	for _, st := range vats {
-		m.sample("toybox_egress_relayed_connections", float64(u.cfg.Supervisor.RelayedSockets(st.ID)), "vat", st.ID)
+		m.sample("toybox_egress_relayed_connections", float64(u.cfg.Supervisor.RelayedSockets(st.ID)), "vat", string(st.ID))
 	}
 	m.histograms("toybox_vat_spawn_duration_seconds", "Time from launching a vat to its app listening, by whether it did.", u.cfg.Activity.SpawnDurations())
 	m.histograms("toybox_vat_install_duration_seconds", "Time of an install or upgrade, from the first byte of its code to its answer, by whether it ended serving.", u.cfg.Activity.InstallDurations())

@@ -151,13 +151,13 @@ func (u *UI) host(ctx context.Context, lang string) Host {
 // added to supervisor.Status appears here with one more line.
 func (u *UI) vatView(st supervisor.Status, h Host, lang string) VatView {
 	w := st.Word()
-	v := VatView{ID: st.ID, Word: pick(lang, st.Status, st.StatusES), Class: class(w), Code: st.Code}
+	v := VatView{ID: string(st.ID), Word: pick(lang, st.Status, st.StatusES), Class: class(w), Code: st.Code}
 	if st.PID > 0 {
 		v.Tier = st.Tier // the tier of a spawn that runs, never of one that failed
 	}
 	if w == words.OffWall {
 		rec := u.cfg.Fixit.Raise(st.ID, st.Code, st.LastError)
-		v.FixIt = &FixIt{Ref: rec.Ref, Reason: st.LastError, Remedy: remedy(st.ID, st.LastError, lang)}
+		v.FixIt = &FixIt{Ref: rec.Ref, Reason: st.LastError, Remedy: remedy(string(st.ID), st.LastError, lang)}
 	} else {
 		u.cfg.Fixit.Settle(st.ID)
 	}
@@ -191,10 +191,10 @@ func (u *UI) vatView(st supervisor.Status, h Host, lang string) VatView {
 	if v.FixIt == nil { // the card says why
 		add("last_error", words.PageLastError, st.LastError)
 	}
-	if e, ok := u.cfg.Activity.LastRefusal(st.ID); ok {
+	if e, ok := u.cfg.Activity.LastRefusal(string(st.ID)); ok {
 		add("last_refusal", words.PageLastRefusal, e.Target+": "+e.Reason+" ("+e.At.Format(time.RFC3339)+")")
 	}
-	v.Decisions = u.cfg.Activity.Recent(st.ID)
+	v.Decisions = u.cfg.Activity.Recent(string(st.ID))
 	v.Reach = reach.Explain(u.reachFacts(st, h), lang)
 	if b, err := u.cfg.Supervisor.Logs(st.ID); err == nil {
 		v.LogTail = logTail(b)
@@ -295,7 +295,7 @@ func logTail(b []byte) string {
 // reachFacts are what reach.Explain needs of st.
 func (u *UI) reachFacts(st supervisor.Status, h Host) reach.Facts {
 	return reach.Facts{
-		ID: st.ID, Word: st.Word(), Grant: st.Grant, Dropped: st.Dropped, Doors: st.Doors,
+		ID: string(st.ID), Word: st.Word(), Grant: st.Grant, Dropped: st.Dropped, Doors: st.Doors,
 		Network: h.Network, Down: h.Down, NoSwitchboard: u.cfg.Upstream == nil,
 	}
 }

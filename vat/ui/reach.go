@@ -3,8 +3,10 @@ package ui
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 
+	"toybox/labels"
 	"toybox/vat/reach"
 	"toybox/vat/supervisor"
 )
@@ -17,8 +19,12 @@ type ReachAnswer struct {
 }
 
 func (u *UI) reachOf(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("vat")
-	st, err := u.cfg.Supervisor.Status(id)
+	// The path is where the id enters. Text that is no vat id names no
+	// vat: the same 404 as an id that is not installed.
+	st, err := supervisor.Status{}, fmt.Errorf("%w: %q", supervisor.ErrNoVat, r.PathValue("vat"))
+	if id, perr := labels.ParseVatID(r.PathValue("vat")); perr == nil {
+		st, err = u.cfg.Supervisor.Status(id)
+	}
 	if err != nil {
 		code := http.StatusInternalServerError
 		if errors.Is(err, supervisor.ErrNoVat) {
@@ -35,5 +41,5 @@ func (u *UI) reachOf(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	_ = enc.Encode(ReachAnswer{ID: st.ID, Lines: lines})
+	_ = enc.Encode(ReachAnswer{ID: string(st.ID), Lines: lines})
 }

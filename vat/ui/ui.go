@@ -16,6 +16,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"html/template"
 	"log/slog"
 	"net"
@@ -25,6 +26,7 @@ import (
 	"strings"
 	"time"
 
+	"toybox/labels"
 	"toybox/vat/activity"
 	"toybox/vat/fixit"
 	"toybox/vat/grant"
@@ -253,7 +255,7 @@ func (u *UI) runUnwalled(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
-	u.back(w, r, rec.Vat)
+	u.back(w, r, string(rec.Vat))
 }
 
 func (u *UI) renderStale(w http.ResponseWriter, lang string) {
@@ -268,7 +270,11 @@ func (u *UI) wallAgain(w http.ResponseWriter, r *http.Request) {
 	if !u.checkForm(w, r) {
 		return
 	}
-	id := r.PostForm.Get("vat")
+	id, err := labels.ParseVatID(r.PostForm.Get("vat")) // the form is where the id enters
+	if err != nil {
+		http.Error(w, fmt.Errorf("%w: %w", supervisor.ErrBadInput, err).Error(), http.StatusNotFound)
+		return
+	}
 	u.log.Info("fix-it: wall it again", "vat", id)
 	if _, err := u.cfg.Supervisor.SetWalled(id, true); err != nil {
 		code := http.StatusInternalServerError
@@ -278,7 +284,7 @@ func (u *UI) wallAgain(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), code)
 		return
 	}
-	u.back(w, r, id)
+	u.back(w, r, string(id))
 }
 
 // AdminGuard wraps the whole admin API: a request a browser makes on
