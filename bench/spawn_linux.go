@@ -160,7 +160,7 @@ func bareSpawn(ctx context.Context, bwrap, app string) (time.Duration, error) {
 // wallSpawn starts one wall the way the supervisor does and returns the
 // time to the app's first byte.
 func (r *run) wallSpawn(ctx context.Context, id, entry, code, state string, up *grant.Upstream, cg *cgroup.Host) (time.Duration, error) {
-	cfg := grant.VatConfig{ID: id}
+	cfg := grant.VatConfig{ID: labels.VatID(id)}
 	netShape := wall.Net{None: true}
 	if up != nil {
 		cfg.Grants = []labels.Set{{Scheme: "tcp", Host: r.sinkHost, Port: r.sinkPort}}
@@ -210,7 +210,7 @@ func (r *run) wallSpawn(ctx context.Context, id, entry, code, state string, up *
 		return 0, err
 	}
 	spec := wall.Spec{
-		ID: id, Host: r.walls, InstallDir: code, Command: []string{"benchvat", "spawned"},
+		ID: labels.VatID(id), Host: r.walls, InstallDir: code, Command: []string{"benchvat", "spawned"},
 		DataDir: data, RunDir: run, StateDir: state,
 		Net: netShape, EntryPath: entry, EntryCap: entryCap, AppCap: appCap,
 		Stdout: pw, Stderr: errf,
@@ -297,7 +297,7 @@ func (r *run) planTime(entry, code, state string) float64 {
 	defer os.RemoveAll(data)
 	defer os.RemoveAll(run)
 	spec := wall.Spec{
-		ID: id, Host: r.walls, InstallDir: code, Command: []string{"benchvat", "spawned"},
+		ID: labels.VatID(id), Host: r.walls, InstallDir: code, Command: []string{"benchvat", "spawned"},
 		DataDir: data, RunDir: run, StateDir: state, Net: wall.Net{}, EntryPath: entry,
 	}
 	var ds []time.Duration

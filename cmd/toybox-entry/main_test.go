@@ -524,7 +524,7 @@ func newWalled(t testing.TB, id string, net wall.Net) *walled {
 	_ = os.Chmod(filepath.Dir(root), 0o711)
 	state := filepath.Join(root, "state")
 	w := &walled{spec: wall.Spec{
-		ID:         id,
+		ID:         labels.VatID(id),
 		Host:       wall.NewHost(),
 		InstallDir: filepath.Join(state, "code", "abc"),
 		DataDir:    filepath.Join(state, "data", id),

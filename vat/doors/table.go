@@ -206,7 +206,7 @@ func ParseTable(data []byte) (*Table, error) {
 }
 
 func parseSet(id string, sj setJSON) (*Set, error) {
-	if err := labels.CheckVatID(id); err != nil {
+	if _, err := labels.ParseVatID(id); err != nil { // the table file is where a set's id enters
 		return nil, err
 	}
 	b, err := parseBackend(sj.Backend)

@@ -177,12 +177,14 @@ func TestCheckManifest(t *testing.T) {
 		{"not in the table", tab, "newcomer", []string{"newcomer"}, "the operator's door table has none for it"},
 		{"third-party names a first-party set", tab, "newcomer", []string{"kiosk"}, "which is not its own"},
 		{"empty table", nil, "kiosk", []string{"kiosk"}, "has none for it"},
-		{"bad vat id", tab, "../kiosk", []string{"../kiosk"}, "is not a vat id"},
+		// The id is parsed where it enters (labels.ParseVatID); one made by a
+		// conversion finds no set, since the table's ids are parsed too.
+		{"forged vat id", tab, "../kiosk", []string{"../kiosk"}, "has none for it"},
 		{"empty name", tab, "kiosk", []string{""}, "which is not its own"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := tt.tab.CheckManifest(tt.vat, tt.named)
+			err := tt.tab.CheckManifest(labels.VatID(tt.vat), tt.named)
 			if tt.want == "" {
 				if err != nil {
 					t.Errorf("CheckManifest(%s, %q) = %v; want allowed", tt.vat, tt.named, err)

@@ -26,7 +26,7 @@ func TestCancelledConnectsSpareOtherVats(t *testing.T) {
 	t.Cleanup(func() { _ = u.Close() })
 	grant := labels.Set{Host: "127.0.0.1", Port: port}
 	vat := func(id string) *Vat {
-		v, err := NewVat(VatConfig{ID: id, Grants: []labels.Set{grant}, Upstream: u})
+		v, err := NewVat(VatConfig{ID: labels.VatID(id), Grants: []labels.Set{grant}, Upstream: u})
 		if err != nil {
 			t.Fatal(err)
 		}

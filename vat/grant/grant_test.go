@@ -225,7 +225,7 @@ func newVat(t *testing.T, sock, id string, grants ...labels.Set) (*Vat, *Upstrea
 	t.Helper()
 	u := NewUpstream(UpstreamConfig{Path: sock})
 	t.Cleanup(func() { _ = u.Close() })
-	v, err := NewVat(VatConfig{ID: id, Grants: grants, Upstream: u})
+	v, err := NewVat(VatConfig{ID: labels.VatID(id), Grants: grants, Upstream: u})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -457,7 +457,7 @@ func TestGrantNamingAnotherVat(t *testing.T) {
 func warnedVat(t *testing.T, id string) (*Vat, *syncLog) {
 	t.Helper()
 	logs := &syncLog{}
-	v, err := NewVat(VatConfig{ID: id, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	v, err := NewVat(VatConfig{ID: labels.VatID(id), Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -609,7 +609,7 @@ func TestOneVatCannotFillTheSwitchboardForAll(t *testing.T) {
 	up := NewUpstream(UpstreamConfig{Path: sock})
 	t.Cleanup(func() { _ = up.Close() })
 	vat := func(id string) (schema.Handle, *wire.Conn) {
-		v, err := NewVat(VatConfig{ID: id, Grants: []labels.Set{{Host: "127.0.0.1", Port: port}}, Upstream: up})
+		v, err := NewVat(VatConfig{ID: labels.VatID(id), Grants: []labels.Set{{Host: "127.0.0.1", Port: port}}, Upstream: up})
 		if err != nil {
 			t.Fatal(err)
 		}

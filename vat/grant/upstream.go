@@ -18,6 +18,7 @@ import (
 	"capnproto.org/go/capnp/v3"
 	"capnproto.org/go/capnp/v3/rpc"
 
+	"toybox/labels"
 	"toybox/schema"
 	"toybox/schema/wire"
 )
@@ -51,7 +52,7 @@ type Upstream struct {
 
 // forVat returns a new Upstream to the same switchboard for vat id: its
 // own connection, dialled lazily like u's.
-func (u *Upstream) forVat(id string) *Upstream {
+func (u *Upstream) forVat(id labels.VatID) *Upstream {
 	cfg := u.cfg
 	cfg.Logger = u.log.With("vat", id)
 	return NewUpstream(cfg)

@@ -51,8 +51,9 @@ func init() { idleUpstreams.Store(MaxIdleUpstreams) }
 
 // VatConfig describes one vat's authority.
 type VatConfig struct {
-	// ID is the vat's id; every egress member carries it as the vat label.
-	ID string
+	// ID is the vat's id, parsed where it entered (labels.ParseVatID); every
+	// egress member carries it as the vat label.
+	ID labels.VatID
 	// Grants are the vat's egress grants. Each becomes one member of the
 	// vat's Handle (a union). If empty, the vat has no Handle at all.
 	Grants []labels.Set
@@ -121,9 +122,6 @@ func NewVat(cfg VatConfig) (*Vat, error) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	if err := labels.CheckVatID(cfg.ID); err != nil {
-		return nil, err
-	}
 	v := &Vat{
 		cfg: cfg, log: log.With("vat", cfg.ID), sem: make(chan struct{}, maxInFlight),
 		cache: map[string]*upstreamEntry{}, idle: list.New(), conns: map[*rpc.Conn]struct{}{},
@@ -148,10 +146,10 @@ func NewVat(cfg VatConfig) (*Vat, error) {
 	return v, nil
 }
 
-func memberSets(id string, grants []labels.Set) ([]labels.Set, error) {
+func memberSets(id labels.VatID, grants []labels.Set) ([]labels.Set, error) {
 	var out []labels.Set
 	for _, g := range grants {
-		m, err := labels.Constrain(g, labels.Set{Vat: id})
+		m, err := labels.Constrain(g, labels.Set{Vat: string(id)})
 		if err != nil {
 			return nil, fmt.Errorf("grant %s for vat %s: %w", g, id, err)
 		}
@@ -452,7 +450,7 @@ func (s *vatServer) Id(_ context.Context, call schema.Vat_id) error {
 	if err != nil {
 		return err
 	}
-	return res.SetId(s.v.cfg.ID)
+	return res.SetId(string(s.v.cfg.ID))
 }
 
 func (s *vatServer) Egress(_ context.Context, call schema.Vat_egress) error {

@@ -255,7 +255,7 @@ func (s *Supervisor) validate(req InstallRequest, old store.Record, oldM *manife
 	if req.LimitsSent {
 		c.limits = req.Limits
 	}
-	if _, err := s.checkGrant(string(req.ID), m, c.egress); err != nil {
+	if _, err := s.checkGrant(req.ID, m, c.egress); err != nil {
 		return checked{}, err
 	}
 	if err := s.checkLimits(c.limits); err != nil {
@@ -363,7 +363,7 @@ func (s *Supervisor) checkMCP(id string, code store.Code, param string) error {
 
 // checkGrant checks what vat id's manifest asks for: its egress grant, and
 // the doors it names against the operator's door table.
-func (s *Supervisor) checkGrant(id string, m *manifest.Manifest, egress string) ([]labels.Set, error) {
+func (s *Supervisor) checkGrant(id labels.VatID, m *manifest.Manifest, egress string) ([]labels.Set, error) {
 	g, err := m.Grant(egress)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadInput, err)

@@ -468,13 +468,13 @@ func (s *Supervisor) spawn(ctx context.Context, v *vat) (r *running, off words.W
 	var gd *doors.Granted
 	var doorSet func() schema.DoorSet
 	if len(code.Manifest.Doors) > 0 {
-		if err := s.cfg.Doors.CheckManifest(string(v.id), code.Manifest.Doors); err != nil {
+		if err := s.cfg.Doors.CheckManifest(v.id, code.Manifest.Doors); err != nil {
 			return nil, words.OffStopped, err // not the wall's fault: the table refuses
 		}
 		gd = s.cfg.Doors.Grant(string(v.id), s.log)
 		doorSet = gd.DoorSet
 	}
-	gv, err := grant.NewVat(grant.VatConfig{ID: string(v.id), Grants: g, Upstream: s.cfg.Upstream, Doors: doorSet, Logger: s.log, Dropped: dropped, OnDecision: s.onDecision(string(v.id))})
+	gv, err := grant.NewVat(grant.VatConfig{ID: v.id, Grants: g, Upstream: s.cfg.Upstream, Doors: doorSet, Logger: s.log, Dropped: dropped, OnDecision: s.onDecision(string(v.id))})
 	if err != nil {
 		if gd != nil {
 			gd.Revoke()

@@ -228,7 +228,7 @@ func (s *Supervisor) PreparePackage(ctx context.Context, req PackageRequest) (st
 	if err := os.Chmod(dirs.run, 0o700); err != nil {
 		return store.Code{}, err
 	}
-	run := s.prepareRunner(string(req.ID), dirs, uid, gid, hosts)
+	run := s.prepareRunner(req.ID, dirs, uid, gid, hosts)
 	var (
 		tree string
 		lock packages.Lock
@@ -277,7 +277,7 @@ type prepareDirs struct{ code, data, run string }
 
 // prepareRunner runs each step in a wall of its own: the registry its
 // only egress, the scratch folders its only binds, nothing of the vat's.
-func (s *Supervisor) prepareRunner(id string, dirs prepareDirs, uid, gid int, hosts []string) packages.Runner {
+func (s *Supervisor) prepareRunner(id labels.VatID, dirs prepareDirs, uid, gid int, hosts []string) packages.Runner {
 	return func(ctx context.Context, step string, argv []string, env map[string]string) error {
 		timeout := s.cfg.Packages.StepTimeout
 		if timeout == 0 {
@@ -331,8 +331,10 @@ func (s *Supervisor) prepareRunner(id string, dirs prepareDirs, uid, gid int, ho
 		}()
 		var rb [4]byte
 		_, _ = rand.Read(rb[:])
+		// The prepare wall's id is made here, well formed by construction
+		// (and BuildPlan checks it).
 		spec := wall.Spec{
-			ID:         "prepare-" + hex.EncodeToString(rb[:]),
+			ID:         labels.VatID("prepare-" + hex.EncodeToString(rb[:])),
 			Host:       s.walls,
 			InstallDir: dirs.code,
 			Command:    argv,

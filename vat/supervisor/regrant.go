@@ -32,7 +32,7 @@ func (s *Supervisor) Regrant(id labels.VatID, egress string) (st Status, restart
 	if code.Manifest == nil {
 		return s.status(v), false, fmt.Errorf("%w: vat %s has no loadable code", ErrBadInput, id)
 	}
-	if _, err := s.checkGrant(string(id), code.Manifest, egress); err != nil {
+	if _, err := s.checkGrant(id, code.Manifest, egress); err != nil {
 		return Status{}, false, err
 	}
 	g, dropped, err := s.grantFor(code, egress)

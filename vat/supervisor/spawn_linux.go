@@ -87,7 +87,7 @@ func (s *Supervisor) spawnWalled(ctx context.Context, v *vat, code store.Code, r
 	shares := s.cfg.Switches.Shares(string(v.id))
 	shareEnv(env, shares)
 	spec := wall.Spec{
-		ID:         string(v.id),
+		ID:         v.id,
 		Host:       s.walls,
 		InstallDir: code.Dir,
 		Command:    m.Command,

@@ -210,13 +210,13 @@ func (t *Table) check() error {
 			}
 		}
 		for _, id := range sh.Vats {
-			if err := labels.CheckVatID(id); err != nil {
+			if _, err := labels.ParseVatID(id); err != nil {
 				return fmt.Errorf("shares[%d] (%s): %w", i, sh.Name, err)
 			}
 		}
 	}
 	for id, dirs := range t.State {
-		if err := labels.CheckVatID(id); err != nil {
+		if _, err := labels.ParseVatID(id); err != nil {
 			return fmt.Errorf("state: %w", err)
 		}
 		for _, d := range dirs {

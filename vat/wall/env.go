@@ -51,7 +51,7 @@ func (b *planner) env() error {
 	}
 	cache := filepath.Join(b.data, ".cache")
 	for k, v := range map[string]string{
-		"TOYBOX_VAT":       b.spec.ID,
+		"TOYBOX_VAT":       string(b.spec.ID),
 		"TOYBOX_LISTEN":    ListenPath,
 		"TOYBOX_CAP_FD":    strconv.Itoa(CapFD),
 		"TOYBOX_DATA":      b.data,

@@ -17,6 +17,7 @@ import (
 	"capnproto.org/go/capnp/v3"
 	"golang.org/x/sys/unix"
 
+	"toybox/labels"
 	"toybox/schema"
 	"toybox/schema/wire"
 	"toybox/tests/testenv"
@@ -140,7 +141,7 @@ func makeFixture(root, id, entry, victimBin string) (*fixture, error) {
 		return nil, err
 	}
 	f.spec = Spec{
-		ID:         id,
+		ID:         labels.VatID(id),
 		Host:       NewHost(),
 		InstallDir: f.install,
 		Command:    []string{"./app"},
@@ -314,13 +315,13 @@ func (v noGrantVat) Id(_ context.Context, call schema.Vat_id) error {
 
 // serveNoGrant serves a no-grant Vat on the entry's capability socket until
 // the test ends.
-func serveNoGrant(t testing.TB, peer *os.File, id string) {
+func serveNoGrant(t testing.TB, peer *os.File, id labels.VatID) {
 	t.Helper()
 	conn, err := wire.FromFile(peer, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc := conn.RPC(capnpClient(schema.Vat_ServerToClient(noGrantVat{id: id})), nil)
+	rc := conn.RPC(capnpClient(schema.Vat_ServerToClient(noGrantVat{id: string(id)})), nil)
 	t.Cleanup(func() {
 		_ = rc.Close()
 	})

@@ -149,7 +149,7 @@ func BuildPlan(spec Spec) (*Plan, error) {
 	if spec.Host == nil {
 		return nil, fmt.Errorf("planning the wall for %q: %w: no Host (wall.NewHost, one per supervisor)", spec.ID, ErrSpec)
 	}
-	b := &planner{spec: spec, h: spec.Host, p: &Plan{ID: spec.ID, UID: InsideUID, GID: InsideGID, HostUID: -1, HostGID: -1, CodeGroup: spec.CodeGroup, Inotify: spec.Inotify}}
+	b := &planner{spec: spec, h: spec.Host, p: &Plan{ID: string(spec.ID), UID: InsideUID, GID: InsideGID, HostUID: -1, HostGID: -1, CodeGroup: spec.CodeGroup, Inotify: spec.Inotify}}
 	if err := b.build(); err != nil {
 		return nil, fmt.Errorf("planning the wall for %q: %w", spec.ID, err)
 	}
@@ -170,7 +170,11 @@ type planner struct {
 
 func (b *planner) build() error {
 	s := b.spec
-	if err := labels.CheckVatID(s.ID); err != nil {
+	// The id names the folders bound read-write into the wall and its
+	// cgroup. It was parsed where it entered; it is checked again here all
+	// the same, because a "../" made by a conversion would hand an
+	// untrusted program a folder above its own.
+	if _, err := labels.ParseVatID(string(s.ID)); err != nil {
 		return fmt.Errorf("%w: %w", ErrSpec, err)
 	}
 	if len(s.Command) == 0 || s.Command[0] == "" {

@@ -189,6 +189,17 @@ func TestBuildPlanNeedsHost(t *testing.T) {
 	}
 }
 
+// TestBuildPlanRefusesForgedID: an id made by a conversion, not by
+// labels.ParseVatID, is refused before anything is bound: "../x" would bind
+// a folder above the vat's own into its wall.
+func TestBuildPlanRefusesForgedID(t *testing.T) {
+	s := planSpec(t)
+	s.ID = "../x"
+	if _, err := BuildPlan(s); !errors.Is(err, ErrSpec) || !strings.Contains(err.Error(), `"../x" is not a vat id`) {
+		t.Errorf("BuildPlan(ID ../x) = %v; want ErrSpec with the one message", err)
+	}
+}
+
 // TestEtcViewDirNamesContent: the view's folder is named by its content,
 // also when the last answer is given again (EtcViewDir keeps it): other
 // content, or the same caller's bytes changed after the call, is another

@@ -38,6 +38,7 @@ package wall
 import (
 	"os"
 
+	"toybox/labels"
 	"toybox/vat/wall/cgroup"
 )
 
@@ -52,8 +53,8 @@ const (
 // vat/wall (owner) and the supervisor: fields may be added; do not rename or
 // remove without updating the supervisor.
 type Spec struct {
-	// ID is the vat's id (labels.CheckVatID).
-	ID string
+	// ID is the vat's id, parsed where it entered (labels.ParseVatID).
+	ID labels.VatID
 	// InstallDir is the vat's code (<state>/code/<sha256> or an unpacked
 	// bundle), bound read-only at its real path; the working directory.
 	InstallDir string
