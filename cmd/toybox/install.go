@@ -11,6 +11,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"toybox/labels"
 )
 
 func init() { commands["install"] = installMain }
@@ -116,6 +118,12 @@ func installMain(args []string) int {
 	default:
 		fs.Usage()
 		return exitUsage
+	}
+	// The command line is where the id enters: it becomes a path on the
+	// admin socket, so it is parsed before it is sent.
+	if _, err := labels.ParseVatID(rest[0]); err != nil {
+		fmt.Fprintln(os.Stderr, "toybox install:", err)
+		return exitError
 	}
 	st, err := installPackage(newAdmin(*adminPath, *timeout), rest[0], o.values(pkg), body)
 	if err != nil {

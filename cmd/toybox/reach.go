@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+
+	"toybox/labels"
 )
 
 func init() { commands["reach"] = reachMain }
@@ -24,6 +26,10 @@ func reachMain(args []string) int {
 	if fs.NArg() != 1 {
 		fs.Usage()
 		return 2
+	}
+	if _, err := labels.ParseVatID(fs.Arg(0)); err != nil { // the command line is where the id enters
+		fmt.Fprintln(os.Stderr, "toybox reach:", err)
+		return 1
 	}
 	body, err := adminGet(*admin, "/"+url.PathEscape(fs.Arg(0))+"/reach?lang="+url.QueryEscape(*lang))
 	if err != nil {

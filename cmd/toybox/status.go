@@ -11,6 +11,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"toybox/labels"
 )
 
 func init() { commands["status"] = statusMain }
@@ -85,6 +87,12 @@ func statusMain(args []string) int {
 	if fs.NArg() > 1 {
 		fs.Usage()
 		return 2
+	}
+	if fs.NArg() == 1 {
+		if _, err := labels.ParseVatID(fs.Arg(0)); err != nil { // the command line is where the id enters
+			fmt.Fprintln(os.Stderr, "toybox status:", err)
+			return 1
+		}
 	}
 	body, err := adminGet(*admin, "/ui/status.json?lang="+url.QueryEscape(*lang))
 	if err != nil {
