@@ -48,11 +48,3 @@ func ValidVatID(id string) bool {
 	}
 	return true
 }
-
-// CheckVatID returns ParseVatID's error for id, or nil.
-//
-// Deprecated: parse with ParseVatID where the id enters, and pass the VatID.
-func CheckVatID(id string) error {
-	_, err := ParseVatID(id)
-	return err
-}
