@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -15,12 +16,20 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"capnproto.org/go/capnp/v3"
+	"golang.org/x/net/websocket"
+
+	"toybox/bench"
+	"toybox/schema"
+	"toybox/schema/wire"
 	"toybox/switchboard/dnstest"
+	"toybox/tests/amplify"
 	"toybox/tests/testenv"
 )
 
@@ -341,5 +350,495 @@ func TestThreads(t *testing.T) {
 	t.Setenv("GOMAXPROCS", "2")
 	if got := threads(startSwitchboard(t, nil)); got != "2" {
 		t.Errorf("with GOMAXPROCS=2 threads = %s; want 2", got)
+	}
+}
+
+// activated starts the switchboard the way systemd does: the sockets as
+// fds 3.., LISTEN_PID set to the child's own pid (the shell execs it),
+// LISTEN_FDS and LISTEN_FDNAMES, and NOTIFY_SOCKET.
+func activated(t *testing.T, files []*os.File, names string, notify string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("/bin/sh", "-c", `LISTEN_PID=$$ exec "$0"`, filepath.Join(binDir, "switchboard"))
+	cmd.ExtraFiles = files
+	cmd.Env = append(os.Environ(), "LISTEN_FDS="+itoa(len(files)), "LISTEN_FDNAMES="+names, "NOTIFY_SOCKET="+notify)
+	return cmd
+}
+
+func itoa(n int) string { return string(rune('0' + n)) }
+
+func unixListenerFile(t *testing.T, path string) *os.File {
+	t.Helper()
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := l.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.SetUnlinkOnClose(false)
+	_ = l.Close()
+	t.Cleanup(func() { _ = f.Close() })
+	return f
+}
+
+func TestSocketActivationAndReady(t *testing.T) {
+	dir := t.TempDir()
+	notifyPath := filepath.Join(dir, "notify")
+	notify, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notifyPath, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer notify.Close()
+	pub, loc := filepath.Join(dir, "public.sock"), filepath.Join(dir, "local.sock")
+	cmd := activated(t, []*os.File{unixListenerFile(t, pub), unixListenerFile(t, loc)}, "public:local", notifyPath)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	_ = notify.SetReadDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 256)
+	n, err := notify.Read(buf)
+	if err != nil || !strings.Contains(string(buf[:n]), "READY=1") {
+		t.Fatalf("notify = %q, %v; want READY=1 (stderr %s)", buf[:n], err, stderr.String())
+	}
+	code, _, errs := egress(t, "", "--socket", pub, "check", "127.0.0.1:80")
+	if code != 3 || !strings.HasPrefix(errs, "egress refused: 127.0.0.1 is a loopback address") {
+		t.Errorf("public activated socket: exit %d, %q", code, errs)
+	}
+	// The local handle gets past the address class and meets the
+	// listener-owner rule: none is configured, so loopback stays closed.
+	code, _, errs = egress(t, "", "--socket", loc, "check", "127.0.0.1:80")
+	if code != 3 || !strings.Contains(errs, "no listener-owner check is configured") {
+		t.Errorf("local activated socket: exit %d, %q; want refused by the unconfigured listener-owner check", code, errs)
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("exit after SIGTERM = %v; want clean (stderr %s)", err, stderr.String())
+	}
+	if _, err := os.Stat(pub); err != nil {
+		t.Errorf("activated socket path removed by the switchboard: %v (systemd owns it)", err)
+	}
+}
+
+func TestActivationRefusesWhatIsNotAUnixListener(t *testing.T) {
+	dir := t.TempDir()
+	tcp, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tcpFile, _ := tcp.File()
+	defer tcpFile.Close()
+	defer tcp.Close()
+	if err := os.WriteFile(filepath.Join(dir, "plain"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	regular, err := os.Open(filepath.Join(dir, "plain"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer regular.Close()
+	conn1, conn2, err := socketpair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn1.Close()
+	defer conn2.Close()
+	tests := []struct {
+		name  string
+		file  *os.File
+		names string
+		want  string
+	}{
+		{"tcp listener", tcpFile, "public", "not a unix socket"},
+		{"regular file", regular, "public", "not a socket"},
+		{"connected unix socket", conn1, "local", "not listening"},
+		{"bad name", unixListenerFile(t, filepath.Join(dir, "x.sock")), "lan", "FileDescriptorName"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cmd := activated(t, []*os.File{tt.file}, tt.names, "")
+			out, err := cmd.CombinedOutput()
+			if err == nil || !strings.Contains(string(out), tt.want) {
+				t.Errorf("switchboard with %s: %v %s; want a startup error containing %q", tt.name, err, out, tt.want)
+			}
+		})
+	}
+}
+
+func socketpair() (*os.File, *os.File, error) {
+	fds, err := testenv.SocketPair()
+	if err != nil {
+		return nil, nil, err
+	}
+	return os.NewFile(uintptr(fds[0]), "a"), os.NewFile(uintptr(fds[1]), "b"), nil
+}
+
+// cost runs f and reports what it cost process pid: the growth of its
+// peak RSS and the CPU time it used.
+func cost(t *testing.T, pid int, f func()) (peak int64, cpu time.Duration) {
+	t.Helper()
+	m0, err := bench.ProcMem(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c0, err := bench.ProcCPU(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f()
+	m1, _ := bench.ProcMem(pid)
+	c1, _ := bench.ProcCPU(pid)
+	return m1.HWM - m0.HWM, c1 - c0
+}
+
+// rootHandle dials the switchboard's socket path and returns its root
+// Handle; the connection closes with the test.
+func rootHandle(t *testing.T, path string) schema.Handle {
+	t.Helper()
+	wc, err := wire.Dial(context.Background(), path, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := wc.RPC(capnp.Client{}, nil)
+	t.Cleanup(func() { _ = rc.Close() })
+	h := schema.Handle(rc.Bootstrap(context.Background()))
+	t.Cleanup(h.Release)
+	return h
+}
+
+// stillServes checks that a new client of the switchboard is answered.
+func stillServes(t *testing.T, r *running, url string) {
+	t.Helper()
+	h := rootHandle(t, r.local)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	port := url[strings.LastIndexByte(url, ':')+1:]
+	f, release := h.Check(ctx, func(p schema.Handle_check_Params) error {
+		tg, err := p.NewTarget()
+		if err != nil {
+			return err
+		}
+		_ = tg.SetScheme("http")
+		_ = tg.SetHost("127.0.0.1")
+		var n int
+		for _, c := range port {
+			n = 10*n + int(c-'0')
+		}
+		tg.SetPort(uint16(n))
+		return nil
+	})
+	defer release()
+	res, err := f.Struct()
+	if err != nil {
+		t.Fatalf("another client after the attack: %v", err)
+	}
+	if d, _ := res.Decision(); !d.Allow() {
+		reason, _ := d.Reason()
+		t.Fatalf("another client after the attack was refused: %s", reason)
+	}
+}
+
+// TestAttackAliasedUnservedMessages: a client sends obsoleteSave messages
+// of 536 bytes whose object is a DAG and reads nothing. go-capnp answered
+// each with its 24 MiB deep copy, queued for a client that never took it.
+// The switchboard ends the connection at the first, with a warning that
+// says why, grows by less than 16 MiB, and serves the next client.
+func TestAttackAliasedUnservedMessages(t *testing.T) {
+	r := startSwitchboard(t, nil)
+	web := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer web.Close()
+	var msgs []*capnp.Message
+	boot, err := amplify.Bootstrap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs = append(msgs, boot)
+	for i := 0; i < 8; i++ {
+		m, err := amplify.ObsoleteSave()
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, m)
+	}
+	b, err := amplify.Frames(msgs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("unix", r.local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var ended error
+	peak, cpu := cost(t, r.cmd.Process.Pid, func() {
+		_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		_, _ = c.Write(b) // it may end the connection before all is written
+		time.Sleep(time.Second)
+		// Only now does the client read: the end of the connection,
+		// not 8 copies of 24 MiB.
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		buf := make([]byte, 64<<10)
+		read := 0
+		for {
+			n, err := c.Read(buf)
+			read += n
+			if err != nil {
+				ended = err
+				break
+			}
+		}
+		if read > 64<<10 {
+			t.Errorf("the client was sent %d bytes for its %d", read, len(b))
+		}
+	})
+	t.Logf("the switchboard's peak RSS grew by %d KiB; it used %s of CPU", peak>>10, cpu)
+	if errors.Is(ended, os.ErrDeadlineExceeded) {
+		t.Errorf("the connection was kept: %v", ended)
+	}
+	if peak > 16<<20 {
+		t.Errorf("the switchboard's peak RSS grew by %d MiB; want under 16 MiB", peak>>20)
+	}
+	waitLog(t, r, "does not serve")
+	stillServes(t, r, web.URL)
+}
+
+// waitLog waits for the switchboard's log to hold want.
+func waitLog(t *testing.T, r *running, want string) {
+	t.Helper()
+	testenv.WaitFor(t, 5*time.Second, func() error {
+		if !strings.Contains(r.stderr.String(), want) {
+			return fmt.Errorf("the switchboard's log does not say %q:\n%s", want, r.stderr.String())
+		}
+		return nil
+	})
+}
+
+// TestAttackHeaderLists: request() and webSocket() with headers as a list
+// of four million empty structs (a call of 300 bytes) made the switchboard
+// loop over every one before deciding anything: 2.3 s of CPU and 450 MiB
+// a call. Each is now refused before any loop, with a reason; so is a
+// list longer than schema.MaxHeaders. The switchboard grows by less than
+// 32 MiB and uses under a second for ten calls, and serves the next
+// client.
+func TestAttackHeaderLists(t *testing.T) {
+	r := startSwitchboard(t, nil)
+	web := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer web.Close()
+	h := rootHandle(t, r.local)
+	tooMany := func(seg *capnp.Segment) (schema.Header_List, error) {
+		l, err := schema.NewHeader_List(seg, schema.MaxHeaders+1)
+		for i := 0; i < l.Len(); i++ {
+			_ = l.At(i).SetName("X-A")
+			_ = l.At(i).SetValue("b")
+		}
+		return l, err
+	}
+	ws := "ws" + strings.TrimPrefix(web.URL, "http")
+	calls := []struct {
+		name    string
+		call    func(context.Context, schema.Handle, string, amplify.Headers) error
+		url     string
+		headers amplify.Headers
+	}{
+		{"request with empty structs", amplify.Request, web.URL, amplify.EmptyHeaders(4 << 20)},
+		{"webSocket with empty structs", amplify.WebSocket, ws, amplify.EmptyHeaders(4 << 20)},
+		{"request with too many headers", amplify.Request, web.URL, tooMany},
+		{"webSocket with too many headers", amplify.WebSocket, ws, tooMany},
+	}
+	for _, tt := range calls {
+		t.Run(tt.name, func(t *testing.T) {
+			peak, cpu := cost(t, r.cmd.Process.Pid, func() {
+				for i := 0; i < 10; i++ {
+					ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+					err := tt.call(ctx, h, tt.url, tt.headers)
+					cancel()
+					if err == nil {
+						t.Fatalf("call %d was not refused", i)
+					}
+					if i == 0 {
+						t.Logf("refused: %v", err)
+					}
+				}
+			})
+			t.Logf("ten calls: the switchboard's peak RSS grew by %d KiB; it used %s of CPU", peak>>10, cpu)
+			if peak > 32<<20 {
+				t.Errorf("the switchboard's peak RSS grew by %d MiB; want under 32 MiB", peak>>20)
+			}
+			if cpu > time.Second {
+				t.Errorf("ten calls used %s of the switchboard's CPU; want under a second", cpu)
+			}
+		})
+	}
+	waitLog(t, r, "headers")
+	stillServes(t, r, web.URL)
+}
+
+// TestOriginReachesOwnerCheck: a service of toybox's user, outside toybox's
+// tree, is reachable by a vat's handle only for an address its owner typed;
+// the same address in a grant its manifest wrote (origin "manifest") is
+// refused by the listener-owner check.
+func TestOriginReachesOwnerCheck(t *testing.T) {
+	testenv.RequireRoot(t)
+	const toyboxUID = 65534
+	port := testenv.ListenAs(t, toyboxUID) // a service of toybox's user, outside its tree
+
+	r := startSwitchboard(t, map[string]any{"owner": map[string]any{
+		"toyboxUID":  toyboxUID,
+		"ownRoots":   []string{t.TempDir()},
+		"dockerHost": "unix:///nonexistent/docker.sock",
+	}})
+	target := fmt.Sprintf("127.0.0.1:%d", port)
+	tests := []struct {
+		name       string
+		constrain  []string
+		wantCode   int
+		wantReason string
+	}{
+		{"typed by the owner", []string{`{"vat":"alice"}`}, 0, ""},
+		{"written by the manifest", []string{`{"vat":"alice","origin":"manifest"}`}, 3, "never a manifest default"},
+		{"a vat cannot shed origin", []string{`{"vat":"alice","origin":"manifest"}`, `{"host":"127.0.0.1"}`}, 3, "never a manifest default"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var args []string
+			for _, c := range tt.constrain {
+				args = append(args, "--constrain", c)
+			}
+			args = append([]string{"--socket", r.local}, append(args, "check", target)...)
+			code, out, errs := egress(t, "", args...)
+			refusedRight := tt.wantCode == 0 || strings.HasPrefix(errs, "egress refused: ") && strings.Contains(errs, tt.wantReason)
+			if code != tt.wantCode || !refusedRight {
+				t.Fatalf("check %s with %v: exit %d, stdout %q, stderr %q; want exit %d", target, tt.constrain, code, out, errs, tt.wantCode)
+			}
+			t.Logf("%s: %s%s", tt.name, strings.TrimSpace(out), strings.TrimSpace(errs))
+		})
+	}
+}
+
+// TestTenThousandConnectionsRSS holds 10,000 granted connections open in
+// the switchboard (the client takes each handed-over socket, then drops its
+// copy; the switchboard's duplicate keeps the connection up) and checks the
+// switchboard's resident memory stays within 64 MiB.
+func TestTenThousandConnectionsRSS(t *testing.T) {
+	r := startSwitchboard(t, map[string]any{"limits": map[string]any{"conns": 20000}})
+	l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var accepted []net.Conn
+	acceptDone := make(chan struct{})
+	go func() {
+		defer close(acceptDone)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted = append(accepted, c)
+		}
+	}()
+	defer func() {
+		_ = l.Close()
+		<-acceptDone
+		for _, c := range accepted {
+			_ = c.Close()
+		}
+	}()
+	port := uint16(l.Addr().(*net.TCPAddr).Port)
+	ctx := context.Background()
+	wc, err := wire.Dial(ctx, r.local, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := wc.RPC(capnp.Client{}, nil)
+	defer conn.Close()
+	root := schema.Handle(conn.Bootstrap(ctx))
+	defer root.Release()
+	const n = 10000
+	for i := 0; i < n; i++ {
+		f, release := root.Connect(ctx, func(p schema.Handle_connect_Params) error {
+			tg, err := p.NewTarget()
+			if err != nil {
+				return err
+			}
+			_ = tg.SetScheme("tcp")
+			_ = tg.SetHost("127.0.0.1")
+			tg.SetPort(port)
+			p.SetWantFd(true)
+			return nil
+		})
+		res, err := f.Struct()
+		if err != nil {
+			release()
+			t.Fatalf("connect %d: %v", i, err)
+		}
+		file, err := wc.TakeFD(res.Fd())
+		release()
+		if err != nil {
+			t.Fatalf("connect %d: %v", i, err)
+		}
+		_ = file.Close()
+	}
+	rss := vmRSS(t, r.cmd.Process.Pid)
+	t.Logf("switchboard RSS with %d connections held: %.1f MiB", n, float64(rss)/(1<<20))
+	if rss > 64<<20 {
+		t.Errorf("RSS = %d bytes; want <= 64 MiB", rss)
+	}
+}
+
+func vmRSS(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmRSS")
+	return 0
+}
+
+func TestEgressWebSocketAndHTTPS(t *testing.T) {
+	ws := httptest.NewServer(websocket.Server{
+		Handshake: func(*websocket.Config, *http.Request) error { return nil }, // no Origin check
+		Handler:   func(c *websocket.Conn) { _, _ = io.Copy(c, c) },
+	})
+	defer ws.Close()
+	tlsSrv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "over tls")
+	}))
+	defer tlsSrv.Close()
+	caPath := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: tlsSrv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := startSwitchboard(t, map[string]any{"rootCAs": caPath})
+	r.dns.Set("ws.test", netip.MustParseAddr("127.0.0.1"))
+	r.dns.Set("example.com", netip.MustParseAddr("127.0.0.1"))
+	wsPort := ws.Listener.Addr().(*net.TCPAddr).Port
+	tlsPort := tlsSrv.Listener.Addr().(*net.TCPAddr).Port
+
+	code, out, errs := egress(t, "one\ntwo\n", "--socket", r.local, "connect", fmt.Sprintf("ws://ws.test:%d/", wsPort))
+	if code != 0 || !strings.Contains(out, "one\n") || !strings.Contains(out, "two\n") {
+		t.Errorf("ws connect: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	code, _, errs = egress(t, "x\n", "--socket", r.public, "connect", fmt.Sprintf("ws://ws.test:%d/", wsPort))
+	if code != 3 || !strings.HasPrefix(errs, "egress refused: ws.test resolves to 127.0.0.1") {
+		t.Errorf("public ws connect: exit %d, stderr %q", code, errs)
+	}
+	code, out, errs = egress(t, "", "--socket", r.local, "fetch", fmt.Sprintf("https://example.com:%d/", tlsPort))
+	if code != 0 || out != "over tls" {
+		t.Errorf("https fetch with rootCAs: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 }

@@ -4,12 +4,20 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -27,11 +35,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"toybox/labels"
+	"toybox/schema"
 	"toybox/schema/wire"
 	"toybox/switchboard"
 	"toybox/tests/testenv"
 	"toybox/vat/grant"
 	"toybox/vat/wall"
+	"toybox/vat/wall/entry"
 )
 
 // probeEnv names what the re-executed test binary does inside the wall.
@@ -609,4 +619,689 @@ func serveVat(t testing.TB, ctx context.Context, serve func(context.Context, *wi
 	}
 	go func() { _ = serve(ctx, wire.NewConn(nc.(*net.UnixConn), false)) }()
 	return os.NewFile(uintptr(fds[1]), "vat-client")
+}
+
+func want(t *testing.T, out string, wants ...string) {
+	t.Helper()
+	for _, w := range wants {
+		if !strings.Contains(out, w) {
+			t.Errorf("output lacks %q; output:\n%s", w, out)
+		}
+	}
+}
+
+func TestShapeNone(t *testing.T) {
+	w := newWalled(t, "none", wall.Net{None: true})
+	out := w.run(t, nil, "env", "")
+	want(t, out, `HTTP_PROXY=""`, "DIAL-ERR")
+}
+
+func TestShapeListedHost(t *testing.T) {
+	echo := echoServer(t)
+	other := echoServer(t)
+	w := newWalled(t, "listed", wall.Net{})
+	grants := []labels.Set{{Host: "127.0.0.1", Port: uint16(echo)}}
+	tests := []struct {
+		name  string
+		arg   string
+		wants []string
+	}{
+		{"the listed host:port", fmt.Sprintf("127.0.0.1:%d|hello through the wall", echo), []string{"STATUS 200", "ECHO hello through the wall"}},
+		{"another port of the same host", fmt.Sprintf("127.0.0.1:%d|nope", other), []string{
+			"STATUS 403", "PROXY-STATUS toybox-entry; error=destination_ip_prohibited; details=\"egress refused:", "BODY egress refused:",
+		}},
+		{"another host", fmt.Sprintf("127.0.0.2:%d|nope", echo), []string{"STATUS 403", "BODY egress refused:"}},
+		{"a name that is not the listed address", fmt.Sprintf("localhost:%d|nope", echo), []string{"STATUS 403", "BODY egress refused:"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			want(t, w.run(t, grants, "connect", tt.arg), tt.wants...)
+		})
+	}
+}
+
+func TestShapeNoGrantRefusesWithReason(t *testing.T) {
+	echo := echoServer(t)
+	w := newWalled(t, "nogrant", wall.Net{})
+	out := w.run(t, nil, "connect", fmt.Sprintf("127.0.0.1:%d|x", echo))
+	want(t, out, "STATUS 403", "BODY egress refused: this vat has no egress grant", "error=destination_ip_prohibited")
+}
+
+func TestShapeInternet(t *testing.T) {
+	echo := echoServer(t)
+	w := newWalled(t, "internet", wall.Net{})
+	internet := []labels.Set{{Scheme: "https", Port: 443, Network: labels.NetworkPublic}}
+	tests := []struct {
+		name string
+		arg  string
+	}{
+		{"a loopback port", fmt.Sprintf("127.0.0.1:%d|x", echo)},
+		{"loopback on 443", "127.0.0.1:443|x"},
+		{"a private address on 443", "10.1.2.3:443|x"},
+		{"the metadata address", "169.254.169.254:443|x"},
+		{"a public address on port 80", "1.1.1.1:80|x"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out := w.run(t, internet, "connect", tt.arg)
+			want(t, out, "STATUS 403", "BODY egress refused:", "PROXY-STATUS toybox-entry; error=destination_ip_prohibited")
+		})
+	}
+}
+
+func TestForwardedPort(t *testing.T) {
+	echo := echoServer(t)
+	w := newWalled(t, "forward", wall.Net{Forwards: []wall.Forward{{Port: 5432, Host: "127.0.0.1", TargetPort: uint16(echo)}}})
+	out := w.run(t, []labels.Set{{Host: "127.0.0.1", Port: uint16(echo)}}, "forward", "127.0.0.1:5432|through a forwarded port")
+	want(t, out, "ECHO through a forwarded port")
+}
+
+// TestForwardedSchemes: a loopback host the owner listed with a scheme
+// (http://127.0.0.1:port, https://localhost) is granted in that scheme
+// alone, yet a client inside the wall reaches it straight at its forwarded
+// port (NO_PROXY names loopback): plain HTTP goes out one request at a
+// time, TLS with its ClientHello checked, as through the proxy.
+func TestForwardedSchemes(t *testing.T) {
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(rw, "forwarded answer for %s", r.URL.Path)
+	})}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	port := uint16(l.Addr().(*net.TCPAddr).Port)
+	t.Run("http", func(t *testing.T) {
+		w := newWalled(t, "fwdhttp", wall.Net{Forwards: []wall.Forward{{Port: 8080, Host: "127.0.0.1", TargetPort: port}}})
+		out := w.run(t, []labels.Set{{Scheme: "http", Host: "127.0.0.1", Port: port}}, "forwardget", "127.0.0.1:8080|/through-a-forward")
+		want(t, out, "STATUS 200", "BODY forwarded answer for /through-a-forward")
+	})
+	t.Run("https", func(t *testing.T) {
+		tlsServer(t)
+		w := newWalled(t, "fwdtls", wall.Net{Forwards: []wall.Forward{{Port: 8443, Host: "localhost", TargetPort: 443}}})
+		grant := []labels.Set{{Scheme: "https", Host: "localhost", Port: 443}}
+		want(t, w.run(t, grant, "forwardtls", "127.0.0.1:8443|localhost"), "TLS-BODY secret over tls")
+		out := w.run(t, grant, "forwardtls", "127.0.0.1:8443|evil.example")
+		want(t, out, "TLS-ERROR")
+		if strings.Contains(out, "TLS-BODY") {
+			t.Errorf("a ClientHello naming another server got through a forward; output:\n%s", out)
+		}
+		// Plain HTTP to a host granted as https only is refused, with why.
+		out = w.run(t, grant, "forwardget", "127.0.0.1:8443|/")
+		want(t, out, "STATUS 403", "BODY egress refused:")
+	})
+}
+
+func TestPlainHTTP(t *testing.T) {
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	complete := map[string]string{} // path: a body the server read to its end
+	srv := &http.Server{Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		rw.Header().Set("X-Seen-Path", r.URL.Path)
+		if r.URL.Path == "/big" {
+			_, _ = rw.Write(make([]byte, 4<<20))
+			return
+		}
+		if r.URL.Path == "/framing" {
+			fmt.Fprintf(rw, "te=%q cl=%d secret=%q keep=%q", r.TransferEncoding, r.ContentLength, r.Header.Get("X-Secret"), r.Header.Get("X-Keep"))
+			return
+		}
+		if r.Method == http.MethodPost {
+			b, err := io.ReadAll(r.Body)
+			if err == nil {
+				mu.Lock()
+				complete[r.URL.Path] = string(b)
+				mu.Unlock()
+			}
+			fmt.Fprintf(rw, "plain answer for %s: %d bytes %s, host %s", r.URL.Path, len(b), b, r.Host)
+			return
+		}
+		fmt.Fprintf(rw, "plain answer for %s", r.URL.Path)
+	})}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	port := l.Addr().(*net.TCPAddr).Port
+	w := newWalled(t, "plain", wall.Net{})
+	grants := []labels.Set{{Scheme: "http", Host: "127.0.0.1", Port: uint16(port)}}
+	t.Run("listed http address", func(t *testing.T) {
+		out := w.run(t, grants, "get", "http://127.0.0.1:"+strconv.Itoa(port)+"/hello")
+		want(t, out, "STATUS 200", "BODY plain answer for /hello", "CLOSE true")
+	})
+	t.Run("unlisted http address", func(t *testing.T) {
+		out := w.run(t, grants, "get", "http://127.0.0.1:"+strconv.Itoa(port+1)+"/x")
+		want(t, out, "STATUS 403", "BODY egress refused:", "PROXY-STATUS toybox-entry; error=destination_ip_prohibited")
+	})
+	t.Run("a body by length, Host from the URL", func(t *testing.T) {
+		u := "http://127.0.0.1:" + strconv.Itoa(port) + "/post"
+		out := w.run(t, grants, "raw", "POST "+u+` HTTP/1.1\r\nHost: intranet.example\r\nContent-Length: 11\r\n\r\nhello world`)
+		want(t, out, "STATUS 200", "BODY plain answer for /post: 11 bytes hello world, host 127.0.0.1:"+strconv.Itoa(port))
+	})
+	t.Run("a chunked body", func(t *testing.T) {
+		u := "http://127.0.0.1:" + strconv.Itoa(port) + "/chunked"
+		out := w.run(t, grants, "raw", "POST "+u+` HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n`)
+		want(t, out, "STATUS 200", "BODY plain answer for /chunked: 11 bytes hello world")
+	})
+	// A request with no body reaches the server with Content-Length 0,
+	// not as an empty chunked body (which some servers refuse).
+	t.Run("an empty body by length", func(t *testing.T) {
+		u := "http://127.0.0.1:" + strconv.Itoa(port) + "/framing"
+		out := w.run(t, grants, "raw", "POST "+u+` HTTP/1.1\r\nContent-Length: 0\r\n\r\n`)
+		want(t, out, "STATUS 200", `BODY te=[] cl=0`)
+	})
+	t.Run("a POST without framing", func(t *testing.T) {
+		u := "http://127.0.0.1:" + strconv.Itoa(port) + "/framing"
+		out := w.run(t, grants, "raw", "POST "+u+` HTTP/1.1\r\nX-Keep: k\r\n\r\n`)
+		want(t, out, "STATUS 200", `BODY te=[] cl=0 secret="" keep="k"`)
+	})
+	// Fields the client's Connection header names are for this hop only
+	// (RFC 9110 section 7.6.1): a credential meant for the proxy is not
+	// sent on to the remote.
+	t.Run("fields the Connection header names", func(t *testing.T) {
+		u := "http://127.0.0.1:" + strconv.Itoa(port) + "/framing"
+		out := w.run(t, grants, "raw", "GET "+u+` HTTP/1.1\r\nConnection: keep-alive, X-Secret\r\nX-Secret: s\r\nX-Keep: k\r\n\r\n`)
+		want(t, out, "STATUS 200", `BODY te=[] cl=0 secret="" keep="k"`)
+	})
+	t.Run("ambiguous framing", func(t *testing.T) {
+		u := "http://127.0.0.1:" + strconv.Itoa(port) + "/smuggle"
+		out := w.run(t, grants, "raw", "POST "+u+` HTTP/1.1\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`)
+		want(t, out, "STATUS 400", "BODY bad proxy request: both Transfer-Encoding and Content-Length")
+	})
+	// A body the client framed badly, or cut short, must not reach the
+	// server as a shorter complete one.
+	reached := func(t *testing.T, path string) {
+		t.Helper()
+		time.Sleep(200 * time.Millisecond) // an aborted upload reaches the server late, if at all
+		mu.Lock()
+		defer mu.Unlock()
+		if b, ok := complete[path]; ok {
+			t.Errorf("the server read a complete body %q for %s", b, path)
+		}
+	}
+	t.Run("a malformed chunk", func(t *testing.T) {
+		u := "http://127.0.0.1:" + strconv.Itoa(port) + "/badchunk"
+		out := w.run(t, grants, "raw", "POST "+u+` HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\n world\r\n0\r\n\r\n`)
+		want(t, out, "STATUS 400", `BODY bad proxy request: the request body: malformed chunk size "zz"`)
+		reached(t, "/badchunk")
+	})
+	t.Run("a chunked body cut short", func(t *testing.T) {
+		u := "http://127.0.0.1:" + strconv.Itoa(port) + "/shortchunk"
+		out := w.run(t, grants, "rawclose", "POST "+u+` HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n`)
+		want(t, out, "STATUS 400", "BODY bad proxy request: the request body: unexpected EOF")
+		reached(t, "/shortchunk")
+	})
+	t.Run("a body shorter than its length", func(t *testing.T) {
+		u := "http://127.0.0.1:" + strconv.Itoa(port) + "/short"
+		out := w.run(t, grants, "rawclose", "POST "+u+` HTTP/1.1\r\nContent-Length: 11\r\n\r\nhello`)
+		want(t, out, "STATUS 400", "BODY bad proxy request: the request body: unexpected EOF")
+		reached(t, "/short")
+	})
+	t.Run("the whole answer, with the client still sending", func(t *testing.T) {
+		// A close with unread input resets the connection and loses the
+		// answer's tail.
+		u := "http://127.0.0.1:" + strconv.Itoa(port) + "/big"
+		out := w.run(t, grants, "rawfull", "GET "+u+` HTTP/1.1\r\nHost: x\r\n\r\n+64k`)
+		want(t, out, fmt.Sprintf("LEN %d <nil>", 4<<20))
+	})
+	t.Run("https target in absolute form", func(t *testing.T) {
+		out := w.run(t, grants, "get", "https://127.0.0.1:"+strconv.Itoa(port)+"/x")
+		want(t, out, "STATUS 400")
+	})
+}
+
+// tlsServer serves HTTPS on 127.0.0.1:443 (a self-signed certificate).
+func tlsServer(t *testing.T) {
+	t.Helper()
+	testenv.RequireRoot(t)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "localhost"},
+		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp4", "127.0.0.1:443")
+	if err != nil {
+		testenv.Unavailable(t, "cannot listen on 127.0.0.1:443: "+err.Error())
+	}
+	srv := &http.Server{
+		Handler:   http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) { fmt.Fprint(rw, "secret over tls") }),
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}},
+	}
+	go func() { _ = srv.ServeTLS(l, "", "") }()
+	t.Cleanup(func() { _ = srv.Close() })
+}
+
+func TestConnectTLS(t *testing.T) {
+	tlsServer(t)
+	w := newWalled(t, "tls", wall.Net{})
+	byIP := []labels.Set{{Scheme: "https", Host: "127.0.0.1", Port: 443}}
+	byName := []labels.Set{{Scheme: "https", Host: "localhost", Port: 443}}
+	t.Run("address target, no SNI", func(t *testing.T) {
+		want(t, w.run(t, byIP, "tls", "127.0.0.1:443|"), "STATUS 200", "TLS-BODY secret over tls")
+	})
+	t.Run("name target, matching SNI", func(t *testing.T) {
+		want(t, w.run(t, byName, "tls", "localhost:443|localhost"), "STATUS 200", "TLS-BODY secret over tls")
+	})
+	t.Run("name target, another SNI", func(t *testing.T) {
+		out := w.run(t, byName, "tls", "localhost:443|evil.example")
+		want(t, out, "STATUS 200", "TLS-ERROR")
+		if strings.Contains(out, "TLS-BODY") {
+			t.Errorf("a ClientHello naming another server got through; output:\n%s", out)
+		}
+	})
+	t.Run("ungranted TLS target", func(t *testing.T) {
+		want(t, w.run(t, byIP, "tls", "localhost:443|localhost"), "STATUS 403", "BODY egress refused:")
+	})
+}
+
+// TestAppCannotCrashTheEntry: the app shares the entry's uid and may
+// signal pid 1. The signals the Go runtime answers with a crash and a stack
+// dump (SIGABRT, SIGTRAP, SIGSYS, SIGILL, SIGSTKFLT, SIGSEGV, SIGBUS,
+// SIGFPE, sent with kill) are ignored: the
+// proxy serves on.
+func TestAppCannotCrashTheEntry(t *testing.T) {
+	echo := echoServer(t)
+	w := newWalled(t, "signals", wall.Net{})
+	out := w.run(t, []labels.Set{{Host: "127.0.0.1", Port: uint16(echo)}}, "signal1", "")
+	want(t, out, "BEFORE HTTP/1.1 403", "AFTER HTTP/1.1 403")
+	if strings.Contains(out, "goroutine ") || strings.Contains(out, "SIGABRT: abort") {
+		t.Errorf("the entry crashed:\n%s", out)
+	}
+}
+
+// TestPlainHTTPAnswerHeaders: an answer's header whose name is not a valid
+// field name (a space before the colon, which Go's client takes as part of
+// the name) does not reach the app, where a lenient client would read
+// "Transfer-Encoding :" as framing; nor does a remote's Proxy-Status,
+// which would pass for the proxy's own.
+func TestPlainHTTPAnswerHeaders(t *testing.T) {
+	port := serve(t, func(c net.Conn) {
+		_, _ = http.ReadRequest(bufio.NewReader(c))
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding : chunked\r\nX A: 1\r\nProxy-Status: fake; error=destination_ip_prohibited\r\nConnection: x-hop\r\nX-Hop: 1\r\nX-Fine: yes\r\nContent-Length: 2\r\n\r\nok")
+	})
+	w := newWalled(t, "answerhdr", wall.Net{})
+	grants := []labels.Set{{Scheme: "http", Host: "127.0.0.1", Port: uint16(port)}}
+	out := w.run(t, grants, "rawfull", "GET http://127.0.0.1:"+strconv.Itoa(port)+`/ HTTP/1.1\r\nHost: x\r\n\r\n`)
+	want(t, out, "X-Fine: yes", "LEN 2 <nil>")
+	for _, bad := range []string{"Transfer-Encoding :", "X A:", "Proxy-Status", "X-Hop"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("the answer to the app carried %q:\n%s", bad, out)
+		}
+	}
+}
+
+// inProcessProxy runs the entry's proxy in this process (no wall) over a
+// real grant.Vat and switchboard, and returns its address.
+func inProcessProxy(t testing.TB, grants []labels.Set, opts ...func(*entry.Proxy)) string {
+	t.Helper()
+	dir := t.TempDir()
+	sock := startSwitchboard(t, dir)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	u := grant.NewUpstream(grant.UpstreamConfig{Path: sock})
+	t.Cleanup(func() { _ = u.Close() })
+	v, err := grant.NewVat(grant.VatConfig{ID: "inproc", Grants: grants, Upstream: u})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(v.Revoke)
+	f := serveVat(t, ctx, v.ServeEntry) // this process plays the entry
+	conn, err := wire.FromFile(f, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := conn.RPC(capnp.Client{}, nil)
+	t.Cleanup(func() { _ = rc.Close() })
+	vc := schema.Vat(rc.Bootstrap(ctx))
+	defer vc.Release()
+	fut, rel := vc.Egress(ctx, nil)
+	defer rel()
+	res, err := fut.Struct()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := entry.NewProxy("inproc", res.Handle().AddRef(), conn, nil)
+	t.Cleanup(p.Close)
+	for _, o := range opts {
+		o(p)
+	}
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	go func() { _ = p.ServeProxy(ctx, l) }()
+	return l.Addr().String()
+}
+
+// connectVia dials the proxy at addr, asks CONNECT target and reads the
+// answer; the connection is closed when the test ends.
+func connectVia(t testing.TB, addr, target string) (net.Conn, *bufio.Reader, *http.Response) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil {
+		t.Fatalf("CONNECT %s: %.200v", target, err)
+	}
+	return c, br, resp
+}
+
+func TestProxyInProcess(t *testing.T) {
+	tests := []struct {
+		name string
+		opts []func(*entry.Proxy)
+		size int
+	}{
+		{"socket handed over", nil, 1 << 20},
+		{"ByteStream pair", []func(*entry.Proxy){(*entry.Proxy).UseStreams}, 1 << 20},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			echo := echoServer(t)
+			addr := inProcessProxy(t, []labels.Set{{Host: "127.0.0.1", Port: uint16(echo)}}, tt.opts...)
+			c, br, resp := connectVia(t, addr, fmt.Sprintf("127.0.0.1:%d", echo))
+			if resp.StatusCode != 200 {
+				t.Fatalf("CONNECT = %s", resp.Status)
+			}
+			msg := bytes.Repeat([]byte("through the proxy "), tt.size/18)
+			go func() {
+				_, _ = c.Write(msg)
+				_ = c.(*net.TCPConn).CloseWrite()
+			}()
+			got, err := io.ReadAll(br)
+			if err != nil {
+				t.Fatalf("reading the echo: %v", err)
+			}
+			if !bytes.Equal(got, msg) {
+				t.Errorf("echo = %d bytes; want the %d sent", len(got), len(msg))
+			}
+		})
+	}
+}
+
+// TestProbeAgainstInProcessProxy runs the in-wall probe program (as a
+// separate process, outside any wall) against the in-process proxy: the
+// probe's own checks, without bubblewrap.
+func TestProbeAgainstInProcessProxy(t *testing.T) {
+	echo := echoServer(t)
+	addr := inProcessProxy(t, []labels.Set{{Host: "127.0.0.1", Port: uint16(echo)}})
+	_, probeBin := binaries(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, probeBin)
+	cmd.Env = []string{probeEnv + "=connect", fmt.Sprintf("PROBE_ARG=127.0.0.1:%d|hello", echo), "HTTP_PROXY=http://" + addr}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("probe: %v; output:\n%s", err, out)
+	}
+	want(t, string(out), "STATUS 200", "ECHO hello")
+}
+
+// TestStalledStreamHoldsUpNoOther: on the ByteStream path, a client that
+// stops reading its download, or a remote that stops reading an upload,
+// holds only that stream's own flow window; the vat's other streams go on.
+// (The windows of every stream of one connection used to be one, so one
+// unread download stopped every other download of the vat.)
+func TestStalledStreamHoldsUpNoOther(t *testing.T) {
+	flood := serve(t, func(c net.Conn) {
+		buf := make([]byte, 64<<10)
+		for {
+			if _, err := c.Write(buf); err != nil {
+				return
+			}
+		}
+	})
+	hold := serve(t, func(c net.Conn) {
+		// Accepts, never reads; lets go when the client does.
+		_ = c.SetReadDeadline(time.Now().Add(time.Minute))
+		_, _ = c.Read(make([]byte, 0))
+		time.Sleep(time.Minute)
+	})
+	echo := echoServer(t)
+	addr := inProcessProxy(t, []labels.Set{
+		{Host: "127.0.0.1", Port: uint16(flood)},
+		{Host: "127.0.0.1", Port: uint16(hold)},
+		{Host: "127.0.0.1", Port: uint16(echo)},
+	}, (*entry.Proxy).UseStreams)
+	tunnel := func(t *testing.T, port int) (net.Conn, *bufio.Reader) {
+		t.Helper()
+		c, br, resp := connectVia(t, addr, fmt.Sprintf("127.0.0.1:%d", port))
+		if resp.StatusCode != 200 {
+			t.Fatalf("CONNECT 127.0.0.1:%d = %s", port, resp.Status)
+		}
+		return c, br
+	}
+	// An echo of 8 MiB each way must go through while the others stall.
+	// A stalled echo is one that stops moving: each read has 20 seconds,
+	// however slow the machine makes the whole.
+	echoes := func(t *testing.T) {
+		t.Helper()
+		c, br := tunnel(t, echo)
+		_ = c.SetDeadline(time.Time{})
+		msg := bytes.Repeat([]byte("x"), 8<<20)
+		go func() { _, _ = c.Write(msg) }()
+		buf := make([]byte, 256<<10)
+		for got := 0; got < len(msg); {
+			_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+			n, err := br.Read(buf)
+			got += n
+			if err != nil {
+				t.Fatalf("the echo stalled behind the stopped stream after %d of %d bytes: %v", got, len(msg), err)
+			}
+		}
+	}
+
+	t.Run("unread downloads", func(t *testing.T) {
+		for range 3 {
+			_, _ = tunnel(t, flood) // never read
+		}
+		time.Sleep(time.Second) // the socket buffers fill, then the windows
+		echoes(t)
+	})
+	t.Run("uploads the remote does not read", func(t *testing.T) {
+		for range 3 {
+			c, _ := tunnel(t, hold)
+			go func() {
+				buf := make([]byte, 64<<10)
+				_ = c.SetWriteDeadline(time.Now().Add(30 * time.Second))
+				for {
+					if _, err := c.Write(buf); err != nil {
+						return
+					}
+				}
+			}()
+		}
+		time.Sleep(time.Second)
+		echoes(t)
+	})
+}
+
+// TestStreamPathRemoteClosesFirst: on the ByteStream path a remote that
+// accepts and closes at once may end the stream before the proxy has
+// answered the CONNECT; the client must still read the 200, then the end.
+func TestStreamPathRemoteClosesFirst(t *testing.T) {
+	port := serve(t, func(c net.Conn) {})
+	addr := inProcessProxy(t, []labels.Set{{Host: "127.0.0.1", Port: uint16(port)}}, (*entry.Proxy).UseStreams)
+	target := fmt.Sprintf("127.0.0.1:%d", port)
+	for i := range 30 {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+		resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
+		_ = c.Close()
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("connect %d: %v %.200v; want 200", i+1, resp, err)
+		}
+	}
+}
+
+// TestPlainHTTPSlowBody: the head of a request must come within the
+// header timeout, its body may take longer (the remote or the client may
+// be slow).
+func TestPlainHTTPSlowBody(t *testing.T) {
+	srv := &http.Server{Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		fmt.Fprintf(rw, "got %q %v", b, err)
+	})}
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	port := l.Addr().(*net.TCPAddr).Port
+	addr := inProcessProxy(t, []labels.Set{{Scheme: "http", Host: "127.0.0.1", Port: uint16(port)}},
+		func(p *entry.Proxy) { p.SetHeaderTimeout(300 * time.Millisecond) })
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "POST http://127.0.0.1:%d/slow HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nhello", port)
+	time.Sleep(time.Second) // past the head's timeout
+	_, _ = io.WriteString(c, "world")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || string(b) != `got "helloworld" <nil>` {
+		t.Errorf("a slow body: %s %q; want 200 and the whole body", resp.Status, b)
+	}
+}
+
+// TestStreamPathRemoteSpeaksFirst: on the ByteStream path a remote that
+// speaks first (an SSH or SMTP banner) may send before the proxy has
+// answered the CONNECT; the client must still read the 200 first, then the
+// banner.
+func TestStreamPathRemoteSpeaksFirst(t *testing.T) {
+	const banner = "SSH-2.0-banner-first\r\n"
+	port := serve(t, func(c net.Conn) {
+		_, _ = io.WriteString(c, banner)
+		_, _ = io.Copy(io.Discard, c)
+	})
+	addr := inProcessProxy(t, []labels.Set{{Host: "127.0.0.1", Port: uint16(port)}}, (*entry.Proxy).UseStreams)
+	target := fmt.Sprintf("127.0.0.1:%d", port)
+	for i := range 20 {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+		if err != nil {
+			_ = c.Close()
+			t.Fatalf("connect %d: the answer to CONNECT: %.200v", i+1, err)
+		}
+		got := make([]byte, len(banner))
+		_, err = io.ReadFull(br, got)
+		_ = c.Close()
+		if resp.StatusCode != 200 || err != nil || string(got) != banner {
+			t.Fatalf("connect %d: %s, then %q (%v); want 200, then the banner", i+1, resp.Status, got, err)
+		}
+	}
+}
+
+// splitHello writes the first TLS record it is given (the ClientHello) as
+// two records, the way a client that fragments its hello does.
+type splitHello struct {
+	net.Conn
+	done bool
+}
+
+func (s *splitHello) Write(b []byte) (int, error) {
+	if s.done || len(b) < 5+8 || b[0] != 0x16 {
+		return s.Conn.Write(b)
+	}
+	s.done = true
+	n := int(b[3])<<8 | int(b[4])
+	body := b[5 : 5+n]
+	rec := func(p []byte) []byte { return append([]byte{0x16, b[1], b[2], byte(len(p) >> 8), byte(len(p))}, p...) }
+	out := append(rec(body[:7]), rec(body[7:])...)
+	out = append(out, b[5+n:]...)
+	if _, err := s.Conn.Write(out); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
+
+// A ClientHello split over records passes the proxy and the switchboard's
+// check, and the TLS session goes through.
+func TestTLSHelloOverTwoRecords(t *testing.T) {
+	tlsServer(t)
+	addr := inProcessProxy(t, []labels.Set{{Scheme: "https", Host: "127.0.0.1", Port: 443}})
+	c, _, resp := connectVia(t, addr, "127.0.0.1:443")
+	if resp.StatusCode != 200 {
+		t.Fatalf("CONNECT = %s", resp.Status)
+	}
+	split := &splitHello{Conn: c}
+	tc := tls.Client(split, &tls.Config{ServerName: "127.0.0.1", InsecureSkipVerify: true}) //nolint:gosec // the test server's own certificate
+	if err := tc.Handshake(); err != nil {
+		t.Fatalf("TLS through the proxy with a hello in two records: %v", err)
+	}
+	if !split.done {
+		t.Fatal("the hello was not split")
+	}
+	fmt.Fprint(tc, "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+	body, _ := io.ReadAll(tc)
+	if !bytes.Contains(body, []byte("secret over tls")) {
+		t.Errorf("answer over TLS = %q", body)
+	}
+}
+
+// TestTLSGrantOnAnotherPort: a grant of TLS on a port other than 443
+// ({"scheme":"https","port":N}, what a manifest's https://host:N becomes)
+// is reached through the proxy: the CONNECT tries tcp, which that grant
+// refuses, then the TLS path. A plain stream to that port is still refused
+// (the switchboard finds no ClientHello).
+func TestTLSGrantOnAnotherPort(t *testing.T) {
+	ts := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "tls on another port")
+	}))
+	t.Cleanup(ts.Close)
+	port := ts.Listener.Addr().(*net.TCPAddr).Port
+	addr := inProcessProxy(t, []labels.Set{{Scheme: "https", Host: "127.0.0.1", Port: uint16(port)}})
+	target := fmt.Sprintf("127.0.0.1:%d", port)
+	c, _, resp := connectVia(t, addr, target)
+	if code := resp.StatusCode; code != 200 {
+		t.Fatalf("CONNECT to a TLS grant on port %d = %d; want 200", port, code)
+	}
+	tc := tls.Client(c, &tls.Config{ServerName: "127.0.0.1", InsecureSkipVerify: true}) //nolint:gosec // the test server's own certificate
+	fmt.Fprint(tc, "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+	body, _ := io.ReadAll(tc)
+	if !bytes.Contains(body, []byte("tls on another port")) {
+		t.Errorf("answer over TLS = %q", body)
+	}
+	// Plain bytes instead of a ClientHello: the tunnel closes, nothing is sent on.
+	c2, br2, resp := connectVia(t, addr, target)
+	if resp.StatusCode != 200 {
+		t.Fatalf("second CONNECT = %s", resp.Status)
+	}
+	_, _ = io.WriteString(c2, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	if b, _ := io.ReadAll(br2); len(b) != 0 {
+		t.Errorf("a plain stream to a TLS grant got %q", b)
+	}
 }
