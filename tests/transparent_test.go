@@ -20,6 +20,8 @@ import (
 
 	"golang.org/x/net/dns/dnsmessage"
 	"golang.org/x/sys/unix"
+
+	"toybox/tests/testenv"
 )
 
 // netResult is what the netclient vat answers for one command.
@@ -343,17 +345,14 @@ func resolverConfig(t testing.TB, name string) string {
 func (s *stack) waitEgress(id, prefix string) map[string]any {
 	s.t.Helper()
 	var st map[string]any
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	testenv.WaitFor(s.t, 15*time.Second, func() error {
 		st = s.status(id)
-		if strings.HasPrefix(fmt.Sprint(st["egress"]), prefix) {
-			return st
+		if !strings.HasPrefix(fmt.Sprint(st["egress"]), prefix) {
+			return fmt.Errorf("status = %v; want egress %q...", st, prefix)
 		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("status = %v; want egress %q...", st, prefix)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	return st
 }
 
 // TestTransparentEgressNested: under another seccomp notifier (tests/nested

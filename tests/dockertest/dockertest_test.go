@@ -2,10 +2,13 @@ package dockertest
 
 import (
 	"bufio"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
 	"time"
+
+	"toybox/tests/testenv"
 )
 
 // TestRun starts a container and speaks HTTP to busybox httpd through the
@@ -17,8 +20,7 @@ func TestRun(t *testing.T) {
 		t.Fatalf("published %v; want a loopback address and a port", pub)
 	}
 	var status string
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	testenv.WaitFor(t, 10*time.Second, func() error {
 		conn, err := net.DialTimeout("tcp", pub.String(), 2*time.Second)
 		if err == nil {
 			conn.SetDeadline(time.Now().Add(2 * time.Second))
@@ -26,12 +28,9 @@ func TestRun(t *testing.T) {
 			status, _ = bufio.NewReader(conn).ReadString('\n')
 			conn.Close()
 			if strings.HasPrefix(status, "HTTP/1.") {
-				break
+				return nil
 			}
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if !strings.HasPrefix(status, "HTTP/1.") {
-		t.Fatalf("no HTTP answer through %v (last status line %q)", pub, status)
-	}
+		return fmt.Errorf("no HTTP answer through %v (last status line %q)", pub, status)
+	})
 }

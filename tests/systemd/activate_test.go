@@ -182,23 +182,19 @@ func startActivated(t testing.TB, name string, ls []listen, env []string, argv .
 // systemd-socket-activate exec the program, and closes it.
 func trigger(t testing.TB, a *activated, network, addr string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testenv.WaitFor(t, 10*time.Second, func() error {
 		c, err := net.Dial(network, addr)
 		if err == nil {
 			c.Close()
-			return
+			return nil
 		}
 		select {
 		case <-a.exited:
 			t.Fatalf("%s exited: %v\n%s", a.name, a.err, a.out.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("systemd-socket-activate never listened on %s %s: %v\n%s", network, addr, err, a.out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("systemd-socket-activate never listened on %s %s: %w\n%s", network, addr, err, a.out.String())
+	})
 }
 
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
@@ -620,18 +616,14 @@ func quickstart(t *testing.T, adminPath, base, host string) {
 	t.Logf("installed: %s", body)
 
 	var hello string
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.WaitFor(t, 30*time.Second, func() error {
 		c, b := do(t, http.DefaultClient, http.MethodGet, base+"/probe/", nil)
-		if c == http.StatusOK {
-			hello = b
-			break
+		if c != http.StatusOK {
+			return fmt.Errorf("GET /probe/ = %d %q; want 200 within 30s", c, b)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("GET /probe/ = %d %q; want 200 within 30s", c, b)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		hello = b
+		return nil
+	})
 	if !strings.Contains(hello, "probevat: hello") {
 		t.Errorf("GET /probe/ = %q; want the probe's hello", hello)
 	}

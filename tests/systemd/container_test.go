@@ -238,16 +238,13 @@ func bootSystemd(t *testing.T) container {
 	// Until PID 1 has its bus up, systemctl cannot even ask; then --wait
 	// waits for the boot to finish.
 	var state string
-	for deadline := time.Now().Add(90 * time.Second); ; {
+	testenv.WaitFor(t, 90*time.Second, func() error {
 		state, _ = c.exec(t, "timeout", "90", "systemctl", "is-system-running", "--wait")
 		if state == "running" || state == "degraded" {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("systemd in the container did not come up: %q", state)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+		return fmt.Errorf("systemd in the container did not come up: %q", state)
+	})
 	if state == "degraded" {
 		failed, _ := c.exec(t, "systemctl", "--failed", "--no-legend", "--plain")
 		t.Logf("the container booted degraded; failed units (not ours):\n%s", failed)
@@ -447,17 +444,13 @@ func TestUnderSystemd(t *testing.T) {
 	}
 	waitHello := func(t *testing.T) {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for {
+		testenv.WaitFor(t, 60*time.Second, func() error {
 			code, body := reach(t, "/probe/")
 			if code == "200" && strings.Contains(body, "probevat: hello") {
-				return
+				return nil
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("GET /probe/ = %s %q; want 200 probevat: hello", code, body)
-			}
-			time.Sleep(500 * time.Millisecond)
-		}
+			return fmt.Errorf("GET /probe/ = %s %q; want 200 probevat: hello", code, body)
+		})
 	}
 
 	t.Run("quickstart under systemd", func(t *testing.T) {
@@ -679,15 +672,13 @@ func farNetwork(t *testing.T, c container) {
 		c.mustExec(t, args...)
 	}
 	// The echo answers from the container's own namespace.
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	testenv.WaitFor(t, 15*time.Second, func() error {
 		out, err := c.exec(t, "bash", "-c", fmt.Sprintf(`exec 3<>/dev/tcp/%s/%d; echo ping >&3; head -n1 <&3`, farAddr, farPort))
 		if err == nil && out == "pong ping" {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the far echo server does not answer: %v %q", err, out)
-		}
-	}
+		return fmt.Errorf("the far echo server does not answer: %v %q", err, out)
+	})
 }
 
 // TestBwrapUnderToyboxSettings backs the comments in systemd/toybox.service

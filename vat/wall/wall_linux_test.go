@@ -1307,14 +1307,12 @@ func TestAttackInotifySharedFiles(t *testing.T) {
 	if out, err := other.runVictim(t, "hello"); err != nil {
 		t.Fatalf("the other wall: %v\n%s", err, out)
 	}
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testenv.WaitFor(t, 20*time.Second, func() error {
 		b, _ := os.ReadFile(outFile)
-		if strings.Contains(string(b), "EVENT "+shared) {
-			t.Logf("with sandbox.inotify the watcher saw: %s", strings.TrimSpace(string(b)))
-			break
+		if !strings.Contains(string(b), "EVENT "+shared) {
+			return fmt.Errorf("with sandbox.inotify, the watcher saw no open of %s by the other wall; output:\n%s", shared, b)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("with sandbox.inotify, the watcher saw no open of %s by the other wall; output:\n%s", shared, b)
-		}
-	}
+		t.Logf("with sandbox.inotify the watcher saw: %s", strings.TrimSpace(string(b)))
+		return nil
+	})
 }
