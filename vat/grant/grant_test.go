@@ -223,9 +223,16 @@ func roundTrip(t *testing.T, c net.Conn, msg string) {
 
 func newVat(t *testing.T, sock, id string, grants ...labels.Set) (*Vat, *Upstream) {
 	t.Helper()
+	return newVatWith(t, sock, VatConfig{ID: labels.VatID(id), Grants: grants})
+}
+
+// newVatWith is newVat for a vat of cfg (its Upstream set to sock's).
+func newVatWith(t *testing.T, sock string, cfg VatConfig) (*Vat, *Upstream) {
+	t.Helper()
 	u := NewUpstream(UpstreamConfig{Path: sock})
 	t.Cleanup(func() { _ = u.Close() })
-	v, err := NewVat(VatConfig{ID: labels.VatID(id), Grants: grants, Upstream: u})
+	cfg.Upstream = u
+	v, err := NewVat(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -456,8 +463,15 @@ func TestGrantNamingAnotherVat(t *testing.T) {
 // warnedVat is a vat with no grant whose relay logs warnings to logs.
 func warnedVat(t *testing.T, id string) (*Vat, *syncLog) {
 	t.Helper()
+	return warnedVatWith(t, VatConfig{ID: labels.VatID(id)})
+}
+
+// warnedVatWith is warnedVat for a vat of cfg (its Logger set).
+func warnedVatWith(t *testing.T, cfg VatConfig) (*Vat, *syncLog) {
+	t.Helper()
 	logs := &syncLog{}
-	v, err := NewVat(VatConfig{ID: labels.VatID(id), Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	v, err := NewVat(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -525,12 +539,10 @@ func TestRefusalNamesWhatWasDropped(t *testing.T) {
 
 // TestVatCannotHoardCapabilities: a vat that asks for its door set again
 // and again and keeps every one makes the supervisor keep a server for
-// each; past VatLimits.Exports its connection ends, with a warning.
+// each; past its Limits.Exports its connection ends, with a warning.
 func TestVatCannotHoardCapabilities(t *testing.T) {
-	old := VatLimits
-	VatLimits.Exports = 300 // the rule, at a size a test can reach quickly
-	t.Cleanup(func() { VatLimits = old })
-	v, logs := warnedVat(t, "hoarder")
+	const exports = 300 // the rule, at a size a test can reach quickly
+	v, logs := warnedVatWith(t, VatConfig{ID: "hoarder", Limits: wire.Limits{Exports: exports}})
 	vc, _ := vatClient(t, v)
 	var kept []schema.DoorSet
 	defer func() {
@@ -539,7 +551,7 @@ func TestVatCannotHoardCapabilities(t *testing.T) {
 		}
 	}()
 	var failed error
-	for i := 0; i < VatLimits.Exports+100 && failed == nil; i++ {
+	for i := 0; i < exports+100 && failed == nil; i++ {
 		fut, release := vc.Doors(context.Background(), nil)
 		res, err := fut.Struct()
 		if err == nil {
@@ -549,10 +561,10 @@ func TestVatCannotHoardCapabilities(t *testing.T) {
 		failed = err
 	}
 	if failed == nil {
-		t.Fatalf("the vat holds %d door sets (limit %d); want its connection ended", len(kept), VatLimits.Exports)
+		t.Fatalf("the vat holds %d door sets (limit %d); want its connection ended", len(kept), exports)
 	}
-	if len(kept) > VatLimits.Exports+1 {
-		t.Errorf("the vat got %d door sets; want at most about %d", len(kept), VatLimits.Exports)
+	if len(kept) > exports+1 {
+		t.Errorf("the vat got %d door sets; want at most about %d", len(kept), exports)
 	}
 	testenv.WaitFor(t, 5*time.Second, func() error {
 		if !strings.Contains(logs.String(), wire.ErrExports.Error()) {
@@ -564,10 +576,10 @@ func TestVatCannotHoardCapabilities(t *testing.T) {
 
 // TestManyConnectsLeaveNothingUnfinished: every connect through the relay,
 // granted or refused, is finished on both connections (the vat's, whose
-// limit is VatLimits.Unfinished, and the upstream one every vat shares): a
+// limit is DefaultVatLimits' Unfinished, and the upstream one every vat shares): a
 // leak would end them after that many.
 func TestManyConnectsLeaveNothingUnfinished(t *testing.T) {
-	n := 3 * VatLimits.Unfinished / 2
+	n := 3 * DefaultVatLimits().Unfinished / 2
 	if s := os.Getenv("TOYBOX_TEST_CONNECTS"); s != "" {
 		n, _ = strconv.Atoi(s) // above wire.DefaultUnfinished: the upstream side too
 	}
@@ -729,8 +741,9 @@ func TestAppSocketIsRelayed(t *testing.T) {
 
 // silentVat is a vat granted a remote that accepts every connection and
 // keeps it, never reading or writing, behind a switchboard that lets one
-// peer connection hold conns connections.
-func silentVat(t *testing.T, id string, conns int) (*Vat, schema.Handle, *wire.Conn, uint16) {
+// peer connection hold conns connections. Its app may hold maxSockets
+// relayed sockets (if zero, MaxAppSockets).
+func silentVat(t *testing.T, id string, conns, maxSockets int) (*Vat, schema.Handle, *wire.Conn, uint16) {
 	t.Helper()
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "sb.sock")
@@ -765,7 +778,7 @@ func silentVat(t *testing.T, id string, conns int) (*Vat, schema.Handle, *wire.C
 		}
 	}()
 	port := uint16(l.Addr().(*net.TCPAddr).Port)
-	v, _ := newVat(t, sock, id, labels.Set{Host: "127.0.0.1", Port: port})
+	v, _ := newVatWith(t, sock, VatConfig{ID: labels.VatID(id), Grants: []labels.Set{{Host: "127.0.0.1", Port: port}}, MaxSockets: maxSockets})
 	vc, cli := vatClient(t, v)
 	return v, egress(t, vc), cli, port
 }
@@ -773,10 +786,10 @@ func silentVat(t *testing.T, id string, conns int) (*Vat, schema.Handle, *wire.C
 // TestAppSocketEndsWithTheApp: an app that closes its relayed socket ends
 // the connection both ways even when the remote stays open and silent (a
 // half-close alone would leave the relay and the switchboard's count of
-// the vat's connections in place); and an app holds at most MaxAppSockets
-// relayed sockets at once.
+// the vat's connections in place); and an app holds at most its
+// MaxSockets relayed sockets at once.
 func TestAppSocketEndsWithTheApp(t *testing.T) {
-	v, h, cli, port := silentVat(t, "silent", 3)
+	v, h, cli, port := silentVat(t, "silent", 3, 0)
 	for round := range 3 {
 		var open []net.Conn
 		for i := range 3 {
@@ -800,8 +813,9 @@ func TestAppSocketEndsWithTheApp(t *testing.T) {
 		return nil
 	})
 
-	old := appSocketLimit.Swap(2)
-	defer appSocketLimit.Store(old)
+	// A vat whose app may hold two, behind a switchboard that would let it
+	// hold a third.
+	_, h, cli, port = silentVat(t, "silent-two", 3, 2)
 	var open []net.Conn
 	for range 2 {
 		c, err := connectWhenFreed(context.Background(), h, cli, "127.0.0.1", port)
@@ -811,7 +825,7 @@ func TestAppSocketEndsWithTheApp(t *testing.T) {
 		open = append(open, c)
 	}
 	if _, err := connectWhenFreed(context.Background(), h, cli, "127.0.0.1", port); err == nil || !strings.Contains(err.Error(), ErrSockets.Error()) {
-		t.Errorf("a third relayed socket with MaxAppSockets 2: %v; want %q", err, ErrSockets)
+		t.Errorf("a third relayed socket with MaxSockets 2: %v; want %q", err, ErrSockets)
 	}
 	for _, c := range open {
 		_ = c.Close()
@@ -825,7 +839,7 @@ func TestAppSocketEndsWithTheApp(t *testing.T) {
 func TestAppSocketHangUpWhileStuck(t *testing.T) {
 	old := hangUpGrace.Swap(int64(200 * time.Millisecond))
 	defer hangUpGrace.Store(old)
-	v, h, cli, port := silentVat(t, "stuck", 1)
+	v, h, cli, port := silentVat(t, "stuck", 1, 0)
 	c, err := connectFD(context.Background(), h, cli, "127.0.0.1", port)
 	if err != nil {
 		t.Fatal(err)

@@ -14,21 +14,16 @@ import (
 )
 
 // MaxAppSockets is how many relayed sockets one vat's app may hold open at
-// once. Each costs the supervisor two sockets, two goroutines and, while
-// bytes move, a pipe per direction; past it a connect fails with
-// ErrSockets.
+// once, unless its VatConfig.MaxSockets says otherwise. Each costs the
+// supervisor two sockets, two goroutines and, while bytes move, a pipe per
+// direction. Past it a connect fails with ErrSockets.
 const MaxAppSockets = 1024
-
-// appSocketLimit is MaxAppSockets, lowered by the tests.
-var appSocketLimit atomic.Int64
-
-func init() { appSocketLimit.Store(MaxAppSockets) }
 
 // relayed takes f, a TCP socket the switchboard connected, and returns one
 // end of a unix socketpair; the supervisor relays the other end to f
 // (relayApp) until the connection ends. It calls done once the relay has
 // ended, or at once when it fails. A socket it refuses (past
-// MaxAppSockets, or one it cannot relay) is shut down, not only closed.
+// VatConfig.MaxSockets, or one it cannot relay) is shut down, not only closed.
 //
 // Why not f itself: f belongs to the switchboard's network namespace, and
 // connect(2) with AF_UNSPEC disconnects a TCP socket, after which connect,
@@ -40,7 +35,7 @@ func init() { appSocketLimit.Store(MaxAppSockets) }
 // cannot bind it to a name of its choosing in the supervisor's network
 // namespace; a connected unix stream socket cannot connect again.
 func (v *Vat) relayed(f *os.File, done func()) (*os.File, error) {
-	if limit := appSocketLimit.Load(); v.sockets.Add(1) > limit {
+	if limit := int64(v.cfg.MaxSockets); v.sockets.Add(1) > limit {
 		v.sockets.Add(-1)
 		shutFile(f)
 		done()

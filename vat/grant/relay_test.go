@@ -68,7 +68,7 @@ func connectWhenFreed(ctx context.Context, h schema.Handle, c *wire.Conn, host s
 }
 
 // TestRefusedAtTheRelayLimitIsShut: a connect refused at the app's limit of
-// relayed sockets (MaxAppSockets) came after the switchboard had connected
+// relayed sockets (VatConfig.MaxSockets) came after the switchboard had connected
 // it, and the supervisor only closed its copy. The switchboard keeps a
 // duplicate of every socket it hands over, so the connection stayed open,
 // at the remote and in the switchboard's count of the vat's connections,
@@ -76,8 +76,6 @@ func connectWhenFreed(ctx context.Context, h schema.Handle, c *wire.Conn, host s
 // refused socket is shut down at once: the remote reads its end, and the
 // switchboard gives its slot back (a leak reaches its limit of 5).
 func TestRefusedAtTheRelayLimitIsShut(t *testing.T) {
-	old := appSocketLimit.Swap(2)
-	defer appSocketLimit.Store(old)
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "sb.sock")
 	cfg := filepath.Join(dir, "sb.json")
@@ -88,7 +86,7 @@ func TestRefusedAtTheRelayLimitIsShut(t *testing.T) {
 	}
 	startSwitchboard(t, sock, "--loopback", "unchecked", "--config", cfg)
 	port, remote := keptRemote(t)
-	v, _ := newVat(t, sock, "refused", labels.Set{Host: "127.0.0.1", Port: port})
+	v, _ := newVatWith(t, sock, VatConfig{ID: "refused", Grants: []labels.Set{{Host: "127.0.0.1", Port: port}}, MaxSockets: 2})
 	vc, cli := vatClient(t, v)
 	h := egress(t, vc)
 	ctx := context.Background()

@@ -23,19 +23,46 @@ import (
 // connection for every other vat.
 const maxInFlight = 64
 
-// VatLimits bound what one vat connection can make the supervisor hold:
-// calls left unfinished and capabilities not released (each Handle,
-// DoorSet or Door is a server with a goroutine of its own, and so is the
-// stream of each open request, WebSocket or streamed connection), the
-// capabilities one of its messages may carry (each an import, and a
-// Release queued back), the bytes of its calls held unanswered (calls
-// pipelined on a pending promise wait in full: 64 MiB is four WebSocket
-// messages of the largest size), and the bytes of its answers it has not
-// finished (each held until its Finish: a door's answer is up to 1 MiB;
-// go-capnp finishes 250 ms after the Return, and a vat calling a 1 MiB
-// door as fast as it can held 53 to 136 MiB that way on two cores, so
-// 256 MiB). Past any, its connection ends, with a warning that says which.
-var VatLimits = wire.Limits{Unfinished: 1024, Exports: 8192, Caps: 64, CallBytes: 64 << 20, AnswerBytes: 256 << 20}
+// DefaultVatLimits returns what one vat's connection may make the
+// supervisor hold where VatConfig.Limits leaves a field zero. Past any
+// limit the connection ends, with a warning that says which.
+func DefaultVatLimits() wire.Limits {
+	return wire.Limits{
+		Unfinished: 1024, // calls left unfinished; each holds its answer
+		// Capabilities not released: each Handle, DoorSet or Door is a
+		// server with a goroutine of its own, and so is the stream of
+		// each open request, WebSocket or streamed connection.
+		Exports:   8192,
+		Caps:      64,       // per message; each becomes an import and a queued Release
+		CallBytes: 64 << 20, // calls held unanswered: four WebSocket messages of the largest size
+		// Answers not yet finished, each held until its Finish. A door's
+		// answer is up to 1 MiB and go-capnp finishes 250 ms after the
+		// Return. A vat calling a 1 MiB door as fast as it can held 53 to
+		// 136 MiB that way on two cores.
+		AnswerBytes: 256 << 20,
+	}
+}
+
+// limits returns l with each zero field taken from DefaultVatLimits; a
+// field zero there too is left for wire's own default.
+func limits(l wire.Limits) wire.Limits {
+	d := DefaultVatLimits()
+	orDefault(&l.Unfinished, d.Unfinished)
+	orDefault(&l.Backlog, d.Backlog)
+	orDefault(&l.BacklogBytes, d.BacklogBytes)
+	orDefault(&l.Exports, d.Exports)
+	orDefault(&l.Caps, d.Caps)
+	orDefault(&l.CallBytes, d.CallBytes)
+	orDefault(&l.AnswerBytes, d.AnswerBytes)
+	return l
+}
+
+// orDefault sets *v to d when it is zero or negative.
+func orDefault[T int | int64](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
+}
 
 // MaxIdleUpstreams is how many switchboard handles nothing of a vat's
 // holds any longer (narrowings it released) the supervisor keeps for it,
@@ -73,6 +100,12 @@ type VatConfig struct {
 	// WebSocket the vat asks for, with what became of it, and for each
 	// check refused. It must not block.
 	OnDecision func(Decision)
+	// Limits bound what each of the vat's connections may make the
+	// supervisor hold. A zero field takes DefaultVatLimits' value.
+	Limits wire.Limits
+	// MaxSockets is how many relayed sockets the vat's app may hold open
+	// at once. If zero or negative, MaxAppSockets.
+	MaxSockets int
 }
 
 // Vat serves one vat's bootstrap capability on any number of connections
@@ -126,6 +159,10 @@ func NewVat(cfg VatConfig) (*Vat, error) {
 		cfg: cfg, log: log.With("vat", cfg.ID), sem: make(chan struct{}, maxInFlight),
 		cache: map[string]*upstreamEntry{}, idle: list.New(), conns: map[*rpc.Conn]struct{}{},
 		changed: make(chan struct{}),
+	}
+	v.cfg.Limits = limits(cfg.Limits)
+	if v.cfg.MaxSockets <= 0 {
+		v.cfg.MaxSockets = MaxAppSockets
 	}
 	members, err := memberSets(cfg.ID, cfg.Grants)
 	if err != nil {
@@ -184,7 +221,7 @@ func (v *Vat) ServeEntry(ctx context.Context, c *wire.Conn) error { return v.ser
 
 func (v *Vat) serve(ctx context.Context, c *wire.Conn, entry bool) error {
 	srv := &vatServer{v: v, down: c, entry: entry}
-	rc := c.RPCWith(capnp.Client(schema.Vat_ServerToClient(srv)), wire.Logger(v.log), VatLimits)
+	rc := c.RPCWith(capnp.Client(schema.Vat_ServerToClient(srv)), wire.Logger(v.log), v.cfg.Limits)
 	v.mu.Lock()
 	if v.revoked {
 		v.mu.Unlock()
