@@ -123,8 +123,9 @@ func removeEntry(top int, name string, moved *int) (up []string, _ error) {
 // down by openat and back up by "..". Its vat is not running, so nothing
 // should move a folder meanwhile; if something did, ".." would be where the
 // folder went: each step up is checked to land on the folder it came down
-// from, else the handover stops with an error.
-func chownTree(dir string, uid, gid int) error {
+// from, else the handover stops with an error. beforeClimb, if not nil,
+// runs before each step up (a test moves a folder there).
+func chownTree(dir string, uid, gid int, beforeClimb func()) error {
 	const flags = unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_RDONLY | unix.O_CLOEXEC
 	fd, err := unix.Open(dir, flags, 0)
 	if err != nil {
@@ -159,8 +160,8 @@ func chownTree(dir string, uid, gid int) error {
 			if len(stack) == 0 {
 				break
 			}
-			if chownClimbHook != nil {
-				chownClimbHook()
+			if beforeClimb != nil {
+				beforeClimb()
 			}
 			up, err := unix.Openat(fd, "..", flags, 0)
 			if err != nil {
@@ -219,9 +220,6 @@ func chownTree(dir string, uid, gid int) error {
 
 // removeRound is how many names removeTree reads from a folder at a time.
 const removeRound = 4096
-
-// chownClimbHook, when set (by a test), runs before each step up.
-var chownClimbHook func()
 
 // dirNames reads the names in the folder open as fd, about limit of them
 // (all when max is 0); a duplicate is read, so fd itself stays open and

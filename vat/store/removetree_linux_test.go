@@ -156,7 +156,7 @@ func TestHandoverStopsWhenAFolderMoves(t *testing.T) {
 		}
 	}
 	moved := false
-	chownClimbHook = func() {
+	beforeClimb := func() {
 		if !moved {
 			moved = true // the first step up is from b: move b out
 			if err := os.Rename(filepath.Join(data, "a", "b"), filepath.Join(outside, "b")); err != nil {
@@ -164,10 +164,9 @@ func TestHandoverStopsWhenAFolderMoves(t *testing.T) {
 			}
 		}
 	}
-	t.Cleanup(func() { chownClimbHook = nil })
 	// The first step up is from b (the only folder below a), whatever
-	// order a's names come in: the hook moves b out just before it.
-	err := chownTree(data, 4242, 4242)
+	// order a's names come in: beforeClimb moves b out just before it.
+	err := chownTree(data, 4242, 4242, beforeClimb)
 	if err == nil || !strings.Contains(err.Error(), "moved while it was handed over") {
 		t.Fatalf("chownTree = %v; want the move named", err)
 	}
@@ -227,7 +226,7 @@ func TestHandoverCutShortIsRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	moved := false
-	chownClimbHook = func() {
+	s.cfg.beforeClimb = func() {
 		if moved {
 			return
 		}
@@ -236,11 +235,10 @@ func TestHandoverCutShortIsRetried(t *testing.T) {
 			_ = os.Rename(filepath.Join(data, fmt.Sprintf("d%d", i), "s"), filepath.Join(data, fmt.Sprintf("s%d", i)))
 		}
 	}
-	t.Cleanup(func() { chownClimbHook = nil })
 	if err := s.Retire(id); err == nil || !strings.Contains(err.Error(), "moved") {
 		t.Fatalf("Retire while a folder moves = %v; want the move named", err)
 	}
-	chownClimbHook = nil
+	s.cfg.beforeClimb = nil
 	// Cut short, the folder is already out of the old uid's reach.
 	if fi, err := os.Stat(data); err != nil {
 		t.Fatal(err)

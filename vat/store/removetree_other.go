@@ -13,8 +13,9 @@ import (
 func removeTree(path string) error { return os.RemoveAll(path) }
 
 // chownTree hands everything below dir and then dir itself to uid:gid
-// without following links (dir last: see the Linux version).
-func chownTree(dir string, uid, gid int) error {
+// without following links (dir last: see the Linux version). It takes no
+// steps up, so beforeClimb never runs.
+func chownTree(dir string, uid, gid int, _ func()) error {
 	err := filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
 		if err != nil || p == dir {
 			return err

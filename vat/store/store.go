@@ -71,6 +71,10 @@ type Config struct {
 	// zero, RootCodeGID when root; not root, code stays the supervisor's
 	// own (its walls run as its uid).
 	CodeGID int
+
+	// beforeClimb, if not nil, runs before each step up of a handover's
+	// walk (chownTree). Tests set it to move a folder meanwhile.
+	beforeClimb func()
 }
 
 // RootCodeGID is the default group of stored code under a root supervisor:
@@ -649,7 +653,7 @@ func (s *Store) PrepareDirs(id labels.VatID, uid, gid int) error {
 		}
 		if uid != -1 {
 			if st, ok := fi.Sys().(*syscall.Stat_t); ok && (int(st.Uid) != uid || int(st.Gid) != gid) {
-				if err := chownTree(d, uid, gid); err != nil {
+				if err := chownTree(d, uid, gid, s.cfg.beforeClimb); err != nil {
 					return fmt.Errorf("handing %s to uid %d: %w", d, uid, err)
 				}
 			}
@@ -707,7 +711,7 @@ func (s *Store) Retire(id labels.VatID) error {
 	if err := os.Chmod(d, 0o700); err != nil {
 		return err
 	}
-	return chownTree(d, 0, 0)
+	return chownTree(d, 0, 0, s.cfg.beforeClimb)
 }
 
 // Purge removes a vat's data and runtime folders.
