@@ -739,19 +739,18 @@ func TestAppSocketIsRelayed(t *testing.T) {
 	roundTrip(t, e, "the socket itself")
 }
 
-// silentVat is a vat granted a remote that accepts every connection and
-// keeps it, never reading or writing, behind a switchboard that lets one
-// peer connection hold conns connections. Its app may hold maxSockets
-// relayed sockets (if zero, MaxAppSockets).
-func silentVat(t *testing.T, id string, conns, maxSockets int) (*Vat, schema.Handle, *wire.Conn, uint16) {
+// silentVat is a vat of cfg granted a remote that accepts every
+// connection and keeps it, never reading or writing, behind a switchboard
+// that lets one peer connection hold conns connections.
+func silentVat(t *testing.T, conns int, cfg VatConfig) (*Vat, schema.Handle, *wire.Conn, uint16) {
 	t.Helper()
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "sb.sock")
-	cfg := filepath.Join(dir, "sb.json")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`{"limits":{"conns":%d}}`, conns)), 0o600); err != nil {
+	sbConfig := filepath.Join(dir, "sb.json")
+	if err := os.WriteFile(sbConfig, []byte(fmt.Sprintf(`{"limits":{"conns":%d}}`, conns)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	startSwitchboard(t, sock, "--loopback", "unchecked", "--config", cfg)
+	startSwitchboard(t, sock, "--loopback", "unchecked", "--config", sbConfig)
 	l, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -778,7 +777,8 @@ func silentVat(t *testing.T, id string, conns, maxSockets int) (*Vat, schema.Han
 		}
 	}()
 	port := uint16(l.Addr().(*net.TCPAddr).Port)
-	v, _ := newVatWith(t, sock, VatConfig{ID: labels.VatID(id), Grants: []labels.Set{{Host: "127.0.0.1", Port: port}}, MaxSockets: maxSockets})
+	cfg.Grants = []labels.Set{{Host: "127.0.0.1", Port: port}}
+	v, _ := newVatWith(t, sock, cfg)
 	vc, cli := vatClient(t, v)
 	return v, egress(t, vc), cli, port
 }
@@ -789,7 +789,7 @@ func silentVat(t *testing.T, id string, conns, maxSockets int) (*Vat, schema.Han
 // the vat's connections in place); and an app holds at most its
 // MaxSockets relayed sockets at once.
 func TestAppSocketEndsWithTheApp(t *testing.T) {
-	v, h, cli, port := silentVat(t, "silent", 3, 0)
+	v, h, cli, port := silentVat(t, 3, VatConfig{ID: "silent"})
 	for round := range 3 {
 		var open []net.Conn
 		for i := range 3 {
@@ -815,7 +815,7 @@ func TestAppSocketEndsWithTheApp(t *testing.T) {
 
 	// A vat whose app may hold two, behind a switchboard that would let it
 	// hold a third.
-	_, h, cli, port = silentVat(t, "silent-two", 3, 2)
+	_, h, cli, port = silentVat(t, 3, VatConfig{ID: "silent-two", MaxSockets: 2})
 	var open []net.Conn
 	for range 2 {
 		c, err := connectWhenFreed(context.Background(), h, cli, "127.0.0.1", port)
@@ -834,12 +834,10 @@ func TestAppSocketEndsWithTheApp(t *testing.T) {
 
 // TestAppSocketHangUpWhileStuck: an app that wrote more than the buffers
 // hold to a remote that never reads, then closed its socket, ends the
-// connection too (after hangUpGrace for the remote to take the rest): the
+// connection too (after HangUpGrace for the remote to take the rest): the
 // relay is not left stuck writing, holding the vat's switchboard slot.
 func TestAppSocketHangUpWhileStuck(t *testing.T) {
-	old := hangUpGrace.Swap(int64(200 * time.Millisecond))
-	defer hangUpGrace.Store(old)
-	v, h, cli, port := silentVat(t, "stuck", 1, 0)
+	v, h, cli, port := silentVat(t, 1, VatConfig{ID: "stuck", HangUpGrace: 200 * time.Millisecond})
 	c, err := connectFD(context.Background(), h, cli, "127.0.0.1", port)
 	if err != nil {
 		t.Fatal(err)

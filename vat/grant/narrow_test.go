@@ -24,9 +24,8 @@ import (
 // would end the connection); a narrowing made again reuses its idle
 // handle; Revoke releases everything.
 func TestNarrowingsDoNotPileUp(t *testing.T) {
-	const limit = 24 // the switchboard's handles per connection
-	old := idleUpstreams.Swap(4)
-	defer idleUpstreams.Store(old)
+	const limit = 24  // the switchboard's handles per connection
+	const maxIdle = 4 // the vat's idle switchboard handles
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "sb.sock")
 	cfg := filepath.Join(dir, "sb.json")
@@ -35,7 +34,7 @@ func TestNarrowingsDoNotPileUp(t *testing.T) {
 	}
 	startSwitchboard(t, sock, "--loopback", "unchecked", "--config", cfg)
 	port := echoServer(t)
-	v, _ := newVat(t, sock, "cycler", labels.Set{Host: "127.0.0.1"})
+	v, _ := newVatWith(t, sock, VatConfig{ID: "cycler", Grants: []labels.Set{{Host: "127.0.0.1"}}, MaxIdle: maxIdle})
 	vc, cli := vatClient(t, v)
 	h := egress(t, vc)
 	ctx := context.Background()
@@ -105,7 +104,7 @@ func TestNarrowingsDoNotPileUp(t *testing.T) {
 	// supervisor's count is awaited after each.
 	const batch = 12
 	n := 6 * batch
-	bound := 2 + int(idleUpstreams.Load()) // kept, the socket's, the idle ones
+	bound := 2 + maxIdle // kept, the socket's, the idle ones
 	piled := false
 	for i := range n {
 		p := uint16(20000 + i)

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -62,7 +61,7 @@ func (v *Vat) relayed(f *os.File, done func()) (*os.File, error) {
 	go func() {
 		defer done()
 		defer v.sockets.Add(-1)
-		relayApp(nc, mc)
+		relayApp(nc, mc, v.cfg.HangUpGrace)
 	}()
 	return theirs, nil
 }
@@ -79,12 +78,10 @@ func shutFile(f *os.File) {
 	_ = f.Close()
 }
 
-// hangUpGrace is how long the remote has, once the app's end is gone, to
-// take what the app wrote before it went; then the connection ends. (A
-// variable for the tests, in nanoseconds.)
-var hangUpGrace atomic.Int64
-
-func init() { hangUpGrace.Store(int64(30 * time.Second)) }
+// DefaultHangUpGrace is how long the remote has, once the app's end is
+// gone, to take what the app wrote before it went; then the connection
+// ends. VatConfig.HangUpGrace overrides it.
+const DefaultHangUpGrace = 30 * time.Second
 
 // relayApp moves bytes between nc (the switchboard's socket) and mc (the
 // supervisor's end of the app's pair) until the connection is over, then
@@ -93,8 +90,8 @@ func init() { hangUpGrace.Store(int64(30 * time.Second)) }
 // SHUT_RDWR: a hang-up on mc) ends the connection both ways, even while the
 // remote keeps its side open and silent, or does not read, so neither this
 // relay nor the switchboard's count of the vat's connections outlives the
-// app's socket by more than hangUpGrace.
-func relayApp(nc net.Conn, mc *net.UnixConn) {
+// app's socket by more than grace.
+func relayApp(nc net.Conn, mc *net.UnixConn, grace time.Duration) {
 	down := make(chan struct{}) // the remote's bytes are all with the app
 	go func() {
 		defer close(down)
@@ -111,8 +108,8 @@ func relayApp(nc net.Conn, mc *net.UnixConn) {
 		if watchHangUp(mc, stop) {
 			close(hup)
 			// What the app wrote last may still be on its way: the
-			// remote has hangUpGrace to take it.
-			_ = nc.SetWriteDeadline(time.Now().Add(time.Duration(hangUpGrace.Load())))
+			// remote has grace to take it.
+			_ = nc.SetWriteDeadline(time.Now().Add(grace))
 		}
 	}()
 	if _, err := relay.Copy(nc, mc); err != nil {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"capnproto.org/go/capnp/v3"
 	"capnproto.org/go/capnp/v3/rpc"
@@ -58,7 +59,7 @@ func limits(l wire.Limits) wire.Limits {
 }
 
 // orDefault sets *v to d when it is zero or negative.
-func orDefault[T int | int64](v *T, d T) {
+func orDefault[T int | int64 | time.Duration](v *T, d T) {
 	if *v <= 0 {
 		*v = d
 	}
@@ -70,11 +71,6 @@ func orDefault[T int | int64](v *T, d T) {
 // is released. Each costs the switchboard a goroutine and a few KiB, and
 // counts against its per-connection handle limit.
 const MaxIdleUpstreams = 64
-
-// idleUpstreams is MaxIdleUpstreams, lowered by the tests.
-var idleUpstreams atomic.Int64
-
-func init() { idleUpstreams.Store(MaxIdleUpstreams) }
 
 // VatConfig describes one vat's authority.
 type VatConfig struct {
@@ -106,6 +102,13 @@ type VatConfig struct {
 	// MaxSockets is how many relayed sockets the vat's app may hold open
 	// at once. If zero or negative, MaxAppSockets.
 	MaxSockets int
+	// MaxIdle is how many switchboard handles nothing of the vat's holds
+	// any longer it keeps. If zero or negative, MaxIdleUpstreams.
+	MaxIdle int
+	// HangUpGrace is how long the remote of a relayed socket has, once
+	// the app's end is gone, to take what the app wrote before it went.
+	// If zero or negative, DefaultHangUpGrace.
+	HangUpGrace time.Duration
 }
 
 // Vat serves one vat's bootstrap capability on any number of connections
@@ -137,8 +140,9 @@ type Vat struct {
 // grants, for good; each narrowed Handle, until go-capnp shuts it down;
 // each relayed app socket it made, until the relay ends. Once nothing
 // does, it waits among the idle entries for a narrowing that needs it
-// again; past idleUpstreams of those, the least recently used is released
-// (and with it, at the switchboard, whatever it made that is still open).
+// again; past the vat's MaxIdle of those, the least recently used is
+// released (and with it, at the switchboard, whatever it made that is
+// still open).
 type upstreamEntry struct {
 	key  string
 	set  labels.Set
@@ -161,9 +165,9 @@ func NewVat(cfg VatConfig) (*Vat, error) {
 		changed: make(chan struct{}),
 	}
 	v.cfg.Limits = limits(cfg.Limits)
-	if v.cfg.MaxSockets <= 0 {
-		v.cfg.MaxSockets = MaxAppSockets
-	}
+	orDefault(&v.cfg.MaxSockets, MaxAppSockets)
+	orDefault(&v.cfg.MaxIdle, MaxIdleUpstreams)
+	orDefault(&v.cfg.HangUpGrace, DefaultHangUpGrace)
 	members, err := memberSets(cfg.ID, cfg.Grants)
 	if err != nil {
 		return nil, err
@@ -344,7 +348,7 @@ func (v *Vat) drop(es []*upstreamEntry) {
 
 // idleLocked files e, which nothing holds, first among the idle entries
 // (or forgets it, when it has no switchboard handle to keep), and forgets
-// the least recently used past idleUpstreams. It returns gone with the
+// the least recently used past the vat's MaxIdle. It returns gone with the
 // handles of the entries forgotten appended, for the caller to release
 // once it has let go of v.mu.
 func (v *Vat) idleLocked(e *upstreamEntry, gone []schema.Handle) []schema.Handle {
@@ -353,7 +357,7 @@ func (v *Vat) idleLocked(e *upstreamEntry, gone []schema.Handle) []schema.Handle
 		return gone
 	}
 	e.idle = v.idle.PushFront(e)
-	for int64(v.idle.Len()) > idleUpstreams.Load() {
+	for v.idle.Len() > v.cfg.MaxIdle {
 		old := v.idle.Remove(v.idle.Back()).(*upstreamEntry)
 		old.idle = nil
 		delete(v.cache, old.key)
