@@ -188,10 +188,7 @@ func TestProbeTimedOut(t *testing.T) {
 	if err := os.WriteFile(hang, []byte("#!/bin/sh\nexec /bin/sleep 60\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	old := probeTimeout
-	probeTimeout = 300 * time.Millisecond
-	t.Cleanup(func() { probeTimeout = old })
-	err = Probe(context.Background(), hang)
+	err = probe(context.Background(), hang, 300*time.Millisecond)
 	if !errors.Is(err, ErrProbe) || !strings.Contains(err.Error(), "did not finish in 300ms") || !strings.Contains(err.Error(), "fix: ") {
 		t.Errorf("Probe(a bwrap that hangs) = %v; want the timeout named, with a fix", err)
 	}

@@ -17,20 +17,24 @@ import (
 	"toybox/vat/wall/seccomp"
 )
 
-// probeTimeout bounds the preflight sandbox (a variable for the test of
-// a probe that hangs).
-var probeTimeout = 10 * time.Second
+// probeTimeout bounds the preflight sandbox.
+const probeTimeout = 10 * time.Second
 
 // Probe starts a real (minimal) sandbox the way Start would, with the
 // bubblewrap at bwrap (empty: bwrap on $PATH): as the uid a wall runs as,
 // with new user, pid and network namespaces. The error names the cause and
 // the fix. No bubblewrap at all wraps ErrNoBwrap as well as ErrProbe.
 func Probe(ctx context.Context, bwrap string) error {
+	return probe(ctx, bwrap, probeTimeout)
+}
+
+// probe is Probe, the sandbox given timeout to finish in.
+func probe(ctx context.Context, bwrap string, timeout time.Duration) error {
 	path, err := lookBwrap(bwrap)
 	if err != nil {
 		return fmt.Errorf("%w: %w (fix: %s)", ErrProbe, err, installFix)
 	}
-	out, err := probeRun(ctx, path)
+	out, err := probeRun(ctx, path, timeout, probeCommand)
 	if err == nil {
 		return nil
 	}
@@ -42,12 +46,13 @@ func Probe(ctx context.Context, bwrap string) error {
 // Ubuntu's package is called bubblewrap, as are Fedora's and Arch's.
 const installFix = "apt-get install bubblewrap (the package is called bubblewrap on Debian, Ubuntu, Fedora and Arch), or name toybox's own copy with --bwrap"
 
-// probeCommand is what the probe runs inside its sandbox (a test reads
-// the sandbox's /proc/self/status instead).
+// probeCommand is what the probe runs inside its sandbox.
 var probeCommand = []string{"/usr/bin/true"}
 
-func probeRun(ctx context.Context, bwrap string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+// probeRun runs command in the probe's sandbox, started by the bubblewrap
+// at bwrap, for at most timeout, and returns what it printed.
+func probeRun(ctx context.Context, bwrap string, timeout time.Duration, command []string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	args := []string{
 		"--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup",
@@ -85,7 +90,7 @@ func probeRun(ctx context.Context, bwrap string) (string, error) {
 		args = append(args, "--seccomp", "3")
 	}
 	args = append(args, "--")
-	args = append(args, probeCommand...)
+	args = append(args, command...)
 	cmd := exec.CommandContext(ctx, bwrap, args...)
 	cmd.Args[0] = "bwrap"
 	cmd.Env = []string{}
@@ -99,7 +104,7 @@ func probeRun(ctx context.Context, bwrap string) (string, error) {
 	}
 	err := cmd.Run()
 	if ctx.Err() != nil {
-		return probeTimedOut + " after " + probeTimeout.String(), ctx.Err()
+		return probeTimedOut + " after " + timeout.String(), ctx.Err()
 	}
 	return buf.String(), err
 }
@@ -111,8 +116,8 @@ const probeTimedOut = "the probe timed out"
 // the host's user-namespace switches. bwrap is the operator's path for
 // toybox's own bubblewrap ("" if none), which an AppArmor profile names.
 func diagnose(out, bwrap string) (cause, fix string) {
-	if strings.HasPrefix(out, probeTimedOut) {
-		return "the sandbox probe did not finish in " + probeTimeout.String() + " (bubblewrap hung, or the computer is too loaded to start one)",
+	if after, ok := strings.CutPrefix(out, probeTimedOut+" after "); ok {
+		return "the sandbox probe did not finish in " + after + " (bubblewrap hung, or the computer is too loaded to start one)",
 			"run toybox doctor; if the probe hangs there too, run the probe by hand (bwrap --unshare-all --ro-bind /usr /usr --proc /proc --dev /dev /usr/bin/true) and look at what it waits for"
 	}
 	if v, ok := readSysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns"); ok && v == "1" {

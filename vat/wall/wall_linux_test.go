@@ -756,9 +756,8 @@ func TestDiagnoseNamesCauseAndFix(t *testing.T) {
 // wall's hostname, a read-only root.
 func TestProbeIsAWall(t *testing.T) {
 	bwrap := testenv.RequireBwrap(t)
-	defer func(old []string) { probeCommand = old }(probeCommand)
-	probeCommand = []string{"/bin/sh", "-c", "grep -E '^(Seccomp|NoNewPrivs|CapEff):' /proc/self/status; echo pid $$; hostname; touch /x 2>&1 || echo root read-only"}
-	out, err := probeRun(context.Background(), bwrap)
+	show := []string{"/bin/sh", "-c", "grep -E '^(Seccomp|NoNewPrivs|CapEff):' /proc/self/status; echo pid $$; hostname; touch /x 2>&1 || echo root read-only"}
+	out, err := probeRun(context.Background(), bwrap, probeTimeout, show)
 	if err != nil {
 		t.Fatalf("probe: %v: %s", err, out)
 	}
