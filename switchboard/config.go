@@ -66,6 +66,9 @@ type Config struct {
 	DialTimeout time.Duration
 	// ResolveTimeout bounds one name lookup. If zero, 5s.
 	ResolveTimeout time.Duration
+	// ResponderTimeout bounds how long a request() waits for the caller's
+	// responder to take its answer's start or its failure. If zero, 30s.
+	ResponderTimeout time.Duration
 }
 
 // Limits bounds one peer connection. A zero field takes its default.

@@ -11,8 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
-	"time"
 
 	"toybox/labels"
 	"toybox/schema"
@@ -21,7 +19,7 @@ import (
 // maxResponseHeader bounds the status line and header of an answer (a
 // request()'s, a WebSocket handshake's). The switchboard holds a parsed
 // header, and then its copy in the message to the caller, until the
-// caller's responder takes it (up to responderTimeout): at 1 MiB, 200
+// caller's responder takes it (up to Config.ResponderTimeout): at 1 MiB, 200
 // requests whose server sent 1 MiB of header held 240 MiB, one vat's
 // default limits.conns some 2.4 GiB and limits.totalConns ten. 64 KiB is
 // four times Node.js's default bound, and well over the 4-8 KiB nginx
@@ -261,25 +259,20 @@ func (h *handle) Request(ctx context.Context, call schema.Handle_request) error 
 	return nil
 }
 
-// responderTimeout bounds how long the switchboard waits for the caller's
-// responder to take an answer's start or a failure: a caller that never
-// answers does not keep the request (and its slot) forever. Nanoseconds,
-// atomic: a test shortens it while earlier requests still wait.
-var responderTimeout atomic.Int64
-
-func init() { responderTimeout.Store(int64(30 * time.Second)) }
-
 // roundTrip sends hreq and delivers the answer to responder (owned); it
 // gives back the slot Request took.
 func (h *handle) roundTrip(hreq *http.Request, cancel context.CancelFunc, responder schema.Responder, pr *io.PipeReader) {
 	defer h.p.releaseConn()
 	defer cancel()
 	defer responder.Release()
+	// A caller that never takes the outcome does not keep the request
+	// (and its slot) past Config.ResponderTimeout.
 	ctx := context.Background()
+	wait := h.p.srv.cfg.ResponderTimeout
 	resp, err := h.p.srv.http.RoundTrip(hreq)
 	if err != nil {
 		_ = pr.CloseWithError(err)
-		fctx, fcancel := context.WithTimeout(ctx, time.Duration(responderTimeout.Load()))
+		fctx, fcancel := context.WithTimeout(ctx, wait)
 		defer fcancel()
 		f, release := responder.Fail(fctx, func(p schema.Responder_fail_Params) error {
 			return p.SetMessage_(fmt.Sprintf("request to %s failed: %v", hreq.URL.Host, err))
@@ -289,7 +282,7 @@ func (h *handle) roundTrip(hreq *http.Request, cancel context.CancelFunc, respon
 		return
 	}
 	defer resp.Body.Close()
-	sctx, scancel := context.WithTimeout(ctx, time.Duration(responderTimeout.Load()))
+	sctx, scancel := context.WithTimeout(ctx, wait)
 	defer scancel()
 	hopOnly := connectionNames(resp.Header["Connection"])
 	for k := range resp.Header {

@@ -536,19 +536,20 @@ func (r *stuckResponder) Fail(ctx context.Context, call schema.Responder_fail) e
 // responder never takes a failure used to leave one goroutine per request
 // for ever, past every limit (10000 requests with limits of 16). A request
 // now holds one of the peer's connection slots until its outcome is
-// delivered, and the switchboard waits responderTimeout for the responder.
+// delivered, and the switchboard waits Config.ResponderTimeout for the
+// responder.
 func TestRequestsWaitingOnResponderAreBounded(t *testing.T) {
-	old := responderTimeout.Load()
-	responderTimeout.Store(int64(time.Hour)) // the first part must not depend on the machine's speed
-	t.Cleanup(func() { responderTimeout.Store(old) })
 	l, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	closed := l.Addr().(*net.TCPAddr).Port
 	_ = l.Close() // nothing listens there: every request fails at the dial
-	f := newFixture(t, func(c *Config) { c.Limits = Limits{Conns: 16} })
-	c := dial(t, f.local)
+	// The first part must not depend on the machine's speed: an hour.
+	c := dial(t, newFixture(t, func(c *Config) {
+		c.Limits = Limits{Conns: 16}
+		c.ResponderTimeout = time.Hour
+	}).local)
 	ctx := context.Background()
 	request := func(block chan struct{}) error {
 		fut, release := c.root.Request(ctx, func(p schema.Handle_request_Params) error {
@@ -589,8 +590,11 @@ func TestRequestsWaitingOnResponderAreBounded(t *testing.T) {
 		})
 	}
 	waitAccepted("once the responders took their failures")
-	// A responder that never takes it is given up after responderTimeout.
-	responderTimeout.Store(int64(300 * time.Millisecond))
+	// A responder that never takes it is given up after ResponderTimeout.
+	c = dial(t, newFixture(t, func(c *Config) {
+		c.Limits = Limits{Conns: 16}
+		c.ResponderTimeout = 300 * time.Millisecond
+	}).local)
 	never := make(chan struct{})
 	defer close(never)
 	for range 20 {

@@ -63,6 +63,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.DialTimeout == 0 {
 		cfg.DialTimeout = 10 * time.Second
 	}
+	if cfg.ResponderTimeout == 0 {
+		cfg.ResponderTimeout = 30 * time.Second
+	}
 	if cfg.ResolveTimeout == 0 {
 		cfg.ResolveTimeout = 5 * time.Second
 	}
