@@ -487,33 +487,15 @@ func startSwitchboard(t testing.TB, dir string) string {
 // and answers with the count when the client half-closes.
 func echoServer(t testing.TB) int {
 	t.Helper()
-	return serve(t, func(c net.Conn) { _, _ = io.Copy(c, c) })
+	return testenv.ServeTCP(t, func(c net.Conn) { _, _ = io.Copy(c, c) })
 }
 
 func sinkServer(t testing.TB) int {
 	t.Helper()
-	return serve(t, func(c net.Conn) {
+	return testenv.ServeTCP(t, func(c net.Conn) {
 		n, _ := io.Copy(io.Discard, c)
 		fmt.Fprintf(c, "%d\n", n)
 	})
-}
-
-func serve(t testing.TB, h func(net.Conn)) int {
-	l, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); h(c) }()
-		}
-	}()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // walled is one vat in a real wall with a real grant.Vat over a real
@@ -923,7 +905,7 @@ func TestAppCannotCrashTheEntry(t *testing.T) {
 // "Transfer-Encoding :" as framing; nor does a remote's Proxy-Status,
 // which would pass for the proxy's own.
 func TestPlainHTTPAnswerHeaders(t *testing.T) {
-	port := serve(t, func(c net.Conn) {
+	port := testenv.ServeTCP(t, func(c net.Conn) {
 		_, _ = http.ReadRequest(bufio.NewReader(c))
 		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding : chunked\r\nX A: 1\r\nProxy-Status: fake; error=destination_ip_prohibited\r\nConnection: x-hop\r\nX-Hop: 1\r\nX-Fine: yes\r\nContent-Length: 2\r\n\r\nok")
 	})

@@ -29,33 +29,6 @@ func TestMain(m *testing.M) {
 	os.Exit(testenv.RunCheckingLeaks(m))
 }
 
-var buildOnce struct {
-	sync.Once
-	bin string
-	err error
-}
-
-// switchboardBin builds cmd/switchboard once for the package's tests.
-func switchboardBin(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "grant-test-bin")
-		if err != nil {
-			buildOnce.err = err
-			return
-		}
-		buildOnce.bin = filepath.Join(dir, "switchboard")
-		out, err := exec.Command("go", "build", "-o", buildOnce.bin, "toybox/cmd/switchboard").CombinedOutput()
-		if err != nil {
-			buildOnce.err = fmt.Errorf("building switchboard: %w\n%s", err, out)
-		}
-	})
-	if buildOnce.err != nil {
-		t.Fatal(buildOnce.err)
-	}
-	return buildOnce.bin
-}
-
 // startSwitchboard runs a real switchboard serving a local root handle on
 // sock and returns a func that stops it. Without args it runs with
 // --loopback unchecked, so tests reach their own loopback servers.
@@ -64,7 +37,7 @@ func startSwitchboard(t *testing.T, sock string, args ...string) func() {
 	if len(args) == 0 {
 		args = []string{"--loopback", "unchecked"}
 	}
-	cmd := exec.Command(switchboardBin(t), append([]string{"--listen", "local=" + sock}, args...)...)
+	cmd := exec.Command(testenv.Binary(t, "toybox/cmd/switchboard"), append([]string{"--listen", "local=" + sock}, args...)...)
 	cmd.Stderr = &testLog{t: t}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -21,7 +21,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -204,41 +203,13 @@ func TestMain(m *testing.M) {
 	os.Exit(testenv.RunCheckingLeaks(m))
 }
 
-var buildOnce struct {
-	sync.Once
-	bin string
-	err error
-}
-
-// switchboardBin builds cmd/switchboard once for the package's tests (vat
-// does not import switchboard, not even in tests).
-func switchboardBin(t testing.TB) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "entry-test-bin")
-		if err != nil {
-			buildOnce.err = err
-			return
-		}
-		buildOnce.bin = filepath.Join(dir, "switchboard")
-		out, err := exec.Command("go", "build", "-o", buildOnce.bin, "toybox/cmd/switchboard").CombinedOutput()
-		if err != nil {
-			buildOnce.err = fmt.Errorf("building switchboard: %w\n%s", err, out)
-		}
-	})
-	if buildOnce.err != nil {
-		t.Fatal(buildOnce.err)
-	}
-	return buildOnce.bin
-}
-
 // startSwitchboard runs a real switchboard serving a local root handle on
 // a unix socket in dir (--loopback unchecked, so the proxy reaches the
 // test's own loopback servers) and returns the socket's path.
 func startSwitchboard(t testing.TB, dir string) string {
 	t.Helper()
 	sock := filepath.Join(dir, "switchboard.sock")
-	cmd := exec.Command(switchboardBin(t), "--listen", "local="+sock, "--loopback", "unchecked")
+	cmd := exec.Command(testenv.Binary(t, "toybox/cmd/switchboard"), "--listen", "local="+sock, "--loopback", "unchecked")
 	var stderr testenv.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
@@ -284,25 +255,7 @@ func serveVat(t testing.TB, ctx context.Context, serve func(context.Context, *wi
 // to a loopback port and returns the port.
 func echoServer(t testing.TB) int {
 	t.Helper()
-	return serve(t, func(c net.Conn) { _, _ = io.Copy(c, c) })
-}
-
-func serve(t testing.TB, h func(net.Conn)) int {
-	l, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); h(c) }()
-		}
-	}()
-	return l.Addr().(*net.TCPAddr).Port
+	return testenv.ServeTCP(t, func(c net.Conn) { _, _ = io.Copy(c, c) })
 }
 
 // tlsServer serves HTTPS on 127.0.0.1:443 (a self-signed certificate).
@@ -436,7 +389,7 @@ func TestProxyInProcess(t *testing.T) {
 // (The windows of every stream of one connection used to be one, so one
 // unread download stopped every other download of the vat.)
 func TestStalledStreamHoldsUpNoOther(t *testing.T) {
-	flood := serve(t, func(c net.Conn) {
+	flood := testenv.ServeTCP(t, func(c net.Conn) {
 		buf := make([]byte, 64<<10)
 		for {
 			if _, err := c.Write(buf); err != nil {
@@ -444,7 +397,7 @@ func TestStalledStreamHoldsUpNoOther(t *testing.T) {
 			}
 		}
 	})
-	hold := serve(t, func(c net.Conn) {
+	hold := testenv.ServeTCP(t, func(c net.Conn) {
 		// Accepts, never reads; lets go when the client does.
 		_ = c.SetReadDeadline(time.Now().Add(time.Minute))
 		_, _ = c.Read(make([]byte, 0))
@@ -513,7 +466,7 @@ func TestStalledStreamHoldsUpNoOther(t *testing.T) {
 // accepts and closes at once may end the stream before the proxy has
 // answered the CONNECT; the client must still read the 200, then the end.
 func TestStreamPathRemoteClosesFirst(t *testing.T) {
-	port := serve(t, func(c net.Conn) {})
+	port := testenv.ServeTCP(t, func(c net.Conn) {})
 	addr := inProcessProxy(t, []labels.Set{{Host: "127.0.0.1", Port: uint16(port)}}, (*Proxy).UseStreams)
 	target := fmt.Sprintf("127.0.0.1:%d", port)
 	for i := range 30 {
@@ -573,7 +526,7 @@ func TestPlainHTTPSlowBody(t *testing.T) {
 // banner.
 func TestStreamPathRemoteSpeaksFirst(t *testing.T) {
 	const banner = "SSH-2.0-banner-first\r\n"
-	port := serve(t, func(c net.Conn) {
+	port := testenv.ServeTCP(t, func(c net.Conn) {
 		_, _ = io.WriteString(c, banner)
 		_, _ = io.Copy(io.Discard, c)
 	})
