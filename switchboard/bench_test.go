@@ -81,7 +81,7 @@ func BenchmarkHandoffThroughput(b *testing.B) {
 
 // echoPort starts an echo server for latency runs.
 func echoPort(b *testing.B) uint16 {
-	_, port := echoServer(b, "")
+	port := echoServer(b, "")
 	return port
 }
 

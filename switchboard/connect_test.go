@@ -28,7 +28,7 @@ import (
 
 func TestConnectHandsOverTheSocket(t *testing.T) {
 	f := newFixture(t, nil)
-	_, port := echoServer(t, "")
+	port := echoServer(t, "")
 	c := dial(t, f.local)
 	conn, err := c.connectFD(context.Background(), c.root, "tcp", "127.0.0.1", port, nil)
 	if err != nil {
@@ -47,7 +47,7 @@ func TestConnectHandsOverTheSocket(t *testing.T) {
 
 func TestConnectServerSpeaksFirst(t *testing.T) {
 	f := newFixture(t, nil)
-	_, port := echoServer(t, "220 hello\r\n")
+	port := echoServer(t, "220 hello\r\n")
 	c := dial(t, f.local)
 	if conn, err := c.connectFD(context.Background(), c.root, "tcp", "unknown.test", port, nil); err == nil {
 		conn.Close()
@@ -69,7 +69,7 @@ func TestConnectServerSpeaksFirst(t *testing.T) {
 // server on loopback through the public socket.
 func TestPublicSocketNeverReachesLoopback(t *testing.T) {
 	f := newFixture(t, nil)
-	_, port := echoServer(t, "")
+	port := echoServer(t, "")
 	f.dns.Set("sneaky.test", mustAddr("127.0.0.1"))
 	f.dns.Set("sneaky6.test", mustAddr("::ffff:127.0.0.1"))
 	c := dial(t, f.public)
@@ -88,7 +88,7 @@ func TestPublicSocketNeverReachesLoopback(t *testing.T) {
 // connection (or one it derives from) shuts the socket the caller holds.
 func TestReleaseShutsHandedOverConnections(t *testing.T) {
 	f := newFixture(t, nil)
-	_, port := echoServer(t, "")
+	port := echoServer(t, "")
 	c := dial(t, f.local)
 	ctx := context.Background()
 	for _, which := range []string{"self", "parent"} {
@@ -139,7 +139,7 @@ func TestReleaseShutsHandedOverConnections(t *testing.T) {
 // switchboard ends, everything its handles made is shut.
 func TestPeerCloseShutsConnections(t *testing.T) {
 	f := newFixture(t, nil)
-	_, port := echoServer(t, "")
+	port := echoServer(t, "")
 	c := dial(t, f.local)
 	conn, err := c.connectFD(context.Background(), c.root, "tcp", "127.0.0.1", port, nil)
 	if err != nil {
@@ -227,7 +227,7 @@ func (c *collector) bytes() []byte {
 
 func TestConnectByteStreamFallback(t *testing.T) {
 	f := newFixture(t, nil)
-	_, port := echoServer(t, "hi:")
+	port := echoServer(t, "hi:")
 	c := dial(t, f.local)
 	ctx := context.Background()
 	col := newCollector()
@@ -372,7 +372,7 @@ func TestConnectHTTPS(t *testing.T) {
 // before any dial; the same connect with a plain hello goes through.
 func TestConnectHTTPSRefusesECH(t *testing.T) {
 	dialled := make(chan []byte, 4)
-	_, port := serveTCP(t, func(c net.Conn) {
+	port := serveTCP(t, func(c net.Conn) {
 		b := make([]byte, 5)
 		_, _ = io.ReadFull(c, b)
 		dialled <- b
@@ -412,7 +412,7 @@ func TestConnectHTTPSRefusesECH(t *testing.T) {
 // line protocol reads past the hello), so the grant meant plain TCP.
 func TestHTTPSGrantIsItsDefaultPort(t *testing.T) {
 	dialled := make(chan struct{}, 4)
-	_, port := serveTCP(t, func(c net.Conn) { dialled <- struct{}{} })
+	port := serveTCP(t, func(c net.Conn) { dialled <- struct{}{} })
 	f := newFixture(t, nil)
 	f.dns.Set("kv.test", mustAddr("127.0.0.1"))
 	c := dial(t, f.local)

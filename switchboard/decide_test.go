@@ -336,7 +336,7 @@ func TestNotGrantedNameIsNeverResolved(t *testing.T) {
 // (allowed on local) with a metadata one.
 func TestRebinding(t *testing.T) {
 	f := newFixture(t, nil)
-	_, port := echoServer(t, "")
+	port := echoServer(t, "")
 	f.dns.SetFunc("rebind.test", func(n int, qtype string) []netip.Addr {
 		if qtype != "A" {
 			return nil
@@ -497,7 +497,7 @@ func TestLoopbackCheckHook(t *testing.T) {
 		vat  string
 	}
 	calls := make(chan call, 16)
-	_, okPort := echoServer(t, "")
+	okPort := echoServer(t, "")
 	f := newFixture(t, func(c *Config) {
 		c.OwnAddrs = []netip.Addr{netip.MustParseAddr("81.2.69.1")}
 		c.LoopbackCheck = func(ctx context.Context, addr netip.AddrPort, h labels.Set) (bool, string) {

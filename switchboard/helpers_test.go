@@ -239,7 +239,8 @@ func (c *client) connectFD(ctx context.Context, h schema.Handle, scheme, host st
 }
 
 // echoServer accepts on loopback and echoes; banner, if set, is sent first.
-func echoServer(t testing.TB, banner string) (*net.TCPListener, uint16) {
+// It returns the port.
+func echoServer(t testing.TB, banner string) uint16 {
 	t.Helper()
 	return serveTCP(t, func(c net.Conn) {
 		if banner != "" {
@@ -249,28 +250,10 @@ func echoServer(t testing.TB, banner string) (*net.TCPListener, uint16) {
 	})
 }
 
-// serveTCP accepts on 127.0.0.1 until the test ends and runs handle on each
-// connection, closing it after.
-func serveTCP(t testing.TB, handle func(net.Conn)) (*net.TCPListener, uint16) {
+// serveTCP is testenv.ServeTCP with the port as a label's port.
+func serveTCP(t testing.TB, handle func(net.Conn)) uint16 {
 	t.Helper()
-	l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				handle(c)
-			}()
-		}
-	}()
-	return l, uint16(l.Addr().(*net.TCPAddr).Port)
+	return uint16(testenv.ServeTCP(t, handle))
 }
 
 func mustContain(t *testing.T, what, got, want string) {

@@ -20,7 +20,7 @@ import (
 func TestReloadShutsWhatTheNewDenyListRefuses(t *testing.T) {
 	f := newFixture(t, nil)
 	f.dns.Set("blocked.test", mustAddr("127.0.0.1"))
-	_, p1 := echoServer(t, "")
+	p1 := echoServer(t, "")
 	l2, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2), Port: int(p1)})
 	if err != nil {
 		t.Fatalf("binding 127.0.0.2: %v", err)

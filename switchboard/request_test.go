@@ -615,7 +615,7 @@ func TestAnswerHeaderBounded(t *testing.T) {
 			fmt.Fprintf(w, "X-Pad-%d: %s\r\n", i, pad)
 		}
 	}
-	_, port := serveTCP(t, func(c net.Conn) {
+	port := serveTCP(t, func(c net.Conn) {
 		req, err := http.ReadRequest(bufio.NewReader(c))
 		if err != nil {
 			return

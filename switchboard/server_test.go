@@ -228,7 +228,7 @@ func TestPeerCannotPushDescriptors(t *testing.T) {
 // bounds them at twice limits.bytes: past it the peer's connection ends.
 // (300 pipelined calls of 1 MiB took the switchboard's heap to 305 MiB.)
 func TestPipelinedCallBytesEndThePeer(t *testing.T) {
-	_, port := serveTCP(t, func(c net.Conn) { time.Sleep(time.Minute) }) // never reads
+	port := serveTCP(t, func(c net.Conn) { time.Sleep(time.Minute) }) // never reads
 	f := newFixture(t, func(c *Config) { c.Limits = Limits{Bytes: 4 << 20} })
 	c := dial(t, f.local)
 	ctx := context.Background()
@@ -288,7 +288,7 @@ func TestPipelinedCallBytesEndThePeer(t *testing.T) {
 // vats does not multiply what the switchboard (and the host's TCP memory)
 // may be made to hold.
 func TestTotalConnsBoundsEveryPeer(t *testing.T) {
-	_, port := echoServer(t, "")
+	port := echoServer(t, "")
 	f := newFixture(t, func(c *Config) { c.Limits = Limits{Conns: 3, TotalConns: 4} })
 	a, b := dial(t, f.local), dial(t, f.local)
 	ctx := context.Background()
@@ -325,7 +325,7 @@ func TestTotalConnsBoundsEveryPeer(t *testing.T) {
 // a slot of limits.conns (here: nobody listens on the port) gives the slot
 // back, so failures never use up a peer's connections.
 func TestFailedConnectsReleaseTheirCount(t *testing.T) {
-	_, port := echoServer(t, "")
+	port := echoServer(t, "")
 	l, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

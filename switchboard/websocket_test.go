@@ -24,7 +24,7 @@ import (
 // after on the connection.
 func wsRemote(t *testing.T, after func(c net.Conn)) uint16 {
 	t.Helper()
-	_, port := serveTCP(t, func(c net.Conn) {
+	port := serveTCP(t, func(c net.Conn) {
 		req, err := http.ReadRequest(bufio.NewReader(c))
 		if err != nil {
 			return
@@ -230,7 +230,7 @@ func TestWebSocketHeldBytesBounded(t *testing.T) {
 // request(): the remote never sees them.
 func TestWebSocketDropsConnectionNamedFields(t *testing.T) {
 	seen := make(chan http.Header, 1)
-	_, port := serveTCP(t, func(c net.Conn) {
+	port := serveTCP(t, func(c net.Conn) {
 		req, err := http.ReadRequest(bufio.NewReader(c))
 		if err != nil {
 			return

@@ -18,10 +18,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"toybox/tests/testenv"
 )
 
 // The operator's view (issue 25), with real processes and a real
@@ -67,30 +70,16 @@ func lineEcho(t *testing.T, addr string) uint16 {
 // operator's browser. It returns host:port.
 func forwardAdmin(t *testing.T, s *stack) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				u, err := net.Dial("unix", s.admin)
-				if err != nil {
-					return
-				}
-				defer u.Close()
-				go func() { _, _ = io.Copy(u, c); _ = u.(*net.UnixConn).CloseWrite() }()
-				_, _ = io.Copy(c, u)
-			}()
+	port := testenv.ServeTCP(t, func(c net.Conn) {
+		u, err := net.Dial("unix", s.admin)
+		if err != nil {
+			return
 		}
-	}()
-	return l.Addr().String()
+		defer u.Close()
+		go func() { _, _ = io.Copy(u, c); _ = u.(*net.UnixConn).CloseWrite() }()
+		_, _ = io.Copy(c, u)
+	})
+	return "127.0.0.1:" + strconv.Itoa(port)
 }
 
 // submit runs expr (which submits a form or follows a link) and waits for

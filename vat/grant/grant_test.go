@@ -78,21 +78,7 @@ func (l *testLog) Write(p []byte) (int, error) {
 // echoServer echoes every connection until the test ends.
 func echoServer(t *testing.T) uint16 {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() { _, _ = io.Copy(c, c); _ = c.Close() }()
-		}
-	}()
-	return uint16(l.Addr().(*net.TCPAddr).Port)
+	return uint16(testenv.ServeTCP(t, func(c net.Conn) { _, _ = io.Copy(c, c) }))
 }
 
 // vatClient serves v on one end of a socketpair and returns the Vat
