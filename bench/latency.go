@@ -26,6 +26,7 @@ type latPath struct {
 	attempts int
 	firstErr string
 	byProc   map[string]time.Duration // CPU by process role over every round
+	dial     []time.Duration          // of each connect that worked, where the path says: until connected
 }
 
 // perConnect says how much CPU each process spent per connect on the path.
@@ -138,10 +139,11 @@ func (r *run) latencySection(ctx context.Context) {
 	}
 	var transparent *latPath
 	if r.wallVat != "" {
-		inWall := func(direct string) func(ctx context.Context, n int) ([]time.Duration, []string, error) {
+		inWall := func(direct string, dials *[]time.Duration) func(ctx context.Context, n int) ([]time.Duration, []string, error) {
 			return func(ctx context.Context, n int) ([]time.Duration, []string, error) {
 				var out struct {
 					NS     []int64  `json:"ns"`
+					Dial   []int64  `json:"dial"`
 					Errors []string `json:"errors"`
 				}
 				q := fmt.Sprintf("/%s/latency?target=%s&n=%d%s", r.wallVat, echo, n, direct)
@@ -152,11 +154,16 @@ func (r *run) latencySection(ctx context.Context) {
 				for i, ns := range out.NS {
 					ds[i] = time.Duration(ns)
 				}
+				for _, ns := range out.Dial {
+					*dials = append(*dials, time.Duration(ns))
+				}
 				return ds, out.Errors, nil
 			}
 		}
-		wall = &latPath{name: "app in a wall", round: inWall("")}
-		transparent = &latPath{name: "app in a wall, transparent", round: inWall("&direct=1")}
+		wall = &latPath{name: "app in a wall"}
+		wall.round = inWall("", &wall.dial)
+		transparent = &latPath{name: "app in a wall, transparent"}
+		transparent.round = inWall("&direct=1", &transparent.dial)
 		paths = append(paths, wall, transparent)
 	}
 	for range r.cfg.LatencyRounds {
@@ -252,5 +259,9 @@ func wallCPU(proxy, wall *latPath) string {
 	if wall == nil || wall.attempts == 0 {
 		return ""
 	}
-	return "; CPU µs per connect by process, " + proxy.perConnect() + "; " + wall.perConnect()
+	s := ""
+	if len(wall.dial) > 0 {
+		s = fmt.Sprintf("; by phase (medians, inside the app): until connected %.0f µs, the rest (echo, close) %.0f µs", Durations(wall.dial, time.Microsecond).Median(), Durations(wall.got, time.Microsecond).Median()-Durations(wall.dial, time.Microsecond).Median())
+	}
+	return s + "; CPU µs per connect by process, " + proxy.perConnect() + "; " + wall.perConnect()
 }

@@ -129,12 +129,13 @@ func latency(w http.ResponseWriter, r *http.Request) {
 	}
 	var res struct {
 		NS     []int64  `json:"ns"`
+		Dial   []int64  `json:"dial"` // of each in ns: until connected (and the proxy's answer read)
 		Errors []string `json:"errors,omitempty"`
 	}
 	for i := range n {
 		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 		t0 := time.Now()
-		err := once(ctx, direct, proxy, target)
+		dialed, err := once(ctx, direct, proxy, target)
 		d := time.Since(t0)
 		cancel()
 		if err != nil {
@@ -142,17 +143,20 @@ func latency(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		res.NS = append(res.NS, d.Nanoseconds())
+		res.Dial = append(res.Dial, dialed.Sub(t0).Nanoseconds())
 	}
 	answer(w, res, nil)
 }
 
-func once(ctx context.Context, direct bool, proxy, target string) error {
+// once makes one connect and echo, and says when the connect was done.
+func once(ctx context.Context, direct bool, proxy, target string) (time.Time, error) {
 	c, err := dial(ctx, direct, proxy, target)
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
+	dialed := time.Now()
 	defer c.Close()
-	return load.EchoOnce(c)
+	return dialed, load.EchoOnce(c)
 }
 
 // dial connects to target through the proxy, or itself when direct.
