@@ -63,7 +63,7 @@ type Conn struct {
 	rmu      sync.Mutex
 	acceptFD bool
 	recvd    uint64
-	inbox    map[uint64]*os.File
+	inbox    map[uint64]int // descriptors arrived and not yet taken
 	broken   error
 	oob      []byte
 }
@@ -73,7 +73,7 @@ type Conn struct {
 // push descriptors into the supervisor). NewConn takes ownership of uc.
 func NewConn(uc *net.UnixConn, acceptFDs bool) *Conn {
 	c := &Conn{
-		uc: uc, acceptFD: acceptFDs, inbox: map[uint64]*os.File{},
+		uc: uc, acceptFD: acceptFDs, inbox: map[uint64]int{},
 		oob: make([]byte, syscall.CmsgSpace(oobSize)), rbuf: make([]byte, readAhead),
 	}
 	c.behind.drained = sync.NewCond(&c.wmu)
@@ -148,17 +148,28 @@ func (c *Conn) SendConn(sc syscall.Conn) (uint64, error) {
 // TakeFD claims the descriptor with sequence number seq. The caller owns the
 // returned file. A descriptor can be taken once.
 func (c *Conn) TakeFD(seq uint64) (*os.File, error) {
+	fd, err := c.TakeRawFD(seq)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), fmt.Sprintf("wire-fd-%d", seq)), nil
+}
+
+// TakeRawFD is TakeFD for a caller that uses the descriptor as it is (an
+// os.File costs a fcntl, and a registration with the runtime's poller for
+// a non-blocking one). The caller must close it.
+func (c *Conn) TakeRawFD(seq uint64) (int, error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
-	f, ok := c.inbox[seq]
+	fd, ok := c.inbox[seq]
 	if !ok {
 		if c.broken != nil {
-			return nil, c.broken
+			return -1, c.broken
 		}
-		return nil, fmt.Errorf("descriptor %d: %w", seq, ErrNoFD)
+		return -1, fmt.Errorf("descriptor %d: %w", seq, ErrNoFD)
 	}
 	delete(c.inbox, seq)
-	return f, nil
+	return fd, nil
 }
 
 // Read implements io.Reader, collecting any descriptors that arrive. It
@@ -231,7 +242,7 @@ func (c *Conn) collect(oob []byte) error {
 				bad = ErrTooManyFDs
 				continue
 			}
-			c.inbox[c.recvd] = os.NewFile(uintptr(fd), fmt.Sprintf("wire-fd-%d", c.recvd))
+			c.inbox[c.recvd] = fd
 		}
 	}
 	if bad != nil {
@@ -312,8 +323,8 @@ func (c *Conn) Close() error {
 	c.drainBehind()
 	err := c.uc.Close()
 	c.rmu.Lock()
-	for k, f := range c.inbox {
-		_ = f.Close()
+	for k, fd := range c.inbox {
+		_ = syscall.Close(fd)
 		delete(c.inbox, k)
 	}
 	c.rmu.Unlock()
