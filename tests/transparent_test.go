@@ -205,17 +205,26 @@ func TestTransparentEgress(t *testing.T) {
 	})
 	t.Run("the wall's own loopback stays inside", func(t *testing.T) {
 		// A server of the app's own on the granted port number: the
-		// app's connect reaches it, not the host's.
+		// app's connect reaches it, not the host's. The same program
+		// first reaches the host's server on that port (the entry then
+		// knows nothing listens there in the wall), then listens on it
+		// itself: its next connect must stay inside.
 		s := s.in(t)
 		py := "import http.server, threading, urllib.request\n" +
+			"get = lambda: urllib.request.urlopen('http://127.0.0.1:" + granted + "/', timeout=20).read().decode().strip()\n" +
+			"print('before:', get())\n" +
 			"class H(http.server.BaseHTTPRequestHandler):\n" +
 			" def do_GET(self):\n  self.send_response(200); self.end_headers(); self.wfile.write(b'inside the wall')\n" +
 			" def log_message(self, *a): pass\n" +
 			"srv = http.server.HTTPServer(('127.0.0.1', " + granted + "), H)\n" +
 			"threading.Thread(target=srv.serve_forever, daemon=True).start()\n" +
-			"print(urllib.request.urlopen('http://127.0.0.1:" + granted + "/', timeout=20).read().decode())\n"
-		if r := s.runIn("nina", false, nil, "python3", "-c", py); !strings.Contains(r.Out, "inside the wall") {
-			t.Errorf("%+v; want the app's own server's answer", r)
+			"print('after:', get())\n"
+		r := s.runIn("nina", false, nil, "python3", "-c", py)
+		if !strings.Contains(r.Out, "before: hello through the wall") {
+			t.Errorf("%+v; want the host server's answer before the app listens", r)
+		}
+		if !strings.Contains(r.Out, "after: inside the wall") {
+			t.Errorf("%+v; want the app's own server's answer once it listens", r)
 		}
 	})
 	t.Run("attacks", func(t *testing.T) {
@@ -267,24 +276,24 @@ func TestTransparentEgress(t *testing.T) {
 	})
 	t.Run("the refusal's record", func(t *testing.T) {
 		s := s.in(t)
-		_, logs := s.adminDo("GET", "/nina/logs", nil)
-		var found bool
-		for line := range strings.Lines(logs) {
-			i := strings.Index(line, "{")
-			if i < 0 {
-				continue
+		// The entry writes its records a few at a time (at most 20 ms late).
+		testenv.WaitFor(t, 5*time.Second, func() error {
+			_, logs := s.adminDo("GET", "/nina/logs", nil)
+			for line := range strings.Lines(logs) {
+				i := strings.Index(line, "{")
+				if i < 0 {
+					continue
+				}
+				var rec map[string]any
+				if json.Unmarshal([]byte(line[i:]), &rec) != nil {
+					continue
+				}
+				if rec["msg"] == "egress decision" && rec["vat"] == "nina" && rec["target"] == "tcp://127.0.0.1:"+refused && rec["allow"] == false && rec["reason"] != "" && rec["path"] == "transparent" {
+					return nil
+				}
 			}
-			var rec map[string]any
-			if json.Unmarshal([]byte(line[i:]), &rec) != nil {
-				continue
-			}
-			if rec["msg"] == "egress decision" && rec["vat"] == "nina" && rec["target"] == "tcp://127.0.0.1:"+refused && rec["allow"] == false && rec["reason"] != "" && rec["path"] == "transparent" {
-				found = true
-			}
-		}
-		if !found {
-			t.Errorf("no JSON record of the refusal of 127.0.0.1:%s in the vat's log:\n%s", refused, logs)
-		}
+			return fmt.Errorf("no JSON record of the refusal of 127.0.0.1:%s in the vat's log:\n%s", refused, logs)
+		})
 	})
 }
 
@@ -431,11 +440,14 @@ func TestTransparentEgressMCPStdio(t *testing.T) {
 	if last["target"] != "tcp://127.0.0.1:"+refused {
 		t.Errorf("last_refusal = %v; want tcp://127.0.0.1:%s", last, refused)
 	}
-	_, logs := s.adminDo("GET", "/fetcher/logs", nil)
 	rec := `"msg":"egress decision","vat":"fetcher","op":"connect","target":"tcp://127.0.0.1:` + refused + `","scheme":"tcp","allow":false`
-	if !strings.Contains(logs, rec) || !strings.Contains(logs, `"path":"transparent"`) {
-		t.Errorf("the vat's log has no transparent refusal record %s:\n%s", rec, logs)
-	}
+	testenv.WaitFor(t, 5*time.Second, func() error { // records are written at most 20 ms late
+		_, logs := s.adminDo("GET", "/fetcher/logs", nil)
+		if !strings.Contains(logs, rec) || !strings.Contains(logs, `"path":"transparent"`) {
+			return fmt.Errorf("the vat's log has no transparent refusal record %s:\n%s", rec, logs)
+		}
+		return nil
+	})
 }
 
 // TestTransparentDNS: the wall's DNS stub answers real resolvers. A lookup

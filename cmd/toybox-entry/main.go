@@ -38,12 +38,19 @@ import (
 	"toybox/vat/wall/entry"
 )
 
-// maxProcs bounds the threads that run the entry's Go code.
-const maxProcs = 8
+// maxProcs is how many threads run the entry's Go code at once: one. Its
+// work comes in short steps (a decision, a Cap'n Proto call, a splice the
+// kernel does), and with one P a goroutine that readies another hands it
+// the thread instead of waking a second one, which costs more than the
+// step on a machine where a thread switch is dear. No goroutine of the
+// entry's waits in a blocking call (its listeners, the seccomp listener
+// and the connector's socket wait in the runtime's poller), so none holds
+// the P from the others.
+const maxProcs = 1
 
-// mcpRecordDelay is how long the bridge's decision records may wait to be
-// written together (entry.BatchWriter).
-const mcpRecordDelay = 5 * time.Millisecond
+// recordDelay is how long the entry's records (the proxy's and the
+// bridge's decisions) may wait to be written together (entry.BatchWriter).
+const recordDelay = 20 * time.Millisecond
 
 // usage is the synopsis main prints when the launcher refused the flags.
 const usage = "usage: toybox-entry --vat ID [--cap-fd N --proxy-port P [--forward PORT=HOST:PORT]... [--egress-mode transparent|proxy]] " +
@@ -62,11 +69,17 @@ func main() {
 	// TE_TASK_RESERVE, in the wall's cgroup where it has one, else in
 	// RLIMIT_NPROC): this runtime's threads must fit in them beside an
 	// app at its own limit. At most maxProcs threads run Go
-	// code (the relays splice in the kernel), plus the runtime's few.
+	// code, plus the runtime's few.
 	if runtime.GOMAXPROCS(0) > maxProcs {
 		runtime.GOMAXPROCS(maxProcs)
 	}
+
+	// One JSON record per decision, on the vat's log, written a few at a
+	// time: one write a connect or a call would cost the entry a syscall
+	// and the supervisor a wake-up on the connect's own path.
+	records := entry.NewBatchWriter(os.Stderr, recordDelay)
 	failed := func(code int, err error) {
+		records.Flush()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "toybox-entry:", err)
 		}
@@ -98,9 +111,8 @@ func main() {
 		Forwards:  l.Forwards,
 		App:       l.Pid,
 		Listeners: l.listeners(),
-		// JSON, and every egress decision (info) whatever the level:
-		// one record each, on the vat's log.
-		Logger: slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: min(level, slog.LevelInfo)})),
+		// JSON, and every egress decision (info) whatever the level.
+		Logger: slog.New(slog.NewJSONHandler(records, &slog.HandlerOptions{Level: min(level, slog.LevelInfo)})),
 	}
 	if l.CapFD >= 3 {
 		cfg.Cap = os.NewFile(uintptr(l.CapFD), "entry-cap")
@@ -113,7 +125,6 @@ func main() {
 		if err != nil {
 			failed(entry.ExitSetup, err)
 		}
-		records := entry.NewBatchWriter(os.Stderr, mcpRecordDelay)
 		cfg.MCP = &entry.MCP{
 			Listener:   os.NewFile(uintptr(l.MCP.FD), "mcp-listen"),
 			Spawner:    os.NewFile(uintptr(l.MCP.SpawnerFD), "mcp-spawner"),
@@ -122,13 +133,13 @@ func main() {
 			Era:        mcp.Era(l.MCP.Era),
 			MaxProcs:   l.MCP.MaxProcs,
 			Idle:       time.Duration(l.MCP.IdleSeconds) * time.Second,
-			// One JSON record per decision, on the vat's log, written
-			// a few at a time (one a call would cost more than the call).
-			Logger: slog.New(slog.NewJSONHandler(records, &slog.HandlerOptions{Level: slog.LevelInfo})),
+			Logger:     slog.New(slog.NewJSONHandler(records, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		}
 		code := entry.RunMCP(context.Background(), cfg)
 		records.Flush()
 		os.Exit(code)
 	}
-	os.Exit(entry.Run(context.Background(), cfg))
+	code := entry.Run(context.Background(), cfg)
+	records.Flush()
+	os.Exit(code)
 }

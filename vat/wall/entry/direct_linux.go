@@ -346,10 +346,10 @@ var errRelay = errors.New("for the relay")
 // was revoked or lost (it is dropped). Any other error is the
 // switchboard's: admitted, and it failed. With inProgress the socket may
 // come back still connecting (a non-blocking connect()).
-func (d *direct) connect(ctx context.Context, t target, hello []byte, inProgress bool) (*os.File, error) {
+func (d *direct) connect(ctx context.Context, t target, hello []byte, inProgress bool) (int, error) {
 	ms := d.current(ctx)
 	if ms == nil {
-		return nil, errRelay
+		return -1, errRelay
 	}
 	for _, m := range ms {
 		fut, rel := m.h.Connect(ctx, func(ps schema.Handle_connect_Params) error {
@@ -379,26 +379,26 @@ func (d *direct) connect(ctx context.Context, t target, hello []byte, inProgress
 		rel()
 		switch {
 		case err == nil:
-			f, err := m.wc.TakeFD(seq)
+			fd, err := m.wc.TakeRawFD(seq)
 			if err != nil {
 				d.drop(m)
-				return nil, errRelay
+				return -1, errRelay
 			}
 			d.report(t, true, "")
-			return f, nil
+			return fd, nil
 		case refused(err):
 			continue // another member may admit it
 		case capnp.IsDisconnected(err) || strings.Contains(err.Error(), "handle revoked"):
 			d.drop(m)
-			return nil, errRelay
+			return -1, errRelay
 		case ctx.Err() != nil:
-			return nil, err
+			return -1, err
 		default:
 			d.report(t, false, err.Error())
-			return nil, err
+			return -1, err
 		}
 	}
-	return nil, errRelay // every member refused: the relay decides
+	return -1, errRelay // every member refused: the relay decides
 }
 
 // check asks each direct connection in turn for its decision on t
@@ -497,9 +497,9 @@ func (d *direct) send() {
 // for t on a direct connection, logged under path, or errRelay when the
 // relay must be asked (logged by the relay's path then). inProgress is
 // dialFile's: the socket may come back still connecting.
-func (p *Proxy) dialDirect(ctx context.Context, t target, hello []byte, inProgress bool, path string) (*os.File, error) {
+func (p *Proxy) dialDirect(ctx context.Context, t target, hello []byte, inProgress bool, path string) (int, error) {
 	if p.direct == nil || p.noFD {
-		return nil, errRelay
+		return -1, errRelay
 	}
 	f, err := p.direct.connect(ctx, t, hello, inProgress)
 	switch {
@@ -512,9 +512,10 @@ func (p *Proxy) dialDirect(ctx context.Context, t target, hello []byte, inProgre
 	return f, err
 }
 
-// fileUpstream makes an upstream of f, a socket the switchboard connected
-// (taking f).
-func (p *Proxy) fileUpstream(t target, f *os.File) (*upstream, error) {
+// fileUpstream makes an upstream of fd, a socket the switchboard connected
+// (taking fd).
+func (p *Proxy) fileUpstream(t target, fd int) (*upstream, error) {
+	f := os.NewFile(uintptr(fd), "upstream")
 	nc, err := net.FileConn(f)
 	_ = f.Close()
 	if err != nil {

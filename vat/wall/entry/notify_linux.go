@@ -13,7 +13,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -28,10 +30,11 @@ import (
 // a seccomp notification listener. For each one the entry reads the
 // address from the app's memory and takes the socket itself (pidfd_getfd),
 // checking after each step that the notification is still pending (so a
-// reused thread id cannot be read in its place). It never lets the call
-// go on in the kernel (SECCOMP_USER_NOTIF_FLAG_CONTINUE would read the
-// address and the descriptor again, after the decision): it answers with
-// a result of its own.
+// reused thread id cannot be read in its place). It never lets a
+// connect() go on in the kernel (SECCOMP_USER_NOTIF_FLAG_CONTINUE would
+// read the address and the descriptor again, after the decision): it
+// answers with a result of its own. The app's listen() calls come here
+// too, and go on: the entry only notes that one happened (listening).
 //
 //   - A TCP connect to an address outside the wall (a name's address from
 //     the DNS stub, an IP literal, or a loopback port nothing in the wall
@@ -56,6 +59,7 @@ const (
 	ioctlNotifSetFlags = 0x40082104
 	addFDFlagSetFD     = 1
 	notifFDSyncWakeUp  = 1
+	notifFlagContinue  = 1 // SECCOMP_USER_NOTIF_FLAG_CONTINUE
 	pidfdThread        = unix.O_EXCL
 	soNetnsCookie      = 71
 	maxSockaddr        = 128
@@ -92,7 +96,9 @@ var DNSAddr = netip.MustParseAddrPort("127.0.0.53:53")
 // notifier answers the app's connect() calls.
 type notifier struct {
 	p       *Proxy
-	lfd     *os.File
+	lfd     *os.File        // the listener, in the runtime's poller where it can be
+	fd      uintptr         // its descriptor (lfd.Fd would make it blocking again)
+	rc      syscall.RawConn // lfd's, nil: lfd is not pollable (serve polls itself)
 	conn    *connector
 	names   *names
 	cookie  uint64         // the wall's network namespace
@@ -104,6 +110,10 @@ type notifier struct {
 	// the wall without asking the connector whether something listens
 	// (a round trip to another process on every proxy client's connect).
 	own []netip.AddrPort
+
+	listens atomic.Uint64 // the app's listen() calls so far
+	mu      sync.Mutex
+	quiet   map[netip.AddrPort]uint64 // loopback addresses nothing listened at, as of listens
 }
 
 func ioctlPtr(fd uintptr, req uintptr, p unsafe.Pointer) syscall.Errno {
@@ -111,43 +121,110 @@ func ioctlPtr(fd uintptr, req uintptr, p unsafe.Pointer) syscall.Errno {
 	return e
 }
 
-// serve receives notifications until the listener has no task left.
+// serve receives notifications until the listener has no task left. It
+// waits in the runtime's poller, as the entry's sockets do, so that no
+// thread sits in a blocking call (with one P, such a thread would hold
+// the P from the goroutines it wakes until the runtime took it back).
 func (n *notifier) serve(ctx context.Context) {
-	fd := n.lfd.Fd()
 	// Wake the app's thread on the answering CPU: most of a connect's
 	// cost otherwise (kernel 6.6 and later; older ones say EINVAL).
-	_, _, _ = unix.Syscall(unix.SYS_IOCTL, fd, ioctlNotifSetFlags, notifFDSyncWakeUp)
+	_, _, _ = unix.Syscall(unix.SYS_IOCTL, n.fd, ioctlNotifSetFlags, notifFDSyncWakeUp)
 	for {
-		pf := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		if _, err := unix.Poll(pf, -1); err != nil && err != unix.EINTR {
-			return
-		}
-		if pf[0].Revents&(unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0 {
+		sn, stop, e := n.recv()
+		switch {
+		case stop:
 			return // no task of the app's is left
-		}
-		if pf[0].Revents&unix.POLLIN == 0 {
+		case e == unix.EINTR || e == unix.ENOENT:
 			continue
-		}
-		var sn seccompNotif
-		if e := ioctlPtr(fd, ioctlNotifRecv, unsafe.Pointer(&sn)); e != 0 {
-			if e == unix.EINTR || e == unix.ENOENT {
-				continue
-			}
+		case e != 0:
 			n.p.logger.Warn("transparent egress stopped", keyVat, n.p.id, keyReason, e.Error())
 			return
+		}
+		if sn.Nr == unix.SYS_LISTEN {
+			// A listener may be coming: what was probed quiet is
+			// probed again. The call itself is the kernel's to make.
+			n.listens.Add(1)
+			n.proceed(sn.ID)
+			continue
 		}
 		go n.handle(ctx, sn)
 	}
 }
 
+// recv takes the next notification. RECV itself would block until one
+// comes, so it is made once poll says one is pending; the wait between
+// is the poller's (or a blocking poll where the listener is not pollable).
+func (n *notifier) recv() (sn seccompNotif, stop bool, errno syscall.Errno) {
+	take := func(fd uintptr, wait int) bool {
+		pf := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		if _, err := unix.Poll(pf, wait); err != nil {
+			errno = errnoOf(err, unix.EIO)
+			return true
+		}
+		switch {
+		case pf[0].Revents&(unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0:
+			stop = true
+		case pf[0].Revents&unix.POLLIN != 0:
+			errno = ioctlPtr(fd, ioctlNotifRecv, unsafe.Pointer(&sn))
+		default:
+			return false
+		}
+		return true
+	}
+	if n.rc == nil {
+		for !take(n.fd, -1) {
+		}
+		return sn, stop, errno
+	}
+	if err := n.rc.Read(func(fd uintptr) bool { return take(fd, 0) }); err != nil {
+		return sn, true, 0
+	}
+	return sn, stop, errno
+}
+
+// proceed lets the app's call go on in the kernel (a listen(): nothing
+// about it is decided here, so its arguments may be read again there).
+func (n *notifier) proceed(id uint64) {
+	r := seccompResp{ID: id, Flags: notifFlagContinue}
+	_ = ioctlPtr(n.fd, ioctlNotifSend, unsafe.Pointer(&r))
+}
+
+// maxQuiet bounds the loopback addresses remembered as quiet.
+const maxQuiet = 1024
+
+// listening reports whether something in the wall listens at ap (a
+// loopback address), asking the connector unless ap was found quiet since
+// the app's last listen(): every listener in the wall but the entry's own
+// (bound before the app ran, and found by the first probe) comes from a
+// listen() of the app's, and each one passes through serve.
+func (n *notifier) listening(ap netip.AddrPort) bool {
+	gen := n.listens.Load()
+	n.mu.Lock()
+	g, ok := n.quiet[ap]
+	n.mu.Unlock()
+	if ok && g == gen {
+		return false
+	}
+	if n.conn.listening(ap) {
+		return true
+	}
+	n.mu.Lock()
+	if len(n.quiet) >= maxQuiet {
+		clear(n.quiet)
+	}
+	n.quiet[ap] = gen // as of before the probe: a listen() since makes it stale
+	n.mu.Unlock()
+	return false
+}
+
 func (n *notifier) valid(id uint64) bool {
-	return ioctlPtr(n.lfd.Fd(), ioctlNotifIDValid, unsafe.Pointer(&id)) == 0
+	return ioctlPtr(n.fd, ioctlNotifIDValid, unsafe.Pointer(&id)) == 0
 }
 
 // answer ends the app's connect() with errno (0: success).
 func (n *notifier) answer(id uint64, errno syscall.Errno) {
 	r := seccompResp{ID: id, Error: -int32(errno)}
-	_ = ioctlPtr(n.lfd.Fd(), ioctlNotifSend, unsafe.Pointer(&r))
+	_ = ioctlPtr(n.fd, ioctlNotifSend, unsafe.Pointer(&r))
 }
 
 // handle answers one connect().
@@ -324,7 +401,7 @@ func (n *notifier) outside(sock int, sa []byte) (netip.AddrPort, bool) {
 	if dom == unix.AF_INET && binary.NativeEndian.Uint16(sa) != unix.AF_INET {
 		return netip.AddrPort{}, false // the kernel's own error
 	}
-	if ap.Addr().IsLoopback() && (slices.Contains(n.own, ap) || n.conn.listening(ap)) {
+	if ap.Addr().IsLoopback() && (slices.Contains(n.own, ap) || n.listening(ap)) {
 		return netip.AddrPort{}, false
 	}
 	return ap, true
@@ -354,7 +431,7 @@ func (n *notifier) relay(ctx context.Context, sn seccompNotif, tid, fd, sock int
 	// longer than the decision.
 	fl, _ := unix.FcntlInt(uintptr(sock), unix.F_GETFL, 0)
 	nonblock := fl&unix.O_NONBLOCK != 0
-	f, err := n.p.dialFile(ctx, t, nonblock)
+	up, err := n.p.dialFile(ctx, t, nonblock)
 	if err != nil {
 		if strings.Contains(err.Error(), labels.SchemeRefused("tcp")) {
 			// Granted as http or https alone: the stream is read
@@ -368,27 +445,30 @@ func (n *notifier) relay(ctx context.Context, sn seccompNotif, tid, fd, sock int
 		}
 		return
 	}
-	defer f.Close()
-	up := int(f.Fd())
-	// The app's socket options that matter once connected, and its mode
-	// (the flag lives on the open file: the app's, shared with our dup).
-	for _, o := range [][2]int{{unix.IPPROTO_TCP, unix.TCP_NODELAY}, {unix.SOL_SOCKET, unix.SO_KEEPALIVE}} {
-		if v, err := unix.GetsockoptInt(sock, o[0], o[1]); err == nil {
-			_ = unix.SetsockoptInt(up, o[0], o[1], v)
-		}
+	defer unix.Close(up)
+	// The socket keeps the switchboard's options (TCP_NODELAY and
+	// SO_KEEPALIVE on); what the app sets once connected acts on it as on
+	// its own. Its mode is the app's (the flag lives on the open file:
+	// the app's, shared with our dup). Each syscall here is on the app's
+	// connect, so none is made that changes nothing.
+	if nonblock {
+		_, _ = unix.FcntlInt(uintptr(up), unix.F_SETFL, unix.O_NONBLOCK)
+	} else {
+		_, _ = unix.FcntlInt(uintptr(up), unix.F_SETFL, 0)
 	}
-	_ = unix.SetNonblock(up, nonblock)
 	// Still connecting: the app's non-blocking connect says so, as the
 	// kernel's would (POLLOUT and SO_ERROR then tell the end of it).
 	var errno syscall.Errno
-	if _, err := unix.Getpeername(up); nonblock && errors.Is(err, unix.ENOTCONN) {
-		errno = unix.EINPROGRESS
+	if nonblock {
+		if _, err := unix.Getpeername(up); errors.Is(err, unix.ENOTCONN) {
+			errno = unix.EINPROGRESS
+		}
 	}
 	add := seccompAddFD{ID: sn.ID, Flags: addFDFlagSetFD, Srcfd: uint32(up), Newfd: uint32(fd)}
 	if cloexec(tid, fd) {
 		add.NewfdFlags = unix.O_CLOEXEC
 	}
-	if e := ioctlPtr(n.lfd.Fd(), ioctlNotifAddFD, unsafe.Pointer(&add)); e != 0 {
+	if e := ioctlPtr(n.fd, ioctlNotifAddFD, unsafe.Pointer(&add)); e != 0 {
 		n.p.logger.Debug("putting the connected socket in place failed", keyVat, n.p.id, keyTarget, t.String(), keyReason, e.Error())
 		if n.valid(sn.ID) {
 			n.answer(sn.ID, unix.ECONNABORTED)
@@ -398,13 +478,21 @@ func (n *notifier) relay(ctx context.Context, sn seccompNotif, tid, fd, sock int
 	n.answer(sn.ID, errno)
 }
 
-// cloexec reports whether tid's fd is close-on-exec.
+// cloexec reports whether tid's fd is close-on-exec: its fdinfo's flags,
+// read with three syscalls (os.ReadFile makes twice as many).
 func cloexec(tid, fd int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/fdinfo/" + strconv.Itoa(fd))
+	path := "/proc/" + strconv.Itoa(tid) + "/fdinfo/" + strconv.Itoa(fd)
+	f, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return true
 	}
-	for line := range strings.Lines(string(b)) {
+	var buf [512]byte
+	n, err := unix.Read(f, buf[:])
+	_ = unix.Close(f)
+	if err != nil || n <= 0 {
+		return true
+	}
+	for line := range strings.Lines(string(buf[:n])) {
 		if v, ok := strings.CutPrefix(line, "flags:"); ok {
 			fl, err := strconv.ParseUint(strings.TrimSpace(v), 8, 64)
 			return err != nil || fl&unix.O_CLOEXEC != 0
@@ -414,9 +502,11 @@ func cloexec(tid, fd int) bool {
 }
 
 // connector is the launcher's connector: it connects sockets of the wall's
-// own network (the entry makes no connect itself).
+// own network (the entry makes no connect itself). Its socket waits in
+// the runtime's poller where it can (serve says why).
 type connector struct {
-	fd   int
+	f    *os.File
+	rc   syscall.RawConn // f's, nil: f is blocking
 	mu   sync.Mutex
 	next uint64
 	wait map[uint64]chan syscall.Errno
@@ -424,13 +514,14 @@ type connector struct {
 }
 
 func newConnector(f *os.File) (*connector, error) {
-	fd, err := unix.Dup(int(f.Fd()))
+	d, err := unix.Dup(int(f.Fd()))
 	_ = f.Close()
 	if err != nil {
 		return nil, err
 	}
-	unix.CloseOnExec(fd)
-	c := &connector{fd: fd, wait: map[uint64]chan syscall.Errno{}}
+	unix.CloseOnExec(d)
+	c := &connector{wait: map[uint64]chan syscall.Errno{}}
+	c.f, c.rc = polled(os.NewFile(uintptr(d), "connector"), "connector")
 	go c.read()
 	return c, nil
 }
@@ -438,8 +529,8 @@ func newConnector(f *os.File) (*connector, error) {
 func (c *connector) read() {
 	buf := make([]byte, 16)
 	for {
-		n, err := unix.Read(c.fd, buf)
-		if err == unix.EINTR {
+		n, err := c.f.Read(buf)
+		if errors.Is(err, unix.EINTR) {
 			continue
 		}
 		if err != nil || n != 16 {
@@ -461,6 +552,29 @@ func (c *connector) read() {
 		}
 		c.mu.Unlock()
 	}
+}
+
+// send writes one request, waiting in the poller while the socket is full.
+func (c *connector) send(req, rights []byte) error {
+	sendmsg := func(fd uintptr) error {
+		for {
+			err := unix.Sendmsg(int(fd), req, rights, nil, unix.MSG_NOSIGNAL)
+			if err != unix.EINTR {
+				return err
+			}
+		}
+	}
+	if c.rc == nil {
+		return sendmsg(c.f.Fd())
+	}
+	var err error
+	if werr := c.rc.Write(func(fd uintptr) bool {
+		err = sendmsg(fd)
+		return !errors.Is(err, unix.EAGAIN)
+	}); werr != nil {
+		return werr
+	}
+	return err
 }
 
 // Connector requests (struct tn_req's op).
@@ -512,18 +626,11 @@ func (c *connector) call(op uint32, sock int, sa []byte) syscall.Errno {
 	if sock >= 0 {
 		rights = unix.UnixRights(sock)
 	}
-	for {
-		err := unix.Sendmsg(c.fd, req, rights, nil, unix.MSG_NOSIGNAL)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			c.mu.Lock()
-			delete(c.wait, id)
-			c.mu.Unlock()
-			return unix.EACCES
-		}
-		break
+	if err := c.send(req, rights); err != nil {
+		c.mu.Lock()
+		delete(c.wait, id)
+		c.mu.Unlock()
+		return unix.EACCES
 	}
 	return <-ch
 }
@@ -535,10 +642,10 @@ const pathTransparent = "transparent"
 // dialFile asks the Handle for a connection to t and returns the socket
 // the switchboard connected (with inProgress, perhaps still connecting).
 // Every decision is logged (path transparent).
-func (p *Proxy) dialFile(ctx context.Context, t target, inProgress bool) (*os.File, error) {
+func (p *Proxy) dialFile(ctx context.Context, t target, inProgress bool) (int, error) {
 	if !p.handle.IsValid() {
 		p.log(t, false, ErrNoGrant.Error(), pathTransparent)
-		return nil, ErrNoGrant
+		return -1, ErrNoGrant
 	}
 	if f, err := p.dialDirect(ctx, t, nil, inProgress, pathTransparent); !errors.Is(err, errRelay) {
 		return f, err
@@ -555,7 +662,7 @@ func (p *Proxy) dialFile(ctx context.Context, t target, inProgress bool) (*os.Fi
 	res, err := fut.Struct()
 	if err != nil {
 		p.log(t, false, err.Error(), pathTransparent)
-		return nil, err
+		return -1, err
 	}
 	seq := res.Fd()
 	if seq == 0 {
@@ -563,15 +670,15 @@ func (p *Proxy) dialFile(ctx context.Context, t target, inProgress bool) (*os.Fi
 			up.Release()
 		}
 		p.log(t, false, "the Handle returned no socket", pathTransparent)
-		return nil, errors.New("the Handle returned no socket")
+		return -1, errors.New("the Handle returned no socket")
 	}
-	f, err := p.conn.TakeFD(seq)
+	fd, err := p.conn.TakeRawFD(seq)
 	if err != nil {
 		p.log(t, false, "taking the connected socket: "+err.Error(), pathTransparent)
-		return nil, err
+		return -1, err
 	}
 	p.log(t, true, "", pathTransparent)
-	return f, nil
+	return fd, nil
 }
 
 // startTransparent serves the app's connect() calls and the DNS stub when
@@ -658,11 +765,13 @@ func startTransparent(ctx context.Context, p *Proxy, ls *Listeners, own []net.Li
 		return nil, fmt.Errorf("the connector's socket: %w", err)
 	}
 	n := &notifier{
-		p: p, lfd: ls.Notify, conn: conn, names: newNames(), cookie: cookie,
+		p: p, conn: conn, names: newNames(), cookie: cookie, quiet: map[netip.AddrPort]uint64{},
 		stub:    netip.AddrPortFrom(netip.AddrFrom4(in4.Addr), uint16(in4.Port)),
 		stubTCP: netip.AddrPortFrom(netip.AddrFrom4(tin4.Addr), uint16(tin4.Port)),
 		schemes: newSchemes(netip.AddrPortFrom(netip.AddrFrom4(sin4.Addr), uint16(sin4.Port))),
 	}
+	n.lfd, n.rc = polled(ls.Notify, "seccomp-notify")
+	n.fd = uintptr(n.fdOf())
 	for _, l := range own {
 		if a, ok := l.Addr().(*net.TCPAddr); ok {
 			ap := a.AddrPort()
@@ -675,4 +784,40 @@ func startTransparent(ctx context.Context, p *Proxy, ls *Listeners, own []net.Li
 	go n.serve(ctx)
 	go n.serveSchemes(ctx, sl)
 	return func() { _ = pc.Close(); _ = tl.Close(); _ = sl.Close() }, nil
+}
+
+// polled returns f in the runtime's poller (non-blocking), with its
+// RawConn, or f as it was and nil where it cannot be (the poller refuses
+// what epoll cannot wait on).
+func polled(f *os.File, name string) (*os.File, syscall.RawConn) {
+	d, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return f, nil
+	}
+	if err := unix.SetNonblock(d, true); err != nil {
+		_ = unix.Close(d)
+		return f, nil
+	}
+	nf := os.NewFile(uintptr(d), name)
+	if nf.SetReadDeadline(time.Time{}) != nil { // not in the poller
+		_ = nf.Close()
+		return f, nil
+	}
+	rc, err := nf.SyscallConn()
+	if err != nil {
+		_ = nf.Close()
+		return f, nil
+	}
+	_ = f.Close()
+	return nf, rc
+}
+
+// fdOf is the listener's descriptor, read without making it blocking.
+func (n *notifier) fdOf() int {
+	if n.rc == nil {
+		return int(n.lfd.Fd())
+	}
+	fd := -1
+	_ = n.rc.Control(func(d uintptr) { fd = int(d) })
+	return fd
 }

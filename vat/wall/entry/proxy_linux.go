@@ -633,13 +633,13 @@ func (p *Proxy) dial(ctx context.Context, t target, hello []byte, client *net.TC
 		return nil, err
 	}
 	if seq := res.Fd(); seq != 0 {
-		f, err := p.conn.TakeFD(seq)
+		fd, err := p.conn.TakeRawFD(seq)
 		if err != nil {
 			p.log(t, false, "taking the connected socket: "+err.Error(), "")
 			return nil, fmt.Errorf("taking the connected socket: %w", err)
 		}
 		p.log(t, true, "", "fd")
-		return p.fileUpstream(t, f)
+		return p.fileUpstream(t, fd)
 	}
 	up := res.Upstream()
 	if !up.IsValid() {
