@@ -243,10 +243,45 @@ func (r *run) latencySection(ctx context.Context) {
 	note += cpuNote
 	set(RowConnectP50, 50, piped, r.sbMissing(), note)
 	set(RowConnectP99, 99, piped, r.sbMissing(), note)
-	transNote := fmt.Sprintf("%d connects per path in %d interleaved rounds; ours = inside the wall, a plain connect() to the echo server (the entry's seccomp notifier → supervisor relay → switchboard, the connected socket put in place of the app's) + 1-byte echo, timed by the app; baseline = dial the plain proxy + CONNECT + 200 + 1-byte echo from the host%s", n, r.cfg.LatencyRounds, wallCPU(proxy, transparent))
+	transNote := fmt.Sprintf("%d connects per path in %d interleaved rounds; ours = inside the wall, a plain connect() to the echo server (the entry's seccomp notifier → its direct switchboard connection, the connected socket put in place of the app's) + 1-byte echo, timed by the app; baseline = dial the plain proxy + CONNECT + 200 + 1-byte echo from the host%s", n, r.cfg.LatencyRounds, wallCPU(proxy, transparent))
 	set(RowTransP50, 50, transparent, r.wallMissing(), transNote)
 	set(RowTransP99, 99, transparent, r.wallMissing(), transNote)
-	set(RowWallLatency, 50, wall, r.wallMissing(), fmt.Sprintf("%d connects per path in %d interleaved rounds; ours = inside the wall, dial the entry's proxy on 127.0.0.1 + CONNECT (entry → supervisor relay → switchboard, socket handed over) + 1-byte echo, timed by the app; baseline = the same from the host through the plain proxy%s", n, r.cfg.LatencyRounds, wallCPU(proxy, wall)))
+	wallNote := fmt.Sprintf("%d connects per path in %d interleaved rounds; ours = inside the wall, dial the entry's proxy on 127.0.0.1 + CONNECT (the entry's direct switchboard connection, socket handed over, spliced to the app's) + 1-byte echo, timed by the app; baseline = the same from the host through the plain proxy%s", n, r.cfg.LatencyRounds, wallCPU(proxy, wall))
+	set(RowWallLatency, 50, wall, r.wallMissing(), wallNote)
+	set(RowWallP99, 99, wall, r.wallMissing(), wallNote)
+	r.connectCPU(RowWallCPU, proxy, wall)
+	r.connectCPU(RowTransCPU, proxy, transparent)
+}
+
+// toyboxRoles are the processes of toybox's own on an in-wall connect's
+// path (the app, the targets and the runner are the bench's).
+var toyboxRoles = []string{"toybox-entry", "supervisor", "switchboard"}
+
+// connectCPU sets row id: CPU µs per connect of toybox's processes on
+// ours, against the plain proxy process's on the baseline path.
+func (r *run) connectCPU(id string, proxy, ours *latPath) {
+	row := r.row(id)
+	switch {
+	case ours == nil:
+		row.NotMeasured(r.wallMissing())
+		return
+	case ours.err != nil:
+		row.NotMeasured(ours.name + " failed: " + errText(ours.err))
+		return
+	case proxy.attempts == 0 || ours.attempts == 0:
+		row.NotMeasured("no connect was made")
+		return
+	}
+	per := func(p *latPath, roles ...string) float64 {
+		var d time.Duration
+		for _, k := range roles {
+			d += p.byProc[k]
+		}
+		return float64(d.Microseconds()) / float64(p.attempts)
+	}
+	row.Baseline = ptr(per(proxy, "proxy"))
+	row.Ours = ptr(per(ours, toyboxRoles...))
+	row.Note = fmt.Sprintf("CPU (user + system, from /proc) over every round of the path, divided by its connects; ours = %s; %s; %s", strings.Join(toyboxRoles, " + "), proxy.perConnect(), ours.perConnect())
 }
 
 func echoOne(c net.Conn) error {
