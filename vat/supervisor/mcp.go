@@ -177,9 +177,14 @@ func newMCPRoute(in *instance, cfg manifest.MCP) *mcpRoute {
 		transport = rt.bridge
 	}
 	rt.proxy = &httputil.ReverseProxy{
-		ErrorLog:      in.proxy.ErrorLog,
-		Transport:     transport,
-		FlushInterval: -1,
+		ErrorLog:  in.proxy.ErrorLog,
+		Transport: transport,
+		// An event stream, or an answer of unknown length, is flushed
+		// at each write (httputil does so whatever this says). An answer
+		// of known length goes out whole in one write (serveMCP flushes
+		// it). A negative interval would start a timer per answer whose
+		// goroutine wakes another thread and flushes the headers alone.
+		FlushInterval: 0,
 		BufferPool:    copyBuffers,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			c := pr.In.Context().Value(mcpCallKey{}).(*mcpCall)
@@ -507,6 +512,14 @@ func (s *Supervisor) serveMCP(w *mcpWriter, r *http.Request, id string, cfg *man
 	}
 	ctx := context.WithValue(r.Context(), mcpCallKey{}, c)
 	duplex(in.mcp.proxy).ServeHTTP(w, r.WithContext(ctx))
+	if w.status != 0 && w.Header().Get("Content-Length") != "" {
+		// An answer of known length is whole: it goes out now, before
+		// its decision record is written. (Flushing one of unknown
+		// length would chunk it.)
+		if f, ok := w.ResponseWriter.(http.Flusher); ok {
+			f.Flush()
+		}
+	}
 	if c.reason == "" {
 		c.reason = "proxied"
 	}

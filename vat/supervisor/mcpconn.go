@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -104,20 +105,29 @@ func (bc *bridgeConn) alive() bool {
 	return open
 }
 
-// get returns an open idle connection, or dials a new one.
-func (t *bridgeTransport) get(ctx context.Context) (*bridgeConn, error) {
+// get returns an idle connection, or dials a new one; reused says which.
+// With peek, an idle one is first checked to be open (alive). A request
+// whose body is in memory skips that system call: written to a
+// connection the bridge closed, it fails whole (EPIPE on a unix socket)
+// and is written again on a new one.
+func (t *bridgeTransport) get(ctx context.Context, peek bool) (bc *bridgeConn, reused bool, err error) {
 	t.mu.Lock()
 	for len(t.idle) > 0 {
 		bc := t.idle[len(t.idle)-1]
 		t.idle = t.idle[:len(t.idle)-1]
 		t.mu.Unlock()
-		if bc.alive() {
-			return bc, nil
+		if !peek || bc.alive() {
+			return bc, true, nil
 		}
 		_ = bc.c.Close()
 		t.mu.Lock()
 	}
 	t.mu.Unlock()
+	bc, err = t.dial(ctx)
+	return bc, false, err
+}
+
+func (t *bridgeTransport) dial(ctx context.Context) (*bridgeConn, error) {
 	c, err := dialApp(ctx, t.in.sock)
 	t.in.answered(err)
 	if err != nil {
@@ -156,21 +166,30 @@ func (t *bridgeTransport) closeIdle() {
 // ending closes the connection, so a stream ends with its client.
 func (t *bridgeTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
-	bc, err := t.get(ctx)
+	body, err := inMemory(req)
 	if err != nil {
 		return nil, err
 	}
-	stop := context.AfterFunc(ctx, func() { _ = bc.c.Close() })
-	resp, err := bc.roundTrip(req)
+	bc, reused, err := t.get(ctx, body == nil)
 	if err != nil {
-		stop()
-		_ = bc.c.Close()
+		closeBody(req)
+		return nil, err
+	}
+	resp, written, err := t.exchange(ctx, bc, req, body)
+	if err != nil && !written && reused && body != nil && ctx.Err() == nil {
+		// An idle connection the bridge had closed: nothing of the
+		// request reached it.
+		if bc, err = t.dial(ctx); err != nil {
+			return nil, err
+		}
+		resp, _, err = t.exchange(ctx, bc, req, body)
+	}
+	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
 		return nil, err
 	}
-	resp.Body = &bridgeBody{body: resp.Body, t: t, bc: bc, stop: stop, keep: !resp.Close && !req.Close}
 	if t.in.unanswered.Load() {
 		// An answer on a connection kept open says it answers, as one on
 		// a new connection does (answering).
@@ -179,40 +198,61 @@ func (t *bridgeTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
-func (bc *bridgeConn) roundTrip(req *http.Request) (*http.Response, error) {
+// exchange writes req on bc (with body instead of req.Body when body is
+// not nil) and reads the answer's headers. written says whether the
+// request was written whole; on an error bc is closed.
+func (t *bridgeTransport) exchange(ctx context.Context, bc *bridgeConn, req *http.Request, body []byte) (*http.Response, bool, error) {
+	stop := context.AfterFunc(ctx, func() { _ = bc.c.Close() })
+	out := req
+	if body != nil {
+		out = new(http.Request)
+		*out = *req
+		out.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	resp, written, err := bc.roundTrip(out)
+	if err != nil {
+		stop()
+		_ = bc.c.Close()
+		return nil, written, err
+	}
+	resp.Body = &bridgeBody{body: resp.Body, t: t, bc: bc, stop: stop, keep: !resp.Close && !req.Close}
+	return resp, true, nil
+}
+
+func (bc *bridgeConn) roundTrip(req *http.Request) (*http.Response, bool, error) {
 	if err := req.Write(bc.bw); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if err := bc.bw.Flush(); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if err := bc.c.SetReadDeadline(time.Now().Add(vatHeaderTimeout)); err != nil {
-		return nil, err
+		return nil, true, err
 	}
 	bc.lr.n = maxVatHeaderBytes
 	defer func() { bc.lr.n = -1 }()
 	for range max1xx {
 		resp, err := http.ReadResponse(bc.br, req)
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return nil, fmt.Errorf("timeout awaiting response headers: %w", err)
+			return nil, true, fmt.Errorf("timeout awaiting response headers: %w", err)
 		}
 		if err != nil {
-			return nil, err
+			return nil, true, err
 		}
 		switch {
 		case resp.StatusCode == http.StatusSwitchingProtocols:
 			_ = resp.Body.Close()
-			return nil, errors.New("the bridge switched protocols: MCP has no upgrade")
+			return nil, true, errors.New("the bridge switched protocols: MCP has no upgrade")
 		case resp.StatusCode < 200:
 			// Informational: MCP has none; dropped.
 			continue
 		}
 		if err := bc.c.SetReadDeadline(time.Time{}); err != nil {
-			return nil, err
+			return nil, true, err
 		}
-		return resp, nil
+		return resp, true, nil
 	}
-	return nil, fmt.Errorf("more than %d informational answers", max1xx)
+	return nil, true, fmt.Errorf("more than %d informational answers", max1xx)
 }
 
 // bridgeBody is an answer's body: read to its end, its connection goes
@@ -260,4 +300,29 @@ func (b *bridgeBody) finish(whole bool) {
 	b.stop()
 	_ = b.bc.c.Close()
 	_ = b.body.Close()
+}
+
+// inMemory reads req's body when it is at most bridgeBufSize bytes
+// (closing it), or returns nil. Such a body goes out with its headers in
+// one write (Request.Write flushes the headers alone before a body it
+// does not know to be in memory: one more write, which may wake the
+// bridge twice), and can be written again.
+func inMemory(req *http.Request) ([]byte, error) {
+	if req.Body == nil || req.Body == http.NoBody || req.ContentLength <= 0 || req.ContentLength > bridgeBufSize {
+		return nil, nil
+	}
+	body := make([]byte, req.ContentLength)
+	_, err := io.ReadFull(req.Body, body)
+	_ = req.Body.Close()
+	if err != nil {
+		return nil, fmt.Errorf("reading the request body: %w", err)
+	}
+	return body, nil
+}
+
+// closeBody closes req's body, as a RoundTripper must even on an error.
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		_ = req.Body.Close()
+	}
 }

@@ -131,8 +131,9 @@ func TestBridgeTransport(t *testing.T) {
 	_ = resp.Body.Close()
 }
 
-// TestBridgeTransportIdleClosed: an idle connection the bridge closed
-// (its wall restarted) is found closed before a request is written on it.
+// TestBridgeTransportIdleClosed: a small request written on an idle
+// connection the bridge closed (its wall restarted) fails whole and is
+// written again on a new connection.
 func TestBridgeTransportIdleClosed(t *testing.T) {
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") })
 	path, conns, srv := bridgeServer(t, h)
@@ -162,5 +163,99 @@ func TestBridgeTransportIdleClosed(t *testing.T) {
 	_ = resp.Body.Close()
 	if n := conns.Load(); n < 2 {
 		t.Errorf("%d connections; want a new one", n)
+	}
+}
+
+// TestBridgeTransportIdleClosedLargeBody: a body too large to hold in
+// memory cannot be written twice, so the idle connection is checked open
+// before it is written on (the case above writes a small body at once).
+func TestBridgeTransportIdleClosedLargeBody(t *testing.T) {
+	var got atomic.Int64
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got.Add(int64(len(b)))
+		_, _ = io.WriteString(w, "ok")
+	})
+	path, conns, srv := bridgeServer(t, h)
+	bt := &bridgeTransport{in: &instance{sock: path}}
+	defer bt.closeIdle()
+	resp, err := get(t, bt, context.Background(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	srv.SetKeepAlivesEnabled(false)
+	srv.SetKeepAlivesEnabled(true)
+	time.Sleep(50 * time.Millisecond)
+	big := strings.Repeat("x", bridgeBufSize+1)
+	resp, err = get(t, bt, context.Background(), big)
+	if err != nil {
+		t.Fatalf("a large request after the bridge closed the idle connection: %v", err)
+	}
+	_, _ = io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if n := conns.Load(); n != 2 {
+		t.Errorf("%d connections; want 2", n)
+	}
+	if n := got.Load(); n != int64(1+len(big)) {
+		t.Errorf("the bridge read %d body bytes; want %d", n, 1+len(big))
+	}
+}
+
+// TestBridgeTransportNoResend: a request written whole on a kept
+// connection that the bridge then closes without an answer is not
+// written again: the bridge may have acted on it (a tools/call runs
+// once).
+func TestBridgeTransportNoResend(t *testing.T) {
+	dir, err := os.MkdirTemp("", "bt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "b.sock")
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var requests atomic.Int64
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					_, _ = io.ReadAll(req.Body)
+					if requests.Add(1) > 1 {
+						return // read whole, then gone without an answer
+					}
+					_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+				}
+			}()
+		}
+	}()
+	bt := &bridgeTransport{in: &instance{sock: path}}
+	defer bt.closeIdle()
+	resp, err := get(t, bt, context.Background(), "first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if _, err := get(t, bt, context.Background(), "second"); err == nil {
+		t.Fatal("an answer from a bridge that closed without one")
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n := requests.Load(); n != 2 {
+		t.Errorf("the bridge got %d requests; want 2 (the second written once)", n)
 	}
 }
