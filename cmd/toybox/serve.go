@@ -35,6 +35,7 @@ import (
 	"toybox/vat/switches"
 	"toybox/vat/ui"
 	"toybox/vat/wall"
+	"toybox/vat/wall/entry"
 )
 
 func init() { commands["serve"] = serveMain }
@@ -146,6 +147,12 @@ func serveMain(args []string) int {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	// The MCP edge's decision records, one a call, go out a few at a
+	// time: written alone, each cost a write, more than a tenth of the
+	// edge's share of a call. A crash loses at most edgeRecordDelay's.
+	edgeRecords := entry.NewBatchWriter(os.Stderr, edgeRecordDelay)
+	defer edgeRecords.Flush()
+	edgeLog := slog.New(slog.NewJSONHandler(edgeRecords, &slog.HandlerOptions{Level: level}))
 	if *stateDir == "" {
 		fmt.Fprintln(os.Stderr, "toybox serve: --state is required")
 		fs.Usage()
@@ -191,7 +198,7 @@ func serveMain(args []string) int {
 		readyTimeout: *readyTimeout, stopGrace: *stopGrace, maxBody: *maxBody, wallTmp: *wallTmp << 20, wallTasks: *wallTasks, uidBase: *uidBase, hosts: hosts, mcpOrigins: mcpOrigins, pkgs: pkgs, publicURL: *publicURL,
 		wallMemory: *wallMemory << 20, wallCPUs: *wallCPUs, wallDisk: *wallDisk << 20,
 		walls: os.Getenv("TOYBOX_WALLS"), wallsDefault: os.Getenv("TOYBOX_WALLS_DEFAULT"),
-		status: *statusAddr, sink: sink,
+		status: *statusAddr, sink: sink, edgeLog: edgeLog,
 	}, log); err != nil {
 		log.Error("toybox serve", "error", err.Error())
 		fmt.Fprintln(os.Stderr, "toybox serve:", err)
@@ -234,7 +241,12 @@ type serveOptions struct {
 	sink                                          notices.Sink // nil: the log and the page only
 	pkgs                                          supervisor.PackagesConfig
 	publicURL                                     string
+	edgeLog                                       *slog.Logger // the MCP edge's decision records
 }
+
+// edgeRecordDelay is how long an MCP edge decision record may wait to be
+// written with others (entry.BatchWriter).
+const edgeRecordDelay = 20 * time.Millisecond
 
 // The operator's limits for each wall by default (toybox serve flags).
 const (
@@ -322,7 +334,7 @@ func runServe(o serveOptions, log *slog.Logger) error {
 			}
 			return p, nil
 		},
-		ReadyTimeout: o.readyTimeout, StopGrace: o.stopGrace, WallTmpBytes: o.wallTmp, WallMaxTasks: o.wallTasks, UIDBase: o.uidBase, Logger: log,
+		ReadyTimeout: o.readyTimeout, StopGrace: o.stopGrace, WallTmpBytes: o.wallTmp, WallMaxTasks: o.wallTasks, UIDBase: o.uidBase, Logger: log, EdgeLogger: o.edgeLog,
 		Cgroups: cg, Disks: disks, Limits: supervisor.Limits{MemoryBytes: o.wallMemory, CPUs: o.wallCPUs, DiskBytes: o.wallDisk},
 		OwnPorts: ownPorts(httpL), Hosts: o.hosts, MCPOrigins: o.mcpOrigins, Observer: view.activity, Packages: o.pkgs,
 		PublicURL: publicURL(o.publicURL, httpL),

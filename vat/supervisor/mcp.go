@@ -829,7 +829,7 @@ func (s *Supervisor) logMCP(id string, c *mcpCall, status int) {
 	if status >= 400 {
 		level = slog.LevelWarn
 	}
-	s.log.LogAttrs(context.Background(), level, "mcp", attrs...)
+	s.edgeLog.LogAttrs(context.Background(), level, "mcp", attrs...)
 }
 
 // mcpRecords is vat id's limiter of MCP records.

@@ -548,3 +548,26 @@ func TestMCPOnItsOwnOrigin(t *testing.T) {
 		t.Errorf("POST /mcp on bob's origin (no such vat) = %d; want 404", resp.StatusCode)
 	}
 }
+
+// TestMCPEdgeLogger: the edge's decision records go to EdgeLogger when
+// there is one (cmd/toybox writes them a few at a time), none to Logger.
+func TestMCPEdgeLogger(t *testing.T) {
+	logs, edge := &testenv.Buffer{}, &testenv.Buffer{}
+	s, st, _ := unwalledWith(t, Config{
+		StopGrace: time.Second, ReadyTimeout: 10 * time.Second,
+		BackoffMin: 10 * time.Millisecond, MaxRestarts: 1,
+		Logger:     slog.New(slog.NewJSONHandler(logs, nil)),
+		EdgeLogger: slog.New(slog.NewJSONHandler(edge, nil)),
+	})
+	installMCP(t, s, st, "alice")
+	front := httptest.NewServer(s.PublicHandler())
+	defer front.Close()
+	c := &mcpClient{t: t, url: front.URL + "/alice/mcp"}
+	c.initialize()
+	waitFor(t, "the edge's record of notifications/initialized", func() bool {
+		return strings.Contains(edge.String(), `"msg":"mcp"`) && strings.Contains(edge.String(), `"method":"notifications/initialized"`)
+	})
+	if strings.Contains(logs.String(), `"msg":"mcp"`) {
+		t.Errorf("an edge record on Logger, not EdgeLogger:\n%s", logs.String())
+	}
+}

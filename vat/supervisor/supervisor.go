@@ -8,6 +8,7 @@
 package supervisor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -195,6 +196,10 @@ type Config struct {
 	// Logger receives one record per launch, exit and admin change, and
 	// per MCP edge decision. If nil, discarded.
 	Logger *slog.Logger
+	// EdgeLogger receives the MCP edge's decision records (one per call)
+	// instead of Logger, so that they may be written a few at a time. If
+	// nil, Logger.
+	EdgeLogger *slog.Logger
 	// Observer is told of every egress decision, spawn and install. If
 	// nil, nothing is told.
 	Observer Observer
@@ -214,8 +219,9 @@ const (
 
 // Supervisor runs the installed vats.
 type Supervisor struct {
-	cfg Config
-	log *slog.Logger
+	cfg     Config
+	log     *slog.Logger
+	edgeLog *slog.Logger // the MCP edge's decision records
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -299,7 +305,7 @@ func New(cfg Config) (*Supervisor, error) {
 	rules.PublicHosts = cfg.Hosts.Names()
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Supervisor{
-		cfg: cfg, log: log, ctx: ctx, cancel: cancel, vats: map[labels.VatID]*vat{},
+		cfg: cfg, log: log, edgeLog: cmp.Or(cfg.EdgeLogger, log), ctx: ctx, cancel: cancel, vats: map[labels.VatID]*vat{},
 		tokens: toks, mcpRules: rules, mcpLogs: map[string]*tokens.Records{},
 		walls: wall.NewHost(),
 	}, nil
