@@ -18,19 +18,34 @@ import (
 // descriptors for every connection, idle or not, beside its two sockets
 // (toybox-entry ran out of descriptors at about 3300 idle connections under
 // a limit of 20000).
+//
+// A pipe of the default size holds 64 KiB, so a gigabyte took 32768
+// splice(2) calls, each a costly trip into the kernel: the first BigPipes
+// pipes open at once are grown to 1 MiB, as Go's own io.Copy grows its
+// pipes. An empty pipe holds no pages whatever its size, but a grown one
+// can hold a MiB in flight while its destination is slow, and the kernel
+// counts its size against the user's pipe pages (fs.pipe-user-pages-soft,
+// 64 MiB by default), which the app in the wall shares. Hence the bound.
 const (
-	MaxPipes     = 256     // pipes open at once unless SetMaxPipes says fewer; past it a direction copies through a buffer
-	maxFreePipes = 16      // idle pipes kept for the next burst
-	spliceMax    = 1 << 20 // bytes asked of one splice(2) (a pipe holds 64 KiB)
-	bufSize      = 32 << 10
+	MaxPipes     = 256      // pipes open at once unless SetMaxPipes says fewer; past it a direction copies through a buffer
+	maxFreePipes = 16       // idle pipes kept for the next burst
+	BigPipes     = 8        // pipes grown to bigPipeSize at once: 8 MiB in flight, 2048 of the user's 16384 default pipe pages
+	bigPipeSize  = 1 << 20  // fs.pipe-max-size's default: what an unprivileged user may grow a pipe to
+	spliceMax    = 1 << 20  // bytes asked of one splice(2)
+	bufSize      = 32 << 10 // a direction's buffer when no pipe can be had
 )
 
-type pipe struct{ r, w int }
+// pipe is one splice pipe; big says it was grown to bigPipeSize.
+type pipe struct {
+	r, w int
+	big  bool
+}
 
 var pipes struct {
 	sync.Mutex
 	free []pipe
 	open int
+	big  int // grown pipes open
 	max  int
 }
 
@@ -51,7 +66,16 @@ func getPipe() (pipe, bool) {
 	pipes.Lock()
 	defer pipes.Unlock()
 	if n := len(pipes.free); n > 0 {
-		p := pipes.free[n-1]
+		// A grown pipe first: the free list is short (maxFreePipes).
+		i := n - 1
+		for j := i; j >= 0; j-- {
+			if pipes.free[j].big {
+				i = j
+				break
+			}
+		}
+		p := pipes.free[i]
+		pipes.free[i] = pipes.free[n-1]
 		pipes.free = pipes.free[:n-1]
 		return p, true
 	}
@@ -63,7 +87,26 @@ func getPipe() (pipe, bool) {
 		return pipe{}, false
 	}
 	pipes.open++
-	return pipe{r: fds[0], w: fds[1]}, true
+	p := pipe{r: fds[0], w: fds[1]}
+	if pipes.big < BigPipes {
+		// A user past its pipe pages (or a pipe-max-size below 1 MiB)
+		// refuses this with EPERM: the pipe keeps the size it has.
+		if _, err := unix.FcntlInt(uintptr(p.w), unix.F_SETPIPE_SZ, bigPipeSize); err == nil {
+			p.big = true
+			pipes.big++
+		}
+	}
+	return p, true
+}
+
+// closePipe closes p; pipes must be locked.
+func closePipe(p pipe) {
+	pipes.open--
+	if p.big {
+		pipes.big--
+	}
+	_ = unix.Close(p.r)
+	_ = unix.Close(p.w)
 }
 
 // putPipe gives back p, which must be empty.
@@ -74,18 +117,14 @@ func putPipe(p pipe) {
 		pipes.free = append(pipes.free, p)
 		return
 	}
-	pipes.open--
-	_ = unix.Close(p.r)
-	_ = unix.Close(p.w)
+	closePipe(p)
 }
 
 // dropPipe closes p, which may still hold bytes.
 func dropPipe(p pipe) {
 	pipes.Lock()
-	pipes.open--
-	pipes.Unlock()
-	_ = unix.Close(p.r)
-	_ = unix.Close(p.w)
+	defer pipes.Unlock()
+	closePipe(p)
 }
 
 var bufs = sync.Pool{New: func() any { b := make([]byte, bufSize); return &b }}

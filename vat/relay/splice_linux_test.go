@@ -1,11 +1,20 @@
 package relay
 
 import (
+	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"toybox/tests/testenv"
 )
 
 // openFDs counts this process's open descriptors.
@@ -117,4 +126,203 @@ func TestCopyWithoutPipes(t *testing.T) {
 	if ab != int64(len(payload)) {
 		t.Errorf("Pair moved %d bytes; want %d", ab, len(payload))
 	}
+}
+
+// pipeSize is the capacity of p as the kernel reports it.
+func pipeSize(t *testing.T, p pipe) int {
+	t.Helper()
+	n, err := unix.FcntlInt(uintptr(p.w), unix.F_GETPIPE_SZ, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestPoolGrowsPipes: the pool's pipes kept the default 64 KiB, so a
+// relayed gigabyte took 32768 splice(2) calls where Go's own io.Copy takes
+// 2048 (it grows its pipes to 1 MiB): toybox-entry made 31 000 splices per
+// GB (perf stat on it during bench -only bulk) and its proxy ran at 0.6× a
+// plain Go proxy. The first BigPipes pipes open at once are grown to
+// bigPipeSize, and no more: a grown pipe can hold a MiB in flight, and its
+// size counts against the user's pipe pages, which the app shares.
+func TestPoolGrowsPipes(t *testing.T) {
+	var taken []pipe
+	defer func() {
+		for _, p := range taken {
+			putPipe(p)
+		}
+	}()
+	big := 0
+	for {
+		p, ok := getPipe()
+		if !ok {
+			break
+		}
+		taken = append(taken, p)
+		size := pipeSize(t, p)
+		if p.big != (size == bigPipeSize) {
+			t.Errorf("pipe %d: big %v, size %d", len(taken), p.big, size)
+		}
+		if p.big {
+			big++
+		}
+		if len(taken) == 1 && size != bigPipeSize {
+			t.Errorf("the first pipe from the pool holds %d bytes; want %d", size, bigPipeSize)
+		}
+	}
+	if big != BigPipes {
+		t.Errorf("%d of %d pipes open at once hold %d bytes; want %d", big, len(taken), bigPipeSize, BigPipes)
+	}
+	// A grown pipe given back is the one the next taker gets.
+	putPipe(taken[0])
+	p, ok := getPipe()
+	taken[0] = p
+	if !ok || !p.big {
+		t.Errorf("getPipe after a grown pipe came back = %+v, %v; want a grown pipe", p, ok)
+	}
+}
+
+// pipeUserEnv names the child TestPipeBudgetFallback runs as another user.
+const pipeUserEnv = "RELAY_TEST_PIPE_USER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(pipeUserEnv) == "1" {
+		os.Exit(pipeUserChild())
+	}
+	os.Exit(m.Run())
+}
+
+// TestPipeBudgetFallback: a user whose pipes already hold its pipe pages
+// (fs.pipe-user-pages-soft) may not grow a pipe: F_SETPIPE_SZ answers
+// EPERM. toybox-entry runs as its vat's uid, and its app may have used the
+// budget up. The pool then keeps the size the kernel gave, and a relay
+// still moves every byte. The child runs as an unused uid: the kernel
+// counts pipe pages per user.
+func TestPipeBudgetFallback(t *testing.T) {
+	testenv.RequireRoot(t)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The child's uid must reach the binary.
+	dir := t.TempDir()
+	for d := dir; d != filepath.Dir(d) && d != os.TempDir(); d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := filepath.Join(dir, "relay.test")
+	data, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	uid := uint32(3_000_000_000 + os.Getpid()%1_000_000)
+	cmd := exec.Command(bin, "-test.run=^$")
+	cmd.Env = append(os.Environ(), pipeUserEnv+"=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}}
+	out, err := cmd.CombinedOutput()
+	t.Logf("child as uid %d:\n%s", uid, out)
+	if err != nil {
+		t.Fatalf("the child as uid %d: %v", uid, err)
+	}
+}
+
+// pipeUserChild is TestPipeBudgetFallback's child: it takes a grown pipe,
+// uses up its user's pipe pages with plain pipes, then relays 3 MiB with
+// the pipes the pool can still make. It returns the exit status.
+func pipeUserChild() int {
+	fail := func(format string, a ...any) int {
+		fmt.Printf("FAIL: "+format+"\n", a...)
+		return 1
+	}
+	if os.Geteuid() == 0 {
+		return fail("running as root")
+	}
+	first, ok := getPipe()
+	if !ok || !first.big {
+		return fail("the first pipe = %+v, %v; want one grown to %d bytes", first, ok, bigPipeSize)
+	}
+	// A pipe made past the budget gets the kernel's minimum (two pages).
+	var hold [][2]int
+	for {
+		var fds [2]int
+		if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
+			return fail("making plain pipes: %v (after %d)", err, len(hold))
+		}
+		hold = append(hold, fds)
+		n, err := unix.FcntlInt(uintptr(fds[1]), unix.F_GETPIPE_SZ, 0)
+		if err != nil {
+			return fail("F_GETPIPE_SZ: %v", err)
+		}
+		if n < 64<<10 {
+			break
+		}
+		if len(hold) > 8192 {
+			return fail("%d pipes and still no sign of the budget", len(hold))
+		}
+	}
+	fmt.Printf("the budget was used up after %d plain pipes\n", len(hold))
+	p, ok := getPipe()
+	if !ok || p.big {
+		return fail("getPipe past the budget = %+v, %v; want a pipe of the size the kernel gave", p, ok)
+	}
+	// p is kept (never given back): the relay below must make its own.
+	n, err := unix.FcntlInt(uintptr(p.w), unix.F_GETPIPE_SZ, 0)
+	fmt.Printf("a pool pipe past the budget holds %d bytes (%v)\n", n, err)
+
+	a, pa, err := loopbackPair()
+	if err != nil {
+		return fail("%v", err)
+	}
+	pb, b, err := loopbackPair()
+	if err != nil {
+		return fail("%v", err)
+	}
+	done := make(chan int64)
+	go func() { ab, _, _ := Pair(pa, pb); done <- ab }()
+	payload := make([]byte, 3<<20)
+	for i := range payload {
+		payload[i] = byte(i * 7)
+	}
+	go func() {
+		_, _ = a.Write(payload)
+		_ = a.(*net.TCPConn).CloseWrite()
+	}()
+	_ = b.SetReadDeadline(time.Now().Add(30 * time.Second))
+	got, err := io.ReadAll(b)
+	if err != nil || !bytes.Equal(got, payload) {
+		return fail("read %d bytes, %v; want the %d-byte payload", len(got), err, len(payload))
+	}
+	_ = b.(*net.TCPConn).CloseWrite()
+	if ab := <-done; ab != int64(len(payload)) {
+		return fail("Pair moved %d bytes; want %d", ab, len(payload))
+	}
+	pipes.Lock()
+	grown := pipes.big
+	pipes.Unlock()
+	if grown != 1 {
+		return fail("%d grown pipes open; want 1 (the first)", grown)
+	}
+	fmt.Println("ok")
+	return 0
+}
+
+// loopbackPair is two ends of one loopback TCP connection, for the child
+// (which has no *testing.T).
+func loopbackPair() (net.Conn, net.Conn, error) {
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer l.Close()
+	ch := make(chan net.Conn, 1)
+	go func() { c, _ := l.Accept(); ch <- c }()
+	c, err := net.Dial("tcp4", l.Addr().String())
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, <-ch, nil
 }
