@@ -231,7 +231,11 @@ func (h *handle) handOver(x *held) (uint64, error) {
 	// SendConn puts the socket in blocking mode: the receiver gets it as a
 	// freshly accepted socket comes. The switchboard does no I/O on its own
 	// copy after this point.
-	seq, err := h.p.wc.SendConn(sc)
+	send := h.p.wc.SendConn
+	if b, ok := x.conn.(interface{ isBlocking() bool }); ok && b.isBlocking() {
+		send = h.p.wc.SendBlockingConn
+	}
+	seq, err := send(sc)
 	if err != nil {
 		return 0, fmt.Errorf("passing the socket: %w", err)
 	}

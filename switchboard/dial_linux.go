@@ -72,21 +72,16 @@ func dialHandOverMode(ctx context.Context, ap netip.AddrPort, timeout time.Durat
 			return nil, opErr(ap, err)
 		}
 	}
-	if done {
+	if done || inProgress {
 		// Blocking from here, as a handed-over socket goes (and then
-		// os.NewFile leaves it out of the runtime's poller).
-		if err := unix.SetNonblock(fd, false); err != nil {
+		// os.NewFile leaves it out of the runtime's poller). F_SETFL sets
+		// the status flags outright: O_NONBLOCK is the only one this
+		// socket has, so no F_GETFL first.
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, 0); err != nil {
 			_ = unix.Close(fd)
 			return nil, opErr(ap, os.NewSyscallError("fcntl", err))
 		}
-		return &handOverConn{File: os.NewFile(uintptr(fd), "tcp:"+ap.String()), remote: net.TCPAddrFromAddrPort(ap)}, nil
-	}
-	if inProgress {
-		if err := unix.SetNonblock(fd, false); err != nil {
-			_ = unix.Close(fd)
-			return nil, opErr(ap, os.NewSyscallError("fcntl", err))
-		}
-		return &handOverConn{File: os.NewFile(uintptr(fd), "tcp:"+ap.String()), remote: net.TCPAddrFromAddrPort(ap)}, nil
+		return &handOverConn{File: os.NewFile(uintptr(fd), "tcp:"+ap.String()), remote: net.TCPAddrFromAddrPort(ap), blocking: true}, nil
 	}
 	// Still connecting: os.NewFile puts the non-blocking descriptor in
 	// the runtime's poller, where the wait parks only this goroutine.
@@ -180,7 +175,13 @@ func opErr(ap netip.AddrPort, err error) error {
 type handOverConn struct {
 	*os.File
 	remote *net.TCPAddr
+	// blocking says the socket is in blocking mode already (handOver
+	// need not look).
+	blocking bool
 }
+
+// isBlocking reports whether the socket is in blocking mode already.
+func (c *handOverConn) isBlocking() bool { return c.blocking }
 
 // LocalAddr is not looked up (a system call nobody needs on this path).
 func (c *handOverConn) LocalAddr() net.Addr  { return &net.TCPAddr{} }

@@ -196,7 +196,7 @@ func (c *Conn) writeOut(bufs *net.Buffers, wait bool) (int, error) {
 // the bytes written (dropped from *bufs) and the descriptors not sent:
 // all of them when the socket took nothing, and any left once *bufs is
 // empty (they wait for bytes to ride on).
-func (c *Conn) writeFDs(bufs *net.Buffers, fds []*os.File, wait bool) (int, []*os.File, error) {
+func (c *Conn) writeFDs(bufs *net.Buffers, fds []outFD, wait bool) (int, []outFD, error) {
 	rc, err := c.uc.SyscallConn()
 	if err != nil {
 		return 0, fds, err
@@ -218,8 +218,8 @@ func (c *Conn) writeFDs(bufs *net.Buffers, fds []*os.File, wait bool) (int, []*o
 		}
 		if len(batch) > 0 {
 			ints := make([]int, len(batch))
-			for i, f := range batch {
-				ints[i] = int(f.Fd())
+			for i, o := range batch {
+				ints[i] = o.num()
 			}
 			oob = syscall.UnixRights(ints...)
 		}
@@ -227,8 +227,8 @@ func (c *Conn) writeFDs(bufs *net.Buffers, fds []*os.File, wait bool) (int, []*o
 		if err != nil || n == 0 {
 			return written, fds, err
 		}
-		for _, f := range batch {
-			_ = f.Close()
+		for _, o := range batch {
+			o.close()
 		}
 		fds = fds[len(batch):]
 		written += n
