@@ -93,10 +93,35 @@ func dialHandOverMode(ctx context.Context, ap netip.AddrPort, timeout time.Durat
 	return &handOverConn{File: f, remote: net.TCPAddrFromAddrPort(ap)}, nil
 }
 
+// TCP states of tcp_info (include/net/tcp_states.h) that say a
+// non-blocking connect is not over (SYN_SENT) or failed (CLOSE); any
+// other one means the handshake is done.
+const (
+	tcpSynSent = 2
+	tcpClose   = 7
+)
+
 // connectedNow reports whether fd's non-blocking connect is done, without
-// waiting: writable with no pending error is connected; a pending error is
-// the connect's.
+// waiting. One getsockopt(TCP_INFO) says so in the usual cases (the
+// handshake done, or still under way); a connect that failed is asked
+// again with poll and SO_ERROR (pollConnected), for its error.
 func connectedNow(fd int) (bool, error) {
+	ti, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
+	if err == nil {
+		switch ti.State {
+		case tcpSynSent:
+			return false, nil
+		case tcpClose:
+		default:
+			return true, nil
+		}
+	}
+	return pollConnected(fd)
+}
+
+// pollConnected is connectedNow the long way: writable with no pending
+// error is connected; a pending error is the connect's.
+func pollConnected(fd int) (bool, error) {
 	p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
 	n, err := unix.Poll(p, 0)
 	if err != nil && !errors.Is(err, unix.EINTR) {
