@@ -146,14 +146,17 @@ func Copy(dst, src net.Conn) (int64, error) {
 // streamSocket returns c's descriptor when c is a stream socket (TCP, or
 // a unix stream socket).
 func streamSocket(c net.Conn) (syscall.RawConn, bool) {
+	tcp := false
 	switch c.(type) {
-	case *net.TCPConn, *net.UnixConn:
+	case *net.TCPConn:
+		tcp = true // a stream socket, by what TCP is: no getsockopt to ask
+	case *net.UnixConn:
 	default:
 		return nil, false
 	}
 	raw, err := c.(syscall.Conn).SyscallConn()
-	if err != nil {
-		return nil, false
+	if err != nil || tcp {
+		return raw, err == nil
 	}
 	typ := -1
 	if err := raw.Control(func(fd uintptr) { typ, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_TYPE) }); err != nil {
