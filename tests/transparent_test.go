@@ -206,9 +206,9 @@ func TestTransparentEgress(t *testing.T) {
 	t.Run("the wall's own loopback stays inside", func(t *testing.T) {
 		// A server of the app's own on the granted port number: the
 		// app's connect reaches it, not the host's. The same program
-		// first reaches the host's server on that port (the entry then
-		// knows nothing listens there in the wall), then listens on it
-		// itself: its next connect must stay inside.
+		// first reaches the host's server on that port, then listens on
+		// it itself: its next connect must stay inside (what the entry
+		// found before must not decide it).
 		s := s.in(t)
 		py := "import http.server, threading, urllib.request\n" +
 			"get = lambda: urllib.request.urlopen('http://127.0.0.1:" + granted + "/', timeout=20).read().decode().strip()\n" +

@@ -38,9 +38,8 @@ extern char **environ;
 #define TN_ARG_LO(i) (offsetof(struct seccomp_data, args) + 8 * (i))
 
 // te_app_filter is the app's own filter, on top of the wall's: connect()
-// and listen() wait for the entry (connect_ret is SECCOMP_RET_USER_NOTIF),
-// or are allowed when the kernel gave no listener (the entry lets every
-// listen() go on: it only notes that one happened). Whatever the answer, the app
+// waits for the entry (connect_ret is SECCOMP_RET_USER_NOTIF), or is
+// allowed when the kernel gave no listener. Whatever the answer, the app
 // may not read another process (the entry itself reads the app's memory
 // and descriptors, so the wall's filter lets those calls through for
 // it), use io_uring (its connect never passes here), or send with
@@ -54,28 +53,27 @@ static int te_app_filter(unsigned int connect_ret, unsigned int flags) {
 		/* 3 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
 		/* 4 */ BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000, 0, 1),
 		/* 5 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
-		/* 6 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_connect, 13, 0),
-		/* 7 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_listen, 12, 0),
-		/* 8 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_pidfd_getfd, 12, 0),
-		/* 9 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 11, 0),
-		/* 10 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_writev, 10, 0),
-		/* 11 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_ptrace, 9, 0),
-		/* 12 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_setup, 8, 0),
-		/* 13 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_enter, 7, 0),
-		/* 14 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_register, 6, 0),
-		/* 15 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_sendto, 6, 0),
-		/* 16 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_sendmmsg, 5, 0),
-		/* 17 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_sendmsg, 6, 0),
+		/* 6 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_connect, 12, 0),
+		/* 7 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_pidfd_getfd, 12, 0),
+		/* 8 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 11, 0),
+		/* 9 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_writev, 10, 0),
+		/* 10 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_ptrace, 9, 0),
+		/* 11 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_setup, 8, 0),
+		/* 12 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_enter, 7, 0),
+		/* 13 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_register, 6, 0),
+		/* 14 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_sendto, 6, 0),
+		/* 15 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_sendmmsg, 5, 0),
+		/* 16 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_sendmsg, 6, 0),
+		/* 17 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
 		/* 18 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-		/* 19 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-		/* 20 */ BPF_STMT(BPF_RET | BPF_K, connect_ret), // connect, listen
-		/* 21 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
-		/* 22 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, TN_ARG_LO(3)), // sendto, sendmmsg: flags
-		/* 23 */ BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, MSG_FASTOPEN, 3, 2),
-		/* 24 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, TN_ARG_LO(2)), // sendmsg: flags
-		/* 25 */ BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, MSG_FASTOPEN, 1, 0),
-		/* 26 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-		/* 27 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EOPNOTSUPP & SECCOMP_RET_DATA)),
+		/* 19 */ BPF_STMT(BPF_RET | BPF_K, connect_ret),
+		/* 20 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+		/* 21 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, TN_ARG_LO(3)), // sendto, sendmmsg: flags
+		/* 22 */ BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, MSG_FASTOPEN, 3, 2),
+		/* 23 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, TN_ARG_LO(2)), // sendmsg: flags
+		/* 24 */ BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, MSG_FASTOPEN, 1, 0),
+		/* 25 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+		/* 26 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EOPNOTSUPP & SECCOMP_RET_DATA)),
 	};
 	struct sock_fprog prog = {.len = (unsigned short)(sizeof(f) / sizeof(f[0])), .filter = f};
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {

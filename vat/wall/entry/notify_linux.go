@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -30,11 +29,10 @@ import (
 // a seccomp notification listener. For each one the entry reads the
 // address from the app's memory and takes the socket itself (pidfd_getfd),
 // checking after each step that the notification is still pending (so a
-// reused thread id cannot be read in its place). It never lets a
-// connect() go on in the kernel (SECCOMP_USER_NOTIF_FLAG_CONTINUE would
-// read the address and the descriptor again, after the decision): it
-// answers with a result of its own. The app's listen() calls come here
-// too, and go on: the entry only notes that one happened (listening).
+// reused thread id cannot be read in its place). It never lets the call
+// go on in the kernel (SECCOMP_USER_NOTIF_FLAG_CONTINUE would read the
+// address and the descriptor again, after the decision): it answers with
+// a result of its own.
 //
 //   - A TCP connect to an address outside the wall (a name's address from
 //     the DNS stub, an IP literal, or a loopback port nothing in the wall
@@ -59,7 +57,6 @@ const (
 	ioctlNotifSetFlags = 0x40082104
 	addFDFlagSetFD     = 1
 	notifFDSyncWakeUp  = 1
-	notifFlagContinue  = 1 // SECCOMP_USER_NOTIF_FLAG_CONTINUE
 	pidfdThread        = unix.O_EXCL
 	soNetnsCookie      = 71
 	maxSockaddr        = 128
@@ -110,10 +107,6 @@ type notifier struct {
 	// the wall without asking the connector whether something listens
 	// (a round trip to another process on every proxy client's connect).
 	own []netip.AddrPort
-
-	listens atomic.Uint64 // the app's listen() calls so far
-	mu      sync.Mutex
-	quiet   map[netip.AddrPort]uint64 // loopback addresses nothing listened at, as of listens
 }
 
 func ioctlPtr(fd uintptr, req uintptr, p unsafe.Pointer) syscall.Errno {
@@ -139,13 +132,6 @@ func (n *notifier) serve(ctx context.Context) {
 		case e != 0:
 			n.p.logger.Warn("transparent egress stopped", keyVat, n.p.id, keyReason, e.Error())
 			return
-		}
-		if sn.Nr == unix.SYS_LISTEN {
-			// A listener may be coming: what was probed quiet is
-			// probed again. The call itself is the kernel's to make.
-			n.listens.Add(1)
-			n.proceed(sn.ID)
-			continue
 		}
 		go n.handle(ctx, sn)
 	}
@@ -180,41 +166,6 @@ func (n *notifier) recv() (sn seccompNotif, stop bool, errno syscall.Errno) {
 		return sn, true, 0
 	}
 	return sn, stop, errno
-}
-
-// proceed lets the app's call go on in the kernel (a listen(): nothing
-// about it is decided here, so its arguments may be read again there).
-func (n *notifier) proceed(id uint64) {
-	r := seccompResp{ID: id, Flags: notifFlagContinue}
-	_ = ioctlPtr(n.fd, ioctlNotifSend, unsafe.Pointer(&r))
-}
-
-// maxQuiet bounds the loopback addresses remembered as quiet.
-const maxQuiet = 1024
-
-// listening reports whether something in the wall listens at ap (a
-// loopback address), asking the connector unless ap was found quiet since
-// the app's last listen(): every listener in the wall but the entry's own
-// (bound before the app ran, and found by the first probe) comes from a
-// listen() of the app's, and each one passes through serve.
-func (n *notifier) listening(ap netip.AddrPort) bool {
-	gen := n.listens.Load()
-	n.mu.Lock()
-	g, ok := n.quiet[ap]
-	n.mu.Unlock()
-	if ok && g == gen {
-		return false
-	}
-	if n.conn.listening(ap) {
-		return true
-	}
-	n.mu.Lock()
-	if len(n.quiet) >= maxQuiet {
-		clear(n.quiet)
-	}
-	n.quiet[ap] = gen // as of before the probe: a listen() since makes it stale
-	n.mu.Unlock()
-	return false
 }
 
 func (n *notifier) valid(id uint64) bool {
@@ -401,7 +352,7 @@ func (n *notifier) outside(sock int, sa []byte) (netip.AddrPort, bool) {
 	if dom == unix.AF_INET && binary.NativeEndian.Uint16(sa) != unix.AF_INET {
 		return netip.AddrPort{}, false // the kernel's own error
 	}
-	if ap.Addr().IsLoopback() && (slices.Contains(n.own, ap) || n.listening(ap)) {
+	if ap.Addr().IsLoopback() && (slices.Contains(n.own, ap) || n.conn.listening(ap)) {
 		return netip.AddrPort{}, false
 	}
 	return ap, true
@@ -765,7 +716,7 @@ func startTransparent(ctx context.Context, p *Proxy, ls *Listeners, own []net.Li
 		return nil, fmt.Errorf("the connector's socket: %w", err)
 	}
 	n := &notifier{
-		p: p, conn: conn, names: newNames(), cookie: cookie, quiet: map[netip.AddrPort]uint64{},
+		p: p, conn: conn, names: newNames(), cookie: cookie,
 		stub:    netip.AddrPortFrom(netip.AddrFrom4(in4.Addr), uint16(in4.Port)),
 		stubTCP: netip.AddrPortFrom(netip.AddrFrom4(tin4.Addr), uint16(tin4.Port)),
 		schemes: newSchemes(netip.AddrPortFrom(netip.AddrFrom4(sin4.Addr), uint16(sin4.Port))),
