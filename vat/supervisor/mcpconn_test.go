@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -29,15 +30,46 @@ func bridgeServer(t *testing.T, h http.Handler) (string, *atomic.Int64, *http.Se
 	if err != nil {
 		t.Fatal(err)
 	}
-	var conns atomic.Int64
+	var conns, idle atomic.Int64
 	srv := &http.Server{Handler: h, ConnState: func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
+		switch s {
+		case http.StateNew:
 			conns.Add(1)
+		case http.StateIdle:
+			idle.Add(1)
 		}
 	}}
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(func() { _ = srv.Close() })
+	idleOf.Store(srv, &idle)
+	t.Cleanup(func() { idleOf.Delete(srv) })
 	return path, &conns, srv
+}
+
+// idleOf counts each bridge server's connections gone idle.
+var idleOf sync.Map // *http.Server → *atomic.Int64
+
+func idleCount(srv *http.Server) int64 {
+	n, _ := idleOf.Load(srv)
+	return n.(*atomic.Int64).Load()
+}
+
+// closeIdle closes srv's idle connections, as a wall's restart ends the
+// bridge's, once the server has seen its connection go idle after the
+// answer the client already read (the client can read it first, and a
+// connection still active is not closed).
+func closeIdle(t *testing.T, srv *http.Server, idleBefore int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for idleCount(srv) <= idleBefore {
+		if time.Now().After(deadline) {
+			t.Fatal("the server's connection never went idle")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	srv.SetKeepAlivesEnabled(false)
+	srv.SetKeepAlivesEnabled(true)
+	time.Sleep(50 * time.Millisecond) // the close reaches our end
 }
 
 func get(t *testing.T, bt *bridgeTransport, ctx context.Context, body string) (*http.Response, error) {
@@ -139,6 +171,7 @@ func TestBridgeTransportIdleClosed(t *testing.T) {
 	path, conns, srv := bridgeServer(t, h)
 	bt := &bridgeTransport{in: &instance{sock: path}}
 	defer bt.closeIdle()
+	idle := idleCount(srv)
 	resp, err := get(t, bt, context.Background(), "a")
 	if err != nil {
 		t.Fatal(err)
@@ -151,11 +184,7 @@ func TestBridgeTransportIdleClosed(t *testing.T) {
 		t.Fatalf("%d idle connections; want 1", len(bt.idle))
 	}
 	bt.mu.Unlock()
-	// The server closes its idle connections, as a wall's restart
-	// ends the bridge's.
-	srv.SetKeepAlivesEnabled(false)
-	srv.SetKeepAlivesEnabled(true)
-	time.Sleep(50 * time.Millisecond) // the close reaches our end
+	closeIdle(t, srv, idle)
 	resp, err = get(t, bt, context.Background(), "b")
 	if err != nil {
 		t.Fatalf("a request after the bridge closed the idle connection: %v", err)
@@ -179,15 +208,14 @@ func TestBridgeTransportIdleClosedLargeBody(t *testing.T) {
 	path, conns, srv := bridgeServer(t, h)
 	bt := &bridgeTransport{in: &instance{sock: path}}
 	defer bt.closeIdle()
+	idle := idleCount(srv)
 	resp, err := get(t, bt, context.Background(), "a")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, _ = io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
-	srv.SetKeepAlivesEnabled(false)
-	srv.SetKeepAlivesEnabled(true)
-	time.Sleep(50 * time.Millisecond)
+	closeIdle(t, srv, idle)
 	big := strings.Repeat("x", bridgeBufSize+1)
 	resp, err = get(t, bt, context.Background(), big)
 	if err != nil {

@@ -295,8 +295,15 @@ func TestMCPStdoutNoise(t *testing.T) {
 	if err != nil {
 		t.Error(err)
 	}
-	if log := w.log(); !strings.Contains(log, "dotenv@17.2.0") || !strings.Contains(log, `"result":"dropped"`) {
-		t.Errorf("the vat's log does not name the dropped lines:\n%s", log)
+	// The bridge writes its records a few at a time (at most 20 ms late).
+	err = mcptest.Eventually(5*time.Second, func() error {
+		if log := w.log(); !strings.Contains(log, "dotenv@17.2.0") || !strings.Contains(log, `"result":"dropped"`) {
+			return fmt.Errorf("the vat's log does not name the dropped lines:\n%s", log)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
 	}
 }
 
