@@ -85,6 +85,10 @@ func probe(mode, arg string) int {
 			return 1
 		}
 		raw, _ := c.(*net.TCPConn).SyscallConn()
+		// lockSelf filters the calling thread alone (the launcher locks
+		// the entry before its runtime starts any other): every call
+		// below must be made on this thread.
+		runtime.LockOSThread()
 		if err := lockSelf(); err != nil {
 			fmt.Println("LOCK-ERR", err)
 			return 1
