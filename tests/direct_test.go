@@ -15,8 +15,10 @@ import (
 // supervisor asked for the vat (the switchboard's record of it names the
 // supervisor's socket with +direct and carries the vat's labels); each
 // member of a list grant is reached, and what no member admits is refused
-// with the relay's words. The supervisor still counts the direct connects
-// in the vat's status.
+// with the relay's words. A member whose labels refuse a target is never
+// asked for it (the entry judges the labels as the switchboard first
+// would): no round trip brings back a refusal the entry could see. The
+// supervisor still counts the direct connects in the vat's status.
 func TestInWallConnectTakesOneHop(t *testing.T) {
 	s := newStack(t, stackOpts{handle: "local"})
 	a, b, other := echoServer(t, "a: "), echoServer(t, "b: "), echoServer(t, "other: ")
@@ -53,6 +55,9 @@ func TestInWallConnectTakesOneHop(t *testing.T) {
 		}
 		if r["allow"] == true && strings.HasSuffix(target, ":"+other) {
 			t.Errorf("a direct connection admitted the ungranted port: %v", r)
+		}
+		if r["allow"] != true {
+			t.Errorf("a member was asked for a target its labels refuse: %v", r)
 		}
 	}
 	if !sawA || !sawB {

@@ -27,8 +27,10 @@ import (
 // (labels vat and origin included), so the switchboard decides, logs and
 // connects as it does for the supervisor's relay, and the connected socket
 // comes back once. The union of a list grant is the entry trying each
-// member in turn; what every member refuses goes to the relay (fd 3's
-// Handle), which refuses it with its own words and reports it. The
+// member in turn (those whose labels refuse the target are passed over
+// without asking, as the relay does); what every member refuses goes to
+// the relay (fd 3's Handle), which refuses it with its own words and
+// reports it. The
 // switchboard shuts a member's connection when the supervisor releases
 // that member's handle (the grant changed, the vat stopped) or the
 // switchboard restarts; the entry then asks fd 3 again.
@@ -73,10 +75,24 @@ type direct struct {
 
 // directConn is one member's connection.
 type directConn struct {
-	key string // the member's labels
-	wc  *wire.Conn
-	rc  *rpc.Conn
-	h   schema.Handle
+	key    string     // the member's labels
+	labels labels.Set // the same, canonical; zero when they were not
+	wc     *wire.Conn
+	rc     *rpc.Conn
+	h      schema.Handle
+}
+
+// refuses reports whether m's member refuses t on its labels alone: the
+// switchboard's first judgment of any connect (labels.Admit, before a
+// lookup or the address class), made here without the round trip that
+// would only bring the refusal back. A grant of several hosts would
+// otherwise pay one round trip per member listed before the one that
+// admits t. Members whose labels did not read as canonical are asked.
+func (m *directConn) refuses(t target) bool {
+	if m.labels.IsZero() {
+		return false
+	}
+	return !m.labels.Admit(labels.Request{Scheme: t.scheme, Host: t.host, Port: t.port}).Allow
 }
 
 func (m *directConn) close() {
@@ -310,7 +326,11 @@ func (d *direct) fetch(ctx context.Context) ([]*directConn, uint64, error) {
 		// Its peer is the switchboard, as fd 3's is the supervisor: no
 		// backlog bound (serveNet).
 		rc := wc.RPCWith(capnp.Client{}, nil, wire.Limits{Backlog: math.MaxInt})
-		ms = append(ms, &directConn{key: labels.Set(lf).String(), wc: wc, rc: rc, h: schema.Handle(rc.Bootstrap(ctx))})
+		m := &directConn{key: labels.Set(lf).String(), wc: wc, rc: rc, h: schema.Handle(rc.Bootstrap(ctx))}
+		if c, err := labels.Canonical(labels.Set(lf)); err == nil && c == labels.Set(lf) {
+			m.labels = c
+		}
+		ms = append(ms, m)
 	}
 	return ms, res.Gen(), nil
 }
@@ -352,6 +372,9 @@ func (d *direct) connect(ctx context.Context, t target, hello []byte, inProgress
 		return -1, errRelay
 	}
 	for _, m := range ms {
+		if m.refuses(t) {
+			continue
+		}
 		fut, rel := m.h.Connect(ctx, func(ps schema.Handle_connect_Params) error {
 			if err := setTarget(ps.NewTarget, t); err != nil {
 				return err
@@ -411,6 +434,9 @@ func (d *direct) check(ctx context.Context, t target) error {
 		return errRelay
 	}
 	for _, m := range ms {
+		if m.refuses(t) {
+			continue
+		}
 		fut, rel := m.h.Check(ctx, func(ps schema.Handle_check_Params) error {
 			return setTarget(ps.NewTarget, t)
 		})
