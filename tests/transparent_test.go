@@ -3,6 +3,7 @@
 package tests
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -709,4 +710,89 @@ setTimeout(() => { console.log("GAP " + gap); process.exit(0); }, 1500);
 			t.Errorf("%+v; want the fast connect within 1 s and no event-loop stall over 500 ms", r)
 		}
 	})
+}
+
+// TestTransparentClosedSocketsEnd: a connection made by an app that knows
+// nothing of the switchboard ends when the app closes its socket, as it
+// would outside the wall. The switchboard keeps a duplicate of each socket
+// it hands over (to revoke it), so close(2) alone sent no FIN: every
+// connection an unmodified app made and closed stayed open at the remote
+// until the vat stopped, counted against the switchboard's limits. Node
+// here makes five connections and destroys each (close, no shutdown), and
+// one it keeps open: the server sees the five end while node still runs,
+// and the one kept still echoes after several of the entry's looks.
+func TestTransparentClosedSocketsEnd(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	type ending struct {
+		first string
+		at    time.Time
+	}
+	ended := make(chan ending, 16)
+	port := tcpServer(t, func(c net.Conn) {
+		defer c.Close()
+		r := bufio.NewReader(c)
+		first := ""
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				ended <- ending{first, time.Now()}
+				return
+			}
+			if first == "" {
+				first = strings.TrimSpace(line)
+			}
+			if _, err := io.WriteString(c, "echo "+line); err != nil {
+				return
+			}
+		}
+	})
+	grant := fmt.Sprintf(`[{"host":"127.0.0.1","port":%s}]`, port)
+	if st := s.mustInstall("nora", example(t, "netclient"), q("egress", grant)); st["status"] != "walled" {
+		t.Fatalf("status = %v; want walled", st)
+	}
+	s.waitEgress("nora", "transparent")
+	js := `const net = require("net");
+const port = +process.argv[2];
+function once(name, keep) {
+  return new Promise((ok, fail) => {
+    const c = net.connect({host: "127.0.0.1", port}, () => c.write(name + "\n"));
+    c.once("data", d => { if (!keep) c.destroy(); ok(c); });
+    c.on("error", fail);
+  });
+}
+(async () => {
+  const kept = await once("kept", true);
+  for (let i = 0; i < 5; i++) await once("closed" + i, false);
+  console.log("CLOSED AT " + Date.now());
+  await new Promise(r => setTimeout(r, 6000));
+  kept.write("still\n");
+  kept.once("data", d => { console.log("KEPT " + String(d).trim() + " AT " + Date.now()); process.exit(0); });
+})().catch(e => { console.log("ERR " + e.message); process.exit(3); });
+`
+	r := s.runIn("nora", false, map[string]string{"conns.js": js}, "/usr/bin/node", "conns.js", port)
+	var closedMS, keptMS int64
+	i, j := strings.Index(r.Out, "CLOSED AT "), strings.Index(r.Out, "KEPT echo still AT ")
+	if i < 0 || j < 0 {
+		t.Fatalf("%+v; want five connections closed, then the kept one echoing 6 s later", r)
+	}
+	_, _ = fmt.Sscanf(r.Out[i:], "CLOSED AT %d", &closedMS)
+	_, _ = fmt.Sscanf(r.Out[j:], "KEPT echo still AT %d", &keptMS)
+	keptAt := time.UnixMilli(keptMS)
+	got := map[string]time.Time{}
+	for len(got) < 5 {
+		select {
+		case e := <-ended:
+			if e.first == "kept" {
+				t.Fatalf("the connection node kept open was ended (at %v; node closed the others at %v)", e.at, time.UnixMilli(closedMS))
+			}
+			got[e.first] = e.at
+		case <-time.After(5 * time.Second):
+			t.Fatalf("the server saw %d of the 5 connections node closed end (%v), 5 s after node's last word: a closed socket stays connected while the switchboard holds it\nnode: %s\nthe vat's log: %s", len(got), got, r.Out, func() string { _, l := s.adminDo("GET", "/nora/logs", nil); return l }())
+		}
+	}
+	for name, at := range got {
+		if !at.Before(keptAt) {
+			t.Errorf("%s ended at %v, after node's last echo (%v): it ended with node, not when node closed it", name, at, keptAt)
+		}
+	}
 }

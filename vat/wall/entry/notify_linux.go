@@ -97,6 +97,7 @@ type notifier struct {
 	fd      uintptr         // its descriptor (lfd.Fd would make it blocking again)
 	rc      syscall.RawConn // lfd's, nil: lfd is not pollable (serve polls itself)
 	conn    *connector
+	placed  *placed // the sockets put in place, until the app closes them
 	names   *names
 	cookie  uint64         // the wall's network namespace
 	stub    netip.AddrPort // where the DNS stub listens (UDP)
@@ -382,8 +383,19 @@ func (n *notifier) relay(ctx context.Context, sn seccompNotif, tid, fd, sock int
 	// longer than the decision.
 	fl, _ := unix.FcntlInt(uintptr(sock), unix.F_GETFL, 0)
 	nonblock := fl&unix.O_NONBLOCK != 0
+	// The entry keeps the socket it puts in place until the app has
+	// closed it (placed): a place for it first, as a proxy client takes.
+	done, err := n.placed.reserve()
+	if err != nil {
+		n.p.log(t, false, err.Error(), pathTransparent)
+		if n.valid(sn.ID) {
+			n.answer(sn.ID, unix.ECONNREFUSED)
+		}
+		return
+	}
 	up, err := n.p.dialFile(ctx, t, nonblock)
 	if err != nil {
+		done()
 		if strings.Contains(err.Error(), labels.SchemeRefused("tcp")) {
 			// Granted as http or https alone: the stream is read
 			// first (below), and asked for as what it opens with.
@@ -396,7 +408,16 @@ func (n *notifier) relay(ctx context.Context, sn seccompNotif, tid, fd, sock int
 		}
 		return
 	}
-	defer unix.Close(up)
+	kept := false
+	defer func() {
+		if !kept {
+			// Never put in place: ended, so that the switchboard lets go
+			// of its duplicate too.
+			_ = unix.Shutdown(up, unix.SHUT_RDWR)
+			_ = unix.Close(up)
+			done()
+		}
+	}()
 	// The socket keeps the switchboard's options (TCP_NODELAY and
 	// SO_KEEPALIVE on); what the app sets once connected acts on it as on
 	// its own. Its mode is the app's (the flag lives on the open file:
@@ -427,6 +448,8 @@ func (n *notifier) relay(ctx context.Context, sn seccompNotif, tid, fd, sock int
 		return
 	}
 	n.answer(sn.ID, errno)
+	kept = true
+	n.placed.add(up, done)
 }
 
 // cloexec reports whether tid's fd is close-on-exec: its fdinfo's flags,
@@ -717,6 +740,7 @@ func startTransparent(ctx context.Context, p *Proxy, ls *Listeners, own []net.Li
 	}
 	n := &notifier{
 		p: p, conn: conn, names: newNames(), cookie: cookie,
+		placed:  newPlaced(p.gate, p.logger.With(keyVat, p.id)),
 		stub:    netip.AddrPortFrom(netip.AddrFrom4(in4.Addr), uint16(in4.Port)),
 		stubTCP: netip.AddrPortFrom(netip.AddrFrom4(tin4.Addr), uint16(tin4.Port)),
 		schemes: newSchemes(netip.AddrPortFrom(netip.AddrFrom4(sin4.Addr), uint16(sin4.Port))),

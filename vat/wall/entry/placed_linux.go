@@ -1,0 +1,234 @@
+package entry
+
+import (
+	"errors"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Sockets put in place of the app's own. The switchboard keeps a
+// duplicate of every socket it hands over, so that it can revoke it, and
+// lets go of it when the connection is shut down both ways: a receiver
+// ends a connection with shutdown(2). The app behind transparent egress
+// knows nothing of that and merely closes its socket, which then stays
+// connected, held by the switchboard alone, until the vat stops: every
+// connection an app made and closed stayed open at the remote, and each
+// counted against the switchboard's limits (a member's connection refuses
+// new connects past limits.conns, the switchboard every vat's past
+// limits.totalConns).
+//
+// So the entry keeps a duplicate of each socket it puts in place, and
+// looks for it in the descriptor tables of the wall's processes (itself
+// left out) while it holds any: a socket no process of the wall holds in
+// two looks in a row was closed by the app (the second look lets a socket
+// that was passed between processes over a unix socket arrive), and the
+// entry ends it as a receiver does: shutdown(2) both ways, then close.
+// Each held socket counts as a connection of the gate, as the proxy's do.
+
+const (
+	lookEvery = time.Second // between two looks, at the least
+	// lookShare bounds the CPU the looks take: the wait after a look is
+	// at least lookShare times as long as the look took (a wall of many
+	// processes with many descriptors each is looked at less often).
+	lookShare  = 50
+	lookMisses = 2 // looks in a row that must miss a socket before it is ended
+)
+
+// placed holds the sockets put in place, by inode.
+type placed struct {
+	self int // this process, whose table holds the duplicates
+	gate *gate
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	socks   map[uint64]*placedSock
+	looking bool // a look is due (its timer runs)
+	said    rateLog
+}
+
+type placedSock struct {
+	fd     int
+	misses int
+	done   func() // gives the gate its place back
+}
+
+func newPlaced(g *gate, log *slog.Logger) *placed {
+	return &placed{self: os.Getpid(), gate: g, log: log, socks: map[uint64]*placedSock{}}
+}
+
+// reserve holds a place for one more socket, or says why there is none.
+func (p *placed) reserve() (func(), error) { return p.gate.take() }
+
+// add takes fd, a socket now also in the app's table, with the place
+// reserve held for it (done).
+func (p *placed) add(fd int, done func()) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		// Never seen: the socket's end is the app's close alone, as
+		// before the entry kept them.
+		_ = unix.Close(fd)
+		done()
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if old := p.socks[st.Ino]; old != nil {
+		// The same socket again (it cannot be: each is new): keep one.
+		_ = unix.Close(fd)
+		done()
+		return
+	}
+	p.socks[st.Ino] = &placedSock{fd: fd, done: done}
+	if !p.looking {
+		p.looking = true
+		time.AfterFunc(lookEvery, p.look)
+	}
+}
+
+// look reads the wall's descriptor tables once and ends every socket
+// missing from them lookMisses times in a row.
+func (p *placed) look() {
+	t0 := time.Now()
+	held, err := wallSockets(p.self)
+	var ended []*placedSock
+	p.mu.Lock()
+	if err == nil {
+		for ino, s := range p.socks {
+			if _, ok := held[ino]; ok {
+				s.misses = 0
+				continue
+			}
+			if s.misses++; s.misses >= lookMisses {
+				ended = append(ended, s)
+				delete(p.socks, ino)
+			}
+		}
+	}
+	left := len(p.socks)
+	p.looking = left > 0
+	if p.looking {
+		time.AfterFunc(max(lookEvery, lookShare*time.Since(t0)), p.look)
+	}
+	p.mu.Unlock()
+	if err != nil {
+		if n, ok := p.said.allow(time.Now()); ok {
+			p.log.Warn("reading the wall's descriptor tables failed: sockets the app closed stay open until it stops", keyReason, err.Error(), "unlogged", n)
+		}
+	}
+	for _, s := range ended {
+		_ = unix.Shutdown(s.fd, unix.SHUT_RDWR)
+		_ = unix.Close(s.fd)
+		s.done()
+	}
+}
+
+// wallSockets returns the inodes of the sockets that the processes of
+// the wall (those /proc shows: the entry is the wall's pid 1) hold, self
+// left out. A process that ended while it was read holds nothing. So does
+// one whose table the entry may not read (EACCES): an undumpable process.
+// The entry's own helpers are (the launcher's connector, spawner and
+// relay, forked from the undumpable entry), and hold none of the sockets
+// put in place; an app process that made itself undumpable cannot have
+// one put in place (pidfd_getfd refuses it too, so its connect() fails),
+// and one it was passed later is ended: the app's own connection, never
+// a wider reach. Any other error fails the look: a socket missing from
+// what was read would not be known closed.
+func wallSockets(self int) (map[uint64]struct{}, error) {
+	held := map[uint64]struct{}{}
+	pids, err := dirNames("/proc")
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range pids {
+		pid, err := strconv.Atoi(name)
+		if err != nil || pid == self {
+			continue
+		}
+		// Each thread's table: a thread may have one of its own (clone
+		// without CLONE_FILES), and nothing the wall's filter lets the
+		// entry call says which share one.
+		dir := "/proc/" + name + "/task"
+		tids, err := dirNames(dir)
+		if err != nil {
+			if gone(err) {
+				continue
+			}
+			return nil, err
+		}
+		for _, tid := range tids {
+			if err := tableSockets(dir+"/"+tid+"/fd", held); err != nil && !gone(err) {
+				return nil, err
+			}
+		}
+	}
+	return held, nil
+}
+
+// gone reports whether err says the process or thread has ended, or may
+// not be read (wallSockets says why that counts as holding nothing).
+func gone(err error) bool {
+	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ESRCH) || errors.Is(err, unix.EACCES)
+}
+
+// tableSockets adds the inode of each socket in the descriptor table dir
+// (a /proc fd folder) to held.
+func tableSockets(dir string, held map[uint64]struct{}) error {
+	d, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(d)
+	names, err := readNames(d)
+	if err != nil {
+		return err
+	}
+	var buf [64]byte
+	for _, name := range names {
+		n, err := unix.Readlinkat(d, name, buf[:])
+		if err != nil {
+			continue // closed while read
+		}
+		link := string(buf[:n])
+		if ino, ok := strings.CutPrefix(link, "socket:["); ok {
+			if v, err := strconv.ParseUint(strings.TrimSuffix(ino, "]"), 10, 64); err == nil {
+				held[v] = struct{}{}
+			}
+		}
+	}
+	return nil
+}
+
+// dirNames lists the folder dir.
+func dirNames(dir string) ([]string, error) {
+	d, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(d)
+	return readNames(d)
+}
+
+// readNames lists the open folder d (getdents64, without . and ..).
+func readNames(d int) ([]string, error) {
+	var names []string
+	buf := make([]byte, 8192)
+	for {
+		n, err := unix.Getdents(d, buf)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if n <= 0 {
+			return names, nil
+		}
+		_, _, names = unix.ParseDirent(buf[:n], -1, names)
+	}
+}
