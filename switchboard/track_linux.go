@@ -6,6 +6,8 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -17,7 +19,8 @@ import (
 // while the switchboard holds its duplicate, close alone sends no FIN.
 type tracker struct {
 	epfd int
-	wake int // eventfd that stops the loop
+	ep   *os.File // epfd in the runtime's poller, where the loop waits
+	wake int      // eventfd that stops the loop
 
 	mu     sync.Mutex
 	m      map[uint64]*held // by registration id, never by fd (fds are reused)
@@ -42,15 +45,43 @@ func newTracker() (*tracker, error) {
 		return nil, os.NewSyscallError("epoll_ctl", err)
 	}
 	t := &tracker{epfd: epfd, wake: wake, m: map[uint64]*held{}, done: make(chan struct{})}
-	go t.loop()
+	// The loop waits for the epoll descriptor to become readable in the
+	// runtime's poller, and reads its events without blocking: a
+	// goroutine blocked in epoll_wait(2) would hold the process's one
+	// thread for Go code until sysmon took it back, and each event would
+	// hand it back and forth between threads (two wake-ups of other
+	// threads per connection's end).
+	var rc syscall.RawConn
+	if err := unix.SetNonblock(epfd, true); err == nil {
+		t.ep = os.NewFile(uintptr(epfd), "tracker")
+		if c, err := t.ep.SyscallConn(); err == nil && t.ep.SetReadDeadline(time.Time{}) == nil {
+			rc = c
+		}
+	}
+	go t.loop(rc)
 	return t, nil
 }
 
-func (t *tracker) loop() {
+// loop shuts the sockets whose events arrive until the wake eventfd
+// fires. With rc (epfd in the poller) it never blocks in a syscall.
+func (t *tracker) loop(rc syscall.RawConn) {
 	defer close(t.done)
 	events := make([]unix.EpollEvent, 64)
+	wait := func() (int, error) { return unix.EpollWait(t.epfd, events, -1) }
+	if rc != nil {
+		wait = func() (n int, err error) {
+			rerr := rc.Read(func(uintptr) bool {
+				n, err = epollWaitNow(t.epfd, events)
+				return n != 0 || err != nil
+			})
+			if err == nil {
+				err = rerr
+			}
+			return n, err
+		}
+	}
 	for {
-		n, err := unix.EpollWait(t.epfd, events, -1)
+		n, err := wait()
 		if err != nil {
 			if errors.Is(err, unix.EINTR) {
 				continue
@@ -131,7 +162,26 @@ func (t *tracker) close() error {
 	_, _ = unix.Write(t.wake, one[:])
 	<-t.done
 	_ = unix.Close(t.wake)
+	if t.ep != nil {
+		return t.ep.Close()
+	}
 	return unix.Close(t.epfd)
+}
+
+// epollWaitNow reads the events epfd holds, without waiting and without
+// entering the runtime's blocking-syscall path (a Go syscall wakes
+// sysmon, which then polls every 20 µs for a while).
+func epollWaitNow(epfd int, events []unix.EpollEvent) (int, error) {
+	for {
+		r, _, errno := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), 0, 0, 0)
+		if errno == unix.EINTR {
+			continue
+		}
+		if errno != 0 {
+			return 0, errno
+		}
+		return int(r), nil
+	}
 }
 
 // connFD returns the descriptor of a socket connection (valid while the
