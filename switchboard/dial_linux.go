@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"toybox/schema/wire/quiet"
 )
 
 // dialHandOver connects to ap for a socket that will be handed over. It is
@@ -31,18 +33,18 @@ func startHandOver(ctx context.Context, ap netip.AddrPort, timeout time.Duration
 }
 
 func dialHandOverMode(ctx context.Context, ap netip.AddrPort, timeout time.Duration, inProgress bool) (net.Conn, error) {
-	family, sa := unix.AF_INET6, unix.Sockaddr(nil)
+	// Every call up to the hand-over is a quiet one (package quiet says
+	// why): none of them blocks.
+	family := unix.AF_INET6
 	switch a := ap.Addr().Unmap(); {
 	case a.Is4():
-		family, sa = unix.AF_INET, &unix.SockaddrInet4{Port: int(ap.Port()), Addr: a.As4()}
+		family = unix.AF_INET
 	case a.Zone() != "":
 		// Vetted addresses carry no zone (link-local ones are refused);
 		// one that does is not dialled on a guess.
 		return nil, opErr(ap, fmt.Errorf("address %s has a zone", a))
-	default:
-		sa = &unix.SockaddrInet6{Port: int(ap.Port()), Addr: a.As16()}
 	}
-	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	fd, err := quiet.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, opErr(ap, os.NewSyscallError("socket", err))
 	}
@@ -53,14 +55,14 @@ func dialHandOverMode(ctx context.Context, ap netip.AddrPort, timeout time.Durat
 		{unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, 15},
 		{unix.IPPROTO_TCP, unix.TCP_KEEPCNT, 9},
 	} {
-		if err := unix.SetsockoptInt(fd, o[0], o[1], o[2]); err != nil {
-			_ = unix.Close(fd)
+		if err := quiet.SetsockoptInt(fd, o[0], o[1], o[2]); err != nil {
+			_ = quiet.Close(fd)
 			return nil, opErr(ap, os.NewSyscallError("setsockopt", err))
 		}
 	}
-	err = unix.Connect(fd, sa)
+	err = quiet.Connect(fd, ap)
 	if err != nil && !errors.Is(err, unix.EINPROGRESS) {
-		_ = unix.Close(fd)
+		_ = quiet.Close(fd)
 		return nil, opErr(ap, os.NewSyscallError("connect", err))
 	}
 	done := err == nil
@@ -68,7 +70,7 @@ func dialHandOverMode(ctx context.Context, ap netip.AddrPort, timeout time.Durat
 		// To a loopback or near address the handshake is over by the time
 		// connect returns: one poll says so, and nothing else is needed.
 		if done, err = connectedNow(fd); err != nil {
-			_ = unix.Close(fd)
+			_ = quiet.Close(fd)
 			return nil, opErr(ap, err)
 		}
 	}
@@ -77,8 +79,8 @@ func dialHandOverMode(ctx context.Context, ap netip.AddrPort, timeout time.Durat
 		// os.NewFile leaves it out of the runtime's poller). F_SETFL sets
 		// the status flags outright: O_NONBLOCK is the only one this
 		// socket has, so no F_GETFL first.
-		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, 0); err != nil {
-			_ = unix.Close(fd)
+		if _, err := quiet.FcntlInt(fd, unix.F_SETFL, 0); err != nil {
+			_ = quiet.Close(fd)
 			return nil, opErr(ap, os.NewSyscallError("fcntl", err))
 		}
 		return &handOverConn{File: os.NewFile(uintptr(fd), "tcp:"+ap.String()), remote: net.TCPAddrFromAddrPort(ap), blocking: true}, nil
@@ -106,9 +108,9 @@ const (
 // handshake done, or still under way); a connect that failed is asked
 // again with poll and SO_ERROR (pollConnected), for its error.
 func connectedNow(fd int) (bool, error) {
-	ti, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
+	state, err := quiet.TCPState(fd)
 	if err == nil {
-		switch ti.State {
+		switch state {
 		case tcpSynSent:
 			return false, nil
 		case tcpClose:

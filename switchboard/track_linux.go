@@ -10,6 +10,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"toybox/schema/wire/quiet"
 )
 
 // tracker watches sockets that were handed over: when a socket is shut
@@ -124,7 +126,7 @@ func (t *tracker) add(x *held) error {
 	// event carries the registration id, so a late event for a closed fd
 	// never reaches a newer socket that reused its number.
 	ev := unix.EpollEvent{Events: unix.EPOLLONESHOT, Fd: int32(uint32(id)), Pad: int32(uint32(id >> 32))}
-	if err := unix.EpollCtl(t.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+	if err := quiet.EpollCtl(t.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
 		return os.NewSyscallError("epoll_ctl", err)
 	}
 	x.fd, x.trackID = fd, id
@@ -143,7 +145,7 @@ func (t *tracker) remove(x *held) {
 	if t.m[x.trackID] == x {
 		delete(t.m, x.trackID)
 		if !t.closed {
-			_ = unix.EpollCtl(t.epfd, unix.EPOLL_CTL_DEL, x.fd, nil)
+			_ = quiet.EpollCtl(t.epfd, unix.EPOLL_CTL_DEL, x.fd, nil)
 		}
 	}
 	x.fd = -1

@@ -244,7 +244,7 @@ func sendmsg(rc syscall.RawConn, bufs net.Buffers, oob []byte, wait bool) (int, 
 	var serr error
 	werr := rc.Write(func(fd uintptr) bool {
 		for {
-			n, serr = unix.SendmsgBuffers(int(fd), bufs, oob, nil, unix.MSG_NOSIGNAL|unix.MSG_DONTWAIT)
+			n, serr = sendmsgNow(int(fd), bufs, oob)
 			switch {
 			case errors.Is(serr, unix.EINTR):
 				continue

@@ -115,7 +115,7 @@ func (o outFD) close() {
 		_ = o.f.Close()
 		return
 	}
-	_ = unix.Close(o.fd)
+	_ = closeFD(o.fd)
 }
 
 // queue queues o and returns the sequence number the peer will know it by.
@@ -223,7 +223,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 }
 
 func (c *Conn) readMsg(p []byte) (int, error) {
-	n, oobn, flags, _, err := c.uc.ReadMsgUnix(p, c.oob)
+	n, oobn, flags, err := c.recvmsg(p)
 	if n < 0 {
 		n = 0 // an error can come with n = -1
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"toybox/schema/wire/quiet"
 )
 
 // Sockets put in place of the app's own. The switchboard keeps a
@@ -68,8 +70,8 @@ func (p *placed) reserve() (func(), error) { return p.gate.take() }
 // add takes fd, a socket now also in the app's table, with the place
 // reserve held for it (done).
 func (p *placed) add(fd int, done func()) {
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
+	ino, err := quiet.Inode(fd)
+	if err != nil {
 		// Never seen: the socket's end is the app's close alone, as
 		// before the entry kept them.
 		_ = unix.Close(fd)
@@ -78,13 +80,13 @@ func (p *placed) add(fd int, done func()) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if old := p.socks[st.Ino]; old != nil {
+	if old := p.socks[ino]; old != nil {
 		// The same socket again (it cannot be: each is new): keep one.
 		_ = unix.Close(fd)
 		done()
 		return
 	}
-	p.socks[st.Ino] = &placedSock{fd: fd, done: done}
+	p.socks[ino] = &placedSock{fd: fd, done: done}
 	if !p.looking {
 		p.looking = true
 		time.AfterFunc(lookEvery, p.look)
