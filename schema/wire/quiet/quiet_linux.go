@@ -86,11 +86,23 @@ func FcntlInt(fd, cmd, arg int) (int, error) {
 	return int(r), nil
 }
 
-// Close is close(2). For a socket with SO_LINGER set it could block: none
-// of ours has it.
+// Close is close(2). The last close of a connected socket with SO_LINGER
+// set and bytes unsent waits up to the linger time: Close is only for a
+// descriptor that cannot be the last of a socket someone else could have
+// set SO_LINGER on (a socket of our own, or a duplicate whose original
+// stays open).
 func Close(fd int) error {
 	_, _, e := unix.RawSyscall(unix.SYS_CLOSE, uintptr(fd), 0, 0)
 	return errnoErr(e)
+}
+
+// Lingers reports whether a close of socket fd may wait (SO_LINGER on,
+// or the option could not be read).
+func Lingers(fd int) bool {
+	var l unix.Linger
+	n := uint32(unsafe.Sizeof(l))
+	_, _, e := unix.RawSyscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_LINGER, uintptr(unsafe.Pointer(&l)), uintptr(unsafe.Pointer(&n)), 0)
+	return e != 0 || l.Onoff != 0
 }
 
 // EpollCtl is epoll_ctl(2).

@@ -222,7 +222,17 @@ func (n *notifier) handle(ctx context.Context, sn seccompNotif) {
 		}
 		return
 	}
-	defer quiet.Close(sock)
+	// Our descriptor may be the socket's last (the app's was replaced,
+	// or the app closed it meanwhile), and a last close waits when the
+	// app set SO_LINGER: then it is the runtime's kind of call, which
+	// lets the other goroutines run; else a quiet one.
+	defer func() {
+		if quiet.Lingers(sock) {
+			_ = unix.Close(sock)
+		} else {
+			_ = quiet.Close(sock)
+		}
+	}()
 	if !n.valid(sn.ID) {
 		return
 	}
