@@ -2,8 +2,10 @@ package entry
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -120,7 +122,7 @@ func (p *placed) look() {
 	p.mu.Unlock()
 	if err != nil {
 		if n, ok := p.said.allow(time.Now()); ok {
-			p.log.Warn("reading the wall's descriptor tables failed: sockets the app closed stay open until it stops", keyReason, err.Error(), "unlogged", n)
+			p.log.Warn("reading the wall's descriptor tables failed: sockets the app closed stay open until a read succeeds", keyReason, err.Error(), "unlogged", n)
 		}
 	}
 	for _, s := range ended {
@@ -132,15 +134,15 @@ func (p *placed) look() {
 
 // wallSockets returns the inodes of the sockets that the processes of
 // the wall (those /proc shows: the entry is the wall's pid 1) hold, self
-// left out. A process that ended while it was read holds nothing. So does
-// one whose table the entry may not read (EACCES): an undumpable process.
-// The entry's own helpers are (the launcher's connector, spawner and
-// relay, forked from the undumpable entry), and hold none of the sockets
-// put in place; an app process that made itself undumpable cannot have
-// one put in place (pidfd_getfd refuses it too, so its connect() fails),
-// and one it was passed later is ended: the app's own connection, never
-// a wider reach. Any other error fails the look: a socket missing from
-// what was read would not be known closed.
+// left out. A process that ended while it was read holds nothing. The
+// entry's own helpers (the launcher's connector, spawner and relay,
+// forked from the undumpable entry, by their names) are undumpable, so
+// their tables may not be read (EACCES); they hold none of the sockets
+// put in place. Any other table that cannot be read fails the look: a
+// socket missing from what was read would not be known closed, and one
+// still in use must never be ended. (An app that names a process of its
+// own as a helper and makes it undumpable can only have its own
+// connections ended.)
 func wallSockets(self int) (map[uint64]struct{}, error) {
 	held := map[uint64]struct{}{}
 	pids, err := dirNames("/proc")
@@ -157,25 +159,38 @@ func wallSockets(self int) (map[uint64]struct{}, error) {
 		// entry call says which share one.
 		dir := "/proc/" + name + "/task"
 		tids, err := dirNames(dir)
-		if err != nil {
-			if gone(err) {
-				continue
+		if err == nil {
+			for _, tid := range tids {
+				if err = tableSockets(dir+"/"+tid+"/fd", held); err != nil && !gone(err) {
+					break
+				}
+				err = nil
 			}
-			return nil, err
 		}
-		for _, tid := range tids {
-			if err := tableSockets(dir+"/"+tid+"/fd", held); err != nil && !gone(err) {
-				return nil, err
-			}
+		switch {
+		case err == nil, gone(err):
+		case errors.Is(err, unix.EACCES) && helper(name):
+		default:
+			return nil, fmt.Errorf("process %s: %w", name, err)
 		}
 	}
 	return held, nil
 }
 
-// gone reports whether err says the process or thread has ended, or may
-// not be read (wallSockets says why that counts as holding nothing).
+// helpers are the names the launcher gives the processes it forks.
+var helpers = []string{"toybox-connect", "toybox-spawner", "toybox-relay"}
+
+// helper reports whether process pid (a /proc name) is one of the entry's
+// helpers, by its name.
+func helper(pid string) bool {
+	var buf [32]byte
+	n, err := quiet.ReadSmallFile("/proc/"+pid+"/comm", buf[:])
+	return err == nil && slices.Contains(helpers, strings.TrimSpace(string(buf[:n])))
+}
+
+// gone reports whether err says the process or thread has ended.
 func gone(err error) bool {
-	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ESRCH) || errors.Is(err, unix.EACCES)
+	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ESRCH)
 }
 
 // tableSockets adds the inode of each socket in the descriptor table dir
