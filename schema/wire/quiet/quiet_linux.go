@@ -1,6 +1,8 @@
-// Package quiet makes the system calls of a connect's hot path without
-// the runtime's syscall bookkeeping (entersyscall, exitsyscall), for calls
-// that never block: non-blocking sockets, fcntl, epoll_ctl, close.
+// Package quiet makes raw system calls that wake no other thread.
+//
+// They are the calls of a connect's hot path, made without the runtime's
+// syscall bookkeeping (entersyscall, exitsyscall), and only calls that
+// never block: non-blocking sockets, fcntl, epoll_ctl, close.
 //
 // Why: the first Go system call a process makes after it has been idle
 // wakes the runtime's sysmon thread, which then polls every 20 µs until
