@@ -28,10 +28,12 @@ type Config struct {
 	ProxyPort int
 	// Forwards are the loopback ports served on 127.0.0.1.
 	Forwards []Forward
-	// MaxConns bounds the connections the proxy and the forwards hold open
-	// together; past it a proxy client is answered 503 with the reason. If
-	// zero, as many as the soft RLIMIT_NOFILE allows beside the entry's own
-	// descriptors (read at each connection).
+	// MaxConns bounds the connections the proxy, the forwards and
+	// transparent egress (each socket put in place, until the app closes
+	// it) hold open together; past it a proxy client is answered 503 and
+	// a connect() is refused (ECONNREFUSED), each with the reason logged.
+	// If zero, as many as the soft RLIMIT_NOFILE allows beside the entry's
+	// own descriptors (read at each connection).
 	MaxConns int
 	// Logger receives one record per connection decision. If nil, discard.
 	Logger *slog.Logger

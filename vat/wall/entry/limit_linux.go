@@ -27,8 +27,8 @@ const (
 	logEvery    = 10 * time.Second
 )
 
-// gate bounds the connections the proxy and the forwards hold open
-// together.
+// gate bounds the connections the proxy, the forwards and transparent
+// egress (placed) hold open together.
 type gate struct {
 	max       int          // Config.MaxConns; 0: from the descriptor limit
 	listeners int          // the listening sockets the entry holds

@@ -49,9 +49,10 @@ type Proxy struct {
 	direct  *direct                 // the one-hop path (SetDirect); nil: the relay alone
 }
 
-// SetLimits bounds the connections the proxy and the forwards hold open
-// together to maxConns (if zero, as many as the descriptor limit allows
-// beside the entry's own), counting listeners listening sockets.
+// SetLimits bounds the connections the proxy, the forwards and
+// transparent egress hold open together to maxConns (if zero, as many as
+// the descriptor limit allows beside the entry's own), counting listeners
+// listening sockets.
 func (p *Proxy) SetLimits(maxConns, listeners int) {
 	p.gate.max, p.gate.listeners = maxConns, listeners
 }
