@@ -109,14 +109,7 @@ func TestCopyWithoutPipes(t *testing.T) {
 	done := make(chan struct{})
 	var ab int64
 	go func() { ab, _, _ = Pair(pa, pb); close(done) }()
-	payload := make([]byte, 3<<20)
-	for i := range payload {
-		payload[i] = byte(i * 7)
-	}
-	go func() {
-		_, _ = a.Write(payload)
-		_ = a.(*net.TCPConn).CloseWrite()
-	}()
+	payload := sendPattern(a)
 	got, err := io.ReadAll(b)
 	if err != nil || len(got) != len(payload) || string(got) != string(payload) {
 		t.Fatalf("read %d bytes, %v; want the %d-byte payload", len(got), err, len(payload))
@@ -283,14 +276,7 @@ func pipeUserChild() int {
 	}
 	done := make(chan int64)
 	go func() { ab, _, _ := Pair(pa, pb); done <- ab }()
-	payload := make([]byte, 3<<20)
-	for i := range payload {
-		payload[i] = byte(i * 7)
-	}
-	go func() {
-		_, _ = a.Write(payload)
-		_ = a.(*net.TCPConn).CloseWrite()
-	}()
+	payload := sendPattern(a)
 	_ = b.SetReadDeadline(time.Now().Add(30 * time.Second))
 	got, err := io.ReadAll(b)
 	if err != nil || !bytes.Equal(got, payload) {
@@ -325,4 +311,19 @@ func loopbackPair() (net.Conn, net.Conn, error) {
 		return nil, nil, err
 	}
 	return c, <-ch, nil
+}
+
+// sendPattern writes 3 MiB of a known pattern on a (a TCP connection),
+// then half-closes it, from a goroutine of its own, and returns what it
+// writes.
+func sendPattern(a net.Conn) []byte {
+	payload := make([]byte, 3<<20)
+	for i := range payload {
+		payload[i] = byte(i * 7)
+	}
+	go func() {
+		_, _ = a.Write(payload)
+		_ = a.(*net.TCPConn).CloseWrite()
+	}()
+	return payload
 }

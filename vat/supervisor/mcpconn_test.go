@@ -163,14 +163,10 @@ func TestBridgeTransport(t *testing.T) {
 	_ = resp.Body.Close()
 }
 
-// TestBridgeTransportIdleClosed: a small request written on an idle
-// connection the bridge closed (its wall restarted) fails whole and is
-// written again on a new connection.
-func TestBridgeTransportIdleClosed(t *testing.T) {
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") })
-	path, conns, srv := bridgeServer(t, h)
-	bt := &bridgeTransport{in: &instance{sock: path}}
-	defer bt.closeIdle()
+// keptThenClosed makes one request through bt, which keeps its
+// connection idle, and has the bridge (srv) close that connection.
+func keptThenClosed(t *testing.T, bt *bridgeTransport, srv *http.Server) {
+	t.Helper()
 	idle := idleCount(srv)
 	resp, err := get(t, bt, context.Background(), "a")
 	if err != nil {
@@ -179,13 +175,24 @@ func TestBridgeTransportIdleClosed(t *testing.T) {
 	_, _ = io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
 	bt.mu.Lock()
-	if len(bt.idle) != 1 {
-		bt.mu.Unlock()
-		t.Fatalf("%d idle connections; want 1", len(bt.idle))
-	}
+	n := len(bt.idle)
 	bt.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d idle connections; want 1", n)
+	}
 	closeIdle(t, srv, idle)
-	resp, err = get(t, bt, context.Background(), "b")
+}
+
+// TestBridgeTransportIdleClosed: a small request written on an idle
+// connection the bridge closed (its wall restarted) fails whole and is
+// written again on a new connection.
+func TestBridgeTransportIdleClosed(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") })
+	path, conns, srv := bridgeServer(t, h)
+	bt := &bridgeTransport{in: &instance{sock: path}}
+	defer bt.closeIdle()
+	keptThenClosed(t, bt, srv)
+	resp, err := get(t, bt, context.Background(), "b")
 	if err != nil {
 		t.Fatalf("a request after the bridge closed the idle connection: %v", err)
 	}
@@ -208,16 +215,9 @@ func TestBridgeTransportIdleClosedLargeBody(t *testing.T) {
 	path, conns, srv := bridgeServer(t, h)
 	bt := &bridgeTransport{in: &instance{sock: path}}
 	defer bt.closeIdle()
-	idle := idleCount(srv)
-	resp, err := get(t, bt, context.Background(), "a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _ = io.ReadAll(resp.Body)
-	_ = resp.Body.Close()
-	closeIdle(t, srv, idle)
+	keptThenClosed(t, bt, srv)
 	big := strings.Repeat("x", bridgeBufSize+1)
-	resp, err = get(t, bt, context.Background(), big)
+	resp, err := get(t, bt, context.Background(), big)
 	if err != nil {
 		t.Fatalf("a large request after the bridge closed the idle connection: %v", err)
 	}
