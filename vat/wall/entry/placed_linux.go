@@ -196,23 +196,23 @@ func gone(err error) bool {
 // tableSockets adds the inode of each socket in the descriptor table dir
 // (a /proc fd folder) to held.
 func tableSockets(dir string, held map[uint64]struct{}) error {
-	d, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	f, err := os.Open(dir)
 	if err != nil {
 		return err
 	}
-	defer unix.Close(d)
-	names, err := readNames(d)
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
 	if err != nil {
 		return err
 	}
+	d := int(f.Fd())
 	var buf [64]byte
 	for _, name := range names {
 		n, err := unix.Readlinkat(d, name, buf[:])
 		if err != nil {
 			continue // closed while read
 		}
-		link := string(buf[:n])
-		if ino, ok := strings.CutPrefix(link, "socket:["); ok {
+		if ino, ok := strings.CutPrefix(string(buf[:n]), "socket:["); ok {
 			if v, err := strconv.ParseUint(strings.TrimSuffix(ino, "]"), 10, 64); err == nil {
 				held[v] = struct{}{}
 			}
@@ -223,29 +223,10 @@ func tableSockets(dir string, held map[uint64]struct{}) error {
 
 // dirNames lists the folder dir.
 func dirNames(dir string) ([]string, error) {
-	d, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	f, err := os.Open(dir)
 	if err != nil {
 		return nil, err
 	}
-	defer unix.Close(d)
-	return readNames(d)
-}
-
-// readNames lists the open folder d (getdents64, without . and ..).
-func readNames(d int) ([]string, error) {
-	var names []string
-	buf := make([]byte, 8192)
-	for {
-		n, err := unix.Getdents(d, buf)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		if n <= 0 {
-			return names, nil
-		}
-		_, _, names = unix.ParseDirent(buf[:n], -1, names)
-	}
+	defer f.Close()
+	return f.Readdirnames(-1)
 }
