@@ -11,8 +11,11 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"toybox/labels"
 	"toybox/schema"
+	"toybox/schema/wire"
 )
 
 // Connect opens a TCP stream to a vetted address and hands it over: the
@@ -225,21 +228,27 @@ func (h *handle) handOver(x *held) (uint64, error) {
 	if !ok {
 		return 0, errors.New("handing over: not a socket connection")
 	}
-	if err := h.p.srv.tracker.add(x); err != nil {
-		return 0, fmt.Errorf("watching the handed-over socket: %w", err)
+	// The duplicate is taken before the watch starts: a socket the remote
+	// has reset already is reported at once, and the watch closes the
+	// switchboard's copy, maybe before a later duplicate could be taken.
+	// The caller then gets a socket that shows the reset, as it would
+	// have without the switchboard.
+	// The duplicate is in blocking mode: the receiver gets it as a freshly
+	// accepted socket comes. The switchboard does no I/O on its own copy
+	// after this point.
+	blocking := false
+	if b, ok := x.conn.(interface{ isBlocking() bool }); ok {
+		blocking = b.isBlocking()
 	}
-	// SendConn puts the socket in blocking mode: the receiver gets it as a
-	// freshly accepted socket comes. The switchboard does no I/O on its own
-	// copy after this point.
-	send := h.p.wc.SendConn
-	if b, ok := x.conn.(interface{ isBlocking() bool }); ok && b.isBlocking() {
-		send = h.p.wc.SendBlockingConn
-	}
-	seq, err := send(sc)
+	fd, err := wire.DupConn(sc, !blocking)
 	if err != nil {
 		return 0, fmt.Errorf("passing the socket: %w", err)
 	}
-	return seq, nil
+	if err := h.p.srv.tracker.add(x); err != nil {
+		_ = unix.Close(fd)
+		return 0, fmt.Errorf("watching the handed-over socket: %w", err)
+	}
+	return h.p.wc.SendOwnedFD(fd), nil
 }
 
 // relay carries a connection over a ByteStream pair.

@@ -406,6 +406,31 @@ func TestConnectHTTPSRefusesECH(t *testing.T) {
 	}
 }
 
+// TestConnectHandsOverAResetSocket: a remote that resets the connection
+// while the switchboard looks for its ServerHello leaves a socket in error,
+// which the watch on handed-over sockets reports at once. The connect
+// still hands it over (the caller sees the reset for itself, as it would
+// without the look); it never fails because the watch shut the
+// switchboard's copy first. The race is a narrow one: many rounds.
+func TestConnectHandsOverAResetSocket(t *testing.T) {
+	port := serveTCP(t, func(c net.Conn) {
+		b := make([]byte, 5)
+		_, _ = io.ReadFull(c, b)
+		_ = c.(*net.TCPConn).SetLinger(0) // close sends a reset
+	})
+	f := newFixture(t, nil)
+	f.dns.Set("public.test", mustAddr("127.0.0.1"))
+	c := dial(t, f.local)
+	hello := realHello(t, "public.test")
+	for i := range 300 {
+		conn, err := c.connectFD(context.Background(), c.root, "https", "public.test", port, hello)
+		if err != nil {
+			t.Fatalf("connect %d to a remote that resets: %v", i, err)
+		}
+		_ = conn.Close()
+	}
+}
+
 // TestHTTPSGrantIsItsDefaultPort: a handle constrained to scheme https and
 // a host, with no port, reaches https on 443 only. On any port, a
 // ClientHello-prefixed stream reached any TCP service of the host (a

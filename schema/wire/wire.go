@@ -151,9 +151,22 @@ func (c *Conn) SendBlockingConn(sc syscall.Conn) (uint64, error) {
 }
 
 func (c *Conn) sendConn(sc syscall.Conn, setBlocking bool) (uint64, error) {
+	fd, err := DupConn(sc, setBlocking)
+	if err != nil {
+		return 0, err
+	}
+	return c.SendOwnedFD(fd), nil
+}
+
+// DupConn duplicates the socket sc holds (close-on-exec), for SendOwnedFD.
+// With setBlocking the socket is put in blocking mode (the mode is shared
+// with sc's own descriptor). A caller that must take the duplicate before
+// anything else can close sc (and queue it after) uses this and
+// SendOwnedFD instead of SendConn.
+func DupConn(sc syscall.Conn, setBlocking bool) (int, error) {
 	raw, err := sc.SyscallConn()
 	if err != nil {
-		return 0, fmt.Errorf("duplicating descriptor: %w", err)
+		return -1, fmt.Errorf("duplicating descriptor: %w", err)
 	}
 	fd := -1
 	var derr error
@@ -161,17 +174,23 @@ func (c *Conn) sendConn(sc syscall.Conn, setBlocking bool) (uint64, error) {
 		fd, derr = dupCloexec(int(s))
 		if derr == nil && setBlocking {
 			if err := unix.SetNonblock(fd, false); err != nil {
-				_ = unix.Close(fd)
+				_ = closeFD(fd)
 				fd, derr = -1, os.NewSyscallError("fcntl", err)
 			}
 		}
 	}); err != nil {
-		return 0, fmt.Errorf("duplicating descriptor: %w", err)
+		return -1, fmt.Errorf("duplicating descriptor: %w", err)
 	}
 	if derr != nil {
-		return 0, fmt.Errorf("duplicating descriptor: %w", derr)
+		return -1, fmt.Errorf("duplicating descriptor: %w", derr)
 	}
-	return c.queue(outFD{fd: fd}), nil
+	return fd, nil
+}
+
+// SendOwnedFD is SendOwned for a bare descriptor: it takes ownership of
+// fd, closed once sent or when the connection closes.
+func (c *Conn) SendOwnedFD(fd int) uint64 {
+	return c.queue(outFD{fd: fd})
 }
 
 // TakeFD claims the descriptor with sequence number seq. The caller owns the
