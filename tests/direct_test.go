@@ -30,6 +30,9 @@ func TestInWallConnectTakesOneHop(t *testing.T) {
 	if strings.Contains(body, "other:") || !strings.Contains(body, "not granted") {
 		t.Errorf("the ungranted port: %q; want refused, not granted", body)
 	}
+	// The switchboard's log comes through a pipe: its last records may
+	// come a moment after the answers.
+	_ = sbLogged(s, 5*time.Second, func() bool { return directAllowed(s, a) > 0 && directAllowed(s, b) > 0 })
 	var direct []map[string]any
 	for _, line := range strings.Split(s.sbLog.String(), "\n") {
 		var r map[string]any
@@ -74,6 +77,18 @@ func TestInWallConnectTakesOneHop(t *testing.T) {
 	})
 }
 
+// sbLogged reports whether ok holds of the switchboard's log within d. The
+// log comes through a pipe, so a record may come a moment after the
+// answer of the call it records.
+func sbLogged(s *stack, d time.Duration, ok func() bool) bool {
+	for deadline := time.Now().Add(d); !ok(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
+}
+
 // directAllowed counts the switchboard's allowed connects to port on a
 // direct connection (its socket named with +direct).
 func directAllowed(s *stack, port string) int { return directDecisions(s, "connect", port) }
@@ -108,7 +123,7 @@ func TestRegrantTakesOneHop(t *testing.T) {
 	a, b := echoServer(t, "a: "), echoServer(t, "b: ")
 	s.mustInstall("erin", example(t, "egress-probe"), q("egress", fmt.Sprintf(`{"host":"127.0.0.1","port":%s}`, a)))
 	s.mustGet("/erin/tcp?"+q("addr", "127.0.0.1:"+a, "send", "one"), "got: a: one")
-	if directAllowed(s, a) == 0 {
+	if !sbLogged(s, 5*time.Second, func() bool { return directAllowed(s, a) > 0 }) {
 		t.Fatalf("no direct connect to the granted port:\n%s", tail(s.sbLog))
 	}
 

@@ -564,7 +564,7 @@ func TestTransparentEgressSchemeGrant(t *testing.T) {
 	if r := s.runIn("sara", true, nil, "curl", "-sSk", "--max-time", "20", url); !strings.Contains(r.Out, "hello over tls") {
 		t.Errorf("curl through the proxy %s: %+v; want the TLS server's answer", url, r)
 	}
-	if directDecisions(s, "check", tlsPort) == 0 {
+	if !sbLogged(s, 5*time.Second, func() bool { return directDecisions(s, "check", tlsPort) > 0 }) {
 		t.Errorf("no check allowed on a direct connection in the switchboard's log:\n%s", tail(s.sbLog))
 	}
 	before := tlsHits.Load()
@@ -572,7 +572,7 @@ func TestTransparentEgressSchemeGrant(t *testing.T) {
 	if r.Code == 0 || strings.Contains(r.Out, "hello over tls") || tlsHits.Load() != before {
 		t.Errorf("an SNI of another name: %+v (%d requests reached the server); want it refused", r, tlsHits.Load()-before)
 	}
-	if !strings.Contains(s.sbLog.String(), "other.test") {
+	if !sbLogged(s, 5*time.Second, func() bool { return strings.Contains(s.sbLog.String(), "other.test") }) {
 		t.Errorf("the switchboard logged no refusal naming the SNI other.test:\n%s", tail(s.sbLog))
 	}
 	if r := s.runIn("sara", false, nil, "curl", "-sS", "--max-time", "20", "http://granted.test:"+httpPort+"/"); !strings.Contains(r.Out, "hello over http") {
