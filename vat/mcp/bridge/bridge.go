@@ -528,19 +528,18 @@ func (b *Bridge) acquire(o owner, env []string) (*proc, error) {
 	}
 	b.spawning++
 	b.mu.Unlock()
-	p, err := b.spawn(env)
-	b.mu.Lock()
-	b.spawning--
-	if err == nil {
+	p, err := b.spawn(env, func(p *proc) {
+		b.spawning--
 		p.owner = o
 		b.procs[p] = true
-	}
-	b.mu.Unlock()
+	})
 	if err != nil {
+		b.mu.Lock()
+		b.spawning--
+		b.mu.Unlock()
 		b.setLastError(err.Error())
 		return nil, err
 	}
-	b.stats.Spawned.Add(1)
 	b.refillSpare()
 	return p, nil
 }
@@ -555,23 +554,26 @@ func (b *Bridge) refillSpare() {
 	b.spawning++
 	b.mu.Unlock()
 	go func() {
-		p, err := b.spawn(nil)
-		b.mu.Lock()
-		b.spawning--
+		extra := false
+		p, err := b.spawn(nil, func(p *proc) {
+			b.spawning--
+			b.procs[p] = true
+			if b.closed || b.spare != nil {
+				extra = true
+				return
+			}
+			b.spare = p
+		})
 		if err != nil {
+			b.mu.Lock()
+			b.spawning--
 			b.mu.Unlock()
 			b.setLastError("starting a spare process: " + err.Error())
 			return
 		}
-		b.stats.Spawned.Add(1)
-		b.procs[p] = true
-		if b.closed || b.spare != nil {
-			b.mu.Unlock()
-			go p.stop()
-			return
+		if extra {
+			p.stop()
 		}
-		b.spare = p
-		b.mu.Unlock()
 	}()
 }
 

@@ -338,6 +338,49 @@ func TestCrashLoop(t *testing.T) {
 	}
 }
 
+// TestCrashLoopOfInstantExits: a process that is gone by the time its
+// start returns is still entered and then forgotten: the bridge never
+// keeps a dead spare, which left it starting nothing more and never
+// seeing the crash loop (seen in CI: TestCrashLoop's shell had exited
+// before the bridge entered it as its spare). Each process here has
+// exited before Spawn returns, and each start pauses before the process
+// is entered, as a start held up by the bridge's lock or the scheduler
+// does.
+func TestCrashLoopOfInstantExits(t *testing.T) {
+	beforeAdmit = func() { time.Sleep(20 * time.Millisecond) }
+	t.Cleanup(func() { beforeAdmit = nil })
+	b, err := New(Config{Spawner: exitedSpawner{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	err = mcptest.Eventually(5*time.Second, func() error {
+		if st := b.Stats(); st.Crashing == "" {
+			return fmt.Errorf("stats %+v; want crashing", st)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := b.Stats(); st.Spare || st.Processes != 0 || st.Spawned != CrashLoop {
+		t.Errorf("stats %+v; want no process left, none spare, %d started", st, CrashLoop)
+	}
+}
+
+// exitedSpawner's processes have exited by the time Spawn returns: each
+// is a real /bin/true, waited for before Spawn returns.
+type exitedSpawner struct{}
+
+func (exitedSpawner) Spawn(stdin, stdout, stderr *os.File, env []string) (Child, error) {
+	c, err := ExecSpawner{Argv: []string{"/bin/true"}}.Spawn(stdin, stdout, stderr, env)
+	if err != nil {
+		return nil, err
+	}
+	<-c.Done()
+	return c, nil
+}
+
 // TestBatch: a 2025-03-26 session may send a batch, answered as one
 // array with each request's own answer; a later revision's may not.
 func TestBatch(t *testing.T) {

@@ -113,9 +113,17 @@ func (t *tail) last(n int) string {
 	return string(s)
 }
 
+// beforeAdmit, set by tests alone, runs in spawn after the process has
+// started and before it is entered: a slow start there must not lose it.
+var beforeAdmit func()
+
 // spawn starts a process with its pipes and the goroutines that read it;
-// env is set over the vat's environment (a principal's secrets).
-func (b *Bridge) spawn(env []string) (*proc, error) {
+// env is set over the vat's environment (a principal's secrets). admit
+// runs with b.mu held, before the goroutines that watch the process
+// start: it enters p in the bridge's books (procs, the spare, its
+// owner) before p can be found gone. A process that exits at once is
+// otherwise forgotten before it is entered, and stays entered, dead.
+func (b *Bridge) spawn(env []string, admit func(p *proc)) (*proc, error) {
 	var files []*os.File
 	closeAll := func() {
 		for _, f := range files {
@@ -154,16 +162,20 @@ func (b *Bridge) spawn(env []string) (*proc, error) {
 		}
 		return nil, fmt.Errorf("starting the vat's command: %w", err)
 	}
-	b.mu.Lock()
-	b.procN++
-	n := b.procN
-	b.mu.Unlock()
 	p := &proc{
-		b: b, n: n, child: child, stdin: inW,
+		b: b, child: child, stdin: inW, stdout: outR,
 		calls: map[int64]*call{}, progress: map[string]*call{},
 		lastUse: time.Now(), done: make(chan struct{}),
 	}
-	p.stdout = outR
+	if beforeAdmit != nil {
+		beforeAdmit()
+	}
+	b.mu.Lock()
+	b.procN++
+	p.n = b.procN
+	admit(p)
+	b.mu.Unlock()
+	b.stats.Spawned.Add(1)
 	stderrDone, readDone := make(chan struct{}), make(chan struct{})
 	go p.readStderr(errR, stderrDone)
 	go p.readStdout(outR, readDone)
