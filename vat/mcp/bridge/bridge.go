@@ -508,13 +508,21 @@ func (b *Bridge) acquire(o owner, env []string) (*proc, error) {
 	}
 	if sp := b.spare; sp != nil && len(env) == 0 {
 		b.spare = nil
+		// A spare that ended just now is not handed out: gone() read
+		// its owner (none) under the same lock, and would tell o
+		// nothing. A new process is started instead, below.
 		sp.mu.Lock()
-		sp.owner = o
-		sp.lastUse = time.Now()
+		alive := sp.exitText == ""
+		if alive {
+			sp.owner = o
+			sp.lastUse = time.Now()
+		}
 		sp.mu.Unlock()
-		b.mu.Unlock()
-		b.refillSpare()
-		return sp, nil
+		if alive {
+			b.mu.Unlock()
+			b.refillSpare()
+			return sp, nil
+		}
 	}
 	for len(b.procs)+b.spawning >= b.cfg.MaxProcs {
 		victim := b.lruLocked()

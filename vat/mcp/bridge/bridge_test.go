@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -347,8 +349,9 @@ func TestCrashLoop(t *testing.T) {
 // is entered, as a start held up by the bridge's lock or the scheduler
 // does.
 func TestCrashLoopOfInstantExits(t *testing.T) {
-	beforeAdmit = func() { time.Sleep(20 * time.Millisecond) }
-	t.Cleanup(func() { beforeAdmit = nil })
+	pause := func() { time.Sleep(20 * time.Millisecond) }
+	beforeAdmit.Store(&pause)
+	t.Cleanup(func() { beforeAdmit.Store(nil) })
 	b, err := New(Config{Spawner: exitedSpawner{}})
 	if err != nil {
 		t.Fatal(err)
@@ -365,6 +368,52 @@ func TestCrashLoopOfInstantExits(t *testing.T) {
 	}
 	if st := b.Stats(); st.Spare || st.Processes != 0 || st.Spawned != CrashLoop {
 		t.Errorf("stats %+v; want no process left, none spare, %d started", st, CrashLoop)
+	}
+}
+
+// TestSpareEndingAsHandedOut: a spare whose process ends as a session
+// takes it is not handed out (nobody would tell the session it ended);
+// the session gets a new process and works.
+func TestSpareEndingAsHandedOut(t *testing.T) {
+	b, srv := newBridge(t, Config{})
+	if err := mcptest.Eventually(5*time.Second, func() error {
+		if !b.Stats().Spare {
+			return errors.New("no spare yet")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	b.mu.Lock()
+	sp := b.spare
+	b.mu.Unlock()
+	reached, release := make(chan struct{}), make(chan struct{})
+	hold := func(p *proc) {
+		if p == sp {
+			close(reached)
+			<-release
+		}
+	}
+	beforeForget.Store(&hold)
+	t.Cleanup(func() { beforeForget.Store(nil) })
+	defer close(release)
+	if err := sp.child.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-reached:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the spare's end was never seen")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := client(srv, "alice")
+	if err := c.Initialize(ctx, "2025-06-18", nil); err != nil {
+		t.Fatalf("initialize as the spare ended: %v", err)
+	}
+	r, err := c.Post(ctx, mcptest.Tool(2, "echo", map[string]any{"text": "alive"}))
+	if err != nil || r.Text() != "alive" {
+		t.Fatalf("a call on the new session: %v %+v", err, r)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -113,9 +114,13 @@ func (t *tail) last(n int) string {
 	return string(s)
 }
 
-// beforeAdmit, set by tests alone, runs in spawn after the process has
-// started and before it is entered: a slow start there must not lose it.
-var beforeAdmit func()
+// Set by tests alone, to hold a step where a slow one would stop: after
+// a process has started and before it is entered (beforeAdmit), and
+// after it is known gone and before the bridge forgets it (beforeForget).
+var (
+	beforeAdmit  atomic.Pointer[func()]
+	beforeForget atomic.Pointer[func(p *proc)]
+)
 
 // spawn starts a process with its pipes and the goroutines that read it;
 // env is set over the vat's environment (a principal's secrets). admit
@@ -167,8 +172,8 @@ func (b *Bridge) spawn(env []string, admit func(p *proc)) (*proc, error) {
 		calls: map[int64]*call{}, progress: map[string]*call{},
 		lastUse: time.Now(), done: make(chan struct{}),
 	}
-	if beforeAdmit != nil {
-		beforeAdmit()
+	if h := beforeAdmit.Load(); h != nil {
+		(*h)()
 	}
 	b.mu.Lock()
 	b.procN++
@@ -281,6 +286,9 @@ func (p *proc) gone() {
 	}
 	for _, c := range calls {
 		p.finish(c, mcp.ErrorResponse(c.clientID, mcp.CodeInternal, msg, nil))
+	}
+	if h := beforeForget.Load(); h != nil {
+		(*h)(p)
 	}
 	p.b.procGone(p, msg, closing)
 	close(p.done)
