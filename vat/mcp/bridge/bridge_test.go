@@ -317,16 +317,7 @@ func TestCrashLoop(t *testing.T) {
 	defer b.Close()
 	srv := httptest.NewServer(b)
 	defer srv.Close()
-	err = mcptest.Eventually(10*time.Second, func() error {
-		if st := b.Stats(); st.Crashing == "" {
-			return fmt.Errorf("stats %+v; want crashing", st)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := b.Stats()
+	st := waitCrashing(t, b)
 	if !strings.Contains(st.Crashing, "exit status 4") || !strings.Contains(st.Crashing, "gone") || st.Spawned != CrashLoop {
 		t.Errorf("stats %+v; want %d processes and the reason", st, CrashLoop)
 	}
@@ -357,8 +348,18 @@ func TestCrashLoopOfInstantExits(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	err = mcptest.Eventually(5*time.Second, func() error {
-		if st := b.Stats(); st.Crashing == "" {
+	if st := waitCrashing(t, b); st.Spare || st.Processes != 0 || st.Spawned != CrashLoop {
+		t.Errorf("stats %+v; want no process left, none spare, %d started", st, CrashLoop)
+	}
+}
+
+// waitCrashing waits up to 10 s for b to say it is crashing, and returns
+// its stats then.
+func waitCrashing(t *testing.T, b *Bridge) Stats {
+	t.Helper()
+	var st Stats
+	err := mcptest.Eventually(10*time.Second, func() error {
+		if st = b.Stats(); st.Crashing == "" {
 			return fmt.Errorf("stats %+v; want crashing", st)
 		}
 		return nil
@@ -366,9 +367,7 @@ func TestCrashLoopOfInstantExits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st := b.Stats(); st.Spare || st.Processes != 0 || st.Spawned != CrashLoop {
-		t.Errorf("stats %+v; want no process left, none spare, %d started", st, CrashLoop)
-	}
+	return st
 }
 
 // TestSpareEndingAsHandedOut: a spare whose process ends as a session
