@@ -134,13 +134,18 @@ func Sendmsg(fd int, bufs [][]byte, oob []byte, flags int) (int, error) {
 		msg.Control = &oob[0]
 		msg.SetControllen(len(oob))
 	}
+	return msgCall(unix.SYS_SENDMSG, fd, &msg, flags)
+}
+
+// msgCall is sendmsg(2) or recvmsg(2) (trap) of msg, again on EINTR.
+func msgCall(trap uintptr, fd int, msg *unix.Msghdr, flags int) (int, error) {
 	for {
-		r, _, e := unix.RawSyscall(unix.SYS_SENDMSG, uintptr(fd), uintptr(unsafe.Pointer(&msg)), uintptr(flags))
+		r, _, e := unix.RawSyscall(trap, uintptr(fd), uintptr(unsafe.Pointer(msg)), uintptr(flags))
 		if e == unix.EINTR {
 			continue
 		}
 		if e != 0 {
-			return 0, e
+			return 0, errnoErr(e)
 		}
 		return int(r), nil
 	}
@@ -162,16 +167,11 @@ func Recvmsg(fd int, p, oob []byte, flags int) (n, oobn, recvflags int, err erro
 		msg.Control = &oob[0]
 		msg.SetControllen(len(oob))
 	}
-	for {
-		r, _, e := unix.RawSyscall(unix.SYS_RECVMSG, uintptr(fd), uintptr(unsafe.Pointer(&msg)), uintptr(flags))
-		if e == unix.EINTR {
-			continue
-		}
-		if e != 0 {
-			return 0, 0, 0, e
-		}
-		return int(r), int(msg.Controllen), int(msg.Flags), nil
+	r, err := msgCall(unix.SYS_RECVMSG, fd, &msg, flags)
+	if err != nil {
+		return 0, 0, 0, err
 	}
+	return r, int(msg.Controllen), int(msg.Flags), nil
 }
 
 // GetsockoptUint64 is getsockopt(2) of a 64-bit value.
