@@ -43,7 +43,7 @@ func tcpPair(t *testing.T) (*net.TCPConn, *net.TCPConn) {
 }
 
 // TestTakeConn hands a TCP socket over as the switchboard does (a blocking
-// duplicate, SendBlockingConn) and uses what TakeConn makes of it as a
+// duplicate, DupConn and SendOwnedFD) and uses what TakeConn makes of it as a
 // net.Conn: bytes both ways, a read deadline that fires, both addresses,
 // and CloseWrite reaching the far end as EOF.
 func TestTakeConn(t *testing.T) {
@@ -57,10 +57,11 @@ func TestTakeConn(t *testing.T) {
 	if err := raw.Control(func(fd uintptr) { _ = unix.SetNonblock(int(fd), false) }); err != nil {
 		t.Fatal(err)
 	}
-	seq, err := a.SendBlockingConn(mine)
+	fd, err := DupConn(mine, false)
 	if err != nil {
 		t.Fatal(err)
 	}
+	seq := a.SendOwnedFD(fd)
 	if _, err := a.Write([]byte("m")); err != nil {
 		t.Fatal(err)
 	}

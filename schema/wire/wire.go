@@ -134,35 +134,14 @@ func (c *Conn) SendOwned(f *os.File) (uint64, error) {
 	return c.queue(outFD{f: f}), nil
 }
 
-// SendConn is SendFD for a socket held by a net.Conn (or any syscall.Conn):
-// it queues a duplicate of the socket without an intermediate *os.File.
-// The socket is put in blocking mode, as a freshly accepted socket comes
-// (the mode is shared with sc's own descriptor: the caller does no more I/O
-// on sc). The caller keeps ownership of sc.
-func (c *Conn) SendConn(sc syscall.Conn) (uint64, error) {
-	return c.sendConn(sc, true)
-}
-
-// SendBlockingConn is SendConn for a socket the caller knows is in
-// blocking mode already: it queues the duplicate without looking at the
-// mode (one system call fewer on the path of every connect).
-func (c *Conn) SendBlockingConn(sc syscall.Conn) (uint64, error) {
-	return c.sendConn(sc, false)
-}
-
-func (c *Conn) sendConn(sc syscall.Conn, setBlocking bool) (uint64, error) {
-	fd, err := DupConn(sc, setBlocking)
-	if err != nil {
-		return 0, err
-	}
-	return c.SendOwnedFD(fd), nil
-}
-
-// DupConn duplicates the socket sc holds (close-on-exec), for SendOwnedFD.
-// With setBlocking the socket is put in blocking mode (the mode is shared
-// with sc's own descriptor). A caller that must take the duplicate before
-// anything else can close sc (and queue it after) uses this and
-// SendOwnedFD instead of SendConn.
+// DupConn duplicates the socket sc holds (close-on-exec), without an
+// intermediate *os.File, for SendOwnedFD: a socket held by a net.Conn is
+// handed over this way. With setBlocking the socket is put in blocking
+// mode, as a freshly accepted socket comes (the mode is shared with sc's
+// own descriptor: the caller does no more I/O on sc); a caller that knows
+// it is blocking already saves the system call. The caller keeps sc, and
+// may take the duplicate before it queues it (the switchboard does, before
+// its watch on the socket can close sc).
 func DupConn(sc syscall.Conn, setBlocking bool) (int, error) {
 	raw, err := sc.SyscallConn()
 	if err != nil {
