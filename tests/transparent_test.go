@@ -712,6 +712,280 @@ setTimeout(() => { console.log("GAP " + gap); process.exit(0); }, 1500);
 	})
 }
 
+// cRelisten is handed a socket of the host's network by a non-blocking
+// connect to argv[1] (a black hole, so its handshake stays under way) and
+// tries to turn it into a listener there: the kernel's shutdown(2) of a
+// socket in SYN_SENT disconnects it (inet_shutdown), and a disconnected
+// socket can be bound and listened on again, in its own network. It binds
+// 0.0.0.0:argv[3] and waits 4 s for a connection. Then shutdown(2) as
+// programs use it: SHUT_WR on a connection to argv[2] (an HTTP server,
+// which answers once it sees the end of the request), and on a unix
+// socket pair of the wall's own.
+const cRelisten = `#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <stddef.h>
+#include <unistd.h>
+static const char *say(int r) { return r == 0 ? "OK" : strerror(errno); }
+static int state(int fd) { struct tcp_info ti; socklen_t l = sizeof ti; return getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &l) == 0 ? ti.tcpi_state : -1; }
+static int dial(const char *port) {
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	struct sockaddr_in sa = {0};
+	sa.sin_family = AF_INET;
+	sa.sin_port = htons(atoi(port));
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	int r = connect(fd, (struct sockaddr *)&sa, sizeof sa);
+	printf("CONNECT %s\n", r == 0 ? "OK" : errno == EINPROGRESS ? "EINPROGRESS" : strerror(errno));
+	return fd;
+}
+int main(int argc, char **argv) {
+	int fd = dial(argv[1]);
+	printf("STATE before %d\n", state(fd));
+	printf("SHUTDOWN %s\n", say(shutdown(fd, SHUT_RDWR)));
+	printf("STATE after %d\n", state(fd));
+	struct sockaddr_in any = {0};
+	any.sin_family = AF_INET;
+	any.sin_port = htons(atoi(argv[3]));
+	printf("BIND %s\n", say(bind(fd, (struct sockaddr *)&any, sizeof any)));
+	printf("LISTEN %s\n", say(listen(fd, 8)));
+	fflush(stdout);
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	if (poll(&p, 1, 4000) == 1 && (p.revents & POLLIN) && accept(fd, NULL, NULL) >= 0) {
+		printf("ACCEPTED a connection\n");
+	} else {
+		printf("ACCEPTED none\n");
+	}
+	int h = dial(argv[2]);
+	struct pollfd q = {.fd = h, .events = POLLOUT};
+	poll(&q, 1, 5000);
+	const char *req = "GET / HTTP/1.0\r\n\r\n";
+	write(h, req, strlen(req));
+	printf("HALF-CLOSE %s\n", say(shutdown(h, SHUT_WR)));
+	char buf[4096];
+	int got = 0;
+	struct pollfd rq = {.fd = h, .events = POLLIN};
+	while (poll(&rq, 1, 5000) == 1) {
+		ssize_t n = read(h, buf + got, sizeof buf - 1 - got);
+		if (n <= 0) break;
+		got += n;
+	}
+	buf[got] = 0;
+	printf("ANSWER %s\n", strstr(buf, "hello over a half-close") ? "read" : "missing");
+	// The connection has ended (the server closed after its answer):
+	// the kernel would bind the socket again, in the host's network.
+	shutdown(h, SHUT_RDWR);
+	for (int i = 0; i < 100 && state(h) != 7; i++) usleep(10000);
+	printf("DEAD-STATE %d\n", state(h));
+	printf("DEAD-BIND %s\n", say(bind(h, (struct sockaddr *)&any, sizeof any)));
+	// The wall's own sockets bind as they would anywhere: a relative unix
+	// path in the working folder, under the umask; an abstract name; UDP.
+	umask(077);
+	int u = socket(AF_UNIX, SOCK_STREAM, 0);
+	struct sockaddr_un un = {0};
+	un.sun_family = AF_UNIX;
+	strcpy(un.sun_path, "rel.sock");
+	printf("UNIX-BIND %s\n", say(bind(u, (struct sockaddr *)&un, sizeof un)));
+	struct stat stt;
+	const char *st = say(stat("rel.sock", &stt));
+	printf("UNIX-FILE %s %o\n", st, stt.st_mode & 0777);
+	struct sockaddr_un got_un = {0};
+	socklen_t gl = sizeof got_un;
+	getsockname(u, (struct sockaddr *)&got_un, &gl);
+	printf("UNIX-NAME %s\n", got_un.sun_path);
+	listen(u, 1);
+	int uc = socket(AF_UNIX, SOCK_STREAM, 0);
+	printf("UNIX-CONNECT %s\n", say(connect(uc, (struct sockaddr *)&un, sizeof un)));
+	struct sockaddr_un ab = {0};
+	ab.sun_family = AF_UNIX;
+	memcpy(ab.sun_path, "\0toybox-abstract", 16);
+	int a = socket(AF_UNIX, SOCK_DGRAM, 0);
+	printf("ABSTRACT-BIND %s\n", say(bind(a, (struct sockaddr *)&ab, offsetof(struct sockaddr_un, sun_path) + 16)));
+	int d = socket(AF_INET, SOCK_DGRAM, 0);
+	struct sockaddr_in lo = {0};
+	lo.sin_family = AF_INET;
+	inet_pton(AF_INET, "127.0.0.1", &lo.sin_addr);
+	printf("UDP-BIND %s\n", say(bind(d, (struct sockaddr *)&lo, sizeof lo)));
+	printf("BIND-BADFD %s\n", say(bind(1000, (struct sockaddr *)&lo, sizeof lo)));
+	printf("BIND-NOTSOCK %s\n", say(bind(open("/dev/null", O_RDONLY), (struct sockaddr *)&lo, sizeof lo)));
+	printf("BIND-FAULT %s\n", say(bind(d, (struct sockaddr *)8, sizeof lo)));
+	int sp[2];
+	socketpair(AF_UNIX, SOCK_STREAM, 0, sp);
+	printf("PAIR-SHUTDOWN %s\n", say(shutdown(sp[0], SHUT_WR)));
+	printf("PAIR-EOF %zd\n", read(sp[1], buf, 1));
+	printf("BADFD %s\n", say(shutdown(1000, SHUT_WR)));
+	return 0;
+}
+`
+
+// TestAttackRelistenHandedOverSocket: a socket the entry put in place of
+// the app's is of the host's network. While its handshake is under way,
+// the kernel's shutdown(2) would disconnect it, and a disconnected socket
+// listens wherever its network is: a listener on the host's network,
+// reached by every host process and beyond, from inside a wall. The
+// entry answers that shutdown itself (ENOTCONN, the socket still
+// connecting), so the socket can be neither bound nor listened on, and
+// shutdown(2) everywhere else does what the kernel's does.
+func TestAttackRelistenHandedOverSocket(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	slow := blackholeServer(t)
+	hello := helloServer(t, "hello over a half-close")
+	grant := fmt.Sprintf(`[{"host":"127.0.0.1","port":%s},{"host":"127.0.0.1","port":%s}]`, slow, hello)
+	if st := s.mustInstall("rhea", example(t, "netclient"), q("egress", grant)); st["status"] != "walled" {
+		t.Fatalf("status = %v; want walled", st)
+	}
+	s.waitEgress("rhea", "transparent")
+	port := freePort(t)
+	var reached atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			if c, err := net.DialTimeout("tcp", "127.0.0.1:"+port, 200*time.Millisecond); err == nil {
+				reached.Store(true)
+				c.Close()
+			}
+		}
+	}()
+	r := s.runIn("rhea", false, map[string]string{"relisten.c": cRelisten}, "sh", "-c", `gcc -o relisten relisten.c && ./relisten "$0" "$1" "$2"`, slow, hello, port)
+	close(done)
+	if reached.Load() || strings.Contains(r.Out, "ACCEPTED a connection") {
+		t.Errorf("a host process reached a listener the app made of a handed-over socket:\n%s", r.Out)
+	}
+	for _, want := range []string{
+		"CONNECT EINPROGRESS", "STATE before 2", // SYN_SENT
+		"SHUTDOWN Transport endpoint is not connected", "STATE after 2",
+		"BIND Operation not permitted", "LISTEN Invalid argument", "ACCEPTED none",
+		"HALF-CLOSE OK", "ANSWER read",
+		"PAIR-SHUTDOWN OK", "PAIR-EOF 0", "BADFD Bad file descriptor",
+		"DEAD-STATE 7", "DEAD-BIND Operation not permitted",
+		"UNIX-BIND OK", "UNIX-FILE OK 700", "UNIX-NAME rel.sock", "UNIX-CONNECT OK",
+		"ABSTRACT-BIND OK", "UDP-BIND OK", "BIND-BADFD Bad file descriptor",
+		"BIND-NOTSOCK Socket operation on non-socket", "BIND-FAULT Bad address",
+	} {
+		if !strings.Contains(r.Out, want) {
+			t.Errorf("the attack's output lacks %q:\n%s", want, r.Out)
+		}
+	}
+}
+
+// cEarlyBind is a vat that binds as it starts, before toybox-entry's Go
+// half runs (the launcher answers those binds): its fd 3 (a unix socket
+// the supervisor made, of the host's network) to an abstract name, and a
+// unix socket of its own to a relative path. It prints what it got on
+// stderr, then serves "ok" on $TOYBOX_LISTEN.
+const cEarlyBind = `#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <signal.h>
+#include <unistd.h>
+static const char *say(int r) { return r == 0 ? "OK" : strerror(errno); }
+int main(void) {
+	signal(SIGPIPE, SIG_IGN);
+	struct sockaddr_un ab = {0};
+	ab.sun_family = AF_UNIX;
+	const char *name = "toybox-squat-early";
+	memcpy(ab.sun_path + 1, name, strlen(name));
+	socklen_t al = offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name);
+	fprintf(stderr, "EARLY-FD3-BIND %s\n", say(bind(3, (struct sockaddr *)&ab, al)));
+	if (chdir(getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp") != 0) return 1;
+	umask(027);
+	int u = socket(AF_UNIX, SOCK_STREAM, 0);
+	struct sockaddr_un rel = {0};
+	rel.sun_family = AF_UNIX;
+	strcpy(rel.sun_path, "early.sock");
+	const char *r = say(bind(u, (struct sockaddr *)&rel, sizeof rel));
+	struct stat st;
+	const char *sr = say(stat("early.sock", &st));
+	fprintf(stderr, "EARLY-OWN-BIND %s %s %o\n", r, sr, st.st_mode & 0777);
+	int l = socket(AF_UNIX, SOCK_STREAM, 0);
+	struct sockaddr_un ls = {0};
+	ls.sun_family = AF_UNIX;
+	strncpy(ls.sun_path, getenv("TOYBOX_LISTEN"), sizeof ls.sun_path - 1);
+	unlink(ls.sun_path);
+	if (bind(l, (struct sockaddr *)&ls, sizeof ls) != 0 || listen(l, 16) != 0) {
+		fprintf(stderr, "LISTEN %s\n", strerror(errno));
+		return 1;
+	}
+	for (;;) {
+		int c = accept(l, NULL, NULL);
+		if (c < 0) continue;
+		char buf[1024];
+		(void)read(c, buf, sizeof buf);
+		const char *ok = "HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\nok\n";
+		(void)write(c, ok, strlen(ok));
+		close(c);
+	}
+}
+`
+
+// TestEarlyBind: an app's first binds come before toybox-entry's Go half
+// runs, and the launcher answers them as that half would, so that the
+// app's start never waits for the entry's runtime: a socket of the app's
+// own binds to a relative path in its working folder, under its umask; a
+// socket of another network (fd 3, the supervisor's) is refused with
+// EPERM (the kernel itself refuses that one, EINVAL: it is connected), and
+// the entry's record says so once it runs.
+func TestEarlyBind(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	src := filepath.Join(t.TempDir(), "early.c")
+	bin := filepath.Join(t.TempDir(), "early")
+	if err := os.WriteFile(src, []byte(cEarlyBind), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("gcc", "-static", "-O1", "-o", bin, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	port := helloServer(t, "granted")
+	grant := fmt.Sprintf(`[{"host":"127.0.0.1","port":%s}]`, port)
+	if st := s.mustInstall("erin", bin, q("egress", grant)); st["status"] != "walled" {
+		t.Fatalf("status = %v; want walled", st)
+	}
+	s.waitEgress("erin", "transparent")
+	var logs string
+	testenv.WaitFor(t, 10*time.Second, func() error {
+		_, logs = s.adminDo("GET", "/erin/logs", nil)
+		if !strings.Contains(logs, "EARLY-OWN-BIND") {
+			return fmt.Errorf("the vat's log lacks its binds:\n%s", logs)
+		}
+		return nil
+	})
+	if b, err := os.ReadFile("/proc/net/unix"); err != nil {
+		t.Fatal(err)
+	} else if strings.Contains(string(b), "@toybox-squat-early") {
+		t.Errorf("the host's abstract namespace holds the name the app bound")
+	}
+	// The entry's record of the refusal comes once its Go half runs.
+	testenv.WaitFor(t, 10*time.Second, func() error {
+		if _, logs = s.adminDo("GET", "/erin/logs", nil); !strings.Contains(logs, "before the entry served") {
+			return fmt.Errorf("the vat's log lacks the entry's record of the refusal:\n%s", logs)
+		}
+		return nil
+	})
+	for _, want := range []string{"EARLY-FD3-BIND Operation not permitted", "EARLY-OWN-BIND OK OK 750", `"refused":1`} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("the vat's log lacks %q:\n%s", want, logs)
+		}
+	}
+}
+
 // TestTransparentClosedSocketsEnd: a connection made by an app that knows
 // nothing of the switchboard ends when the app closes its socket, as it
 // would outside the wall. The switchboard keeps a duplicate of each socket

@@ -48,6 +48,10 @@ type launch struct {
 	DNSTCPFD                     int // the DNS stub's TCP socket
 	SchemeFD                     int // the listener for connects granted under another scheme
 	NotifyErr                    syscall.Errno
+	// A notification the launcher left to the Go half (nil: none), and
+	// the binds it refused before the Go half ran.
+	Pending      []byte
+	EarlyRefused int
 	// MCP: a stdio MCP vat's launch (no app; the spawner instead).
 	MCP *launchMCP
 	// Listen: the app's own port and the relay the launcher started.
@@ -175,6 +179,7 @@ func (l launch) listeners() *entry.Listeners {
 	}
 	if l.NotifyFD >= 0 {
 		ls.Notify = os.NewFile(uintptr(l.NotifyFD), "seccomp-notify")
+		ls.Pending, ls.EarlyRefused = l.Pending, l.EarlyRefused
 	} else if l.Transparent {
 		ls.NotifyErr = notifyErr(l.NotifyErr)
 	}

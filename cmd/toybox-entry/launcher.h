@@ -65,6 +65,12 @@ struct te_launch {
 	// notification listener (-1: none, notify_err says why), the wall's
 	// DNS socket and the connector.
 	int transparent, notify_fd, notify_err, dns_fd, connector_fd, connector_pid;
+	// A notification the launcher received before the Go half ran and
+	// left to it (pending: its 80 bytes, struct seccomp_notif), and how
+	// many binds it refused meanwhile (te_early_bind).
+	int pending;
+	unsigned char pending_notif[80];
+	int early_refused;
 	// The DNS stub's TCP socket, listening (resolvers retry over TCP on
 	// truncation; some use it alone).
 	int dns_tcp_fd;

@@ -50,7 +50,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/prctl.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -556,11 +558,14 @@ static int te_unfence(void) {
 #define TE_LAZY_MS 50
 
 // te_wait_for_need returns once the entry's Go half is needed: a
-// connection waits on one of its ports, the app has ended, or TE_LAZY_MS
+// connection waits on one of its ports, the app has ended, a call of the
+// app's waits for an answer the launcher does not give, or TE_LAZY_MS
 // have passed. Until then the app has the CPU to itself for its own start:
 // a runtime starting beside it (threads, heap, package inits) slows it
 // down on a small host, and the entry has nothing to do before the app
-// connects. (A stop request in that window is dropped by this pid 1 with
+// connects. The app's bind() calls (a server's first) are answered here
+// meanwhile (te_early_bind), so that the app's start never waits for the
+// runtime's. (A stop request in that window is dropped by this pid 1 with
 // no handler yet; the supervisor asks again until one is there.)
 static void te_wait_for_need(void) {
 	struct te_launch *l = &te_launch;
@@ -576,7 +581,9 @@ static void te_wait_for_need(void) {
 		p[n++] = (struct pollfd){.fd = l->relay_fd, .events = POLLIN}; // the app's port accepts
 	}
 	// A connect() waits for the entry's answer, a lookup for the stub's.
+	int notify_at = -1;
 	if (l->notify_fd >= 0) {
+		notify_at = n;
 		p[n++] = (struct pollfd){.fd = l->notify_fd, .events = POLLIN};
 	}
 	if (l->dns_fd >= 0) {
@@ -592,7 +599,35 @@ static void te_wait_for_need(void) {
 	if (app >= 0) {
 		p[n++] = (struct pollfd){.fd = app, .events = POLLIN};
 	}
-	(void)poll(p, (nfds_t)n, TE_LAZY_MS);
+	struct timespec start, now;
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	for (;;) {
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		long left = TE_LAZY_MS - ((now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000);
+		if (left <= 0 || poll(p, (nfds_t)n, (int)left) <= 0) {
+			break;
+		}
+		int others = 0;
+		for (int i = 0; i < n; i++) {
+			others |= i != notify_at && p[i].revents != 0;
+		}
+		if (others || notify_at < 0 || p[notify_at].revents != POLLIN) {
+			break;
+		}
+		struct seccomp_notif sn;
+		memset(&sn, 0, sizeof sn);
+		if (ioctl(l->notify_fd, SECCOMP_IOCTL_NOTIF_RECV, &sn) != 0) {
+			if (errno == EINTR || errno == ENOENT) {
+				continue; // the call is gone
+			}
+			break;
+		}
+		if (!te_early_bind(l->notify_fd, l->connector_fd, l->dns_fd, &sn, &l->early_refused)) {
+			memcpy(l->pending_notif, &sn, sizeof sn);
+			l->pending = 1;
+			break;
+		}
+	}
 	if (app >= 0) {
 		close(app);
 	}

@@ -7,11 +7,16 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/un.h>
 #include <unistd.h>
 #include <linux/audit.h>
 #include <linux/filter.h>
@@ -37,13 +42,17 @@ extern char **environ;
 
 #define TN_ARG_LO(i) (offsetof(struct seccomp_data, args) + 8 * (i))
 
-// te_app_filter is the app's own filter, on top of the wall's: connect()
-// waits for the entry (connect_ret is SECCOMP_RET_USER_NOTIF), or is
-// allowed when the kernel gave no listener. Whatever the answer, the app
-// may not read another process (the entry itself reads the app's memory
-// and descriptors, so the wall's filter lets those calls through for
-// it), use io_uring (its connect never passes here), or send with
-// MSG_FASTOPEN (a connect without connect()).
+// te_app_filter is the app's own filter, on top of the wall's: connect(),
+// bind() and shutdown() wait for the entry (connect_ret is
+// SECCOMP_RET_USER_NOTIF), or are allowed when the kernel gave no
+// listener. Whatever the answer, the app may not read another process
+// (the entry itself reads the app's memory and descriptors, so the wall's
+// filter lets those calls through for it), use io_uring (its connect
+// never passes here), or send with MSG_FASTOPEN (a connect without
+// connect()). bind() and shutdown() are the entry's because a socket of
+// the host's network the entry put in place can be bound there once its
+// connection has ended, and listened on there once a shutdown during its
+// handshake has disconnected it.
 static int te_app_filter(unsigned int connect_ret, unsigned int flags) {
 #ifdef TN_AUDIT_ARCH
 	struct sock_filter f[] = {
@@ -53,27 +62,28 @@ static int te_app_filter(unsigned int connect_ret, unsigned int flags) {
 		/* 3 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
 		/* 4 */ BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000, 0, 1),
 		/* 5 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
-		/* 6 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_connect, 12, 0),
-		/* 7 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_pidfd_getfd, 12, 0),
-		/* 8 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 11, 0),
-		/* 9 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_writev, 10, 0),
-		/* 10 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_ptrace, 9, 0),
-		/* 11 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_setup, 8, 0),
-		/* 12 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_enter, 7, 0),
-		/* 13 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_register, 6, 0),
-		/* 14 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_sendto, 6, 0),
-		/* 15 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_sendmmsg, 5, 0),
-		/* 16 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_sendmsg, 6, 0),
-		/* 17 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-		/* 18 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-		/* 19 */ BPF_STMT(BPF_RET | BPF_K, connect_ret),
-		/* 20 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
-		/* 21 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, TN_ARG_LO(3)), // sendto, sendmmsg: flags
-		/* 22 */ BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, MSG_FASTOPEN, 3, 2),
-		/* 23 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, TN_ARG_LO(2)), // sendmsg: flags
-		/* 24 */ BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, MSG_FASTOPEN, 1, 0),
-		/* 25 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-		/* 26 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EOPNOTSUPP & SECCOMP_RET_DATA)),
+		/* 6 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_connect, 13, 0),
+		/* 7 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_bind, 12, 0),
+		/* 8 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_shutdown, 11, 0),
+		/* 9 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_pidfd_getfd, 11, 0),
+		/* 10 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 10, 0),
+		/* 11 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_writev, 9, 0),
+		/* 12 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_ptrace, 8, 0),
+		/* 13 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_setup, 7, 0),
+		/* 14 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_enter, 6, 0),
+		/* 15 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_register, 5, 0),
+		/* 16 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_sendto, 5, 0),
+		/* 17 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_sendmmsg, 4, 0),
+		/* 18 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_sendmsg, 5, 0),
+		/* 19 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+		/* 20 */ BPF_STMT(BPF_RET | BPF_K, connect_ret),
+		/* 21 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+		/* 22 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, TN_ARG_LO(3)), // sendto, sendmmsg: flags
+		/* 23 */ BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, MSG_FASTOPEN, 3, 2),
+		/* 24 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, TN_ARG_LO(2)), // sendmsg: flags
+		/* 25 */ BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, MSG_FASTOPEN, 1, 0),
+		/* 26 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+		/* 27 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EOPNOTSUPP & SECCOMP_RET_DATA)),
 	};
 	struct sock_fprog prog = {.len = (unsigned short)(sizeof(f) / sizeof(f[0])), .filter = f};
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
@@ -208,15 +218,21 @@ int te_spawn_notified(char **argv, int app_cap_fd, int listen, int *lfd, int *le
 
 // The connector's messages. A connect request (op TN_CONNECT) is a
 // socket (SCM_RIGHTS) of the wall's own network and the address to
-// connect it to; the answer is connect's errno (0: connected). A probe
-// (TN_PROBE, no socket) binds a fresh TCP socket with SO_REUSEADDR to the
-// address: EADDRINUSE means something in the wall listens there.
-enum { TN_CONNECT = 0, TN_PROBE = 1 };
+// connect it to; the answer is connect's errno (0: connected). A bind
+// request (TN_BIND) is the same for bind(2), made as the app's thread tid
+// would make it: a relative unix path from its working folder, the file
+// under its umask (TN_KEEP_UMASK: the connector's). A probe (TN_PROBE, no
+// socket) binds a fresh TCP socket with SO_REUSEADDR to the address:
+// EADDRINUSE means something in the wall listens there.
+enum { TN_CONNECT = 0, TN_PROBE = 1, TN_BIND = 2 };
+#define TN_KEEP_UMASK 0xffffffffU
 
 struct tn_req {
 	uint64_t id;
 	uint32_t len;
 	uint32_t op;
+	uint32_t tid;
+	uint32_t umask;
 	uint8_t addr[128];
 };
 
@@ -249,6 +265,48 @@ static void tn_connect(struct tn_job *j) {
 			r = connect(j->fd, (struct sockaddr *)j->req.addr, j->req.len);
 		} while (r < 0 && errno == EINTR);
 		rep.err = r < 0 ? errno : 0;
+	}
+	close(j->fd);
+	while (send(tn_sock, &rep, sizeof rep, MSG_NOSIGNAL) < 0 && errno == EINTR) {
+	}
+}
+
+// tn_bind makes one bind, on a socket of the wall's own network only
+// (EPERM otherwise), in the calling thread's working folder and under its
+// umask for a unix path. The connector's own calls never depend on its
+// folder (connect's unix paths come absolute), so it goes back to /.
+static void tn_bind(struct tn_job *j) {
+	struct tn_rep rep = {.id = j->req.id};
+	uint64_t cookie = 0;
+	socklen_t cl = sizeof cookie;
+	sa_family_t fam = AF_UNSPEC;
+	if (j->req.len >= sizeof fam) {
+		memcpy(&fam, j->req.addr, sizeof fam);
+	}
+	int rel = fam == AF_UNIX && j->req.len > offsetof(struct sockaddr_un, sun_path) && j->req.addr[offsetof(struct sockaddr_un, sun_path)] != 0 && j->req.addr[offsetof(struct sockaddr_un, sun_path)] != '/';
+	if (getsockopt(j->fd, SOL_SOCKET, SO_NETNS_COOKIE, &cookie, &cl) != 0) {
+		rep.err = errno; // ENOTSOCK, as bind would say
+	} else if (cookie != tn_cookie) {
+		rep.err = EPERM;
+	} else {
+		char cwd[32];
+		snprintf(cwd, sizeof cwd, "/proc/%u/cwd", j->req.tid);
+		if (rel && chdir(cwd) != 0) {
+			rep.err = errno == ENOENT ? ESRCH : errno;
+		} else {
+			mode_t old = 0;
+			int mask = fam == AF_UNIX && j->req.umask != TN_KEEP_UMASK;
+			if (mask) {
+				old = umask((mode_t)(j->req.umask & 0777));
+			}
+			rep.err = bind(j->fd, (struct sockaddr *)j->req.addr, j->req.len) < 0 ? errno : 0;
+			if (mask) {
+				umask(old);
+			}
+			if (rel) {
+				(void)chdir("/");
+			}
+		}
 	}
 	close(j->fd);
 	while (send(tn_sock, &rep, sizeof rep, MSG_NOSIGNAL) < 0 && errno == EINTR) {
@@ -318,6 +376,11 @@ static void te_connector(int sock) {
 			(void)send(sock, &rep, sizeof rep, MSG_NOSIGNAL);
 			continue;
 		}
+		if (j->fd >= 0 && n == (ssize_t)sizeof j->req && j->req.op == TN_BIND && j->req.len <= sizeof j->req.addr) {
+			tn_bind(j); // never waits
+			free(j);
+			continue;
+		}
 		if (j->fd < 0 || n != (ssize_t)sizeof j->req || j->req.op != TN_CONNECT || j->req.len > sizeof j->req.addr) {
 			struct tn_rep rep = {.id = j->req.id, .err = EINVAL};
 			if (j->fd >= 0) {
@@ -360,6 +423,120 @@ static void te_connector(int sock) {
 		tn_connect(j);
 		free(j);
 	}
+}
+
+// TN_EARLY_ID is the id of te_early_bind's requests: the Go half's count
+// up from 1, and it has sent none yet.
+#define TN_EARLY_ID 0xffffffffffffffffULL
+#define TN_PIDFD_THREAD O_EXCL
+#define TN_IOCTL_SEND 0xc0182101
+#define TN_IOCTL_ID_VALID 0x40082102
+
+static int tn_valid(int nfd, uint64_t id) { return ioctl(nfd, TN_IOCTL_ID_VALID, &id) == 0; }
+
+static void tn_answer(int nfd, uint64_t id, int err) {
+	struct seccomp_notif_resp r = {.id = id, .error = -err};
+	(void)ioctl(nfd, TN_IOCTL_SEND, &r);
+}
+
+// tn_umask reads thread tid's umask (Umask: in its status), or
+// TN_KEEP_UMASK.
+static uint32_t tn_umask(int tid) {
+	char path[32], buf[2048];
+	snprintf(path, sizeof path, "/proc/%d/status", tid);
+	int f = open(path, O_RDONLY | O_CLOEXEC);
+	if (f < 0) {
+		return TN_KEEP_UMASK;
+	}
+	ssize_t n = read(f, buf, sizeof buf - 1);
+	close(f);
+	if (n <= 0) {
+		return TN_KEEP_UMASK;
+	}
+	buf[n] = 0;
+	char *u = strstr(buf, "\nUmask:");
+	if (u == NULL) {
+		return TN_KEEP_UMASK;
+	}
+	char *end;
+	unsigned long m = strtoul(u + 7, &end, 8);
+	return end == u + 7 || m > 0777 ? TN_KEEP_UMASK : (uint32_t)m;
+}
+
+int te_early_bind(int nfd, int cfd, int wallfd, const void *notif, int *refused) {
+	const struct seccomp_notif *sn = notif;
+	if (sn->data.nr != SYS_bind) {
+		return 0;
+	}
+	int tid = (int)sn->pid;
+	int pfd = (int)syscall(SYS_pidfd_open, tid, TN_PIDFD_THREAD);
+	if (pfd < 0 && errno == EINVAL) {
+		return 0; // before Linux 6.9: the Go half finds the thread's process
+	}
+	struct tn_req req = {.id = TN_EARLY_ID, .op = TN_BIND, .tid = (uint32_t)tid, .umask = TN_KEEP_UMASK};
+	uint64_t alen = sn->data.args[2] & 0xffffffffU;
+	int err = 0, sock = -1;
+	if (pfd < 0) {
+		err = errno;
+		goto answer;
+	}
+	if (alen < 2 || alen > sizeof req.addr) {
+		err = EINVAL;
+		goto answer;
+	}
+	req.len = (uint32_t)alen;
+	struct iovec lo = {req.addr, alen}, re = {(void *)(uintptr_t)sn->data.args[1], alen};
+	if (syscall(SYS_process_vm_readv, tid, &lo, 1UL, &re, 1UL, 0UL) != (long)alen) {
+		err = EFAULT;
+		goto answer;
+	}
+	// The thread read is still the one that called: the address is its.
+	if (!tn_valid(nfd, sn->id)) {
+		goto gone;
+	}
+	sock = (int)syscall(SYS_pidfd_getfd, pfd, (int)sn->data.args[0], 0);
+	if (sock < 0) {
+		err = errno;
+		goto answer;
+	}
+	if (!tn_valid(nfd, sn->id)) {
+		goto gone;
+	}
+	uint64_t cookie = 0, wall = 0;
+	socklen_t cl = sizeof cookie, wl = sizeof wall;
+	if (getsockopt(sock, SOL_SOCKET, SO_NETNS_COOKIE, &cookie, &cl) != 0) {
+		err = errno;
+		goto answer;
+	}
+	if (getsockopt(wallfd, SOL_SOCKET, SO_NETNS_COOKIE, &wall, &wl) != 0 || wall == 0 || cookie != wall) {
+		(*refused)++;
+		err = EPERM;
+		goto answer;
+	}
+	sa_family_t fam;
+	memcpy(&fam, req.addr, sizeof fam);
+	if (fam == AF_UNIX) {
+		req.umask = tn_umask(tid);
+	}
+	te_send_fd(cfd, &req, sizeof req, sock);
+	struct tn_rep rep;
+	ssize_t n;
+	do {
+		n = recv(cfd, &rep, sizeof rep, 0);
+	} while (n < 0 && errno == EINTR);
+	err = n == (ssize_t)sizeof rep && rep.id == TN_EARLY_ID ? rep.err : EACCES;
+answer:
+	if (tn_valid(nfd, sn->id)) {
+		tn_answer(nfd, sn->id, err);
+	}
+gone:
+	if (sock >= 0) {
+		close(sock);
+	}
+	if (pfd >= 0) {
+		close(pfd);
+	}
+	return 1;
 }
 
 int te_start_connector(int *fd, int *pid, const char **call) {

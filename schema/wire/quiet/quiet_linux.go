@@ -98,6 +98,12 @@ func Close(fd int) error {
 	return errnoErr(e)
 }
 
+// Shutdown is shutdown(2), which never waits.
+func Shutdown(fd, how int) error {
+	_, _, e := unix.RawSyscall(unix.SYS_SHUTDOWN, uintptr(fd), uintptr(how), 0)
+	return errnoErr(e)
+}
+
 // Lingers reports whether a close of socket fd may wait (SO_LINGER on,
 // or the option could not be read).
 func Lingers(fd int) bool {

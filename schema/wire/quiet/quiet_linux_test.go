@@ -51,6 +51,15 @@ func TestSocketCalls(t *testing.T) {
 	if Lingers(fd) {
 		t.Fatal("Lingers on a fresh socket")
 	}
+	if err := Shutdown(fd, unix.SHUT_WR); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if n, err := c.Read(make([]byte, 1)); n != 0 || err == nil {
+		t.Fatalf("the peer read %d, %v after SHUT_WR; want EOF", n, err)
+	}
+	if err := Shutdown(fd, 7); !errors.Is(err, unix.EINVAL) {
+		t.Fatalf("Shutdown(how 7) = %v; want EINVAL", err)
+	}
 	if err := unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 5}); err != nil {
 		t.Fatal(err)
 	}

@@ -99,6 +99,11 @@ type Listeners struct {
 	// https) is put through.
 	Notify, DNS, DNSTCP, Scheme, Connector *os.File
 	NotifyErr                              error
+	// Pending is a notification the launcher received from Notify before
+	// the Go half ran and left to it (struct seccomp_notif, nil: none);
+	// EarlyRefused counts the binds it refused meanwhile.
+	Pending      []byte
+	EarlyRefused int
 }
 
 func (ls *Listeners) close() {

@@ -282,6 +282,20 @@ func netListener(f *os.File) (net.Listener, error) {
 // func stops them, and the channel is closed if the capability connection
 // ends before that.
 func serveNet(ctx context.Context, cfg Config, ls *Listeners, logger *slog.Logger) (func(), <-chan struct{}, error) {
+	// Transparent egress first, before the supervisor's round trips: the
+	// app (started already) waits for the entry on its first bind().
+	tn, stopTransparent, err := startTransparent(ctx, cfg.ID, logger, ls)
+	if err != nil {
+		ls.close()
+		_ = cfg.Cap.Close()
+		return nil, nil, fmt.Errorf("transparent egress: %w", err)
+	}
+	attached := false
+	defer func() {
+		if !attached {
+			stopTransparent()
+		}
+	}()
 	conn, err := wire.FromFile(cfg.Cap, true)
 	if err != nil {
 		ls.close()
@@ -339,13 +353,8 @@ func serveNet(ctx context.Context, cfg Config, ls *Listeners, logger *slog.Logge
 		vat.Release()
 	}
 	proxy.SetLimits(cfg.MaxConns, len(nls))
-	stopTransparent, err := startTransparent(ctx, proxy, ls, nls)
-	if err != nil {
-		closeAll()
-		proxy.Close()
-		_ = rc.Close()
-		return nil, nil, fmt.Errorf("transparent egress: %w", err)
-	}
+	tn.attach(ctx, proxy, nls)
+	attached = true
 	stopped := make(chan struct{})
 	stop := func() {
 		close(stopped)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -92,19 +93,23 @@ type seccompAddFD struct {
 // DNSAddr is where the wall's resolv.conf sends lookups (the stub).
 var DNSAddr = netip.MustParseAddrPort("127.0.0.53:53")
 
-// notifier answers the app's connect() calls.
+// notifier answers the app's connect(), bind() and shutdown() calls.
 type notifier struct {
-	p       *Proxy
-	lfd     *os.File        // the listener, in the runtime's poller where it can be
-	fd      uintptr         // its descriptor (lfd.Fd would make it blocking again)
-	rc      syscall.RawConn // lfd's, nil: lfd is not pollable (serve polls itself)
-	conn    *connector
-	placed  *placed // the sockets put in place, until the app closes them
-	names   *names
-	cookie  uint64         // the wall's network namespace
-	stub    netip.AddrPort // where the DNS stub listens (UDP)
-	stubTCP netip.AddrPort // and over TCP
-	schemes *schemes       // connects granted under another scheme alone
+	p            *Proxy
+	lfd          *os.File        // the listener, in the runtime's poller where it can be
+	fd           uintptr         // its descriptor (lfd.Fd would make it blocking again)
+	rc           syscall.RawConn // lfd's, nil: lfd is not pollable (serve polls itself)
+	conn         *connector
+	placed       *placed // the sockets put in place, until the app closes them
+	names        *names
+	cookie       uint64         // the wall's network namespace
+	stub         netip.AddrPort // where the DNS stub listens (UDP)
+	stubTCP      netip.AddrPort // and over TCP
+	schemes      *schemes       // connects granted under another scheme alone
+	log          *slog.Logger   // the vat's
+	ready        chan struct{}  // closed by attach: p, placed and own are set
+	schemeL      net.Listener   // the scheme listener, served once attached
+	refusedBinds rateLog
 	// own are where the entry's own listeners (the proxy, the forwarded
 	// ports) listen, for as long as it serves: a connect there stays in
 	// the wall without asking the connector whether something listens
@@ -135,7 +140,7 @@ func (n *notifier) serve(ctx context.Context) {
 		case e == unix.EINTR || e == unix.ENOENT:
 			continue
 		case e != 0:
-			n.p.logger.Warn("transparent egress stopped", keyVat, n.p.id, keyReason, e.Error())
+			n.log.Warn("transparent egress stopped", keyReason, e.Error())
 			return
 		}
 		go n.handle(ctx, sn)
@@ -191,54 +196,34 @@ func (n *notifier) answer(id uint64, errno syscall.Errno) {
 	_ = ioctlPtr(n.fd, ioctlNotifSend, unsafe.Pointer(&r))
 }
 
-// handle answers one connect().
+// handle answers one connect() or shutdown().
 func (n *notifier) handle(ctx context.Context, sn seccompNotif) {
-	if sn.Nr != unix.SYS_CONNECT {
+	switch sn.Nr {
+	case unix.SYS_CONNECT:
+		select {
+		case <-n.ready:
+		case <-ctx.Done():
+			n.answer(sn.ID, unix.ECONNREFUSED) // the wall's network was never set up
+			return
+		}
+	case unix.SYS_SHUTDOWN:
+		n.shutdown(sn)
+		return
+	case unix.SYS_BIND:
+		n.bind(sn)
+		return
+	default:
 		n.answer(sn.ID, unix.ENOSYS)
 		return
 	}
-	tid := int(sn.Pid)
-	fd := int(int32(sn.Args[0]))
-	alen := int(uint32(sn.Args[2]))
-	if alen < 2 || alen > maxSockaddr {
-		n.answer(sn.ID, unix.EINVAL)
+	tid, fd := int(sn.Pid), int(int32(sn.Args[0]))
+	sa, sock, cookie, ok := n.take(sn, true)
+	if !ok {
 		return
 	}
-	sa := make([]byte, alen)
-	if got, err := quiet.ProcessVMReadv(tid, sa, uintptr(sn.Args[1])); err != nil || got != alen {
-		if n.valid(sn.ID) {
-			n.answer(sn.ID, unix.EFAULT)
-		}
-		return
-	}
-	// The thread read is still the one that called: the address is its.
-	if !n.valid(sn.ID) {
-		return
-	}
-	sock, errno := n.takeFD(tid, fd)
-	if errno != 0 {
-		if n.valid(sn.ID) {
-			n.answer(sn.ID, errno)
-		}
-		return
-	}
-	// Our descriptor may be the socket's last (the app's was replaced,
-	// or the app closed it meanwhile), and a last close waits when the
-	// app set SO_LINGER: then it is the runtime's kind of call, which
-	// lets the other goroutines run; else a quiet one.
-	defer func() {
-		if quiet.Lingers(sock) {
-			_ = unix.Close(sock)
-		} else {
-			_ = quiet.Close(sock)
-		}
-	}()
-	if !n.valid(sn.ID) {
-		return
-	}
-	cookie, err := quiet.GetsockoptUint64(sock, unix.SOL_SOCKET, soNetnsCookie)
-	if err != nil {
-		n.answer(sn.ID, errnoOf(err, unix.ENOTSOCK))
+	defer closeTaken(sock)
+	if cookie == 0 {
+		n.answer(sn.ID, unix.ENOTSOCK)
 		return
 	}
 	if cookie != n.cookie {
@@ -261,11 +246,141 @@ func (n *notifier) handle(ctx context.Context, sn seccompNotif) {
 		n.relay(ctx, sn, tid, fd, sock, sa, ap)
 		return
 	}
-	if sa, errno = unixPath(sa, tid); errno != 0 {
+	sa, errno := unixPath(sa, tid)
+	if errno != 0 {
 		n.answer(sn.ID, errno)
 		return
 	}
 	n.answer(sn.ID, n.conn.connect(sock, sa))
+}
+
+// take reads what a connect() or bind() names (the address at args 1
+// and 2, when addr is set) and takes the socket (arg 0), checking after
+// each step that the call is still pending (so a reused thread id is
+// never read in its place), and reads the socket's network namespace
+// (cookie 0: the descriptor is not a socket). When it cannot, it has answered (or the call is gone) and ok is false;
+// else the caller closes sock (closeTaken) and answers.
+func (n *notifier) take(sn seccompNotif, addr bool) (sa []byte, sock int, cookie uint64, ok bool) {
+	tid, fd := int(sn.Pid), int(int32(sn.Args[0]))
+	fail := func(errno syscall.Errno) ([]byte, int, uint64, bool) {
+		if n.valid(sn.ID) {
+			n.answer(sn.ID, errno)
+		}
+		return nil, -1, 0, false
+	}
+	if addr {
+		alen := int(uint32(sn.Args[2]))
+		if alen < 2 || alen > maxSockaddr {
+			return fail(unix.EINVAL)
+		}
+		sa = make([]byte, alen)
+		if got, err := quiet.ProcessVMReadv(tid, sa, uintptr(sn.Args[1])); err != nil || got != alen {
+			return fail(unix.EFAULT)
+		}
+		// The thread read is still the one that called: the address is its.
+		if !n.valid(sn.ID) {
+			return nil, -1, 0, false
+		}
+	}
+	sock, errno := n.takeFD(tid, fd)
+	if errno != 0 {
+		return fail(errno)
+	}
+	if !n.valid(sn.ID) {
+		closeTaken(sock)
+		return nil, -1, 0, false
+	}
+	cookie, err := quiet.GetsockoptUint64(sock, unix.SOL_SOCKET, soNetnsCookie)
+	if err != nil && !errors.Is(err, unix.ENOTSOCK) {
+		closeTaken(sock)
+		return fail(errnoOf(err, unix.ENOTSOCK))
+	}
+	return sa, sock, cookie, true
+}
+
+// shutdown answers the app's shutdown(2), made here on the very socket
+// taken, as the kernel would have made it, but for one case. On a socket
+// of the switchboard's network (one put in place) whose handshake is
+// still under way, the kernel's shutdown would disconnect it
+// (inet_shutdown on SYN_SENT), and a disconnected socket can be bound and
+// listened on again: a listener on the host's network, from inside the
+// wall. That one is answered ENOTCONN, as shutdown answers a socket not
+// connected, and stays connecting; the app closes it as it would have.
+func (n *notifier) shutdown(sn seccompNotif) {
+	_, sock, cookie, ok := n.take(sn, false)
+	if !ok {
+		return
+	}
+	defer closeTaken(sock)
+	if cookie != 0 && cookie != n.cookie {
+		// Such a socket never goes back to connecting (its connect()
+		// is answered EISCONN) nor listens: the state read stays true.
+		if st, err := quiet.TCPState(sock); err != nil || st == tcpSynSent || st == tcpListen {
+			n.answer(sn.ID, unix.ENOTCONN)
+			return
+		}
+	}
+	n.answer(sn.ID, errnoOf(quiet.Shutdown(sock, int(int32(sn.Args[1]))), 0))
+}
+
+// bind answers the app's bind(2). A socket of the wall's own network is
+// bound by the connector (the entry binds nothing: te_lock), on the very
+// socket taken and to the very address read, as a connect inside the wall
+// is made. A socket of another network is refused with EPERM: a socket
+// the entry put in place is of the host's, and once its connection has
+// ended the kernel would bind it there (a port of the host's, held from
+// inside the wall; an address of the host's, found out by trying), as it
+// would a unix socket the supervisor passed in (an abstract name in the
+// host's namespace). toybox-entry's launcher answers the app's binds by
+// the same rules until this half runs (te_early_bind).
+func (n *notifier) bind(sn seccompNotif) {
+	sa, sock, cookie, ok := n.take(sn, true)
+	if !ok {
+		return
+	}
+	defer closeTaken(sock)
+	if cookie == 0 {
+		n.answer(sn.ID, unix.ENOTSOCK)
+		return
+	}
+	if cookie != n.cookie {
+		if unlogged, ok := n.refusedBinds.allow(time.Now()); ok {
+			n.log.Warn("a bind of a socket of the host's network refused (EPERM): the wall binds its own sockets alone", keyReason, "the socket was put in place by the entry or passed in from outside the wall", "unlogged", unlogged)
+		}
+		n.answer(sn.ID, unix.EPERM)
+		return
+	}
+	tid := int(sn.Pid)
+	umask := uint32(keepUmask)
+	if binary.NativeEndian.Uint16(sa) == unix.AF_UNIX {
+		if st, err := procstatus.Read(tid); err == nil {
+			if f := st.Fields("Umask"); len(f) == 1 {
+				if m, err := strconv.ParseUint(f[0], 8, 32); err == nil {
+					umask = uint32(m)
+				}
+			}
+		}
+	}
+	n.answer(sn.ID, n.conn.bind(sock, sa, tid, umask))
+}
+
+// TCP states (include/net/tcp_states.h).
+const (
+	tcpSynSent = 2
+	tcpListen  = 10
+)
+
+// closeTaken closes a descriptor taken from the app. Ours may be the
+// socket's last (the app's was replaced, or the app closed it meanwhile),
+// and a last close waits when the app set SO_LINGER: then it is the
+// runtime's kind of call, which lets the other goroutines run; else a
+// quiet one.
+func closeTaken(sock int) {
+	if quiet.Lingers(sock) {
+		_ = unix.Close(sock)
+	} else {
+		_ = quiet.Close(sock)
+	}
 }
 
 // takeFD duplicates fd of thread tid into this process.
@@ -590,6 +705,7 @@ func (c *connector) readOne(buf []byte) (int, error) {
 const (
 	opConnect = 0
 	opProbe   = 1
+	opBind    = 2
 )
 
 // listening reports whether something in the wall listens where a
@@ -609,14 +725,26 @@ func (c *connector) listening(ap netip.AddrPort) bool {
 		copy(sa[8:24], ap.Addr().AsSlice())
 	}
 	binary.BigEndian.PutUint16(sa[2:4], ap.Port())
-	return c.call(opProbe, -1, sa) == unix.EADDRINUSE
+	return c.call(opProbe, -1, sa, 0, keepUmask) == unix.EADDRINUSE
 }
 
 // connect connects sock to sa in the wall and returns connect's errno.
 // Without a connector (it ended) every connect fails: EACCES.
-func (c *connector) connect(sock int, sa []byte) syscall.Errno { return c.call(opConnect, sock, sa) }
+func (c *connector) connect(sock int, sa []byte) syscall.Errno {
+	return c.call(opConnect, sock, sa, 0, keepUmask)
+}
 
-func (c *connector) call(op uint32, sock int, sa []byte) syscall.Errno {
+// bind binds sock to sa as thread tid would (a relative unix path from
+// its working folder, the file under umask) and returns bind's errno.
+// Without a connector every bind fails: EACCES.
+func (c *connector) bind(sock int, sa []byte, tid int, umask uint32) syscall.Errno {
+	return c.call(opBind, sock, sa, tid, umask)
+}
+
+// keepUmask (TN_KEEP_UMASK) leaves the connector's umask as it is.
+const keepUmask = 0xffffffff
+
+func (c *connector) call(op uint32, sock int, sa []byte, tid int, umask uint32) syscall.Errno {
 	ch := make(chan syscall.Errno, 1)
 	c.mu.Lock()
 	if c.dead {
@@ -627,11 +755,13 @@ func (c *connector) call(op uint32, sock int, sa []byte) syscall.Errno {
 	id := c.next
 	c.wait[id] = ch
 	c.mu.Unlock()
-	req := make([]byte, 8+4+4+maxSockaddr) // struct tn_req
+	req := make([]byte, 8+4+4+4+4+maxSockaddr) // struct tn_req
 	binary.NativeEndian.PutUint64(req, id)
 	binary.NativeEndian.PutUint32(req[8:], uint32(len(sa)))
 	binary.NativeEndian.PutUint32(req[12:], op)
-	copy(req[16:], sa)
+	binary.NativeEndian.PutUint32(req[16:], uint32(tid))
+	binary.NativeEndian.PutUint32(req[20:], umask)
+	copy(req[24:], sa)
 	var rights []byte
 	if sock >= 0 {
 		rights = unix.UnixRights(sock)
@@ -691,11 +821,14 @@ func (p *Proxy) dialFile(ctx context.Context, t target, inProgress bool) (int, e
 	return fd, nil
 }
 
-// startTransparent serves the app's connect() calls and the DNS stub when
-// ls holds a notification listener; it takes ls.Notify, ls.DNS,
-// ls.DNSTCP and ls.Connector (closed on error, and by the returned func).
-// own are the entry's listeners (the proxy, the forwards).
-func startTransparent(ctx context.Context, p *Proxy, ls *Listeners, own []net.Listener) (func(), error) {
+// startTransparent serves the app's notified calls and the DNS stub when
+// ls holds a notification listener (nil and a no-op func when it holds
+// none); it takes ls.Notify, ls.DNS, ls.DNSTCP, ls.Scheme and
+// ls.Connector (closed on error, and by the returned func). It starts as
+// the entry does, before the supervisor has answered: the app's bind()
+// (a server's first call) and shutdown() are answered from then on; its
+// connect() calls wait until attach gives the proxy.
+func startTransparent(ctx context.Context, id string, logger *slog.Logger, ls *Listeners) (*notifier, func(), error) {
 	if ls.Notify == nil {
 		for _, f := range []*os.File{ls.DNS, ls.DNSTCP, ls.Scheme, ls.Connector} {
 			if f != nil {
@@ -703,17 +836,17 @@ func startTransparent(ctx context.Context, p *Proxy, ls *Listeners, own []net.Li
 			}
 		}
 		if ls.NotifyErr != nil {
-			p.logger.Warn("transparent egress unavailable: the proxy alone serves this wall", keyVat, p.id, keyReason, ls.NotifyErr.Error())
+			logger.Warn("transparent egress unavailable: the proxy alone serves this wall", keyVat, id, keyReason, ls.NotifyErr.Error())
 		}
-		return func() {}, nil
+		return nil, func() {}, nil
 	}
-	fail := func(err error) (func(), error) {
+	fail := func(err error) (*notifier, func(), error) {
 		for _, f := range []*os.File{ls.Notify, ls.DNS, ls.DNSTCP, ls.Scheme, ls.Connector} {
 			if f != nil {
 				_ = f.Close()
 			}
 		}
-		return nil, err
+		return nil, nil, err
 	}
 	if ls.DNS == nil || ls.DNSTCP == nil || ls.Scheme == nil || ls.Connector == nil {
 		return fail(errors.New("a notification listener without the DNS sockets, the scheme listener or the connector"))
@@ -772,29 +905,50 @@ func startTransparent(ctx context.Context, p *Proxy, ls *Listeners, own []net.Li
 		_ = tl.Close()
 		_ = sl.Close()
 		_ = ls.Notify.Close()
-		return nil, fmt.Errorf("the connector's socket: %w", err)
+		return nil, nil, fmt.Errorf("the connector's socket: %w", err)
 	}
+	log := logger.With(keyVat, id)
 	n := &notifier{
-		p: p, conn: conn, names: newNames(), cookie: cookie,
-		placed:  newPlaced(p.gate, p.logger.With(keyVat, p.id)),
+		conn: conn, names: newNames(), cookie: cookie, log: log,
+		ready:   make(chan struct{}),
 		stub:    netip.AddrPortFrom(netip.AddrFrom4(in4.Addr), uint16(in4.Port)),
 		stubTCP: netip.AddrPortFrom(netip.AddrFrom4(tin4.Addr), uint16(tin4.Port)),
 		schemes: newSchemes(netip.AddrPortFrom(netip.AddrFrom4(sin4.Addr), uint16(sin4.Port))),
+		schemeL: sl,
 	}
 	n.lfd, n.rc = polled(ls.Notify, "seccomp-notify")
 	n.fd = uintptr(n.fdOf())
+	if ls.EarlyRefused > 0 {
+		log.Warn("binds of sockets of the host's network refused (EPERM) before the entry served: the wall binds its own sockets alone", "refused", ls.EarlyRefused)
+	}
+	go serveDNS(pc, n.names, log)
+	go serveDNSTCP(tl, n.names, log)
+	if len(ls.Pending) == int(unsafe.Sizeof(seccompNotif{})) {
+		var sn seccompNotif
+		copy(unsafe.Slice((*byte)(unsafe.Pointer(&sn)), len(ls.Pending)), ls.Pending)
+		go n.handle(ctx, sn)
+	}
+	go n.serve(ctx)
+	return n, func() { _ = pc.Close(); _ = tl.Close(); _ = sl.Close() }, nil
+}
+
+// attach gives the notifier the proxy its connects go through, and own,
+// the entry's listeners (the proxy, the forwards): the connects waiting
+// go on. A nil notifier (no transparent egress) does nothing.
+func (n *notifier) attach(ctx context.Context, p *Proxy, own []net.Listener) {
+	if n == nil {
+		return
+	}
+	n.p = p
+	n.placed = newPlaced(p.gate, n.log)
 	for _, l := range own {
 		if a, ok := l.Addr().(*net.TCPAddr); ok {
 			ap := a.AddrPort()
 			n.own = append(n.own, netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()))
 		}
 	}
-	log := p.logger.With(keyVat, p.id)
-	go serveDNS(pc, n.names, log)
-	go serveDNSTCP(tl, n.names, log)
-	go n.serve(ctx)
-	go n.serveSchemes(ctx, sl)
-	return func() { _ = pc.Close(); _ = tl.Close(); _ = sl.Close() }, nil
+	go n.serveSchemes(ctx, n.schemeL)
+	close(n.ready)
 }
 
 // polled returns f in the runtime's poller (non-blocking), with its
