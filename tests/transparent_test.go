@@ -867,7 +867,7 @@ func TestAttackRelistenHandedOverSocket(t *testing.T) {
 	for _, want := range []string{
 		"CONNECT EINPROGRESS", "STATE before 2", // SYN_SENT
 		"SHUTDOWN Transport endpoint is not connected", "STATE after 2",
-		"BIND Operation not permitted", "LISTEN Invalid argument", "ACCEPTED none",
+		"BIND Operation not permitted", "LISTEN Operation not permitted", "ACCEPTED none",
 		"HALF-CLOSE OK", "ANSWER read",
 		"PAIR-SHUTDOWN OK", "PAIR-EOF 0", "BADFD Bad file descriptor",
 		"DEAD-STATE 7", "DEAD-BIND Operation not permitted",
@@ -881,12 +881,16 @@ func TestAttackRelistenHandedOverSocket(t *testing.T) {
 	}
 }
 
-// cEarlyBind is a vat that binds as it starts, before toybox-entry's Go
-// half runs (the launcher answers those binds): its fd 3 (a unix socket
-// the supervisor made, of the host's network) to an abstract name, and a
-// unix socket of its own to a relative path. It prints what it got on
-// stderr, then serves "ok" on $TOYBOX_LISTEN.
-const cEarlyBind = `#include <errno.h>
+// cEarlyBind is a vat that binds and listens as it starts, before
+// toybox-entry's Go half runs (the launcher answers those calls): its fd 3
+// (a unix socket the supervisor made, of the host's network) to an
+// abstract name, a unix socket of its own to a relative path, and a TCP
+// listener on 127.0.0.1. It prints what it got on stderr, then serves
+// $TOYBOX_LISTEN: each request connects to its TCP listener and says how
+// that went.
+const cEarlyBind = `#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -915,6 +919,15 @@ int main(void) {
 	struct stat st;
 	const char *sr = say(stat("early.sock", &st));
 	fprintf(stderr, "EARLY-OWN-BIND %s %s %o\n", r, sr, st.st_mode & 0777);
+	int t = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in ta = {0};
+	ta.sin_family = AF_INET;
+	ta.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	socklen_t tl = sizeof ta;
+	const char *tb = say(bind(t, (struct sockaddr *)&ta, sizeof ta));
+	const char *tls = say(listen(t, 4));
+	getsockname(t, (struct sockaddr *)&ta, &tl);
+	fprintf(stderr, "EARLY-TCP-LISTEN %s %s\n", tb, tls);
 	int l = socket(AF_UNIX, SOCK_STREAM, 0);
 	struct sockaddr_un ls = {0};
 	ls.sun_family = AF_UNIX;
@@ -929,20 +942,32 @@ int main(void) {
 		if (c < 0) continue;
 		char buf[1024];
 		(void)read(c, buf, sizeof buf);
-		const char *ok = "HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\nok\n";
-		(void)write(c, ok, strlen(ok));
+		// A connect to the port it listened on before the entry ran
+		// stays in the wall (that port is granted nowhere).
+		int s = socket(AF_INET, SOCK_STREAM, 0);
+		const char *self = say(connect(s, (struct sockaddr *)&ta, sizeof ta));
+		if (strcmp(self, "OK") == 0) {
+			close(accept(t, NULL, NULL));
+		}
+		close(s);
+		char body[128], out[256];
+		int bl = snprintf(body, sizeof body, "self-connect: %s\n", self);
+		int ol = snprintf(out, sizeof out, "HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n%s", bl, body);
+		(void)write(c, out, ol);
 		close(c);
 	}
 }
 `
 
-// TestEarlyBind: an app's first binds come before toybox-entry's Go half
-// runs, and the launcher answers them as that half would, so that the
-// app's start never waits for the entry's runtime: a socket of the app's
-// own binds to a relative path in its working folder, under its umask; a
-// socket of another network (fd 3, the supervisor's) is refused with
-// EPERM (the kernel itself refuses that one, EINVAL: it is connected), and
-// the entry's record says so once it runs.
+// TestEarlyBind: an app's first binds and listens come before
+// toybox-entry's Go half runs, and the launcher answers them as that half
+// would, so that the app's start never waits for the entry's runtime: a
+// socket of the app's own binds to a relative path in its working folder,
+// under its umask; a socket of another network (fd 3, the supervisor's) is
+// refused with EPERM (the kernel itself refuses that one, EINVAL: it is
+// connected), and the entry's record says so once it runs; a TCP port the
+// app listened on then is known to the Go half, so the app's connect to it
+// stays in the wall.
 func TestEarlyBind(t *testing.T) {
 	s := newStack(t, stackOpts{})
 	src := filepath.Join(t.TempDir(), "early.c")
@@ -979,10 +1004,13 @@ func TestEarlyBind(t *testing.T) {
 		}
 		return nil
 	})
-	for _, want := range []string{"EARLY-FD3-BIND Operation not permitted", "EARLY-OWN-BIND OK OK 750", `"refused":1`} {
+	for _, want := range []string{"EARLY-FD3-BIND Operation not permitted", "EARLY-OWN-BIND OK OK 750", "EARLY-TCP-LISTEN OK OK", `"refused":1`} {
 		if !strings.Contains(logs, want) {
 			t.Errorf("the vat's log lacks %q:\n%s", want, logs)
 		}
+	}
+	if code, body := s.get("/erin/"); code != http.StatusOK || !strings.Contains(body, "self-connect: OK") {
+		t.Errorf("GET /erin/ = %d %q; want the app's connect to its own early listener kept inside the wall", code, body)
 	}
 }
 

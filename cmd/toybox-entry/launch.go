@@ -49,9 +49,12 @@ type launch struct {
 	SchemeFD                     int // the listener for connects granted under another scheme
 	NotifyErr                    syscall.Errno
 	// A notification the launcher left to the Go half (nil: none), and
-	// the binds it refused before the Go half ran.
+	// what it answered before the Go half ran: the binds and listens it
+	// refused, the TCP ports the app listened on (all unless EarlyAll).
 	Pending      []byte
 	EarlyRefused int
+	EarlyPorts   []uint16
+	EarlyAll     bool
 	// MCP: a stdio MCP vat's launch (no app; the spawner instead).
 	MCP *launchMCP
 	// Listen: the app's own port and the relay the launcher started.
@@ -180,6 +183,7 @@ func (l launch) listeners() *entry.Listeners {
 	if l.NotifyFD >= 0 {
 		ls.Notify = os.NewFile(uintptr(l.NotifyFD), "seccomp-notify")
 		ls.Pending, ls.EarlyRefused = l.Pending, l.EarlyRefused
+		ls.EarlyListened, ls.EarlyListenedAll = l.EarlyPorts, l.EarlyAll
 	} else if l.Transparent {
 		ls.NotifyErr = notifyErr(l.NotifyErr)
 	}

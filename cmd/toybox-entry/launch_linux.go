@@ -74,7 +74,11 @@ func readLaunch(l *C.struct_te_launch, args []string) launch {
 		SchemeFD:     int(l.scheme_fd),
 		ConnectorFD:  int(l.connector_fd),
 		FenceFD:      int(l.fence_fd),
-		EarlyRefused: int(l.early_refused),
+		EarlyRefused: int(l.early.refused),
+		EarlyAll:     l.early.ports_all != 0,
+	}
+	for i := range int(l.early.nports) {
+		r.EarlyPorts = append(r.EarlyPorts, uint16(l.early.ports[i]))
 	}
 	if l.pending != 0 {
 		r.Pending = C.GoBytes(unsafe.Pointer(&l.pending_notif[0]), C.int(len(l.pending_notif)))

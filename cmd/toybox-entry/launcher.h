@@ -2,6 +2,8 @@
 #ifndef TOYBOX_ENTRY_LAUNCHER_H
 #define TOYBOX_ENTRY_LAUNCHER_H
 
+#include "notify_linux.h"
+
 enum {
 	TE_NOT_RUN = 0, // the arguments were not a launch's (why says why)
 	TE_STARTED = 1, // the app runs: app_pid
@@ -66,11 +68,11 @@ struct te_launch {
 	// DNS socket and the connector.
 	int transparent, notify_fd, notify_err, dns_fd, connector_fd, connector_pid;
 	// A notification the launcher received before the Go half ran and
-	// left to it (pending: its 80 bytes, struct seccomp_notif), and how
-	// many binds it refused meanwhile (te_early_bind).
+	// left to it (pending: its 80 bytes, struct seccomp_notif), and what
+	// it answered meanwhile (te_early).
 	int pending;
 	unsigned char pending_notif[80];
-	int early_refused;
+	struct te_early early;
 	// The DNS stub's TCP socket, listening (resolvers retry over TCP on
 	// truncation; some use it alone).
 	int dns_tcp_fd;

@@ -563,9 +563,9 @@ static int te_unfence(void) {
 // have passed. Until then the app has the CPU to itself for its own start:
 // a runtime starting beside it (threads, heap, package inits) slows it
 // down on a small host, and the entry has nothing to do before the app
-// connects. The app's bind() calls (a server's first) are answered here
-// meanwhile (te_early_bind), so that the app's start never waits for the
-// runtime's. (A stop request in that window is dropped by this pid 1 with
+// connects. The app's bind() and listen() calls (a server's first) are
+// answered here meanwhile (te_early), so that the app's start never waits
+// for the runtime's. (A stop request in that window is dropped by this pid 1 with
 // no handler yet; the supervisor asks again until one is there.)
 static void te_wait_for_need(void) {
 	struct te_launch *l = &te_launch;
@@ -622,7 +622,7 @@ static void te_wait_for_need(void) {
 			}
 			break;
 		}
-		if (!te_early_bind(l->notify_fd, l->connector_fd, l->dns_fd, &sn, &l->early_refused)) {
+		if (!te_early(l->notify_fd, l->connector_fd, l->dns_fd, &sn, &l->early)) {
 			memcpy(l->pending_notif, &sn, sizeof sn);
 			l->pending = 1;
 			break;

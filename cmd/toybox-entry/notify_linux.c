@@ -43,16 +43,17 @@ extern char **environ;
 #define TN_ARG_LO(i) (offsetof(struct seccomp_data, args) + 8 * (i))
 
 // te_app_filter is the app's own filter, on top of the wall's: connect(),
-// bind() and shutdown() wait for the entry (connect_ret is
+// bind(), listen() and shutdown() wait for the entry (connect_ret is
 // SECCOMP_RET_USER_NOTIF), or are allowed when the kernel gave no
 // listener. Whatever the answer, the app may not read another process
 // (the entry itself reads the app's memory and descriptors, so the wall's
 // filter lets those calls through for it), use io_uring (its connect
 // never passes here), or send with MSG_FASTOPEN (a connect without
-// connect()). bind() and shutdown() are the entry's because a socket of
-// the host's network the entry put in place can be bound there once its
-// connection has ended, and listened on there once a shutdown during its
-// handshake has disconnected it.
+// connect()). bind(), listen() and shutdown() are the entry's because a
+// socket of the host's network the entry put in place can be bound there
+// once its connection has ended, and listened on there once a shutdown
+// during its handshake has disconnected it; and a listen the entry makes
+// tells it which ports listen in the wall.
 static int te_app_filter(unsigned int connect_ret, unsigned int flags) {
 #ifdef TN_AUDIT_ARCH
 	struct sock_filter f[] = {
@@ -62,28 +63,29 @@ static int te_app_filter(unsigned int connect_ret, unsigned int flags) {
 		/* 3 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
 		/* 4 */ BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000, 0, 1),
 		/* 5 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
-		/* 6 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_connect, 13, 0),
-		/* 7 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_bind, 12, 0),
-		/* 8 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_shutdown, 11, 0),
-		/* 9 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_pidfd_getfd, 11, 0),
-		/* 10 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 10, 0),
-		/* 11 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_writev, 9, 0),
-		/* 12 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_ptrace, 8, 0),
-		/* 13 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_setup, 7, 0),
-		/* 14 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_enter, 6, 0),
-		/* 15 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_register, 5, 0),
-		/* 16 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_sendto, 5, 0),
-		/* 17 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_sendmmsg, 4, 0),
-		/* 18 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_sendmsg, 5, 0),
-		/* 19 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-		/* 20 */ BPF_STMT(BPF_RET | BPF_K, connect_ret),
-		/* 21 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
-		/* 22 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, TN_ARG_LO(3)), // sendto, sendmmsg: flags
-		/* 23 */ BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, MSG_FASTOPEN, 3, 2),
-		/* 24 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, TN_ARG_LO(2)), // sendmsg: flags
-		/* 25 */ BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, MSG_FASTOPEN, 1, 0),
-		/* 26 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-		/* 27 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EOPNOTSUPP & SECCOMP_RET_DATA)),
+		/* 6 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_connect, 14, 0),
+		/* 7 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_bind, 13, 0),
+		/* 8 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_listen, 12, 0),
+		/* 9 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_shutdown, 11, 0),
+		/* 10 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_pidfd_getfd, 11, 0),
+		/* 11 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 10, 0),
+		/* 12 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_writev, 9, 0),
+		/* 13 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_ptrace, 8, 0),
+		/* 14 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_setup, 7, 0),
+		/* 15 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_enter, 6, 0),
+		/* 16 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_register, 5, 0),
+		/* 17 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_sendto, 5, 0),
+		/* 18 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_sendmmsg, 4, 0),
+		/* 19 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_sendmsg, 5, 0),
+		/* 20 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+		/* 21 */ BPF_STMT(BPF_RET | BPF_K, connect_ret),
+		/* 22 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+		/* 23 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, TN_ARG_LO(3)), // sendto, sendmmsg: flags
+		/* 24 */ BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, MSG_FASTOPEN, 3, 2),
+		/* 25 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, TN_ARG_LO(2)), // sendmsg: flags
+		/* 26 */ BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, MSG_FASTOPEN, 1, 0),
+		/* 27 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+		/* 28 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EOPNOTSUPP & SECCOMP_RET_DATA)),
 	};
 	struct sock_fprog prog = {.len = (unsigned short)(sizeof(f) / sizeof(f[0])), .filter = f};
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
@@ -221,10 +223,12 @@ int te_spawn_notified(char **argv, int app_cap_fd, int listen, int *lfd, int *le
 // connect it to; the answer is connect's errno (0: connected). A bind
 // request (TN_BIND) is the same for bind(2), made as the app's thread tid
 // would make it: a relative unix path from its working folder, the file
-// under its umask (TN_KEEP_UMASK: the connector's). A probe (TN_PROBE, no
-// socket) binds a fresh TCP socket with SO_REUSEADDR to the address:
+// under its umask (arg; TN_KEEP_UMASK: the connector's). A listen request
+// (TN_LISTEN) makes the socket listen with backlog arg; its answer's val
+// is the port it listens on (0: not an inet socket). A probe (TN_PROBE,
+// no socket) binds a fresh TCP socket with SO_REUSEADDR to the address:
 // EADDRINUSE means something in the wall listens there.
-enum { TN_CONNECT = 0, TN_PROBE = 1, TN_BIND = 2 };
+enum { TN_CONNECT = 0, TN_PROBE = 1, TN_BIND = 2, TN_LISTEN = 3 };
 #define TN_KEEP_UMASK 0xffffffffU
 
 struct tn_req {
@@ -232,14 +236,14 @@ struct tn_req {
 	uint32_t len;
 	uint32_t op;
 	uint32_t tid;
-	uint32_t umask;
+	uint32_t arg;
 	uint8_t addr[128];
 };
 
 struct tn_rep {
 	uint64_t id;
 	int32_t err;
-	int32_t pad;
+	uint32_t val;
 };
 
 static uint64_t tn_cookie;
@@ -295,9 +299,9 @@ static void tn_bind(struct tn_job *j) {
 			rep.err = errno == ENOENT ? ESRCH : errno;
 		} else {
 			mode_t old = 0;
-			int mask = fam == AF_UNIX && j->req.umask != TN_KEEP_UMASK;
+			int mask = fam == AF_UNIX && j->req.arg != TN_KEEP_UMASK;
 			if (mask) {
-				old = umask((mode_t)(j->req.umask & 0777));
+				old = umask((mode_t)(j->req.arg & 0777));
 			}
 			rep.err = bind(j->fd, (struct sockaddr *)j->req.addr, j->req.len) < 0 ? errno : 0;
 			if (mask) {
@@ -306,6 +310,30 @@ static void tn_bind(struct tn_job *j) {
 			if (rel) {
 				(void)chdir("/");
 			}
+		}
+	}
+	close(j->fd);
+	while (send(tn_sock, &rep, sizeof rep, MSG_NOSIGNAL) < 0 && errno == EINTR) {
+	}
+}
+
+// tn_listen makes a socket of the wall's own network listen (EPERM for
+// any other) and answers the port it listens on.
+static void tn_listen(struct tn_job *j) {
+	struct tn_rep rep = {.id = j->req.id};
+	uint64_t cookie = 0;
+	socklen_t cl = sizeof cookie;
+	if (getsockopt(j->fd, SOL_SOCKET, SO_NETNS_COOKIE, &cookie, &cl) != 0) {
+		rep.err = errno; // ENOTSOCK, as listen would say
+	} else if (cookie != tn_cookie) {
+		rep.err = EPERM;
+	} else if (listen(j->fd, (int)j->req.arg) != 0) {
+		rep.err = errno;
+	} else {
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof ss;
+		if (getsockname(j->fd, (struct sockaddr *)&ss, &sl) == 0 && (ss.ss_family == AF_INET || ss.ss_family == AF_INET6)) {
+			rep.val = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port : ((struct sockaddr_in6 *)&ss)->sin6_port);
 		}
 	}
 	close(j->fd);
@@ -378,6 +406,11 @@ static void te_connector(int sock) {
 		}
 		if (j->fd >= 0 && n == (ssize_t)sizeof j->req && j->req.op == TN_BIND && j->req.len <= sizeof j->req.addr) {
 			tn_bind(j); // never waits
+			free(j);
+			continue;
+		}
+		if (j->fd >= 0 && n == (ssize_t)sizeof j->req && j->req.op == TN_LISTEN) {
+			tn_listen(j); // never waits
 			free(j);
 			continue;
 		}
@@ -463,9 +496,10 @@ static uint32_t tn_umask(int tid) {
 	return end == u + 7 || m > 0777 ? TN_KEEP_UMASK : (uint32_t)m;
 }
 
-int te_early_bind(int nfd, int cfd, int wallfd, const void *notif, int *refused) {
+int te_early(int nfd, int cfd, int wallfd, const void *notif, struct te_early *e) {
 	const struct seccomp_notif *sn = notif;
-	if (sn->data.nr != SYS_bind) {
+	int nr = sn->data.nr;
+	if (nr != SYS_bind && nr != SYS_listen) {
 		return 0;
 	}
 	int tid = (int)sn->pid;
@@ -473,26 +507,31 @@ int te_early_bind(int nfd, int cfd, int wallfd, const void *notif, int *refused)
 	if (pfd < 0 && errno == EINVAL) {
 		return 0; // before Linux 6.9: the Go half finds the thread's process
 	}
-	struct tn_req req = {.id = TN_EARLY_ID, .op = TN_BIND, .tid = (uint32_t)tid, .umask = TN_KEEP_UMASK};
-	uint64_t alen = sn->data.args[2] & 0xffffffffU;
+	struct tn_req req = {.id = TN_EARLY_ID, .op = TN_BIND, .tid = (uint32_t)tid, .arg = TN_KEEP_UMASK};
 	int err = 0, sock = -1;
 	if (pfd < 0) {
 		err = errno;
 		goto answer;
 	}
-	if (alen < 2 || alen > sizeof req.addr) {
-		err = EINVAL;
-		goto answer;
-	}
-	req.len = (uint32_t)alen;
-	struct iovec lo = {req.addr, alen}, re = {(void *)(uintptr_t)sn->data.args[1], alen};
-	if (syscall(SYS_process_vm_readv, tid, &lo, 1UL, &re, 1UL, 0UL) != (long)alen) {
-		err = EFAULT;
-		goto answer;
-	}
-	// The thread read is still the one that called: the address is its.
-	if (!tn_valid(nfd, sn->id)) {
-		goto gone;
+	if (nr == SYS_listen) {
+		req.op = TN_LISTEN;
+		req.arg = (uint32_t)sn->data.args[1];
+	} else {
+		uint64_t alen = sn->data.args[2] & 0xffffffffU;
+		if (alen < 2 || alen > sizeof req.addr) {
+			err = EINVAL;
+			goto answer;
+		}
+		req.len = (uint32_t)alen;
+		struct iovec lo = {req.addr, alen}, re = {(void *)(uintptr_t)sn->data.args[1], alen};
+		if (syscall(SYS_process_vm_readv, tid, &lo, 1UL, &re, 1UL, 0UL) != (long)alen) {
+			err = EFAULT;
+			goto answer;
+		}
+		// The thread read is still the one that called: the address is its.
+		if (!tn_valid(nfd, sn->id)) {
+			goto gone;
+		}
 	}
 	sock = (int)syscall(SYS_pidfd_getfd, pfd, (int)sn->data.args[0], 0);
 	if (sock < 0) {
@@ -509,14 +548,14 @@ int te_early_bind(int nfd, int cfd, int wallfd, const void *notif, int *refused)
 		goto answer;
 	}
 	if (getsockopt(wallfd, SOL_SOCKET, SO_NETNS_COOKIE, &wall, &wl) != 0 || wall == 0 || cookie != wall) {
-		(*refused)++;
+		e->refused++;
 		err = EPERM;
 		goto answer;
 	}
 	sa_family_t fam;
 	memcpy(&fam, req.addr, sizeof fam);
-	if (fam == AF_UNIX) {
-		req.umask = tn_umask(tid);
+	if (req.op == TN_BIND && fam == AF_UNIX) {
+		req.arg = tn_umask(tid);
 	}
 	te_send_fd(cfd, &req, sizeof req, sock);
 	struct tn_rep rep;
@@ -525,6 +564,13 @@ int te_early_bind(int nfd, int cfd, int wallfd, const void *notif, int *refused)
 		n = recv(cfd, &rep, sizeof rep, 0);
 	} while (n < 0 && errno == EINTR);
 	err = n == (ssize_t)sizeof rep && rep.id == TN_EARLY_ID ? rep.err : EACCES;
+	if (req.op == TN_LISTEN && err == 0 && rep.val != 0) {
+		if (e->nports < (int)(sizeof e->ports / sizeof e->ports[0])) {
+			e->ports[e->nports++] = (unsigned short)rep.val;
+		} else {
+			e->ports_all = 1;
+		}
+	}
 answer:
 	if (tn_valid(nfd, sn->id)) {
 		tn_answer(nfd, sn->id, err);

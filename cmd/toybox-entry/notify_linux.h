@@ -31,14 +31,24 @@ int te_filter_hello(int sock, int *lfd, int *lerr, const char **call);
 // socket, *pid its pid. 0, or -1 with the failed call in *call.
 int te_start_connector(int *fd, int *pid, const char **call);
 
-// te_early_bind answers one notification the launcher received from
-// listener nfd before the entry's Go half runs, when it is a bind(), as
-// that half would (vat/wall/entry, notifier.bind): the socket taken, a
-// socket of the wall's own network (wallfd's) bound by the connector
-// (cfd), any other refused with EPERM (*refused counts those). It returns
-// 1 when it answered (or the call is gone), 0 when the notification is
-// the Go half's to answer (another call, or a kernel without
-// PIDFD_THREAD).
-int te_early_bind(int nfd, int cfd, int wallfd, const void *notif, int *refused);
+// te_early is what the launcher answered before the entry's Go half ran
+// (te_early), for that half: the binds and listens it refused, and
+// the TCP ports the app listened on (all of them unless ports_all).
+struct te_early {
+	int refused;
+	int nports;
+	int ports_all;
+	unsigned short ports[64];
+};
+
+// te_early answers one notification the launcher received from listener
+// nfd before the entry's Go half runs, when it is a bind() or a listen(),
+// as that half would (vat/wall/entry, notifier.bind and notifier.listen):
+// the socket taken; a socket of the wall's own network (wallfd's) bound
+// or made to listen by the connector (cfd); any other refused with EPERM.
+// It returns 1 when it answered (or the call is gone), 0 when the
+// notification is the Go half's to answer (another call, or a kernel
+// without PIDFD_THREAD).
+int te_early(int nfd, int cfd, int wallfd, const void *notif, struct te_early *e);
 
 #endif

@@ -101,9 +101,14 @@ type Listeners struct {
 	NotifyErr                              error
 	// Pending is a notification the launcher received from Notify before
 	// the Go half ran and left to it (struct seccomp_notif, nil: none);
-	// EarlyRefused counts the binds it refused meanwhile.
+	// EarlyRefused counts the binds and listens it refused meanwhile.
 	Pending      []byte
 	EarlyRefused int
+	// EarlyListened are the TCP ports the app listened on before the Go
+	// half ran, all of them unless EarlyListenedAll (the launcher could
+	// not keep them all).
+	EarlyListened    []uint16
+	EarlyListenedAll bool
 }
 
 func (ls *Listeners) close() {

@@ -95,21 +95,28 @@ var DNSAddr = netip.MustParseAddrPort("127.0.0.53:53")
 
 // notifier answers the app's connect(), bind() and shutdown() calls.
 type notifier struct {
-	p            *Proxy
-	lfd          *os.File        // the listener, in the runtime's poller where it can be
-	fd           uintptr         // its descriptor (lfd.Fd would make it blocking again)
-	rc           syscall.RawConn // lfd's, nil: lfd is not pollable (serve polls itself)
-	conn         *connector
-	placed       *placed // the sockets put in place, until the app closes them
-	names        *names
-	cookie       uint64         // the wall's network namespace
-	stub         netip.AddrPort // where the DNS stub listens (UDP)
-	stubTCP      netip.AddrPort // and over TCP
-	schemes      *schemes       // connects granted under another scheme alone
-	log          *slog.Logger   // the vat's
-	ready        chan struct{}  // closed by attach: p, placed and own are set
-	schemeL      net.Listener   // the scheme listener, served once attached
-	refusedBinds rateLog
+	p       *Proxy
+	lfd     *os.File        // the listener, in the runtime's poller where it can be
+	fd      uintptr         // its descriptor (lfd.Fd would make it blocking again)
+	rc      syscall.RawConn // lfd's, nil: lfd is not pollable (serve polls itself)
+	conn    *connector
+	placed  *placed // the sockets put in place, until the app closes them
+	names   *names
+	cookie  uint64         // the wall's network namespace
+	stub    netip.AddrPort // where the DNS stub listens (UDP)
+	stubTCP netip.AddrPort // and over TCP
+	schemes *schemes       // connects granted under another scheme alone
+	log     *slog.Logger   // the vat's
+	ready   chan struct{}  // closed by attach: p, placed and own are set
+	schemeL net.Listener   // the scheme listener, served once attached
+	refused rateLog        // binds and listens of sockets of other networks
+	// listened are the TCP ports something of the app's has listened on
+	// in the wall (every listen() is the entry's: listen), or all when
+	// that is not known (allListened): a connect to a loopback port not
+	// among them asks no one whether something in the wall listens.
+	lmu         sync.Mutex
+	listened    map[uint16]bool
+	allListened bool
 	// own are where the entry's own listeners (the proxy, the forwarded
 	// ports) listen, for as long as it serves: a connect there stays in
 	// the wall without asking the connector whether something listens
@@ -211,6 +218,9 @@ func (n *notifier) handle(ctx context.Context, sn seccompNotif) {
 		return
 	case unix.SYS_BIND:
 		n.bind(sn)
+		return
+	case unix.SYS_LISTEN:
+		n.listen(sn)
 		return
 	default:
 		n.answer(sn.ID, unix.ENOSYS)
@@ -344,10 +354,7 @@ func (n *notifier) bind(sn seccompNotif) {
 		return
 	}
 	if cookie != n.cookie {
-		if unlogged, ok := n.refusedBinds.allow(time.Now()); ok {
-			n.log.Warn("a bind of a socket of the host's network refused (EPERM): the wall binds its own sockets alone", keyReason, "the socket was put in place by the entry or passed in from outside the wall", "unlogged", unlogged)
-		}
-		n.answer(sn.ID, unix.EPERM)
+		n.refuse(sn, "bind")
 		return
 	}
 	tid := int(sn.Pid)
@@ -362,6 +369,55 @@ func (n *notifier) bind(sn seccompNotif) {
 		}
 	}
 	n.answer(sn.ID, n.conn.bind(sock, sa, tid, umask))
+}
+
+// refuse answers a bind or listen of a socket of another network EPERM,
+// with a warning in the vat's log (at most one a minute).
+func (n *notifier) refuse(sn seccompNotif, call string) {
+	if unlogged, ok := n.refused.allow(time.Now()); ok {
+		n.log.Warn("a "+call+" of a socket of another network refused (EPERM): the wall binds and listens on its own sockets alone", keyReason, "the socket was put in place by the entry, or passed in from outside the wall", "unlogged", unlogged)
+	}
+	n.answer(sn.ID, unix.EPERM)
+}
+
+// listen answers the app's listen(2) as bind is answered: a socket of the
+// wall's own network is made to listen by the connector, on that very
+// socket, and the port it listens on is kept (listened); any other is
+// refused with EPERM (a socket of the host's network, disconnected by
+// some way the kernel has, would listen there).
+func (n *notifier) listen(sn seccompNotif) {
+	_, sock, cookie, ok := n.take(sn, false)
+	if !ok {
+		return
+	}
+	defer closeTaken(sock)
+	switch {
+	case cookie == 0:
+		n.answer(sn.ID, unix.ENOTSOCK)
+	case cookie != n.cookie:
+		n.refuse(sn, "listen")
+	default:
+		errno, port := n.conn.listen(sock, int(int32(sn.Args[1])))
+		if errno == 0 && port != 0 {
+			n.addListened(port)
+		}
+		n.answer(sn.ID, errno)
+	}
+}
+
+// addListened keeps port among those something in the wall listens on.
+func (n *notifier) addListened(port uint16) {
+	n.lmu.Lock()
+	n.listened[port] = true
+	n.lmu.Unlock()
+}
+
+// mayListen reports whether something in the wall may listen on port
+// (it may have closed since).
+func (n *notifier) mayListen(port uint16) bool {
+	n.lmu.Lock()
+	defer n.lmu.Unlock()
+	return n.allListened || n.listened[port]
 }
 
 // TCP states (include/net/tcp_states.h).
@@ -473,7 +529,8 @@ func unixPath(sa []byte, tid int) ([]byte, syscall.Errno) {
 // outside reports whether a connect of sock to sa leaves the wall: a TCP
 // socket of the inet families, to an address that is not the wall's own
 // (loopback with nothing listening on that port inside counts as outside:
-// the host's, if the owner granted it).
+// the host's, if the owner granted it). Whether something listens is
+// asked of the connector only for a port the app has listened on.
 func (n *notifier) outside(sock int, sa []byte) (netip.AddrPort, bool) {
 	ap, ok := inetAddr(sa)
 	if !ok || ap.Port() == 0 || ap.Addr().IsUnspecified() {
@@ -487,7 +544,7 @@ func (n *notifier) outside(sock int, sa []byte) (netip.AddrPort, bool) {
 	if dom == unix.AF_INET && binary.NativeEndian.Uint16(sa) != unix.AF_INET {
 		return netip.AddrPort{}, false // the kernel's own error
 	}
-	if ap.Addr().IsLoopback() && (slices.Contains(n.own, ap) || n.conn.listening(ap)) {
+	if ap.Addr().IsLoopback() && (slices.Contains(n.own, ap) || (n.mayListen(ap.Port()) && n.conn.listening(ap))) {
 		return netip.AddrPort{}, false
 	}
 	return ap, true
@@ -612,8 +669,15 @@ type connector struct {
 	rc   syscall.RawConn // f's, nil: f is blocking
 	mu   sync.Mutex
 	next uint64
-	wait map[uint64]chan syscall.Errno
+	wait map[uint64]chan connReply
 	dead bool
+}
+
+// connReply is the connector's answer (struct tn_rep): the call's errno
+// and, for a listen, the port the socket listens on (0: not an inet one).
+type connReply struct {
+	errno syscall.Errno
+	val   uint32
 }
 
 func newConnector(f *os.File) (*connector, error) {
@@ -623,7 +687,7 @@ func newConnector(f *os.File) (*connector, error) {
 		return nil, err
 	}
 	unix.CloseOnExec(d)
-	c := &connector{wait: map[uint64]chan syscall.Errno{}}
+	c := &connector{wait: map[uint64]chan connReply{}}
 	c.f, c.rc = polled(os.NewFile(uintptr(d), "connector"), "connector")
 	go c.read()
 	return c, nil
@@ -640,17 +704,17 @@ func (c *connector) read() {
 			c.mu.Lock()
 			c.dead = true
 			for id, ch := range c.wait {
-				ch <- unix.EACCES
+				ch <- connReply{errno: unix.EACCES}
 				delete(c.wait, id)
 			}
 			c.mu.Unlock()
 			return
 		}
 		id := binary.NativeEndian.Uint64(buf)
-		errno := syscall.Errno(int32(binary.NativeEndian.Uint32(buf[8:])))
+		r := connReply{errno: syscall.Errno(int32(binary.NativeEndian.Uint32(buf[8:]))), val: binary.NativeEndian.Uint32(buf[12:])}
 		c.mu.Lock()
 		if ch, ok := c.wait[id]; ok {
-			ch <- errno
+			ch <- r
 			delete(c.wait, id)
 		}
 		c.mu.Unlock()
@@ -706,6 +770,7 @@ const (
 	opConnect = 0
 	opProbe   = 1
 	opBind    = 2
+	opListen  = 3
 )
 
 // listening reports whether something in the wall listens where a
@@ -725,31 +790,41 @@ func (c *connector) listening(ap netip.AddrPort) bool {
 		copy(sa[8:24], ap.Addr().AsSlice())
 	}
 	binary.BigEndian.PutUint16(sa[2:4], ap.Port())
-	return c.call(opProbe, -1, sa, 0, keepUmask) == unix.EADDRINUSE
+	return c.call(opProbe, -1, sa, 0, keepUmask).errno == unix.EADDRINUSE
 }
 
 // connect connects sock to sa in the wall and returns connect's errno.
 // Without a connector (it ended) every connect fails: EACCES.
 func (c *connector) connect(sock int, sa []byte) syscall.Errno {
-	return c.call(opConnect, sock, sa, 0, keepUmask)
+	return c.call(opConnect, sock, sa, 0, keepUmask).errno
 }
 
 // bind binds sock to sa as thread tid would (a relative unix path from
 // its working folder, the file under umask) and returns bind's errno.
 // Without a connector every bind fails: EACCES.
 func (c *connector) bind(sock int, sa []byte, tid int, umask uint32) syscall.Errno {
-	return c.call(opBind, sock, sa, tid, umask)
+	return c.call(opBind, sock, sa, tid, umask).errno
+}
+
+// listen makes sock listen with backlog and returns listen's errno and
+// the port it listens on (0: not an inet socket). Without a connector
+// every listen fails: EACCES.
+func (c *connector) listen(sock, backlog int) (syscall.Errno, uint16) {
+	r := c.call(opListen, sock, nil, 0, uint32(int32(backlog)))
+	return r.errno, uint16(r.val)
 }
 
 // keepUmask (TN_KEEP_UMASK) leaves the connector's umask as it is.
 const keepUmask = 0xffffffff
 
-func (c *connector) call(op uint32, sock int, sa []byte, tid int, umask uint32) syscall.Errno {
-	ch := make(chan syscall.Errno, 1)
+// call sends one request: op on sock with sa, for thread tid, with arg
+// (the umask of a bind, the backlog of a listen).
+func (c *connector) call(op uint32, sock int, sa []byte, tid int, arg uint32) connReply {
+	ch := make(chan connReply, 1)
 	c.mu.Lock()
 	if c.dead {
 		c.mu.Unlock()
-		return unix.EACCES
+		return connReply{errno: unix.EACCES}
 	}
 	c.next++
 	id := c.next
@@ -760,7 +835,7 @@ func (c *connector) call(op uint32, sock int, sa []byte, tid int, umask uint32) 
 	binary.NativeEndian.PutUint32(req[8:], uint32(len(sa)))
 	binary.NativeEndian.PutUint32(req[12:], op)
 	binary.NativeEndian.PutUint32(req[16:], uint32(tid))
-	binary.NativeEndian.PutUint32(req[20:], umask)
+	binary.NativeEndian.PutUint32(req[20:], arg)
 	copy(req[24:], sa)
 	var rights []byte
 	if sock >= 0 {
@@ -770,7 +845,7 @@ func (c *connector) call(op uint32, sock int, sa []byte, tid int, umask uint32) 
 		c.mu.Lock()
 		delete(c.wait, id)
 		c.mu.Unlock()
-		return unix.EACCES
+		return connReply{errno: unix.EACCES}
 	}
 	return <-ch
 }
@@ -915,11 +990,18 @@ func startTransparent(ctx context.Context, id string, logger *slog.Logger, ls *L
 		stubTCP: netip.AddrPortFrom(netip.AddrFrom4(tin4.Addr), uint16(tin4.Port)),
 		schemes: newSchemes(netip.AddrPortFrom(netip.AddrFrom4(sin4.Addr), uint16(sin4.Port))),
 		schemeL: sl,
+		// The launcher's own listeners, and those the app listened on
+		// before this half ran.
+		listened:    map[uint16]bool{uint16(tin4.Port): true, uint16(sin4.Port): true},
+		allListened: ls.EarlyListenedAll,
+	}
+	for _, port := range ls.EarlyListened {
+		n.listened[port] = true
 	}
 	n.lfd, n.rc = polled(ls.Notify, "seccomp-notify")
 	n.fd = uintptr(n.fdOf())
 	if ls.EarlyRefused > 0 {
-		log.Warn("binds of sockets of the host's network refused (EPERM) before the entry served: the wall binds its own sockets alone", "refused", ls.EarlyRefused)
+		log.Warn("binds or listens of sockets of another network refused (EPERM) before the entry served: the wall binds and listens on its own sockets alone", "refused", ls.EarlyRefused)
 	}
 	go serveDNS(pc, n.names, log)
 	go serveDNSTCP(tl, n.names, log)
