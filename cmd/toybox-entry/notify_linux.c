@@ -254,25 +254,43 @@ struct tn_job {
 	int fd;
 };
 
+// tn_own reports whether j's socket is of the wall's own network. When it
+// is not, rep->err says so: the call's own errno for a descriptor that is
+// no socket (ENOTSOCK), else other.
+static int tn_own(struct tn_job *j, struct tn_rep *rep, int other) {
+	uint64_t cookie = 0;
+	socklen_t cl = sizeof cookie;
+	if (getsockopt(j->fd, SOL_SOCKET, SO_NETNS_COOKIE, &cookie, &cl) != 0) {
+		rep->err = errno;
+		return 0;
+	}
+	if (cookie != tn_cookie) {
+		rep->err = other;
+		return 0;
+	}
+	return 1;
+}
+
+// tn_reply closes j's socket and sends rep.
+static void tn_reply(struct tn_job *j, struct tn_rep *rep) {
+	close(j->fd);
+	while (send(tn_sock, rep, sizeof *rep, MSG_NOSIGNAL) < 0 && errno == EINTR) {
+	}
+}
+
 // tn_connect makes one connect, on a socket of the wall's own network
 // only: one that is not (the switchboard's, handed to the app connected)
 // is never connected again.
 static void tn_connect(struct tn_job *j) {
 	struct tn_rep rep = {.id = j->req.id};
-	uint64_t cookie = 0;
-	socklen_t cl = sizeof cookie;
-	if (getsockopt(j->fd, SOL_SOCKET, SO_NETNS_COOKIE, &cookie, &cl) != 0 || cookie != tn_cookie) {
-		rep.err = EISCONN;
-	} else {
+	if (tn_own(j, &rep, EISCONN)) {
 		int r;
 		do {
 			r = connect(j->fd, (struct sockaddr *)j->req.addr, j->req.len);
 		} while (r < 0 && errno == EINTR);
 		rep.err = r < 0 ? errno : 0;
 	}
-	close(j->fd);
-	while (send(tn_sock, &rep, sizeof rep, MSG_NOSIGNAL) < 0 && errno == EINTR) {
-	}
+	tn_reply(j, &rep);
 }
 
 // tn_bind makes one bind, on a socket of the wall's own network only
@@ -281,52 +299,39 @@ static void tn_connect(struct tn_job *j) {
 // folder (connect's unix paths come absolute), so it goes back to /.
 static void tn_bind(struct tn_job *j) {
 	struct tn_rep rep = {.id = j->req.id};
-	uint64_t cookie = 0;
-	socklen_t cl = sizeof cookie;
 	sa_family_t fam = AF_UNSPEC;
 	if (j->req.len >= sizeof fam) {
 		memcpy(&fam, j->req.addr, sizeof fam);
 	}
-	int rel = fam == AF_UNIX && j->req.len > offsetof(struct sockaddr_un, sun_path) && j->req.addr[offsetof(struct sockaddr_un, sun_path)] != 0 && j->req.addr[offsetof(struct sockaddr_un, sun_path)] != '/';
-	if (getsockopt(j->fd, SOL_SOCKET, SO_NETNS_COOKIE, &cookie, &cl) != 0) {
-		rep.err = errno; // ENOTSOCK, as bind would say
-	} else if (cookie != tn_cookie) {
-		rep.err = EPERM;
+	size_t at = offsetof(struct sockaddr_un, sun_path);
+	int rel = fam == AF_UNIX && j->req.len > at && j->req.addr[at] != 0 && j->req.addr[at] != '/';
+	char cwd[32];
+	snprintf(cwd, sizeof cwd, "/proc/%u/cwd", j->req.tid);
+	if (!tn_own(j, &rep, EPERM)) {
+	} else if (rel && chdir(cwd) != 0) {
+		rep.err = errno == ENOENT ? ESRCH : errno;
 	} else {
-		char cwd[32];
-		snprintf(cwd, sizeof cwd, "/proc/%u/cwd", j->req.tid);
-		if (rel && chdir(cwd) != 0) {
-			rep.err = errno == ENOENT ? ESRCH : errno;
-		} else {
-			mode_t old = 0;
-			int mask = fam == AF_UNIX && j->req.arg != TN_KEEP_UMASK;
-			if (mask) {
-				old = umask((mode_t)(j->req.arg & 0777));
-			}
-			rep.err = bind(j->fd, (struct sockaddr *)j->req.addr, j->req.len) < 0 ? errno : 0;
-			if (mask) {
-				umask(old);
-			}
-			if (rel) {
-				(void)chdir("/");
-			}
+		mode_t old = 0;
+		int mask = fam == AF_UNIX && j->req.arg != TN_KEEP_UMASK;
+		if (mask) {
+			old = umask((mode_t)(j->req.arg & 0777));
+		}
+		rep.err = bind(j->fd, (struct sockaddr *)j->req.addr, j->req.len) < 0 ? errno : 0;
+		if (mask) {
+			umask(old);
+		}
+		if (rel) {
+			(void)chdir("/");
 		}
 	}
-	close(j->fd);
-	while (send(tn_sock, &rep, sizeof rep, MSG_NOSIGNAL) < 0 && errno == EINTR) {
-	}
+	tn_reply(j, &rep);
 }
 
 // tn_listen makes a socket of the wall's own network listen (EPERM for
 // any other) and answers the port it listens on.
 static void tn_listen(struct tn_job *j) {
 	struct tn_rep rep = {.id = j->req.id};
-	uint64_t cookie = 0;
-	socklen_t cl = sizeof cookie;
-	if (getsockopt(j->fd, SOL_SOCKET, SO_NETNS_COOKIE, &cookie, &cl) != 0) {
-		rep.err = errno; // ENOTSOCK, as listen would say
-	} else if (cookie != tn_cookie) {
-		rep.err = EPERM;
+	if (!tn_own(j, &rep, EPERM)) {
 	} else if (listen(j->fd, (int)j->req.arg) != 0) {
 		rep.err = errno;
 	} else {
@@ -336,9 +341,7 @@ static void tn_listen(struct tn_job *j) {
 			rep.val = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port : ((struct sockaddr_in6 *)&ss)->sin6_port);
 		}
 	}
-	close(j->fd);
-	while (send(tn_sock, &rep, sizeof rep, MSG_NOSIGNAL) < 0 && errno == EINTR) {
-	}
+	tn_reply(j, &rep);
 }
 
 static void *tn_thread(void *arg) {

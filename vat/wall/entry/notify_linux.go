@@ -232,10 +232,6 @@ func (n *notifier) handle(ctx context.Context, sn seccompNotif) {
 		return
 	}
 	defer closeTaken(sock)
-	if cookie == 0 {
-		n.answer(sn.ID, unix.ENOTSOCK)
-		return
-	}
 	if cookie != n.cookie {
 		// A socket of the switchboard's network, put in place before:
 		// connect(AF_UNSPEC) would free it to connect anywhere from
@@ -267,9 +263,10 @@ func (n *notifier) handle(ctx context.Context, sn seccompNotif) {
 // take reads what a connect() or bind() names (the address at args 1
 // and 2, when addr is set) and takes the socket (arg 0), checking after
 // each step that the call is still pending (so a reused thread id is
-// never read in its place), and reads the socket's network namespace
-// (cookie 0: the descriptor is not a socket). When it cannot, it has answered (or the call is gone) and ok is false;
-// else the caller closes sock (closeTaken) and answers.
+// never read in its place), and reads the socket's network namespace.
+// When it cannot (a descriptor that is no socket is answered ENOTSOCK, as
+// each of these calls would be), it has answered (or the call is gone)
+// and ok is false; else the caller closes sock (closeTaken) and answers.
 func (n *notifier) take(sn seccompNotif, addr bool) (sa []byte, sock int, cookie uint64, ok bool) {
 	tid, fd := int(sn.Pid), int(int32(sn.Args[0]))
 	fail := func(errno syscall.Errno) ([]byte, int, uint64, bool) {
@@ -301,7 +298,7 @@ func (n *notifier) take(sn seccompNotif, addr bool) (sa []byte, sock int, cookie
 		return nil, -1, 0, false
 	}
 	cookie, err := quiet.GetsockoptUint64(sock, unix.SOL_SOCKET, soNetnsCookie)
-	if err != nil && !errors.Is(err, unix.ENOTSOCK) {
+	if err != nil {
 		closeTaken(sock)
 		return fail(errnoOf(err, unix.ENOTSOCK))
 	}
@@ -322,7 +319,7 @@ func (n *notifier) shutdown(sn seccompNotif) {
 		return
 	}
 	defer closeTaken(sock)
-	if cookie != 0 && cookie != n.cookie {
+	if cookie != n.cookie {
 		// Such a socket never goes back to connecting (its connect()
 		// is answered EISCONN) nor listens: the state read stays true.
 		if st, err := quiet.TCPState(sock); err != nil || st == tcpSynSent || st == tcpListen {
@@ -342,17 +339,13 @@ func (n *notifier) shutdown(sn seccompNotif) {
 // inside the wall; an address of the host's, found out by trying), as it
 // would a unix socket the supervisor passed in (an abstract name in the
 // host's namespace). toybox-entry's launcher answers the app's binds by
-// the same rules until this half runs (te_early_bind).
+// the same rules until this half runs (te_early).
 func (n *notifier) bind(sn seccompNotif) {
 	sa, sock, cookie, ok := n.take(sn, true)
 	if !ok {
 		return
 	}
 	defer closeTaken(sock)
-	if cookie == 0 {
-		n.answer(sn.ID, unix.ENOTSOCK)
-		return
-	}
 	if cookie != n.cookie {
 		n.refuse(sn, "bind")
 		return
@@ -391,18 +384,15 @@ func (n *notifier) listen(sn seccompNotif) {
 		return
 	}
 	defer closeTaken(sock)
-	switch {
-	case cookie == 0:
-		n.answer(sn.ID, unix.ENOTSOCK)
-	case cookie != n.cookie:
+	if cookie != n.cookie {
 		n.refuse(sn, "listen")
-	default:
-		errno, port := n.conn.listen(sock, int(int32(sn.Args[1])))
-		if errno == 0 && port != 0 {
-			n.addListened(port)
-		}
-		n.answer(sn.ID, errno)
+		return
 	}
+	errno, port := n.conn.listen(sock, int(int32(sn.Args[1])))
+	if errno == 0 && port != 0 {
+		n.addListened(port)
+	}
+	n.answer(sn.ID, errno)
 }
 
 // addListened keeps port among those something in the wall listens on.
