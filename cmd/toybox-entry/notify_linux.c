@@ -223,13 +223,12 @@ int te_spawn_notified(char **argv, int app_cap_fd, int listen, int *lfd, int *le
 // connect it to; the answer is connect's errno (0: connected). A bind
 // request (TN_BIND) is the same for bind(2), made as the app's thread tid
 // would make it: a relative unix path from its working folder, the file
-// under its umask (arg; TN_KEEP_UMASK: the connector's). A listen request
+// under its umask (read from its status). A listen request
 // (TN_LISTEN) makes the socket listen with backlog arg; its answer's val
 // is the port it listens on (0: not an inet socket). A probe (TN_PROBE,
 // no socket) binds a fresh TCP socket with SO_REUSEADDR to the address:
 // EADDRINUSE means something in the wall listens there.
 enum { TN_CONNECT = 0, TN_PROBE = 1, TN_BIND = 2, TN_LISTEN = 3 };
-#define TN_KEEP_UMASK 0xffffffffU
 
 struct tn_req {
 	uint64_t id;
@@ -293,6 +292,29 @@ static void tn_connect(struct tn_job *j) {
 	tn_reply(j, &rep);
 }
 
+// tn_umask reads thread tid's umask (Umask: in its status), or -1.
+static int tn_umask(uint32_t tid) {
+	char path[32], buf[2048];
+	snprintf(path, sizeof path, "/proc/%u/status", tid);
+	int f = open(path, O_RDONLY | O_CLOEXEC);
+	if (f < 0) {
+		return -1;
+	}
+	ssize_t n = read(f, buf, sizeof buf - 1);
+	close(f);
+	if (n <= 0) {
+		return -1;
+	}
+	buf[n] = 0;
+	char *u = strstr(buf, "\nUmask:");
+	if (u == NULL) {
+		return -1;
+	}
+	char *end;
+	unsigned long m = strtoul(u + 7, &end, 8);
+	return end == u + 7 || m > 0777 ? -1 : (int)m;
+}
+
 // tn_bind makes one bind, on a socket of the wall's own network only
 // (EPERM otherwise), in the calling thread's working folder and under its
 // umask for a unix path. The connector's own calls never depend on its
@@ -312,9 +334,10 @@ static void tn_bind(struct tn_job *j) {
 		rep.err = errno == ENOENT ? ESRCH : errno;
 	} else {
 		mode_t old = 0;
-		int mask = fam == AF_UNIX && j->req.arg != TN_KEEP_UMASK;
+		int m = fam == AF_UNIX ? tn_umask(j->req.tid) : -1;
+		int mask = m >= 0;
 		if (mask) {
-			old = umask((mode_t)(j->req.arg & 0777));
+			old = umask((mode_t)m);
 		}
 		rep.err = bind(j->fd, (struct sockaddr *)j->req.addr, j->req.len) < 0 ? errno : 0;
 		if (mask) {
@@ -461,7 +484,7 @@ static void te_connector(int sock) {
 	}
 }
 
-// TN_EARLY_ID is the id of te_early_bind's requests: the Go half's count
+// TN_EARLY_ID is the id of te_early's requests: the Go half's count
 // up from 1, and it has sent none yet.
 #define TN_EARLY_ID 0xffffffffffffffffULL
 #define TN_PIDFD_THREAD O_EXCL
@@ -475,30 +498,6 @@ static void tn_answer(int nfd, uint64_t id, int err) {
 	(void)ioctl(nfd, TN_IOCTL_SEND, &r);
 }
 
-// tn_umask reads thread tid's umask (Umask: in its status), or
-// TN_KEEP_UMASK.
-static uint32_t tn_umask(int tid) {
-	char path[32], buf[2048];
-	snprintf(path, sizeof path, "/proc/%d/status", tid);
-	int f = open(path, O_RDONLY | O_CLOEXEC);
-	if (f < 0) {
-		return TN_KEEP_UMASK;
-	}
-	ssize_t n = read(f, buf, sizeof buf - 1);
-	close(f);
-	if (n <= 0) {
-		return TN_KEEP_UMASK;
-	}
-	buf[n] = 0;
-	char *u = strstr(buf, "\nUmask:");
-	if (u == NULL) {
-		return TN_KEEP_UMASK;
-	}
-	char *end;
-	unsigned long m = strtoul(u + 7, &end, 8);
-	return end == u + 7 || m > 0777 ? TN_KEEP_UMASK : (uint32_t)m;
-}
-
 int te_early(int nfd, int cfd, int wallfd, const void *notif, struct te_early *e) {
 	const struct seccomp_notif *sn = notif;
 	int nr = sn->data.nr;
@@ -510,7 +509,7 @@ int te_early(int nfd, int cfd, int wallfd, const void *notif, struct te_early *e
 	if (pfd < 0 && errno == EINVAL) {
 		return 0; // before Linux 6.9: the Go half finds the thread's process
 	}
-	struct tn_req req = {.id = TN_EARLY_ID, .op = TN_BIND, .tid = (uint32_t)tid, .arg = TN_KEEP_UMASK};
+	struct tn_req req = {.id = TN_EARLY_ID, .op = TN_BIND, .tid = (uint32_t)tid};
 	int err = 0, sock = -1;
 	if (pfd < 0) {
 		err = errno;
@@ -554,11 +553,6 @@ int te_early(int nfd, int cfd, int wallfd, const void *notif, struct te_early *e
 		e->refused++;
 		err = EPERM;
 		goto answer;
-	}
-	sa_family_t fam;
-	memcpy(&fam, req.addr, sizeof fam);
-	if (req.op == TN_BIND && fam == AF_UNIX) {
-		req.arg = tn_umask(tid);
 	}
 	te_send_fd(cfd, &req, sizeof req, sock);
 	struct tn_rep rep;

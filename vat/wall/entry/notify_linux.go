@@ -350,18 +350,7 @@ func (n *notifier) bind(sn seccompNotif) {
 		n.refuse(sn, "bind")
 		return
 	}
-	tid := int(sn.Pid)
-	umask := uint32(keepUmask)
-	if binary.NativeEndian.Uint16(sa) == unix.AF_UNIX {
-		if st, err := procstatus.Read(tid); err == nil {
-			if f := st.Fields("Umask"); len(f) == 1 {
-				if m, err := strconv.ParseUint(f[0], 8, 32); err == nil {
-					umask = uint32(m)
-				}
-			}
-		}
-	}
-	n.answer(sn.ID, n.conn.bind(sock, sa, tid, umask))
+	n.answer(sn.ID, n.conn.bind(sock, sa, int(sn.Pid)))
 }
 
 // refuse answers a bind or listen of a socket of another network EPERM,
@@ -780,20 +769,20 @@ func (c *connector) listening(ap netip.AddrPort) bool {
 		copy(sa[8:24], ap.Addr().AsSlice())
 	}
 	binary.BigEndian.PutUint16(sa[2:4], ap.Port())
-	return c.call(opProbe, -1, sa, 0, keepUmask).errno == unix.EADDRINUSE
+	return c.call(opProbe, -1, sa, 0, 0).errno == unix.EADDRINUSE
 }
 
 // connect connects sock to sa in the wall and returns connect's errno.
 // Without a connector (it ended) every connect fails: EACCES.
 func (c *connector) connect(sock int, sa []byte) syscall.Errno {
-	return c.call(opConnect, sock, sa, 0, keepUmask).errno
+	return c.call(opConnect, sock, sa, 0, 0).errno
 }
 
 // bind binds sock to sa as thread tid would (a relative unix path from
-// its working folder, the file under umask) and returns bind's errno.
+// its working folder, the file under its umask) and returns bind's errno.
 // Without a connector every bind fails: EACCES.
-func (c *connector) bind(sock int, sa []byte, tid int, umask uint32) syscall.Errno {
-	return c.call(opBind, sock, sa, tid, umask).errno
+func (c *connector) bind(sock int, sa []byte, tid int) syscall.Errno {
+	return c.call(opBind, sock, sa, tid, 0).errno
 }
 
 // listen makes sock listen with backlog and returns listen's errno and
@@ -804,11 +793,8 @@ func (c *connector) listen(sock, backlog int) (syscall.Errno, uint16) {
 	return r.errno, uint16(r.val)
 }
 
-// keepUmask (TN_KEEP_UMASK) leaves the connector's umask as it is.
-const keepUmask = 0xffffffff
-
 // call sends one request: op on sock with sa, for thread tid, with arg
-// (the umask of a bind, the backlog of a listen).
+// (the backlog of a listen).
 func (c *connector) call(op uint32, sock int, sa []byte, tid int, arg uint32) connReply {
 	ch := make(chan connReply, 1)
 	c.mu.Lock()
