@@ -368,7 +368,7 @@ func TestEntrySurvivesNonBlockingStdio(t *testing.T) {
 // TestEntryLocksItself: the filter the launcher installs in the entry once
 // the app runs. The entry holds sockets of the switchboard's network; even
 // code run in the entry must not disconnect one and connect, bind or listen
-// with it, nor make a socket.
+// with it, nor connect one with a MSG_FASTOPEN send, nor make a socket.
 func TestEntryLocksItself(t *testing.T) {
 	echo := echoServer(t)
 	_, probeBin := binaries(t)
@@ -388,6 +388,10 @@ func TestEntryLocksItself(t *testing.T) {
 		"SOCKET operation not permitted",
 		"SOCKETPAIR operation not permitted",
 		"IO_URING operation not permitted",
+		"FASTOPEN-SENDTO operation not supported",
+		"FASTOPEN-SENDMSG operation not supported",
+		"FASTOPEN-SENDMMSG operation not supported",
+		"FASTOPEN-STATE 7",
 		"ECHO still carries <nil>",
 	)
 }

@@ -962,6 +962,12 @@ static void te_relay(int sock, int port, const char *path) {
 
 static void te_run_relay(int sock) { te_relay(sock, te_launch.listen_port, te_launch.listen_path); }
 
+#ifndef MSG_FASTOPEN
+#define MSG_FASTOPEN 0x20000000
+#endif
+// The low word of a call's argument i (both architectures are little-endian).
+#define TE_ARG_LO(i) (offsetof(struct seccomp_data, args) + 8 * (i))
+
 #if defined(__x86_64__)
 #define TE_AUDIT_ARCH AUDIT_ARCH_X86_64
 #elif defined(__aarch64__)
@@ -976,27 +982,40 @@ static void te_run_relay(int sock) { te_relay(sock, te_launch.listen_port, te_la
 // a socket it holds (of the switchboard's network) elsewhere with
 // connect(AF_UNSPEC) and connect, bind or listen. Each of these, and
 // io_uring, fails with EPERM; a call of another ABI (x32) kills the process.
+// A send with MSG_FASTOPEN (sendto, sendmsg, sendmmsg) connects a socket
+// without connect(): one that never connected, or one whose connect failed
+// while it was under way. It fails with EOPNOTSUPP, as the kernel answers
+// it where TCP Fast Open is off (the app's filter refuses it the same way).
 int te_lock(void) {
 #ifdef TE_AUDIT_ARCH
 	struct sock_filter f[] = {
-		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, TE_AUDIT_ARCH, 1, 0),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
-		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-		BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000, 0, 1),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_socket, 8, 0),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_socketpair, 7, 0),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_connect, 6, 0),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_bind, 5, 0),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_listen, 4, 0),
+		/* 0 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+		/* 1 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, TE_AUDIT_ARCH, 1, 0),
+		/* 2 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+		/* 3 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		/* 4 */ BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000, 0, 1),
+		/* 5 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+		/* 6 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_socket, 11, 0),
+		/* 7 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_socketpair, 10, 0),
+		/* 8 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_connect, 9, 0),
+		/* 9 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_bind, 8, 0),
+		/* 10 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_listen, 7, 0),
 		// io_uring has socket, connect, bind and listen operations of its
 		// own (the wall's filter refuses it too, where the wall has one).
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_setup, 3, 0),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_enter, 2, 0),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_register, 1, 0),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+		/* 11 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_setup, 6, 0),
+		/* 12 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_enter, 5, 0),
+		/* 13 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_register, 4, 0),
+		/* 14 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_sendto, 4, 0),
+		/* 15 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_sendmmsg, 3, 0),
+		/* 16 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_sendmsg, 4, 0),
+		/* 17 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+		/* 18 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+		/* 19 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, TE_ARG_LO(3)), // sendto, sendmmsg: flags
+		/* 20 */ BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, MSG_FASTOPEN, 3, 2),
+		/* 21 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, TE_ARG_LO(2)), // sendmsg: flags
+		/* 22 */ BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, MSG_FASTOPEN, 1, 0),
+		/* 23 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+		/* 24 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EOPNOTSUPP & SECCOMP_RET_DATA)),
 	};
 	struct sock_fprog prog = {.len = (unsigned short)(sizeof(f) / sizeof(f[0])), .filter = f};
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {

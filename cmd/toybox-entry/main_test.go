@@ -16,6 +16,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/exec"
@@ -77,8 +78,9 @@ func probe(mode, arg string) int {
 	case "lock":
 		// The entry's own filter (lockSelf, as the launcher installs it):
 		// a socket it already holds still carries bytes, but it can be
-		// neither disconnected and connected again, nor bound, nor made
-		// to listen, and no socket can be made.
+		// neither disconnected and connected again, nor connected by a
+		// send (MSG_FASTOPEN), nor bound, nor made to listen, and no
+		// socket can be made.
 		c, err := net.Dial("tcp4", arg)
 		if err != nil {
 			fmt.Println("ERROR", err)
@@ -89,6 +91,19 @@ func probe(mode, arg string) int {
 		// the entry before its runtime starts any other): every call
 		// below must be made on this thread.
 		runtime.LockOSThread()
+		// A socket made before the lock and never connected: a send
+		// with MSG_FASTOPEN would connect it without connect().
+		fresh, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			fmt.Println("ERROR", err)
+			return 1
+		}
+		ap, err := netip.ParseAddrPort(arg)
+		if err != nil {
+			fmt.Println("ERROR", err)
+			return 1
+		}
+		to := &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}
 		if err := lockSelf(); err != nil {
 			fmt.Println("LOCK-ERR", err)
 			return 1
@@ -100,6 +115,12 @@ func probe(mode, arg string) int {
 			fmt.Println("BIND", unix.Bind(int(fd), &unix.SockaddrInet4{}))
 			fmt.Println("LISTEN", unix.Listen(int(fd), 1))
 		})
+		fmt.Println("FASTOPEN-SENDTO", unix.Sendto(fresh, []byte("x"), unix.MSG_FASTOPEN|unix.MSG_DONTWAIT, to))
+		_, err = unix.SendmsgN(fresh, []byte("x"), nil, to, unix.MSG_FASTOPEN|unix.MSG_DONTWAIT)
+		fmt.Println("FASTOPEN-SENDMSG", err)
+		fmt.Println("FASTOPEN-SENDMMSG", sendmmsgFastOpen(fresh, to))
+		st, _ := unix.GetsockoptTCPInfo(fresh, unix.IPPROTO_TCP, unix.TCP_INFO)
+		fmt.Println("FASTOPEN-STATE", st.State) // 7: TCP_CLOSE, never connected
 		_, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM, 0)
 		fmt.Println("SOCKET", err)
 		_, err = unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
@@ -984,4 +1005,29 @@ func TestProbeAgainstInProcessProxy(t *testing.T) {
 		t.Fatalf("probe: %v; output:\n%s", err, out)
 	}
 	want(t, string(out), "STATUS 200", "ECHO hello")
+}
+
+// sendmmsgFastOpen sends one byte to to on fd with sendmmsg(2) and
+// MSG_FASTOPEN (x/sys has no sendmmsg), and says how it went.
+func sendmmsgFastOpen(fd int, to *unix.SockaddrInet4) error {
+	var sa unix.RawSockaddrInet4
+	sa.Family = unix.AF_INET
+	sa.Port = uint16(to.Port>>8 | to.Port&0xff<<8) // network order
+	sa.Addr = to.Addr
+	b := []byte("x")
+	iov := unix.Iovec{Base: &b[0]}
+	iov.SetLen(1)
+	var m struct {
+		hdr unix.Msghdr
+		n   uint32
+	}
+	m.hdr.Name = (*byte)(unsafe.Pointer(&sa))
+	m.hdr.Namelen = unix.SizeofSockaddrInet4
+	m.hdr.Iov = &iov
+	m.hdr.SetIovlen(1)
+	_, _, e := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&m)), 1, unix.MSG_FASTOPEN|unix.MSG_DONTWAIT, 0, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
 }
