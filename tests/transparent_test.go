@@ -1098,3 +1098,143 @@ function once(name, keep) {
 		}
 	}
 }
+
+// TestAttackReadHostNetwork: the app holds sockets of the host's network:
+// its fd 3 (the supervisor's unix socket) always, and the sockets
+// transparent egress puts in place. A socket's interface ioctls
+// (SIOCGIFCONF, SIOCGIFADDR, SIOCGIFHWADDR, SIOCGARP…) answer about the
+// network namespace the socket belongs to, so through either one the app
+// could read the host's interfaces, their addresses and hardware
+// addresses, which the wall's own network (loopback alone) hides. The
+// wall's filter refuses them on every socket; the ioctls that answer about
+// the socket itself still work.
+func TestAttackReadHostNetwork(t *testing.T) {
+	var hostIf, hostAddrs []string // an interface with an IPv4 address first
+	ifs, err := net.Interfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range ifs {
+		if i.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		addrs, _ := i.Addrs()
+		v4 := false
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
+				hostAddrs = append(hostAddrs, ipn.IP.String())
+				v4 = true
+			}
+		}
+		if v4 {
+			hostIf = append([]string{i.Name}, hostIf...)
+		} else {
+			hostIf = append(hostIf, i.Name)
+		}
+	}
+	if len(hostIf) == 0 {
+		t.Fatal("the host has no interface but loopback: nothing to hide")
+	}
+	s := newStack(t, stackOpts{})
+	hello := helloServer(t, "hello")
+	if st := s.mustInstall("iris", example(t, "netclient"), q("egress", fmt.Sprintf(`[{"host":"127.0.0.1","port":%s}]`, hello))); st["status"] != "walled" {
+		t.Fatalf("status = %v; want walled", st)
+	}
+	s.waitEgress("iris", "transparent")
+	r := s.runIn("iris", false, map[string]string{"ifread.c": cReadHostNetwork}, "sh", "-c", `gcc -o ifread ifread.c && ./ifread "$0" "$1"`, hello, hostIf[0])
+	for _, name := range hostIf {
+		if strings.Contains(r.Out, "IF "+name) {
+			t.Errorf("the app read the host's interface %s:\n%s", name, r.Out)
+		}
+	}
+	for _, a := range hostAddrs {
+		if strings.Contains(r.Out, a) {
+			t.Errorf("the app read the host's address %s:\n%s", a, r.Out)
+		}
+	}
+	for _, want := range []string{
+		"FD3-IFCONF Operation not permitted",
+		"FD3-IFINDEX Operation not permitted",
+		"FD3-IFADDR Operation not permitted",
+		"FD3-IFHWADDR Operation not permitted",
+		"FD3-ARP Operation not permitted",
+		"FD3-IWNAME Operation not permitted",
+		"CONNECT OK",
+		"PLACED-IFCONF Operation not permitted",
+		"PLACED-IFADDR Operation not permitted",
+		"OWN-IFCONF Operation not permitted",
+		"PLACED-ATMARK OK", "PLACED-FIONREAD OK",
+	} {
+		if !strings.Contains(r.Out, want) {
+			t.Errorf("the attack's output lacks %q:\n%s", want, r.Out)
+		}
+	}
+}
+
+// cReadHostNetwork reads the network of each socket it holds with the
+// interface ioctls: its fd 3, a socket connected to 127.0.0.1:argv[1]
+// through transparent egress, and one of its own; argv[2] is one of the
+// host's interfaces (not loopback).
+const cReadHostNetwork = `#include <arpa/inet.h>
+#include <errno.h>
+#include <net/if.h>
+#include <net/if_arp.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+static void ifconf(const char *who, int fd) {
+	char buf[4096];
+	struct ifconf ic = {.ifc_len = sizeof buf, .ifc_buf = buf};
+	if (ioctl(fd, SIOCGIFCONF, &ic) != 0) {
+		printf("%s-IFCONF %s\n", who, strerror(errno));
+		return;
+	}
+	printf("%s-IFCONF OK\n", who);
+	for (int i = 0; i < ic.ifc_len / (int)sizeof(struct ifreq); i++) {
+		struct ifreq *r = &ic.ifc_req[i];
+		printf("%s: IF %s %s\n", who, r->ifr_name, inet_ntoa(((struct sockaddr_in *)&r->ifr_addr)->sin_addr));
+	}
+}
+static void byname(const char *who, const char *what, int fd, unsigned long req, const char *name) {
+	struct ifreq r;
+	memset(&r, 0, sizeof r);
+	strncpy(r.ifr_name, name, IFNAMSIZ - 1);
+	if (ioctl(fd, req, &r) != 0) {
+		printf("%s-%s %s\n", who, what, strerror(errno));
+		return;
+	}
+	printf("%s-%s OK: IF %s %s\n", who, what, name, req == SIOCGIFADDR ? inet_ntoa(((struct sockaddr_in *)&r.ifr_addr)->sin_addr) : "");
+}
+int main(int argc, char **argv) {
+	if (argc < 3) return 2;
+	ifconf("FD3", 3);
+	byname("FD3", "IFINDEX", 3, SIOCGIFINDEX, argv[2]);
+	byname("FD3", "IFADDR", 3, SIOCGIFADDR, argv[2]);
+	byname("FD3", "IFHWADDR", 3, SIOCGIFHWADDR, argv[2]);
+	byname("FD3", "IWNAME", 3, 0x8B01 /* SIOCGIWNAME */, argv[2]);
+	struct arpreq ar;
+	memset(&ar, 0, sizeof ar);
+	((struct sockaddr_in *)&ar.arp_pa)->sin_family = AF_INET;
+	inet_pton(AF_INET, "127.0.0.1", &((struct sockaddr_in *)&ar.arp_pa)->sin_addr);
+	strncpy(ar.arp_dev, argv[2], sizeof ar.arp_dev - 1);
+	printf("FD3-ARP %s\n", ioctl(3, SIOCGARP, &ar) == 0 ? "OK" : strerror(errno));
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sa = {0};
+	sa.sin_family = AF_INET;
+	sa.sin_port = htons(atoi(argv[1]));
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	printf("CONNECT %s\n", connect(s, (struct sockaddr *)&sa, sizeof sa) == 0 ? "OK" : strerror(errno));
+	ifconf("PLACED", s);
+	byname("PLACED", "IFADDR", s, SIOCGIFADDR, argv[2]);
+	int at = 0, q = 0;
+	printf("PLACED-ATMARK %s\n", ioctl(s, SIOCATMARK, &at) == 0 ? "OK" : strerror(errno));
+	printf("PLACED-FIONREAD %s\n", ioctl(s, FIONREAD, &q) == 0 ? "OK" : strerror(errno));
+	int own = socket(AF_INET, SOCK_DGRAM, 0);
+	ifconf("OWN", own);
+	return 0;
+}
+`

@@ -81,6 +81,28 @@ const (
 // AF_UNIX or AF_INET.
 var refusedFamiliesBelowInet6 = []uint64{0, 3, 4, 5, 6, 7, 8, 9}
 
+// The interface ioctls of a socket (SIOCGIFCONF, SIOCGIFADDR,
+// SIOCGIFHWADDR, SIOCGARP, SIOCETHTOOL, the wireless extensions' SIOCGIW…)
+// answer about the network namespace the socket belongs to, and the app
+// holds sockets of the host's: its fd 3, and those transparent egress puts
+// in place. So every ioctl numbered 0x8908 to 0x89ff (the socket ioctls
+// but the first eight, which answer about the socket itself: its owner,
+// SIOCATMARK, SIOCGSTAMP) and 0x8b00 to 0x8bff (the wireless extensions)
+// fails with EPERM, on any descriptor: a filter cannot tell whose socket
+// it is. The wall's own network is loopback alone, and netlink, the other
+// way to read it, is refused with every family but unix, inet and inet6.
+// Each range is a list of masks and values over the request's low word
+// (the kernel reads it as an unsigned int).
+var RefusedIoctls = refusedIoctls()
+
+func refusedIoctls() [][2]uint64 {
+	r := [][2]uint64{{0xfffffff8, 0x8908}} // 0x8908-0x890f
+	for v := uint64(0x8910); v <= 0x89f0; v += 0x10 {
+		r = append(r, [2]uint64{0xfffffff0, v}) // 0x8910-0x89ff
+	}
+	return append(r, [2]uint64{0xffffff00, 0x8b00}) // 0x8b00-0x8bff
+}
+
 // Socket types refused even in an allowed family.
 const (
 	sockRaw    = 3

@@ -179,6 +179,12 @@ func build(o Options) (*libseccomp.ScmpFilter, error) {
 			return nil, err
 		}
 	}
+	// A socket's interface ioctls (RefusedIoctls says why).
+	for _, r := range RefusedIoctls {
+		if err := rule(f, "ioctl", eperm, cond(1, libseccomp.CompareMaskedEqual, r[0], r[1])); err != nil {
+			return nil, err
+		}
+	}
 	// personality(): only PER_LINUX (0) and the query (0xffffffff; the
 	// kernel reads the low 32 bits). Expressed one bit at a time: refuse a
 	// value with any low bit set while bit 31 is clear, and a value with bit
