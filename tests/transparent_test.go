@@ -1162,6 +1162,9 @@ func TestAttackReadHostNetwork(t *testing.T) {
 		"CONNECT OK",
 		"PLACED-IFCONF Operation not permitted",
 		"PLACED-IFADDR Operation not permitted",
+		"PLACED-BINDTODEVICE Operation not permitted",
+		"FD3-BINDTODEVICE-NONE Operation not permitted",
+		"FD3-BINDTOIFINDEX Operation not permitted",
 		"OWN-IFCONF Operation not permitted",
 		"PLACED-ATMARK OK", "PLACED-FIONREAD OK",
 	} {
@@ -1230,6 +1233,10 @@ int main(int argc, char **argv) {
 	printf("CONNECT %s\n", connect(s, (struct sockaddr *)&sa, sizeof sa) == 0 ? "OK" : strerror(errno));
 	ifconf("PLACED", s);
 	byname("PLACED", "IFADDR", s, SIOCGIFADDR, argv[2]);
+	printf("PLACED-BINDTODEVICE %s\n", setsockopt(s, SOL_SOCKET, SO_BINDTODEVICE, argv[2], strlen(argv[2])) == 0 ? "OK" : strerror(errno));
+	printf("FD3-BINDTODEVICE-NONE %s\n", setsockopt(3, SOL_SOCKET, SO_BINDTODEVICE, "toyboxnone0", 11) == 0 ? "OK" : strerror(errno));
+	int idx = 1;
+	printf("FD3-BINDTOIFINDEX %s\n", setsockopt(3, SOL_SOCKET, SO_BINDTOIFINDEX, &idx, sizeof idx) == 0 ? "OK" : strerror(errno));
 	int at = 0, q = 0;
 	printf("PLACED-ATMARK %s\n", ioctl(s, SIOCATMARK, &at) == 0 ? "OK" : strerror(errno));
 	printf("PLACED-FIONREAD %s\n", ioctl(s, FIONREAD, &q) == 0 ? "OK" : strerror(errno));

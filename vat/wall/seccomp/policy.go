@@ -103,6 +103,18 @@ func refusedIoctls() [][2]uint64 {
 	return append(r, [2]uint64{0xffffff00, 0x8b00}) // 0x8b00-0x8bff
 }
 
+// solSocket is setsockopt's SOL_SOCKET level.
+const solSocket = 1
+
+// RefusedSockopts are the SOL_SOCKET options that fail with EPERM.
+// Binding a socket to a device (SO_BINDTODEVICE by name, SO_BINDTOIFINDEX
+// by index) looks the device up in the socket's network namespace: on a
+// socket of the host's, an oracle of the host's interface names, and a way
+// to send a connection put in place out through another of the host's
+// interfaces. The wall's own network has loopback alone, so nothing in it
+// needs either.
+var RefusedSockopts = []uint64{25 /* SO_BINDTODEVICE */, 62 /* SO_BINDTOIFINDEX */}
+
 // Socket types refused even in an allowed family.
 const (
 	sockRaw    = 3

@@ -185,6 +185,12 @@ func build(o Options) (*libseccomp.ScmpFilter, error) {
 			return nil, err
 		}
 	}
+	// Binding a socket to a device (RefusedSockopts says why).
+	for _, opt := range RefusedSockopts {
+		if err := rule(f, "setsockopt", eperm, cond(1, libseccomp.CompareMaskedEqual, 0xffffffff, solSocket), cond(2, libseccomp.CompareMaskedEqual, 0xffffffff, opt)); err != nil {
+			return nil, err
+		}
+	}
 	// personality(): only PER_LINUX (0) and the query (0xffffffff; the
 	// kernel reads the low 32 bits). Expressed one bit at a time: refuse a
 	// value with any low bit set while bit 31 is clear, and a value with bit
