@@ -1245,3 +1245,87 @@ int main(int argc, char **argv) {
 	return 0;
 }
 `
+
+// TestConnectStormKeepsTheLog: the vat's log is a ring (64 KiB by
+// default), and the entry writes a record for each decision. A storm of
+// allowed connects once pushed out of it, within a few hundred connects,
+// the refusal an operator opens the log to find. Past allowedPerWindow in
+// a window the allowed decisions are counted instead, and the next record
+// says how many.
+func TestConnectStormKeepsTheLog(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	hello := helloServer(t, "hello")
+	refused := freePort(t)
+	if st := s.mustInstall("stormy", example(t, "netclient"), q("egress", fmt.Sprintf(`[{"host":"127.0.0.1","port":%s}]`, hello))); st["status"] != "walled" {
+		t.Fatalf("status = %v; want walled", st)
+	}
+	s.waitEgress("stormy", "transparent")
+	r := s.runIn("stormy", false, map[string]string{"storm.c": cStorm}, "sh", "-c", `gcc -o storm storm.c && ./storm "$0" "$1" 600`, hello, refused)
+	if !strings.Contains(r.Out, "FIRST refused") || !strings.Contains(r.Out, "STORM 600 of 600") || !strings.Contains(r.Out, "LAST refused") {
+		t.Fatalf("the storm did not run as planned:\n%s", r.Out)
+	}
+	target := "tcp://127.0.0.1:" + refused
+	testenv.WaitFor(t, 5*time.Second, func() error {
+		_, logs := s.adminDo("GET", "/stormy/logs", nil)
+		refusals, allowed, counted := 0, 0, 0.0
+		for line := range strings.Lines(logs) {
+			i := strings.Index(line, "{")
+			if i < 0 {
+				continue
+			}
+			var rec map[string]any
+			if json.Unmarshal([]byte(line[i:]), &rec) != nil || rec["msg"] != "egress decision" || rec["path"] != "transparent" {
+				continue
+			}
+			switch {
+			case rec["allow"] == true:
+				allowed++
+			case rec["target"] == target:
+				refusals++
+				n, _ := rec["unlogged_allowed"].(float64)
+				counted += n
+			}
+		}
+		// Both refusals kept; at most a window's allowed records (the
+		// storm is well inside one window); the rest counted in the
+		// record of the last refusal.
+		if refusals != 2 || allowed > 100 || allowed+int(counted) != 600 {
+			return fmt.Errorf("%d refusals of %s (want 2), %d allowed records (want at most 100) and %v counted (want 600 together) in the vat's log:\n%s", refusals, target, allowed, counted, logs)
+		}
+		return nil
+	})
+}
+
+// cStorm connects once to 127.0.0.1:argv[2] (refused), then argv[3] times
+// to 127.0.0.1:argv[1] (granted), closing each, then once more to argv[2].
+const cStorm = `#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+static int dial(const char *port) {
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sa = {0};
+	sa.sin_family = AF_INET;
+	sa.sin_port = htons(atoi(port));
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	int r = connect(fd, (struct sockaddr *)&sa, sizeof sa);
+	int e = errno;
+	close(fd);
+	return r == 0 ? 0 : e;
+}
+int main(int argc, char **argv) {
+	if (argc < 4) return 2;
+	printf("FIRST %s\n", dial(argv[2]) == ECONNREFUSED ? "refused" : "not refused");
+	int n = atoi(argv[3]), ok = 0;
+	for (int i = 0; i < n; i++) {
+		if (dial(argv[1]) == 0) ok++;
+	}
+	printf("STORM %d of %d\n", ok, n);
+	printf("LAST %s\n", dial(argv[2]) == ECONNREFUSED ? "refused" : "not refused");
+	return 0;
+}
+`

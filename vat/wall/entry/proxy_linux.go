@@ -47,6 +47,7 @@ type Proxy struct {
 	headDue time.Duration           // how long a request's head may take (headerTimeout)
 	gate    *gate                   // the connections held open, against the descriptor limit
 	direct  *direct                 // the one-hop path (SetDirect); nil: the relay alone
+	said    decisionLog             // the decisions logged in the current window
 }
 
 // SetLimits bounds the connections the proxy, the forwards and
@@ -75,11 +76,15 @@ func NewProxy(id string, handle schema.Handle, conn *wire.Conn, logger *slog.Log
 	return &Proxy{id: id, handle: handle, conn: conn, logger: logger, limiter: flowcontrol.NewFixedLimiter(connWindow), gate: &gate{log: logger.With(keyVat, id)}}
 }
 
-// Close releases the Handle.
+// Close releases the Handle, and says how many decisions went unlogged
+// since the last record.
 func (p *Proxy) Close() {
 	p.handle.Release()
 	if p.direct != nil {
 		p.direct.close()
+	}
+	if unlogged, unloggedAllowed := p.said.rest(); unlogged+unloggedAllowed > 0 {
+		p.logger.Info("egress decisions not logged", keyVat, p.id, keyUnlogged, unlogged, keyUnloggedAllowed, unloggedAllowed)
 	}
 }
 
@@ -654,13 +659,87 @@ func (p *Proxy) dial(ctx context.Context, t target, hello []byte, client *net.TC
 }
 
 // log writes the one record of a decision the entry made or was told,
-// with the keys the switchboard's and the supervisor's records use.
+// with the keys the switchboard's and the supervisor's records use, unless
+// the window's records of its kind are spent (decisionLog).
 func (p *Proxy) log(t target, allow bool, reason, path string) {
+	unlogged, unloggedAllowed, ok := p.said.allow(allow, time.Now())
+	if !ok {
+		return
+	}
 	op := "connect"
 	if path == "request" {
 		op = "request"
 	}
-	p.logger.Info(DecisionMsg, keyVat, p.id, keyOp, op, keyTarget, t.String(), keyScheme, t.scheme, keyAllow, allow, keyReason, strings.TrimPrefix(reason, labels.RefusedPrefix), keyPath, path)
+	attrs := []any{keyVat, p.id, keyOp, op, keyTarget, t.String(), keyScheme, t.scheme, keyAllow, allow, keyReason, strings.TrimPrefix(reason, labels.RefusedPrefix), keyPath, path}
+	if unlogged > 0 {
+		attrs = append(attrs, keyUnlogged, unlogged)
+	}
+	if unloggedAllowed > 0 {
+		attrs = append(attrs, keyUnloggedAllowed, unloggedAllowed)
+	}
+	p.logger.Info(DecisionMsg, attrs...)
+}
+
+// The decisions' records go to the vat's log, a ring of 64 KiB by
+// default: a storm of allowed connects (a crawler, a client without
+// keep-alive) would push out of it, within a few hundred connects, the
+// refusal or the crash an operator opens the log to find, and cost the
+// entry and the supervisor a record each. So the entry logs, as the
+// switchboard does, at most allowedPerWindow allowed decisions and
+// refusalsPerWindow refusals per decisionWindow, each kind against its own
+// count; past that they are counted, and the next record says how many of
+// each went unlogged (unlogged, unlogged_allowed), as does the one the
+// entry writes when it stops. The vat's status and metrics count every
+// decision all the same: they come from the reports, not from the log.
+const (
+	decisionWindow     = 5 * time.Second
+	refusalsPerWindow  = 100
+	allowedPerWindow   = 100
+	keyUnlogged        = "unlogged"
+	keyUnloggedAllowed = "unlogged_allowed"
+)
+
+// decisionLog is the count of a window's records (see above).
+type decisionLog struct {
+	mu                        sync.Mutex
+	from                      time.Time // the window's start
+	refusals, allowed         int       // logged in it
+	unlogged, unloggedAllowed int       // not logged since the last record
+}
+
+// allow reports whether a decision gets its record, and how many of each
+// kind went unlogged before it (given back once).
+func (d *decisionLog) allow(allow bool, now time.Time) (unlogged, unloggedAllowed int, ok bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if now.Sub(d.from) >= decisionWindow {
+		d.from, d.refusals, d.allowed = now, 0, 0
+	}
+	switch {
+	case allow && d.allowed >= allowedPerWindow:
+		d.unloggedAllowed++
+		return 0, 0, false
+	case !allow && d.refusals >= refusalsPerWindow:
+		d.unlogged++
+		return 0, 0, false
+	case allow:
+		d.allowed++
+	default:
+		d.refusals++
+	}
+	unlogged, unloggedAllowed = d.unlogged, d.unloggedAllowed
+	d.unlogged, d.unloggedAllowed = 0, 0
+	return unlogged, unloggedAllowed, true
+}
+
+// rest gives back the counts of the decisions not logged since the last
+// record.
+func (d *decisionLog) rest() (unlogged, unloggedAllowed int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	unlogged, unloggedAllowed = d.unlogged, d.unloggedAllowed
+	d.unlogged, d.unloggedAllowed = 0, 0
+	return unlogged, unloggedAllowed
 }
 
 // relay moves bytes both ways until both sides are done, then closes

@@ -634,3 +634,40 @@ func TestTLSGrantOnAnotherPort(t *testing.T) {
 		t.Errorf("a plain stream to a TLS grant got %q", b)
 	}
 }
+
+// TestDecisionLog: each kind has its own budget per window; what is past
+// it is counted and given back, once, with the next record of either kind
+// or by rest; a new window starts the budgets again.
+func TestDecisionLog(t *testing.T) {
+	var d decisionLog
+	t0 := time.Unix(1000, 0)
+	for i := range allowedPerWindow {
+		if _, _, ok := d.allow(true, t0); !ok {
+			t.Fatalf("allowed decision %d not logged; want the first %d logged", i+1, allowedPerWindow)
+		}
+	}
+	for range 7 {
+		if _, _, ok := d.allow(true, t0.Add(time.Second)); ok {
+			t.Fatalf("an allowed decision past %d in a window was logged", allowedPerWindow)
+		}
+	}
+	// A storm of allowed connects leaves the refusals their own records.
+	u, ua, ok := d.allow(false, t0.Add(2*time.Second))
+	if !ok || u != 0 || ua != 7 {
+		t.Fatalf("refusal after the storm = (%d, %d, %v); want logged, with 7 allowed unlogged", u, ua, ok)
+	}
+	for range refusalsPerWindow - 1 {
+		d.allow(false, t0.Add(2*time.Second))
+	}
+	d.allow(false, t0.Add(3*time.Second))
+	d.allow(true, t0.Add(3*time.Second))
+	if u, ua := d.rest(); u != 1 || ua != 1 {
+		t.Errorf("rest = (%d, %d); want (1, 1)", u, ua)
+	}
+	if u, ua := d.rest(); u != 0 || ua != 0 {
+		t.Errorf("rest again = (%d, %d); want (0, 0): the counts are given back once", u, ua)
+	}
+	if _, _, ok := d.allow(true, t0.Add(decisionWindow)); !ok {
+		t.Errorf("the first allowed decision of a new window was not logged")
+	}
+}
