@@ -962,12 +962,6 @@ static void te_relay(int sock, int port, const char *path) {
 
 static void te_run_relay(int sock) { te_relay(sock, te_launch.listen_port, te_launch.listen_path); }
 
-#ifndef MSG_FASTOPEN
-#define MSG_FASTOPEN 0x20000000
-#endif
-// The low word of a call's argument i (both architectures are little-endian).
-#define TE_ARG_LO(i) (offsetof(struct seccomp_data, args) + 8 * (i))
-
 #if defined(__x86_64__)
 #define TE_AUDIT_ARCH AUDIT_ARCH_X86_64
 #elif defined(__aarch64__)
@@ -982,10 +976,8 @@ static void te_run_relay(int sock) { te_relay(sock, te_launch.listen_port, te_la
 // a socket it holds (of the switchboard's network) elsewhere with
 // connect(AF_UNSPEC) and connect, bind or listen. Each of these, and
 // io_uring, fails with EPERM; a call of another ABI (x32) kills the process.
-// A send with MSG_FASTOPEN (sendto, sendmsg, sendmmsg) connects a socket
-// without connect(): one that never connected, or one whose connect failed
-// while it was under way. It fails with EOPNOTSUPP, as the kernel answers
-// it where TCP Fast Open is off (the app's filter refuses it the same way).
+// A send with MSG_FASTOPEN (sendto, sendmsg, sendmmsg) fails with
+// EOPNOTSUPP, as under the app's filter (TN_FASTOPEN_TAIL says why).
 int te_lock(void) {
 #ifdef TE_AUDIT_ARCH
 	struct sock_filter f[] = {
@@ -1010,12 +1002,7 @@ int te_lock(void) {
 		/* 16 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_sendmsg, 4, 0),
 		/* 17 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
 		/* 18 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
-		/* 19 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, TE_ARG_LO(3)), // sendto, sendmmsg: flags
-		/* 20 */ BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, MSG_FASTOPEN, 3, 2),
-		/* 21 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, TE_ARG_LO(2)), // sendmsg: flags
-		/* 22 */ BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, MSG_FASTOPEN, 1, 0),
-		/* 23 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-		/* 24 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EOPNOTSUPP & SECCOMP_RET_DATA)),
+		/* 19..24: sendto, sendmmsg at 19, sendmsg at 21 */ TN_FASTOPEN_TAIL,
 	};
 	struct sock_fprog prog = {.len = (unsigned short)(sizeof(f) / sizeof(f[0])), .filter = f};
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {

@@ -30,17 +30,12 @@ extern char **environ;
 #ifndef SO_NETNS_COOKIE
 #define SO_NETNS_COOKIE 71
 #endif
-#ifndef MSG_FASTOPEN
-#define MSG_FASTOPEN 0x20000000
-#endif
 
 #if defined(__x86_64__)
 #define TN_AUDIT_ARCH AUDIT_ARCH_X86_64
 #elif defined(__aarch64__)
 #define TN_AUDIT_ARCH AUDIT_ARCH_AARCH64
 #endif
-
-#define TN_ARG_LO(i) (offsetof(struct seccomp_data, args) + 8 * (i))
 
 // te_app_filter is the app's own filter, on top of the wall's: connect(),
 // bind(), listen() and shutdown() wait for the entry (connect_ret is
@@ -80,12 +75,7 @@ static int te_app_filter(unsigned int connect_ret, unsigned int flags) {
 		/* 20 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
 		/* 21 */ BPF_STMT(BPF_RET | BPF_K, connect_ret),
 		/* 22 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
-		/* 23 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, TN_ARG_LO(3)), // sendto, sendmmsg: flags
-		/* 24 */ BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, MSG_FASTOPEN, 3, 2),
-		/* 25 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, TN_ARG_LO(2)), // sendmsg: flags
-		/* 26 */ BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, MSG_FASTOPEN, 1, 0),
-		/* 27 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-		/* 28 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EOPNOTSUPP & SECCOMP_RET_DATA)),
+		/* 23..28: sendto, sendmmsg at 23, sendmsg at 25 */ TN_FASTOPEN_TAIL,
 	};
 	struct sock_fprog prog = {.len = (unsigned short)(sizeof(f) / sizeof(f[0])), .filter = f};
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {

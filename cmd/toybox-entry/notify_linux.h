@@ -6,6 +6,29 @@
 #ifndef TE_NOTIFY_H
 #define TE_NOTIFY_H
 
+#ifndef MSG_FASTOPEN
+#define MSG_FASTOPEN 0x20000000
+#endif
+
+// TN_ARG_LO(i) is where the low word of a call's argument i sits in struct
+// seccomp_data (both architectures are little-endian).
+#define TN_ARG_LO(i) (offsetof(struct seccomp_data, args) + 8 * (i))
+
+// TN_FASTOPEN_TAIL ends the app's filter and the entry's own (six
+// instructions). A send with MSG_FASTOPEN connects a socket without
+// connect(): one that never connected, or one whose connect failed while
+// it was under way. It fails with EOPNOTSUPP, as the kernel answers it
+// where TCP Fast Open is off; any other send is allowed. Jump to its first
+// instruction for sendto and sendmmsg (flags in argument 3), to its third
+// for sendmsg (argument 2).
+#define TN_FASTOPEN_TAIL \
+	BPF_STMT(BPF_LD | BPF_W | BPF_ABS, TN_ARG_LO(3)), \
+	BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, MSG_FASTOPEN, 3, 2), \
+	BPF_STMT(BPF_LD | BPF_W | BPF_ABS, TN_ARG_LO(2)), \
+	BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, MSG_FASTOPEN, 1, 0), \
+	BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW), \
+	BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EOPNOTSUPP & SECCOMP_RET_DATA))
+
 // te_spawn_notified starts argv with fd 3 = app_cap_fd (every other
 // descriptor from 3 up is close-on-exec) under the app's filter. When
 // listen is set it asks for a notification listener: *lfd is then that
