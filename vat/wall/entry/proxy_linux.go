@@ -76,15 +76,11 @@ func NewProxy(id string, handle schema.Handle, conn *wire.Conn, logger *slog.Log
 	return &Proxy{id: id, handle: handle, conn: conn, logger: logger, limiter: flowcontrol.NewFixedLimiter(connWindow), gate: &gate{log: logger.With(keyVat, id)}}
 }
 
-// Close releases the Handle, and says how many decisions went unlogged
-// since the last record.
+// Close releases the Handle.
 func (p *Proxy) Close() {
 	p.handle.Release()
 	if p.direct != nil {
 		p.direct.close()
-	}
-	if unlogged, unloggedAllowed := p.said.rest(); unlogged+unloggedAllowed > 0 {
-		p.logger.Info("egress decisions not logged", keyVat, p.id, keyUnlogged, unlogged, keyUnloggedAllowed, unloggedAllowed)
 	}
 }
 
@@ -688,9 +684,11 @@ func (p *Proxy) log(t target, allow bool, reason, path string) {
 // switchboard does, at most allowedPerWindow allowed decisions and
 // refusalsPerWindow refusals per decisionWindow, each kind against its own
 // count; past that they are counted, and the next record says how many of
-// each went unlogged (unlogged, unlogged_allowed), as does the one the
-// entry writes when it stops. The vat's status and metrics count every
-// decision all the same: they come from the reports, not from the log.
+// each went unlogged (unlogged, unlogged_allowed). No record is written
+// for those counted after the last one: the entry ends with its app, and
+// a record written then would race the process's exit. The vat's status
+// and metrics count every decision all the same: they come from the
+// reports, not from the log.
 const (
 	decisionWindow     = 5 * time.Second
 	refusalsPerWindow  = 100
@@ -730,16 +728,6 @@ func (d *decisionLog) allow(allow bool, now time.Time) (unlogged, unloggedAllowe
 	unlogged, unloggedAllowed = d.unlogged, d.unloggedAllowed
 	d.unlogged, d.unloggedAllowed = 0, 0
 	return unlogged, unloggedAllowed, true
-}
-
-// rest gives back the counts of the decisions not logged since the last
-// record.
-func (d *decisionLog) rest() (unlogged, unloggedAllowed int) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	unlogged, unloggedAllowed = d.unlogged, d.unloggedAllowed
-	d.unlogged, d.unloggedAllowed = 0, 0
-	return unlogged, unloggedAllowed
 }
 
 // relay moves bytes both ways until both sides are done, then closes

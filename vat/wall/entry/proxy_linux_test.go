@@ -636,8 +636,8 @@ func TestTLSGrantOnAnotherPort(t *testing.T) {
 }
 
 // TestDecisionLog: each kind has its own budget per window; what is past
-// it is counted and given back, once, with the next record of either kind
-// or by rest; a new window starts the budgets again.
+// it is counted and given back, once, with the next record of either
+// kind; a new window starts the budgets again.
 func TestDecisionLog(t *testing.T) {
 	var d decisionLog
 	t0 := time.Unix(1000, 0)
@@ -661,13 +661,11 @@ func TestDecisionLog(t *testing.T) {
 	}
 	d.allow(false, t0.Add(3*time.Second))
 	d.allow(true, t0.Add(3*time.Second))
-	if u, ua := d.rest(); u != 1 || ua != 1 {
-		t.Errorf("rest = (%d, %d); want (1, 1)", u, ua)
+	u, ua, ok = d.allow(true, t0.Add(decisionWindow))
+	if !ok || u != 1 || ua != 1 {
+		t.Errorf("first decision of a new window = (%d, %d, %v); want logged, with (1, 1) unlogged", u, ua, ok)
 	}
-	if u, ua := d.rest(); u != 0 || ua != 0 {
-		t.Errorf("rest again = (%d, %d); want (0, 0): the counts are given back once", u, ua)
-	}
-	if _, _, ok := d.allow(true, t0.Add(decisionWindow)); !ok {
-		t.Errorf("the first allowed decision of a new window was not logged")
+	if u, ua, ok := d.allow(false, t0.Add(decisionWindow)); !ok || u != 0 || ua != 0 {
+		t.Errorf("the next = (%d, %d, %v); want logged, with (0, 0): the counts are given back once", u, ua, ok)
 	}
 }
