@@ -7,18 +7,21 @@ CAPNPC_GO_VERSION := v3.1.0-alpha.2
 STATICCHECK_VERSION := v0.8.2
 GOFUMPT_VERSION := v0.12.0
 GOLANGCI_LINT_VERSION := v2.15.0
+# What make build needs: a C compiler for toybox-entry's launcher, and
+# libseccomp found through pkg-config (libseccomp-golang's cgo asks for it).
+BUILD_PACKAGES := gcc libc6-dev libseccomp-dev pkg-config
 # What make dev needs to build and run (busybox-static: the README's local web
-# server); make test needs the rest too (g++, libcapnp-dev and pkg-config:
+# server); make test needs the rest too (g++ and libcapnp-dev:
 # tests/cppclient_test.go builds examples/cpp-client).
-DEV_PACKAGES := gcc libc6-dev bubblewrap libseccomp-dev busybox-static
+DEV_PACKAGES := $(BUILD_PACKAGES) bubblewrap busybox-static
 # chromium: the public edge's browser tests (tests/edge_test.go).
-APT_PACKAGES := $(DEV_PACKAGES) capnproto iproute2 docker.io systemd debootstrap g++ libcapnp-dev pkg-config chromium
+APT_PACKAGES := $(DEV_PACKAGES) capnproto iproute2 docker.io systemd debootstrap g++ libcapnp-dev chromium
 PKGS ?= $(APT_PACKAGES)
 export CGO_ENABLED := 1
 # How toybox-entry is built (tests/testenv.EntryBuildFlags says the same).
 ENTRY_FLAGS := -tags netgo,osusergo -ldflags=-extldflags=-static
 
-.PHONY: all deps build generate static check fmt vet vet-darwin lint test test-short test-integration test-systemd bench dev install uninstall clean tools
+.PHONY: all deps build-deps build generate static check fmt vet vet-darwin lint test test-short test-integration test-systemd bench dev install uninstall clean tools
 
 all: build
 
@@ -34,11 +37,17 @@ deps:
 	if [ -z "$$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -print -quit 2>/dev/null)" ]; then apt-get update -qq; fi; \
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; }
 
+# build-deps: what compiling the tree needs (BUILD_PACKAGES), installed as
+# deps does, for build, vet and lint: on a machine without them the Go
+# toolchain's error (pkg-config finds no libseccomp) names no package.
+build-deps:
+	@$(MAKE) --no-print-directory deps PKGS="$(BUILD_PACKAGES)"
+
 # build: every command into ./bin. toybox-entry runs inside every wall:
 # static (its launcher is C, so glibc linked in; netgo and osusergo keep the
 # resolver and user lookups out of it), so it loads no libc there and starts
 # faster.
-build:
+build: build-deps
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./cmd/...
 	$(GO) build $(ENTRY_FLAGS) -o $(BIN)/ ./cmd/toybox-entry
@@ -64,7 +73,7 @@ generate: $(TOOLS)/capnpc-go
 fmt: $(TOOLS)/gofumpt
 	@out=$$($(TOOLS)/gofumpt -l $$(git ls-files '*.go' | grep -v '\.capnp\.go$$')); if [ -n "$$out" ]; then echo "not gofumpt'ed:"; echo "$$out"; exit 1; fi
 
-vet:
+vet: build-deps
 	$(GO) vet ./...
 
 # vet-darwin: the tree, tests included, builds and vets on a developer's Mac
@@ -75,7 +84,7 @@ vet-darwin:
 
 # lint: staticcheck, then golangci-lint with .golangci.yml (errorlint,
 # forbidigo, govet's nilness).
-lint: $(TOOLS)/staticcheck $(TOOLS)/golangci-lint
+lint: build-deps $(TOOLS)/staticcheck $(TOOLS)/golangci-lint
 	$(TOOLS)/staticcheck ./...
 	$(TOOLS)/golangci-lint run ./...
 
