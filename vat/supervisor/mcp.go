@@ -500,6 +500,14 @@ func (s *Supervisor) serveMCP(w *mcpWriter, r *http.Request, id string, cfg *man
 		c.method = req.Method
 	}
 	c.era = front.EraOf(r.Header, req)
+	if sids := r.Header.Values(mcp.HeaderSession); len(sids) > 1 && c.era == mcp.Legacy {
+		// The edge checks one; a vat that reads another (the last, or
+		// all joined) would serve a session whose owner went unchecked.
+		c.reason = fmt.Sprintf("%d Mcp-Session-Id headers", len(sids))
+		front.WriteError(w, http.StatusBadRequest, req.ID, mcp.CodeInvalidRequest,
+			fmt.Sprintf("the request has %d Mcp-Session-Id headers; a session is named by one", len(sids)), nil)
+		return
+	}
 	if sid := r.Header.Get(mcp.HeaderSession); sid != "" && c.era == mcp.Legacy {
 		c.session = sid
 		if owner, ok := in.mcp.sessions.owner(sid); !ok || owner != c.principal {

@@ -370,6 +370,50 @@ func TestMCPSessionIsItsPrincipals(t *testing.T) {
 	}
 }
 
+// TestMCPOneSessionID: a legacy request that names two sessions is
+// refused. The edge checks one Mcp-Session-Id, and a vat that reads
+// another (the last, or all joined) would serve a session whose owner the
+// edge never checked: another principal's, named beside the caller's own
+// or behind an empty first value.
+func TestMCPOneSessionID(t *testing.T) {
+	s, st, _ := mcpSupervisor(t)
+	installMCP(t, s, st, "alice")
+	a, _, _ := s.MintToken("alice", nil)
+	b, _, _ := s.MintToken("alice", nil)
+	front := httptest.NewServer(s.PublicHandler())
+	defer front.Close()
+	ca := &mcpClient{t: t, url: front.URL + "/alice/mcp", headers: map[string]string{"Authorization": "Bearer " + a}}
+	ca.initialize()
+	cb := &mcpClient{t: t, url: ca.url, headers: map[string]string{"Authorization": "Bearer " + b}}
+	cb.initialize()
+	whoami := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"whoami","arguments":{}}}`
+	tests := []struct {
+		name    string
+		session string // the client's own, set first
+		extra   []string
+	}{
+		{"its own, then another's", cb.session, []string{"Mcp-Session-Id", ca.session}},
+		{"an empty one, then another's", "", []string{"Mcp-Session-Id", "", "Mcp-Session-Id", ca.session, "Mcp-Protocol-Version", "2025-11-25"}},
+		{"its own twice", cb.session, []string{"Mcp-Session-Id", cb.session}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &mcpClient{t: t, url: cb.url, headers: cb.headers, session: tt.session}
+			resp, m := c.post(whoami, tt.extra...)
+			text, _ := json.Marshal(m)
+			if strings.Contains(string(text), ca.session) {
+				t.Errorf("another principal's session id reached the vat beside this one's:\n%s", text)
+			}
+			if resp.StatusCode != http.StatusBadRequest || !strings.Contains(errMessage(m), "Mcp-Session-Id") || m["id"] != float64(7) {
+				t.Errorf("whoami with %v = %d %v; want 400 naming Mcp-Session-Id", tt.extra, resp.StatusCode, m)
+			}
+		})
+	}
+	if code, text := cb.call("whoami", "{}"); code != http.StatusOK || strings.Contains(text, ca.session) {
+		t.Errorf("whoami with its own session = %d %s; want 200", code, text)
+	}
+}
+
 // TestMCPNotReady: a vat that is starting, or off, is said so at once:
 // 503, Retry-After, and a JSON-RPC error naming its status word. No
 // handshake is held open.
