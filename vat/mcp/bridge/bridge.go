@@ -493,7 +493,7 @@ var (
 )
 
 // acquire gives o a process: the spare if there is one, else a new one
-// (ending the least recently used session when the vat is at its bound).
+// (ending a session when the vat is at its bound: lruLocked).
 // A process for a principal with secrets (env) is always a new one: the
 // spare was started without them.
 func (b *Bridge) acquire(o owner, env []string) (*proc, error) {
@@ -525,7 +525,7 @@ func (b *Bridge) acquire(o owner, env []string) (*proc, error) {
 		}
 	}
 	for len(b.procs)+b.spawning >= b.cfg.MaxProcs {
-		victim := b.lruLocked()
+		victim := b.lruLocked(principalOf(o))
 		if victim == nil {
 			b.mu.Unlock()
 			return nil, errFull
@@ -585,18 +585,54 @@ func (b *Bridge) refillSpare() {
 	}()
 }
 
-// lruLocked picks what to end to make room: the session, or stateless
-// process with no call in flight, used longest ago. It returns the func
-// that ends it, or nil when nothing may go.
-func (b *Bridge) lruLocked() func() {
+// principalOf is the principal o serves: a session's, or the key of a
+// shared or stateless process ("" in ModeSingle, and for no owner).
+func principalOf(o owner) string {
+	switch o := o.(type) {
+	case *session:
+		return o.principal
+	case *sharedOwner:
+		return o.key
+	case *modernOwner:
+		return o.key
+	}
+	return ""
+}
+
+// lruLocked picks what to end to make room for a process of principal
+// asking: a session, or stateless process with no call in flight, of
+// the principal holding the most processes (asking counted with the one
+// it asks for), the one used longest ago among them. So a principal that
+// opens session after session ends its own, never one of a principal
+// holding fewer. It returns the func that ends it, or nil when nothing
+// may go.
+func (b *Bridge) lruLocked(asking string) func() {
+	held := map[string]int{asking: 1}
+	for p := range b.procs {
+		p.mu.Lock()
+		o := p.owner
+		p.mu.Unlock()
+		if o != nil {
+			held[principalOf(o)]++
+		}
+	}
 	var oldest time.Time
+	most := 0
 	var pick func()
+	better := func(principal string, t time.Time) bool {
+		n := held[principal]
+		if pick == nil || n > most || n == most && t.Before(oldest) {
+			most, oldest = n, t
+			return true
+		}
+		return false
+	}
 	for _, s := range b.sessions {
 		s.mu.Lock()
 		t := s.lastPOST
 		s.mu.Unlock()
-		if s.own && (pick == nil || t.Before(oldest)) {
-			oldest, pick = t, func() {
+		if s.own && better(s.principal, t) {
+			pick = func() {
 				b.endSession(s, "ended to make room: the vat is at its process limit", false)
 				s.p.stop() // gone (and so uncounted) before the room is taken
 			}
@@ -606,8 +642,8 @@ func (b *Bridge) lruLocked() func() {
 		p.mu.Lock()
 		t, n, o := p.lastUse, len(p.calls), p.owner
 		p.mu.Unlock()
-		if _, ok := o.(*modernOwner); ok && n == 0 && (pick == nil || t.Before(oldest)) {
-			oldest, pick = t, func() { p.stop() }
+		if mo, ok := o.(*modernOwner); ok && n == 0 && better(mo.key, t) {
+			pick = func() { p.stop() }
 		}
 	}
 	return pick

@@ -147,6 +147,38 @@ func TestProcessBound(t *testing.T) {
 	}
 }
 
+// TestProcessBoundPerPrincipal: at the bound, a principal that opens
+// session after session ends its own, not one of a principal holding
+// fewer. Ending the least recently used session of anyone let one client
+// end every other client's session with MaxProcs initializes.
+func TestProcessBoundPerPrincipal(t *testing.T) {
+	const bound = 4
+	_, srv := newBridge(t, Config{MaxProcs: bound, NoSpare: true})
+	ctx := context.Background()
+	alice := client(srv, "alice")
+	if err := alice.Initialize(ctx, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	var mallory []*mcptest.Client
+	for range 2 * bound {
+		time.Sleep(5 * time.Millisecond) // each later than alice's
+		c := client(srv, "mallory")
+		if err := c.Initialize(ctx, "", nil); err != nil {
+			t.Fatal(err)
+		}
+		mallory = append(mallory, c)
+	}
+	if r, err := alice.Post(ctx, mcptest.Tool(2, "echo", map[string]any{"text": "kept"})); err != nil || r.Text() != "kept" {
+		t.Errorf("alice's session after mallory's %d: %d %q %v; want kept", len(mallory), r.Status, r.Text(), err)
+	}
+	if r, _ := mallory[0].Post(ctx, mcptest.Tool(3, "echo", map[string]any{"text": "x"})); r.Status != http.StatusNotFound {
+		t.Errorf("mallory's oldest session: %d; want 404", r.Status)
+	}
+	if r, _ := mallory[len(mallory)-1].Post(ctx, mcptest.Tool(4, "echo", map[string]any{"text": "new"})); r.Text() != "new" {
+		t.Errorf("mallory's newest session: %q; want new", r.Text())
+	}
+}
+
 // TestSpare: a spare process waits for the next session, and comes back
 // once taken.
 func TestSpare(t *testing.T) {
