@@ -6,23 +6,40 @@ import (
 )
 
 // maxSessions bounds the sessions one instance's edge keeps: each is a few
-// dozen bytes here, and past it the least recently used one is ended (at
-// the vat too), whose client gets 404 and initializes again.
+// dozen bytes here, and past it one is ended (at the vat too), whose
+// client gets 404 and initializes again.
 const maxSessions = 8192
 
 // sessionTable maps the session ids a vat minted to the principal that
-// opened each, least recently used first out. Safe for concurrent use.
+// opened each. Past its bound it forgets the least recently used session
+// of the principal that holds the most: one principal opening session
+// after session ends its own, never one of a principal holding fewer.
+// Safe for concurrent use.
 type sessionTable struct {
 	max  int
 	mu   sync.Mutex
 	byID map[string]*list.Element
-	lru  list.List // of *sessionEntry, most recent at the front
+	// byPrincipal holds each principal's sessions, most recent at the
+	// front: the lists of *sessionEntry that byID points into.
+	byPrincipal map[string]*list.List
+	n           int
+	clock       uint64 // counts uses, for the least recently used of several principals
 }
 
-type sessionEntry struct{ id, principal string }
+type sessionEntry struct {
+	id, principal string
+	used          uint64
+}
 
 func newSessionTable(max int) *sessionTable {
-	return &sessionTable{max: max, byID: map[string]*list.Element{}}
+	return &sessionTable{max: max, byID: map[string]*list.Element{}, byPrincipal: map[string]*list.List{}}
+}
+
+// use marks e as just used (t.mu held).
+func (t *sessionTable) use(e *list.Element) {
+	t.clock++
+	e.Value.(*sessionEntry).used = t.clock
+	t.byPrincipal[e.Value.(*sessionEntry).principal].MoveToFront(e)
 }
 
 // bind keeps session id as principal's, and returns the session it evicted
@@ -32,18 +49,44 @@ func (t *sessionTable) bind(id, principal string) (evicted, evictedPrincipal str
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if e, ok := t.byID[id]; ok {
-		t.lru.MoveToFront(e)
+		t.use(e)
 		return "", ""
 	}
-	t.byID[id] = t.lru.PushFront(&sessionEntry{id: id, principal: principal})
-	if t.lru.Len() <= t.max {
+	l := t.byPrincipal[principal]
+	if l == nil {
+		l = list.New()
+		t.byPrincipal[principal] = l
+	}
+	t.byID[id] = l.PushFront(&sessionEntry{id: id, principal: principal})
+	t.use(t.byID[id])
+	t.n++
+	if t.n <= t.max {
 		return "", ""
 	}
-	old := t.lru.Back()
-	se := old.Value.(*sessionEntry)
-	t.lru.Remove(old)
-	delete(t.byID, se.id)
+	// The principal holding the most; of several, the one whose least
+	// recently used session was used longest ago.
+	var victim *list.List
+	for _, l := range t.byPrincipal {
+		if victim == nil || l.Len() > victim.Len() ||
+			l.Len() == victim.Len() && l.Back().Value.(*sessionEntry).used < victim.Back().Value.(*sessionEntry).used {
+			victim = l
+		}
+	}
+	se := victim.Back().Value.(*sessionEntry)
+	t.removeLocked(victim.Back())
 	return se.id, se.principal
+}
+
+// removeLocked forgets e (t.mu held).
+func (t *sessionTable) removeLocked(e *list.Element) {
+	se := e.Value.(*sessionEntry)
+	l := t.byPrincipal[se.principal]
+	l.Remove(e)
+	if l.Len() == 0 {
+		delete(t.byPrincipal, se.principal)
+	}
+	delete(t.byID, se.id)
+	t.n--
 }
 
 // owner returns the principal of session id, if it is kept.
@@ -54,7 +97,7 @@ func (t *sessionTable) owner(id string) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	t.lru.MoveToFront(e)
+	t.use(e)
 	return e.Value.(*sessionEntry).principal, true
 }
 
@@ -63,13 +106,12 @@ func (t *sessionTable) drop(id string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if e, ok := t.byID[id]; ok {
-		t.lru.Remove(e)
-		delete(t.byID, id)
+		t.removeLocked(e)
 	}
 }
 
 func (t *sessionTable) len() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.lru.Len()
+	return t.n
 }

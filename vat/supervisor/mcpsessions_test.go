@@ -1,0 +1,53 @@
+package supervisor
+
+import (
+	"fmt"
+	"testing"
+)
+
+// TestSessionTableEvictsTheMostHeld: past its bound the edge's table of
+// sessions forgets (and ends at the vat) a session of the principal that
+// holds the most, the least recently used of them. Forgetting the least
+// recently used of anyone's let one token holder end every other
+// principal's session by opening maxSessions of its own.
+func TestSessionTableEvictsTheMostHeld(t *testing.T) {
+	const bound = 8
+	tab := newSessionTable(bound)
+	tab.bind("alice-1", "alice")
+	tab.bind("bob-1", "bob")
+	for i := range 3 * bound {
+		sid := fmt.Sprintf("mallory-%d", i)
+		evicted, principal := tab.bind(sid, "mallory")
+		if evicted != "" && principal != "mallory" {
+			t.Fatalf("mallory's session %d evicted %s's %s", i, principal, evicted)
+		}
+	}
+	for _, sid := range []string{"alice-1", "bob-1"} {
+		if _, ok := tab.owner(sid); !ok {
+			t.Errorf("session %s was forgotten to make room for mallory's", sid)
+		}
+	}
+	if _, ok := tab.owner("mallory-0"); ok {
+		t.Error("mallory's oldest session is still kept")
+	}
+	if p, ok := tab.owner(fmt.Sprintf("mallory-%d", 3*bound-1)); !ok || p != "mallory" {
+		t.Errorf("mallory's newest session: %q %v; want kept", p, ok)
+	}
+	if n := tab.len(); n != bound {
+		t.Errorf("the table keeps %d sessions; want %d", n, bound)
+	}
+
+	// Among principals holding as many, the least recently used goes.
+	tab = newSessionTable(2)
+	tab.bind("a", "alice")
+	tab.bind("b", "bob")
+	tab.owner("a")
+	if evicted, p := tab.bind("c", "carol"); evicted != "b" || p != "bob" {
+		t.Errorf("bind past the bound evicted %q of %q; want b of bob", evicted, p)
+	}
+	tab.drop("a")
+	tab.drop("c")
+	if n := tab.len(); n != 0 {
+		t.Errorf("after dropping all, the table keeps %d", n)
+	}
+}
