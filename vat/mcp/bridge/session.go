@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -244,6 +245,14 @@ func (s *session) request(w http.ResponseWriter, r *http.Request, m mcp.Msg) {
 		writeError(w, http.StatusNotFound, m.ID, mcp.CodeRequestTimeout, "Session not found", nil)
 		return
 	}
+	if len(s.streams) >= maxSessionStreams && !s.forgetEndedLocked() {
+		s.mu.Unlock()
+		reason := fmt.Sprintf("the session has %d calls in flight; more wait for their answers", maxSessionStreams)
+		b.decide(r, s.principal, mcp.Legacy, s.id, m.Method, http.StatusServiceUnavailable, reason)
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, m.ID, mcp.CodeInternal, reason, nil)
+		return
+	}
 	s.streams[st.id] = st
 	prime := s.version >= "2025-11-25"
 	s.mu.Unlock()
@@ -302,6 +311,33 @@ func (s *session) streamDone(st *stream, done bool) {
 // streamKeep is how long a POST stream's events wait, after its end, for
 // a client to resume it.
 const streamKeep = 5 * time.Minute
+
+// maxSessionStreams bounds the POST streams one session keeps: each call
+// in flight, and each ended one a client left before its answer, waiting
+// streamKeep for a resume. Past it the oldest ended one goes; with none
+// ended, a new call is refused.
+const maxSessionStreams = 1000
+
+// forgetEndedLocked forgets the POST stream of s that ended first (s.mu
+// held), and reports whether there was one.
+func (s *session) forgetEndedLocked() bool {
+	var oldest *stream
+	var at time.Time
+	for _, st := range s.streams {
+		st.mu.Lock()
+		final, t := st.final, st.finalAt
+		st.mu.Unlock()
+		if final && (oldest == nil || t.Before(at)) {
+			oldest, at = st, t
+		}
+	}
+	if oldest == nil {
+		return false
+	}
+	delete(s.streams, oldest.id)
+	s.ring.forget(oldest)
+	return true
+}
 
 // sweepStreams forgets ended POST streams no one resumed.
 func (b *Bridge) sweepStreams() {

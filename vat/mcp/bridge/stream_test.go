@@ -2,7 +2,14 @@ package bridge
 
 import (
 	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
 	"testing"
+	"time"
+
+	"toybox/vat/mcp/mcptest"
 )
 
 // TestSessionRing: a session's streams keep at most ringEvents events and
@@ -47,5 +54,74 @@ func TestSessionRing(t *testing.T) {
 	s.streamDone(calls[2], true)
 	if after, _ := s.ring.size(); after != before-1 {
 		t.Errorf("after forgetting a stream the ring counts %d events; want %d", after, before-1)
+	}
+}
+
+// TestSessionStreamsBound: a client that leaves each POST before its
+// answer makes its session keep that stream for a resume, for streamKeep
+// after the answer. The session keeps at most maxSessionStreams of them:
+// past it the oldest ended one goes, and with every one still in flight
+// a new call is refused. Unbounded, one session held a stream (and its
+// call) per request sent in five minutes.
+func TestSessionStreamsBound(t *testing.T) {
+	b, srv := newBridge(t, Config{NoSpare: true})
+	ctx := context.Background()
+	c := client(srv, "mallory")
+	if err := c.Initialize(ctx, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	leave := func(id int, tool string, args map[string]any) int {
+		t.Helper()
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		resp, err := c.Open(ctx, mcptest.Tool(id, tool, args), "Accept", "text/event-stream, application/json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	kept := func() int {
+		s := b.lookup(c.Session, "mallory")
+		if s == nil {
+			t.Fatal("the session ended")
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.streams)
+	}
+	for i := range maxSessionStreams + 50 {
+		if code := leave(i+10, "echo", map[string]any{"text": "x", "sleepMs": 20}); code != http.StatusOK {
+			t.Fatalf("call %d left before its answer: %d; want 200", i, code)
+		}
+	}
+	err := mcptest.Eventually(10*time.Second, func() error {
+		if s := b.lookup(c.Session, "mallory"); s != nil {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if n := len(s.inflight); n > 0 {
+				return fmt.Errorf("%d calls in flight", n)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := kept(); n > maxSessionStreams {
+		t.Errorf("the session keeps %d streams; want at most %d", n, maxSessionStreams)
+	}
+
+	// Every kept stream a call still in flight: the next call is refused,
+	// and the session goes on.
+	for i := range maxSessionStreams {
+		leave(5000+i, "slow", map[string]any{"ms": 60000})
+	}
+	r, err := c.Post(ctx, mcptest.Tool(2, "echo", map[string]any{"text": "one more"}))
+	if err != nil || r.Status != http.StatusServiceUnavailable || !strings.Contains(r.Text(), "in flight") {
+		t.Errorf("a call past the bound: %v %d %q; want 503 naming the calls in flight", err, r.Status, r.Text())
+	}
+	if n := kept(); n > maxSessionStreams {
+		t.Errorf("the session keeps %d streams; want at most %d", n, maxSessionStreams)
 	}
 }
