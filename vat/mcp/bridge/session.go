@@ -34,6 +34,7 @@ type session struct {
 	get      *stream
 	streams  map[string]*stream // POST streams a client may resume
 	inflight map[*call]bool
+	batched  int               // calls of batches being sent, not yet in inflight
 	srvReqs  map[string]srvReq // ids toybox gave the vat's requests
 	nextSrv  int64
 	subs     map[string]bool // resources subscribed (shared process)
@@ -245,12 +246,9 @@ func (s *session) request(w http.ResponseWriter, r *http.Request, m mcp.Msg) {
 		writeError(w, http.StatusNotFound, m.ID, mcp.CodeRequestTimeout, "Session not found", nil)
 		return
 	}
-	if len(s.streams) >= maxSessionStreams && !s.forgetEndedLocked() {
+	if len(s.inflight)+s.batched >= maxSessionStreams || len(s.streams) >= maxSessionStreams && !s.forgetEndedLocked() {
 		s.mu.Unlock()
-		reason := fmt.Sprintf("the session has %d calls in flight; more wait for their answers", maxSessionStreams)
-		b.decide(r, s.principal, mcp.Legacy, s.id, m.Method, http.StatusServiceUnavailable, reason)
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, m.ID, mcp.CodeInternal, reason, nil)
+		s.busy(w, r, m.Method, m.ID)
 		return
 	}
 	s.streams[st.id] = st
@@ -312,11 +310,21 @@ func (s *session) streamDone(st *stream, done bool) {
 // a client to resume it.
 const streamKeep = 5 * time.Minute
 
-// maxSessionStreams bounds the POST streams one session keeps: each call
+// maxSessionStreams bounds the POST streams one session keeps (each call
 // in flight, and each ended one a client left before its answer, waiting
-// streamKeep for a resume. Past it the oldest ended one goes; with none
-// ended, a new call is refused.
+// streamKeep for a resume) and its calls in flight, a batch's included.
+// Past it the oldest ended stream goes; with none ended, or as many
+// calls in flight, a new call is refused.
 const maxSessionStreams = 1000
+
+// busy answers a call refused because the session has maxSessionStreams
+// calls in flight.
+func (s *session) busy(w http.ResponseWriter, r *http.Request, method string, id []byte) {
+	reason := fmt.Sprintf("the session has %d calls in flight; more wait for their answers", maxSessionStreams)
+	s.b.decide(r, s.principal, mcp.Legacy, s.id, method, http.StatusServiceUnavailable, reason)
+	w.Header().Set("Retry-After", "1")
+	writeError(w, http.StatusServiceUnavailable, id, mcp.CodeInternal, reason, nil)
+}
 
 // forgetEndedLocked forgets the POST stream of s that ended first (s.mu
 // held), and reports whether there was one.
@@ -631,6 +639,20 @@ func (b *Bridge) postBatch(w http.ResponseWriter, r *http.Request, principal str
 		}
 		msgs = append(msgs, m)
 	}
+	requests := 0
+	for _, m := range msgs {
+		if m.Kind == mcp.KindRequest {
+			requests++
+		}
+	}
+	s.mu.Lock()
+	if requests > 0 && len(s.inflight)+s.batched+requests > maxSessionStreams {
+		s.mu.Unlock()
+		s.busy(w, r, "batch", nil)
+		return
+	}
+	s.batched += requests // until each is tracked, below
+	s.mu.Unlock()
 	var calls []*stream
 	for _, m := range msgs {
 		switch m.Kind {
@@ -639,6 +661,7 @@ func (b *Bridge) postBatch(w http.ResponseWriter, r *http.Request, principal str
 			c := &call{st: st, sess: s}
 			s.track(c)
 			if err := s.proc().send(m, c); err != nil {
+				c.onEnd() // never in flight: not counted against the bound
 				st.push(mcp.ErrorResponse(m.ID, mcp.CodeInternal, err.Error(), nil), true)
 			}
 			calls = append(calls, st)
@@ -650,6 +673,9 @@ func (b *Bridge) postBatch(w http.ResponseWriter, r *http.Request, principal str
 			}
 		}
 	}
+	s.mu.Lock()
+	s.batched -= requests
+	s.mu.Unlock()
 	if len(calls) == 0 {
 		b.decide(r, principal, mcp.Legacy, sid, "batch", http.StatusAccepted, "a batch of notifications and answers")
 		w.WriteHeader(http.StatusAccepted)

@@ -125,3 +125,49 @@ func TestSessionStreamsBound(t *testing.T) {
 		t.Errorf("the session keeps %d streams; want at most %d", n, maxSessionStreams)
 	}
 }
+
+// TestSessionBatchBound: a batch's calls count among the session's calls
+// in flight. A client that sent a batch of slow calls and left (a batch
+// is answered once every call is) could otherwise keep sending more, each
+// POST adding as many calls as its 32 MiB held.
+func TestSessionBatchBound(t *testing.T) {
+	b, srv := newBridge(t, Config{NoSpare: true})
+	ctx := context.Background()
+	c := client(srv, "mallory")
+	if err := c.Initialize(ctx, "2025-03-26", nil); err != nil {
+		t.Fatal(err)
+	}
+	batch := func(n, first int) []byte {
+		parts := make([]string, n)
+		for i := range parts {
+			parts[i] = string(mcptest.Tool(first+i, "slow", map[string]any{"ms": 60000}))
+		}
+		return []byte("[" + strings.Join(parts, ",") + "]")
+	}
+	inflight := func() int {
+		s := b.lookup(c.Session, "mallory")
+		if s == nil {
+			t.Fatal("the session ended")
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.inflight)
+	}
+	leave, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	if _, err := c.Post(leave, batch(maxSessionStreams*3/5, 10)); err == nil {
+		t.Fatal("a batch of slow calls was answered before the client left")
+	}
+	if n := inflight(); n != maxSessionStreams*3/5 {
+		t.Fatalf("%d calls in flight after the first batch; want %d", n, maxSessionStreams*3/5)
+	}
+	again, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	r, err := c.Post(again, batch(maxSessionStreams*3/5, 5000))
+	if err != nil || r.Status != http.StatusServiceUnavailable || !strings.Contains(r.Text(), "in flight") {
+		t.Errorf("a batch past the bound: %v %+v; want 503 naming the calls in flight", err, r)
+	}
+	if n := inflight(); n > maxSessionStreams {
+		t.Errorf("%d calls in flight; want at most %d", n, maxSessionStreams)
+	}
+}
