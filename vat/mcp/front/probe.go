@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"toybox/vat/mcp"
 )
@@ -26,6 +27,13 @@ const (
 	maxToolPages = 50
 	// maxToolNames bounds the names kept (the count goes on).
 	maxToolNames = 1000
+	// What a snapshot keeps of the server's own words is bounded: it goes
+	// into the vat's record, each status and the log.
+	maxToolName   = 128     // bytes of a tool name (MCP names are 1-128 characters)
+	maxInfoField  = 256     // bytes of serverInfo's name, version and title each
+	maxVersions   = 16      // protocol versions kept; four exist
+	maxVersionLen = 32      // bytes of one (a date is 10); a longer one is dropped
+	maxProbeError = 1 << 10 // bytes of the error text
 	// LegacyVersion is the version the probe's initialize asks for.
 	LegacyVersion = "2025-11-25"
 	// ProbePrincipal is the principal the probe's requests carry.
@@ -188,6 +196,40 @@ func modernMeta() map[string]any {
 // tools/list in the era it speaks, then DELETE of the session the
 // initialize opened.
 func (p Prober) Probe(ctx context.Context) Snapshot {
+	snap := p.probe(ctx)
+	snap.bound()
+	return snap
+}
+
+// bound cuts what the snapshot keeps of the server's words to the
+// probe's bounds (listTools cuts each name as it goes).
+func (snap *Snapshot) bound() {
+	if si := snap.ServerInfo; si != nil {
+		si.Name, si.Version, si.Title = clip(si.Name, maxInfoField), clip(si.Version, maxInfoField), clip(si.Title, maxInfoField)
+	}
+	var versions []string
+	for _, v := range snap.Versions {
+		if len(v) <= maxVersionLen && len(versions) < maxVersions {
+			versions = append(versions, v)
+		}
+	}
+	snap.Versions = versions
+	snap.Error = clip(snap.Error, maxProbeError)
+}
+
+// clip cuts s to at most n bytes, at a rune's start (a string JSON gave
+// is valid UTF-8, and stays so), marking the cut with an ellipsis.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+func (p Prober) probe(ctx context.Context) Snapshot {
 	snap := Snapshot{Probed: time.Now().UTC().Truncate(time.Millisecond), Tools: []string{}}
 	var errs []string
 	modern, legacy := false, false
@@ -301,7 +343,7 @@ func (p Prober) listTools(ctx context.Context, legacy bool, lh http.Header, snap
 		for _, t := range r.Tools {
 			snap.ToolCount++
 			if len(snap.Tools) < maxToolNames {
-				snap.Tools = append(snap.Tools, t.Name)
+				snap.Tools = append(snap.Tools, clip(t.Name, maxToolName))
 			}
 		}
 		if r.Next == "" {

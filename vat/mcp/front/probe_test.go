@@ -1,6 +1,7 @@
 package front
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -8,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"toybox/vat/mcp"
 
@@ -168,6 +170,67 @@ func TestProbeEdges(t *testing.T) {
 			}
 			if tt.tools != nil && !slices.Equal(snap.Tools, tt.tools) {
 				t.Errorf("tools = %v; want %v", snap.Tools, tt.tools)
+			}
+		})
+	}
+}
+
+// TestProbeBounded: what a probe keeps of a server's answers is bounded:
+// the snapshot goes into the vat's record, each status and the log. A
+// server answering with megabytes of names, versions and error text made
+// the supervisor keep them all (50 pages of 8 MiB of tool names).
+func TestProbeBounded(t *testing.T) {
+	const maxSnapshotJSON = 160 << 10  // 1000 names of 128 bytes, and the rest
+	huge := strings.Repeat("é", 1<<19) // 1 MiB, two bytes a rune
+	versions := make([]string, 5000)
+	for i := range versions {
+		versions[i] = fmt.Sprintf("2025-11-25-%0100d", i)
+	}
+	versions = append(versions, "2026-07-28")
+	discover, _ := json.Marshal(map[string]any{
+		"supportedVersions": versions,
+		"_meta":             map[string]any{"io.modelcontextprotocol/serverInfo": map[string]any{"name": huge, "version": huge, "title": huge}},
+	})
+	page := func(w http.ResponseWriter, id string) {
+		tools := make([]map[string]string, 3)
+		for i := range tools {
+			tools[i] = map[string]string{"name": huge}
+		}
+		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": json.RawMessage(id), "result": map[string]any{"tools": tools, "nextCursor": "more"}})
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(b)
+	}
+	failing := func(w http.ResponseWriter, id string) {
+		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": json.RawMessage(id), "error": map[string]any{"code": -32603, "message": huge}})
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(b)
+	}
+	tests := []struct {
+		name    string
+		answers map[string]func(http.ResponseWriter, string)
+	}{
+		{"long names, versions and pages", map[string]func(http.ResponseWriter, string){
+			"server/discover": jsonAnswer(string(discover)), "tools/list": page,
+		}},
+		{"a long error", map[string]func(http.ResponseWriter, string){
+			"server/discover": jsonAnswer(string(discover)), "tools/list": failing,
+		}},
+		{"nothing answers, at length", map[string]func(http.ResponseWriter, string){
+			"server/discover": failing, "initialize": failing,
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			snap := Prober{Client: http.DefaultClient, URL: fakeServer(t, tt.answers)}.Probe(t.Context())
+			b, err := json.Marshal(snap)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(b) > maxSnapshotJSON {
+				t.Errorf("the snapshot is %d bytes of JSON; want at most %d", len(b), maxSnapshotJSON)
+			}
+			if !utf8.Valid(b) {
+				t.Error("the snapshot is not valid UTF-8 once cut")
 			}
 		})
 	}
