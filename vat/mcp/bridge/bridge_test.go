@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -31,19 +32,22 @@ func TestMain(m *testing.M) {
 	}
 	if os.Getenv(fakeEnv) == "1" {
 		mcptest.ModernOnly = os.Getenv("BRIDGE_TEST_MODERN") == "1"
+		if os.Getenv(iconEnv) == "1" {
+			mcptest.Icon = bigIcon
+		}
 		mcptest.Tools["env"] = fakeEnviron
 		os.Exit(mcptest.Fake(os.Stdin, os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())
 }
 
-func newBridge(t *testing.T, cfg Config) (*Bridge, *httptest.Server) {
+func newBridge(t *testing.T, cfg Config, env ...string) (*Bridge, *httptest.Server) {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := []string{fakeEnv + "=1"}
+	env = append(env, fakeEnv+"=1")
 	if cfg.Era == mcp.Modern {
 		env = append(env, "BRIDGE_TEST_MODERN=1")
 	}
@@ -725,5 +729,43 @@ func TestPrincipalSecretsRefused(t *testing.T) {
 		if err := c.Initialize(context.Background(), "", nil); err == nil {
 			t.Errorf("initialize with Toybox-Principal-Env %q: no error; want 400", bad)
 		}
+	}
+}
+
+// iconEnv makes the fake server's serverInfo carry bigIcon.
+const iconEnv = "BRIDGE_TEST_ICON"
+
+// bigIcon is an icon as a data: URI, as a server may give one in its
+// serverInfo (2025-11-25): 96 KiB.
+var bigIcon = "data:image/png;base64," + strings.Repeat("iVBORw0KGgo", 96<<10/11)
+
+// TestStatsBounded: the counters stay small whatever serverInfo the vat
+// gives. The supervisor reads at most maxStatsJSON of them; one past it
+// is not JSON there, and the vat's status lost every counter (and the
+// probe the server's own era), so a server hid its dropped lines and its
+// crash loop with a large icon.
+func TestStatsBounded(t *testing.T) {
+	const maxStatsJSON = 64 << 10 // what the supervisor reads (bridgeStats)
+	_, srv := newBridge(t, Config{NoSpare: true}, iconEnv+"=1")
+	c := client(srv, "alice")
+	if err := c.Initialize(context.Background(), "", nil); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := srv.Client().Get(srv.URL + StatsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st Stats
+	if len(b) > maxStatsJSON || json.Unmarshal(b, &st) != nil {
+		t.Fatalf("the counters are %d bytes; want valid JSON of at most %d", len(b), maxStatsJSON)
+	}
+	var info struct{ Name, Version string }
+	if json.Unmarshal(st.ServerInfo, &info) != nil || info.Name != "fake-mcp" || info.Version != "1" {
+		t.Errorf("serverInfo = %s; want its name and version kept", st.ServerInfo)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"toybox/vat/mcp"
 )
@@ -195,13 +196,48 @@ func (b *Bridge) initialize(w http.ResponseWriter, r *http.Request, principal st
 	b.decide(r, principal, mcp.Legacy, s.id, m.Method, http.StatusOK, "session started on process "+strconv.Itoa(p.n))
 }
 
+// maxStatsInfo bounds the serverInfo the counters show: the supervisor
+// reads at most 64 KiB of them, and one icon as a data: URI can be more.
+const maxStatsInfo = 4 << 10
+
+// statsInfo is what the counters keep of a vat's serverInfo: all of it up
+// to maxStatsInfo bytes, else its name, version and title, each cut at
+// 256 bytes.
+func statsInfo(info json.RawMessage) json.RawMessage {
+	if len(info) <= maxStatsInfo {
+		return bytes.Clone(info)
+	}
+	var si struct {
+		Name    string `json:"name"`
+		Version string `json:"version,omitempty"`
+		Title   string `json:"title,omitempty"`
+	}
+	if json.Unmarshal(info, &si) != nil {
+		return nil
+	}
+	clip := func(s string) string {
+		const n = 256
+		if len(s) <= n {
+			return s
+		}
+		i := n
+		for i > 0 && !utf8.RuneStart(s[i]) {
+			i--
+		}
+		return s[:i] + "…"
+	}
+	si.Name, si.Version, si.Title = clip(si.Name), clip(si.Version), clip(si.Title)
+	out, _ := json.Marshal(si)
+	return out
+}
+
 // noteServer records the vat's serverInfo and that it answered in era
 // (an initialize: the 2025 revisions; a server/discover: 2026-07-28).
 func (b *Bridge) noteServer(era mcp.Era, info json.RawMessage) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(info) > 0 && b.info == nil {
-		b.info = bytes.Clone(info)
+		b.info = statsInfo(info)
 	}
 	switch era {
 	case mcp.Legacy:

@@ -79,6 +79,10 @@ func Fake(in io.Reader, out io.Writer, errw io.Writer) int {
 // per-request _meta is refused.
 var ModernOnly bool
 
+// Icon, when set, is an icon the fake's serverInfo carries (2025-11-25
+// Implementation.icons), such as a data: URI of an image.
+var Icon string
+
 // Tools are more tools a test binary adds to the fake server (for an
 // attack run from inside a wall): each answers a text.
 var Tools = map[string]func() string{}
@@ -154,10 +158,14 @@ func (f *fake) handle(line []byte) {
 			ProtocolVersion string `json:"protocolVersion"`
 		}
 		_ = json.Unmarshal(m.Params, &p)
+		info := map[string]any{"name": "fake-mcp", "version": "1"}
+		if Icon != "" {
+			info["icons"] = []map[string]any{{"src": Icon, "mimeType": "image/png"}}
+		}
 		f.result(m.ID, map[string]any{
 			"protocolVersion": p.ProtocolVersion,
 			"capabilities":    map[string]any{"tools": map[string]any{}, "logging": map[string]any{}},
-			"serverInfo":      map[string]any{"name": "fake-mcp", "version": "1"},
+			"serverInfo":      info,
 		})
 	case m.Method == "notifications/cancelled":
 		var p struct {
