@@ -217,8 +217,9 @@ type Bridge struct {
 	crashing string      // why no process is started any more
 	stateKey []byte      // the MAC key of the requestStates it makes
 
-	stats struct{ Dropped, TooLong, Spawned, Exited, StderrLost atomic.Int64 }
-	cache listCache // tools/list answers, for requests the supervisor marks (R48)
+	stats  struct{ Dropped, TooLong, Spawned, Exited, StderrLost atomic.Int64 }
+	bodies budget    // the request bodies held
+	cache  listCache // tools/list answers, for requests the supervisor marks (R48)
 
 	stderr chan []byte
 	stop   chan struct{}
@@ -351,7 +352,22 @@ func (b *Bridge) post(w http.ResponseWriter, r *http.Request, principal string) 
 		writeError(w, http.StatusUnsupportedMediaType, nil, mcp.CodeInvalidRequest, "Content-Type must be application/json", nil)
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(b.cfg.MaxMessage)))
+	limit := int64(b.cfg.MaxMessage)
+	br := &budgetReader{r: http.MaxBytesReader(w, r.Body, limit), bu: &b.bodies, principal: principal, per: bodiesPerPrincipal * limit, all: bodiesAll * limit}
+	// Held until the call is written and answered (or the client left):
+	// the call keeps none of it (send copies what it keeps).
+	defer br.release()
+	body, err := io.ReadAll(br)
+	if errors.Is(err, errBudget) {
+		// The rest is read and dropped, holding nothing: the supervisor
+		// writes a request whole before it reads the answer.
+		_, _ = io.Copy(io.Discard, br.r)
+		reason := fmt.Sprintf("%v: %d MiB per client, %d MiB in all; try again once they are answered", errBudget, br.per>>20, br.all>>20)
+		b.decide(r, principal, "", "", "", http.StatusServiceUnavailable, reason)
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, nil, mcp.CodeInternal, reason, nil)
+		return
+	}
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {

@@ -415,7 +415,7 @@ func (p *proc) send(m mcp.Msg, c *call) error {
 	}
 	p.next++
 	c.up = p.next
-	c.clientID = m.ID
+	c.clientID = bytes.Clone(m.ID) // not the body's: it is not held past its request
 	c.method = m.Method
 	c.started = time.Now()
 	up := []byte(strconv.FormatInt(c.up, 10))
