@@ -55,6 +55,40 @@ func NewTree(dir string, lim Limits) (*Tree, error) {
 	return &Tree{root: r, lim: lim}, nil
 }
 
+// makeTree makes the folder dir and lays out into it. A folder or link
+// already at dir (left there by a prepare step) is refused.
+func makeTree(dir string, lim Limits) (*Tree, error) {
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("%w: %s was there before toybox made it", ErrTreeReplaced, dir)
+		}
+		return nil, err
+	}
+	return NewTree(dir, lim)
+}
+
+// InPlace reports an error unless dir is still the folder t lays out and
+// each of folders is still a folder of it, not a link. It is called after
+// a prepare step that ran code with the tree writable: such code can move
+// the tree away or put a link in its place, which toybox would otherwise
+// read, write and bundle by its path.
+func (t *Tree) InPlace(dir string, folders ...string) error {
+	want, err := t.root.Stat(".")
+	if err != nil {
+		return err
+	}
+	got, err := os.Lstat(dir)
+	if err != nil || !got.IsDir() || !os.SameFile(got, want) {
+		return fmt.Errorf("%w: %s is no longer the folder toybox laid out", ErrTreeReplaced, dir)
+	}
+	for _, f := range folders {
+		if fi, err := t.root.Lstat(f); err != nil || !fi.IsDir() {
+			return fmt.Errorf("%w: %s/%s is no longer a folder", ErrTreeReplaced, dir, f)
+		}
+	}
+	return nil
+}
+
 // Close releases the tree's folder.
 func (t *Tree) Close() error { return t.root.Close() }
 

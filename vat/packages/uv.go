@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -149,16 +150,16 @@ func FromRequirements(b []byte, git string) ([]Package, error) {
 }
 
 // ConsoleScript finds the console script named bin (or the one named as
-// the package, or its only one) in the entry_points.txt files below site,
-// as "module:function".
-func ConsoleScript(site, pkg, bin string) (string, error) {
-	files, err := filepath.Glob(filepath.Join(site, "*.dist-info", "entry_points.txt"))
+// the package, or its only one) in the entry_points.txt files of the
+// site folder, as "module:function".
+func ConsoleScript(site fs.FS, pkg, bin string) (string, error) {
+	files, err := fs.Glob(site, "*.dist-info/entry_points.txt")
 	if err != nil {
 		return "", err
 	}
 	all := map[string]string{}
 	for _, f := range files {
-		b, err := os.ReadFile(f)
+		b, err := fs.ReadFile(site, f)
 		if err != nil {
 			return "", err
 		}
@@ -295,28 +296,38 @@ func PrepareUV(ctx context.Context, cfg UVConfig, run Runner, work string, req R
 	if root == nil {
 		return "", lock, fmt.Errorf("%w: the lock has no %s", ErrBadLock, name)
 	}
+	// The install step may run a build's code, with work writable: the
+	// tree is opened before it, and afterwards read and written only
+	// through that handle, once it is known to be still in its place.
 	tree = filepath.Join(work, "tree")
-	site := filepath.Join(tree, "site")
-	if err := os.MkdirAll(site, 0o755); err != nil {
-		return "", lock, err
-	}
-	if err := run(ctx, "install", uvInstallArgv(cfg, work, site, build), uvEnv(work)); err != nil {
-		return "", lock, err
-	}
-	// --target also writes bin/ scripts whose first line names the
-	// prepare wall's python: the launcher below replaces them.
-	if err := os.RemoveAll(filepath.Join(site, "bin")); err != nil {
-		return "", lock, err
-	}
-	script, err := ConsoleScript(site, normPyPI(name), sp.Bin)
-	if err != nil {
-		return "", lock, err
-	}
-	t, err := NewTree(tree, cfg.Limits)
+	t, err := makeTree(tree, cfg.Limits)
 	if err != nil {
 		return "", lock, err
 	}
 	defer t.Close()
+	if err := t.root.Mkdir("site", 0o755); err != nil {
+		return "", lock, err
+	}
+	site := filepath.Join(tree, "site")
+	if err := run(ctx, "install", uvInstallArgv(cfg, work, site, build), uvEnv(work)); err != nil {
+		return "", lock, err
+	}
+	if err := t.InPlace(tree, "site"); err != nil {
+		return "", lock, err
+	}
+	// --target also writes bin/ scripts whose first line names the
+	// prepare wall's python: the launcher below replaces them.
+	if err := t.root.RemoveAll("site/bin"); err != nil {
+		return "", lock, err
+	}
+	siteFS, err := fs.Sub(t.root.FS(), "site")
+	if err != nil {
+		return "", lock, err
+	}
+	script, err := ConsoleScript(siteFS, normPyPI(name), sp.Bin)
+	if err != nil {
+		return "", lock, err
+	}
 	if err := t.WriteFile(EntryPath, entryScript(script)); err != nil {
 		return "", lock, err
 	}

@@ -195,3 +195,98 @@ func TestPrepareUVRefusals(t *testing.T) {
 		t.Errorf("an npm spec: %v; want ErrBadSpec", err)
 	}
 }
+
+// TestPrepareUVBuildStaysInTree: a git source's build code runs inside
+// the prepare wall, which holds work read-write. Whatever it leaves in
+// work's tree, toybox must neither write nor delete outside it: a tree or
+// site folder replaced by a link to a host folder is refused, and that
+// folder is left as it was.
+func TestPrepareUVBuildStaysInTree(t *testing.T) {
+	git := "git+https://github.com/o/r@0123456789abcdef0123456789abcdef01234567"
+	sp, err := ParseLauncher([]string{"uvx", "--from", git, "hello-mcp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		step string
+		// plant runs after the fake uv's step, as the build's code would.
+		plant func(work, victim string) error
+	}{
+		{
+			name: "site becomes a link",
+			step: "install",
+			plant: func(work, victim string) error {
+				site := filepath.Join(work, "tree", "site")
+				if err := os.RemoveAll(site); err != nil {
+					return err
+				}
+				return os.Symlink(victim, site)
+			},
+		},
+		{
+			name: "tree becomes a link",
+			step: "install",
+			plant: func(work, victim string) error {
+				tree := filepath.Join(work, "tree")
+				if err := os.RemoveAll(tree); err != nil {
+					return err
+				}
+				return os.Symlink(victim, tree)
+			},
+		},
+		{
+			name: "tree is a link before install",
+			step: "resolve",
+			plant: func(work, victim string) error {
+				return os.Symlink(victim, filepath.Join(work, "tree"))
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			work, victim := t.TempDir(), t.TempDir()
+			for _, p := range []string{"bin/keep", "site/bin/keep"} {
+				if err := os.MkdirAll(filepath.Dir(filepath.Join(victim, p)), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(victim, p), []byte("the host's"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := listTree(t, victim)
+			f := &fakeUV{reqs: "hello-mcp @ " + git + "\n"}
+			run := func(ctx context.Context, step string, argv []string, env map[string]string) error {
+				if err := f.run(ctx, step, argv, env); err != nil {
+					return err
+				}
+				if step == tt.step {
+					return tt.plant(work, victim)
+				}
+				return nil
+			}
+			cfg := UVConfig{UV: "/usr/bin/uv", Python: "/usr/bin/python3", PythonVersion: "3.11.7"}
+			_, _, err := PrepareUV(context.Background(), cfg, run, work, Request{Spec: sp, Allow: []string{"hello-mcp"}, MCP: json.RawMessage(`{"transport":"stdio"}`)})
+			if !errors.Is(err, ErrTreeReplaced) {
+				t.Errorf("PrepareUV = %v; want ErrTreeReplaced", err)
+			}
+			if after := listTree(t, victim); !slices.Equal(after, before) {
+				t.Errorf("the host folder holds %q; want %q as it was", after, before)
+			}
+		})
+	}
+}
+
+// listTree lists every path below dir.
+func listTree(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, _ os.DirEntry, err error) error {
+		out = append(out, strings.TrimPrefix(p, dir))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
