@@ -306,7 +306,7 @@ func PrepareNPM(ctx context.Context, cfg NPMConfig, run Runner, work string, req
 	if len(scripts) > 0 {
 		slices.Sort(scripts)
 		scripts = slices.Compact(scripts)
-		if err := runScripts(ctx, cfg, run, work, tree, reg, node, pkgs, scripts); err != nil {
+		if err := runScripts(ctx, cfg, run, work, t, tree, reg, node, pkgs, scripts); err != nil {
 			return "", lock, err
 		}
 	}
@@ -324,7 +324,10 @@ func PrepareNPM(ctx context.Context, cfg NPMConfig, run Runner, work string, req
 
 // runScripts runs the allowed packages' install scripts with npm rebuild,
 // offline, inside the prepare wall (the tree is in work, so writable there).
-func runScripts(ctx context.Context, cfg NPMConfig, run Runner, work, tree, reg string, node Node, pkgs []Package, names []string) error {
+// The scripts can move the tree away or put a link in its place: after
+// them, the tree must still be t's folder, and toybox touches it only
+// through t.
+func runScripts(ctx context.Context, cfg NPMConfig, run Runner, work string, t *Tree, tree, reg string, node Node, pkgs []Package, names []string) error {
 	deps := map[string]string{}
 	for _, p := range pkgs {
 		if strings.Count(p.Path, "node_modules/") == 1 {
@@ -332,10 +335,9 @@ func runScripts(ctx context.Context, cfg NPMConfig, run Runner, work, tree, reg 
 		}
 	}
 	pj, _ := json.Marshal(map[string]any{"name": "toybox-prepare", "version": "0.0.0", "private": true, "dependencies": deps})
-	if err := os.WriteFile(filepath.Join(tree, "package.json"), pj, 0o644); err != nil {
+	if err := t.root.WriteFile("package.json", pj, 0o644); err != nil {
 		return err
 	}
-	defer os.Remove(filepath.Join(tree, "package.json"))
 	env := npmEnv(work, reg)
 	env["npm_config_ignore_scripts"] = "false"
 	env["npm_config_offline"] = "true"
@@ -347,21 +349,14 @@ func runScripts(ctx context.Context, cfg NPMConfig, run Runner, work, tree, reg 
 	if err := run(ctx, "scripts", argv, env); err != nil {
 		return err
 	}
+	if err := t.InPlace(tree); err != nil {
+		return err
+	}
+	if err := t.root.Remove("package.json"); err != nil {
+		return err
+	}
 	// npm rebuild makes .bin links; a bundle holds no links.
-	return removeLinks(tree)
-}
-
-// removeLinks removes every symlink below dir.
-func removeLinks(dir string) error {
-	return filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.Type()&os.ModeSymlink != 0 {
-			return os.Remove(p)
-		}
-		return nil
-	})
+	return t.removeLinks()
 }
 
 func checkFile(name, integrity string) error {

@@ -182,3 +182,54 @@ func TestPrepareNPMInstallScript(t *testing.T) {
 		t.Errorf("lock.Scripts = %v", lock.Scripts)
 	}
 }
+
+// TestPrepareNPMScriptStaysInTree: an install script the owner allowed
+// runs inside the prepare wall with work writable. It must not make
+// toybox bundle another folder than the one it laid out (a manifest.json
+// of the script's, granting egress the owner never gave), nor remove or
+// write anything outside the tree through a link put in its place.
+func TestPrepareNPMScriptStaysInTree(t *testing.T) {
+	tests := []struct {
+		name string
+		// script is the postinstall's JavaScript, run in the package's
+		// folder (the tree is ../..); VICTIM is a host folder's path.
+		script string
+		// fails: the script fails (so does the install, for that reason).
+		fails bool
+	}{
+		{
+			name:   "another folder in the tree's place",
+			script: `const fs=require('fs'),p=require('path');const t=p.resolve('../..');fs.renameSync(t,t+'-x');fs.cpSync(t+'-x',t,{recursive:true});fs.writeFileSync(p.join(t,'manifest.json'),JSON.stringify({command:['node','x'],network:'internet'}))`,
+		},
+		{
+			name:   "a link in the tree's place",
+			script: `const fs=require('fs'),p=require('path');const t=p.resolve('../..');fs.renameSync(t,t+'-x');fs.symlinkSync('VICTIM',t);process.exit(1)`,
+			fails:  true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			victim := t.TempDir()
+			if err := os.WriteFile(filepath.Join(victim, "package.json"), []byte(`{"name":"the-hosts"}`), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			reg := npmtest.Start(t)
+			reg.Publish(t, npmtest.PackWith(t, "tb-postinstall", `require('fs').writeFileSync('postinstall-ran', 'yes')`, strings.ReplaceAll(tt.script, "VICTIM", victim)))
+			tree, _, err := prepare(t, reg, "npm:tb-postinstall", "tb-postinstall")
+			switch {
+			case tt.fails && err == nil:
+				t.Errorf("prepare = nil; want the failed script's error")
+			case !tt.fails && !errors.Is(err, packages.ErrTreeReplaced):
+				t.Errorf("prepare = %v; want ErrTreeReplaced", err)
+			}
+			if tree != "" {
+				if b, err := os.ReadFile(filepath.Join(tree, "manifest.json")); err == nil && strings.Contains(string(b), "internet") {
+					t.Errorf("the tree to bundle has the script's manifest.json: %s", b)
+				}
+			}
+			if b, err := os.ReadFile(filepath.Join(victim, "package.json")); err != nil || string(b) != `{"name":"the-hosts"}` {
+				t.Errorf("the host folder's package.json = %q, %v; want it kept", b, err)
+			}
+		})
+	}
+}

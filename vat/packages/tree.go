@@ -89,6 +89,19 @@ func (t *Tree) InPlace(dir string, folders ...string) error {
 	return nil
 }
 
+// removeLinks removes every symlink of the tree.
+func (t *Tree) removeLinks() error {
+	return fs.WalkDir(t.root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type()&fs.ModeSymlink != 0 {
+			return t.root.Remove(p)
+		}
+		return nil
+	})
+}
+
 // Close releases the tree's folder.
 func (t *Tree) Close() error { return t.root.Close() }
 
