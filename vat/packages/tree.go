@@ -37,12 +37,43 @@ func (l Limits) bytes() int64 {
 	return l.Bytes
 }
 
+// tarAllowance is what one entry may add to a tar stream beyond its
+// file's bytes: its 512-byte header, a PAX header for a long name, and
+// padding to 512 bytes.
+const tarAllowance = 8 << 10
+
 // Tree is a package tree being laid out in a folder.
 type Tree struct {
 	root    *os.Root
 	lim     Limits
 	entries int
 	bytes   int64
+	// read is how many bytes the tarballs have unpacked to, entries left
+	// out included.
+	read int64
+}
+
+// streamMax is the most the tree's tarballs may unpack to: the tree's
+// bytes and each entry's allowance.
+func (t *Tree) streamMax() int64 {
+	return t.lim.bytes() + int64(t.lim.entries())*tarAllowance
+}
+
+// streamCounter counts what a tarball unpacks to, and fails past the
+// tree's streamMax: gzip'd zeros in an entry left out would otherwise be
+// read through however long they are.
+type streamCounter struct {
+	r io.Reader
+	t *Tree
+}
+
+func (c *streamCounter) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.t.read += int64(n)
+	if m := c.t.streamMax(); c.t.read > m {
+		return n, fmt.Errorf("%w: the tree's tarballs unpack to more than %d bytes", ErrBadTarball, m)
+	}
+	return n, err
 }
 
 // NewTree lays out into dir, which must exist and be empty. The caller
@@ -109,7 +140,8 @@ func (t *Tree) Close() error { return t.root.Close() }
 // "package/" by custom, stripped) into the folder at rel. As npm does,
 // links are left out and so is anything that is neither a file nor a
 // folder. A name that climbs out, a file twice, or a tree past the limits
-// is refused. Modes become 0644, or 0755 for a file with any execute bit.
+// is refused; so are tarballs that unpack to more than the limits allow,
+// entries left out included. Modes become 0644, or 0755 for a file with any execute bit.
 // The caller checks the tarball's integrity before calling Unpack.
 func (t *Tree) Unpack(r io.Reader, rel string) error {
 	zr, err := gzip.NewReader(r)
@@ -120,7 +152,7 @@ func (t *Tree) Unpack(r io.Reader, rel string) error {
 	if err := t.root.MkdirAll(rel, 0o755); err != nil {
 		return fmt.Errorf("creating %s: %w", rel, err)
 	}
-	tr := tar.NewReader(zr)
+	tr := tar.NewReader(&streamCounter{r: zr, t: t})
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
