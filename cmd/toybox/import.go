@@ -52,6 +52,9 @@ type backup struct {
 	Undone string `json:"undone,omitempty"`
 
 	file string
+	// purge says a rollback in this run removes the vat's data folder
+	// too: the folder was not there before (an undone import keeps it).
+	purge bool
 }
 
 // writeBackup writes b to its file (0600) in dir (0700).
@@ -258,6 +261,13 @@ func (im *importer) one(name string) (*backup, error) {
 		}
 	}
 	bk := &backup{Stamp: im.stamp(), Name: name, Vat: id, Config: im.config, Key: im.cc.Key, Entry: im.cc.Servers[name]}
+	// A data folder already there (an undone import's) is the owner's: a
+	// failure keeps it. Without --state that is not known, so it is kept.
+	if dataDir != "" {
+		if _, err := os.Lstat(dataDir); errors.Is(err, fs.ErrNotExist) {
+			bk.purge = true
+		}
+	}
 	if err := writeBackup(im.backups, bk); err != nil {
 		return nil, fmt.Errorf("writing its backup: %w", err)
 	}
@@ -374,9 +384,14 @@ func (im *importer) copyData(bk *backup, plan packages.ImportPlan) error {
 
 // rollback undoes what importing bk did in this run: the vat it made (it
 // did not exist before) goes with the files copied into its data folder,
-// and its backup is dropped.
+// and its backup is dropped. Its data folder goes too unless it was there
+// before (bk.purge).
 func (im *importer) rollback(bk *backup) {
-	if code, _, err := im.a.do(http.MethodDelete, "/"+bk.Vat+"?purge=1", nil); err != nil || code != http.StatusOK && code != http.StatusNotFound {
+	q := ""
+	if bk.purge {
+		q = "?purge=1"
+	}
+	if code, _, err := im.a.do(http.MethodDelete, "/"+bk.Vat+q, nil); err != nil || code != http.StatusOK && code != http.StatusNotFound {
 		fmt.Fprintf(os.Stderr, "toybox import: %s: removing vat %s again: %d %v; its backup %s is kept\n", bk.Name, bk.Vat, code, err, bk.file)
 		return
 	}
