@@ -2,8 +2,10 @@
 //
 // It checks nothing: toybox checks every file against the lock's integrity
 // outside the wall, before anything is unpacked. Usage:
-//   node fetch.js LIST OUTDIR
+//   node fetch.js LIST OUTDIR TOTAL
 // LIST is a JSON array of URLs; the i-th is written to OUTDIR/<i>.tgz.
+// TOTAL is the most bytes they may hold together: past it, fetching
+// fails before the chunk that would pass it is written.
 // An https URL goes through $HTTPS_PROXY (toybox-entry's CONNECT proxy);
 // an http URL on loopback is fetched directly (a forwarded port), any other
 // http URL through $HTTP_PROXY in absolute form.
@@ -15,7 +17,12 @@ const tls = require('tls');
 const path = require('path');
 
 const MAX = 512 * 1024 * 1024; // one tarball at most
-const [list, outdir] = process.argv.slice(2);
+const [list, outdir, totalArg] = process.argv.slice(2);
+const TOTAL = Number(totalArg);
+if (!Number.isSafeInteger(TOTAL) || TOTAL <= 0) {
+  console.error(`fetch: TOTAL ${totalArg} is not a number of bytes`);
+  process.exit(2);
+}
 const urls = JSON.parse(fs.readFileSync(list, 'utf8'));
 
 function loopback(host) {
@@ -70,16 +77,32 @@ function get(u, redirects) {
 }
 
 async function main() {
+  let total = 0;
   for (let i = 0; i < urls.length; i++) {
     const res = await get(urls[i], 0);
     const out = fs.createWriteStream(path.join(outdir, `${i}.tgz`), { flags: 'wx' });
     let n = 0;
     await new Promise((resolve, reject) => {
-      res.on('data', (b) => { n += b.length; if (n > MAX) { res.destroy(new Error(`${urls[i]}: larger than ${MAX} bytes`)); } });
-      res.on('error', reject);
+      res.on('data', (b) => {
+        n += b.length;
+        total += b.length;
+        if (n > MAX) {
+          res.destroy(new Error(`${urls[i]}: larger than ${MAX} bytes`));
+          return;
+        }
+        if (total > TOTAL) {
+          res.destroy(new Error(`the tarballs are larger than ${TOTAL} bytes together`));
+          return;
+        }
+        if (!out.write(b)) {
+          res.pause();
+          out.once('drain', () => res.resume());
+        }
+      });
+      res.on('end', () => out.end());
+      res.on('error', (e) => { out.destroy(); reject(e); });
       out.on('error', reject);
       out.on('finish', resolve);
-      res.pipe(out);
     });
   }
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -234,7 +235,10 @@ func PrepareNPM(ctx context.Context, cfg NPMConfig, run Runner, work string, req
 	if err := os.WriteFile(filepath.Join(work, "fetch.json"), list, 0o644); err != nil {
 		return "", lock, err
 	}
-	if err := run(ctx, "fetch", []string{cfg.Node, cfg.Script, filepath.Join(work, "fetch.json"), filepath.Join(work, "tarballs")}, map[string]string{}); err != nil {
+	// The tarballs land on the host's disk: together no larger than the
+	// tree may unpack to.
+	total := strconv.FormatInt(cfg.Limits.streamMax(), 10)
+	if err := run(ctx, "fetch", []string{cfg.Node, cfg.Script, filepath.Join(work, "fetch.json"), filepath.Join(work, "tarballs"), total}, map[string]string{}); err != nil {
 		return "", lock, err
 	}
 	// Every tarball is checked before any is unpacked.

@@ -1,12 +1,14 @@
 package packages_test
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -231,5 +233,65 @@ func TestPrepareNPMScriptStaysInTree(t *testing.T) {
 				t.Errorf("the host folder's package.json = %q, %v; want it kept", b, err)
 			}
 		})
+	}
+}
+
+// TestPrepareNPMFetchBounded: the fetch step writes the tarballs to the
+// host's disk, in the prepare wall's folder. Each was held to 512 MiB
+// but their sum to nothing, so a tree of many large packages could fill
+// the host's disk before unpacking refused it. Together they may now be
+// no larger than the tree may unpack to.
+func TestPrepareNPMFetchBounded(t *testing.T) {
+	reg := npmtest.Start(t)
+	rnd := rand.New(rand.NewPCG(1, 2))
+	noise := func(n int) string {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(rnd.Uint32())
+		}
+		return string(b)
+	}
+	deps := map[string]string{}
+	for _, name := range []string{"tb-big-a", "tb-big-b", "tb-big-c"} {
+		deps[name] = "1.0.0"
+	}
+	for name := range deps {
+		pj := map[string]any{"name": name, "version": "1.0.0", "bin": "x.js"}
+		if name == "tb-big-a" {
+			pj["dependencies"] = map[string]string{"tb-big-b": "1.0.0", "tb-big-c": "1.0.0"}
+		}
+		b, _ := json.Marshal(pj)
+		reg.Publish(t, makeTgz(t,
+			tgzEntry{Header: tar.Header{Name: "package/package.json", Typeflag: tar.TypeReg}, Body: string(b)},
+			tgzEntry{Header: tar.Header{Name: "package/x.js", Typeflag: tar.TypeReg}, Body: "// x\n"},
+			tgzEntry{Header: tar.Header{Name: "package/blob", Typeflag: tar.TypeReg}, Body: noise(500 << 10)},
+		))
+	}
+	node, ver, npm := hostNode(t)
+	work := t.TempDir()
+	script := filepath.Join(t.TempDir(), "fetch.js")
+	if err := os.WriteFile(script, packages.FetchScript, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sp, err := packages.ParsePackage("npm:tb-big-a@1.0.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps []string
+	lim := packages.Limits{Entries: 16, Bytes: 1 << 20} // 1 MiB, and 8 KiB an entry for headers
+	cfg := packages.NPMConfig{Registry: reg.URL, Node: node, NodeVersion: ver, NPM: npm, Script: script, Limits: lim}
+	_, _, err = packages.PrepareNPM(context.Background(), cfg, directRunner(t, work, &steps), work, packages.Request{Spec: sp})
+	if err == nil {
+		t.Fatal("PrepareNPM took 1.5 MiB of tarballs for a tree of at most 1 MiB")
+	}
+	var fetched int64
+	ents, _ := os.ReadDir(filepath.Join(work, "tarballs"))
+	for _, e := range ents {
+		if fi, err := e.Info(); err == nil {
+			fetched += fi.Size()
+		}
+	}
+	if max := lim.Bytes + int64(lim.Entries)*8<<10; fetched > max {
+		t.Errorf("the fetch step wrote %d bytes of tarballs; want at most %d (%v)", fetched, max, err)
 	}
 }

@@ -53,10 +53,12 @@ type Tree struct {
 	read int64
 }
 
-// streamMax is the most the tree's tarballs may unpack to: the tree's
-// bytes and each entry's allowance.
-func (t *Tree) streamMax() int64 {
-	return t.lim.bytes() + int64(t.lim.entries())*tarAllowance
+// streamMax is the most a tree's tarballs may unpack to: the tree's
+// bytes and each entry's allowance. It bounds the fetched tarballs too:
+// gzip adds at most 5 bytes in 64 KiB to what it cannot shrink, well
+// within the allowance.
+func (l Limits) streamMax() int64 {
+	return l.bytes() + int64(l.entries())*tarAllowance
 }
 
 // streamCounter counts what a tarball unpacks to, and fails past the
@@ -70,7 +72,7 @@ type streamCounter struct {
 func (c *streamCounter) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.t.read += int64(n)
-	if m := c.t.streamMax(); c.t.read > m {
+	if m := c.t.lim.streamMax(); c.t.read > m {
 		return n, fmt.Errorf("%w: the tree's tarballs unpack to more than %d bytes", ErrBadTarball, m)
 	}
 	return n, err
