@@ -356,6 +356,10 @@ func runScripts(ctx context.Context, cfg NPMConfig, run Runner, work string, t *
 	if err := t.InPlace(tree); err != nil {
 		return err
 	}
+	// Counted first: removeLinks reads whole folders.
+	if err := t.Recount(); err != nil {
+		return fmt.Errorf("after the install scripts: %w", err)
+	}
 	if err := t.root.Remove("package.json"); err != nil {
 		return err
 	}

@@ -295,3 +295,30 @@ func TestPrepareNPMFetchBounded(t *testing.T) {
 		t.Errorf("the fetch step wrote %d bytes of tarballs; want at most %d (%v)", fetched, max, err)
 	}
 }
+
+// TestPrepareNPMScriptOutputBounded: an allowed install script writes
+// into the tree inside the prepare wall, past Unpack and its limits.
+// The tree it leaves is held to the same limits before toybox lists and
+// bundles it: a script that made a million files would otherwise have
+// the supervisor hold an entry for each.
+func TestPrepareNPMScriptOutputBounded(t *testing.T) {
+	reg := npmtest.Start(t)
+	script := `const fs=require('fs');for(let i=0;i<40;i++)fs.writeFileSync('f'+i,'x')`
+	reg.Publish(t, npmtest.PackWith(t, "tb-postinstall", `require('fs').writeFileSync('postinstall-ran', 'yes')`, script))
+	node, ver, npm := hostNode(t)
+	work := t.TempDir()
+	fetch := filepath.Join(t.TempDir(), "fetch.js")
+	if err := os.WriteFile(fetch, packages.FetchScript, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sp, err := packages.ParsePackage("npm:tb-postinstall")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps []string
+	cfg := packages.NPMConfig{Registry: reg.URL, Node: node, NodeVersion: ver, NPM: npm, Script: fetch, Limits: packages.Limits{Entries: 16}}
+	_, _, err = packages.PrepareNPM(context.Background(), cfg, directRunner(t, work, &steps), work, packages.Request{Spec: sp, Allow: []string{"tb-postinstall"}})
+	if !errors.Is(err, packages.ErrBadTarball) || !strings.Contains(err.Error(), "more than 16 entries") {
+		t.Errorf("a script that writes 40 files into a tree of at most 16 entries: %v; want ErrBadTarball naming the limit", err)
+	}
+}

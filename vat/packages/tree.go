@@ -122,6 +122,59 @@ func (t *Tree) InPlace(dir string, folders ...string) error {
 	return nil
 }
 
+// Recount counts the tree as it is now against its limits, after a
+// prepare step wrote into it (install scripts, uv) past Unpack. It reads
+// each folder in batches, holds one open at a time, and stops at the
+// first limit passed, so a tree of any size costs it no more than the
+// limits.
+func (t *Tree) Recount() error {
+	t.entries, t.bytes = 0, 0
+	return t.countDir(".")
+}
+
+func (t *Tree) countDir(dir string) error {
+	f, err := t.root.Open(dir)
+	if err != nil {
+		return err
+	}
+	var subs []string
+	for {
+		ents, rerr := f.ReadDir(256)
+		for _, e := range ents {
+			var size int64
+			if e.Type().IsRegular() {
+				fi, err := e.Info()
+				if err != nil {
+					f.Close()
+					return err
+				}
+				size = fi.Size()
+			}
+			if err := t.count(size); err != nil {
+				f.Close()
+				return err
+			}
+			if e.IsDir() {
+				subs = append(subs, path.Join(dir, e.Name()))
+			}
+		}
+		if errors.Is(rerr, io.EOF) {
+			break
+		}
+		if rerr != nil {
+			f.Close()
+			return rerr
+		}
+	}
+	f.Close()
+	for _, s := range subs {
+		if err := t.countDir(s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // removeLinks removes every symlink of the tree.
 func (t *Tree) removeLinks() error {
 	return fs.WalkDir(t.root.FS(), ".", func(p string, d fs.DirEntry, err error) error {

@@ -315,6 +315,9 @@ func PrepareUV(ctx context.Context, cfg UVConfig, run Runner, work string, req R
 	if err := t.InPlace(tree, "site"); err != nil {
 		return "", lock, err
 	}
+	if err := t.Recount(); err != nil {
+		return "", lock, fmt.Errorf("after the install step: %w", err)
+	}
 	// --target also writes bin/ scripts whose first line names the
 	// prepare wall's python: the launcher below replaces them.
 	if err := t.root.RemoveAll("site/bin"); err != nil {

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -289,4 +290,32 @@ func listTree(t *testing.T, dir string) []string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// TestPrepareUVOutputBounded: uv (and a build the owner allowed) writes
+// the site folder itself, not through Unpack. What it leaves is held to
+// the tree's limits before toybox lists and bundles it.
+func TestPrepareUVOutputBounded(t *testing.T) {
+	f := &fakeUV{reqs: "hello-mcp==1.2.0 --hash=sha256:" + hashA + "\n"}
+	run := func(ctx context.Context, step string, argv []string, env map[string]string) error {
+		if err := f.run(ctx, step, argv, env); err != nil || step != "install" {
+			return err
+		}
+		site := argv[slices.Index(argv, "--target")+1]
+		for i := range 40 {
+			if err := os.WriteFile(filepath.Join(site, "hello_mcp", "f"+strconv.Itoa(i)), []byte("x"), 0o644); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	sp, err := ParseLauncher([]string{"uvx", "hello-mcp@1.2.0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := UVConfig{UV: "/usr/bin/uv", Python: "/usr/bin/python3", PythonVersion: "3.11.7", Limits: Limits{Entries: 16}}
+	_, _, err = PrepareUV(context.Background(), cfg, run, t.TempDir(), Request{Spec: sp})
+	if !errors.Is(err, ErrBadTarball) || !strings.Contains(err.Error(), "more than 16 entries") {
+		t.Errorf("an install of 40 files into a tree of at most 16 entries: %v; want ErrBadTarball naming the limit", err)
+	}
 }
