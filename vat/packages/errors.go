@@ -16,9 +16,9 @@ var (
 	ErrScripts = errors.New("needs an install script")
 	// ErrBadTarball: a package tarball that cannot be unpacked safely.
 	ErrBadTarball = errors.New("bad package tarball")
-	// ErrTreeReplaced: a prepare step left a link, or another folder,
-	// where toybox lays out the tree.
-	ErrTreeReplaced = errors.New("the tree was replaced in its prepare wall")
+	// ErrTreeReplaced: a prepare step left a link, a special file or
+	// another folder where toybox reads its output or lays out the tree.
+	ErrTreeReplaced = errors.New("a prepare step replaced its output")
 	// ErrChanged: an installed tree that differs from what was installed.
 	ErrChanged = errors.New("installed files changed")
 	// ErrBadServerJSON: a server.json toybox cannot install.

@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -149,17 +151,69 @@ func FromRequirements(b []byte, git string) ([]Package, error) {
 	return pkgs, nil
 }
 
+// What toybox reads of uv's output, at most: far more than a real one.
+const (
+	maxRequirements = 16 << 20 // a lock of thousands of hashed packages
+	maxEntryPoints  = 1 << 20  // one wheel's entry points
+)
+
+// readWorkOutput reads the file name of work (readOutput), not through a
+// link that leaves work.
+func readWorkOutput(work, name string, max int64) ([]byte, error) {
+	root, err := os.OpenRoot(work)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	return readOutput(root.FS(), name, max)
+}
+
+// readOutput reads the output a prepare step left at name, at most max
+// bytes. Code that ran in the step (a build) may have put a link or a fifo
+// there, which the supervisor must not follow or block on: anything but a
+// file is refused with ErrTreeReplaced.
+func readOutput(fsys fs.FS, name string, max int64) ([]byte, error) {
+	fi, err := fs.Lstat(fsys, name)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: %s is not a file", ErrTreeReplaced, name)
+	}
+	f, err := fsys.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("%w: %s is larger than %d bytes", ErrBadLock, name, max)
+	}
+	return b, nil
+}
+
 // ConsoleScript finds the console script named bin (or the one named as
 // the package, or its only one) in the entry_points.txt files of the
 // site folder, as "module:function".
+// Only folders and files are read: a link or a fifo that a build left is
+// refused (ErrTreeReplaced).
 func ConsoleScript(site fs.FS, pkg, bin string) (string, error) {
-	files, err := fs.Glob(site, "*.dist-info/entry_points.txt")
+	ents, err := fs.ReadDir(site, ".")
 	if err != nil {
 		return "", err
 	}
 	all := map[string]string{}
-	for _, f := range files {
-		b, err := fs.ReadFile(site, f)
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".dist-info") || !e.IsDir() {
+			continue
+		}
+		b, err := readOutput(site, e.Name()+"/entry_points.txt", maxEntryPoints)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
 		if err != nil {
 			return "", err
 		}
@@ -277,9 +331,12 @@ func PrepareUV(ctx context.Context, cfg UVConfig, run Runner, work string, req R
 	if err := run(ctx, "resolve", uvResolveArgv(cfg, work, build), uvEnv(work)); err != nil {
 		return "", lock, err
 	}
-	rb, err := os.ReadFile(filepath.Join(work, "requirements.txt"))
-	if err != nil {
+	rb, err := readWorkOutput(work, "requirements.txt", maxRequirements)
+	if errors.Is(err, fs.ErrNotExist) {
 		return "", lock, fmt.Errorf("%s: uv wrote no requirements.txt", ReasonPrepare)
+	}
+	if err != nil {
+		return "", lock, err
 	}
 	pkgs, err := FromRequirements(rb, sp.Git)
 	if err != nil {

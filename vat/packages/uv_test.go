@@ -11,6 +11,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"toybox/tests/testenv"
 )
@@ -317,5 +320,73 @@ func TestPrepareUVOutputBounded(t *testing.T) {
 	_, _, err = PrepareUV(context.Background(), cfg, run, t.TempDir(), Request{Spec: sp})
 	if !errors.Is(err, ErrBadTarball) || !strings.Contains(err.Error(), "more than 16 entries") {
 		t.Errorf("an install of 40 files into a tree of at most 16 entries: %v; want ErrBadTarball naming the limit", err)
+	}
+}
+
+// TestPrepareUVReadsOnlyFiles: what the prepare steps leave in work is
+// read by the supervisor, outside the wall. A git source's build runs in
+// both steps and can leave a link or a fifo where uv's output was: toybox
+// must read neither a host file through the link nor block for good on
+// the fifo.
+func TestPrepareUVReadsOnlyFiles(t *testing.T) {
+	git := "git+https://github.com/o/r@0123456789abcdef0123456789abcdef01234567"
+	sp, err := ParseLauncher([]string{"uvx", "--from", git, "hello-mcp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := filepath.Join(t.TempDir(), "host-file")
+	if err := os.WriteFile(host, []byte("hello-mcp @ "+git+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, step string
+		file       func(work string) string // the file the build replaces
+		fifo       bool                     // a fifo, else a link to host
+	}{
+		{name: "requirements.txt a link to a host file", step: "resolve", file: func(w string) string { return filepath.Join(w, "requirements.txt") }},
+		{name: "requirements.txt a fifo", step: "resolve", file: func(w string) string { return filepath.Join(w, "requirements.txt") }, fifo: true},
+		{name: "entry_points.txt a fifo", step: "install", fifo: true, file: func(w string) string {
+			return filepath.Join(w, "tree", "site", "hello_mcp-1.2.0.dist-info", "entry_points.txt")
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			work := t.TempDir()
+			f := &fakeUV{reqs: "junk\n"} // what uv wrote; the build replaces it
+			if tt.step == "install" {
+				f.reqs = "hello-mcp @ " + git + "\n"
+			}
+			run := func(ctx context.Context, step string, argv []string, env map[string]string) error {
+				if err := f.run(ctx, step, argv, env); err != nil || step != tt.step {
+					return err
+				}
+				p := tt.file(work)
+				if err := os.Remove(p); err != nil {
+					return err
+				}
+				if tt.fifo {
+					return unix.Mkfifo(p, 0o644)
+				}
+				return os.Symlink(host, p)
+			}
+			cfg := UVConfig{UV: "/usr/bin/uv", Python: "/usr/bin/python3", PythonVersion: "3.11.7"}
+			done := make(chan error, 1)
+			go func() {
+				_, _, err := PrepareUV(context.Background(), cfg, run, work, Request{Spec: sp, Allow: []string{"hello-mcp"}, MCP: json.RawMessage(`{"transport":"stdio"}`)})
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if !errors.Is(err, ErrTreeReplaced) {
+					t.Errorf("PrepareUV = %v; want ErrTreeReplaced", err)
+				}
+			case <-time.After(10 * time.Second):
+				// Let the blocked read end: a writer opens and closes.
+				if w, err := os.OpenFile(tt.file(work), os.O_WRONLY, 0); err == nil {
+					w.Close()
+				}
+				t.Fatalf("PrepareUV still reading %s after 10s", tt.file(work))
+			}
+		})
 	}
 }
