@@ -351,6 +351,10 @@ func (s *Supervisor) prepareRunner(id labels.VatID, dirs prepareDirs, uid, gid i
 			NoSeccomp:  s.cfg.NoSeccompTable(),
 			TmpBytes:   s.cfg.WallTmpBytes,
 			MaxTasks:   s.cfg.WallMaxTasks,
+			// npm on the registry's answers, and an allowed script, are
+			// held to the operator's memory and CPU, as a vat is.
+			Cgroups: s.cfg.Cgroups,
+			Limits:  wallLimits(s.cfg.Limits),
 		}
 		if uid >= 0 {
 			spec.UID, spec.GID = uid, gid
