@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/url"
 	"os"
@@ -195,7 +196,7 @@ func (s *Supervisor) PreparePackage(ctx context.Context, req PackageRequest) (st
 	if s.cfg.Upstream == nil {
 		return store.Code{}, fmt.Errorf("%w: this supervisor holds no switchboard socket, so no prepare wall can reach the registry", ErrBadInput)
 	}
-	base := filepath.Join(s.cfg.Store.StateDir(), "prepare")
+	base := s.prepareBase()
 	if err := os.MkdirAll(base, 0o711); err != nil {
 		return store.Code{}, err
 	}
@@ -274,6 +275,36 @@ func (s *Supervisor) PreparePackage(ctx context.Context, req PackageRequest) (st
 }
 
 type prepareDirs struct{ code, data, run string }
+
+// prepareBase is the folder of every install's prepare folders.
+func (s *Supervisor) prepareBase() string {
+	return filepath.Join(s.cfg.Store.StateDir(), "prepare")
+}
+
+// removePrepareFolders removes the prepare folders an earlier supervisor
+// left (it was killed during an install). Called by Start, before any
+// install runs.
+func (s *Supervisor) removePrepareFolders() {
+	base := s.prepareBase()
+	ents, err := os.ReadDir(base)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			s.log.Warn("listing prepare folders an earlier supervisor left", keyErr, err)
+		}
+		return
+	}
+	n := 0
+	for _, e := range ents {
+		if err := os.RemoveAll(filepath.Join(base, e.Name())); err != nil {
+			s.log.Warn("removing a prepare folder an earlier supervisor left", "folder", e.Name(), keyErr, err)
+			continue
+		}
+		n++
+	}
+	if n > 0 {
+		s.log.Info("removed prepare folders an earlier supervisor left", "folders", n)
+	}
+}
 
 // prepareRunner runs each step in a wall of its own: the registry its
 // only egress, the scratch folders its only binds, nothing of the vat's.

@@ -29,6 +29,10 @@ func (s *Supervisor) Start() error {
 	} else if n > 0 {
 		s.log.Info("removed the cgroups of walls an earlier supervisor left", "cgroups", n)
 	}
+	// A package install's prepare folders go when it ends; a supervisor
+	// killed during one left them (tarballs, tree, bundle). No install
+	// runs before Start returns.
+	s.removePrepareFolders()
 	// No wall runs yet (walls end with the supervisor): views of /etc
 	// left from an earlier run are cleared, and built again on demand.
 	if err := s.walls.SweepViews(s.cfg.Store.StateDir()); err != nil {

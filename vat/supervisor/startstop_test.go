@@ -311,3 +311,31 @@ func TestInstallReleasesItsPinOnBadInput(t *testing.T) {
 		t.Error("code whose install was refused is still stored: its pin was never released")
 	}
 }
+
+// TestStartRemovesLeftoverPrepareFolders: a package install's prepare
+// folder (its tarballs, tree and bundle: up to the store's limits, more
+// than once over) is removed when the install ends. A supervisor killed
+// during one (by the OOM killer, say) left it for good; the next start
+// removes it, before any install can run.
+func TestStartRemovesLeftoverPrepareFolders(t *testing.T) {
+	s, st := testSupervisorWith(t, nil)
+	left := filepath.Join(st.StateDir(), "prepare", "pkg-123456")
+	if err := os.MkdirAll(filepath.Join(left, "data", "tarballs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(left, "data", "tarballs", "0.tgz"), []byte("a tarball"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	shutdownAtEnd(t, s)
+	// Start builds the walls' /etc in the background; the state dir's
+	// removal must not race it.
+	if err := s.walls.PrepareEtcView(st.StateDir()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(left); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the leftover prepare folder after start: %v; want it removed", err)
+	}
+}
