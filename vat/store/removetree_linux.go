@@ -10,8 +10,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// removeTree removes path and everything below it, as os.RemoveAll does,
-// holding at most three descriptors however deep the tree is. A vat's run
+// RemoveTree removes path and everything below it, as os.RemoveAll does,
+// holding at most three descriptors however deep the tree is. Use it for
+// any folder code in a wall could write. A vat's run
 // and data folders are the vat's to fill, and os.RemoveAll holds one open
 // descriptor per level: a chain of folders deeper than the supervisor's
 // descriptor limit ran the whole supervisor out of descriptors (every
@@ -21,7 +22,7 @@ import (
 // so the tree is flattened from the top: every entry is moved at most once,
 // and removed right after (no folder is read again for it).
 // Symlinks are removed, never followed.
-func removeTree(path string) error {
+func RemoveTree(path string) error {
 	fi, err := os.Lstat(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -218,7 +219,7 @@ func chownTree(dir string, uid, gid int, beforeClimb func()) error {
 	return nil
 }
 
-// removeRound is how many names removeTree reads from a folder at a time.
+// removeRound is how many names RemoveTree reads from a folder at a time.
 const removeRound = 4096
 
 // dirNames reads the names in the folder open as fd, about limit of them

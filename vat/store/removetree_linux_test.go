@@ -11,47 +11,8 @@ import (
 	"syscall"
 	"testing"
 
-	"golang.org/x/sys/unix"
 	"toybox/tests/testenv"
 )
-
-// chain makes a chain of depth folders named d below dir, holding one
-// descriptor at a time, as a vat can in its run or data folder (the wall
-// puts no bound on depth).
-func chain(t *testing.T, dir string, depth int) {
-	t.Helper()
-	fd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range depth {
-		if err := unix.Mkdirat(fd, "d", 0o700); err != nil {
-			t.Fatal(err)
-		}
-		next, err := unix.Openat(fd, "d", unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		_ = unix.Close(fd)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fd = next
-	}
-	_ = unix.Close(fd)
-}
-
-// lowNoFile lowers this process's soft descriptor limit to n for the test.
-func lowNoFile(t *testing.T, n uint64) {
-	t.Helper()
-	var old syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
-		t.Fatal(err)
-	}
-	lim := old
-	lim.Cur = n
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old) })
-}
 
 // TestDeepTreesAreRemovedWithFewDescriptors: a vat leaves a chain of
 // folders deeper than the supervisor's descriptor limit in its run folder
@@ -68,9 +29,9 @@ func TestDeepTreesAreRemovedWithFewDescriptors(t *testing.T) {
 	if err := s.PrepareDirs(id, -1, -1); err != nil {
 		t.Fatal(err)
 	}
-	lowNoFile(t, 256)
-	chain(t, s.RunDir(id), 1000)
-	chain(t, s.DataDir(id), 1000)
+	testenv.LowNoFile(t, 256)
+	testenv.DeepChain(t, s.RunDir(id), 1000)
+	testenv.DeepChain(t, s.DataDir(id), 1000)
 	if err := os.WriteFile(filepath.Join(s.RunDir(id), "app.sock"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +41,7 @@ func TestDeepTreesAreRemovedWithFewDescriptors(t *testing.T) {
 	if ents, err := os.ReadDir(s.RunDir(id)); err != nil || len(ents) != 0 {
 		t.Fatalf("the run folder holds %d entries after PrepareDirs (%v)", len(ents), err)
 	}
-	chain(t, s.RunDir(id), 1000)
+	testenv.DeepChain(t, s.RunDir(id), 1000)
 	if err := s.Purge(id); err != nil {
 		t.Fatalf("Purge of deep trees: %v", err)
 	}
@@ -103,7 +64,7 @@ func TestDeepDataIsHandedOverWhole(t *testing.T) {
 	if err := s.PrepareDirs(id, 1300500, 1300500); err != nil {
 		t.Fatal(err)
 	}
-	chain(t, s.DataDir(id), 3000)
+	testenv.DeepChain(t, s.DataDir(id), 3000)
 	if err := os.Symlink("/etc/passwd", filepath.Join(s.DataDir(id), "d", "link")); err != nil {
 		t.Fatal(err)
 	}
@@ -190,8 +151,8 @@ func TestDeepUploadLeftoverIsRemoved(t *testing.T) {
 	if err := os.Mkdir(left, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	lowNoFile(t, 256)
-	chain(t, left, 1000)
+	testenv.LowNoFile(t, 256)
+	testenv.DeepChain(t, left, 1000)
 	if _, err := Open(s.cfg); err != nil {
 		t.Fatal(err)
 	}

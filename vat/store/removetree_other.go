@@ -8,9 +8,9 @@ import (
 	"path/filepath"
 )
 
-// removeTree is os.RemoveAll where there is no renameat2 (see the Linux
+// RemoveTree is os.RemoveAll where there is no renameat2 (see the Linux
 // version for why a vat's folders are not removed with it there).
-func removeTree(path string) error { return os.RemoveAll(path) }
+func RemoveTree(path string) error { return os.RemoveAll(path) }
 
 // chownTree hands everything below dir and then dir itself to uid:gid
 // without following links (dir last: see the Linux version). It takes no

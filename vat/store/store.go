@@ -296,7 +296,7 @@ func (s *Store) removeLeftovers() {
 	for _, e := range ents {
 		if n := e.Name(); strings.HasPrefix(n, ".incoming-") || strings.HasPrefix(n, ".unpack-") || strings.HasPrefix(n, trashPrefix) {
 			p := filepath.Join(s.codeDir(), n)
-			if err := removeTree(p); err != nil {
+			if err := RemoveTree(p); err != nil {
 				s.log.Warn("removing an upload's leftover", "path", p, "error", err.Error())
 				continue
 			}
@@ -345,7 +345,7 @@ func (s *Store) Prune(used func() (map[string]bool, error)) ([]string, error) {
 			continue
 		}
 		removed = append(removed, d)
-		if err := removeTree(trash); err != nil {
+		if err := RemoveTree(trash); err != nil {
 			// Out of sight already; the next Open finishes it.
 			errs = append(errs, fmt.Errorf("removing sha256:%s: %w", d, err))
 		}
@@ -447,7 +447,7 @@ func (s *Store) Put(r io.Reader, want string, check func(Code) error) (Code, err
 	if err != nil {
 		return Code{}, fmt.Errorf("creating unpack dir: %w", err)
 	}
-	defer func() { _ = removeTree(stage) }() // gone after a successful rename; else Open retries
+	defer func() { _ = RemoveTree(stage) }() // gone after a successful rename; else Open retries
 	switch kind {
 	case kindExecutable:
 		if err := os.Rename(tmpName, filepath.Join(stage, exeName)); err != nil {
@@ -667,7 +667,7 @@ func (s *Store) PrepareDirs(id labels.VatID, uid, gid int) error {
 		return err
 	}
 	for _, e := range ents {
-		if err := removeTree(filepath.Join(s.RunDir(id), e.Name())); err != nil {
+		if err := RemoveTree(filepath.Join(s.RunDir(id), e.Name())); err != nil {
 			return err
 		}
 	}
@@ -682,7 +682,7 @@ func (s *Store) Retire(id labels.VatID) error {
 	if err := recheck(id); err != nil {
 		return err
 	}
-	if err := removeTree(s.RunDir(id)); err != nil {
+	if err := RemoveTree(s.RunDir(id)); err != nil {
 		return err
 	}
 	if os.Geteuid() != 0 {
@@ -719,8 +719,8 @@ func (s *Store) Purge(id labels.VatID) error {
 	if err := recheck(id); err != nil {
 		return err
 	}
-	// The vat's own trees: removeTree, not os.RemoveAll (any depth).
-	return errors.Join(removeTree(s.DataDir(id)), removeTree(s.RunDir(id)))
+	// The vat's own trees: RemoveTree, not os.RemoveAll (any depth).
+	return errors.Join(RemoveTree(s.DataDir(id)), RemoveTree(s.RunDir(id)))
 }
 
 func writeAtomic(path string, b []byte) error {

@@ -204,7 +204,9 @@ func (s *Supervisor) PreparePackage(ctx context.Context, req PackageRequest) (st
 	if err != nil {
 		return store.Code{}, err
 	}
-	defer os.RemoveAll(scratch)
+	// Written in the prepare walls, to any depth: RemoveTree, not
+	// os.RemoveAll.
+	defer func() { _ = store.RemoveTree(scratch) }()
 	if err := os.Chmod(scratch, 0o711); err != nil {
 		return store.Code{}, err
 	}
@@ -295,7 +297,7 @@ func (s *Supervisor) removePrepareFolders() {
 	}
 	n := 0
 	for _, e := range ents {
-		if err := os.RemoveAll(filepath.Join(base, e.Name())); err != nil {
+		if err := store.RemoveTree(filepath.Join(base, e.Name())); err != nil {
 			s.log.Warn("removing a prepare folder an earlier supervisor left", "folder", e.Name(), keyErr, err)
 			continue
 		}

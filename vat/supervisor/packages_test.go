@@ -3,11 +3,15 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"log/slog"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
 
+	"toybox/tests/testenv"
 	"toybox/vat/grant"
 	"toybox/vat/packages"
 	"toybox/vat/wall"
@@ -79,5 +83,46 @@ func TestPrepareWallLimits(t *testing.T) {
 	}
 	if got, want := specs[0].Limits, wallLimits(op); specs[0].Cgroups != cg || got != want {
 		t.Errorf("the prepare wall's cgroups %p limits %+v; want %p %+v, a vat's", specs[0].Cgroups, got, cg, want)
+	}
+}
+
+// TestPrepareRemovesDeepFolders: a prepare step's folders are written by
+// code in its wall (npm, an allowed install script, a uv build), which
+// may leave a chain of folders deeper than the supervisor's descriptor
+// limit. os.RemoveAll holds a descriptor a level: it ran the supervisor
+// out of them (every accept, dial and spawn failing meanwhile) and then
+// failed, so the folder stayed, at each install's end and at each start.
+func TestPrepareRemovesDeepFolders(t *testing.T) {
+	s, st := testSupervisorWith(t, func(c *Config) {
+		c.Launch = func(_ context.Context, spec wall.Spec, _ *slog.Logger) (Process, error) {
+			testenv.DeepChain(t, spec.DataDir, 1000)
+			return nil, errors.New("no wall in this test")
+		}
+		c.Upstream = grant.NewUpstream(grant.UpstreamConfig{Path: filepath.Join(t.TempDir(), "switchboard.sock")})
+		c.Packages = PackagesConfig{Registry: "http://127.0.0.1:9/", Node: "/usr/bin/node", NodeVersion: "20.0.0", NPM: "/usr/lib/node_modules/npm/bin/npm-cli.js"}
+	})
+	base := filepath.Join(st.StateDir(), "prepare")
+	// Whatever happens, the chains go (t.TempDir's os.RemoveAll could not).
+	t.Cleanup(func() { _ = exec.Command("rm", "-rf", base).Run() })
+	sp, err := packages.ParsePackage("npm:tb-mcp-hello@1.0.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.LowNoFile(t, 256)
+	if _, err := s.PreparePackage(context.Background(), PackageRequest{InstallRequest: InstallRequest{ID: "pkg"}, Package: packages.Request{Spec: sp}}); err == nil {
+		t.Fatal("PreparePackage with no wall succeeded")
+	}
+	if ents, err := os.ReadDir(base); err != nil || len(ents) != 0 {
+		t.Fatalf("the prepare folders after a failed install: %d left (%v); want none", len(ents), err)
+	}
+	// One a killed supervisor left: the next start removes it.
+	left := filepath.Join(base, "pkg-123456")
+	if err := os.MkdirAll(left, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	testenv.DeepChain(t, left, 1000)
+	s.removePrepareFolders()
+	if _, err := os.Lstat(left); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a deep leftover prepare folder after start: %v; want it removed", err)
 	}
 }
