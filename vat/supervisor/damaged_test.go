@@ -25,15 +25,7 @@ func TestDamagedRecordWithNoUIDToLearn(t *testing.T) {
 	if err := os.WriteFile(st.RecordPath("cut"), []byte(`{"id":"cut","co`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	shutdownAtEnd(t, s)
-	// Start builds the walls' /etc in the background; this waits for that
-	// build, which the state dir's removal must not race.
-	if err := s.walls.PrepareEtcView(st.StateDir()); err != nil {
-		t.Fatal(err)
-	}
+	started(t, s, st)
 	got, err := s.Status("cut")
 	if err != nil || got.Word() != words.OffDamaged || !strings.Contains(got.Damaged, "its uid is unknown") {
 		t.Fatalf("Status(cut) = %+v, %v; want off, damaged, its uid unknown", got, err)

@@ -344,17 +344,26 @@ func TestMCPNoCredentialsIntoVat(t *testing.T) {
 	}
 }
 
-// TestMCPSessionIsItsPrincipals: a session id one principal opened is, to
-// another principal of the same vat, a session that does not exist (R6).
-func TestMCPSessionIsItsPrincipals(t *testing.T) {
+// twoPrincipals installs the MCP example as alice, mints two of its
+// tokens, and returns a client of the first with its session initialized,
+// and the second token.
+func twoPrincipals(t *testing.T) (*mcpClient, string) {
+	t.Helper()
 	s, st, _ := mcpSupervisor(t)
 	installMCP(t, s, st, "alice")
 	a, _, _ := s.MintToken("alice", nil)
 	b, _, _ := s.MintToken("alice", nil)
 	front := httptest.NewServer(s.PublicHandler())
-	defer front.Close()
+	t.Cleanup(front.Close)
 	ca := &mcpClient{t: t, url: front.URL + "/alice/mcp", headers: map[string]string{"Authorization": "Bearer " + a}}
 	ca.initialize()
+	return ca, b
+}
+
+// TestMCPSessionIsItsPrincipals: a session id one principal opened is, to
+// another principal of the same vat, a session that does not exist (R6).
+func TestMCPSessionIsItsPrincipals(t *testing.T) {
+	ca, b := twoPrincipals(t)
 	cb := &mcpClient{t: t, url: ca.url, headers: map[string]string{"Authorization": "Bearer " + b}, session: ca.session}
 	resp, m := cb.post(`{"jsonrpc":"2.0","id":5,"method":"tools/list"}`)
 	if resp.StatusCode != http.StatusNotFound || errMessage(m) != "Session not found" || m["id"] != float64(5) {
@@ -376,14 +385,7 @@ func TestMCPSessionIsItsPrincipals(t *testing.T) {
 // edge never checked: another principal's, named beside the caller's own
 // or behind an empty first value.
 func TestMCPOneSessionID(t *testing.T) {
-	s, st, _ := mcpSupervisor(t)
-	installMCP(t, s, st, "alice")
-	a, _, _ := s.MintToken("alice", nil)
-	b, _, _ := s.MintToken("alice", nil)
-	front := httptest.NewServer(s.PublicHandler())
-	defer front.Close()
-	ca := &mcpClient{t: t, url: front.URL + "/alice/mcp", headers: map[string]string{"Authorization": "Bearer " + a}}
-	ca.initialize()
+	ca, b := twoPrincipals(t)
 	cb := &mcpClient{t: t, url: ca.url, headers: map[string]string{"Authorization": "Bearer " + b}}
 	cb.initialize()
 	whoami := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"whoami","arguments":{}}}`

@@ -167,6 +167,20 @@ func shutdownAtEnd(t *testing.T, s *Supervisor) {
 	})
 }
 
+// started starts s for the test and shuts it down at the test's end. Start
+// builds the walls' /etc in the background; started waits for that build,
+// which the state dir's removal must not race.
+func started(t *testing.T, s *Supervisor, st *store.Store) {
+	t.Helper()
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	shutdownAtEnd(t, s)
+	if err := s.walls.PrepareEtcView(st.StateDir()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // testHosts are the public names the tests' requests use (httptest's
 // example.com, and x).
 func testHosts(t testing.TB) edge.Hosts {

@@ -58,15 +58,7 @@ func TestStartEndsLeftoverWalls(t *testing.T) {
 	// namespace (an operator's, say) is not a wall.
 	reader := fakeWall(t, bwrap, "--setenv", "DIR", code.Dir)
 
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	shutdownAtEnd(t, s)
-	// Start builds the walls' /etc in the background; this waits for that
-	// build, which the state dir's removal must not race.
-	if err := s.walls.PrepareEtcView(st.StateDir()); err != nil {
-		t.Fatal(err)
-	}
+	started(t, s, st)
 	for _, w := range []struct {
 		what string
 		done <-chan struct{}
@@ -143,15 +135,7 @@ func TestStartRemovesLeftoverCgroups(t *testing.T) {
 
 	next := cgroup.Open(cgroup.Config{Name: name})
 	s, st := testSupervisorWith(t, func(c *Config) { c.Cgroups = next })
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	shutdownAtEnd(t, s)
-	// Start builds the walls' /etc in the background; the state dir's
-	// removal must not race it.
-	if err := s.walls.PrepareEtcView(st.StateDir()); err != nil {
-		t.Fatal(err)
-	}
+	started(t, s, st)
 	select {
 	case <-ended:
 	case <-time.After(5 * time.Second):

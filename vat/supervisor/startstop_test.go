@@ -326,15 +326,7 @@ func TestStartRemovesLeftoverPrepareFolders(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(left, "data", "tarballs", "0.tgz"), []byte("a tarball"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	shutdownAtEnd(t, s)
-	// Start builds the walls' /etc in the background; the state dir's
-	// removal must not race it.
-	if err := s.walls.PrepareEtcView(st.StateDir()); err != nil {
-		t.Fatal(err)
-	}
+	started(t, s, st)
 	if _, err := os.Stat(left); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the leftover prepare folder after start: %v; want it removed", err)
 	}
