@@ -171,13 +171,33 @@ func (d *Disks) fresh(img, dataDir string, bytes int64) error {
 		if cerr != nil {
 			return fmt.Errorf("moving the data of %s into its own file system (%d MiB): %w: %s", dataDir, bytes>>20, cerr, strings.TrimSpace(string(out)))
 		}
-		for _, e := range ents {
-			if err := os.RemoveAll(filepath.Join(dataDir, e.Name())); err != nil {
-				return err
-			}
+	}
+	// The copy is kept before the old entries go: a removal cut short
+	// leaves them hidden under the mount, never the data lost.
+	if err := os.Rename(tmp, img); err != nil {
+		return err
+	}
+	return removeOld(dataDir, ents)
+}
+
+// removeOld removes ents, the entries of dataDir moved into its image. The
+// vat made them, to any depth: rm, which holds a few descriptors however
+// deep a tree is (os.RemoveAll holds one a level, and ran the supervisor
+// out of them). A batch of names per rm keeps each command line short.
+func removeOld(dataDir string, ents []os.DirEntry) error {
+	const batch = 256
+	for len(ents) > 0 {
+		n := min(len(ents), batch)
+		args := []string{"-rf", "--one-file-system", "--"}
+		for _, e := range ents[:n] {
+			args = append(args, filepath.Join(dataDir, e.Name()))
+		}
+		ents = ents[n:]
+		if out, err := exec.Command("rm", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("removing the data of %s moved into its own file system: %w: %s", dataDir, err, strings.TrimSpace(string(out)))
 		}
 	}
-	return os.Rename(tmp, img)
+	return nil
 }
 
 // makeImage makes an ext4 image of bytes at path (sparse: it takes room

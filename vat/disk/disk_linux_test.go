@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -94,5 +95,41 @@ func TestDiskLimit(t *testing.T) {
 	}
 	if d.Size("alice") != 0 {
 		t.Error("the image is still there after Remove")
+	}
+}
+
+// TestDiskMoveDeepData: a vat's data folder, filled before its disk
+// limit was first set, may hold a chain of folders deeper than the
+// supervisor's descriptor limit (the vat's to make). Mount moves it into
+// the folder's own file system and then removes the old entries.
+// os.RemoveAll holds a descriptor a level: it ran the supervisor out of
+// them and failed, so the vat could not start with its limit.
+func TestDiskMoveDeepData(t *testing.T) {
+	testenv.RequireRoot(t)
+	state := t.TempDir()
+	// Whatever happens, the chain goes (t.TempDir's os.RemoveAll could not).
+	t.Cleanup(func() { _ = exec.Command("rm", "-rf", state).Run() })
+	d := Open(state)
+	t.Cleanup(func() { _ = d.Close() })
+	if err := d.Support(); err != nil {
+		testenv.Unavailable(t, err.Error())
+	}
+	data := filepath.Join(state, "data", "deep")
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	testenv.DeepChain(t, data, 1000)
+	testenv.LowNoFile(t, 256)
+	if _, err := d.Mount("deep", data, 16<<20); err != nil {
+		t.Fatalf("Mount of a data folder holding a chain 1000 deep: %v", err)
+	}
+	if fi, err := os.Stat(filepath.Join(data, "d", "d", "d")); err != nil || !fi.IsDir() {
+		t.Errorf("the chain in the folder's own file system: %v", err)
+	}
+	if err := d.Remove("deep", data); err != nil {
+		t.Fatal(err)
+	}
+	if ents, err := os.ReadDir(data); err != nil || len(ents) != 0 {
+		t.Errorf("the state file system's folder under the mount holds %d entries (%v); want none", len(ents), err)
 	}
 }
