@@ -4,7 +4,9 @@ import (
 	"context"
 	_ "embed" // fetch.js
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/url"
 	"os"
@@ -131,6 +133,11 @@ func npmEnv(work, registry string) map[string]string {
 	}
 }
 
+// maxNPMLock is the most of npm's package-lock.json toybox reads: a tree
+// of the store's 20000 entries, each its own package, at about 1 KiB of
+// lock apiece, and room to spare.
+const maxNPMLock = 32 << 20
+
 // ReasonPrepare is the fixed reason an install gives when a prepare step
 // fails; the step's own output is in the supervisor's log.
 const ReasonPrepare = "could not get its packages ready inside its wall"
@@ -172,6 +179,7 @@ func PrepareNPM(ctx context.Context, cfg NPMConfig, run Runner, work string, req
 		asked = "latest"
 	}
 	deps := map[string]string{sp.Name: asked}
+	var npmLock []byte // npm's package-lock.json, as the last resolve read it
 	resolve := func() ([]Package, []string, error) {
 		pj, _ := json.MarshalIndent(map[string]any{"name": "toybox-prepare", "version": "0.0.0", "private": true, "dependencies": deps}, "", "  ")
 		_ = os.Remove(filepath.Join(proj, "package-lock.json"))
@@ -182,10 +190,14 @@ func PrepareNPM(ctx context.Context, cfg NPMConfig, run Runner, work string, req
 		if err := run(ctx, "resolve", argv, npmEnv(work, reg)); err != nil {
 			return nil, nil, err
 		}
-		b, err := os.ReadFile(filepath.Join(proj, "package-lock.json"))
-		if err != nil {
+		b, err := readWorkOutput(proj, "package-lock.json", maxNPMLock)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
 			return nil, nil, fmt.Errorf("%s: npm wrote no package-lock.json", ReasonPrepare)
+		case err != nil:
+			return nil, nil, err
 		}
+		npmLock = b
 		return FromNPMLock(b, reg, cfg.Platform)
 	}
 	pkgs, skipped, err := resolve()
@@ -200,7 +212,7 @@ func PrepareNPM(ctx context.Context, cfg NPMConfig, run Runner, work string, req
 	// The Node that runs it: the host's, unless the package's engines
 	// exclude it; then the node-linux-* package, pinned in the same lock.
 	node := Node{Path: cfg.Node, Version: hostNode.String()}
-	engines, err := enginesNode(filepath.Join(proj, "package-lock.json"), rootPath)
+	engines, err := enginesNode(npmLock, rootPath)
 	if err != nil {
 		return "", lock, err
 	}
@@ -385,12 +397,8 @@ func findPkg(pkgs []Package, p string) *Package {
 	return nil
 }
 
-// enginesNode reads engines.node of one package from npm's lock.
-func enginesNode(lockFile, key string) (string, error) {
-	b, err := os.ReadFile(lockFile)
-	if err != nil {
-		return "", err
-	}
+// enginesNode reads engines.node of one package from npm's lock b.
+func enginesNode(b []byte, key string) (string, error) {
 	var l struct {
 		Packages map[string]struct {
 			Engines json.RawMessage `json:"engines"`
