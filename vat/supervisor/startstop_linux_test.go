@@ -39,20 +39,7 @@ func TestStartEndsLeftoverWalls(t *testing.T) {
 	// A sandbox process whose parent died before it was set up: bubblewrap
 	// holding the install folder's descriptor, not yet its mount, waiting.
 	// (A copy of sleep named bwrap holds it here.)
-	asBwrap := filepath.Join(t.TempDir(), "bwrap")
-	sleep, err := exec.LookPath("sleep")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(sleep)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(asBwrap, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	_ = os.Chmod(filepath.Dir(asBwrap), 0o755)
-	waiting := fakeWall(t, bwrap, "--setenv", "DIR", code.Dir, "--setenv", "SLEEP", asBwrap)
+	waiting := fakeWall(t, bwrap, "--setenv", "DIR", code.Dir, "--setenv", "SLEEP", sleepAsBwrap(t))
 	bystander := fakeWall(t, bwrap, "--ro-bind", other, other)
 	// Any other program holding an install folder open from another mount
 	// namespace (an operator's, say) is not a wall.
@@ -76,6 +63,67 @@ func TestStartEndsLeftoverWalls(t *testing.T) {
 		t.Fatal("Start ended a program that is not bubblewrap for holding an install folder")
 	case <-time.After(200 * time.Millisecond):
 	}
+}
+
+// TestStartEndsLeftoverPrepareWalls: a package install runs npm in prepare
+// walls of its own, which bind <state>/prepare/<vat>-*/code, not an
+// install folder of the code store. EndLeftovers looked for install
+// folders alone: a prepare wall that outlived a killed supervisor (the
+// same --die-with-parent race as a vat's), or its sandbox process waiting
+// before its block, ran on after the next start, which then removed the
+// folders under it. Start ends those too, and leaves another state dir's
+// alone.
+func TestStartEndsLeftoverPrepareWalls(t *testing.T) {
+	bwrap := testenv.RequireBwrap(t)
+	s, st := testSupervisorWith(t, nil)
+	code := filepath.Join(st.StateDir(), "prepare", "pkg-123456", "code")
+	if err := os.MkdirAll(code, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(t.TempDir(), "prepare", "pkg-654321", "code")
+	if err := os.MkdirAll(other, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	leftover := fakeWall(t, bwrap, "--ro-bind", code, code)
+	waiting := fakeWall(t, bwrap, "--setenv", "DIR", code, "--setenv", "SLEEP", sleepAsBwrap(t))
+	bystander := fakeWall(t, bwrap, "--ro-bind", other, other)
+
+	started(t, s, st)
+	for _, w := range []struct {
+		what string
+		done <-chan struct{}
+	}{{"a prepare wall", leftover}, {"a prepare sandbox being set up", waiting}} {
+		select {
+		case <-w.done:
+		case <-time.After(5 * time.Second):
+			t.Errorf("%s of this state dir left by an earlier supervisor still runs after Start", w.what)
+		}
+	}
+	select {
+	case <-bystander:
+		t.Fatal("Start ended a prepare wall of another state dir")
+	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// sleepAsBwrap is a copy of sleep named bwrap, as a sandbox process
+// waiting to be set up shows.
+func sleepAsBwrap(t *testing.T) string {
+	t.Helper()
+	asBwrap := filepath.Join(t.TempDir(), "bwrap")
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(sleep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(asBwrap, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chmod(filepath.Dir(asBwrap), 0o755)
+	return asBwrap
 }
 
 // fakeWall starts a sandbox with the host's root and opts (a bind of an
@@ -107,7 +155,7 @@ func fakeWall(t *testing.T, bwrap string, opts ...string) <-chan struct{} {
 // walls' cgroups (a wall removes its own only when the supervisor sees it
 // end), with whatever still ran in them. The next supervisor of the state
 // dir ends those processes and removes the groups before any vat starts,
-// also the group of a vat that will not start again.
+// also the group of a vat that will not start again, and a prepare wall's.
 func TestStartRemovesLeftoverCgroups(t *testing.T) {
 	rnd := make([]byte, 6)
 	_, _ = rand.Read(rnd)
@@ -117,29 +165,40 @@ func TestStartRemovesLeftoverCgroups(t *testing.T) {
 	if !dead.Support().Has(cgroup.Tasks) {
 		testenv.Unavailable(t, "no cgroups for walls here: "+dead.Support().Missing[cgroup.Tasks])
 	}
-	g, err := dead.New("gone", cgroup.Limits{Tasks: 16})
-	if err != nil {
-		t.Fatal(err)
+	var (
+		dirs  []string
+		ended []<-chan struct{}
+	)
+	// A vat's wall, and a package install's prepare wall (its id, as
+	// the supervisor makes it).
+	for _, id := range []string{"gone", "prepare-0123abcd"} {
+		g, err := dead.New(id, cgroup.Limits{Tasks: 16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		left := exec.Command("sleep", "600")
+		if err := left.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { _ = left.Wait(); close(done) }()
+		t.Cleanup(func() { _ = left.Process.Kill(); <-done })
+		if err := g.Add(left.Process.Pid); err != nil {
+			t.Fatal(err)
+		}
+		dirs = append(dirs, g.Dirs()...)
+		ended = append(ended, done)
 	}
-	left := exec.Command("sleep", "600")
-	if err := left.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ended := make(chan struct{})
-	go func() { _ = left.Wait(); close(ended) }()
-	t.Cleanup(func() { _ = left.Process.Kill(); <-ended })
-	if err := g.Add(left.Process.Pid); err != nil {
-		t.Fatal(err)
-	}
-	dirs := g.Dirs()
 
 	next := cgroup.Open(cgroup.Config{Name: name})
 	s, st := testSupervisorWith(t, func(c *Config) { c.Cgroups = next })
 	started(t, s, st)
-	select {
-	case <-ended:
-	case <-time.After(5 * time.Second):
-		t.Error("a process left in a dead supervisor's wall cgroup still runs after Start")
+	for i, done := range ended {
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Errorf("a process left in a dead supervisor's wall cgroup (%d) still runs after Start", i)
+		}
 	}
 	for _, d := range dirs {
 		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {

@@ -33,7 +33,8 @@ import (
 // install folder of stateDir (<state>/code/<sha256>) at its own path, as
 // every wall does, or a bubblewrap process that holds a descriptor of one
 // (a sandbox process whose parent died before letting it go on waits for
-// good). Processes
+// good). A package install's prepare wall binds a folder of its own below
+// <state>/prepare/<vat>-*/ instead, and is ended the same way. Processes
 // EndLeftovers may not inspect (another user's, under a supervisor that is
 // not root) are left alone.
 func EndLeftovers(stateDir string) (int, error) {
@@ -45,14 +46,14 @@ func EndLeftovers(stateDir string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("ending leftover walls: %w", err)
 	}
-	codeDir := filepath.Join(real, "code")
+	ws := wallFolders{code: filepath.Join(real, "code"), prepare: filepath.Join(real, "prepare")}
 	ended := map[string]bool{}
 	// A killed wall's pid 1 takes its PID namespace with it; the rounds
 	// after the first catch a process that was still being set up, and
 	// end when none is left (or after a second of a wall that will not
 	// die).
 	for range 100 {
-		found, err := killLeftovers(codeDir, ours)
+		found, err := killLeftovers(ws, ours)
 		if err != nil {
 			return len(ended), err
 		}
@@ -67,10 +68,22 @@ func EndLeftovers(stateDir string) (int, error) {
 	return len(ended), fmt.Errorf("ending leftover walls of %s: still running after a second", stateDir)
 }
 
+// wallFolders are the folders of a state dir that only its walls bind.
+type wallFolders struct {
+	code    string // the code store: <code>/<sha256>, a vat's install folder
+	prepare string // <prepare>/<vat>-*/<folder>, a prepare wall's
+}
+
+// has reports whether p is a folder only a wall of ws binds: an install
+// folder, or a prepare wall's code, data or run folder.
+func (ws wallFolders) has(p string) bool {
+	return filepath.Dir(p) == ws.code && digestDir.MatchString(filepath.Base(p)) ||
+		filepath.Dir(filepath.Dir(p)) == ws.prepare
+}
+
 // killLeftovers sends SIGKILL to every live process whose mount namespace
-// (not ours) binds an install folder in codeDir, and returns those
-// namespaces.
-func killLeftovers(codeDir, ours string) (map[string]bool, error) {
+// (not ours) binds a folder of ws, and returns those namespaces.
+func killLeftovers(ws wallFolders, ours string) (map[string]bool, error) {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil, fmt.Errorf("ending leftover walls: %w", err)
@@ -95,10 +108,10 @@ func killLeftovers(codeDir, ours string) (map[string]bool, error) {
 		}
 		wall, seen := verdict[ns]
 		if !seen {
-			wall = bindsInstallFolder(e.Name(), codeDir)
+			wall = bindsWallFolder(e.Name(), ws)
 			verdict[ns] = wall
 		}
-		if wall || isBwrap(e.Name()) && holdsInstallFolder(e.Name(), codeDir) {
+		if wall || isBwrap(e.Name()) && holdsWallFolder(e.Name(), ws) {
 			if err := unix.PidfdSendSignal(pfd, unix.SIGKILL, nil, 0); err == nil {
 				found[ns] = true
 			} else if !errors.Is(err, unix.ESRCH) {
@@ -113,10 +126,10 @@ func killLeftovers(codeDir, ours string) (map[string]bool, error) {
 
 var digestDir = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
-// bindsInstallFolder reports whether the mount table of process pid has a
-// mount point <codeDir>/<sha256>: a wall's install folder, bound at its own
-// path.
-func bindsInstallFolder(pid, codeDir string) bool {
+// bindsWallFolder reports whether the mount table of process pid has a
+// folder of ws as a mount point: a wall's install folder (or a prepare
+// wall's folder), bound at its own path.
+func bindsWallFolder(pid string, ws wallFolders) bool {
 	f, err := os.Open("/proc/" + pid + "/mountinfo")
 	if err != nil {
 		return false
@@ -130,8 +143,7 @@ func bindsInstallFolder(pid, codeDir string) bool {
 		if len(fields) < 5 {
 			continue
 		}
-		mp := mountinfo.Unescape(fields[4])
-		if filepath.Dir(mp) == codeDir && digestDir.MatchString(filepath.Base(mp)) {
+		if ws.has(mountinfo.Unescape(fields[4])) {
 			return true
 		}
 	}
@@ -147,11 +159,10 @@ func isBwrap(pid string) bool {
 	return err == nil && strings.TrimSpace(string(b)) == "bwrap"
 }
 
-// holdsInstallFolder reports whether process pid holds a descriptor of an
-// install folder in codeDir: bubblewrap's sandbox process before it has
-// bound it. One whose parent died before letting it go on waits so for
-// good.
-func holdsInstallFolder(pid, codeDir string) bool {
+// holdsWallFolder reports whether process pid holds a descriptor of a
+// folder of ws: bubblewrap's sandbox process before it has bound it. One
+// whose parent died before letting it go on waits so for good.
+func holdsWallFolder(pid string, ws wallFolders) bool {
 	dir := "/proc/" + pid + "/fd"
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -159,7 +170,7 @@ func holdsInstallFolder(pid, codeDir string) bool {
 	}
 	for _, e := range ents {
 		p, err := os.Readlink(dir + "/" + e.Name())
-		if err == nil && filepath.Dir(p) == codeDir && digestDir.MatchString(filepath.Base(p)) {
+		if err == nil && ws.has(p) {
 			return true
 		}
 	}
