@@ -29,9 +29,17 @@ func newAdmin(path string, timeout time.Duration) admin {
 
 // do sends one request; the answer's body is returned with its status.
 func (a admin) do(method, path string, body io.Reader) (int, []byte, error) {
+	return a.doWith(method, path, nil, body)
+}
+
+// doWith is do with the request's headers h.
+func (a admin) doWith(method, path string, h http.Header, body io.Reader) (int, []byte, error) {
 	req, err := http.NewRequest(method, "http://toybox"+path, body)
 	if err != nil {
 		return 0, nil, err
+	}
+	for k, vs := range h {
+		req.Header[k] = vs
 	}
 	resp, err := a.c.Do(req)
 	if err != nil {

@@ -55,6 +55,10 @@ type backup struct {
 	// purge says a rollback in this run removes the vat's data folder
 	// too: the folder was not there before (an undone import keeps it).
 	purge bool
+	// refused says the supervisor refused this run's install: no vat of
+	// this import's is there, so a rollback removes none (the vat under
+	// its id, if any, is another's).
+	refused bool
 }
 
 // writeBackup writes b to its file (0600) in dir (0700).
@@ -214,6 +218,10 @@ func (im *importer) stamp() string {
 	return im.now().UTC().Format("20060102T150405.000000000Z") + "-" + fmt.Sprintf("%04d", im.stampN)
 }
 
+// onlyNew is the header of a PUT /<vat> that installs only a vat that is
+// not there: one that is, is refused (412) and left as it is.
+var onlyNew = http.Header{"If-None-Match": {"*"}}
+
 // one imports server name: every change it makes is undone if a later
 // step fails, and its backup is dropped.
 func (im *importer) one(name string) (*backup, error) {
@@ -275,21 +283,32 @@ func (im *importer) one(name string) (*backup, error) {
 		im.rollback(bk)
 		return nil, err
 	}
+	// Only a new vat is installed (If-None-Match: *): the GET above
+	// answers for its moment only, and another import or install of the
+	// same id may come between it and this PUT. A refusal, of that or of
+	// anything else, made no vat: the rollback removes none. A request
+	// that got no answer may have made one: the rollback removes it.
 	switch plan.Kind {
 	case packages.ImportLauncher:
-		if _, err := installPackage(im.a, id, q.values(launcherParam(plan.Launcher)), nil); err != nil {
+		code, b, err := im.a.doWith(http.MethodPut, "/"+id+"?"+q.values(launcherParam(plan.Launcher)).Encode(), onlyNew, nil)
+		if err != nil {
 			return fail(err)
+		}
+		if code != http.StatusCreated && code != http.StatusServiceUnavailable {
+			bk.refused = true
+			return fail(adminError(code, b))
 		}
 	case packages.ImportCheckout:
 		v := url.Values{}
 		if q.envSet {
 			v.Set("env", q.env)
 		}
-		code, b, err := im.a.do(http.MethodPut, "/"+id+"?"+v.Encode(), bytes.NewReader(body))
+		code, b, err := im.a.doWith(http.MethodPut, "/"+id+"?"+v.Encode(), onlyNew, bytes.NewReader(body))
 		if err != nil {
 			return fail(err)
 		}
-		if code != http.StatusCreated && code != http.StatusOK && code != http.StatusServiceUnavailable {
+		if code != http.StatusCreated && code != http.StatusServiceUnavailable {
+			bk.refused = true
 			return fail(adminError(code, b))
 		}
 	}
@@ -391,9 +410,12 @@ func (im *importer) rollback(bk *backup) {
 	if bk.purge {
 		q = "?purge=1"
 	}
-	if code, _, err := im.a.do(http.MethodDelete, "/"+bk.Vat+q, nil); err != nil || code != http.StatusOK && code != http.StatusNotFound {
-		fmt.Fprintf(os.Stderr, "toybox import: %s: removing vat %s again: %d %v; its backup %s is kept\n", bk.Name, bk.Vat, code, err, bk.file)
-		return
+	// An install that was refused left no vat of this import's.
+	if !bk.refused {
+		if code, _, err := im.a.do(http.MethodDelete, "/"+bk.Vat+q, nil); err != nil || code != http.StatusOK && code != http.StatusNotFound {
+			fmt.Fprintf(os.Stderr, "toybox import: %s: removing vat %s again: %d %v; its backup %s is kept\n", bk.Name, bk.Vat, code, err, bk.file)
+			return
+		}
 	}
 	for _, p := range bk.Data {
 		_ = os.Remove(p)

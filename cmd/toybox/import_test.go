@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -122,5 +123,101 @@ func TestImportFailureKeepsDataFolder(t *testing.T) {
 				t.Errorf("after the failed import: installed %v, DELETE queries %q; want the vat removed again with %q", f.installed, f.deletes, tt.wantQuery)
 			}
 		})
+	}
+}
+
+// racedSupervisor answers as the supervisor does when another import (or
+// an operator's PUT) installs the vat between an import's GET and its
+// PUT: the GET finds nothing, the vat is there by the PUT.
+type racedSupervisor struct {
+	dataDir string
+
+	mu          sync.Mutex
+	overwritten bool     // a PUT upgraded the other's vat
+	deletes     []string // each DELETE's query
+}
+
+func (f *racedSupervisor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch r.Method {
+	case http.MethodGet:
+		http.Error(w, `{"error":"no such vat"}`, http.StatusNotFound)
+	case http.MethodPut:
+		if r.Header.Get("If-None-Match") == "*" {
+			w.WriteHeader(http.StatusPreconditionFailed)
+			_, _ = w.Write([]byte(`{"error":"already installed: vat notes is already installed"}`))
+			return
+		}
+		f.overwritten = true
+		_, _ = w.Write([]byte(`{"upgraded":true}`))
+	case http.MethodDelete:
+		f.deletes = append(f.deletes, r.URL.RawQuery)
+		if r.URL.Query().Get("purge") == "1" {
+			_ = os.RemoveAll(f.dataDir)
+		}
+		_, _ = w.Write([]byte(`{}`))
+	default:
+		http.Error(w, "", http.StatusMethodNotAllowed)
+	}
+}
+
+// TestImportDoesNotTakeARacedVat: an import asked whether the vat was
+// there (GET), then installed it with a plain PUT, which upgrades a vat
+// that is there. Another import of the same server (or an install)
+// between the two had its vat overwritten with this one's code; and when
+// this import failed later, its rollback removed that vat, with ?purge=1
+// its data too. The PUT now installs only a new vat (If-None-Match: *):
+// refused, the import fails that server, and touches nothing of the
+// other's.
+func TestImportDoesNotTakeARacedVat(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "notes-server")
+	data := filepath.Join(dir, "state", "data", "notes")
+	for p, b := range map[string]string{
+		filepath.Join(src, "package.json"): `{"name":"notes-server"}`,
+		filepath.Join(src, "server.js"):    "// a server\n",
+		filepath.Join(data, "theirs.json"): `{"the other vat's":"data"}`,
+	} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(b), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, _ := json.Marshal(map[string]any{"mcpServers": map[string]any{
+		"notes": map[string]any{"command": "/usr/bin/node", "args": []string{filepath.Join(src, "server.js")}},
+	}})
+	config := filepath.Join(dir, "claude_desktop_config.json")
+	if err := os.WriteFile(config, cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "admin.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &racedSupervisor{dataDir: data}
+	srv := &http.Server{Handler: f}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+
+	backups := filepath.Join(dir, "backups")
+	im := importer{a: newAdmin(sock, 10*time.Second), state: filepath.Join(dir, "state"), backups: backups}
+	code, stderr := runCapturingStderr(t, func() int { return im.run(config) })
+	if code != exitError || !strings.Contains(stderr, "already installed") {
+		t.Errorf("import = %d (%s); want %d saying the vat is already installed", code, stderr, exitError)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.overwritten || len(f.deletes) != 0 {
+		t.Errorf("the other's vat: overwritten %v, DELETE queries %q; want it left alone", f.overwritten, f.deletes)
+	}
+	if b, err := os.ReadFile(filepath.Join(data, "theirs.json")); err != nil || !strings.Contains(string(b), "other vat") {
+		t.Errorf("the other vat's data file: %q, %v; want it kept", b, err)
+	}
+	if live, err := liveBackups(backups); err != nil || len(live) != 0 {
+		t.Errorf("live backups after the refused import: %d, %v; want none", len(live), err)
 	}
 }

@@ -249,6 +249,11 @@ func (s *Supervisor) handleInstall(w http.ResponseWriter, r *http.Request, id la
 		writeErr(w, http.StatusBadRequest, err)
 		return
 	}
+	onlyNew, err := onlyNewVat(r)
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
 	lim, limSent, err := parseLimits(q)
 	if err != nil {
 		writeErr(w, http.StatusBadRequest, err)
@@ -282,7 +287,7 @@ func (s *Supervisor) handleInstall(w http.ResponseWriter, r *http.Request, id la
 			return
 		}
 	}
-	req := InstallRequest{ID: id, Egress: egress, EgressSent: q.Has("egress"), Env: env, Limits: lim, LimitsSent: limSent, MCP: q.Get("mcp"), MCPSent: q.Has("mcp")}
+	req := InstallRequest{ID: id, Egress: egress, EgressSent: q.Has("egress"), Env: env, Limits: lim, LimitsSent: limSent, MCP: q.Get("mcp"), MCPSent: q.Has("mcp"), OnlyNew: onlyNew}
 	if q.Has("listen") {
 		// Refuse a bad value before reading the body.
 		l, err := manifest.ParseListenQuery(q.Get("listen"))
@@ -326,6 +331,20 @@ func (s *Supervisor) installAndAnswer(w http.ResponseWriter, req InstallRequest,
 	default:
 		writeJSON(w, http.StatusServiceUnavailable, res)
 	}
+}
+
+// onlyNewVat reads PUT /<vat>'s If-None-Match: "*" installs only a vat
+// that is not there (RFC 9110, 13.1.2); 412 if one is. A vat has no
+// entity tag, so any other value is refused rather than guessed at.
+func onlyNewVat(r *http.Request) (bool, error) {
+	vs := r.Header.Values("If-None-Match")
+	switch {
+	case len(vs) == 0:
+		return false, nil
+	case len(vs) == 1 && strings.TrimSpace(vs[0]) == "*":
+		return true, nil
+	}
+	return false, fmt.Errorf("%w: If-None-Match: only * is understood (install only a vat that is not there)", ErrBadInput)
 }
 
 // onlyParams refuses a parameter not in allowed, and one given twice:
@@ -403,6 +422,8 @@ func statusFor(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, access.ErrTooMany):
 		return http.StatusConflict
+	case errors.Is(err, ErrExists):
+		return http.StatusPreconditionFailed
 	case errors.Is(err, ErrShutdown):
 		return http.StatusServiceUnavailable
 	case errors.Is(err, ErrBadInput), errors.Is(err, ErrNotReady),

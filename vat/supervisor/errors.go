@@ -21,6 +21,9 @@ var (
 	// ErrUpgradeFailed: the host failed the upgrade (its record could not
 	// be saved); the old version runs again. Not the request's fault.
 	ErrUpgradeFailed = errors.New("upgrade failed")
+	// ErrExists: an install of a new vat only (InstallRequest.OnlyNew)
+	// found one installed under its id; nothing changed.
+	ErrExists = errors.New("already installed")
 )
 
 // appSocketError: a vat's app.sock is not a socket (what it is instead);

@@ -44,6 +44,10 @@ type InstallRequest struct {
 	// of a single executable without it keeps the one sent before.
 	Listen     int
 	ListenSent bool
+	// OnlyNew installs only a vat that is not there (PUT with
+	// If-None-Match: *): one installed under ID, or whose record cannot
+	// be read, is refused with ErrExists and left as it is.
+	OnlyNew bool
 }
 
 // Outcome says how an install went.
@@ -59,6 +63,12 @@ const (
 	// status).
 	InstalledOff
 )
+
+// existsError refuses an install of a new vat only (OnlyNew) where vat id
+// is there.
+func existsError(id labels.VatID) error {
+	return fmt.Errorf("%w: vat %s is already installed; remove it first, or install without If-None-Match to upgrade it", ErrExists, id)
+}
 
 // Install installs or upgrades vat req.ID. Input problems are ErrBadInput
 // and change nothing. An upgrade whose new code does not come up is rolled
@@ -93,6 +103,9 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 		if !existed && !damaged {
 			s.forget(v)
 		}
+	}
+	if req.OnlyNew && (existed || damaged) {
+		return Status{}, 0, existsError(req.ID)
 	}
 
 	c, err := s.validate(req, old.rec, old.code.Manifest, existed)

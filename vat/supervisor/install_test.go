@@ -235,3 +235,75 @@ func TestConcurrentInstallsGetTheirOwnUID(t *testing.T) {
 		t.Errorf("%d distinct uids for 400 vats", len(owners))
 	}
 }
+
+// TestInstallOnlyNew: toybox import asked GET /<vat>, then installed with
+// PUT /<vat> when it was not found. Another import or install of the same
+// id between the two (a package install prepares for minutes first) was
+// then upgraded by this one's code, and this one's rollback removed it,
+// with its data. A PUT with If-None-Match: * installs only a vat that
+// is not there, checked where installs of one id are serialized: one of
+// two such PUTs at once installs, the other is refused with 412 and
+// changes nothing (no launch, the first's code kept). Any other
+// If-None-Match is refused.
+func TestInstallOnlyNew(t *testing.T) {
+	var launches atomic.Int32
+	s, st := noWallSupervisor(t, func(wall.Spec) { launches.Add(1) })
+	h := s.AdminHandler()
+	put := func(body *bytes.Buffer, inm string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest("PUT", "http://toybox/twice", body)
+		if inm != "" {
+			req.Header.Set("If-None-Match", inm)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	bundle := func(n int) *bytes.Buffer {
+		return tarBundle(t, map[string]string{
+			"manifest.json": `{"command":["./app"]}`,
+			"app":           fmt.Sprintf("#!/bin/sh\n# %d\nexit 0\n", n),
+		})
+	}
+	if rec := put(bundle(0), "W/\"x\""); rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "If-None-Match") {
+		t.Errorf("PUT with If-None-Match: W/\"x\" = %d %s; want 400 naming the header", rec.Code, rec.Body)
+	}
+	const n = 4
+	codes := make([]int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		b := bundle(i)
+		wg.Go(func() { codes[i] = put(b, "*").Code })
+	}
+	wg.Wait()
+	installed, refused := 0, 0
+	for _, c := range codes {
+		switch c {
+		case http.StatusServiceUnavailable: // installed, off: no wall here
+			installed++
+		case http.StatusPreconditionFailed:
+			refused++
+		}
+	}
+	if installed != 1 || refused != n-1 {
+		t.Fatalf("%d PUTs with If-None-Match: * at once = %v; want one installed (503: no wall here), the others 412", n, codes)
+	}
+	recs, _, err := st.Records()
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("records = %v, %v; want one", recs, err)
+	}
+	first, launched := recs[0].Code, launches.Load()
+	rec := put(bundle(9), "*")
+	if rec.Code != http.StatusPreconditionFailed || !strings.Contains(rec.Body.String(), "already") {
+		t.Errorf("PUT with If-None-Match: * of a vat that is there = %d %s; want 412 saying it is already there", rec.Code, rec.Body)
+	}
+	if recs, _, _ := st.Records(); len(recs) != 1 || recs[0].Code != first {
+		t.Errorf("records after a refused PUT = %v; want the first's code %s kept", recs, first)
+	}
+	if got := launches.Load(); got != launched {
+		t.Errorf("a refused PUT launched %d times; want none", got-launched)
+	}
+	// Without the header a PUT is an upgrade, as before.
+	if rec := put(bundle(10), ""); rec.Code == http.StatusPreconditionFailed {
+		t.Errorf("PUT without If-None-Match of a vat that is there = %d %s; want an upgrade", rec.Code, rec.Body)
+	}
+}

@@ -75,7 +75,17 @@ func (s *Supervisor) handlePackage(w http.ResponseWriter, r *http.Request, id la
 		writeErr(w, http.StatusBadRequest, err)
 		return
 	}
-	preq := PackageRequest{InstallRequest: InstallRequest{ID: id, Egress: egress, EgressSent: q.Has("egress"), Env: env}}
+	onlyNew, err := onlyNewVat(r)
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	if _, there := s.get(id); onlyNew && there {
+		// Before minutes of preparing; Install asks again, and decides.
+		writeErr(w, http.StatusPreconditionFailed, existsError(id))
+		return
+	}
+	preq := PackageRequest{InstallRequest: InstallRequest{ID: id, Egress: egress, EgressSent: q.Has("egress"), Env: env, OnlyNew: onlyNew}}
 	if a := q.Get("allow-scripts"); a != "" {
 		for _, n := range strings.Split(a, ",") {
 			if !packages.ValidNPMName(n) {
