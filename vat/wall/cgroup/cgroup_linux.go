@@ -253,7 +253,9 @@ func (h *Host) openV1(cfg Config, dirs map[string]string) {
 			continue
 		}
 		h.v1[c] = walls
-		h.sup.Where = append(h.sup.Where, walls)
+		if !slices.Contains(h.sup.Where, walls) { // one hierarchy, two controllers
+			h.sup.Where = append(h.sup.Where, walls)
+		}
 	}
 	if _, ok := h.v1["memory"]; !ok {
 		h.sup.Missing[Swap] = h.sup.Missing[Memory]
@@ -350,7 +352,7 @@ func (h *Host) New(id string, l Limits) (*Group, error) {
 			return fmt.Errorf("making the wall's cgroup: %w", err)
 		}
 		g.app = app
-		g.procs[len(g.procs)-1] = filepath.Join(app, "cgroup.procs")
+		g.procs[slices.Index(g.dirs, dir)] = filepath.Join(app, "cgroup.procs")
 		return writeAll(app, []kv{{"pids.max", strconv.Itoa(l.Tasks - reserve)}})
 	}
 	s := h.sup
@@ -392,14 +394,22 @@ func (h *Host) New(id string, l Limits) (*Group, error) {
 	// Only the hierarchies of the limits set (cpuacct counts the CPU
 	// time a cap holds).
 	want := map[string]bool{"memory": l.MemoryBytes > 0, "cpu": l.CPUs > 0, "cpuacct": l.CPUs > 0, "pids": l.Tasks > 0}
+	// Controllers mounted as one hierarchy (cpu,cpuacct on most v1
+	// hosts) share one folder of the group, made once: made again, it
+	// would lose the limits already set in it.
+	made := map[string]string{} // the walls' folder → the group's there
 	for _, c := range []string{"memory", "cpu", "cpuacct", "pids"} {
 		parent, ok := h.v1[c]
 		if !ok || !want[c] {
 			continue
 		}
-		dir, err := mk(parent)
-		if err != nil {
-			return fail(err)
+		dir, ok := made[parent]
+		if !ok {
+			var err error
+			if dir, err = mk(parent); err != nil {
+				return fail(err)
+			}
+			made[parent] = dir
 		}
 		var w []kv
 		switch c {

@@ -127,6 +127,75 @@ func TestV1(t *testing.T) {
 	}
 }
 
+// TestV1SharedHierarchy: most cgroup v1 hosts mount cpu and cpuacct as
+// one hierarchy (/sys/fs/cgroup/cpu,cpuacct). New made the wall's group
+// there once for cpu, writing its CPU cap, then again for cpuacct: it
+// found the folder there, took it for a leftover, removed it and made it
+// anew, without the cap. Limits() said the cap held, and so did the
+// vat's status; the wall ran with no CPU limit. Each hierarchy holds one
+// folder of the group, with every limit of its controllers.
+//
+// The test machine mounts them apart, so the mount table here says the
+// cpu hierarchy holds cpuacct too: one folder for both, as such a host
+// has (its cpuacct files are missing, so CPU time is not read).
+func TestV1SharedHierarchy(t *testing.T) {
+	open(t, 1) // a v1 host, or skip
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		switch {
+		case strings.HasSuffix(l, " - cgroup cgroup rw,cpuacct"):
+			continue // folded into cpu's, below
+		case strings.HasSuffix(l, " - cgroup cgroup rw,cpu"):
+			l += ",cpuacct"
+		}
+		lines = append(lines, l)
+	}
+	mi := filepath.Join(t.TempDir(), "mountinfo")
+	if err := os.WriteFile(mi, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rnd := make([]byte, 6)
+	_, _ = rand.Read(rnd)
+	h := Open(Config{Name: "toybox-test-" + hex.EncodeToString(rnd), Version: 1, MountInfo: mi})
+	t.Cleanup(h.Close)
+	if h.v1["cpu"] == "" || h.v1["cpu"] != h.v1["cpuacct"] {
+		testenv.Unavailable(t, "no cpu hierarchy to share with cpuacct here")
+	}
+	g, err := h.New("carol", Limits{MemoryBytes: 64 << 20, CPUs: 0.5, Tasks: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Remove() })
+	if got := g.Limits().CPUs; got != 0.5 {
+		t.Errorf("Limits().CPUs = %g; want 0.5", got)
+	}
+	cpu := filepath.Join(h.v1["cpu"], "vat-carol")
+	if got := read(t, filepath.Join(cpu, "cpu.cfs_quota_us")); got != "50000" {
+		t.Errorf("%s/cpu.cfs_quota_us = %s, while Limits() says %g CPUs; want 50000", cpu, got, g.Limits().CPUs)
+	}
+	seen := map[string]bool{}
+	for _, d := range g.Dirs() {
+		if seen[d] {
+			t.Errorf("Dirs() names %s twice: %v", d, g.Dirs())
+		}
+		seen[d] = true
+	}
+	c := sleeper(t)
+	if err := g.Add(c.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if !killed(c) {
+		t.Error("the process in the group lived on after Remove")
+	}
+}
+
 // TestV2 makes a wall's group in this host's cgroup v2 hierarchy. On the
 // test machine (a v1/v2 hybrid) it offers none of memory, cpu and pids: the
 // group is made, holds its process and goes (cgroup.kill), and Support says
