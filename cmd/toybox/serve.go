@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -170,16 +171,18 @@ func serveMain(args []string) int {
 		fmt.Fprintf(os.Stderr, "toybox serve: --wall-max-tasks %d: want 64 to %d\n", *wallTasks, 1<<22)
 		return 2
 	}
-	if *wallMemory < 0 || *wallMemory > 0 && *wallMemory < 16 {
-		fmt.Fprintf(os.Stderr, "toybox serve: --wall-memory-mib %d: want 0 (no limit) or at least 16\n", *wallMemory)
+	// Past maxLimitMiB a limit's bytes would overflow (<< 20) into
+	// another limit; an infinite CPU count has no quota, and no JSON.
+	if *wallMemory < 0 || *wallMemory > 0 && *wallMemory < 16 || *wallMemory > maxLimitMiB {
+		fmt.Fprintf(os.Stderr, "toybox serve: --wall-memory-mib %d: want 0 (no limit) or 16 to %d\n", *wallMemory, maxLimitMiB)
 		return 2
 	}
-	if *wallCPUs < 0 || *wallCPUs > 0 && *wallCPUs < 0.01 || *wallCPUs != *wallCPUs {
-		fmt.Fprintf(os.Stderr, "toybox serve: --wall-cpus %g: want 0 (no limit) or at least 0.01\n", *wallCPUs)
+	if *wallCPUs < 0 || *wallCPUs > 0 && *wallCPUs < 0.01 || math.IsNaN(*wallCPUs) || math.IsInf(*wallCPUs, 0) {
+		fmt.Fprintf(os.Stderr, "toybox serve: --wall-cpus %g: want 0 (no limit) or a number of CPUs of at least 0.01\n", *wallCPUs)
 		return 2
 	}
-	if *wallDisk < 0 || *wallDisk > 0 && *wallDisk < 16 {
-		fmt.Fprintf(os.Stderr, "toybox serve: --wall-disk-mib %d: want 0 (no limit) or at least 16\n", *wallDisk)
+	if *wallDisk < 0 || *wallDisk > 0 && *wallDisk < 16 || *wallDisk > maxLimitMiB {
+		fmt.Fprintf(os.Stderr, "toybox serve: --wall-disk-mib %d: want 0 (no limit) or 16 to %d\n", *wallDisk, maxLimitMiB)
 		return 2
 	}
 	if err := wallTasksFit(*wallTasks); err != nil {
@@ -250,9 +253,10 @@ const edgeRecordDelay = 20 * time.Millisecond
 
 // The operator's limits for each wall by default (toybox serve flags).
 const (
-	DefaultWallMemoryMiB = 512  // a Node or Python server with room to spare
-	DefaultWallCPUs      = 1.0  // one vat cannot take the whole of a small host
-	DefaultWallDiskMiB   = 1024 // a vat's data and its package caches
+	DefaultWallMemoryMiB = 512     // a Node or Python server with room to spare
+	DefaultWallCPUs      = 1.0     // one vat cannot take the whole of a small host
+	DefaultWallDiskMiB   = 1024    // a vat's data and its package caches
+	maxLimitMiB          = 1 << 30 // the largest an owner may ask (PUT ?memory_mib=)
 )
 
 // httpStopBudget bounds how long requests in flight may finish at shutdown.

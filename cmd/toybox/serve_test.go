@@ -245,6 +245,44 @@ func TestPublicHostFlag(t *testing.T) {
 	}
 }
 
+// TestWallLimitFlags: --wall-cpus Inf was taken (NaN alone was refused).
+// Each wall was then held to the kernel's least CPU time (a quota of
+// 1 ms in 100 ms, int64(+Inf) clamped to it), while every vat's status
+// said +Inf CPUs: JSON has no +Inf, so GET /<vat> and the PUT answer
+// came back 200 and 201 with an empty body. A memory or disk limit past
+// 2^43 MiB overflowed its bytes to another limit (2^44 MiB: 0, none at
+// all). Each is refused before anything starts, naming the flag; the
+// largest is an owner's (2^30 MiB).
+func TestWallLimitFlags(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve := func(flags ...string) (int, string) {
+		// A state dir that cannot be locked: past the flags, serve ends.
+		cmd := exec.Command(self, append([]string{"serve", "--state", "/dev/null/state"}, flags...)...)
+		cmd.Env = append(os.Environ(), serveEnv+"=1")
+		out, _ := cmd.CombinedOutput()
+		return cmd.ProcessState.ExitCode(), string(out)
+	}
+	for _, tt := range []struct {
+		flags []string
+		code  int
+		want  string
+	}{
+		{[]string{"--wall-cpus", "Inf"}, 2, "--wall-cpus +Inf: want 0 (no limit) or a number of CPUs of at least 0.01"},
+		{[]string{"--wall-cpus", "NaN"}, 2, "--wall-cpus NaN"},
+		{[]string{"--wall-cpus", "0.5"}, 1, "creating state dir"},
+		{[]string{"--wall-memory-mib", "17592186044416"}, 2, "--wall-memory-mib 17592186044416: want 0 (no limit) or 16 to 1073741824"},
+		{[]string{"--wall-memory-mib", "1073741824"}, 1, "creating state dir"},
+		{[]string{"--wall-disk-mib", "17592186044416"}, 2, "--wall-disk-mib 17592186044416: want 0 (no limit) or 16 to 1073741824"},
+	} {
+		if code, out := serve(tt.flags...); code != tt.code || !strings.Contains(out, tt.want) {
+			t.Errorf("toybox serve %q: exit %d %q; want %d and %q", tt.flags, code, out, tt.code, tt.want)
+		}
+	}
+}
+
 // TestPublicURL: --public-url is scheme://host[:port] and nothing more;
 // without it a loopback TCP listener gives http://localhost:PORT, anything
 // else no URL (a guess could name a resource no client uses).
