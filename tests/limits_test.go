@@ -59,9 +59,10 @@ func TestAttackMemoryHogServe(t *testing.T) {
 	s.mustGet("/hog/eat?mib=1", "hog: holding 1 MiB")
 }
 
-// TestAttackDiskFiller: a vat that fills its data folder stops at its disk
-// limit (ENOSPC) where the host can give it a file system of its own (root
-// here); where it cannot, the status says it has no disk limit, and why.
+// TestAttackDiskFiller: a vat that fills its data folder, or its run
+// folder, stops at its disk limit (ENOSPC) where the host can give it a
+// file system of its own (root here); where it cannot, the status says it
+// has no disk limit, and why.
 func TestAttackDiskFiller(t *testing.T) {
 	s := newStack(t, stackOpts{extra: []string{"--wall-disk-mib", "64"}})
 	st := s.mustInstall("filler", example(t, "hog"), "disk_mib=32")
@@ -83,6 +84,17 @@ func TestAttackDiskFiller(t *testing.T) {
 	var n int
 	if _, err := fmt.Sscanf(body, "hog: wrote %d MiB", &n); err != nil || n > 32 {
 		t.Errorf("the vat wrote %d MiB (%v) into a 32 MiB data folder", n, err)
+	}
+	// Its run folder (/run/toybox, where its socket is) was a folder of
+	// the state file system, bound read-write: a vat held to 32 MiB
+	// wrote 200 MiB there, and could have filled the host's disk. It is
+	// a small file system of its own too.
+	code, body = s.get("/filler/fill?mib=200&in=run")
+	if code != http.StatusOK || !strings.Contains(body, "no space left on device") {
+		t.Fatalf("GET /filler/fill?mib=200&in=run = %d %q; want it stopped by ENOSPC", code, body)
+	}
+	if _, err := fmt.Sscanf(body, "hog: wrote %d MiB", &n); err != nil || n > 1 {
+		t.Errorf("the vat wrote %d MiB (%v) into its run folder; want at most 1", n, err)
 	}
 	// Raised by its owner (within the operator's 64): restarted with its
 	// data, and room for more.

@@ -3,8 +3,9 @@
 // It shows that its wall's limits hold:
 // GET /eat?mib=N allocates N MiB and keeps it (the kernel kills the wall
 // past its memory limit), /fill?mib=N writes N MiB into its data folder
-// (answering how much fit, and why it stopped), /spin?s=N spins every CPU it
-// sees for N seconds.
+// (answering how much fit, and why it stopped; with &in=run, into its run
+// folder, where $TOYBOX_LISTEN is), /spin?s=N spins every CPU it sees for
+// N seconds.
 package main
 
 import (
@@ -42,7 +43,11 @@ func main() {
 	})
 	http.HandleFunc("/fill", func(w http.ResponseWriter, r *http.Request) {
 		n, _ := strconv.Atoi(r.URL.Query().Get("mib"))
-		wrote, err := fill(filepath.Join(data, "fill"), n)
+		dir := data
+		if r.URL.Query().Get("in") == "run" {
+			dir = filepath.Dir(listen)
+		}
+		wrote, err := fill(filepath.Join(dir, "fill"), n)
 		fmt.Fprintf(w, "hog: wrote %d MiB: %v\n", wrote, err)
 	})
 	http.HandleFunc("/spin", func(w http.ResponseWriter, r *http.Request) {

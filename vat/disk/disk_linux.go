@@ -24,7 +24,7 @@ type Disks struct {
 	mkfs string
 
 	mu      sync.Mutex
-	mounted map[string]string // data folder → its image, mounted by this process
+	mounted map[string]string // data folder → its image ("tmpfs": a run folder), mounted by this process
 }
 
 // Open finds whether this host can give data folders a file system of
@@ -306,6 +306,43 @@ func (d *Disks) unmount(dataDir string) error {
 	}
 	delete(d.mounted, dataDir)
 	return nil
+}
+
+// MountRun mounts a tmpfs of RunBytes and RunInodes on runDir, a vat's
+// run folder, owned by uid:gid (mode 0700; nosuid, nodev, noexec), unless
+// one is mounted there already. Call it while no wall of the vat runs,
+// after its folders are made, and UnmountRun once its wall has ended.
+func (d *Disks) MountRun(runDir string, uid, gid int) error {
+	if err := d.Support(); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	on, err := isMountPoint(runDir)
+	if err != nil {
+		return err
+	}
+	if on {
+		d.mounted[runDir] = "tmpfs"
+		return nil
+	}
+	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0700,uid=%d,gid=%d", RunBytes, RunInodes, uid, gid)
+	if err := unix.Mount("tmpfs", runDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
+		return fmt.Errorf("mounting a tmpfs of %d bytes on %s: %w", RunBytes, runDir, os.NewSyscallError("mount", err))
+	}
+	d.mounted[runDir] = "tmpfs"
+	return nil
+}
+
+// UnmountRun unmounts the tmpfs MountRun mounted on runDir, if it is
+// mounted (what the vat left there goes with it).
+func (d *Disks) UnmountRun(runDir string) error {
+	if d == nil {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.unmount(runDir)
 }
 
 // Remove unmounts dataDir and removes vat id's image: its data is gone.

@@ -133,3 +133,42 @@ func TestDiskMoveDeepData(t *testing.T) {
 		t.Errorf("the state file system's folder under the mount holds %d entries (%v); want none", len(ents), err)
 	}
 }
+
+// TestRunFolder: a run folder given a tmpfs of its own stops a writer at
+// RunBytes (ENOSPC) and is its owner's; a second MountRun keeps the mount
+// (one a killed supervisor left), and UnmountRun removes it.
+func TestRunFolder(t *testing.T) {
+	testenv.RequireRoot(t)
+	state := t.TempDir()
+	d := Open(state)
+	t.Cleanup(func() { _ = d.Close() })
+	if err := d.Support(); err != nil {
+		testenv.Unavailable(t, err.Error())
+	}
+	run := filepath.Join(state, "run", "alice")
+	if err := os.MkdirAll(run, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := d.MountRun(run, 1000042, 1000042); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(run, &st); err != nil || st.Uid != 1000042 || st.Mode&0o777 != 0o700 {
+		t.Errorf("the run folder: uid %d, mode %o (%v); want 1000042, 0700", st.Uid, st.Mode&0o777, err)
+	}
+	n, err := fill(filepath.Join(run, "fill"), 8)
+	if !errors.Is(err, unix.ENOSPC) || n > RunBytes>>20 {
+		t.Errorf("writing 8 MiB into the run folder: %d MiB, %v; want ENOSPC within %d bytes", n, err, RunBytes)
+	}
+	if err := d.UnmountRun(run); err != nil {
+		t.Fatal(err)
+	}
+	if on, err := isMountPoint(run); err != nil || on {
+		t.Errorf("after UnmountRun: mounted %v (%v); want not", on, err)
+	}
+	if _, err := os.Stat(filepath.Join(run, "fill")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("what the vat wrote there outlived UnmountRun: %v", err)
+	}
+}

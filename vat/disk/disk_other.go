@@ -16,6 +16,12 @@ func (d *Disks) Support() error { return fmt.Errorf("%w: only on linux", ErrUnsu
 // Mount returns the reason there are no disk limits here.
 func (d *Disks) Mount(string, string, int64) (int64, error) { return 0, d.Support() }
 
+// MountRun returns the reason there are no disk limits here.
+func (d *Disks) MountRun(string, int, int) error { return d.Support() }
+
+// UnmountRun does nothing here.
+func (d *Disks) UnmountRun(string) error { return nil }
+
 // Unmount does nothing here.
 func (d *Disks) Unmount(string) error { return nil }
 

@@ -463,6 +463,29 @@ func (s *Supervisor) spawn(ctx context.Context, v *vat) (r *running, off words.W
 	if err := s.cfg.Store.PrepareDirs(v.id, uid, gid); err != nil {
 		return nil, off, err
 	}
+	// Its run folder is bound read-write too: with a disk limit in force,
+	// a file system of its own as well, for this spawn (emptied by
+	// PrepareDirs, gone when the spawn ends).
+	runDir, runMounted := s.cfg.Store.RunDir(v.id), false
+	if diskBytes > 0 {
+		if err := s.cfg.Disks.MountRun(runDir, uid, gid); err != nil {
+			return nil, off, fmt.Errorf("giving its run folder a file system of its own: %w", err)
+		}
+		runMounted = true
+	}
+	unmountRun := func() {
+		if !runMounted {
+			return
+		}
+		if err := s.cfg.Disks.UnmountRun(runDir); err != nil {
+			s.log.Warn("unmounting the run folder", keyVat, v.id, keyErr, err)
+		}
+	}
+	defer func() {
+		if err != nil {
+			unmountRun()
+		}
+	}()
 	// Doors: only a set the manifest names, checked again against the
 	// table this supervisor read at start; fresh capabilities per spawn.
 	var gd *doors.Granted
@@ -527,6 +550,7 @@ func (s *Supervisor) spawn(ctx context.Context, v *vat) (r *running, off words.W
 		if r.closeAfter != nil {
 			_ = r.closeAfter.Close()
 		}
+		unmountRun()
 		close(r.gone)
 	}()
 	inForce, unlimited := s.inForce(r.proc, lim, diskBytes, diskWhy)
