@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -243,5 +244,45 @@ func TestWatchEndsAWallWhoseEntryLostItsCapability(t *testing.T) {
 				t.Errorf("exit %v", r.exitErr)
 			}
 		})
+	}
+}
+
+// tierProc is a spawn of a tier, for what its status says.
+type tierProc struct{ tier string }
+
+func (p tierProc) Pid() int                 { return 1 }
+func (p tierProc) Tier() string             { return p.tier }
+func (p tierProc) Wait() error              { return nil }
+func (p tierProc) Stop(time.Duration) error { return nil }
+
+// TestInForceUnwalledDisk: a vat that runs without its wall can write
+// wherever its user can (the host's /tmp, /var/tmp), so its data folder's
+// size holds none of it. Its status still listed "disk_mib" among the
+// limits in force, and no "disk" among those it runs without, while the
+// status page, from the same status, said it had no limits. A walled
+// vat's data folder size is in force.
+func TestInForceUnwalledDisk(t *testing.T) {
+	s := newTestSupervisor(t)
+	want := Limits{MemoryBytes: 512 << 20, CPUs: 1, DiskBytes: 1 << 30}
+	for _, tt := range []struct {
+		tier     string
+		diskMiB  int64
+		unlimits []string
+	}{
+		{tier: "", diskMiB: 0, unlimits: []string{limCPU, limDisk, limMemory, limTasks}},
+		{tier: "walled", diskMiB: 1024, unlimits: []string{limCPU, limMemory}},
+	} {
+		f, why := s.inForce(tierProc{tt.tier}, want, 1<<30, "")
+		var got []string
+		for k := range why {
+			got = append(got, k)
+		}
+		slices.Sort(got)
+		if f.DiskMiB != tt.diskMiB || !slices.Equal(got, tt.unlimits) {
+			t.Errorf("tier %q: disk_mib %d, unlimited %v (%v); want %d, %v", tt.tier, f.DiskMiB, got, why, tt.diskMiB, tt.unlimits)
+		}
+		if tt.tier == "" && why[limDisk] != "it runs without its wall" {
+			t.Errorf("tier %q: unlimited disk = %q; want it to say it runs without its wall", tt.tier, why[limDisk])
+		}
 	}
 }

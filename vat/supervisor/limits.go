@@ -128,6 +128,11 @@ func (s *Supervisor) inForce(p Process, want Limits, disk int64, diskWhy string)
 		got = lp.Limits()
 	}
 	f := InForce{MemoryMiB: got.MemoryBytes >> 20, CPUs: got.CPUs, Tasks: got.Tasks, DiskMiB: disk >> 20}
+	if p.Tier() == "" {
+		// Its user writes where it likes: the data folder's size holds
+		// none of it.
+		f.DiskMiB = 0
+	}
 	why := map[string]string{}
 	sup := s.cfg.Cgroups.Support()
 	reason := func(kind string, asked bool) string {
@@ -160,6 +165,8 @@ func (s *Supervisor) inForce(p Process, want Limits, disk int64, diskWhy string)
 	}
 	if f.DiskMiB == 0 {
 		switch {
+		case p.Tier() == "":
+			why[limDisk] = "it runs without its wall"
 		case want.DiskBytes == 0:
 			why[limDisk] = "this host's operator set none"
 		case diskWhy != "":
