@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	stdlog "log"
@@ -12,6 +13,7 @@ import (
 	"net/netip"
 	"net/textproto"
 	"strings"
+	"sync"
 	"time"
 
 	"toybox/vat/doors"
@@ -39,6 +41,10 @@ const (
 	// tool call may take minutes; a streamed answer sends its headers
 	// first).
 	vatHeaderTimeout = 10 * time.Minute
+	// bodyDrainTimeout bounds the wait for the rest of a request body
+	// once its answer is written and nobody reads it: a client that is
+	// done sends it at once.
+	bodyDrainTimeout = 5 * time.Second
 )
 
 // originWide are answer headers that act on the whole origin, which every
@@ -326,7 +332,9 @@ func (s *trailerScrubber) Close() error {
 func (s *Supervisor) PublicHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rt := s.cfg.Hosts.Route(r.Host, r.URL)
-		w = s.answerWriter(w, r, rt)
+		aw := s.answerWriter(w, r, rt)
+		defer aw.bound()
+		w, r = aw, aw.req
 		if rt.Origin == edge.Refused {
 			if rt.Status != http.StatusForbidden && strings.HasPrefix(r.URL.Path, prmPrefix+"/") {
 				// A shared origin's protected-resource metadata:
@@ -399,9 +407,15 @@ func routeOf(r *http.Request, id string) edge.Route {
 // answerWriter wraps w so that the final answer to r says what the edge
 // must: edge.SandboxCSP on any origin but a vat's own, and Connection:
 // close when r's framing is in doubt (or cannot be known: a connection
-// not from edge.Listener).
-func (s *Supervisor) answerWriter(w http.ResponseWriter, r *http.Request, rt edge.Route) http.ResponseWriter {
-	aw := &answer{ResponseWriter: w, sandbox: rt.Origin != edge.Own}
+// not from edge.Listener) or r's body was not read to its end. Its req is
+// r with its body watched, for the handler to use.
+func (s *Supervisor) answerWriter(w http.ResponseWriter, r *http.Request, rt edge.Route) *answer {
+	aw := &answer{ResponseWriter: w, sandbox: rt.Origin != edge.Own, req: r}
+	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+		aw.body = newWatchedBody(r.Body, w)
+		aw.req = r.WithContext(r.Context())
+		aw.req.Body = aw.body
+	}
 	if r.ProtoMajor == 1 {
 		if f := edge.FramingOf(r.Context()); f == nil {
 			aw.close = true
@@ -420,6 +434,8 @@ func (s *Supervisor) answerWriter(w http.ResponseWriter, r *http.Request, rt edg
 type answer struct {
 	http.ResponseWriter
 	sandbox, close, final bool
+	req                   *http.Request
+	body                  *watchedBody // nil: the request has none
 }
 
 func (a *answer) WriteHeader(code int) {
@@ -431,11 +447,97 @@ func (a *answer) WriteHeader(code int) {
 			// enforced, so the vat cannot loosen it.
 			h.Add("Content-Security-Policy", edge.SandboxCSP)
 		}
-		if a.close {
+		if a.close || a.body != nil && !a.body.ended() {
+			// A body not read to its end: Go's server would read the
+			// rest before this answer (or after it, to keep the
+			// connection), however long the client takes. The
+			// connection closes after it instead, and watchedBody
+			// bounds the wait for the rest.
 			h.Set("Connection", "close")
 		}
 	}
 	a.ResponseWriter.WriteHeader(code)
+}
+
+// bound is called as the handler returns: the body is nobody's now.
+func (a *answer) bound() {
+	if a.body != nil {
+		a.body.abandon()
+	}
+}
+
+// watchedBody is a request body that says whether it was read to its end.
+// Once its handler is done, what is left of it has bodyDrainTimeout to
+// come: Go's server reads up to 256 KiB of it, before the answer or after
+// it, with no deadline of its own. A client that sent a request's headers
+// alone kept its connection active, past ReadHeaderTimeout, IdleTimeout
+// and ConnGuard's idle shedding, for as long as it liked.
+type watchedBody struct {
+	io.ReadCloser
+	w http.ResponseWriter // the server's, for its read deadline
+
+	mu        sync.Mutex
+	idle      sync.Cond // signalled when reading drops to 0
+	reading   int       // Reads in flight
+	eof       bool      // read to its end
+	abandoned bool      // the handler is done: Read fails
+}
+
+// errAbandoned is a Read of a body after its handler is done.
+var errAbandoned = errors.New("the request body was read after its handler was done")
+
+func newWatchedBody(body io.ReadCloser, w http.ResponseWriter) *watchedBody {
+	b := &watchedBody{ReadCloser: body, w: w}
+	b.idle.L = &b.mu
+	return b
+}
+
+func (b *watchedBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	if b.abandoned {
+		b.mu.Unlock()
+		return 0, errAbandoned
+	}
+	b.reading++
+	b.mu.Unlock()
+	n, err := b.ReadCloser.Read(p)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if errors.Is(err, io.EOF) {
+		b.eof = true
+	}
+	if b.reading--; b.reading == 0 {
+		b.idle.Broadcast()
+	}
+	return n, err
+}
+
+// ended reports whether the body was read to its end.
+func (b *watchedBody) ended() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.eof
+}
+
+// abandon ends the body's reading as its handler returns. Unless it was
+// read to its end, the connection's read deadline is bodyDrainTimeout
+// away, and abandon waits for any Read in flight (a proxy's transport may
+// still be in one) to end by then: Go's server, finding a read in flight
+// when the handler is done, ends it and clears the deadline, then reads
+// the rest with none.
+func (b *watchedBody) abandon() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.abandoned = true
+	if b.eof {
+		return
+	}
+	if err := http.NewResponseController(b.w).SetReadDeadline(time.Now().Add(bodyDrainTimeout)); err != nil {
+		return // hijacked: the server reads no more of it
+	}
+	for b.reading > 0 {
+		b.idle.Wait()
+	}
 }
 
 func (a *answer) Write(p []byte) (int, error) {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	stdlog "log"
@@ -820,5 +821,56 @@ func TestProxyFailuresAreRateLimited(t *testing.T) {
 	last = last[strings.LastIndex(last, "\n")+1:]
 	if want := fmt.Sprintf(`"unlogged":%d`, 7-written); written >= 7 || !strings.Contains(last, want) {
 		t.Errorf("the record at the end, after 7 failures of which %d were written: %s; want %s", written, last, want)
+	}
+}
+
+// TestPublicBoundsAnUnreadBody: a client sent a request's headers with
+// Content-Length: 100 and never its body. To a vat that answered without
+// reading the body, or to no vat at all (404), Go's server read the rest of
+// the body before or after the answer, with no deadline: the connection
+// stayed active, never idle, so neither ReadHeaderTimeout, IdleTimeout nor
+// ConnGuard's idle shedding ended it. A few clients held every one of
+// MaxPublicConns that way for as long as they liked. The answer now goes
+// at once, the connection closes after it, and the rest of the body has
+// bodyDrainTimeout to come.
+func TestPublicBoundsAnUnreadBody(t *testing.T) {
+	s := edgeSupervisor(t)
+	servingVat(t, s, "alice", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// An app that refuses before it reads (a missing login, say).
+		w.Header().Set("Connection", "close")
+		http.Error(w, "log in first", http.StatusUnauthorized)
+	}))
+	addr := framedServer(t, s.PublicHandler())
+	tests := []struct {
+		name, path string
+		want       int
+	}{
+		{"no vat", "/nosuch/", http.StatusNotFound},
+		{"a vat that does not read", "/alice/", http.StatusUnauthorized},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\n", tt.path)
+			_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+			br := bufio.NewReader(c)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("POST %s without its body: %v; want the answer at once", tt.path, err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			if resp.StatusCode != tt.want {
+				t.Errorf("POST %s = %d; want %d", tt.path, resp.StatusCode, tt.want)
+			}
+			start := time.Now()
+			_ = c.SetReadDeadline(start.Add(bodyDrainTimeout + 5*time.Second))
+			if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+				t.Errorf("after the answer, the body never sent: %v after %v; want the connection closed within %v", err, time.Since(start).Round(time.Second), bodyDrainTimeout)
+			}
+		})
 	}
 }
