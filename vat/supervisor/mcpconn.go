@@ -282,7 +282,10 @@ func (b *bridgeBody) Close() error {
 }
 
 // finish gives the connection back (whole: the body was read to its end
-// and nothing closed it meanwhile) or closes it, once.
+// and nothing closed it meanwhile) or closes it, once. One with bytes
+// read past the answer is closed: nobody asked for them, and kept they
+// would be read as the answer to the next request, another principal's
+// maybe.
 func (b *bridgeBody) finish(whole bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -290,7 +293,7 @@ func (b *bridgeBody) finish(whole bool) {
 		return
 	}
 	b.done = true
-	if whole && b.stop() && b.keep {
+	if whole && b.stop() && b.keep && b.bc.br.Buffered() == 0 {
 		_ = b.body.Close() // at its end: reads nothing more
 		b.t.put(b.bc)
 		return

@@ -287,3 +287,61 @@ func TestBridgeTransportNoResend(t *testing.T) {
 		t.Errorf("the bridge got %d requests; want 2 (the second written once)", n)
 	}
 }
+
+// TestBridgeTransportUnaskedBytes: a bridge that wrote more than its
+// answer (a second answer, ahead of any request) had those bytes read as
+// the answer to the next request on that connection, whoever's it was:
+// another principal's request got an answer, and a session id, made before
+// it was asked. A connection with bytes left after an answer is closed,
+// never kept.
+func TestBridgeTransportUnaskedBytes(t *testing.T) {
+	dir, err := os.MkdirTemp("", "bt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "b.sock")
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					b, _ := io.ReadAll(req.Body)
+					answer := fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(b), b)
+					if string(b) == "alice" {
+						// The answer, and one more in the same write.
+						answer += "HTTP/1.1 200 OK\r\nMcp-Session-Id: planted\r\nContent-Length: 7\r\n\r\nplanted"
+					}
+					_, _ = io.WriteString(c, answer)
+				}
+			}()
+		}
+	}()
+	bt := &bridgeTransport{in: &instance{sock: path}}
+	defer bt.closeIdle()
+	for _, who := range []string{"alice", "bob"} {
+		resp, err := get(t, bt, context.Background(), who)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if string(b) != who || resp.Header.Get("Mcp-Session-Id") != "" {
+			t.Errorf("%s's request got %q (session %q); want its own answer, %q", who, b, resp.Header.Get("Mcp-Session-Id"), who)
+		}
+	}
+}
