@@ -475,6 +475,12 @@ func (s *Supervisor) serveMCP(w *mcpWriter, r *http.Request, id string, cfg *man
 		return
 	}
 	defer release()
+	if r.ContentLength > MaxMCPBody {
+		// Said before any of it comes: refused before any of it is read.
+		c.status, c.reason = http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is over %d MiB", MaxMCPBody>>20)
+		front.WriteError(w, c.status, nil, mcp.CodeInvalidRequest, c.reason, nil)
+		return
+	}
 
 	var req front.Request
 	if r.Method == http.MethodPost {

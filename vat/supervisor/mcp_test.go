@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -616,4 +617,70 @@ func TestMCPEdgeLogger(t *testing.T) {
 	if strings.Contains(logs.String(), `"msg":"mcp"`) {
 		t.Errorf("an edge record on Logger, not EdgeLogger:\n%s", logs.String())
 	}
+}
+
+// TestMCPBodyOverLimit: a POST whose Content-Length is over MaxMCPBody was
+// read as far as the edge's 16 KiB peek and then passed on, for the
+// limit to end it halfway: the client sent 32 MiB for nothing, or, with
+// no body coming, waited for an answer that never came. It is 413 at once
+// now, before any of its body is read. One whose length is not said
+// (chunked) is still ended at the limit, with 413.
+func TestMCPBodyOverLimit(t *testing.T) {
+	s, st, _ := mcpSupervisor(t)
+	installMCP(t, s, st, "alice")
+	front := httptest.NewServer(s.PublicHandler())
+	defer front.Close()
+	c := &mcpClient{t: t, url: front.URL + "/alice/mcp"}
+	testenv.WaitFor(t, 30*time.Second, func() error {
+		if resp, m := c.post(initBody); resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("initialize = %d %v", resp.StatusCode, m)
+		}
+		return nil
+	})
+
+	t.Run("declared", func(t *testing.T) {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(front.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		fmt.Fprintf(conn, "POST /alice/mcp HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: %d\r\n\r\n{\"jsonrpc\":\"2.0\",", strings.TrimPrefix(front.URL, "http://"), MaxMCPBody+1)
+		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("a POST saying %d bytes: %v; want 413 at once", MaxMCPBody+1, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusRequestEntityTooLarge {
+			t.Errorf("a POST saying %d bytes = %d %s; want 413", MaxMCPBody+1, resp.StatusCode, b)
+		}
+	})
+	t.Run("chunked", func(t *testing.T) {
+		body := io.MultiReader(strings.NewReader(`{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"x":"`), io.LimitReader(zeros{}, MaxMCPBody))
+		req, err := http.NewRequest(http.MethodPost, c.url, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestEntityTooLarge {
+			t.Errorf("a chunked POST over %d bytes = %d %s; want 413", MaxMCPBody, resp.StatusCode, b)
+		}
+	})
+}
+
+// zeros reads as an endless run of '0'.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = '0'
+	}
+	return len(p), nil
 }

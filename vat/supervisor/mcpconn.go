@@ -204,15 +204,27 @@ func (t *bridgeTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 func (t *bridgeTransport) exchange(ctx context.Context, bc *bridgeConn, req *http.Request, body []byte) (*http.Response, bool, error) {
 	stop := context.AfterFunc(ctx, func() { _ = bc.c.Close() })
 	out := req
-	if body != nil {
+	var streamed *bodyError
+	switch {
+	case body != nil:
 		out = new(http.Request)
 		*out = *req
 		out.Body = io.NopCloser(bytes.NewReader(body))
+	case req.Body != nil && req.Body != http.NoBody:
+		streamed = &bodyError{ReadCloser: req.Body}
+		out = new(http.Request)
+		*out = *req
+		out.Body = streamed
 	}
 	resp, written, err := bc.roundTrip(out)
 	if err != nil {
 		stop()
 		_ = bc.c.Close()
+		if streamed != nil && streamed.err != nil {
+			// Request.Write hides it in a type of its own, without
+			// Unwrap: the proxy must see a body over its limit (413).
+			err = fmt.Errorf("reading the request body: %w", streamed.err)
+		}
 		return nil, written, err
 	}
 	resp.Body = &bridgeBody{body: resp.Body, t: t, bc: bc, stop: stop, keep: !resp.Close && !req.Close}
@@ -303,6 +315,21 @@ func (b *bridgeBody) finish(whole bool) {
 	b.stop()
 	_ = b.bc.c.Close()
 	_ = b.body.Close()
+}
+
+// bodyError is a request body that keeps the error a Read returned, other
+// than io.EOF.
+type bodyError struct {
+	io.ReadCloser
+	err error
+}
+
+func (b *bodyError) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		b.err = err
+	}
+	return n, err
 }
 
 // inMemory reads req's body when it is at most bridgeBufSize bytes

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"toybox/vat/manifest"
 )
 
 // bridgeServer serves h on a unix socket in a folder of the test's and
@@ -343,5 +346,32 @@ func TestBridgeTransportUnaskedBytes(t *testing.T) {
 		if string(b) != who || resp.Header.Get("Mcp-Session-Id") != "" {
 			t.Errorf("%s's request got %q (session %q); want its own answer, %q", who, b, resp.Header.Get("Mcp-Session-Id"), who)
 		}
+	}
+}
+
+// TestBridgeBodyOverLimit: a body of unknown length (chunked) that passed
+// MaxMCPBody on its way to a stdio vat's bridge was answered 502 "did not
+// answer", where an http vat's is 413: Request.Write wraps the body's
+// error in a type that hides it, so the MCP proxy's ErrorHandler did not
+// see the limit. It is 413 on both.
+func TestBridgeBodyOverLimit(t *testing.T) {
+	path, _, _ := bridgeServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		_, _ = io.WriteString(w, "{}")
+	}))
+	in := &instance{v: &vat{id: "calc"}, sock: path}
+	in.plog = newProxyLog(nil, "calc")
+	in.proxy = proxyLogged("calc", nil, in.plog)
+	rt := newMCPRoute(in, manifest.MCP{Transport: manifest.TransportStdio, Path: "/mcp"})
+	defer rt.close()
+	rec := httptest.NewRecorder()
+	body := io.MultiReader(strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"x":"`), io.LimitReader(zeros{}, MaxMCPBody))
+	req := httptest.NewRequest(http.MethodPost, "http://localhost/calc/mcp", body)
+	req.ContentLength = -1
+	req.Body = http.MaxBytesReader(rec, req.Body, MaxMCPBody)
+	req = req.WithContext(context.WithValue(req.Context(), mcpCallKey{}, &mcpCall{vat: "calc"}))
+	rt.proxy.ServeHTTP(rec, req)
+	if rec.Code != http.StatusRequestEntityTooLarge {
+		t.Errorf("a body over %d bytes to a stdio vat = %d %s; want 413", MaxMCPBody, rec.Code, rec.Body)
 	}
 }
