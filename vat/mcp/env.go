@@ -13,6 +13,20 @@ import (
 // envNameRe is a variable name a principal's environment may set.
 var envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 
+// EnvMark begins the part of a principal that a client's own header
+// values add (mcp.headerEnv): "token:<id>/env:<digest>".
+const EnvMark = "/env:"
+
+// Holder returns who holds principal's share of a vat's bounds: the
+// principal without the part its client's own header values add. A client
+// that sends new values makes a new principal each time, with processes
+// and sessions of its own, but stays one holder: the bounds that keep one
+// client from crowding out the others count it once.
+func Holder(principal string) string {
+	h, _, _ := strings.Cut(principal, EnvMark)
+	return h
+}
+
 // MaxEnvHeader bounds HeaderPrincipalEnv's value.
 const MaxEnvHeader = 64 << 10
 

@@ -480,3 +480,20 @@ func TestFields(t *testing.T) {
 		}
 	}
 }
+
+func TestHolder(t *testing.T) {
+	tests := []struct{ name, principal, want string }{
+		{"token", "token:3f9c0a1b2c4d", "token:3f9c0a1b2c4d"},
+		{"token with values", "token:3f9c0a1b2c4d/env:0011223344556677", "token:3f9c0a1b2c4d"},
+		{"client with values", "client:192.0.2.7/env:0011223344556677", "client:192.0.2.7"},
+		{"IPv6 client", "client:2001:db8::/64", "client:2001:db8::/64"},
+		{"none", "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Holder(tt.principal); got != tt.want {
+				t.Errorf("Holder(%q) = %q; want %q", tt.principal, got, tt.want)
+			}
+		})
+	}
+}

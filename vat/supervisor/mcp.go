@@ -579,7 +579,7 @@ var envKey = func() []byte {
 func envPrincipal(env map[string]string) string {
 	mac := hmac.New(sha256.New, envKey)
 	mac.Write([]byte(mcp.EncodeEnv(env)))
-	return "/env:" + hex.EncodeToString(mac.Sum(nil)[:8])
+	return mcp.EnvMark + hex.EncodeToString(mac.Sum(nil)[:8])
 }
 
 // writeNotReady answers a request to a vat that does not serve now: at

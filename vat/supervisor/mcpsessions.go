@@ -3,6 +3,8 @@ package supervisor
 import (
 	"container/list"
 	"sync"
+
+	"toybox/vat/mcp"
 )
 
 // maxSessions bounds the sessions one instance's edge keeps: each is a few
@@ -12,18 +14,19 @@ const maxSessions = 8192
 
 // sessionTable maps the session ids a vat minted to the principal that
 // opened each. Past its bound it forgets the least recently used session
-// of the principal that holds the most: one principal opening session
-// after session ends its own, never one of a principal holding fewer.
-// Safe for concurrent use.
+// of the holder (mcp.Holder) that holds the most: one client opening
+// session after session, under one principal or under many of its own
+// header values, ends its own, never one of a client holding fewer. Safe
+// for concurrent use.
 type sessionTable struct {
 	max  int
 	mu   sync.Mutex
 	byID map[string]*list.Element
-	// byPrincipal holds each principal's sessions, most recent at the
-	// front: the lists of *sessionEntry that byID points into.
-	byPrincipal map[string]*list.List
-	n           int
-	clock       uint64 // counts uses, for the least recently used of several principals
+	// byHolder holds each holder's sessions, most recent at the front:
+	// the lists of *sessionEntry that byID points into.
+	byHolder map[string]*list.List
+	n        int
+	clock    uint64 // counts uses, for the least recently used of several principals
 }
 
 type sessionEntry struct {
@@ -32,14 +35,14 @@ type sessionEntry struct {
 }
 
 func newSessionTable(max int) *sessionTable {
-	return &sessionTable{max: max, byID: map[string]*list.Element{}, byPrincipal: map[string]*list.List{}}
+	return &sessionTable{max: max, byID: map[string]*list.Element{}, byHolder: map[string]*list.List{}}
 }
 
 // use marks e as just used (t.mu held).
 func (t *sessionTable) use(e *list.Element) {
 	t.clock++
 	e.Value.(*sessionEntry).used = t.clock
-	t.byPrincipal[e.Value.(*sessionEntry).principal].MoveToFront(e)
+	t.byHolder[mcp.Holder(e.Value.(*sessionEntry).principal)].MoveToFront(e)
 }
 
 // bind keeps session id as principal's, and returns the session it evicted
@@ -52,10 +55,10 @@ func (t *sessionTable) bind(id, principal string) (evicted, evictedPrincipal str
 		t.use(e)
 		return "", ""
 	}
-	l := t.byPrincipal[principal]
+	l := t.byHolder[mcp.Holder(principal)]
 	if l == nil {
 		l = list.New()
-		t.byPrincipal[principal] = l
+		t.byHolder[mcp.Holder(principal)] = l
 	}
 	t.byID[id] = l.PushFront(&sessionEntry{id: id, principal: principal})
 	t.use(t.byID[id])
@@ -63,10 +66,10 @@ func (t *sessionTable) bind(id, principal string) (evicted, evictedPrincipal str
 	if t.n <= t.max {
 		return "", ""
 	}
-	// The principal holding the most; of several, the one whose least
+	// The holder holding the most; of several, the one whose least
 	// recently used session was used longest ago.
 	var victim *list.List
-	for _, l := range t.byPrincipal {
+	for _, l := range t.byHolder {
 		if victim == nil || l.Len() > victim.Len() ||
 			l.Len() == victim.Len() && l.Back().Value.(*sessionEntry).used < victim.Back().Value.(*sessionEntry).used {
 			victim = l
@@ -80,10 +83,11 @@ func (t *sessionTable) bind(id, principal string) (evicted, evictedPrincipal str
 // removeLocked forgets e (t.mu held).
 func (t *sessionTable) removeLocked(e *list.Element) {
 	se := e.Value.(*sessionEntry)
-	l := t.byPrincipal[se.principal]
+	h := mcp.Holder(se.principal)
+	l := t.byHolder[h]
 	l.Remove(e)
 	if l.Len() == 0 {
-		delete(t.byPrincipal, se.principal)
+		delete(t.byHolder, h)
 	}
 	delete(t.byID, se.id)
 	t.n--

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -49,5 +50,34 @@ func TestSessionTableEvictsTheMostHeld(t *testing.T) {
 	tab.drop("c")
 	if n := tab.len(); n != 0 {
 		t.Errorf("after dropping all, the table keeps %d", n)
+	}
+}
+
+// TestSessionTableCountsHolders: a client's own header values (mcp.headerEnv)
+// make it another principal, "token:<id>/env:<digest>", for its processes
+// and sessions. Counted apart, one token holder that sent a new value with
+// each initialize held one session per principal, never the most, and so
+// ended alice's: the sessions it opened past the bound ended everyone
+// else's instead of its own. The table counts them by who holds them.
+func TestSessionTableCountsHolders(t *testing.T) {
+	const bound = 8
+	tab := newSessionTable(bound)
+	tab.bind("alice-1", "token:alice")
+	tab.bind("alice-2", "token:alice")
+	for i := range 3 * bound {
+		sid := fmt.Sprintf("mallory-%d", i)
+		principal := fmt.Sprintf("token:mallory/env:%016x", i)
+		if evicted, p := tab.bind(sid, principal); evicted != "" && !strings.HasPrefix(p, "token:mallory/") {
+			t.Fatalf("mallory's session %d evicted %s's %s", i, p, evicted)
+		}
+	}
+	for _, sid := range []string{"alice-1", "alice-2"} {
+		if p, ok := tab.owner(sid); !ok || p != "token:alice" {
+			t.Errorf("session %s: %q %v; want kept as alice's", sid, p, ok)
+		}
+	}
+	// Each session is still its own principal's.
+	if p, ok := tab.owner(fmt.Sprintf("mallory-%d", 3*bound-1)); !ok || p != fmt.Sprintf("token:mallory/env:%016x", 3*bound-1) {
+		t.Errorf("mallory's newest session: %q %v; want kept, its own principal's", p, ok)
 	}
 }

@@ -353,7 +353,9 @@ func (b *Bridge) post(w http.ResponseWriter, r *http.Request, principal string) 
 		return
 	}
 	limit := int64(b.cfg.MaxMessage)
-	br := &budgetReader{r: http.MaxBytesReader(w, r.Body, limit), bu: &b.bodies, principal: principal, per: bodiesPerPrincipal * limit, all: bodiesAll * limit}
+	// Counted per holder: a client's own header values make it another
+	// principal, never another share of the bodies held.
+	br := &budgetReader{r: http.MaxBytesReader(w, r.Body, limit), bu: &b.bodies, principal: mcp.Holder(principal), per: bodiesPerPrincipal * limit, all: bodiesAll * limit}
 	// Held until the call is written and answered (or the client left):
 	// the call keeps none of it (send copies what it keeps).
 	defer br.release()
@@ -617,26 +619,30 @@ func principalOf(o owner) string {
 
 // lruLocked picks what to end to make room for a process of principal
 // asking: a session, or stateless process with no call in flight, of
-// the principal holding the most processes (asking counted with the one
-// it asks for), the one used longest ago among them. So a principal that
-// opens session after session ends its own, never one of a principal
-// holding fewer. It returns the func that ends it, or nil when nothing
-// may go.
+// the holder (mcp.Holder) holding the most processes (asking counted with
+// the one it asks for), the one used longest ago among them. So a client
+// that opens session after session, under one principal or under many of
+// its own header values, ends its own, never one of a client holding
+// fewer. A shared process (ModeShared) serves all its principal's
+// sessions and goes only when its holder holds more than the one asking,
+// or is the one asking and holds another. It returns the func that ends
+// it, or nil when nothing may go.
 func (b *Bridge) lruLocked(asking string) func() {
-	held := map[string]int{asking: 1}
+	asker := mcp.Holder(asking)
+	held := map[string]int{asker: 1}
 	for p := range b.procs {
 		p.mu.Lock()
 		o := p.owner
 		p.mu.Unlock()
 		if o != nil {
-			held[principalOf(o)]++
+			held[mcp.Holder(principalOf(o))]++
 		}
 	}
 	var oldest time.Time
 	most := 0
 	var pick func()
 	better := func(principal string, t time.Time) bool {
-		n := held[principal]
+		n := held[mcp.Holder(principal)]
 		if pick == nil || n > most || n == most && t.Before(oldest) {
 			most, oldest = n, t
 			return true
@@ -660,6 +666,19 @@ func (b *Bridge) lruLocked(asking string) func() {
 		p.mu.Unlock()
 		if mo, ok := o.(*modernOwner); ok && n == 0 && better(mo.key, t) {
 			pick = func() { p.stop() }
+		}
+	}
+	for _, o := range b.shared {
+		p := o.proc()
+		h := mcp.Holder(o.key)
+		if o.key == "" || p == nil || !b.procs[p] || !(held[h] > held[asker] || h == asker && held[h] > 1) {
+			continue // ModeSingle's, one restarting, or a fair share
+		}
+		p.mu.Lock()
+		t := p.lastUse
+		p.mu.Unlock()
+		if better(o.key, t) {
+			pick = func() { p.stop() } // its sessions end with it (exited)
 		}
 	}
 	return pick

@@ -183,6 +183,50 @@ func TestProcessBoundPerPrincipal(t *testing.T) {
 	}
 }
 
+// TestProcessBoundPerHolder: a client's own header values (mcp.headerEnv)
+// make it another principal, "token:<id>/env:<digest>", with processes of
+// its own. Counted apart, a token holder that sent a new value with each
+// initialize held one process per principal, never the most: in session
+// mode its sessions past the bound ended alice's; in shared mode its
+// shared processes took every slot, for good, and alice got 503. The
+// bound counts processes by who holds them (mcp.Holder): the holder's
+// own go first.
+func TestProcessBoundPerHolder(t *testing.T) {
+	const bound = 4
+	for _, mode := range []Mode{ModeSession, ModeShared} {
+		t.Run(string(mode), func(t *testing.T) {
+			_, srv := newBridge(t, Config{MaxProcs: bound, NoSpare: true, Mode: mode})
+			ctx := context.Background()
+			alice := client(srv, "token:alice")
+			if mode == ModeSession {
+				if err := alice.Initialize(ctx, "", nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var mallory []*mcptest.Client
+			for i := range 2 * bound {
+				time.Sleep(5 * time.Millisecond) // each later than alice's
+				c := client(srv, fmt.Sprintf("token:mallory/env:%016x", i))
+				if err := c.Initialize(ctx, "", nil); err != nil {
+					t.Fatalf("mallory's session %d: %v", i, err)
+				}
+				mallory = append(mallory, c)
+			}
+			if mode == ModeShared {
+				if err := alice.Initialize(ctx, "", nil); err != nil {
+					t.Fatalf("alice, after mallory's %d values took every process: %v", len(mallory), err)
+				}
+			}
+			if r, err := alice.Post(ctx, mcptest.Tool(2, "echo", map[string]any{"text": "kept"})); err != nil || r.Text() != "kept" {
+				t.Errorf("alice's session after mallory's %d: %d %q %v; want kept", len(mallory), r.Status, r.Text(), err)
+			}
+			if r, _ := mallory[len(mallory)-1].Post(ctx, mcptest.Tool(4, "echo", map[string]any{"text": "new"})); r.Text() != "new" && mode == ModeSession {
+				t.Errorf("mallory's newest session: %q; want new", r.Text())
+			}
+		})
+	}
+}
+
 // TestSpare: a spare process waits for the next session, and comes back
 // once taken.
 func TestSpare(t *testing.T) {
