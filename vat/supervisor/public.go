@@ -45,6 +45,10 @@ const (
 	// once its answer is written and nobody reads it: a client that is
 	// done sends it at once.
 	bodyDrainTimeout = 5 * time.Second
+	// sendTimeout bounds each write of an answer to a client that reads
+	// none of it (nginx's send_timeout). Not the whole answer's: a
+	// stream may last as long as it goes on.
+	sendTimeout = 60 * time.Second
 )
 
 // originWide are answer headers that act on the whole origin, which every
@@ -410,7 +414,13 @@ func routeOf(r *http.Request, id string) edge.Route {
 // not from edge.Listener) or r's body was not read to its end. Its req is
 // r with its body watched, for the handler to use.
 func (s *Supervisor) answerWriter(w http.ResponseWriter, r *http.Request, rt edge.Route) *answer {
-	aw := &answer{ResponseWriter: w, sandbox: rt.Origin != edge.Own, req: r}
+	aw := &answer{ResponseWriter: w, sandbox: rt.Origin != edge.Own, req: r, rc: http.NewResponseController(w), send: sendTimeout}
+	if s.sendWait > 0 {
+		aw.send = s.sendWait
+	}
+	// The connection's last answer left its deadline: none until this
+	// one writes (a 100 Continue, say, is the server's own).
+	_ = aw.rc.SetWriteDeadline(time.Time{})
 	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
 		aw.body = newWatchedBody(r.Body, w)
 		aw.req = r.WithContext(r.Context())
@@ -436,10 +446,26 @@ type answer struct {
 	sandbox, close, final bool
 	req                   *http.Request
 	body                  *watchedBody // nil: the request has none
+	rc                    *http.ResponseController
+	send                  time.Duration // sendTimeout
 }
 
+// sending gives the next write (and the flush after it) a.send to make
+// progress. A client that pipelined requests and read none of the
+// answers otherwise held its connection, active, for as long as it liked
+// once the socket's buffers were full.
+func (a *answer) sending() { _ = a.rc.SetWriteDeadline(time.Now().Add(a.send)) }
+
 func (a *answer) WriteHeader(code int) {
-	if code >= 200 && !a.final {
+	if code < 200 {
+		// Written and flushed at once. No deadline stays behind: a
+		// connection hijacked later (an upgrade) must not keep one.
+		a.sending()
+		a.ResponseWriter.WriteHeader(code)
+		_ = a.rc.SetWriteDeadline(time.Time{})
+		return
+	}
+	if !a.final {
 		a.final = true
 		h := a.Header()
 		if a.sandbox {
@@ -456,14 +482,17 @@ func (a *answer) WriteHeader(code int) {
 			h.Set("Connection", "close")
 		}
 	}
+	a.sending()
 	a.ResponseWriter.WriteHeader(code)
 }
 
-// bound is called as the handler returns: the body is nobody's now.
+// bound is called as the handler returns: the body is nobody's now, and
+// the server flushes what is left of the answer.
 func (a *answer) bound() {
 	if a.body != nil {
 		a.body.abandon()
 	}
+	a.sending() // ErrHijacked after an upgrade: nothing is flushed
 }
 
 // watchedBody is a request body that says whether it was read to its end.
@@ -544,6 +573,7 @@ func (a *answer) Write(p []byte) (int, error) {
 	if !a.final {
 		a.WriteHeader(http.StatusOK)
 	}
+	a.sending()
 	return a.ResponseWriter.Write(p)
 }
 

@@ -874,3 +874,45 @@ func TestPublicBoundsAnUnreadBody(t *testing.T) {
 		})
 	}
 }
+
+// TestPublicBoundsAnUnreadAnswer: a client that pipelined requests on one
+// connection and read none of the answers held it for as long as it
+// liked: once the socket's buffers filled, the server's write of the
+// next answer blocked with no deadline (no WriteTimeout, which would end
+// every long stream), the connection stayed active, and neither
+// IdleTimeout nor ConnGuard's idle shedding ended it. No vat was needed:
+// 404s did it. A write that makes no progress for sendTimeout now ends
+// the connection.
+func TestPublicBoundsAnUnreadAnswer(t *testing.T) {
+	s := edgeSupervisor(t)
+	s.sendWait = time.Second
+	srv := httptest.NewUnstartedServer(s.PublicHandler())
+	srv.Listener = edge.Listener(srv.Listener)
+	srv.Config.ConnContext = edge.ConnContext
+	closed := make(chan struct{}, 1)
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateClosed {
+			closed <- struct{}{}
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	c, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	req := "GET /nosuch/" + strings.Repeat("x", 1000) + " HTTP/1.1\r\nHost: localhost\r\n\r\n"
+	go func() {
+		for {
+			if _, err := io.WriteString(c, req); err != nil {
+				return // the server closed it
+			}
+		}
+	}()
+	select {
+	case <-closed:
+	case <-time.After(s.sendWait + 10*time.Second):
+		t.Fatalf("a connection whose answers are never read is still open after %v; want it closed within %v of its writes stalling", s.sendWait+10*time.Second, s.sendWait)
+	}
+}

@@ -236,6 +236,8 @@ type Supervisor struct {
 	vats     map[labels.VatID]*vat
 	mcpLogs  map[string]*tokens.Records // per vat id: its MCP records' rate
 	stopping bool
+
+	sendWait time.Duration // tests: sendTimeout when not zero
 }
 
 // New returns a Supervisor; nothing runs until Start.
