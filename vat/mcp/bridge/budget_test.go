@@ -18,7 +18,7 @@ import (
 // more memory than a wall has, and the vat ended for every client.
 func TestBodyBudget(t *testing.T) {
 	const limit = 1 << 20
-	_, srv := newBridge(t, Config{MaxMessage: limit, NoSpare: true, Mode: ModeShared})
+	b, srv := newBridge(t, Config{MaxMessage: limit, NoSpare: true, Mode: ModeShared})
 	ctx := context.Background()
 	clients := map[string]*mcptest.Client{}
 	for _, p := range []string{"mallory", "alice", "bob", "carol"} {
@@ -29,9 +29,24 @@ func TestBodyBudget(t *testing.T) {
 		clients[p] = c
 	}
 	// A call that holds its body for a while: a slow tool with a large
-	// argument.
+	// argument. Long enough for the checks below on a loaded machine.
 	big := func(id int) []byte {
-		return mcptest.Tool(id, "slow", map[string]any{"ms": 1500, "text": strings.Repeat("x", limit*9/10)})
+		return mcptest.Tool(id, "slow", map[string]any{"ms": 5000, "text": strings.Repeat("x", limit*9/10)})
+	}
+	// held waits until n large bodies are read and held.
+	held := func(n int64) {
+		t.Helper()
+		for end := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			b.bodies.mu.Lock()
+			h := b.bodies.held
+			b.bodies.mu.Unlock()
+			if h >= n*(limit*9/10-freeBody) {
+				return
+			}
+			if time.Now().After(end) {
+				t.Fatalf("the bridge holds %d bytes of bodies; want %d large ones held", h, n)
+			}
+		}
 	}
 	var wg sync.WaitGroup
 	hold := func(p string, id int) {
@@ -45,13 +60,13 @@ func TestBodyBudget(t *testing.T) {
 		}()
 	}
 	hold("mallory", 2)
-	time.Sleep(300 * time.Millisecond) // its body is read and held
+	held(1)
 	if r, err := clients["mallory"].Post(ctx, big(3)); err != nil || r.Status != http.StatusServiceUnavailable {
 		t.Errorf("mallory's second large body at once: %v %d %q; want 503", err, r.Status, r.Text())
 	}
 	hold("alice", 4)
 	hold("bob", 5)
-	time.Sleep(300 * time.Millisecond)
+	held(3)
 	if r, err := clients["carol"].Post(ctx, big(6)); err != nil || r.Status != http.StatusServiceUnavailable {
 		t.Errorf("a fourth principal's large body past the bound of all: %v %d %q; want 503", err, r.Status, r.Text())
 	}
