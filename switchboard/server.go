@@ -291,6 +291,7 @@ func (s *Server) serveConn(ctx context.Context, name string, uc *net.UnixConn, r
 type peer struct {
 	srv    *Server
 	socket string
+	direct bool // made by Handle.socket: serves no further socket()
 	wc     *wire.Conn
 	pid    int32
 	uid    uint32

@@ -7,6 +7,7 @@ import (
 	"capnproto.org/go/capnp/v3"
 	"capnproto.org/go/capnp/v3/flowcontrol"
 
+	"toybox/labels"
 	"toybox/schema"
 	"toybox/schema/wire"
 )
@@ -21,8 +22,18 @@ const directSuffix = "+direct"
 // of the asking peer until it closes; it closes when its bootstrap is
 // revoked (h or a handle h derives from released, or the asking peer's
 // connection closed), or when the holder closes it.
+//
+// A connection socket made makes no other: its holder is untrusted (the
+// entry in a wall), and each such connection counts calls, handles and
+// pipelined bytes against limits of its own, so connections made from it,
+// and from those, would multiply them without end.
 func (h *handle) Socket(ctx context.Context, call schema.Handle_socket) error {
 	if err := h.live(); err != nil {
+		return err
+	}
+	if h.p.direct {
+		err := labels.Refuse("socket() is not served on a connection socket() made: ask the switchboard socket the supervisor holds")
+		h.logDecision("socket", "", nil, "", false, err.Error())
 		return err
 	}
 	res, err := call.AllocResults()
@@ -66,7 +77,7 @@ func (h *handle) Socket(ctx context.Context, call schema.Handle_socket) error {
 func (s *Server) serveDirect(parent *handle, uc *net.UnixConn) {
 	wc := wire.NewConn(uc, false)
 	pp := parent.p
-	p := &peer{srv: s, socket: pp.socket + directSuffix, wc: wc, pid: pp.pid, uid: pp.uid, lim: s.cfg.Limits, flow: flowcontrol.NewFixedLimiter(s.cfg.Limits.ConnWindow)}
+	p := &peer{srv: s, socket: pp.socket + directSuffix, direct: true, wc: wc, pid: pp.pid, uid: pp.uid, lim: s.cfg.Limits, flow: flowcontrol.NewFixedLimiter(s.cfg.Limits.ConnWindow)}
 	boot := p.newHandle(parent.labels, parent, false)
 	conn := wc.RPCWith(capnp.Client(boot.client()), wire.Logger(s.log), wire.Limits{CallBytes: 2 * p.lim.Bytes})
 	select {

@@ -164,28 +164,14 @@ func TestDirectIsTheGrantAndNoWider(t *testing.T) {
 			t.Errorf("constrain %s on a direct connection gave %s; want a conflict", wide, l)
 		}
 	}
-	// A further Handle.socket is the member again, no wider.
+	// A direct connection makes no further one (each would count against
+	// limits of its own).
 	fut, rel := hs[0].Socket(ctx, nil)
-	res, err := fut.Struct()
-	if err != nil {
-		t.Fatalf("Handle.socket on a direct connection: %v", err)
-	}
-	f, err := wcs[0].TakeFD(res.Fd())
+	_, err = fut.Struct()
 	rel()
-	if err != nil {
-		t.Fatal(err)
+	if err == nil || !strings.Contains(err.Error(), "egress refused") {
+		t.Errorf("Handle.socket on a direct connection: %v; want refused", err)
 	}
-	h2, wc2 := handleOn(t, f)
-	if c, err := connectFD(ctx, h2, wc2, "127.0.0.1", other); err == nil {
-		c.Close()
-		t.Errorf("a socket of a direct connection reached ungranted port %d", other)
-	}
-	c3, err := connectFD(ctx, h2, wc2, "127.0.0.1", p1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c3.Close()
-	roundTrip(t, c3, "nested")
 
 	// Reports reach OnDecision.
 	rfut, rrel := vc.ReportDirect(ctx, func(p schema.Vat_reportDirect_Params) error {
