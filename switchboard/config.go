@@ -83,7 +83,9 @@ type Limits struct {
 	// Conns is how many connections (handed-over sockets, streams, HTTP
 	// requests in flight, WebSockets) one peer connection may hold open.
 	// One held open with a reader that stopped costs the switchboard ~90
-	// KiB and the kernel ~120 KiB of receive queue. If zero, 4096.
+	// KiB and the kernel ~120 KiB of receive queue. One that handed back
+	// a stream (upstream, a request's body) counts until the peer
+	// releases it too. If zero, 4096.
 	Conns int `json:"conns,omitempty"`
 	// TotalConns is how many connections all peer connections together may
 	// hold open: what bounds the switchboard's memory (and the host's TCP

@@ -133,8 +133,10 @@ func (h *handle) Connect(ctx context.Context, call schema.Handle_connect) error 
 	} else {
 		r := &relay{x: x, down: down}
 		down.SetFlowLimiter(h.p.streamFlow())
+		x.count.keep() // until the peer releases up (upstream.Shutdown)
 		up := schema.ByteStream(h.p.export(schema.ByteStream_NewServer(&upstream{r: r})))
 		if err := res.SetUpstream(up); err != nil {
+			up.Release()
 			return err
 		}
 		go r.pump()
@@ -328,8 +330,12 @@ func (u *upstream) End(ctx context.Context, call schema.ByteStream_end) error {
 	return nil
 }
 
-// Shutdown runs when the caller releases the stream: as End.
-func (u *upstream) Shutdown() { u.end() }
+// Shutdown runs when the caller releases the stream: as End, and the
+// connection's count is given back once it is shut too.
+func (u *upstream) Shutdown() {
+	u.end()
+	u.r.x.count.drop()
+}
 
 func (u *upstream) end() {
 	u.once.Do(func() {

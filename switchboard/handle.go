@@ -46,6 +46,10 @@ type held struct {
 	// untracked is set (under the tracker's lock) once shut began.
 	untracked bool
 	once      sync.Once
+	// count is the connection's count of limits.conns: shut drops it,
+	// and so does the stream handed back for the connection once the
+	// peer releases it.
+	count *sharedConn
 }
 
 // newHandle makes a handle with labels l under parent (nil for a root).
@@ -124,9 +128,10 @@ func (h *handle) live() error {
 
 // hold records c as made by h. If h is already revoked, c is shut at once
 // and an error returned. The peer's connection count is already taken; it
-// is given back when the connection is shut.
+// is given back when the connection is shut (and the stream handed back
+// for it, if any, released).
 func (h *handle) hold(c net.Conn, host string) (*held, error) {
-	x := &held{conn: c, owner: h, fd: -1, host: host}
+	x := &held{conn: c, owner: h, fd: -1, host: host, count: newSharedConn(h.p)}
 	srv := h.p.srv
 	srv.heldMu.Lock()
 	srv.helds[x] = struct{}{}
@@ -157,7 +162,7 @@ func (x *held) shut() {
 		srv.heldMu.Lock()
 		delete(srv.helds, x)
 		srv.heldMu.Unlock()
-		x.owner.p.releaseConn()
+		x.count.drop()
 	})
 }
 

@@ -206,12 +206,15 @@ func (h *handle) Request(ctx context.Context, call schema.Handle_request) error 
 		return fail(d.addrs, errors.New("request needs a responder"))
 	}
 	// The request counts as one of the peer's connections until its
-	// answer has gone to the responder (its TCP connection counts as
-	// another while open): the call returns at once, and a peer could
-	// otherwise leave any number of requests waiting on its responder.
+	// answer has gone to the responder and the peer has released the body
+	// stream (its TCP connection counts as another while open): the call
+	// returns at once, and a peer could otherwise leave any number of
+	// requests waiting on its responder, or of bodies, each a server with
+	// a goroutine, held.
 	if err := h.p.acquireConn(); err != nil {
 		return fail(d.addrs, err)
 	}
+	slot := newSharedConn(h.p)
 	responder := args.Responder().AddRef()
 
 	// The request body: what the caller writes to the returned stream.
@@ -225,7 +228,7 @@ func (h *handle) Request(ctx context.Context, call schema.Handle_request) error 
 	if err != nil {
 		cancel()
 		responder.Release()
-		h.p.releaseConn()
+		slot.drop()
 		return fail(d.addrs, fmt.Errorf("building the request: %w", err))
 	}
 	// The request goes to the canonical host the decision was made for
@@ -244,25 +247,28 @@ func (h *handle) Request(ctx context.Context, call schema.Handle_request) error 
 	if err != nil {
 		cancel()
 		responder.Release()
-		h.p.releaseConn()
+		slot.drop()
 		return err
 	}
-	bs := &bodyStream{w: pw, noBody: body == http.NoBody}
-	if err := res.SetBody(schema.ByteStream(h.p.export(schema.ByteStream_NewServer(bs)))); err != nil {
+	slot.keep() // until the peer releases the body (bodyStream.Shutdown)
+	bs := &bodyStream{w: pw, noBody: body == http.NoBody, slot: slot}
+	bc := schema.ByteStream(h.p.export(schema.ByteStream_NewServer(bs)))
+	if err := res.SetBody(bc); err != nil {
+		bc.Release()
 		cancel()
 		responder.Release()
-		h.p.releaseConn()
+		slot.drop()
 		return err
 	}
 	h.logDecision("request", logURL(rawURL), d.addrs, firstVetted(d), true, d.reason)
-	go h.roundTrip(hreq, cancel, responder, pr)
+	go h.roundTrip(hreq, cancel, responder, pr, slot)
 	return nil
 }
 
 // roundTrip sends hreq and delivers the answer to responder (owned); it
-// gives back the slot Request took.
-func (h *handle) roundTrip(hreq *http.Request, cancel context.CancelFunc, responder schema.Responder, pr *io.PipeReader) {
-	defer h.p.releaseConn()
+// drops its keep of the slot Request took.
+func (h *handle) roundTrip(hreq *http.Request, cancel context.CancelFunc, responder schema.Responder, pr *io.PipeReader, slot *sharedConn) {
+	defer slot.drop()
 	defer cancel()
 	defer responder.Release()
 	// A caller that never takes the outcome does not keep the request
@@ -346,6 +352,7 @@ type bodyStream struct {
 	w      *io.PipeWriter
 	noBody bool
 	once   sync.Once
+	slot   *sharedConn // the request's count, kept until Shutdown
 }
 
 func (b *bodyStream) Write(ctx context.Context, call schema.ByteStream_write) error {
@@ -370,9 +377,11 @@ func (b *bodyStream) End(ctx context.Context, call schema.ByteStream_end) error 
 	return nil
 }
 
-// Shutdown without End aborts the body.
+// Shutdown without End aborts the body. The request's count is given
+// back once its answer is delivered too.
 func (b *bodyStream) Shutdown() {
 	b.once.Do(func() { _ = b.w.CloseWithError(errors.New("request body stream released before end")) })
+	b.slot.drop()
 }
 
 func firstVetted(d *decision) string {

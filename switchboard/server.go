@@ -399,6 +399,32 @@ func (p *peer) releaseConn() {
 	p.srv.conns.Add(-1)
 }
 
+// sharedConn is one count of limits.conns (acquireConn) kept by several
+// things: a connection, or a request in flight, and the stream handed
+// back for it (a server with a goroutine of its own, which lives until
+// the peer releases it). The count is given back when the last lets go.
+type sharedConn struct {
+	p    *peer
+	refs atomic.Int32
+}
+
+// newSharedConn takes over a count acquireConn took, kept once.
+func newSharedConn(p *peer) *sharedConn {
+	c := &sharedConn{p: p}
+	c.refs.Store(1)
+	return c
+}
+
+// keep keeps the count once more.
+func (c *sharedConn) keep() { c.refs.Add(1) }
+
+// drop lets go of the count once; the last drop gives it back.
+func (c *sharedConn) drop() {
+	if c.refs.Add(-1) == 0 {
+		c.p.releaseConn()
+	}
+}
+
 // limitHook wraps a server so that calls from the peer count against its
 // limits; a call past a limit is rejected at once, before it is queued.
 type limitHook struct {

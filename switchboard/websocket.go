@@ -174,7 +174,10 @@ func (h *handle) WebSocket(ctx context.Context, call schema.Handle_webSocket) er
 		x.shut()
 		return err
 	}
-	if err := res.SetUpstream(schema.MessageStream(h.p.export(schema.MessageStream_NewServer(&wsUpstream{ws: ws})))); err != nil {
+	x.count.keep() // until the peer releases the upstream (wsUpstream.Shutdown)
+	up := schema.MessageStream(h.p.export(schema.MessageStream_NewServer(&wsUpstream{ws: ws})))
+	if err := res.SetUpstream(up); err != nil {
+		up.Release()
 		ws.down.Release()
 		x.shut()
 		return err
@@ -508,7 +511,9 @@ func (u *wsUpstream) Close(ctx context.Context, call schema.MessageStream_close)
 	return nil
 }
 
-// Shutdown without Close ends the connection with 1001 (going away).
+// Shutdown without Close ends the connection with 1001 (going away). The
+// connection's count is given back once it is shut too.
 func (u *wsUpstream) Shutdown() {
 	u.once.Do(func() { _ = u.ws.writeFrame(opClose, binary.BigEndian.AppendUint16(nil, 1001)) })
+	u.ws.x.count.drop()
 }
