@@ -25,6 +25,8 @@ func (h *handle) Connect(ctx context.Context, call schema.Handle_connect) error 
 	if err := h.live(); err != nil {
 		return err
 	}
+	ctx, done := h.bound(ctx)
+	defer done()
 	args := call.Args()
 	t, err := args.Target()
 	if err != nil {
@@ -40,6 +42,7 @@ func (h *handle) Connect(ctx context.Context, call schema.Handle_connect) error 
 		return err
 	}
 	fail := func(addrs []netip.Addr, vetted string, err error) error {
+		err = h.cut(err)
 		h.logDecision("connect", target, addrs, vetted, false, err.Error())
 		return err
 	}
@@ -99,6 +102,14 @@ func (h *handle) Connect(ctx context.Context, call schema.Handle_connect) error 
 		return fail(d.addrs, vetted, err)
 	}
 	sock.add(func() { _ = conn.Close() })
+	// Held before the ClientHello is sent: revoking the handle shuts the
+	// connection, so no byte of the caller's leaves once revoke() answered.
+	x, err := h.hold(conn, d.req.Host)
+	sock.release() // hold took the socket and its count, even when it failed
+	if err != nil {
+		return fail(d.addrs, vetted, err)
+	}
+	undo.add(x.shut)
 	if len(hello) > 0 {
 		_ = conn.SetWriteDeadline(time.Now().Add(h.p.srv.cfg.DialTimeout))
 		if _, err := conn.Write(hello); err != nil {
@@ -109,12 +120,6 @@ func (h *handle) Connect(ctx context.Context, call schema.Handle_connect) error 
 			return fail(d.addrs, vetted, err)
 		}
 	}
-	x, err := h.hold(conn, d.req.Host)
-	sock.release() // hold took the socket and its count, even when it failed
-	if err != nil {
-		return fail(d.addrs, vetted, err)
-	}
-	undo.add(x.shut)
 	res, err := call.AllocResults()
 	if err != nil {
 		return err

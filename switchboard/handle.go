@@ -116,6 +116,29 @@ func (h *handle) revoke() {
 	}
 }
 
+// bound returns ctx, done too once h is revoked: revoke() answers at once,
+// and a call in flight then (resolving, dialling) must not go on to reach
+// the remote for the revoked handle. The caller must call the returned
+// func.
+func (h *handle) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(h.ctx, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
+	}
+}
+
+// cut returns err, or the revocation if h was revoked meanwhile: what cut
+// a call short, whatever error that made on its way (a lookup or a dial
+// cancelled).
+func (h *handle) cut(err error) error {
+	if rerr := h.live(); rerr != nil {
+		return rerr
+	}
+	return err
+}
+
 // live returns an error when h is revoked.
 func (h *handle) live() error {
 	h.mu.Lock()
@@ -226,6 +249,8 @@ func (h *handle) Check(ctx context.Context, call schema.Handle_check) error {
 	if err := h.live(); err != nil {
 		return err
 	}
+	ctx, done := h.bound(ctx)
+	defer done()
 	t, err := call.Args().Target()
 	if err != nil {
 		return err
@@ -237,6 +262,7 @@ func (h *handle) Check(ctx context.Context, call schema.Handle_check) error {
 	d, err := h.p.srv.decide(ctx, h.labels, req)
 	target := targetString(req)
 	if err != nil {
+		err = h.cut(err)
 		h.logDecision("check", target, nil, "", false, err.Error())
 		return err
 	}

@@ -142,6 +142,8 @@ func (h *handle) Request(ctx context.Context, call schema.Handle_request) error 
 	if err := h.live(); err != nil {
 		return err
 	}
+	ctx, done := h.bound(ctx)
+	defer done()
 	args := call.Args()
 	method, err := args.Method()
 	if err != nil {
@@ -152,6 +154,7 @@ func (h *handle) Request(ctx context.Context, call schema.Handle_request) error 
 		return err
 	}
 	fail := func(addrs []netip.Addr, err error) error {
+		err = h.cut(err)
 		h.logDecision("request", logURL(rawURL), addrs, "", false, err.Error())
 		return err
 	}

@@ -66,12 +66,15 @@ func (h *handle) WebSocket(ctx context.Context, call schema.Handle_webSocket) er
 	if err := h.live(); err != nil {
 		return err
 	}
+	ctx, done := h.bound(ctx)
+	defer done()
 	args := call.Args()
 	rawURL, err := args.Url()
 	if err != nil {
 		return err
 	}
 	fail := func(addrs []netip.Addr, vetted string, err error) error {
+		err = h.cut(err)
 		h.logDecision("webSocket", logURL(rawURL), addrs, vetted, false, err.Error())
 		return err
 	}
