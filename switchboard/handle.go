@@ -149,8 +149,8 @@ func (h *handle) live() error {
 	return nil
 }
 
-// hold records c as made by h. If h is already revoked, c is shut at once
-// and an error returned. The peer's connection count is already taken; it
+// hold records c as made by h. If h is already revoked, or the deny list
+// as it is now refuses c, c is shut at once and an error returned. The peer's connection count is already taken; it
 // is given back when the connection is shut (and the stream handed back
 // for it, if any, released).
 func (h *handle) hold(c net.Conn, host string) (*held, error) {
@@ -167,6 +167,14 @@ func (h *handle) hold(c net.Conn, host string) (*held, error) {
 	}
 	h.conns[x] = struct{}{}
 	h.mu.Unlock()
+	// Judged again under the deny list as it is now: a Reload whose pass
+	// over the open connections came while this one's call was deciding
+	// or dialling did not see it. Reload stores the list before its pass,
+	// and c is among the connections it passes over or this sees the list.
+	if why := srv.refusedNow(x); why != "" {
+		x.shut()
+		return nil, labels.Refuse(why + " (the deny list changed meanwhile)")
+	}
 	return x, nil
 }
 

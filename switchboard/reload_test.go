@@ -81,3 +81,41 @@ func echo(t *testing.T, c net.Conn, msg string) {
 	}
 	_ = c.SetDeadline(time.Time{})
 }
+
+// TestReloadReachesCallsInFlight: Reload judges the connections open when
+// it runs, and a connect deciding then (here waiting on a slow DNS answer,
+// its name judged by the old list) was held after that pass: the
+// connection to a name the new list denies stayed open. A connection is
+// now judged again under the current list as it is held.
+func TestReloadReachesCallsInFlight(t *testing.T) {
+	f := newFixture(t, nil)
+	f.dns.Set("tracker.test", mustAddr("127.0.0.1"))
+	f.dns.SetDelay("tracker.test", time.Second)
+	port := echoServer(t, "")
+	c := dial(t, f.local)
+	type result struct {
+		conn net.Conn
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		conn, err := c.connectFD(context.Background(), c.root, "tcp", "tracker.test", port, nil)
+		done <- result{conn, err}
+	}()
+	time.Sleep(300 * time.Millisecond) // the connect waits on DNS
+	if _, err := f.srv.Reload(Policy{DenyNames: []string{"tracker.test"}}); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		mustContain(t, "the connect in flight", r.err.Error(), "deny list")
+		return
+	}
+	defer r.conn.Close()
+	_ = r.conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := r.conn.Write([]byte("x")); err == nil {
+		if _, err := r.conn.Read(make([]byte, 1)); err == nil {
+			t.Error("a connection to tracker.test, decided across the Reload that denied it, is open after it")
+		}
+	}
+}
