@@ -77,7 +77,9 @@ func (h *handle) Connect(ctx context.Context, call schema.Handle_connect) error 
 	wantFd := args.WantFd()
 	var down schema.ByteStream
 	if !wantFd {
-		if !args.HasDownstream() {
+		// A capability null on the wire is absent too: a flow limiter set
+		// on it dereferences nothing.
+		if !args.Downstream().IsValid() {
 			return fail(d.addrs, "", errors.New("connect without wantFd needs a downstream ByteStream"))
 		}
 		down = args.Downstream().AddRef()

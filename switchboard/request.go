@@ -205,7 +205,7 @@ func (h *handle) Request(ctx context.Context, call schema.Handle_request) error 
 	if !d.allow {
 		return fail(d.addrs, d.err())
 	}
-	if !args.HasResponder() {
+	if !args.Responder().IsValid() { // null on the wire included
 		return fail(d.addrs, errors.New("request needs a responder"))
 	}
 	// The request counts as one of the peer's connections until its
@@ -330,6 +330,9 @@ func (h *handle) roundTrip(hreq *http.Request, cancel context.CancelFunc, respon
 	}
 	out := r.Body().AddRef()
 	defer out.Release()
+	if !out.IsValid() {
+		return // the responder took the start and no body: it goes nowhere
+	}
 	out.SetFlowLimiter(h.p.streamFlow())
 	buf := make([]byte, chunkSize)
 	for {

@@ -113,7 +113,7 @@ func (h *handle) WebSocket(ctx context.Context, call schema.Handle_webSocket) er
 		}
 		header.Add(k, value)
 	}
-	if !args.HasDownstream() {
+	if !args.Downstream().IsValid() { // null on the wire included
 		return fail(nil, "", errors.New("webSocket needs a downstream MessageStream"))
 	}
 	d, err := h.p.srv.decide(ctx, h.labels, lreq)
