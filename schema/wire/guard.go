@@ -118,8 +118,10 @@ var (
 	// ErrProtocol ends a connection whose peer sent what go-capnp
 	// v3.1.0-alpha.2 does not survive: a call pipelined on its own answer
 	// (a nil dereference), a promise resolved twice, to itself or in a
-	// cycle (a panic, or a loop that never ends). Each took the whole
-	// process down, every other connection with it.
+	// cycle (a panic, or a loop that never ends), a Return for a question
+	// this side has not sent (a promise fulfilled, then rejected when its
+	// call failed to go out: a panic). Each took the whole process down,
+	// every other connection with it.
 	ErrProtocol = errors.New("the peer broke the Cap'n Proto protocol")
 )
 
@@ -177,6 +179,13 @@ type guard struct {
 	// which of its promises (or notPromise), until this side releases
 	// the import: a promise is resolved once.
 	resolved map[uint32]int64
+	// asked holds this side's questions (its Calls and Bootstraps) from
+	// when their message is handed to the transport until the peer's
+	// Return. A Return for any other is refused: go-capnp fulfils a
+	// question's promise with the Return, and rejects it when its message
+	// then fails to go out (a write failed, its context ended, the
+	// connection closed first): twice resolved, a panic.
+	asked map[uint32]struct{}
 }
 
 // answer is a question answered and not finished: the exports its results
@@ -194,7 +203,7 @@ func newGuard(t transport.Transport, lim Limits, stopReading func()) *guard {
 		Transport: t, lim: lim.withDefaults(), stopReading: stopReading,
 		unfinished: map[uint32]struct{}{}, exports: map[uint32]uint32{},
 		answered: map[uint32]answer{}, finishedFirst: map[uint32]bool{},
-		callBytes: map[uint32]int64{}, resolved: map[uint32]int64{},
+		callBytes: map[uint32]int64{}, resolved: map[uint32]int64{}, asked: map[uint32]struct{}{},
 	}
 	g.drained = sync.NewCond(&g.mu)
 	return g
@@ -297,6 +306,21 @@ func (g *guard) RecvMessage() (transport.IncomingMessage, error) {
 		if sz, err := m.Message().TotalSize(); err == nil {
 			size = int64(sz)
 		}
+	case rpccp.Message_Which_return:
+		r, err := m.Return()
+		if err != nil {
+			return in, nil
+		}
+		q := r.AnswerId()
+		g.mu.Lock()
+		_, asked := g.asked[q]
+		delete(g.asked, q)
+		g.mu.Unlock()
+		if !asked {
+			in.Release()
+			return nil, fmt.Errorf("%w: a Return for question %d, which this side has not sent", ErrProtocol, q)
+		}
+		return in, nil
 	case rpccp.Message_Which_resolve:
 		r, err := m.Resolve()
 		if err != nil {
@@ -680,10 +704,49 @@ type guardedOut struct {
 }
 
 func (o *guardedOut) Send() error {
-	o.g.exported(o.Message())
+	m := o.Message()
+	o.g.exported(m)
+	q, asks := question(m)
+	if asks {
+		o.g.mu.Lock()
+		o.g.asked[q] = struct{}{}
+		o.g.mu.Unlock()
+	}
 	err := o.OutgoingMessage.Send()
 	o.once.Do(o.g.done)
+	if asks {
+		o.g.mu.Lock()
+		_, waiting := o.g.asked[q]
+		switch {
+		case err == nil:
+		case waiting:
+			delete(o.g.asked, q) // never sent: a Return for it is refused
+		default:
+			// The peer returned it while it went out: go-capnp has
+			// fulfilled its promise, and must not reject it for the
+			// failed write (a panic). The connection ends with the
+			// write's failure all the same.
+			err = nil
+		}
+		o.g.mu.Unlock()
+	}
 	return err
+}
+
+// question returns the question m asks the peer (a Call's or a
+// Bootstrap's), if it asks one.
+func question(m rpccp.Message) (uint32, bool) {
+	switch m.Which() {
+	case rpccp.Message_Which_call:
+		if c, err := m.Call(); err == nil {
+			return c.QuestionId(), true
+		}
+	case rpccp.Message_Which_bootstrap:
+		if b, err := m.Bootstrap(); err == nil {
+			return b.QuestionId(), true
+		}
+	}
+	return 0, false
 }
 
 func (o *guardedOut) Release() {
