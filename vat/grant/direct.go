@@ -15,6 +15,16 @@ import (
 // maxDirectReports is how many reports one reportDirect call may carry.
 const maxDirectReports = 4096
 
+// maxDirectConns is how many direct connections one run of a wall (one
+// toybox-entry connection) is handed in all. Each is a handle on the
+// supervisor's switchboard session, which every vat shares and the
+// switchboard bounds (limits.handles, 8192): an entry that asked again
+// and kept every one would leave other vats none. The entry asks at its
+// start, when the grant changes, and when it has lost every one (the
+// switchboard restarted), keeping one per member: a few each time.
+// Past the bound it is refused, and its connects go through the relay.
+const maxDirectConns = 256
+
 // errEntryOnly refuses a direct connection to any peer but toybox-entry.
 var errEntryOnly = errors.New("only toybox-entry is given direct switchboard connections")
 
@@ -59,6 +69,9 @@ func (s *vatServer) Direct(ctx context.Context, call schema.Vat_direct) error {
 	var files []*os.File
 	for attempt := 0; ; attempt++ {
 		ms, gen = s.v.current()
+		if err := s.hand(len(ms), false); err != nil {
+			return err // before any is made
+		}
 		files, err = s.directAll(ctx, ms)
 		if err != nil {
 			return err
@@ -74,6 +87,10 @@ func (s *vatServer) Direct(ctx context.Context, call schema.Vat_direct) error {
 	}
 	if err := s.v.checkLive(); err != nil {
 		closeAll(files) // their bootstraps are revoked with the vat
+		return err
+	}
+	if err := s.hand(len(files), true); err != nil {
+		closeAll(files)
 		return err
 	}
 	var seqs []uint64
@@ -106,6 +123,22 @@ func (s *vatServer) Direct(ctx context.Context, call schema.Vat_direct) error {
 		}
 	}
 	res.SetGen(gen)
+	return nil
+}
+
+// hand reports whether n more direct connections may be handed to this
+// entry, within maxDirectConns, and with count counts them. The first
+// ask always gets its set (a grant of more members than the bound has no
+// other way to one hop).
+func (s *vatServer) hand(n int, count bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.handed > 0 && s.handed+n > maxDirectConns {
+		return fmt.Errorf("vat %s: this wall has been handed %d direct switchboard connections, the most one run of it is (%d): its connects go through the supervisor", s.v.cfg.ID, s.handed, maxDirectConns)
+	}
+	if count {
+		s.handed += n
+	}
 	return nil
 }
 

@@ -3,6 +3,7 @@ package grant
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -417,4 +418,61 @@ func TestDirectFollowsTheGrant(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("grantChanged still waits after the vat stopped")
 	}
+}
+
+// TestDirectAskedAgainIsBounded: every direct connection Vat.direct makes
+// is a handle on the supervisor's switchboard session, which every vat
+// shares and the switchboard bounds (limits.handles). An entry that asked
+// again and again and kept every connection took the session's handles
+// for itself, and every other vat's egress failed. One run of a wall is
+// handed at most maxDirectConns; past them Vat.direct is refused, saying
+// why, and the entry's connects go through the relay.
+func TestDirectAskedAgainIsBounded(t *testing.T) {
+	const limit = maxDirectConns + 40 // the switchboard's handles per connection
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "sb.sock")
+	cfg := filepath.Join(dir, "sb.json")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`{"limits":{"handles":%d}}`, limit)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	startSwitchboard(t, sock, "--loopback", "unchecked", "--config", cfg)
+	port := echoServer(t)
+	u := NewUpstream(UpstreamConfig{Path: sock})
+	t.Cleanup(func() { _ = u.Close() })
+	vat := func(id string) *Vat {
+		v, err := NewVat(VatConfig{ID: labels.VatID(id), Grants: []labels.Set{{Host: "127.0.0.1", Port: port}}, Upstream: u})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(v.Revoke)
+		return v
+	}
+	mallory, alice := vat("mallory"), vat("alice")
+
+	vc, cli := entryClient(t, mallory)
+	kept := 0
+	var refusal error
+	for i := 0; i < limit; i++ {
+		hs, _, err := directHandles(t, vc, cli) // each kept till the test ends
+		if err != nil {
+			refusal = err
+			break
+		}
+		kept += len(hs)
+	}
+	if refusal == nil || !strings.Contains(refusal.Error(), "direct") {
+		t.Errorf("mallory's entry kept %d direct connections, asked for %d; want refused past %d, saying why (got %v)", kept, limit, maxDirectConns, refusal)
+	}
+	if kept > maxDirectConns {
+		t.Errorf("mallory's entry holds %d direct connections; want at most %d", kept, maxDirectConns)
+	}
+
+	// Another vat on the same session still connects.
+	avc, acli := vatClient(t, alice)
+	c, err := connectFD(context.Background(), egress(t, avc), acli, "127.0.0.1", port)
+	if err != nil {
+		t.Fatalf("alice's connect once mallory's entry has asked for %d direct connections: %v; want it to work", kept, err)
+	}
+	defer c.Close()
+	roundTrip(t, c, "alice")
 }

@@ -484,6 +484,9 @@ type vatServer struct {
 	v     *Vat
 	down  *wire.Conn
 	entry bool // down is toybox-entry's (see handleServer.entry)
+
+	mu     sync.Mutex
+	handed int // direct connections handed to this entry (Direct)
 }
 
 func (s *vatServer) Id(_ context.Context, call schema.Vat_id) error {
