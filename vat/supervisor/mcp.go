@@ -345,6 +345,8 @@ func proxyWhy(err error) string {
 	switch {
 	case errors.As(err, &ae):
 		return fmt.Sprintf("its app.sock is %s, not a socket", ae.what)
+	case errors.Is(err, errMany1xx):
+		return errMany1xx.Error()
 	case strings.Contains(err.Error(), "response headers exceeded"):
 		return fmt.Sprintf("its answer's headers are over %d KiB", maxVatHeaderBytes>>10)
 	case strings.Contains(err.Error(), "timeout awaiting response headers"):

@@ -270,16 +270,37 @@ func proxyLogged(id string, t http.RoundTripper, plog *proxyLog) *httputil.Rever
 
 // confined is the transport to a vat's app: an informational (1xx) answer
 // loses the headers that would act on other vats or order the front
-// (dropped, Set-Cookie) before the proxy passes it on. (ReverseProxy sends
-// 1xx answers itself, from its own client trace; a trace added here runs
-// before it, on the same header map.)
+// (dropped, Set-Cookie) before the proxy passes it on, and past max1xx of
+// them the request fails (Go's transport counts none once a trace reads
+// them). ReverseProxy passes 1xx answers on from its own client trace,
+// which this hook wraps in place: one composed with it by
+// httptrace.WithClientTrace would run first, but its error would be
+// dropped.
 type confined struct{ http.RoundTripper }
 
+// errMany1xx ends a request whose app sent more than max1xx
+// informational answers.
+var errMany1xx = fmt.Errorf("more than %d informational answers", max1xx)
+
 func (c confined) RoundTrip(r *http.Request) (*http.Response, error) {
-	trace := &httptrace.ClientTrace{Got1xxResponse: func(_ int, h textproto.MIMEHeader) error {
-		scrubPassing(http.Header(h))
-		return nil
-	}}
+	n := 0
+	bounded := func(pass func(int, textproto.MIMEHeader) error) func(int, textproto.MIMEHeader) error {
+		return func(code int, h textproto.MIMEHeader) error {
+			if n++; n > max1xx {
+				return errMany1xx
+			}
+			scrubPassing(http.Header(h))
+			if pass == nil {
+				return nil
+			}
+			return pass(code, h)
+		}
+	}
+	if t := httptrace.ContextClientTrace(r.Context()); t != nil {
+		t.Got1xxResponse = bounded(t.Got1xxResponse) // this request's own trace
+		return c.RoundTripper.RoundTrip(r)
+	}
+	trace := &httptrace.ClientTrace{Got1xxResponse: bounded(nil)}
 	return c.RoundTripper.RoundTrip(r.WithContext(httptrace.WithClientTrace(r.Context(), trace)))
 }
 

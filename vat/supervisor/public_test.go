@@ -256,6 +256,29 @@ func TestProxyConfinesEarlyAndLateHeaders(t *testing.T) {
 	}
 }
 
+// TestProxyBoundsInformationalAnswers: a vat may send informational
+// answers (103 Early Hints) before its answer, and the proxy passes each
+// on. Go's transport counts none of them once a trace reads them (the
+// proxy's does), so a vat could send them without end, each one passed
+// to the visitor, for as long as its request was allowed. Past max1xx the
+// answer is the proxy's 502.
+func TestProxyBoundsInformationalAnswers(t *testing.T) {
+	sock := appOnUnix(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for i := 0; i < 1000; i++ {
+			w.Header().Set("Link", fmt.Sprintf("</alice/%d.css>; rel=preload", i))
+			w.WriteHeader(http.StatusEarlyHints)
+		}
+		fmt.Fprint(w, "ok")
+	}))
+	early, resp, body := getThroughProxy(t, sock)
+	if len(early) > max1xx || resp.StatusCode != http.StatusBadGateway {
+		t.Fatalf("%d informational answers passed on, then %d %q; want at most %d, then 502", len(early), resp.StatusCode, body, max1xx)
+	}
+	if !strings.Contains(string(body), "informational") {
+		t.Errorf("502 body %q; want it to say why", body)
+	}
+}
+
 // TestProxyScrubsUnannouncedTrailer: a trailer the answer never announced
 // (no Trailer header) is read all the same; it is scrubbed too.
 func TestProxyScrubsUnannouncedTrailer(t *testing.T) {
