@@ -219,6 +219,7 @@ type Bridge struct {
 
 	stats  struct{ Dropped, TooLong, Spawned, Exited, StderrLost atomic.Int64 }
 	bodies budget    // the request bodies held
+	held   hold      // the events kept for a resume
 	cache  listCache // tools/list answers, for requests the supervisor marks (R48)
 
 	stderr chan []byte
@@ -241,6 +242,8 @@ func New(cfg Config) (*Bridge, error) {
 		stop: make(chan struct{}), stderr: make(chan []byte, stderrQueue),
 		stateKey: newStateKey(),
 	}
+	b.held.per = heldPerHolder * int64(cfg.MaxMessage)
+	b.held.all = heldAll * int64(cfg.MaxMessage)
 	b.wg.Add(2)
 	go b.janitor()
 	go b.writeStderr()

@@ -40,7 +40,7 @@ type session struct {
 	nextSrv  int64
 	subs     map[string]bool // resources subscribed (shared process)
 	level    int             // its logging/setLevel (shared process; 0: not set)
-	ring     ring            // what its streams keep for replay, together
+	ring     ring            // what its streams keep for a resume, together
 }
 
 // proc is the process serving s now (a shared one may be replaced).
@@ -65,6 +65,7 @@ func (b *Bridge) newSession(principal string, env []string) *session {
 		id: mcp.NewSessionID(), principal: principal, env: env, b: b,
 		lastPOST: time.Now(), streams: map[string]*stream{},
 		inflight: map[*call]bool{}, srvReqs: map[string]srvReq{}, subs: map[string]bool{},
+		ring: ring{h: &b.held, holder: mcp.Holder(principal)},
 	}
 	s.get = s.newStream()
 	s.get.get = true
@@ -571,6 +572,7 @@ func (b *Bridge) endSession(s *session, reason string, stopProc bool) {
 	for _, st := range streams {
 		st.closeAll()
 	}
+	s.ring.close()
 	if s.sh != nil {
 		s.sh.leave(s)
 	}
@@ -618,7 +620,15 @@ func (b *Bridge) getLegacy(w http.ResponseWriter, r *http.Request, principal, si
 			writeError(w, http.StatusNotFound, nil, mcp.CodeRequestTimeout, "no such stream in this session", nil)
 			return
 		}
+		if seq < st.goneSeq() {
+			b.decide(r, principal, mcp.Legacy, sid, "GET", http.StatusNotFound, "Last-Event-ID "+lei+": the events after it are no longer kept")
+			writeError(w, http.StatusNotFound, nil, mcp.CodeRequestTimeout, "the events after "+lei+" are no longer kept", nil)
+			return
+		}
 		from, prime = seq, false
+	} else {
+		// A GET that resumes nothing starts after what was dropped.
+		from = max(from, st.goneSeq())
 	}
 	b.decide(r, principal, mcp.Legacy, sid, "GET", http.StatusOK, "stream "+st.id+" from event "+strconv.FormatInt(from, 10))
 	done := b.serve(w, r, st, writeOpts{prime: prime, from: from})
@@ -690,10 +700,21 @@ func (b *Bridge) postBatch(w http.ResponseWriter, r *http.Request, principal str
 	s.batched += requests // until each is tracked, below
 	s.mu.Unlock()
 	var calls []*stream
+	var slots []*slot
+	defer func() {
+		// A batch is not resumed: its answers are kept no longer.
+		for i, st := range calls {
+			st.detach(slots[i])
+			s.ring.forget(st)
+		}
+	}()
 	for _, m := range msgs {
 		switch m.Kind {
 		case mcp.KindRequest:
 			st := s.newStream()
+			// This POST reads it: past the bounds of what the bridge
+			// keeps, streams no client reads lose their events first.
+			slots = append(slots, st.attach())
 			c := &call{st: st, sess: s}
 			s.track(c)
 			if err := s.proc().send(m, c); err != nil {

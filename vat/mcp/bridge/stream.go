@@ -26,7 +26,7 @@ type stream struct {
 	id        string // unique within its session; "" for a stateless answer
 	resumable bool
 	get       bool  // the session's standalone GET stream
-	ring      *ring // the session's bound on what its streams keep; nil: none
+	ring      *ring // the session's share of what the bridge keeps; nil: none
 
 	mu        sync.Mutex
 	events    []event
@@ -35,6 +35,7 @@ type stream struct {
 	final     bool  // the final message has been pushed
 	finalAt   time.Time
 	delivered int64 // the last seq a writer wrote
+	gone      int64 // the last seq dropped from events (a session's stream)
 	notify    chan struct{}
 	slot      *slot // the connection writing it now, if any
 	// filter rewrites the final message (a bridged answer); nil: as is.
@@ -54,55 +55,6 @@ func newStream(id string, resumable bool) *stream {
 	return &stream{id: id, resumable: resumable, next: 1, notify: make(chan struct{}, 1)}
 }
 
-// ring is one session's replay ring: it counts the events its resumable
-// streams keep, and past its bounds drops the session's oldest event,
-// whichever stream holds it. A session holds at most ringEvents events and
-// ringBytes bytes however many streams it opened.
-type ring struct {
-	mu    sync.Mutex
-	held  []heldEvent // oldest first
-	bytes int
-}
-
-// heldEvent is one event a stream keeps, as its ring counts it.
-type heldEvent struct {
-	st  *stream
-	seq int64
-	n   int
-}
-
-// add counts st's new event seq of n bytes, dropping the oldest events
-// past the bounds (the newest is always kept).
-func (r *ring) add(st *stream, seq int64, n int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.held = append(r.held, heldEvent{st, seq, n})
-	r.bytes += n
-	for len(r.held) > 1 && (len(r.held) > ringEvents || r.bytes > ringBytes) {
-		h := r.held[0]
-		r.held[0] = heldEvent{}
-		r.held = r.held[1:]
-		r.bytes -= h.n
-		h.st.drop(h.seq)
-	}
-}
-
-// forget stops counting st's events (the session forgot st).
-func (r *ring) forget(st *stream) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	kept := r.held[:0]
-	for _, h := range r.held {
-		if h.st == st {
-			r.bytes -= h.n
-			continue
-		}
-		kept = append(kept, h)
-	}
-	clear(r.held[len(kept):])
-	r.held = kept
-}
-
 // drop removes event seq, the stream's oldest, from what it keeps.
 func (s *stream) drop(seq int64) {
 	s.mu.Lock()
@@ -110,14 +62,24 @@ func (s *stream) drop(seq int64) {
 	if len(s.events) > 0 && s.events[0].seq == seq {
 		s.bytes -= len(s.events[0].data)
 		s.events = s.events[1:]
+		s.gone = seq
 	}
 }
 
-// size reports how many events and bytes the ring counts.
-func (r *ring) size() (events, bytes int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.held), r.bytes
+// readBy reports whether a client reads the stream now, and whether
+// one was sent event seq.
+func (s *stream) readBy(seq int64) (read, written bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.slot != nil, seq <= s.delivered
+}
+
+// goneSeq is the last seq dropped from what the stream keeps: a client
+// cannot resume from before it.
+func (s *stream) goneSeq() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gone
 }
 
 // push appends a message; final marks the response that ends the stream.
@@ -177,6 +139,13 @@ func (s *stream) endedAfter(seq int64) bool {
 
 // since returns the events after seq.
 func (s *stream) since(seq int64) []event {
+	evs, _ := s.after(seq)
+	return evs
+}
+
+// after returns the events after seq that are kept, and reports whether
+// one after seq was dropped.
+func (s *stream) after(seq int64) ([]event, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []event
@@ -185,7 +154,7 @@ func (s *stream) since(seq int64) []event {
 			out = append(out, e)
 		}
 	}
-	return out
+	return out, s.gone > seq
 }
 
 // attach makes a new connection the stream's writer, detaching the one
@@ -329,7 +298,15 @@ func (b *Bridge) serve(w http.ResponseWriter, r *http.Request, s *stream, o writ
 	}
 	cursor := o.from
 	for {
-		evs := s.since(cursor)
+		evs, gap := s.after(cursor)
+		if gap {
+			// What the client has not had was dropped: the connection
+			// ends, and its resume is told the event is gone.
+			if !started && !o.jsonOnly {
+				startSSE()
+			}
+			return false
+		}
 		if !started && len(evs) > 0 {
 			first := evs[0]
 			errStatus := 0

@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -169,5 +170,241 @@ func TestSessionBatchBound(t *testing.T) {
 	}
 	if n := inflight(); n > maxSessionStreams {
 		t.Errorf("%d calls in flight; want at most %d", n, maxSessionStreams)
+	}
+}
+
+// heldBy sums the bytes b's sessions keep for a resume, by principal,
+// and what the bridge should count for them.
+func heldBy(b *Bridge) (map[string]int, int64) {
+	b.mu.Lock()
+	ss := make([]*session, 0, len(b.sessions))
+	for _, s := range b.sessions {
+		ss = append(ss, s)
+	}
+	b.mu.Unlock()
+	held := map[string]int{}
+	var cost int64
+	for _, s := range ss {
+		s.mu.Lock()
+		streams := []*stream{s.get}
+		for _, st := range s.streams {
+			streams = append(streams, st)
+		}
+		s.mu.Unlock()
+		for _, st := range streams {
+			for _, e := range st.since(0) {
+				held[s.principal] += len(e.data)
+				cost += int64(len(e.data)) + heldOverhead
+			}
+		}
+	}
+	return held, cost
+}
+
+// TestHeldBudget: the answers the bridge keeps for a resume are bounded
+// per holder and in all, not only per session. A session costs no
+// process in shared mode, so one principal that opened session after
+// session, each leaving a large answer unread, made the bridge hold a
+// session's 8 MiB per session until the wall's memory ran out. Past the
+// bound the holder's own oldest unread answers go. Another holder's
+// answer stays, and the client of a dropped one is told it is gone.
+func TestHeldBudget(t *testing.T) {
+	const limit = 1 << 20
+	b, srv := newBridge(t, Config{MaxMessage: limit, NoSpare: true, Mode: ModeShared})
+	ctx := context.Background()
+	answer := strings.Repeat("x", 200<<10)
+	// leave sends a call and leaves at its priming event, before the
+	// answer; it returns that event's id, to resume from.
+	leave := func(c *mcptest.Client, id int) string {
+		t.Helper()
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		resp, err := c.Open(ctx, mcptest.Tool(id, "echo", map[string]any{"text": answer, "sleepMs": 100}), "Accept", "text/event-stream, application/json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		e, err := mcptest.ReadEvent(bufio.NewReader(resp.Body))
+		if err != nil || e.ID == "" {
+			t.Fatalf("the priming event of call %d: %+v %v", id, e, err)
+		}
+		return e.ID
+	}
+	// answered waits for every call's answer to be kept and counted (a
+	// call ends just before its answer is pushed).
+	answered := func() {
+		t.Helper()
+		err := mcptest.Eventually(20*time.Second, func() error {
+			b.mu.Lock()
+			for _, s := range b.sessions {
+				s.mu.Lock()
+				n := len(s.inflight)
+				s.mu.Unlock()
+				if n > 0 {
+					b.mu.Unlock()
+					return fmt.Errorf("%d calls in flight", n)
+				}
+			}
+			b.mu.Unlock()
+			_, kept := heldBy(b)
+			if counted, _ := b.held.size(); counted != kept {
+				return fmt.Errorf("the bridge counts %d bytes; its streams keep %d", counted, kept)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	open := func(principal string) *mcptest.Client {
+		t.Helper()
+		c := client(srv, principal)
+		if err := c.Initialize(ctx, "", nil); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	resume := func(c *mcptest.Client, from string) *mcptest.Resp {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		resp, err := c.Get(ctx, from)
+		if err != nil {
+			t.Fatalf("resuming from %s: %v", from, err)
+		}
+		defer resp.Body.Close()
+		r, err := mcptest.Read(resp)
+		if err != nil {
+			t.Fatalf("resuming from %s: %v", from, err)
+		}
+		return r
+	}
+
+	alice := open("alice")
+	aliceFrom := leave(alice, 2)
+	answered()
+
+	// mallory: 40 sessions, each leaving an answer of 200 KiB unread.
+	var mallory []*mcptest.Client
+	var malloryFrom []string
+	for i := range 40 {
+		c := open("mallory")
+		mallory = append(mallory, c)
+		malloryFrom = append(malloryFrom, leave(c, 10+i))
+	}
+	answered()
+	if held, _ := heldBy(b); held["mallory"] > limit {
+		t.Errorf("mallory's 40 sessions hold %d bytes of unread answers; want at most %d", held["mallory"], limit)
+	}
+
+	// Three more holders fill the bridge past its bound of all.
+	for _, p := range []string{"bob", "carol", "dave"} {
+		c := open(p)
+		for i := range 5 {
+			leave(c, 100+i)
+		}
+		answered()
+	}
+	held, _ := heldBy(b)
+	total := 0
+	for _, n := range held {
+		total += n
+	}
+	if total > 3*limit {
+		t.Errorf("the bridge holds %d bytes of unread answers (%v); want at most %d", total, held, 3*limit)
+	}
+	all, by := b.held.size()
+	if all > 3*limit || by["mallory"] > limit {
+		t.Errorf("the bridge counts %d bytes kept, %v by holder; want at most %d, %d each", all, by, 3*limit, limit)
+	}
+
+	// alice's answer survived all of it.
+	if r := resume(alice, aliceFrom); r.Status != http.StatusOK || r.Text() != answer {
+		t.Errorf("alice resuming her call: %d %.80q; want 200 and her answer", r.Status, r.Text())
+	}
+	// mallory's newest answer is kept; her first is gone, and she is
+	// told so rather than left waiting.
+	last := len(mallory) - 1
+	if r := resume(mallory[last], malloryFrom[last]); r.Status != http.StatusOK || r.Text() != answer {
+		t.Errorf("mallory resuming her newest call: %d %.80q; want 200 and its answer", r.Status, r.Text())
+	}
+	if r := resume(mallory[0], malloryFrom[0]); r.Status != http.StatusNotFound {
+		t.Errorf("mallory resuming a dropped answer: %d %.80q; want 404", r.Status, r.Text())
+	}
+}
+
+// TestHeldOrder: which events go past the bounds of what the bridge
+// keeps. A holder's own go first: of streams no client reads, oldest
+// first, then those a client was sent; never one a client reads and has
+// not had. Past the bound of all, once the holder has nothing left to
+// drop, the holder holding the most loses its oldest.
+func TestHeldOrder(t *testing.T) {
+	const kib = 1 << 10
+	b := &Bridge{sessions: map[string]*session{}}
+	b.cfg.defaults()
+	b.held.per, b.held.all = 10*(kib+heldOverhead), 20*(kib+heldOverhead)
+	ev := bytes.Repeat([]byte("x"), kib)
+	mallory, alice, bob := b.newSession("mallory", nil), b.newSession("alice", nil), b.newSession("bob/env:x", nil)
+
+	read := mallory.newStream()
+	sl := read.attach()
+	defer read.detach(sl)
+	for range 4 {
+		read.push(ev, false)
+	}
+	read.wrote(2) // the client has the first two
+	left := mallory.newStream()
+	for range 20 {
+		left.push(ev, false)
+	}
+	if got := len(left.since(0)); got != 6 {
+		t.Errorf("mallory's unread stream keeps %d events; want 6 (10 less the 4 of the stream read)", got)
+	}
+	if got := read.since(0); len(got) != 4 {
+		t.Errorf("the stream a client reads keeps %d events; want all 4", len(got))
+	}
+	// With nothing unread left to drop, what the client was sent goes.
+	mallory.streamDone(left, true)
+	big := mallory.newStream()
+	big.push(bytes.Repeat([]byte("x"), 8*kib), true)
+	if got := read.since(0); len(got) != 2 || got[0].seq != 3 {
+		t.Errorf("the stream a client reads keeps %d events; want the two it was not sent", len(got))
+	}
+	if got := big.since(0); len(got) != 1 {
+		t.Errorf("the newest event is not kept")
+	}
+
+	// bob (a principal with its /env: part) counts as bob.
+	bobs := bob.newStream()
+	for range 9 {
+		bobs.push(ev, false)
+	}
+	// Past the bound of all, alice's own event goes first.
+	as := alice.newStream()
+	as.push(ev, false)
+	as.push(ev, false)
+	if got := as.since(0); len(got) != 1 || got[0].seq != 2 {
+		t.Errorf("alice keeps %d events; want her newest alone", len(got))
+	}
+	// With none of her own left, the holder holding the most (mallory)
+	// loses its oldest unread event.
+	alice.streamDone(as, true)
+	as = alice.newStream()
+	as.push(bytes.Repeat([]byte("x"), 3*kib), true)
+	if got := big.since(0); len(got) != 0 {
+		t.Errorf("mallory, holding the most, keeps her unread answer past the bound of all")
+	}
+	if got := len(bobs.since(0)); got != 9 {
+		t.Errorf("bob keeps %d of 9 events; want all", got)
+	}
+	all, by := b.held.size()
+	if all > b.held.all || by["bob"] != 9*(kib+heldOverhead) || by["alice"] != 3*kib+heldOverhead {
+		t.Errorf("kept %d in all, by holder %v; want at most %d, bob's 9 events and alice's one", all, by, b.held.all)
+	}
+
+	// A session that ends is counted no longer.
+	b.endSession(mallory, "test", false)
+	if _, by := b.held.size(); by["mallory"] != 0 {
+		t.Errorf("an ended session's events still count %d", by["mallory"])
 	}
 }
