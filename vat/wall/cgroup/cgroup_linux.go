@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -280,6 +281,9 @@ type Group struct {
 	app   string   // the app's folder, "" for none
 	home  string   // the entry's folder, beside app (Home)
 	set   Limits
+
+	mu      sync.Mutex
+	removed bool // Remove ran: dirs are gone (a new wall's group may have their names)
 }
 
 // appLeaf and entryLeaf are the folders of a wall's group that hold its
@@ -518,18 +522,35 @@ func (g *Group) CPUTime() (time.Duration, error) {
 	return time.Duration(ns), err
 }
 
-// Dirs returns the group's folders (one per hierarchy on v1).
-func (g *Group) Dirs() []string { return slices.Clone(g.dirs) }
+// Dirs returns the group's folders (one per hierarchy on v1); none once
+// it is removed.
+func (g *Group) Dirs() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.removed {
+		return nil
+	}
+	return slices.Clone(g.dirs)
+}
 
-// Remove ends whatever still runs in the group and removes it.
+// Remove ends whatever still runs in the group and removes it, once: a
+// later call removes nothing (a new wall's group may have the same
+// names by then). It may run beside Dirs: a wall's group is removed by
+// the goroutine that reaps it.
 func (g *Group) Remove() error {
+	g.mu.Lock()
+	removed := g.removed
+	g.removed = true
+	g.mu.Unlock()
+	if removed {
+		return nil
+	}
 	var errs []error
 	for _, dir := range g.dirs {
 		if err := g.h.removeDir(dir); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	g.dirs = nil
 	return errors.Join(errs...)
 }
 
