@@ -3,7 +3,6 @@ package grant
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -429,13 +428,7 @@ func TestDirectFollowsTheGrant(t *testing.T) {
 // why, and the entry's connects go through the relay.
 func TestDirectAskedAgainIsBounded(t *testing.T) {
 	const limit = maxDirectConns + 40 // the switchboard's handles per connection
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "sb.sock")
-	cfg := filepath.Join(dir, "sb.json")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`{"limits":{"handles":%d}}`, limit)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	startSwitchboard(t, sock, "--loopback", "unchecked", "--config", cfg)
+	sock := startSwitchboardHolding(t, limit)
 	port := echoServer(t)
 	u := NewUpstream(UpstreamConfig{Path: sock})
 	t.Cleanup(func() { _ = u.Close() })

@@ -75,6 +75,21 @@ func (l *testLog) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// startSwitchboardHolding starts a switchboard whose connections may
+// each hold at most handles handles (limits.handles), and returns its
+// socket.
+func startSwitchboardHolding(t *testing.T, handles int) string {
+	t.Helper()
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "sb.sock")
+	cfg := filepath.Join(dir, "sb.json")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`{"limits":{"handles":%d}}`, handles)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	startSwitchboard(t, sock, "--loopback", "unchecked", "--config", cfg)
+	return sock
+}
+
 // echoServer echoes every connection until the test ends.
 func echoServer(t *testing.T) uint16 {
 	t.Helper()

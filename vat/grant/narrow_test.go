@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -26,13 +24,7 @@ import (
 func TestNarrowingsDoNotPileUp(t *testing.T) {
 	const limit = 24  // the switchboard's handles per connection
 	const maxIdle = 4 // the vat's idle switchboard handles
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "sb.sock")
-	cfg := filepath.Join(dir, "sb.json")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`{"limits":{"handles":%d}}`, limit)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	startSwitchboard(t, sock, "--loopback", "unchecked", "--config", cfg)
+	sock := startSwitchboardHolding(t, limit)
 	port := echoServer(t)
 	v, _ := newVatWith(t, sock, VatConfig{ID: "cycler", Grants: []labels.Set{{Host: "127.0.0.1"}}, MaxIdle: maxIdle})
 	vc, cli := vatClient(t, v)
