@@ -217,17 +217,7 @@ func TestWallMaxTasksAboveTheHardLimit(t *testing.T) {
 // list; a port, a scheme or a wildcard is refused before anything starts,
 // naming the flag and the problem.
 func TestPublicHostFlag(t *testing.T) {
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	serve := func(flags ...string) (int, string) {
-		// A state dir that cannot be locked: past the flags, serve ends.
-		cmd := exec.Command(self, append([]string{"serve", "--state", "/dev/null/state"}, flags...)...)
-		cmd.Env = append(os.Environ(), serveEnv+"=1")
-		out, _ := cmd.CombinedOutput()
-		return cmd.ProcessState.ExitCode(), string(out)
-	}
+	serve := serveFlags(t)
 	for _, tt := range []struct {
 		flags []string
 		code  int
@@ -254,17 +244,7 @@ func TestPublicHostFlag(t *testing.T) {
 // all). Each is refused before anything starts, naming the flag; the
 // largest is an owner's (2^30 MiB).
 func TestWallLimitFlags(t *testing.T) {
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	serve := func(flags ...string) (int, string) {
-		// A state dir that cannot be locked: past the flags, serve ends.
-		cmd := exec.Command(self, append([]string{"serve", "--state", "/dev/null/state"}, flags...)...)
-		cmd.Env = append(os.Environ(), serveEnv+"=1")
-		out, _ := cmd.CombinedOutput()
-		return cmd.ProcessState.ExitCode(), string(out)
-	}
+	serve := serveFlags(t)
 	for _, tt := range []struct {
 		flags []string
 		code  int
@@ -324,5 +304,22 @@ func TestPublicURL(t *testing.T) {
 	defer unix.Close()
 	if got := publicURL("", unix); got != "" {
 		t.Errorf("publicURL of a unix listener = %q; want none", got)
+	}
+}
+
+// serveFlags returns a func that runs toybox serve with flags and a state
+// dir that cannot be locked (past the flags, serve ends), and returns its
+// exit code and output.
+func serveFlags(t *testing.T) func(flags ...string) (int, string) {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(flags ...string) (int, string) {
+		cmd := exec.Command(self, append([]string{"serve", "--state", "/dev/null/state"}, flags...)...)
+		cmd.Env = append(os.Environ(), serveEnv+"=1")
+		out, _ := cmd.CombinedOutput()
+		return cmd.ProcessState.ExitCode(), string(out)
 	}
 }

@@ -46,23 +46,8 @@ func TestStartEndsLeftoverWalls(t *testing.T) {
 	reader := fakeWall(t, bwrap, "--setenv", "DIR", code.Dir)
 
 	started(t, s, st)
-	for _, w := range []struct {
-		what string
-		done <-chan struct{}
-	}{{"a wall", leftover}, {"a sandbox being set up", waiting}} {
-		select {
-		case <-w.done:
-		case <-time.After(5 * time.Second):
-			t.Errorf("%s of this state dir left by an earlier supervisor still runs after Start", w.what)
-		}
-	}
-	select {
-	case <-bystander:
-		t.Fatal("Start ended a wall of another state dir")
-	case <-reader:
-		t.Fatal("Start ended a program that is not bubblewrap for holding an install folder")
-	case <-time.After(200 * time.Millisecond):
-	}
+	sweptOnly(t, map[string]<-chan struct{}{"a wall": leftover, "a sandbox being set up": waiting},
+		map[string]<-chan struct{}{"a wall of another state dir": bystander, "a program that is not bubblewrap, for holding an install folder": reader})
 }
 
 // TestStartEndsLeftoverPrepareWalls: a package install runs npm in prepare
@@ -89,20 +74,28 @@ func TestStartEndsLeftoverPrepareWalls(t *testing.T) {
 	bystander := fakeWall(t, bwrap, "--ro-bind", other, other)
 
 	started(t, s, st)
-	for _, w := range []struct {
-		what string
-		done <-chan struct{}
-	}{{"a prepare wall", leftover}, {"a prepare sandbox being set up", waiting}} {
+	sweptOnly(t, map[string]<-chan struct{}{"a prepare wall": leftover, "a prepare sandbox being set up": waiting},
+		map[string]<-chan struct{}{"a prepare wall of another state dir": bystander})
+}
+
+// sweptOnly checks that Start ended each process of ended (each done
+// closes when it exits) and none of spared.
+func sweptOnly(t *testing.T, ended, spared map[string]<-chan struct{}) {
+	t.Helper()
+	for what, done := range ended {
 		select {
-		case <-w.done:
+		case <-done:
 		case <-time.After(5 * time.Second):
-			t.Errorf("%s of this state dir left by an earlier supervisor still runs after Start", w.what)
+			t.Errorf("%s of this state dir left by an earlier supervisor still runs after Start", what)
 		}
 	}
-	select {
-	case <-bystander:
-		t.Fatal("Start ended a prepare wall of another state dir")
-	case <-time.After(200 * time.Millisecond):
+	time.Sleep(200 * time.Millisecond) // long enough for the sweep to have ended them too
+	for what, done := range spared {
+		select {
+		case <-done:
+			t.Errorf("Start ended %s", what)
+		default:
+		}
 	}
 }
 
