@@ -60,3 +60,21 @@ func adminError(status int, body []byte) error {
 	}
 	return fmt.Errorf("%d: %s", status, strings.TrimSpace(string(body)))
 }
+
+// installAnswer reads the answer to PUT /<vat>: the vat's status for 201
+// (installed), 200 (upgraded) and a 503 that carries one (installed, but
+// off); the refusal otherwise. A 503 that carries an error installed
+// nothing: the supervisor was stopping.
+func installAnswer(status int, body []byte) (map[string]any, error) {
+	if status != http.StatusCreated && status != http.StatusOK && status != http.StatusServiceUnavailable {
+		return nil, adminError(status, body)
+	}
+	var st map[string]any
+	if err := json.Unmarshal(body, &st); err != nil {
+		return nil, fmt.Errorf("reading the answer (%d): %w", status, err)
+	}
+	if _, ok := st["status"]; !ok {
+		return nil, adminError(status, body)
+	}
+	return st, nil
+}

@@ -294,9 +294,9 @@ func (im *importer) one(name string) (*backup, error) {
 		if err != nil {
 			return fail(err)
 		}
-		if code != http.StatusCreated && code != http.StatusServiceUnavailable {
+		if err := newVat(code, b); err != nil {
 			bk.refused = true
-			return fail(adminError(code, b))
+			return fail(err)
 		}
 	case packages.ImportCheckout:
 		v := url.Values{}
@@ -307,9 +307,9 @@ func (im *importer) one(name string) (*backup, error) {
 		if err != nil {
 			return fail(err)
 		}
-		if code != http.StatusCreated && code != http.StatusServiceUnavailable {
+		if err := newVat(code, b); err != nil {
 			bk.refused = true
-			return fail(adminError(code, b))
+			return fail(err)
 		}
 	}
 	if len(plan.DataFiles) > 0 {
@@ -327,6 +327,18 @@ func (im *importer) one(name string) (*backup, error) {
 		}
 	}
 	return bk, nil
+}
+
+// newVat reads an import's PUT answer: nil when it made the vat (201, or
+// 503 with the vat's status: installed, but off), else the refusal, which
+// made none. With If-None-Match: * a 200 (an upgrade) cannot come; it is
+// refused all the same.
+func newVat(status int, body []byte) error {
+	if status == http.StatusOK {
+		return fmt.Errorf("%d: it upgraded a vat already there", status)
+	}
+	_, err := installAnswer(status, body)
+	return err
 }
 
 // checkoutBundle copies plan's folder (without .git, node_modules, .venv,

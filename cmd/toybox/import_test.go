@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"net"
 	"net/http"
@@ -10,6 +11,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"toybox/vat/store"
+	"toybox/vat/supervisor"
+	"toybox/vat/switches"
 )
 
 // fakeSupervisor answers the admin requests an import makes, for one vat,
@@ -35,7 +40,7 @@ func (f *fakeSupervisor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case http.MethodPut:
 		f.installed = true
 		w.WriteHeader(http.StatusCreated)
-		_, _ = w.Write([]byte(`{}`))
+		_, _ = w.Write([]byte(`{"id":"notes","status":"running","upgraded":false}`))
 	case http.MethodDelete:
 		f.deletes = append(f.deletes, r.URL.RawQuery)
 		if !f.installed {
@@ -219,5 +224,91 @@ func TestImportDoesNotTakeARacedVat(t *testing.T) {
 	}
 	if live, err := liveBackups(backups); err != nil || len(live) != 0 {
 		t.Errorf("live backups after the refused import: %d, %v; want none", len(live), err)
+	}
+}
+
+// TestImportIntoAStoppingSupervisor: a supervisor that is stopping answers
+// a PUT with 503 and an error, and installs nothing; a 503 with the vat's
+// status means installed but off. The import took both for an install: it
+// reported the server imported, kept a backup of a vat that was never
+// made, and `toybox install` printed "<nil>" for its status and exited 0.
+// Here a real supervisor, shut down, answers the PUT.
+func TestImportIntoAStoppingSupervisor(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "notes-server")
+	for p, b := range map[string]string{
+		filepath.Join(src, "package.json"): `{"name":"notes-server"}`,
+		filepath.Join(src, "server.js"):    "// a server\n",
+	} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(b), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, _ := json.Marshal(map[string]any{"mcpServers": map[string]any{
+		"notes": map[string]any{"command": "/usr/bin/node", "args": []string{filepath.Join(src, "server.js")}},
+	}})
+	config := filepath.Join(dir, "claude_desktop_config.json")
+	if err := os.WriteFile(config, cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	state := filepath.Join(dir, "state")
+	st, err := store.Open(store.Config{StateDir: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, err := switches.New(switches.Config{StateDir: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sup, err := supervisor.New(supervisor.Config{Store: st, Switches: sw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sup.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "admin.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: sup.AdminHandler()}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+
+	backups := filepath.Join(dir, "backups")
+	im := importer{a: newAdmin(sock, 10*time.Second), backups: backups}
+	code, stderr := runCapturingStderr(t, func() int { return im.run(config) })
+	if code != exitError || !strings.Contains(stderr, supervisor.ErrShutdown.Error()) {
+		t.Errorf("import = %d (%s); want %d saying %q", code, stderr, exitError, supervisor.ErrShutdown)
+	}
+	if live, err := liveBackups(backups); err != nil || len(live) != 0 {
+		t.Errorf("live backups after the refused import: %d, %v; want none", len(live), err)
+	}
+	if b, err := os.ReadFile(config); err != nil || string(b) != string(cfg) {
+		t.Errorf("the client's config after the refused import:\n%s (%v)\nwant it as it was:\n%s", b, err, cfg)
+	}
+
+	// toybox install reads the same answer: the package install is
+	// refused first (this supervisor has no node), so the answer is
+	// read as the supervisor gives it at the PUT.
+	for _, tt := range []struct {
+		status int
+		body   string
+		ok     bool
+	}{
+		{http.StatusServiceUnavailable, `{"error":"` + supervisor.ErrShutdown.Error() + `"}`, false},
+		{http.StatusServiceUnavailable, `{"id":"notes","status":"off: crashed","upgraded":false}`, true},
+		{http.StatusCreated, `{"id":"notes","status":"running","upgraded":false}`, true},
+		{http.StatusCreated, `{}`, false},
+	} {
+		st, err := installAnswer(tt.status, []byte(tt.body))
+		if (err == nil) != tt.ok || (tt.ok && st["status"] == nil) {
+			t.Errorf("installAnswer(%d, %s) = %v, %v; want ok %v", tt.status, tt.body, st, err, tt.ok)
+		}
 	}
 }

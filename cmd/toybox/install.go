@@ -61,14 +61,7 @@ func installPackage(a admin, id string, q url.Values, body []byte) (map[string]a
 	if err != nil {
 		return nil, err
 	}
-	if code != http.StatusCreated && code != http.StatusOK && code != http.StatusServiceUnavailable {
-		return nil, adminError(code, b)
-	}
-	var st map[string]any
-	if err := json.Unmarshal(b, &st); err != nil {
-		return nil, fmt.Errorf("reading the answer: %w", err)
-	}
-	return st, nil
+	return installAnswer(code, b)
 }
 
 func installMain(args []string) int {
