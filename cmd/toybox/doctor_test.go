@@ -109,7 +109,7 @@ func TestLimitChecks(t *testing.T) {
 			t.Errorf("%s: a warning without its reason: %q", c.Name, c.Detail)
 		}
 	}
-	for _, k := range []string{"memory", "swap", "cpu", "tasks", "disk"} {
+	for _, k := range []string{"memory", "swap", "cpu", "tasks", "disk", "prepare folders"} {
 		if !seen["limit: "+k] {
 			t.Errorf("no line for the %s limit in %+v", k, checks)
 		}

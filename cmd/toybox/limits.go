@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"toybox/vat/disk"
+	"toybox/vat/supervisor"
 	"toybox/vat/wall"
 	"toybox/vat/wall/cgroup"
 )
@@ -30,11 +31,13 @@ func cgroupName(stateDir string) string {
 }
 
 // openLimits opens what holds each wall to its limits: the host's cgroups,
-// and (when the operator set a disk limit) the data folders' own file
-// systems. What this host cannot enforce is logged once; each vat's status
-// says it runs without it.
-func openLimits(o serveOptions, log *slog.Logger) (*cgroup.Host, *disk.Disks) {
-	cg := cgroup.Open(cgroup.Config{Name: cgroupName(o.state)})
+// the data folders' own file systems (when the operator set a disk limit)
+// and the install prepare folders' (always, where the host can make
+// them). What this host cannot enforce is logged once; each vat's status
+// says it runs without it, and each install that its prepare folder is
+// unbounded.
+func openLimits(o serveOptions, log *slog.Logger) (cg *cgroup.Host, disks, prepare *disk.Disks) {
+	cg = cgroup.Open(cgroup.Config{Name: cgroupName(o.state)})
 	sup := cg.Support()
 	if sup.Version > 0 {
 		log.Info("walls' cgroups", "version", sup.Version, "where", strings.Join(sup.Where, " "))
@@ -44,14 +47,14 @@ func openLimits(o serveOptions, log *slog.Logger) (*cgroup.Host, *disk.Disks) {
 			log.Warn("walls run without a "+k+" limit", "reason", why)
 		}
 	}
-	var disks *disk.Disks
+	prepare = disk.Open(o.state)
 	if o.wallDisk > 0 {
-		disks = disk.Open(o.state)
+		disks = prepare
 		if err := disks.Support(); err != nil {
 			log.Warn("data folders run without a disk limit", "reason", err.Error())
 		}
 	}
-	return cg, disks
+	return cg, disks, prepare
 }
 
 // limitChecks are doctor's lines for the limits this host can enforce on
@@ -77,12 +80,15 @@ func limitChecks(stateDir string) []wall.Check {
 		out = append(out, c)
 	}
 	c := wall.Check{Name: "limit: disk", OK: true}
+	p := wall.Check{Name: "limit: prepare folders", OK: true}
 	if err := disk.Open(stateDir).Support(); err != nil {
 		c.OK, c.Warn, c.Detail = false, true, "not enforced here: "+err.Error()
+		p.OK, p.Warn, p.Detail = false, true, "not enforced here: a package install's script or registry may fill the state file system: "+err.Error()
 	} else {
 		c.Detail = "enforced (each data folder a loop-mounted ext4 image of its own)"
+		p.Detail = fmt.Sprintf("enforced (each package install's prepare folder a loop-mounted ext4 image of %d MiB)", supervisor.DefaultPrepareBytes>>20)
 	}
-	return append(out, c)
+	return append(out, c, p)
 }
 
 // howLimited says which files of a wall's cgroup hold it to limit kind on

@@ -325,7 +325,8 @@ func runServe(o serveOptions, log *slog.Logger) error {
 		return err
 	}
 	defer cleanup()
-	cg, disks := openLimits(o, log)
+	cg, disks, prepare := openLimits(o, log)
+	o.pkgs.Disks = prepare
 	defer cg.Close()
 
 	view := newOperatorView(sw, o.sink, log)

@@ -26,6 +26,10 @@ const (
 	RunInodes = 1024    // the same, with room
 )
 
+// fullSlack is what a full file system may still show free (Full): ext4
+// keeps a little back, and a writer stops at a chunk that no longer fits.
+const fullSlack = 4 << 20
+
 // ErrUnsupported: this host cannot give data folders a file system of
 // their own.
 var ErrUnsupported = errors.New("data folders cannot be limited here")

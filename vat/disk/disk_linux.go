@@ -375,6 +375,61 @@ func (d *Disks) Close() error {
 	return errors.Join(errs...)
 }
 
+// MountScratch gives dir, a folder of one job (a package install's
+// prepare folder), a file system of its own of bytes (at least MinBytes):
+// a new image at img, which must not exist, mounted on dir (nosuid,
+// nodev). The image lies beside dir, outside the data folders' images, so
+// no vat id names it. Call RemoveScratch when the job ends. It returns
+// the size in force.
+func (d *Disks) MountScratch(img, dir string, bytes int64) (int64, error) {
+	if err := d.Support(); err != nil {
+		return 0, err
+	}
+	bytes = max(bytes, MinBytes) &^ (4096 - 1)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.makeImage(img, bytes); err != nil {
+		return 0, err
+	}
+	if err := mountImage(img, dir); err != nil {
+		_ = os.Remove(img)
+		return 0, err
+	}
+	d.mounted[dir] = img
+	return bytes, nil
+}
+
+// RemoveScratch unmounts dir if it is mounted (detached while a process
+// still holds it) and removes img, what the job wrote with it. It also
+// serves a scratch folder an earlier process left mounted: d may be nil,
+// or have no disk limits now.
+func (d *Disks) RemoveScratch(img, dir string) error {
+	if d != nil {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+	} else {
+		d = &Disks{mounted: map[string]string{}}
+	}
+	if err := d.unmount(dir); err != nil {
+		return err
+	}
+	if err := os.Remove(img); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// Full reports whether the file system of dir is full: less than
+// fullSlack left to write, or no inode free. A writer there has met
+// ENOSPC, or is about to.
+func Full(dir string) bool {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return false
+	}
+	return st.Bavail*uint64(st.Bsize) < fullSlack || st.Ffree == 0
+}
+
 // Size returns the size of vat id's image, or 0 when it has none.
 func (d *Disks) Size(id string) int64 {
 	if d == nil {

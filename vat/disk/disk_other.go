@@ -2,7 +2,12 @@
 
 package disk
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+)
 
 // Disks limits nothing here.
 type Disks struct{}
@@ -27,6 +32,20 @@ func (d *Disks) Unmount(string) error { return nil }
 
 // Remove does nothing here.
 func (d *Disks) Remove(string, string) error { return nil }
+
+// MountScratch returns the reason there are no disk limits here.
+func (d *Disks) MountScratch(string, string, int64) (int64, error) { return 0, d.Support() }
+
+// RemoveScratch removes the image img.
+func (d *Disks) RemoveScratch(img, _ string) error {
+	if err := os.Remove(img); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// Full reports false: nothing is bounded here.
+func Full(string) bool { return false }
 
 // Close does nothing here.
 func (d *Disks) Close() error { return nil }

@@ -24,7 +24,20 @@ var (
 	// ErrExists: an install of a new vat only (InstallRequest.OnlyNew)
 	// found one installed under its id; nothing changed.
 	ErrExists = errors.New("already installed")
+	// ErrPrepareFull: a package install wrote more than its prepare
+	// folder holds (PackagesConfig.PrepareBytes).
+	ErrPrepareFull = errors.New("the prepare folder is full")
 )
+
+// prepareFullError: a package install filled its prepare folder, a file
+// system of bytes.
+type prepareFullError struct{ bytes int64 }
+
+func (e *prepareFullError) Error() string {
+	return fmt.Sprintf("the install wrote more than its %d MiB prepare folder holds", e.bytes>>20)
+}
+
+func (e *prepareFullError) Unwrap() error { return ErrPrepareFull }
 
 // appSocketError: a vat's app.sock is not a socket (what it is instead);
 // the supervisor does not connect to it.

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"toybox/labels"
+	"toybox/vat/disk"
 	"toybox/vat/grant"
 	"toybox/vat/manifest"
 	"toybox/vat/packages"
@@ -49,7 +50,19 @@ type PackagesConfig struct {
 	PyPIIndex string
 	// StepTimeout bounds one prepare step. If zero, 10 minutes.
 	StepTimeout time.Duration
+	// Disks gives each install's prepare folder a file system of its own
+	// of PrepareBytes. If nil, or where it cannot (Support), prepare
+	// folders have no size limit, and each install logs so.
+	Disks *disk.Disks
+	// PrepareBytes is the size of each install's prepare folder. If zero,
+	// DefaultPrepareBytes.
+	PrepareBytes int64
 }
+
+// DefaultPrepareBytes is the size of an install's prepare folder: what a
+// legal install writes there, with room.
+const DefaultPrepareBytes = 2*(store.DefaultMaxUnpacked+store.DefaultMaxEntries*8<<10) + // the tarballs and the tree, each at most the tree's bytes and 8 KiB an entry
+	512<<20 // ext4's journal and inode tables, a block an entry, npm's cache of registry answers
 
 const keyStep = "step"
 
@@ -231,6 +244,12 @@ func (s *Supervisor) PreparePackage(ctx context.Context, req PackageRequest) (st
 		return store.Code{}, err
 	}
 	uid, gid := s.cfg.UID, s.cfg.GID // nobody's, under root: no vat's uid
+	// Unmounted before the folder goes (deferred after its removal).
+	defer s.releasePrepare(scratch)
+	bound, err := s.boundPrepare(req.ID, scratch, dirs, uid, gid)
+	if err != nil {
+		return store.Code{}, err
+	}
 	if uid >= 0 {
 		for _, d := range []string{dirs.data, dirs.run} {
 			if err := os.Chown(d, uid, gid); err != nil {
@@ -241,7 +260,7 @@ func (s *Supervisor) PreparePackage(ctx context.Context, req PackageRequest) (st
 	if err := os.Chmod(dirs.run, 0o700); err != nil {
 		return store.Code{}, err
 	}
-	run := s.prepareRunner(req.ID, dirs, uid, gid, hosts)
+	run := s.prepareRunner(req.ID, dirs, uid, gid, hosts, bound)
 	var (
 		tree string
 		lock packages.Lock
@@ -254,6 +273,11 @@ func (s *Supervisor) PreparePackage(ctx context.Context, req PackageRequest) (st
 			Limits: packages.Limits{Entries: store.DefaultMaxEntries, Bytes: store.DefaultMaxUnpacked}, Logger: s.log.With(keyVat, req.ID),
 		}
 		tree, lock, err = packages.PrepareNPM(ctx, cfg, run, dirs.data, req.Package)
+	}
+	if err != nil && bound > 0 && !errors.Is(err, ErrPrepareFull) && disk.Full(dirs.data) {
+		// toybox's own writes (the tree it unpacks) stopped for want of
+		// room, not a step.
+		err = fmt.Errorf("%w: %w", &prepareFullError{bytes: bound}, err)
 	}
 	if err != nil {
 		s.log.Warn("package not prepared", keyVat, req.ID, "package", req.Package.Spec.String(), keyErr, err)
@@ -293,9 +317,58 @@ func (s *Supervisor) prepareBase() string {
 	return filepath.Join(s.cfg.Store.StateDir(), "prepare")
 }
 
+// boundPrepare gives the prepare folder scratch's writable folders
+// (dirs.data, where npm, uv, the downloader and an allowed script write,
+// and dirs.run) file systems of their own, before the first step runs: a
+// step that fills one gets ENOSPC, and the state file system, the code
+// store and the records keep their room. It returns the data folder's
+// size, or 0 where this host has no disk limits; then one record says the
+// install runs unbounded. A host that has them and fails to make one
+// fails the install. The caller calls releasePrepare, whatever this
+// returns.
+func (s *Supervisor) boundPrepare(id labels.VatID, scratch string, dirs prepareDirs, uid, gid int) (int64, error) {
+	if err := s.cfg.Packages.Disks.Support(); err != nil {
+		s.log.Warn("prepare folder without a size limit", keyVat, id, "reason", err.Error())
+		return 0, nil
+	}
+	want := s.cfg.Packages.PrepareBytes
+	if want == 0 {
+		want = DefaultPrepareBytes
+	}
+	bound, err := s.cfg.Packages.Disks.MountScratch(prepareImage(scratch), dirs.data, want)
+	if err != nil {
+		return 0, fmt.Errorf("giving the prepare folder its own file system of %d MiB: %w", want>>20, err)
+	}
+	if uid < 0 {
+		uid, gid = os.Getuid(), os.Getgid()
+	}
+	if err := s.cfg.Packages.Disks.MountRun(dirs.run, uid, gid); err != nil {
+		return 0, fmt.Errorf("giving the prepare wall's run folder a file system of its own: %w", err)
+	}
+	return bound, nil
+}
+
+// prepareImage is the image of the prepare folder scratch's data folder:
+// inside scratch, so that no vat's image (<state>/disk/<id>.img) has its
+// name, and it goes with the folder.
+func prepareImage(scratch string) string { return filepath.Join(scratch, "data.img") }
+
+// releasePrepare unmounts the file systems boundPrepare mounted in the
+// prepare folder scratch (detached if a step's process still holds one)
+// and removes the data folder's image. It also serves a folder an earlier
+// supervisor left.
+func (s *Supervisor) releasePrepare(scratch string) {
+	if err := s.cfg.Packages.Disks.UnmountRun(filepath.Join(scratch, "run")); err != nil {
+		s.log.Warn("unmounting a prepare folder's run folder", "folder", filepath.Base(scratch), keyErr, err)
+	}
+	if err := s.cfg.Packages.Disks.RemoveScratch(prepareImage(scratch), filepath.Join(scratch, "data")); err != nil {
+		s.log.Warn("removing a prepare folder's file system", "folder", filepath.Base(scratch), keyErr, err)
+	}
+}
+
 // removePrepareFolders removes the prepare folders an earlier supervisor
-// left (it was killed during an install). Called by Start, before any
-// install runs.
+// left (it was killed during an install), their file systems unmounted
+// first. Called by Start, before any install runs.
 func (s *Supervisor) removePrepareFolders() {
 	base := s.prepareBase()
 	ents, err := os.ReadDir(base)
@@ -307,6 +380,9 @@ func (s *Supervisor) removePrepareFolders() {
 	}
 	n := 0
 	for _, e := range ents {
+		if e.IsDir() {
+			s.releasePrepare(filepath.Join(base, e.Name()))
+		}
 		if err := store.RemoveTree(filepath.Join(base, e.Name())); err != nil {
 			s.log.Warn("removing a prepare folder an earlier supervisor left", "folder", e.Name(), keyErr, err)
 			continue
@@ -320,7 +396,9 @@ func (s *Supervisor) removePrepareFolders() {
 
 // prepareRunner runs each step in a wall of its own: the registry its
 // only egress, the scratch folders its only binds, nothing of the vat's.
-func (s *Supervisor) prepareRunner(id labels.VatID, dirs prepareDirs, uid, gid int, hosts []string) packages.Runner {
+// A step that fails with its prepare folder of bound bytes full (bound
+// > 0) fails for that reason.
+func (s *Supervisor) prepareRunner(id labels.VatID, dirs prepareDirs, uid, gid int, hosts []string, bound int64) packages.Runner {
 	return func(ctx context.Context, step string, argv []string, env map[string]string) error {
 		timeout := s.cfg.Packages.StepTimeout
 		if timeout == 0 {
@@ -424,6 +502,9 @@ func (s *Supervisor) prepareRunner(id labels.VatID, dirs prepareDirs, uid, gid i
 		_ = pw.Close()
 		<-logged
 		s.log.Info("prepare step", keyVat, id, keyStep, step, keyExit, exitText(exit), "ms", time.Since(began).Milliseconds())
+		if exit != nil && bound > 0 && disk.Full(dirs.data) {
+			return fmt.Errorf("%s: its %s step failed (%s): %w", packages.ReasonPrepare, step, exitText(exit), &prepareFullError{bytes: bound})
+		}
 		if exit != nil {
 			return fmt.Errorf("%s: its %s step failed (%s); the supervisor's log has its output", packages.ReasonPrepare, step, exitText(exit))
 		}
