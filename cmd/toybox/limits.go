@@ -85,7 +85,7 @@ func limitChecks(stateDir string) []wall.Check {
 		c.OK, c.Warn, c.Detail = false, true, "not enforced here: "+err.Error()
 		p.OK, p.Warn, p.Detail = false, true, "not enforced here: a package install's script or registry may fill the state file system: "+err.Error()
 	} else {
-		c.Detail = "enforced (each data folder a loop-mounted ext4 image of its own)"
+		c.Detail = fmt.Sprintf("enforced (each data folder a loop-mounted ext4 image of its own; each run folder a %d KiB tmpfs of %d inodes)", disk.RunBytes>>10, disk.RunInodes)
 		p.Detail = fmt.Sprintf("enforced (each package install's prepare folder a loop-mounted ext4 image of %d MiB)", supervisor.DefaultPrepareBytes>>20)
 	}
 	return append(out, c, p)
