@@ -982,3 +982,89 @@ func TestMCPPrincipalSecrets(t *testing.T) {
 		}
 	}
 }
+
+// TestMCPHeldStats: the counters show what the bridge keeps for a resume
+// against its bounds (32 MiB per holder, 96 MiB in all) and what those
+// bounds dropped. Each client leaves a call of 20 MiB before its answer:
+// alice's second passes her bound, and five holders pass the bound of
+// all.
+func TestMCPHeldStats(t *testing.T) {
+	f := newFixture(t, "mcp-held")
+	w := f.startMCP(t, "", MCP{Mode: "single"})
+	ctx := ctxT(t)
+	const answer = 20 << 20
+	type held struct {
+		Bytes, Bound, HolderBound, MostByOne, DroppedAnswers int64
+		Events, Holders                                      int
+		Dropped                                              struct{ Session, Holder, All int64 }
+	}
+	heldNow := func() held {
+		t.Helper()
+		var st struct{ Held held }
+		if err := json.Unmarshal(mustJSON(t, w.stats(t)), &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Held
+	}
+	// leave calls big in a new session of principal and leaves at the
+	// priming event, then waits until the bridge has kept its answer
+	// (and maybe dropped one).
+	calls := 0
+	leave := func(principal string) string {
+		t.Helper()
+		c := w.client(principal)
+		if err := c.Initialize(ctx, "2025-11-25", nil); err != nil {
+			t.Fatal(err)
+		}
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		resp, err := c.Open(cctx, mcptest.Tool(2, "big", map[string]any{"mib": answer >> 20, "sleepMs": 200}), "Accept", "text/event-stream, application/json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		prime, err := mcptest.ReadEvent(bufio.NewReader(resp.Body))
+		resp.Body.Close()
+		if err != nil || prime.ID == "" {
+			t.Fatalf("the priming event: %+v %v", prime, err)
+		}
+		calls++
+		err = mcptest.Eventually(30*time.Second, func() error {
+			h := heldNow()
+			if kept := int64(h.Events) + h.Dropped.Session + h.Dropped.Holder + h.Dropped.All; kept != int64(calls) {
+				return fmt.Errorf("held %+v; want %d answers kept or dropped", h, calls)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return prime.ID
+	}
+	leave("alice")
+	leave("alice")
+	h := heldNow()
+	t.Logf("alice past her bound: %+v", h)
+	if h.HolderBound != 32<<20 || h.Bound != 96<<20 || h.Holders != 1 || h.MostByOne != h.Bytes || h.Bytes < answer || h.Bytes > h.HolderBound {
+		t.Errorf("held %+v; want alice's one answer, of bounds 32 and 96 MiB", h)
+	}
+	if h.Dropped.Holder != 1 || h.DroppedAnswers != 1 || h.Dropped.All != 0 {
+		t.Errorf("held %+v; want one answer dropped past alice's bound", h)
+	}
+	for _, p := range []string{"bob", "carol", "dave", "erin"} {
+		leave(p)
+	}
+	h = heldNow()
+	t.Logf("five holders past the bound of all: %+v", h)
+	if h.Bytes > h.Bound || h.Holders != 4 || h.Dropped.All != 1 || h.DroppedAnswers != 2 {
+		t.Errorf("held %+v; want four answers kept within 96 MiB, one dropped past it", h)
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

@@ -186,6 +186,8 @@ type Stats struct {
 	// Cache is the tools/list cache's counters; absent while no request
 	// came marked for it (the vat's manifest did not opt in).
 	Cache *CacheStats `json:"toolsListCache,omitempty"`
+	// Held is what the sessions keep for a resume, against its bounds.
+	Held HeldStats `json:"held"`
 }
 
 // CrashLoop is when processes exiting on their own mean the vat is
@@ -284,6 +286,7 @@ func (b *Bridge) Close() {
 
 // Stats returns the bridge's counters now.
 func (b *Bridge) Stats() Stats {
+	held := b.held.stats()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	st := Stats{
@@ -292,6 +295,7 @@ func (b *Bridge) Stats() Stats {
 		Dropped: b.stats.Dropped.Load(), TooLong: b.stats.TooLong.Load(),
 		Spawned: b.stats.Spawned.Load(), Exited: b.stats.Exited.Load(), StderrLost: b.stats.StderrLost.Load(),
 		LastError: b.lastErr, Crashing: b.crashing, Cache: b.cache.stats(),
+		Held: held,
 	}
 	if !b.lastAt.IsZero() {
 		st.LastErrorT = b.lastAt.UTC().Format(time.RFC3339)

@@ -29,7 +29,11 @@ type hold struct {
 	mu       sync.Mutex
 	per, all int64 // bounds of what is counted; 0: none
 	bytes    int64 // counted in all
+	events   int   // counted in all
 	by       map[string]*holding
+	// dropped counts the events dropped past each bound; answers, the
+	// calls' answers among them that no client was sent.
+	dropped struct{ session, holder, all, answers int64 }
 }
 
 // holding is one holder's events, oldest first.
@@ -105,16 +109,17 @@ func (r *ring) add(st *stream, seq int64, n int) {
 	r.bytes += n
 	ho.bytes += e.cost
 	h.bytes += e.cost
+	h.events++
 
 	for r.first != e && (r.events > ringEvents || r.bytes > ringBytes) {
-		h.dropLocked(r.first)
+		h.dropLocked(r.first, &h.dropped.session)
 	}
 	for h.per > 0 && ho.bytes > h.per {
 		v := ho.victim(e)
 		if v == nil {
 			break
 		}
-		h.dropLocked(v)
+		h.dropLocked(v, &h.dropped.holder)
 	}
 	for h.all > 0 && h.bytes > h.all {
 		v := ho.victim(e)
@@ -124,7 +129,7 @@ func (r *ring) add(st *stream, seq int64, n int) {
 		if v == nil {
 			break
 		}
-		h.dropLocked(v)
+		h.dropLocked(v, &h.dropped.all)
 	}
 }
 
@@ -206,17 +211,22 @@ func (h *hold) unlinkLocked(e *heldEvent) {
 	}
 	ho.bytes -= e.cost
 	h.bytes -= e.cost
+	h.events--
 	if ho.first == nil {
 		delete(h.by, r.holder)
 	}
 	*e = heldEvent{}
 }
 
-// dropLocked stops counting e and drops it from its stream.
-func (h *hold) dropLocked(e *heldEvent) {
+// dropLocked stops counting e and drops it from its stream, counting it
+// in bound (one of h.dropped's).
+func (h *hold) dropLocked(e *heldEvent, bound *int64) {
 	st, seq := e.st, e.seq
 	h.unlinkLocked(e)
-	st.drop(seq)
+	*bound++
+	if st.drop(seq) {
+		h.dropped.answers++
+	}
 }
 
 // forget stops counting st's events (the session forgot st).
@@ -245,6 +255,48 @@ func (r *ring) close() {
 func (r *ring) size() (events, bytes int) {
 	defer r.lock()()
 	return r.events, r.bytes
+}
+
+// HeldStats are the counters of what the bridge keeps for a resume
+// (Last-Event-ID), as GET /toybox/mcp-stats answers them under "held".
+type HeldStats struct {
+	Bytes     int64 `json:"bytes"`     // kept now: each event's bytes and heldOverhead
+	Events    int   `json:"events"`    // kept now
+	Bound     int64 `json:"bound"`     // of bytes: heldAll messages of MaxMessage
+	Holders   int   `json:"holders"`   // holders keeping an event now
+	MostByOne int64 `json:"mostByOne"` // bytes the holder keeping the most keeps
+	// HolderBound bounds each holder's bytes: heldPerHolder messages of
+	// MaxMessage.
+	HolderBound int64 `json:"holderBound"`
+	// Dropped counts the events dropped past each bound since the
+	// bridge started.
+	Dropped DroppedStats `json:"dropped"`
+	// DroppedAnswers counts the calls' answers among them that no
+	// client was sent: a resume of each got 404, or its POST an error.
+	DroppedAnswers int64 `json:"droppedAnswers"`
+}
+
+// DroppedStats counts the events dropped past each bound of what the
+// bridge keeps.
+type DroppedStats struct {
+	Session int64 `json:"session"` // ringEvents or ringBytes of one session
+	Holder  int64 `json:"holder"`  // HolderBound
+	All     int64 `json:"all"`     // Bound
+}
+
+// stats returns the hold's counters now.
+func (h *hold) stats() HeldStats {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	st := HeldStats{
+		Bytes: h.bytes, Events: h.events, Bound: h.all, Holders: len(h.by), HolderBound: h.per,
+		Dropped:        DroppedStats{Session: h.dropped.session, Holder: h.dropped.holder, All: h.dropped.all},
+		DroppedAnswers: h.dropped.answers,
+	}
+	for _, ho := range h.by {
+		st.MostByOne = max(st.MostByOne, ho.bytes)
+	}
+	return st
 }
 
 // size reports what the hold counts, in all and by holder.

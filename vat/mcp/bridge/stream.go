@@ -55,15 +55,18 @@ func newStream(id string, resumable bool) *stream {
 	return &stream{id: id, resumable: resumable, next: 1, notify: make(chan struct{}, 1)}
 }
 
-// drop removes event seq, the stream's oldest, from what it keeps.
-func (s *stream) drop(seq int64) {
+// drop removes event seq, the stream's oldest, from what it keeps. It
+// reports whether that was a call's answer no client was sent.
+func (s *stream) drop(seq int64) (unsentAnswer bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.events) > 0 && s.events[0].seq == seq {
+		unsentAnswer = s.events[0].final && seq > s.delivered
 		s.bytes -= len(s.events[0].data)
 		s.events = s.events[1:]
 		s.gone = seq
 	}
+	return unsentAnswer
 }
 
 // readBy reports whether a client reads the stream now, and whether

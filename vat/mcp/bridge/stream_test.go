@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -330,6 +331,27 @@ func TestHeldBudget(t *testing.T) {
 	}
 	if r := resume(mallory[0], malloryFrom[0]); r.Status != http.StatusNotFound {
 		t.Errorf("mallory resuming a dropped answer: %d %.80q; want 404", r.Status, r.Text())
+	}
+
+	// The operator sees the bounds at work in the counters.
+	raw, err := mcptest.Stats(ctx, srv.Client(), srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct{ Held HeldStats }
+	if err := json.Unmarshal(mustJSON(raw), &st); err != nil {
+		t.Fatal(err)
+	}
+	h := st.Held
+	t.Logf("held: %+v", h)
+	all, by = b.held.size()
+	if h.Bytes != all || h.Bound != 3*limit || h.HolderBound != limit || h.Holders != len(by) || h.MostByOne > limit || h.MostByOne < by["mallory"] {
+		t.Errorf("held = %+v; want %d bytes of bound %d, %d holders, the most %d of bound %d", h, all, 3*limit, len(by), by["mallory"], limit)
+	}
+	// mallory's answers went past her bound; the others' past the
+	// bound of all. Each was an answer no client was sent.
+	if h.Dropped.Holder == 0 || h.Dropped.All == 0 || h.DroppedAnswers != h.Dropped.Session+h.Dropped.Holder+h.Dropped.All {
+		t.Errorf("held = %+v; want drops past the holder's bound and the bound of all, each an unsent answer", h)
 	}
 }
 

@@ -41,7 +41,7 @@ const Emoji = "\U0001F469\u200D\U0001F4BB \u2028 <b>&</b>"
 //
 //	echo {text, sleepMs}   answers text (after sleepMs)
 //	noise                  writes Noise to stdout, then answers Emoji
-//	big {mib}              answers a text of mib MiB
+//	big {mib, sleepMs}     answers a text of mib MiB (after sleepMs)
 //	crash                  writes "fatal: boom" to stderr and exits 3
 //	slow {ms}              answers after ms, unless cancelled
 //	cancelled              answers the ids of the cancelled calls
@@ -258,6 +258,7 @@ func (f *fake) call(m msg) {
 		}
 		f.text(m.ID, Emoji)
 	case "big":
+		time.Sleep(time.Duration(a.SleepMs) * time.Millisecond)
 		f.text(m.ID, strings.Repeat("x", a.MiB<<20))
 	case "crash":
 		fmt.Fprintln(f.errw, "fatal: boom")
