@@ -162,6 +162,9 @@ func (b *Bridge) initialize(w http.ResponseWriter, r *http.Request, principal st
 	s.mu.Lock()
 	s.streams[st.id] = st
 	s.mu.Unlock()
+	// This POST reads it from before its answer can come: past the
+	// bounds of what the bridge keeps, it is no stream no client reads.
+	sl := st.attach()
 	c := &call{st: st, sess: s}
 	var refused atomic.Bool // written by the reader, read here
 	c.onDone = func(resp mcp.Msg, parsed bool) {
@@ -181,17 +184,24 @@ func (b *Bridge) initialize(w http.ResponseWriter, r *http.Request, principal st
 		}
 	}
 	if err := p.send(m, c); err != nil {
+		st.detach(sl)
 		b.endSession(s, "the process could not be written to", true)
 		b.decide(r, principal, mcp.Legacy, "", m.Method, http.StatusServiceUnavailable, err.Error())
 		writeError(w, http.StatusServiceUnavailable, m.ID, mcp.CodeInternal, err.Error(), nil)
 		return
 	}
-	done := b.serve(w, r, st, writeOpts{lazy: !prefersSSE(r), jsonOnly: !acceptsSSE(r), prime: requested >= "2025-11-25", session: s.id, lazyWait: b.cfg.LazyWait})
+	done := b.serve(w, r, st, writeOpts{lazy: !prefersSSE(r), jsonOnly: !acceptsSSE(r), prime: requested >= "2025-11-25", session: s.id, lazyWait: b.cfg.LazyWait, slot: sl, id: m.ID})
 	s.streamDone(st, done)
 	if refused.Load() {
 		// A refused initialize leaves no session behind.
 		b.endSession(s, "its initialize failed", true)
 		b.decide(r, principal, mcp.Legacy, s.id, m.Method, http.StatusOK, "initialize refused by the vat; session ended")
+		return
+	}
+	if st.wasLost() {
+		// Its client was told the initialize failed.
+		b.endSession(s, "its initialize's answer was dropped", true)
+		b.decide(r, principal, mcp.Legacy, s.id, m.Method, http.StatusOK, lostAnswer+"; session ended")
 		return
 	}
 	b.decide(r, principal, mcp.Legacy, s.id, m.Method, http.StatusOK, "session started on process "+strconv.Itoa(p.n))
@@ -291,8 +301,12 @@ func (s *session) request(w http.ResponseWriter, r *http.Request, m mcp.Msg) {
 	s.streams[st.id] = st
 	prime := s.version >= "2025-11-25"
 	s.mu.Unlock()
+	// This POST reads it from before its answer can come: past the
+	// bounds of what the bridge keeps, it is no stream no client reads.
+	sl := st.attach()
 	s.track(c)
 	if err := s.proc().send(m, c); err != nil {
+		st.detach(sl)
 		s.mu.Lock()
 		delete(s.inflight, c)
 		delete(s.streams, st.id)
@@ -309,16 +323,26 @@ func (s *session) request(w http.ResponseWriter, r *http.Request, m mcp.Msg) {
 		writeError(w, http.StatusOK, m.ID, mcp.CodeInternal, err.Error(), nil)
 		return
 	}
-	done := b.serve(w, r, st, writeOpts{lazy: !prefersSSE(r), jsonOnly: !acceptsSSE(r), prime: prime, lazyWait: b.cfg.LazyWait})
+	if testHookSent != nil {
+		testHookSent(s, st)
+	}
+	done := b.serve(w, r, st, writeOpts{lazy: !prefersSSE(r), jsonOnly: !acceptsSSE(r), prime: prime, lazyWait: b.cfg.LazyWait, slot: sl, id: m.ID})
 	s.streamDone(st, done)
 	reason := "answered"
-	if !done {
+	switch {
+	case st.wasLost():
+		reason = lostAnswer
+	case !done:
 		// Not a cancellation: the call runs on, and its answer waits for
 		// the client to resume the stream.
 		reason = "the client went before the answer; the call goes on"
 	}
 	b.decide(r, s.principal, mcp.Legacy, s.id, m.Method, http.StatusOK, reason)
 }
+
+// testHookSent, if set, runs once a session's call is sent to its
+// process, before its answer is served (the window a test drops it in).
+var testHookSent func(s *session, st *stream)
 
 // track counts c among the session's calls in flight until it is done.
 func (s *session) track(c *call) {
@@ -701,6 +725,7 @@ func (b *Bridge) postBatch(w http.ResponseWriter, r *http.Request, principal str
 	s.mu.Unlock()
 	var calls []*stream
 	var slots []*slot
+	var ids [][]byte
 	defer func() {
 		// A batch is not resumed: its answers are kept no longer.
 		for i, st := range calls {
@@ -721,7 +746,11 @@ func (b *Bridge) postBatch(w http.ResponseWriter, r *http.Request, principal str
 				c.onEnd() // never in flight: not counted against the bound
 				st.push(mcp.ErrorResponse(m.ID, mcp.CodeInternal, err.Error(), nil), true)
 			}
+			if testHookSent != nil {
+				testHookSent(s, st)
+			}
 			calls = append(calls, st)
+			ids = append(ids, m.ID)
 		case mcp.KindNotification:
 			s.notification(m)
 		case mcp.KindResponse:
@@ -739,13 +768,17 @@ func (b *Bridge) postBatch(w http.ResponseWriter, r *http.Request, principal str
 		return
 	}
 	answers := make([][]byte, 0, len(calls))
-	for _, st := range calls {
+	for i, st := range calls {
 		for {
 			var fin []byte
-			for _, e := range st.since(0) {
-				if e.final {
-					fin = e.data
-				}
+			evs, gap := st.after(0)
+			if e := finalIn(evs); e != nil {
+				fin = e.data
+			} else if gap {
+				// Its answer, or an event before it, went past the
+				// session's bound: it would never come.
+				st.answerLost()
+				fin = mcp.ErrorResponse(ids[i], mcp.CodeInternal, lostAnswer, nil)
 			}
 			if fin != nil {
 				answers = append(answers, fin)

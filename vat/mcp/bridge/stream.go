@@ -36,6 +36,7 @@ type stream struct {
 	finalAt   time.Time
 	delivered int64 // the last seq a writer wrote
 	gone      int64 // the last seq dropped from events (a session's stream)
+	lost      bool  // its client was told its answer was dropped
 	notify    chan struct{}
 	slot      *slot // the connection writing it now, if any
 	// filter rewrites the final message (a bridged answer); nil: as is.
@@ -160,6 +161,33 @@ func (s *stream) after(seq int64) ([]event, bool) {
 	return out, s.gone > seq
 }
 
+// answerLost ends the stream, which lost its answer or an event before
+// it: the caller tells the client instead.
+func (s *stream) answerLost() {
+	s.mu.Lock()
+	s.lost = true
+	s.mu.Unlock()
+	s.end()
+}
+
+// wasLost reports whether the stream's client was told its answer was
+// dropped.
+func (s *stream) wasLost() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lost
+}
+
+// finalIn returns the final event of evs, or nil.
+func finalIn(evs []event) *event {
+	for i := range evs {
+		if evs[i].final {
+			return &evs[i]
+		}
+	}
+	return nil
+}
+
 // attach makes a new connection the stream's writer, detaching the one
 // before (a second GET replaces the first).
 func (s *stream) attach() *slot {
@@ -238,13 +266,29 @@ type writeOpts struct {
 	session        string           // Mcp-Session-Id to set, if any
 	lazyWait       time.Duration    // how long a lazy answer waits before SSE
 	onGone         func()           // the client went before the end
+	// slot is the stream's writer attached by the caller before its call
+	// was sent, so its answer is never dropped unread as one of a stream
+	// no client reads; nil: serve attaches.
+	slot *slot
+	// id is the id of the request a POST's stream answers. If the
+	// stream loses its answer, or an event before it, the client gets a
+	// JSON-RPC error for id. nil: a GET stream, whose connection ends so
+	// its client resumes and is told.
+	id []byte
 }
+
+// lostAnswer is the message of the error a client gets for a call whose
+// answer was dropped before it was written.
+const lostAnswer = "the answer was dropped: past the bound of what the bridge keeps for a resume"
 
 // serve writes the stream to one HTTP response until its final message,
 // the client goes, or another connection takes the stream over. It
 // reports whether the final message was written.
 func (b *Bridge) serve(w http.ResponseWriter, r *http.Request, s *stream, o writeOpts) bool {
-	sl := s.attach()
+	sl := o.slot
+	if sl == nil {
+		sl = s.attach()
+	}
 	defer s.detach(sl)
 	flusher, _ := w.(http.Flusher)
 	sse := !o.lazy
@@ -302,7 +346,27 @@ func (b *Bridge) serve(w http.ResponseWriter, r *http.Request, s *stream, o writ
 	cursor := o.from
 	for {
 		evs, gap := s.after(cursor)
-		if gap {
+		switch {
+		case gap && o.id != nil && finalIn(evs) == nil:
+			// A POST's answer, or an event before it, is gone (past
+			// the session's bound: ring.add). A client that was given
+			// no event id could not resume: each is told now, for its
+			// id, rather than left with an empty answer.
+			s.answerLost()
+			msg := mcp.ErrorResponse(o.id, mcp.CodeInternal, lostAnswer, nil)
+			if !started {
+				h := w.Header()
+				h.Set("Content-Type", "application/json")
+				h.Set("Content-Length", strconv.Itoa(len(msg)))
+				w.WriteHeader(http.StatusOK)
+				_, _ = w.Write(msg)
+				if flusher != nil {
+					flusher.Flush()
+				}
+				return true
+			}
+			return send([]byte("event: message\ndata: " + string(msg) + "\n\n"))
+		case gap && o.id == nil:
 			// What the client has not had was dropped: the connection
 			// ends, and its resume is told the event is gone.
 			if !started && !o.jsonOnly {
@@ -310,6 +374,8 @@ func (b *Bridge) serve(w http.ResponseWriter, r *http.Request, s *stream, o writ
 			}
 			return false
 		}
+		// A POST's answer still kept is written, though an event before
+		// it went.
 		if !started && len(evs) > 0 {
 			first := evs[0]
 			errStatus := 0
@@ -320,13 +386,7 @@ func (b *Bridge) serve(w http.ResponseWriter, r *http.Request, s *stream, o writ
 			case (first.final && (!o.sseUnlessError || errStatus != 0)) || o.jsonOnly:
 				// JSON: the response came first (or the client takes
 				// nothing else); interim messages are dropped.
-				var fin *event
-				for i := range evs {
-					if evs[i].final {
-						fin = &evs[i]
-						break
-					}
-				}
+				fin := finalIn(evs)
 				if fin == nil {
 					cursor = evs[len(evs)-1].seq
 					s.wrote(cursor)

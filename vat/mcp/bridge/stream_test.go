@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"toybox/vat/mcp"
 	"toybox/vat/mcp/mcptest"
 )
 
@@ -429,4 +430,118 @@ func TestHeldOrder(t *testing.T) {
 	if _, by := b.held.size(); by["mallory"] != 0 {
 		t.Errorf("an ended session's events still count %d", by["mallory"])
 	}
+}
+
+// TestDroppedAnswer: a call's answer dropped by the bounds of what the
+// bridge keeps, after its process answered and before its POST wrote it,
+// still reaches the client: the answer itself or a JSON-RPC error for
+// its id, never a 200 with no answer. The hook drops it in that window,
+// which a busy bridge reaches by chance: past the holder's bound (a
+// stream no client reads loses its events first, and the POST read none
+// yet) or past the session's (its oldest event goes, read or not).
+func TestDroppedAnswer(t *testing.T) {
+	const limit = 1 << 20
+	fills := map[string]func(s *session){
+		// One event past the holder's bound, on the session's GET stream
+		// no client reads: the answer is not its victim.
+		"holder": func(s *session) { s.get.push(bytes.Repeat([]byte("x"), limit), false) },
+		// ringEvents events more: the session's oldest, the answer, goes.
+		"session": func(s *session) {
+			for range ringEvents {
+				s.get.push([]byte(`{"jsonrpc":"2.0","method":"notifications/message"}`), false)
+			}
+		},
+	}
+	// waitAnswer waits for st's answer, then fills past a bound.
+	waitAnswer := func(t *testing.T, fill string) func(s *session, st *stream) {
+		return func(s *session, st *stream) {
+			err := mcptest.Eventually(5*time.Second, func() error {
+				st.mu.Lock()
+				defer st.mu.Unlock()
+				if !st.final {
+					return fmt.Errorf("no answer yet")
+				}
+				return nil
+			})
+			if err != nil {
+				t.Error(err)
+			}
+			fills[fill](s)
+		}
+	}
+	for _, fill := range []string{"holder", "session"} {
+		for _, version := range []string{"2025-06-18", "2025-11-25"} {
+			for _, accept := range []string{"application/json", "application/json, text/event-stream", "text/event-stream, application/json"} {
+				t.Run(fill+"/"+version+"/"+accept, func(t *testing.T) {
+					b, srv := newBridge(t, Config{MaxMessage: limit, NoSpare: true})
+					ctx := context.Background()
+					c := client(srv, "alice")
+					if err := c.Initialize(ctx, version, nil); err != nil {
+						t.Fatal(err)
+					}
+					testHookSent = waitAnswer(t, fill)
+					t.Cleanup(func() { testHookSent = nil })
+					r, err := c.Post(ctx, mcptest.Tool(7, "echo", map[string]any{"text": "the answer"}), "Accept", accept)
+					testHookSent = nil
+					if err != nil {
+						t.Fatal(err)
+					}
+					f := r.Final()
+					if f == nil || string(f["id"]) != "7" {
+						t.Fatalf("the call = %d %q %+v; want its answer or an error for id 7", r.Status, r.Body, r.Events)
+					}
+					var e struct {
+						Code int `json:"code"`
+					}
+					_ = json.Unmarshal(f["error"], &e)
+					switch {
+					case fill == "holder" && r.Text() != "the answer":
+						t.Errorf("past the holder's bound: %d %q; want the answer, which the POST reads", r.Status, r.Text())
+					case fill == "session" && (e.Code != mcp.CodeInternal || r.Status != http.StatusOK):
+						t.Errorf("past the session's bound: %d %q; want 200 and error %d for id 7", r.Status, r.Text(), mcp.CodeInternal)
+					}
+					t.Logf("%d %s %q", r.Status, r.Header.Get("Content-Type"), r.Text())
+					// The counters say which bound dropped what.
+					h := b.Stats().Held
+					switch {
+					case fill == "holder" && (h.Dropped.Holder != 0 || h.DroppedAnswers != 0):
+						t.Errorf("held = %+v; want nothing dropped past the holder's bound", h)
+					case fill == "session" && (h.Dropped.Session != 1 || h.DroppedAnswers != 1):
+						t.Errorf("held = %+v; want one answer dropped past the session's bound", h)
+					}
+					// The session goes on.
+					if r, err := c.Post(ctx, mcptest.Tool(8, "echo", map[string]any{"text": "next"})); err != nil || r.Text() != "next" {
+						t.Errorf("the next call: %v %q", err, r.Text())
+					}
+				})
+			}
+		}
+	}
+
+	// A batch's POST waited for an answer past the session's bound
+	// until its client went.
+	t.Run("session/2025-03-26/batch", func(t *testing.T) {
+		_, srv := newBridge(t, Config{MaxMessage: limit, NoSpare: true})
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c := client(srv, "alice")
+		if err := c.Initialize(ctx, "2025-03-26", nil); err != nil {
+			t.Fatal(err)
+		}
+		testHookSent = waitAnswer(t, "session")
+		t.Cleanup(func() { testHookSent = nil })
+		r, err := c.Post(ctx, []byte("["+string(mcptest.Tool(7, "echo", map[string]any{"text": "the answer"}))+"]"))
+		testHookSent = nil
+		if err != nil {
+			t.Fatalf("the batch: %v", err)
+		}
+		var answers []map[string]json.RawMessage
+		if err := json.Unmarshal(r.Body, &answers); err != nil || len(answers) != 1 {
+			t.Fatalf("the batch's answers %d %s: %v", r.Status, r.Body, err)
+		}
+		one := &mcptest.Resp{Body: mustJSON(answers[0])}
+		if string(answers[0]["id"]) != "7" || one.Text() != "error: "+lostAnswer {
+			t.Errorf("the batch's answer = %s; want error %q for id 7", r.Body, lostAnswer)
+		}
+	})
 }
