@@ -63,9 +63,14 @@ func StartSupervisor(ctx context.Context, bin, dir, sbSock string, log *slog.Log
 	if err := installFile(filepath.Join(bin, "toybox-entry"), entry); err != nil {
 		return nil, fmt.Errorf("installing toybox-entry for the bench: %w", err)
 	}
+	// The walls have no CPU limit: every row's baseline runs on the host
+	// with none. Under serve's default of one CPU an app's own upload and
+	// the kernel's loopback work it pays for share that one CPU, and a
+	// throughput row would measure the limit, not the path
+	// (docs/benchmarks.md, "Reading the table").
 	args := []string{
 		"serve", "--state", filepath.Join(dir, "state"), "--http", "unix:" + pub, "--admin", admin,
-		"--entry", entry,
+		"--entry", entry, "--wall-cpus", "0",
 	}
 	if sbSock != "" {
 		args = append(args, "--switchboard", sbSock)
