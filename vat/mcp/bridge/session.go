@@ -190,6 +190,9 @@ func (b *Bridge) initialize(w http.ResponseWriter, r *http.Request, principal st
 		writeError(w, http.StatusServiceUnavailable, m.ID, mcp.CodeInternal, err.Error(), nil)
 		return
 	}
+	if testHookSent != nil {
+		testHookSent(s, st)
+	}
 	done := b.serve(w, r, st, writeOpts{lazy: !prefersSSE(r), jsonOnly: !acceptsSSE(r), prime: requested >= "2025-11-25", session: s.id, lazyWait: b.cfg.LazyWait, slot: sl, id: m.ID})
 	s.streamDone(st, done)
 	if refused.Load() {

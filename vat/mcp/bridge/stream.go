@@ -356,6 +356,9 @@ func (b *Bridge) serve(w http.ResponseWriter, r *http.Request, s *stream, o writ
 			msg := mcp.ErrorResponse(o.id, mcp.CodeInternal, lostAnswer, nil)
 			if !started {
 				h := w.Header()
+				// An initialize's session ends with it (the caller
+				// ends it): no id of it goes to the client.
+				h.Del(mcp.HeaderSession)
 				h.Set("Content-Type", "application/json")
 				h.Set("Content-Length", strconv.Itoa(len(msg)))
 				w.WriteHeader(http.StatusOK)

@@ -518,6 +518,47 @@ func TestDroppedAnswer(t *testing.T) {
 		}
 	}
 
+	// An initialize whose answer went past the session's bound: its
+	// client is told so, given no id of the session, which ends.
+	for _, accept := range []string{"application/json", "text/event-stream, application/json"} {
+		t.Run("session/initialize/"+accept, func(t *testing.T) {
+			b, srv := newBridge(t, Config{MaxMessage: limit, NoSpare: true})
+			ctx := context.Background()
+			c := client(srv, "alice")
+			testHookSent = waitAnswer(t, "session")
+			t.Cleanup(func() { testHookSent = nil })
+			r, err := c.Post(ctx, mcptest.Request(3, "initialize", map[string]any{
+				"protocolVersion": "2025-06-18", "capabilities": map[string]any{},
+				"clientInfo": map[string]any{"name": "mcptest", "version": "1"},
+			}), "Accept", accept)
+			testHookSent = nil
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := r.Final()
+			if f == nil || string(f["id"]) != "3" || r.Text() != "error: "+lostAnswer {
+				t.Fatalf("the initialize = %d %q %+v; want error %q for id 3", r.Status, r.Body, r.Events, lostAnswer)
+			}
+			sid := r.Header.Get(mcp.HeaderSession)
+			if accept == "application/json" && sid != "" {
+				t.Errorf("the failed initialize's answer names session %q; want none", sid)
+			}
+			b.mu.Lock()
+			n := len(b.sessions)
+			b.mu.Unlock()
+			if n != 0 {
+				t.Errorf("%d sessions after the failed initialize; want none", n)
+			}
+			if sid != "" {
+				// An event stream had begun: its id went, and is refused.
+				c.Session = sid
+				if r, err := c.Post(ctx, mcptest.Tool(4, "echo", map[string]any{"text": "x"})); err != nil || r.Status != http.StatusNotFound {
+					t.Errorf("a call on the ended session: %v %d; want 404", err, r.Status)
+				}
+			}
+		})
+	}
+
 	// A batch's POST waited for an answer past the session's bound
 	// until its client went.
 	t.Run("session/2025-03-26/batch", func(t *testing.T) {
