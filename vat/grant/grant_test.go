@@ -850,3 +850,32 @@ func constrainTo(ctx context.Context, h schema.Handle, l labels.Set) (schema.Han
 	}
 	return res.Handle().AddRef(), nil
 }
+
+// TestNoDoorsRefusalIsBounded: a vat with no doors that asks for a door
+// by a huge name is refused with a message of bounded size. The name was
+// quoted whole with %q, so each control byte became four: a vat sending a
+// name of 60 MiB made the supervisor build a 240 MiB refusal per call.
+func TestNoDoorsRefusalIsBounded(t *testing.T) {
+	v, err := NewVat(VatConfig{ID: "frank"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Revoke()
+	vc, _ := vatClient(t, v)
+	ctx := context.Background()
+	dfut, drelease := vc.Doors(ctx, nil)
+	defer drelease()
+	name := strings.Repeat("\x01", 1<<20)
+	gfut, grelease := dfut.Doors().Get(ctx, func(p schema.DoorSet_get_Params) error { return p.SetName(name) })
+	defer grelease()
+	_, err = gfut.Struct()
+	if err == nil {
+		t.Fatal("get of a huge name on an empty door set answered")
+	}
+	if !strings.Contains(err.Error(), "door refused: this vat has no door") {
+		t.Errorf("get error = %.200q; want a door refusal", err.Error())
+	}
+	if n := len(err.Error()); n > 1024 {
+		t.Errorf("get of a %d-byte name: a %d-byte refusal; want at most 1024 bytes", len(name), n)
+	}
+}

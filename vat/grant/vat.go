@@ -551,5 +551,13 @@ func (emptyDoors) All(context.Context, schema.DoorSet_all) error {
 
 func (emptyDoors) Get(_ context.Context, call schema.DoorSet_get) error {
 	name, _ := call.Args().Name()
+	if len(name) > maxDoorName {
+		name = name[:maxDoorName] + "..."
+	}
 	return fmt.Errorf("door refused: this vat has no door %q", name)
 }
+
+// maxDoorName bounds the part of an asked-for door name a refusal quotes,
+// in bytes, as vat/doors does: the name is the vat's, up to a whole
+// message long.
+const maxDoorName = 200
