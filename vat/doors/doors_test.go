@@ -610,3 +610,80 @@ func TestRefusedCallsLogBounded(t *testing.T) {
 		t.Errorf("records and unlogged counts account for %d calls; made %d", accounted, made+3)
 	}
 }
+
+// TestRevokeEndsCallsInFlight: a call the backend is still answering when
+// the grant is revoked fails at once with the revocation, not with the
+// backend's answer or its timeout, and frees its place in flight.
+func TestRevokeEndsCallsInFlight(t *testing.T) {
+	tab, _ := fixture(t)
+	tab.Limits = Limits{Timeout: 20 * time.Second}
+	gr := tab.Grant("kiosk", nil)
+	defer gr.Revoke()
+	set := doorSetOverSocket(t, gr)
+	ctx := context.Background()
+	af, releaseAll := set.All(ctx, nil)
+	defer releaseAll()
+	door := af.Door()
+	done := make(chan error, 1)
+	go func() {
+		f, release := door.Call(ctx, func(p schema.Door_call_Params) error {
+			if err := p.SetMethod("GET"); err != nil {
+				return err
+			}
+			return p.SetPath("/slow/5000")
+		})
+		_, err := f.Struct()
+		release()
+		done <- err
+	}()
+	testenv.WaitFor(t, 30*time.Second, func() error {
+		if len(gr.g.sem) == 0 {
+			return errors.New("the slow call never took its place in flight")
+		}
+		return nil
+	})
+	start := time.Now()
+	gr.RevokeBecause("stopped")
+	select {
+	case err := <-done:
+		if want := "door revoked: vat kiosk stopped"; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("call in flight at the revocation = %v; want %q", err, want)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("the call in flight ended %v after the revocation; want at once", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call in flight at the revocation did not end")
+	}
+	testenv.WaitFor(t, 5*time.Second, func() error {
+		if n := len(gr.g.sem); n != 0 {
+			return fmt.Errorf("%d places in flight still taken after the revocation", n)
+		}
+		return nil
+	})
+}
+
+// doorSetOverSocket serves a new reference to gr's DoorSet over a real
+// unix socket pair and returns the vat's end of it, in this process.
+func doorSetOverSocket(t *testing.T, gr *Granted) schema.DoorSet {
+	t.Helper()
+	ours, theirs := socketPair(t)
+	served, err := wire.FromFile(ours, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := served.RPC(capnp.Client(gr.DoorSet()), nil)
+	vatConn, err := wire.FromFile(theirs, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := vatConn.RPC(capnp.Client{}, nil)
+	set := schema.DoorSet(rc.Bootstrap(context.Background()))
+	t.Cleanup(func() {
+		set.Release()
+		_ = rc.Close()
+		_ = src.Close()
+		<-src.Done()
+	})
+	return set
+}
