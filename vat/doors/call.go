@@ -105,9 +105,12 @@ func (d *doorServer) Call(ctx context.Context, call schema.Door_call) error {
 	if err == nil {
 		select {
 		case d.g.sem <- struct{}{}:
-			call.Go() // a slow backend must not hold up the vat's other calls
-			forwarded = true
-			out, err = d.forward(ctx, call, req)
+			if err = d.g.enter(); err == nil {
+				call.Go() // a slow backend must not hold up the vat's other calls
+				forwarded = true
+				out, err = d.forward(ctx, call, req)
+				d.g.calls.Done()
+			}
 			<-d.g.sem
 		default:
 			err = fmt.Errorf("%w: %d calls of vat %s are already in flight", ErrRefused, d.g.limits.MaxInFlight, d.g.vat)
@@ -261,6 +264,9 @@ func (d *doorServer) forward(ctx context.Context, call schema.Door_call, r doorR
 	defer cancel()
 	stop := context.AfterFunc(g.ctx, cancel) // revocation ends the call
 	defer stop()
+	if err := g.live(); err != nil {
+		return outcome{}, err // revoked since admitted: AfterFunc's cancel may not have run yet
+	}
 
 	host := "localhost"
 	if g.set.Backend.Network == "tcp" {

@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -686,4 +689,82 @@ func doorSetOverSocket(t *testing.T, gr *Granted) schema.DoorSet {
 		<-src.Done()
 	})
 	return set
+}
+
+// lateConn notes each write made while *after is set.
+type lateConn struct {
+	net.Conn
+	after *atomic.Bool
+	late  *atomic.Int64
+}
+
+func (c lateConn) Write(p []byte) (int, error) {
+	if c.after.Load() {
+		c.late.Add(1)
+	}
+	return c.Conn.Write(p)
+}
+
+// TestNoCallAfterRevoke: once RevokeBecause returns, nothing more of the
+// grant's calls is written to the backend, not even of calls admitted
+// just before it. Eight callers race the revocation, round after round,
+// and every write to the backend after RevokeBecause returned is counted.
+func TestNoCallAfterRevoke(t *testing.T) {
+	tab, _ := fixture(t)
+	ctx := context.Background()
+	const rounds, callers = 40, 8
+	var revoked atomic.Bool
+	var late, answered atomic.Int64
+	for range rounds {
+		revoked.Store(false)
+		gr := tab.Grant("kiosk", nil)
+		dial := gr.g.tr.DialContext
+		gr.g.tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dial(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return lateConn{Conn: c, after: &revoked, late: &late}, nil
+		}
+		set := doorSetOverSocket(t, gr)
+		af, releaseAll := set.All(ctx, nil)
+		door := af.Door()
+		var wg sync.WaitGroup
+		var started atomic.Int64
+		for range callers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					started.Add(1)
+					f, release := door.Call(ctx, func(p schema.Door_call_Params) error {
+						if err := p.SetMethod("GET"); err != nil {
+							return err
+						}
+						return p.SetPath("/kiosk/state")
+					})
+					_, err := f.Struct()
+					release()
+					if err == nil {
+						answered.Add(1)
+					} else if strings.Contains(err.Error(), "door revoked") {
+						return
+					}
+				}
+			}()
+		}
+		for started.Load() < 4*callers {
+			time.Sleep(100 * time.Microsecond)
+		}
+		gr.RevokeBecause("stopped")
+		revoked.Store(true)
+		wg.Wait()
+		releaseAll()
+	}
+	if answered.Load() == 0 {
+		t.Fatal("no call was answered: the race was never run")
+	}
+	if n := late.Load(); n > 0 {
+		t.Errorf("%d writes to the backend after RevokeBecause returned; want none", n)
+	}
 }

@@ -44,7 +44,8 @@ type grant struct {
 	ctx     context.Context // cancelled on revoke; ends in-flight calls
 	cancel  context.CancelFunc
 	mu      sync.Mutex
-	revoked string // why, once revoked
+	revoked string         // why, once revoked
+	calls   sync.WaitGroup // calls going to the backend; Revoke waits for them
 
 	refusals *tokens.Records
 }
@@ -117,8 +118,9 @@ func (gr *Granted) Revoke() { gr.RevokeBecause("stopped") }
 // RevokeBecause ends the grant: every Door and DoorSet minted from it,
 // including references the vat passed to other processes, fails from now on
 // with "door revoked: vat <id> <why>" (why: "stopped", "deleted",
-// "upgraded without its doors"), and calls in flight are cancelled. It is
-// idempotent; the first reason stays.
+// "upgraded without its doors"), and calls in flight are cancelled. It
+// returns once they have ended: no more of the grant reaches the backend.
+// It is idempotent; the first reason stays.
 func (gr *Granted) RevokeBecause(why string) {
 	g := gr.g
 	g.mu.Lock()
@@ -132,6 +134,10 @@ func (gr *Granted) RevokeBecause(why string) {
 	g.revoked = why
 	g.mu.Unlock()
 	g.cancel()
+	// A call admitted just before may not have seen the cancel yet: wait
+	// until every call that entered has ended, so that nothing of this
+	// grant reaches the backend once Revoke returns.
+	g.calls.Wait()
 	if g.tr != nil {
 		g.tr.CloseIdleConnections()
 	}
@@ -144,6 +150,18 @@ func (gr *Granted) RevokeBecause(why string) {
 
 // Revoked reports whether the grant was revoked.
 func (gr *Granted) Revoked() bool { return gr.g.live() != nil }
+
+// enter counts a call going to the backend, or returns the revocation
+// error. The caller calls g.calls.Done when the call has ended.
+func (g *grant) enter() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.revoked != "" {
+		return fmt.Errorf("%w: vat %s %s", ErrRevoked, g.vat, g.revoked)
+	}
+	g.calls.Add(1)
+	return nil
+}
 
 // live returns the revocation error, or nil while the grant stands.
 func (g *grant) live() error {
