@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"capnproto.org/go/capnp/v3"
+	rpccp "capnproto.org/go/capnp/v3/std/capnp/rpc"
 
 	"toybox/schema"
 	"toybox/schema/wire"
@@ -766,5 +767,177 @@ func TestNoCallAfterRevoke(t *testing.T) {
 	}
 	if n := late.Load(); n > 0 {
 		t.Errorf("%d writes to the backend after RevokeBecause returned; want none", n)
+	}
+}
+
+// rawMsg builds one Cap'n Proto RPC message.
+func rawMsg(t *testing.T, fill func(rpccp.Message) error) *capnp.Message {
+	t.Helper()
+	msg, seg, err := capnp.NewMessage(capnp.SingleSegment(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := rpccp.NewRootMessage(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fill(m); err != nil {
+		t.Fatal(err)
+	}
+	return msg
+}
+
+// forgedDoorCall is question q: Door.call("GET", "/kiosk/state") on a
+// target the caller was never given.
+func forgedDoorCall(t *testing.T, q uint32, target func(rpccp.MessageTarget)) *capnp.Message {
+	return rawMsg(t, func(m rpccp.Message) error {
+		c, err := m.NewCall()
+		if err != nil {
+			return err
+		}
+		c.SetQuestionId(q)
+		c.SetInterfaceId(schema.Door_TypeID)
+		c.SetMethodId(1)
+		tg, err := c.NewTarget()
+		if err != nil {
+			return err
+		}
+		target(tg)
+		p, err := c.NewParams()
+		if err != nil {
+			return err
+		}
+		args, err := schema.NewDoor_call_Params(p.Segment())
+		if err != nil {
+			return err
+		}
+		if err := args.SetMethod("GET"); err != nil {
+			return err
+		}
+		if err := args.SetPath("/kiosk/state"); err != nil {
+			return err
+		}
+		return p.SetContent(args.ToPtr())
+	})
+}
+
+// TestForgedDoorIDs: a vat with no doors, speaking raw Cap'n Proto on its
+// connection, guesses the ids under which another vat's connection holds
+// Doors: imported capabilities 0 to 63, and the answer to a question it
+// never asked. Capability ids are the connection's own: a guess reaches
+// at most the guesser's own DoorSet (answered with an exception, it is no
+// Door), and the first unknown id ends the guesser's connection. Nothing
+// reaches either grant's doors, and the other vat's Doors still work.
+func TestForgedDoorIDs(t *testing.T) {
+	tab, _ := fixture(t)
+	var logs syncBuffer
+	logger := slog.New(slog.NewJSONHandler(&logs, nil))
+	kiosk := tab.Grant("kiosk", logger)
+	defer kiosk.Revoke()
+	set := doorSetOverSocket(t, kiosk)
+	ctx := context.Background()
+	af, releaseAll := set.All(ctx, nil)
+	defer releaseAll()
+	gf, releaseGet := set.Get(ctx, func(p schema.DoorSet_get_Params) error { return p.SetName("GET /kiosk/state") })
+	defer releaseGet()
+	if _, err := gf.Struct(); err != nil {
+		t.Fatal(err)
+	}
+
+	nobody := tab.Grant("nobody", logger)
+	defer nobody.Revoke()
+	// guess opens a raw connection whose bootstrap is nobody's DoorSet,
+	// asks for the bootstrap, then sends forged calls until one is not
+	// answered with an exception, and returns why the connection ended.
+	guess := func(t *testing.T, targets []func(rpccp.MessageTarget)) string {
+		t.Helper()
+		ours, theirs := socketPair(t)
+		served, err := wire.FromFile(ours, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := served.RPC(capnp.Client(nobody.DoorSet()), nil)
+		defer func() { _ = src.Close(); <-src.Done() }()
+		nc, err := net.FileConn(theirs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = theirs.Close()
+		defer nc.Close()
+		_ = nc.SetDeadline(time.Now().Add(30 * time.Second))
+		enc, dec := capnp.NewEncoder(nc), capnp.NewDecoder(nc)
+		// answer sends m and reads until its Return or an Abort.
+		answer := func(m *capnp.Message) (rpccp.Message, bool) {
+			if err := enc.Encode(m); err != nil {
+				return rpccp.Message{}, false
+			}
+			for {
+				msg, err := dec.Decode()
+				if err != nil {
+					return rpccp.Message{}, false
+				}
+				m, err := rpccp.ReadRootMessage(msg)
+				if err == nil && (m.Which() == rpccp.Message_Which_return || m.Which() == rpccp.Message_Which_abort) {
+					return m, true
+				}
+			}
+		}
+		if m, ok := answer(rawMsg(t, func(m rpccp.Message) error {
+			b, err := m.NewBootstrap()
+			b.SetQuestionId(0)
+			return err
+		})); !ok || m.Which() != rpccp.Message_Which_return {
+			t.Fatal("no answer to the bootstrap")
+		}
+		for i, target := range targets {
+			m, ok := answer(forgedDoorCall(t, uint32(i+1), target))
+			if !ok {
+				return "the connection ended"
+			}
+			if m.Which() == rpccp.Message_Which_abort {
+				a, _ := m.Abort()
+				why, _ := a.Reason()
+				return why
+			}
+			if r, _ := m.Return(); r.Which() != rpccp.Return_Which_exception {
+				t.Fatalf("forged call %d answered with %v; want an exception", i, r.Which())
+			}
+		}
+		return ""
+	}
+
+	t.Run("imported capability ids", func(t *testing.T) {
+		var targets []func(rpccp.MessageTarget)
+		for id := uint32(0); id < 64; id++ {
+			targets = append(targets, func(tg rpccp.MessageTarget) { tg.SetImportedCap(id) })
+		}
+		if why := guess(t, targets); !strings.Contains(why, "unknown export") {
+			t.Errorf("guessing import ids 0-63 ended with %q; want the connection aborted for an unknown export", why)
+		}
+	})
+	t.Run("answers never asked", func(t *testing.T) {
+		targets := []func(rpccp.MessageTarget){func(tg rpccp.MessageTarget) {
+			pa, err := tg.NewPromisedAnswer()
+			if err != nil {
+				t.Fatal(err)
+			}
+			pa.SetQuestionId(7)
+		}}
+		if why := guess(t, targets); !strings.Contains(why, "unknown or finished answer") {
+			t.Errorf("a call on an answer never asked ended with %q; want the connection aborted", why)
+		}
+	})
+	if recs := logs.records(t, "door call"); len(recs) != 0 {
+		t.Errorf("forged ids reached a door: %v", recs)
+	}
+	cf, releaseCall := af.Door().Call(ctx, func(p schema.Door_call_Params) error {
+		if err := p.SetMethod("GET"); err != nil {
+			return err
+		}
+		return p.SetPath("/kiosk/state")
+	})
+	defer releaseCall()
+	if res, err := cf.Struct(); err != nil || res.Status() != 200 {
+		t.Errorf("kiosk's own door after the guesses: %v", err)
 	}
 }
