@@ -941,3 +941,51 @@ func TestForgedDoorIDs(t *testing.T) {
 		t.Errorf("kiosk's own door after the guesses: %v", err)
 	}
 }
+
+// TestDoorCallHeaderBounds: a call's headers are bounded in number and in
+// size, and each name and value must be one HTTP accepts; a call past any
+// bound is refused, with the reason, before it reaches the backend.
+func TestDoorCallHeaderBounds(t *testing.T) {
+	tab, _ := fixture(t)
+	gr := tab.Grant("kiosk", nil)
+	defer gr.Revoke()
+	vat := startHelper(t, "vat", serveDoors(t, gr))
+	if r := vat.do(command{Op: "all", As: "all"}); r.Err != "" {
+		t.Fatalf("all: %s", r.Err)
+	}
+	many := func(n int, value string) [][2]string {
+		h := make([][2]string, n)
+		for i := range h {
+			h[i] = [2]string{fmt.Sprintf("X-H%d", i), value}
+		}
+		return h
+	}
+	tests := []struct {
+		name    string
+		headers [][2]string
+		want    string // "" for answered
+	}{
+		{"64 headers", many(maxHeaders, "v"), ""},
+		{"65 headers", many(maxHeaders+1, "v"), "door refused: 65 headers; at most 64"},
+		{"64 KiB of headers", many(2, strings.Repeat("v", maxHeaderBytes/2)), "door refused: the headers are larger than 65536 bytes"},
+		{"a name with a space", [][2]string{{"X Evil", "1"}}, "door refused: \"X Evil\" is not a valid header name"},
+		{"a name with a colon", [][2]string{{"X-Evil:", "1"}}, "is not a valid header name"},
+		{"an empty name", [][2]string{{"", "1"}}, "is not a valid header name"},
+		{"CRLF in a value", [][2]string{{"X-A", "1\r\nX-Toybox-Vat: browser"}}, "door refused: header X-A has an invalid value"},
+		{"NUL in a value", [][2]string{{"X-A", "1\x00"}}, "has an invalid value"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := vat.do(command{Op: "call", Door: "all", Method: "GET", Path: "/kiosk/state", Headers: tt.headers})
+			if tt.want == "" {
+				if a := decodeAnswer(t, r); a.Request.Vat != "kiosk" {
+					t.Errorf("backend saw vat %q; want kiosk", a.Request.Vat)
+				}
+				return
+			}
+			if !strings.Contains(r.Err, tt.want) || r.Status != 0 {
+				t.Errorf("call with %s = %d %q; want refused with %q", tt.name, r.Status, r.Err, tt.want)
+			}
+		})
+	}
+}
