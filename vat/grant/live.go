@@ -62,21 +62,28 @@ func (v *Vat) SetGrants(grants []labels.Set) error {
 	// takes effect at the switchboard some time after, and
 	// toybox-entry's direct connections reach it on connections of their
 	// own, which would connect for a removed member meanwhile.
-	revokeNow(gone)
+	unconfirmed := revokeNow(gone)
 	close(changed)
+	if unconfirmed > 0 {
+		v.log.Warn("egress grant changed, revocation unconfirmed", "grant", fmt.Sprint(members), "revoked_handles", len(gone), "unconfirmed", unconfirmed)
+		return fmt.Errorf("vat %s: %w: %d of %d handles (within %s)", v.cfg.ID, ErrRevokeUnconfirmed, unconfirmed, len(gone), revokeTimeout)
+	}
 	v.log.Info("egress grant changed", "grant", fmt.Sprint(members), "revoked_handles", len(gone))
 	return nil
 }
 
-// revokeTimeout bounds the wait for the switchboard in revokeNow.
-const revokeTimeout = 5 * time.Second
+// revokeTimeout bounds the wait for the switchboard in revokeNow (a
+// variable for tests).
+var revokeTimeout = 5 * time.Second
 
 // revokeNow revokes each of hs at the switchboard, all at once, waits for
 // the answers (or revokeTimeout), and releases hs. A handle of a session
-// that has ended fails at once: its connection took it with it.
-func revokeNow(hs []schema.Handle) {
+// that has ended fails at once: its connection took it with it. It
+// returns how many revocations had no answer by the deadline: those the
+// switchboard may not have made yet.
+func revokeNow(hs []schema.Handle) (unconfirmed int) {
 	if len(hs) == 0 {
-		return
+		return 0
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
 	defer cancel()
@@ -90,10 +97,15 @@ func revokeNow(hs []schema.Handle) {
 		ps = append(ps, pending{fut, release})
 	}
 	for i, p := range ps {
-		_, _ = p.fut.Struct() // an error: revoked already, or gone with its session
+		// An error: revoked already, gone with its session, or (once the
+		// deadline passed) no answer.
+		if _, err := p.fut.Struct(); err != nil && ctx.Err() != nil {
+			unconfirmed++
+		}
 		p.release()
 		hs[i].Release()
 	}
+	return unconfirmed
 }
 
 // covered reports whether every request m admits, one of members admits:

@@ -1,11 +1,13 @@
 package supervisor
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"reflect"
 
 	"toybox/labels"
+	"toybox/vat/grant"
 	"toybox/vat/manifest"
 )
 
@@ -14,8 +16,9 @@ import (
 // its Handles judge every later call by the new grant, and the connections
 // the new grant does not admit are shut (grant.Vat.SetGrants). A change
 // that changes the wall itself (from no grant to one, or back, or a
-// forwarded loopback port) restarts the vat instead, and restarted says so.
-// The record is saved first: a grant that cannot be saved changes nothing.
+// forwarded loopback port) restarts the vat instead, and restarted says so;
+// so does a switchboard that does not confirm the old handles' revocation
+// in time (grant.ErrRevokeUnconfirmed). The record is saved first: a grant that cannot be saved changes nothing.
 func (s *Supervisor) Regrant(id labels.VatID, egress string) (st Status, restarted bool, err error) {
 	v, err := s.lockVat(id, false)
 	if err != nil {
@@ -56,7 +59,17 @@ func (s *Supervisor) Regrant(id labels.VatID, egress string) (st Status, restart
 		return st, true, err
 	}
 	if gv != nil {
-		if err := gv.SetGrants(g); err != nil {
+		switch err := gv.SetGrants(g); {
+		case errors.Is(err, grant.ErrRevokeUnconfirmed):
+			// What the old grant made may stand until the switchboard
+			// gets to it: the wall goes, and with it every connection
+			// its entry and app hold.
+			s.log.Warn("the old grant's revocation is unconfirmed: the wall starts again", keyVat, id, keyErr, err)
+			unlock()
+			unlock = func() {}
+			st, err := s.Restart(id)
+			return st, true, err
+		case err != nil:
 			// The spawn that held it has ended: the next one is
 			// made from the new grant.
 			s.log.Info("the grant changed while its spawn ended", keyVat, id, keyErr, err)
