@@ -237,12 +237,21 @@ func schemeAlone(m labels.Set, r labels.Request) bool {
 	return m.Admit(r).Allow
 }
 
+// maxSchemeBytes is the longest scheme a Target may name: the schemes
+// are http, https and tcp.
+const maxSchemeBytes = 16
+
 // targetRequest is what a vat's Target asks to reach. The relay passes
 // the Target's fields on (schema.TargetFields.Set), never its struct: a
 // deep copy (SetTarget) carried whatever the vat put behind pointers
 // beyond the schema's (1 KiB of them cost the supervisor 0.66 s and 63
 // MiB).
+// A scheme longer than maxSchemeBytes is refused by its length alone,
+// so that no record quotes it.
 func targetRequest(t schema.TargetFields) (labels.Request, error) {
+	if len(t.Scheme) > maxSchemeBytes {
+		return labels.Request{}, labels.Refusef("a scheme of %d bytes is not supported (http, https or tcp)", len(t.Scheme))
+	}
 	ch, err := labels.CanonicalHost(t.Host)
 	if err != nil {
 		return labels.Request{}, labels.Refusef("%w", err)

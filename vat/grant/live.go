@@ -153,7 +153,8 @@ type Decision struct {
 	Target  labels.Request
 	Outcome Outcome
 	// Reason is why it was refused (without "egress refused: "), or how
-	// it failed; empty when allowed.
+	// it failed; empty when allowed. At most maxKeptBytes and the words
+	// that say how many more there were.
 	Reason string
 }
 
@@ -194,6 +195,7 @@ func (v *Vat) decided(op string, r labels.Request, err error) {
 			d.Outcome, d.Reason = Refused, reason
 		}
 	}
+	d.Reason = clip(d.Reason)
 	v.cfg.OnDecision(d)
 }
 

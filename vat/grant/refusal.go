@@ -1,6 +1,8 @@
 package grant
 
 import (
+	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,7 +27,32 @@ const (
 	keyTarget   = "target"
 	keyAllow    = "allow"
 	keyReason   = "reason"
+	keyUnlogged = "unlogged"
 )
+
+// A vat's refusals are logged at most refusalLogRate a second after a
+// burst of refusalLogBurst (tokens.Records): a vat that loops on refused
+// calls cannot fill the disk, or push the other vats' records past
+// journald's rate limit for the unit. The next record says how many were
+// not logged.
+const (
+	refusalLogRate  = 20
+	refusalLogBurst = 100
+)
+
+// maxKeptBytes bounds a decision's target and reason as the supervisor
+// keeps and logs them: a reason quotes what the vat asked for (a URL, a
+// scheme), which a call may make megabytes long, and 50 decisions are kept
+// per vat (package activity).
+const maxKeptBytes = 512
+
+// clip returns s cut to maxKeptBytes, saying how many bytes it dropped.
+func clip(s string) string {
+	if len(s) <= maxKeptBytes {
+		return s
+	}
+	return fmt.Sprintf("%s... (%d more bytes not kept)", strings.ToValidUTF8(s[:maxKeptBytes], ""), len(s)-maxKeptBytes)
+}
 
 // lastRefusal is a vat's most recent Refusal.
 type lastRefusal struct {
@@ -50,8 +77,17 @@ func (v *Vat) LastRefusal() (Refusal, bool) {
 // refused logs a refusal the supervisor decided (no member of the grant
 // admits the target), one record with the keys the switchboard's and the
 // entry's records use, and keeps it as the vat's last.
+// Past the vat's rate of records the refusal is counted instead, and the
+// next record says how many went unlogged.
 func (v *Vat) refused(op, target, reason string) {
-	v.log.Info(decisionMsg, keyOp, op, keyTarget, target, keyAllow, false, keyReason, reason, "by", "supervisor")
+	target, reason = clip(target), clip(reason)
+	if ok, unlogged := v.refusals.Admit(time.Now()); ok {
+		attrs := []any{keyOp, op, keyTarget, target, keyAllow, false, keyReason, reason, "by", "supervisor"}
+		if unlogged > 0 {
+			attrs = append(attrs, keyUnlogged, unlogged)
+		}
+		v.log.Info(decisionMsg, attrs...)
+	}
 	v.last.set(Refusal{Time: time.Now(), Op: op, Target: target, Reason: reason, By: "supervisor"})
 }
 
@@ -62,7 +98,7 @@ func (v *Vat) noteRefusal(op, target string, err error) {
 	if !ok {
 		return
 	}
-	v.last.set(Refusal{Time: time.Now(), Op: op, Target: target, Reason: reason, By: "switchboard"})
+	v.last.set(Refusal{Time: time.Now(), Op: op, Target: clip(target), Reason: clip(reason), By: "switchboard"})
 }
 
 // requestTarget writes r as the records write a target: scheme://host:port.

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"toybox/labels"
+	"toybox/vat/tokens"
 )
 
 // A union whose TLS-only member is not the first: a tcp request to that
@@ -14,7 +15,7 @@ import (
 // member's "port not granted", which left CONNECT to a listed
 // https://host:8443 refused whenever another grant came first.
 func TestCandidatesSayWhenOnlyTheSchemeIsRefused(t *testing.T) {
-	h := &handleServer{v: &Vat{log: slog.New(slog.DiscardHandler), members: []labels.Set{
+	h := &handleServer{v: &Vat{log: slog.New(slog.DiscardHandler), refusals: tokens.NewRecords(refusalLogRate, refusalLogBurst), members: []labels.Set{
 		{Host: "127.0.0.1", Port: 8000, Vat: "alice"},
 		{Scheme: "https", Host: "127.0.0.1", Port: 8443, Vat: "alice"},
 	}}}

@@ -17,6 +17,7 @@ import (
 	"toybox/labels"
 	"toybox/schema"
 	"toybox/schema/wire"
+	"toybox/vat/tokens"
 )
 
 // maxInFlight bounds the egress calls one vat may have outstanding, so that
@@ -119,6 +120,8 @@ type Vat struct {
 	sem     chan struct{}
 	sockets atomic.Int64 // relayed sockets open (relayed)
 	last    lastRefusal  // its most recent egress refusal
+	// refusals bounds the records of the refusals the supervisor decides.
+	refusals *tokens.Records
 	// notifier is toybox-entry's report of its connect() listener.
 	notifier notifierReport
 
@@ -161,7 +164,8 @@ func NewVat(cfg VatConfig) (*Vat, error) {
 	}
 	v := &Vat{
 		cfg: cfg, log: log.With("vat", cfg.ID), sem: make(chan struct{}, maxInFlight),
-		cache: map[string]*upstreamEntry{}, idle: list.New(), conns: map[*rpc.Conn]struct{}{},
+		refusals: tokens.NewRecords(refusalLogRate, refusalLogBurst),
+		cache:    map[string]*upstreamEntry{}, idle: list.New(), conns: map[*rpc.Conn]struct{}{},
 		changed: make(chan struct{}),
 	}
 	v.cfg.Limits = limits(cfg.Limits)

@@ -1,0 +1,183 @@
+package grant
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"toybox/labels"
+	"toybox/schema"
+)
+
+// lockedBuffer is a bytes.Buffer a logger and the test share.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// records returns the JSON records whose msg is msg.
+func (l *lockedBuffer) records(t *testing.T, msg string) []map[string]any {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	for _, line := range bytes.Split(l.b.Bytes(), []byte("\n")) {
+		if len(line) == 0 {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal(line, &m); err != nil {
+			t.Fatalf("log line %.80q: %v", line, err)
+		}
+		if m["msg"] == msg {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func (l *lockedBuffer) len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Len()
+}
+
+// TestRefusalRecordsAreBounded: what the supervisor keeps and logs of a
+// vat's egress decisions is bounded, whatever the vat asks for. A scheme
+// or URL of a megabyte is refused in words that do not carry it, and a
+// flood of refusals is logged at a rate, the next record counting those
+// that were not.
+func TestRefusalRecordsAreBounded(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "sb.sock")
+	startSwitchboard(t, sock)
+	port := echoServer(t)
+	var logs lockedBuffer
+	var mu sync.Mutex
+	var got []Decision
+	v, _ := newVatWith(t, sock, VatConfig{
+		ID: "mallory", Grants: []labels.Set{{Host: "127.0.0.1", Port: port}},
+		Logger:     slog.New(slog.NewJSONHandler(&logs, nil)),
+		OnDecision: func(d Decision) { mu.Lock(); got = append(got, d); mu.Unlock() },
+	})
+	vc, _ := vatClient(t, v)
+	h := egress(t, vc)
+	ctx := context.Background()
+
+	huge := strings.Repeat("x", 1<<20)
+	target := func(p interface {
+		NewTarget() (schema.Target, error)
+	},
+	) error {
+		tg, err := p.NewTarget()
+		if err != nil {
+			return err
+		}
+		_ = tg.SetScheme(huge)
+		_ = tg.SetHost("127.0.0.1")
+		tg.SetPort(port)
+		return nil
+	}
+	const calls = 4
+	for range calls {
+		fut, release := h.Connect(ctx, func(p schema.Handle_connect_Params) error { return target(p) })
+		if _, err := fut.Struct(); err == nil || len(err.Error()) > 1024 {
+			t.Errorf("connect with a scheme of 1 MiB: error of %d bytes (%v); want a refusal of at most 1 KiB", len(errText(err)), err == nil)
+		}
+		release()
+		cfut, crelease := h.Check(ctx, func(p schema.Handle_check_Params) error { return target(p) })
+		if _, err := cfut.Struct(); err != nil {
+			t.Fatalf("check: %v", err)
+		}
+		crelease()
+		rfut, rrelease := h.Request(ctx, func(p schema.Handle_request_Params) error {
+			_ = p.SetMethod("GET")
+			return p.SetUrl(huge + "://127.0.0.1/")
+		})
+		_, _ = rfut.Struct()
+		rrelease()
+	}
+	mu.Lock()
+	kept := 0
+	for _, d := range got {
+		if n := len(d.TargetText()) + len(d.Reason); n > 1024 {
+			t.Errorf("a %s decision keeps %d bytes (target %.40q, reason %.60q); want at most 1 KiB", d.Op, n, d.TargetText(), d.Reason)
+		}
+		kept += len(d.TargetText()) + len(d.Reason)
+	}
+	n := len(got)
+	mu.Unlock()
+	if n < 2*calls {
+		t.Fatalf("%d decisions reported; want at least %d", n, 2*calls)
+	}
+	if r, ok := v.LastRefusal(); ok && len(r.Target)+len(r.Reason) > 1024 {
+		t.Errorf("the last refusal keeps %d bytes; want at most 1 KiB", len(r.Target)+len(r.Reason))
+	}
+	if l := logs.len(); l > 64<<10 {
+		t.Errorf("%d calls naming 1 MiB each wrote %d bytes of log; want at most 64 KiB", 3*calls, l)
+	}
+	t.Logf("%d decisions keep %d bytes; %d bytes of log", n, kept, logs.len())
+}
+
+// TestRefusalFloodIsLoggedAtARate: a vat that loops on refused calls
+// writes at most refusalLogBurst records and then refusalLogRate a
+// second; the next record says how many went unlogged.
+func TestRefusalFloodIsLoggedAtARate(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "sb.sock")
+	startSwitchboard(t, sock)
+	port := echoServer(t)
+	var logs lockedBuffer
+	v, _ := newVatWith(t, sock, VatConfig{
+		ID: "mallory", Grants: []labels.Set{{Host: "127.0.0.1", Port: port}},
+		Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
+	})
+	vc, cli := vatClient(t, v)
+	h := egress(t, vc)
+	const calls = 2000
+	start := time.Now()
+	for range calls {
+		if _, err := connectFD(context.Background(), h, cli, "127.0.0.2", port); err == nil {
+			t.Fatal("connect to 127.0.0.2 admitted; want refused")
+		}
+	}
+	elapsed := time.Since(start)
+	recs := logs.records(t, decisionMsg)
+	if limit := refusalLogBurst + int(elapsed.Seconds()*refusalLogRate) + 1; len(recs) > limit {
+		t.Fatalf("%d refused calls in %v made %d records; want at most %d", calls, elapsed, len(recs), limit)
+	}
+	// A token comes back: the next refusal is logged with the count.
+	time.Sleep(2 * time.Second / refusalLogRate)
+	if _, err := connectFD(context.Background(), h, cli, "127.0.0.2", port); err == nil {
+		t.Fatal("connect to 127.0.0.2 admitted; want refused")
+	}
+	recs = logs.records(t, decisionMsg)
+	total := 0
+	for _, r := range recs {
+		total++
+		if u, ok := r[keyUnlogged].(float64); ok {
+			total += int(u)
+		}
+	}
+	if total != calls+1 {
+		t.Fatalf("%d records and their unlogged counts account for %d refusals; want %d", len(recs), total, calls+1)
+	}
+	t.Logf("%d refused calls in %v: %d records", calls+1, elapsed, len(recs))
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
