@@ -224,7 +224,9 @@ func newMCPRoute(in *instance, cfg manifest.MCP) *mcpRoute {
 			if c.era == mcp.Modern {
 				resp.Header.Del(mcp.HeaderSession)
 			}
-			rt.learn(c, resp)
+			if err := rt.learn(c, resp); err != nil {
+				return err
+			}
 			// Trailers are not MCP's: none reaches the client.
 			resp.Body = &trailerDropper{ReadCloser: resp.Body, trailer: &resp.Trailer}
 			for k := range resp.Trailer {
@@ -280,13 +282,17 @@ func (b *bufferPool) Get() []byte {
 func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
 
 // learn keeps the vat's answer's session id with the principal that
-// opened it, and forgets a session the vat ended or no longer knows.
-func (rt *mcpRoute) learn(c *mcpCall, resp *http.Response) {
+// opened it, and forgets a session the vat ended or no longer knows. An
+// id it would not keep (validSessionID) is errSessionID.
+func (rt *mcpRoute) learn(c *mcpCall, resp *http.Response) error {
 	if c.era == mcp.Modern {
-		return
+		return nil
 	}
 	ok := resp.StatusCode >= 200 && resp.StatusCode < 300
 	if sid := resp.Header.Get(mcp.HeaderSession); ok && sid != "" && sid != c.session {
+		if !validSessionID(sid) {
+			return errSessionID
+		}
 		if evicted, principal := rt.sessions.bind(sid, c.principal); evicted != "" {
 			go rt.endSession(evicted, principal)
 		}
@@ -297,6 +303,7 @@ func (rt *mcpRoute) learn(c *mcpCall, resp *http.Response) {
 	case resp.Request.Method == http.MethodDelete && ok, resp.StatusCode == http.StatusNotFound:
 		rt.sessions.drop(c.session)
 	}
+	return nil
 }
 
 // endSession ends a session the edge no longer keeps (the least recently
@@ -347,6 +354,8 @@ func proxyWhy(err error) string {
 		return fmt.Sprintf("its app.sock is %s, not a socket", ae.what)
 	case errors.Is(err, errMany1xx):
 		return errMany1xx.Error()
+	case errors.Is(err, errSessionID):
+		return errSessionID.Error()
 	case strings.Contains(err.Error(), "response headers exceeded"):
 		return fmt.Sprintf("its answer's headers are over %d KiB", maxVatHeaderBytes>>10)
 	case strings.Contains(err.Error(), "timeout awaiting response headers"):

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"container/list"
+	"fmt"
 	"sync"
 
 	"toybox/vat/mcp"
@@ -11,6 +12,28 @@ import (
 // dozen bytes here, and past it one is ended (at the vat too), whose
 // client gets 404 and initializes again.
 const maxSessions = 8192
+
+// maxSessionIDBytes bounds a session id the edge keeps: a vat names its
+// sessions, and maxSessions ids of maxVatHeaderBytes each were 2 GiB of one
+// vat's. MCP's ids are a UUID, a JWT or a hash.
+const maxSessionIDBytes = 1024
+
+// errSessionID ends an answer whose session id the edge does not keep.
+var errSessionID = fmt.Errorf("its answer names a session id over %d bytes or with bytes other than visible ASCII", maxSessionIDBytes)
+
+// validSessionID reports whether sid is an id the edge keeps: at most
+// maxSessionIDBytes of visible ASCII (MCP allows only 0x21 to 0x7E).
+func validSessionID(sid string) bool {
+	if len(sid) > maxSessionIDBytes {
+		return false
+	}
+	for i := 0; i < len(sid); i++ {
+		if sid[i] < 0x21 || sid[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
 
 // sessionTable maps the session ids a vat minted to the principal that
 // opened each. Past its bound it forgets the least recently used session
