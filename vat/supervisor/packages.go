@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
@@ -65,6 +66,12 @@ const DefaultPrepareBytes = 2*(store.DefaultMaxUnpacked+store.DefaultMaxEntries*
 	512<<20 // ext4's journal and inode tables, a block an entry, npm's cache of registry answers
 
 const keyStep = "step"
+
+// What the log takes of a prepare step's output (logPrepareOutput).
+const (
+	prepareOutputLines     = 400      // npm's output of an install is a few dozen lines
+	prepareOutputLineBytes = 64 << 10 // a line of a stack trace, whole
+)
 
 // maxServerJSON bounds a server.json body.
 const maxServerJSON = 1 << 20
@@ -441,14 +448,7 @@ func (s *Supervisor) prepareRunner(id labels.VatID, dirs prepareDirs, uid, gid i
 		go func() {
 			defer close(logged)
 			defer pr.Close()
-			sc := bufio.NewScanner(pr)
-			sc.Buffer(make([]byte, 64<<10), 64<<10)
-			n := 0
-			for sc.Scan() {
-				if n++; n <= 400 {
-					s.log.Info("prepare output", keyVat, id, keyStep, step, "line", sc.Text())
-				}
-			}
+			logPrepareOutput(s.log, pr, id, step)
 		}()
 		var rb [4]byte
 		_, _ = rand.Read(rb[:])
@@ -577,4 +577,35 @@ func packageEnv(code store.Code, env map[string]string) map[string]string {
 		out[k] = v
 	}
 	return out
+}
+
+// logPrepareOutput logs the lines of a prepare step's output read from r
+// until EOF. It reads every byte, so the step never finds its output
+// closed. The log takes the first prepareOutputLines lines, each cut to
+// prepareOutputLineBytes. One record at the end counts what it did not
+// take.
+func logPrepareOutput(log *slog.Logger, r io.Reader, id labels.VatID, step string) {
+	br := bufio.NewReaderSize(r, prepareOutputLineBytes)
+	var lines, notLogged, cut int
+	more := false // the last read was a line's first prepareOutputLineBytes
+	for {
+		b, isPrefix, err := br.ReadLine()
+		if err != nil {
+			break
+		}
+		if more {
+			cut += len(b)
+			more = isPrefix
+			continue
+		}
+		more = isPrefix
+		if lines++; lines > prepareOutputLines {
+			notLogged++
+			continue
+		}
+		log.Info("prepare output", keyVat, id, keyStep, step, "line", string(b))
+	}
+	if notLogged > 0 || cut > 0 {
+		log.Info("prepare output not logged", keyVat, id, keyStep, step, "lines", notLogged, "cut_bytes", cut)
+	}
 }
