@@ -845,7 +845,7 @@ func (s *Supervisor) logMCP(id string, c *mcpCall, status int) {
 	// boxing and the era's reflection (a named string type) show.
 	attrs := make([]slog.Attr, 0, 10)
 	attrs = append(attrs, slog.String(keyVat, id), slog.String(keyPrincipal, c.principal), slog.String(keyEra, string(c.era)),
-		slog.String(keySession, c.session), slog.String(keyMethod, c.method), slog.Int(keyResult, status),
+		slog.String(keySession, clipRecord(c.session)), slog.String(keyMethod, clipRecord(c.method)), slog.Int(keyResult, status),
 		slog.String(keyReason, c.reason), slog.Int64("ms", time.Since(c.started).Milliseconds()))
 	if unlogged > 0 {
 		attrs = append(attrs, slog.Int("unlogged", unlogged))
@@ -855,6 +855,20 @@ func (s *Supervisor) logMCP(id string, c *mcpCall, status int) {
 		level = slog.LevelWarn
 	}
 	s.edgeLog.LogAttrs(context.Background(), level, "mcp", attrs...)
+}
+
+// maxRecordText bounds a text a client chose (its session id, its
+// method) in an edge record: a header may be 1 MiB, and up to mcpLogRate
+// records a second are written per vat.
+const maxRecordText = 256
+
+// clipRecord returns s cut to maxRecordText, saying how many bytes it
+// dropped.
+func clipRecord(s string) string {
+	if len(s) <= maxRecordText {
+		return s
+	}
+	return fmt.Sprintf("%s... (%d more bytes not logged)", strings.ToValidUTF8(s[:maxRecordText], ""), len(s)-maxRecordText)
 }
 
 // mcpRecords is vat id's limiter of MCP records.

@@ -3,11 +3,15 @@ package supervisor
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"toybox/tests/testenv"
 
 	"toybox/vat/manifest"
 	"toybox/vat/mcp"
@@ -51,5 +55,32 @@ func TestSessionIDsAreBounded(t *testing.T) {
 	rt.sessions.mu.Unlock()
 	if kept > requests*maxSessionIDBytes {
 		t.Fatalf("%d answers each naming a session of %d bytes: the edge keeps %d bytes of session ids; want at most %d", requests, len(long), kept, requests*maxSessionIDBytes)
+	}
+}
+
+// TestMCPRecordsClipClientText: the edge's record of each call names the
+// session and the method the client sent. A client's Mcp-Session-Id of
+// 512 KiB was written whole in each record: within the records' rate
+// (mcpLogRate), 10 MiB of log a second from one client.
+func TestMCPRecordsClipClientText(t *testing.T) {
+	edge := &testenv.Buffer{}
+	s, st, _ := unwalledWith(t, Config{
+		StopGrace: time.Second, ReadyTimeout: 10 * time.Second,
+		BackoffMin: 10 * time.Millisecond, MaxRestarts: 1,
+		EdgeLogger: slog.New(slog.NewJSONHandler(edge, nil)),
+	})
+	installMCP(t, s, st, "alice")
+	front := httptest.NewServer(s.PublicHandler())
+	defer front.Close()
+	c := &mcpClient{t: t, url: front.URL + "/alice/mcp", session: strings.Repeat("s", 512<<10)}
+	method := strings.Repeat("m", 8<<10)
+	if resp, _ := c.post(fmt.Sprintf(`{"jsonrpc":"2.0","id":3,"method":%q}`, method)); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("a call naming an unknown session = %d; want 404", resp.StatusCode)
+	}
+	waitFor(t, "the edge's record of the call", func() bool { return strings.Contains(edge.String(), `"msg":"mcp"`) })
+	for _, l := range strings.Split(strings.TrimSpace(edge.String()), "\n") {
+		if len(l) > 2<<10 {
+			t.Errorf("an edge record of %d bytes: %.200s; want at most 2 KiB", len(l), l)
+		}
 	}
 }
