@@ -87,21 +87,8 @@ func TestImportFailureKeepsDataFolder(t *testing.T) {
 			if tt.before != "" {
 				files[filepath.Join(data, "notes.json")] = tt.before
 			}
-			for p, b := range files {
-				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(p, []byte(b), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			cfg, _ := json.Marshal(map[string]any{"mcpServers": map[string]any{
-				"notes": map[string]any{"command": "/usr/bin/node", "args": []string{filepath.Join(src, "server.js"), filepath.Join(src, "notes.json")}},
-			}})
-			config := filepath.Join(dir, "claude_desktop_config.json")
-			if err := os.WriteFile(config, cfg, 0o644); err != nil {
-				t.Fatal(err)
-			}
+			writeFiles(t, files)
+			config, _ := notesConfig(t, dir, filepath.Join(src, "server.js"), filepath.Join(src, "notes.json"))
 			sock := filepath.Join(dir, "admin.sock")
 			ln, err := net.Listen("unix", sock)
 			if err != nil {
@@ -179,25 +166,12 @@ func TestImportDoesNotTakeARacedVat(t *testing.T) {
 	dir := t.TempDir()
 	src := filepath.Join(dir, "notes-server")
 	data := filepath.Join(dir, "state", "data", "notes")
-	for p, b := range map[string]string{
+	writeFiles(t, map[string]string{
 		filepath.Join(src, "package.json"): `{"name":"notes-server"}`,
 		filepath.Join(src, "server.js"):    "// a server\n",
 		filepath.Join(data, "theirs.json"): `{"the other vat's":"data"}`,
-	} {
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(b), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cfg, _ := json.Marshal(map[string]any{"mcpServers": map[string]any{
-		"notes": map[string]any{"command": "/usr/bin/node", "args": []string{filepath.Join(src, "server.js")}},
-	}})
-	config := filepath.Join(dir, "claude_desktop_config.json")
-	if err := os.WriteFile(config, cfg, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	})
+	config, _ := notesConfig(t, dir, filepath.Join(src, "server.js"))
 	sock := filepath.Join(dir, "admin.sock")
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
@@ -236,24 +210,11 @@ func TestImportDoesNotTakeARacedVat(t *testing.T) {
 func TestImportIntoAStoppingSupervisor(t *testing.T) {
 	dir := t.TempDir()
 	src := filepath.Join(dir, "notes-server")
-	for p, b := range map[string]string{
+	writeFiles(t, map[string]string{
 		filepath.Join(src, "package.json"): `{"name":"notes-server"}`,
 		filepath.Join(src, "server.js"):    "// a server\n",
-	} {
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(b), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cfg, _ := json.Marshal(map[string]any{"mcpServers": map[string]any{
-		"notes": map[string]any{"command": "/usr/bin/node", "args": []string{filepath.Join(src, "server.js")}},
-	}})
-	config := filepath.Join(dir, "claude_desktop_config.json")
-	if err := os.WriteFile(config, cfg, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	})
+	config, cfg := notesConfig(t, dir, filepath.Join(src, "server.js"))
 
 	state := filepath.Join(dir, "state")
 	st, err := store.Open(store.Config{StateDir: state})
@@ -311,4 +272,32 @@ func TestImportIntoAStoppingSupervisor(t *testing.T) {
 			t.Errorf("installAnswer(%d, %s) = %v, %v; want ok %v", tt.status, tt.body, st, err, tt.ok)
 		}
 	}
+}
+
+// writeFiles writes each file of files (its path: its content), with the
+// folders it needs.
+func writeFiles(t *testing.T, files map[string]string) {
+	t.Helper()
+	for p, b := range files {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(b), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// notesConfig writes a client's config in dir whose one server, notes,
+// runs node with args, and returns its path and what it holds.
+func notesConfig(t *testing.T, dir string, args ...string) (string, []byte) {
+	t.Helper()
+	cfg, _ := json.Marshal(map[string]any{"mcpServers": map[string]any{
+		"notes": map[string]any{"command": "/usr/bin/node", "args": args},
+	}})
+	config := filepath.Join(dir, "claude_desktop_config.json")
+	if err := os.WriteFile(config, cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return config, cfg
 }

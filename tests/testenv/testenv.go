@@ -17,7 +17,9 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -188,4 +190,25 @@ func Smuggle(t testing.TB, addr, path, smuggled string) (resp *http.Response, cl
 	_, _ = io.Copy(io.Discard, resp.Body)
 	_, err = br.ReadByte()
 	return resp, errors.Is(err, io.EOF)
+}
+
+// HostNode returns the host's node, its version (without the "v") and
+// the npm-cli.js its npm runs; a host without node or npm is unavailable
+// (Unavailable).
+func HostNode(t testing.TB) (node, version, npm string) {
+	t.Helper()
+	n, err := exec.LookPath("node")
+	if err != nil {
+		Unavailable(t, "node is not installed")
+	}
+	m, err := exec.LookPath("npm")
+	if err != nil {
+		Unavailable(t, "npm is not installed")
+	}
+	m, _ = filepath.EvalSymlinks(m)
+	out, err := exec.Command(n, "--version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n, strings.TrimPrefix(strings.TrimSpace(string(out)), "v"), m
 }

@@ -20,25 +20,6 @@ import (
 	"toybox/vat/packages/npmtest"
 )
 
-// hostNode returns the host's node and npm-cli.js, and node's version.
-func hostNode(t *testing.T) (node, version, npm string) {
-	t.Helper()
-	n, err := exec.LookPath("node")
-	if err != nil {
-		testenv.Unavailable(t, "node is not installed")
-	}
-	m, err := exec.LookPath("npm")
-	if err != nil {
-		testenv.Unavailable(t, "npm is not installed")
-	}
-	m, _ = filepath.EvalSymlinks(m)
-	out, err := exec.Command(n, "--version").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n, strings.TrimPrefix(strings.TrimSpace(string(out)), "v"), m
-}
-
 // directRunner runs each step as a plain child (no wall: the walled path
 // is tests/packages_test.go), with only the step's environment.
 func directRunner(t *testing.T, work string, steps *[]string) packages.Runner {
@@ -70,7 +51,7 @@ func publishFixtures(t *testing.T) *npmtest.Registry {
 
 func prepare(t *testing.T, reg *npmtest.Registry, spec string, allow ...string) (string, packages.Lock, error) {
 	t.Helper()
-	node, ver, npm := hostNode(t)
+	node, ver, npm := testenv.HostNode(t)
 	work := t.TempDir()
 	script := filepath.Join(t.TempDir(), "fetch.js")
 	if err := os.WriteFile(script, packages.FetchScript, 0o644); err != nil {
@@ -137,7 +118,7 @@ func TestPrepareNPMLockAndIntegrity(t *testing.T) {
 	}
 	// The installed server answers from its own tree, with no registry.
 	before := reg.Requests()
-	node, _, _ := hostNode(t)
+	node, _, _ := testenv.HostNode(t)
 	cmd := exec.Command(node, filepath.Join(tree, lock.Command[1]))
 	cmd.Stdin = strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"greet","arguments":{"name":"vat"}}}` + "\n")
 	out, err := cmd.Output()
@@ -267,7 +248,7 @@ func TestPrepareNPMFetchBounded(t *testing.T) {
 			tgzEntry{Header: tar.Header{Name: "package/blob", Typeflag: tar.TypeReg}, Body: noise(500 << 10)},
 		))
 	}
-	node, ver, npm := hostNode(t)
+	node, ver, npm := testenv.HostNode(t)
 	work := t.TempDir()
 	script := filepath.Join(t.TempDir(), "fetch.js")
 	if err := os.WriteFile(script, packages.FetchScript, 0o644); err != nil {
@@ -305,7 +286,7 @@ func TestPrepareNPMScriptOutputBounded(t *testing.T) {
 	reg := npmtest.Start(t)
 	script := `const fs=require('fs');for(let i=0;i<40;i++)fs.writeFileSync('f'+i,'x')`
 	reg.Publish(t, npmtest.PackWith(t, "tb-postinstall", `require('fs').writeFileSync('postinstall-ran', 'yes')`, script))
-	node, ver, npm := hostNode(t)
+	node, ver, npm := testenv.HostNode(t)
 	work := t.TempDir()
 	fetch := filepath.Join(t.TempDir(), "fetch.js")
 	if err := os.WriteFile(fetch, packages.FetchScript, 0o644); err != nil {

@@ -38,7 +38,7 @@ import (
 func TestPrepareFolderBounded(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequireBwrap(t)
-	node, ver, npm := hostNodeNPM(t)
+	node, ver, npm := testenv.HostNode(t)
 	entry := buildEntry(t)
 	reg := npmtest.Start(t) // forwarded into the wall; the step asks it nothing
 	const bound = 64 << 20
@@ -253,25 +253,6 @@ func outputLines(log string) []string {
 		}
 	}
 	return out
-}
-
-// hostNodeNPM returns the host's node, its version and npm-cli.js.
-func hostNodeNPM(t *testing.T) (node, version, npm string) {
-	t.Helper()
-	n, err := exec.LookPath("node")
-	if err != nil {
-		testenv.Unavailable(t, "node is not installed")
-	}
-	m, err := exec.LookPath("npm")
-	if err != nil {
-		testenv.Unavailable(t, "npm is not installed")
-	}
-	m, _ = filepath.EvalSymlinks(m)
-	out, err := exec.Command(n, "--version").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n, strings.TrimPrefix(strings.TrimSpace(string(out)), "v"), m
 }
 
 // buildEntry builds toybox-entry as the Makefile does, into a folder the
