@@ -871,15 +871,18 @@ func clipRecord(s string) string {
 	return fmt.Sprintf("%s... (%d more bytes not logged)", strings.ToValidUTF8(s[:maxRecordText], ""), len(s)-maxRecordText)
 }
 
-// mcpRecords is vat id's limiter of MCP records.
+// mcpRecords is vat id's limiter of MCP records. Ids nobody installed,
+// which any visitor may name, share one: a limiter each would let a
+// visitor grow the map, and bounding it by clearing it gave every vat
+// its burst again.
 func (s *Supervisor) mcpRecords(id string) *tokens.Records {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if _, installed := s.vats[labels.VatID(id)]; !installed {
+		id = ""
+	}
 	r, ok := s.mcpLogs[id]
 	if !ok {
-		if len(s.mcpLogs) > 4096 { // ids nobody installed, asked by visitors
-			clear(s.mcpLogs)
-		}
 		r = tokens.NewRecords(mcpLogRate, mcpLogBurst)
 		s.mcpLogs[id] = r
 	}

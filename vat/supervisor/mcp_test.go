@@ -684,3 +684,37 @@ func (zeros) Read(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// TestMCPRecordLimitersOfUnknownVats: each id a visitor named on the
+// public socket got a limiter of MCP records of its own, and past 4096
+// the map was cleared whole, so a visitor naming 4097 vats nobody
+// installed gave every installed vat its burst of records again. Ids
+// nobody installed now share one limiter; an installed vat keeps its own
+// until it is removed.
+func TestMCPRecordLimitersOfUnknownVats(t *testing.T) {
+	s := newTestSupervisor(t)
+	erin := &vat{id: "erin"}
+	s.mu.Lock()
+	s.vats[erin.id] = erin
+	s.mu.Unlock()
+	mine := s.mcpRecords("erin")
+	for i := range 5000 {
+		s.mcpRecords(fmt.Sprintf("nobody-%d", i))
+	}
+	if s.mcpRecords("erin") != mine {
+		t.Error("the installed vat's limiter was made anew after 5000 unknown ids: its burst is back")
+	}
+	s.mu.Lock()
+	n := len(s.mcpLogs)
+	s.mu.Unlock()
+	if n != 2 {
+		t.Errorf("%d limiters after 5000 unknown ids; want 2 (the vat's, and the one the unknown share)", n)
+	}
+	s.forget(erin)
+	s.mu.Lock()
+	_, kept := s.mcpLogs["erin"]
+	s.mu.Unlock()
+	if kept {
+		t.Error("a removed vat's limiter is kept")
+	}
+}

@@ -465,6 +465,7 @@ func (s *Supervisor) forget(v *vat) {
 	s.mu.Lock()
 	if s.vats[v.id] == v {
 		delete(s.vats, v.id)
+		delete(s.mcpLogs, string(v.id))
 	}
 	s.mu.Unlock()
 }
