@@ -247,7 +247,7 @@ func newMCPRoute(in *instance, cfg manifest.MCP) *mcpRoute {
 				return
 			}
 			in.plog.warn("proxy to vat failed", err.Error())
-			c.status, c.reason = http.StatusBadGateway, "vat "+id+" did not answer: "+proxyWhy(err)
+			c.status, c.reason = http.StatusBadGateway, "vat "+id+" gave no usable answer: "+proxyWhy(err)
 			in.v.setMCPError(c.reason)
 			front.WriteError(w, c.status, nil, mcp.CodeInternal, c.reason+" (its logs say more)", nil)
 		},
@@ -345,7 +345,7 @@ func (d *trailerDropper) Close() error {
 	return err
 }
 
-// proxyWhy says in a few words why a vat did not answer, without the
+// proxyWhy says in a few words why a vat gave no usable answer, without the
 // supervisor's paths (the log has the whole error).
 func proxyWhy(err error) string {
 	var ae *appSocketError
@@ -766,7 +766,7 @@ func (s *Supervisor) proxyOwnPRM(w *mcpWriter, r *http.Request, id string, cfg *
 	out.Header.Set(mcp.HeaderPrincipal, openPrincipal(r))
 	resp, err := in.mcp.proxy.Transport.RoundTrip(out)
 	if err != nil {
-		c.reason = "vat " + id + " did not answer: " + proxyWhy(err)
+		c.reason = "vat " + id + " gave no usable answer: " + proxyWhy(err)
 		http.Error(w, c.reason, http.StatusBadGateway)
 		return
 	}

@@ -260,10 +260,10 @@ func proxyLogged(id string, t http.RoundTripper, plog *proxyLog) *httputil.Rever
 			}
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			// The visitor learns that the vat did not answer, not the
+			// The visitor learns that the vat gave no usable answer, not the
 			// supervisor's paths; the log has the whole error.
 			plog.warn("proxy to vat failed", err.Error())
-			http.Error(w, fmt.Sprintf("vat %s did not answer: %s (its logs say more)", id, proxyWhy(err)), http.StatusBadGateway)
+			http.Error(w, fmt.Sprintf("vat %s gave no usable answer: %s (its logs say more)", id, proxyWhy(err)), http.StatusBadGateway)
 		},
 	}
 }
