@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"toybox/tests/testenv"
 )
 
 // TestRegrantUnconfirmedRestarts: a regrant whose revocations the
@@ -25,6 +27,7 @@ func TestRegrantUnconfirmedRestarts(t *testing.T) {
 	}
 	cont := func() { _ = syscall.Kill(pid, syscall.SIGCONT) }
 	t.Cleanup(cont)
+	testenv.WaitStopped(t, pid)
 	type answer struct {
 		code int
 		body string

@@ -212,3 +212,28 @@ func HostNode(t testing.TB) (node, version, npm string) {
 	}
 	return n, strings.TrimPrefix(strings.TrimSpace(string(out)), "v"), m
 }
+
+// WaitStopped waits until every thread of process pid is stopped, after
+// a SIGSTOP: kill returns before a running thread has stopped, and that
+// thread could still answer.
+func WaitStopped(t testing.TB, pid int) {
+	t.Helper()
+	WaitFor(t, 5*time.Second, func() error {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil {
+			return err
+		}
+		for _, task := range tasks {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+			if err != nil {
+				return err
+			}
+			// The state follows the command's closing parenthesis.
+			i := bytes.LastIndexByte(b, ')')
+			if i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+				return fmt.Errorf("thread %s of %d is not stopped yet", task.Name(), pid)
+			}
+		}
+		return nil
+	})
+}

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"toybox/labels"
+	"toybox/tests/testenv"
 )
 
 // TestSetGrantsRevocationUnconfirmed: SetGrants waited revokeTimeout for
@@ -49,6 +50,7 @@ func TestSetGrantsRevocationUnconfirmed(t *testing.T) {
 	}
 	cont := func() { _ = unix.Kill(pid, unix.SIGCONT) }
 	t.Cleanup(cont)
+	testenv.WaitStopped(t, pid)
 	err = v.SetGrants([]labels.Set{{Host: "127.0.0.1", Port: p2}})
 	cont()
 	if !errors.Is(err, ErrRevokeUnconfirmed) {
