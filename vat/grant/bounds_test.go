@@ -1,7 +1,6 @@
 package grant
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -13,32 +12,19 @@ import (
 
 	"toybox/labels"
 	"toybox/schema"
+	"toybox/tests/testenv"
 )
 
-// lockedBuffer is a bytes.Buffer a logger and the test share.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// records returns the JSON records whose msg is msg.
-func (l *lockedBuffer) records(t *testing.T, msg string) []map[string]any {
+// records returns the JSON records of the log l whose msg is msg.
+func records(t *testing.T, l *testenv.Buffer, msg string) []map[string]any {
 	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var out []map[string]any
-	for _, line := range bytes.Split(l.b.Bytes(), []byte("\n")) {
-		if len(line) == 0 {
+	for _, line := range strings.Split(l.String(), "\n") {
+		if line == "" {
 			continue
 		}
 		var m map[string]any
-		if err := json.Unmarshal(line, &m); err != nil {
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
 			t.Fatalf("log line %.80q: %v", line, err)
 		}
 		if m["msg"] == msg {
@@ -46,12 +32,6 @@ func (l *lockedBuffer) records(t *testing.T, msg string) []map[string]any {
 		}
 	}
 	return out
-}
-
-func (l *lockedBuffer) len() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Len()
 }
 
 // TestRefusalRecordsAreBounded: what the supervisor keeps and logs of a
@@ -63,7 +43,7 @@ func TestRefusalRecordsAreBounded(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "sb.sock")
 	startSwitchboard(t, sock)
 	port := echoServer(t)
-	var logs lockedBuffer
+	var logs testenv.Buffer
 	var mu sync.Mutex
 	var got []Decision
 	v, _ := newVatWith(t, sock, VatConfig{
@@ -124,10 +104,10 @@ func TestRefusalRecordsAreBounded(t *testing.T) {
 	if r, ok := v.LastRefusal(); ok && len(r.Target)+len(r.Reason) > 1024 {
 		t.Errorf("the last refusal keeps %d bytes; want at most 1 KiB", len(r.Target)+len(r.Reason))
 	}
-	if l := logs.len(); l > 64<<10 {
+	if l := len(logs.String()); l > 64<<10 {
 		t.Errorf("%d calls naming 1 MiB each wrote %d bytes of log; want at most 64 KiB", 3*calls, l)
 	}
-	t.Logf("%d decisions keep %d bytes; %d bytes of log", n, kept, logs.len())
+	t.Logf("%d decisions keep %d bytes; %d bytes of log", n, kept, len(logs.String()))
 }
 
 // TestRefusalFloodIsLoggedAtARate: a vat that loops on refused calls
@@ -137,7 +117,7 @@ func TestRefusalFloodIsLoggedAtARate(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "sb.sock")
 	startSwitchboard(t, sock)
 	port := echoServer(t)
-	var logs lockedBuffer
+	var logs testenv.Buffer
 	v, _ := newVatWith(t, sock, VatConfig{
 		ID: "mallory", Grants: []labels.Set{{Host: "127.0.0.1", Port: port}},
 		Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
@@ -152,7 +132,7 @@ func TestRefusalFloodIsLoggedAtARate(t *testing.T) {
 		}
 	}
 	elapsed := time.Since(start)
-	recs := logs.records(t, decisionMsg)
+	recs := records(t, &logs, decisionMsg)
 	if limit := refusalLogBurst + int(elapsed.Seconds()*refusalLogRate) + 1; len(recs) > limit {
 		t.Fatalf("%d refused calls in %v made %d records; want at most %d", calls, elapsed, len(recs), limit)
 	}
@@ -161,7 +141,7 @@ func TestRefusalFloodIsLoggedAtARate(t *testing.T) {
 	if _, err := connectFD(context.Background(), h, cli, "127.0.0.2", port); err == nil {
 		t.Fatal("connect to 127.0.0.2 admitted; want refused")
 	}
-	recs = logs.records(t, decisionMsg)
+	recs = records(t, &logs, decisionMsg)
 	total := 0
 	for _, r := range recs {
 		total++

@@ -80,10 +80,17 @@ func (l *testLog) Write(p []byte) (int, error) {
 // socket.
 func startSwitchboardHolding(t *testing.T, handles int) string {
 	t.Helper()
+	return startSwitchboardLimited(t, fmt.Sprintf(`{"handles":%d}`, handles))
+}
+
+// startSwitchboardLimited starts a switchboard with the config's limits
+// (a JSON object), and returns its socket.
+func startSwitchboardLimited(t *testing.T, limits string) string {
+	t.Helper()
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "sb.sock")
 	cfg := filepath.Join(dir, "sb.json")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`{"limits":{"handles":%d}}`, handles)), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte(`{"limits":`+limits+`}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	startSwitchboard(t, sock, "--loopback", "unchecked", "--config", cfg)
@@ -718,13 +725,7 @@ func TestAppSocketIsRelayed(t *testing.T) {
 // that lets one peer connection hold conns connections.
 func silentVat(t *testing.T, conns int, cfg VatConfig) (*Vat, schema.Handle, *wire.Conn, uint16) {
 	t.Helper()
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "sb.sock")
-	sbConfig := filepath.Join(dir, "sb.json")
-	if err := os.WriteFile(sbConfig, []byte(fmt.Sprintf(`{"limits":{"conns":%d}}`, conns)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	startSwitchboard(t, sock, "--loopback", "unchecked", "--config", sbConfig)
+	sock := startSwitchboardLimited(t, fmt.Sprintf(`{"conns":%d}`, conns))
 	l, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
