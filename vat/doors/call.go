@@ -135,15 +135,19 @@ func (d *doorServer) Call(ctx context.Context, call schema.Door_call) error {
 	if err != nil {
 		level = slog.LevelWarn
 	}
-	var unlogged int
-	if err != nil && !forwarded {
-		// Refused before it reached the backend: rate-limited.
-		var ok bool
-		if ok, unlogged = d.g.refusals.Admit(time.Now()); !ok {
-			return err // counted: the next record says how many
-		}
-	} else {
-		unlogged = d.g.refusals.Drain() // a call that went to the backend is always logged
+	// Refused before the backend, or reached it: each kind against its
+	// own count; the record written carries both counts.
+	kind, other := d.g.refusals, d.g.allowed
+	if forwarded {
+		kind, other = d.g.allowed, d.g.refusals
+	}
+	ok, n := kind.Admit(time.Now())
+	if !ok {
+		return err // counted: the next record says how many
+	}
+	unlogged, unloggedAllowed := n, other.Drain()
+	if forwarded {
+		unlogged, unloggedAllowed = unloggedAllowed, unlogged
 	}
 	attrs := []slog.Attr{
 		slog.String(keyVat, d.g.vat),
@@ -156,6 +160,9 @@ func (d *doorServer) Call(ctx context.Context, call schema.Door_call) error {
 	}
 	if unlogged > 0 {
 		attrs = append(attrs, slog.Int(keyUnlogged, unlogged))
+	}
+	if unloggedAllowed > 0 {
+		attrs = append(attrs, slog.Int(keyUnloggedAllowed, unloggedAllowed))
 	}
 	d.g.logger.LogAttrs(context.Background(), level, "door call", attrs...)
 	return err

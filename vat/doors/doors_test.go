@@ -523,8 +523,8 @@ func TestInFlightBound(t *testing.T) {
 // TestRefusedCallsLogBounded: a vat looping on refused calls gets at most
 // the burst and the rate of records; every refused call is still accounted
 // for, by its own record or by the "unlogged" count of the next one (or of
-// the revocation record); a call that reaches the backend is always logged.
-// A long path is clipped in the reason too.
+// the revocation record); a call that reaches the backend is logged against
+// its own count, which the refusals did not spend. A long path is clipped in the reason too.
 func TestRefusedCallsLogBounded(t *testing.T) {
 	tab, _ := fixture(t)
 	var logs syncBuffer
@@ -551,8 +551,8 @@ func TestRefusedCallsLogBounded(t *testing.T) {
 			t.Fatalf("a record's reason is %d bytes: the path is not clipped", len(reason))
 		}
 	}
-	// With the bucket empty, calls that reach the backend are logged all
-	// the same, failed (an answer over the limit) or answered, and the
+	// With the refusals' bucket empty, calls that reach the backend are
+	// logged all the same (their own bucket is full), failed (an answer over the limit) or answered, and the
 	// first says how many refusals went unlogged since the last record
 	// (a token that came back during the loop logged a refusal, which
 	// carried the count until then).
@@ -612,6 +612,61 @@ func TestRefusedCallsLogBounded(t *testing.T) {
 	}
 	if accounted != made+3 {
 		t.Errorf("records and unlogged counts account for %d calls; made %d", accounted, made+3)
+	}
+}
+
+// TestAllowedCallsLogBounded: a vat looping on calls a quick backend
+// answers gets at most the burst and the rate of records, not one a call
+// (the supervisor's log is every vat's, and journald's rate limit for the
+// unit drops all of it past its burst); every call is still accounted for,
+// by its own record or by the "unlogged_allowed" count of a later one. A
+// refusal after the storm is logged at once, and carries that count.
+func TestAllowedCallsLogBounded(t *testing.T) {
+	tab, _ := fixture(t)
+	var logs syncBuffer
+	gr := tab.Grant("kiosk", slog.New(slog.NewJSONHandler(&logs, nil)))
+	vat := startHelper(t, "vat", serveDoors(t, gr))
+	if r := vat.do(command{Op: "all", As: "all"}); r.Err != "" {
+		t.Fatalf("all: %s", r.Err)
+	}
+	const calls = 3 * allowedLogBurst
+	start := time.Now()
+	for range calls {
+		if r := vat.do(command{Op: "call", Door: "all", Method: "GET", Path: "/kiosk/state"}); r.Err != "" {
+			t.Fatalf("state call = %+v", r)
+		}
+	}
+	elapsed := time.Since(start)
+	recs := logs.records(t, "door call")
+	if limit := allowedLogBurst + int(elapsed.Seconds()*allowedLogRate) + 1; len(recs) > limit {
+		t.Errorf("%d answered calls in %v made %d records; at most %d", calls, elapsed, len(recs), limit)
+	}
+	// A refusal now has its own count: logged, with the answered calls
+	// not logged since the last record.
+	if r := vat.do(command{Op: "call", Door: "all", Method: "GET", Path: "/nope"}); !strings.Contains(r.Err, "door refused") {
+		t.Fatalf("call = %+v; want a refusal", r)
+	}
+	after := logs.records(t, "door call")
+	if len(after) != len(recs)+1 || after[len(recs)][keyPath] != "/nope" {
+		t.Fatalf("the refusal after %d answered calls made %d records; want its own", calls, len(after)-len(recs))
+	}
+	if n, _ := after[len(recs)][keyUnloggedAllowed].(float64); n == 0 && len(recs) < calls {
+		t.Errorf("the refusal's record says no answered call went unlogged, but %d of %d have no record: %v", calls-len(recs), calls, after[len(recs)])
+	}
+	gr.RevokeBecause("deleted")
+	accounted := 0
+	for _, r := range append(logs.records(t, "door call"), logs.records(t, "doors revoked")...) {
+		if r["msg"] == "door call" {
+			accounted++
+		}
+		for _, k := range []string{keyUnlogged, keyUnloggedAllowed} {
+			if n, ok := r[k].(float64); ok {
+				accounted += int(n)
+			}
+		}
+	}
+	if accounted != calls+1 {
+		t.Errorf("records and unlogged counts account for %d calls; made %d", accounted, calls+1)
 	}
 }
 

@@ -25,6 +25,10 @@ const (
 	keyDoors      = "doors"
 	keyBackend    = "backend"
 	keyUnlogged   = "unlogged"
+	// keyUnloggedAllowed counts the calls that reached the backend and
+	// went unlogged (the switchboard's and the entry's key for allowed
+	// decisions).
+	keyUnloggedAllowed = "unlogged_allowed"
 )
 
 // Granted is one spawn's doors: the capabilities minted for vat id by Grant,
@@ -47,19 +51,24 @@ type grant struct {
 	revoked string         // why, once revoked
 	calls   sync.WaitGroup // calls going to the backend; Revoke waits for them
 
-	refusals *tokens.Records
+	refusals *tokens.Records // calls refused before the backend
+	allowed  *tokens.Records // calls that reached it
 }
 
-// Calls refused before they reach the backend are logged at most this
-// often per grant (records per second, after a burst of as many): past it
+// Calls are logged at most this often per grant (records per second,
+// after a burst of as many), the refused ones (before the backend) and the
+// ones that reached the backend (answered or failed) each against their own
+// count, as the switchboard and toybox-entry log their decisions: past it
 // they are counted, and the next record (any call's, or the revocation's)
-// says how many were not logged. A vat that loops on refused calls cannot
-// fill the disk or push the supervisor's other records past journald's rate
-// limit. Calls that reach the backend, answered or failed, are always
-// logged.
+// says how many of each were not logged. A vat that loops on calls, refused
+// or answered by a quick backend, cannot fill the disk or push the
+// supervisor's other records (every vat's) past journald's rate limit for
+// the unit; a storm of answered calls never costs a refusal its record.
 const (
 	refusalLogRate  = 20
 	refusalLogBurst = 100
+	allowedLogRate  = 20
+	allowedLogBurst = 100
 )
 
 // Grant mints fresh door capabilities for one spawn of vat vatID. The vat gets
@@ -77,7 +86,7 @@ func (t *Table) Grant(vatID string, logger *slog.Logger) *Granted {
 	}
 	limits = limits.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
-	g := &grant{vat: vatID, limits: limits, logger: logger, ctx: ctx, cancel: cancel, sem: make(chan struct{}, limits.MaxInFlight), refusals: tokens.NewRecords(refusalLogRate, refusalLogBurst)}
+	g := &grant{vat: vatID, limits: limits, logger: logger, ctx: ctx, cancel: cancel, sem: make(chan struct{}, limits.MaxInFlight), refusals: tokens.NewRecords(refusalLogRate, refusalLogBurst), allowed: tokens.NewRecords(allowedLogRate, allowedLogBurst)}
 	if s, ok := t.Set(vatID); ok && s.FirstParty {
 		g.set = &s
 		g.tr = newTransport(s.Backend, limits)
@@ -144,6 +153,9 @@ func (gr *Granted) RevokeBecause(why string) {
 	attrs := []any{slog.String(keyVat, g.vat), slog.Any(keyDoors, g.names()), slog.String(keyReason, why)}
 	if n := g.refusals.Drain(); n > 0 {
 		attrs = append(attrs, slog.Int(keyUnlogged, n))
+	}
+	if n := g.allowed.Drain(); n > 0 {
+		attrs = append(attrs, slog.Int(keyUnloggedAllowed, n))
 	}
 	g.logger.Info("doors revoked", attrs...)
 }
