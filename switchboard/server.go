@@ -292,11 +292,20 @@ type peer struct {
 	srv    *Server
 	socket string
 	direct bool // made by Handle.socket: serves no further socket()
-	wc     *wire.Conn
-	pid    int32
-	uid    uint32
-	lim    Limits
-	flow   flowcontrol.FlowLimiter // shared by every stream we write to (streamFlow)
+	// from is the connection a direct one was made on (Handle.socket),
+	// nil for an accepted one. What a direct connection holds open (its
+	// connections, handles and WebSocket bytes) counts against from's
+	// limits, with from's own (holder): one vat's relay connection and
+	// its entry's direct connections, one per member of its grant, are
+	// held to limits.conns, limits.handles and the WebSocket bound
+	// together, not each. Calls and bytes in flight are each
+	// connection's own.
+	from *peer
+	wc   *wire.Conn
+	pid  int32
+	uid  uint32
+	lim  Limits
+	flow flowcontrol.FlowLimiter // shared by every stream we write to (streamFlow)
 
 	mu      sync.Mutex
 	calls   int
@@ -312,13 +321,23 @@ type peer struct {
 	unloggedAllowed int       // allowed decisions counted, not logged, since the last record
 }
 
+// holder is the peer whose counts bound what p holds open: p's own, or
+// for a direct connection the connection it was made on (peer.from).
+func (p *peer) holder() *peer {
+	if p.from != nil {
+		return p.from
+	}
+	return p
+}
+
 // holdWS takes n more bytes of WebSocket message data for this
 // connection's WebSockets, or says why not.
 func (p *peer) holdWS(n int64) error {
+	p = p.holder()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.wsHeld+n > maxWSHeld {
-		return fmt.Errorf("%w: this connection's WebSockets hold %d bytes of messages not yet delivered (at most %d)", ErrLimit, p.wsHeld, maxWSHeld)
+		return fmt.Errorf("%w: this connection's WebSockets (with those of the connections socket() made on it) hold %d bytes of messages not yet delivered (at most %d)", ErrLimit, p.wsHeld, maxWSHeld)
 	}
 	p.wsHeld += n
 	p.srv.wsHeld.Add(n)
@@ -327,6 +346,7 @@ func (p *peer) holdWS(n int64) error {
 
 // releaseWS gives back n bytes holdWS took.
 func (p *peer) releaseWS(n int64) {
+	p = p.holder()
 	p.mu.Lock()
 	p.wsHeld -= n
 	p.mu.Unlock()
@@ -341,16 +361,18 @@ func (p *peer) streamFlow() flowcontrol.FlowLimiter {
 
 // acquireHandle admits one more handle made by constrain.
 func (p *peer) acquireHandle() error {
+	p = p.holder()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.handles >= p.lim.Handles {
-		return fmt.Errorf("%w: %d handles held on this connection", ErrLimit, p.handles)
+		return fmt.Errorf("%w: %d handles held on this connection (with the connections socket() made on it)", ErrLimit, p.handles)
 	}
 	p.handles++
 	return nil
 }
 
 func (p *peer) releaseHandle() {
+	p = p.holder()
 	p.mu.Lock()
 	p.handles--
 	p.mu.Unlock()
@@ -379,10 +401,11 @@ func (p *peer) releaseCall(size int64) {
 }
 
 func (p *peer) acquireConn() error {
+	p = p.holder()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.conns >= p.lim.Conns {
-		return fmt.Errorf("%w: %d connections open on this connection", ErrLimit, p.conns)
+		return fmt.Errorf("%w: %d connections open on this connection (with the connections socket() made on it)", ErrLimit, p.conns)
 	}
 	if n := p.srv.conns.Add(1); n > int64(p.lim.TotalConns) {
 		p.srv.conns.Add(-1)
@@ -393,6 +416,7 @@ func (p *peer) acquireConn() error {
 }
 
 func (p *peer) releaseConn() {
+	p = p.holder()
 	p.mu.Lock()
 	p.conns--
 	p.mu.Unlock()

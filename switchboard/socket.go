@@ -24,9 +24,10 @@ const directSuffix = "+direct"
 // connection closed), or when the holder closes it.
 //
 // A connection socket made makes no other: its holder is untrusted (the
-// entry in a wall), and each such connection counts calls, handles and
-// pipelined bytes against limits of its own, so connections made from it,
-// and from those, would multiply them without end.
+// entry in a wall), and each such connection counts calls and pipelined
+// bytes against limits of its own, so connections made from it, and from
+// those, would multiply them without end. What it holds open counts
+// against the asking connection's limits (peer.from).
 func (h *handle) Socket(ctx context.Context, call schema.Handle_socket) error {
 	if err := h.live(); err != nil {
 		return err
@@ -72,12 +73,13 @@ func (h *handle) Socket(ctx context.Context, call schema.Handle_socket) error {
 
 // serveDirect serves uc, a connection Handle.socket made from parent,
 // until it closes or its bootstrap handle is revoked. Its calls count
-// against limits of its own, as an accepted connection's do; its log
+// against limits of its own, as an accepted connection's do, and what it
+// holds open against parent's connection's; its log
 // records name the asking peer (socket, pid, uid).
 func (s *Server) serveDirect(parent *handle, uc *net.UnixConn) {
 	wc := wire.NewConn(uc, false)
 	pp := parent.p
-	p := &peer{srv: s, socket: pp.socket + directSuffix, direct: true, wc: wc, pid: pp.pid, uid: pp.uid, lim: s.cfg.Limits, flow: flowcontrol.NewFixedLimiter(s.cfg.Limits.ConnWindow)}
+	p := &peer{srv: s, socket: pp.socket + directSuffix, direct: true, from: pp, wc: wc, pid: pp.pid, uid: pp.uid, lim: s.cfg.Limits, flow: flowcontrol.NewFixedLimiter(s.cfg.Limits.ConnWindow)}
 	boot := p.newHandle(parent.labels, parent, false)
 	conn := wc.RPCWith(capnp.Client(boot.client()), wire.Logger(s.log), wire.Limits{CallBytes: 2 * p.lim.Bytes})
 	select {

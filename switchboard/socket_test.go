@@ -2,6 +2,8 @@ package switchboard
 
 import (
 	"context"
+	"net"
+	"strings"
 	"testing"
 
 	"capnproto.org/go/capnp/v3"
@@ -40,8 +42,9 @@ func socketOn(t *testing.T, h schema.Handle, wc *wire.Conn) (schema.Handle, *wir
 }
 
 // TestDirectConnectionHandlesBounded: a connection Handle.socket made is
-// held by untrusted code (toybox-entry, in a wall), and counts its calls,
-// handles and pipelined bytes against limits of its own. A socket() asked
+// held by untrusted code (toybox-entry, in a wall), and counts its calls
+// and pipelined bytes against limits of its own (its handles count against
+// the asking connection's: TestDirectConnectionsShareTheirConns). A socket() asked
 // on it made another connection with limits of its own again, and so on:
 // with limits.handles 4, one direct connection made 4 more, and with them
 // held 4 + 4×4 = 20 handles and connections (with the defaults, 8192
@@ -100,5 +103,65 @@ func TestDirectConnectionHandlesBounded(t *testing.T) {
 	// What it is for still works.
 	if got, err := check(context.Background(), direct, "tcp", "127.0.0.1", 443); err != nil || !got.allow {
 		t.Errorf("check on the direct connection = %+v, %v; want allowed", got, err)
+	}
+}
+
+// TestDirectConnectionsShareTheirConns: a vat's connects reach the
+// switchboard on its relay connection and on a direct connection per
+// member of its grant (Handle.socket, asked on the relay's). limits.conns
+// bounds what one vat holds open: counted on each connection alone, a vat
+// with k members held k+1 times it, and with four members of the defaults
+// (4 × 4096) took every place of limits.totalConns (16384), so no other
+// vat could connect at all. The direct connections count against the
+// connection they came from, together.
+func TestDirectConnectionsShareTheirConns(t *testing.T) {
+	port := echoServer(t, "")
+	const limit = 3
+	f := newFixture(t, func(c *Config) { c.Limits = Limits{Conns: limit, TotalConns: 100} })
+	vat := dial(t, f.local) // one vat's relay connection
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			_ = c.Close()
+		}
+	}()
+	ctx := context.Background()
+	opened := 0
+	fill := func(c *client, h schema.Handle) {
+		for range 2 * limit {
+			conn, err := c.connectFD(ctx, h, "tcp", "127.0.0.1", port, nil)
+			if err != nil {
+				if !strings.Contains(err.Error(), "connections open") {
+					t.Fatalf("connect = %v; want the connections limit", err)
+				}
+				return
+			}
+			held = append(held, conn)
+			opened++
+		}
+	}
+	// Two members, a direct connection for each, as the supervisor asks
+	// them for toybox-entry.
+	for _, m := range []labels.Set{{Port: port}, {Host: "127.0.0.1"}} {
+		h, err := constrain(t, vat.root, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Release()
+		direct, dwc, err := socketOn(t, h, vat.wc)
+		if err != nil {
+			t.Fatalf("socket(): %v", err)
+		}
+		fill(&client{wc: dwc, root: direct}, direct)
+	}
+	fill(vat, vat.root)
+	if opened != limit {
+		t.Errorf("one vat held %d connections open over its relay and 2 direct connections; want limits.conns, %d", opened, limit)
+	}
+	// Another vat still connects.
+	other := dial(t, f.local)
+	fill(other, other.root)
+	if opened != 2*limit {
+		t.Errorf("another vat then opened %d; want %d", opened-limit, limit)
 	}
 }
