@@ -256,6 +256,9 @@ func TestWallLimitFlags(t *testing.T) {
 		{[]string{"--wall-memory-mib", "17592186044416"}, 2, "--wall-memory-mib 17592186044416: want 0 (no limit) or 16 to 1073741824"},
 		{[]string{"--wall-memory-mib", "1073741824"}, 1, "creating state dir"},
 		{[]string{"--wall-disk-mib", "17592186044416"}, 2, "--wall-disk-mib 17592186044416: want 0 (no limit) or 16 to 1073741824"},
+		{[]string{"--installs", "0"}, 2, "--installs 0: want 1 to 64"},
+		{[]string{"--install-queue", "-1"}, 2, "--install-queue -1: want 0 to 1024"},
+		{[]string{"--installs", "1", "--install-queue", "0"}, 1, "creating state dir"},
 	} {
 		if code, out := serve(tt.flags...); code != tt.code || !strings.Contains(out, tt.want) {
 			t.Errorf("toybox serve %q: exit %d %q; want %d and %q", tt.flags, code, out, tt.code, tt.want)

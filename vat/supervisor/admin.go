@@ -426,6 +426,8 @@ func statusFor(err error) int {
 		return http.StatusPreconditionFailed
 	case errors.Is(err, ErrShutdown):
 		return http.StatusServiceUnavailable
+	case errors.Is(err, ErrBusy):
+		return http.StatusTooManyRequests
 	case errors.Is(err, ErrBadInput), errors.Is(err, ErrNotReady),
 		errors.Is(err, store.ErrBadBundle), errors.Is(err, store.ErrTooLarge),
 		errors.Is(err, store.ErrDigestMismatch), errors.Is(err, store.ErrBadID),

@@ -27,6 +27,10 @@ var (
 	// ErrPrepareFull: a package install wrote more than its prepare
 	// folder holds (PackagesConfig.PrepareBytes).
 	ErrPrepareFull = errors.New("the prepare folder is full")
+	// ErrBusy: a package install found as many installs preparing and
+	// waiting their turn as the supervisor takes (PackagesConfig.Installs,
+	// InstallQueue); nothing changed.
+	ErrBusy = errors.New("too many package installs at once")
 )
 
 // prepareFullError: a package install filled its prepare folder, a file

@@ -58,6 +58,13 @@ type PackagesConfig struct {
 	// PrepareBytes is the size of each install's prepare folder. If zero,
 	// DefaultPrepareBytes.
 	PrepareBytes int64
+	// Installs is how many installs prepare at once. If zero,
+	// DefaultInstalls.
+	Installs int
+	// InstallQueue is how many more installs wait their turn. Past it an
+	// install is refused at once (ErrBusy). If zero, DefaultInstallQueue.
+	// If negative, none waits.
+	InstallQueue int
 }
 
 // DefaultPrepareBytes is the size of an install's prepare folder: what a
@@ -151,6 +158,9 @@ func (s *Supervisor) handlePackage(w http.ResponseWriter, r *http.Request, id la
 	slices.Sort(preq.Package.Env)
 	code, err := s.PreparePackage(r.Context(), preq)
 	if err != nil {
+		if errors.Is(err, ErrBusy) {
+			w.Header().Set("Retry-After", "60") // an install prepares for a minute or more
+		}
 		writeErr(w, statusFor(err), err)
 		return
 	}
@@ -207,6 +217,9 @@ func (s *Supervisor) registry() string {
 // PreparePackage prepares req's package in prepare walls and stores the
 // bundle; the code it returns is pinned (Install releases it). A failure
 // stores nothing and is ErrBadInput when the package is at fault.
+// At most PackagesConfig.Installs prepare at once: the others wait their
+// turn until ctx ends (its error) or the supervisor stops (ErrShutdown),
+// and past InstallQueue waiting it is ErrBusy at once.
 func (s *Supervisor) PreparePackage(ctx context.Context, req PackageRequest) (store.Code, error) {
 	pc := s.cfg.Packages
 	pypi := req.Package.Spec.Registry == packages.PyPI
@@ -225,6 +238,25 @@ func (s *Supervisor) PreparePackage(ctx context.Context, req PackageRequest) (st
 	}
 	if s.cfg.Upstream == nil {
 		return store.Code{}, fmt.Errorf("%w: this supervisor holds no switchboard socket, so no prepare wall can reach the registry", ErrBadInput)
+	}
+	s.mu.Lock()
+	stopping := s.stopping
+	s.mu.Unlock()
+	if stopping {
+		return store.Code{}, ErrShutdown
+	}
+	done, err := s.installs.wait(ctx, s.stopped)
+	if err != nil {
+		if errors.Is(err, ErrBusy) {
+			s.log.Warn("package install refused", keyVat, req.ID, keyReason, err.Error())
+		}
+		return store.Code{}, err
+	}
+	defer done()
+	if _, there := s.get(req.ID); req.OnlyNew && there {
+		// Installed while this one waited its turn: no minutes of
+		// preparing for a refusal.
+		return store.Code{}, existsError(req.ID)
 	}
 	base := s.prepareBase()
 	if err := os.MkdirAll(base, 0o711); err != nil {

@@ -208,6 +208,9 @@ func (s *Supervisor) pruneCode() {
 // and returns when all are gone or ctx ends.
 func (s *Supervisor) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
+	if !s.stopping {
+		close(s.stopped)
+	}
 	s.stopping = true
 	vs := make([]*vat, 0, len(s.vats))
 	for _, v := range s.vats {

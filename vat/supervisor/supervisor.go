@@ -236,6 +236,9 @@ type Supervisor struct {
 	vats     map[labels.VatID]*vat
 	mcpLogs  map[string]*tokens.Records // per vat id: its MCP records' rate
 	stopping bool
+	stopped  chan struct{} // closed when stopping is set
+
+	installs *installQueue // the package installs preparing and waiting their turn
 
 	sendWait time.Duration // tests: sendTimeout when not zero
 }
@@ -309,7 +312,8 @@ func New(cfg Config) (*Supervisor, error) {
 	return &Supervisor{
 		cfg: cfg, log: log, edgeLog: cmp.Or(cfg.EdgeLogger, log), ctx: ctx, cancel: cancel, vats: map[labels.VatID]*vat{},
 		tokens: toks, mcpRules: rules, mcpLogs: map[string]*tokens.Records{},
-		walls: wall.NewHost(),
+		walls: wall.NewHost(), stopped: make(chan struct{}),
+		installs: newInstallQueue(cfg.Packages.Installs, cfg.Packages.InstallQueue),
 	}, nil
 }
 

@@ -1,0 +1,151 @@
+//go:build linux
+
+package tests
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"toybox/vat/packages/npmtest"
+)
+
+// TestAttackInstallFlood: package installs ran at once without bound.
+// Each held a prepare folder of up to 2872 MiB of the state disk, a wall
+// of the memory limit and npm's processes, so an owner firing many PUT
+// /<vat>?package= at once multiplied all of it. Here toybox serve
+// prepares two at a time (--installs 2) and lets one wait
+// (--install-queue 1), and four installs come at once. The loopback
+// registry holds every request for the package's document until the
+// fourth install has its answer, so each install preparing holds its
+// prepare folder meanwhile. Never more than two ask the registry at
+// once, there are never more than two prepare folders, the fourth is
+// refused with 429 and Retry-After, and the three others install.
+func TestAttackInstallFlood(t *testing.T) {
+	const (
+		n      = 4
+		bound  = 2
+		queued = 1
+	)
+	reg := npmtest.Start(t)
+	var (
+		mu         sync.Mutex
+		held, most int // requests for the package's document held now; the most at once
+	)
+	gate := make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(open)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/tb-mcp-hello" {
+			mu.Lock()
+			held++
+			most = max(most, held)
+			mu.Unlock()
+			select {
+			case <-gate:
+			case <-r.Context().Done():
+			}
+			mu.Lock()
+			held--
+			mu.Unlock()
+		}
+		reg.ServeHTTP(w, r)
+	})}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	reg.URL = "http://" + l.Addr().String() + "/" // the tarballs' addresses: this holding registry's
+	for _, f := range []string{"tb-greeting-1.0.0", "tb-greeting-1.1.0", "tb-mcp-hello"} {
+		reg.Publish(t, npmtest.Pack(t, npmtest.Fixture(f)))
+	}
+	s := newStack(t, stackOpts{extra: []string{"--npm-registry", reg.URL, "--installs", fmt.Sprint(bound), "--install-queue", fmt.Sprint(queued)}})
+	client := s.adminClient()
+	client.Timeout = 10 * time.Minute // two turns of installs, each some npm steps in walls
+
+	type answer struct {
+		i, code    int
+		retryAfter string
+		body       string
+	}
+	answers := make(chan answer, n)
+	for i := range n {
+		go func() {
+			a := answer{i: i}
+			req, err := http.NewRequestWithContext(context.Background(), "PUT", fmt.Sprintf("http://toybox/flood%d?package=npm:tb-mcp-hello@1.0.0", i), nil)
+			if err != nil {
+				a.body = err.Error()
+				answers <- a
+				return
+			}
+			resp, err := client.Do(req)
+			if err != nil {
+				a.body = err.Error()
+				answers <- a
+				return
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			a.code, a.retryAfter, a.body = resp.StatusCode, resp.Header.Get("Retry-After"), string(b)
+			answers <- a
+		}()
+	}
+	// Until more than the bound ask the registry, or the bound do and one
+	// install has its answer.
+	var got []answer
+	folders := 0
+	waitFor(t, "the installs to prepare or be answered", 3*time.Minute, func() bool {
+		select {
+		case a := <-answers:
+			got = append(got, a)
+		default:
+		}
+		mu.Lock()
+		h := held
+		mu.Unlock()
+		if h > bound || (h == bound && len(got) > 0) {
+			ents, _ := os.ReadDir(filepath.Join(s.state, "prepare"))
+			folders = len(ents)
+			return true
+		}
+		return false
+	})
+	open()
+	for len(got) < n {
+		got = append(got, <-answers)
+	}
+	mu.Lock()
+	m := most
+	mu.Unlock()
+	if m > bound || folders > bound {
+		t.Errorf("%d installs at once: %d asked the registry at once, %d prepare folders; want at most %d", n, m, folders, bound)
+	}
+	refused, installed := 0, 0
+	for _, a := range got {
+		switch {
+		case a.code == http.StatusTooManyRequests && a.retryAfter != "" && strings.Contains(a.body, "too many package installs at once"):
+			refused++
+		case a.code == http.StatusCreated || a.code == http.StatusServiceUnavailable: // installed; 503: installed, off
+			installed++
+		default:
+			t.Errorf("install flood%d = %d %s (Retry-After %q)", a.i, a.code, a.body, a.retryAfter)
+		}
+	}
+	if refused != n-bound-queued || installed != bound+queued {
+		t.Errorf("%d installs at once: %d refused with 429 and Retry-After, %d installed; want %d and %d: %+v", n, refused, installed, n-bound-queued, bound+queued, got)
+	}
+	if ents, err := os.ReadDir(filepath.Join(s.state, "prepare")); err != nil || len(ents) != 0 {
+		t.Errorf("%d prepare folders after the installs (%v); want none", len(ents), err)
+	}
+}

@@ -1,0 +1,224 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"toybox/tests/testenv"
+	"toybox/vat/grant"
+	"toybox/vat/wall"
+)
+
+// TestInstallQueue: package installs prepared at once without bound,
+// each with a prepare image of up to 2872 MiB of the state disk, a wall
+// of the memory limit and npm's processes, so many PUT /<vat>?package=
+// at once multiplied all of it. Here a supervisor prepares one at a time
+// and lets one wait, its prepare step held until the end:
+//   - a second install waits its turn; a third is refused at once with
+//     429, Retry-After and the reason, and makes no prepare folder;
+//   - a waiting install whose client gives up leaves the queue, so the
+//     next one waits instead of being refused;
+//   - the supervisor stopping ends a wait with 503 "the supervisor is
+//     stopping";
+//   - the status of a vat answers while installs wait (no lock held).
+//
+// Only the first install ever prepared.
+func TestInstallQueue(t *testing.T) {
+	var (
+		mu       sync.Mutex
+		launched int
+	)
+	gate := make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(open)
+	s, _ := testSupervisorWith(t, func(c *Config) {
+		c.Launch = func(_ context.Context, spec wall.Spec, _ *slog.Logger) (Process, error) {
+			if strings.HasPrefix(string(spec.ID), "prepare-") {
+				mu.Lock()
+				launched++
+				mu.Unlock()
+				<-gate
+			}
+			return nil, errors.New("no wall in this test")
+		}
+		c.Upstream = grant.NewUpstream(grant.UpstreamConfig{Path: filepath.Join(t.TempDir(), "switchboard.sock")})
+		c.Packages = PackagesConfig{
+			Registry: "http://127.0.0.1:9/", Node: "/usr/bin/node", NodeVersion: "20.0.0", NPM: "/usr/lib/node_modules/npm/bin/npm-cli.js",
+			Installs: 1, InstallQueue: 1,
+		}
+	})
+	h := s.AdminHandler()
+	put := func(ctx context.Context, id string) *httptest.ResponseRecorder {
+		req := httptest.NewRequestWithContext(ctx, "PUT", "http://toybox/"+id+"?package=npm:tb-mcp-hello@1.0.0", nil)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	async := func(ctx context.Context, id string) <-chan *httptest.ResponseRecorder {
+		ch := make(chan *httptest.ResponseRecorder, 1)
+		go func() { ch <- put(ctx, id) }()
+		return ch
+	}
+	waiting := func(want int) {
+		t.Helper()
+		testenv.WaitFor(t, time.Minute, func() error {
+			mu.Lock()
+			l := launched
+			mu.Unlock()
+			if _, w := s.installs.counts(); w != want || l != 1 {
+				return fmt.Errorf("%d installs waiting, %d prepare steps launched; want %d waiting, 1 launched", w, l, want)
+			}
+			return nil
+		})
+	}
+	folders := func() int {
+		ents, _ := os.ReadDir(s.prepareBase())
+		return len(ents)
+	}
+
+	first := async(context.Background(), "first")
+	testenv.WaitFor(t, time.Minute, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if launched != 1 {
+			return fmt.Errorf("%d prepare steps launched; want the first install's", launched)
+		}
+		return nil
+	})
+	ctx, giveUp := context.WithCancel(context.Background())
+	second := async(ctx, "second")
+	waiting(1)
+	rec := put(context.Background(), "third")
+	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") == "" || !strings.Contains(rec.Body.String(), "too many package installs at once: 1 preparing and 1 waiting their turn") {
+		t.Errorf("an install past the queue = %d %s (Retry-After %q); want 429 naming 1 preparing and 1 waiting, with Retry-After", rec.Code, rec.Body, rec.Header().Get("Retry-After"))
+	}
+	if n := folders(); n != 1 {
+		t.Errorf("%d prepare folders with one install preparing; want 1", n)
+	}
+	list := httptest.NewRecorder()
+	h.ServeHTTP(list, httptest.NewRequest("GET", "http://toybox/", nil))
+	if list.Code != http.StatusOK {
+		t.Errorf("GET / while installs wait = %d %s; want 200", list.Code, list.Body)
+	}
+
+	// The second's client gives up: it leaves the queue, and the fourth
+	// waits in its place.
+	giveUp()
+	<-second
+	if _, w := s.installs.counts(); w != 0 {
+		t.Errorf("%d installs waiting after the waiting one's client gave up; want 0", w)
+	}
+	fourth := async(context.Background(), "fourth")
+	waiting(1)
+
+	// The supervisor stops: the wait ends with its usual 503.
+	shut := make(chan error, 1)
+	go func() { shut <- s.Shutdown(context.Background()) }()
+	if rec := <-fourth; rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "the supervisor is stopping") {
+		t.Errorf("a waiting install when the supervisor stops = %d %s; want 503 the supervisor is stopping", rec.Code, rec.Body)
+	}
+	open()
+	if rec := <-first; !strings.Contains(rec.Body.String(), "no wall in this test") {
+		t.Errorf("the first install = %d %s; want its prepare wall's failure", rec.Code, rec.Body)
+	}
+	if err := <-shut; err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if launched != 1 {
+		t.Errorf("%d prepare steps launched; want only the first install's", launched)
+	}
+	if n := folders(); n != 0 {
+		t.Errorf("%d prepare folders left; want none", n)
+	}
+}
+
+// TestInstallQueueOnlyNew: an install with If-None-Match: * is checked
+// before it waits its turn, and again when its turn comes. A vat of its
+// id installed meanwhile refuses it with 412 then, before any prepare
+// step: not after minutes of preparing.
+func TestInstallQueueOnlyNew(t *testing.T) {
+	var (
+		mu       sync.Mutex
+		launched int
+	)
+	gate := make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(open)
+	s, _ := testSupervisorWith(t, func(c *Config) {
+		c.Launch = func(_ context.Context, spec wall.Spec, _ *slog.Logger) (Process, error) {
+			if strings.HasPrefix(string(spec.ID), "prepare-") {
+				mu.Lock()
+				launched++
+				mu.Unlock()
+				<-gate
+			}
+			return nil, errors.New("no wall in this test")
+		}
+		c.Upstream = grant.NewUpstream(grant.UpstreamConfig{Path: filepath.Join(t.TempDir(), "switchboard.sock")})
+		c.Packages = PackagesConfig{
+			Registry: "http://127.0.0.1:9/", Node: "/usr/bin/node", NodeVersion: "20.0.0", NPM: "/usr/lib/node_modules/npm/bin/npm-cli.js",
+			Installs: 1,
+		}
+	})
+	h := s.AdminHandler()
+	serve := func(req *http.Request) <-chan *httptest.ResponseRecorder {
+		ch := make(chan *httptest.ResponseRecorder, 1)
+		go func() {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			ch <- rec
+		}()
+		return ch
+	}
+	first := serve(httptest.NewRequest("PUT", "http://toybox/first?package=npm:tb-mcp-hello@1.0.0", nil))
+	testenv.WaitFor(t, time.Minute, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if launched != 1 {
+			return fmt.Errorf("%d prepare steps launched; want the first install's", launched)
+		}
+		return nil
+	})
+	req := httptest.NewRequest("PUT", "http://toybox/late?package=npm:tb-mcp-hello@1.0.0", nil)
+	req.Header.Set("If-None-Match", "*")
+	late := serve(req)
+	testenv.WaitFor(t, time.Minute, func() error {
+		if _, w := s.installs.counts(); w != 1 {
+			return fmt.Errorf("%d installs waiting; want the If-None-Match one", w)
+		}
+		return nil
+	})
+	// Meanwhile a bundle of the same id is installed (off: no wall here).
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("PUT", "http://toybox/late", tarBundle(t, map[string]string{
+		"manifest.json": `{"command":["./app"]}`,
+		"app":           "#!/bin/sh\nexit 0\n",
+	})))
+	if rec.Code != http.StatusCreated && rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("installing a bundle as late = %d %s; want it installed", rec.Code, rec.Body)
+	}
+	open()
+	<-first
+	if rec := <-late; rec.Code != http.StatusPreconditionFailed || !strings.Contains(rec.Body.String(), "already installed") {
+		t.Errorf("the If-None-Match install after its turn = %d %s; want 412 already installed", rec.Code, rec.Body)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if launched != 1 {
+		t.Errorf("%d prepare steps launched; want only the first install's", launched)
+	}
+}
