@@ -29,9 +29,11 @@ func doctorMain(args []string) int {
 	entry := fs.String("entry", "", "path of toybox-entry (default: next to this binary, as serve looks)")
 	bwrap := fs.String("bwrap", "", "the bubblewrap binary, as toybox serve --bwrap (default: bwrap on PATH)")
 	table := fs.String("walls-table", "", "the operator's table, as toybox serve --walls-table (default: "+switches.TablePath+")")
-	state := fs.String("state", "", "the state dir, where the disk limit is tried (default: a temporary folder)")
+	state := fs.String("state", "", "the state dir, where the disk limit is tried and its room counted (default: a temporary folder)")
+	wallDisk := fs.Int64("wall-disk-mib", DefaultWallDiskMiB, "as toybox serve --wall-disk-mib: each vat's disk limit, counted against the state dir's room")
+	installs := fs.Int("installs", supervisor.DefaultInstalls, "as toybox serve --installs: the package installs that prepare at once, each a prepare folder counted against the state dir's room")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: toybox doctor [--entry PATH] [--state DIR]\n\nChecks that walls can be built on this computer; exits 1 if a check failed.")
+		fmt.Fprintln(fs.Output(), "usage: toybox doctor [--entry PATH] [--state DIR] [--wall-disk-mib N] [--installs N]\n\nChecks that walls can be built on this computer; exits 1 if a check failed.")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -57,7 +59,15 @@ func doctorMain(args []string) int {
 		defer os.RemoveAll(tmp)
 		dir = tmp
 	}
-	checks = append(checks, limitChecks(dir)...)
+	lim := limitChecks(dir)
+	enforced := false
+	for _, c := range lim {
+		if c.Name == "limit: disk" {
+			enforced = c.OK
+		}
+	}
+	checks = append(checks, lim...)
+	checks = append(checks, diskRoomCheck(dir, *wallDisk<<20, *installs, enforced))
 	return printChecks(os.Stdout, checks)
 }
 

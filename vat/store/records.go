@@ -82,6 +82,13 @@ func (s *Store) DeleteRecord(id labels.VatID) error {
 	return syncDir(filepath.Dir(p))
 }
 
+// ReadRecords is Records of the state dir stateDir, read without opening
+// the store: no folder is made and nothing removed, so a reader beside a
+// running supervisor (toybox doctor) may call it.
+func ReadRecords(stateDir string) ([]Record, []Damaged, error) {
+	return (&Store{cfg: Config{StateDir: stateDir}}).Records()
+}
+
 // Records lists every installed vat: the records that read, and the vats
 // whose record cannot be read (damaged), with what could be learnt of them.
 // A damaged record is never skipped: its vat is still installed. The error

@@ -92,10 +92,13 @@ func (s *Supervisor) checkLimits(l store.Limits) error {
 // diskMin is the smallest disk limit (disk.MinBytes).
 const diskMin = 16 << 20
 
-// limitsFor returns the limits vat rec runs under: the owner's where set,
-// else the operator's, never above the operator's.
-func (s *Supervisor) limitsFor(rec store.Record) Limits {
-	op := s.cfg.Limits
+// limitsFor returns the limits vat rec runs under (Limits.For).
+func (s *Supervisor) limitsFor(rec store.Record) Limits { return s.cfg.Limits.For(rec) }
+
+// For returns the limits vat rec runs under on a host whose operator set
+// op: the owner's where set, else the operator's, never above the
+// operator's.
+func (op Limits) For(rec store.Record) Limits {
 	l := op
 	pick := func(own, max int64) int64 {
 		if own > 0 && (max == 0 || own < max) {
