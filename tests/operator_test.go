@@ -759,3 +759,41 @@ func TestOperatorCLI(t *testing.T) {
 		t.Errorf("PUT /ui = %d; want 400 (the status page's path)", code)
 	}
 }
+
+// TestStatusShowsAVatsBytesEscaped: a vat's own bytes reach toybox
+// status. The wall quotes a "bwrap: " line of the output its app shares
+// with bubblewrap in the vat's last exit, so an app that crashes once,
+// then prints such a line, puts its bytes on the operator's status line:
+// here an OSC 52 clipboard write, then "erase line" and a carriage return
+// that would overwrite the line with a forged one, and a bidi override.
+// The terminal gets them escaped, on one line.
+func TestStatusShowsAVatsBytesEscaped(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	app := filepath.Join(t.TempDir(), "app.sh")
+	script := "#!/bin/sh\n" +
+		"if [ -e \"$TOYBOX_DATA/once\" ]; then\n" +
+		"  printf 'bwrap: execvp /proc/self/fd/7: \\033]52;c;ZWNobyBwd25lZA==\\007\\033[2K\\rzed  walled  sha256:x  restarts 0  ok \\342\\200\\256evil\\n' >&2\n" +
+		"  exit 1\n" +
+		"fi\n" +
+		": >\"$TOYBOX_DATA/once\"\n" +
+		"exit 1\n"
+	if err := os.WriteFile(app, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s.install("mallory", app, "")
+	st := s.waitWord("mallory", "off: it could not run inside its wall")
+	if exit, _ := st["last_exit"].(string); !strings.Contains(exit, "\x1b]52;") {
+		t.Fatalf("last_exit = %q; want the app's line in it (the attack needs it)", exit)
+	}
+	code, out := toyboxCLI(t, "status", "--admin", s.admin, "mallory")
+	if code != 0 {
+		t.Fatalf("toybox status mallory = %d %q", code, out)
+	}
+	if i := strings.IndexFunc(out, func(r rune) bool { return r < 0x20 && r != '\n' || r == 0x7f || r == '\u202e' }); i >= 0 {
+		t.Errorf("toybox status printed the vat's control byte %q at %d:\n%q", out[i], i, out)
+	}
+	if n := strings.Count(out, "\n"); n != 1 {
+		t.Errorf("toybox status mallory printed %d lines; want 1:\n%q", n, out)
+	}
+	wantIn(t, "toybox status mallory", out, `\x1b]52;c;ZWNobyBwd25lZA==\x07\x1b[2K\rzed`, `\u202eevil`)
+}

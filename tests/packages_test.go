@@ -455,3 +455,24 @@ func TestImportAndUndo(t *testing.T) {
 	}
 	notes(2)
 }
+
+// TestInstallShowsAPackagesTextEscaped: a hostile registry serves, as
+// tb-greeting, a tarball whose package.json names itself with an OSC 52
+// clipboard write, "erase line", a carriage return and a bidi override.
+// The refusal quotes that name, and toybox install prints it escaped.
+func TestInstallShowsAPackagesTextEscaped(t *testing.T) {
+	reg := npmtest.Start(t)
+	evil := `tb-greeting\u001b]52;c;ZWNobyBwd25lZA==\u0007\u001b[2K\rhello3  walled\u202e`
+	reg.PublishAs(t, "tb-greeting", npmtest.PackWith(t, "tb-greeting-1.0.0", `"name": "tb-greeting"`, `"name": "`+evil+`"`))
+	s := newStack(t, stackOpts{extra: []string{"--npm-registry", reg.URL}})
+	code, out := toyboxCLI(t, "install", "--admin", s.admin, "greeting", "npm:tb-greeting")
+	if code != 1 || !strings.Contains(out, "has no bin to start") {
+		t.Fatalf("toybox install greeting npm:tb-greeting = %d %q; want 1 and its refusal", code, out)
+	}
+	if i := strings.IndexFunc(out, func(r rune) bool { return r < 0x20 && r != '\n' || r == '\u202e' }); i >= 0 {
+		t.Errorf("toybox install printed the package's control byte %q at %d:\n%q", out[i], i, out)
+	}
+	if !strings.Contains(out, `tb-greeting\x1b]52;c;ZWNobyBwd25lZA==\x07\x1b[2K\rhello3  walled\u202e has no bin`) {
+		t.Errorf("toybox install = %q; want the package's name escaped", out)
+	}
+}

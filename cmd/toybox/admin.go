@@ -50,15 +50,17 @@ func (a admin) doWith(method, path string, h http.Header, body io.Reader) (int, 
 	return resp.StatusCode, b, err
 }
 
-// adminError is the error an admin answer carries, or the body itself.
+// adminError is the error an admin answer carries, or the body itself,
+// rendered for the terminal (term): a refusal may quote what a package
+// or a vat wrote.
 func adminError(status int, body []byte) error {
 	var e struct {
 		Error string `json:"error"`
 	}
 	if json.Unmarshal(body, &e) == nil && e.Error != "" {
-		return fmt.Errorf("%d: %s", status, e.Error)
+		return fmt.Errorf("%d: %s", status, term(e.Error))
 	}
-	return fmt.Errorf("%d: %s", status, strings.TrimSpace(string(body)))
+	return fmt.Errorf("%d: %s", status, term(strings.TrimSpace(string(body))))
 }
 
 // installAnswer reads the answer to PUT /<vat>: the vat's status for 201

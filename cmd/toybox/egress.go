@@ -169,10 +169,10 @@ func egressMain(args []string) int {
 // refusedOrError prints err and returns 3 for a refusal, 1 otherwise.
 func refusedOrError(err error) int {
 	if reason, ok := labels.RefusalReason(err); ok {
-		fmt.Fprintln(os.Stderr, labels.Refuse(reason))
+		fmt.Fprintln(os.Stderr, term(labels.Refuse(reason).Error()))
 		return exitRefused
 	}
-	fmt.Fprintf(os.Stderr, "toybox egress: %v\n", err)
+	fmt.Fprintf(os.Stderr, "toybox egress: %s\n", term(err.Error()))
 	return exitError
 }
 
@@ -229,13 +229,13 @@ func egressCheck(ctx context.Context, h schema.Handle, req labels.Request) int {
 		addrs = append(addrs, a)
 	}
 	if !d.Allow() {
-		fmt.Fprintln(os.Stderr, labels.Refuse(reason))
+		fmt.Fprintln(os.Stderr, term(labels.Refuse(reason).Error()))
 		if len(addrs) > 0 {
-			fmt.Fprintf(os.Stderr, "addresses: %s\n", strings.Join(addrs, " "))
+			fmt.Fprintf(os.Stderr, "addresses: %s\n", term(strings.Join(addrs, " ")))
 		}
 		return exitRefused
 	}
-	fmt.Printf("allowed: %s\naddresses: %s\nvetted: %s\n", reason, strings.Join(addrs, " "), vetted)
+	fmt.Printf("allowed: %s\naddresses: %s\nvetted: %s\n", term(reason), term(strings.Join(addrs, " ")), term(vetted))
 	return exitOK
 }
 
@@ -310,7 +310,7 @@ func egressFetch(ctx context.Context, h schema.Handle, url string) int {
 	erel()
 	select {
 	case msg := <-resp.failed:
-		fmt.Fprintf(os.Stderr, "toybox egress: %s\n", msg)
+		fmt.Fprintf(os.Stderr, "toybox egress: %s\n", term(msg))
 		return exitError
 	case st := <-resp.status:
 		select {

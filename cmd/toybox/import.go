@@ -190,11 +190,11 @@ func (im *importer) run(file string) int {
 		bk, err := im.one(name)
 		if err != nil {
 			im.failed++
-			fmt.Fprintf(os.Stderr, "toybox import: %s: left as it was: %v\n", name, err)
+			fmt.Fprintf(os.Stderr, "toybox import: %s: left as it was: %s\n", term(name), term(err.Error()))
 			continue
 		}
 		im.done = append(im.done, bk)
-		fmt.Printf("%s\timported as vat %s\n", name, bk.Vat)
+		fmt.Printf("%s\timported as vat %s\n", term(name), bk.Vat)
 	}
 	if im.rewrite != "" && len(im.done) > 0 {
 		if err := im.rewriteConfig(); err != nil {
@@ -425,7 +425,7 @@ func (im *importer) rollback(bk *backup) {
 	// An install that was refused left no vat of this import's.
 	if !bk.refused {
 		if code, _, err := im.a.do(http.MethodDelete, "/"+bk.Vat+q, nil); err != nil || code != http.StatusOK && code != http.StatusNotFound {
-			fmt.Fprintf(os.Stderr, "toybox import: %s: removing vat %s again: %d %v; its backup %s is kept\n", bk.Name, bk.Vat, code, err, bk.file)
+			fmt.Fprintf(os.Stderr, "toybox import: %s: removing vat %s again: %d %v; its backup %s is kept\n", term(bk.Name), bk.Vat, code, err, bk.file)
 			return
 		}
 	}
@@ -529,10 +529,10 @@ func undoImport(a admin, dir string, names []string) int {
 		n++
 		if err := undoOne(a, bk); err != nil {
 			bad++
-			fmt.Fprintf(os.Stderr, "toybox import --undo: %s: %v; its backup %s stays live\n", bk.Name, err, bk.file)
+			fmt.Fprintf(os.Stderr, "toybox import --undo: %s: %s; its backup %s stays live\n", term(bk.Name), term(err.Error()), bk.file)
 			continue
 		}
-		fmt.Printf("%s\trestored (vat %s removed, its data kept)\n", bk.Name, bk.Vat)
+		fmt.Printf("%s\trestored (vat %s removed, its data kept)\n", term(bk.Name), bk.Vat)
 	}
 	if n == 0 {
 		fmt.Println("nothing to undo")

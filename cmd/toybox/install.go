@@ -120,9 +120,9 @@ func installMain(args []string) int {
 	}
 	st, err := installPackage(newAdmin(*adminPath, *timeout), rest[0], o.values(pkg), body)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "toybox install %s: %v\n", rest[0], err)
+		fmt.Fprintf(os.Stderr, "toybox install %s: %s\n", rest[0], term(err.Error()))
 		return exitError
 	}
-	fmt.Printf("%s\t%v\t%v\n", rest[0], st["status"], st["code"])
+	fmt.Printf("%s\t%s\t%s\n", rest[0], term(fmt.Sprint(st["status"])), term(fmt.Sprint(st["code"])))
 	return exitOK
 }

@@ -37,7 +37,7 @@ func reachMain(args []string) int {
 		return 1
 	}
 	if *asJSON {
-		_, _ = os.Stdout.Write(body)
+		_, _ = os.Stdout.Write(jsonForTerminal(body))
 		return 0
 	}
 	var ans struct {
@@ -48,7 +48,7 @@ func reachMain(args []string) int {
 		return 1
 	}
 	for _, l := range ans.Lines {
-		fmt.Println(l)
+		fmt.Println(term(l))
 	}
 	return 0
 }

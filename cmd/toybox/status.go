@@ -116,13 +116,15 @@ func statusMain(args []string) int {
 		}
 	}
 	if *asJSON {
-		_, _ = os.Stdout.Write(body)
+		_, _ = os.Stdout.Write(jsonForTerminal(body))
 		return 0
 	}
+	// Every field printed below is the supervisor's, and may hold a
+	// vat's bytes: each goes through term.
 	if one == "" {
-		fmt.Printf("walls: %s\nswitchboard: %s\n", page.Host.Walls, page.Host.Switchboard)
+		fmt.Printf("walls: %s\nswitchboard: %s\n", term(page.Host.Walls), term(page.Host.Switchboard))
 		for _, n := range page.Notices {
-			fmt.Printf("notice: %s\n", n.Title)
+			fmt.Printf("notice: %s\n", term(n.Title))
 		}
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
@@ -132,7 +134,7 @@ func statusMain(args []string) int {
 		}
 		code := v.Code
 		if len(code) > 19 {
-			code = code[:19] + "…"
+			code = strings.ToValidUTF8(code[:19], "") + "…"
 		}
 		facts := map[string]string{}
 		for _, f := range v.Facts {
@@ -145,7 +147,7 @@ func statusMain(args []string) int {
 		if extra == "" && facts["last_exit"] != "" && facts["restarts"] != "0" {
 			extra = "last exit: " + facts["last_exit"]
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\trestarts %s\t%s\t%s\n", v.ID, v.Word, code, facts["restarts"], strings.Join(v.Grant, "; "), extra)
+		fmt.Fprintf(tw, "%s\t%s\t%s\trestarts %s\t%s\t%s\n", term(v.ID), term(v.Word), term(code), term(facts["restarts"]), term(strings.Join(v.Grant, "; ")), term(extra))
 	}
 	_ = tw.Flush()
 	return 0

@@ -154,7 +154,18 @@ func PackWith(t TB, fixture string, oldNew ...string) []byte {
 func (r *Registry) Publish(t TB, tgz []byte) {
 	t.Helper()
 	pj := readPackageJSON(t, tgz)
-	name, ver := pj["name"].(string), pj["version"].(string)
+	r.publish(pj, pj["name"].(string), tgz)
+}
+
+// PublishAs is Publish under name, whatever name the tarball's
+// package.json gives: a hostile registry's tarball.
+func (r *Registry) PublishAs(t TB, name string, tgz []byte) {
+	t.Helper()
+	r.publish(readPackageJSON(t, tgz), name, tgz)
+}
+
+func (r *Registry) publish(pj map[string]any, name string, tgz []byte) {
+	ver := pj["version"].(string)
 	base := name
 	if i := strings.LastIndex(name, "/"); i >= 0 {
 		base = name[i+1:]
