@@ -796,4 +796,8 @@ func TestStatusShowsAVatsBytesEscaped(t *testing.T) {
 		t.Errorf("toybox status mallory printed %d lines; want 1:\n%q", n, out)
 	}
 	wantIn(t, "toybox status mallory", out, `\x1b]52;c;ZWNobyBwd25lZA==\x07\x1b[2K\rzed`, `\u202eevil`)
+	// The supervisor's journal quotes the same line, escaped there too.
+	if log := s.tbLog.String(); strings.ContainsRune(log, '\u202e') || !strings.Contains(log, `\u202eevil`) {
+		t.Errorf("the supervisor's log holds the vat's bidi override raw, or not at all:\n%s", log)
+	}
 }

@@ -147,11 +147,14 @@ func serveMain(args []string) int {
 	if os.Getenv("TOYBOX_LOG") == "debug" {
 		level = slog.LevelDebug
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	// The journal gets each record with the characters a terminal would
+	// act on escaped (terminalJSON): records quote what vats wrote.
+	journal := terminalJSON{os.Stderr}
+	log := slog.New(slog.NewJSONHandler(journal, &slog.HandlerOptions{Level: level}))
 	// The MCP edge's decision records, one a call, go out a few at a
 	// time: written alone, each cost a write, more than a tenth of the
 	// edge's share of a call. A crash loses at most edgeRecordDelay's.
-	edgeRecords := entry.NewBatchWriter(os.Stderr, edgeRecordDelay)
+	edgeRecords := entry.NewBatchWriter(journal, edgeRecordDelay)
 	defer edgeRecords.Flush()
 	edgeLog := slog.New(slog.NewJSONHandler(edgeRecords, &slog.HandlerOptions{Level: level}))
 	if *stateDir == "" {

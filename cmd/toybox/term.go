@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"strings"
 	"unicode"
 	"unicode/utf16"
@@ -87,4 +88,18 @@ func jsonForTerminal(j []byte) []byte {
 		i += n
 	}
 	return out
+}
+
+// terminalJSON writes JSON records to w through jsonForTerminal. A
+// log/slog JSON handler escapes the C0 controls of a string it quotes, but
+// not the C1 controls or a bidi override, which journalctl or a terminal
+// then shows acting on the record's text.
+type terminalJSON struct{ w io.Writer }
+
+// Write writes p, one or more whole records, and returns len(p).
+func (t terminalJSON) Write(p []byte) (int, error) {
+	if _, err := t.w.Write(jsonForTerminal(p)); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -205,4 +206,23 @@ func runCapturing(t *testing.T, f func() int) (int, string) {
 	os.Stdout, os.Stderr = oldOut, oldErr
 	w.Close()
 	return code, <-got
+}
+
+// TestTerminalJSONLog: a record through terminalJSON reads back the same,
+// and holds no character a terminal acts on.
+func TestTerminalJSONLog(t *testing.T) {
+	var b strings.Builder
+	log := slog.New(slog.NewJSONHandler(terminalJSON{&b}, nil))
+	const line = "bwrap: \x1b]52;c;aGk=\x07\r ok \u202elam \u009b2J \U000e0041 é 中文"
+	log.Info("vat off", "vat", "zed", "exit", line)
+	log.Info("second")
+	out := b.String()
+	if why := terminalSafe(strings.ReplaceAll(out, "\n", "")); why != "" {
+		t.Errorf("the log = %q: %s", out, why)
+	}
+	recs := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	var rec map[string]any
+	if len(recs) != 2 || json.Unmarshal([]byte(recs[0]), &rec) != nil || rec["exit"] != line {
+		t.Errorf("the log = %q; want two records, the first with exit %q", out, line)
+	}
 }
