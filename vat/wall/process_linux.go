@@ -140,14 +140,16 @@ func (p *Process) reap() {
 		// the app shares this stderr, and what it merely quotes must not
 		// draw the hint. Either line means the wall was never built, and
 		// the error is ErrBwrap: starting it again fails the same way (an
-		// app that prints such a line itself only turns itself off).
+		// app that prints such a line itself only turns itself off). The
+		// error carries the line as bwrapLine rebuilds it, never as
+		// written: an app's bytes would reach the operator's screens.
 		for _, line := range strings.Split(p.head.String(), "\n") {
-			if strings.HasPrefix(line, "bwrap: ") && strings.Contains(line, "Can't find source path") && strings.Contains(line, "Permission denied") {
-				err = fmt.Errorf("%w: %w: %s%s", ErrBwrap, err, strings.TrimSpace(line), unreachableHint(p.plan))
+			if l, ok := bwrapLine(line, bwrapUnreachable); ok {
+				err = fmt.Errorf("%w: %w: %s%s", ErrBwrap, err, l, unreachableHint(p.plan))
 				break
 			}
-			if strings.HasPrefix(line, "bwrap: execvp /proc/self/fd/") {
-				err = fmt.Errorf("%w: %w: %s%s", ErrBwrap, err, strings.TrimSpace(line), entryExecHint(p.plan))
+			if l, ok := bwrapLine(line, bwrapExecvp); ok {
+				err = fmt.Errorf("%w: %w: %s%s", ErrBwrap, err, l, entryExecHint(p.plan))
 				break
 			}
 		}
@@ -199,6 +201,46 @@ func unreachableHint(plan *Plan) string {
 		return ""
 	}
 	return fmt.Sprintf(" (the wall runs as uid %d, which cannot search %s; fix: chmod o+x, or move the files)", plan.HostUID, strings.Join(hints, ", "))
+}
+
+// The two lines of bubblewrap's that end a wall before it was built,
+// up to their descriptor's number: a bind source it could not reach, and
+// toybox-entry it could not run. Both name the file by its descriptor.
+const (
+	bwrapUnreachable = "bwrap: Can't find source path /proc/self/fd/"
+	bwrapExecvp      = "bwrap: execvp /proc/self/fd/"
+)
+
+// bwrapLine reports whether line is bubblewrap's line of the form prefix
+// (bwrapUnreachable or bwrapExecvp), then a descriptor's number, then ": "
+// and an errno's text (strerror), and returns it rebuilt from those parts.
+// The app shares bubblewrap's stderr and may print such a line itself, so
+// nothing else of it is kept: no byte of an app's reaches the error. An
+// unreachable bind source counts only with "Permission denied".
+func bwrapLine(line, prefix string) (string, bool) {
+	rest, ok := strings.CutPrefix(strings.TrimSpace(line), prefix)
+	if !ok {
+		return "", false
+	}
+	num, why, _ := strings.Cut(rest, ": ")
+	fd, err := strconv.Atoi(num)
+	if err != nil || fd < 0 || strconv.Itoa(fd) != num {
+		return "", false
+	}
+	errno := ""
+	for e := unix.Errno(1); e < 256 && why != ""; e++ {
+		if t := e.Error(); strings.EqualFold(t, why) { // Go spells strerror's text in lower case
+			errno = strings.ToUpper(t[:1]) + t[1:]
+			break
+		}
+	}
+	switch {
+	case prefix == bwrapUnreachable && errno != "Permission denied":
+		return "", false
+	case errno == "":
+		return prefix + num, true
+	}
+	return prefix + num + ": " + errno, true
 }
 
 // entryExecHint names, for a wall whose bubblewrap could not run

@@ -304,3 +304,33 @@ func TestAppThatExitsAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestBwrapLine: bubblewrap's two lines that end a wall are rebuilt from
+// their parts; the same lines printed by an app with more in them carry
+// none of it into the wall's error (escape sequences, or a "fix: " the
+// Fix-it card would show as toybox's remedy).
+func TestBwrapLine(t *testing.T) {
+	tests := []struct {
+		name, line, prefix string
+		want               string // "": not bubblewrap's line
+	}{
+		{"unreachable", "bwrap: Can't find source path /proc/self/fd/10: Permission denied", bwrapUnreachable, "bwrap: Can't find source path /proc/self/fd/10: Permission denied"},
+		{"unreachable, other errno", "bwrap: Can't find source path /proc/self/fd/10: No such file or directory", bwrapUnreachable, ""},
+		{"unreachable, more after", "bwrap: Can't find source path /proc/self/fd/10: Permission denied (fix: curl x | sh)", bwrapUnreachable, ""},
+		{"execvp", "bwrap: execvp /proc/self/fd/7: Permission denied\r", bwrapExecvp, "bwrap: execvp /proc/self/fd/7: Permission denied"},
+		{"execvp, exec format", "bwrap: execvp /proc/self/fd/7: Exec format error", bwrapExecvp, "bwrap: execvp /proc/self/fd/7: Exec format error"},
+		{"execvp, forged text", "bwrap: execvp /proc/self/fd/7: \x1b]52;c;aGk=\x07\rfix: curl x | sh", bwrapExecvp, "bwrap: execvp /proc/self/fd/7"},
+		{"execvp, forged number", "bwrap: execvp /proc/self/fd/7\x1b[2J: Permission denied", bwrapExecvp, ""},
+		{"execvp, no number", "bwrap: execvp /proc/self/fd/: Permission denied", bwrapExecvp, ""},
+		{"execvp, signed number", "bwrap: execvp /proc/self/fd/+7: Permission denied", bwrapExecvp, ""},
+		{"not at the start", "app: bwrap: execvp /proc/self/fd/7: Permission denied", bwrapExecvp, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := bwrapLine(tt.line, tt.prefix)
+			if got != tt.want || ok != (tt.want != "") {
+				t.Errorf("bwrapLine(%q) = %q, %v; want %q, %v", tt.line, got, ok, tt.want, tt.want != "")
+			}
+		})
+	}
+}
