@@ -161,3 +161,51 @@ func errText(err error) string {
 	}
 	return err.Error()
 }
+
+// TestRefusalRecordsQuoteNoControls: a vat's scheme is its own bytes, up
+// to maxSchemeBytes. One that is no URL scheme (an escape sequence, a
+// bidi override) is refused in words that do not quote it: the last
+// refusal (the status page, GET /<vat>) and the decisions hold none of it.
+func TestRefusalRecordsQuoteNoControls(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "sb.sock")
+	startSwitchboard(t, sock)
+	port := echoServer(t)
+	var mu sync.Mutex
+	var got []Decision
+	v, _ := newVatWith(t, sock, VatConfig{
+		ID: "mallory", Grants: []labels.Set{{Host: "127.0.0.1", Port: port}},
+		OnDecision: func(d Decision) { mu.Lock(); got = append(got, d); mu.Unlock() },
+	})
+	vc, _ := vatClient(t, v)
+	h := egress(t, vc)
+	bad := func(s string) bool {
+		return strings.ContainsAny(s, "\x1b\x07\r\n\u202e")
+	}
+	for _, scheme := range []string{"\x1b]52;c;aGk=\x07", "tcp\u202e", "h\rttp"} {
+		fut, release := h.Connect(context.Background(), func(p schema.Handle_connect_Params) error {
+			tg, err := p.NewTarget()
+			if err != nil {
+				return err
+			}
+			_ = tg.SetScheme(scheme)
+			_ = tg.SetHost("127.0.0.1")
+			tg.SetPort(port)
+			return nil
+		})
+		_, err := fut.Struct()
+		release()
+		if err == nil || bad(err.Error()) {
+			t.Errorf("connect with scheme %q: %v; want a refusal that does not quote it", scheme, err)
+		}
+		if r, ok := v.LastRefusal(); ok && (bad(r.Target) || bad(r.Reason)) {
+			t.Errorf("connect with scheme %q: the last refusal is %q: %q", scheme, r.Target, r.Reason)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, d := range got {
+		if bad(d.TargetText()) || bad(d.Reason) {
+			t.Errorf("a %s decision keeps %q: %q", d.Op, d.TargetText(), d.Reason)
+		}
+	}
+}

@@ -241,16 +241,34 @@ func schemeAlone(m labels.Set, r labels.Request) bool {
 // are http, https and tcp.
 const maxSchemeBytes = 16
 
+// urlScheme reports whether s is "" or a URL scheme's spelling.
+func urlScheme(s string) bool {
+	for i, c := range s {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z':
+		case i > 0 && (c >= '0' && c <= '9' || c == '+' || c == '-' || c == '.'):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 // targetRequest is what a vat's Target asks to reach. The relay passes
 // the Target's fields on (schema.TargetFields.Set), never its struct: a
 // deep copy (SetTarget) carried whatever the vat put behind pointers
 // beyond the schema's (1 KiB of them cost the supervisor 0.66 s and 63
 // MiB).
 // A scheme longer than maxSchemeBytes is refused by its length alone,
-// so that no record quotes it.
+// and one that is no URL scheme (RFC 3986: a letter, then letters,
+// digits, "+", "-" or ".") without quoting it: no record, status or page
+// carries a vat's escape sequence or bidi override as a target.
 func targetRequest(t schema.TargetFields) (labels.Request, error) {
 	if len(t.Scheme) > maxSchemeBytes {
 		return labels.Request{}, labels.Refusef("a scheme of %d bytes is not supported (http, https or tcp)", len(t.Scheme))
+	}
+	if !urlScheme(t.Scheme) {
+		return labels.Request{}, labels.Refusef("a scheme that is not a URL scheme is not supported (http, https or tcp)")
 	}
 	ch, err := labels.CanonicalHost(t.Host)
 	if err != nil {
