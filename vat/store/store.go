@@ -595,6 +595,11 @@ func loadCode(dir, digest string) (Code, error) {
 		fi, err = root.Stat(p) // follows links, but only within the bundle
 	}
 	if err != nil {
+		// The command is the bundle's bytes: named quoted, and only so
+		// (a PathError would repeat it as written).
+		if pe, ok := errors.AsType[*fs.PathError](err); ok {
+			err = pe.Err
+		}
 		return c, fmt.Errorf("%w: command %q is missing: %w", ErrBadBundle, c.Manifest.Command[0], err)
 	}
 	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {

@@ -529,3 +529,18 @@ func readAs(path string, uid, gid uint32, groups []uint32) (string, error) {
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
+
+// TestMissingCommandIsQuoted: a manifest's command is the bundle's bytes
+// (anything but NUL), and the refusal of one that is missing reaches
+// toybox install and the journal. It names the command quoted, and holds
+// none of its escape sequences or bidi overrides.
+func TestMissingCommandIsQuoted(t *testing.T) {
+	for _, cmd := range []string{"./app\x1b]52;c;aGk=\x07\r\u202e", "/nonexistent/app\x1b]52;c;aGk=\x07\r\u202e"} {
+		m := `{"command":["` + strings.NewReplacer("\x1b", `\u001b`, "\x07", `\u0007`, "\r", `\r`).Replace(cmd) + `"]}`
+		_, err := openStore(t).Put(bytes.NewReader(mkTar(t, false, entry{name: "manifest.json", body: m})), "", nil)
+		if err == nil || !errors.Is(err, ErrBadBundle) || !errors.Is(err, fs.ErrNotExist) ||
+			!strings.Contains(err.Error(), `app\x1b]52;c;aGk=\a\r\u202e" is missing`) || strings.ContainsAny(err.Error(), "\x1b\x07\r\u202e") {
+			t.Errorf("Put of a bundle whose command %q is missing: %q; want it named quoted, and only quoted", cmd, err)
+		}
+	}
+}
