@@ -72,8 +72,10 @@ func readDiskRoom(stateDir string, opDisk int64, installs int) (diskRoom, error)
 // folders may still take fits in the state file system's free room. The
 // images are sparse, so it is never a failure: a warning with the numbers
 // and the settings that change them. enforced says whether this host
-// gives data folders their limits at all (limit: disk).
-func diskRoomCheck(stateDir string, opDisk int64, installs int, enforced bool) wall.Check {
+// gives data folders their limits at all (limit: disk). given says the
+// operator named stateDir (--state); otherwise it is a folder of doctor's
+// own, which holds no vat, and the line says that it counted none.
+func diskRoomCheck(stateDir string, given bool, opDisk int64, installs int, enforced bool) wall.Check {
 	c := wall.Check{Name: "limit: disk room", OK: true}
 	r, err := readDiskRoom(stateDir, opDisk, installs)
 	if err != nil {
@@ -81,6 +83,9 @@ func diskRoomCheck(stateDir string, opDisk int64, installs int, enforced bool) w
 		return c
 	}
 	fsys := fmt.Sprintf("the file system of %s has %d MiB free of %d MiB", stateDir, r.free>>20, r.size>>20)
+	if !given {
+		fsys += " (no --state given: a folder of doctor's own, no vat counted; give serve's --state to count its vats)"
+	}
 	if !enforced {
 		c.Detail = "no disk limits here (limit: disk): the vats and package installs may take all of it; " + fsys
 		return c

@@ -65,7 +65,7 @@ func TestDiskRoomCheck(t *testing.T) {
 			if err := img.Close(); err != nil {
 				t.Fatal(err)
 			}
-			c := diskRoomCheck(state, 100<<20, 1, true)
+			c := diskRoomCheck(state, true, 100<<20, 1, true)
 			t.Logf("%s: %s\nfix: %s", c.Name, c.Detail, c.Fix)
 			for _, want := range []string{
 				"2 vats' disk limits sum to 164 MiB, 8 MiB of it written",
@@ -77,6 +77,9 @@ func TestDiskRoomCheck(t *testing.T) {
 				if !strings.Contains(c.Detail, want) {
 					t.Errorf("the check on a %s state file system: %q; want it to say %q", tt.size, c.Detail, want)
 				}
+			}
+			if strings.Contains(c.Detail, "no --state given") {
+				t.Errorf("the check of the operator's state dir: %q; it says it counted a folder of its own", c.Detail)
 			}
 			if c.Warn != tt.warn || c.OK == tt.warn {
 				t.Errorf("the check on a %s state file system: ok %v warn %v; want warn %v (never a failure)", tt.size, c.OK, c.Warn, tt.warn)
@@ -91,7 +94,12 @@ func TestDiskRoomCheck(t *testing.T) {
 		})
 	}
 	// Where data folders have no limits the numbers would lie: it says so.
-	if c := diskRoomCheck(t.TempDir(), 100<<20, 1, false); !c.OK || c.Warn || !strings.Contains(c.Detail, "no disk limits here") {
+	// Without --state, doctor's own folder holds no vat: it says it
+	// counted none, rather than "0 vats" as if it had looked.
+	if c := diskRoomCheck(t.TempDir(), false, 100<<20, 1, true); !strings.Contains(c.Detail, "0 vats") || !strings.Contains(c.Detail, "no --state given") {
+		t.Errorf("with no --state: %q; want it to say no vat was counted", c.Detail)
+	}
+	if c := diskRoomCheck(t.TempDir(), true, 100<<20, 1, false); !c.OK || c.Warn || !strings.Contains(c.Detail, "no disk limits here") {
 		t.Errorf("with no disk limits: %+v; want ok, saying there are none", c)
 	}
 }

@@ -67,7 +67,7 @@ func doctorMain(args []string) int {
 		}
 	}
 	checks = append(checks, lim...)
-	checks = append(checks, diskRoomCheck(dir, *wallDisk<<20, *installs, enforced))
+	checks = append(checks, diskRoomCheck(dir, *state != "", *wallDisk<<20, *installs, enforced))
 	return printChecks(os.Stdout, checks)
 }
 
