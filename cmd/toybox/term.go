@@ -72,6 +72,16 @@ func term(s string) string {
 // leaves C1 controls and bidi overrides as they are.) Only a string can
 // hold such a rune, and there \uXXXX means the same rune.
 func jsonForTerminal(j []byte) []byte {
+	ascii := true
+	for _, c := range j {
+		if c >= utf8.RuneSelf {
+			ascii = false
+			break
+		}
+	}
+	if ascii {
+		return j // most records: nothing to escape, nothing to copy
+	}
 	out := make([]byte, 0, len(j))
 	for i := 0; i < len(j); {
 		r, n := utf8.DecodeRune(j[i:])
