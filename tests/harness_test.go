@@ -135,6 +135,7 @@ type stackOpts struct {
 	sbArgs    []string // extra flags for the switchboard (--config FILE)
 	leakFD9   string   // a file toybox serve inherits as fd 9, not close-on-exec (as a careless parent would leave it)
 	nested    bool     // run toybox serve under another seccomp notifier's filter (tests/nested)
+	stateMiB  int      // the state dir on a tmpfs of this many MiB (a disk the test may fill); 0: on the test's disk
 }
 
 // newStack starts a switchboard and a supervisor holding opts.handle. Every
@@ -171,6 +172,15 @@ func newStack(t testing.TB, opts stackOpts) *stack {
 		unmountBelow(dir)
 		_ = os.RemoveAll(dir)
 	})
+	if opts.stateMiB > 0 {
+		// Unmounted by the cleanup above (unmountBelow), after toybox stops.
+		if err := os.Mkdir(s.state, 0o711); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Mount("tmpfs", s.state, "tmpfs", 0, fmt.Sprintf("size=%dm,mode=0711", opts.stateMiB)); err != nil {
+			testenv.Unavailable(t, "cannot mount a tmpfs: "+err.Error())
+		}
+	}
 	s.startSwitchboard()
 	s.startToybox()
 	return s

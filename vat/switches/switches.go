@@ -302,7 +302,8 @@ func (s *Switches) Kill() bool { return s.kill }
 func (s *Switches) HostOff() bool { return s.hostOff }
 
 // SetChoice records the owner's choice for vat id: walled true removes it
-// from the unwalled list. The file is written atomically with mode 0600.
+// from the unwalled list. The file is written atomically with mode 0600,
+// and not at all when the choice is already so.
 func (s *Switches) SetChoice(id string, walled bool) error {
 	if s.stateDir == "" {
 		return ErrNoStateDir
@@ -317,6 +318,11 @@ func (s *Switches) SetChoice(id string, walled bool) error {
 	set := map[string]bool{}
 	for _, u := range f.Unwalled {
 		set[u] = true
+	}
+	if set[id] != walled {
+		// Already so: nothing to write. A new copy needs room, and a
+		// removal (which clears the choice) must work on a full disk.
+		return nil
 	}
 	if walled {
 		delete(set, id)

@@ -79,6 +79,42 @@ func TestOwnerChoiceFile(t *testing.T) {
 	}
 }
 
+// TestSetChoiceAlreadySoWritesNothing: a removal clears the vat's choice
+// (SetChoice walled), and rewrote walls.json each time, which a full disk
+// refused: no vat could be removed there. A choice already so writes
+// nothing.
+func TestSetChoiceAlreadySoWritesNothing(t *testing.T) {
+	dir := t.TempDir()
+	s, err := New(Config{StateDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, FileName)
+	if err := s.SetChoice("alice", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("walls.json after walling a walled vat: %v; want none written", err)
+	}
+	if err := s.SetChoice("alice", false); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetChoice("alice", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetChoice("bob", true); err != nil {
+		t.Fatal(err)
+	}
+	// Each write renames a new file in: the same file is none.
+	if after, err := os.Stat(p); err != nil || !os.SameFile(before, after) {
+		t.Errorf("walls.json after choices already so: rewritten (%v); want it untouched", err)
+	}
+}
+
 func TestCorruptFileFailsClosed(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, FileName), []byte("{not json"), 0o600); err != nil {
