@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -80,4 +81,36 @@ func TestFullDiskRemove(t *testing.T) {
 	}
 	waitFor(t, "bob back", 20*time.Second, func() bool { return s.status("bob")["status"] == "walled" })
 	s.mustGet("/bob/", "v2 count 2")
+}
+
+// TestFullDiskStartKeepsData: a supervisor started on a full state disk
+// cannot make the small image that finds whether data folders can have a
+// disk limit, and so ran every vat without one: on its bare data folder,
+// which is empty while its image is not mounted. The counter started again
+// at 1, its data out of its sight, and what it wrote meanwhile would be
+// hidden by the next mount. A vat whose data lies in an image now stays off
+// and says why; once the disk has room, it is back with its data.
+func TestFullDiskStartKeepsData(t *testing.T) {
+	s := newStack(t, stackOpts{stateMiB: 64})
+	s.mustInstall("alice", example(t, "counter-v1"), "")
+	s.mustGet("/alice/", "v1 count 1")
+	s.mustGet("/alice/", "v1 count 2")
+	// As after a reboot: the images are unmounted when toybox stops.
+	s.stopToybox()
+	free := s.fillState()
+
+	s.startToybox()
+	st := s.waitWord("alice", "off: it stopped")
+	if why := st["last_error"].(string); !strings.Contains(why, "disk image") || !strings.Contains(why, "empty data folder") {
+		t.Errorf("alice's last_error on a full disk = %q; want its disk image named", why)
+	}
+	if code, body := s.get("/alice/"); code == http.StatusOK {
+		t.Errorf("GET /alice/ on a full disk = %d %q; want it off, not running without its data", code, body)
+	}
+
+	s.stopToybox()
+	free()
+	s.startToybox()
+	waitFor(t, "alice back", 20*time.Second, func() bool { return s.status("alice")["status"] == "walled" })
+	s.mustGet("/alice/", "v1 count 3")
 }

@@ -453,6 +453,12 @@ func (s *Supervisor) spawn(ctx context.Context, v *vat) (r *running, off words.W
 	diskWhy := ""
 	if lim.DiskBytes > 0 {
 		if err := s.cfg.Disks.Support(); err != nil {
+			// Its data lies in its image: the bare folder under the
+			// mount point is empty, and what the vat wrote there would
+			// be hidden by the next mount.
+			if size := s.cfg.Disks.Size(string(v.id)); size > 0 {
+				return nil, words.OffStopped, fmt.Errorf("its data lies in its disk image (%d MiB), which this supervisor cannot mount: %w; it stays off rather than run on an empty data folder (make room on the state disk, then restart toybox)", size>>20, err)
+			}
 			diskWhy = err.Error()
 		} else if err := s.cfg.Store.PrepareDirs(v.id, uid, gid); err != nil {
 			return nil, off, err
