@@ -46,8 +46,9 @@ func (s *Store) RecordPath(id labels.VatID) string {
 }
 
 // SaveRecord writes <state>/vats/<id>.json atomically (0600), then its good
-// copy. A good copy that cannot be written leaves the older one (the
-// record itself is saved, and says the newer state); it is logged.
+// copy. A good copy that cannot be written (a full disk) is removed and
+// logged: the record itself is saved, and a good copy of the older state
+// would name code Prune no longer keeps, or a grant the owner changed.
 func (s *Store) SaveRecord(r Record) error {
 	if err := recheck(r.ID); err != nil {
 		return err
@@ -62,7 +63,11 @@ func (s *Store) SaveRecord(r Record) error {
 		return err
 	}
 	if err := writeAtomic(p+goodSuffix, b); err != nil {
-		s.log.Warn("keeping the good copy of a vat record", "vat", r.ID, "err", err)
+		rerr := os.Remove(p + goodSuffix)
+		if rerr == nil || errors.Is(rerr, fs.ErrNotExist) {
+			rerr = syncDir(filepath.Dir(p))
+		}
+		s.log.Warn("removing the good copy of a vat record: it cannot be written", "vat", r.ID, "err", errors.Join(err, rerr))
 	}
 	return nil
 }

@@ -41,3 +41,78 @@ func TestPutFullDiskIsNotABadBundle(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestSaveRecordGoodCopyNeverStale: a record saved on a nearly full disk
+// (room for the record's new copy, not then for its good copy's) kept the
+// good copy of the state before: another code, another grant. Nothing
+// keeps a good copy's code once the record reads (Prune keeps what records
+// name), and should the record be damaged later the vat ran from that
+// good copy: the grant the owner had narrowed, or code no longer stored.
+// A good copy that cannot be written is removed: the vat whose record is
+// damaged then stays off (Damaged), never runs an older state.
+func TestSaveRecordGoodCopyNeverStale(t *testing.T) {
+	testenv.RequireRoot(t)
+	mnt := t.TempDir()
+	if err := unix.Mount("tmpfs", mnt, "tmpfs", 0, "size=256k,mode=0755"); err != nil {
+		testenv.Unavailable(t, "cannot mount a tmpfs: "+err.Error())
+	}
+	t.Cleanup(func() { _ = unix.Unmount(mnt, unix.MNT_DETACH) })
+	s, err := Open(Config{StateDir: filepath.Join(mnt, "state")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := Record{ID: "v", Code: "sha256:" + strings.Repeat("a", 64), Egress: `{"host":"wide.example"}`, UID: 7}
+	if err := s.SaveRecord(old); err != nil {
+		t.Fatal(err)
+	}
+	// Fill the disk, then free two pages: room for a record of two pages,
+	// then, with the old record's page freed by the rename, one.
+	filler := filepath.Join(mnt, "filler")
+	f, err := os.OpenFile(filler, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := make([]byte, 4096)
+	var n int64
+	for {
+		if _, err := f.Write(page); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatal(err)
+			}
+			break
+		}
+		n += int64(len(page))
+	}
+	if err := f.Truncate(n - 2*4096); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	// The new state is larger (as a record that gains its MCP probe's
+	// tools is): two pages.
+	rec := Record{ID: "v", Code: "sha256:" + strings.Repeat("b", 64), Egress: `{"host":"narrow.example"}`, UID: 7, Env: map[string]string{"K": strings.Repeat("x", 5000)}}
+	if err := s.SaveRecord(rec); err != nil {
+		t.Fatalf("SaveRecord with room for the record = %v; want it saved", err)
+	}
+	b, err := os.ReadFile(s.RecordPath("v"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := readRecord("v", b); err != nil || got.Code != rec.Code {
+		t.Fatalf("the record = %+v, %v; want the new one", got, err)
+	}
+	if gb, err := os.ReadFile(s.RecordPath("v") + goodSuffix); err == nil && !bytes.Equal(gb, b) {
+		g, _ := readRecord("v", gb)
+		t.Errorf("the good copy names code %s, grant %s; the record %s, %s: want it the same or gone", g.Code, g.Egress, rec.Code, rec.Egress)
+	}
+	// Should the record be damaged now, the vat runs no older state.
+	if err := os.WriteFile(s.RecordPath("v"), b[:10], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, bad, err := s.Records()
+	if err != nil || len(bad) != 1 {
+		t.Fatalf("Records = %+v, %v; want v damaged", bad, err)
+	}
+	if g := bad[0].Good; g != nil && g.Code != rec.Code {
+		t.Errorf("damaged v runs from a good copy naming %s (grant %s); want none, or the record's %s", g.Code, g.Egress, rec.Code)
+	}
+}
