@@ -89,7 +89,8 @@ func TestFullDiskRemove(t *testing.T) {
 // which is empty while its image is not mounted. The counter started again
 // at 1, its data out of its sight, and what it wrote meanwhile would be
 // hidden by the next mount. A vat whose data lies in an image now stays off
-// and says why; once the disk has room, it is back with its data.
+// and says why; once the disk has room, a restart of the vat brings it
+// back with its data: the probe is tried again.
 func TestFullDiskStartKeepsData(t *testing.T) {
 	s := newStack(t, stackOpts{stateMiB: 64})
 	s.mustInstall("alice", example(t, "counter-v1"), "")
@@ -97,6 +98,11 @@ func TestFullDiskStartKeepsData(t *testing.T) {
 	s.mustGet("/alice/", "v1 count 2")
 	// As after a reboot: the images are unmounted when toybox stops.
 	s.stopToybox()
+	// The walls' /etc views go at start, and their room with them: gone
+	// now, so that the disk is still full when alice starts.
+	if err := os.RemoveAll(filepath.Join(s.state, "etc")); err != nil {
+		t.Fatal(err)
+	}
 	free := s.fillState()
 
 	s.startToybox()
@@ -108,9 +114,20 @@ func TestFullDiskStartKeepsData(t *testing.T) {
 		t.Errorf("GET /alice/ on a full disk = %d %q; want it off, not running without its data", code, body)
 	}
 
-	s.stopToybox()
+	// Room again: a restart of the vat mounts its image, the supervisor
+	// still running (its disk limits were found again).
 	free()
+	if code, body := s.adminDo("POST", "/alice/restart", nil); code != http.StatusOK {
+		t.Fatalf("POST /alice/restart with room again = %d %s", code, body)
+	}
+	s.mustGet("/alice/", "v1 count 3")
+	if lim, _ := s.status("alice")["limits"].(map[string]any); lim["disk_mib"] == nil {
+		t.Errorf("alice's limits after the restart = %v; want its disk limit in force", lim)
+	}
+
+	// And after a restart of the supervisor.
+	s.stopToybox()
 	s.startToybox()
 	waitFor(t, "alice back", 20*time.Second, func() bool { return s.status("alice")["status"] == "walled" })
-	s.mustGet("/alice/", "v1 count 3")
+	s.mustGet("/alice/", "v1 count 4")
 }

@@ -20,8 +20,14 @@ import (
 // are safe for concurrent use (each vat's calls come one at a time).
 type Disks struct {
 	dir  string // <state>/disk
-	why  string // why there are no disk limits here ("": there are)
-	mkfs string
+	mkfs string // set once, by the first probe that finds it
+
+	probeMu sync.Mutex
+	why     string // why there are no disk limits here ("": there are)
+	// roomless says the state file system was full when the probe failed:
+	// Support probes again, so that a disk full at start does not leave
+	// the whole run without disk limits.
+	roomless bool
 
 	mu      sync.Mutex
 	mounted map[string]string // data folder → its image ("tmpfs": a run folder), mounted by this process
@@ -32,8 +38,15 @@ type Disks struct {
 // removes it) and returns Disks that do it, or that say why not.
 func Open(stateDir string) *Disks {
 	d := &Disks{dir: filepath.Join(stateDir, "disk"), mounted: map[string]string{}}
-	d.why = d.probe()
+	d.reprobe()
 	return d
+}
+
+// reprobe finds again whether data folders can be limited (probeMu held,
+// or d not yet shared).
+func (d *Disks) reprobe() {
+	d.why = d.probe()
+	d.roomless = d.why != "" && Full(filepath.Dir(d.dir))
 }
 
 // Support returns nil where data folders can be limited, else why not
@@ -41,6 +54,11 @@ func Open(stateDir string) *Disks {
 func (d *Disks) Support() error {
 	if d == nil {
 		return fmt.Errorf("%w: no disk limits were asked for", ErrUnsupported)
+	}
+	d.probeMu.Lock()
+	defer d.probeMu.Unlock()
+	if d.why != "" && d.roomless {
+		d.reprobe()
 	}
 	if d.why != "" {
 		return fmt.Errorf("%w: %s", ErrUnsupported, d.why)
@@ -67,7 +85,9 @@ func (d *Disks) probe() string {
 	if err != nil {
 		return "mkfs.ext4 is not installed (fix: apt-get install e2fsprogs)"
 	}
-	d.mkfs = mkfs
+	if d.mkfs == "" {
+		d.mkfs = mkfs
+	}
 	if err := os.MkdirAll(d.dir, 0o700); err != nil {
 		return fmt.Sprintf("making %s: %v", d.dir, err)
 	}

@@ -172,3 +172,35 @@ func TestRunFolder(t *testing.T) {
 		t.Errorf("what the vat wrote there outlived UnmountRun: %v", err)
 	}
 }
+
+// TestSupportAfterAFullDisk: Disks opened on a full state disk cannot make
+// their probe's image, and said for the whole run that this host has no
+// disk limits: vats ran on their bare data folders, package installs in
+// unbounded prepare folders, until toybox started again. A probe that
+// failed on a full disk is tried again by the next Support.
+func TestSupportAfterAFullDisk(t *testing.T) {
+	testenv.RequireRoot(t)
+	if err := Open(t.TempDir()).Support(); err != nil {
+		testenv.Unavailable(t, err.Error())
+	}
+	state := t.TempDir()
+	if err := unix.Mount("tmpfs", state, "tmpfs", 0, "size=32m,mode=0755"); err != nil {
+		testenv.Unavailable(t, "cannot mount a tmpfs: "+err.Error())
+	}
+	t.Cleanup(func() { _ = unix.Unmount(state, unix.MNT_DETACH) })
+	filler := filepath.Join(state, "filler")
+	if _, err := fill(filler, 64); !errors.Is(err, unix.ENOSPC) {
+		t.Fatalf("filling the state disk: %v; want ENOSPC", err)
+	}
+	d := Open(state)
+	t.Cleanup(func() { _ = d.Close() })
+	if err := d.Support(); !errors.Is(err, ErrUnsupported) {
+		t.Fatalf("Support on a full disk = %v; want ErrUnsupported", err)
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Support(); err != nil {
+		t.Errorf("Support with room again = %v; want nil", err)
+	}
+}

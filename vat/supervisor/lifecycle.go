@@ -457,7 +457,7 @@ func (s *Supervisor) spawn(ctx context.Context, v *vat) (r *running, off words.W
 			// mount point is empty, and what the vat wrote there would
 			// be hidden by the next mount.
 			if size := s.cfg.Disks.Size(string(v.id)); size > 0 {
-				return nil, words.OffStopped, fmt.Errorf("its data lies in its disk image (%d MiB), which this supervisor cannot mount: %w; it stays off rather than run on an empty data folder (make room on the state disk, then restart toybox)", size>>20, err)
+				return nil, words.OffStopped, fmt.Errorf("its data lies in its disk image (%d MiB), which this supervisor cannot mount: %w; it stays off rather than run on an empty data folder (make room on the state disk, then restart it: POST /%s/restart)", size>>20, err, v.id)
 			}
 			diskWhy = err.Error()
 		} else if err := s.cfg.Store.PrepareDirs(v.id, uid, gid); err != nil {
