@@ -3,6 +3,7 @@
 package tests
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
 	"os"
@@ -130,4 +131,78 @@ func TestFullDiskStartKeepsData(t *testing.T) {
 	s.startToybox()
 	waitFor(t, "alice back", 20*time.Second, func() bool { return s.status("alice")["status"] == "walled" })
 	s.mustGet("/alice/", "v1 count 4")
+}
+
+// TestRemoveCutShortKeepsTokens: DELETE /<vat> forgot the vat's tokens,
+// then removed its record. Stopped between the two (killed, or the record
+// could not be removed: here its folder is read-only), the vat stayed
+// installed with no token: after a restart its MCP endpoint, which had
+// answered 401 to anyone without a token, was open to all. The record
+// goes first now. Cut short after it (here: a full disk), the tokens stay
+// with no vat: the next install under the id forgets them first, so they
+// open nothing of it.
+func TestRemoveCutShortKeepsTokens(t *testing.T) {
+	s := newStack(t, stackOpts{stateMiB: 64})
+	if code, body := s.install("alice", example(t, "mcp-http"), "mcp=http"); code != http.StatusCreated {
+		t.Fatalf("PUT /alice?mcp=http = %d %s", code, body)
+	}
+	code, body := s.adminDo("POST", "/alice/tokens", nil)
+	var minted struct{ Token string }
+	if code != http.StatusCreated || json.Unmarshal([]byte(body), &minted) != nil || minted.Token == "" {
+		t.Fatalf("POST /alice/tokens = %d %s", code, body)
+	}
+	bearer := []string{"Authorization", "Bearer " + minted.Token}
+
+	// The record cannot be removed.
+	vats := filepath.Join(s.state, "vats")
+	if err := syscall.Mount(vats, vats, "", syscall.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	unbind := func() { _ = syscall.Unmount(vats, syscall.MNT_DETACH) }
+	t.Cleanup(unbind)
+	if err := syscall.Mount("", vats, "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY, ""); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := s.adminDo("DELETE", "/alice", nil); code == http.StatusOK {
+		t.Fatalf("DELETE /alice with its record read-only = %d %s; want it refused", code, body)
+	}
+	s.killToybox()
+	unbind()
+	s.startToybox()
+	waitFor(t, "alice serving its token", 30*time.Second, func() bool {
+		code, _, _ := s.mcpPost("alice", mcpInit, bearer...)
+		return code == http.StatusOK
+	})
+	if code, _, body := s.mcpPost("alice", mcpInit); code != http.StatusUnauthorized {
+		t.Fatalf("initialize without a token after a removal cut short = %d %s; want 401", code, body)
+	}
+
+	// Cut short after the record went: on a full disk the record goes, and
+	// its room (two pages) is too little for the tokens' file written
+	// again, which holds another vat's hundred tokens.
+	if code, body := s.install("bob", example(t, "mcp-http"), "mcp=http"); code != http.StatusCreated {
+		t.Fatalf("PUT /bob?mcp=http = %d %s", code, body)
+	}
+	for range 100 {
+		if code, body := s.adminDo("POST", "/bob/tokens", nil); code != http.StatusCreated {
+			t.Fatalf("POST /bob/tokens = %d %s", code, body)
+		}
+	}
+	free := s.fillState()
+	code, body = s.adminDo("DELETE", "/alice", nil)
+	if gcode, gbody := s.adminDo("GET", "/alice", nil); gcode != http.StatusNotFound || !strings.Contains(body, "tokens") {
+		t.Fatalf("DELETE /alice on a full disk = %d %s, then GET = %d %s; want it removed, and its tokens named", code, body, gcode, gbody)
+	}
+	free()
+	s.killToybox()
+	s.startToybox()
+	if code, body := s.install("alice", example(t, "mcp-http"), "mcp=http"); code != http.StatusCreated {
+		t.Fatalf("PUT /alice again = %d %s", code, body)
+	}
+	if code, body := s.adminDo("GET", "/alice/tokens", nil); code != http.StatusOK || strings.Contains(body, `"created"`) {
+		t.Errorf("GET /alice/tokens of a vat installed again = %d %s; want none of the removed one's", code, body)
+	}
+	if code, _, body := s.mcpPost("alice", mcpInit); code != http.StatusOK {
+		t.Errorf("initialize on the new alice, which holds no token = %d %s; want 200", code, body)
+	}
 }

@@ -107,6 +107,12 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 	if req.OnlyNew && (existed || damaged) {
 		return Status{}, 0, existsError(req.ID)
 	}
+	if !existed && !damaged {
+		if err := s.forgetLeftTokens(req.ID); err != nil {
+			giveUp()
+			return Status{}, 0, err
+		}
+	}
 
 	c, err := s.validate(req, old.rec, old.code.Manifest, existed)
 	var g []labels.Set
@@ -367,10 +373,43 @@ func (s *Supervisor) checkMCP(id string, code store.Code, param string) error {
 		}
 	}
 	cfg := mcpOf(code, store.Record{MCP: param})
-	if cfg != nil && cfg.Auth == manifest.AuthVat && s.tokens.Has(id) {
+	if n := s.installedTokens(labels.VatID(id)); cfg != nil && cfg.Auth == manifest.AuthVat && n > 0 {
 		return fmt.Errorf("%w: %w: vat %s holds %d toybox tokens, which a server that authenticates its own clients (mcp.auth: vat) would never see checked: revoke them first (DELETE /%s/tokens/<id>)",
-			ErrBadInput, manifest.ErrBadMCP, id, len(s.tokens.List(id)), id)
+			ErrBadInput, manifest.ErrBadMCP, id, n, id)
 	}
+	return nil
+}
+
+// installedTokens is how many tokens vat id holds as an installed vat
+// (its record reads, or is damaged). An id not installed holds none:
+// tokens there are a removed vat's, left by a removal cut short between
+// its record and its tokens, and its next install forgets them
+// (forgetLeftTokens).
+func (s *Supervisor) installedTokens(id labels.VatID) int {
+	v, ok := s.get(id)
+	if !ok {
+		return 0
+	}
+	v.mu.Lock()
+	installed := v.rec.ID != "" || v.unreadable()
+	v.mu.Unlock()
+	if !installed {
+		return 0
+	}
+	return len(s.tokens.List(string(id)))
+}
+
+// forgetLeftTokens forgets the tokens a removed vat left under id (Remove
+// removes the record first), before a new vat is installed there: a
+// removed vat's tokens open nothing of the next one.
+func (s *Supervisor) forgetLeftTokens(id labels.VatID) error {
+	if !s.tokens.Has(string(id)) {
+		return nil
+	}
+	if err := s.tokens.Forget(string(id)); err != nil {
+		return fmt.Errorf("forgetting the tokens removed vat %s left: %w", id, err)
+	}
+	s.log.Info("forgot the tokens a removed vat left", keyVat, id)
 	return nil
 }
 

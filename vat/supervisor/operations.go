@@ -73,31 +73,32 @@ func (s *Supervisor) Remove(id labels.VatID, purge bool) error {
 		in.stopAndWait()
 	}
 	v.setWord(words.OffRemoved)
-	// Its tokens go before its record: a vat installed later under the
-	// same id opens to none of them. Should they stay, so does the record
-	// (off), and a second DELETE tries again.
-	if err := s.tokens.Forget(string(id)); err != nil {
-		return err
-	}
 	s.closeBridge(v)
+	// Its record goes before its tokens: a vat whose record stays keeps
+	// every token (a removal cut short never leaves it open to all).
+	// Tokens left by a removal cut short after it are forgotten by the
+	// next install under the id (forgetLeftTokens).
 	if err := s.cfg.Store.DeleteRecord(id); err != nil {
 		return fmt.Errorf("removing the record of %s: %w", id, err)
 	}
 	// Its folders are dealt with before the id is free again (an install
 	// under the same id waits for this vat's op lock until forget).
 	var ferr error
+	if err := s.tokens.Forget(string(id)); err != nil {
+		ferr = fmt.Errorf("%w (the next install of %s forgets them)", err, id)
+	}
 	if purge {
 		// Its file system first (unmounted, its image removed): then the
 		// folder it was mounted on goes with the rest.
 		if err := s.cfg.Disks.Remove(string(id), s.cfg.Store.DataDir(id)); err != nil {
-			ferr = fmt.Errorf("removing the disk of %s: %w", id, err)
+			ferr = errors.Join(ferr, fmt.Errorf("removing the disk of %s: %w", id, err))
 		} else if err := s.cfg.Store.Purge(id); err != nil {
-			ferr = fmt.Errorf("purging the data of %s: %w", id, err)
+			ferr = errors.Join(ferr, fmt.Errorf("purging the data of %s: %w", id, err))
 		}
 	} else {
 		if err := s.cfg.Store.Retire(id); err != nil {
 			// Its uid may go to the next vat: that vat must not own this data.
-			ferr = fmt.Errorf("keeping the data of %s: %w", id, err)
+			ferr = errors.Join(ferr, fmt.Errorf("keeping the data of %s: %w", id, err))
 		}
 		// Kept in its image, which comes back with an install of the id.
 		if err := s.cfg.Disks.Unmount(s.cfg.Store.DataDir(id)); err != nil {
