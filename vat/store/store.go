@@ -261,7 +261,8 @@ func (s *Store) seal(dir string) error {
 }
 
 // sealAll seals every stored code folder once: those an earlier version
-// stored world-readable, or for another group.
+// stored world-readable, or for another group. A mark that cannot be
+// written is logged: the next Open seals again.
 func (s *Store) sealAll() error {
 	mark := filepath.Join(s.cfg.StateDir, sealMark)
 	want := fmt.Sprintf("files %o/%o, folders %o, group %d\n", codeFileMode, codeExecMode, codeDirMode, s.cfg.CodeGID)
@@ -280,7 +281,12 @@ func (s *Store) sealAll() error {
 		}
 	}
 	s.log.Info("stored code sealed", "code_gid", s.cfg.CodeGID, "folders", len(ents))
-	return os.WriteFile(mark, []byte(want), 0o600)
+	// The mark only spares the next start this walk: a full disk that
+	// refuses it must not keep the supervisor from starting.
+	if err := writeAtomic(mark, []byte(want)); err != nil {
+		s.log.Warn("stored code sealed, but not marked so: the next start seals it again", "error", err.Error())
+	}
+	return nil
 }
 
 // removeLeftovers removes what uploads cut short by a crash left in code/

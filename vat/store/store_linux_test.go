@@ -116,3 +116,41 @@ func TestSaveRecordGoodCopyNeverStale(t *testing.T) {
 		t.Errorf("damaged v runs from a good copy naming %s (grant %s); want none, or the record's %s", g.Code, g.Egress, rec.Code)
 	}
 }
+
+// TestOpenFullDiskUnmarked: Open seals stored code once and marks it so
+// (.code-sealed). On a full disk the mark could not be written, and Open
+// failed: toybox serve refused to start ("write .code-sealed: no space
+// left on device"), every vat down, and it left the mark empty, so every
+// later start tried again. Sealed but unmarked, Open goes on.
+func TestOpenFullDiskUnmarked(t *testing.T) {
+	testenv.RequireRoot(t)
+	mnt := t.TempDir()
+	if err := unix.Mount("tmpfs", mnt, "tmpfs", 0, "size=256k,mode=0755"); err != nil {
+		testenv.Unavailable(t, "cannot mount a tmpfs: "+err.Error())
+	}
+	t.Cleanup(func() { _ = unix.Unmount(mnt, unix.MNT_DETACH) })
+	state := filepath.Join(mnt, "state")
+	if _, err := Open(Config{StateDir: state}); err != nil {
+		t.Fatal(err)
+	}
+	// As an earlier version left it: no mark.
+	if err := os.Remove(filepath.Join(state, sealMark)); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(filepath.Join(mnt, "filler"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := f.Write(make([]byte, 4096)); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	f.Close()
+	if _, err := Open(Config{StateDir: state}); err != nil {
+		t.Errorf("Open on a full disk = %v; want it open, the mark left for later", err)
+	}
+}
