@@ -5,6 +5,8 @@ package tests
 import (
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -106,4 +108,32 @@ func TestAttackDiskFiller(t *testing.T) {
 	if code != http.StatusOK || !strings.Contains(body, "wrote 16 MiB: <nil>") {
 		t.Errorf("after raising the limit: GET /filler/fill?mib=16 = %d %q", code, body)
 	}
+}
+
+// TestShrinkBelowDataRefused: POST /<vat>/limits with a disk limit its
+// files do not fit in answered 200, the vat off ("off: it could not run
+// inside its wall", resize2fs: "New size smaller than minimum"), and the
+// record kept the limit: the vat stayed off at every start until its owner
+// guessed a larger one. The limit is refused (400, naming it), the old
+// one stays in the record, and the vat runs again with its data.
+func TestShrinkBelowDataRefused(t *testing.T) {
+	s := newStack(t, stackOpts{extra: []string{"--wall-disk-mib", "64"}})
+	st := s.mustInstall("hog", example(t, "hog"), "disk_mib=64")
+	if lim, unl := limitsOf(st); lim["disk_mib"] == nil {
+		testenv.Unavailable(t, fmt.Sprint("no disk limit here: ", unl["disk"]))
+	}
+	s.mustGet("/hog/fill?mib=40", "hog: wrote 40 MiB: <nil>")
+	code, body := s.adminDo("POST", "/hog/limits?disk_mib=16", nil)
+	if code != http.StatusBadRequest || !strings.Contains(body, "16 MiB") {
+		t.Errorf("POST /hog/limits?disk_mib=16 over 40 MiB of data = %d %s; want 400 naming the limit", code, body)
+	}
+	st = s.waitWord("hog", "walled")
+	if lim, _ := limitsOf(st); lim["disk_mib"] != 64.0 {
+		t.Errorf("hog's disk limit after the refusal = %v; want 64 MiB", lim["disk_mib"])
+	}
+	b, err := os.ReadFile(filepath.Join(s.state, "vats", "hog.json"))
+	if err != nil || !strings.Contains(string(b), `"disk_mib": 64`) {
+		t.Errorf("hog's record after the refusal: %s %v; want disk_mib 64", b, err)
+	}
+	s.mustGet("/hog/fill?mib=4", "hog: wrote 4 MiB: <nil>")
 }

@@ -33,3 +33,7 @@ const fullSlack = 4 << 20
 // ErrUnsupported: this host cannot give data folders a file system of
 // their own.
 var ErrUnsupported = errors.New("data folders cannot be limited here")
+
+// ErrTooSmall: a data folder's files do not fit the smaller size asked
+// for; its image is left as it was.
+var ErrTooSmall = errors.New("its files do not fit the disk limit")

@@ -268,8 +268,9 @@ func resize(path string, from, bytes int64) error {
 	if err := run("resize2fs", path, strconv.FormatInt(bytes>>10, 10)+"K"); err != nil {
 		if bytes > from {
 			_ = os.Truncate(path, from)
+			return fmt.Errorf("resizing %s to %d MiB: %w", path, bytes>>20, err)
 		}
-		return fmt.Errorf("resizing %s to %d MiB (its files must fit): %w", path, bytes>>20, err)
+		return fmt.Errorf("%w: resizing %s to %d MiB: %w", ErrTooSmall, path, bytes>>20, err)
 	}
 	if bytes < from {
 		return os.Truncate(path, bytes)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"toybox/labels"
+	"toybox/vat/disk"
 	"toybox/vat/store"
 	"toybox/vat/switches"
 	"toybox/vat/words"
@@ -13,9 +14,16 @@ import (
 // Restart stops vat id and starts it again on the same code, clearing its
 // crash count. It revives a vat that is off.
 func (s *Supervisor) Restart(id labels.VatID) (Status, error) {
+	st, _, err := s.restart(id)
+	return st, err
+}
+
+// restart is Restart, which also returns why the vat did not come up
+// (nil when it did).
+func (s *Supervisor) restart(id labels.VatID) (_ Status, ready, _ error) {
 	v, err := s.lockVat(id, false)
 	if err != nil {
-		return Status{}, err
+		return Status{}, nil, err
 	}
 	defer v.op.Unlock()
 	v.mu.Lock()
@@ -32,9 +40,9 @@ func (s *Supervisor) Restart(id labels.VatID) (Status, error) {
 		damaged := v.damaged
 		v.mu.Unlock()
 		if damaged != "" {
-			return s.status(v), fmt.Errorf("%w: vat %s: %s", ErrBadInput, id, damaged)
+			return s.status(v), nil, fmt.Errorf("%w: vat %s: %s", ErrBadInput, id, damaged)
 		}
-		return s.status(v), fmt.Errorf("%w: vat %s has no loadable code", ErrBadInput, id)
+		return s.status(v), nil, fmt.Errorf("%w: vat %s has no loadable code", ErrBadInput, id)
 	}
 	v.mu.Lock()
 	v.restarts, v.lastError, v.word = 0, "", words.Starting
@@ -43,8 +51,8 @@ func (s *Supervisor) Restart(id labels.VatID) (Status, error) {
 	v.mu.Lock()
 	v.run = in
 	v.mu.Unlock()
-	_ = in.waitReady()
-	return s.status(v), nil
+	ready = in.waitReady()
+	return s.status(v), ready, nil
 }
 
 // Remove stops vat id and deletes its record; with purge, its data too.
@@ -116,35 +124,54 @@ func (s *Supervisor) Remove(id labels.VatID, purge bool) error {
 }
 
 // SetLimits records the owner's limits for vat id (within the operator's)
-// and restarts it under them.
+// and restarts it under them. A disk limit its data does not fit in is
+// refused (ErrBadInput): the old limits are recorded again, and it
+// restarts under them.
 func (s *Supervisor) SetLimits(id labels.VatID, l store.Limits) (Status, error) {
 	if err := s.checkLimits(l); err != nil {
 		return Status{}, err
 	}
-	v, err := s.lockVat(id, false)
+	old, err := s.saveLimits(id, l)
 	if err != nil {
 		return Status{}, err
 	}
+	s.log.Info("owner's limits", keyVat, id, "memory_mib", l.MemoryMiB, "cpus", l.CPUs, "disk_mib", l.DiskMiB)
+	st, ready, err := s.restart(id)
+	if err != nil || !errors.Is(ready, disk.ErrTooSmall) {
+		return st, err
+	}
+	refused := fmt.Errorf("%w: disk_mib: %w", ErrBadInput, ready)
+	if _, err := s.saveLimits(id, old); err != nil {
+		return st, errors.Join(refused, err)
+	}
+	s.log.Warn("owner's limits refused: its data does not fit", keyVat, id, keyErr, ready)
+	st, _, err = s.restart(id)
+	return st, errors.Join(fmt.Errorf("%w; its limits are as they were", refused), err)
+}
+
+// saveLimits records l as vat id's own limits, and returns the ones they
+// replace.
+func (s *Supervisor) saveLimits(id labels.VatID, l store.Limits) (store.Limits, error) {
+	v, err := s.lockVat(id, false)
+	if err != nil {
+		return store.Limits{}, err
+	}
+	defer v.op.Unlock()
 	v.mu.Lock()
 	rec := v.rec
 	v.mu.Unlock()
 	if rec.ID == "" {
-		v.op.Unlock()
-		return Status{}, fmt.Errorf("%w: %q", ErrNoVat, id)
+		return store.Limits{}, fmt.Errorf("%w: %q", ErrNoVat, id)
 	}
+	old := rec.Limits
 	rec.Limits = l
-	err = s.cfg.Store.SaveRecord(rec)
-	if err == nil {
-		v.mu.Lock()
-		v.rec.Limits = l
-		v.mu.Unlock()
+	if err := s.cfg.Store.SaveRecord(rec); err != nil {
+		return store.Limits{}, fmt.Errorf("saving the vat record: %w", err)
 	}
-	v.op.Unlock()
-	if err != nil {
-		return Status{}, fmt.Errorf("saving the vat record: %w", err)
-	}
-	s.log.Info("owner's limits", keyVat, id, "memory_mib", l.MemoryMiB, "cpus", l.CPUs, "disk_mib", l.DiskMiB)
-	return s.Restart(id)
+	v.mu.Lock()
+	v.rec.Limits = l
+	v.mu.Unlock()
+	return old, nil
 }
 
 // SetWalled records the owner's choice for vat id and restarts it.
