@@ -206,3 +206,29 @@ func TestRemoveCutShortKeepsTokens(t *testing.T) {
 		t.Errorf("initialize on the new alice, which holds no token = %d %s; want 200", code, body)
 	}
 }
+
+// TestDiskLimitOffKeepsData: a vat's data lies in its disk image once a
+// disk limit held it. An operator who then turns disk limits off
+// (--wall-disk-mib 0) had the vat run on the bare folder under the mount
+// point: empty, its data out of sight (a counter back at 1), and what it
+// wrote there hidden again by the next mount. Its image is mounted as it
+// is, and its status says the limit that is then in force.
+func TestDiskLimitOffKeepsData(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	s.mustInstall("alice", example(t, "counter-v1"), "")
+	s.mustGet("/alice/", "v1 count 1")
+	s.mustGet("/alice/", "v1 count 2")
+	st := s.status("alice")
+	lim, _ := st["limits"].(map[string]any)
+	if lim["disk_mib"] != float64(1024) {
+		t.Fatalf("alice's limits before: %v; want the default disk limit in force", st["limits"])
+	}
+
+	s.restart([]string{"--wall-disk-mib", "0"}, nil)
+	st = s.waitWord("alice", "walled")
+	s.mustGet("/alice/", "v1 count 3")
+	lim, _ = st["limits"].(map[string]any)
+	if lim["disk_mib"] != float64(1024) {
+		t.Errorf("alice's limits with --wall-disk-mib 0: %v (unlimited: %v); want its image's 1024 MiB, the limit in force", st["limits"], st["unlimited"])
+	}
+}

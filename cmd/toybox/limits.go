@@ -31,9 +31,11 @@ func cgroupName(stateDir string) string {
 }
 
 // openLimits opens what holds each wall to its limits: the host's cgroups,
-// the data folders' own file systems (when the operator set a disk limit)
-// and the install prepare folders' (always, where the host can make
-// them). What this host cannot enforce is logged once; each vat's status
+// the data folders' own file systems and the install prepare folders'
+// (where the host can make them). The data folders' are open whatever
+// --wall-disk-mib says: with it 0, a vat whose owner set a disk limit
+// still gets it, and a vat whose data lies in its image (a limit held it
+// before) finds the image mounted, not the empty folder under it. What this host cannot enforce is logged once; each vat's status
 // says it runs without it, and each install that its prepare folder is
 // unbounded.
 func openLimits(o serveOptions, log *slog.Logger) (cg *cgroup.Host, disks, prepare *disk.Disks) {
@@ -48,8 +50,8 @@ func openLimits(o serveOptions, log *slog.Logger) (cg *cgroup.Host, disks, prepa
 		}
 	}
 	prepare = disk.Open(o.state)
+	disks = prepare
 	if o.wallDisk > 0 {
-		disks = prepare
 		if err := disks.Support(); err != nil {
 			log.Warn("data folders run without a disk limit", "reason", err.Error())
 		}

@@ -451,6 +451,16 @@ func (s *Supervisor) spawn(ctx context.Context, v *vat) (r *running, off words.W
 	// is what shows, and a damaged record's uid is learnt from its owner.
 	var diskBytes int64
 	diskWhy := ""
+	if lim.DiskBytes == 0 {
+		// No disk limit now (--wall-disk-mib 0), but one held it
+		// before: its data lies in its image, and the bare folder
+		// under the mount point is empty. The image is mounted as it
+		// is, and its size is the limit in force (its status says so).
+		if size := s.cfg.Disks.Size(string(v.id)); size > 0 {
+			lim.DiskBytes = size
+			s.log.Info("no disk limit set, but the vat's data lies in its disk image: mounted as it is", keyVat, v.id, "disk_mib", size>>20)
+		}
+	}
 	if lim.DiskBytes > 0 {
 		if err := s.cfg.Disks.Support(); err != nil {
 			// Its data lies in its image: the bare folder under the
