@@ -520,6 +520,20 @@ func TestInFlightBound(t *testing.T) {
 	}
 }
 
+// allDoorsLogged grants kiosk its doors from tab, logged as JSON to the
+// buffer it returns, and starts a vat process holding the whole set as
+// "all". The caller revokes the grant.
+func allDoorsLogged(t *testing.T, tab *Table) (*Granted, *syncBuffer, *proc) {
+	t.Helper()
+	logs := &syncBuffer{}
+	gr := tab.Grant("kiosk", slog.New(slog.NewJSONHandler(logs, nil)))
+	vat := startHelper(t, "vat", serveDoors(t, gr))
+	if r := vat.do(command{Op: "all", As: "all"}); r.Err != "" {
+		t.Fatalf("all: %s", r.Err)
+	}
+	return gr, logs, vat
+}
+
 // TestRefusedCallsLogBounded: a vat looping on refused calls gets at most
 // the burst and the rate of records; every refused call is still accounted
 // for, by its own record or by the "unlogged" count of the next one (or of
@@ -527,12 +541,7 @@ func TestInFlightBound(t *testing.T) {
 // its own count, which the refusals did not spend. A long path is clipped in the reason too.
 func TestRefusedCallsLogBounded(t *testing.T) {
 	tab, _ := fixture(t)
-	var logs syncBuffer
-	gr := tab.Grant("kiosk", slog.New(slog.NewJSONHandler(&logs, nil)))
-	vat := startHelper(t, "vat", serveDoors(t, gr))
-	if r := vat.do(command{Op: "all", As: "all"}); r.Err != "" {
-		t.Fatalf("all: %s", r.Err)
-	}
+	gr, logs, vat := allDoorsLogged(t, tab)
 	long := "/" + strings.Repeat("a", 1020)
 	const calls = 3 * refusalLogBurst
 	start := time.Now()
@@ -623,12 +632,7 @@ func TestRefusedCallsLogBounded(t *testing.T) {
 // refusal after the storm is logged at once, and carries that count.
 func TestAllowedCallsLogBounded(t *testing.T) {
 	tab, _ := fixture(t)
-	var logs syncBuffer
-	gr := tab.Grant("kiosk", slog.New(slog.NewJSONHandler(&logs, nil)))
-	vat := startHelper(t, "vat", serveDoors(t, gr))
-	if r := vat.do(command{Op: "all", As: "all"}); r.Err != "" {
-		t.Fatalf("all: %s", r.Err)
-	}
+	gr, logs, vat := allDoorsLogged(t, tab)
 	const calls = 3 * allowedLogBurst
 	start := time.Now()
 	for range calls {

@@ -34,30 +34,7 @@ import (
 //
 // Only the first install ever prepared.
 func TestInstallQueue(t *testing.T) {
-	var (
-		mu       sync.Mutex
-		launched int
-	)
-	gate := make(chan struct{})
-	var once sync.Once
-	open := func() { once.Do(func() { close(gate) }) }
-	t.Cleanup(open)
-	s, _ := testSupervisorWith(t, func(c *Config) {
-		c.Launch = func(_ context.Context, spec wall.Spec, _ *slog.Logger) (Process, error) {
-			if strings.HasPrefix(string(spec.ID), "prepare-") {
-				mu.Lock()
-				launched++
-				mu.Unlock()
-				<-gate
-			}
-			return nil, errors.New("no wall in this test")
-		}
-		c.Upstream = grant.NewUpstream(grant.UpstreamConfig{Path: filepath.Join(t.TempDir(), "switchboard.sock")})
-		c.Packages = PackagesConfig{
-			Registry: "http://127.0.0.1:9/", Node: "/usr/bin/node", NodeVersion: "20.0.0", NPM: "/usr/lib/node_modules/npm/bin/npm-cli.js",
-			Installs: 1, InstallQueue: 1,
-		}
-	})
+	s, p := gatedPrepares(t, 1, 1)
 	h := s.AdminHandler()
 	put := func(ctx context.Context, id string) *httptest.ResponseRecorder {
 		req := httptest.NewRequestWithContext(ctx, "PUT", "http://toybox/"+id+"?package=npm:tb-mcp-hello@1.0.0", nil)
@@ -73,9 +50,7 @@ func TestInstallQueue(t *testing.T) {
 	waiting := func(want int) {
 		t.Helper()
 		testenv.WaitFor(t, time.Minute, func() error {
-			mu.Lock()
-			l := launched
-			mu.Unlock()
+			l := p.count()
 			if _, w := s.installs.counts(); w != want || l != 1 {
 				return fmt.Errorf("%d installs waiting, %d prepare steps launched; want %d waiting, 1 launched", w, l, want)
 			}
@@ -89,10 +64,8 @@ func TestInstallQueue(t *testing.T) {
 
 	first := async(context.Background(), "first")
 	testenv.WaitFor(t, time.Minute, func() error {
-		mu.Lock()
-		defer mu.Unlock()
-		if launched != 1 {
-			return fmt.Errorf("%d prepare steps launched; want the first install's", launched)
+		if n := p.count(); n != 1 {
+			return fmt.Errorf("%d prepare steps launched; want the first install's", n)
 		}
 		return nil
 	})
@@ -128,17 +101,15 @@ func TestInstallQueue(t *testing.T) {
 	if rec := <-fourth; rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "the supervisor is stopping") {
 		t.Errorf("a waiting install when the supervisor stops = %d %s; want 503 the supervisor is stopping", rec.Code, rec.Body)
 	}
-	open()
+	p.open()
 	if rec := <-first; !strings.Contains(rec.Body.String(), "no wall in this test") {
 		t.Errorf("the first install = %d %s; want its prepare wall's failure", rec.Code, rec.Body)
 	}
 	if err := <-shut; err != nil {
 		t.Errorf("Shutdown: %v", err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if launched != 1 {
-		t.Errorf("%d prepare steps launched; want only the first install's", launched)
+	if n := p.count(); n != 1 {
+		t.Errorf("%d prepare steps launched; want only the first install's", n)
 	}
 	if n := folders(); n != 0 {
 		t.Errorf("%d prepare folders left; want none", n)
@@ -150,30 +121,7 @@ func TestInstallQueue(t *testing.T) {
 // id installed meanwhile refuses it with 412 then, before any prepare
 // step: not after minutes of preparing.
 func TestInstallQueueOnlyNew(t *testing.T) {
-	var (
-		mu       sync.Mutex
-		launched int
-	)
-	gate := make(chan struct{})
-	var once sync.Once
-	open := func() { once.Do(func() { close(gate) }) }
-	t.Cleanup(open)
-	s, _ := testSupervisorWith(t, func(c *Config) {
-		c.Launch = func(_ context.Context, spec wall.Spec, _ *slog.Logger) (Process, error) {
-			if strings.HasPrefix(string(spec.ID), "prepare-") {
-				mu.Lock()
-				launched++
-				mu.Unlock()
-				<-gate
-			}
-			return nil, errors.New("no wall in this test")
-		}
-		c.Upstream = grant.NewUpstream(grant.UpstreamConfig{Path: filepath.Join(t.TempDir(), "switchboard.sock")})
-		c.Packages = PackagesConfig{
-			Registry: "http://127.0.0.1:9/", Node: "/usr/bin/node", NodeVersion: "20.0.0", NPM: "/usr/lib/node_modules/npm/bin/npm-cli.js",
-			Installs: 1,
-		}
-	})
+	s, p := gatedPrepares(t, 1, 0)
 	h := s.AdminHandler()
 	serve := func(req *http.Request) <-chan *httptest.ResponseRecorder {
 		ch := make(chan *httptest.ResponseRecorder, 1)
@@ -186,10 +134,8 @@ func TestInstallQueueOnlyNew(t *testing.T) {
 	}
 	first := serve(httptest.NewRequest("PUT", "http://toybox/first?package=npm:tb-mcp-hello@1.0.0", nil))
 	testenv.WaitFor(t, time.Minute, func() error {
-		mu.Lock()
-		defer mu.Unlock()
-		if launched != 1 {
-			return fmt.Errorf("%d prepare steps launched; want the first install's", launched)
+		if n := p.count(); n != 1 {
+			return fmt.Errorf("%d prepare steps launched; want the first install's", n)
 		}
 		return nil
 	})
@@ -211,14 +157,55 @@ func TestInstallQueueOnlyNew(t *testing.T) {
 	if rec.Code != http.StatusCreated && rec.Code != http.StatusServiceUnavailable {
 		t.Fatalf("installing a bundle as late = %d %s; want it installed", rec.Code, rec.Body)
 	}
-	open()
+	p.open()
 	<-first
 	if rec := <-late; rec.Code != http.StatusPreconditionFailed || !strings.Contains(rec.Body.String(), "already installed") {
 		t.Errorf("the If-None-Match install after its turn = %d %s; want 412 already installed", rec.Code, rec.Body)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if launched != 1 {
-		t.Errorf("%d prepare steps launched; want only the first install's", launched)
+	if n := p.count(); n != 1 {
+		t.Errorf("%d prepare steps launched; want only the first install's", n)
 	}
+}
+
+// gatedPrepare counts the prepare steps a test supervisor launched, each
+// held until open.
+type gatedPrepare struct {
+	mu       sync.Mutex
+	launched int
+	gate     chan struct{}
+	once     sync.Once
+}
+
+func (g *gatedPrepare) count() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.launched
+}
+
+func (g *gatedPrepare) open() { g.once.Do(func() { close(g.gate) }) }
+
+// gatedPrepares returns a supervisor whose package installs prepare
+// installs at once with queue waiting (0: the default), each prepare step
+// held at its launch until the gate opens (it then fails: no wall here).
+func gatedPrepares(t *testing.T, installs, queue int) (*Supervisor, *gatedPrepare) {
+	t.Helper()
+	g := &gatedPrepare{gate: make(chan struct{})}
+	t.Cleanup(g.open)
+	s, _ := testSupervisorWith(t, func(c *Config) {
+		c.Launch = func(_ context.Context, spec wall.Spec, _ *slog.Logger) (Process, error) {
+			if strings.HasPrefix(string(spec.ID), "prepare-") {
+				g.mu.Lock()
+				g.launched++
+				g.mu.Unlock()
+				<-g.gate
+			}
+			return nil, errors.New("no wall in this test")
+		}
+		c.Upstream = grant.NewUpstream(grant.UpstreamConfig{Path: filepath.Join(t.TempDir(), "switchboard.sock")})
+		c.Packages = PackagesConfig{
+			Registry: "http://127.0.0.1:9/", Node: "/usr/bin/node", NodeVersion: "20.0.0", NPM: "/usr/lib/node_modules/npm/bin/npm-cli.js",
+			Installs: installs, InstallQueue: queue,
+		}
+	})
+	return s, g
 }
