@@ -76,6 +76,11 @@ func (q *installQueue) counts() (preparing, waiting int) {
 	return len(q.slots), q.waiting
 }
 
+// Installs says how many package installs prepare now and how many wait
+// their turn (PackagesConfig.Installs and InstallQueue bound them), for
+// the operator's metrics.
+func (s *Supervisor) Installs() (preparing, waiting int) { return s.installs.counts() }
+
 // busyError: an install found the prepare turns taken and the queue full.
 type busyError struct{ preparing, waiting int }
 

@@ -51,8 +51,8 @@ func TestInstallQueue(t *testing.T) {
 		t.Helper()
 		testenv.WaitFor(t, time.Minute, func() error {
 			l := p.count()
-			if _, w := s.installs.counts(); w != want || l != 1 {
-				return fmt.Errorf("%d installs waiting, %d prepare steps launched; want %d waiting, 1 launched", w, l, want)
+			if pr, w := s.Installs(); w != want || pr != 1 || l != 1 {
+				return fmt.Errorf("%d installs preparing and %d waiting, %d prepare steps launched; want 1 preparing, %d waiting, 1 launched", pr, w, l, want)
 			}
 			return nil
 		})

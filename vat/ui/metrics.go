@@ -53,6 +53,10 @@ func (u *UI) metrics(w http.ResponseWriter, r *http.Request) {
 	for _, st := range vats {
 		m.sample("toybox_egress_relayed_connections", float64(u.cfg.Supervisor.RelayedSockets(st.ID)), "vat", string(st.ID))
 	}
+	preparing, waiting := u.cfg.Supervisor.Installs()
+	m.family("toybox_package_installs", "gauge", "Package installs preparing now and waiting their turn (toybox serve --installs, --install-queue); past the queue an install gets 429.")
+	m.sample("toybox_package_installs", float64(preparing), "state", "preparing")
+	m.sample("toybox_package_installs", float64(waiting), "state", "waiting")
 	m.histograms("toybox_vat_spawn_duration_seconds", "Time from launching a vat to its app listening, by whether it did.", u.cfg.Activity.SpawnDurations())
 	m.histograms("toybox_vat_install_duration_seconds", "Time of an install or upgrade, from the first byte of its code to its answer, by whether it ended serving.", u.cfg.Activity.InstallDurations())
 

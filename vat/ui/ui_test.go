@@ -137,6 +137,8 @@ func TestStatusHandler(t *testing.T) {
 	bearer := map[string]string{"Host": addr, "Authorization": "Bearer " + token}
 	if w := do(h, "GET", "/metrics", bearer, ""); w.Code != http.StatusOK || !strings.Contains(w.Body.String(), "toybox_vats") {
 		t.Errorf("the bearer token = %d", w.Code)
+	} else if b := w.Body.String(); !strings.Contains(b, "toybox_package_installs{state=\"preparing\"} 0\n") || !strings.Contains(b, "toybox_package_installs{state=\"waiting\"} 0\n") {
+		t.Errorf("the metrics give no package installs preparing and waiting:\n%s", b)
 	}
 	if got := do(h, "GET", "/metrics", map[string]string{"Host": "evil.example:8788", "Authorization": "Bearer " + token}, "").Code; got != http.StatusMisdirectedRequest {
 		t.Errorf("a foreign Host = %d; want 421", got)
