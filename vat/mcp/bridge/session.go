@@ -343,6 +343,10 @@ func (s *session) request(w http.ResponseWriter, r *http.Request, m mcp.Msg) {
 	b.decide(r, s.principal, mcp.Legacy, s.id, m.Method, http.StatusOK, reason)
 }
 
+// testHookResume, if set, runs once a resuming GET found the events after
+// its Last-Event-ID kept, before its stream reads them (tests).
+var testHookResume func(s *session, st *stream)
+
 // testHookSent, if set, runs once a session's call is sent to its
 // process, before its answer is served (the window a test drops it in).
 var testHookSent func(s *session, st *stream)
@@ -630,6 +634,7 @@ func (b *Bridge) getLegacy(w http.ResponseWriter, r *http.Request, principal, si
 	st := s.get
 	s.mu.Unlock()
 	from := st.deliveredSeq()
+	var resume *resumeOpts
 	if lei := r.Header.Get(mcp.HeaderLastEvent); lei != "" {
 		id, seq, ok := mcp.ParseEventID(lei)
 		s.mu.Lock()
@@ -647,18 +652,34 @@ func (b *Bridge) getLegacy(w http.ResponseWriter, r *http.Request, principal, si
 			writeError(w, http.StatusNotFound, nil, mcp.CodeRequestTimeout, "no such stream in this session", nil)
 			return
 		}
-		if seq < st.goneSeq() {
+		gone := func() {
 			b.decide(r, principal, mcp.Legacy, sid, "GET", http.StatusNotFound, "Last-Event-ID "+lei+": the events after it are no longer kept")
 			writeError(w, http.StatusNotFound, nil, mcp.CodeRequestTimeout, "the events after "+lei+" are no longer kept", nil)
+		}
+		if seq < st.goneSeq() {
+			gone()
 			return
 		}
 		from, prime = seq, false
+		// The bounds may drop them before serve reads: it reads once,
+		// then answers 404 or starts the stream (never an empty 200).
+		resume = &resumeOpts{gone: gone}
 	} else {
 		// A GET that resumes nothing starts after what was dropped.
 		from = max(from, st.goneSeq())
 	}
-	b.decide(r, principal, mcp.Legacy, sid, "GET", http.StatusOK, "stream "+st.id+" from event "+strconv.FormatInt(from, 10))
-	done := b.serve(w, r, st, writeOpts{prime: prime, from: from})
+	started := func() {
+		b.decide(r, principal, mcp.Legacy, sid, "GET", http.StatusOK, "stream "+st.id+" from event "+strconv.FormatInt(from, 10))
+	}
+	if resume != nil {
+		resume.started = started
+		if testHookResume != nil {
+			testHookResume(s, st)
+		}
+	} else {
+		started()
+	}
+	done := b.serve(w, r, st, writeOpts{prime: prime, from: from, resume: resume})
 	if !st.get {
 		s.streamDone(st, done)
 	}

@@ -275,6 +275,18 @@ type writeOpts struct {
 	// JSON-RPC error for id. nil: a GET stream, whose connection ends so
 	// its client resumes and is told.
 	id []byte
+	// resume, for a GET that resumes a stream (Last-Event-ID), answers in
+	// place of the stream when the events after from are gone by its
+	// first read: the caller's check of them and that read are apart, and
+	// the bounds may drop them in between. nil: the stream starts at once.
+	resume *resumeOpts
+}
+
+// resumeOpts is what a resuming GET answers with, found at serve's first
+// read of its stream.
+type resumeOpts struct {
+	started func() // the events are there: the stream starts
+	gone    func() // they are gone: answer so (404), the stream unstarted
 }
 
 // lostAnswer is the message of the error a client gets for a call whose
@@ -323,7 +335,7 @@ func (b *Bridge) serve(w http.ResponseWriter, r *http.Request, s *stream, o writ
 		keep = time.NewTicker(b.cfg.KeepAlive)
 		keepC = keep.C
 	}
-	if sse {
+	if sse && o.resume == nil {
 		startSSE()
 	}
 	var lazyTimer <-chan time.Time
@@ -346,6 +358,14 @@ func (b *Bridge) serve(w http.ResponseWriter, r *http.Request, s *stream, o writ
 	cursor := o.from
 	for {
 		evs, gap := s.after(cursor)
+		if o.resume != nil && !started {
+			if gap {
+				o.resume.gone()
+				return false
+			}
+			o.resume.started()
+			startSSE()
+		}
 		switch {
 		case gap && o.id != nil && finalIn(evs) == nil:
 			// A POST's answer, or an event before it, is gone (past

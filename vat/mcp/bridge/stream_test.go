@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -591,4 +592,56 @@ func TestDroppedAnswer(t *testing.T) {
 			t.Errorf("the batch's answer = %s; want error %q for id 7", r.Body, lostAnswer)
 		}
 	})
+}
+
+// TestResumeDroppedMeanwhile: a GET resuming a call's stream whose events
+// were dropped between its check of them and its stream's first read (the
+// session's bound, past ringEvents more events) got a 200 with an empty
+// event stream, and its client was told 404 only when it resumed again.
+// It is told at once.
+func TestResumeDroppedMeanwhile(t *testing.T) {
+	b, srv := newBridge(t, Config{NoSpare: true})
+	ctx := context.Background()
+	c := client(srv, "alice")
+	if err := c.Initialize(ctx, "2025-11-25", nil); err != nil {
+		t.Fatal(err)
+	}
+	// The call's priming event, then the client leaves before its answer.
+	lctx, leave := context.WithCancel(ctx)
+	resp, err := c.Open(lctx, mcptest.Tool(7, "echo", map[string]any{"text": "the answer", "sleepMs": 100}), "Accept", "text/event-stream, application/json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := mcptest.ReadEvent(bufio.NewReader(resp.Body))
+	leave()
+	_ = resp.Body.Close()
+	if err != nil || e.ID == "" {
+		t.Fatalf("the priming event: %+v %v", e, err)
+	}
+	if err := mcptest.Eventually(10*time.Second, func() error {
+		if n := b.Stats().Held.Events; n == 0 {
+			return fmt.Errorf("no answer kept yet")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	testHookResume = func(s *session, _ *stream) {
+		for range ringEvents {
+			s.get.push([]byte(`{"jsonrpc":"2.0","method":"notifications/message"}`), false)
+		}
+	}
+	t.Cleanup(func() { testHookResume = nil })
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	g, err := c.Get(rctx, e.ID)
+	testHookResume = nil
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Body.Close()
+	body, _ := io.ReadAll(g.Body)
+	if g.StatusCode != http.StatusNotFound || !strings.Contains(string(body), "no longer kept") {
+		t.Errorf("resuming from %s once its answer was dropped = %d %q; want 404, the events no longer kept", e.ID, g.StatusCode, body)
+	}
 }
