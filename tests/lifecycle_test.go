@@ -377,3 +377,45 @@ wait
 
 // httpStopBudgetForTest is cmd/toybox's httpStopBudget.
 const httpStopBudgetForTest = 5 * time.Second
+
+// TestPurgeKeptData: a vat removed without purge keeps its data (its image
+// and folder, handed to root) for an install under the same id. Should the
+// operator then want the room back, DELETE /<vat>?purge=1 answered 404 (no
+// such vat) and the data stayed until removed by hand; a purge cut short
+// after the record went (killed) left it the same way. A purge of an id no
+// longer installed now removes what it left; an id that left nothing is
+// still 404.
+func TestPurgeKeptData(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	s.mustInstall("alice", example(t, "counter-v1"), "")
+	s.mustGet("/alice", "v1 count 1")
+	if code, body := s.adminDo("DELETE", "/alice", nil); code != http.StatusOK {
+		t.Fatalf("DELETE /alice = %d %s", code, body)
+	}
+	kept := []string{filepath.Join(s.state, "data", "alice")}
+	if _, err := os.Stat(filepath.Join(s.state, "disk", "alice.img")); err == nil {
+		kept = append(kept, filepath.Join(s.state, "disk", "alice.img"))
+	}
+	for _, p := range kept {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("%s after DELETE without purge: %v; want it kept", p, err)
+		}
+	}
+	if code, body := s.adminDo("DELETE", "/alice?purge=1", nil); code != http.StatusOK {
+		t.Fatalf("DELETE /alice?purge=1 of a removed vat's kept data = %d %s; want 200", code, body)
+	}
+	for _, p := range kept {
+		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s after the purge: %v; want it gone", p, err)
+		}
+	}
+	if code, body := s.adminDo("DELETE", "/alice?purge=1", nil); code != http.StatusNotFound {
+		t.Errorf("DELETE /alice?purge=1 again = %d %s; want 404: nothing is left", code, body)
+	}
+	if code, body := s.adminDo("DELETE", "/nobody?purge=1", nil); code != http.StatusNotFound {
+		t.Errorf("DELETE /nobody?purge=1 = %d %s; want 404", code, body)
+	}
+	// The id is free: an install starts afresh, and is listed alone.
+	s.mustInstall("alice", example(t, "counter-v1"), "")
+	s.mustGet("/alice", "v1 count 1")
+}

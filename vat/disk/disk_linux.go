@@ -113,6 +113,15 @@ func (d *Disks) probe() string {
 // image is the image of vat id's data folder.
 func (d *Disks) image(id string) string { return filepath.Join(d.dir, id+".img") }
 
+// Image is where vat id's image lies, whether or not there is one ("":
+// no disks).
+func (d *Disks) Image(id string) string {
+	if d == nil {
+		return ""
+	}
+	return d.image(id)
+}
+
 // Mount makes dataDir, vat id's data folder, a file system of its own of
 // bytes (at least MinBytes): its image is made (the folder's files moved
 // in) or resized to that size, and mounted on dataDir unless it is

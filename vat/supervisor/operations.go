@@ -3,6 +3,7 @@ package supervisor
 import (
 	"errors"
 	"fmt"
+	"os"
 
 	"toybox/labels"
 	"toybox/vat/disk"
@@ -56,8 +57,13 @@ func (s *Supervisor) restart(id labels.VatID) (_ Status, ready, _ error) {
 }
 
 // Remove stops vat id and deletes its record; with purge, its data too.
+// With purge, an id no longer installed has what it left removed: the
+// data a removal without purge kept, or a purge cut short left.
 func (s *Supervisor) Remove(id labels.VatID, purge bool) error {
 	v, err := s.lockVat(id, false)
+	if errors.Is(err, ErrNoVat) && purge {
+		return s.purgeKept(id)
+	}
 	if err != nil {
 		return err
 	}
@@ -121,6 +127,52 @@ func (s *Supervisor) Remove(id labels.VatID, purge bool) error {
 	}
 	s.log.Info("vat removed", keyVat, id, "purged", purge)
 	return nil
+}
+
+// purgeKept removes the data folder, disk image, runtime folder and
+// tokens that id, installed no longer, left. Nothing left is ErrNoVat, as
+// for any id not installed. An install of id waits meanwhile; one that
+// came first is removed as any vat is.
+func (s *Supervisor) purgeKept(id labels.VatID) error {
+	v, err := s.lockVat(id, true)
+	if err != nil {
+		return err
+	}
+	v.mu.Lock()
+	installed := v.rec.ID != "" || v.unreadable()
+	v.mu.Unlock()
+	if installed {
+		v.op.Unlock()
+		return s.Remove(id, true)
+	}
+	defer v.op.Unlock()
+	defer s.forget(v)
+	v.setWord(words.OffRemoved) // listed meanwhile as what it is
+	if !s.left(id) {
+		return fmt.Errorf("%w: %q", ErrNoVat, id)
+	}
+	err = s.cfg.Disks.Remove(string(id), s.cfg.Store.DataDir(id))
+	if err == nil {
+		err = s.cfg.Store.Purge(id)
+	}
+	if err != nil {
+		return fmt.Errorf("purging the data %s left: %w", id, err)
+	}
+	if err := s.tokens.Forget(string(id)); err != nil {
+		return fmt.Errorf("%w (the next install of %s forgets them)", err, id)
+	}
+	s.log.Info("vat's kept data purged", keyVat, id)
+	return nil
+}
+
+// left reports whether id, not installed, left anything a purge removes.
+func (s *Supervisor) left(id labels.VatID) bool {
+	for _, p := range []string{s.cfg.Store.DataDir(id), s.cfg.Store.RunDir(id), s.cfg.Disks.Image(string(id))} {
+		if _, err := os.Lstat(p); err == nil {
+			return true
+		}
+	}
+	return s.tokens.Has(string(id))
 }
 
 // SetLimits records the owner's limits for vat id (within the operator's)
