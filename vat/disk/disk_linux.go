@@ -186,6 +186,17 @@ func (d *Disks) fresh(img, dataDir string, bytes int64) error {
 	}
 	if len(ents) > 0 {
 		mnt := img + ".mnt"
+		// A copy cut short (the supervisor killed) left its mount, one
+		// or more: gone first, or each try would add one.
+		for {
+			on, err := isMountPoint(mnt)
+			if err != nil || !on {
+				break
+			}
+			if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil {
+				return fmt.Errorf("unmounting %s, left by a copy cut short: %w", mnt, err)
+			}
+		}
 		if err := os.Mkdir(mnt, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 			return err
 		}

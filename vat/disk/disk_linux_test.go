@@ -204,3 +204,50 @@ func TestSupportAfterAFullDisk(t *testing.T) {
 		t.Errorf("Support with room again = %v; want nil", err)
 	}
 }
+
+// TestMoveAfterAKilledMove: the first Mount of a data folder that holds
+// files copies them into the new image through a mount beside it
+// (<img>.mnt). A supervisor killed during that copy left the mount, and
+// the next Mount mounted the new image over it and left both: a loop
+// device, a mount and the folder for good. Now it is cleared first.
+func TestMoveAfterAKilledMove(t *testing.T) {
+	testenv.RequireRoot(t)
+	state := t.TempDir()
+	d := Open(state)
+	t.Cleanup(func() { _ = d.Close() })
+	if err := d.Support(); err != nil {
+		testenv.Unavailable(t, err.Error())
+	}
+	data := filepath.Join(state, "data", "alice")
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(data, "old.txt"), []byte("kept"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// What the killed copy left: the half-made image, mounted beside.
+	img := d.image("alice")
+	mnt := img + ".mnt"
+	if err := d.makeImage(img+".new", 16<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(mnt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := mountImage(img+".new", mnt); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for unix.Unmount(mnt, unix.MNT_DETACH) == nil {
+		}
+	})
+	if _, err := d.Mount("alice", data, 16<<20); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(data, "old.txt")); err != nil || string(b) != "kept" {
+		t.Errorf("old.txt in the folder's own file system = %q, %v; want kept", b, err)
+	}
+	if on, err := isMountPoint(mnt); err == nil || on {
+		t.Errorf("%s after the Mount: mounted %v, %v; want it gone", mnt, on, err)
+	}
+}
