@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 )
@@ -43,6 +45,11 @@ func (a admin) doWith(method, path string, h http.Header, body io.Reader) (int, 
 	}
 	resp, err := a.c.Do(req)
 	if err != nil {
+		// Go's error quotes the request's URL, whose query may carry
+		// the owner's env values (?env=): name the path only.
+		if ue, ok := errors.AsType[*url.Error](err); ok {
+			ue.URL = req.URL.Path
+		}
 		return 0, nil, err
 	}
 	defer resp.Body.Close()

@@ -301,3 +301,55 @@ func notesConfig(t *testing.T, dir string, args ...string) (string, []byte) {
 	}
 	return config, cfg
 }
+
+// droppingSupervisor finds no vat on GET and drops the connection on
+// PUT, as a supervisor killed while it installs does.
+type droppingSupervisor struct{}
+
+func (droppingSupervisor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.Method {
+	case http.MethodGet, http.MethodDelete:
+		http.Error(w, `{"error":"no such vat"}`, http.StatusNotFound)
+	case http.MethodPut:
+		c, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			_ = c.Close()
+		}
+	}
+}
+
+// TestImportErrorHidesEnvValues: a server's env values travel in the
+// install's query (?env=). When the supervisor went away during the
+// install, the error printed was Go's, which quotes the whole request
+// URL, so the operator's API key went to the terminal.
+func TestImportErrorHidesEnvValues(t *testing.T) {
+	dir := t.TempDir()
+	const secret = "sk-live-0123456789abcdef"
+	cfg, _ := json.Marshal(map[string]any{"mcpServers": map[string]any{
+		"hello": map[string]any{"command": "npx", "args": []string{"-y", "tb-mcp-hello@1"}, "env": map[string]string{"API_KEY": secret}},
+	}})
+	config := filepath.Join(dir, "claude_desktop_config.json")
+	if err := os.WriteFile(config, cfg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "admin.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: droppingSupervisor{}}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+
+	im := importer{a: newAdmin(sock, 10*time.Second), backups: filepath.Join(dir, "backups")}
+	code, stderr := runCapturingStderr(t, func() int { return im.run(config) })
+	if code != exitError || !strings.Contains(stderr, "hello") {
+		t.Errorf("import = %d (%s); want %d naming the server", code, stderr, exitError)
+	}
+	if strings.Contains(stderr, "sk-live") || strings.Contains(stderr, "0123456789abcdef") {
+		t.Errorf("import printed the server's env value:\n%s", stderr)
+	}
+	if !strings.Contains(stderr, "EOF") {
+		t.Errorf("import printed %q; want the failure (EOF) named", stderr)
+	}
+}
