@@ -105,6 +105,17 @@ func writeFileAtomic(path string, b []byte, mode fs.FileMode) error {
 	return err
 }
 
+// writeConfig writes a client's config as writeFileAtomic does, through
+// a link at path: the link is the owner's (a dotfiles checkout, say), so
+// its target is the file that changes and the link stays.
+func writeConfig(path string, b []byte, mode fs.FileMode) error {
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(real, b, mode)
+}
+
 // defaultBackups is the backup folder when --backups is not given.
 func defaultBackups() string {
 	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
@@ -467,7 +478,7 @@ func (im *importer) rewriteConfig() error {
 			return err
 		}
 	}
-	if err := writeFileAtomic(im.config, out, fi.Mode().Perm()); err != nil {
+	if err := writeConfig(im.config, out, fi.Mode().Perm()); err != nil {
 		for _, bk := range im.done {
 			bk.Rewritten = false
 			_ = writeBackup(im.backups, bk)
@@ -564,7 +575,7 @@ func undoOne(a admin, bk *backup) error {
 		if err != nil {
 			return err
 		}
-		if err := writeFileAtomic(bk.Config, out, fi.Mode().Perm()); err != nil {
+		if err := writeConfig(bk.Config, out, fi.Mode().Perm()); err != nil {
 			return err
 		}
 	}

@@ -353,3 +353,61 @@ func TestImportErrorHidesEnvValues(t *testing.T) {
 		t.Errorf("import printed %q; want the failure (EOF) named", stderr)
 	}
 }
+
+// TestImportRewritesThroughALink: a client config is often a link into
+// the owner's dotfiles. The rewrite and the undo renamed a new file over
+// the link: the link was gone, the dotfiles kept the old servers, and a
+// later edit of the dotfiles no longer reached the client.
+func TestImportRewritesThroughALink(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "notes-server")
+	writeFiles(t, map[string]string{
+		filepath.Join(src, "package.json"): `{"name":"notes-server"}`,
+		filepath.Join(src, "server.js"):    "// a server\n",
+	})
+	_, cfg := notesConfig(t, dir, filepath.Join(src, "server.js"))
+	target := filepath.Join(dir, "dotfiles", "claude.json")
+	writeFiles(t, map[string]string{target: string(cfg)})
+	if err := os.Chmod(target, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(dir, "claude_desktop_config.json")
+	if err := os.Remove(config); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("dotfiles/claude.json", config); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "admin.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: &fakeSupervisor{dataDir: filepath.Join(dir, "state", "data", "notes")}}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+
+	check := func(step, want string) {
+		t.Helper()
+		if l, err := os.Readlink(config); err != nil || l != "dotfiles/claude.json" {
+			t.Errorf("after %s the config is %q, %v; want the link kept", step, l, err)
+		}
+		b, err := os.ReadFile(target)
+		if err != nil || !strings.Contains(string(b), want) {
+			t.Errorf("after %s the link's target holds %s (%v); want %s in it", step, b, err, want)
+		}
+		if fi, err := os.Stat(target); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("after %s the link's target: %v, %v; want mode 0600", step, fi.Mode(), err)
+		}
+	}
+	backups := filepath.Join(dir, "backups")
+	im := importer{a: newAdmin(sock, 10*time.Second), backups: backups, rewrite: "http://localhost:8787"}
+	if code, stderr := runCapturingStderr(t, func() int { return im.run(config) }); code != exitOK {
+		t.Fatalf("import = %d (%s); want %d", code, stderr, exitOK)
+	}
+	check("the import", "http://localhost:8787/notes/mcp")
+	if code, stderr := runCapturingStderr(t, func() int { return undoImport(newAdmin(sock, 10*time.Second), backups, nil) }); code != exitOK {
+		t.Fatalf("undo = %d (%s); want %d", code, stderr, exitOK)
+	}
+	check("the undo", "/usr/bin/node")
+}
