@@ -3,6 +3,7 @@ package packages
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // ClientConfig is an MCP client's config: Claude Desktop's
@@ -39,7 +41,7 @@ type ClientEntry struct {
 func ParseClientConfig(b []byte) (ClientConfig, error) {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(b, &top); err != nil || top == nil {
-		return ClientConfig{}, fmt.Errorf("%w: not a JSON object", ErrBadConfig)
+		return ClientConfig{}, fmt.Errorf("%w: not a JSON object%s", ErrBadConfig, jsonErrorAt(b, err))
 	}
 	cc := ClientConfig{top: top}
 	for _, k := range []string{"mcpServers", "servers"} {
@@ -59,6 +61,31 @@ func ParseClientConfig(b []byte) (ClientConfig, error) {
 		return ClientConfig{}, fmt.Errorf("%w: no mcpServers (Claude Desktop, .mcp.json) or servers (VS Code mcp.json)", ErrBadConfig)
 	}
 	return cc, nil
+}
+
+// jsonErrorAt says where in b err, json.Unmarshal's, is: ": line L,
+// column C: what", with a word on the comments and trailing commas VS
+// Code allows. "" for no syntax error.
+func jsonErrorAt(b []byte, err error) string {
+	if err == nil {
+		return ""
+	}
+	se, ok := errors.AsType[*json.SyntaxError](err)
+	if !ok {
+		return ""
+	}
+	if len(bytes.TrimSpace(b)) == 0 || se.Offset >= int64(len(b)) {
+		return ": " + err.Error()
+	}
+	// Offset is just past the byte that failed.
+	at := b[:max(se.Offset-1, 0)]
+	line := bytes.Count(at, []byte("\n")) + 1
+	col := utf8.RuneCount(at[bytes.LastIndexByte(at, '\n')+1:]) + 1
+	hint := ""
+	if c := b[len(at)]; c == '/' || c == '#' || ((c == '}' || c == ']') && bytes.HasSuffix(bytes.TrimRight(at, " \t\r\n"), []byte(","))) {
+		hint = ". toybox reads plain JSON: take out its comments and trailing commas"
+	}
+	return fmt.Sprintf(": line %d, column %d: %v%s", line, col, err, hint)
 }
 
 // Names are the servers' names, sorted.

@@ -23,6 +23,10 @@ func TestParseClientConfig(t *testing.T) {
 		{"neither", `{"other":{}}`, "", nil, "no mcpServers"},
 		{"not an object", `[1]`, "", nil, "not a JSON object"},
 		{"servers not an object", `{"mcpServers":[]}`, "", nil, "not an object of servers"},
+		{"a comment", "{\n  // mine\n  \"servers\": {}\n}", "", nil, "line 2, column 3: invalid character '/'"},
+		{"a trailing comma", "{\"servers\": {\"a\": {\"command\": \"npx\"},\n}}", "", nil, "line 2, column 1: invalid character '}'"},
+		{"cut short", `{"servers": {"a": {"command": "np`, "", nil, "unexpected end"},
+		{"empty", ``, "", nil, "unexpected end"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
