@@ -43,6 +43,9 @@ func ParseClientConfig(b []byte) (ClientConfig, error) {
 	if err := json.Unmarshal(b, &top); err != nil || top == nil {
 		return ClientConfig{}, fmt.Errorf("%w: not a JSON object%s", ErrBadConfig, jsonErrorAt(b, err))
 	}
+	if err := uniqueMembers(b, "member %q is given twice"); err != nil {
+		return ClientConfig{}, err
+	}
 	cc := ClientConfig{top: top}
 	for _, k := range []string{"mcpServers", "servers"} {
 		raw, ok := top[k]
@@ -55,12 +58,42 @@ func ParseClientConfig(b []byte) (ClientConfig, error) {
 		if err := json.Unmarshal(raw, &cc.Servers); err != nil || cc.Servers == nil {
 			return ClientConfig{}, fmt.Errorf("%w: %s is not an object of servers", ErrBadConfig, k)
 		}
+		if err := uniqueMembers(raw, "server %q is given twice"); err != nil {
+			return ClientConfig{}, err
+		}
 		cc.Key = k
 	}
 	if cc.Key == "" {
 		return ClientConfig{}, fmt.Errorf("%w: no mcpServers (Claude Desktop, .mcp.json) or servers (VS Code mcp.json)", ErrBadConfig)
 	}
 	return cc, nil
+}
+
+// uniqueMembers refuses a name given twice in the JSON object b, saying
+// so with format. Only one of the two would be read, and a rewrite would
+// keep only that one.
+func uniqueMembers(b []byte, format string) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil // not an object: json.Unmarshal says so
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		k, _ := t.(string)
+		if seen[k] {
+			return fmt.Errorf("%w: "+format, ErrBadConfig, k)
+		}
+		seen[k] = true
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil
+		}
+	}
+	return nil
 }
 
 // jsonErrorAt says where in b err, json.Unmarshal's, is: ": line L,

@@ -23,6 +23,8 @@ func TestParseClientConfig(t *testing.T) {
 		{"neither", `{"other":{}}`, "", nil, "no mcpServers"},
 		{"not an object", `[1]`, "", nil, "not a JSON object"},
 		{"servers not an object", `{"mcpServers":[]}`, "", nil, "not an object of servers"},
+		{"a server twice", `{"mcpServers":{"a":{"command":"npx"},"a":{"command":"uvx"}}}`, "", nil, `server "a" is given twice`},
+		{"the servers twice", `{"mcpServers":{"a":{"command":"npx"}},"mcpServers":{}}`, "", nil, `"mcpServers" is given twice`},
 		{"a comment", "{\n  // mine\n  \"servers\": {}\n}", "", nil, "line 2, column 3: invalid character '/'"},
 		{"a trailing comma", "{\"servers\": {\"a\": {\"command\": \"npx\"},\n}}", "", nil, "line 2, column 1: invalid character '}'"},
 		{"cut short", `{"servers": {"a": {"command": "np`, "", nil, "unexpected end"},
