@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -44,8 +45,10 @@ type backup struct {
 	Key    string `json:"key"`
 	// Entry is the server's entry as it was.
 	Entry json.RawMessage `json:"entry"`
-	// Rewritten says the config was rewritten to the vat's URL.
-	Rewritten bool `json:"rewritten"`
+	// Rewritten says the config was rewritten to the vat's URL;
+	// RewrittenTo is the entry written ("" in a backup older than it).
+	Rewritten   bool            `json:"rewritten"`
+	RewrittenTo json.RawMessage `json:"rewritten_to,omitempty"`
 	// Data are the files the import copied into the vat's data folder.
 	Data []string `json:"data,omitempty"`
 	// Undone is when an undo restored it ("" while it is live).
@@ -467,6 +470,7 @@ func (im *importer) rewriteConfig() error {
 	for _, bk := range im.done {
 		e, _ := json.Marshal(map[string]string{"type": "http", "url": im.rewrite + "/" + bk.Vat + "/mcp"})
 		cc = cc.With(bk.Name, e)
+		bk.RewrittenTo = e
 	}
 	out, err := cc.Encode()
 	if err != nil {
@@ -480,7 +484,7 @@ func (im *importer) rewriteConfig() error {
 	}
 	if err := writeConfig(im.config, out, fi.Mode().Perm()); err != nil {
 		for _, bk := range im.done {
-			bk.Rewritten = false
+			bk.Rewritten, bk.RewrittenTo = false, nil
 			_ = writeBackup(im.backups, bk)
 		}
 		return err
@@ -554,6 +558,16 @@ func undoImport(a admin, dir string, names []string) int {
 	return exitOK
 }
 
+// sameJSON reports whether a and b are the same JSON value. A missing
+// value (nil) is no value.
+func sameJSON(a, b json.RawMessage) bool {
+	var va, vb any
+	if json.Unmarshal(a, &va) != nil || json.Unmarshal(b, &vb) != nil {
+		return false
+	}
+	return reflect.DeepEqual(va, vb)
+}
+
 func undoOne(a admin, bk *backup) error {
 	if bk.Rewritten {
 		fi, err := os.Stat(bk.Config)
@@ -570,6 +584,11 @@ func undoOne(a admin, bk *backup) error {
 		}
 		if cc.Key != bk.Key {
 			return fmt.Errorf("%s now keeps its servers in %s, not %s", bk.Config, cc.Key, bk.Key)
+		}
+		// An entry the owner changed since is theirs: it is not put
+		// back over.
+		if bk.RewrittenTo != nil && !sameJSON(cc.Servers[bk.Name], bk.RewrittenTo) {
+			return fmt.Errorf("its entry in %s changed since the import, so it is left as it is (the entry as it was is in the backup)", bk.Config)
 		}
 		out, err := cc.With(bk.Name, bk.Entry).Encode()
 		if err != nil {

@@ -411,3 +411,46 @@ func TestImportRewritesThroughALink(t *testing.T) {
 	}
 	check("the undo", "/usr/bin/node")
 }
+
+// TestUndoKeepsAnEntryEditedSince: an undo put the backed-up entry over
+// whatever the config held under that name, so an entry the owner wrote
+// since the import (another server under the same name) was lost. The
+// undo now refuses that server, saying why, and changes nothing of it.
+func TestUndoKeepsAnEntryEditedSince(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "notes-server")
+	writeFiles(t, map[string]string{
+		filepath.Join(src, "package.json"): `{"name":"notes-server"}`,
+		filepath.Join(src, "server.js"):    "// a server\n",
+	})
+	config, _ := notesConfig(t, dir, filepath.Join(src, "server.js"))
+	sock := filepath.Join(dir, "admin.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeSupervisor{dataDir: filepath.Join(dir, "state", "data", "notes")}
+	srv := &http.Server{Handler: f}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+
+	backups := filepath.Join(dir, "backups")
+	im := importer{a: newAdmin(sock, 10*time.Second), backups: backups, rewrite: "http://localhost:8787"}
+	if code, stderr := runCapturingStderr(t, func() int { return im.run(config) }); code != exitOK {
+		t.Fatalf("import = %d (%s); want %d", code, stderr, exitOK)
+	}
+	edited := []byte(`{"mcpServers":{"notes":{"command":"/usr/bin/python3","args":["/home/me/new-notes.py"],"env":{"TOKEN":"mine"}}}}` + "\n")
+	if err := os.WriteFile(config, edited, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stderr := runCapturingStderr(t, func() int { return undoImport(newAdmin(sock, 10*time.Second), backups, nil) })
+	if code != exitError || !strings.Contains(stderr, "changed since") {
+		t.Errorf("undo = %d (%s); want %d saying the entry changed since the import", code, stderr, exitError)
+	}
+	if b, err := os.ReadFile(config); err != nil || string(b) != string(edited) {
+		t.Errorf("the config after the undo:\n%s (%v)\nwant the owner's edit kept:\n%s", b, err, edited)
+	}
+	if live, err := liveBackups(backups); err != nil || len(live) != 1 {
+		t.Errorf("live backups after the refused undo: %d, %v; want the one kept", len(live), err)
+	}
+}
