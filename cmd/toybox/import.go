@@ -201,6 +201,11 @@ func (im *importer) run(file string) int {
 	im.lookPath, im.now = exec.LookPath, time.Now
 	im.copyLimits = packages.Limits{Entries: store.DefaultMaxEntries, Bytes: store.DefaultMaxUnpacked}
 	for _, name := range im.cc.Names() {
+		// A remote entry (such as one a rewrite made) is no failure.
+		if e, err := im.cc.Entry(name); err == nil && e.Remote() {
+			fmt.Printf("%s\tremote (url): nothing to install, left as it is\n", term(name))
+			continue
+		}
 		bk, err := im.one(name)
 		if err != nil {
 			im.failed++

@@ -454,3 +454,47 @@ func TestUndoKeepsAnEntryEditedSince(t *testing.T) {
 		t.Errorf("live backups after the refused undo: %d, %v; want the one kept", len(live), err)
 	}
 }
+
+// TestImportLeavesRemoteEntries: a remote entry (url) has nothing to
+// install and is left as it is (docs/packages.md). The import counted it
+// as a failed server and exited 1, so a config with one, or any second
+// run over a rewritten config, "failed" though nothing went wrong.
+func TestImportLeavesRemoteEntries(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "notes-server")
+	writeFiles(t, map[string]string{
+		filepath.Join(src, "package.json"): `{"name":"notes-server"}`,
+		filepath.Join(src, "server.js"):    "// a server\n",
+	})
+	remote := `{"type":"http","url":"https://mcp.example.com/mcp","headers":{"Authorization":"Bearer x"}}`
+	cfg := `{"mcpServers":{"notes":{"command":"/usr/bin/node","args":["` + filepath.Join(src, "server.js") + `"]},"remote":` + remote + `}}`
+	config := filepath.Join(dir, "claude_desktop_config.json")
+	if err := os.WriteFile(config, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "admin.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: &fakeSupervisor{dataDir: filepath.Join(dir, "state", "data", "notes")}}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+
+	backups := filepath.Join(dir, "backups")
+	for _, run := range []string{"the import", "a second import"} {
+		im := importer{a: newAdmin(sock, 10*time.Second), backups: backups, rewrite: "http://localhost:8787"}
+		code, stderr := runCapturingStderr(t, func() int { return im.run(config) })
+		if code != exitOK {
+			t.Errorf("%s = %d (%s); want %d: a remote entry is no failure", run, code, stderr, exitOK)
+		}
+		b, err := os.ReadFile(config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got struct{ MCPServers map[string]json.RawMessage }
+		if err := json.Unmarshal(b, &got); err != nil || !sameJSON(got.MCPServers["remote"], json.RawMessage(remote)) {
+			t.Errorf("after %s the remote entry is %s (%v); want %s", run, got.MCPServers["remote"], err, remote)
+		}
+	}
+}

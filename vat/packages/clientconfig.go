@@ -176,6 +176,12 @@ func (cc ClientConfig) Entry(name string) (ClientEntry, error) {
 	return e, nil
 }
 
+// Remote reports whether e is a remote server (a url): nothing to
+// install.
+func (e ClientEntry) Remote() bool {
+	return e.URL != "" || e.Type == "http" || e.Type == "sse"
+}
+
 // ImportKind says how an entry becomes a vat.
 type ImportKind int
 
@@ -239,7 +245,7 @@ func isHostProgram(p string) bool {
 // entry (url), an entry with no command, and a command that is neither a
 // launcher nor a program in a folder are refused, saying why.
 func PlanImport(name string, e ClientEntry, lookPath func(string) (string, error), dataDir string) (ImportPlan, error) {
-	if e.URL != "" || e.Type == "http" || e.Type == "sse" {
+	if e.Remote() {
 		return ImportPlan{}, fmt.Errorf("%w: server %q is remote (url): nothing to install", ErrBadConfig, name)
 	}
 	if e.Command == "" {
