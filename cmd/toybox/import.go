@@ -590,17 +590,21 @@ func undoOne(a admin, bk *backup) error {
 		if cc.Key != bk.Key {
 			return fmt.Errorf("%s now keeps its servers in %s, not %s", bk.Config, cc.Key, bk.Key)
 		}
-		// An entry the owner changed since is theirs: it is not put
-		// back over.
-		if bk.RewrittenTo != nil && !sameJSON(cc.Servers[bk.Name], bk.RewrittenTo) {
+		switch cur := cc.Servers[bk.Name]; {
+		case sameJSON(cur, bk.Entry):
+			// Already as it was: the import was killed before it
+			// renamed its config over the old one.
+		case bk.RewrittenTo != nil && !sameJSON(cur, bk.RewrittenTo):
+			// An entry the owner changed since is theirs.
 			return fmt.Errorf("its entry in %s changed since the import, so it is left as it is (the entry as it was is in the backup)", bk.Config)
-		}
-		out, err := cc.With(bk.Name, bk.Entry).Encode()
-		if err != nil {
-			return err
-		}
-		if err := writeConfig(bk.Config, out, fi.Mode().Perm()); err != nil {
-			return err
+		default:
+			out, err := cc.With(bk.Name, bk.Entry).Encode()
+			if err != nil {
+				return err
+			}
+			if err := writeConfig(bk.Config, out, fi.Mode().Perm()); err != nil {
+				return err
+			}
 		}
 	}
 	code, b, err := a.do(http.MethodDelete, "/"+bk.Vat, nil)

@@ -498,3 +498,45 @@ func TestImportLeavesRemoteEntries(t *testing.T) {
 		}
 	}
 }
+
+// TestUndoAfterAnImportKilledBeforeItsRename: an import killed after it
+// marked its backups rewritten but before it renamed the new config over
+// the old one leaves the old entry in place. Its undo has nothing to put
+// back and removes the vat.
+func TestUndoAfterAnImportKilledBeforeItsRename(t *testing.T) {
+	dir := t.TempDir()
+	config, cfg := notesConfig(t, dir, "/srv/notes/server.js")
+	sock := filepath.Join(dir, "admin.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeSupervisor{installed: true}
+	srv := &http.Server{Handler: f}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+
+	backups := filepath.Join(dir, "backups")
+	var c struct{ MCPServers map[string]json.RawMessage }
+	if err := json.Unmarshal(cfg, &c); err != nil {
+		t.Fatal(err)
+	}
+	bk := &backup{
+		Stamp: "20260101T000000.000000000Z-0001", Name: "notes", Vat: "notes", Config: config, Key: "mcpServers",
+		Entry: c.MCPServers["notes"], Rewritten: true, RewrittenTo: json.RawMessage(`{"type":"http","url":"http://localhost:8787/notes/mcp"}`),
+	}
+	if err := writeBackup(backups, bk); err != nil {
+		t.Fatal(err)
+	}
+	if code, stderr := runCapturingStderr(t, func() int { return undoImport(newAdmin(sock, 10*time.Second), backups, nil) }); code != exitOK {
+		t.Errorf("undo = %d (%s); want %d", code, stderr, exitOK)
+	}
+	if b, err := os.ReadFile(config); err != nil || string(b) != string(cfg) {
+		t.Errorf("the config after the undo:\n%s (%v)\nwant it as it was:\n%s", b, err, cfg)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.installed {
+		t.Errorf("the vat is still there after the undo")
+	}
+}
