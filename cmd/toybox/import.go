@@ -18,6 +18,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"toybox/vat/packages"
 	"toybox/vat/store"
 )
@@ -84,12 +86,21 @@ func writeBackup(dir string, b *backup) error {
 
 // writeFileAtomic writes b beside path and renames it over path.
 func writeFileAtomic(path string, b []byte, mode fs.FileMode) error {
+	return writeFileAs(path, b, mode, -1, -1)
+}
+
+// writeFileAs is writeFileAtomic with the file's owner and group (-1:
+// the writer's).
+func writeFileAs(path string, b []byte, mode fs.FileMode, uid, gid int) error {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return err
 	}
 	tmp := f.Name()
 	_, err = f.Write(b)
+	if err == nil && (uid >= 0 || gid >= 0) {
+		err = f.Chown(uid, gid)
+	}
 	if err == nil {
 		err = f.Chmod(mode)
 	}
@@ -110,13 +121,23 @@ func writeFileAtomic(path string, b []byte, mode fs.FileMode) error {
 
 // writeConfig writes a client's config as writeFileAtomic does, through
 // a link at path: the link is the owner's (a dotfiles checkout, say), so
-// its target is the file that changes and the link stays.
+// its target is the file that changes and the link stays. The new file
+// keeps the old one's owner and group: run by root on an owner's 0600
+// config, it would otherwise be root's, and the client could not read it.
 func writeConfig(path string, b []byte, mode fs.FileMode) error {
 	real, err := filepath.EvalSymlinks(path)
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(real, b, mode)
+	var st unix.Stat_t
+	if err := unix.Stat(real, &st); err != nil {
+		return &fs.PathError{Op: "stat", Path: real, Err: err}
+	}
+	uid, gid := int(st.Uid), int(st.Gid)
+	if uid == os.Geteuid() && gid == os.Getegid() {
+		uid, gid = -1, -1
+	}
+	return writeFileAs(real, b, mode, uid, gid)
 }
 
 // defaultBackups is the backup folder when --backups is not given.

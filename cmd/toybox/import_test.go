@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"toybox/vat/store"
 	"toybox/vat/supervisor"
 	"toybox/vat/switches"
@@ -539,4 +541,54 @@ func TestUndoAfterAnImportKilledBeforeItsRename(t *testing.T) {
 	if f.installed {
 		t.Errorf("the vat is still there after the undo")
 	}
+}
+
+// TestImportKeepsTheConfigsOwner: run as root (sudo) on an owner's
+// config, the rewrite and the undo made a new file owned by root with
+// the old mode, 0600: the owner's client could no longer read its own
+// config. The new file now has the old one's owner and group.
+func TestImportKeepsTheConfigsOwner(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give the config another owner")
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "notes-server")
+	writeFiles(t, map[string]string{
+		filepath.Join(src, "package.json"): `{"name":"notes-server"}`,
+		filepath.Join(src, "server.js"):    "// a server\n",
+	})
+	config, _ := notesConfig(t, dir, filepath.Join(src, "server.js"))
+	const uid, gid = 4321, 4322
+	if err := os.Chown(config, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(config, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "admin.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: &fakeSupervisor{dataDir: filepath.Join(dir, "state", "data", "notes")}}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+
+	check := func(step string) {
+		t.Helper()
+		var st unix.Stat_t
+		if err := unix.Stat(config, &st); err != nil || st.Uid != uid || st.Gid != gid || st.Mode&0o777 != 0o600 {
+			t.Errorf("after %s the config is owned by %d:%d, mode %o (%v); want %d:%d, 0600", step, st.Uid, st.Gid, st.Mode&0o777, err, uid, gid)
+		}
+	}
+	backups := filepath.Join(dir, "backups")
+	im := importer{a: newAdmin(sock, 10*time.Second), backups: backups, rewrite: "http://localhost:8787"}
+	if code, stderr := runCapturingStderr(t, func() int { return im.run(config) }); code != exitOK {
+		t.Fatalf("import = %d (%s); want %d", code, stderr, exitOK)
+	}
+	check("the import")
+	if code, stderr := runCapturingStderr(t, func() int { return undoImport(newAdmin(sock, 10*time.Second), backups, nil) }); code != exitOK {
+		t.Fatalf("undo = %d (%s); want %d", code, stderr, exitOK)
+	}
+	check("the undo")
 }
