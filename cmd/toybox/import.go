@@ -45,8 +45,10 @@ type backup struct {
 	// Config is the client config's path; Key its servers member.
 	Config string `json:"config"`
 	Key    string `json:"key"`
-	// Entry is the server's entry as it was.
-	Entry json.RawMessage `json:"entry"`
+	// Entry is the server's entry as it was; EntryBytes its bytes as
+	// the file had them, which Entry (re-indented here) does not keep.
+	Entry      json.RawMessage `json:"entry"`
+	EntryBytes string          `json:"entry_bytes,omitempty"`
 	// Rewritten says the config was rewritten to the vat's URL;
 	// RewrittenTo is the entry written ("" in a backup older than it).
 	Rewritten   bool            `json:"rewritten"`
@@ -308,7 +310,7 @@ func (im *importer) one(name string) (*backup, error) {
 			return nil, err
 		}
 	}
-	bk := &backup{Stamp: im.stamp(), Name: name, Vat: id, Config: im.config, Key: im.cc.Key, Entry: im.cc.Servers[name]}
+	bk := &backup{Stamp: im.stamp(), Name: name, Vat: id, Config: im.config, Key: im.cc.Key, Entry: im.cc.Servers[name], EntryBytes: string(im.cc.Servers[name])}
 	// A data folder already there (an undone import's) is the owner's: a
 	// failure keeps it. Without --state that is not known, so it is kept.
 	if dataDir != "" {
@@ -493,12 +495,13 @@ func (im *importer) rewriteConfig() error {
 	if err := writeFileAtomic(filepath.Join(im.backups, im.done[0].Stamp+"-config-"+filepath.Base(im.config)), orig, 0o600); err != nil {
 		return err
 	}
+	set := map[string]json.RawMessage{}
 	for _, bk := range im.done {
 		e, _ := json.Marshal(map[string]string{"type": "http", "url": im.rewrite + "/" + bk.Vat + "/mcp"})
-		cc = cc.With(bk.Name, e)
+		set[bk.Name] = e
 		bk.RewrittenTo = e
 	}
-	out, err := cc.Encode()
+	out, err := cc.Rewrite(set)
 	if err != nil {
 		return err
 	}
@@ -619,7 +622,11 @@ func undoOne(a admin, bk *backup) error {
 			// An entry the owner changed since is theirs.
 			return fmt.Errorf("its entry in %s changed since the import, so it is left as it is (the entry as it was is in the backup)", bk.Config)
 		default:
-			out, err := cc.With(bk.Name, bk.Entry).Encode()
+			old := bk.Entry
+			if raw := json.RawMessage(bk.EntryBytes); sameJSON(raw, bk.Entry) {
+				old = raw
+			}
+			out, err := cc.Rewrite(map[string]json.RawMessage{bk.Name: old})
 			if err != nil {
 				return err
 			}

@@ -592,3 +592,56 @@ func TestImportKeepsTheConfigsOwner(t *testing.T) {
 	}
 	check("the undo")
 }
+
+// TestImportUndoRestoresTheBytes: the rewrite and the undo encoded the
+// whole config again from maps: members and servers sorted, the
+// owner's layout and escapes gone, so an undo did not give back the file
+// the import found. Now only the imported entry's value changes, and an
+// undo puts the same bytes back.
+func TestImportUndoRestoresTheBytes(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "notes-server")
+	writeFiles(t, map[string]string{
+		filepath.Join(src, "package.json"): `{"name":"notes-server"}`,
+		filepath.Join(src, "server.js"):    "// a server\n",
+	})
+	cfg := "{\n\t\"zoom\": 1.50,\n\t\"mcpServers\": {\n\t\t\"zeta\": {\"url\": \"https://z.example/mcp?a=1&b=\\u00e9\"},\n" +
+		"\t\t\"notes\": {\"command\": \"/usr/bin/node\", \"args\": [\"" + filepath.Join(src, "server.js") + "\"], \"env\": {\"KEY\": \"<secret>\"}}\n\t},\n\t\"alpha\": [ ]\n}\n"
+	config := filepath.Join(dir, "claude_desktop_config.json")
+	if err := os.WriteFile(config, []byte(cfg), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "admin.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: &fakeSupervisor{dataDir: filepath.Join(dir, "state", "data", "notes")}}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+
+	backups := filepath.Join(dir, "backups")
+	im := importer{a: newAdmin(sock, 10*time.Second), backups: backups, rewrite: "http://localhost:8787"}
+	if code, stderr := runCapturingStderr(t, func() int { return im.run(config) }); code != exitOK {
+		t.Fatalf("import = %d (%s); want %d", code, stderr, exitOK)
+	}
+	b, err := os.ReadFile(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := strings.Index(cfg, `{"command"`)
+	end := strings.Index(cfg, "}}\n") + 2
+	want := cfg[:start] + `{"type":"http","url":"http://localhost:8787/notes/mcp"}` + cfg[end:]
+	if string(b) != want {
+		t.Errorf("the config after the import:\n%s\nwant only the entry changed:\n%s", b, want)
+	}
+	if code, stderr := runCapturingStderr(t, func() int { return undoImport(newAdmin(sock, 10*time.Second), backups, nil) }); code != exitOK {
+		t.Fatalf("undo = %d (%s); want %d", code, stderr, exitOK)
+	}
+	if b, err := os.ReadFile(config); err != nil || string(b) != cfg {
+		t.Errorf("the config after the undo:\n%s (%v)\nwant the bytes the import found:\n%s", b, err, cfg)
+	}
+	if fi, err := os.Stat(config); err != nil || fi.Mode().Perm() != 0o640 {
+		t.Errorf("the config's mode after the undo: %v, %v; want 0640", fi.Mode(), err)
+	}
+}

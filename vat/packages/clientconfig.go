@@ -24,6 +24,8 @@ type ClientConfig struct {
 	Servers map[string]json.RawMessage
 	// top is every top-level member, as written.
 	top map[string]json.RawMessage
+	// src is the file as read.
+	src []byte
 }
 
 // ClientEntry is one stdio server entry of a client config.
@@ -46,7 +48,7 @@ func ParseClientConfig(b []byte) (ClientConfig, error) {
 	if err := uniqueMembers(b, "member %q is given twice"); err != nil {
 		return ClientConfig{}, err
 	}
-	cc := ClientConfig{top: top}
+	cc := ClientConfig{top: top, src: b}
 	for _, k := range []string{"mcpServers", "servers"} {
 		raw, ok := top[k]
 		if !ok {
@@ -164,6 +166,79 @@ func (cc ClientConfig) Encode() ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// Rewrite returns the config's file with the entries of set in place of
+// the servers' entries by those names. Each new value takes the bytes of
+// the old one, so every other byte of the file is kept as read. A name
+// the file has no entry for is added by encoding the whole file again
+// (Encode).
+func (cc ClientConfig) Rewrite(set map[string]json.RawMessage) ([]byte, error) {
+	spans := cc.entrySpans()
+	type edit struct {
+		at  [2]int64
+		raw json.RawMessage
+	}
+	var edits []edit
+	for name, raw := range set {
+		at, ok := spans[name]
+		if !ok {
+			for n, r := range set {
+				cc = cc.With(n, r)
+			}
+			return cc.Encode()
+		}
+		edits = append(edits, edit{at, raw})
+	}
+	slices.SortFunc(edits, func(a, b edit) int { return int(a.at[0] - b.at[0]) })
+	var out []byte
+	last := int64(0)
+	for _, e := range edits {
+		out = append(append(out, cc.src[last:e.at[0]]...), e.raw...)
+		last = e.at[1]
+	}
+	return append(out, cc.src[last:]...), nil
+}
+
+// entrySpans finds where in src each server's entry is: its value's
+// first byte and the byte past its last.
+func (cc ClientConfig) entrySpans() map[string][2]int64 {
+	spans := map[string][2]int64{}
+	dec := json.NewDecoder(bytes.NewReader(cc.src))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return spans
+	}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return spans
+		}
+		if t != cc.Key {
+			var v json.RawMessage
+			if dec.Decode(&v) != nil {
+				return spans
+			}
+			continue
+		}
+		if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+			return spans
+		}
+		for dec.More() {
+			t, err := dec.Token()
+			if err != nil {
+				return spans
+			}
+			name, _ := t.(string)
+			var v json.RawMessage
+			if dec.Decode(&v) != nil {
+				return spans
+			}
+			end := dec.InputOffset()
+			spans[name] = [2]int64{end - int64(len(v)), end}
+		}
+		return spans
+	}
+	return spans
 }
 
 // Entry reads server name's entry.

@@ -1,6 +1,7 @@
 package packages
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"os"
@@ -217,6 +218,7 @@ func TestCopyCheckout(t *testing.T) {
 func FuzzParseClientConfig(f *testing.F) {
 	f.Add([]byte(`{"mcpServers":{"a":{"command":"npx","args":["-y","x"]}}}`))
 	f.Add([]byte(`{"servers":{"fs":{"type":"stdio","command":"node","args":["/x/y.js"],"cwd":"/x"}}}`))
+	f.Add([]byte("{\"z\": 1.50,\n \"mcpServers\": { \"b\" : {\"url\": \"\\u00e9<\"} ,\"a\":{\"command\":\"npx\"}}, \"y\":[ ]}"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		cc, err := ParseClientConfig(b)
 		if err != nil {
@@ -231,6 +233,21 @@ func FuzzParseClientConfig(f *testing.F) {
 		}
 		if _, err := cc.Encode(); err != nil {
 			t.Fatalf("Encode of a config that parsed: %v", err)
+		}
+		// Rewrite keeps every byte but the entries it sets.
+		for _, n := range cc.Names() {
+			out, err := cc.Rewrite(map[string]json.RawMessage{n: cc.Servers[n]})
+			if err != nil || !bytes.Equal(out, b) {
+				t.Fatalf("Rewrite of %q with its own entry = %q, %v; want the file as read", n, out, err)
+			}
+			out, err = cc.Rewrite(map[string]json.RawMessage{n: json.RawMessage(`{"url":"u"}`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			again, err := ParseClientConfig(out)
+			if err != nil || string(again.Servers[n]) != `{"url":"u"}` || len(again.Servers) != len(cc.Servers) {
+				t.Fatalf("Rewrite of %q gave %q (%v); want its entry set and the others kept", n, out, err)
+			}
 		}
 	})
 }
