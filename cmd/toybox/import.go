@@ -131,6 +131,9 @@ func writeConfig(path string, b []byte, mode fs.FileMode) error {
 	if err != nil {
 		return err
 	}
+	if err := writable(real); err != nil {
+		return err
+	}
 	var st unix.Stat_t
 	if err := unix.Stat(real, &st); err != nil {
 		return &fs.PathError{Op: "stat", Path: real, Err: err}
@@ -140,6 +143,19 @@ func writeConfig(path string, b []byte, mode fs.FileMode) error {
 		uid, gid = -1, -1
 	}
 	return writeFileAs(real, b, mode, uid, gid)
+}
+
+// writable refuses a config its owner made read-only: a rename would
+// replace it all the same.
+func writable(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if fi.Mode().Perm()&0o200 == 0 {
+		return fmt.Errorf("%s is read-only (mode %04o): make it writable to have it rewritten", path, fi.Mode().Perm())
+	}
+	return nil
 }
 
 // defaultBackups is the backup folder when --backups is not given.
@@ -220,6 +236,12 @@ func (im *importer) run(file string) int {
 	if im.cc, err = packages.ParseClientConfig(b); err != nil {
 		fmt.Fprintf(os.Stderr, "toybox import %s: %v\n", file, err)
 		return exitError
+	}
+	if im.rewrite != "" {
+		if err := writable(abs); err != nil {
+			fmt.Fprintf(os.Stderr, "toybox import: %v; nothing was imported\n", err)
+			return exitError
+		}
 	}
 	im.lookPath, im.now = exec.LookPath, time.Now
 	im.copyLimits = packages.Limits{Entries: store.DefaultMaxEntries, Bytes: store.DefaultMaxUnpacked}

@@ -645,3 +645,44 @@ func TestImportUndoRestoresTheBytes(t *testing.T) {
 		t.Errorf("the config's mode after the undo: %v, %v; want 0640", fi.Mode(), err)
 	}
 }
+
+// TestImportRefusesAReadOnlyConfig: a rename does not ask the file's
+// mode, so a config the owner made read-only (0444, to keep it as it is)
+// was replaced all the same. The import now refuses it before it
+// installs anything, saying why, and leaves it as it is.
+func TestImportRefusesAReadOnlyConfig(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "notes-server")
+	writeFiles(t, map[string]string{
+		filepath.Join(src, "package.json"): `{"name":"notes-server"}`,
+		filepath.Join(src, "server.js"):    "// a server\n",
+	})
+	config, cfg := notesConfig(t, dir, filepath.Join(src, "server.js"))
+	if err := os.Chmod(config, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "admin.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeSupervisor{dataDir: filepath.Join(dir, "state", "data", "notes")}
+	srv := &http.Server{Handler: f}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+
+	backups := filepath.Join(dir, "backups")
+	im := importer{a: newAdmin(sock, 10*time.Second), backups: backups, rewrite: "http://localhost:8787"}
+	code, stderr := runCapturingStderr(t, func() int { return im.run(config) })
+	if code != exitError || !strings.Contains(stderr, "read-only") {
+		t.Errorf("import = %d (%s); want %d saying the config is read-only", code, stderr, exitError)
+	}
+	if b, err := os.ReadFile(config); err != nil || string(b) != string(cfg) {
+		t.Errorf("the config after the refused import:\n%s (%v)\nwant it as it was:\n%s", b, err, cfg)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.installed || len(f.deletes) != 0 {
+		t.Errorf("the refused import installed %v, deleted %q; want nothing done", f.installed, f.deletes)
+	}
+}
