@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"io/fs"
 	"maps"
 	"net/http"
@@ -145,6 +146,39 @@ func writeConfig(path string, b []byte, mode fs.FileMode) error {
 	return writeFileAs(real, b, mode, uid, gid)
 }
 
+// maxConfig bounds a client config: they are a few KiB, and a larger
+// file is not one.
+const maxConfig = 16 << 20
+
+// readConfig reads a client config: a regular file (through a link) of
+// at most maxConfig bytes. A fifo or a device would hang the read or
+// never end.
+func readConfig(path string) ([]byte, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	if fi.Size() > maxConfig {
+		return nil, fmt.Errorf("%s is larger than a client config may be (%d bytes, at most %d)", path, fi.Size(), maxConfig)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxConfig+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxConfig {
+		return nil, fmt.Errorf("%s is larger than a client config may be (at most %d bytes)", path, maxConfig)
+	}
+	return b, nil
+}
+
 // writable refuses a config its owner made read-only: a rename would
 // replace it all the same.
 func writable(path string) error {
@@ -228,7 +262,7 @@ func (im *importer) run(file string) int {
 		return exitError
 	}
 	im.config = abs
-	b, err := os.ReadFile(abs)
+	b, err := readConfig(abs)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "toybox import:", err)
 		return exitError
@@ -502,7 +536,7 @@ func (im *importer) rollback(bk *backup) {
 // rewriteConfig points each imported entry at its vat's endpoint, after a
 // copy of the whole config is kept in the backup folder.
 func (im *importer) rewriteConfig() error {
-	orig, err := os.ReadFile(im.config)
+	orig, err := readConfig(im.config)
 	if err != nil {
 		return err
 	}
@@ -625,7 +659,7 @@ func undoOne(a admin, bk *backup) error {
 		if err != nil {
 			return err
 		}
-		b, err := os.ReadFile(bk.Config)
+		b, err := readConfig(bk.Config)
 		if err != nil {
 			return err
 		}

@@ -686,3 +686,51 @@ func TestImportRefusesAReadOnlyConfig(t *testing.T) {
 		t.Errorf("the refused import installed %v, deleted %q; want nothing done", f.installed, f.deletes)
 	}
 }
+
+// TestImportRefusesAConfigNotAFile: the config was read whole, whatever
+// it was. A fifo hung the import, and a huge file (a wrong path, a log)
+// was read into memory before it was refused. Both now fail at once,
+// saying why.
+func TestImportRefusesAConfigNotAFile(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.json")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	huge := filepath.Join(dir, "huge.json")
+	if err := os.WriteFile(huge, []byte(`{"mcpServers":{}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(huge, 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ name, path, want string }{
+		{"a fifo", fifo, "not a regular file"},
+		{"a huge file", huge, "larger than"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			im := importer{a: newAdmin(filepath.Join(dir, "admin.sock"), time.Second), backups: filepath.Join(dir, "backups")}
+			done := make(chan struct{})
+			var code int
+			var stderr string
+			go func() {
+				defer close(done)
+				code, stderr = runCapturingStderr(t, func() int { return im.run(tt.path) })
+			}()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				// Let the hung read end.
+				if w, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+					w.Close()
+				}
+				<-done
+				t.Fatalf("import of %s hung for 10s", tt.name)
+			}
+			if code != exitError || !strings.Contains(stderr, tt.want) {
+				t.Errorf("import = %d (%s); want %d saying %q", code, stderr, exitError, tt.want)
+			}
+		})
+	}
+}
