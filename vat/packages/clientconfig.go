@@ -329,9 +329,15 @@ func PlanImport(name string, e ClientEntry, lookPath func(string) (string, error
 	argv := append([]string{e.Command}, e.Args...)
 	// VS Code's ${input:...} and ${workspaceFolder} are the client's to
 	// fill; toybox would pass them as they are.
-	for _, v := range append(append([]string{e.Cwd}, argv...), slices.Sorted(maps.Values(e.Env))...) {
+	for _, v := range append([]string{e.Cwd}, argv...) {
 		if strings.Contains(v, "${") {
 			return ImportPlan{}, fmt.Errorf("%w: server %q: %q names a variable the client fills (${...}); write the value instead", ErrBadConfig, name, v)
+		}
+	}
+	// An env value may be a secret: only its key is named.
+	for _, k := range slices.Sorted(maps.Keys(e.Env)) {
+		if strings.Contains(e.Env[k], "${") {
+			return ImportPlan{}, fmt.Errorf("%w: server %q: env %s names a variable the client fills (${...}); write the value instead", ErrBadConfig, name, k)
 		}
 	}
 	switch filepath.Base(e.Command) {

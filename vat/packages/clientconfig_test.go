@@ -117,6 +117,7 @@ func TestPlanImport(t *testing.T) {
 		e    ClientEntry
 		want ImportPlan
 		err  string
+		hide string // an error must not print it
 	}{
 		{
 			name: "npx",
@@ -126,6 +127,7 @@ func TestPlanImport(t *testing.T) {
 		{name: "npx --package refused", e: ClientEntry{Command: "npx", Args: []string{"--package", "evil", "srv"}}, err: "refused"},
 		{name: "uvx with a cwd refused", e: ClientEntry{Command: "uvx", Args: []string{"srv"}, Cwd: "/x"}, err: "cwd"},
 		{name: "a client variable", e: ClientEntry{Command: "npx", Args: []string{"-y", "srv"}, Env: map[string]string{"TOKEN": "${input:token}"}}, err: "variable the client fills"},
+		{name: "a client variable in a secret", e: ClientEntry{Command: "npx", Args: []string{"-y", "srv"}, Env: map[string]string{"DATABASE_URL": "postgres://me:hunter2@db/${input:db}"}}, err: "env DATABASE_URL names a variable the client fills", hide: "hunter2"},
 		{name: "remote", e: ClientEntry{Type: "http", URL: "https://x/mcp"}, err: "remote"},
 		{name: "no command", e: ClientEntry{}, err: "no command"},
 		{name: "host program only", e: ClientEntry{Command: "node", Args: []string{"--version"}}, err: "no program"},
@@ -146,6 +148,9 @@ func TestPlanImport(t *testing.T) {
 			if tt.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.err) {
 					t.Fatalf("PlanImport(%+v) = %v; want an error naming %q", tt.e, err, tt.err)
+				}
+				if tt.hide != "" && strings.Contains(err.Error(), tt.hide) {
+					t.Errorf("PlanImport(%+v) = %v; want %q not printed", tt.e, err, tt.hide)
 				}
 				return
 			}
