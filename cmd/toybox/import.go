@@ -548,6 +548,22 @@ func (im *importer) rewriteConfig() error {
 	if err != nil {
 		return err
 	}
+	// An entry written again since it was read (by the client, or its
+	// owner) is theirs: its server is left as it is now.
+	kept := im.done[:0]
+	for _, bk := range im.done {
+		if cur, ok := cc.Servers[bk.Name]; cc.Key != bk.Key || !ok || !bytes.Equal(cur, bk.Entry) {
+			im.failed++
+			fmt.Fprintf(os.Stderr, "toybox import: %s: its entry in %s changed during the import: left as it is now\n", term(bk.Name), im.config)
+			im.rollback(bk)
+			continue
+		}
+		kept = append(kept, bk)
+	}
+	im.done = kept
+	if len(im.done) == 0 {
+		return nil
+	}
 	if err := writeFileAtomic(filepath.Join(im.backups, im.done[0].Stamp+"-config-"+filepath.Base(im.config)), orig, 0o600); err != nil {
 		return err
 	}

@@ -734,3 +734,62 @@ func TestImportRefusesAConfigNotAFile(t *testing.T) {
 		})
 	}
 }
+
+// editingSupervisor is fakeSupervisor, and while it installs, the
+// client writes its config again: edit is the new config.
+type editingSupervisor struct {
+	fakeSupervisor
+	config string
+	edit   []byte
+}
+
+func (f *editingSupervisor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodPut {
+		_ = os.WriteFile(f.config, f.edit, 0o600)
+	}
+	f.fakeSupervisor.ServeHTTP(w, r)
+}
+
+// TestImportKeepsAnEntryEditedMeanwhile: an install takes minutes, and
+// meanwhile the client or the owner may write the config again. The
+// rewrite read the file again but put the vat's URL over the server's
+// entry whatever it had become, and the backup held the entry as it was
+// before: the edit was lost, and an undo put the older entry back. That
+// server is now left as it is now and its vat removed.
+func TestImportKeepsAnEntryEditedMeanwhile(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "notes-server")
+	writeFiles(t, map[string]string{
+		filepath.Join(src, "package.json"): `{"name":"notes-server"}`,
+		filepath.Join(src, "server.js"):    "// a server\n",
+	})
+	config, _ := notesConfig(t, dir, filepath.Join(src, "server.js"))
+	edit := []byte(`{"mcpServers":{"notes":{"command":"/usr/bin/node","args":["` + filepath.Join(src, "server.js") + `"],"env":{"NOTES_KEY":"new"}}}}`)
+	sock := filepath.Join(dir, "admin.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &editingSupervisor{fakeSupervisor: fakeSupervisor{dataDir: filepath.Join(dir, "state", "data", "notes")}, config: config, edit: edit}
+	srv := &http.Server{Handler: f}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+
+	backups := filepath.Join(dir, "backups")
+	im := importer{a: newAdmin(sock, 10*time.Second), backups: backups, rewrite: "http://localhost:8787"}
+	code, stderr := runCapturingStderr(t, func() int { return im.run(config) })
+	if code != exitError || !strings.Contains(stderr, "changed during the import") {
+		t.Errorf("import = %d (%s); want %d saying the entry changed during the import", code, stderr, exitError)
+	}
+	if b, err := os.ReadFile(config); err != nil || string(b) != string(edit) {
+		t.Errorf("the config after the import:\n%s (%v)\nwant the edit kept:\n%s", b, err, edit)
+	}
+	if live, err := liveBackups(backups); err != nil || len(live) != 0 {
+		t.Errorf("live backups: %d, %v; want none", len(live), err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.installed {
+		t.Errorf("the vat is still there; want it removed")
+	}
+}
