@@ -292,7 +292,10 @@ func (im *importer) run(file string) int {
 			continue
 		}
 		im.done = append(im.done, bk)
-		fmt.Printf("%s\timported as vat %s\n", term(name), bk.Vat)
+		// With --rewrite a server is imported only once its entry is.
+		if im.rewrite == "" {
+			fmt.Printf("%s\timported as vat %s\n", term(name), bk.Vat)
+		}
 	}
 	if im.rewrite != "" && len(im.done) > 0 {
 		if err := im.rewriteConfig(); err != nil {
@@ -301,6 +304,9 @@ func (im *importer) run(file string) int {
 				im.rollback(bk)
 			}
 			return exitError
+		}
+		for _, bk := range im.done {
+			fmt.Printf("%s\timported as vat %s\n", term(bk.Name), bk.Vat)
 		}
 	}
 	if im.failed > 0 {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -791,5 +792,61 @@ func TestImportKeepsAnEntryEditedMeanwhile(t *testing.T) {
 	defer f.mu.Unlock()
 	if f.installed {
 		t.Errorf("the vat is still there; want it removed")
+	}
+}
+
+// runCapturingStdout runs f with os.Stdout going to a pipe, and returns
+// f's result and what it wrote there.
+func runCapturingStdout(t *testing.T, f func() int) (int, string) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	old := os.Stdout
+	os.Stdout = w
+	got := make(chan string)
+	go func() {
+		b, _ := io.ReadAll(r)
+		got <- string(b)
+	}()
+	code := f()
+	os.Stdout = old
+	w.Close()
+	return code, <-got
+}
+
+// TestImportClaimsOnlyWhatStayed: a server was printed "imported as vat"
+// as soon as its vat was installed. When the rewrite then failed (here
+// its entry changed meanwhile), the vat was removed again, but stdout,
+// which a script reads, still said imported.
+func TestImportClaimsOnlyWhatStayed(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "notes-server")
+	writeFiles(t, map[string]string{
+		filepath.Join(src, "package.json"): `{"name":"notes-server"}`,
+		filepath.Join(src, "server.js"):    "// a server\n",
+	})
+	config, _ := notesConfig(t, dir, filepath.Join(src, "server.js"))
+	sock := filepath.Join(dir, "admin.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &editingSupervisor{fakeSupervisor: fakeSupervisor{dataDir: filepath.Join(dir, "state", "data", "notes")}, config: config, edit: []byte(`{"mcpServers":{"notes":{"url":"http://elsewhere/mcp"}}}`)}
+	srv := &http.Server{Handler: f}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+
+	im := importer{a: newAdmin(sock, 10*time.Second), backups: filepath.Join(dir, "backups"), rewrite: "http://localhost:8787"}
+	var stderr string
+	code, stdout := runCapturingStdout(t, func() int {
+		code, e := runCapturingStderr(t, func() int { return im.run(config) })
+		stderr = e
+		return code
+	})
+	if code != exitError || strings.Contains(stdout, "imported") {
+		t.Errorf("import = %d, stdout %q (stderr %q); want %d and no server said imported", code, stdout, stderr, exitError)
 	}
 }
