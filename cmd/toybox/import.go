@@ -554,16 +554,19 @@ func (im *importer) rewriteConfig() error {
 	if err != nil {
 		return err
 	}
-	// An entry written again since it was read (by the client, or its
-	// owner) is theirs: its server is left as it is now.
+	// An entry changed since it was read (by the client, or its owner)
+	// is theirs: its server is left as it is now. One only laid out
+	// anew (a client saving its settings) is taken as it is now.
 	kept := im.done[:0]
 	for _, bk := range im.done {
-		if cur, ok := cc.Servers[bk.Name]; cc.Key != bk.Key || !ok || !bytes.Equal(cur, bk.Entry) {
+		cur, ok := cc.Servers[bk.Name]
+		if !ok || cc.Key != bk.Key || !sameJSON(cur, bk.Entry) {
 			im.failed++
 			fmt.Fprintf(os.Stderr, "toybox import: %s: its entry in %s changed during the import: left as it is now\n", term(bk.Name), im.config)
 			im.rollback(bk)
 			continue
 		}
+		bk.EntryBytes = string(cur)
 		kept = append(kept, bk)
 	}
 	im.done = kept

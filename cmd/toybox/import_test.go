@@ -850,3 +850,39 @@ func TestImportClaimsOnlyWhatStayed(t *testing.T) {
 		t.Errorf("import = %d, stdout %q (stderr %q); want %d and no server said imported", code, stdout, stderr, exitError)
 	}
 }
+
+// TestImportTakesAnEntryOnlyReformattedMeanwhile: a client that saves
+// its config again during the import (its own settings) writes the same
+// entries in its own layout. Only the layout changed: the server is
+// imported, and an undo gives back the file as the client last wrote it.
+func TestImportTakesAnEntryOnlyReformattedMeanwhile(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "notes-server")
+	writeFiles(t, map[string]string{
+		filepath.Join(src, "package.json"): `{"name":"notes-server"}`,
+		filepath.Join(src, "server.js"):    "// a server\n",
+	})
+	config, _ := notesConfig(t, dir, filepath.Join(src, "server.js"))
+	edit := []byte("{\n  \"mcpServers\": {\n    \"notes\": {\n      \"command\": \"/usr/bin/node\",\n      \"args\": [\"" + filepath.Join(src, "server.js") + "\"]\n    }\n  },\n  \"theme\": \"dark\"\n}\n")
+	sock := filepath.Join(dir, "admin.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &editingSupervisor{fakeSupervisor: fakeSupervisor{dataDir: filepath.Join(dir, "state", "data", "notes")}, config: config, edit: edit}
+	srv := &http.Server{Handler: f}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+
+	backups := filepath.Join(dir, "backups")
+	im := importer{a: newAdmin(sock, 10*time.Second), backups: backups, rewrite: "http://localhost:8787"}
+	if code, stderr := runCapturingStderr(t, func() int { return im.run(config) }); code != exitOK {
+		t.Fatalf("import = %d (%s); want %d: only the layout changed", code, stderr, exitOK)
+	}
+	if code, stderr := runCapturingStderr(t, func() int { return undoImport(newAdmin(sock, 10*time.Second), backups, nil) }); code != exitOK {
+		t.Fatalf("undo = %d (%s); want %d", code, stderr, exitOK)
+	}
+	if b, err := os.ReadFile(config); err != nil || string(b) != string(edit) {
+		t.Errorf("the config after the undo:\n%s (%v)\nwant the client's last write:\n%s", b, err, edit)
+	}
+}
