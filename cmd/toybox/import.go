@@ -578,7 +578,7 @@ func (im *importer) rewriteConfig() error {
 	}
 	set := map[string]json.RawMessage{}
 	for _, bk := range im.done {
-		e, _ := json.Marshal(map[string]string{"type": "http", "url": im.rewrite + "/" + bk.Vat + "/mcp"})
+		e := rewrittenEntry(cc.Servers[bk.Name], im.rewrite+"/"+bk.Vat+"/mcp")
 		set[bk.Name] = e
 		bk.RewrittenTo = e
 	}
@@ -600,6 +600,24 @@ func (im *importer) rewriteConfig() error {
 		return err
 	}
 	return nil
+}
+
+// launchKeys are the members of a stdio entry that say how to start it.
+var launchKeys = []string{"type", "transport", "command", "args", "env", "envFile", "cwd", "url"}
+
+// rewrittenEntry is entry old pointed at url: its launchKeys give way to
+// {"type": "http", "url": url}, and every other member (Cline's
+// "disabled" and "autoApprove", say) is kept.
+func rewrittenEntry(old json.RawMessage, url string) json.RawMessage {
+	m := map[string]json.RawMessage{}
+	_ = json.Unmarshal(old, &m)
+	for _, k := range launchKeys {
+		delete(m, k)
+	}
+	m["type"], _ = json.Marshal("http")
+	m["url"], _ = json.Marshal(url)
+	b, _ := json.Marshal(m)
+	return b
 }
 
 // liveBackups lists the backups not yet undone, newest first. A file that

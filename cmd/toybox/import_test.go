@@ -886,3 +886,47 @@ func TestImportTakesAnEntryOnlyReformattedMeanwhile(t *testing.T) {
 		t.Errorf("the config after the undo:\n%s (%v)\nwant the client's last write:\n%s", b, err, edit)
 	}
 }
+
+// TestImportRewriteKeepsTheEntrysOtherKeys: some clients keep more in an
+// entry than how to start it (Cline's "disabled", "autoApprove"). The
+// rewrite wrote only {"type","url"}, so a server the owner had disabled
+// came back enabled, now through toybox. Only the keys that start a
+// stdio server are replaced.
+func TestImportRewriteKeepsTheEntrysOtherKeys(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "notes-server")
+	writeFiles(t, map[string]string{
+		filepath.Join(src, "package.json"): `{"name":"notes-server"}`,
+		filepath.Join(src, "server.js"):    "// a server\n",
+	})
+	cfg := `{"mcpServers":{"notes":{"command":"/usr/bin/node","args":["` + filepath.Join(src, "server.js") + `"],"env":{"K":"v"},"disabled":true,"autoApprove":["read"],"timeout":60}}}`
+	config := filepath.Join(dir, "cline_mcp_settings.json")
+	if err := os.WriteFile(config, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "admin.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: &fakeSupervisor{dataDir: filepath.Join(dir, "state", "data", "notes")}}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+
+	im := importer{a: newAdmin(sock, 10*time.Second), backups: filepath.Join(dir, "backups"), rewrite: "http://localhost:8787"}
+	if code, stderr := runCapturingStderr(t, func() int { return im.run(config) }); code != exitOK {
+		t.Fatalf("import = %d (%s); want %d", code, stderr, exitOK)
+	}
+	b, err := os.ReadFile(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct{ MCPServers map[string]json.RawMessage }
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := json.RawMessage(`{"type":"http","url":"http://localhost:8787/notes/mcp","disabled":true,"autoApprove":["read"],"timeout":60}`)
+	if !sameJSON(got.MCPServers["notes"], want) {
+		t.Errorf("the rewritten entry = %s; want %s", got.MCPServers["notes"], want)
+	}
+}
