@@ -36,6 +36,9 @@ type ClientEntry struct {
 	Env     map[string]string `json:"env,omitempty"`
 	Cwd     string            `json:"cwd,omitempty"`
 	URL     string            `json:"url,omitempty"`
+	// EnvFile is VS Code's file of env values. toybox does not read
+	// it, so an entry with one is refused.
+	EnvFile string `json:"envFile,omitempty"`
 }
 
 // ParseClientConfig reads a client config. Exactly one of "mcpServers" and
@@ -325,6 +328,10 @@ func PlanImport(name string, e ClientEntry, lookPath func(string) (string, error
 	}
 	if e.Command == "" {
 		return ImportPlan{}, fmt.Errorf("%w: server %q has no command", ErrBadConfig, name)
+	}
+	// The vat would start without the values the client reads from it.
+	if e.EnvFile != "" {
+		return ImportPlan{}, fmt.Errorf("%w: server %q: its envFile %q is not read: write its values in env instead", ErrBadConfig, name, e.EnvFile)
 	}
 	argv := append([]string{e.Command}, e.Args...)
 	// VS Code's ${input:...} and ${workspaceFolder} are the client's to

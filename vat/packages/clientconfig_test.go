@@ -128,6 +128,7 @@ func TestPlanImport(t *testing.T) {
 		{name: "uvx with a cwd refused", e: ClientEntry{Command: "uvx", Args: []string{"srv"}, Cwd: "/x"}, err: "cwd"},
 		{name: "a client variable", e: ClientEntry{Command: "npx", Args: []string{"-y", "srv"}, Env: map[string]string{"TOKEN": "${input:token}"}}, err: "variable the client fills"},
 		{name: "a client variable in a secret", e: ClientEntry{Command: "npx", Args: []string{"-y", "srv"}, Env: map[string]string{"DATABASE_URL": "postgres://me:hunter2@db/${input:db}"}}, err: "env DATABASE_URL names a variable the client fills", hide: "hunter2"},
+		{name: "an env file", e: ClientEntry{Command: "npx", Args: []string{"-y", "srv"}, EnvFile: "/home/me/.env"}, err: `envFile "/home/me/.env" is not read`},
 		{name: "remote", e: ClientEntry{Type: "http", URL: "https://x/mcp"}, err: "remote"},
 		{name: "no command", e: ClientEntry{}, err: "no command"},
 		{name: "host program only", e: ClientEntry{Command: "node", Args: []string{"--version"}}, err: "no program"},
