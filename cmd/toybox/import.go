@@ -71,10 +71,7 @@ type backup struct {
 
 // writeBackup writes b to its file (0600) in dir (0700).
 func writeBackup(dir string, b *backup) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	if err := os.Chmod(dir, 0o700); err != nil {
+	if err := backupDir(dir); err != nil {
 		return err
 	}
 	if b.file == "" {
@@ -85,6 +82,29 @@ func writeBackup(dir string, b *backup) error {
 		return err
 	}
 	return writeFileAtomic(b.file, append(j, '\n'), 0o600)
+}
+
+// backupDir makes the backup folder dir, 0700, or checks the one there.
+// Backups hold env values, so a folder others may enter is refused. Its
+// mode is left to its owner: it may be /tmp or a home folder.
+func backupDir(dir string) error {
+	fi, err := os.Stat(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return err
+		}
+		return os.Chmod(dir, 0o700)
+	}
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("the backup folder %s is not a folder", dir)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return fmt.Errorf("the backup folder %s is mode %04o, so others may enter it, and backups hold env values: make it 0700 or name another (--backups)", dir, fi.Mode().Perm())
+	}
+	return nil
 }
 
 // writeFileAtomic writes b beside path and renames it over path.

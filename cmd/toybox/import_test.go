@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -928,5 +929,48 @@ func TestImportRewriteKeepsTheEntrysOtherKeys(t *testing.T) {
 	want := json.RawMessage(`{"type":"http","url":"http://localhost:8787/notes/mcp","disabled":true,"autoApprove":["read"],"timeout":60}`)
 	if !sameJSON(got.MCPServers["notes"], want) {
 		t.Errorf("the rewritten entry = %s; want %s", got.MCPServers["notes"], want)
+	}
+}
+
+// TestImportLeavesASharedBackupFolder: each backup write made its folder
+// 0700. Given a folder already there and shared (--backups /tmp, or ~),
+// the import took it from everyone else: /tmp lost its sticky bit and
+// became root's alone. A folder already there that others may enter is
+// now refused, saying why, and its mode is left as it is.
+func TestImportLeavesASharedBackupFolder(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "notes-server")
+	writeFiles(t, map[string]string{
+		filepath.Join(src, "package.json"): `{"name":"notes-server"}`,
+		filepath.Join(src, "server.js"):    "// a server\n",
+	})
+	config, cfg := notesConfig(t, dir, filepath.Join(src, "server.js"))
+	shared := filepath.Join(dir, "tmp")
+	if err := os.Mkdir(shared, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(shared, 0o777|fs.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "admin.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeSupervisor{dataDir: filepath.Join(dir, "state", "data", "notes")}
+	srv := &http.Server{Handler: f}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+
+	im := importer{a: newAdmin(sock, 10*time.Second), backups: shared, rewrite: "http://localhost:8787"}
+	code, stderr := runCapturingStderr(t, func() int { return im.run(config) })
+	if code != exitError || !strings.Contains(stderr, "others may") {
+		t.Errorf("import = %d (%s); want %d saying others may enter the backup folder", code, stderr, exitError)
+	}
+	if fi, err := os.Stat(shared); err != nil || fi.Mode()&(fs.ModePerm|fs.ModeSticky) != 0o777|fs.ModeSticky {
+		t.Errorf("the shared folder after the import: %v, %v; want its mode left 1777", fi.Mode(), err)
+	}
+	if b, err := os.ReadFile(config); err != nil || string(b) != string(cfg) {
+		t.Errorf("the config after the refused import:\n%s (%v)\nwant it as it was", b, err)
 	}
 }
