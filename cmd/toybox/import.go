@@ -51,7 +51,7 @@ type backup struct {
 	Entry      json.RawMessage `json:"entry"`
 	EntryBytes string          `json:"entry_bytes,omitempty"`
 	// Rewritten says the config was rewritten to the vat's URL;
-	// RewrittenTo is the entry written ("" in a backup older than it).
+	// RewrittenTo is the entry written (none in a backup older than it).
 	Rewritten   bool            `json:"rewritten"`
 	RewrittenTo json.RawMessage `json:"rewritten_to,omitempty"`
 	// Data are the files the import copied into the vat's data folder.
@@ -375,10 +375,12 @@ func (im *importer) one(name string) (*backup, error) {
 	if len(plan.DataFiles) > 0 && im.state == "" {
 		return nil, fmt.Errorf("it names files in its folder (%s): give --state so they are copied into its data folder", strings.Join(slices.Sorted(maps.Keys(plan.DataFiles)), ", "))
 	}
-	if code, _, err := im.a.do(http.MethodGet, "/"+id, nil); err != nil {
+	if code, b, err := im.a.do(http.MethodGet, "/"+id, nil); err != nil {
 		return nil, err
-	} else if code != http.StatusNotFound {
+	} else if code == http.StatusOK {
 		return nil, fmt.Errorf("vat %s already exists: remove it or rename the server", id)
+	} else if code != http.StatusNotFound {
+		return nil, fmt.Errorf("asking for vat %s: %w", id, adminError(code, b))
 	}
 	q := packageQuery{allowScripts: im.allow}
 	if plan.Env != nil {

@@ -974,3 +974,38 @@ func TestImportLeavesASharedBackupFolder(t *testing.T) {
 		t.Errorf("the config after the refused import:\n%s (%v)\nwant it as it was", b, err)
 	}
 }
+
+// errorSupervisor answers every request with 500, as a supervisor that
+// cannot read its state does, or another service on the socket.
+type errorSupervisor struct{}
+
+func (errorSupervisor) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	http.Error(w, `{"error":"reading the state: input/output error"}`, http.StatusInternalServerError)
+}
+
+// TestImportSaysWhatTheSupervisorSaid: any answer to the import's first
+// question (GET /<vat>) but 404 was taken for "vat already exists: remove
+// it or rename the server", which was not true and hid the reason.
+func TestImportSaysWhatTheSupervisorSaid(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "notes-server")
+	writeFiles(t, map[string]string{
+		filepath.Join(src, "package.json"): `{"name":"notes-server"}`,
+		filepath.Join(src, "server.js"):    "// a server\n",
+	})
+	config, _ := notesConfig(t, dir, filepath.Join(src, "server.js"))
+	sock := filepath.Join(dir, "admin.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: errorSupervisor{}}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+
+	im := importer{a: newAdmin(sock, 10*time.Second), backups: filepath.Join(dir, "backups")}
+	code, stderr := runCapturingStderr(t, func() int { return im.run(config) })
+	if code != exitError || strings.Contains(stderr, "already exists") || !strings.Contains(stderr, "input/output error") {
+		t.Errorf("import = %d (%s); want %d with the supervisor's reason, not that the vat exists", code, stderr, exitError)
+	}
+}
