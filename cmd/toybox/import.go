@@ -252,8 +252,10 @@ func importMain(args []string) int {
 		return exitUsage
 	}
 	if *rewrite != "" {
-		if u, err := url.Parse(*rewrite); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			fmt.Fprintf(os.Stderr, "toybox import: --rewrite %q: want http(s)://host[:port]\n", *rewrite)
+		// The vat's path follows the URL: a query or a fragment would
+		// take it in.
+		if u, err := url.Parse(*rewrite); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
+			fmt.Fprintf(os.Stderr, "toybox import: --rewrite %q: want http(s)://host[:port][/path], with no query or fragment\n", *rewrite)
 			return exitUsage
 		}
 	}

@@ -1009,3 +1009,23 @@ func TestImportSaysWhatTheSupervisorSaid(t *testing.T) {
 		t.Errorf("import = %d (%s); want %d with the supervisor's reason, not that the vat exists", code, stderr, exitError)
 	}
 }
+
+// TestImportRefusesARewriteURLWithAQuery: --rewrite URL becomes
+// URL/<vat>/mcp in each entry. A URL with a query or a fragment was
+// taken, and every rewritten entry pointed inside that query
+// ("http://h/?k=v/notes/mcp"), reaching no vat.
+func TestImportRefusesARewriteURLWithAQuery(t *testing.T) {
+	dir := t.TempDir()
+	config, cfg := notesConfig(t, dir, "/srv/notes/server.js")
+	for _, u := range []string{"http://localhost:8787/?k=v", "http://localhost:8787/#top"} {
+		code, stderr := runCapturingStderr(t, func() int {
+			return importMain([]string{"--admin", filepath.Join(dir, "none.sock"), "--backups", filepath.Join(dir, "backups"), "--rewrite", u, config})
+		})
+		if code != exitUsage || !strings.Contains(stderr, "--rewrite") {
+			t.Errorf("import --rewrite %s = %d (%s); want %d naming --rewrite", u, code, stderr, exitUsage)
+		}
+	}
+	if b, err := os.ReadFile(config); err != nil || string(b) != string(cfg) {
+		t.Errorf("the config: %s (%v); want it as it was", b, err)
+	}
+}
