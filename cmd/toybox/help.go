@@ -20,6 +20,7 @@ var summaries = []struct{ name, what string }{
 	{"reach", "say what a vat can reach, and why"},
 	{"install", "install an npm package (or a server.json, or a pasted npx line) as a vat"},
 	{"import", "install each server of an MCP client config as a vat; --undo puts them back"},
+	{"stdio", "serve a vat's MCP endpoint on stdin and stdout, for clients that launch stdio servers only"},
 	{"egress", "ask a switchboard socket what it would admit, and use it (check, fetch, connect)"},
 	{"doctor", "check that walls can be built on this computer"},
 	{"completion", "print a bash or zsh completion script"},

@@ -150,6 +150,20 @@ const (
 	b64Suffix = "?="
 )
 
+// EncodeHeaderValue is v as a mirrored header carries it: as it is when
+// it is visible ASCII with no space at either end (and not itself
+// sentinel-shaped), else in the Base64 sentinel (=?base64?…?=).
+func EncodeHeaderValue(v string) string {
+	plain := v != "" && v == strings.TrimSpace(v) && !strings.HasPrefix(v, b64Prefix)
+	for i := 0; plain && i < len(v); i++ {
+		plain = v[i] >= 0x20 && v[i] < 0x7f
+	}
+	if plain {
+		return v
+	}
+	return b64Prefix + base64.StdEncoding.EncodeToString([]byte(v)) + b64Suffix
+}
+
 // DecodeHeaderValue undoes the Base64 sentinel (=?base64?…?=) of a
 // mirrored header; a plain value stands for itself.
 func DecodeHeaderValue(v string) (string, bool) {

@@ -1,0 +1,389 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"toybox/vat/mcp"
+)
+
+// toybox stdio is a vat's MCP endpoint as a stdio server, for a client
+// that launches stdio servers only: Claude Desktop reads no other kind
+// from its config file (a url entry there is skipped, or stops it from
+// starting). It reads JSON-RPC messages a line each on stdin, posts each
+// to the endpoint (Streamable HTTP), and writes what comes back a line
+// each on stdout: a JSON answer, each event of an event stream, and what
+// the server sends on its own (the session's GET stream). A request the
+// endpoint refuses (a vat off, a token missing) is answered with a
+// JSON-RPC error that says so, so that the client shows why.
+
+func init() { commands["stdio"] = stdioMain }
+
+const stdioUsage = `usage: toybox stdio [--token-env NAME] URL
+
+Serves the MCP endpoint URL (a vat's, http://localhost:8787/<vat>/mcp) on
+stdin and stdout, for MCP clients that launch stdio servers only (Claude
+Desktop's config file). A bearer token for the vat is read from the
+environment variable --token-env names. Messages are JSON a line each;
+what the bridge itself has to say goes to stderr.
+`
+
+func stdioMain(args []string) int {
+	fs := flag.NewFlagSet("stdio", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), stdioUsage)
+		fs.PrintDefaults()
+	}
+	tokenEnv := fs.String("token-env", "TOYBOX_TOKEN", "the environment variable holding the vat's bearer token (unset or empty: none is sent)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return exitUsage
+	}
+	u, err := url.Parse(fs.Arg(0))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Fragment != "" {
+		fmt.Fprintf(os.Stderr, "toybox stdio: %q: want the vat's endpoint, http(s)://host[:port]/<vat>/mcp\n", fs.Arg(0))
+		return exitUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	b := &stdioBridge{endpoint: u.String(), token: os.Getenv(*tokenEnv), out: bufio.NewWriter(os.Stdout), client: &http.Client{}}
+	if err := b.run(ctx, os.Stdin); err != nil {
+		fmt.Fprintln(os.Stderr, "toybox stdio:", term(err.Error()))
+		return exitError
+	}
+	return exitOK
+}
+
+// stdioBridge carries one client's messages to endpoint and back.
+type stdioBridge struct {
+	endpoint, token string
+	client          *http.Client
+
+	outMu sync.Mutex
+	out   *bufio.Writer
+
+	mu      sync.Mutex
+	session string // Mcp-Session-Id, once initialize answered one
+	version string // the version initialize agreed on
+}
+
+// stdioInFlight bounds the posts under way at once: a client that sends
+// faster than the vat answers waits on its stdin.
+const stdioInFlight = 16
+
+// run reads in until its end (the client closed it, or ctx ended), then
+// waits a little for the answers under way and ends the session.
+func (b *stdioBridge) run(ctx context.Context, in io.Reader) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	lines := mcp.NewLineReader(in, 0)
+	slots := make(chan struct{}, stdioInFlight)
+	var wg sync.WaitGroup
+	var listening sync.Once
+	for {
+		line, _, err := lines.Next()
+		if errors.Is(err, mcp.ErrTooLong) {
+			fmt.Fprintf(os.Stderr, "toybox stdio: a message longer than %d bytes was dropped\n", mcp.MaxMessage)
+			continue
+		}
+		if err != nil && (len(line) == 0 || !errors.Is(err, io.EOF)) {
+			break
+		}
+		if len(bytes.TrimSpace(line)) > 0 {
+			msg := bytes.Clone(line)
+			m, perr := mcp.Parse(msg)
+			if perr != nil {
+				// As a stdio server would: an error with no id.
+				b.write(mcp.ErrorResponse(nil, mcp.CodeParse, "toybox stdio: "+perr.Error(), nil))
+			} else if m.Kind == mcp.KindRequest && m.Method == "initialize" {
+				// Answered before anything else goes: what follows
+				// carries the session it opens.
+				b.post(ctx, m)
+				listening.Do(func() {
+					if b.sessionID() != "" {
+						wg.Add(1)
+						go func() { defer wg.Done(); b.listen(ctx) }()
+					}
+				})
+			} else {
+				select {
+				case slots <- struct{}{}:
+				case <-ctx.Done():
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer func() { <-slots }()
+					b.post(ctx, m)
+				}()
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	// The client is done: the answers under way get a moment, the
+	// session's stream none.
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+	}
+	cancel()
+	<-done
+	b.endSession()
+	return nil
+}
+
+func (b *stdioBridge) sessionID() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.session
+}
+
+// request makes a request to the endpoint with the session's headers, and
+// those a 2026-07-28 message mirrors from its body.
+func (b *stdioBridge) request(ctx context.Context, method string, body []byte, m *mcp.Msg) (*http.Request, error) {
+	var r io.Reader
+	if body != nil {
+		r = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, b.endpoint, r)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if b.token != "" {
+		req.Header.Set("Authorization", "Bearer "+b.token)
+	}
+	b.mu.Lock()
+	session, version := b.session, b.version
+	b.mu.Unlock()
+	if session != "" {
+		req.Header.Set(mcp.HeaderSession, session)
+	}
+	if m != nil {
+		if v, ok := m.GetString("params", "_meta", mcp.MetaProtocolVersion); ok {
+			version = v
+			req.Header.Set(mcp.HeaderMethod, m.Method)
+			if name, ok := mcp.NameOf(*m); ok {
+				req.Header.Set(mcp.HeaderName, mcp.EncodeHeaderValue(name))
+			}
+		}
+	}
+	if version != "" {
+		req.Header.Set(mcp.HeaderVersion, version)
+	}
+	return req, nil
+}
+
+// post sends one message and writes what answers it.
+func (b *stdioBridge) post(ctx context.Context, m mcp.Msg) {
+	req, err := b.request(ctx, http.MethodPost, m.Raw, &m)
+	if err != nil {
+		b.fail(m, err.Error())
+		return
+	}
+	resp, err := b.client.Do(req)
+	if err != nil {
+		if ctx.Err() == nil {
+			b.fail(m, fmt.Sprintf("%s did not answer: %v", b.endpoint, err))
+		}
+		return
+	}
+	defer resp.Body.Close()
+	if m.Method == "initialize" && resp.StatusCode/100 == 2 {
+		b.mu.Lock()
+		b.session = resp.Header.Get(mcp.HeaderSession)
+		b.mu.Unlock()
+	}
+	switch ct := resp.Header.Get("Content-Type"); {
+	case resp.StatusCode == http.StatusAccepted || resp.StatusCode == http.StatusNoContent:
+	case resp.StatusCode/100 != 2:
+		b.refused(m, resp)
+	case strings.HasPrefix(ct, "text/event-stream"):
+		b.events(resp.Body, nil, m)
+	default:
+		body, err := io.ReadAll(io.LimitReader(resp.Body, mcp.MaxMessage+1))
+		if err != nil {
+			b.fail(m, fmt.Sprintf("reading the answer: %v", err))
+			return
+		}
+		b.forward(body, m)
+	}
+}
+
+// forward writes one message the endpoint sent; an initialize answer's
+// version is the session's from then on.
+func (b *stdioBridge) forward(body []byte, asked mcp.Msg) {
+	body = bytes.TrimSpace(body)
+	if len(body) == 0 {
+		return
+	}
+	var line bytes.Buffer
+	if err := json.Compact(&line, body); err != nil {
+		b.fail(asked, "the endpoint answered with no JSON")
+		return
+	}
+	if asked.Method == "initialize" {
+		if am, err := mcp.Parse(line.Bytes()); err == nil && am.Kind == mcp.KindResponse && bytes.Equal(am.ID, asked.ID) {
+			if v, ok := am.GetString("result", "protocolVersion"); ok {
+				b.mu.Lock()
+				b.version = v
+				b.mu.Unlock()
+			}
+		}
+	}
+	b.write(line.Bytes())
+}
+
+// events writes each event of an event stream; lastID, if not nil, keeps
+// the last event's id (for a GET stream taken up again).
+func (b *stdioBridge) events(r io.Reader, lastID *string, asked mcp.Msg) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), mcp.MaxMessage+64)
+	var data []string
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+			if len(data) > 0 {
+				b.forward([]byte(strings.Join(data, "\n")), asked)
+			}
+			data = data[:0]
+		case strings.HasPrefix(line, "data:"):
+			data = append(data, strings.TrimPrefix(strings.TrimPrefix(line, "data:"), " "))
+		case strings.HasPrefix(line, "id:") && lastID != nil:
+			*lastID = strings.TrimPrefix(strings.TrimPrefix(line, "id:"), " ")
+		}
+	}
+	if len(data) > 0 {
+		b.forward([]byte(strings.Join(data, "\n")), asked)
+	}
+}
+
+// refused answers a request the endpoint refused with the endpoint's own
+// words: its JSON-RPC error's code and message when it sent one, else its
+// status and text.
+func (b *stdioBridge) refused(m mcp.Msg, resp *http.Response) {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	code, text := mcp.CodeInternal, strings.TrimSpace(string(body))
+	var answer struct {
+		Error json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(body, &answer) == nil && len(answer.Error) > 0 {
+		var rpc struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		}
+		var plain string
+		switch {
+		case json.Unmarshal(answer.Error, &rpc) == nil && rpc.Message != "":
+			text = rpc.Message
+			if rpc.Code != 0 {
+				code = rpc.Code
+			}
+		case json.Unmarshal(answer.Error, &plain) == nil && plain != "":
+			text = plain
+		}
+	}
+	b.failWith(m, code, fmt.Sprintf("%s answered %d: %s", b.endpoint, resp.StatusCode, text))
+}
+
+// fail answers request m with an error saying why (a notification or an
+// answer of the client's has none: stderr says it).
+func (b *stdioBridge) fail(m mcp.Msg, why string) { b.failWith(m, mcp.CodeInternal, why) }
+
+func (b *stdioBridge) failWith(m mcp.Msg, code int, why string) {
+	if m.Kind != mcp.KindRequest {
+		fmt.Fprintf(os.Stderr, "toybox stdio: %s\n", term(why))
+		return
+	}
+	b.write(mcp.ErrorResponse(m.ID, code, "toybox stdio: "+why, nil))
+}
+
+// write puts one message on stdout, a line of its own.
+func (b *stdioBridge) write(msg []byte) {
+	b.outMu.Lock()
+	defer b.outMu.Unlock()
+	_, _ = b.out.Write(msg)
+	_ = b.out.WriteByte('\n')
+	_ = b.out.Flush()
+}
+
+// listen carries what the server sends on its own (the session's GET
+// stream) until ctx ends, the session goes (404) or the endpoint offers
+// no such stream (405); a stream that breaks is asked for again, with
+// the last event's id.
+func (b *stdioBridge) listen(ctx context.Context) {
+	var last string
+	wait := time.Second
+	for ctx.Err() == nil {
+		req, err := b.request(ctx, http.MethodGet, nil, nil)
+		if err != nil {
+			return
+		}
+		req.Header.Set("Accept", "text/event-stream")
+		if last != "" {
+			req.Header.Set(mcp.HeaderLastEvent, last)
+		}
+		resp, err := b.client.Do(req)
+		switch {
+		case err != nil:
+		case resp.StatusCode == http.StatusMethodNotAllowed || resp.StatusCode == http.StatusNotFound:
+			resp.Body.Close()
+			return
+		case resp.StatusCode/100 == 2 && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream"):
+			wait = time.Second
+			b.events(resp.Body, &last, mcp.Msg{})
+			resp.Body.Close()
+		default:
+			resp.Body.Close()
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+			wait = min(2*wait, 30*time.Second)
+		}
+	}
+}
+
+// endSession ends the session the endpoint opened, if it did.
+func (b *stdioBridge) endSession() {
+	if b.sessionID() == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := b.request(ctx, http.MethodDelete, nil, nil)
+	if err != nil {
+		return
+	}
+	if resp, err := b.client.Do(req); err == nil {
+		resp.Body.Close()
+	}
+}
