@@ -3,6 +3,7 @@
 package tests
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +17,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"toybox/tests/testenv"
 	"toybox/vat/packages"
@@ -391,11 +395,36 @@ func TestImportAndUndo(t *testing.T) {
 	if !reflect.DeepEqual(servers["broken"], asJSON(entries["broken"])) || m["globalShortcut"] != "Ctrl+Space" {
 		t.Errorf("broken's entry or the other settings changed: %v", m)
 	}
+	// Claude Desktop launches stdio servers alone: each entry is toybox
+	// stdio, from the file that ran the import, and works as the client
+	// would launch it.
+	self, err := filepath.EvalSymlinks(filepath.Join(bins, "toybox"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for name, id := range map[string]string{"hello": "hello", "Local Notes": "local-notes"} {
-		want := map[string]any{"type": "http", "url": "http://" + s.http + "/" + id + "/mcp"}
+		want := map[string]any{"command": self, "args": []any{"stdio", "http://" + s.http + "/" + id + "/mcp"}}
 		if !reflect.DeepEqual(servers[name], any(want)) {
 			t.Errorf("%s's entry after import: %v; want %v", name, servers[name], want)
 		}
+	}
+	if e, _ := servers["hello"].(map[string]any); e != nil {
+		args, _ := e["args"].([]any)
+		cmd := exec.Command(e["command"].(string), fmt.Sprint(args[0]), fmt.Sprint(args[1]))
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		cs, err := sdk.NewClient(&sdk.Implementation{Name: "claude-desktop-like", Version: "1"}, nil).Connect(ctx, &sdk.CommandTransport{Command: cmd}, nil)
+		if err != nil {
+			t.Errorf("launching hello's rewritten entry as a stdio client does: %v", err)
+		} else {
+			res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "greet", Arguments: map[string]any{"name": "desktop"}})
+			if err != nil || res.IsError || len(res.Content) == 0 {
+				t.Errorf("greet through hello's rewritten entry: %v %+v", err, res)
+			} else if tc, _ := res.Content[0].(*sdk.TextContent); tc == nil || !strings.Contains(tc.Text, "desktop") {
+				t.Errorf("greet through hello's rewritten entry = %+v; want it to greet desktop", res.Content[0])
+			}
+			cs.Close()
+		}
+		cancel()
 	}
 	fi, err := os.Stat(backups)
 	if err != nil || fi.Mode().Perm() != 0o700 {

@@ -27,7 +27,7 @@ import (
 
 func init() { commands["import"] = importMain }
 
-const importUsage = `usage: toybox import --admin PATH --state DIR [--backups DIR] [--rewrite URL] [--allow-scripts NAME[,NAME]] FILE
+const importUsage = `usage: toybox import --admin PATH --state DIR [--backups DIR] [--rewrite URL [--rewrite-as auto|http|stdio]] [--allow-scripts NAME[,NAME]] FILE
        toybox import --backups DIR --admin PATH --undo [NAME...]
 
 Installs each server of an MCP client config (Claude Desktop's
@@ -234,6 +234,7 @@ func importMain(args []string) int {
 	state := fs.String("state", "", "the supervisor's state directory: a file an entry names is copied into its vat's data folder there")
 	backups := fs.String("backups", defaultBackups(), "the backup folder (0700, files 0600)")
 	rewrite := fs.String("rewrite", "", "rewrite each imported entry of the config to this toybox's endpoint, URL/<vat>/mcp (such as http://localhost:8787)")
+	rewriteAs := fs.String("rewrite-as", "auto", "what a rewritten entry is: http ({\"type\": \"http\", \"url\": ...}), stdio (toybox stdio URL, for clients that launch stdio servers only), auto (stdio for Claude Desktop's claude_desktop_config.json, else http)")
 	allow := fs.String("allow-scripts", "", "packages whose install scripts may run, as ?allow-scripts=")
 	undo := fs.Bool("undo", false, "restore the named servers (none: every one) from their backups, newest first")
 	timeout := fs.Duration("timeout", 15*time.Minute, "how long one server's install may take")
@@ -259,7 +260,13 @@ func importMain(args []string) int {
 			return exitUsage
 		}
 	}
-	im := importer{a: a, state: *state, backups: *backups, rewrite: strings.TrimRight(*rewrite, "/"), allow: *allow}
+	switch *rewriteAs {
+	case "auto", "http", "stdio":
+	default:
+		fmt.Fprintf(os.Stderr, "toybox import: --rewrite-as %q: want auto, http or stdio\n", *rewriteAs)
+		return exitUsage
+	}
+	im := importer{a: a, state: *state, backups: *backups, rewrite: strings.TrimRight(*rewrite, "/"), rewriteAs: *rewriteAs, allow: *allow}
 	return im.run(fs.Arg(0))
 }
 
@@ -267,6 +274,7 @@ type importer struct {
 	a              admin
 	state, backups string
 	rewrite, allow string
+	rewriteAs      string // auto, http or stdio
 	config         string
 	cc             packages.ClientConfig
 	done           []*backup // this run's imported servers
@@ -600,9 +608,19 @@ func (im *importer) rewriteConfig() error {
 	if err := writeFileAtomic(filepath.Join(im.backups, im.done[0].Stamp+"-config-"+filepath.Base(im.config)), orig, 0o600); err != nil {
 		return err
 	}
+	// A client that launches stdio servers only gets toybox stdio, from
+	// the file running now.
+	var stdio []string
+	if im.rewriteAs == "stdio" || im.rewriteAs == "auto" && strings.EqualFold(filepath.Base(im.config), claudeDesktopConfig) {
+		self, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("finding toybox's own file for its stdio entries: %w", err)
+		}
+		stdio = []string{self, "stdio"}
+	}
 	set := map[string]json.RawMessage{}
 	for _, bk := range im.done {
-		e := rewrittenEntry(cc.Servers[bk.Name], im.rewrite+"/"+bk.Vat+"/mcp")
+		e := rewrittenEntry(cc.Servers[bk.Name], im.rewrite+"/"+bk.Vat+"/mcp", stdio)
 		set[bk.Name] = e
 		bk.RewrittenTo = e
 	}
@@ -629,14 +647,26 @@ func (im *importer) rewriteConfig() error {
 // launchKeys are the members of a stdio entry that say how to start it.
 var launchKeys = []string{"type", "transport", "command", "args", "env", "envFile", "cwd", "url"}
 
+// claudeDesktopConfig is Claude Desktop's config file, whose entries it
+// reads as stdio servers alone: a url entry there is skipped, or stops it
+// from starting.
+const claudeDesktopConfig = "claude_desktop_config.json"
+
 // rewrittenEntry is entry old pointed at url: its launchKeys give way to
-// {"type": "http", "url": url}, and every other member (Cline's
-// "disabled" and "autoApprove", say) is kept.
-func rewrittenEntry(old json.RawMessage, url string) json.RawMessage {
+// {"type": "http", "url": url}, or with stdio (toybox's file and its
+// stdio command) to {"command": stdio[0], "args": [stdio[1], url]}; every
+// other member (Cline's "disabled" and "autoApprove", say) is kept.
+func rewrittenEntry(old json.RawMessage, url string, stdio []string) json.RawMessage {
 	m := map[string]json.RawMessage{}
 	_ = json.Unmarshal(old, &m)
 	for _, k := range launchKeys {
 		delete(m, k)
+	}
+	if len(stdio) == 2 {
+		m["command"], _ = json.Marshal(stdio[0])
+		m["args"], _ = json.Marshal([]string{stdio[1], url})
+		b, _ := json.Marshal(m)
+		return b
 	}
 	m["type"], _ = json.Marshal("http")
 	m["url"], _ = json.Marshal(url)

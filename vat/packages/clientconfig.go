@@ -254,10 +254,12 @@ func (cc ClientConfig) Entry(name string) (ClientEntry, error) {
 	return e, nil
 }
 
-// Remote reports whether e is a remote server (a url): nothing to
-// install.
+// Remote reports whether e is a remote server: a url, or toybox's own
+// stdio bridge to one (toybox stdio URL, which toybox import writes for a
+// client that launches stdio servers only). Nothing to install.
 func (e ClientEntry) Remote() bool {
-	return e.URL != "" || e.Type == "http" || e.Type == "sse"
+	stdioBridge := filepath.Base(e.Command) == "toybox" && len(e.Args) == 2 && e.Args[0] == "stdio"
+	return e.URL != "" || e.Type == "http" || e.Type == "sse" || stdioBridge
 }
 
 // ImportKind says how an entry becomes a vat.

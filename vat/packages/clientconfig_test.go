@@ -130,6 +130,7 @@ func TestPlanImport(t *testing.T) {
 		{name: "a client variable in a secret", e: ClientEntry{Command: "npx", Args: []string{"-y", "srv"}, Env: map[string]string{"DATABASE_URL": "postgres://me:hunter2@db/${input:db}"}}, err: "env DATABASE_URL names a variable the client fills", hide: "hunter2"},
 		{name: "an env file", e: ClientEntry{Command: "npx", Args: []string{"-y", "srv"}, EnvFile: "/home/me/.env"}, err: `envFile "/home/me/.env" is not read`},
 		{name: "remote", e: ClientEntry{Type: "http", URL: "https://x/mcp"}, err: "remote"},
+		{name: "toybox's stdio bridge", e: ClientEntry{Command: "/usr/local/bin/toybox", Args: []string{"stdio", "http://localhost:8787/notes/mcp"}}, err: "remote"},
 		{name: "no command", e: ClientEntry{}, err: "no command"},
 		{name: "host program only", e: ClientEntry{Command: "node", Args: []string{"--version"}}, err: "no program"},
 		{
