@@ -72,27 +72,16 @@ var (
 	envKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 )
 
-// LoadTable reads the operator's table at path. The file and every folder
-// above it must be owned by root and writable by no one else (a folder
-// with the sticky bit, as /tmp, keeps others from replacing root's
-// entries): otherwise a vat's user, or an owner's, could approve code.
+// LoadTable reads the operator's table at path. The file, every folder
+// above it and every symlink on the way there (resolveRootOnly) must be
+// owned by root and writable by no one else (a folder with the sticky
+// bit, as /tmp, keeps others from replacing root's entries): otherwise a
+// vat's user, or an owner's, could approve code.
 // A missing file wraps fs.ErrNotExist.
 func LoadTable(path string) (*Table, error) {
-	real, err := filepath.EvalSymlinks(path)
+	real, err := resolveRootOnly(path)
 	if err != nil {
-		return nil, fmt.Errorf("reading the operator's table: %w", err)
-	}
-	real, err = filepath.Abs(real)
-	if err != nil {
-		return nil, fmt.Errorf("reading the operator's table: %w", err)
-	}
-	for dir := filepath.Dir(real); ; dir = filepath.Dir(dir) {
-		if why := rootOnly(dir, true); why != "" {
-			return nil, fmt.Errorf("%w: %s: the folder %s %s", ErrBadTable, path, dir, why)
-		}
-		if dir == "/" {
-			break
-		}
+		return nil, err
 	}
 	fd, err := unix.Open(real, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -122,6 +111,77 @@ func LoadTable(path string) (*Table, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return t, nil
+}
+
+// maxLinks bounds the symlinks followed on the way to the table, as the
+// kernel's own bound (40) does for a path.
+const maxLinks = 40
+
+// resolveRootOnly follows path as the kernel would and returns where it
+// leads. Every folder it enters must be root's and writable by no one
+// else, and so must every symlink on the way (a link in a folder others
+// may write, or one they own in a sticky folder, they may point
+// elsewhere). A path that leads nowhere wraps fs.ErrNotExist, whatever
+// the folders: a missing table approves nothing.
+func resolveRootOnly(path string) (string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", fmt.Errorf("reading the operator's table: %w", err)
+	}
+	why := ""
+	refuse := func(p, reason string) {
+		if why == "" {
+			why = fmt.Sprintf("%s: %s %s", path, p, reason)
+		}
+	}
+	cur, links := "/", 0
+	if r := rootOnly(cur, true); r != "" {
+		refuse("the folder /", r)
+	}
+	todo := strings.Split(abs, "/")
+	for len(todo) > 0 {
+		c := todo[0]
+		todo = todo[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			cur = filepath.Dir(cur) // a folder entered already
+			continue
+		}
+		next := filepath.Join(cur, c)
+		var st unix.Stat_t
+		if err := unix.Lstat(next, &st); err != nil {
+			return "", fmt.Errorf("reading the operator's table: %w", &os.PathError{Op: "lstat", Path: next, Err: err})
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			if st.Uid != 0 {
+				refuse("the symlink "+next, fmt.Sprintf("is owned by uid %d, not root (only root may choose what approves code)", st.Uid))
+			}
+			if links++; links > maxLinks {
+				return "", fmt.Errorf("reading the operator's table: %w", &os.PathError{Op: "open", Path: path, Err: unix.ELOOP})
+			}
+			target, err := os.Readlink(next)
+			if err != nil {
+				return "", fmt.Errorf("reading the operator's table: %w", err)
+			}
+			if filepath.IsAbs(target) {
+				cur = "/"
+			}
+			todo = append(strings.Split(target, "/"), todo...)
+			continue
+		}
+		cur = next
+		if slices.ContainsFunc(todo, func(c string) bool { return c != "" && c != "." }) {
+			if r := statRootOnly(&st, true); r != "" {
+				refuse("the folder "+next, r)
+			}
+		}
+	}
+	if why != "" {
+		return "", fmt.Errorf("%w: %s", ErrBadTable, why)
+	}
+	return cur, nil
 }
 
 // rootOnly says why the folder or file at p may be written by someone

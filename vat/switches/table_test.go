@@ -131,3 +131,59 @@ func TestLoadTableOnlyRoot(t *testing.T) {
 		t.Errorf("LoadTable(missing) = %v; want fs.ErrNotExist", err)
 	}
 }
+
+// TestLoadTableSymlinkOthersMayChange: a symlink on the way to the table
+// is followed, and the folder that holds it is checked as every other
+// folder on the way is: whoever may write that folder may point the link
+// at another file, and so choose which approvals toybox reads.
+func TestLoadTableSymlinkOthersMayChange(t *testing.T) {
+	testenv.RequireRoot(t) // the table must be root's, and the test makes folders that are not
+	dir := t.TempDir()
+	path := filepath.Join(dir, "walls-table.json")
+	if err := os.WriteFile(path, []byte(goodTable), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	users := filepath.Join(dir, "users")
+	if err := os.Mkdir(users, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(users, 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	fileLink := filepath.Join(users, "walls-table.json")
+	if err := os.Symlink(path, fileLink); err != nil {
+		t.Fatal(err)
+	}
+	dirLink := filepath.Join(users, "etc")
+	if err := os.Symlink(dir, dirLink); err != nil {
+		t.Fatal(err)
+	}
+	roots := filepath.Join(dir, "roots")
+	if err := os.Mkdir(roots, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rootLink := filepath.Join(roots, "walls-table.json")
+	if err := os.Symlink("../walls-table.json", rootLink); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadTable(rootLink); err != nil {
+		t.Errorf("LoadTable(a root's link in a root's folder) = %v; want the table", err)
+	}
+	for _, p := range []string{fileLink, filepath.Join(dirLink, "walls-table.json")} {
+		if _, err := LoadTable(p); !errors.Is(err, ErrBadTable) || !strings.Contains(err.Error(), "owned by uid 1000") {
+			t.Errorf("LoadTable(%s) = %v; want ErrBadTable: a folder on the way is uid 1000's", p, err)
+		}
+	}
+	if err := os.Chown(users, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Lchown(fileLink, 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadTable(fileLink); !errors.Is(err, ErrBadTable) || !strings.Contains(err.Error(), "owned by uid 1000") {
+		t.Errorf("LoadTable(a link of uid 1000's) = %v; want ErrBadTable", err)
+	}
+	if _, err := LoadTable(filepath.Join(users, "missing.json")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("LoadTable(missing) = %v; want fs.ErrNotExist", err)
+	}
+}
