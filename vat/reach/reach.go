@@ -141,19 +141,21 @@ type Facts struct {
 }
 
 var (
-	isWord      = pair{"%s is %s.", "%s está %s."}
-	noGrant     = pair{"It can reach nothing outside its wall: it has no grant, so it holds no Handle.", "No puede alcanzar nada fuera de su muro: no tiene permiso, así que no tiene ningún Handle."}
-	itCanReach  = pair{"Through its Handle it can reach:", "A través de su Handle puede alcanzar:"}
-	nothingElse = pair{"Nothing else: every other address is refused, with the reason.", "Nada más: cualquier otra dirección se rechaza, con el motivo."}
-	viaPublic   = pair{"Its Handle is narrowed from the switchboard's public handle: every address must also be public. A name that resolves to a private, loopback or reserved address is refused, and so is every address on the operator's deny list.", "Su Handle sale del handle público de la centralita: cada dirección debe ser además pública. Un nombre que resuelve a una dirección privada, de loopback o reservada se rechaza, igual que cada dirección de la lista de bloqueo del operador."}
-	viaLocal    = pair{"Its Handle is narrowed from the switchboard's local handle: it may reach the LAN and this computer where its grant names them. A loopback listener must pass the listener-owner check. The operator's deny list still applies.", "Su Handle sale del handle local de la centralita: puede alcanzar la red local y este ordenador donde su permiso los nombra. Un servicio en loopback debe pasar la comprobación de dueño. La lista de bloqueo del operador sigue aplicándose."}
-	sbDown      = pair{"Right now it can reach nothing: the switchboard is not answering (%s).", "Ahora mismo no puede alcanzar nada: la centralita no responde (%s)."}
-	sbNone      = pair{"This supervisor holds no switchboard socket: no vat can reach anything outside its wall.", "Este supervisor no tiene socket de centralita: ningún vat puede alcanzar nada fuera de su muro."}
-	droppedLine = pair{"Its manifest asked for %s; it was not granted.", "Su manifiesto pidió %s; no se le concedió."}
-	doorsLine   = pair{"Its doors: %s.", "Sus puertas: %s."}
-	noDoors     = pair{"It has no doors.", "No tiene puertas."}
-	unwalled    = pair{"It runs without its wall: its Handle binds only what it asks through it. Nothing stops it from using the network this computer gives toybox itself.", "Funciona sin su muro: su Handle solo limita lo que pide a través de él. Nada le impide usar la red que este ordenador le da al propio toybox."}
-	notRunning  = pair{"It is not running: it reaches nothing until it starts again.", "No está funcionando: no alcanza nada hasta que vuelva a arrancar."}
+	isWord             = pair{"%s is %s.", "%s está %s."}
+	noGrant            = pair{"It can reach nothing outside its wall: it has no grant, so it holds no Handle.", "No puede alcanzar nada fuera de su muro: no tiene permiso, así que no tiene ningún Handle."}
+	itCanReach         = pair{"Through its Handle it can reach:", "A través de su Handle puede alcanzar:"}
+	nothingElse        = pair{"Nothing else: every other address is refused, with the reason.", "Nada más: cualquier otra dirección se rechaza, con el motivo."}
+	viaPublic          = pair{"Its Handle is narrowed from the switchboard's public handle: every address must also be public. A name that resolves to a private, loopback or reserved address is refused, and so is every address on the operator's deny list.", "Su Handle sale del handle público de la centralita: cada dirección debe ser además pública. Un nombre que resuelve a una dirección privada, de loopback o reservada se rechaza, igual que cada dirección de la lista de bloqueo del operador."}
+	viaLocal           = pair{"Its Handle is narrowed from the switchboard's local handle: it may reach the LAN and this computer where its grant names them. A loopback listener must pass the listener-owner check. The operator's deny list still applies.", "Su Handle sale del handle local de la centralita: puede alcanzar la red local y este ordenador donde su permiso los nombra. Un servicio en loopback debe pasar la comprobación de dueño. La lista de bloqueo del operador sigue aplicándose."}
+	sbDown             = pair{"Right now it can reach nothing: the switchboard is not answering (%s).", "Ahora mismo no puede alcanzar nada: la centralita no responde (%s)."}
+	sbNone             = pair{"This supervisor holds no switchboard socket: no vat can reach anything outside its wall.", "Este supervisor no tiene socket de centralita: ningún vat puede alcanzar nada fuera de su muro."}
+	droppedLine        = pair{"Its manifest asked for %s; it was not granted.", "Su manifiesto pidió %s; no se le concedió."}
+	doorsLine          = pair{"Its doors: %s.", "Sus puertas: %s."}
+	noDoors            = pair{"It has no doors.", "No tiene puertas."}
+	noHandle           = pair{"It has no grant, so it holds no Handle.", "No tiene permiso, así que no tiene ningún Handle."}
+	nothingElseThrough = pair{"Through its Handle nothing else: every other address asked through it is refused, with the reason.", "A través de su Handle nada más: cualquier otra dirección que pida por él se rechaza, con el motivo."}
+	unwalled           = pair{"It runs without its wall: its Handle binds only what it asks through it. Nothing stops it from using the network this computer gives toybox itself.", "Funciona sin su muro: su Handle solo limita lo que pide a través de él. Nada le impide usar la red que este ordenador le da al propio toybox."}
+	notRunning         = pair{"It is not running: it reaches nothing until it starts again.", "No está funcionando: no alcanza nada hasta que vuelva a arrancar."}
 )
 
 // Explain answers "what can this vat reach, and why", one sentence a line.
@@ -162,18 +164,22 @@ func Explain(f Facts, lang string) []string {
 	if f.Word.Off() {
 		out = append(out, notRunning.in(lang))
 	}
+	// Without its wall the Handle is not its only way out: nothing here
+	// may say that it reaches nothing else.
+	none, rest := noGrant, nothingElse
 	if !walled(f.Word) && (f.Word.Serving() || f.Word == words.NotAnswering) {
 		out = append(out, unwalled.in(lang))
+		none, rest = noHandle, nothingElseThrough
 	}
 	switch {
 	case len(f.Grant) == 0:
-		out = append(out, noGrant.in(lang))
+		out = append(out, none.in(lang))
 	default:
 		out = append(out, itCanReach.in(lang))
 		for _, g := range f.Grant {
 			out = append(out, "  - "+Grant(g, lang))
 		}
-		out = append(out, nothingElse.in(lang))
+		out = append(out, rest.in(lang))
 		switch {
 		case f.NoSwitchboard:
 			out = append(out, sbNone.in(lang))
@@ -196,4 +202,9 @@ func Explain(f Facts, lang string) []string {
 	return out
 }
 
-func walled(w words.Word) bool { return w == words.Walled || w == words.WalledNoSeccomp }
+// walled reports whether w holds the vat inside a wall, whose network
+// is loopback alone: a vat that shares a host folder or credentials is
+// still walled off the network.
+func walled(w words.Word) bool {
+	return w == words.Walled || w == words.WalledNoSeccomp || w == words.NotWalledShares
+}

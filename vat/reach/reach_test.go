@@ -58,3 +58,30 @@ func TestExplain(t *testing.T) {
 		t.Errorf("Explain(unwalled, no grant) = %q", none)
 	}
 }
+
+// TestExplainUnwalledClaimsNoWall: a vat that runs without its wall uses
+// the network toybox has, Handle or not. Its answer never says that it
+// reaches nothing, or that every other address is refused; a vat inside
+// its wall that shares a host folder is still walled off the network.
+func TestExplainUnwalledClaimsNoWall(t *testing.T) {
+	grant := []labels.Set{{Host: "127.0.0.1", Port: 8000}}
+	for _, w := range []words.Word{words.NotWalledChoice, words.NotWalledOperator, words.NotWalledHost, words.NotWalledApproved, words.NotWalledNoBwrap, words.NotWalledNoBwrapDocker} {
+		for _, g := range [][]labels.Set{nil, grant} {
+			for _, lang := range []string{"en", "es"} {
+				got := strings.Join(Explain(Facts{ID: "x", Word: w, Grant: g, Network: "local"}, lang), "\n")
+				for _, never := range []string{noGrant.in(lang), nothingElse.in(lang)} {
+					if strings.Contains(got, never) {
+						t.Errorf("Explain(%s, grant %v, %s) = %q; it says %q of a vat without a wall", w, g, lang, got, never)
+					}
+				}
+				if !strings.Contains(got, unwalled.in(lang)) {
+					t.Errorf("Explain(%s, %s) = %q; want it to say it runs without its wall", w, lang, got)
+				}
+			}
+		}
+	}
+	got := strings.Join(Explain(Facts{ID: "x", Word: words.NotWalledShares, Grant: grant, Network: "local"}, "en"), "\n")
+	if strings.Contains(got, unwalled.in("en")) || !strings.Contains(got, nothingElse.in("en")) {
+		t.Errorf("Explain(shares) = %q; want it walled off the network but for its grant", got)
+	}
+}
