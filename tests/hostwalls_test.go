@@ -6,9 +6,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -398,4 +402,50 @@ func TestSharedFolder(t *testing.T) {
 	if _, body := s.get("/eve/env"); strings.Contains(body, "S3_KEY") {
 		t.Errorf("eve holds media's credentials:\n%s", body)
 	}
+}
+
+// TestUnwalledStatusTellsTheTruth: a vat the kill switch runs without its
+// wall uses toybox's network directly, whatever its Handle admits. With
+// the switchboard gone it still reaches a server its grant does not
+// name, so neither the page nor toybox reach may say that it reaches
+// nothing right now, or nothing else.
+func TestUnwalledStatusTellsTheTruth(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "hello from the host")
+	}))
+	defer srv.Close()
+	s := newStack(t, stackOpts{env: []string{"TOYBOX_WALLS=off"}})
+	s.mustInstall("erin", example(t, "egress-probe"), q("egress", `{"host":"192.0.2.1","port":80}`))
+	s.waitWord("erin", words.NotWalledOperator.String())
+	_ = s.sb.Process.Kill()
+	_ = s.sb.Wait()
+	s.sb = nil
+	if _, body := s.get("/erin?url=" + url.QueryEscape(srv.URL+"/")); !strings.Contains(body, "got: hello from the host") {
+		t.Fatalf("the unwalled vat fetching %s with the switchboard gone = %q; want it reached (a control: what the words must say)", srv.URL, body)
+	}
+	var vats string
+	waitFor(t, "the page to say the switchboard does not answer", 10*time.Second, func() bool {
+		_, body := s.adminDo("GET", "/ui/status.json", nil)
+		var p struct {
+			Host struct {
+				Up bool `json:"switchboard_up"`
+			} `json:"host"`
+			Vats json.RawMessage `json:"vats"`
+		}
+		if err := json.Unmarshal([]byte(body), &p); err != nil {
+			t.Fatalf("status.json: %v: %s", err, body)
+		}
+		vats = string(p.Vats)
+		return !p.Host.Up
+	})
+	out, _ := exec.Command(filepath.Join(bins, "toybox"), "reach", "--admin", s.admin, "erin").CombinedOutput()
+	for _, never := range []string{"can reach nothing", "Nothing else: every other address is refused"} {
+		if strings.Contains(vats, never) {
+			t.Errorf("erin on the page says %q:\n%s", never, vats)
+		}
+		if strings.Contains(string(out), never) {
+			t.Errorf("toybox reach erin says %q:\n%s", never, out)
+		}
+	}
+	wantIn(t, "toybox reach erin", string(out), "without its wall", "the switchboard is not answering")
 }

@@ -152,6 +152,8 @@ var (
 	droppedLine        = pair{"Its manifest asked for %s; it was not granted.", "Su manifiesto pidió %s; no se le concedió."}
 	doorsLine          = pair{"Its doors: %s.", "Sus puertas: %s."}
 	noDoors            = pair{"It has no doors.", "No tiene puertas."}
+	sbDownHandle       = pair{"Right now its Handle reaches nothing: the switchboard is not answering (%s).", "Ahora mismo su Handle no alcanza nada: la centralita no responde (%s)."}
+	sbNoneHandle       = pair{"This supervisor holds no switchboard socket: its Handle reaches nothing.", "Este supervisor no tiene socket de centralita: su Handle no alcanza nada."}
 	noHandle           = pair{"It has no grant, so it holds no Handle.", "No tiene permiso, así que no tiene ningún Handle."}
 	nothingElseThrough = pair{"Through its Handle nothing else: every other address asked through it is refused, with the reason.", "A través de su Handle nada más: cualquier otra dirección que pida por él se rechaza, con el motivo."}
 	unwalled           = pair{"It runs without its wall: its Handle binds only what it asks through it. Nothing stops it from using the network this computer gives toybox itself.", "Funciona sin su muro: su Handle solo limita lo que pide a través de él. Nada le impide usar la red que este ordenador le da al propio toybox."}
@@ -166,10 +168,10 @@ func Explain(f Facts, lang string) []string {
 	}
 	// Without its wall the Handle is not its only way out: nothing here
 	// may say that it reaches nothing else.
-	none, rest := noGrant, nothingElse
+	none, rest, down, noSB := noGrant, nothingElse, sbDown, sbNone
 	if !walled(f.Word) && (f.Word.Serving() || f.Word == words.NotAnswering) {
 		out = append(out, unwalled.in(lang))
-		none, rest = noHandle, nothingElseThrough
+		none, rest, down, noSB = noHandle, nothingElseThrough, sbDownHandle, sbNoneHandle
 	}
 	switch {
 	case len(f.Grant) == 0:
@@ -182,9 +184,9 @@ func Explain(f Facts, lang string) []string {
 		out = append(out, rest.in(lang))
 		switch {
 		case f.NoSwitchboard:
-			out = append(out, sbNone.in(lang))
+			out = append(out, noSB.in(lang))
 		case f.Down != "":
-			out = append(out, fmt.Sprintf(sbDown.in(lang), f.Down))
+			out = append(out, fmt.Sprintf(down.in(lang), f.Down))
 		case f.Network == labels.NetworkLocal:
 			out = append(out, viaLocal.in(lang))
 		case f.Network == labels.NetworkPublic:

@@ -1,6 +1,7 @@
 package reach
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -69,7 +70,9 @@ func TestExplainUnwalledClaimsNoWall(t *testing.T) {
 		for _, g := range [][]labels.Set{nil, grant} {
 			for _, lang := range []string{"en", "es"} {
 				got := strings.Join(Explain(Facts{ID: "x", Word: w, Grant: g, Network: "local"}, lang), "\n")
-				for _, never := range []string{noGrant.in(lang), nothingElse.in(lang)} {
+				got += strings.Join(Explain(Facts{ID: "x", Word: w, Grant: g, Down: "refused"}, lang), "\n")
+				got += strings.Join(Explain(Facts{ID: "x", Word: w, Grant: g, NoSwitchboard: true}, lang), "\n")
+				for _, never := range []string{noGrant.in(lang), nothingElse.in(lang), fmt.Sprintf(sbDown.in(lang), "refused"), sbNone.in(lang)} {
 					if strings.Contains(got, never) {
 						t.Errorf("Explain(%s, grant %v, %s) = %q; it says %q of a vat without a wall", w, g, lang, got, never)
 					}

@@ -167,7 +167,12 @@ func (u *UI) vatView(st supervisor.Status, h Host, lang string) VatView {
 	if len(v.Grant) == 0 {
 		v.Grant = []string{words.PageNoGrant.In(lang)}
 	} else if !h.SwitchboardUp && u.cfg.Upstream != nil {
-		v.Grant = append(v.Grant, words.PageEgressDown.In(lang))
+		down := words.PageEgressDown
+		if st.PID > 0 && st.Tier == "" {
+			// It runs without a wall: only its Handle is cut off.
+			down = words.PageEgressDownHandle
+		}
+		v.Grant = append(v.Grant, down.In(lang))
 	}
 	add := func(key string, label words.Phrase, values ...string) {
 		var kept []string
