@@ -79,6 +79,7 @@ func (s *Supervisor) spawnWalled(ctx context.Context, v *vat, code store.Code, r
 			env[k] = val
 		}
 	}
+	owned := maps.Clone(env)
 	env = packageEnv(code, env)
 	if u := s.mcpPublicURL(string(v.id), code, rec); u != "" {
 		env[mcpPublicURLEnv] = u
@@ -86,6 +87,10 @@ func (s *Supervisor) spawnWalled(ctx context.Context, v *vat, code store.Code, r
 	maps.Copy(env, mcpEnv(code, rec))
 	shares := s.cfg.Switches.Shares(string(v.id))
 	shareEnv(env, shares)
+	// sandbox.files binds the owner's values alone: a value toybox or the
+	// operator's table set (a shared credential set wins over the owner's)
+	// is environment, never a folder of the vat's.
+	maps.DeleteFunc(owned, func(k, val string) bool { return env[k] != val })
 	spec := wall.Spec{
 		ID:         v.id,
 		Host:       s.walls,
@@ -95,7 +100,7 @@ func (s *Supervisor) spawnWalled(ctx context.Context, v *vat, code store.Code, r
 		RunDir:     s.cfg.Store.RunDir(v.id),
 		StateDir:   s.cfg.Store.StateDir(),
 		Env:        env,
-		Files:      wallFiles(m.Sandbox.Files.Read, m.Sandbox.Files.Write, m.Sandbox.Files.OAuthDir, env),
+		Files:      wallFiles(m.Sandbox.Files.Read, m.Sandbox.Files.Write, m.Sandbox.Files.OAuthDir, owned),
 		OwnEnvFile: m.OwnEnvFile,
 		Inotify:    m.Sandbox.Inotify,
 		Net:        m.Net(g),
@@ -137,11 +142,13 @@ func (s *Supervisor) spawnWalled(ctx context.Context, v *vat, code store.Code, r
 	return p, out, entryEnded, nil
 }
 
-func wallFiles(read, write, oauth []string, env map[string]string) wall.Files {
+// wallFiles are the files a manifest's sandbox.files names: the values
+// of owned (the owner's own) under its keys.
+func wallFiles(read, write, oauth []string, owned map[string]string) wall.Files {
 	pick := func(keys []string) []string {
 		var out []string
 		for _, k := range keys {
-			if p := env[k]; p != "" {
+			if p := owned[k]; p != "" {
 				out = append(out, filepath.Clean(p))
 			}
 		}
