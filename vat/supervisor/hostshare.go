@@ -17,6 +17,7 @@ import (
 // own folders, or that it runs without a wall: its wall line says them.
 type wallFacts struct {
 	unwalled bool
+	asToybox bool // unwalled, as the supervisor's own user
 	docker   bool // unwalled, and a Docker socket is reachable from it
 	shares   []switches.Share
 	state    []string
@@ -37,6 +38,9 @@ func (f wallFacts) shareNames() string {
 func (f wallFacts) line(lang string) string {
 	if f.unwalled {
 		out := words.LineUnwalled.In(lang)
+		if f.asToybox {
+			out += " " + words.LineUnwalledAsToybox.In(lang)
+		}
 		if f.docker {
 			out += " " + words.LineDocker.In(lang)
 		}

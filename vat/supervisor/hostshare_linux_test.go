@@ -1,13 +1,20 @@
 package supervisor
 
 import (
+	"fmt"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"toybox/tests/testenv"
+	"toybox/vat/store"
 	"toybox/vat/switches"
 	"toybox/vat/wall"
+	"toybox/vat/words"
 )
 
 // TestShareEnvIsNoFileGrant: a credential set the operator's table shares
@@ -48,5 +55,60 @@ func TestShareEnvIsNoFileGrant(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatalf("the supervisor never launched the wall (PUT: %d %s)", rec.Code, rec.Body)
+	}
+}
+
+// TestUnwalledAsToyboxSaysSo: a vat run without its wall as toybox's own
+// user (a supervisor that is not root gives vats no uids of their own)
+// can change toybox's state: every vat's code and data, and walls.json,
+// where the owner's choices unwall vats. Its wall line says so; a vat
+// with a uid of its own does not read so.
+func TestUnwalledAsToyboxSaysSo(t *testing.T) {
+	testenv.RequireRoot(t)
+	for _, own := range []bool{false, true} {
+		t.Run(fmt.Sprintf("as toybox %v", own), func(t *testing.T) {
+			dir, err := os.MkdirTemp("", "tbx-sup-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.RemoveAll(dir) })
+			if err := os.Chmod(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			st, err := store.Open(store.Config{StateDir: filepath.Join(dir, "state")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sw, err := switches.New(switches.Config{Kill: "off", StateDir: st.StateDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := Config{Store: st, Switches: sw, UIDBase: testUIDBase, Hosts: testHosts(t), StopGrace: time.Second, ReadyTimeout: 10 * time.Second}
+			if own {
+				// As a supervisor that is not root: vats run as its user.
+				cfg.UIDBase, cfg.UID, cfg.GID = -1, -1, -1
+			}
+			s, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			shutdownAtEnd(t, s)
+			stat, _, err := s.Install(InstallRequest{ID: "backend", Code: storeFile(t, st, shellScriptApp(t))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if stat.Status != words.NotWalledOperator.String() {
+				t.Fatalf("status %q; want %q", stat.Status, words.NotWalledOperator)
+			}
+			for _, lang := range []string{"en", "es"} {
+				line := stat.WallLine
+				if lang == "es" {
+					line = stat.WallLineES
+				}
+				if got := strings.Contains(line, words.LineUnwalledAsToybox.In(lang)); got != own {
+					t.Errorf("wall line (%s) %q; says it runs as toybox's user: %v, want %v", lang, line, got, own)
+				}
+			}
+		})
 	}
 }

@@ -556,7 +556,8 @@ func (s *Supervisor) spawn(ctx context.Context, v *vat) (r *running, off words.W
 			return nil, off, err
 		}
 		r.word = dec.Word
-		facts = wallFacts{unwalled: true, docker: s.dockerReachable(s.unwalledIDs(rec))}
+		vuid, vgid, groups := s.unwalledIDs(rec)
+		facts = wallFacts{unwalled: true, asToybox: vuid < 0, docker: s.dockerReachable(vuid, vgid, groups)}
 		if r.word == words.NotWalledNoBwrap && facts.docker {
 			r.word = words.NotWalledNoBwrapDocker
 		}

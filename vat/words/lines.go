@@ -17,6 +17,9 @@ const (
 	LineUnwalled
 	// LineDocker: the Docker socket is reachable from an unwalled vat.
 	LineDocker
+	// LineUnwalledAsToybox: an unwalled vat runs as toybox's own user
+	// (a supervisor that is not root gives vats no uid of their own).
+	LineUnwalledAsToybox
 	// LineSharesFolder: a shared host folder, all of it (its name, its
 	// path).
 	LineSharesFolder
@@ -42,6 +45,10 @@ var lines = map[Line]pair{
 	LineDocker: {
 		"The Docker socket is reachable from it: whoever holds that socket is root on this computer.",
 		"El socket de Docker está a su alcance: quien tiene ese socket es root en este ordenador.",
+	},
+	LineUnwalledAsToybox: {
+		"It runs as toybox's own user: it can change toybox's state, every vat's code and data, and the owners' choices of which vats run walled.",
+		"Funciona como el propio usuario de toybox: puede cambiar el estado de toybox, el código y los datos de cada vat, y las elecciones de los dueños sobre qué vats funcionan con muro.",
 	},
 	LineSharesFolder: {
 		"It shares %s with the host: it can read and change everything in %s, as the host does.",
@@ -77,5 +84,5 @@ func (l Line) In(lang string, args ...any) string {
 
 // Lines lists every line, for tests and documentation.
 func Lines() []Line {
-	return []Line{LineNotCovered, LineUnwalled, LineDocker, LineSharesFolder, LineSharesEntries, LineSharesCredentials, LineStateFolder}
+	return []Line{LineNotCovered, LineUnwalled, LineDocker, LineUnwalledAsToybox, LineSharesFolder, LineSharesEntries, LineSharesCredentials, LineStateFolder}
 }
