@@ -44,18 +44,20 @@ func (f wallFacts) line(lang string) string {
 		if f.docker {
 			out += " " + words.LineDocker.In(lang)
 		}
+		// Its environment holds the credential sets all the same; a
+		// shared folder is not bound, its user reaches it or not.
+		for _, sh := range f.shares {
+			if len(sh.Env) > 0 {
+				out += " " + credentialsLine(sh, lang)
+			}
+		}
 		return out
 	}
 	var out []string
 	for _, sh := range f.shares {
 		switch {
 		case len(sh.Env) > 0:
-			keys := make([]string, 0, len(sh.Env))
-			for k := range sh.Env {
-				keys = append(keys, k)
-			}
-			slices.Sort(keys)
-			out = append(out, words.LineSharesCredentials.In(lang, sh.Name, strings.Join(keys, ", ")))
+			out = append(out, credentialsLine(sh, lang))
 		case len(sh.Entries) > 0:
 			out = append(out, words.LineSharesEntries.In(lang, sh.Name, strings.Join(sh.Entries, ", "), sh.Folder))
 		default:
@@ -66,6 +68,17 @@ func (f wallFacts) line(lang string) string {
 		out = append(out, words.LineStateFolder.In(lang, d))
 	}
 	return strings.Join(append(out, words.LineNotCovered.In(lang)), " ")
+}
+
+// credentialsLine says the credential set sh in lang: its name and its
+// keys.
+func credentialsLine(sh switches.Share, lang string) string {
+	keys := make([]string, 0, len(sh.Env))
+	for k := range sh.Env {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return words.LineSharesCredentials.In(lang, sh.Name, strings.Join(keys, ", "))
 }
 
 // wallShares are the shared folders a wall binds (credential sets are

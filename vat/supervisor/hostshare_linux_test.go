@@ -112,3 +112,36 @@ func TestUnwalledAsToyboxSaysSo(t *testing.T) {
 		})
 	}
 }
+
+// TestUnwalledSharedCredentialsSaid: a vat run without its wall still
+// gets the credential sets the operator's table shares with it (its
+// environment), so its wall line names them, as a walled vat's does.
+func TestUnwalledSharedCredentialsSaid(t *testing.T) {
+	testenv.RequireRoot(t)
+	tab, err := switches.ParseTable([]byte(`{"shares": [{"name": "the shop's storage", "env": {"S3_KEY": "k"}, "vats": ["shop"]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, st, _ := unwalledSupervisor(t, time.Second)
+	sw, err := switches.New(switches.Config{Kill: "off", StateDir: st.StateDir(), Table: tab})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.cfg.Switches = sw
+	stat, _, err := s.Install(InstallRequest{ID: "shop", Code: storeFile(t, st, shellScriptApp(t))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stat.Status != words.NotWalledOperator.String() {
+		t.Fatalf("status %q; want %q", stat.Status, words.NotWalledOperator)
+	}
+	for _, lang := range []string{"en", "es"} {
+		line := stat.WallLine
+		if lang == "es" {
+			line = stat.WallLineES
+		}
+		if want := words.LineSharesCredentials.In(lang, "the shop's storage", "S3_KEY"); !strings.Contains(line, want) {
+			t.Errorf("wall line (%s) %q; want it to say %q", lang, line, want)
+		}
+	}
+}

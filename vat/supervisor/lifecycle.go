@@ -557,7 +557,7 @@ func (s *Supervisor) spawn(ctx context.Context, v *vat) (r *running, off words.W
 		}
 		r.word = dec.Word
 		vuid, vgid, groups := s.unwalledIDs(rec)
-		facts = wallFacts{unwalled: true, asToybox: vuid < 0, docker: s.dockerReachable(vuid, vgid, groups)}
+		facts = wallFacts{unwalled: true, asToybox: vuid < 0, docker: s.dockerReachable(vuid, vgid, groups), shares: s.cfg.Switches.Shares(string(v.id))}
 		if r.word == words.NotWalledNoBwrap && facts.docker {
 			r.word = words.NotWalledNoBwrapDocker
 		}
