@@ -90,7 +90,7 @@ func serveMain(args []string) int {
 	entryPath := fs.String("entry", "", "toybox-entry binary (default: next to this binary)")
 	bwrapPath := fs.String("bwrap", "", "the bubblewrap binary walls run (default: bwrap on PATH); toybox's own copy where AppArmor restricts user namespaces (toybox doctor)")
 	tablePath := fs.String("walls-table", "", "the operator's table: approved commands, shared host resources, state folders (default: "+switches.TablePath+", where a missing file means none); root's alone, writable by no one else")
-	dockerSock := fs.String("docker-socket", "", "the Docker socket whose reach an unwalled vat's status names (default: /run/docker.sock and /var/run/docker.sock)")
+	dockerSock := fs.String("docker-socket", "", "a Docker socket whose reach an unwalled vat's status names, besides /run/docker.sock and /var/run/docker.sock")
 	doorsPath := fs.String("doors", "", "the operator's door table (default: <state>/doors.json, where a missing file means no doors)")
 	readyTimeout := fs.Duration("ready-timeout", 10*time.Second, "how long an app has to listen on $TOYBOX_LISTEN")
 	stopGrace := fs.Duration("stop-grace", 5*time.Second, "time between SIGTERM and SIGKILL when stopping a vat")

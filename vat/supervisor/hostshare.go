@@ -111,11 +111,8 @@ var defaultDockerSockets = []string{"/run/docker.sock", "/var/run/docker.sock"}
 // identity, asked of the kernel). Connecting to a unix socket needs write
 // permission on it.
 func (s *Supervisor) dockerReachable(uid, gid int, groups []int) bool {
-	socks := s.cfg.DockerSockets
-	if socks == nil {
-		socks = defaultDockerSockets
-	}
-	for _, p := range socks {
+	// The usual places too: naming another socket takes none away.
+	for _, p := range slices.Concat(defaultDockerSockets, s.cfg.DockerSockets) {
 		var st unix.Stat_t
 		if err := unix.Stat(p, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFSOCK {
 			continue

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"fmt"
+	"net"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -143,5 +144,37 @@ func TestUnwalledSharedCredentialsSaid(t *testing.T) {
 		if want := words.LineSharesCredentials.In(lang, "the shop's storage", "S3_KEY"); !strings.Contains(line, want) {
 			t.Errorf("wall line (%s) %q; want it to say %q", lang, line, want)
 		}
+	}
+}
+
+// TestDockerSocketFlagAddsToTheDefaults: naming another Docker socket
+// (--docker-socket) does not make the usual ones unreachable. An
+// unwalled vat that may connect to either is said to reach Docker.
+func TestDockerSocketFlagAddsToTheDefaults(t *testing.T) {
+	dir := t.TempDir()
+	usual, named := filepath.Join(dir, "usual.sock"), filepath.Join(dir, "named.sock")
+	for _, p := range []string{usual, named} {
+		l, err := net.Listen("unix", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+	}
+	if err := os.Chmod(usual, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(named, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	old := defaultDockerSockets
+	defaultDockerSockets = []string{usual}
+	defer func() { defaultDockerSockets = old }()
+	s := &Supervisor{cfg: Config{DockerSockets: []string{named}}}
+	if !s.dockerReachable(1000, 1000, nil) {
+		t.Errorf("dockerReachable with %s 0666 and --docker-socket %s = false; want true", usual, named)
+	}
+	s.cfg.DockerSockets = nil
+	if !s.dockerReachable(1000, 1000, nil) {
+		t.Errorf("dockerReachable with %s 0666 = false; want true (a control)", usual)
 	}
 }

@@ -114,8 +114,8 @@ type Config struct {
 	// Bwrap is the bubblewrap binary handed to the wall (wall.Spec.Bwrap).
 	// If empty, bwrap on $PATH.
 	Bwrap string
-	// DockerSockets are the Docker sockets an unwalled vat's status says
-	// it reaches, when its user may connect to one. If nil,
+	// DockerSockets are more Docker sockets an unwalled vat's status says
+	// it reaches, when its user may connect to one, besides
 	// /run/docker.sock and /var/run/docker.sock.
 	DockerSockets []string
 	// ReadyTimeout is how long an app has to listen on $TOYBOX_LISTEN. If
