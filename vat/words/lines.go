@@ -55,8 +55,8 @@ var lines = map[Line]pair{
 		"Comparte %s con el ordenador: puede leer y cambiar todo lo que hay en %s, igual que el ordenador.",
 	},
 	LineSharesEntries: {
-		"It shares %s with the host: it can read and change %s in %s, as the host does; the folder's other entries are hidden from it.",
-		"Comparte %s con el ordenador: puede leer y cambiar %s en %s, igual que el ordenador; las demás entradas de la carpeta le quedan ocultas.",
+		"It shares %s with the host: it can read and change %s in %s, as the host does; the folder's other entries are hidden from it, but one made there after it started shows until it starts again.",
+		"Comparte %s con el ordenador: puede leer y cambiar %s en %s, igual que el ordenador; las demás entradas de la carpeta le quedan ocultas, pero una creada allí después de que arrancara se ve hasta que vuelva a arrancar.",
 	},
 	LineSharesCredentials: {
 		"It shares %s with the host: it holds %s, and can read and change whatever they open.",
