@@ -138,6 +138,9 @@ type Facts struct {
 	Down string
 	// NoSwitchboard: the supervisor holds no switchboard socket.
 	NoSwitchboard bool
+	// Unwalled: its app runs now without a wall (whatever its word:
+	// starting, or not answering).
+	Unwalled bool
 }
 
 var (
@@ -169,7 +172,7 @@ func Explain(f Facts, lang string) []string {
 	// Without its wall the Handle is not its only way out: nothing here
 	// may say that it reaches nothing else.
 	none, rest, down, noSB := noGrant, nothingElse, sbDown, sbNone
-	if !walled(f.Word) && (f.Word.Serving() || f.Word == words.NotAnswering) {
+	if f.Unwalled || f.Word.Unwalled() {
 		out = append(out, unwalled.in(lang))
 		none, rest, down, noSB = noHandle, nothingElseThrough, sbDownHandle, sbNoneHandle
 	}
@@ -202,11 +205,4 @@ func Explain(f Facts, lang string) []string {
 		out = append(out, fmt.Sprintf(doorsLine.in(lang), strings.Join(f.Doors, ", ")))
 	}
 	return out
-}
-
-// walled reports whether w holds the vat inside a wall, whose network
-// is loopback alone: a vat that shares a host folder or credentials is
-// still walled off the network.
-func walled(w words.Word) bool {
-	return w == words.Walled || w == words.WalledNoSeccomp || w == words.NotWalledShares
 }

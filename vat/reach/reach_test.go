@@ -88,3 +88,20 @@ func TestExplainUnwalledClaimsNoWall(t *testing.T) {
 		t.Errorf("Explain(shares) = %q; want it walled off the network but for its grant", got)
 	}
 }
+
+// TestExplainByWhatRuns: whether the vat runs without a wall is what runs
+// now, not only its word. A walled vat that stopped answering is still
+// walled; an unwalled app that is starting already runs, and can use
+// toybox's network before it listens.
+func TestExplainByWhatRuns(t *testing.T) {
+	deaf := strings.Join(Explain(Facts{ID: "x", Word: words.NotAnswering}, "en"), "\n")
+	if strings.Contains(deaf, unwalled.in("en")) || !strings.Contains(deaf, noGrant.in("en")) {
+		t.Errorf("Explain(walled, not answering) = %q; want it walled", deaf)
+	}
+	for _, w := range []words.Word{words.Starting, words.NotAnswering} {
+		got := strings.Join(Explain(Facts{ID: "x", Word: w, Unwalled: true}, "en"), "\n")
+		if !strings.Contains(got, unwalled.in("en")) || strings.Contains(got, noGrant.in("en")) {
+			t.Errorf("Explain(%s, running without a wall) = %q; want it said unwalled", w, got)
+		}
+	}
+}

@@ -302,5 +302,6 @@ func (u *UI) reachFacts(st supervisor.Status, h Host) reach.Facts {
 	return reach.Facts{
 		ID: string(st.ID), Word: st.Word(), Grant: st.Grant, Dropped: st.Dropped, Doors: st.Doors,
 		Network: h.Network, Down: h.Down, NoSwitchboard: u.cfg.Upstream == nil,
+		Unwalled: st.PID > 0 && st.Tier == "",
 	}
 }
