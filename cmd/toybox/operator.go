@@ -96,7 +96,7 @@ func (o *operatorView) bootNotices(ctx context.Context, sup *supervisor.Supervis
 	}
 	var vats []notices.Vat
 	for _, st := range sup.List() {
-		nv := notices.Vat{ID: string(st.ID), Word: st.Word(), Detail: st.WordDetail()}
+		nv := notices.Vat{ID: string(st.ID), Word: st.Word(), Detail: st.WordDetail(), DetailES: st.WordDetailES()}
 		if len(st.Grant) == 0 {
 			nv.Reach = notices.Text{EN: words.PageNoGrant.In("en"), ES: words.PageNoGrant.In("es")}
 		} else {

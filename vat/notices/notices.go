@@ -9,6 +9,7 @@
 package notices
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"sync"
@@ -88,8 +89,8 @@ type Vat struct {
 	ID   string
 	Word words.Word
 	// Detail is what its word names ("not walled: shares <Detail>"), if
-	// anything.
-	Detail string
+	// anything; DetailES is it in Spanish, if it differs.
+	Detail, DetailES string
 	// Reach is what it can reach, in plain words (package reach).
 	Reach Text
 }
@@ -178,7 +179,7 @@ func (c *Center) post(ctx context.Context, kind Kind, lines []Text) bool {
 func phrase(p words.Phrase) Text { return Text{p.In("en"), p.In("es")} }
 
 func wordLine(v Vat) Text {
-	return Text{v.ID + ": " + v.Word.With("en", v.Detail), v.ID + ": " + v.Word.With("es", v.Detail)}
+	return Text{v.ID + ": " + v.Word.With("en", v.Detail), v.ID + ": " + v.Word.With("es", cmp.Or(v.DetailES, v.Detail))}
 }
 
 // walled reports whether w is a vat running inside its wall (one that

@@ -98,7 +98,7 @@ func TestUnwalledAsToyboxSaysSo(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if stat.Status != words.NotWalledOperator.String() {
+			if stat.Word() != words.NotWalledOperator {
 				t.Fatalf("status %q; want %q", stat.Status, words.NotWalledOperator)
 			}
 			for _, lang := range []string{"en", "es"} {
@@ -133,7 +133,7 @@ func TestUnwalledSharedCredentialsSaid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if stat.Status != words.NotWalledOperator.String() {
+	if stat.Word() != words.NotWalledOperator {
 		t.Fatalf("status %q; want %q", stat.Status, words.NotWalledOperator)
 	}
 	for _, lang := range []string{"en", "es"} {
@@ -176,5 +176,45 @@ func TestDockerSocketFlagAddsToTheDefaults(t *testing.T) {
 	s.cfg.DockerSockets = nil
 	if !s.dockerReachable(1000, 1000, nil) {
 		t.Errorf("dockerReachable with %s 0666 = false; want true (a control)", usual)
+	}
+}
+
+// TestUnwalledDockerInTheWord: whoever holds the Docker socket is root on
+// the host. An unwalled vat that may connect to it says so in its status
+// word, whatever switch unwalled it (not only where there is no
+// bubblewrap), so toybox status and the notices say it too.
+func TestUnwalledDockerInTheWord(t *testing.T) {
+	testenv.RequireRoot(t)
+	sock := filepath.Join(t.TempDir(), "docker.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := os.Chmod(sock, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Dir(sock), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s, st, _ := unwalledWith(t, Config{StopGrace: time.Second, ReadyTimeout: 10 * time.Second, DockerSockets: []string{sock}})
+	stat, _, err := s.Install(InstallRequest{ID: "backend", Code: storeFile(t, st, shellScriptApp(t))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stat.WallLine, words.LineDocker.In("en")) {
+		t.Fatalf("wall line %q; want the Docker line (a control)", stat.WallLine)
+	}
+	for _, lang := range []string{"en", "es"} {
+		got := stat.Status
+		if lang == "es" {
+			got = stat.StatusES
+		}
+		if want := words.PageDockerReachable.In(lang); !strings.Contains(got, want) {
+			t.Errorf("status (%s) %q; want it to say %q", lang, got, want)
+		}
+	}
+	if stat.Word() != words.NotWalledOperator {
+		t.Errorf("word %v; want %v (the detail rides beside it)", stat.Word(), words.NotWalledOperator)
 	}
 }

@@ -57,8 +57,8 @@ type Status struct {
 	// supervisor started it last).
 	LastRefusal *grant.Refusal `json:"last_refusal,omitempty"`
 
-	word   words.Word
-	detail string
+	word             words.Word
+	detail, detailES string
 }
 
 // Word returns the status word.
@@ -67,6 +67,9 @@ func (st Status) Word() words.Word { return st.word }
 // WordDetail returns what the status word names beside it (a memory
 // limit, the shares of "not walled: shares <names>"), or "".
 func (st Status) WordDetail() string { return st.detail }
+
+// WordDetailES returns WordDetail in Spanish.
+func (st Status) WordDetailES() string { return st.detailES }
 
 func (s *Supervisor) status(v *vat) Status {
 	v.mu.Lock()
@@ -82,8 +85,14 @@ func (s *Supervisor) status(v *vat) Status {
 	case words.NotWalledShares:
 		detail = v.facts.shareNames()
 	}
+	detailES := detail
+	if v.word.Unwalled() && v.word != words.NotWalledNoBwrapDocker && v.facts.docker {
+		// Whoever holds that socket is root on the host: the word says
+		// so, whatever switch unwalled the vat.
+		detail, detailES = words.PageDockerReachable.In("en"), words.PageDockerReachable.In("es")
+	}
 	st := Status{
-		ID: v.id, Status: v.word.With("en", detail), StatusES: v.word.With("es", detail), Tier: v.tier,
+		ID: v.id, Status: v.word.With("en", detail), StatusES: v.word.With("es", detailES), Tier: v.tier, detailES: detailES,
 		Code: v.rec.Code, Grant: g, PID: v.pid, Restarts: v.restarts,
 		LastExit: v.lastExit, LastError: v.lastError, Installed: v.rec.Installed, UID: v.rec.UID, word: v.word, detail: detail,
 		Doors:     append([]string(nil), v.doors...),

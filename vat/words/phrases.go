@@ -77,6 +77,7 @@ const (
 	PageNotDelivered
 	PageCardNeedsAdmin
 	// The heading of a vat's wall line (supervisor.Status.WallLine).
+	PageDockerReachable
 	PageWallLine
 )
 
@@ -145,6 +146,7 @@ var phrases = map[Phrase]pair{
 	PageDelivered:        {"delivered", "entregado"},
 	PageNotDelivered:     {"not delivered", "no entregado"},
 	PageCardNeedsAdmin:   {"Use the admin socket to act on this card:", "Usa el socket de administración para actuar sobre esta tarjeta:"},
+	PageDockerReachable:  {"docker reachable", "docker al alcance"},
 	PageWallLine:         {"its wall", "su muro"},
 }
 
