@@ -218,3 +218,24 @@ func TestUnwalledDockerInTheWord(t *testing.T) {
 		t.Errorf("word %v; want %v (the detail rides beside it)", stat.Word(), words.NotWalledOperator)
 	}
 }
+
+// TestOnlyWalledRemedyNamesTheSwitch: a vat that runs only inside its
+// wall (a stdio MCP server) is off when a switch unwalls it. The fix its
+// reason gives is the switch's: the owner's POST /<vat>/walls?walled=true
+// mends only the owner's own choice, not the kill switch.
+func TestOnlyWalledRemedyNamesTheSwitch(t *testing.T) {
+	testenv.RequireRoot(t)
+	s, st, _ := unwalledSupervisor(t, time.Second)
+	// It stays off: its status says why.
+	_, _, _ = s.Install(InstallRequest{ID: "bridge", Code: storeFile(t, st, shellScriptApp(t)), MCP: "stdio", MCPSent: true})
+	stat, err := s.Status("bridge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stat.LastError, "runs only inside its wall") {
+		t.Fatalf("last error %q; want it off for running unwalled (a control)", stat.LastError)
+	}
+	if strings.Contains(stat.LastError, "walls?walled=true") || !strings.Contains(stat.LastError, "TOYBOX_WALLS=off") {
+		t.Errorf("last error %q; want the kill switch named as the cause, not the owner's choice", stat.LastError)
+	}
+}

@@ -431,14 +431,20 @@ func (s *Supervisor) spawn(ctx context.Context, v *vat) (r *running, off words.W
 	if code.Manifest == nil {
 		return nil, off, errors.New("no code loaded")
 	}
+	// The fix for a vat that runs only walled: the owner's own choice
+	// is undone by the owner; any other switch is the operator's.
+	putBack := "put it back with POST /" + string(v.id) + "/walls?walled=true"
+	if dec.Word != words.NotWalledChoice {
+		putBack = "it runs without one here: " + dec.Reason
+	}
 	if cfg := mcpOf(code, rec); cfg != nil && cfg.Transport == manifest.TransportStdio && !dec.Walled {
 		// The bridge is toybox-entry's, which runs only in a wall.
-		return nil, words.OffStopped, errors.New("a stdio MCP server runs only inside its wall (its bridge is toybox-entry's): put it back with POST /" + string(v.id) + "/walls?walled=true")
+		return nil, words.OffStopped, errors.New("a stdio MCP server runs only inside its wall (its bridge is toybox-entry's): " + putBack)
 	}
 	if port := listenOf(code, rec); port != 0 && !dec.Walled {
 		// So is the relay to its port; unwalled, the app would listen
 		// on the host's own port.
-		return nil, words.OffStopped, fmt.Errorf("an app that listens on a TCP port (%d) runs only inside its wall (the relay to its port is toybox-entry's): put it back with POST /%s/walls?walled=true", port, v.id)
+		return nil, words.OffStopped, fmt.Errorf("an app that listens on a TCP port (%d) runs only inside its wall (the relay to its port is toybox-entry's): %s", port, putBack)
 	}
 	if err := checkPackageCode(code); err != nil {
 		return nil, words.OffChanged, err
