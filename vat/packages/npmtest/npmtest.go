@@ -174,7 +174,7 @@ func (r *Registry) publish(pj map[string]any, name string, tgz []byte) {
 	sum := sha512.Sum512(tgz)
 	sh := sha1.Sum(tgz) //nolint:gosec
 	doc := map[string]any{"name": name, "version": ver}
-	for _, k := range []string{"dependencies", "optionalDependencies", "peerDependencies", "bin", "engines", "os", "cpu"} {
+	for _, k := range []string{"dependencies", "optionalDependencies", "peerDependencies", "peerDependenciesMeta", "bin", "engines", "os", "cpu", "libc"} {
 		if v, ok := pj[k]; ok {
 			doc[k] = v
 		}
