@@ -190,6 +190,9 @@ func TestPackagesEndToEnd(t *testing.T) {
 	if strings.Contains(st["error"].(string), "npm ") || strings.Contains(st["error"].(string), "ERR") {
 		t.Errorf("the answer carries npm's output: %v", st["error"])
 	}
+	if n := strings.Count(st["error"].(string), packages.ReasonPrepare); n != 1 {
+		t.Errorf("the answer gives its reason %d times; want once: %v", n, st["error"])
+	}
 
 	// A flipped byte in node_modules: the next start is refused.
 	f := filepath.Join(dir, "node_modules", "tb-greeting", "index.js")

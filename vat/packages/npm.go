@@ -139,7 +139,9 @@ func npmEnv(work, registry string) map[string]string {
 const maxNPMLock = 32 << 20
 
 // ReasonPrepare is the fixed reason an install gives when a prepare step
-// fails; the step's own output is in the supervisor's log.
+// fails (words.OffPackages, which the supervisor puts before the error of
+// PrepareNPM or PrepareUV: their errors do not repeat it); the step's own
+// output is in the supervisor's log.
 const ReasonPrepare = "could not get its packages ready inside its wall"
 
 // PrepareNPM resolves req's package, fetches its tarballs, checks each
@@ -193,7 +195,7 @@ func PrepareNPM(ctx context.Context, cfg NPMConfig, run Runner, work string, req
 		b, err := readWorkOutput(proj, "package-lock.json", maxNPMLock)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
-			return nil, nil, fmt.Errorf("%s: npm wrote no package-lock.json", ReasonPrepare)
+			return nil, nil, errors.New("npm wrote no package-lock.json")
 		case err != nil:
 			return nil, nil, err
 		}
@@ -382,7 +384,7 @@ func runScripts(ctx context.Context, cfg NPMConfig, run Runner, work string, t *
 func checkFile(name, integrity string) error {
 	f, err := os.Open(name)
 	if err != nil {
-		return fmt.Errorf("%s: its tarball was not fetched: %w", ReasonPrepare, err)
+		return fmt.Errorf("its tarball was not fetched: %w", err)
 	}
 	defer f.Close()
 	return CheckIntegrity(f, integrity)

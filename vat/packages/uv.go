@@ -333,7 +333,7 @@ func PrepareUV(ctx context.Context, cfg UVConfig, run Runner, work string, req R
 	}
 	rb, err := readWorkOutput(work, "requirements.txt", maxRequirements)
 	if errors.Is(err, fs.ErrNotExist) {
-		return "", lock, fmt.Errorf("%s: uv wrote no requirements.txt", ReasonPrepare)
+		return "", lock, errors.New("uv wrote no requirements.txt")
 	}
 	if err != nil {
 		return "", lock, err

@@ -517,7 +517,7 @@ func (s *Supervisor) prepareRunner(id labels.VatID, dirs prepareDirs, uid, gid i
 		if err != nil {
 			_ = pw.Close()
 			<-logged
-			return fmt.Errorf("%s: its prepare wall could not start: %w", packages.ReasonPrepare, err)
+			return fmt.Errorf("its prepare wall could not start: %w", err)
 		}
 		werr := make(chan error, 1)
 		go func() { werr <- p.Wait() }()
@@ -535,10 +535,10 @@ func (s *Supervisor) prepareRunner(id labels.VatID, dirs prepareDirs, uid, gid i
 		<-logged
 		s.log.Info("prepare step", keyVat, id, keyStep, step, keyExit, exitText(exit), "ms", time.Since(began).Milliseconds())
 		if exit != nil && bound > 0 && disk.Full(dirs.data) {
-			return fmt.Errorf("%s: its %s step failed (%s): %w", packages.ReasonPrepare, step, exitText(exit), &prepareFullError{bytes: bound})
+			return fmt.Errorf("its %s step failed (%s): %w", step, exitText(exit), &prepareFullError{bytes: bound})
 		}
 		if exit != nil {
-			return fmt.Errorf("%s: its %s step failed (%s); the supervisor's log has its output", packages.ReasonPrepare, step, exitText(exit))
+			return fmt.Errorf("its %s step failed (%s); the supervisor's log has its output", step, exitText(exit))
 		}
 		return nil
 	}
