@@ -142,8 +142,9 @@ func TestRealPackages(t *testing.T) {
 	s := newStack(t, stackOpts{extra: []string{"--npm-registry", reg.URL}})
 
 	t.Run("everything", func(t *testing.T) {
-		if code, st := s.installPackage("everything", "npm:"+everythingSpec, ""); code != http.StatusCreated {
-			t.Fatalf("installing %s: %d %v\nlog:\n%s", everythingSpec, code, st, tail(s.tbLog))
+		// The README's line.
+		if code, out := toyboxCLI(t, "install", "--admin", s.admin, "everything", "npm:"+everythingSpec); code != 0 {
+			t.Fatalf("toybox install everything npm:%s = %d %s\nlog:\n%s", everythingSpec, code, out, tail(s.tbLog))
 		}
 		m, init := openMCP(t, s, "everything")
 		if info, _ := init["serverInfo"].(map[string]any); info["name"] == nil {
@@ -154,6 +155,17 @@ func TestRealPackages(t *testing.T) {
 		}
 		if got := m.tool(t, "echo", map[string]any{"message": "hello, vat"}); !strings.Contains(got, "hello, vat") {
 			t.Errorf("tools/call echo = %q; want it to echo hello, vat", got)
+		}
+		if got := m.tool(t, "add", map[string]any{"a": 2, "b": 3}); got != "The sum of 2 and 3 is 5." {
+			t.Errorf("tools/call add 2 3 = %q; want The sum of 2 and 3 is 5.", got)
+		}
+		// Progress notifications come on the call's own stream, before
+		// its result.
+		m.n++
+		req := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"longRunningOperation","arguments":{"duration":1,"steps":2},"_meta":{"progressToken":"p1"}}}`, m.n)
+		code, _, body := s.mcpPost("everything", req, m.headers()...)
+		if code != http.StatusOK || strings.Count(body, `"method":"notifications/progress"`) != 2 || !strings.Contains(body, "Long running operation completed") {
+			t.Errorf("longRunningOperation with a progress token: %d %s; want two progress notifications and its result", code, body)
 		}
 	})
 
