@@ -3,6 +3,7 @@
 package tests
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -20,6 +21,7 @@ const (
 	everythingSpec = "@modelcontextprotocol/server-everything@2025.11.25"
 	memorySpec     = "@modelcontextprotocol/server-memory@2026.8.31"
 	filesystemSpec = "@modelcontextprotocol/server-filesystem@2026.8.31"
+	thinkingSpec   = "@modelcontextprotocol/server-sequential-thinking@2026.8.31"
 )
 
 // mcpSession is one Streamable HTTP session with a vat's /<vat>/mcp.
@@ -134,9 +136,13 @@ func hasName(names []string, name string) bool {
 // each through /<vat>/mcp.
 func TestRealPackages(t *testing.T) {
 	reg := npmtest.Start(t)
-	for _, spec := range []string{everythingSpec, memorySpec, filesystemSpec} {
+	published := map[[sha256.Size]byte]bool{} // the trees share most packages
+	for _, spec := range []string{everythingSpec, memorySpec, filesystemSpec, thinkingSpec} {
 		for _, tgz := range testenv.MirrorNPM(t, spec) {
-			reg.Publish(t, tgz)
+			if sum := sha256.Sum256(tgz); !published[sum] {
+				published[sum] = true
+				reg.Publish(t, tgz)
+			}
 		}
 	}
 	s := newStack(t, stackOpts{extra: []string{"--npm-registry", reg.URL}})
@@ -170,6 +176,16 @@ func TestRealPackages(t *testing.T) {
 	})
 
 	t.Run("memory", func(t *testing.T) {
+		// By default it writes beside its code, which is read-only.
+		if code, st := s.installPackage("memory0", "npm:"+memorySpec, ""); code != http.StatusCreated {
+			t.Fatalf("installing %s: %d %v\nlog:\n%s", memorySpec, code, st, tail(s.tbLog))
+		}
+		m0, _ := openMCP(t, s, "memory0")
+		res := m0.call(t, "tools/call", map[string]any{"name": "create_entities", "arguments": map[string]any{"entities": []any{}}})
+		if b, _ := json.Marshal(res); res["isError"] != true || !strings.Contains(string(b), "EROFS: read-only file system") {
+			t.Errorf("create_entities with no MEMORY_FILE_PATH: %s; want EROFS", b)
+		}
+
 		env, _ := json.Marshal(map[string]string{"MEMORY_FILE_PATH": filepath.Join(s.state, "data", "memory", "memory.jsonl")})
 		if code, st := s.installPackage("memory", "npm:"+memorySpec, "env="+url.QueryEscape(string(env))); code != http.StatusCreated {
 			t.Fatalf("installing %s: %d %v\nlog:\n%s", memorySpec, code, st, tail(s.tbLog))
@@ -216,6 +232,30 @@ func TestRealPackages(t *testing.T) {
 		res := m.call(t, "tools/call", map[string]any{"name": "read_text_file", "arguments": map[string]any{"path": "/etc/hostname"}})
 		if res["isError"] != true {
 			t.Errorf("read_text_file /etc/hostname, outside its folder: %v; want an error", res)
+		}
+
+		// A host folder is not in the wall: the server exits at start,
+		// and the install's probe says so in the server's words.
+		line, _ = json.Marshal([]string{"npx", "-y", filesystemSpec, t.TempDir()})
+		code, st := s.installPackage("files2", string(line), "")
+		m2, _ := st["mcp"].(map[string]any)
+		probe, _ := m2["probe"].(map[string]any)
+		if perr, _ := probe["error"].(string); code != http.StatusCreated || !strings.Contains(perr, "None of the specified directories are accessible") {
+			t.Errorf("installing the filesystem server on a host folder: %d, probe %v; want 201 and a probe error in the server's words", code, probe)
+		}
+	})
+
+	t.Run("sequential-thinking", func(t *testing.T) {
+		if code, st := s.installPackage("think", "npm:"+thinkingSpec, ""); code != http.StatusCreated {
+			t.Fatalf("installing %s: %d %v\nlog:\n%s", thinkingSpec, code, st, tail(s.tbLog))
+		}
+		m, _ := openMCP(t, s, "think")
+		if names := toolNames(m.call(t, "tools/list", map[string]any{})); !hasName(names, "sequentialthinking") {
+			t.Fatalf("tools/list: %v; want sequentialthinking", names)
+		}
+		got := m.tool(t, "sequentialthinking", map[string]any{"thought": "walls first", "thoughtNumber": 1, "totalThoughts": 1, "nextThoughtNeeded": false})
+		if !strings.Contains(got, `"thoughtHistoryLength": 1`) {
+			t.Errorf("tools/call sequentialthinking = %q; want a history of one thought", got)
 		}
 	})
 }
