@@ -208,6 +208,20 @@ func TestOwnerChoiceUnwalled(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(s.state, "walls.json")); strings.Contains(string(b), "nothere") {
 		t.Errorf("walls.json = %s; a choice was stored for a vat that is not installed", b)
 	}
+	// A choice no installed vat holds (walls.json kept from before the
+	// record went, by hand or from a backup) was taken by the next install
+	// under the id, which then ran unwalled. A new vat is walled.
+	s.stopToybox()
+	if err := os.WriteFile(filepath.Join(s.state, "walls.json"), []byte(`{"unwalled":["ghost"]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.startToybox()
+	if st := s.mustInstall("ghost", example(t, "counter-v1"), ""); st["status"] != "walled" {
+		t.Errorf("a new vat under an id walls.json names: status %v; want walled", st["status"])
+	}
+	if b, _ := os.ReadFile(filepath.Join(s.state, "walls.json")); strings.Contains(string(b), "ghost") {
+		t.Errorf("walls.json = %s; the choice no vat held outlived the new install", b)
+	}
 }
 
 // TestFailedWallNeverRunsUnwalled: when the wall cannot be built (here: the

@@ -11,6 +11,7 @@ import (
 	"toybox/vat/grant"
 	"toybox/vat/manifest"
 	"toybox/vat/store"
+	"toybox/vat/switches"
 	"toybox/vat/words"
 )
 
@@ -109,6 +110,10 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 	}
 	if !existed && !damaged {
 		if err := s.forgetLeftTokens(req.ID); err != nil {
+			giveUp()
+			return Status{}, 0, err
+		}
+		if err := s.forgetLeftChoice(req.ID); err != nil {
 			giveUp()
 			return Status{}, 0, err
 		}
@@ -410,6 +415,17 @@ func (s *Supervisor) forgetLeftTokens(id labels.VatID) error {
 		return fmt.Errorf("forgetting the tokens removed vat %s left: %w", id, err)
 	}
 	s.log.Info("forgot the tokens a removed vat left", keyVat, id)
+	return nil
+}
+
+// forgetLeftChoice clears an owner's choice to run id without its wall
+// that no installed vat holds (walls.json kept from before its record
+// went, by hand or from a backup): a removal clears it first, and a new
+// vat is walled until its owner chooses.
+func (s *Supervisor) forgetLeftChoice(id labels.VatID) error {
+	if err := s.cfg.Switches.SetChoice(string(id), true); err != nil && !errors.Is(err, switches.ErrNoStateDir) {
+		return fmt.Errorf("clearing the wall choice no vat %s holds: %w", id, err)
+	}
 	return nil
 }
 
