@@ -93,15 +93,8 @@ func TestImportFailureKeepsDataFolder(t *testing.T) {
 			}
 			writeFiles(t, files)
 			config, _ := notesConfig(t, dir, filepath.Join(src, "server.js"), filepath.Join(src, "notes.json"))
-			sock := filepath.Join(dir, "admin.sock")
-			ln, err := net.Listen("unix", sock)
-			if err != nil {
-				t.Fatal(err)
-			}
 			f := &fakeSupervisor{dataDir: data}
-			srv := &http.Server{Handler: f}
-			go func() { _ = srv.Serve(ln) }()
-			defer srv.Close()
+			sock := serveAdmin(t, dir, f)
 
 			im := importer{a: newAdmin(sock, 10*time.Second), state: filepath.Join(dir, "state"), backups: filepath.Join(dir, "backups")}
 			code, stderr := runCapturingStderr(t, func() int { return im.run(config) })
@@ -176,15 +169,8 @@ func TestImportDoesNotTakeARacedVat(t *testing.T) {
 		filepath.Join(data, "theirs.json"): `{"the other vat's":"data"}`,
 	})
 	config, _ := notesConfig(t, dir, filepath.Join(src, "server.js"))
-	sock := filepath.Join(dir, "admin.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
 	f := &racedSupervisor{dataDir: data}
-	srv := &http.Server{Handler: f}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
+	sock := serveAdmin(t, dir, f)
 
 	backups := filepath.Join(dir, "backups")
 	im := importer{a: newAdmin(sock, 10*time.Second), state: filepath.Join(dir, "state"), backups: backups}
@@ -213,11 +199,7 @@ func TestImportDoesNotTakeARacedVat(t *testing.T) {
 // Here a real supervisor, shut down, answers the PUT.
 func TestImportIntoAStoppingSupervisor(t *testing.T) {
 	dir := t.TempDir()
-	src := filepath.Join(dir, "notes-server")
-	writeFiles(t, map[string]string{
-		filepath.Join(src, "package.json"): `{"name":"notes-server"}`,
-		filepath.Join(src, "server.js"):    "// a server\n",
-	})
+	src := notesServer(t, dir)
 	config, cfg := notesConfig(t, dir, filepath.Join(src, "server.js"))
 
 	state := filepath.Join(dir, "state")
@@ -236,14 +218,7 @@ func TestImportIntoAStoppingSupervisor(t *testing.T) {
 	if err := sup.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	sock := filepath.Join(dir, "admin.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: sup.AdminHandler()}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
+	sock := serveAdmin(t, dir, sup.AdminHandler())
 
 	backups := filepath.Join(dir, "backups")
 	im := importer{a: newAdmin(sock, 10*time.Second), backups: backups}
@@ -279,6 +254,34 @@ func TestImportIntoAStoppingSupervisor(t *testing.T) {
 }
 
 // writeFiles writes each file of files (its path: its content), with the
+
+// serveAdmin serves h on dir/admin.sock, as a supervisor's admin socket,
+// until the test ends, and returns the socket's path.
+func serveAdmin(t *testing.T, dir string, h http.Handler) string {
+	t.Helper()
+	sock := filepath.Join(dir, "admin.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return sock
+}
+
+// notesServer writes the checkout of a small server into dir/notes-server
+// (package.json and server.js) and returns its folder.
+func notesServer(t *testing.T, dir string) string {
+	t.Helper()
+	src := filepath.Join(dir, "notes-server")
+	writeFiles(t, map[string]string{
+		filepath.Join(src, "package.json"): `{"name":"notes-server"}`,
+		filepath.Join(src, "server.js"):    "// a server\n",
+	})
+	return src
+}
+
 // folders it needs.
 func writeFiles(t *testing.T, files map[string]string) {
 	t.Helper()
@@ -336,14 +339,7 @@ func TestImportErrorHidesEnvValues(t *testing.T) {
 	if err := os.WriteFile(config, cfg, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	sock := filepath.Join(dir, "admin.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: droppingSupervisor{}}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
+	sock := serveAdmin(t, dir, droppingSupervisor{})
 
 	im := importer{a: newAdmin(sock, 10*time.Second), backups: filepath.Join(dir, "backups")}
 	code, stderr := runCapturingStderr(t, func() int { return im.run(config) })
@@ -364,11 +360,7 @@ func TestImportErrorHidesEnvValues(t *testing.T) {
 // later edit of the dotfiles no longer reached the client.
 func TestImportRewritesThroughALink(t *testing.T) {
 	dir := t.TempDir()
-	src := filepath.Join(dir, "notes-server")
-	writeFiles(t, map[string]string{
-		filepath.Join(src, "package.json"): `{"name":"notes-server"}`,
-		filepath.Join(src, "server.js"):    "// a server\n",
-	})
+	src := notesServer(t, dir)
 	_, cfg := notesConfig(t, dir, filepath.Join(src, "server.js"))
 	target := filepath.Join(dir, "dotfiles", "claude.json")
 	writeFiles(t, map[string]string{target: string(cfg)})
@@ -382,14 +374,7 @@ func TestImportRewritesThroughALink(t *testing.T) {
 	if err := os.Symlink("dotfiles/claude.json", config); err != nil {
 		t.Fatal(err)
 	}
-	sock := filepath.Join(dir, "admin.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: &fakeSupervisor{dataDir: filepath.Join(dir, "state", "data", "notes")}}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
+	sock := serveAdmin(t, dir, &fakeSupervisor{dataDir: filepath.Join(dir, "state", "data", "notes")})
 
 	check := func(step, want string) {
 		t.Helper()
@@ -422,21 +407,10 @@ func TestImportRewritesThroughALink(t *testing.T) {
 // undo now refuses that server, saying why, and changes nothing of it.
 func TestUndoKeepsAnEntryEditedSince(t *testing.T) {
 	dir := t.TempDir()
-	src := filepath.Join(dir, "notes-server")
-	writeFiles(t, map[string]string{
-		filepath.Join(src, "package.json"): `{"name":"notes-server"}`,
-		filepath.Join(src, "server.js"):    "// a server\n",
-	})
+	src := notesServer(t, dir)
 	config, _ := notesConfig(t, dir, filepath.Join(src, "server.js"))
-	sock := filepath.Join(dir, "admin.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
 	f := &fakeSupervisor{dataDir: filepath.Join(dir, "state", "data", "notes")}
-	srv := &http.Server{Handler: f}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
+	sock := serveAdmin(t, dir, f)
 
 	backups := filepath.Join(dir, "backups")
 	im := importer{a: newAdmin(sock, 10*time.Second), backups: backups, rewrite: "http://localhost:8787"}
@@ -465,25 +439,14 @@ func TestUndoKeepsAnEntryEditedSince(t *testing.T) {
 // run over a rewritten config, "failed" though nothing went wrong.
 func TestImportLeavesRemoteEntries(t *testing.T) {
 	dir := t.TempDir()
-	src := filepath.Join(dir, "notes-server")
-	writeFiles(t, map[string]string{
-		filepath.Join(src, "package.json"): `{"name":"notes-server"}`,
-		filepath.Join(src, "server.js"):    "// a server\n",
-	})
+	src := notesServer(t, dir)
 	remote := `{"type":"http","url":"https://mcp.example.com/mcp","headers":{"Authorization":"Bearer x"}}`
 	cfg := `{"mcpServers":{"notes":{"command":"/usr/bin/node","args":["` + filepath.Join(src, "server.js") + `"]},"remote":` + remote + `}}`
 	config := filepath.Join(dir, "claude_desktop_config.json")
 	if err := os.WriteFile(config, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	sock := filepath.Join(dir, "admin.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: &fakeSupervisor{dataDir: filepath.Join(dir, "state", "data", "notes")}}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
+	sock := serveAdmin(t, dir, &fakeSupervisor{dataDir: filepath.Join(dir, "state", "data", "notes")})
 
 	backups := filepath.Join(dir, "backups")
 	for _, run := range []string{"the import", "a second import"} {
@@ -510,15 +473,8 @@ func TestImportLeavesRemoteEntries(t *testing.T) {
 func TestUndoAfterAnImportKilledBeforeItsRename(t *testing.T) {
 	dir := t.TempDir()
 	config, cfg := notesConfig(t, dir, "/srv/notes/server.js")
-	sock := filepath.Join(dir, "admin.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
 	f := &fakeSupervisor{installed: true}
-	srv := &http.Server{Handler: f}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
+	sock := serveAdmin(t, dir, f)
 
 	backups := filepath.Join(dir, "backups")
 	var c struct{ MCPServers map[string]json.RawMessage }
@@ -554,11 +510,7 @@ func TestImportKeepsTheConfigsOwner(t *testing.T) {
 		t.Skip("needs root to give the config another owner")
 	}
 	dir := t.TempDir()
-	src := filepath.Join(dir, "notes-server")
-	writeFiles(t, map[string]string{
-		filepath.Join(src, "package.json"): `{"name":"notes-server"}`,
-		filepath.Join(src, "server.js"):    "// a server\n",
-	})
+	src := notesServer(t, dir)
 	config, _ := notesConfig(t, dir, filepath.Join(src, "server.js"))
 	const uid, gid = 4321, 4322
 	if err := os.Chown(config, uid, gid); err != nil {
@@ -567,14 +519,7 @@ func TestImportKeepsTheConfigsOwner(t *testing.T) {
 	if err := os.Chmod(config, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	sock := filepath.Join(dir, "admin.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: &fakeSupervisor{dataDir: filepath.Join(dir, "state", "data", "notes")}}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
+	sock := serveAdmin(t, dir, &fakeSupervisor{dataDir: filepath.Join(dir, "state", "data", "notes")})
 
 	check := func(step string) {
 		t.Helper()
@@ -602,25 +547,14 @@ func TestImportKeepsTheConfigsOwner(t *testing.T) {
 // undo puts the same bytes back.
 func TestImportUndoRestoresTheBytes(t *testing.T) {
 	dir := t.TempDir()
-	src := filepath.Join(dir, "notes-server")
-	writeFiles(t, map[string]string{
-		filepath.Join(src, "package.json"): `{"name":"notes-server"}`,
-		filepath.Join(src, "server.js"):    "// a server\n",
-	})
+	src := notesServer(t, dir)
 	cfg := "{\n\t\"zoom\": 1.50,\n\t\"mcpServers\": {\n\t\t\"zeta\": {\"url\": \"https://z.example/mcp?a=1&b=\\u00e9\"},\n" +
 		"\t\t\"notes\": {\"command\": \"/usr/bin/node\", \"args\": [\"" + filepath.Join(src, "server.js") + "\"], \"env\": {\"KEY\": \"<secret>\"}}\n\t},\n\t\"alpha\": [ ]\n}\n"
 	config := filepath.Join(dir, "claude_desktop_config.json")
 	if err := os.WriteFile(config, []byte(cfg), 0o640); err != nil {
 		t.Fatal(err)
 	}
-	sock := filepath.Join(dir, "admin.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: &fakeSupervisor{dataDir: filepath.Join(dir, "state", "data", "notes")}}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
+	sock := serveAdmin(t, dir, &fakeSupervisor{dataDir: filepath.Join(dir, "state", "data", "notes")})
 
 	backups := filepath.Join(dir, "backups")
 	im := importer{a: newAdmin(sock, 10*time.Second), backups: backups, rewrite: "http://localhost:8787"}
@@ -654,24 +588,13 @@ func TestImportUndoRestoresTheBytes(t *testing.T) {
 // installs anything, saying why, and leaves it as it is.
 func TestImportRefusesAReadOnlyConfig(t *testing.T) {
 	dir := t.TempDir()
-	src := filepath.Join(dir, "notes-server")
-	writeFiles(t, map[string]string{
-		filepath.Join(src, "package.json"): `{"name":"notes-server"}`,
-		filepath.Join(src, "server.js"):    "// a server\n",
-	})
+	src := notesServer(t, dir)
 	config, cfg := notesConfig(t, dir, filepath.Join(src, "server.js"))
 	if err := os.Chmod(config, 0o444); err != nil {
 		t.Fatal(err)
 	}
-	sock := filepath.Join(dir, "admin.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
 	f := &fakeSupervisor{dataDir: filepath.Join(dir, "state", "data", "notes")}
-	srv := &http.Server{Handler: f}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
+	sock := serveAdmin(t, dir, f)
 
 	backups := filepath.Join(dir, "backups")
 	im := importer{a: newAdmin(sock, 10*time.Second), backups: backups, rewrite: "http://localhost:8787"}
@@ -760,22 +683,11 @@ func (f *editingSupervisor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // server is now left as it is now and its vat removed.
 func TestImportKeepsAnEntryEditedMeanwhile(t *testing.T) {
 	dir := t.TempDir()
-	src := filepath.Join(dir, "notes-server")
-	writeFiles(t, map[string]string{
-		filepath.Join(src, "package.json"): `{"name":"notes-server"}`,
-		filepath.Join(src, "server.js"):    "// a server\n",
-	})
+	src := notesServer(t, dir)
 	config, _ := notesConfig(t, dir, filepath.Join(src, "server.js"))
 	edit := []byte(`{"mcpServers":{"notes":{"command":"/usr/bin/node","args":["` + filepath.Join(src, "server.js") + `"],"env":{"NOTES_KEY":"new"}}}}`)
-	sock := filepath.Join(dir, "admin.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
 	f := &editingSupervisor{fakeSupervisor: fakeSupervisor{dataDir: filepath.Join(dir, "state", "data", "notes")}, config: config, edit: edit}
-	srv := &http.Server{Handler: f}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
+	sock := serveAdmin(t, dir, f)
 
 	backups := filepath.Join(dir, "backups")
 	im := importer{a: newAdmin(sock, 10*time.Second), backups: backups, rewrite: "http://localhost:8787"}
@@ -824,21 +736,10 @@ func runCapturingStdout(t *testing.T, f func() int) (int, string) {
 // which a script reads, still said imported.
 func TestImportClaimsOnlyWhatStayed(t *testing.T) {
 	dir := t.TempDir()
-	src := filepath.Join(dir, "notes-server")
-	writeFiles(t, map[string]string{
-		filepath.Join(src, "package.json"): `{"name":"notes-server"}`,
-		filepath.Join(src, "server.js"):    "// a server\n",
-	})
+	src := notesServer(t, dir)
 	config, _ := notesConfig(t, dir, filepath.Join(src, "server.js"))
-	sock := filepath.Join(dir, "admin.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
 	f := &editingSupervisor{fakeSupervisor: fakeSupervisor{dataDir: filepath.Join(dir, "state", "data", "notes")}, config: config, edit: []byte(`{"mcpServers":{"notes":{"url":"http://elsewhere/mcp"}}}`)}
-	srv := &http.Server{Handler: f}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
+	sock := serveAdmin(t, dir, f)
 
 	im := importer{a: newAdmin(sock, 10*time.Second), backups: filepath.Join(dir, "backups"), rewrite: "http://localhost:8787"}
 	var stderr string
@@ -858,22 +759,11 @@ func TestImportClaimsOnlyWhatStayed(t *testing.T) {
 // imported, and an undo gives back the file as the client last wrote it.
 func TestImportTakesAnEntryOnlyReformattedMeanwhile(t *testing.T) {
 	dir := t.TempDir()
-	src := filepath.Join(dir, "notes-server")
-	writeFiles(t, map[string]string{
-		filepath.Join(src, "package.json"): `{"name":"notes-server"}`,
-		filepath.Join(src, "server.js"):    "// a server\n",
-	})
+	src := notesServer(t, dir)
 	config, _ := notesConfig(t, dir, filepath.Join(src, "server.js"))
 	edit := []byte("{\n  \"mcpServers\": {\n    \"notes\": {\n      \"command\": \"/usr/bin/node\",\n      \"args\": [\"" + filepath.Join(src, "server.js") + "\"]\n    }\n  },\n  \"theme\": \"dark\"\n}\n")
-	sock := filepath.Join(dir, "admin.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
 	f := &editingSupervisor{fakeSupervisor: fakeSupervisor{dataDir: filepath.Join(dir, "state", "data", "notes")}, config: config, edit: edit}
-	srv := &http.Server{Handler: f}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
+	sock := serveAdmin(t, dir, f)
 
 	backups := filepath.Join(dir, "backups")
 	im := importer{a: newAdmin(sock, 10*time.Second), backups: backups, rewrite: "http://localhost:8787"}
@@ -895,24 +785,13 @@ func TestImportTakesAnEntryOnlyReformattedMeanwhile(t *testing.T) {
 // stdio server are replaced.
 func TestImportRewriteKeepsTheEntrysOtherKeys(t *testing.T) {
 	dir := t.TempDir()
-	src := filepath.Join(dir, "notes-server")
-	writeFiles(t, map[string]string{
-		filepath.Join(src, "package.json"): `{"name":"notes-server"}`,
-		filepath.Join(src, "server.js"):    "// a server\n",
-	})
+	src := notesServer(t, dir)
 	cfg := `{"mcpServers":{"notes":{"command":"/usr/bin/node","args":["` + filepath.Join(src, "server.js") + `"],"env":{"K":"v"},"disabled":true,"autoApprove":["read"],"timeout":60}}}`
 	config := filepath.Join(dir, "cline_mcp_settings.json")
 	if err := os.WriteFile(config, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	sock := filepath.Join(dir, "admin.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: &fakeSupervisor{dataDir: filepath.Join(dir, "state", "data", "notes")}}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
+	sock := serveAdmin(t, dir, &fakeSupervisor{dataDir: filepath.Join(dir, "state", "data", "notes")})
 
 	im := importer{a: newAdmin(sock, 10*time.Second), backups: filepath.Join(dir, "backups"), rewrite: "http://localhost:8787"}
 	if code, stderr := runCapturingStderr(t, func() int { return im.run(config) }); code != exitOK {
@@ -939,11 +818,7 @@ func TestImportRewriteKeepsTheEntrysOtherKeys(t *testing.T) {
 // now refused, saying why, and its mode is left as it is.
 func TestImportLeavesASharedBackupFolder(t *testing.T) {
 	dir := t.TempDir()
-	src := filepath.Join(dir, "notes-server")
-	writeFiles(t, map[string]string{
-		filepath.Join(src, "package.json"): `{"name":"notes-server"}`,
-		filepath.Join(src, "server.js"):    "// a server\n",
-	})
+	src := notesServer(t, dir)
 	config, cfg := notesConfig(t, dir, filepath.Join(src, "server.js"))
 	shared := filepath.Join(dir, "tmp")
 	if err := os.Mkdir(shared, 0o755); err != nil {
@@ -952,15 +827,8 @@ func TestImportLeavesASharedBackupFolder(t *testing.T) {
 	if err := os.Chmod(shared, 0o777|fs.ModeSticky); err != nil {
 		t.Fatal(err)
 	}
-	sock := filepath.Join(dir, "admin.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
 	f := &fakeSupervisor{dataDir: filepath.Join(dir, "state", "data", "notes")}
-	srv := &http.Server{Handler: f}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
+	sock := serveAdmin(t, dir, f)
 
 	im := importer{a: newAdmin(sock, 10*time.Second), backups: shared, rewrite: "http://localhost:8787"}
 	code, stderr := runCapturingStderr(t, func() int { return im.run(config) })
@@ -988,20 +856,9 @@ func (errorSupervisor) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 // it or rename the server", which was not true and hid the reason.
 func TestImportSaysWhatTheSupervisorSaid(t *testing.T) {
 	dir := t.TempDir()
-	src := filepath.Join(dir, "notes-server")
-	writeFiles(t, map[string]string{
-		filepath.Join(src, "package.json"): `{"name":"notes-server"}`,
-		filepath.Join(src, "server.js"):    "// a server\n",
-	})
+	src := notesServer(t, dir)
 	config, _ := notesConfig(t, dir, filepath.Join(src, "server.js"))
-	sock := filepath.Join(dir, "admin.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: errorSupervisor{}}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
+	sock := serveAdmin(t, dir, errorSupervisor{})
 
 	im := importer{a: newAdmin(sock, 10*time.Second), backups: filepath.Join(dir, "backups")}
 	code, stderr := runCapturingStderr(t, func() int { return im.run(config) })
