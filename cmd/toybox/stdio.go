@@ -87,8 +87,8 @@ type stdioBridge struct {
 	version string // the version initialize agreed on
 }
 
-// stdioInFlight bounds the posts under way at once: a client that sends
-// faster than the vat answers waits on its stdin.
+// stdioInFlight bounds the requests posted at once: the client's others
+// wait for a slot.
 const stdioInFlight = 16
 
 // run reads in until its end (the client closed it, or ctx ended), then
@@ -126,14 +126,21 @@ func (b *stdioBridge) run(ctx context.Context, in io.Reader) error {
 					}
 				})
 			} else {
-				select {
-				case slots <- struct{}{}:
-				case <-ctx.Done():
-				}
+				// A request waits for a slot, and stdin is read on
+				// meanwhile: the calls holding the slots may wait
+				// for the client's answer to the server's own
+				// request, which takes no slot.
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					defer func() { <-slots }()
+					if m.Kind == mcp.KindRequest {
+						select {
+						case slots <- struct{}{}:
+						case <-ctx.Done():
+							return
+						}
+						defer func() { <-slots }()
+					}
 					b.post(ctx, m)
 				}()
 			}

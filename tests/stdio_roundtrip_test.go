@@ -1,0 +1,119 @@
+//go:build linux
+
+//lint:file-ignore SA1019 a 2025-11-25 client answers the server's sampling requests: the bridge must carry them.
+
+package tests
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"toybox/tests/testenv"
+)
+
+// stdioConnect launches `toybox stdio endpoint` as the SDK's client
+// launches any stdio server, and connects to it.
+func stdioConnect(t *testing.T, ctx context.Context, endpoint string, opts *sdk.ClientOptions) *sdk.ClientSession {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(bins, "toybox"), "stdio", endpoint)
+	cmd.Stderr = os.Stderr
+	cl := sdk.NewClient(&sdk.Implementation{Name: "toybox-test", Version: "1"}, opts)
+	cs, err := cl.Connect(ctx, &sdk.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("the SDK's client through toybox stdio %s: %v", endpoint, err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// toolText is the text of a tool's result, or why there is none.
+func toolText(res *sdk.CallToolResult, err error) string {
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*sdk.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	if res.IsError {
+		return "tool error: " + b.String()
+	}
+	return b.String()
+}
+
+// TestStdioBridgeRoundTrips: what a real client does through `toybox stdio`
+// with the Go SDK's everything-server as an HTTP vat (a 2025-11-25 session):
+// the server's own requests during a tool call (sampling, elicitation),
+// progress, a ping, messages of several MiB each way (the vat takes 4 MiB
+// a body at most), and more calls at once than the bridge posts at once,
+// each waiting on the client's answer to the server's own request.
+func TestStdioBridgeRoundTrips(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	s.installEverything("every", testenv.EverythingServer(t, testenv.EverythingDual), "-stateless=false")
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	var progress atomic.Int32
+	cs := stdioConnect(t, ctx, "http://"+s.http+"/every/mcp", &sdk.ClientOptions{
+		CreateMessageHandler: func(_ context.Context, req *sdk.CreateMessageRequest) (*sdk.CreateMessageResult, error) {
+			text := ""
+			if tc, ok := req.Params.Messages[0].Content.(*sdk.TextContent); ok {
+				text = tc.Text
+			}
+			return &sdk.CreateMessageResult{Model: "m", Role: "assistant", Content: &sdk.TextContent{Text: text}}, nil
+		},
+		ElicitationHandler: func(context.Context, *sdk.ElicitRequest) (*sdk.ElicitResult, error) {
+			return &sdk.ElicitResult{Action: "accept", Content: map[string]any{"username": "u", "email": "u@example.com"}}, nil
+		},
+		ProgressNotificationHandler: func(context.Context, *sdk.ProgressNotificationClientRequest) { progress.Add(1) },
+	})
+	call := func(name string, args map[string]any) string {
+		ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		return toolText(cs.CallTool(ctx, &sdk.CallToolParams{Name: name, Arguments: args}))
+	}
+	t.Logf("negotiated %s", cs.InitializeResult().ProtocolVersion)
+
+	if err := cs.Ping(ctx, nil); err != nil {
+		t.Errorf("ping: %v", err)
+	}
+	if got := call("test_sampling", map[string]any{"prompt": "hi"}); got != "LLM response: hi" {
+		t.Errorf("test_sampling = %q; want the client's answer", got)
+	}
+	if got := call("test_elicitation", map[string]any{"message": "who?"}); strings.HasPrefix(got, "error") || strings.HasPrefix(got, "tool error") {
+		t.Errorf("test_elicitation = %q", got)
+	}
+	if got := call("test_tool_with_progress", nil); strings.HasPrefix(got, "error") {
+		t.Errorf("test_tool_with_progress = %q", got)
+	} else if n := progress.Load(); n != 3 {
+		t.Errorf("test_tool_with_progress: %d progress notifications; want 3", n)
+	}
+	big := strings.Repeat("x", 3<<20)
+	if got := call("test_sampling", map[string]any{"prompt": big}); got != "LLM response: "+big {
+		t.Errorf("test_sampling with a 3 MiB prompt = %d bytes %.80q; want the prompt back", len(got), got)
+	}
+
+	const n = 24
+	var wg sync.WaitGroup
+	got := make([]string, n)
+	for i := range n {
+		wg.Go(func() { got[i] = call("test_sampling", map[string]any{"prompt": fmt.Sprint(i)}) })
+	}
+	wg.Wait()
+	for i, g := range got {
+		if want := fmt.Sprint("LLM response: ", i); g != want {
+			t.Errorf("call %d of %d at once = %q; want %q", i, n, g, want)
+		}
+	}
+}
