@@ -56,7 +56,8 @@ func toolText(res *sdk.CallToolResult, err error) string {
 // TestStdioBridgeRoundTrips: what a real client does through `toybox stdio`
 // with the Go SDK's everything-server as an HTTP vat (a 2025-11-25 session):
 // the server's own requests during a tool call (sampling, elicitation),
-// progress, a ping, messages of several MiB each way (the vat takes 4 MiB
+// progress, a ping, a call's stream the server ends before its answer,
+// messages of several MiB each way (the vat takes 4 MiB
 // a body at most), and more calls at once than the bridge posts at once,
 // each waiting on the client's answer to the server's own request.
 func TestStdioBridgeRoundTrips(t *testing.T) {
@@ -98,6 +99,13 @@ func TestStdioBridgeRoundTrips(t *testing.T) {
 		t.Errorf("test_tool_with_progress = %q", got)
 	} else if n := progress.Load(); n != 3 {
 		t.Errorf("test_tool_with_progress: %d progress notifications; want 3", n)
+	}
+	// The server closes the call's stream before its answer, and keeps
+	// no events to take it up again (no EventStore): the client is told
+	// at once, not left waiting.
+	start := time.Now()
+	if got := call("test_reconnection", nil); !strings.Contains(got, "ended with no answer") || time.Since(start) > 10*time.Second {
+		t.Errorf("test_reconnection = %q after %v; want at once that the stream ended with no answer", got, time.Since(start).Round(time.Millisecond))
 	}
 	big := strings.Repeat("x", 3<<20)
 	if got := call("test_sampling", map[string]any{"prompt": big}); got != "LLM response: "+big {

@@ -233,7 +233,17 @@ func (b *stdioBridge) post(ctx context.Context, m mcp.Msg) {
 	case resp.StatusCode/100 != 2:
 		b.refused(m, resp)
 	case strings.HasPrefix(ct, "text/event-stream"):
-		b.events(resp.Body, nil, m)
+		var last string
+		answered := b.events(resp.Body, &last, m)
+		resp.Body.Close()
+		// A stream that ends before its answer is taken up again
+		// from its last event (the server may close it to poll).
+		for tries := 0; !answered && m.Kind == mcp.KindRequest && last != "" && tries < 3 && ctx.Err() == nil; tries++ {
+			answered = b.resume(ctx, &last, m)
+		}
+		if !answered && ctx.Err() == nil {
+			b.fail(m, fmt.Sprintf("the event stream from %s ended with no answer", b.endpoint))
+		}
 	default:
 		body, err := io.ReadAll(io.LimitReader(resp.Body, mcp.MaxMessage+1))
 		if err != nil {
@@ -244,33 +254,55 @@ func (b *stdioBridge) post(ctx context.Context, m mcp.Msg) {
 	}
 }
 
-// forward writes one message the endpoint sent; an initialize answer's
-// version is the session's from then on.
-func (b *stdioBridge) forward(body []byte, asked mcp.Msg) {
+// forward writes one message the endpoint sent, and reports whether it
+// answered asked (a message that is not JSON is answered with an error);
+// an initialize answer's version is the session's from then on.
+func (b *stdioBridge) forward(body []byte, asked mcp.Msg) bool {
 	body = bytes.TrimSpace(body)
 	if len(body) == 0 {
-		return
+		return false
 	}
 	var line bytes.Buffer
 	if err := json.Compact(&line, body); err != nil {
 		b.fail(asked, "the endpoint answered with no JSON")
-		return
+		return true
 	}
-	if asked.Method == "initialize" {
-		if am, err := mcp.Parse(line.Bytes()); err == nil && am.Kind == mcp.KindResponse && bytes.Equal(am.ID, asked.ID) {
-			if v, ok := am.GetString("result", "protocolVersion"); ok {
-				b.mu.Lock()
-				b.version = v
-				b.mu.Unlock()
-			}
+	am, err := mcp.Parse(line.Bytes())
+	answers := err == nil && am.Kind == mcp.KindResponse && asked.Kind == mcp.KindRequest && bytes.Equal(am.ID, asked.ID)
+	if answers && asked.Method == "initialize" {
+		if v, ok := am.GetString("result", "protocolVersion"); ok {
+			b.mu.Lock()
+			b.version = v
+			b.mu.Unlock()
 		}
 	}
 	b.write(line.Bytes())
+	return answers
 }
 
-// events writes each event of an event stream; lastID, if not nil, keeps
-// the last event's id (for a GET stream taken up again).
-func (b *stdioBridge) events(r io.Reader, lastID *string, asked mcp.Msg) {
+// resume takes up the stream of request m again after event lastID,
+// and reports whether m was answered on it.
+func (b *stdioBridge) resume(ctx context.Context, lastID *string, m mcp.Msg) bool {
+	req, err := b.request(ctx, http.MethodGet, nil, nil)
+	if err != nil {
+		return false
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set(mcp.HeaderLastEvent, *lastID)
+	resp, err := b.client.Do(req)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		return false
+	}
+	return b.events(resp.Body, lastID, m)
+}
+
+// events writes each event of an event stream, and reports whether one
+// answered asked; lastID, if not nil, keeps the last event's id.
+func (b *stdioBridge) events(r io.Reader, lastID *string, asked mcp.Msg) (answered bool) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), mcp.MaxMessage+64)
 	var data []string
@@ -278,8 +310,8 @@ func (b *stdioBridge) events(r io.Reader, lastID *string, asked mcp.Msg) {
 		line := sc.Text()
 		switch {
 		case line == "":
-			if len(data) > 0 {
-				b.forward([]byte(strings.Join(data, "\n")), asked)
+			if len(data) > 0 && b.forward([]byte(strings.Join(data, "\n")), asked) {
+				answered = true
 			}
 			data = data[:0]
 		case strings.HasPrefix(line, "data:"):
@@ -288,9 +320,10 @@ func (b *stdioBridge) events(r io.Reader, lastID *string, asked mcp.Msg) {
 			*lastID = strings.TrimPrefix(strings.TrimPrefix(line, "id:"), " ")
 		}
 	}
-	if len(data) > 0 {
-		b.forward([]byte(strings.Join(data, "\n")), asked)
+	if len(data) > 0 && b.forward([]byte(strings.Join(data, "\n")), asked) {
+		answered = true
 	}
+	return answered
 }
 
 // refused answers a request the endpoint refused with the endpoint's own
