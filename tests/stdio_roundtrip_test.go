@@ -5,14 +5,19 @@
 package tests
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -123,5 +128,73 @@ func TestStdioBridgeRoundTrips(t *testing.T) {
 		if want := fmt.Sprint("LLM response: ", i); g != want {
 			t.Errorf("call %d of %d at once = %q; want %q", i, n, g, want)
 		}
+	}
+}
+
+// TestStdioBridgeEnds: `toybox stdio` ends its session (DELETE) when its
+// client is gone, whether stdin ends with a call under way or SIGTERM
+// comes while stdin is still open (a client quitting).
+func TestStdioBridgeEnds(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		end  func(cmd *exec.Cmd, stdin io.Closer)
+	}{
+		{"stdin closed", func(_ *exec.Cmd, stdin io.Closer) { stdin.Close() }},
+		{"SIGTERM", func(cmd *exec.Cmd, _ io.Closer) { _ = cmd.Process.Signal(syscall.SIGTERM) }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			deleted := make(chan struct{}, 1)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				switch body, _ := io.ReadAll(r.Body); {
+				case r.Method == http.MethodDelete && r.Header.Get("Mcp-Session-Id") == "s1":
+					deleted <- struct{}{}
+				case r.Method == http.MethodPost && strings.Contains(string(body), `"initialize"`):
+					w.Header().Set("Mcp-Session-Id", "s1")
+					w.Header().Set("Content-Type", "application/json")
+					fmt.Fprint(w, `{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-11-25","capabilities":{},"serverInfo":{"name":"s","version":"1"}}}`)
+				case r.Method == http.MethodPost && strings.Contains(string(body), `"tools/call"`):
+					<-r.Context().Done() // a call that takes its time
+				default:
+					w.WriteHeader(http.StatusAccepted)
+				}
+			}))
+			defer srv.Close()
+			cmd := exec.Command(filepath.Join(bins, "toybox"), "stdio", srv.URL+"/v/mcp")
+			cmd.Stderr = os.Stderr
+			stdin, err := cmd.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			stdout, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintln(stdin, mcpInit)
+			if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || !strings.Contains(line, `"result"`) {
+				t.Fatalf("initialize through toybox stdio: %q %v", line, err)
+			}
+			fmt.Fprintln(stdin, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow"}}`)
+			time.Sleep(200 * time.Millisecond)
+			start := time.Now()
+			tt.end(cmd, stdin)
+			exited := make(chan error, 1)
+			go func() { exited <- cmd.Wait() }()
+			select {
+			case err := <-exited:
+				t.Logf("toybox stdio ended after %v: %v", time.Since(start).Round(time.Millisecond), err)
+			case <-time.After(15 * time.Second):
+				_ = cmd.Process.Kill()
+				<-exited
+				t.Fatalf("toybox stdio still runs 15 s after its client went (%s)", tt.name)
+			}
+			select {
+			case <-deleted:
+			default:
+				t.Errorf("toybox stdio ended without ending its session (no DELETE)")
+			}
+		})
 	}
 }

@@ -91,17 +91,17 @@ type stdioBridge struct {
 // wait for a slot.
 const stdioInFlight = 16
 
-// run reads in until its end (the client closed it, or ctx ended), then
-// waits a little for the answers under way and ends the session.
+// run reads in until its end (the client closed it) or ctx's (a signal),
+// then waits a little for the answers under way and ends the session.
 func (b *stdioBridge) run(ctx context.Context, in io.Reader) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	lines := mcp.NewLineReader(in, 0)
+	next := stdinLines(ctx, in)
 	slots := make(chan struct{}, stdioInFlight)
 	var wg sync.WaitGroup
 	var listening sync.Once
 	for {
-		line, _, err := lines.Next()
+		line, err := next()
 		if errors.Is(err, mcp.ErrTooLong) {
 			fmt.Fprintf(os.Stderr, "toybox stdio: a message longer than %d bytes was dropped\n", mcp.MaxMessage)
 			continue
@@ -110,8 +110,7 @@ func (b *stdioBridge) run(ctx context.Context, in io.Reader) error {
 			break
 		}
 		if len(bytes.TrimSpace(line)) > 0 {
-			msg := bytes.Clone(line)
-			m, perr := mcp.Parse(msg)
+			m, perr := mcp.Parse(line)
 			if perr != nil {
 				// As a stdio server would: an error with no id.
 				b.write(mcp.ErrorResponse(nil, mcp.CodeParse, "toybox stdio: "+perr.Error(), nil))
@@ -161,6 +160,39 @@ func (b *stdioBridge) run(ctx context.Context, in io.Reader) error {
 	<-done
 	b.endSession()
 	return nil
+}
+
+// stdinLines reads in a line at a time on its own, so that ctx's end (a
+// signal) is not held up by a client that keeps stdin open: next returns
+// the next line, or ctx's error once it ends.
+func stdinLines(ctx context.Context, in io.Reader) (next func() ([]byte, error)) {
+	type read struct {
+		line []byte
+		err  error
+	}
+	reads := make(chan read)
+	go func() {
+		lines := mcp.NewLineReader(in, 0)
+		for {
+			line, _, err := lines.Next()
+			select {
+			case reads <- read{bytes.Clone(line), err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil && !errors.Is(err, mcp.ErrTooLong) {
+				return
+			}
+		}
+	}()
+	return func() ([]byte, error) {
+		select {
+		case r := <-reads:
+			return r.line, r.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 }
 
 func (b *stdioBridge) sessionID() string {
