@@ -198,3 +198,32 @@ func TestStdioBridgeEnds(t *testing.T) {
 		})
 	}
 }
+
+// TestStdioBridgeSessionLost: a vat that restarts under a live session
+// forgets it, and its endpoint answers the session's next request 404.
+// The spec has the HTTP client initialize again, and a stdio client has
+// no way to (its server never went): so the bridge does, with the
+// client's own initialize, and the call goes through.
+func TestStdioBridgeSessionLost(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	s.installEverything("every", testenv.EverythingServer(t, testenv.EverythingDual), "-stateless=false")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cs := stdioConnect(t, ctx, "http://"+s.http+"/every/mcp", nil)
+	call := func() string {
+		return toolText(cs.CallTool(ctx, &sdk.CallToolParams{Name: "test_simple_text"}))
+	}
+	if got := call(); strings.HasPrefix(got, "error") {
+		t.Fatalf("test_simple_text = %q", got)
+	}
+	if code, body := s.adminDo("POST", "/every/restart", nil); code/100 != 2 {
+		t.Fatalf("POST /every/restart = %d %s", code, body)
+	}
+	s.waitWord("every", "walled")
+	if got := call(); strings.HasPrefix(got, "error") {
+		t.Errorf("test_simple_text after the vat restarted = %q; want its answer", got)
+	}
+	if got := call(); strings.HasPrefix(got, "error") {
+		t.Errorf("test_simple_text again = %q; want its answer", got)
+	}
+}

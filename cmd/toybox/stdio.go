@@ -83,8 +83,12 @@ type stdioBridge struct {
 	out   *bufio.Writer
 
 	mu      sync.Mutex
-	session string // Mcp-Session-Id, once initialize answered one
-	version string // the version initialize agreed on
+	session string        // Mcp-Session-Id, once initialize answered one
+	version string        // the version initialize agreed on
+	opening [][]byte      // the client's initialize and initialized, to open a session again
+	renewed chan struct{} // closed when a session replaces one the endpoint forgot
+
+	renewing sync.Mutex // one new session at a time
 }
 
 // stdioInFlight bounds the requests posted at once: the client's others
@@ -96,6 +100,7 @@ const stdioInFlight = 16
 func (b *stdioBridge) run(ctx context.Context, in io.Reader) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	b.renewed = make(chan struct{})
 	next := stdinLines(ctx, in)
 	slots := make(chan struct{}, stdioInFlight)
 	var wg sync.WaitGroup
@@ -117,7 +122,8 @@ func (b *stdioBridge) run(ctx context.Context, in io.Reader) error {
 			} else if m.Kind == mcp.KindRequest && m.Method == "initialize" {
 				// Answered before anything else goes: what follows
 				// carries the session it opens.
-				b.post(ctx, m)
+				b.remember(m)
+				b.post(ctx, m, true)
 				listening.Do(func() {
 					if b.sessionID() != "" {
 						wg.Add(1)
@@ -125,6 +131,9 @@ func (b *stdioBridge) run(ctx context.Context, in io.Reader) error {
 					}
 				})
 			} else {
+				if m.Method == "notifications/initialized" {
+					b.remember(m)
+				}
 				// A request waits for a slot, and stdin is read on
 				// meanwhile: the calls holding the slots may wait
 				// for the client's answer to the server's own
@@ -140,7 +149,7 @@ func (b *stdioBridge) run(ctx context.Context, in io.Reader) error {
 						}
 						defer func() { <-slots }()
 					}
-					b.post(ctx, m)
+					b.post(ctx, m, true)
 				}()
 			}
 		}
@@ -240,8 +249,9 @@ func (b *stdioBridge) request(ctx context.Context, method string, body []byte, m
 	return req, nil
 }
 
-// post sends one message and writes what answers it.
-func (b *stdioBridge) post(ctx context.Context, m mcp.Msg) {
+// post sends one message and writes what answers it; if retry, once more
+// in a new session when the endpoint forgot the one it was sent in.
+func (b *stdioBridge) post(ctx context.Context, m mcp.Msg, retry bool) {
 	req, err := b.request(ctx, http.MethodPost, m.Raw, &m)
 	if err != nil {
 		b.fail(m, err.Error())
@@ -255,6 +265,10 @@ func (b *stdioBridge) post(ctx context.Context, m mcp.Msg) {
 		return
 	}
 	defer resp.Body.Close()
+	if sent := req.Header.Get(mcp.HeaderSession); resp.StatusCode == http.StatusNotFound && sent != "" && retry && b.renew(ctx, sent) {
+		b.post(ctx, m, false)
+		return
+	}
 	if m.Method == "initialize" && resp.StatusCode/100 == 2 {
 		b.mu.Lock()
 		b.session = resp.Header.Get(mcp.HeaderSession)
@@ -408,9 +422,9 @@ func (b *stdioBridge) write(msg []byte) {
 }
 
 // listen carries what the server sends on its own (the session's GET
-// stream) until ctx ends, the session goes (404) or the endpoint offers
-// no such stream (405); a stream that breaks is asked for again, with
-// the last event's id.
+// stream) until ctx ends or the endpoint offers no such stream (405); a
+// stream that breaks is asked for again, with the last event's id, and
+// a session gone (404) waits for the one renew opens in its place.
 func (b *stdioBridge) listen(ctx context.Context) {
 	var last string
 	wait := time.Second
@@ -426,9 +440,21 @@ func (b *stdioBridge) listen(ctx context.Context) {
 		resp, err := b.client.Do(req)
 		switch {
 		case err != nil:
-		case resp.StatusCode == http.StatusMethodNotAllowed || resp.StatusCode == http.StatusNotFound:
+		case resp.StatusCode == http.StatusMethodNotAllowed:
 			resp.Body.Close()
 			return
+		case resp.StatusCode == http.StatusNotFound:
+			// The session is gone: wait for one in its place.
+			resp.Body.Close()
+			b.mu.Lock()
+			renewed := b.renewed
+			b.mu.Unlock()
+			last = ""
+			select {
+			case <-ctx.Done():
+			case <-renewed:
+			}
+			continue
 		case resp.StatusCode/100 == 2 && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream"):
 			wait = time.Second
 			b.events(resp.Body, &last, mcp.Msg{})
@@ -442,6 +468,70 @@ func (b *stdioBridge) listen(ctx context.Context) {
 			wait = min(2*wait, 30*time.Second)
 		}
 	}
+}
+
+// remember keeps the client's initialize or initialized, to open a
+// session again.
+func (b *stdioBridge) remember(m mcp.Msg) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.opening = append(b.opening, m.Raw)
+}
+
+// renew opens a new session in place of gone, which the endpoint forgot
+// (it answered 404: a vat restarted, or its session expired), with the
+// client's own initialize and initialized; the client, whose stdio
+// server never went, cannot. It reports whether a new session is open.
+func (b *stdioBridge) renew(ctx context.Context, gone string) bool {
+	b.renewing.Lock()
+	defer b.renewing.Unlock()
+	b.mu.Lock()
+	session, opening := b.session, b.opening
+	b.mu.Unlock()
+	if session != gone {
+		return session != "" // another call renewed it meanwhile
+	}
+	if len(opening) == 0 {
+		return false
+	}
+	b.mu.Lock()
+	b.session = ""
+	b.mu.Unlock()
+	ok := false
+	defer func() {
+		if !ok { // the next 404 tries again
+			b.mu.Lock()
+			b.session = gone
+			b.mu.Unlock()
+		}
+	}()
+	for i, msg := range opening {
+		req, err := b.request(ctx, http.MethodPost, msg, nil)
+		if err != nil {
+			return false
+		}
+		resp, err := b.client.Do(req)
+		if err != nil {
+			return false
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, mcp.MaxMessage))
+		resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			return false
+		}
+		if i == 0 {
+			b.mu.Lock()
+			b.session = resp.Header.Get(mcp.HeaderSession)
+			b.mu.Unlock()
+		}
+	}
+	fmt.Fprintf(os.Stderr, "toybox stdio: %s forgot the session: a new one is open\n", b.endpoint)
+	b.mu.Lock()
+	close(b.renewed)
+	b.renewed = make(chan struct{})
+	b.mu.Unlock()
+	ok = true
+	return true
 }
 
 // endSession ends the session the endpoint opened, if it did.
