@@ -227,3 +227,44 @@ func TestStdioBridgeSessionLost(t *testing.T) {
 		t.Errorf("test_simple_text again = %q; want its answer", got)
 	}
 }
+
+// TestStdioBridgeStateless: the everything-server as a stateless vat
+// (2026-07-28 and no session) through the bridge, with the SDK's client
+// as it is: tools, progress and a ping, and a cancelled call that leaves
+// the bridge serving.
+func TestStdioBridgeStateless(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	s.installEverything("every", testenv.EverythingServer(t, testenv.EverythingDual))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var progress atomic.Int32
+	cs := stdioConnect(t, ctx, "http://"+s.http+"/every/mcp", &sdk.ClientOptions{
+		ProgressNotificationHandler: func(context.Context, *sdk.ProgressNotificationClientRequest) { progress.Add(1) },
+	})
+	t.Logf("negotiated %s", cs.InitializeResult().ProtocolVersion)
+	if err := cs.Ping(ctx, nil); err != nil {
+		t.Errorf("ping: %v", err)
+	}
+	if got := toolText(cs.CallTool(ctx, &sdk.CallToolParams{Name: "test_simple_text"})); strings.HasPrefix(got, "error") {
+		t.Errorf("test_simple_text = %q", got)
+	}
+	if got := toolText(cs.CallTool(ctx, &sdk.CallToolParams{Name: "test_tool_with_progress", Meta: sdk.Meta{"progressToken": "p1"}})); got != "p1" {
+		t.Errorf("test_tool_with_progress = %q; want its token", got)
+	} else if n := progress.Load(); n != 3 {
+		t.Errorf("test_tool_with_progress: %d progress notifications; want 3", n)
+	}
+	// A 2026-07-28 call is cancelled by closing its stream: the vat
+	// sends no progress after the client cancels.
+	before := progress.Load()
+	cctx, ccancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	_, err := cs.CallTool(cctx, &sdk.CallToolParams{Name: "test_tool_with_progress", Meta: sdk.Meta{"progressToken": "p2"}})
+	ccancel()
+	t.Logf("a call cancelled after 20 ms: %v", err)
+	time.Sleep(300 * time.Millisecond)
+	if n := progress.Load() - before; n > 1 {
+		t.Errorf("a call cancelled after its first progress sent %d in all; want it stopped", n)
+	}
+	if got := toolText(cs.CallTool(ctx, &sdk.CallToolParams{Name: "test_simple_text"})); strings.HasPrefix(got, "error") {
+		t.Errorf("test_simple_text after a cancelled call = %q", got)
+	}
+}

@@ -89,6 +89,9 @@ type stdioBridge struct {
 	renewed chan struct{} // closed when a session replaces one the endpoint forgot
 
 	renewing sync.Mutex // one new session at a time
+
+	callsMu sync.Mutex
+	calls   map[string]context.CancelFunc // the requests posted, by id
 }
 
 // stdioInFlight bounds the requests posted at once: the client's others
@@ -141,6 +144,7 @@ func (b *stdioBridge) run(ctx context.Context, in io.Reader) error {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
+					ctx := ctx
 					if m.Kind == mcp.KindRequest {
 						select {
 						case slots <- struct{}{}:
@@ -148,9 +152,15 @@ func (b *stdioBridge) run(ctx context.Context, in io.Reader) error {
 							return
 						}
 						defer func() { <-slots }()
+						var done func()
+						ctx, done = b.track(ctx, m.ID)
+						defer done()
 					}
 					b.post(ctx, m, true)
 				}()
+				if m.Method == "notifications/cancelled" {
+					b.cancelCall(m)
+				}
 			}
 		}
 		if err != nil {
@@ -467,6 +477,42 @@ func (b *stdioBridge) listen(ctx context.Context) {
 		case <-time.After(wait):
 			wait = min(2*wait, 30*time.Second)
 		}
+	}
+}
+
+// track keeps the request id's post cancellable until done.
+func (b *stdioBridge) track(ctx context.Context, id []byte) (_ context.Context, done func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	b.callsMu.Lock()
+	defer b.callsMu.Unlock()
+	if b.calls == nil {
+		b.calls = map[string]context.CancelFunc{}
+	}
+	b.calls[string(id)] = cancel
+	return ctx, func() {
+		cancel()
+		b.callsMu.Lock()
+		defer b.callsMu.Unlock()
+		delete(b.calls, string(id))
+	}
+}
+
+// cancelCall closes the stream of the request a notifications/cancelled
+// names: that is how a 2026-07-28 server learns it, and a 2025 server's
+// answer would be dropped by the client anyway.
+func (b *stdioBridge) cancelCall(m mcp.Msg) {
+	id, ok := m.Get("params", "requestId")
+	if !ok {
+		return
+	}
+	var compact bytes.Buffer
+	if json.Compact(&compact, id) != nil {
+		return
+	}
+	b.callsMu.Lock()
+	defer b.callsMu.Unlock()
+	if cancel, ok := b.calls[compact.String()]; ok {
+		cancel()
 	}
 }
 
