@@ -203,7 +203,8 @@ func TestStdioBridgeEnds(t *testing.T) {
 // forgets it, and its endpoint answers the session's next request 404.
 // The spec has the HTTP client initialize again, and a stdio client has
 // no way to (its server never went): so the bridge does, with the
-// client's own initialize, and the call goes through.
+// client's own initialize, and the call goes through. So too when toybox
+// itself restarts.
 func TestStdioBridgeSessionLost(t *testing.T) {
 	s := newStack(t, stackOpts{})
 	s.installEverything("every", testenv.EverythingServer(t, testenv.EverythingDual), "-stateless=false")
@@ -225,6 +226,12 @@ func TestStdioBridgeSessionLost(t *testing.T) {
 	}
 	if got := call(); strings.HasPrefix(got, "error") {
 		t.Errorf("test_simple_text again = %q; want its answer", got)
+	}
+	// toybox itself restarts: every session it held is gone.
+	s.restart(nil, nil)
+	s.waitWord("every", "walled")
+	if got := call(); strings.HasPrefix(got, "error") {
+		t.Errorf("test_simple_text after toybox restarted = %q; want its answer", got)
 	}
 }
 
