@@ -724,12 +724,17 @@ func undoImport(a admin, dir string, names []string) int {
 			continue
 		}
 		n++
-		if err := undoOne(a, bk); err != nil {
+		removed, err := undoOne(a, bk)
+		if err != nil {
 			bad++
 			fmt.Fprintf(os.Stderr, "toybox import --undo: %s: %s; its backup %s stays live\n", term(bk.Name), term(err.Error()), bk.file)
 			continue
 		}
-		fmt.Printf("%s\trestored (vat %s removed, its data kept)\n", term(bk.Name), bk.Vat)
+		if removed {
+			fmt.Printf("%s\trestored (vat %s removed, its data kept)\n", term(bk.Name), bk.Vat)
+		} else {
+			fmt.Printf("%s\trestored (vat %s was no longer installed)\n", term(bk.Name), bk.Vat)
+		}
 	}
 	if n == 0 {
 		fmt.Println("nothing to undo")
@@ -750,22 +755,24 @@ func sameJSON(a, b json.RawMessage) bool {
 	return reflect.DeepEqual(va, vb)
 }
 
-func undoOne(a admin, bk *backup) error {
+// undoOne restores bk's entry and removes its vat; removed says the vat was
+// there to remove (not removed meanwhile by other means).
+func undoOne(a admin, bk *backup) (removed bool, err error) {
 	if bk.Rewritten {
 		fi, err := os.Stat(bk.Config)
 		if err != nil {
-			return err
+			return false, err
 		}
 		b, err := readConfig(bk.Config)
 		if err != nil {
-			return err
+			return false, err
 		}
 		cc, err := packages.ParseClientConfig(b)
 		if err != nil {
-			return err
+			return false, err
 		}
 		if cc.Key != bk.Key {
-			return fmt.Errorf("%s now keeps its servers in %s, not %s", bk.Config, cc.Key, bk.Key)
+			return false, fmt.Errorf("%s now keeps its servers in %s, not %s", bk.Config, cc.Key, bk.Key)
 		}
 		switch cur := cc.Servers[bk.Name]; {
 		case sameJSON(cur, bk.Entry):
@@ -773,7 +780,7 @@ func undoOne(a admin, bk *backup) error {
 			// renamed its config over the old one.
 		case bk.RewrittenTo != nil && !sameJSON(cur, bk.RewrittenTo):
 			// An entry the owner changed since is theirs.
-			return fmt.Errorf("its entry in %s changed since the import, so it is left as it is (the entry as it was is in the backup)", bk.Config)
+			return false, fmt.Errorf("its entry in %s changed since the import, so it is left as it is (the entry as it was is in the backup)", bk.Config)
 		default:
 			old := bk.Entry
 			if raw := json.RawMessage(bk.EntryBytes); sameJSON(raw, bk.Entry) {
@@ -781,20 +788,20 @@ func undoOne(a admin, bk *backup) error {
 			}
 			out, err := cc.Rewrite(map[string]json.RawMessage{bk.Name: old})
 			if err != nil {
-				return err
+				return false, err
 			}
 			if err := writeConfig(bk.Config, out, fi.Mode().Perm()); err != nil {
-				return err
+				return false, err
 			}
 		}
 	}
 	code, b, err := a.do(http.MethodDelete, "/"+bk.Vat, nil)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if code != http.StatusOK && code != http.StatusNotFound {
-		return adminError(code, b)
+		return false, adminError(code, b)
 	}
 	bk.Undone = time.Now().UTC().Format(time.RFC3339Nano)
-	return writeBackup(filepath.Dir(bk.file), bk)
+	return code == http.StatusOK, writeBackup(filepath.Dir(bk.file), bk)
 }

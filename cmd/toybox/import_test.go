@@ -886,3 +886,26 @@ func TestImportRefusesARewriteURLWithAQuery(t *testing.T) {
 		t.Errorf("the config: %s (%v); want it as it was", b, err)
 	}
 }
+
+// TestUndoSaysWhenTheVatWasGone: an undo whose vat was already removed
+// (its DELETE answered 404) printed "vat notes removed" all the same. It
+// now says the vat was no longer installed.
+func TestUndoSaysWhenTheVatWasGone(t *testing.T) {
+	dir := t.TempDir()
+	src := notesServer(t, dir)
+	config, _ := notesConfig(t, dir, filepath.Join(src, "server.js"))
+	f := &fakeSupervisor{dataDir: filepath.Join(dir, "state", "data", "notes")}
+	sock := serveAdmin(t, dir, f)
+	backups := filepath.Join(dir, "backups")
+	im := importer{a: newAdmin(sock, 10*time.Second), backups: backups}
+	if code, stderr := runCapturingStderr(t, func() int { return im.run(config) }); code != exitOK {
+		t.Fatalf("import = %d (%s); want %d", code, stderr, exitOK)
+	}
+	f.mu.Lock()
+	f.installed = false // removed meanwhile, by other means
+	f.mu.Unlock()
+	code, out := runCapturingStdout(t, func() int { return undoImport(newAdmin(sock, 10*time.Second), backups, nil) })
+	if code != exitOK || strings.Contains(out, "removed") || !strings.Contains(out, "no longer installed") {
+		t.Errorf("undo = %d, %q; want %d saying the vat was no longer installed", code, out, exitOK)
+	}
+}
