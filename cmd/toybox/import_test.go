@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"toybox/tests/testenv"
 	"toybox/vat/store"
 	"toybox/vat/supervisor"
 	"toybox/vat/switches"
@@ -506,9 +507,7 @@ func TestUndoAfterAnImportKilledBeforeItsRename(t *testing.T) {
 // the old mode, 0600: the owner's client could no longer read its own
 // config. The new file now has the old one's owner and group.
 func TestImportKeepsTheConfigsOwner(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to give the config another owner")
-	}
+	testenv.RequireRoot(t) // to give the config another owner
 	dir := t.TempDir()
 	src := notesServer(t, dir)
 	config, _ := notesConfig(t, dir, filepath.Join(src, "server.js"))
