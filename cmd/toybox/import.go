@@ -58,6 +58,9 @@ type backup struct {
 	Data []string `json:"data,omitempty"`
 	// Undone is when an undo restored it ("" while it is live).
 	Undone string `json:"undone,omitempty"`
+	// Unrestored says why that undo could not put the entry back (its
+	// config was gone); the entry is still here.
+	Unrestored string `json:"unrestored,omitempty"`
 
 	file string
 	// purge says a rollback in this run removes the vat's data folder
@@ -730,6 +733,12 @@ func undoImport(a admin, dir string, names []string) int {
 			fmt.Fprintf(os.Stderr, "toybox import --undo: %s: %s; its backup %s stays live\n", term(bk.Name), term(err.Error()), bk.file)
 			continue
 		}
+		if bk.Unrestored != "" {
+			// The vat is out of service, but the entry is not back.
+			bad++
+			fmt.Fprintf(os.Stderr, "toybox import --undo: %s: vat %s removed, but its entry was not put back: %s; the entry as it was is in its backup %s, now marked undone\n", term(bk.Name), bk.Vat, term(bk.Unrestored), bk.file)
+			continue
+		}
 		if removed {
 			fmt.Printf("%s\trestored (vat %s removed, its data kept)\n", term(bk.Name), bk.Vat)
 		} else {
@@ -756,13 +765,19 @@ func sameJSON(a, b json.RawMessage) bool {
 }
 
 // undoOne restores bk's entry and removes its vat; removed says the vat was
-// there to remove (not removed meanwhile by other means).
+// there to remove (not removed meanwhile by other means). A config that is
+// gone (deleted or moved) cannot take its entry back: the vat is removed
+// all the same and bk.Unrestored says why the entry is not back. Kept
+// live, the backup would fail every later undo the same way.
 func undoOne(a admin, bk *backup) (removed bool, err error) {
-	if bk.Rewritten {
-		fi, err := os.Stat(bk.Config)
-		if err != nil {
-			return false, err
-		}
+	fi, err := os.Stat(bk.Config)
+	switch {
+	case !bk.Rewritten:
+	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR):
+		bk.Unrestored = fmt.Sprintf("its config %s is gone (deleted or moved)", bk.Config)
+	case err != nil:
+		return false, err
+	default:
 		b, err := readConfig(bk.Config)
 		if err != nil {
 			return false, err

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"io/fs"
 	"net"
@@ -906,5 +907,51 @@ func TestUndoSaysWhenTheVatWasGone(t *testing.T) {
 	code, out := runCapturingStdout(t, func() int { return undoImport(newAdmin(sock, 10*time.Second), backups, nil) })
 	if code != exitOK || strings.Contains(out, "removed") || !strings.Contains(out, "no longer installed") {
 		t.Errorf("undo = %d, %q; want %d saying the vat was no longer installed", code, out, exitOK)
+	}
+}
+
+// TestUndoWhenTheConfigIsGone: an undo whose config was deleted (or
+// moved) since the import failed on it and kept its backup live, so
+// every later undo failed on it again, for ever, and its vat stayed. The
+// undo now removes the vat, says the entry could not go back and where it
+// is kept, and marks the backup undone: a later undo is not stuck on it.
+func TestUndoWhenTheConfigIsGone(t *testing.T) {
+	dir := t.TempDir()
+	src := notesServer(t, dir)
+	config, _ := notesConfig(t, dir, filepath.Join(src, "server.js"))
+	f := &fakeSupervisor{dataDir: filepath.Join(dir, "state", "data", "notes")}
+	sock := serveAdmin(t, dir, f)
+	backups := filepath.Join(dir, "backups")
+	im := importer{a: newAdmin(sock, 10*time.Second), backups: backups, rewrite: "http://localhost:8787"}
+	if code, stderr := runCapturingStderr(t, func() int { return im.run(config) }); code != exitOK {
+		t.Fatalf("import = %d (%s); want %d", code, stderr, exitOK)
+	}
+	live, err := liveBackups(backups)
+	if err != nil || len(live) != 1 {
+		t.Fatalf("live backups: %d, %v; want 1", len(live), err)
+	}
+	if err := os.Rename(config, config+".moved"); err != nil {
+		t.Fatal(err)
+	}
+	code, stderr := runCapturingStderr(t, func() int { return undoImport(newAdmin(sock, 10*time.Second), backups, nil) })
+	if code != exitError || !strings.Contains(stderr, config) || !strings.Contains(stderr, "is gone") || !strings.Contains(stderr, live[0].file) {
+		t.Errorf("undo = %d (%s); want %d saying %s is gone and where its entry is kept (%s)", code, stderr, exitError, config, live[0].file)
+	}
+	f.mu.Lock()
+	installed := f.installed
+	f.mu.Unlock()
+	if installed {
+		t.Errorf("the vat is still there after the undo; want it removed")
+	}
+	code, out := runCapturingStdout(t, func() int { return undoImport(newAdmin(sock, 10*time.Second), backups, nil) })
+	if code != exitOK || !strings.Contains(out, "nothing to undo") {
+		t.Errorf("a second undo = %d, %q; want %d, nothing to undo", code, out, exitOK)
+	}
+	b, err := os.ReadFile(live[0].file)
+	if err != nil || !strings.Contains(string(b), "server.js") {
+		t.Errorf("the backup after the undo: %s (%v); want it kept, with its entry", b, err)
+	}
+	if _, err := os.Stat(config); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the undo made %s again (%v); want it left gone", config, err)
 	}
 }
