@@ -24,8 +24,22 @@ type ClientConfig struct {
 	Servers map[string]json.RawMessage
 	// top is every top-level member, as written.
 	top map[string]json.RawMessage
-	// src is the file as read.
-	src []byte
+	// src is the file as read; plain is src as plain JSON, each byte at
+	// its place in src (plainJSON).
+	src, plain []byte
+}
+
+// bom is the UTF-8 byte order mark a Windows editor starts a file with.
+var bom = []byte("\ufeff")
+
+// plainJSON is b with a leading BOM made spaces, so it reads as JSON and
+// every other byte keeps its offset: spans found in it are spans of b.
+func plainJSON(b []byte) []byte {
+	out := slices.Clone(b)
+	if bytes.HasPrefix(out, bom) {
+		copy(out, "   ")
+	}
+	return out
 }
 
 // ClientEntry is one stdio server entry of a client config.
@@ -43,7 +57,8 @@ type ClientEntry struct {
 
 // ParseClientConfig reads a client config. Exactly one of "mcpServers" and
 // "servers" must be an object of entries.
-func ParseClientConfig(b []byte) (ClientConfig, error) {
+func ParseClientConfig(src []byte) (ClientConfig, error) {
+	b := plainJSON(src)
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(b, &top); err != nil || top == nil {
 		return ClientConfig{}, fmt.Errorf("%w: not a JSON object%s", ErrBadConfig, jsonErrorAt(b, err))
@@ -51,7 +66,7 @@ func ParseClientConfig(b []byte) (ClientConfig, error) {
 	if err := uniqueMembers(b, "member %q is given twice"); err != nil {
 		return ClientConfig{}, err
 	}
-	cc := ClientConfig{top: top, src: b}
+	cc := ClientConfig{top: top, src: src, plain: b}
 	for _, k := range []string{"mcpServers", "servers"} {
 		raw, ok := top[k]
 		if !ok {
@@ -139,7 +154,7 @@ func (cc ClientConfig) Names() []string {
 // With returns the config with server name's entry set to raw (deleted
 // when raw is nil), every other member kept as written.
 func (cc ClientConfig) With(name string, raw json.RawMessage) ClientConfig {
-	out := ClientConfig{Key: cc.Key, Servers: map[string]json.RawMessage{}, top: map[string]json.RawMessage{}}
+	out := ClientConfig{Key: cc.Key, Servers: map[string]json.RawMessage{}, top: map[string]json.RawMessage{}, src: cc.src}
 	for k, v := range cc.Servers {
 		out.Servers[k] = v
 	}
@@ -154,7 +169,8 @@ func (cc ClientConfig) With(name string, raw json.RawMessage) ClientConfig {
 	return out
 }
 
-// Encode writes the config, indented.
+// Encode writes the config, indented, after the BOM the file read began
+// with, if any.
 func (cc ClientConfig) Encode() ([]byte, error) {
 	top := map[string]any{}
 	for k, v := range cc.top {
@@ -162,6 +178,9 @@ func (cc ClientConfig) Encode() ([]byte, error) {
 	}
 	top[cc.Key] = cc.Servers
 	var buf bytes.Buffer
+	if bytes.HasPrefix(cc.src, bom) {
+		buf.Write(bom)
+	}
 	enc := json.NewEncoder(&buf)
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
@@ -207,7 +226,7 @@ func (cc ClientConfig) Rewrite(set map[string]json.RawMessage) ([]byte, error) {
 // first byte and the byte past its last.
 func (cc ClientConfig) entrySpans() map[string][2]int64 {
 	spans := map[string][2]int64{}
-	dec := json.NewDecoder(bytes.NewReader(cc.src))
+	dec := json.NewDecoder(bytes.NewReader(cc.plain))
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
 		return spans
 	}

@@ -225,6 +225,7 @@ func TestCopyCheckout(t *testing.T) {
 func FuzzParseClientConfig(f *testing.F) {
 	f.Add([]byte(`{"mcpServers":{"a":{"command":"npx","args":["-y","x"]}}}`))
 	f.Add([]byte(`{"servers":{"fs":{"type":"stdio","command":"node","args":["/x/y.js"],"cwd":"/x"}}}`))
+	f.Add([]byte("\ufeff{\"mcpServers\":{\"a\":{\"command\":\"npx\"}}}"))
 	f.Add([]byte("{\"z\": 1.50,\n \"mcpServers\": { \"b\" : {\"url\": \"\\u00e9<\"} ,\"a\":{\"command\":\"npx\"}}, \"y\":[ ]}"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		cc, err := ParseClientConfig(b)
@@ -257,4 +258,31 @@ func FuzzParseClientConfig(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestClientConfigBOM: a Windows editor starts the file with a UTF-8 BOM.
+// Such a config was refused as not JSON. It is read now, and a rewrite
+// keeps the BOM with every other byte.
+func TestClientConfigBOM(t *testing.T) {
+	in := "\ufeff{\"mcpServers\": {\"a\": {\"command\": \"npx\"}, \"b\": {\"command\": \"uvx\"}}}\n"
+	cc, err := ParseClientConfig([]byte(in))
+	if err != nil {
+		t.Fatalf("ParseClientConfig(BOM + config) = %v; want it read", err)
+	}
+	if got := cc.Names(); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("Names() = %v; want [a b]", got)
+	}
+	out, err := cc.Rewrite(map[string]json.RawMessage{"a": json.RawMessage(`{"url":"u"}`)})
+	want := "\ufeff{\"mcpServers\": {\"a\": {\"url\":\"u\"}, \"b\": {\"command\": \"uvx\"}}}\n"
+	if err != nil || string(out) != want {
+		t.Errorf("Rewrite = %q, %v; want %q", out, err, want)
+	}
+	// A name the file lacks is added by encoding it again: the BOM stays.
+	out, err = cc.Rewrite(map[string]json.RawMessage{"c": json.RawMessage(`{"url":"u"}`)})
+	if err != nil || !bytes.HasPrefix(out, []byte("\ufeff{")) {
+		t.Errorf("Rewrite adding an entry = %q, %v; want it to start with the BOM", out, err)
+	}
+	if _, err := ParseClientConfig(out); err != nil {
+		t.Errorf("the rewritten file does not read again: %v", err)
+	}
 }
