@@ -47,7 +47,8 @@ type backup struct {
 	Config string `json:"config"`
 	Key    string `json:"key"`
 	// Entry is the server's entry as it was; EntryBytes its bytes as
-	// the file had them, which Entry (re-indented here) does not keep.
+	// the file had them, comments too, which Entry (re-indented here,
+	// its comments made spaces) does not keep.
 	Entry      json.RawMessage `json:"entry"`
 	EntryBytes string          `json:"entry_bytes,omitempty"`
 	// Rewritten says the config was rewritten to the vat's URL;
@@ -407,7 +408,7 @@ func (im *importer) one(name string) (*backup, error) {
 			return nil, err
 		}
 	}
-	bk := &backup{Stamp: im.stamp(), Name: name, Vat: id, Config: im.config, Key: im.cc.Key, Entry: im.cc.Servers[name], EntryBytes: string(im.cc.Servers[name])}
+	bk := &backup{Stamp: im.stamp(), Name: name, Vat: id, Config: im.config, Key: im.cc.Key, Entry: im.cc.Servers[name], EntryBytes: string(im.cc.Written(name))}
 	// A data folder already there (an undone import's) is the owner's: a
 	// failure keeps it. Without --state that is not known, so it is kept.
 	if dataDir != "" {
@@ -601,7 +602,7 @@ func (im *importer) rewriteConfig() error {
 			im.rollback(bk)
 			continue
 		}
-		bk.EntryBytes = string(cur)
+		bk.EntryBytes = string(cc.Written(bk.Name))
 		kept = append(kept, bk)
 	}
 	im.done = kept
@@ -754,11 +755,14 @@ func undoImport(a admin, dir string, names []string) int {
 	return exitOK
 }
 
-// sameJSON reports whether a and b are the same JSON value. A missing
-// value (nil) is no value.
+// sameJSON reports whether a and b are the same JSON value, comments and
+// trailing commas aside (packages.PlainJSON). A missing value (nil) is no
+// value.
 func sameJSON(a, b json.RawMessage) bool {
 	var va, vb any
-	if json.Unmarshal(a, &va) != nil || json.Unmarshal(b, &vb) != nil {
+	pa, _ := packages.PlainJSON(a)
+	pb, _ := packages.PlainJSON(b)
+	if json.Unmarshal(pa, &va) != nil || json.Unmarshal(pb, &vb) != nil {
 		return false
 	}
 	return reflect.DeepEqual(va, vb)

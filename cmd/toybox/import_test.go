@@ -955,3 +955,39 @@ func TestUndoWhenTheConfigIsGone(t *testing.T) {
 		t.Errorf("the undo made %s again (%v); want it left gone", config, err)
 	}
 }
+
+// TestImportUndoJSONC: VS Code's mcp.json holds comments and trailing
+// commas. The rewrite keeps every one outside the imported entry, and the
+// undo puts the entry back as it was written, its own comments too: the
+// file is then byte for byte the one the import found.
+func TestImportUndoJSONC(t *testing.T) {
+	dir := t.TempDir()
+	src := notesServer(t, dir)
+	cfg := "{\n  // my servers\n  \"servers\": {\n    /* notes: local */\n    \"notes\": {\n      \"command\": \"/usr/bin/node\", // node 22\n      \"args\": [\"" + filepath.Join(src, "server.js") + "\",],\n    },\n    \"web\": {\"type\": \"http\", \"url\": \"https://w.example//mcp\",},\n  },\n}\n"
+	config := filepath.Join(dir, "mcp.json")
+	if err := os.WriteFile(config, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sock := serveAdmin(t, dir, &fakeSupervisor{dataDir: filepath.Join(dir, "state", "data", "notes")})
+	backups := filepath.Join(dir, "backups")
+	im := importer{a: newAdmin(sock, 10*time.Second), backups: backups, rewrite: "http://localhost:8787"}
+	if code, stderr := runCapturingStderr(t, func() int { return im.run(config) }); code != exitOK {
+		t.Fatalf("import = %d (%s); want %d", code, stderr, exitOK)
+	}
+	b, err := os.ReadFile(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := strings.Index(cfg, "{\n      \"command\"")
+	end := strings.Index(cfg, "    },\n") + len("    }")
+	want := cfg[:start] + `{"type":"http","url":"http://localhost:8787/notes/mcp"}` + cfg[end:]
+	if string(b) != want {
+		t.Errorf("the config after the import:\n%s\nwant only the entry changed:\n%s", b, want)
+	}
+	if code, stderr := runCapturingStderr(t, func() int { return undoImport(newAdmin(sock, 10*time.Second), backups, nil) }); code != exitOK {
+		t.Fatalf("undo = %d (%s); want %d", code, stderr, exitOK)
+	}
+	if b, err := os.ReadFile(config); err != nil || string(b) != cfg {
+		t.Errorf("the config after the undo:\n%s (%v)\nwant the bytes the import found:\n%s", b, err, cfg)
+	}
+}

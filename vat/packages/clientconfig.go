@@ -25,21 +25,10 @@ type ClientConfig struct {
 	// top is every top-level member, as written.
 	top map[string]json.RawMessage
 	// src is the file as read; plain is src as plain JSON, each byte at
-	// its place in src (plainJSON).
+	// its place in src (PlainJSON).
 	src, plain []byte
-}
-
-// bom is the UTF-8 byte order mark a Windows editor starts a file with.
-var bom = []byte("\ufeff")
-
-// plainJSON is b with a leading BOM made spaces, so it reads as JSON and
-// every other byte keeps its offset: spans found in it are spans of b.
-func plainJSON(b []byte) []byte {
-	out := slices.Clone(b)
-	if bytes.HasPrefix(out, bom) {
-		copy(out, "   ")
-	}
-	return out
+	// comments says src has comments, which encoding it again drops.
+	comments bool
 }
 
 // ClientEntry is one stdio server entry of a client config.
@@ -55,10 +44,90 @@ type ClientEntry struct {
 	EnvFile string `json:"envFile,omitempty"`
 }
 
-// ParseClientConfig reads a client config. Exactly one of "mcpServers" and
-// "servers" must be an object of entries.
+// bom is the UTF-8 byte order mark a Windows editor starts a file with.
+var bom = []byte("\ufeff")
+
+// PlainJSON is b, JSON with comments (VS Code's JSONC), as plain JSON:
+// a leading BOM, each comment (// to the line's end, /* to */) and each
+// trailing comma (before } or ]) become spaces. A comment's line breaks
+// stay. Every other byte keeps its offset, so a span found in the plain
+// JSON is the same span of b. A comment cut short is left as it is, for
+// the JSON parser to name. comments says b had a comment.
+func PlainJSON(b []byte) (plain []byte, comments bool) {
+	out := slices.Clone(b)
+	if bytes.HasPrefix(out, bom) {
+		copy(out, "   ")
+	}
+	blank := func(from, to int) {
+		for i := from; i < to; i++ {
+			if out[i] != '\n' && out[i] != '\r' {
+				out[i] = ' '
+			}
+		}
+	}
+	// Comments first, so a comma's next byte is found past them.
+	for i := 0; i < len(out); i++ {
+		switch {
+		case out[i] == '"':
+			i = stringEnd(out, i)
+		case out[i] == '/' && i+1 < len(out) && out[i+1] == '/':
+			end := bytes.IndexByte(out[i:], '\n')
+			if end < 0 {
+				end = len(out) - i
+			}
+			blank(i, i+end)
+			comments = true
+			i += end
+		case out[i] == '/' && i+1 < len(out) && out[i+1] == '*':
+			end := bytes.Index(out[i+2:], []byte("*/"))
+			if end < 0 {
+				return out, comments
+			}
+			blank(i, i+2+end+2)
+			comments = true
+			i += 2 + end + 1
+		}
+	}
+	// A comma is trailing when a value comes before it and } or ] after.
+	var prev byte
+	for i := 0; i < len(out); i++ {
+		c := out[i]
+		switch c {
+		case ' ', '\t', '\n', '\r':
+			continue
+		case '"':
+			i = stringEnd(out, i)
+		case ',':
+			next := bytes.TrimLeft(out[i+1:], " \t\r\n")
+			if len(next) > 0 && (next[0] == '}' || next[0] == ']') && prev != 0 && prev != '{' && prev != '[' && prev != ',' {
+				out[i] = ' '
+				continue
+			}
+		}
+		prev = c
+	}
+	return out, comments
+}
+
+// stringEnd is the offset of the quote that ends the JSON string whose
+// opening quote is b[i]; the last offset of b if none does.
+func stringEnd(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i
+		}
+	}
+	return len(b) - 1
+}
+
+// ParseClientConfig reads a client config, JSON with comments and
+// trailing commas (PlainJSON). Exactly one of "mcpServers" and "servers"
+// must be an object of entries.
 func ParseClientConfig(src []byte) (ClientConfig, error) {
-	b := plainJSON(src)
+	b, comments := PlainJSON(src)
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(b, &top); err != nil || top == nil {
 		return ClientConfig{}, fmt.Errorf("%w: not a JSON object%s", ErrBadConfig, jsonErrorAt(b, err))
@@ -66,7 +135,7 @@ func ParseClientConfig(src []byte) (ClientConfig, error) {
 	if err := uniqueMembers(b, "member %q is given twice"); err != nil {
 		return ClientConfig{}, err
 	}
-	cc := ClientConfig{top: top, src: src, plain: b}
+	cc := ClientConfig{top: top, src: src, plain: b, comments: comments}
 	for _, k := range []string{"mcpServers", "servers"} {
 		raw, ok := top[k]
 		if !ok {
@@ -117,8 +186,7 @@ func uniqueMembers(b []byte, format string) error {
 }
 
 // jsonErrorAt says where in b err, json.Unmarshal's, is: ": line L,
-// column C: what", with a word on the comments and trailing commas VS
-// Code allows. "" for no syntax error.
+// column C: what". "" for no syntax error.
 func jsonErrorAt(b []byte, err error) string {
 	if err == nil {
 		return ""
@@ -134,11 +202,7 @@ func jsonErrorAt(b []byte, err error) string {
 	at := b[:max(se.Offset-1, 0)]
 	line := bytes.Count(at, []byte("\n")) + 1
 	col := utf8.RuneCount(at[bytes.LastIndexByte(at, '\n')+1:]) + 1
-	hint := ""
-	if c := b[len(at)]; c == '/' || c == '#' || ((c == '}' || c == ']') && bytes.HasSuffix(bytes.TrimRight(at, " \t\r\n"), []byte(","))) {
-		hint = ". toybox reads plain JSON: take out its comments and trailing commas"
-	}
-	return fmt.Sprintf(": line %d, column %d: %v%s", line, col, err, hint)
+	return fmt.Sprintf(": line %d, column %d: %v", line, col, err)
 }
 
 // Names are the servers' names, sorted.
@@ -154,7 +218,7 @@ func (cc ClientConfig) Names() []string {
 // With returns the config with server name's entry set to raw (deleted
 // when raw is nil), every other member kept as written.
 func (cc ClientConfig) With(name string, raw json.RawMessage) ClientConfig {
-	out := ClientConfig{Key: cc.Key, Servers: map[string]json.RawMessage{}, top: map[string]json.RawMessage{}, src: cc.src}
+	out := ClientConfig{Key: cc.Key, Servers: map[string]json.RawMessage{}, top: map[string]json.RawMessage{}, src: cc.src, comments: cc.comments}
 	for k, v := range cc.Servers {
 		out.Servers[k] = v
 	}
@@ -192,9 +256,9 @@ func (cc ClientConfig) Encode() ([]byte, error) {
 
 // Rewrite returns the config's file with the entries of set in place of
 // the servers' entries by those names. Each new value takes the bytes of
-// the old one, so every other byte of the file is kept as read. A name
-// the file has no entry for is added by encoding the whole file again
-// (Encode).
+// the old one, comments inside it too, so every other byte of the file is
+// kept as read. A name the file has no entry for is added by encoding the
+// whole file again (Encode), which a file with comments refuses.
 func (cc ClientConfig) Rewrite(set map[string]json.RawMessage) ([]byte, error) {
 	spans := cc.entrySpans()
 	type edit struct {
@@ -205,6 +269,9 @@ func (cc ClientConfig) Rewrite(set map[string]json.RawMessage) ([]byte, error) {
 	for name, raw := range set {
 		at, ok := spans[name]
 		if !ok {
+			if cc.comments {
+				return nil, fmt.Errorf("%w: server %q is not in the file, and adding it would write the file anew without its comments: add it by hand", ErrBadConfig, name)
+			}
 			for n, r := range set {
 				cc = cc.With(n, r)
 			}
@@ -521,4 +588,14 @@ func inside(src, p string) (string, bool) {
 		return "", false
 	}
 	return rel, true
+}
+
+// Written is server name's entry as the file has it: its comments too.
+// Put back with Rewrite, it gives back the bytes it was read from.
+func (cc ClientConfig) Written(name string) json.RawMessage {
+	at, ok := cc.entrySpans()[name]
+	if !ok {
+		return nil
+	}
+	return slices.Clone(json.RawMessage(cc.src[at[0]:at[1]]))
 }

@@ -26,8 +26,14 @@ func TestParseClientConfig(t *testing.T) {
 		{"servers not an object", `{"mcpServers":[]}`, "", nil, "not an object of servers"},
 		{"a server twice", `{"mcpServers":{"a":{"command":"npx"},"a":{"command":"uvx"}}}`, "", nil, `server "a" is given twice`},
 		{"the servers twice", `{"mcpServers":{"a":{"command":"npx"}},"mcpServers":{}}`, "", nil, `"mcpServers" is given twice`},
-		{"a comment", "{\n  // mine\n  \"servers\": {}\n}", "", nil, "line 2, column 3: invalid character '/'"},
-		{"a trailing comma", "{\"servers\": {\"a\": {\"command\": \"npx\"},\n}}", "", nil, "line 2, column 1: invalid character '}'"},
+		{"a comment", "{\n  // mine\n  \"servers\": {}\n}", "servers", []string{}, ""},
+		{"a block comment", "{/* a\n */\"servers\": {\"a\": {\"command\": /* b */ \"npx\"}}}", "servers", []string{"a"}, ""},
+		{"a trailing comma", "{\"servers\": {\"a\": {\"command\": \"npx\", \"args\": [\"x\",],},\n},}", "servers", []string{"a"}, ""},
+		{"slashes in a string", `{"servers": {"a": {"url": "http://h/*x*/", "args": ["\"//"]}}}`, "servers", []string{"a"}, ""},
+		{"a comment cut short", "{\"servers\": {}} /* no end", "", nil, "line 1, column 17: invalid character '/'"},
+		{"a comma alone", `{"servers": {"a": {"args": [,]}}}`, "", nil, "invalid character ','"},
+		{"two commas", `{"servers": {"a": {"command": "npx",,}}}`, "", nil, "invalid character ','"},
+		{"a hash comment", "{\n # mine\n \"servers\": {}}", "", nil, "line 2, column 2: invalid character '#'"},
 		{"cut short", `{"servers": {"a": {"command": "np`, "", nil, "unexpected end"},
 		{"empty", ``, "", nil, "unexpected end"},
 	}
@@ -225,9 +231,14 @@ func TestCopyCheckout(t *testing.T) {
 func FuzzParseClientConfig(f *testing.F) {
 	f.Add([]byte(`{"mcpServers":{"a":{"command":"npx","args":["-y","x"]}}}`))
 	f.Add([]byte(`{"servers":{"fs":{"type":"stdio","command":"node","args":["/x/y.js"],"cwd":"/x"}}}`))
+	f.Add([]byte("{// c\n\"servers\":{\"a\":{/* d */\"command\":\"npx\",},},}"))
 	f.Add([]byte("\ufeff{\"mcpServers\":{\"a\":{\"command\":\"npx\"}}}"))
 	f.Add([]byte("{\"z\": 1.50,\n \"mcpServers\": { \"b\" : {\"url\": \"\\u00e9<\"} ,\"a\":{\"command\":\"npx\"}}, \"y\":[ ]}"))
 	f.Fuzz(func(t *testing.T, b []byte) {
+		// Every offset of the plain JSON is the file's.
+		if plain, _ := PlainJSON(b); len(plain) != len(b) {
+			t.Fatalf("PlainJSON(%q) = %q; want as many bytes", b, plain)
+		}
 		cc, err := ParseClientConfig(b)
 		if err != nil {
 			return
@@ -244,7 +255,7 @@ func FuzzParseClientConfig(f *testing.F) {
 		}
 		// Rewrite keeps every byte but the entries it sets.
 		for _, n := range cc.Names() {
-			out, err := cc.Rewrite(map[string]json.RawMessage{n: cc.Servers[n]})
+			out, err := cc.Rewrite(map[string]json.RawMessage{n: cc.Written(n)})
 			if err != nil || !bytes.Equal(out, b) {
 				t.Fatalf("Rewrite of %q with its own entry = %q, %v; want the file as read", n, out, err)
 			}
@@ -284,5 +295,43 @@ func TestClientConfigBOM(t *testing.T) {
 	}
 	if _, err := ParseClientConfig(out); err != nil {
 		t.Errorf("the rewritten file does not read again: %v", err)
+	}
+}
+
+// TestClientConfigJSONC: VS Code's mcp.json is JSON with comments and
+// trailing commas, and such a file was refused. It is read now. A
+// rewrite keeps every byte outside the entries it sets, comments and
+// commas too, and an entry's bytes as written (Written) put back give
+// the file as read, with the comments inside that entry.
+func TestClientConfigJSONC(t *testing.T) {
+	in := "{\n  // my servers\n  \"servers\": {\n    \"a\": {\n      \"command\": \"npx\", // the launcher\n      \"args\": [\"-y\", \"x\",],\n    },\n    /* keep b */ \"b\": {\"url\": \"http://h/b//c\"},\n  },\n}\n"
+	cc, err := ParseClientConfig([]byte(in))
+	if err != nil {
+		t.Fatalf("ParseClientConfig(JSONC) = %v; want it read", err)
+	}
+	e, err := cc.Entry("a")
+	if err != nil || e.Command != "npx" || !slices.Equal(e.Args, []string{"-y", "x"}) {
+		t.Errorf("Entry(a) = %+v, %v; want npx -y x", e, err)
+	}
+	if e, err := cc.Entry("b"); err != nil || e.URL != "http://h/b//c" {
+		t.Errorf("Entry(b) = %+v, %v; want its url whole", e, err)
+	}
+	out, err := cc.Rewrite(map[string]json.RawMessage{"a": json.RawMessage(`{"type":"http","url":"u"}`)})
+	want := "{\n  // my servers\n  \"servers\": {\n    \"a\": {\"type\":\"http\",\"url\":\"u\"},\n    /* keep b */ \"b\": {\"url\": \"http://h/b//c\"},\n  },\n}\n"
+	if err != nil || string(out) != want {
+		t.Fatalf("Rewrite = %q, %v; want %q", out, err, want)
+	}
+	written := cc.Written("a")
+	again, err := ParseClientConfig(out)
+	if err != nil {
+		t.Fatalf("the rewritten file does not read again: %v", err)
+	}
+	back, err := again.Rewrite(map[string]json.RawMessage{"a": written})
+	if err != nil || string(back) != in {
+		t.Errorf("Rewrite with Written(a) = %q, %v; want the file as read, %q", back, err, in)
+	}
+	// Encoding the file again would drop its comments: refused.
+	if out, err := cc.Rewrite(map[string]json.RawMessage{"c": json.RawMessage(`{"url":"u"}`)}); err == nil || !strings.Contains(err.Error(), "comments") {
+		t.Errorf("Rewrite adding an entry to a file with comments = %q, %v; want it refused, naming the comments", out, err)
 	}
 }
