@@ -111,28 +111,42 @@ func backupDir(dir string) error {
 	return nil
 }
 
+// testHookWritten, set by a test only, is called once a new file's copy
+// is written, before it is renamed into place.
+var testHookWritten func(tmp string)
+
 // writeFileAtomic writes b beside path and renames it over path.
 func writeFileAtomic(path string, b []byte, mode fs.FileMode) error {
 	return writeFileAs(path, b, mode, -1, -1)
 }
 
 // writeFileAs is writeFileAtomic with the file's owner and group (-1:
-// the writer's).
+// the writer's). The copy beside path (tempName) is its owner's alone
+// while it is written: a kill before the rename leaves it, and it may hold
+// env values. It gets mode only just before the rename.
 func writeFileAs(path string, b []byte, mode fs.FileMode, uid, gid int) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	f, err := os.CreateTemp(filepath.Dir(path), tempName(path)+"*")
 	if err != nil {
 		return err
 	}
 	tmp := f.Name()
-	_, err = f.Write(b)
-	if err == nil && (uid >= 0 || gid >= 0) {
+	if uid >= 0 || gid >= 0 {
 		err = f.Chown(uid, gid)
 	}
 	if err == nil {
-		err = f.Chmod(mode)
+		err = f.Chmod(mode & 0o700)
+	}
+	if err == nil {
+		_, err = f.Write(b)
 	}
 	if err == nil {
 		err = f.Sync()
+	}
+	if testHookWritten != nil {
+		testHookWritten(tmp)
+	}
+	if err == nil {
+		err = f.Chmod(mode)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -144,6 +158,39 @@ func writeFileAs(path string, b []byte, mode fs.FileMode, uid, gid int) error {
 		_ = os.Remove(tmp)
 	}
 	return err
+}
+
+// tempName is how the copy of path written before its rename is named,
+// before its random part.
+func tempName(path string) string {
+	return "." + filepath.Base(path) + ".toybox-"
+}
+
+// removeLeftovers removes the copies of config (through a link) that a
+// run killed before its rename left beside it, saying so: each may hold
+// the owner's env values. A run writing the same config at this moment
+// loses its copy, and its rename fails: that run puts its servers back.
+func removeLeftovers(config string) {
+	real, err := filepath.EvalSymlinks(config)
+	if err != nil {
+		return
+	}
+	dir, prefix := filepath.Dir(real), tempName(real)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), prefix) || !e.Type().IsRegular() {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		if err := os.Remove(p); err != nil {
+			fmt.Fprintf(os.Stderr, "toybox import: %s, a copy of %s a killed run left, may hold its env values: removing it: %v\n", p, real, err)
+			continue
+		}
+		fmt.Fprintf(os.Stderr, "toybox import: removed %s, a copy of %s a killed run left\n", p, real)
+	}
 }
 
 // writeConfig writes a client's config as writeFileAtomic does, through
@@ -159,6 +206,7 @@ func writeConfig(path string, b []byte, mode fs.FileMode) error {
 	if err := writable(real); err != nil {
 		return err
 	}
+	removeLeftovers(real)
 	var st unix.Stat_t
 	if err := unix.Stat(real, &st); err != nil {
 		return &fs.PathError{Op: "stat", Path: real, Err: err}
@@ -782,6 +830,8 @@ func undoOne(a admin, bk *backup) (removed bool, err error) {
 	case err != nil:
 		return false, err
 	default:
+		// An import killed before its rename left its copy beside it.
+		removeLeftovers(bk.Config)
 		b, err := readConfig(bk.Config)
 		if err != nil {
 			return false, err

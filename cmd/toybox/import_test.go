@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -989,5 +990,66 @@ func TestImportUndoJSONC(t *testing.T) {
 	}
 	if b, err := os.ReadFile(config); err != nil || string(b) != cfg {
 		t.Errorf("the config after the undo:\n%s (%v)\nwant the bytes the import found:\n%s", b, err, cfg)
+	}
+}
+
+// TestImportKilledBeforeItsRename: the rewrite writes the new config, the
+// operator's secrets in it, beside the old one and renames it over. A
+// kill before the rename left that copy there for good, with the
+// config's mode widened onto it (0644 here) while it was written. The
+// copy is now the config's owner's and no one else's until its rename,
+// and the next run that writes or undoes the config removes it, saying
+// so.
+func TestImportKilledBeforeItsRename(t *testing.T) {
+	testenv.RequireRoot(t) // to give the config another owner
+	dir := t.TempDir()
+	src := notesServer(t, dir)
+	config, cfg := notesConfig(t, dir, filepath.Join(src, "server.js"))
+	const uid, gid = 4321, 4322
+	if err := os.Chown(config, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeSupervisor{dataDir: filepath.Join(dir, "state", "data", "notes")}
+	sock := serveAdmin(t, dir, f)
+	backups := filepath.Join(dir, "backups")
+
+	// The hook ends the run's goroutine where a kill would end it: no
+	// cleanup of the run's own runs after it.
+	var left string
+	testHookWritten = func(tmp string) {
+		if filepath.Dir(tmp) == dir {
+			left = tmp
+			runtime.Goexit()
+		}
+	}
+	t.Cleanup(func() { testHookWritten = nil })
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		im := importer{a: newAdmin(sock, 10*time.Second), backups: backups, rewrite: "http://localhost:8787"}
+		im.run(config)
+	}()
+	<-done
+	testHookWritten = nil
+	if left == "" {
+		t.Fatal("the import wrote no copy of the config")
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(left, &st); err != nil {
+		t.Fatalf("the copy a killed run leaves: %v", err)
+	}
+	if st.Mode&0o077 != 0 || st.Uid != uid || st.Gid != gid {
+		t.Errorf("the copy a killed run leaves is %d:%d mode %04o; want %d:%d and no one else's (0600)", st.Uid, st.Gid, st.Mode&0o7777, uid, gid)
+	}
+
+	code, stderr := runCapturingStderr(t, func() int { return undoImport(newAdmin(sock, 10*time.Second), backups, nil) })
+	if code != exitOK || !strings.Contains(stderr, left) {
+		t.Errorf("undo = %d (%s); want %d naming the copy %s it removed", code, stderr, exitOK, left)
+	}
+	if _, err := os.Lstat(left); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the copy a killed run left is still there after the undo (%v)", err)
+	}
+	if b, err := os.ReadFile(config); err != nil || string(b) != string(cfg) {
+		t.Errorf("the config after the undo:\n%s (%v)\nwant it as it was:\n%s", b, err, cfg)
 	}
 }
