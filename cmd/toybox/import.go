@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -75,9 +76,6 @@ type backup struct {
 
 // writeBackup writes b to its file (0600) in dir (0700).
 func writeBackup(dir string, b *backup) error {
-	if err := backupDir(dir); err != nil {
-		return err
-	}
 	if b.file == "" {
 		b.file = filepath.Join(dir, b.Stamp+"-"+b.Vat+".json")
 	}
@@ -85,43 +83,89 @@ func writeBackup(dir string, b *backup) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(b.file, append(j, '\n'), 0o600)
+	return writeInBackups(dir, b.file, append(j, '\n'))
+}
+
+// writeInBackups writes b to path (0600) in the backup folder dir (0700),
+// both the folder's owner's (backupDir).
+func writeInBackups(dir, path string, b []byte) error {
+	uid, gid, err := backupDir(dir)
+	if err != nil {
+		return err
+	}
+	return writeFileAs(path, b, 0o600, uid, gid)
 }
 
 // backupDir makes the backup folder dir, 0700, or checks the one there.
 // Backups hold env values, so a folder others may enter is refused. Its
 // mode is left to its owner: it may be /tmp or a home folder.
-func backupDir(dir string) error {
+//
+// uid and gid are who the backups in it belong to (-1: the writer). Run
+// as root (sudo) for a user whose backups go in their home, they are the
+// user's, who reads them and runs the undo. So a folder root makes takes
+// the owner of the nearest folder above it there was, and a file made in
+// a folder of another's is that owner's.
+func backupDir(dir string) (uid, gid int, err error) {
+	dir, err = filepath.Abs(dir)
+	if err != nil {
+		return -1, -1, err
+	}
 	fi, err := os.Stat(dir)
 	if errors.Is(err, fs.ErrNotExist) {
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return err
+		above := filepath.Dir(dir)
+		for ; above != filepath.Dir(above); above = filepath.Dir(above) {
+			if _, err := os.Stat(above); err == nil {
+				break
+			}
 		}
-		return os.Chmod(dir, 0o700)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return -1, -1, err
+		}
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return -1, -1, err
+		}
+		uid, gid, err := ownerFor(above)
+		if err != nil || uid < 0 {
+			return uid, gid, err
+		}
+		for p := dir; p != above && p != filepath.Dir(p); p = filepath.Dir(p) {
+			if err := os.Lchown(p, uid, gid); err != nil {
+				return -1, -1, err
+			}
+		}
+		return uid, gid, nil
 	}
 	if err != nil {
-		return err
+		return -1, -1, err
 	}
 	if !fi.IsDir() {
-		return fmt.Errorf("the backup folder %s is not a folder", dir)
+		return -1, -1, fmt.Errorf("the backup folder %s is not a folder", dir)
 	}
 	if fi.Mode().Perm()&0o077 != 0 {
-		return fmt.Errorf("the backup folder %s is mode %04o, so others may enter it, and backups hold env values: make it 0700 or name another (--backups)", dir, fi.Mode().Perm())
+		return -1, -1, fmt.Errorf("the backup folder %s is mode %04o, so others may enter it, and backups hold env values: make it 0700 or name another (--backups)", dir, fi.Mode().Perm())
 	}
-	return nil
+	return ownerFor(dir)
+}
+
+// ownerFor is who a file root makes in folder dir belongs to: dir's owner
+// and group when another user owns it, else -1 (the writer).
+func ownerFor(dir string) (uid, gid int, err error) {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return -1, -1, &fs.PathError{Op: "stat", Path: dir, Err: err}
+	}
+	if os.Geteuid() != 0 || st.Uid == 0 {
+		return -1, -1, nil
+	}
+	return int(st.Uid), int(st.Gid), nil
 }
 
 // testHookWritten, set by a test only, is called once a new file's copy
 // is written, before it is renamed into place.
 var testHookWritten func(tmp string)
 
-// writeFileAtomic writes b beside path and renames it over path.
-func writeFileAtomic(path string, b []byte, mode fs.FileMode) error {
-	return writeFileAs(path, b, mode, -1, -1)
-}
-
-// writeFileAs is writeFileAtomic with the file's owner and group (-1:
-// the writer's). The copy beside path (tempName) is its owner's alone
+// writeFileAs writes b beside path and renames it over path, with mode
+// and the owner and group uid and gid (-1: the writer's). The copy beside path (tempName) is its owner's alone
 // while it is written: a kill before the rename leaves it, and it may hold
 // env values. It gets mode only just before the rename.
 func writeFileAs(path string, b []byte, mode fs.FileMode, uid, gid int) error {
@@ -193,7 +237,7 @@ func removeLeftovers(config string) {
 	}
 }
 
-// writeConfig writes a client's config as writeFileAtomic does, through
+// writeConfig writes a client's config as writeFileAs does, through
 // a link at path: the link is the owner's (a dotfiles checkout, say), so
 // its target is the file that changes and the link stays. The new file
 // keeps the old one's owner and group: run by root on an owner's 0600
@@ -264,16 +308,39 @@ func writable(path string) error {
 	return nil
 }
 
-// defaultBackups is the backup folder when --backups is not given.
-func defaultBackups() string {
-	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
-		return filepath.Join(d, "toybox", "import-backups")
+// defaultBackups is the backup folder when --backups is not given:
+// $XDG_STATE_HOME/toybox/import-backups, else under the home folder. Run
+// as root by sudo, that is the home of the user who ran sudo (SUDO_UID),
+// whose config it is, not root's: why says so. getenv reads the
+// environment; homeOf finds a user's home folder by uid.
+func defaultBackups(getenv func(string) string, euid int, homeOf func(uid string) (string, error)) (dir, why string) {
+	const sub = "toybox/import-backups"
+	if d := getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, sub), ""
 	}
-	home, err := os.UserHomeDir()
+	if u := getenv("SUDO_UID"); euid == 0 && u != "" && u != "0" {
+		if home, err := homeOf(u); err == nil {
+			dir := filepath.Join(home, ".local", "state", sub)
+			return dir, fmt.Sprintf("run by sudo for uid %s: the backups go to %s, in that user's home, and are theirs", u, dir)
+		}
+	}
+	home := getenv("HOME")
+	if home == "" {
+		return "toybox-import-backups", ""
+	}
+	return filepath.Join(home, ".local", "state", sub), ""
+}
+
+// homeOf is user uid's home folder, which must be there.
+func homeOf(uid string) (string, error) {
+	u, err := user.LookupId(uid)
 	if err != nil {
-		return "toybox-import-backups"
+		return "", err
 	}
-	return filepath.Join(home, ".local", "state", "toybox", "import-backups")
+	if fi, err := os.Stat(u.HomeDir); err != nil || !fi.IsDir() || !filepath.IsAbs(u.HomeDir) {
+		return "", fmt.Errorf("user %s has no home folder (%s)", uid, u.HomeDir)
+	}
+	return u.HomeDir, nil
 }
 
 func importMain(args []string) int {
@@ -284,7 +351,8 @@ func importMain(args []string) int {
 	}
 	adminPath := fs.String("admin", "admin.sock", "the supervisor's admin socket")
 	state := fs.String("state", "", "the supervisor's state directory: a file an entry names is copied into its vat's data folder there")
-	backups := fs.String("backups", defaultBackups(), "the backup folder (0700, files 0600)")
+	defBackups, why := defaultBackups(os.Getenv, os.Geteuid(), homeOf)
+	backups := fs.String("backups", defBackups, "the backup folder (0700, files 0600)")
 	rewrite := fs.String("rewrite", "", "rewrite each imported entry of the config to this toybox's endpoint, URL/<vat>/mcp (such as http://localhost:8787)")
 	rewriteAs := fs.String("rewrite-as", "auto", "what a rewritten entry is: http ({\"type\": \"http\", \"url\": ...}), stdio (toybox stdio URL, for clients that launch stdio servers only), auto (stdio for Claude Desktop's claude_desktop_config.json, else http)")
 	allow := fs.String("allow-scripts", "", "packages whose install scripts may run, as ?allow-scripts=")
@@ -297,6 +365,9 @@ func importMain(args []string) int {
 		return exitUsage
 	}
 	a := newAdmin(*adminPath, *timeout)
+	if why != "" && *backups == defBackups {
+		fmt.Fprintln(os.Stderr, "toybox import:", why)
+	}
 	if *undo {
 		return undoImport(a, *backups, fs.Args())
 	}
@@ -657,7 +728,7 @@ func (im *importer) rewriteConfig() error {
 	if len(im.done) == 0 {
 		return nil
 	}
-	if err := writeFileAtomic(filepath.Join(im.backups, im.done[0].Stamp+"-config-"+filepath.Base(im.config)), orig, 0o600); err != nil {
+	if err := writeInBackups(im.backups, filepath.Join(im.backups, im.done[0].Stamp+"-config-"+filepath.Base(im.config)), orig); err != nil {
 		return err
 	}
 	// A client that launches stdio servers only gets toybox stdio, from

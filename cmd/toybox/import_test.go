@@ -1053,3 +1053,106 @@ func TestImportKilledBeforeItsRename(t *testing.T) {
 		t.Errorf("the config after the undo:\n%s (%v)\nwant it as it was:\n%s", b, err, cfg)
 	}
 }
+
+// TestImportUnderSudoKeepsTheUsersFiles: run by root (sudo) for a user's
+// config with its backups in the user's home, the import made the backup
+// folders and files root's, 0700 and 0600: the user could not read their
+// own backups, nor run the undo without root. Backups now belong to the
+// owner of the folder they are made in, and the config keeps its owner
+// and mode through the rewrite and the undo.
+func TestImportUnderSudoKeepsTheUsersFiles(t *testing.T) {
+	testenv.RequireRoot(t) // to be root writing for another uid
+	const uid, gid = 4321, 4322
+	dir := t.TempDir()
+	home := filepath.Join(dir, "home")
+	src := notesServer(t, home)
+	config, _ := notesConfig(t, home, filepath.Join(src, "server.js"))
+	if err := filepath.WalkDir(home, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, gid)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(config, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SUDO_UID", "4321")
+	t.Setenv("SUDO_GID", "4322")
+	sock := serveAdmin(t, dir, &fakeSupervisor{dataDir: filepath.Join(dir, "state", "data", "notes")})
+	backups := filepath.Join(home, ".local", "state", "toybox", "import-backups")
+
+	check := func(step string) {
+		t.Helper()
+		var st unix.Stat_t
+		if err := unix.Stat(config, &st); err != nil || st.Uid != uid || st.Gid != gid || st.Mode&0o777 != 0o600 {
+			t.Errorf("after %s the config is %d:%d mode %04o (%v); want %d:%d 0600", step, st.Uid, st.Gid, st.Mode&0o777, err, uid, gid)
+		}
+		n := 0
+		for p := backups; p != home; p = filepath.Dir(p) {
+			if err := unix.Lstat(p, &st); err != nil || st.Uid != uid || st.Gid != gid {
+				t.Errorf("after %s the folder %s is %d:%d (%v); want the user's, %d:%d", step, p, st.Uid, st.Gid, err, uid, gid)
+			}
+		}
+		ents, err := os.ReadDir(backups)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			p := filepath.Join(backups, e.Name())
+			n++
+			if err := unix.Lstat(p, &st); err != nil || st.Uid != uid || st.Gid != gid || st.Mode&0o077 != 0 {
+				t.Errorf("after %s the backup %s is %d:%d mode %04o (%v); want the user's alone, %d:%d", step, e.Name(), st.Uid, st.Gid, st.Mode&0o777, err, uid, gid)
+			}
+		}
+		if n < 2 {
+			t.Errorf("after %s the backups hold %d files; want the entry's and the config's", step, n)
+		}
+	}
+	im := importer{a: newAdmin(sock, 10*time.Second), backups: backups, rewrite: "http://localhost:8787"}
+	if code, stderr := runCapturingStderr(t, func() int { return im.run(config) }); code != exitOK {
+		t.Fatalf("import = %d (%s); want %d", code, stderr, exitOK)
+	}
+	check("the import")
+	if code, stderr := runCapturingStderr(t, func() int { return undoImport(newAdmin(sock, 10*time.Second), backups, nil) }); code != exitOK {
+		t.Fatalf("undo = %d (%s); want %d", code, stderr, exitOK)
+	}
+	check("the undo")
+}
+
+// TestDefaultBackupsUnderSudo: sudo sets HOME to root's, so an import a
+// user ran with sudo kept its backups in /root, where the user could not
+// read them or undo without root. The default folder is now in the home
+// of the user who ran sudo, and the import says so.
+func TestDefaultBackupsUnderSudo(t *testing.T) {
+	homes := map[string]string{"1000": "/home/alice"}
+	homeOf := func(uid string) (string, error) {
+		if h, ok := homes[uid]; ok {
+			return h, nil
+		}
+		return "", fs.ErrNotExist
+	}
+	tests := []struct {
+		name     string
+		euid     int
+		env      map[string]string
+		dir, why string
+	}{
+		{"a user", 1000, map[string]string{"HOME": "/home/alice"}, "/home/alice/.local/state/toybox/import-backups", ""},
+		{"xdg", 1000, map[string]string{"HOME": "/home/alice", "XDG_STATE_HOME": "/x"}, "/x/toybox/import-backups", ""},
+		{"sudo", 0, map[string]string{"HOME": "/root", "SUDO_UID": "1000"}, "/home/alice/.local/state/toybox/import-backups", "uid 1000"},
+		{"sudo, no such user", 0, map[string]string{"HOME": "/root", "SUDO_UID": "1001"}, "/root/.local/state/toybox/import-backups", ""},
+		{"sudo by root", 0, map[string]string{"HOME": "/root", "SUDO_UID": "0"}, "/root/.local/state/toybox/import-backups", ""},
+		{"root", 0, map[string]string{"HOME": "/root"}, "/root/.local/state/toybox/import-backups", ""},
+		{"SUDO_UID not root", 1000, map[string]string{"HOME": "/home/bob", "SUDO_UID": "1000"}, "/home/bob/.local/state/toybox/import-backups", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir, why := defaultBackups(func(k string) string { return tt.env[k] }, tt.euid, homeOf)
+			if dir != tt.dir || (tt.why == "") != (why == "") || !strings.Contains(why, tt.why) || (why != "" && !strings.Contains(why, dir)) {
+				t.Errorf("defaultBackups(%v, euid %d) = %q, %q; want %q and a reason naming %q", tt.env, tt.euid, dir, why, tt.dir, tt.why)
+			}
+		})
+	}
+}
