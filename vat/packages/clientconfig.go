@@ -153,6 +153,14 @@ func ParseClientConfig(src []byte) (ClientConfig, error) {
 		cc.Key = k
 	}
 	if cc.Key == "" {
+		// VS Code's settings.json nests them, and a rewrite of that file
+		// would have to find them there: it is not read.
+		var mcp struct {
+			Servers json.RawMessage `json:"servers"`
+		}
+		if raw, ok := top["mcp"]; ok && json.Unmarshal(raw, &mcp) == nil && mcp.Servers != nil {
+			return ClientConfig{}, fmt.Errorf("%w: VS Code's settings.json keeps its servers in mcp.servers, which toybox does not read: move them into an mcp.json (the command MCP: Open User Configuration) and import that", ErrBadConfig)
+		}
 		return ClientConfig{}, fmt.Errorf("%w: no mcpServers (Claude Desktop, .mcp.json) or servers (VS Code mcp.json)", ErrBadConfig)
 	}
 	return cc, nil

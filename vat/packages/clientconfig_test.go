@@ -22,6 +22,7 @@ func TestParseClientConfig(t *testing.T) {
 		{"vs code", `{"inputs":[],"servers":{"fs":{"type":"stdio","command":"npx"}}}`, "servers", []string{"fs"}, ""},
 		{"both", `{"mcpServers":{},"servers":{}}`, "", nil, "both"},
 		{"neither", `{"other":{}}`, "", nil, "no mcpServers"},
+		{"vs code settings", "{\"editor.fontSize\": 14, // mine\n\"mcp\": {\"servers\": {\"a\": {\"command\": \"npx\"}}}}", "", nil, "settings.json keeps its servers in mcp.servers"},
 		{"not an object", `[1]`, "", nil, "not a JSON object"},
 		{"servers not an object", `{"mcpServers":[]}`, "", nil, "not an object of servers"},
 		{"a server twice", `{"mcpServers":{"a":{"command":"npx"},"a":{"command":"uvx"}}}`, "", nil, `server "a" is given twice`},
