@@ -306,6 +306,44 @@ func TestStatusListenerCredential(t *testing.T) {
 	}
 }
 
+// TestStatusCookieStaysOffVats: a browser sends a host's cookies to every
+// port of that host, and the public listener answers to localhost too. An
+// operator signed in to the --status listener at localhost who then opens
+// a vat's page on the public listener at localhost hands the vat nothing
+// of the sign-in: its cookie is a credential for every vat's status and
+// output. The browser still sends it to the page and its JSON.
+func TestStatusCookieStaysOffVats(t *testing.T) {
+	statusPort := freePort(t)
+	s := newStack(t, stackOpts{extra: []string{"--status", "127.0.0.1:" + statusPort}})
+	s.mustInstall("alice", example(t, "pagevat"), "")
+	raw, err := os.ReadFile(filepath.Join(s.state, "status.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := "http://localhost:" + statusPort
+	_, port, _ := net.SplitHostPort(s.http)
+	b := startBrowser(t)
+	b.open(status + "/ui/")
+	b.submit(fmt.Sprintf(`document.getElementById("token").value = %q; document.getElementById("login").submit()`, strings.TrimSpace(string(raw))))
+	if got := b.text("h1"); got != "toybox status" {
+		t.Fatalf("after signing in the page's h1 is %q:\n%s", got, b.html())
+	}
+	// alice's own cookie first, so that its echo is seen to work.
+	b.open("http://localhost:" + port + "/alice/")
+	b.open("http://localhost:" + port + "/alice/cookie")
+	got := b.eval(`document.body.innerText`)
+	if !strings.Contains(got, "pagevat_alice=secret-of-alice-") {
+		t.Fatalf("alice's app got the cookies %q; want its own among them", got)
+	}
+	if strings.Contains(got, "toybox_status") {
+		t.Errorf("alice's app got the cookies %q; want none of the status listener's", got)
+	}
+	b.open(status + "/ui/status.json")
+	if got := b.eval(`document.body.innerText`); !strings.Contains(got, `"id": "alice"`) {
+		t.Errorf("the signed-in browser's /ui/status.json = %q; want alice's status", got)
+	}
+}
+
 // TestFixItCard: a vat whose wall cannot be built (toybox-entry not
 // executable) is off with a Fix-it card giving the reason and the remedy.
 // Through a forward of the admin socket, in Chromium: a forged card and a

@@ -14,6 +14,7 @@
 //	                  the secret URL; it resolves to what it got
 //	GET /directives   front-proxy directives in a 103, the answer and its trailer
 //	GET /seen         the request targets this run has got, one a line
+//	GET /cookie       the Cookie header the request carried, as text
 package main
 
 import (
@@ -92,6 +93,10 @@ func main() {
 			w.Header().Set(d, "/etc/shadow")
 		}
 		w.Header().Set("X-Kept-Late", "late")
+	})
+	mux.HandleFunc("/cookie", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprint(w, r.Header.Get("Cookie"))
 	})
 	mux.HandleFunc("/seen", func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()

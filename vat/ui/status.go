@@ -22,6 +22,9 @@ const TokenFile = "status.token"
 // cookieName is the login cookie of the --status listener.
 const cookieName = "toybox_status"
 
+// cookiePath is the cookie's path: the page and its JSON, no vat's.
+const cookiePath = "/ui/"
+
 // LoadToken returns the --status listener's token from <state>/status.token,
 // making one (256 random bits, mode 0600) when there is none. A file that
 // others may read is refused: whoever reads it reads every vat's status.
@@ -79,7 +82,8 @@ func CheckStatusAddr(addr string) error {
 // every request to the origin, those another site's page makes included,
 // and has no way to forget them. The cookie is SameSite=Strict and
 // HttpOnly, so another site's requests carry nothing and no script reads
-// it. A Host other than the listener's own is refused (a DNS name rebound
+// it; its path is /ui/, so a vat on the public listener at the same host
+// never gets it (a browser sends a host's cookies to every port). A Host other than the listener's own is refused (a DNS name rebound
 // to 127.0.0.1 is another site).
 func (u *UI) StatusHandler(addr, token string) http.Handler {
 	mux := http.NewServeMux()
@@ -103,13 +107,14 @@ func (u *UI) StatusHandler(addr, token string) http.Handler {
 			u.login(w, r, token, cookie)
 			return
 		}
-		if r.URL.Path == "/ui/style.css" {
-			mux.ServeHTTP(w, r) // the login form needs it
+		if r.URL.Path == "/ui/style.css" || r.URL.Path == "/" {
+			mux.ServeHTTP(w, r) // the login form needs it; / only sends to /ui/, where the cookie is sent
 			return
 		}
 		if !authorized(r, token, cookie) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="toybox status"`)
-			if strings.Contains(r.Header.Get("Accept"), "text/html") {
+			// The sign-in form only where its cookie is sent.
+			if strings.Contains(r.Header.Get("Accept"), "text/html") && strings.HasPrefix(r.URL.Path, cookiePath) {
 				u.render(w, http.StatusUnauthorized, "login.html", map[string]string{"Lang": langOf(r)})
 				return
 			}
@@ -142,7 +147,10 @@ func (u *UI) login(w http.ResponseWriter, r *http.Request, token, cookie string)
 			u.render(w, http.StatusUnauthorized, "login.html", map[string]string{"Lang": lang, "Wrong": "1"})
 			return
 		}
-		http.SetCookie(w, &http.Cookie{Name: cookieName, Value: cookie, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+		// Path /ui/: a browser sends a host's cookies to each of its
+		// ports, the public listener's too, where /<vat>/ is a vat's
+		// and "ui" is never a vat.
+		http.SetCookie(w, &http.Cookie{Name: cookieName, Value: cookie, Path: cookiePath, HttpOnly: true, SameSite: http.SameSiteStrictMode})
 		target := "/ui/"
 		if r.PostForm.Get("lang") == "es" {
 			target += "?lang=es"

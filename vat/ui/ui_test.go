@@ -134,6 +134,10 @@ func TestStatusHandler(t *testing.T) {
 	if got := do(h, "GET", "/metrics", host, "").Code; got != http.StatusUnauthorized {
 		t.Errorf("no token = %d; want 401", got)
 	}
+	// The cookie is sent to /ui/ only: / sends a browser there.
+	if w := do(h, "GET", "/", map[string]string{"Host": addr, "Accept": "text/html"}, ""); w.Code != http.StatusSeeOther || w.Header().Get("Location") != "/ui/" {
+		t.Errorf("GET / = %d to %q; want a redirect to /ui/", w.Code, w.Header().Get("Location"))
+	}
 	bearer := map[string]string{"Host": addr, "Authorization": "Bearer " + token}
 	if w := do(h, "GET", "/metrics", bearer, ""); w.Code != http.StatusOK || !strings.Contains(w.Body.String(), "toybox_vats") {
 		t.Errorf("the bearer token = %d", w.Code)
@@ -148,8 +152,8 @@ func TestStatusHandler(t *testing.T) {
 	}
 	w := do(h, "POST", "/ui/login", host, url.Values{"token": {token}}.Encode())
 	cookies := w.Result().Cookies()
-	if w.Code != http.StatusSeeOther || len(cookies) != 1 || !cookies[0].HttpOnly || cookies[0].SameSite != http.SameSiteStrictMode || cookies[0].Value == token {
-		t.Fatalf("sign-in = %d %+v; want a redirect and an HttpOnly, SameSite=Strict cookie that is not the token", w.Code, cookies)
+	if w.Code != http.StatusSeeOther || len(cookies) != 1 || !cookies[0].HttpOnly || cookies[0].SameSite != http.SameSiteStrictMode || cookies[0].Value == token || cookies[0].Path != "/ui/" {
+		t.Fatalf("sign-in = %d %+v; want a redirect and an HttpOnly, SameSite=Strict cookie for /ui/ that is not the token", w.Code, cookies)
 	}
 	r := httptest.NewRequest("GET", "/ui/", nil)
 	r.Host = addr
