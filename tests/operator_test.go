@@ -344,6 +344,55 @@ func TestStatusCookieStaysOffVats(t *testing.T) {
 	}
 }
 
+// TestStatusPageEscapesAVatsText: a vat's app writes markup to its output
+// (a closing </pre>, a script, an image whose onerror runs script, a
+// javascript: link, a style) and the status page shows it as text. The page
+// is opened in Chromium with its Content-Security-Policy bypassed, so that
+// only the escaping stands between the vat's bytes and a script run in the
+// operator's browser; the page's own headers are checked beside it.
+func TestStatusPageEscapesAVatsText(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	// No ' in it: the app's script quotes it so.
+	const payload = `</pre></details><script>document.title="pwned-script"</script>` +
+		"<img src=x onerror=\"document.title=`pwned-img`\"><a id=evil href=\"javascript:document.title=`pwned-link`\">x</a>" +
+		"<style>body{display:none}</style><iframe src=\"javascript:parent.document.title=`pwned-frame`\"></iframe>"
+	app := filepath.Join(t.TempDir(), "app.sh")
+	script := "#!/bin/sh\nprintf '%s\\n' '" + payload + "'\nprintf '%s\\n' '" + payload + "' >&2\nexit 1\n"
+	if err := os.WriteFile(app, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s.install("mallory", app, "")
+	waitFor(t, "mallory's output on the page", 30*time.Second, func() bool {
+		_, body := s.adminDo("GET", "/ui/status.json", nil)
+		return strings.Contains(body, `\u003cscript\u003edocument.title`)
+	})
+	fwd := forwardAdmin(t, s)
+	resp, err := http.Get("http://" + fwd + "/ui/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	wantIn(t, "the page's Content-Security-Policy", resp.Header.Get("Content-Security-Policy"), "default-src 'none'", "frame-ancestors 'none'")
+	if got := resp.Header.Get("X-Content-Type-Options"); got != "nosniff" {
+		t.Errorf("the page's X-Content-Type-Options = %q; want nosniff", got)
+	}
+	b := startBrowser(t)
+	b.call(b.session, "Page.setBypassCSP", map[string]any{"enabled": true}, nil)
+	b.open("http://" + fwd + "/ui/")
+	if got := b.eval(`document.title`); strings.Contains(got, "pwned") {
+		t.Errorf("the vat's output ran script on the status page: title %q", got)
+	}
+	if got := b.eval(`document.querySelectorAll("script, img, iframe, style, a#evil, a[href^='javascript:']").length`); got != "0" {
+		t.Errorf("the vat's output made %s elements on the page:\n%s", got, b.html())
+	}
+	if got := b.eval(`document.querySelector("#vat-mallory .log pre").textContent`); !strings.Contains(got, payload) {
+		t.Errorf("mallory's log tail = %q; want its output as text", got)
+	}
+	if got := b.eval(`getComputedStyle(document.body).display`); got == "none" {
+		t.Error("the vat's output styled the page")
+	}
+}
+
 // TestFixItCard: a vat whose wall cannot be built (toybox-entry not
 // executable) is off with a Fix-it card giving the reason and the remedy.
 // Through a forward of the admin socket, in Chromium: a forged card and a
