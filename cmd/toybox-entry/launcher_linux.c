@@ -505,13 +505,19 @@ static void te_close_listeners(void) {
 // (--task-fence-fd) once the wall's cgroup is made: one byte and one
 // descriptor, the cgroup.procs of the entry's own folder of the group,
 // opened by the supervisor (the kernel checks a move against the opener's
-// rights). The socket is closed after. 0, or -1 with errno set (EPROTO:
+// rights). It answers one byte, and the socket is closed after. 0, or -1 with errno set (EPROTO:
 // not one descriptor; EOF, the supervisor gone, is one).
 static int te_fence_recv(void) {
 	struct te_launch *l = &te_launch;
 	char b;
 	ssize_t n = te_recv_fd(l->fence_fd, &b, 1, &l->fence_home);
 	int e = errno;
+	if (n == 1) {
+		// The answer: this entry runs, so bubblewrap built the wall. A
+		// "bwrap: " line in the wall's output is then the app's, not
+		// bubblewrap's (the supervisor reads this byte when the wall ends).
+		(void)!send(l->fence_fd, "e", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+	}
 	close(l->fence_fd); // its number stays in te_launch, for main's message
 	if (n < 0) {
 		errno = e;

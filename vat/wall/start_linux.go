@@ -193,7 +193,7 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 		h.forgetBwrap() // moved or removed: the next start looks again
 		return nil, fmt.Errorf("starting the wall for %q: %w: %w", spec.ID, ErrBwrap, err)
 	}
-	p := &Process{id: string(spec.ID), tier: plan.Tier, cmd: cmd, logger: logger, done: make(chan struct{}), status: statusR, statusRead: make(chan struct{}), head: head, plan: plan, views: views, grp: grp}
+	p := &Process{id: string(spec.ID), tier: plan.Tier, cmd: cmd, logger: logger, done: make(chan struct{}), status: statusR, statusRead: make(chan struct{}), head: head, plan: plan, views: views, grp: grp, fence: fds.fence}
 	go p.reap()
 	// Before the block the sandbox's first process is still in bwrap's
 	// process group (it makes its own session only after): ending the
