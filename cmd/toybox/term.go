@@ -70,11 +70,12 @@ func term(s string) string {
 // outside ASCII written as a \u escape: the same JSON, but a terminal
 // shows it as text. (encoding/json already escapes the C0 controls; it
 // leaves C1 controls and bidi overrides as they are.) Only a string can
-// hold such a rune, and there \uXXXX means the same rune.
+// hold such a rune, and there \uXXXX means the same rune. DEL, the one
+// unsafe ASCII byte encoding/json leaves, is escaped too.
 func jsonForTerminal(j []byte) []byte {
 	ascii := true
 	for _, c := range j {
-		if c >= utf8.RuneSelf {
+		if c >= utf8.RuneSelf || c == 0x7f {
 			ascii = false
 			break
 		}
@@ -85,7 +86,7 @@ func jsonForTerminal(j []byte) []byte {
 	out := make([]byte, 0, len(j))
 	for i := 0; i < len(j); {
 		r, n := utf8.DecodeRune(j[i:])
-		if r < utf8.RuneSelf || !unsafeRune(r) {
+		if (r < utf8.RuneSelf && r != 0x7f) || !unsafeRune(r) {
 			out = append(out, j[i:i+n]...)
 			i += n
 			continue

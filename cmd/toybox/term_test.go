@@ -85,7 +85,7 @@ func FuzzTerm(f *testing.F) {
 }
 
 func TestJSONForTerminal(t *testing.T) {
-	v := map[string]any{"x": "a\u202eb\u009b\U000e0041 é 中文 \x1b[2J"}
+	v := map[string]any{"x": "a\u202eb\u009b\U000e0041 é 中文 \x1b[2J \x7f"}
 	j, err := json.Marshal(v)
 	if err != nil {
 		t.Fatal(err)
