@@ -19,6 +19,7 @@ import (
 func (u *UI) metrics(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff") // vat ids are in it
 	bw := bufio.NewWriter(w)
 	defer bw.Flush()
 	m := &promWriter{w: bw}

@@ -204,6 +204,7 @@ func (u *UI) style(w http.ResponseWriter, _ *http.Request) {
 func (u *UI) statusJSON(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff") // a vat's strings are in it
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(u.build(r.Context(), langOf(r)))

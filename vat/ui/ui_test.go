@@ -139,6 +139,12 @@ func TestStatusHandler(t *testing.T) {
 		t.Errorf("GET / = %d to %q; want a redirect to /ui/", w.Code, w.Header().Get("Location"))
 	}
 	bearer := map[string]string{"Host": addr, "Authorization": "Bearer " + token}
+	// Every answer that shows a vat's strings is read as its type only.
+	for _, path := range []string{"/metrics", "/ui/status.json", "/ui/"} {
+		if w := do(h, "GET", path, bearer, ""); w.Header().Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("GET %s = %d with X-Content-Type-Options %q; want nosniff", path, w.Code, w.Header().Get("X-Content-Type-Options"))
+		}
+	}
 	if w := do(h, "GET", "/metrics", bearer, ""); w.Code != http.StatusOK || !strings.Contains(w.Body.String(), "toybox_vats") {
 		t.Errorf("the bearer token = %d", w.Code)
 	} else if b := w.Body.String(); !strings.Contains(b, "toybox_package_installs{state=\"preparing\"} 0\n") || !strings.Contains(b, "toybox_package_installs{state=\"waiting\"} 0\n") {
