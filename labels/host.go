@@ -35,6 +35,9 @@ func CanonicalHost(h string) (string, error) {
 	if len(h) > maxHostInput {
 		return "", badf("host over %d bytes", maxName)
 	}
+	if canonicalIPv4(h) {
+		return h, nil // what the name path returns for it, without IDNA
+	}
 	if err := checkHostChars(h); err != nil {
 		return "", err
 	}
@@ -52,6 +55,17 @@ func CanonicalHost(h string) (string, error) {
 		return canonicalIPv6(h)
 	}
 	return canonicalName(h)
+}
+
+// canonicalIPv4 reports whether h is an IPv4 address in canonical
+// dotted-decimal form, without allocating.
+func canonicalIPv4(h string) bool {
+	a, err := netip.ParseAddr(h)
+	if err != nil || !a.Is4() {
+		return false
+	}
+	var buf [len("255.255.255.255")]byte
+	return string(a.AppendTo(buf[:0])) == h
 }
 
 // checkHostChars refuses characters that have no place in a host whatever

@@ -3,6 +3,7 @@ package labels
 import (
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -694,6 +695,76 @@ func TestLoopbackHost(t *testing.T) {
 	} {
 		if got := LoopbackHost(h); got != want {
 			t.Errorf("LoopbackHost(%q) = %v; want %v", h, got, want)
+		}
+	}
+}
+
+// TestAdmitAllocs bounds the allocations of an admitted request. Both the
+// switchboard and toybox-entry judge every connect with Admit; its reason
+// (the set as JSON) once went through encoding/json for each value, a
+// tenth of the switchboard's own CPU per transparent connect.
+func TestAdmitAllocs(t *testing.T) {
+	s := Set{Host: "127.0.0.1", Port: 39001, Network: NetworkLocal, Vat: "bench-path"}
+	r := Request{Scheme: "tcp", Host: "127.0.0.1", Port: 39001}
+	if d := s.Admit(r); !d.Allow {
+		t.Fatalf("%v.Admit(%+v) = %+v; want allowed", s, r, d)
+	}
+	const most = 2 // the reason's set text and the reason itself
+	if got := testing.AllocsPerRun(100, func() { _ = s.Admit(r) }); got > most {
+		t.Errorf("%v.Admit(%+v) allocates %v times; want at most %d", s, r, got, most)
+	}
+}
+
+// FuzzSetString checks String against each value quoted by
+// encoding/json, the form it promises.
+func FuzzSetString(f *testing.F) {
+	f.Add("example.com", "https", "local", "v", "manifest", uint16(443))
+	f.Add("a\"b<", "", "", "", "", uint16(0))
+	f.Add("é&>\u2028\\\x7f\x01", "tcp", "x", "y\x00", "z", uint16(1))
+	f.Fuzz(func(t *testing.T, host, scheme, network, vat, origin string, port uint16) {
+		s := Set{Host: host, Scheme: scheme, Network: network, Vat: vat, Origin: origin, Port: port}
+		var parts []string
+		q := func(k, v string) {
+			b, err := json.Marshal(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			parts = append(parts, `"`+k+`":`+string(b))
+		}
+		if host != "" {
+			q("host", host)
+		}
+		if network != "" {
+			q("network", network)
+		}
+		if origin != "" {
+			q("origin", origin)
+		}
+		if port != 0 {
+			parts = append(parts, `"port":`+strconv.Itoa(int(port)))
+		}
+		if scheme != "" {
+			q("scheme", scheme)
+		}
+		if vat != "" {
+			q("vat", vat)
+		}
+		if got, want := s.String(), "{"+strings.Join(parts, ",")+"}"; got != want {
+			t.Errorf("%#v.String() = %s; want %s", s, got, want)
+		}
+	})
+}
+
+// TestCanonicalHostIPv4Allocs bounds the work of an IPv4 literal already
+// in canonical form: it is returned as it is, without the IDNA mapping.
+func TestCanonicalHostIPv4Allocs(t *testing.T) {
+	for _, h := range []string{"127.0.0.1", "93.184.216.34"} {
+		got, err := CanonicalHost(h)
+		if err != nil || got != h {
+			t.Fatalf("CanonicalHost(%q) = %q, %v; want %q", h, got, err, h)
+		}
+		if n := testing.AllocsPerRun(100, func() { _, _ = CanonicalHost(h) }); n > 0 {
+			t.Errorf("CanonicalHost(%q) allocates %v times; want none", h, n)
 		}
 	}
 }

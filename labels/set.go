@@ -47,41 +47,54 @@ func (s Set) IsZero() bool { return s == Set{} }
 // fields as they are; use Canonical first for a set of unknown origin.
 func (s Set) String() string {
 	var b strings.Builder
+	b.Grow(len(`{"host":"","network":"","origin":"","port":65535,"scheme":"","vat":""}`) + len(s.Host) + len(s.Network) + len(s.Origin) + len(s.Scheme) + len(s.Vat))
 	b.WriteByte('{')
 	n := 0
-	field := func(k, v string) {
+	field := func(k string) { // k is a fixed ASCII key
 		if n > 0 {
 			b.WriteByte(',')
 		}
 		n++
-		b.WriteString(strconv.Quote(k)) // keys are fixed ASCII
-		b.WriteByte(':')
-		b.WriteString(v)
+		b.WriteByte('"')
+		b.WriteString(k)
+		b.WriteString(`":`)
 	}
-	str := func(v string) string {
-		q, _ := json.Marshal(v) // marshalling a string cannot fail
-		return string(q)
+	str := func(k, v string) {
+		if v == "" {
+			return
+		}
+		field(k)
+		writeJSONString(&b, v)
 	}
-	if s.Host != "" {
-		field("host", str(s.Host))
-	}
-	if s.Network != "" {
-		field("network", str(s.Network))
-	}
-	if s.Origin != "" {
-		field("origin", str(s.Origin))
-	}
+	str("host", s.Host)
+	str("network", s.Network)
+	str("origin", s.Origin)
 	if s.Port != 0 {
-		field("port", strconv.Itoa(int(s.Port)))
+		field("port")
+		var num [5]byte
+		b.Write(strconv.AppendUint(num[:0], uint64(s.Port), 10))
 	}
-	if s.Scheme != "" {
-		field("scheme", str(s.Scheme))
-	}
-	if s.Vat != "" {
-		field("vat", str(s.Vat))
-	}
+	str("scheme", s.Scheme)
+	str("vat", s.Vat)
 	b.WriteByte('}')
 	return b.String()
+}
+
+// writeJSONString writes v quoted as encoding/json quotes it. Text with
+// nothing to escape (printable ASCII but for the quote, the backslash and
+// json's HTML escapes), as every canonical label is, is written as it is.
+func writeJSONString(b *strings.Builder, v string) {
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case c < 0x20 || c > 0x7e, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			q, _ := json.Marshal(v) // marshalling a string cannot fail
+			b.Write(q)
+			return
+		}
+	}
+	b.WriteByte('"')
+	b.WriteString(v)
+	b.WriteByte('"')
 }
 
 // MarshalJSON returns the canonical JSON of s (see String). It fails,
