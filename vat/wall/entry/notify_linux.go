@@ -131,6 +131,11 @@ func ioctlPtr(fd uintptr, req uintptr, p unsafe.Pointer) syscall.Errno {
 	return quiet.Ioctl(fd, req, p)
 }
 
+// notifWorkers bounds the goroutines kept to answer notifications (each
+// idle one holds the stack a connect grew): the app's connects at once,
+// as many as it makes, past which each takes a goroutine of its own.
+const notifWorkers = 8
+
 // serve receives notifications until the listener has no task left. It
 // waits in the runtime's poller, as the entry's sockets do, so that no
 // thread sits in a blocking call (with one P, such a thread would hold
@@ -139,6 +144,8 @@ func (n *notifier) serve(ctx context.Context) {
 	// Wake the app's thread on the answering CPU: most of a connect's
 	// cost otherwise (kernel 6.6 and later; older ones say EINVAL).
 	_, _, _ = unix.Syscall(unix.SYS_IOCTL, n.fd, ioctlNotifSetFlags, notifFDSyncWakeUp)
+	pool := newWorkers(notifWorkers, func(sn seccompNotif) { n.handle(ctx, sn) })
+	defer pool.close()
 	for {
 		sn, stop, e := n.recv()
 		switch {
@@ -150,7 +157,7 @@ func (n *notifier) serve(ctx context.Context) {
 			n.log.Warn("transparent egress stopped", keyReason, e.Error())
 			return
 		}
-		go n.handle(ctx, sn)
+		pool.run(sn)
 	}
 }
 
