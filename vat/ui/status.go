@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"toybox/vat/atomicfile"
 )
@@ -143,7 +144,13 @@ func (u *UI) login(w http.ResponseWriter, r *http.Request, token, cookie string)
 	case http.MethodPost:
 		r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
 		if err := r.ParseForm(); err != nil || !equal(strings.TrimSpace(r.PostForm.Get("token")), token) {
-			u.log.Warn("status page: a sign-in with a wrong token")
+			if ok, n := u.wrongSignIns.Admit(time.Now()); ok {
+				attrs := []any{}
+				if n > 0 {
+					attrs = append(attrs, "unlogged", n)
+				}
+				u.log.Warn("status page: a sign-in with a wrong token", attrs...)
+			}
 			u.render(w, http.StatusUnauthorized, "login.html", map[string]string{"Lang": lang, "Wrong": "1"})
 			return
 		}

@@ -33,6 +33,7 @@ import (
 	"toybox/vat/notices"
 	"toybox/vat/supervisor"
 	"toybox/vat/switches"
+	"toybox/vat/tokens"
 	"toybox/vat/words"
 )
 
@@ -70,7 +71,18 @@ type UI struct {
 	log    *slog.Logger
 	tmpl   *template.Template
 	secret [32]byte // per process: the CSRF token and the login cookie derive from it
+	// wrongSignIns bounds the records of sign-ins with a wrong token:
+	// any local user can post them, as fast as the listener answers.
+	wrongSignIns *tokens.Records
 }
+
+// Sign-ins with a wrong token are logged at most this often (records a
+// second, after a burst of as many); past it they are counted, and the
+// next record says how many were not logged.
+const (
+	wrongSignInRate  = 1
+	wrongSignInBurst = 10
+)
 
 // New returns a UI.
 func New(cfg Config) (*UI, error) {
@@ -97,7 +109,7 @@ func New(cfg Config) (*UI, error) {
 	if err != nil {
 		return nil, err
 	}
-	u := &UI{cfg: cfg, log: log, tmpl: t}
+	u := &UI{cfg: cfg, log: log, tmpl: t, wrongSignIns: tokens.NewRecords(wrongSignInRate, wrongSignInBurst)}
 	_, _ = rand.Read(u.secret[:])
 	return u, nil
 }

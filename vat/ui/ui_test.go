@@ -1,6 +1,8 @@
 package ui
 
 import (
+	"bytes"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -8,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"toybox/vat/activity"
 	"toybox/vat/notices"
@@ -18,6 +21,12 @@ import (
 
 // newUI is a UI over a supervisor with no vats (nothing is launched).
 func newUI(t *testing.T) *UI {
+	t.Helper()
+	return newUIWith(t, nil)
+}
+
+// newUIWith is newUI with its records to log.
+func newUIWith(t *testing.T, log *slog.Logger) *UI {
 	t.Helper()
 	dir := t.TempDir()
 	st, err := store.Open(store.Config{StateDir: dir})
@@ -32,7 +41,7 @@ func newUI(t *testing.T) *UI {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, err := New(Config{Supervisor: sup, Activity: activity.New(), Notices: notices.New(notices.Config{Switches: sw}), Switches: sw})
+	u, err := New(Config{Supervisor: sup, Activity: activity.New(), Notices: notices.New(notices.Config{Switches: sw}), Switches: sw, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,6 +180,32 @@ func TestStatusHandler(t *testing.T) {
 	}
 	if got := do(h, "POST", "/ui/login", host, url.Values{"token": {"wrong"}}.Encode()); got.Code != http.StatusUnauthorized || len(got.Result().Cookies()) != 0 {
 		t.Errorf("a wrong token = %d; want 401 and no cookie", got.Code)
+	}
+}
+
+// TestWrongSignInsAreBounded: any local user can post wrong tokens to the
+// --status listener as fast as it answers; each one was a record, enough
+// to push the supervisor's own past journald's rate limit for the unit.
+func TestWrongSignInsAreBounded(t *testing.T) {
+	var out bytes.Buffer
+	u := newUIWith(t, slog.New(slog.NewJSONHandler(&out, nil)))
+	const addr = "127.0.0.1:8788"
+	h := u.StatusHandler(addr, strings.Repeat("7", 64))
+	const tries = 500
+	for range tries {
+		if got := do(h, "POST", "/ui/login", map[string]string{"Host": addr}, url.Values{"token": {"wrong"}}.Encode()).Code; got != http.StatusUnauthorized {
+			t.Fatalf("a wrong token = %d; want 401", got)
+		}
+	}
+	records := strings.Count(out.String(), "a sign-in with a wrong token")
+	if records == 0 || records > wrongSignInBurst+5 {
+		t.Errorf("%d wrong sign-ins made %d records; want some, at most about %d", tries, records, wrongSignInBurst)
+	}
+	time.Sleep(1100 * time.Millisecond / wrongSignInRate)
+	out.Reset()
+	do(h, "POST", "/ui/login", map[string]string{"Host": addr}, url.Values{"token": {"wrong"}}.Encode())
+	if !strings.Contains(out.String(), `"unlogged":`) {
+		t.Errorf("the record after the flood = %s; want it to count those not logged", out.String())
 	}
 }
 
