@@ -306,25 +306,37 @@ func (b *stdioBridge) post(ctx context.Context, m mcp.Msg, retry bool) {
 			b.fail(m, fmt.Sprintf("reading the answer: %v", err))
 			return
 		}
-		b.forward(body, m)
+		if answered, err := b.forward(body, m, false); err != nil {
+			b.fail(m, fmt.Sprintf("%s answered with %v", b.endpoint, err))
+		} else if !answered && m.Kind == mcp.KindRequest {
+			b.fail(m, fmt.Sprintf("%s answered with no answer to request %s", b.endpoint, m.ID))
+		}
 	}
 }
 
 // forward writes one message the endpoint sent, and reports whether it
-// answered asked (a message that is not JSON is answered with an error);
-// an initialize answer's version is the session's from then on.
-func (b *stdioBridge) forward(body []byte, asked mcp.Msg) bool {
+// answers asked; an initialize answer's version is the session's from
+// then on. A message that is not JSON-RPC, or a second answer to asked
+// (answered), is not written: the error says why. The client is owed
+// exactly one answer a request, and a line it cannot read may end its
+// connection.
+func (b *stdioBridge) forward(body []byte, asked mcp.Msg, answered bool) (bool, error) {
 	body = bytes.TrimSpace(body)
 	if len(body) == 0 {
-		return false
+		return false, nil
 	}
 	var line bytes.Buffer
 	if err := json.Compact(&line, body); err != nil {
-		b.fail(asked, "the endpoint answered with no JSON")
-		return true
+		return false, errors.New("a message that is not JSON")
 	}
 	am, err := mcp.Parse(line.Bytes())
-	answers := err == nil && am.Kind == mcp.KindResponse && asked.Kind == mcp.KindRequest && bytes.Equal(am.ID, asked.ID)
+	if err != nil {
+		return false, fmt.Errorf("a message that is not JSON-RPC (%w)", err)
+	}
+	answers := am.Kind == mcp.KindResponse && asked.Kind == mcp.KindRequest && bytes.Equal(am.ID, asked.ID)
+	if answers && answered {
+		return false, fmt.Errorf("a second answer to request %s", asked.ID)
+	}
 	if answers && asked.Method == "initialize" {
 		if v, ok := am.GetString("result", "protocolVersion"); ok {
 			b.mu.Lock()
@@ -333,7 +345,7 @@ func (b *stdioBridge) forward(body []byte, asked mcp.Msg) bool {
 		}
 	}
 	b.write(line.Bytes())
-	return answers
+	return answers, nil
 }
 
 // resume takes up the stream of request m again after event lastID,
@@ -362,23 +374,29 @@ func (b *stdioBridge) events(r io.Reader, lastID *string, asked mcp.Msg) (answer
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), mcp.MaxMessage+64)
 	var data []string
+	dispatch := func() {
+		if len(data) == 0 {
+			return
+		}
+		answers, err := b.forward([]byte(strings.Join(data, "\n")), asked, answered)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "toybox stdio: an event from %s was dropped: %s\n", b.endpoint, term(err.Error()))
+		}
+		answered = answered || answers
+		data = data[:0]
+	}
 	for sc.Scan() {
 		line := sc.Text()
 		switch {
 		case line == "":
-			if len(data) > 0 && b.forward([]byte(strings.Join(data, "\n")), asked) {
-				answered = true
-			}
-			data = data[:0]
+			dispatch()
 		case strings.HasPrefix(line, "data:"):
 			data = append(data, strings.TrimPrefix(strings.TrimPrefix(line, "data:"), " "))
 		case strings.HasPrefix(line, "id:") && lastID != nil:
 			*lastID = strings.TrimPrefix(strings.TrimPrefix(line, "id:"), " ")
 		}
 	}
-	if len(data) > 0 && b.forward([]byte(strings.Join(data, "\n")), asked) {
-		answered = true
-	}
+	dispatch()
 	return answered
 }
 

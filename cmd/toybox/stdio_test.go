@@ -30,13 +30,25 @@ func TestStdioBridgeEndpoints(t *testing.T) {
 		{"not JSON", func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = w.Write([]byte("<html>oops</html>"))
-		}, "no JSON"},
+		}, "not JSON"},
 		{"a huge event", func(w http.ResponseWriter, r *http.Request) {
 			sse(w, "data: "+strings.Repeat("x", 40<<20)+"\n\n")
 		}, "ended with no answer"},
 		{"no newline", func(w http.ResponseWriter, r *http.Request) {
 			sse(w, `data: {"jsonrpc":"2.0","id":7,"result":{}}`)
 		}, `"result":{}`},
+		{"an event not JSON, then the answer", func(w http.ResponseWriter, r *http.Request) {
+			sse(w, "data: <html>oops</html>\n\ndata: {\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}}\n\n")
+		}, `"result":{}`},
+		{"an event not JSON-RPC, then the answer", func(w http.ResponseWriter, r *http.Request) {
+			sse(w, "data: {\"oops\":1}\n\ndata: [1]\n\ndata: {\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}}\n\n")
+		}, `"result":{}`},
+		{"the answer twice", func(w http.ResponseWriter, r *http.Request) {
+			sse(w, "data: {\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}}\n\ndata: {\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"again\":1}}\n\n")
+		}, `"result":{}`},
+		{"only events not JSON", func(w http.ResponseWriter, r *http.Request) {
+			sse(w, "data: oops\n\n")
+		}, "ended with no answer"},
 		{"a stream ended before its answer", func(w http.ResponseWriter, r *http.Request) {
 			sse(w, ": nothing\n\n")
 		}, "ended with no answer"},
@@ -74,8 +86,8 @@ func TestStdioBridgeEndpoints(t *testing.T) {
 			}
 			var answers []string
 			for line := range strings.Lines(out.String()) {
-				if !json.Valid([]byte(line)) || strings.Count(line, "\n") != 1 {
-					t.Errorf("stdout line %.100q is not one JSON message", line)
+				if !json.Valid([]byte(line)) || strings.Count(line, "\n") != 1 || !strings.Contains(line, `"jsonrpc":"2.0"`) {
+					t.Errorf("stdout line %.100q is not one JSON-RPC message", line)
 				}
 				if strings.Contains(line, `"id":7`) {
 					answers = append(answers, line)
