@@ -140,11 +140,16 @@ func (b *stdioBridge) run(ctx context.Context, in io.Reader) error {
 				// A request waits for a slot, and stdin is read on
 				// meanwhile: the calls holding the slots may wait
 				// for the client's answer to the server's own
-				// request, which takes no slot.
+				// request, which takes no slot. It is cancellable
+				// from now: one cancelled before it goes never goes.
+				ctx, done := ctx, func() {}
+				if m.Kind == mcp.KindRequest {
+					ctx, done = b.track(ctx, m.ID)
+				}
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					ctx := ctx
+					defer done()
 					if m.Kind == mcp.KindRequest {
 						select {
 						case slots <- struct{}{}:
@@ -152,9 +157,9 @@ func (b *stdioBridge) run(ctx context.Context, in io.Reader) error {
 							return
 						}
 						defer func() { <-slots }()
-						var done func()
-						ctx, done = b.track(ctx, m.ID)
-						defer done()
+						if ctx.Err() != nil {
+							return
+						}
 					}
 					b.post(ctx, m, true)
 				}()

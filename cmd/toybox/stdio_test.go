@@ -5,9 +5,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -100,5 +105,155 @@ func TestStdioBridgeEndpoints(t *testing.T) {
 				t.Errorf("answers = %.200q; want one with %s", answers, tt.want)
 			}
 		})
+	}
+}
+
+// bridgeClient runs the bridge against handler, as a client launches a
+// stdio server: in is its stdin, lines what it writes on stdout, ended
+// closed once run returns.
+type bridgeClient struct {
+	in    *os.File // a pipe, as a launched server's stdin is
+	lines chan string
+	ended chan struct{}
+}
+
+func startBridge(t *testing.T, handler http.Handler) *bridgeClient {
+	t.Helper()
+	srv := httptest.NewServer(handler)
+	t.Cleanup(srv.Close)
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { inR.Close() })
+	outR, outW := io.Pipe()
+	c := &bridgeClient{in: inW, lines: make(chan string, 100), ended: make(chan struct{})}
+	b := &stdioBridge{endpoint: srv.URL, out: bufio.NewWriter(outW), client: srv.Client()}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	go func() {
+		defer close(c.ended)
+		if err := b.run(ctx, inR); err != nil {
+			t.Errorf("run: %v", err)
+		}
+		outW.Close()
+	}()
+	go func() {
+		defer close(c.lines)
+		sc := bufio.NewScanner(outR)
+		for sc.Scan() {
+			c.lines <- sc.Text()
+		}
+	}()
+	t.Cleanup(func() {
+		inW.Close()
+		select {
+		case <-c.ended:
+		case <-time.After(20 * time.Second):
+			t.Errorf("the bridge still runs 20 s after stdin's end")
+		}
+	})
+	return c
+}
+
+func (c *bridgeClient) send(t *testing.T, msg string) {
+	t.Helper()
+	if _, err := io.WriteString(c.in, msg+"\n"); err != nil {
+		t.Fatalf("writing %s to the bridge: %v", msg, err)
+	}
+}
+
+// rest is what the bridge writes until it ends.
+func (c *bridgeClient) rest(t *testing.T) []string {
+	t.Helper()
+	c.in.Close()
+	var lines []string
+	for line := range c.lines {
+		lines = append(lines, line)
+	}
+	return lines
+}
+
+// rpc is the JSON-RPC message a request to the endpoint carries.
+type rpc struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+	Params struct {
+		RequestID  json.RawMessage `json:"requestId"`
+		ClientInfo struct {
+			Name string `json:"name"`
+		} `json:"clientInfo"`
+	} `json:"params"`
+	Result json.RawMessage `json:"result"`
+}
+
+func readRPC(r *http.Request) rpc {
+	var m rpc
+	body, _ := io.ReadAll(r.Body)
+	_ = json.Unmarshal(body, &m)
+	return m
+}
+
+// TestStdioBridgeCancelWaiting: a request that waits for a slot (the
+// bridge posts stdioInFlight at once) and is cancelled meanwhile is never
+// posted, and the client gets no answer to it.
+func TestStdioBridgeCancelWaiting(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var calls []string
+	c := startBridge(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		m := readRPC(r)
+		if m.Method != "tools/call" {
+			w.WriteHeader(http.StatusAccepted)
+			return
+		}
+		mu.Lock()
+		calls = append(calls, string(m.ID))
+		mu.Unlock()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{}}`, m.ID)
+	}))
+	for i := range stdioInFlight {
+		c.send(t, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"slow"}}`, 100+i))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		n := len(calls)
+		mu.Unlock()
+		if n == stdioInFlight {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls posted; want %d", n, stdioInFlight)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.send(t, `{"jsonrpc":"2.0","id":"late","method":"tools/call","params":{"name":"slow"}}`)
+	c.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"late"}}`)
+	time.Sleep(100 * time.Millisecond)
+	close(release)
+	lines := c.rest(t)
+	for i := range stdioInFlight {
+		if !slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, fmt.Sprintf(`"id":%d,"result"`, 100+i)) }) {
+			t.Errorf("no answer to call %d in %q", 100+i, lines)
+		}
+	}
+	for _, line := range lines {
+		if strings.Contains(line, `"late"`) {
+			t.Errorf("the client got %s; want no answer to a request it cancelled", line)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, id := range calls {
+		if id == `"late"` {
+			t.Errorf("a call cancelled while it waited for a slot was posted")
+		}
 	}
 }
