@@ -107,7 +107,12 @@ func (b *stdioBridge) run(ctx context.Context, in io.Reader) error {
 	next := stdinLines(ctx, in)
 	slots := make(chan struct{}, stdioInFlight)
 	var wg sync.WaitGroup
-	var listening sync.Once
+	var listening bool // only the initialize calls, one after another, touch it
+	// ready is closed once what came before may be followed: an
+	// initialize is answered before anything after it goes, since what
+	// follows carries the session it opens.
+	ready := make(chan struct{})
+	close(ready)
 	for {
 		line, err := next()
 		if errors.Is(err, mcp.ErrTooLong) {
@@ -123,16 +128,28 @@ func (b *stdioBridge) run(ctx context.Context, in io.Reader) error {
 				// As a stdio server would: an error with no id.
 				b.write(mcp.ErrorResponse(nil, mcp.CodeParse, "toybox stdio: "+perr.Error(), nil))
 			} else if m.Kind == mcp.KindRequest && m.Method == "initialize" {
-				// Answered before anything else goes: what follows
-				// carries the session it opens.
+				// Posted on its own, so that stdin is read on while
+				// the endpoint takes its time: its end (the client
+				// quit) still ends the bridge.
 				b.remember(m)
-				b.post(ctx, m, true)
-				listening.Do(func() {
-					if b.sessionID() != "" {
+				prev, answered := ready, make(chan struct{})
+				ready = answered
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer close(answered)
+					select {
+					case <-prev:
+					case <-ctx.Done():
+						return
+					}
+					b.post(ctx, m, true)
+					if !listening && b.sessionID() != "" {
+						listening = true
 						wg.Add(1)
 						go func() { defer wg.Done(); b.listen(ctx) }()
 					}
-				})
+				}()
 			} else {
 				if m.Method == "notifications/initialized" {
 					b.remember(m)
@@ -142,14 +159,28 @@ func (b *stdioBridge) run(ctx context.Context, in io.Reader) error {
 				// for the client's answer to the server's own
 				// request, which takes no slot. It is cancellable
 				// from now: one cancelled before it goes never goes.
+				// The client's answer to the server's own request
+				// waits for no initialize: the server may ask while
+				// it initializes (a ping).
 				ctx, done := ctx, func() {}
 				if m.Kind == mcp.KindRequest {
 					ctx, done = b.track(ctx, m.ID)
+				}
+				gate := ready
+				if m.Kind == mcp.KindResponse {
+					gate = nil
 				}
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
 					defer done()
+					if gate != nil {
+						select {
+						case <-gate:
+						case <-ctx.Done():
+							return
+						}
+					}
 					if m.Kind == mcp.KindRequest {
 						select {
 						case slots <- struct{}{}:

@@ -174,6 +174,12 @@ func (c *bridgeClient) rest(t *testing.T) []string {
 	return lines
 }
 
+const (
+	initA = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"roots":{}},"clientInfo":{"name":"a","version":"1"}}}`
+	initB = `{"jsonrpc":"2.0","id":2,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"b","version":"1"}}}`
+	initd = `{"jsonrpc":"2.0","method":"notifications/initialized"}`
+)
+
 // rpc is the JSON-RPC message a request to the endpoint carries.
 type rpc struct {
 	ID     json.RawMessage `json:"id"`
@@ -192,6 +198,49 @@ func readRPC(r *http.Request) rpc {
 	body, _ := io.ReadAll(r.Body)
 	_ = json.Unmarshal(body, &m)
 	return m
+}
+
+// TestStdioBridgeStalledInitialize: an endpoint that takes initialize and
+// never answers holds neither stdin nor the bridge: a request sent
+// behind it can still be cancelled, and stdin's end (the client quit)
+// ends the bridge within the 5 s grace.
+func TestStdioBridgeStalledInitialize(t *testing.T) {
+	posted := make(chan string, 10)
+	c := startBridge(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		m := readRPC(r)
+		posted <- m.Method
+		if m.Method == "initialize" {
+			<-r.Context().Done()
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	c.send(t, initA)
+	if got := <-posted; got != "initialize" {
+		t.Fatalf("posted %q; want initialize", got)
+	}
+	c.send(t, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
+	c.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}`)
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	c.in.Close()
+	select {
+	case <-c.ended:
+		t.Logf("the bridge ended %v after stdin's end", time.Since(start).Round(time.Millisecond))
+	case <-time.After(8 * time.Second):
+		t.Fatalf("the bridge still runs 8 s after stdin's end, behind a stalled initialize")
+	}
+	close(posted)
+	for m := range posted {
+		if m == "tools/list" {
+			t.Errorf("a tools/list the client cancelled was posted")
+		}
+	}
+	for line := range c.lines {
+		if strings.Contains(line, `"id":2`) {
+			t.Errorf("the client got %s; want no answer to a request it cancelled", line)
+		}
+	}
 }
 
 // TestStdioBridgeCancelWaiting: a request that waits for a slot (the
