@@ -85,7 +85,7 @@ type stdioBridge struct {
 	mu      sync.Mutex
 	session string        // Mcp-Session-Id, once initialize answered one
 	version string        // the version initialize agreed on
-	opening [][]byte      // the client's initialize and initialized, to open a session again
+	opening [][]byte      // the initialize the endpoint accepted and the initialized after it, to open a session again
 	renewed chan struct{} // closed when a session replaces one the endpoint forgot
 
 	renewing sync.Mutex // one new session at a time
@@ -131,7 +131,6 @@ func (b *stdioBridge) run(ctx context.Context, in io.Reader) error {
 				// Posted on its own, so that stdin is read on while
 				// the endpoint takes its time: its end (the client
 				// quit) still ends the bridge.
-				b.remember(m)
 				prev, answered := ready, make(chan struct{})
 				ready = answered
 				wg.Add(1)
@@ -141,6 +140,10 @@ func (b *stdioBridge) run(ctx context.Context, in io.Reader) error {
 					select {
 					case <-prev:
 					case <-ctx.Done():
+						return
+					}
+					if b.initialized() {
+						b.failWith(m, mcp.CodeInvalidRequest, "the endpoint accepted an initialize already: a client initializes once, and its server's session is open")
 						return
 					}
 					b.post(ctx, m, true)
@@ -373,12 +376,15 @@ func (b *stdioBridge) forward(body []byte, asked mcp.Msg, answered bool) (bool, 
 	if answers && answered {
 		return false, fmt.Errorf("a second answer to request %s", asked.ID)
 	}
-	if answers && asked.Method == "initialize" {
+	if answers && asked.Method == "initialize" && am.Result() != nil {
+		// The initialize the endpoint accepted is the one a new
+		// session is opened with: one it refused is not.
+		b.mu.Lock()
 		if v, ok := am.GetString("result", "protocolVersion"); ok {
-			b.mu.Lock()
 			b.version = v
-			b.mu.Unlock()
 		}
+		b.opening = [][]byte{asked.Raw}
+		b.mu.Unlock()
 	}
 	b.write(line.Bytes())
 	return answers, nil
@@ -570,12 +576,21 @@ func (b *stdioBridge) cancelCall(m mcp.Msg) {
 	}
 }
 
-// remember keeps the client's initialize or initialized, to open a
-// session again.
+// initialized reports whether the endpoint accepted an initialize.
+func (b *stdioBridge) initialized() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.opening) > 0
+}
+
+// remember keeps the client's first initialized after the initialize
+// the endpoint accepted, to open a session again.
 func (b *stdioBridge) remember(m mcp.Msg) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.opening = append(b.opening, m.Raw)
+	if len(b.opening) == 1 {
+		b.opening = append(b.opening, m.Raw)
+	}
 }
 
 // renew opens a new session in place of gone, which the endpoint forgot

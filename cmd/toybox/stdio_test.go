@@ -163,6 +163,25 @@ func (c *bridgeClient) send(t *testing.T, msg string) {
 	}
 }
 
+// next is the next line the bridge writes that holds want.
+func (c *bridgeClient) next(t *testing.T, want string) string {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case line, ok := <-c.lines:
+			if !ok {
+				t.Fatalf("stdout ended with no line holding %s", want)
+			}
+			if strings.Contains(line, want) {
+				return line
+			}
+		case <-timeout:
+			t.Fatalf("no line holding %s in 10 s", want)
+		}
+	}
+}
+
 // rest is what the bridge writes until it ends.
 func (c *bridgeClient) rest(t *testing.T) []string {
 	t.Helper()
@@ -179,6 +198,15 @@ const (
 	initB = `{"jsonrpc":"2.0","id":2,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"b","version":"1"}}}`
 	initd = `{"jsonrpc":"2.0","method":"notifications/initialized"}`
 )
+
+// initResult answers an initialize in session id.
+func initResult(w http.ResponseWriter, id json.RawMessage, session string) {
+	if session != "" {
+		w.Header().Set("Mcp-Session-Id", session)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-11-25","capabilities":{},"serverInfo":{"name":"s","version":"1"}}}`, id)
+}
 
 // rpc is the JSON-RPC message a request to the endpoint carries.
 type rpc struct {
@@ -304,5 +332,73 @@ func TestStdioBridgeCancelWaiting(t *testing.T) {
 		if id == `"late"` {
 			t.Errorf("a call cancelled while it waited for a slot was posted")
 		}
+	}
+}
+
+// TestStdioBridgeInitializeTwice: a client's initialize after one the
+// endpoint accepted is refused, not sent, and a new session (the endpoint
+// forgot the old one) is opened with the initialize it accepted, not
+// one it refused before.
+func TestStdioBridgeInitializeTwice(t *testing.T) {
+	var mu sync.Mutex
+	var posted []string // "method name" of each POST
+	live := map[string]bool{}
+	sessions := 0
+	c := startBridge(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			return
+		}
+		m := readRPC(r)
+		mu.Lock()
+		defer mu.Unlock()
+		posted = append(posted, m.Method+" "+m.Params.ClientInfo.Name)
+		switch {
+		case m.Method == "initialize" && m.Params.ClientInfo.Name == "x":
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"error":{"code":-32602,"message":"no x here"}}`, m.ID)
+		case m.Method == "initialize":
+			sessions++
+			id := fmt.Sprint("s", sessions)
+			live[id] = true
+			initResult(w, m.ID, id)
+		case !live[r.Header.Get("Mcp-Session-Id")]:
+			http.Error(w, "no such session", http.StatusNotFound)
+		case m.Method == "tools/call":
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"session":%q}}`, m.ID, r.Header.Get("Mcp-Session-Id"))
+		default:
+			w.WriteHeader(http.StatusAccepted)
+		}
+	}))
+	c.send(t, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`)
+	if got := c.next(t, `"id":0`); !strings.Contains(got, "no x here") {
+		t.Errorf("a refused initialize = %s; want the endpoint's error", got)
+	}
+	c.send(t, initA)
+	c.next(t, `"id":1,"result"`)
+	c.send(t, initd)
+	c.send(t, initB)
+	if got := c.next(t, `"id":2`); !strings.Contains(got, `"error"`) || !strings.Contains(got, "initialize") {
+		t.Errorf("a second initialize = %s; want an error that says why", got)
+	}
+	mu.Lock()
+	clear(live) // the endpoint restarted
+	mu.Unlock()
+	c.send(t, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"t"}}`)
+	if got := c.next(t, `"id":3`); !strings.Contains(got, `"session":"s2"`) {
+		t.Errorf("a call after the endpoint forgot the session = %s; want it answered in a new one", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var inits []string
+	for _, p := range posted {
+		if strings.HasPrefix(p, "initialize") {
+			inits = append(inits, p)
+		}
+	}
+	if want := []string{"initialize x", "initialize a", "initialize a"}; !slices.Equal(inits, want) {
+		t.Errorf("initialize posted %q; want %q (the refused one once, the accepted one again for the new session)", inits, want)
 	}
 }
