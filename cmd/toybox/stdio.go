@@ -110,7 +110,7 @@ func (b *stdioBridge) run(ctx context.Context, in io.Reader) error {
 	var listening bool // only the initialize calls, one after another, touch it
 	// ready is closed once what came before may be followed: an
 	// initialize is answered before anything after it goes, since what
-	// follows carries the session it opens.
+	// follows carries the session it opens, and initialized is taken.
 	ready := make(chan struct{})
 	close(ready)
 	for {
@@ -173,9 +173,18 @@ func (b *stdioBridge) run(ctx context.Context, in io.Reader) error {
 				if m.Kind == mcp.KindResponse {
 					gate = nil
 				}
+				// What follows initialized waits until the endpoint
+				// took it: a client sends its first request at once,
+				// and a server may refuse one before initialized.
+				taken := func() {}
+				if m.Method == "notifications/initialized" {
+					ch := make(chan struct{})
+					ready, taken = ch, func() { close(ch) }
+				}
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
+					defer taken()
 					defer done()
 					if gate != nil {
 						select {

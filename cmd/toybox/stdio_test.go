@@ -402,3 +402,42 @@ func TestStdioBridgeInitializeTwice(t *testing.T) {
 		t.Errorf("initialize posted %q; want %q (the refused one once, the accepted one again for the new session)", inits, want)
 	}
 }
+
+// TestStdioBridgeInitializedFirst: a client sends initialized and its
+// first request at once (Claude Desktop does), and a server may refuse a
+// request before initialized (the Python SDK does): the request goes
+// only once the endpoint has taken initialized.
+func TestStdioBridgeInitializedFirst(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	c := startBridge(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			return
+		}
+		m := readRPC(r)
+		note := func(s string) { mu.Lock(); seen = append(seen, s); mu.Unlock() }
+		switch m.Method {
+		case "initialize":
+			initResult(w, m.ID, "s1")
+		case "notifications/initialized":
+			time.Sleep(300 * time.Millisecond)
+			note("initialized")
+			w.WriteHeader(http.StatusAccepted)
+		default:
+			note(m.Method)
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"tools":[]}}`, m.ID)
+		}
+	}))
+	c.send(t, initA)
+	c.next(t, `"id":1,"result"`)
+	c.send(t, initd)
+	c.send(t, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
+	c.next(t, `"id":2,"result"`)
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"initialized", "tools/list"}; !slices.Equal(seen, want) {
+		t.Errorf("the endpoint took %q; want %q", seen, want)
+	}
+}
