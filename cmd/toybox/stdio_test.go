@@ -441,3 +441,88 @@ func TestStdioBridgeInitializedFirst(t *testing.T) {
 		t.Errorf("the endpoint took %q; want %q", seen, want)
 	}
 }
+
+// TestStdioBridgeServerRequests: the server's own requests reach the
+// client, on the session's GET stream and inside a call's stream, and
+// the client's answers reach the server (a POST it answers 202) in the
+// session, with no error for them on stdout.
+func TestStdioBridgeServerRequests(t *testing.T) {
+	answers := map[string]chan string{"g1": make(chan string, 1), "p1": make(chan string, 1)}
+	sse := func(w http.ResponseWriter, events ...string) {
+		for _, e := range events {
+			fmt.Fprintf(w, "data: %s\n\n", e)
+		}
+		w.(http.Flusher).Flush()
+	}
+	c := startBridge(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodDelete {
+			return
+		}
+		if r.Header.Get("Mcp-Session-Id") != "s1" && r.Method == http.MethodGet {
+			http.Error(w, "no session", http.StatusBadRequest)
+			return
+		}
+		if r.Method == http.MethodGet {
+			w.Header().Set("Content-Type", "text/event-stream")
+			sse(w, `{"jsonrpc":"2.0","id":"g1","method":"roots/list"}`)
+			<-r.Context().Done()
+			return
+		}
+		m := readRPC(r)
+		switch {
+		case m.Method == "initialize":
+			initResult(w, m.ID, "s1")
+		case r.Header.Get("Mcp-Session-Id") != "s1":
+			http.Error(w, "no session", http.StatusBadRequest)
+		case m.Method == "tools/call":
+			w.Header().Set("Content-Type", "text/event-stream")
+			sse(w, `{"jsonrpc":"2.0","id":"p1","method":"roots/list"}`)
+			select {
+			case roots := <-answers["p1"]:
+				b, _ := json.Marshal(roots)
+				sse(w, fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":%s}]}}`, m.ID, b))
+			case <-time.After(10 * time.Second):
+			}
+		case m.Method == "" && m.Result != nil:
+			var id string
+			_ = json.Unmarshal(m.ID, &id)
+			if ch, ok := answers[id]; ok {
+				ch <- string(m.Result)
+			}
+			w.WriteHeader(http.StatusAccepted)
+		default:
+			w.WriteHeader(http.StatusAccepted)
+		}
+	}))
+	answerRoots := func(line string) {
+		var req struct {
+			ID string `json:"id"`
+		}
+		if err := json.Unmarshal([]byte(line), &req); err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		c.send(t, fmt.Sprintf(`{"jsonrpc":"2.0","id":%q,"result":{"roots":[{"uri":"file:///%s"}]}}`, req.ID, req.ID))
+	}
+	c.send(t, initA)
+	c.next(t, `"id":1,"result"`)
+	c.send(t, initd)
+	answerRoots(c.next(t, `"method":"roots/list"`))
+	select {
+	case got := <-answers["g1"]:
+		if !strings.Contains(got, "file:///g1") {
+			t.Errorf("the server got %s for its roots/list on the GET stream; want the client's roots", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the client's answer to roots/list on the GET stream did not reach the server")
+	}
+	c.send(t, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"roots"}}`)
+	answerRoots(c.next(t, `"id":"p1"`))
+	if got := c.next(t, `"id":3`); !strings.Contains(got, `file:///p1`) {
+		t.Errorf("a call whose server asked for roots = %s; want the client's roots in its result", got)
+	}
+	for _, line := range c.rest(t) {
+		if strings.Contains(line, `"error"`) {
+			t.Errorf("stdout has %s; want no error", line)
+		}
+	}
+}
