@@ -106,8 +106,9 @@ func (b *stdioBridge) run(ctx context.Context, in io.Reader) error {
 	b.renewed = make(chan struct{})
 	next := stdinLines(ctx, in)
 	slots := make(chan struct{}, stdioInFlight)
-	var wg sync.WaitGroup
-	var listening bool // only the initialize calls, one after another, touch it
+	var wg sync.WaitGroup      // the messages under way
+	var streams sync.WaitGroup // the session's GET stream, which stdin's end does not wait for
+	var listening bool         // only the initialize calls, one after another, touch it
 	// ready is closed once what came before may be followed: an
 	// initialize is answered before anything after it goes, since what
 	// follows carries the session it opens, and initialized is taken.
@@ -149,8 +150,8 @@ func (b *stdioBridge) run(ctx context.Context, in io.Reader) error {
 					b.post(ctx, m, true)
 					if !listening && b.sessionID() != "" {
 						listening = true
-						wg.Add(1)
-						go func() { defer wg.Done(); b.listen(ctx) }()
+						streams.Add(1)
+						go func() { defer streams.Done(); b.listen(ctx) }()
 					}
 				}()
 			} else {
@@ -225,6 +226,7 @@ func (b *stdioBridge) run(ctx context.Context, in io.Reader) error {
 	}
 	cancel()
 	<-done
+	streams.Wait()
 	b.endSession()
 	return nil
 }

@@ -520,9 +520,15 @@ func TestStdioBridgeServerRequests(t *testing.T) {
 	if got := c.next(t, `"id":3`); !strings.Contains(got, `file:///p1`) {
 		t.Errorf("a call whose server asked for roots = %s; want the client's roots in its result", got)
 	}
+	// No answer is under way, only the GET stream: stdin's end ends
+	// the bridge without the grace answers get.
+	start := time.Now()
 	for _, line := range c.rest(t) {
 		if strings.Contains(line, `"error"`) {
 			t.Errorf("stdout has %s; want no error", line)
 		}
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("the bridge ended %v after stdin's end with no answer under way; want at once", d.Round(time.Millisecond))
 	}
 }
