@@ -336,6 +336,11 @@ func (b *stdioBridge) post(ctx context.Context, m mcp.Msg, retry bool) {
 	}
 	switch ct := resp.Header.Get("Content-Type"); {
 	case resp.StatusCode == http.StatusAccepted || resp.StatusCode == http.StatusNoContent:
+		if m.Kind == mcp.KindRequest {
+			// What answers a notification leaves a request's
+			// client waiting for ever.
+			b.fail(m, fmt.Sprintf("%s answered %d, with no answer to request %s", b.endpoint, resp.StatusCode, m.ID))
+		}
 	case resp.StatusCode/100 != 2:
 		b.refused(m, resp)
 	case strings.HasPrefix(ct, "text/event-stream"):

@@ -54,6 +54,9 @@ func TestStdioBridgeEndpoints(t *testing.T) {
 		{"only events not JSON", func(w http.ResponseWriter, r *http.Request) {
 			sse(w, "data: oops\n\n")
 		}, "ended with no answer"},
+		{"202 to a request", func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusAccepted)
+		}, "answered 202"},
 		{"a stream ended before its answer", func(w http.ResponseWriter, r *http.Request) {
 			sse(w, ": nothing\n\n")
 		}, "ended with no answer"},
