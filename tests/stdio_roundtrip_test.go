@@ -27,12 +27,14 @@ import (
 )
 
 // stdioConnect launches `toybox stdio endpoint` as the SDK's client
-// launches any stdio server, and connects to it.
-func stdioConnect(t *testing.T, ctx context.Context, endpoint string, opts *sdk.ClientOptions) *sdk.ClientSession {
+// launches any stdio server, and connects to it, a client that offers
+// roots.
+func stdioConnect(t *testing.T, ctx context.Context, endpoint string, opts *sdk.ClientOptions, roots ...*sdk.Root) *sdk.ClientSession {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(bins, "toybox"), "stdio", endpoint)
 	cmd.Stderr = os.Stderr
 	cl := sdk.NewClient(&sdk.Implementation{Name: "toybox-test", Version: "1"}, opts)
+	cl.AddRoots(roots...)
 	cs, err := cl.Connect(ctx, &sdk.CommandTransport{Command: cmd}, nil)
 	if err != nil {
 		t.Fatalf("the SDK's client through toybox stdio %s: %v", endpoint, err)
@@ -60,7 +62,8 @@ func toolText(res *sdk.CallToolResult, err error) string {
 
 // TestStdioBridgeRoundTrips: what a real client does through `toybox stdio`
 // with the Go SDK's everything-server as an HTTP vat (a 2025-11-25 session):
-// the server's own requests during a tool call (sampling, elicitation),
+// the server's own requests during a tool call (sampling, elicitation,
+// roots),
 // progress, a ping, a call's stream the server ends before its answer,
 // messages of several MiB each way (the vat takes 4 MiB
 // a body at most), and more calls at once than the bridge posts at once,
@@ -83,7 +86,7 @@ func TestStdioBridgeRoundTrips(t *testing.T) {
 			return &sdk.ElicitResult{Action: "accept", Content: map[string]any{"username": "u", "email": "u@example.com"}}, nil
 		},
 		ProgressNotificationHandler: func(context.Context, *sdk.ProgressNotificationClientRequest) { progress.Add(1) },
-	})
+	}, &sdk.Root{URI: "file:///work/project", Name: "project"})
 	call := func(name string, args map[string]any) string {
 		ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		defer cancel()
@@ -99,6 +102,11 @@ func TestStdioBridgeRoundTrips(t *testing.T) {
 	}
 	if got := call("test_elicitation", map[string]any{"message": "who?"}); strings.HasPrefix(got, "error") || strings.HasPrefix(got, "tool error") {
 		t.Errorf("test_elicitation = %q", got)
+	}
+	// The server asks for the client's roots (roots/list) in the
+	// call's stream: a 2025-11-25 client gets the server's request.
+	if got := call("test_input_required_result_list_roots", nil); got != "Client exposed 1 root(s): file:///work/project" {
+		t.Errorf("test_input_required_result_list_roots = %q; want the client's root", got)
 	}
 	if got := call("test_tool_with_progress", nil); strings.HasPrefix(got, "error") {
 		t.Errorf("test_tool_with_progress = %q", got)
