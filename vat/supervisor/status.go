@@ -10,6 +10,7 @@ import (
 	"toybox/vat/grant"
 	"toybox/vat/manifest"
 	"toybox/vat/store"
+	"toybox/vat/wall/cgroup"
 	"toybox/vat/words"
 )
 
@@ -115,6 +116,17 @@ func (s *Supervisor) status(v *vat) Status {
 		in := v.inForce
 		st.Limits = &in
 		st.Unlimited = maps.Clone(v.unlimited)
+		if in.MemoryMiB > 0 {
+			// Swap may have come or gone since the wall started
+			// (swapon): judged now, never claimed from then.
+			delete(st.Unlimited, limSwap)
+			if why := s.cfg.Cgroups.Support().Missing[cgroup.Swap]; why != "" {
+				if st.Unlimited == nil {
+					st.Unlimited = map[string]string{}
+				}
+				st.Unlimited[limSwap] = why
+			}
+		}
 	}
 	for k := range v.rec.Env {
 		st.Env = append(st.Env, k)

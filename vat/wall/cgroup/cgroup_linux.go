@@ -52,6 +52,10 @@ type Host struct {
 	v1   map[string]string // on v1: controller (memory, cpu, cpuacct, pids) → the walls' folder
 	swap bool              // the group's swap limit can be set
 	kill bool              // cgroup v2's cgroup.kill is there
+	// noSwap says why a wall may go past its memory limit into swap, the
+	// kernel not accounting it; "" where it does. Support claims it
+	// missing only while the host has swap: swapon(8) may come at any time.
+	noSwap string
 }
 
 // Enabled reports whether h makes groups at all (Support().Version > 0).
@@ -69,6 +73,9 @@ func (h *Host) Support() Support {
 		s.Missing[k] = v
 	}
 	s.Where = slices.Clone(h.sup.Where)
+	if h.noSwap != "" && swapTotal() > 0 {
+		s.Missing[Swap] = h.noSwap
+	}
 	return s
 }
 
@@ -182,8 +189,8 @@ func (h *Host) openV2(cfg Config, dir string, avail []string) {
 		h.sup.Missing[Swap] = h.sup.Missing[Memory]
 	} else {
 		h.swap = exists(filepath.Join(walls, "memory.swap.max"))
-		if !h.swap && swapTotal() > 0 {
-			h.sup.Missing[Swap] = "the kernel does not account swap: a wall may go past its memory limit into swap (fix: a kernel with CONFIG_MEMCG_SWAP, booted without swapaccount=0)"
+		if !h.swap {
+			h.noSwap = "the kernel does not account swap: a wall may go past its memory limit into swap (fix: a kernel with CONFIG_MEMCG_SWAP, booted without swapaccount=0)"
 		}
 	}
 }
@@ -262,8 +269,8 @@ func (h *Host) openV1(cfg Config, dirs map[string]string) {
 		h.sup.Missing[Swap] = h.sup.Missing[Memory]
 	} else {
 		h.swap = exists(filepath.Join(h.v1["memory"], "memory.memsw.limit_in_bytes"))
-		if !h.swap && swapTotal() > 0 {
-			h.sup.Missing[Swap] = "the kernel does not account swap: a wall may go past its memory limit into swap (fix: boot with swapaccount=1)"
+		if !h.swap {
+			h.noSwap = "the kernel does not account swap: a wall may go past its memory limit into swap (fix: boot with swapaccount=1)"
 		}
 	}
 	if len(h.v1) == 0 {
@@ -825,8 +832,13 @@ func exists(p string) bool {
 	return err == nil
 }
 
-// swapTotal returns the host's swap in kB (/proc/meminfo).
-func swapTotal() int64 {
+// swapTotal returns the host's swap in kB. A variable so a test can turn
+// swap on and off: swapon(8) changes the whole host, and other tests'
+// walls share it.
+var swapTotal = meminfoSwap
+
+// meminfoSwap returns the host's swap in kB (/proc/meminfo).
+func meminfoSwap() int64 {
 	b, err := os.ReadFile("/proc/meminfo")
 	if err != nil {
 		return 0

@@ -474,3 +474,59 @@ func TestFence(t *testing.T) {
 		testenv.Unavailable(t, "no cgroup here holds tasks: "+strings.Join(why, "; "))
 	}
 }
+
+// fakeV2 lays out a cgroup v2 folder that offers memory, cpu and pids
+// but, as a kernel without swap accounting, no memory.swap.max, and
+// returns the mountinfo and cgroup files that show this process in it.
+func fakeV2(t *testing.T) (mountInfo, self string) {
+	t.Helper()
+	dir := t.TempDir()
+	root := filepath.Join(dir, "cgroup")
+	walls := filepath.Join(root, "walls")
+	if err := os.MkdirAll(walls, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for p, v := range map[string]string{
+		filepath.Join(root, "cgroup.controllers"):      "memory cpu pids\n",
+		filepath.Join(root, "cgroup.subtree_control"):  "memory cpu pids\n",
+		filepath.Join(walls, "cgroup.subtree_control"): "",
+		filepath.Join(dir, "mountinfo"):                "30 25 0:26 / " + root + " rw,nosuid - cgroup2 cgroup2 rw\n",
+		filepath.Join(dir, "self"):                     "0::/\n",
+	} {
+		if err := os.WriteFile(p, []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return filepath.Join(dir, "mountinfo"), filepath.Join(dir, "self")
+}
+
+// TestSwapJudgedWhenAsked: on a kernel that does not account swap, a
+// host without swap when toybox opened its cgroups may turn swap on
+// later (swapon). From then on a wall may go past its memory limit into
+// swap, so Support must stop claiming the swap limit, and claim it again
+// once swap is off.
+func TestSwapJudgedWhenAsked(t *testing.T) {
+	mi, self := fakeV2(t)
+	swap := int64(0)
+	old := swapTotal
+	swapTotal = func() int64 { return swap }
+	t.Cleanup(func() { swapTotal = old })
+	h := Open(Config{Name: "walls", Version: 2, MountInfo: mi, Self: self})
+	if v := h.Support().Version; v != 2 {
+		t.Fatalf("Support().Version = %d (%v); want 2", v, h.Support().Missing)
+	}
+	if !h.Support().Has(Memory) || !h.Support().Has(Swap) {
+		t.Fatalf("no swap at Open: Support().Missing = %v; want memory and swap enforced", h.Support().Missing)
+	}
+	swap = 1 << 20 // swapon
+	if h.Support().Has(Swap) {
+		t.Errorf("swap on after Open, not accounted: Support().Has(Swap) = true; want false (a wall may go past its memory limit into swap)")
+	}
+	if why := h.Support().Missing[Swap]; !strings.Contains(why, "swap") || !strings.Contains(why, "fix:") {
+		t.Errorf("Support().Missing[Swap] = %q; want why and a fix", why)
+	}
+	swap = 0 // swapoff
+	if !h.Support().Has(Swap) {
+		t.Errorf("swap off again: Support().Missing[Swap] = %q; want swap enforced", h.Support().Missing[Swap])
+	}
+}

@@ -4,8 +4,9 @@
 // the limits its vat was given. The supervisor opens the host's cgroups once
 // (Open): cgroup v2 where its memory controller reaches this process's
 // cgroup, else the v1 hierarchies a host mounts for memory, cpu, cpuacct and
-// pids. Open says which limits the host enforces (Host.Support); a limit it
-// cannot enforce is reported, never claimed. Each wall's group is made
+// pids. Host.Support says which limits the host enforces; a limit it
+// cannot enforce is reported, never claimed. Swap is judged at each call:
+// swap may be turned on after Open. Each wall's group is made
 // while bubblewrap starts (Host.New), its first process moved into it at
 // the wall's door (Group.Add), and it is removed when the wall ends
 // (Group.Remove). Groups an earlier supervisor left are swept (Host.Sweep).
