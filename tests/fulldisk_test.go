@@ -232,3 +232,73 @@ func TestDiskLimitOffKeepsData(t *testing.T) {
 		t.Errorf("alice's limits with --wall-disk-mib 0: %v (unlimited: %v); want its image's 1024 MiB, the limit in force", st["limits"], st["unlimited"])
 	}
 }
+
+// TestFullDiskRevokeToken: an owner revokes a leaked token while the
+// state disk is full. DELETE /<vat>/tokens/<id> answered 500 and left the
+// token opening the vat: the revocation was undone in memory because the
+// tokens file could not be rewritten. The token must open nothing at
+// once; the answer must say the revocation is not stored (500, "stored":
+// false); GET /<vat>/tokens must list it; the other token must work; and
+// once the disk has room the revocation is written by itself, so a
+// restart does not bring the token back.
+func TestFullDiskRevokeToken(t *testing.T) {
+	s := newStack(t, stackOpts{stateMiB: 64})
+	if code, body := s.install("alice", example(t, "mcp-http"), "mcp=http"); code != http.StatusCreated {
+		t.Fatalf("PUT /alice?mcp=http = %d %s", code, body)
+	}
+	mint := func() (string, string) {
+		t.Helper()
+		code, body := s.adminDo("POST", "/alice/tokens", nil)
+		var m struct{ Token, ID string }
+		if code != http.StatusCreated || json.Unmarshal([]byte(body), &m) != nil || m.Token == "" {
+			t.Fatalf("POST /alice/tokens = %d %s", code, body)
+		}
+		return m.Token, m.ID
+	}
+	keep, _ := mint()
+	leaked, leakedID := mint()
+	bearer := func(tok string) []string { return []string{"Authorization", "Bearer " + tok} }
+	before, err := os.ReadFile(filepath.Join(s.state, "tokens.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	free := s.fillState()
+
+	code, body := s.adminDo("DELETE", "/alice/tokens/"+leakedID, nil)
+	var ans struct {
+		Revoked string
+		Stored  *bool
+		Error   string
+	}
+	_ = json.Unmarshal([]byte(body), &ans)
+	if code != http.StatusInternalServerError || ans.Revoked != leakedID || ans.Stored == nil || *ans.Stored || !strings.Contains(ans.Error, "restart") {
+		t.Errorf("DELETE /alice/tokens/%s on a full disk = %d %s; want 500 saying it is revoked, not stored, and a restart would open it again", leakedID, code, body)
+	}
+	if code, _, body := s.mcpPost("alice", mcpInit, bearer(leaked)...); code != http.StatusUnauthorized {
+		t.Errorf("the token revoked on a full disk = %d %s; want 401", code, body)
+	}
+	if code, _, body := s.mcpPost("alice", mcpInit, bearer(keep)...); code != http.StatusOK {
+		t.Errorf("the token kept = %d %s; want 200", code, body)
+	}
+	if code, body := s.adminDo("GET", "/alice/tokens", nil); code != http.StatusOK || !strings.Contains(body, `"revoked_not_stored"`) || !strings.Contains(body, leakedID) {
+		t.Errorf("GET /alice/tokens on a full disk = %d %s; want %s listed as revoked, not stored", code, body, leakedID)
+	}
+	if after, _ := os.ReadFile(filepath.Join(s.state, "tokens.json")); string(after) != string(before) {
+		t.Errorf("the tokens file changed on a full disk:\n%s\nwant\n%s", after, before)
+	}
+
+	free()
+	waitFor(t, "the revocation stored", 30e9, func() bool {
+		_, body := s.adminDo("GET", "/alice/tokens", nil)
+		return !strings.Contains(body, "revoked_not_stored")
+	})
+	s.stopToybox()
+	s.startToybox()
+	waitFor(t, "alice serving again", 30e9, func() bool {
+		code, _, _ := s.mcpPost("alice", mcpInit, bearer(keep)...)
+		return code == http.StatusOK
+	})
+	if code, _, body := s.mcpPost("alice", mcpInit, bearer(leaked)...); code != http.StatusUnauthorized {
+		t.Errorf("after a restart the revoked token = %d %s; want 401", code, body)
+	}
+}

@@ -39,11 +39,19 @@ var (
 	ErrTooMany = errors.New("too many tokens")
 	// ErrBadFile: the tokens file cannot be read as one.
 	ErrBadFile = errors.New("bad tokens file")
+	// ErrNotStored: a revocation took effect, but the tokens file could
+	// not be rewritten to hold it (a full disk, an I/O error).
+	ErrNotStored = errors.New("revocation not stored")
 )
 
 // MaxPerVat bounds one vat's tokens: each is checked in one map lookup,
 // but the admin API lists them all, and the file holds them all.
 const MaxPerVat = 256
+
+// retryEvery is how often a revocation not stored is written again: a
+// full disk may get room at any time, and a restart before then would
+// bring the token back. A variable for the tests.
+var retryEvery = 10 * time.Second
 
 const (
 	prefix    = "tbx_"
@@ -73,15 +81,26 @@ type entry struct {
 
 // Store is the tokens of every vat, in one file (mode 0600). Safe for
 // concurrent use.
+//
+// A revocation takes effect at once, in memory, even when the file cannot
+// be rewritten: the token opens nothing from then on. Until the file holds
+// it (Unstored), it is written again every retryEvery, at every other
+// change of tokens, and at Close; a restart before then would bring the
+// token back.
 type Store struct {
 	path string
 	mu   sync.RWMutex
 	vats map[string][]entry
+	// unstored are, per vat, the tokens revoked in memory that the file
+	// still holds.
+	unstored map[string][]Info
+	retry    *time.Timer // writes unstored again; nil when none waits
+	closed   bool
 }
 
 // Open reads the tokens at path; a missing file holds none.
 func Open(path string) (*Store, error) {
-	s := &Store{path: path, vats: map[string][]entry{}}
+	s := &Store{path: path, vats: map[string][]entry{}, unstored: map[string][]Info{}}
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return s, nil
@@ -119,13 +138,85 @@ func hashOf(vat, token string) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// save writes every vat's tokens (s.mu held).
+// save writes every vat's tokens (s.mu held). The file then holds every
+// revocation made so far.
 func (s *Store) save() error {
 	b, err := json.MarshalIndent(s.vats, "", "  ")
 	if err != nil {
 		return err
 	}
-	return atomicfile.WriteFile(s.path, append(b, '\n'), 0o600)
+	if err := atomicfile.WriteFile(s.path, append(b, '\n'), 0o600); err != nil {
+		return err
+	}
+	clear(s.unstored)
+	if s.retry != nil {
+		s.retry.Stop()
+		s.retry = nil
+	}
+	return nil
+}
+
+// notStored keeps info, revoked in memory, as not stored, arms the retry,
+// and says so (s.mu held).
+func (s *Store) notStored(vat string, info Info, err error) error {
+	if !slices.ContainsFunc(s.unstored[vat], func(i Info) bool { return i.ID == info.ID }) {
+		s.unstored[vat] = append(s.unstored[vat], info)
+	}
+	if s.retry == nil && !s.closed {
+		s.retry = time.AfterFunc(retryEvery, s.retrySave)
+	}
+	return fmt.Errorf("%w: token %s of vat %s opens nothing from now on, but the tokens file could not be rewritten (%w): a restart before it is would open it again; toybox writes it again every %s (free space, or DELETE it again)", ErrNotStored, info.ID, vat, err, retryEvery)
+}
+
+// retrySave writes the revocations not stored again.
+func (s *Store) retrySave() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.retry = nil
+	if len(s.unstored) == 0 || s.closed {
+		return
+	}
+	if s.save() != nil {
+		s.retry = time.AfterFunc(retryEvery, s.retrySave)
+	}
+}
+
+// Unstored returns the ids of vat's tokens revoked in memory that the
+// tokens file still holds: a restart now would open them again.
+func (s *Store) Unstored(vat string) []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var ids []string
+	for _, i := range s.unstored[vat] {
+		ids = append(ids, i.ID)
+	}
+	return ids
+}
+
+// Close stops the retry, writing the revocations not stored a last time.
+// An error names those a restart will open again.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	if s.retry != nil {
+		s.retry.Stop()
+		s.retry = nil
+	}
+	if len(s.unstored) == 0 {
+		return nil
+	}
+	err := s.save()
+	if err == nil {
+		return nil
+	}
+	var lost []string
+	for _, vat := range slices.Sorted(maps.Keys(s.unstored)) {
+		for _, i := range s.unstored[vat] {
+			lost = append(lost, vat+"/"+i.ID)
+		}
+	}
+	return fmt.Errorf("%w: the tokens file still holds revoked tokens %s, which open their vats again at the next start (%w)", ErrNotStored, strings.Join(lost, ", "), err)
 }
 
 // Mint makes a token for vat and keeps its hash, with the environment
@@ -178,6 +269,9 @@ func idOf(s string) string {
 }
 
 // Revoke removes vat's token named by ref: its id, or the token itself.
+// The token opens nothing from then on. Where the file cannot be
+// rewritten to hold it, the error is ErrNotStored (with the token's
+// Info); revoking it again writes the file again.
 func (s *Store) Revoke(vat, ref string) (Info, error) {
 	id := idOf(ref)
 	s.mu.Lock()
@@ -185,6 +279,13 @@ func (s *Store) Revoke(vat, ref string) (Info, error) {
 	es := s.vats[vat]
 	i := slices.IndexFunc(es, func(e entry) bool { return id != "" && e.ID == id })
 	if i < 0 {
+		if j := slices.IndexFunc(s.unstored[vat], func(i Info) bool { return id != "" && i.ID == id }); j >= 0 {
+			info := s.unstored[vat][j]
+			if err := s.save(); err != nil {
+				return info, s.notStored(vat, info, err)
+			}
+			return info, nil
+		}
 		return Info{}, fmt.Errorf("%w: vat %s has no token %q", ErrNoToken, vat, ref)
 	}
 	info := es[i].Info
@@ -195,8 +296,7 @@ func (s *Store) Revoke(vat, ref string) (Info, error) {
 		s.vats[vat] = rest
 	}
 	if err := s.save(); err != nil {
-		s.vats[vat] = es
-		return Info{}, fmt.Errorf("revoking the token: %w", err)
+		return info, s.notStored(vat, info, err)
 	}
 	return info, nil
 }
@@ -207,12 +307,14 @@ func (s *Store) Forget(vat string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	es, ok := s.vats[vat]
-	if !ok {
+	if !ok && len(s.unstored[vat]) == 0 {
 		return nil
 	}
 	delete(s.vats, vat)
 	if err := s.save(); err != nil {
-		s.vats[vat] = es
+		if ok {
+			s.vats[vat] = es
+		}
 		return fmt.Errorf("forgetting the tokens of %s: %w", vat, err)
 	}
 	return nil

@@ -184,11 +184,13 @@ func TestMaxPerVat(t *testing.T) {
 }
 
 // TestSaveFailureKeepsNothing: a token that could not be kept is not
-// handed out, and one that could not be revoked still works (the file and
-// the memory agree).
+// handed out, one whose revocation could not be stored opens nothing all
+// the same (TestRevokeOnFullDisk), and tokens that could not be forgotten
+// are kept.
 func TestSaveFailureKeepsNothing(t *testing.T) {
 	s, _ := open(t)
 	tok, info := mint(t, s, "alice")
+	other, _ := mint(t, s, "alice")
 	// A folder that is a file: no temporary file can be made there, even
 	// as root.
 	notDir := filepath.Join(t.TempDir(), "file")
@@ -202,14 +204,20 @@ func TestSaveFailureKeepsNothing(t *testing.T) {
 	if s.Has("bob") {
 		t.Error("a token that was not kept counts")
 	}
-	if _, err := s.Revoke("alice", info.ID); err == nil {
-		t.Error("Revoke into an unwritable folder succeeded")
+	if _, err := s.Revoke("alice", info.ID); !errors.Is(err, ErrNotStored) {
+		t.Errorf("Revoke into an unwritable folder = %v; want ErrNotStored", err)
 	}
-	if _, ok := s.Check("alice", tok); !ok {
-		t.Error("a token whose revocation failed no longer works")
+	if _, ok := s.Check("alice", tok); ok {
+		t.Error("a token whose revocation was not stored still works")
 	}
 	if err := s.Forget("alice"); err == nil || !s.Has("alice") {
 		t.Errorf("Forget into an unwritable folder = %v, and alice has tokens = %v; want an error and her tokens kept", err, s.Has("alice"))
+	}
+	if _, ok := s.Check("alice", other); !ok {
+		t.Error("a token that could not be forgotten no longer works")
+	}
+	if err := s.Close(); !errors.Is(err, ErrNotStored) || !strings.Contains(err.Error(), "alice/"+info.ID) {
+		t.Errorf("Close with a revocation not stored = %v; want ErrNotStored naming alice/%s", err, info.ID)
 	}
 }
 

@@ -220,11 +220,22 @@ func (s *Supervisor) handleTokens(w http.ResponseWriter, _ *http.Request, id lab
 		writeErr(w, statusFor(err), err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"id": id, "tokens": infos})
+	out := map[string]any{"id": id, "tokens": infos}
+	if ids := s.tokens.Unstored(string(id)); len(ids) > 0 {
+		// Revoked, opening nothing, but a restart now would open them.
+		out["revoked_not_stored"] = ids
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *Supervisor) handleRevoke(w http.ResponseWriter, r *http.Request, id labels.VatID) {
 	info, err := s.RevokeToken(id, r.PathValue("token"))
+	if errors.Is(err, access.ErrNotStored) {
+		// In effect, not stored: a failure all the same, for a restart
+		// now would open the token again.
+		writeJSON(w, http.StatusInternalServerError, map[string]any{"id": id, "revoked": info.ID, "stored": false, "error": err.Error()})
+		return
+	}
 	if err != nil {
 		writeErr(w, statusFor(err), err)
 		return

@@ -1091,12 +1091,18 @@ func (s *Supervisor) Tokens(id labels.VatID) ([]access.Info, error) {
 }
 
 // RevokeToken revokes vat id's token ref (its id, or the token itself). A
-// vat whose last token goes is open again.
+// vat whose last token goes is open again. The token opens nothing from
+// then on even where the tokens file cannot hold that: the error is then
+// access.ErrNotStored, with the token's Info.
 func (s *Supervisor) RevokeToken(id labels.VatID, ref string) (access.Info, error) {
 	if _, ok := s.get(id); !ok {
 		return access.Info{}, fmt.Errorf("%w: %q", ErrNoVat, id)
 	}
 	info, err := s.tokens.Revoke(string(id), ref)
+	if errors.Is(err, access.ErrNotStored) {
+		s.log.Error("token revoked, not stored", keyVat, id, "token", info.ID, keyErr, err)
+		return info, err
+	}
 	if err != nil {
 		return access.Info{}, err
 	}

@@ -250,5 +250,10 @@ func (s *Supervisor) Shutdown(ctx context.Context) error {
 	if derr := s.cfg.Disks.Close(); derr != nil {
 		s.log.Warn("unmounting the data folders", keyErr, derr)
 	}
+	// A revocation the tokens file could not hold yet is written a last
+	// time; one it still cannot hold is lost at this restart: said loudly.
+	if terr := s.tokens.Close(); terr != nil {
+		s.log.Error("revoked tokens not stored", keyErr, terr)
+	}
 	return err
 }
