@@ -149,3 +149,111 @@ func TestAttackInstallFlood(t *testing.T) {
 		t.Errorf("%d prepare folders after the installs (%v); want none", len(ents), err)
 	}
 }
+
+// TestShutdownDuringPackageInstall: toybox gets SIGTERM while a package
+// install prepares (npm in its prepare wall, its registry request held).
+// Shutdown did not wait for the prepare: the client's connection was cut
+// without an answer, and the prepare folder (its loop-mounted image, its
+// run tmpfs) was left behind for the next start. Here the prepare is
+// cancelled: the client gets 503 saying nothing of the install is kept,
+// toybox stops with no mount or prepare folder left, the prepare wall's
+// registry request ends with it, and after a restart the vat is not
+// there.
+func TestShutdownDuringPackageInstall(t *testing.T) {
+	reg := npmtest.Start(t)
+	var (
+		mu         sync.Mutex
+		held, seen int // requests for the package's document held now, and ever
+	)
+	gate := make(chan struct{})
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(gate) }) })
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/tb-mcp-hello" {
+			mu.Lock()
+			held++
+			seen++
+			mu.Unlock()
+			select {
+			case <-gate:
+			case <-r.Context().Done():
+			}
+			mu.Lock()
+			held--
+			mu.Unlock()
+		}
+		reg.ServeHTTP(w, r)
+	})}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	reg.URL = "http://" + l.Addr().String() + "/"
+	for _, f := range []string{"tb-greeting-1.0.0", "tb-greeting-1.1.0", "tb-mcp-hello"} {
+		reg.Publish(t, npmtest.Pack(t, npmtest.Fixture(f)))
+	}
+	s := newStack(t, stackOpts{extra: []string{"--npm-registry", reg.URL}})
+	client := s.adminClient()
+	client.Timeout = 2 * time.Minute
+	type answer struct {
+		code int
+		body string
+	}
+	answers := make(chan answer, 1)
+	go func() {
+		req, err := http.NewRequestWithContext(context.Background(), "PUT", "http://toybox/alice?package=npm:tb-mcp-hello@1.0.0", nil)
+		if err != nil {
+			answers <- answer{body: err.Error()}
+			return
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			answers <- answer{body: err.Error()}
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		answers <- answer{resp.StatusCode, string(b)}
+	}()
+	waitFor(t, "the install's prepare wall asking the registry", 3*time.Minute, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return held == 1
+	})
+
+	s.stopToybox()
+	select {
+	case a := <-answers:
+		if a.code != http.StatusServiceUnavailable || !strings.Contains(a.body, "nothing of it is kept") {
+			t.Errorf("the install toybox stopped during = %d %s; want 503 saying nothing of it is kept", a.code, a.body)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the install toybox stopped during had no answer 10s after toybox stopped")
+	}
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err != nil {
+		t.Fatal(err)
+	} else if strings.Contains(string(b), s.state+"/") {
+		var left []string
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, s.state+"/") {
+				left = append(left, line)
+			}
+		}
+		t.Errorf("toybox stopped leaving mounts in its state dir:\n%s", strings.Join(left, "\n"))
+	}
+	if ents, _ := os.ReadDir(filepath.Join(s.state, "prepare")); len(ents) != 0 {
+		t.Errorf("toybox stopped leaving %d prepare folders", len(ents))
+	}
+	waitFor(t, "the prepare wall's registry request to end", 10*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return held == 0
+	})
+
+	s.startToybox()
+	if code, body := s.adminDo("GET", "/alice", nil); code != http.StatusNotFound {
+		t.Errorf("GET /alice after a restart = %d %s; want 404 (the install was not kept)", code, body)
+	}
+}

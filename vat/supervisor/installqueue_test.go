@@ -209,3 +209,92 @@ func gatedPrepares(t *testing.T, installs, queue int) (*Supervisor, *gatedPrepar
 	})
 	return s, g
 }
+
+// TestShutdownDuringPrepare: toybox stops (SIGTERM: Supervisor.Shutdown)
+// while a package install prepares (npm in its prepare wall). Shutdown
+// returned at once, the prepare step running on, its prepare folder (and
+// its file systems) in place, and the client not yet answered: after
+// Shutdown nothing of toybox may run, and the install must be either
+// whole or not there, the client told which. Here the prepare step is
+// cancelled, Shutdown waits for it, the client gets 503 saying the
+// install was cancelled and nothing of it is kept, and no prepare folder,
+// record or code is left.
+func TestShutdownDuringPrepare(t *testing.T) {
+	var running sync.WaitGroup
+	var launched, live int
+	var mu sync.Mutex
+	s, st := testSupervisorWith(t, func(c *Config) {
+		c.Launch = func(ctx context.Context, spec wall.Spec, _ *slog.Logger) (Process, error) {
+			if !strings.HasPrefix(string(spec.ID), "prepare-") {
+				return nil, errors.New("no wall in this test")
+			}
+			running.Add(1)
+			defer running.Done()
+			mu.Lock()
+			launched++
+			live++
+			mu.Unlock()
+			defer func() { mu.Lock(); live--; mu.Unlock() }()
+			// A prepare step that runs until it is stopped (npm fetching).
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+		c.Upstream = grant.NewUpstream(grant.UpstreamConfig{Path: filepath.Join(t.TempDir(), "switchboard.sock")})
+		c.Packages = PackagesConfig{
+			Registry: "http://127.0.0.1:9/", Node: "/usr/bin/node", NodeVersion: "20.0.0", NPM: "/usr/lib/node_modules/npm/bin/npm-cli.js",
+		}
+	})
+	t.Cleanup(running.Wait)
+	// Cancelled at the end (before running.Wait): a prepare step
+	// Shutdown left running ends with its client.
+	reqCtx, giveUp := context.WithCancel(context.Background())
+	t.Cleanup(giveUp)
+	h := s.AdminHandler()
+	answer := make(chan *httptest.ResponseRecorder, 1)
+	go func() {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequestWithContext(reqCtx, "PUT", "http://toybox/alice?package=npm:tb-mcp-hello@1.0.0", nil))
+		answer <- rec
+	}()
+	testenv.WaitFor(t, time.Minute, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if launched != 1 {
+			return fmt.Errorf("%d prepare steps launched; want the install's", launched)
+		}
+		return nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	mu.Lock()
+	n := live
+	mu.Unlock()
+	if n != 0 {
+		t.Errorf("Shutdown returned with %d prepare steps still running; want none", n)
+	}
+	if ents, _ := os.ReadDir(s.prepareBase()); len(ents) != 0 {
+		t.Errorf("Shutdown returned with %d prepare folders left; want none", len(ents))
+	}
+	select {
+	case rec := <-answer:
+		if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "the supervisor is stopping") || !strings.Contains(rec.Body.String(), "nothing of it is kept") {
+			t.Errorf("the install cut short by Shutdown = %d %s; want 503 saying the supervisor is stopping and nothing of it is kept", rec.Code, rec.Body)
+		}
+	default:
+		t.Error("Shutdown returned before the install preparing was answered")
+		giveUp()
+		<-answer
+	}
+	if _, ok := s.get("alice"); ok {
+		t.Error("the install cut short left a vat alice")
+	}
+	if _, err := os.Stat(filepath.Join(st.StateDir(), "vats", "alice.json")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the install cut short left a record: %v", err)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(st.StateDir(), "code")); len(ents) != 0 {
+		t.Errorf("the install cut short left %d code entries; want none", len(ents))
+	}
+}

@@ -241,10 +241,44 @@ func (s *Supervisor) PreparePackage(ctx context.Context, req PackageRequest) (st
 	}
 	s.mu.Lock()
 	stopping := s.stopping
+	if !stopping {
+		s.preparing.Add(1)
+	}
 	s.mu.Unlock()
 	if stopping {
 		return store.Code{}, ErrShutdown
 	}
+	defer s.preparing.Done()
+	// The supervisor stopping cancels the prepare (its walls stopped, its
+	// folder removed) and Shutdown waits for it: nothing of an install
+	// runs on after Shutdown, and none is half kept.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.stopped:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	code, err := s.preparePackage(ctx, req, pc, uvc, hosts, pypi)
+	if err != nil && !errors.Is(err, ErrShutdown) && s.isStopping() {
+		// Not the package's fault: its error as text, no ErrBadInput in
+		// the chain.
+		return store.Code{}, fmt.Errorf("%w: the install of %s was cancelled while it prepared, and nothing of it is kept (install it again once toybox is back): %s", ErrShutdown, req.ID, err.Error())
+	}
+	return code, err
+}
+
+// isStopping reports whether Shutdown has begun.
+func (s *Supervisor) isStopping() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopping
+}
+
+// preparePackage is PreparePackage once counted as preparing.
+func (s *Supervisor) preparePackage(ctx context.Context, req PackageRequest, pc PackagesConfig, uvc packages.UVConfig, hosts []string, pypi bool) (store.Code, error) {
 	done, err := s.installs.wait(ctx, s.stopped)
 	if err != nil {
 		if errors.Is(err, ErrBusy) {

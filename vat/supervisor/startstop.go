@@ -236,6 +236,9 @@ func (s *Supervisor) Shutdown(ctx context.Context) error {
 			}()
 		}
 		wg.Wait()
+		// Package installs preparing end too (cancelled when stopped
+		// closed): their walls stopped, their folders removed.
+		s.preparing.Wait()
 		close(done)
 	}()
 	var err error

@@ -237,6 +237,10 @@ type Supervisor struct {
 	mcpLogs  map[string]*tokens.Records // per vat id: its MCP records' rate
 	stopping bool
 	stopped  chan struct{} // closed when stopping is set
+	// preparing counts the package installs preparing (PreparePackage):
+	// Shutdown cancels them and waits for them. Added to under mu, only
+	// while not stopping.
+	preparing sync.WaitGroup
 
 	installs *installQueue // the package installs preparing and waiting their turn
 
