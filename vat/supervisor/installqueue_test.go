@@ -298,3 +298,76 @@ func TestShutdownDuringPrepare(t *testing.T) {
 		t.Errorf("the install cut short left %d code entries; want none", len(ents))
 	}
 }
+
+// neverListens is a Process whose app runs until it is stopped and never
+// listens.
+type neverListens struct{ gone chan struct{} }
+
+func (p *neverListens) Pid() int     { return 0 }
+func (p *neverListens) Tier() string { return "walled" }
+func (p *neverListens) Wait() error  { <-p.gone; return errors.New("signal: terminated") }
+func (p *neverListens) Stop(time.Duration) error {
+	select {
+	case <-p.gone:
+	default:
+		close(p.gone)
+	}
+	return nil
+}
+
+// TestShutdownDuringInstallWaitingReady: an install whose app has not yet
+// listened holds its vat's operation lock for up to ReadyTimeout, and
+// Shutdown waits for that lock. Shutdown gave up at its deadline with the
+// install still running, then unmounted the data folders under it: whether
+// its record was saved was left to chance. The wait for the app now ends
+// when the supervisor stops.
+func TestShutdownDuringInstallWaitingReady(t *testing.T) {
+	launched := make(chan struct{}, 1)
+	s, st := testSupervisorWith(t, func(c *Config) {
+		c.ReadyTimeout = time.Hour
+		c.Launch = func(context.Context, wall.Spec, *slog.Logger) (Process, error) {
+			select {
+			case launched <- struct{}{}:
+			default:
+			}
+			return &neverListens{gone: make(chan struct{})}, nil
+		}
+	})
+	code, err := st.Put(strings.NewReader("#!/bin/sh\nexit 0\n"), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		out Outcome
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		_, out, err := s.Install(InstallRequest{ID: "slow", Code: code})
+		done <- result{out, err}
+	}()
+	select {
+	case <-launched:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the supervisor never launched the wall")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Errorf("Shutdown: %v after %s; want the install's wait ended by it", err, time.Since(start).Round(time.Millisecond))
+	}
+	// Shutdown took the vat's lock after the install let it go; the
+	// install returns just after.
+	select {
+	case r := <-done:
+		if r.err != nil || r.out != InstalledOff {
+			t.Errorf("the install = outcome %v, %v; want it recorded, off", r.out, r.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("the install was still under way 5 s after Shutdown returned")
+	}
+	if _, err := os.Stat(st.RecordPath("slow")); err != nil {
+		t.Errorf("the install's record after Shutdown: %v; want it saved", err)
+	}
+}

@@ -359,7 +359,8 @@ func (in *instance) listensOn() string {
 }
 
 // waitListening polls the app's socket until it accepts a connection, the
-// process exits, the instance is stopped or ReadyTimeout passes.
+// process exits, the instance or the supervisor is stopped or ReadyTimeout
+// passes.
 func (in *instance) waitListening(r *running) error {
 	deadline := time.NewTimer(in.s.cfg.ReadyTimeout)
 	defer deadline.Stop()
@@ -385,6 +386,10 @@ func (in *instance) waitListening(r *running) error {
 			// here) is what the operator needs.
 			return fmt.Errorf("%w: it exited before listening on %s (%s)", ErrNotReady, in.listensOn(), exitText(r.exitErr))
 		case <-in.ctx.Done():
+			return errStopped
+		case <-in.s.stopped:
+			// Shutdown waits for the operation this wait may hold (an
+			// install): it must not wait out ReadyTimeout.
 			return errStopped
 		case <-deadline.C:
 			return fmt.Errorf("%w: nothing listened on %s within %s", ErrNotReady, in.listensOn(), in.s.cfg.ReadyTimeout)
