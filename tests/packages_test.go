@@ -513,3 +513,20 @@ func TestInstallShowsAPackagesTextEscaped(t *testing.T) {
 		t.Errorf("the supervisor's log holds the package's bidi override raw, or not at all:\n%s", log)
 	}
 }
+
+// TestInstallSaysWhyTheRegistryIsRefused: a registry the switchboard
+// refuses (here a documentation address, as registry.npmjs.org resolves
+// on a machine without internet) fails the install with the
+// switchboard's reason in the answer, not only in the supervisor's log:
+// the owner sees what to fix (the registry, or the switchboard's handle).
+func TestInstallSaysWhyTheRegistryIsRefused(t *testing.T) {
+	s := newStack(t, stackOpts{extra: []string{"--npm-registry", "http://203.0.113.9/"}})
+	code, out := toyboxCLI(t, "install", "--admin", s.admin, "hello", "npm:tb-mcp-hello@^1")
+	if code != 1 || !strings.Contains(out, "its resolve step failed") {
+		t.Fatalf("toybox install hello npm:tb-mcp-hello = %d %q; want 1 and the resolve step's failure", code, out)
+	}
+	want := "egress to http://203.0.113.9:80 was refused: 203.0.113.9 is a documentation address"
+	if !strings.Contains(out, want) {
+		t.Errorf("toybox install = %q; want it to say %q", out, want)
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"toybox/labels"
@@ -490,7 +491,8 @@ func (s *Supervisor) prepareRunner(id labels.VatID, dirs prepareDirs, uid, gid i
 				return fmt.Errorf("handing the prepare folder to the wall's uid: %w", err)
 			}
 		}
-		gv, err := grant.NewVat(grant.VatConfig{ID: id, Grants: g, Upstream: s.cfg.Upstream, Logger: s.log})
+		var refused firstRefusal
+		gv, err := grant.NewVat(grant.VatConfig{ID: id, Grants: g, Upstream: s.cfg.Upstream, Logger: s.log, OnDecision: refused.note})
 		if err != nil {
 			return fmt.Errorf("building the prepare wall's grant: %w", err)
 		}
@@ -572,10 +574,43 @@ func (s *Supervisor) prepareRunner(id labels.VatID, dirs prepareDirs, uid, gid i
 			return fmt.Errorf("its %s step failed (%s): %w", step, exitText(exit), &prepareFullError{bytes: bound})
 		}
 		if exit != nil {
-			return fmt.Errorf("its %s step failed (%s); the supervisor's log has its output", step, exitText(exit))
+			return fmt.Errorf("its %s step failed (%s)%s; the supervisor's log has its output", step, exitText(exit), refused.text())
 		}
 		return nil
 	}
+}
+
+// firstRefusal keeps the first egress a prepare wall was refused. A step
+// that fails after one most likely failed for it (a registry the
+// switchboard refuses, a dependency on another host), and the reason is
+// the grant's or the switchboard's, not the step's output: the install's
+// answer may carry it.
+type firstRefusal struct {
+	mu sync.Mutex
+	d  *grant.Decision
+}
+
+// note is a prepare wall's OnDecision.
+func (f *firstRefusal) note(d grant.Decision) {
+	if d.Outcome != grant.Refused {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.d == nil {
+		f.d = &d
+	}
+}
+
+// text is ": its egress to <target> was refused: <reason>", or empty when
+// nothing was refused.
+func (f *firstRefusal) text() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.d == nil {
+		return ""
+	}
+	return fmt.Sprintf(": its egress to %s was refused: %s", f.d.TargetText(), f.d.Reason)
 }
 
 // chownTree gives every entry below dir (links themselves) to uid:gid.
