@@ -132,10 +132,12 @@ test-integration: build
 # and without them it would refuse every loopback target. Each vat is at
 # http://<vat>.localhost:8787/ (its own origin) and localhost:8787/<vat>/;
 # DEV_PUBLIC_HOST=NAME also serves NAME and <vat>.NAME (a name of this
-# machine on the LAN, say; with DEV_HTTP=0.0.0.0:8787).
+# machine on the LAN, say; with DEV_HTTP=0.0.0.0:8787). DEV_SERVE_FLAGS
+# adds flags to toybox serve (--npm-registry URL, say; toybox serve --help).
 DEV_HANDLE ?= public
 DEV_HTTP ?= 127.0.0.1:8787
 DEV_PUBLIC_HOST ?=
+DEV_SERVE_FLAGS ?=
 DEV_LOOPBACK ?= $(if $(filter local,$(DEV_HANDLE)),--loopback unchecked,)
 dev:
 	@$(MAKE) --no-print-directory deps PKGS="$(DEV_PACKAGES)"
@@ -147,7 +149,7 @@ dev:
 	$(BIN)/switchboard --listen public=./state/switchboard-public.sock --listen local=./state/switchboard-local.sock $(DEV_LOOPBACK) & sb=$$!; \
 	for i in $$(seq 100); do [ -S ./state/switchboard-$(DEV_HANDLE).sock ] && break; sleep 0.05; done; \
 	echo "vats at http://<vat>.localhost:$(lastword $(subst :, ,$(DEV_HTTP)))/ and http://localhost:$(lastword $(subst :, ,$(DEV_HTTP)))/<vat>/; admin: curl --unix-socket admin.sock http://toybox/"; \
-	$(BIN)/toybox serve --state ./state --switchboard ./state/switchboard-$(DEV_HANDLE).sock --http $(DEV_HTTP) --admin ./admin.sock $(if $(DEV_PUBLIC_HOST),--public-host $(DEV_PUBLIC_HOST)) & tb=$$!; \
+	$(BIN)/toybox serve --state ./state --switchboard ./state/switchboard-$(DEV_HANDLE).sock --http $(DEV_HTTP) --admin ./admin.sock $(if $(DEV_PUBLIC_HOST),--public-host $(DEV_PUBLIC_HOST)) $(DEV_SERVE_FLAGS) & tb=$$!; \
 	wait $$tb; tb=; stop
 
 # bench: every figure of docs/benchmarks.md, each beside its baseline in the
