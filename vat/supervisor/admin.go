@@ -453,9 +453,13 @@ func statusFor(err error) int {
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff") // a vat's or a package's strings may be in it
 	w.WriteHeader(code)
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
+	// An operator reads these with curl: "<token>" reads as written, not
+	// "\u003ctoken\u003e". No answer is served as HTML (application/json).
+	enc.SetEscapeHTML(false)
 	_ = enc.Encode(v)
 }
 

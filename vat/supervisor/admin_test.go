@@ -73,6 +73,8 @@ func TestAdminRefusals(t *testing.T) {
 		{"bad id", "PUT", "/Bad_ID", "#!/bin/sh\n", 400, "vat id"},
 		{"unknown vat", "GET", "/nobody", "", 404, "no such vat"},
 		{"unknown op", "POST", "/nobody/explode", "", 405, "not an admin operation"},
+		// An answer reads as it is written: curl shows "<", not "\u003c".
+		{"unknown op read as written", "POST", "/nobody/a&b", "", 405, `"POST /nobody/a&b is not an admin operation"`},
 		{"too deep", "GET", "/a/b/c", "", 404, "no such admin path"},
 		{"grant without switchboard", "PUT", `/erin?egress={"host":"example.com"}`, "#!/bin/sh\n", 400, "no switchboard"},
 		{"bad grant", "PUT", `/erin?egress={"vat":"x"}`, "#!/bin/sh\n", 400, "egress"},
@@ -89,6 +91,10 @@ func TestAdminRefusals(t *testing.T) {
 			h.ServeHTTP(rec, req)
 			if rec.Code != tt.code || !strings.Contains(rec.Body.String(), tt.want) {
 				t.Errorf("%s %s = %d %s; want %d mentioning %q", tt.method, tt.target, rec.Code, rec.Body, tt.code, tt.want)
+			}
+			// Unescaped, it is JSON all the same: no browser reads it as a page.
+			if got := rec.Header().Get("X-Content-Type-Options"); got != "nosniff" {
+				t.Errorf("%s %s: X-Content-Type-Options = %q; want nosniff", tt.method, tt.target, got)
 			}
 		})
 	}
