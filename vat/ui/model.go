@@ -226,7 +226,11 @@ func (u *UI) limits(st supervisor.Status, lang string) []string {
 		out = append(out, fmt.Sprintf(pick(lang, "memory %d MiB", "memoria %d MiB"), l.MemoryMiB))
 	}
 	if l.CPUs > 0 {
-		out = append(out, fmt.Sprintf(pick(lang, "%g CPUs", "%g CPU"), l.CPUs))
+		en := "%g CPUs"
+		if l.CPUs == 1 {
+			en = "%g CPU"
+		}
+		out = append(out, fmt.Sprintf(pick(lang, en, "%g CPU"), l.CPUs))
 	}
 	if l.Tasks > 0 {
 		out = append(out, fmt.Sprintf(pick(lang, "at most %d tasks (processes and threads)", "como mucho %d tareas (procesos e hilos)"), l.Tasks))

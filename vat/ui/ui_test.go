@@ -245,3 +245,28 @@ func TestRemedy(t *testing.T) {
 		t.Errorf("remedy (es) = %q", got)
 	}
 }
+
+// TestLimitsCPUWords: one CPU reads "1 CPU" (every vat's default), more
+// or less than one reads "CPUs".
+func TestLimitsCPUWords(t *testing.T) {
+	u := &UI{}
+	tests := []struct {
+		name, lang string
+		cpus       float64
+		want       string
+	}{
+		{"one", "en", 1, "1 CPU"},
+		{"two", "en", 2, "2 CPUs"},
+		{"half", "en", 0.5, "0.5 CPUs"},
+		{"one es", "es", 1, "1 CPU"},
+		{"two es", "es", 2, "2 CPU"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := supervisor.Status{PID: 1, Limits: &supervisor.InForce{CPUs: tt.cpus}}
+			if got := u.limits(st, tt.lang); len(got) != 1 || got[0] != tt.want {
+				t.Errorf("limits(cpus %g, %s) = %q; want [%q]", tt.cpus, tt.lang, got, tt.want)
+			}
+		})
+	}
+}
