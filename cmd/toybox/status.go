@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -127,7 +128,19 @@ func statusMain(args []string) int {
 			fmt.Printf("notice: %s\n", term(n.Title))
 		}
 	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	printVats(os.Stdout, page, one, *lang)
+	return 0
+}
+
+// printVats writes one line per vat of page (only vat one, if not empty):
+// its word, code, restarts, grant and why it is off, in lang's words. A
+// line ends at its last word: no blanks trail it.
+func printVats(w io.Writer, page pageStatus, one, lang string) {
+	restarts, lastExit := "restarts", "last exit"
+	if lang == "es" {
+		restarts, lastExit = "reinicios", "última salida"
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, v := range page.Vats {
 		if one != "" && v.ID != one {
 			continue
@@ -145,10 +158,13 @@ func statusMain(args []string) int {
 			extra = facts["damaged"]
 		}
 		if extra == "" && facts["last_exit"] != "" && facts["restarts"] != "0" {
-			extra = "last exit: " + facts["last_exit"]
+			extra = lastExit + ": " + facts["last_exit"]
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\trestarts %s\t%s\t%s\n", term(v.ID), term(v.Word), term(code), term(facts["restarts"]), term(strings.Join(v.Grant, "; ")), term(extra))
+		line := fmt.Sprintf("%s\t%s\t%s\t%s %s\t%s", term(v.ID), term(v.Word), term(code), restarts, term(facts["restarts"]), term(strings.Join(v.Grant, "; ")))
+		if extra != "" {
+			line += "\t" + term(extra)
+		}
+		fmt.Fprintln(tw, line)
 	}
 	_ = tw.Flush()
-	return 0
 }
