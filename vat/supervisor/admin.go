@@ -136,8 +136,33 @@ func notAdmin(pattern string) http.Handler {
 		})
 	}
 	return withVat(func(w http.ResponseWriter, r *http.Request, _ labels.VatID) {
-		writeErr(w, http.StatusMethodNotAllowed, fmt.Errorf("%s %s is not an admin operation", r.Method, adminPath(r)))
+		hint := ": a vat's are GET /<vat>/logs, POST /<vat>/restart, /limits, /walls, GET and POST /<vat>/tokens (docs/manifest.md)"
+		parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+		path := "/<vat>"
+		switch {
+		case len(parts) == 3:
+			path = "/<vat>/tokens/<id>"
+		case len(parts) == 2:
+			path = "/<vat>/" + parts[1]
+		}
+		if methods, ok := adminMethods[path]; ok {
+			w.Header().Set("Allow", methods)
+			hint = ": " + path + " takes " + methods
+		}
+		writeErr(w, http.StatusMethodNotAllowed, fmt.Errorf("%s %s is not an admin operation%s", r.Method, adminPath(r), hint))
 	})
+}
+
+// adminMethods are the methods each admin path takes, as AdminHandler
+// serves them: a 405 names them.
+var adminMethods = map[string]string{
+	"/<vat>":             "GET, PUT, PATCH, DELETE",
+	"/<vat>/logs":        "GET",
+	"/<vat>/restart":     "POST",
+	"/<vat>/limits":      "POST",
+	"/<vat>/walls":       "POST",
+	"/<vat>/tokens":      "GET, POST",
+	"/<vat>/tokens/<id>": "DELETE",
 }
 
 func (s *Supervisor) handleStatus(w http.ResponseWriter, _ *http.Request, id labels.VatID) {

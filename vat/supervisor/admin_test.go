@@ -73,8 +73,12 @@ func TestAdminRefusals(t *testing.T) {
 		{"bad id", "PUT", "/Bad_ID", "#!/bin/sh\n", 400, "vat id"},
 		{"unknown vat", "GET", "/nobody", "", 404, "no such vat"},
 		{"unknown op", "POST", "/nobody/explode", "", 405, "not an admin operation"},
+		// A 405 says what there is instead.
+		{"unknown op names the ops", "POST", "/alice/stop", "", 405, "POST /alice/stop is not an admin operation: a vat's are GET /<vat>/logs, POST /<vat>/restart, /limits, /walls, GET and POST /<vat>/tokens (docs/manifest.md)"},
+		{"wrong method names the method", "GET", "/alice/restart", "", 405, "GET /alice/restart is not an admin operation: /<vat>/restart takes POST"},
+		{"wrong method on a vat", "POST", "/alice", "", 405, "POST /alice is not an admin operation: /<vat> takes GET, PUT, PATCH, DELETE"},
 		// An answer reads as it is written: curl shows "<", not "\u003c".
-		{"unknown op read as written", "POST", "/nobody/a&b", "", 405, `"POST /nobody/a&b is not an admin operation"`},
+		{"unknown op read as written", "POST", "/nobody/a&b", "", 405, `"POST /nobody/a&b is not an admin operation:`},
 		{"too deep", "GET", "/a/b/c", "", 404, "no such admin path"},
 		{"grant without switchboard", "PUT", `/erin?egress={"host":"example.com"}`, "#!/bin/sh\n", 400, "no switchboard"},
 		{"bad grant", "PUT", `/erin?egress={"vat":"x"}`, "#!/bin/sh\n", 400, "egress"},
@@ -97,6 +101,11 @@ func TestAdminRefusals(t *testing.T) {
 				t.Errorf("%s %s: X-Content-Type-Options = %q; want nosniff", tt.method, tt.target, got)
 			}
 		})
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "http://toybox/alice/restart", nil))
+	if got := rec.Header().Get("Allow"); got != "POST" {
+		t.Errorf("GET /alice/restart: Allow = %q; want POST", got)
 	}
 	ents, err := os.ReadDir(s.cfg.Store.StateDir() + "/code")
 	if err != nil || len(ents) != 0 {
