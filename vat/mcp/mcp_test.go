@@ -497,3 +497,39 @@ func TestHolder(t *testing.T) {
 		})
 	}
 }
+
+// TestParseAllocs: the bridge parses every call twice (the client's
+// request, the process's answer). It copies no key of a message's own,
+// keeps its member list on the stack, finds a key given twice without a
+// map and reads a method or an id without escapes without encoding/json:
+// a request allocates its method, an answer nothing.
+func TestParseAllocs(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		want float64
+	}{
+		{"request", `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"add","arguments":{"a":5,"b":1}}}`, 1},
+		{"string id", `{"jsonrpc":"2.0","id":"a-1","method":"tools/call","params":{"name":"add"}}`, 1},
+		{"answer", `{"jsonrpc":"2.0","id":5,"result":{"content":[{"type":"text","text":"6"}],"structuredContent":{"sum":6}}}`, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := []byte(tt.in)
+			if _, err := Parse(b); err != nil {
+				t.Fatalf("Parse(%s) = %v", tt.in, err)
+			}
+			if got := testing.AllocsPerRun(200, func() { _, _ = Parse(b) }); got > tt.want+allocSlack {
+				t.Errorf("Parse(%s) allocates %v times; want at most %v", tt.in, got, tt.want)
+			}
+		})
+	}
+}
+
+func BenchmarkParse(b *testing.B) {
+	in := []byte(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"add","arguments":{"a":5,"b":1}}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		_, _ = Parse(in)
+	}
+}

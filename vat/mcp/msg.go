@@ -55,17 +55,29 @@ func Parse(b []byte) (Msg, error) {
 	if !json.Valid(b) {
 		return Msg{}, ErrNotJSON
 	}
-	ms, end, err := members(b, 0)
+	// Room for a message's members on the stack: most have four.
+	var room [8]member
+	ms, end, err := appendMembers(room[:0], b, 0)
 	if err != nil || skipSpace(b, end) != len(b) {
 		return Msg{}, fmt.Errorf("%w: not an object", ErrNotJSONRPC)
 	}
 	m := Msg{Raw: b}
-	seen := make(map[string]bool, len(ms))
-	for _, mb := range ms {
-		if seen[mb.key] {
+	var seen map[string]bool
+	if len(ms) > len(room) {
+		seen = make(map[string]bool, len(ms))
+	}
+	for i, mb := range ms {
+		twice := false
+		if seen != nil {
+			twice = seen[mb.key]
+			seen[mb.key] = true
+		} else {
+			// A few keys: each is looked for before it, without a map.
+			_, twice = find(ms[:i], mb.key)
+		}
+		if twice {
 			return Msg{}, fmt.Errorf("%w: key %q twice", ErrNotJSONRPC, mb.key)
 		}
-		seen[mb.key] = true
 		for _, k := range topKeys {
 			if mb.key != k && strings.EqualFold(mb.key, k) {
 				return Msg{}, fmt.Errorf("%w: key %q", ErrNotJSONRPC, mb.key)
@@ -87,7 +99,7 @@ func Parse(b []byte) (Msg, error) {
 	m.result, m.hasResult = find(ms, "result")
 	m.err, m.hasErr = find(ms, "error")
 	if meth, ok := find(ms, "method"); ok {
-		if err := json.Unmarshal(b[meth.start:meth.end], &m.Method); err != nil || m.Method == "" {
+		if m.Method, err = jsonString(b[meth.start:meth.end]); err != nil || m.Method == "" {
 			return Msg{}, fmt.Errorf("%w: method is not a string", ErrNotJSONRPC)
 		}
 		if m.hasResult || m.hasErr {
@@ -115,8 +127,7 @@ func ValidID(id []byte) bool {
 		return false
 	}
 	if id[0] == '"' {
-		var s string
-		return json.Unmarshal(id, &s) == nil
+		return validString(id)
 	}
 	_, err := strconv.ParseInt(string(id), 10, 64)
 	return err == nil

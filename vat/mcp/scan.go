@@ -1,9 +1,10 @@
 package mcp
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
-	"strings"
+	"unicode/utf8"
 )
 
 // member is one member of a JSON object: its key and the span of its value.
@@ -85,8 +86,25 @@ func skipValue(b []byte, i int) (int, error) {
 // decodeKey returns the string a JSON string literal (with its quotes)
 // stands for.
 func decodeKey(lit []byte) (string, error) {
-	if len(lit) >= 2 && !strings.ContainsRune(string(lit[1:len(lit)-1]), '\\') {
-		return string(lit[1 : len(lit)-1]), nil
+	if len(lit) >= 2 && bytes.IndexByte(lit[1:len(lit)-1], '\\') < 0 {
+		raw := lit[1 : len(lit)-1]
+		// A message's own keys are the same few strings every time:
+		// those are not copied (the switch converts without one).
+		switch string(raw) {
+		case "jsonrpc":
+			return "jsonrpc", nil
+		case "id":
+			return "id", nil
+		case "method":
+			return "method", nil
+		case "params":
+			return "params", nil
+		case "result":
+			return "result", nil
+		case "error":
+			return "error", nil
+		}
+		return string(raw), nil
 	}
 	var s string
 	if err := json.Unmarshal(lit, &s); err != nil {
@@ -99,11 +117,16 @@ func decodeKey(lit []byte) (string, error) {
 // whitespace) and returns the index after it. Only the spans of values are
 // found; nested objects are skipped whole.
 func members(b []byte, i int) ([]member, int, error) {
+	return appendMembers(nil, b, i)
+}
+
+// appendMembers is members appending to ms (whose room a caller may keep
+// on its stack).
+func appendMembers(ms []member, b []byte, i int) ([]member, int, error) {
 	i = skipSpace(b, i)
 	if i >= len(b) || b[i] != '{' {
 		return nil, 0, errSyntax
 	}
-	var ms []member
 	i = skipSpace(b, i+1)
 	if i < len(b) && b[i] == '}' {
 		return ms, i + 1, nil
@@ -182,4 +205,31 @@ func Fields(b []byte) ([]Field, bool) {
 		out[i] = Field{Key: m.key, Value: b[m.start:m.end]}
 	}
 	return out, true
+}
+
+// jsonString returns the string a JSON string literal (with its quotes,
+// from JSON json.Valid passed) stands for, as encoding/json decodes it. One
+// without escapes and in UTF-8 is its bytes, copied once.
+func jsonString(lit []byte) (string, error) {
+	if len(lit) >= 2 && lit[0] == '"' && bytes.IndexByte(lit, '\\') < 0 && utf8.Valid(lit) {
+		return string(lit[1 : len(lit)-1]), nil
+	}
+	var s string
+	err := json.Unmarshal(lit, &s)
+	return s, err
+}
+
+// validString reports whether lit is a JSON string literal, as jsonString
+// would decode it, without decoding it.
+func validString(lit []byte) bool {
+	if len(lit) >= 2 && lit[0] == '"' && lit[len(lit)-1] == '"' && bytes.IndexByte(lit, '\\') < 0 {
+		for _, c := range lit[1 : len(lit)-1] {
+			if c < 0x20 || c == '"' {
+				return false
+			}
+		}
+		return true
+	}
+	var s string
+	return json.Unmarshal(lit, &s) == nil
 }
