@@ -533,3 +533,23 @@ func BenchmarkParse(b *testing.B) {
 		_, _ = Parse(in)
 	}
 }
+
+// FuzzDecodeString: DecodeString reads any input as json.Unmarshal into
+// a string does, its shortcut included.
+func FuzzDecodeString(f *testing.F) {
+	for _, s := range []string{`"tools/call"`, "\"000\" ", `"a\"b"`, `"\u00e9"`, "\"\xff\"", "\"a\x01\"", `"a"b"`, `7`, `null`, `""`, `"`, ``} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, err := DecodeString(b)
+		var want string
+		werr := json.Unmarshal(b, &want)
+		if (err == nil) != (werr == nil) || err == nil && got != want {
+			t.Fatalf("DecodeString(%q) = %q, %v; encoding/json: %q, %v", b, got, err, want, werr)
+		}
+		// A string id is valid where encoding/json reads it.
+		if len(b) > 0 && b[0] == '"' && ValidID(b) != (werr == nil) {
+			t.Fatalf("ValidID(%q) = %v; encoding/json: %v", b, ValidID(b), werr)
+		}
+	})
+}

@@ -99,7 +99,7 @@ func Parse(b []byte) (Msg, error) {
 	m.result, m.hasResult = find(ms, "result")
 	m.err, m.hasErr = find(ms, "error")
 	if meth, ok := find(ms, "method"); ok {
-		if m.Method, err = jsonString(b[meth.start:meth.end]); err != nil || m.Method == "" {
+		if m.Method, err = DecodeString(b[meth.start:meth.end]); err != nil || m.Method == "" {
 			return Msg{}, fmt.Errorf("%w: method is not a string", ErrNotJSONRPC)
 		}
 		if m.hasResult || m.hasErr {

@@ -196,7 +196,8 @@ type Field struct {
 // (json.Valid): only the values' spans are found, nested values are
 // skipped whole.
 func Fields(b []byte) ([]Field, bool) {
-	ms, end, err := members(b, 0)
+	var room [8]member // most objects of a message have few members
+	ms, end, err := appendMembers(room[:0], b, 0)
 	if err != nil || skipSpace(b, end) != len(b) {
 		return nil, false
 	}
@@ -207,11 +208,12 @@ func Fields(b []byte) ([]Field, bool) {
 	return out, true
 }
 
-// jsonString returns the string a JSON string literal (with its quotes,
-// from JSON json.Valid passed) stands for, as encoding/json decodes it. One
-// without escapes and in UTF-8 is its bytes, copied once.
-func jsonString(lit []byte) (string, error) {
-	if len(lit) >= 2 && lit[0] == '"' && bytes.IndexByte(lit, '\\') < 0 && utf8.Valid(lit) {
+// DecodeString returns the string JSON value lit stands for, as
+// json.Unmarshal into a string reads it (an error for any other value).
+// A plain one (plainString) is its bytes, copied once, without
+// encoding/json's decoder.
+func DecodeString(lit []byte) (string, error) {
+	if plainString(lit) && utf8.Valid(lit) {
 		return string(lit[1 : len(lit)-1]), nil
 	}
 	var s string
@@ -219,17 +221,26 @@ func jsonString(lit []byte) (string, error) {
 	return s, err
 }
 
-// validString reports whether lit is a JSON string literal, as jsonString
-// would decode it, without decoding it.
+// validString reports whether lit is a JSON string, as DecodeString would
+// decode it, without decoding it.
 func validString(lit []byte) bool {
-	if len(lit) >= 2 && lit[0] == '"' && lit[len(lit)-1] == '"' && bytes.IndexByte(lit, '\\') < 0 {
-		for _, c := range lit[1 : len(lit)-1] {
-			if c < 0x20 || c == '"' {
-				return false
-			}
-		}
+	if plainString(lit) {
 		return true
 	}
 	var s string
 	return json.Unmarshal(lit, &s) == nil
+}
+
+// plainString reports whether lit is a JSON string with nothing around
+// its quotes and no escape or control character inside them.
+func plainString(lit []byte) bool {
+	if len(lit) < 2 || lit[0] != '"' || lit[len(lit)-1] != '"' {
+		return false
+	}
+	for _, c := range lit[1 : len(lit)-1] {
+		if c < 0x20 || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
 }

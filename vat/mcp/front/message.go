@@ -71,9 +71,11 @@ func peekWhole(b []byte) (Request, bool) {
 	for _, f := range fields {
 		switch f.Key {
 		case "method":
-			if json.Unmarshal(f.Value, &out.Method) != nil {
+			m, err := mcp.DecodeString(f.Value)
+			if err != nil {
 				return out, true
 			}
+			out.Method = m
 		case "id":
 			if !bytes.Equal(f.Value, []byte("null")) {
 				out.ID = json.RawMessage(f.Value)

@@ -170,3 +170,17 @@ func TestResponseHeaders(t *testing.T) {
 		t.Errorf("an own resource server's JSON answer = %v; want its challenge kept and no SSE headers", h2)
 	}
 }
+
+// TestPeekAllocs: the edge peeks at every POST. A whole tools/call is
+// read with the member lists it needs and its method's one copy, not
+// encoding/json's decoder.
+func TestPeekAllocs(t *testing.T) {
+	body := []byte(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"add","arguments":{"a":5,"b":1}}}`)
+	if r := Peek(body); r.Method != "tools/call" || string(r.ID) != "5" {
+		t.Fatalf("Peek(%s) = %+v (id %s); want tools/call 5", body, r, r.ID)
+	}
+	const want = 5 // the method, two member lists, two params keys
+	if got := testing.AllocsPerRun(200, func() { _ = Peek(body) }); got > want+allocSlack {
+		t.Errorf("Peek(%s) allocates %v times; want at most %v", body, got, want)
+	}
+}
