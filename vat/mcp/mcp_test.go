@@ -553,3 +553,24 @@ func FuzzDecodeString(f *testing.F) {
 		}
 	})
 }
+
+// TestGetAllocs: the bridge looks for a call's _meta twice (its
+// protocol version, its progress token). Looking allocates nothing for
+// a message whose keys are MCP's own: the member lists stay on the
+// stack and those keys are not copied.
+func TestGetAllocs(t *testing.T) {
+	m, err := Parse([]byte(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"add","arguments":{"a":5,"b":1},"_meta":{"progressToken":7}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok, ok := m.Get("params", "_meta", "progressToken"); !ok || string(tok) != "7" {
+		t.Fatalf("Get(params, _meta, progressToken) = %s, %v; want 7, true", tok, ok)
+	}
+	got := testing.AllocsPerRun(200, func() {
+		_, _ = m.Get("params", "_meta", "progressToken")
+		_, _ = m.Get("params", "_meta", MetaProtocolVersion)
+	})
+	if got > 0 {
+		t.Errorf("two lookups in a tools/call allocate %v times; want 0", got)
+	}
+}

@@ -218,8 +218,9 @@ func lookup(raw []byte, path []string) (int, int, bool) {
 		return 0, 0, false
 	}
 	i := 0
+	var room [8]member // each level's members, on the stack while few
 	for n, key := range path {
-		ms, _, err := members(raw, i)
+		ms, _, err := appendMembers(room[:0], raw, i)
 		if err != nil {
 			return 0, 0, false
 		}

@@ -88,8 +88,9 @@ func skipValue(b []byte, i int) (int, error) {
 func decodeKey(lit []byte) (string, error) {
 	if len(lit) >= 2 && bytes.IndexByte(lit[1:len(lit)-1], '\\') < 0 {
 		raw := lit[1 : len(lit)-1]
-		// A message's own keys are the same few strings every time:
-		// those are not copied (the switch converts without one).
+		// A message's own keys, and those of MCP's params the bridge
+		// looks through, are the same few strings every time: those
+		// are not copied (the switch converts without one).
 		switch string(raw) {
 		case "jsonrpc":
 			return "jsonrpc", nil
@@ -103,6 +104,14 @@ func decodeKey(lit []byte) (string, error) {
 			return "result", nil
 		case "error":
 			return "error", nil
+		case "_meta":
+			return "_meta", nil
+		case "name":
+			return "name", nil
+		case "arguments":
+			return "arguments", nil
+		case "progressToken":
+			return "progressToken", nil
 		}
 		return string(raw), nil
 	}
