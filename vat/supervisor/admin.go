@@ -190,6 +190,7 @@ func (s *Supervisor) handleLogs(w http.ResponseWriter, _ *http.Request, id label
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff") // the vat's own bytes: never read as a page
 	_, _ = w.Write(b)
 }
 

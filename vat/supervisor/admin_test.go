@@ -164,3 +164,23 @@ func TestPublicUnknownVat(t *testing.T) {
 		}
 	}
 }
+
+// TestLogsAreTextOnly: a vat's log is its own bytes, which may be a page
+// it wrote: through a forward of the admin socket, a browser that sniffed
+// it as HTML would run it on the origin of the Fix-it buttons.
+func TestLogsAreTextOnly(t *testing.T) {
+	s, st := noWallSupervisor(t, nil)
+	code, err := st.Put(strings.NewReader("#!/bin/sh\necho '<script>alert(1)</script>'\n"), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, _ = s.Install(InstallRequest{ID: "page", Code: code})
+	rec := httptest.NewRecorder()
+	s.AdminHandler().ServeHTTP(rec, httptest.NewRequest("GET", "http://toybox/page/logs", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("GET /page/logs = %d %s", rec.Code, rec.Body)
+	}
+	if got := rec.Header().Get("X-Content-Type-Options"); got != "nosniff" || !strings.HasPrefix(rec.Header().Get("Content-Type"), "text/plain") {
+		t.Errorf("GET /page/logs: Content-Type %q, X-Content-Type-Options %q; want text/plain, nosniff", rec.Header().Get("Content-Type"), got)
+	}
+}
