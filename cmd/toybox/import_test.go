@@ -394,13 +394,9 @@ func TestImportRewritesThroughALink(t *testing.T) {
 	}
 	backups := filepath.Join(dir, "backups")
 	im := importer{a: newAdmin(sock, 10*time.Second), backups: backups, rewrite: "http://localhost:8787"}
-	if code, stderr := runCapturingStderr(t, func() int { return im.run(config) }); code != exitOK {
-		t.Fatalf("import = %d (%s); want %d", code, stderr, exitOK)
-	}
+	mustImport(t, &im, config)
 	check("the import", "http://localhost:8787/notes/mcp")
-	if code, stderr := runCapturingStderr(t, func() int { return undoImport(newAdmin(sock, 10*time.Second), backups, nil) }); code != exitOK {
-		t.Fatalf("undo = %d (%s); want %d", code, stderr, exitOK)
-	}
+	mustUndo(t, sock, backups)
 	check("the undo", "/usr/bin/node")
 }
 
@@ -417,9 +413,7 @@ func TestUndoKeepsAnEntryEditedSince(t *testing.T) {
 
 	backups := filepath.Join(dir, "backups")
 	im := importer{a: newAdmin(sock, 10*time.Second), backups: backups, rewrite: "http://localhost:8787"}
-	if code, stderr := runCapturingStderr(t, func() int { return im.run(config) }); code != exitOK {
-		t.Fatalf("import = %d (%s); want %d", code, stderr, exitOK)
-	}
+	mustImport(t, &im, config)
 	edited := []byte(`{"mcpServers":{"notes":{"command":"/usr/bin/python3","args":["/home/me/new-notes.py"],"env":{"TOKEN":"mine"}}}}` + "\n")
 	if err := os.WriteFile(config, edited, 0o644); err != nil {
 		t.Fatal(err)
@@ -531,13 +525,9 @@ func TestImportKeepsTheConfigsOwner(t *testing.T) {
 	}
 	backups := filepath.Join(dir, "backups")
 	im := importer{a: newAdmin(sock, 10*time.Second), backups: backups, rewrite: "http://localhost:8787"}
-	if code, stderr := runCapturingStderr(t, func() int { return im.run(config) }); code != exitOK {
-		t.Fatalf("import = %d (%s); want %d", code, stderr, exitOK)
-	}
+	mustImport(t, &im, config)
 	check("the import")
-	if code, stderr := runCapturingStderr(t, func() int { return undoImport(newAdmin(sock, 10*time.Second), backups, nil) }); code != exitOK {
-		t.Fatalf("undo = %d (%s); want %d", code, stderr, exitOK)
-	}
+	mustUndo(t, sock, backups)
 	check("the undo")
 }
 
@@ -559,9 +549,7 @@ func TestImportUndoRestoresTheBytes(t *testing.T) {
 
 	backups := filepath.Join(dir, "backups")
 	im := importer{a: newAdmin(sock, 10*time.Second), backups: backups, rewrite: "http://localhost:8787"}
-	if code, stderr := runCapturingStderr(t, func() int { return im.run(config) }); code != exitOK {
-		t.Fatalf("import = %d (%s); want %d", code, stderr, exitOK)
-	}
+	mustImport(t, &im, config)
 	b, err := os.ReadFile(config)
 	if err != nil {
 		t.Fatal(err)
@@ -572,9 +560,7 @@ func TestImportUndoRestoresTheBytes(t *testing.T) {
 	if string(b) != want {
 		t.Errorf("the config after the import:\n%s\nwant only the entry changed:\n%s", b, want)
 	}
-	if code, stderr := runCapturingStderr(t, func() int { return undoImport(newAdmin(sock, 10*time.Second), backups, nil) }); code != exitOK {
-		t.Fatalf("undo = %d (%s); want %d", code, stderr, exitOK)
-	}
+	mustUndo(t, sock, backups)
 	if b, err := os.ReadFile(config); err != nil || string(b) != cfg {
 		t.Errorf("the config after the undo:\n%s (%v)\nwant the bytes the import found:\n%s", b, err, cfg)
 	}
@@ -771,9 +757,7 @@ func TestImportTakesAnEntryOnlyReformattedMeanwhile(t *testing.T) {
 	if code, stderr := runCapturingStderr(t, func() int { return im.run(config) }); code != exitOK {
 		t.Fatalf("import = %d (%s); want %d: only the layout changed", code, stderr, exitOK)
 	}
-	if code, stderr := runCapturingStderr(t, func() int { return undoImport(newAdmin(sock, 10*time.Second), backups, nil) }); code != exitOK {
-		t.Fatalf("undo = %d (%s); want %d", code, stderr, exitOK)
-	}
+	mustUndo(t, sock, backups)
 	if b, err := os.ReadFile(config); err != nil || string(b) != string(edit) {
 		t.Errorf("the config after the undo:\n%s (%v)\nwant the client's last write:\n%s", b, err, edit)
 	}
@@ -795,9 +779,7 @@ func TestImportRewriteKeepsTheEntrysOtherKeys(t *testing.T) {
 	sock := serveAdmin(t, dir, &fakeSupervisor{dataDir: filepath.Join(dir, "state", "data", "notes")})
 
 	im := importer{a: newAdmin(sock, 10*time.Second), backups: filepath.Join(dir, "backups"), rewrite: "http://localhost:8787"}
-	if code, stderr := runCapturingStderr(t, func() int { return im.run(config) }); code != exitOK {
-		t.Fatalf("import = %d (%s); want %d", code, stderr, exitOK)
-	}
+	mustImport(t, &im, config)
 	b, err := os.ReadFile(config)
 	if err != nil {
 		t.Fatal(err)
@@ -899,9 +881,7 @@ func TestUndoSaysWhenTheVatWasGone(t *testing.T) {
 	sock := serveAdmin(t, dir, f)
 	backups := filepath.Join(dir, "backups")
 	im := importer{a: newAdmin(sock, 10*time.Second), backups: backups}
-	if code, stderr := runCapturingStderr(t, func() int { return im.run(config) }); code != exitOK {
-		t.Fatalf("import = %d (%s); want %d", code, stderr, exitOK)
-	}
+	mustImport(t, &im, config)
 	f.mu.Lock()
 	f.installed = false // removed meanwhile, by other means
 	f.mu.Unlock()
@@ -924,9 +904,7 @@ func TestUndoWhenTheConfigIsGone(t *testing.T) {
 	sock := serveAdmin(t, dir, f)
 	backups := filepath.Join(dir, "backups")
 	im := importer{a: newAdmin(sock, 10*time.Second), backups: backups, rewrite: "http://localhost:8787"}
-	if code, stderr := runCapturingStderr(t, func() int { return im.run(config) }); code != exitOK {
-		t.Fatalf("import = %d (%s); want %d", code, stderr, exitOK)
-	}
+	mustImport(t, &im, config)
 	live, err := liveBackups(backups)
 	if err != nil || len(live) != 1 {
 		t.Fatalf("live backups: %d, %v; want 1", len(live), err)
@@ -972,9 +950,7 @@ func TestImportUndoJSONC(t *testing.T) {
 	sock := serveAdmin(t, dir, &fakeSupervisor{dataDir: filepath.Join(dir, "state", "data", "notes")})
 	backups := filepath.Join(dir, "backups")
 	im := importer{a: newAdmin(sock, 10*time.Second), backups: backups, rewrite: "http://localhost:8787"}
-	if code, stderr := runCapturingStderr(t, func() int { return im.run(config) }); code != exitOK {
-		t.Fatalf("import = %d (%s); want %d", code, stderr, exitOK)
-	}
+	mustImport(t, &im, config)
 	b, err := os.ReadFile(config)
 	if err != nil {
 		t.Fatal(err)
@@ -985,9 +961,7 @@ func TestImportUndoJSONC(t *testing.T) {
 	if string(b) != want {
 		t.Errorf("the config after the import:\n%s\nwant only the entry changed:\n%s", b, want)
 	}
-	if code, stderr := runCapturingStderr(t, func() int { return undoImport(newAdmin(sock, 10*time.Second), backups, nil) }); code != exitOK {
-		t.Fatalf("undo = %d (%s); want %d", code, stderr, exitOK)
-	}
+	mustUndo(t, sock, backups)
 	if b, err := os.ReadFile(config); err != nil || string(b) != cfg {
 		t.Errorf("the config after the undo:\n%s (%v)\nwant the bytes the import found:\n%s", b, err, cfg)
 	}
@@ -1111,13 +1085,9 @@ func TestImportUnderSudoKeepsTheUsersFiles(t *testing.T) {
 		}
 	}
 	im := importer{a: newAdmin(sock, 10*time.Second), backups: backups, rewrite: "http://localhost:8787"}
-	if code, stderr := runCapturingStderr(t, func() int { return im.run(config) }); code != exitOK {
-		t.Fatalf("import = %d (%s); want %d", code, stderr, exitOK)
-	}
+	mustImport(t, &im, config)
 	check("the import")
-	if code, stderr := runCapturingStderr(t, func() int { return undoImport(newAdmin(sock, 10*time.Second), backups, nil) }); code != exitOK {
-		t.Fatalf("undo = %d (%s); want %d", code, stderr, exitOK)
-	}
+	mustUndo(t, sock, backups)
 	check("the undo")
 }
 
@@ -1154,5 +1124,22 @@ func TestDefaultBackupsUnderSudo(t *testing.T) {
 				t.Errorf("defaultBackups(%v, euid %d) = %q, %q; want %q and a reason naming %q", tt.env, tt.euid, dir, why, tt.dir, tt.why)
 			}
 		})
+	}
+}
+
+// mustImport runs im on config and fails the test unless it succeeds.
+func mustImport(t *testing.T, im *importer, config string) {
+	t.Helper()
+	if code, stderr := runCapturingStderr(t, func() int { return im.run(config) }); code != exitOK {
+		t.Fatalf("import = %d (%s); want %d", code, stderr, exitOK)
+	}
+}
+
+// mustUndo undoes every import whose backups are in backups, through the
+// admin socket sock, and fails the test unless it succeeds.
+func mustUndo(t *testing.T, sock, backups string) {
+	t.Helper()
+	if code, stderr := runCapturingStderr(t, func() int { return undoImport(newAdmin(sock, 10*time.Second), backups, nil) }); code != exitOK {
+		t.Fatalf("undo = %d (%s); want %d", code, stderr, exitOK)
 	}
 }
