@@ -35,41 +35,7 @@ func TestAttackInstallFlood(t *testing.T) {
 		bound  = 2
 		queued = 1
 	)
-	reg := npmtest.Start(t)
-	var (
-		mu         sync.Mutex
-		held, most int // requests for the package's document held now; the most at once
-	)
-	gate := make(chan struct{})
-	var once sync.Once
-	open := func() { once.Do(func() { close(gate) }) }
-	t.Cleanup(open)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/tb-mcp-hello" {
-			mu.Lock()
-			held++
-			most = max(most, held)
-			mu.Unlock()
-			select {
-			case <-gate:
-			case <-r.Context().Done():
-			}
-			mu.Lock()
-			held--
-			mu.Unlock()
-		}
-		reg.ServeHTTP(w, r)
-	})}
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	reg.URL = "http://" + l.Addr().String() + "/" // the tarballs' addresses: this holding registry's
-	for _, f := range []string{"tb-greeting-1.0.0", "tb-greeting-1.1.0", "tb-mcp-hello"} {
-		reg.Publish(t, npmtest.Pack(t, npmtest.Fixture(f)))
-	}
+	reg := startHoldingRegistry(t)
 	s := newStack(t, stackOpts{extra: []string{"--npm-registry", reg.URL, "--installs", fmt.Sprint(bound), "--install-queue", fmt.Sprint(queued)}})
 	client := s.adminClient()
 	client.Timeout = 10 * time.Minute // two turns of installs, each some npm steps in walls
@@ -111,9 +77,7 @@ func TestAttackInstallFlood(t *testing.T) {
 			got = append(got, a)
 		default:
 		}
-		mu.Lock()
-		h := held
-		mu.Unlock()
+		h, _ := reg.counts()
 		if h > bound || (h == bound && len(got) > 0) {
 			ents, _ := os.ReadDir(filepath.Join(s.state, "prepare"))
 			folders = len(ents)
@@ -121,13 +85,11 @@ func TestAttackInstallFlood(t *testing.T) {
 		}
 		return false
 	})
-	open()
+	reg.open()
 	for len(got) < n {
 		got = append(got, <-answers)
 	}
-	mu.Lock()
-	m := most
-	mu.Unlock()
+	_, m := reg.counts()
 	if m > bound || folders > bound {
 		t.Errorf("%d installs at once: %d asked the registry at once, %d prepare folders; want at most %d", n, m, folders, bound)
 	}
@@ -160,40 +122,7 @@ func TestAttackInstallFlood(t *testing.T) {
 // registry request ends with it, and after a restart the vat is not
 // there.
 func TestShutdownDuringPackageInstall(t *testing.T) {
-	reg := npmtest.Start(t)
-	var (
-		mu         sync.Mutex
-		held, seen int // requests for the package's document held now, and ever
-	)
-	gate := make(chan struct{})
-	var once sync.Once
-	t.Cleanup(func() { once.Do(func() { close(gate) }) })
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/tb-mcp-hello" {
-			mu.Lock()
-			held++
-			seen++
-			mu.Unlock()
-			select {
-			case <-gate:
-			case <-r.Context().Done():
-			}
-			mu.Lock()
-			held--
-			mu.Unlock()
-		}
-		reg.ServeHTTP(w, r)
-	})}
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	reg.URL = "http://" + l.Addr().String() + "/"
-	for _, f := range []string{"tb-greeting-1.0.0", "tb-greeting-1.1.0", "tb-mcp-hello"} {
-		reg.Publish(t, npmtest.Pack(t, npmtest.Fixture(f)))
-	}
+	reg := startHoldingRegistry(t)
 	s := newStack(t, stackOpts{extra: []string{"--npm-registry", reg.URL}})
 	client := s.adminClient()
 	client.Timeout = 2 * time.Minute
@@ -218,8 +147,7 @@ func TestShutdownDuringPackageInstall(t *testing.T) {
 		answers <- answer{resp.StatusCode, string(b)}
 	}()
 	waitFor(t, "the install's prepare wall asking the registry", 3*time.Minute, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
+		held, _ := reg.counts()
 		return held == 1
 	})
 
@@ -247,8 +175,7 @@ func TestShutdownDuringPackageInstall(t *testing.T) {
 		t.Errorf("toybox stopped leaving %d prepare folders", len(ents))
 	}
 	waitFor(t, "the prepare wall's registry request to end", 10*time.Second, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
+		held, _ := reg.counts()
 		return held == 0
 	})
 
@@ -256,4 +183,60 @@ func TestShutdownDuringPackageInstall(t *testing.T) {
 	if code, body := s.adminDo("GET", "/alice", nil); code != http.StatusNotFound {
 		t.Errorf("GET /alice after a restart = %d %s; want 404 (the install was not kept)", code, body)
 	}
+}
+
+// holdingRegistry is a loopback npm registry (npmtest's, with the
+// fixtures tb-greeting 1.0.0 and 1.1.0 and tb-mcp-hello published) that
+// holds each request for tb-mcp-hello's document until open is called or
+// the test ends.
+type holdingRegistry struct {
+	*npmtest.Registry
+	gate chan struct{}
+	once sync.Once
+
+	mu         sync.Mutex
+	held, most int // requests held now, and the most at once
+}
+
+func startHoldingRegistry(t *testing.T) *holdingRegistry {
+	t.Helper()
+	h := &holdingRegistry{Registry: npmtest.Start(t), gate: make(chan struct{})}
+	t.Cleanup(h.open)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/tb-mcp-hello" {
+			h.mu.Lock()
+			h.held++
+			h.most = max(h.most, h.held)
+			h.mu.Unlock()
+			select {
+			case <-h.gate:
+			case <-r.Context().Done():
+			}
+			h.mu.Lock()
+			h.held--
+			h.mu.Unlock()
+		}
+		h.ServeHTTP(w, r)
+	})}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	h.URL = "http://" + l.Addr().String() + "/" // the tarballs' addresses: this holding registry's
+	for _, f := range []string{"tb-greeting-1.0.0", "tb-greeting-1.1.0", "tb-mcp-hello"} {
+		h.Publish(t, npmtest.Pack(t, npmtest.Fixture(f)))
+	}
+	return h
+}
+
+// open lets every request held go, and every later one through.
+func (h *holdingRegistry) open() { h.once.Do(func() { close(h.gate) }) }
+
+// counts returns the requests held now, and the most held at once.
+func (h *holdingRegistry) counts() (held, most int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.held, h.most
 }
