@@ -4,6 +4,7 @@ package tests
 
 import (
 	"bytes"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -168,6 +169,10 @@ func TestNodeServerStopsOnSIGTERM(t *testing.T) {
 	})
 	if exit != "exit status 143" {
 		t.Errorf("the Node server's wall ended with %q; want \"exit status 143\" (the app died of the SIGTERM the entry forwarded, not of a SIGKILL after the grace)", exit)
+	}
+	// The status says the owner's restart ended it, not a crash of its own.
+	if got := fmt.Sprint(s.status("noder")["last_exit"]); got != "exit status 143 (stopped by toybox)" {
+		t.Errorf("last_exit after a restart = %q; want \"exit status 143 (stopped by toybox)\"", got)
 	}
 }
 

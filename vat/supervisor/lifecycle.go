@@ -218,7 +218,9 @@ func (in *instance) loop() {
 			r.revoke("stopped")
 			in.update(func(v *vat) {
 				v.pid = 0
-				v.lastExit = exitText(r.exitErr)
+				// Asked to stop (a stop, restart, upgrade or shutdown):
+				// the status must not read as a crash of its own.
+				v.lastExit = exitText(r.exitErr) + stoppedByToybox
 				v.doors = nil
 				v.egress, v.egressWhy = words.EgressNone, ""
 			})
@@ -400,6 +402,9 @@ func (in *instance) waitListening(r *running) error {
 
 // mib is n MiB as the words show it ("512 MiB").
 func mib(n int64) string { return fmt.Sprintf("%d MiB", n) }
+
+// stoppedByToybox follows the exit of a process toybox asked to stop.
+const stoppedByToybox = " (stopped by toybox)"
 
 // exitText is how a process ended, with what the wall added to its exit
 // status (bubblewrap's own refusal and its fix) kept.
