@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -277,6 +278,9 @@ func resize(path string, from, bytes int64) error {
 		}
 		return nil
 	}
+	if err := waitDetached(path); err != nil {
+		return fmt.Errorf("resizing %s: %w", path, err)
+	}
 	if err := run("e2fsck", "-f", "-p", path); err != nil {
 		return fmt.Errorf("checking %s before resizing it: %w", path, err)
 	}
@@ -300,6 +304,9 @@ func resize(path string, from, bytes int64) error {
 
 // mountImage loop-mounts the ext4 image img on dir (nosuid, nodev).
 func mountImage(img, dir string) error {
+	if err := waitDetached(img); err != nil {
+		return fmt.Errorf("mounting %s on %s: %w", img, dir, err)
+	}
 	out, err := exec.Command("mount", "-t", "ext4", "-o", "loop,nosuid,nodev", "--", img, dir).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("mounting %s on %s: %w: %s", img, dir, err, strings.TrimSpace(string(out)))
@@ -481,4 +488,72 @@ func (d *Disks) Size(id string) int64 {
 		return 0
 	}
 	return fi.Size()
+}
+
+// detachWait is how long mountImage and resize wait for an image's old
+// loop device to let go of it after its unmount.
+var detachWait = 10 * time.Second
+
+// ErrInUse is wrapped by the error of a mount or resize of an image that a
+// loop device still holds after its unmount here.
+var ErrInUse = errors.New("the image's file system is still mounted elsewhere")
+
+// waitDetached waits until no loop device holds img. An unmount here
+// ends this mount namespace's copy only: a namespace made while the image
+// was mounted (a wall of another vat being built, in the moment before
+// bubblewrap lets go of the host's mounts) keeps the file system alive,
+// and its loop device with it, until it too lets go. An e2fsck or a second
+// mount of the image in that moment would work on a file system in use,
+// and could tear it (e2fsck has been seen to find "journal has data" and
+// replay it under the live file system).
+func waitDetached(img string) error {
+	var st unix.Stat_t
+	if err := unix.Stat(img, &st); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(detachWait)
+	for pause := time.Millisecond; ; pause = min(2*pause, 100*time.Millisecond) {
+		dev, err := loopHolding(st.Dev, st.Ino)
+		if err != nil || dev == "" {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: %s still holds %s %v after its unmount here (another mount namespace has it); try again once that ends", ErrInUse, dev, img, detachWait)
+		}
+		time.Sleep(pause)
+	}
+}
+
+// loopHolding returns the loop device (/dev/loopN) whose backing file is
+// the file dev, ino, or "" when none is.
+func loopHolding(dev, ino uint64) (string, error) {
+	ents, err := os.ReadDir("/sys/block")
+	if err != nil {
+		return "", err
+	}
+	for _, e := range ents {
+		name := e.Name()
+		if !strings.HasPrefix(name, "loop") {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join("/sys/block", name, "loop")); err != nil {
+			continue // nothing attached
+		}
+		f, err := os.Open(filepath.Join("/dev", name))
+		if err != nil {
+			return "", fmt.Errorf("asking %s what it holds: %w", name, err)
+		}
+		info, err := unix.IoctlLoopGetStatus64(int(f.Fd()))
+		_ = f.Close()
+		if errors.Is(err, unix.ENXIO) {
+			continue // detached meanwhile
+		}
+		if err != nil {
+			return "", fmt.Errorf("asking /dev/%s what it holds: %w", name, err)
+		}
+		if info.Device == dev && info.Inode == ino {
+			return "/dev/" + name, nil
+		}
+	}
+	return "", nil
 }

@@ -2,11 +2,14 @@ package disk
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -249,5 +252,93 @@ func TestMoveAfterAKilledMove(t *testing.T) {
 	}
 	if on, err := isMountPoint(mnt); err == nil || on {
 		t.Errorf("%s after the Mount: mounted %v, %v; want it gone", mnt, on, err)
+	}
+}
+
+// holdMounts starts a process in a mount namespace of its own, a copy of
+// this one's mounts (what bubblewrap makes for a moment as it builds a
+// wall), and returns a func that ends it.
+func holdMounts(t *testing.T) func() {
+	t.Helper()
+	if _, err := exec.LookPath("unshare"); err != nil {
+		testenv.Unavailable(t, "unshare (util-linux) is not installed")
+	}
+	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	end := func() {
+		once.Do(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		})
+	}
+	t.Cleanup(end)
+	// The copy is made once unshare has called unshare(2): its mounts
+	// are then its own.
+	testenv.WaitFor(t, 10*time.Second, func() error {
+		own, err := os.Readlink("/proc/self/ns/mnt")
+		if err != nil {
+			return err
+		}
+		its, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", cmd.Process.Pid))
+		if err != nil {
+			return err
+		}
+		if its == own {
+			return errors.New("unshare has not made its mount namespace yet")
+		}
+		return nil
+	})
+	return end
+}
+
+// TestResizeWhileMountedElsewhere: a data folder's file system that
+// another mount namespace still holds after the unmount here (a wall of
+// another vat being built took a copy of the host's mounts) is not
+// checked, resized or mounted again until it lets go: e2fsck on the
+// image then would replay the journal under the live file system. The
+// resize waits for it; past the wait it fails, naming why, with the
+// image and its files as they were.
+func TestResizeWhileMountedElsewhere(t *testing.T) {
+	testenv.RequireRoot(t)
+	state := t.TempDir()
+	d := Open(state)
+	t.Cleanup(func() { _ = d.Close() })
+	if err := d.Support(); err != nil {
+		testenv.Unavailable(t, err.Error())
+	}
+	data := filepath.Join(state, "data", "alice")
+	if _, err := d.Mount("alice", data, 32<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(data, "kept.txt"), []byte("kept"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	// Held past the wait: refused, the image untouched.
+	defer func(w time.Duration) { detachWait = w }(detachWait)
+	detachWait = 300 * time.Millisecond
+	end := holdMounts(t)
+	_, err := d.Mount("alice", data, 64<<20)
+	if !errors.Is(err, ErrInUse) {
+		t.Fatalf("resize while another namespace holds the file system = %v; want %v", err, ErrInUse)
+	}
+	if got := d.Size("alice"); got != 32<<20 {
+		t.Errorf("the refused resize left the image at %d bytes; want it untouched", got)
+	}
+
+	// Held for a moment: the resize waits for it, and goes through.
+	detachWait = 10 * time.Second
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		end()
+	}()
+	if size, err := d.Mount("alice", data, 64<<20); err != nil || size != 64<<20 {
+		t.Fatalf("resize once the other namespace let go = %d, %v", size, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(data, "kept.txt")); err != nil || string(b) != "kept" {
+		t.Errorf("after the resize: %q, %v; want kept", b, err)
 	}
 }
