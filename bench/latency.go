@@ -171,8 +171,15 @@ func (r *run) latencySection(ctx context.Context) {
 			if p.err != nil {
 				continue
 			}
+			// Each round's CPU is its own: counted from a quiet start
+			// until the processes are quiet again, so that the work a
+			// round leaves behind (its sockets' ends, the garbage it
+			// made, collected) is counted with it and not with the next
+			// path's round.
+			r.settle()
 			cpu0 := r.cpuByProc()
 			ds, fails, err := p.round(ctx, r.cfg.LatencyPerRound)
+			r.settle()
 			cpu1 := r.cpuByProc()
 			if p.byProc == nil {
 				p.byProc = map[string]time.Duration{}
@@ -281,7 +288,7 @@ func (r *run) connectCPU(id string, proxy, ours *latPath) {
 	}
 	row.Baseline = ptr(per(proxy, "proxy"))
 	row.Ours = ptr(per(ours, toyboxRoles...))
-	row.Note = fmt.Sprintf("CPU (user + system, from /proc) over every round of the path, divided by its connects; ours = %s; %s; %s", strings.Join(toyboxRoles, " + "), proxy.perConnect(), ours.perConnect())
+	row.Note = fmt.Sprintf("CPU (user + system, from /proc) over every round of the path, each from a quiet start until the processes are quiet again (so a round is billed its own tail, not the path before it), divided by its connects; ours = %s; %s; %s", strings.Join(toyboxRoles, " + "), proxy.perConnect(), ours.perConnect())
 }
 
 func echoOne(c net.Conn) error {
