@@ -16,10 +16,11 @@ var (
 	// its run folder, say); the supervisor does not connect.
 	ErrAppSocket = errors.New("not connecting to the app")
 	// ErrUpgradeRefused: the new version did not come up; the old one
-	// runs again.
+	// is started again (the error says whether it came up).
 	ErrUpgradeRefused = errors.New("upgrade refused")
 	// ErrUpgradeFailed: the host failed the upgrade (its record could not
-	// be saved); the old version runs again. Not the request's fault.
+	// be saved); the old version is started again. Not the request's
+	// fault.
 	ErrUpgradeFailed = errors.New("upgrade failed")
 	// ErrExists: an install of a new vat only (InstallRequest.OnlyNew)
 	// found one installed under its id; nothing changed.

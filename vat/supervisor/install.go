@@ -73,8 +73,8 @@ func existsError(id labels.VatID) error {
 
 // Install installs or upgrades vat req.ID. Input problems are ErrBadInput
 // and change nothing. An upgrade whose new code does not come up is rolled
-// back: the old version runs again, the record is unchanged, and the error
-// says why.
+// back: the old version is started again, the record is unchanged, and the
+// error says why, and whether the old version came up again.
 func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 	// The pin store.Put took on the code goes when this install ends (its
 	// record names the code by then, or it gave up), then whatever it left
@@ -174,7 +174,15 @@ func (s *Supervisor) Install(req InstallRequest) (Status, Outcome, error) {
 		v.mu.Lock()
 		v.run = back
 		v.mu.Unlock()
-		_ = back.waitReady()
+		// Say what became of the old version: it need not come up again
+		// (toybox stopping meanwhile, or the old version failing now).
+		backErr := back.waitReady()
+		switch {
+		case s.ctx.Err() != nil:
+			return s.status(v), 0, fmt.Errorf("%w: %w; the old version (%s) is installed again, and runs when toybox starts again (toybox is stopping)", kind, why, old.rec.Code)
+		case backErr != nil:
+			return s.status(v), 0, fmt.Errorf("%w: %w; the old version (%s) is installed again, but it did not come up either: %w", kind, why, old.rec.Code, backErr)
+		}
 		return s.status(v), 0, fmt.Errorf("%w: %w; the old version (%s) runs again", kind, why, old.rec.Code)
 	}
 	if readyErr != nil && existed {

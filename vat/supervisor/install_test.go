@@ -307,3 +307,44 @@ func TestInstallOnlyNew(t *testing.T) {
 		t.Errorf("PUT without If-None-Match of a vat that is there = %d %s; want an upgrade", rec.Code, rec.Body)
 	}
 }
+
+// TestRollbackSaysWhetherTheOldCameBack: an upgrade whose new version
+// does not come up starts the old version again; when that one does not
+// come up either, the error said "the old version runs again" all the
+// same. It says what happened.
+func TestRollbackSaysWhetherTheOldCameBack(t *testing.T) {
+	s, st, _ := unwalledSupervisor(t, 2*time.Second)
+	app, err := os.ReadFile(shellScriptApp(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The old version comes up once: its second start finds its mark.
+	once := strings.Replace(string(app), "set -eu\n", "set -eu\nif [ \"${1:-}\" != handle ]; then\n\t[ -e \"$TOYBOX_DATA/started\" ] && { echo 'started before: failing now' >&2; exit 1; }\n\ttouch \"$TOYBOX_DATA/started\"\nfi\n", 1)
+	old, err := st.Put(strings.NewReader(once), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Install(InstallRequest{ID: "once", Code: old}); err != nil {
+		t.Fatal(err)
+	}
+	broken, err := st.Put(strings.NewReader("#!/bin/sh\necho 'v2 fails' >&2\nexit 3\n"), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = s.Install(InstallRequest{ID: "once", Code: broken})
+	if !errors.Is(err, ErrUpgradeRefused) {
+		t.Fatalf("upgrade to a version that exits = %v; want %v", err, ErrUpgradeRefused)
+	}
+	if strings.Contains(err.Error(), "runs again") {
+		t.Errorf("the old version did not come up, but the upgrade's error says %q", err)
+	}
+	if n := strings.Count(err.Error(), "(exit status 3)"); n != 1 {
+		t.Errorf("upgrade error = %q; want the new version's exit said once, not %d times", err, n)
+	}
+	if !strings.Contains(err.Error(), "did not come up either") {
+		t.Errorf("upgrade error = %q; want it to say the old version did not come up either", err)
+	}
+	if got, _ := s.Status("once"); got.Code != old.Ref() {
+		t.Errorf("after the rollback the vat's code is %s; want the old %s", got.Code, old.Ref())
+	}
+}

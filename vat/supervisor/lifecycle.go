@@ -253,9 +253,10 @@ func (in *instance) loop() {
 			in.v.mu.Unlock()
 		}
 		s.log.Warn("vat exited", keyVat, v.id, keyExit, exit)
-		if readyErr == nil {
+		switch {
+		case readyErr == nil:
 			readyErr = fmt.Errorf("it exited (%s)", exit)
-		} else {
+		case !errors.Is(readyErr, errExitedEarly): // that one says how
 			readyErr = fmt.Errorf("%w (%s)", readyErr, exit)
 		}
 		in.markReady(readyErr)
@@ -386,7 +387,7 @@ func (in *instance) waitListening(r *running) error {
 		case <-r.gone:
 			// Why it ended (a wall that could not be built says so
 			// here) is what the operator needs.
-			return fmt.Errorf("%w: it exited before listening on %s (%s)", ErrNotReady, in.listensOn(), exitText(r.exitErr))
+			return fmt.Errorf("%w: %w on %s (%s)", ErrNotReady, errExitedEarly, in.listensOn(), exitText(r.exitErr))
 		case <-in.ctx.Done():
 			return errStopped
 		case <-in.s.stopped:
@@ -405,6 +406,10 @@ func mib(n int64) string { return fmt.Sprintf("%d MiB", n) }
 
 // stoppedByToybox follows the exit of a process toybox asked to stop.
 const stoppedByToybox = " (stopped by toybox)"
+
+// errExitedEarly is waitListening's: the app ended before it listened
+// (the error says how it ended).
+var errExitedEarly = errors.New("it exited before listening")
 
 // exitText is how a process ended, with what the wall added to its exit
 // status (bubblewrap's own refusal and its fix) kept.
