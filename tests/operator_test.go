@@ -183,6 +183,57 @@ func statusGet(t *testing.T, addr, path, token string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// TestStatusListenerBoundsIdleConns: the --status listener is loopback
+// only, but any local user may connect to it, token or not. Connections
+// that made one request and were left open were each held for ever (no
+// idle timeout, no bound): a local process could run the supervisor out
+// of descriptors, and every vat with it. Past its bound, each new
+// connection closes the longest-idle one; the page still answers.
+func TestStatusListenerBoundsIdleConns(t *testing.T) {
+	statusAddr := "127.0.0.1:" + freePort(t)
+	s := newStack(t, stackOpts{extra: []string{"--status", statusAddr}})
+	b, _ := os.ReadFile(filepath.Join(s.state, "status.token"))
+	token := strings.TrimSpace(string(b))
+	sup := s.tb.Process.Pid
+	before := openFDs(t, sup)
+	const conns = 200
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			_ = c.Close()
+		}
+	}()
+	for i := range conns {
+		c, err := net.DialTimeout("tcp", statusAddr, 10*time.Second)
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		held = append(held, c)
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(c, "GET /metrics HTTP/1.1\r\nHost: "+statusAddr+"\r\n\r\n"); err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			// Closed for a newer one once past the bound: fine.
+			continue
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("GET /metrics without the token = %d; want 401", resp.StatusCode)
+		}
+	}
+	if code, body := statusGet(t, statusAddr, "/metrics", token); code != http.StatusOK || !strings.Contains(body, "# TYPE toybox_vats gauge") {
+		t.Errorf("GET /metrics with the token, after %d idle connections = %d %q", conns, code, body)
+	}
+	// The bound is the listener's (64): the supervisor holds about that
+	// many more descriptors, not one for each connection left open.
+	if now := openFDs(t, sup); now-before > 80 {
+		t.Errorf("the supervisor held %d descriptors before %d idle status connections and %d with them; want them bounded", before, conns, now)
+	}
+}
+
 // TestStatusPageInChromium: the page on the --status listener, in a real
 // headless Chromium. Without the token it shows only the sign-in form;
 // signed in, it shows each vat with its word, code, grant in plain words,

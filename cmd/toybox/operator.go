@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/net/netutil"
+
 	"toybox/vat/activity"
 	"toybox/vat/grant"
 	"toybox/vat/notices"
@@ -68,8 +70,14 @@ func (o *operatorView) listenStatus(addr, state string, log *slog.Logger, errc c
 	if err != nil {
 		return fmt.Errorf("status listener: %w", err)
 	}
-	o.status = &http.Server{Handler: o.ui.StatusHandler(addr, token), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	go func() { errc <- o.status.Serve(l) }()
+	// Bounded as the public listener is (its guard, an idle timeout):
+	// any local user can connect to it, token or not.
+	guard := supervisor.NewStatusGuard()
+	o.status = &http.Server{
+		Handler: o.ui.StatusHandler(addr, token), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idleTimeout,
+		ConnState: guard.ConnState, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	go func() { errc <- o.status.Serve(guard.Listener(netutil.LimitListener(l, supervisor.MaxStatusConns))) }()
 	log.Info("status page listening", "status", addr, "token_file", state+"/"+ui.TokenFile)
 	return nil
 }

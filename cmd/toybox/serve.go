@@ -254,6 +254,10 @@ type serveOptions struct {
 // written with others (entry.BatchWriter).
 const edgeRecordDelay = 20 * time.Millisecond
 
+// idleTimeout is how long each listener (public, admin, status) keeps a
+// keep-alive connection no request comes on.
+const idleTimeout = 2 * time.Minute
+
 // The operator's limits for each wall by default (toybox serve flags).
 const (
 	DefaultWallMemoryMiB = 512     // a Node or Python server with room to spare
@@ -369,10 +373,12 @@ func runServe(o serveOptions, log *slog.Logger) error {
 	// ConnContext: each connection's framing (edge.Listener, below), so
 	// a request with an ambiguous length closes its connection.
 	pub := &http.Server{
-		Handler: sup.PublicHandler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		Handler: sup.PublicHandler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idleTimeout,
 		ConnState: guard.ConnState, ConnContext: edge.ConnContext, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	adm := &http.Server{Handler: view.adminHandler(sup), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	// An idle keep-alive connection on the admin socket was held for
+	// ever (a script making a client per call left one each).
+	adm := &http.Server{Handler: view.adminHandler(sup), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idleTimeout, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	errc := make(chan error, 3)
 	servers := []*http.Server{adm, pub}
 	if o.status != "" {

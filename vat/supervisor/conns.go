@@ -36,8 +36,21 @@ type ConnGuard struct {
 	idle     map[*guardedConn]time.Time
 }
 
-// NewConnGuard returns the guard with toybox's bounds.
+// NewConnGuard returns the public listener's guard, with toybox's bounds.
 func NewConnGuard() *ConnGuard { return newConnGuard(MaxClientConns, publicShedAt) }
+
+// MaxStatusConns is how many connections the status listener (toybox serve
+// --status, loopback only) holds at once; more wait in the listen queue.
+// A status page or a metrics scraper holds a few.
+const MaxStatusConns = 64
+
+// NewStatusGuard returns the status listener's guard: past three quarters
+// of MaxStatusConns each new connection closes the longest-idle one, so
+// that a local process that opens connections and leaves them idle does
+// not hold the page, or the supervisor's descriptors, from everyone else.
+func NewStatusGuard() *ConnGuard {
+	return newConnGuard(MaxStatusConns, MaxStatusConns*3/4)
+}
 
 func newConnGuard(perClient, shedAt int) *ConnGuard {
 	return &ConnGuard{perClient: perClient, shedAt: shedAt, byClient: map[string]int{}, idle: map[*guardedConn]time.Time{}}
