@@ -395,8 +395,12 @@ func (s *stack) killToybox() {
 	s.tb = nil
 }
 
+// adminClient is a client of the admin socket. Each is made for one call,
+// so it keeps no connection for another: one left idle is toybox's to
+// hold until its idle timeout (TestNoDescriptorLeaks counts them).
 func (s *stack) adminClient() *http.Client {
 	return &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{
+		DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", s.admin)
