@@ -100,3 +100,61 @@ func (s *stack) mcpDelete(id string, headers ...string) int {
 	_ = resp.Body.Close()
 	return resp.StatusCode
 }
+
+// TestEntryHoldsNoDescriptorPerConnect: connects an app makes, allowed
+// and refused, transparent (a plain connect()) and through the wall's
+// proxy, leave its toybox-entry holding no more descriptors than after
+// the first batch: the entry keeps a duplicate of every socket it put in
+// place (to shut it on a revocation) and must let go of each once the
+// app's copy is closed; a wall that lives for months would otherwise run
+// out.
+func TestEntryHoldsNoDescriptorPerConnect(t *testing.T) {
+	s := newStack(t, stackOpts{handle: "local"})
+	granted := helloServer(t, "hello")
+	refused := helloServer(t, "refused")
+	if st := s.mustInstall("nina", example(t, "netclient"), q("egress", fmt.Sprintf(`{"host":"127.0.0.1","port":%s}`, granted))); st["status"] != "walled" {
+		t.Fatalf("status = %v; want walled", st)
+	}
+	s.waitEgress("nina", "transparent")
+	const perBatch = 25
+	// One batch: perBatch allowed and perBatch refused connects, each
+	// closed at once, without the proxy (transparent) or through it.
+	py := `import os, socket, sys, urllib.request
+ok = bad = 0
+for i in range(int(sys.argv[3])):
+    for port in (sys.argv[1], sys.argv[2]):
+        try:
+            if os.environ.get("HTTP_PROXY"):
+                urllib.request.urlopen("http://127.0.0.1:%s/" % port, timeout=20).read()
+            else:
+                socket.create_connection(("127.0.0.1", int(port)), timeout=20).close()
+            ok += 1
+        except Exception:
+            bad += 1
+print("ok", ok, "refused", bad)`
+	want := fmt.Sprintf("ok %d refused %d", perBatch, perBatch)
+	batch := func(proxy bool) {
+		t.Helper()
+		if r := s.runIn("nina", proxy, nil, "python3", "-c", py, granted, refused, fmt.Sprint(perBatch)); !strings.Contains(r.Out, want) {
+			t.Fatalf("a batch of connects (proxy %v) = %+v; want %q", proxy, r, want)
+		}
+	}
+	batch(false)
+	batch(true)
+	entry := wallEntry(t, s, "nina")
+	after := openFDs(t, entry)
+	const batches = 4
+	for i := range batches {
+		batch(i%2 == 0)
+	}
+	var now int
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if now = openFDs(t, entry); now-after < perBatch/2 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if now-after >= perBatch/2 {
+		t.Errorf("toybox-entry held %d descriptors after 2 batches and %d after %d more (of %d connects each)", after, now, batches, 2*perBatch)
+	}
+	t.Logf("toybox-entry's descriptors after 2 batches and after %d more: %d → %d", batches, after, now)
+}
