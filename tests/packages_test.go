@@ -530,3 +530,97 @@ func TestInstallSaysWhyTheRegistryIsRefused(t *testing.T) {
 		t.Errorf("toybox install = %q; want it to say %q", out, want)
 	}
 }
+
+// TestPackageUpgradeKeepsEnv: a package vat's env values are the owner's
+// settings. An upgrade to a new version without ?env= keeps them, in the
+// stored record and in the server's environment inside its wall. A new
+// value for a key replaces that key alone, and --unset-env takes one away.
+func TestPackageUpgradeKeepsEnv(t *testing.T) {
+	reg := npmtest.Start(t)
+	reg.Publish(t, npmtest.Pack(t, npmtest.Fixture("tb-mcp-env")))
+	reg.Publish(t, npmtest.PackWith(t, "tb-mcp-env", `"version": "1.0.0"`, `"version": "1.0.1"`))
+	reg.Publish(t, npmtest.PackWith(t, "tb-mcp-env", `"version": "1.0.0"`, `"version": "1.0.2"`))
+	s := newStack(t, stackOpts{extra: []string{"--npm-registry", reg.URL}})
+
+	// seen is what the server inside the wall has for API_KEY and REGION,
+	// and what the stored record holds.
+	seen := func(step string) (inWall, stored map[string]any) {
+		t.Helper()
+		code, h, body := s.mcpPost("envy", mcpInit)
+		sid := h.Get("Mcp-Session-Id")
+		if code != http.StatusOK || sid == "" {
+			t.Fatalf("%s: initialize: %d %s\nlog:\n%s", step, code, body, tail(s.tbLog))
+		}
+		session := []string{"Mcp-Session-Id", sid, "Mcp-Protocol-Version", "2025-11-25"}
+		s.mcpPost("envy", `{"jsonrpc":"2.0","method":"notifications/initialized"}`, session...)
+		code, _, body = s.mcpPost("envy", `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"env","arguments":{"names":["API_KEY","REGION"]}}}`, session...)
+		var resp struct {
+			Result struct {
+				Content []struct{ Text string } `json:"content"`
+			} `json:"result"`
+		}
+		if i := strings.Index(body, "{"); i >= 0 {
+			body = strings.TrimSpace(body[i:])
+		}
+		if err := json.Unmarshal([]byte(strings.SplitN(body, "\n", 2)[0]), &resp); err != nil || len(resp.Result.Content) != 1 || code != http.StatusOK {
+			t.Fatalf("%s: tools/call env: %d %s", step, code, body)
+		}
+		if err := json.Unmarshal([]byte(resp.Result.Content[0].Text), &inWall); err != nil {
+			t.Fatalf("%s: the tool's answer %q: %v", step, resp.Result.Content[0].Text, err)
+		}
+		b, err := os.ReadFile(filepath.Join(s.state, "vats", "envy.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec struct{ Env map[string]any }
+		if err := json.Unmarshal(b, &rec); err != nil {
+			t.Fatal(err)
+		}
+		return inWall, rec.Env
+	}
+	check := func(step string, want map[string]any) {
+		t.Helper()
+		inWall, stored := seen(step)
+		wantWall := map[string]any{"API_KEY": nil, "REGION": nil}
+		for k, v := range want {
+			wantWall[k] = v
+		}
+		if fmt.Sprint(inWall) != fmt.Sprint(wantWall) {
+			t.Errorf("%s: the server inside the wall has %v; want %v", step, inWall, wantWall)
+		}
+		if fmt.Sprint(stored) != fmt.Sprint(want) {
+			t.Errorf("%s: the stored record's env is %v; want %v", step, stored, want)
+		}
+	}
+	install := func(step string, args ...string) {
+		t.Helper()
+		code, out := toyboxCLI(t, append([]string{"install", "--admin", s.admin}, args...)...)
+		if code != 0 {
+			t.Fatalf("%s: toybox install %v = %d %s\nlog:\n%s", step, args, code, out, tail(s.tbLog))
+		}
+	}
+
+	install("install", "--env", `{"API_KEY":"sk-1","REGION":"eu"}`, "envy", "npm:tb-mcp-env@1.0.0")
+	check("install", map[string]any{"API_KEY": "sk-1", "REGION": "eu"})
+
+	install("upgrade without --env", "envy", "npm:tb-mcp-env@1.0.1")
+	check("upgrade without --env", map[string]any{"API_KEY": "sk-1", "REGION": "eu"})
+
+	install("upgrade with one key", "--env", `{"REGION":"us"}`, "envy", "npm:tb-mcp-env@1.0.2")
+	check("upgrade with one key", map[string]any{"API_KEY": "sk-1", "REGION": "us"})
+
+	install("upgrade unsetting a key", "--unset-env", "API_KEY", "envy", "npm:tb-mcp-env@1.0.2")
+	check("upgrade unsetting a key", map[string]any{"REGION": "us"})
+
+	// Unsetting a key the vat does not have, or one the same install sets,
+	// is refused, saying why, and changes nothing.
+	code, out := toyboxCLI(t, "install", "--admin", s.admin, "--unset-env", "NOPE", "envy", "npm:tb-mcp-env@1.0.2")
+	if code != 1 || !strings.Contains(out, "NOPE") {
+		t.Errorf("--unset-env NOPE = %d %q; want 1 naming NOPE", code, out)
+	}
+	code, out = toyboxCLI(t, "install", "--admin", s.admin, "--env", `{"REGION":"ap"}`, "--unset-env", "REGION", "envy", "npm:tb-mcp-env@1.0.2")
+	if code != 1 || !strings.Contains(out, "REGION") {
+		t.Errorf("--env REGION and --unset-env REGION = %d %q; want 1 naming REGION", code, out)
+	}
+	check("after refusals", map[string]any{"REGION": "us"})
+}

@@ -90,7 +90,7 @@ _toybox() {
     status) COMPREPLY=($(compgen -W "--admin --lang --json" -- "$cur")) ;;
     reach) COMPREPLY=($(compgen -W "--admin --lang --json" -- "$cur")) ;;
     import) COMPREPLY=($(compgen -W "--admin --state --backups --rewrite --allow-scripts --undo --timeout" -- "$cur")) ;;
-    install) COMPREPLY=($(compgen -W "--admin --egress --env --allow-scripts --server-json --timeout" -- "$cur")) ;;
+    install) COMPREPLY=($(compgen -W "--admin --egress --env --unset-env --allow-scripts --server-json --timeout" -- "$cur")) ;;
     *) COMPREPLY=($(compgen -f -- "$cur")) ;;
   esac
 }

@@ -17,7 +17,7 @@ import (
 
 func init() { commands["install"] = installMain }
 
-const installUsage = `usage: toybox install --admin PATH [--egress GRANT] [--env JSON] [--allow-scripts NAME[,NAME]] VAT SPEC
+const installUsage = `usage: toybox install --admin PATH [--egress GRANT] [--env JSON] [--unset-env KEY[,KEY]] [--allow-scripts NAME[,NAME]] VAT SPEC
        toybox install --admin PATH [flags] --server-json FILE VAT
        toybox install --admin PATH [flags] VAT -- npx -y NAME [ARG...]
 
@@ -25,13 +25,16 @@ Installs a package as vat VAT: PUT /VAT?package=SPEC on the admin socket
 (docs/packages.md). SPEC is npm:NAME[@VERSION|RANGE|TAG] or
 pypi:NAME[==VERSION]; after --, a launcher line (npx or uvx) as people
 paste it, its arguments kept.
+
+Installing an installed VAT upgrades it: its env values carry over. A key
+in --env replaces that key alone; --unset-env takes keys away.
 `
 
 // packageQuery is ?package= and the options every package install takes,
 // as PUT /<vat> reads them.
 type packageQuery struct {
-	egress, env, allowScripts string
-	envSet                    bool
+	egress, env, unsetEnv, allowScripts string
+	envSet                              bool
 }
 
 func (o packageQuery) values(pkg string) url.Values {
@@ -41,6 +44,9 @@ func (o packageQuery) values(pkg string) url.Values {
 	}
 	if o.envSet {
 		q.Set("env", o.env)
+	}
+	if o.unsetEnv != "" {
+		q.Set("unset-env", o.unsetEnv)
 	}
 	if o.allowScripts != "" {
 		q.Set("allow-scripts", o.allowScripts)
@@ -74,6 +80,7 @@ func installMain(args []string) int {
 	var o packageQuery
 	fs.StringVar(&o.egress, "egress", "", "the vat's egress grant (labels as JSON), as ?egress=")
 	env := fs.String("env", "", "the owner's env values, a JSON object, as ?env=")
+	fs.StringVar(&o.unsetEnv, "unset-env", "", "env keys an upgrade takes away, comma-separated, as ?unset-env=")
 	fs.StringVar(&o.allowScripts, "allow-scripts", "", "packages whose install scripts may run, as ?allow-scripts=")
 	serverJSON := fs.String("server-json", "", "install from this MCP registry server.json")
 	timeout := fs.Duration("timeout", 15*time.Minute, "how long the install may take")

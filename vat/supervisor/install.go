@@ -31,6 +31,17 @@ type InstallRequest struct {
 	// Env holds the owner's values; nil on an upgrade keeps the old
 	// values of keys the new manifest still declares.
 	Env map[string]string
+	// EnvMerge says Env holds only the keys the owner sent (a package
+	// install): on an upgrade every other old value carries over, and
+	// EnvUnset names the keys to take away. Each old key must then be
+	// one the new manifest declares.
+	EnvMerge bool
+	// EnvUnset names the old env values an EnvMerge upgrade takes away.
+	// Each must be set; none may be in Env.
+	EnvUnset []string
+	// EnvDefaults are the package's own values (server.json's defaults)
+	// for keys that have none: neither sent nor set before.
+	EnvDefaults map[string]string
 	// Limits are the owner's limits (within the operator's), when
 	// LimitsSent; an upgrade without them keeps the old ones.
 	Limits     store.Limits
@@ -299,7 +310,13 @@ func (s *Supervisor) validate(req InstallRequest, old store.Record, oldM *manife
 	if err := checkListen(req.Code, c.mcp, c.listen); err != nil {
 		return checked{}, err
 	}
-	if c.env == nil && existed {
+	switch {
+	case req.EnvMerge:
+		var err error
+		if c.env, err = mergeEnv(req, m, oldM, old.Env, existed); err != nil {
+			return checked{}, err
+		}
+	case c.env == nil && existed:
 		var err error
 		if c.env, err = carryEnv(m, oldM, old.Env); err != nil {
 			return checked{}, err
@@ -474,6 +491,53 @@ func carryEnv(m, oldM *manifest.Manifest, old map[string]string) (map[string]str
 			return nil, fmt.Errorf("%w: %s: the old version %s, the new one %s; send env again to confirm its value (?env=)", ErrBadInput, k, was, now)
 		}
 		env[k] = val
+	}
+	return env, nil
+}
+
+// mergeEnv is the env of an EnvMerge install: the package's defaults,
+// then the old values an upgrade carries over (carryEnv), less the ones
+// req.EnvUnset takes away, then the values req sends. An old key the new
+// manifest does not declare is refused rather than dropped: it was set by
+// another install while this one prepared.
+func mergeEnv(req InstallRequest, m, oldM *manifest.Manifest, old map[string]string, existed bool) (map[string]string, error) {
+	if !existed {
+		old = nil
+	}
+	for _, k := range req.EnvUnset {
+		if _, ok := req.Env[k]; ok {
+			return nil, fmt.Errorf("%w: env %s is both sent and unset; do one", ErrBadInput, k)
+		}
+		if _, ok := old[k]; !ok {
+			return nil, fmt.Errorf("%w: unset-env %s: the vat has no value for it, so there is nothing to unset", ErrBadInput, k)
+		}
+	}
+	kept := map[string]string{}
+	for k, v := range old {
+		if _, sent := req.Env[k]; !sent && !slices.Contains(req.EnvUnset, k) {
+			kept[k] = v
+		}
+	}
+	for k := range kept {
+		if !slices.Contains(m.Env, k) {
+			return nil, fmt.Errorf("%w: env %s was set while this install prepared, and it would be dropped; install again", ErrBadInput, k)
+		}
+	}
+	carried, err := carryEnv(m, oldM, kept)
+	if err != nil {
+		return nil, err
+	}
+	env := map[string]string{}
+	for k, v := range req.EnvDefaults {
+		if _, ok := old[k]; !ok {
+			env[k] = v
+		}
+	}
+	for k, v := range carried {
+		env[k] = v
+	}
+	for k, v := range req.Env {
+		env[k] = v
 	}
 	return env, nil
 }

@@ -11,10 +11,12 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -94,7 +96,7 @@ type PackageRequest struct {
 // ?package=server.json with the server.json as the body.
 func (s *Supervisor) handlePackage(w http.ResponseWriter, r *http.Request, id labels.VatID, start time.Time) {
 	q := r.URL.Query()
-	if err := onlyParams(q, "package", "egress", "env", "allow-scripts"); err != nil {
+	if err := onlyParams(q, "package", "egress", "env", "unset-env", "allow-scripts"); err != nil {
 		writeErr(w, http.StatusBadRequest, err)
 		return
 	}
@@ -113,7 +115,22 @@ func (s *Supervisor) handlePackage(w http.ResponseWriter, r *http.Request, id la
 		writeErr(w, http.StatusPreconditionFailed, existsError(id))
 		return
 	}
-	preq := PackageRequest{InstallRequest: InstallRequest{ID: id, Egress: egress, EgressSent: q.Has("egress"), Env: env, OnlyNew: onlyNew}}
+	unset, err := parseUnsetEnv(q.Get("unset-env"), env)
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	// The env a package vat runs with is its owner's settings: an upgrade
+	// keeps the old values, a value sent replaces its key alone, and
+	// ?unset-env= takes a key away (mergeEnv).
+	old := s.ownerEnvOf(id)
+	for _, k := range unset {
+		if _, ok := old[k]; !ok {
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("%w: unset-env %s: the vat has no value for it, so there is nothing to unset", ErrBadInput, k))
+			return
+		}
+	}
+	preq := PackageRequest{InstallRequest: InstallRequest{ID: id, Egress: egress, EgressSent: q.Has("egress"), Env: env, EnvMerge: true, EnvUnset: unset, OnlyNew: onlyNew}}
 	if a := q.Get("allow-scripts"); a != "" {
 		for _, n := range strings.Split(a, ",") {
 			if !packages.ValidNPMName(n) {
@@ -140,7 +157,7 @@ func (s *Supervisor) handlePackage(w http.ResponseWriter, r *http.Request, id la
 		}
 		preq.Package.Spec, preq.Package.Env = sj.Spec, sj.Env
 		preq.Package.MCP = packageMCP
-		preq.Env = sj.OwnerEnv(preq.Env)
+		preq.EnvDefaults = sj.Defaults
 	} else {
 		sp, err := parsePackageParam(spec)
 		if err != nil {
@@ -150,9 +167,15 @@ func (s *Supervisor) handlePackage(w http.ResponseWriter, r *http.Request, id la
 		preq.Package.Spec = sp
 		preq.Package.MCP = packageMCP
 	}
-	// The owner's keys reach the vat: the manifest declares them.
+	// The owner's keys reach the vat: the manifest declares them, those
+	// sent and those an upgrade keeps.
 	for k := range preq.Env {
 		if !slices.Contains(preq.Package.Env, k) {
+			preq.Package.Env = append(preq.Package.Env, k)
+		}
+	}
+	for k := range old {
+		if !slices.Contains(preq.Package.Env, k) && !slices.Contains(unset, k) {
 			preq.Package.Env = append(preq.Package.Env, k)
 		}
 	}
@@ -182,6 +205,43 @@ func parsePackageParam(p string) (packages.Spec, error) {
 		return packages.Spec{}, fmt.Errorf("%w: a launcher line must be a JSON list of strings, such as [\"npx\",\"-y\",\"name\"]", packages.ErrBadSpec)
 	}
 	return packages.ParseLauncher(argv)
+}
+
+// parseUnsetEnv reads ?unset-env=: env keys, comma-separated, none of
+// them also in env (the values sent).
+func parseUnsetEnv(p string, env map[string]string) ([]string, error) {
+	if p == "" {
+		return nil, nil
+	}
+	var keys []string
+	for _, k := range strings.Split(p, ",") {
+		switch {
+		case !envKeyRe.MatchString(k):
+			return nil, fmt.Errorf("%w: unset-env: %q is not an env key", ErrBadInput, k)
+		case slices.Contains(keys, k):
+			return nil, fmt.Errorf("%w: unset-env: %s is named twice", ErrBadInput, k)
+		}
+		if _, ok := env[k]; ok {
+			return nil, fmt.Errorf("%w: env %s is both sent and unset; do one", ErrBadInput, k)
+		}
+		keys = append(keys, k)
+	}
+	return keys, nil
+}
+
+// envKeyRe is an env key as a manifest declares one.
+var envKeyRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// ownerEnvOf is the env values vat id holds now (nil for none, or for no
+// vat). Install decides again under the vat's lock (mergeEnv).
+func (s *Supervisor) ownerEnvOf(id labels.VatID) map[string]string {
+	v, ok := s.get(id)
+	if !ok {
+		return nil
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return maps.Clone(v.rec.Env)
 }
 
 // parseInstallQuery reads ?egress= and ?env= of a package install.
