@@ -16,6 +16,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -161,8 +162,8 @@ func ownerFor(dir string) (uid, gid int, err error) {
 }
 
 // testHookWritten, set by a test only, is called once a new file's copy
-// is written, before it is renamed into place.
-var testHookWritten func(tmp string)
+// f is written, before it is renamed into place.
+var testHookWritten func(f *os.File)
 
 // writeFileAs writes b beside path and renames it over path, with mode
 // and the owner and group uid and gid (-1: the writer's). The copy beside path (tempName) is its owner's alone
@@ -174,7 +175,10 @@ func writeFileAs(path string, b []byte, mode fs.FileMode, uid, gid int) error {
 		return err
 	}
 	tmp := f.Name()
-	if uid >= 0 || gid >= 0 {
+	// Held until the copy is renamed or removed: a run cleaning up
+	// leftovers (removeCopy) leaves a copy in use alone. A kill lets go.
+	err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
+	if err == nil && (uid >= 0 || gid >= 0) {
 		err = f.Chown(uid, gid)
 	}
 	if err == nil {
@@ -187,7 +191,7 @@ func writeFileAs(path string, b []byte, mode fs.FileMode, uid, gid int) error {
 		err = f.Sync()
 	}
 	if testHookWritten != nil {
-		testHookWritten(tmp)
+		testHookWritten(f)
 	}
 	if err == nil {
 		err = f.Chmod(mode)
@@ -210,30 +214,126 @@ func tempName(path string) string {
 	return "." + filepath.Base(path) + ".toybox-"
 }
 
+// copyAge is how old a copy an older toybox named .<file>.<random> must be
+// before it counts as left: that toybox took no lock, and its runs
+// rename their copy within a second.
+const copyAge = time.Minute
+
+// copyOf reports whether name is a copy of a file named base that a run
+// writes before its rename: .<base>.toybox-<random> (ours), or
+// .<base>.<random> as an older toybox named it (legacy). The random part
+// is os.CreateTemp's, decimal digits.
+func copyOf(name, base string) (ok, legacy bool) {
+	rest, found := strings.CutPrefix(name, "."+base+".")
+	if !found {
+		return false, false
+	}
+	digits, ours := strings.CutPrefix(rest, "toybox-")
+	return isRandom(digits), !ours
+}
+
+// isRandom reports whether s is os.CreateTemp's random part: a uint32 in
+// decimal.
+func isRandom(s string) bool {
+	if s == "" || len(s) > 10 {
+		return false
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// backupCopy matches a copy of a backup (<stamp>-<vat>.json,
+// <stamp>-config-<file>) a run writes before its rename, with the part
+// after the stamp and the random part as copyOf reads them.
+var backupCopy = regexp.MustCompile(`^\.([0-9]{8}T[0-9]{6}\.[0-9]{9}Z-[0-9]{4,}-.+)$`)
+
+// removeCopy removes the copy p of a file a run of import left, unless a
+// run writes it now: one that holds its lock, or a legacy copy newer than
+// copyAge. It reports whether it removed it.
+func removeCopy(p string, legacy bool) (bool, error) {
+	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() || (legacy && time.Since(fi.ModTime()) < copyAge) {
+		return false, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return false, nil // a run writes it now
+		}
+		return false, &fs.PathError{Op: "flock", Path: p, Err: err}
+	}
+	// The name may have been renamed away and taken by another copy.
+	if now, err := os.Lstat(p); err != nil || !os.SameFile(fi, now) {
+		return false, nil
+	}
+	return true, os.Remove(p)
+}
+
 // removeLeftovers removes the copies of config (through a link) that a
 // run killed before its rename left beside it, saying so: each may hold
-// the owner's env values. A run writing the same config at this moment
-// loses its copy, and its rename fails: that run puts its servers back.
+// the owner's env values. A copy a run writes now is left to it.
 func removeLeftovers(config string) {
 	real, err := filepath.EvalSymlinks(config)
 	if err != nil {
 		return
 	}
-	dir, prefix := filepath.Dir(real), tempName(real)
+	dir, base := filepath.Dir(real), filepath.Base(real)
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return
 	}
 	for _, e := range ents {
-		if !strings.HasPrefix(e.Name(), prefix) || !e.Type().IsRegular() {
+		ok, legacy := copyOf(e.Name(), base)
+		if !ok || !e.Type().IsRegular() {
 			continue
 		}
-		p := filepath.Join(dir, e.Name())
-		if err := os.Remove(p); err != nil {
-			fmt.Fprintf(os.Stderr, "toybox import: %s, a copy of %s a killed run left, may hold its env values: removing it: %v\n", p, real, err)
+		reportRemoved(filepath.Join(dir, e.Name()), real, legacy)
+	}
+}
+
+// removeBackupLeftovers removes the copies of backups a run killed before
+// its rename left in the backup folder dir, saying so: each holds a
+// server's entry and its env values. Only in a folder no one else may
+// enter: in a shared one, a copy may be another user's. A copy a run
+// writes now is left to it.
+func removeBackupLeftovers(dir string) {
+	fi, err := os.Lstat(dir)
+	if err != nil || !fi.IsDir() || fi.Mode().Perm()&0o077 != 0 {
+		return
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		m := backupCopy.FindStringSubmatch(e.Name())
+		if m == nil || !e.Type().IsRegular() {
 			continue
 		}
-		fmt.Fprintf(os.Stderr, "toybox import: removed %s, a copy of %s a killed run left\n", p, real)
+		i := strings.LastIndexByte(m[1], '.')
+		if ok, legacy := copyOf(e.Name(), m[1][:i]); ok {
+			reportRemoved(filepath.Join(dir, e.Name()), filepath.Join(dir, m[1][:i]), legacy)
+		}
+	}
+}
+
+// reportRemoved removes the copy p of file of a killed run (removeCopy),
+// saying what it did.
+func reportRemoved(p, file string, legacy bool) {
+	removed, err := removeCopy(p, legacy)
+	switch {
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "toybox import: %s, a copy of %s a killed run left, may hold env values: removing it: %v\n", p, file, err)
+	case removed:
+		fmt.Fprintf(os.Stderr, "toybox import: removed %s, a copy of %s a killed run left\n", p, file)
 	}
 }
 
@@ -420,6 +520,9 @@ func (im *importer) run(file string) int {
 		fmt.Fprintln(os.Stderr, "toybox import:", err)
 		return exitError
 	}
+	// What killed runs left: copies of this config and of backups.
+	removeLeftovers(abs)
+	removeBackupLeftovers(im.backups)
 	if im.cc, err = packages.ParseClientConfig(b); err != nil {
 		fmt.Fprintf(os.Stderr, "toybox import %s: %v\n", file, err)
 		return exitError
@@ -836,6 +939,7 @@ func liveBackups(dir string) ([]*backup, error) {
 // taken out of service (its data folder and stored code stay), and the
 // backup is marked undone. Nothing is deleted.
 func undoImport(a admin, dir string, names []string) int {
+	removeBackupLeftovers(dir)
 	live, err := liveBackups(dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "toybox import --undo:", err)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -990,9 +991,10 @@ func TestImportKilledBeforeItsRename(t *testing.T) {
 	// The hook ends the run's goroutine where a kill would end it: no
 	// cleanup of the run's own runs after it.
 	var left string
-	testHookWritten = func(tmp string) {
-		if filepath.Dir(tmp) == dir {
-			left = tmp
+	testHookWritten = func(f *os.File) {
+		if filepath.Dir(f.Name()) == dir {
+			left = f.Name()
+			f.Close() // a kill closes its files
 			runtime.Goexit()
 		}
 	}
@@ -1141,5 +1143,152 @@ func mustUndo(t *testing.T, sock, backups string) {
 	t.Helper()
 	if code, stderr := runCapturingStderr(t, func() int { return undoImport(newAdmin(sock, 10*time.Second), backups, nil) }); code != exitOK {
 		t.Fatalf("undo = %d (%s); want %d", code, stderr, exitOK)
+	}
+}
+
+// holdLock opens p and takes the lock a run writing it holds, as a run
+// writing that copy at this moment does, until the test ends.
+func holdLock(t *testing.T, p string) {
+	t.Helper()
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestImportRemovesBackupLeftovers: a run killed while it wrote a backup
+// left its copy (.<backup>.toybox-<random>, the entry and its env values)
+// in the backup folder, where nothing looked at it again. The next import
+// removes it, saying so, and leaves every other file there as it is: the
+// owner's own, and a copy another run is writing now (it holds its lock).
+// A copy an older toybox left (.<backup>.<random>) goes too.
+func TestImportRemovesBackupLeftovers(t *testing.T) {
+	dir := t.TempDir()
+	src := notesServer(t, dir)
+	config, _ := notesConfig(t, dir, filepath.Join(src, "server.js"))
+	f := &fakeSupervisor{dataDir: filepath.Join(dir, "state", "data", "notes")}
+	sock := serveAdmin(t, dir, f)
+	backups := filepath.Join(dir, "backups")
+
+	// Killed as it writes the server's backup: its goroutine ends there.
+	var left string
+	testHookWritten = func(f *os.File) {
+		if filepath.Dir(f.Name()) == backups {
+			left = f.Name()
+			f.Close() // a kill closes its files
+			runtime.Goexit()
+		}
+	}
+	t.Cleanup(func() { testHookWritten = nil })
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		im := importer{a: newAdmin(sock, 10*time.Second), backups: backups}
+		im.run(config)
+	}()
+	<-done
+	testHookWritten = nil
+	if left == "" {
+		t.Fatal("the import wrote no backup")
+	}
+	if _, err := os.Lstat(left); err != nil {
+		t.Fatalf("the copy a killed run leaves: %v", err)
+	}
+	old := filepath.Join(backups, ".20250101T000000.000000000Z-0001-notes.json.3141592653")
+	inUse := filepath.Join(backups, ".20250101T000000.000000000Z-0002-notes.json.toybox-2718281828")
+	theirs := []string{
+		filepath.Join(backups, "notes.txt"),
+		filepath.Join(backups, ".hidden"),
+		filepath.Join(backups, ".notes.json.toybox-draft"),
+		filepath.Join(backups, ".notes.json.bak"),
+		inUse,
+	}
+	files := map[string]string{old: `{"env":"sk-old"}`}
+	for _, p := range theirs {
+		files[p] = "the owner's\n"
+	}
+	writeFiles(t, files)
+	hourAgo := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(old, hourAgo, hourAgo); err != nil {
+		t.Fatal(err)
+	}
+	holdLock(t, inUse)
+
+	im := &importer{a: newAdmin(sock, 10*time.Second), backups: backups}
+	code, stderr := runCapturingStderr(t, func() int { return im.run(config) })
+	if code != exitOK {
+		t.Fatalf("the next import = %d (%s); want %d", code, stderr, exitOK)
+	}
+	for _, p := range []string{left, old} {
+		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s, a copy a killed run left, is still there after the next import (%v)", filepath.Base(p), err)
+		}
+		if !strings.Contains(stderr, p) {
+			t.Errorf("the next import does not name %s it removed: %s", p, stderr)
+		}
+	}
+	for _, p := range theirs {
+		if _, err := os.Lstat(p); err != nil {
+			t.Errorf("%s, not a leftover of toybox's or one in use, is gone after the import: %v", filepath.Base(p), err)
+		}
+	}
+}
+
+// TestImportRemovesOldConfigCopies: a copy of the config an older toybox
+// wrote beside it (.<file>.<random>, with the config's mode and the env
+// values) and one a killed run left (.<file>.toybox-<random>) were removed
+// only by a run that rewrote the config or undid an import. An import
+// without --rewrite now removes them too. A copy another run is writing
+// now (it holds its lock), one an older toybox may be writing now (newer
+// than a minute), and the owner's files stay.
+func TestImportRemovesOldConfigCopies(t *testing.T) {
+	dir := t.TempDir()
+	src := notesServer(t, dir)
+	config, cfg := notesConfig(t, dir, filepath.Join(src, "server.js"))
+	f := &fakeSupervisor{dataDir: filepath.Join(dir, "state", "data", "notes")}
+	sock := serveAdmin(t, dir, f)
+	base := filepath.Join(dir, ".claude_desktop_config.json")
+	stale := []string{base + ".2718281828", base + ".toybox-1414213562"}
+	keep := []string{
+		base + ".toybox-1732050807", // in use: its run holds the lock
+		base + ".1618033988",        // an older toybox's, written just now
+		base + ".bak",
+		base + ".12ab",
+		filepath.Join(dir, ".other.json.2718281828"),
+	}
+	files := map[string]string{}
+	for _, p := range append(slices.Clone(stale), keep...) {
+		files[p] = string(cfg)
+	}
+	writeFiles(t, files)
+	hourAgo := time.Now().Add(-time.Hour)
+	for _, p := range append(slices.Clone(stale), keep[2:]...) {
+		if err := os.Chtimes(p, hourAgo, hourAgo); err != nil {
+			t.Fatal(err)
+		}
+	}
+	holdLock(t, keep[0])
+
+	im := &importer{a: newAdmin(sock, 10*time.Second), backups: filepath.Join(dir, "backups")}
+	code, stderr := runCapturingStderr(t, func() int { return im.run(config) })
+	if code != exitOK {
+		t.Fatalf("import = %d (%s); want %d", code, stderr, exitOK)
+	}
+	for _, p := range stale {
+		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s, a copy an import left, is still there after the next import (%v)", filepath.Base(p), err)
+		}
+		if !strings.Contains(stderr, p) {
+			t.Errorf("the import does not name %s it removed: %s", p, stderr)
+		}
+	}
+	for _, p := range keep {
+		if _, err := os.Lstat(p); err != nil {
+			t.Errorf("%s is gone after the import; want it left: %v", filepath.Base(p), err)
+		}
 	}
 }
