@@ -413,6 +413,20 @@ func isHostProgram(p string) bool {
 	return false
 }
 
+// Variables is the variables value v names as ${NAME} or ${NAME:-default}
+// (Claude Code's forms; VS Code's ${input:id} too), each as ${NAME},
+// without its default: a default may be a secret.
+func Variables(v string) []string {
+	var out []string
+	for _, m := range variableRe.FindAllStringSubmatch(v, -1) {
+		out = append(out, "${"+m[1]+"}")
+	}
+	return out
+}
+
+// variableRe matches a ${NAME} or ${NAME:-default} reference.
+var variableRe = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]{0,127}|[a-zA-Z]+:[A-Za-z0-9_.-]{1,128})(?::-[^}]*)?\}`)
+
 // PlanImport reads entry e of server name. lookPath finds a bare command
 // on the host (exec.LookPath); dataDir is where the vat's data folder is
 // (<state>/data/<vat>, the path it has inside the wall too). A remote
@@ -437,11 +451,17 @@ func PlanImport(name string, e ClientEntry, lookPath func(string) (string, error
 			return ImportPlan{}, fmt.Errorf("%w: server %q: %q names a variable the client fills (${...}); write the value instead", ErrBadConfig, name, v)
 		}
 	}
-	// An env value may be a secret: only its key is named.
+	// An env value may be a secret: only its key and the variables it
+	// names are named. toybox fills none: not from its own environment,
+	// which is the host's and no vat's.
 	for _, k := range slices.Sorted(maps.Keys(e.Env)) {
-		if strings.Contains(e.Env[k], "${") {
-			return ImportPlan{}, fmt.Errorf("%w: server %q: env %s names a variable the client fills (${...}); write the value instead", ErrBadConfig, name, k)
+		if !strings.Contains(e.Env[k], "${") {
+			continue
 		}
+		if vs := Variables(e.Env[k]); len(vs) > 0 {
+			return ImportPlan{}, fmt.Errorf("%w: server %q: env %s names a variable the client fills (%s); toybox fills none, and never from its own environment: write the value instead", ErrBadConfig, name, k, strings.Join(vs, ", "))
+		}
+		return ImportPlan{}, fmt.Errorf("%w: server %q: env %s names a variable the client fills (${...}); write the value instead", ErrBadConfig, name, k)
 	}
 	switch filepath.Base(e.Command) {
 	case "npx", "uvx":

@@ -260,6 +260,14 @@ func parseInstallQuery(q url.Values) (egress string, env map[string]string, err 
 		if err := strictjson.Keys([]byte(q.Get("env")), nil); err != nil {
 			return "", nil, fmt.Errorf("%w: env: %w", ErrBadInput, err)
 		}
+		// toybox fills no variable, and never from the supervisor's own
+		// environment (the host's): ${API_KEY} would reach the server as
+		// those characters. Only the key and the variables are named.
+		for _, k := range slices.Sorted(maps.Keys(env)) {
+			if vs := packages.Variables(env[k]); len(vs) > 0 {
+				return "", nil, fmt.Errorf("%w: env %s names %s, and toybox fills no variable (not from its own environment): send the value itself", ErrBadInput, k, strings.Join(vs, ", "))
+			}
+		}
 	}
 	return egress, env, nil
 }

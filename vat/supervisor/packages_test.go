@@ -5,10 +5,14 @@ import (
 	"errors"
 	"io/fs"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"toybox/tests/testenv"
@@ -124,5 +128,39 @@ func TestPrepareRemovesDeepFolders(t *testing.T) {
 	s.removePrepareFolders()
 	if _, err := os.Lstat(left); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("a deep leftover prepare folder after start: %v; want it removed", err)
+	}
+}
+
+// TestPackageEnvRefusesVariables: toybox expands no variable in an env
+// value, and must never fill one from the supervisor's own environment.
+// A value like ${API_KEY} (as a client's config or a shell line in single
+// quotes has it) would reach the server as those characters. A package
+// install refuses it before anything is prepared, naming the key and the
+// variable, never the rest of the value.
+func TestPackageEnvRefusesVariables(t *testing.T) {
+	s := newTestSupervisor(t)
+	h := s.AdminHandler()
+	tests := []struct {
+		name, env, want, hide string
+	}{
+		{"a variable", `{"API_KEY":"${API_KEY}"}`, "env API_KEY names ${API_KEY}", ""},
+		{"with a default", `{"API_KEY":"${API_KEY:-sk-hunter2}"}`, "env API_KEY names ${API_KEY}", "hunter2"},
+		{"inside a value", `{"URL":"https://me:hunter2@${HOST}/x"}`, "env URL names ${HOST}", "hunter2"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest("PUT", "http://toybox/envy?package=npm:tb-mcp-hello@1.0.0&env="+url.QueryEscape(tt.env), nil))
+			body := rec.Body.String()
+			if rec.Code != http.StatusBadRequest || !strings.Contains(body, tt.want) || (tt.hide != "" && strings.Contains(body, tt.hide)) {
+				t.Errorf("PUT ?env=%s = %d %s; want 400 %q, without %q", tt.env, rec.Code, body, tt.want, tt.hide)
+			}
+		})
+	}
+	// A value with a $ that names no variable is a value.
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("PUT", "http://toybox/envy?package=npm:tb-mcp-hello@1.0.0&env="+url.QueryEscape(`{"PASSWORD":"pa$$word","PRICE":"$5 {x}"}`), nil))
+	if strings.Contains(rec.Body.String(), "names $") {
+		t.Errorf("PUT with a $ in a value = %d %s; want no refusal of a variable", rec.Code, rec.Body)
 	}
 }
