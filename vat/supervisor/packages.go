@@ -180,6 +180,14 @@ func (s *Supervisor) handlePackage(w http.ResponseWriter, r *http.Request, id la
 		}
 	}
 	slices.Sort(preq.Package.Env)
+	// Counted until it is answered, not only while it prepares: Shutdown
+	// returned before an install it cut short had its 503 written.
+	done, err := s.countPreparing()
+	if err != nil {
+		writeErr(w, statusFor(err), err)
+		return
+	}
+	defer done()
 	code, err := s.PreparePackage(r.Context(), preq)
 	if err != nil {
 		if errors.Is(err, ErrBusy) {
@@ -190,6 +198,19 @@ func (s *Supervisor) handlePackage(w http.ResponseWriter, r *http.Request, id la
 	}
 	preq.Code = code
 	s.installAndAnswer(w, preq.InstallRequest, start)
+}
+
+// countPreparing counts one more package install preparing (Shutdown
+// waits for them), or returns ErrShutdown once the supervisor is stopping.
+// Call done when it is over.
+func (s *Supervisor) countPreparing() (done func(), err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopping {
+		return nil, ErrShutdown
+	}
+	s.preparing.Add(1)
+	return s.preparing.Done, nil
 }
 
 // parsePackageParam reads ?package=: a spec ("npm:name@1.2.3"), or a
@@ -308,16 +329,11 @@ func (s *Supervisor) PreparePackage(ctx context.Context, req PackageRequest) (st
 	if s.cfg.Upstream == nil {
 		return store.Code{}, fmt.Errorf("%w: this supervisor holds no switchboard socket, so no prepare wall can reach the registry", ErrBadInput)
 	}
-	s.mu.Lock()
-	stopping := s.stopping
-	if !stopping {
-		s.preparing.Add(1)
+	done, err := s.countPreparing()
+	if err != nil {
+		return store.Code{}, err
 	}
-	s.mu.Unlock()
-	if stopping {
-		return store.Code{}, ErrShutdown
-	}
-	defer s.preparing.Done()
+	defer done()
 	// The supervisor stopping cancels the prepare (its walls stopped, its
 	// folder removed) and Shutdown waits for it: nothing of an install
 	// runs on after Shutdown, and none is half kept.
