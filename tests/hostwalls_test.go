@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -458,4 +459,74 @@ func TestUnwalledStatusTellsTheTruth(t *testing.T) {
 		}
 	}
 	wantIn(t, "toybox reach erin", string(out), "without its wall", "the switchboard is not answering")
+}
+
+// TestDoctorStateDir: toybox doctor --state names the state dir serve
+// would use. A state dir on a read-only file system stops serve at start
+// ("locking the state dir: ... read-only file system"), and one on a full
+// file system lets serve start but write nothing (no wall's /etc, no code,
+// no record): doctor said "walls can be built on this host" and exited 0
+// for both. Each must fail, naming the problem and the fix; a state dir
+// that serve can use passes.
+func TestDoctorStateDir(t *testing.T) {
+	testenv.RequireRoot(t)
+	mountTmpfs := func(t *testing.T, opts string) string {
+		t.Helper()
+		dir := t.TempDir()
+		if err := syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, opts); err != nil {
+			testenv.Unavailable(t, "mounting a tmpfs: "+err.Error())
+		}
+		t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+		return dir
+	}
+	ro := mountTmpfs(t, "size=1m")
+	if err := syscall.Mount("", ro, "", syscall.MS_REMOUNT|syscall.MS_RDONLY, ""); err != nil {
+		t.Fatal(err)
+	}
+	full := mountTmpfs(t, "size=64k")
+	// Fill it: a tmpfs's last page goes to the file that asks first.
+	f, err := os.OpenFile(filepath.Join(full, "fill"), os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := f.Write(make([]byte, 4096)); err != nil {
+			break
+		}
+	}
+	_ = f.Close()
+	notDir := filepath.Join(t.TempDir(), "state")
+	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	good := mountTmpfs(t, "size=16m")
+
+	for _, tt := range []struct {
+		name, state string
+		fail        bool
+		want        []string
+	}{
+		{"read-only", ro, true, []string{"FAIL state dir: " + ro, "read-only file system", "fix: "}},
+		{"full", full, true, []string{"FAIL state dir: " + full, "no space left", "fix: "}},
+		{"not a folder", notDir, true, []string{"FAIL state dir: " + notDir, "not a directory", "fix: "}},
+		{"usable", good, false, []string{"ok   state dir: " + good}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := exec.Command(filepath.Join(bins, "toybox"), "doctor", "--state", tt.state, "--entry", filepath.Join(bins, "toybox-entry")).CombinedOutput()
+			var exit *exec.ExitError
+			switch {
+			case tt.fail && !(errors.As(err, &exit) && exit.ExitCode() == 1):
+				t.Errorf("toybox doctor --state %s (%s) = %v; want exit 1\n%s", tt.state, tt.name, err, out)
+			case tt.fail && strings.Contains(string(out), "walls can be built on this host"):
+				t.Errorf("toybox doctor --state %s (%s) says walls can be built\n%s", tt.state, tt.name, out)
+			case !tt.fail && !strings.Contains(string(out), "ok   state dir: "):
+				t.Errorf("toybox doctor --state %s (%s): no state dir line\n%s", tt.state, tt.name, out)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(string(out), w) {
+					t.Errorf("toybox doctor --state %s (%s):\n%s\nwant it to say %q", tt.state, tt.name, out, w)
+				}
+			}
+		})
+	}
 }

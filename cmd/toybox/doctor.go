@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,7 +30,7 @@ func doctorMain(args []string) int {
 	entry := fs.String("entry", "", "path of toybox-entry (default: next to this binary, as serve looks)")
 	bwrap := fs.String("bwrap", "", "the bubblewrap binary, as toybox serve --bwrap (default: bwrap on PATH)")
 	table := fs.String("walls-table", "", "the operator's table, as toybox serve --walls-table (default: "+switches.TablePath+")")
-	state := fs.String("state", "", "the state dir, where the disk limit is tried and its room counted (default: a temporary folder)")
+	state := fs.String("state", "", "the state dir, as toybox serve --state: whether it can be written, where the disk limit is tried and its room counted (default: a temporary folder)")
 	wallDisk := fs.Int64("wall-disk-mib", DefaultWallDiskMiB, "as toybox serve --wall-disk-mib: each vat's disk limit, counted against the state dir's room")
 	installs := fs.Int("installs", supervisor.DefaultInstalls, "as toybox serve --installs: the package installs that prepare at once, each a prepare folder counted against the state dir's room")
 	fs.Usage = func() {
@@ -50,6 +51,10 @@ func doctorMain(args []string) int {
 		checks = append(checks, subordinateCheck("/etc/subuid", "/etc/subgid"))
 	}
 	dir := *state
+	if dir != "" {
+		// Before the limit checks, which make folders in it.
+		checks = append(checks, stateCheck(dir))
+	}
 	if dir == "" {
 		tmp, err := os.MkdirTemp("", "toybox-doctor-")
 		if err != nil {
@@ -124,6 +129,95 @@ func subordinateCheck(subuid, subgid string) wall.Check {
 	c.OK = true
 	c.Detail = fmt.Sprintf("no user's subordinate ids include the vats' (%d and up) or the code group (%d)", supervisor.DefaultUIDBase, store.RootCodeGID)
 	return c
+}
+
+// stateProbeBytes is what stateCheck writes to the state dir: a code
+// file or a record's worth, so a file system with no room fails.
+const stateProbeBytes = 64 << 10
+
+// stateCheck says whether toybox serve could use dir as its state dir:
+// serve makes a missing one (and its parents), locks it and writes code,
+// records and the walls' /etc there. A dir it cannot write (a read-only
+// file system, another user's) stops serve at start; one with no room
+// lets it start but fails every install and every vat.
+func stateCheck(dir string) wall.Check {
+	c := wall.Check{Name: "state dir"}
+	uid := os.Geteuid()
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		// serve makes it: the nearest folder above must take it.
+		up := filepath.Dir(dir)
+		for {
+			if _, err := os.Stat(up); err == nil || up == filepath.Dir(up) {
+				break
+			}
+			up = filepath.Dir(up)
+		}
+		if err := unix.Access(up, unix.W_OK|unix.X_OK); err != nil {
+			c.Detail = fmt.Sprintf("%s: not there, and uid %d cannot make it in %s: %v", dir, uid, up, err)
+			c.Fix = stateFix(err)
+			return c
+		}
+		c.OK, c.Detail = true, fmt.Sprintf("%s: not there yet; toybox serve makes it in %s", dir, up)
+		return c
+	case err != nil:
+		c.Detail = dir + ": " + err.Error()
+		c.Fix = stateFix(err)
+		return c
+	case !fi.IsDir():
+		c.Detail = dir + ": not a directory"
+		c.Fix = "give toybox serve and doctor a --state that is a directory, or a path that is not there (serve makes it)"
+		return c
+	}
+	if err := writeProbe(dir); err != nil {
+		c.Detail = fmt.Sprintf("%s: uid %d cannot write it: %v", dir, uid, err)
+		c.Fix = stateFix(err)
+		return c
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		c.Detail = dir + ": " + os.NewSyscallError("statfs", err).Error()
+		return c
+	}
+	if st.Bavail == 0 {
+		c.Detail = dir + ": its file system has no room left but root's reserve (no space left on device for toybox serve under its own user)"
+		c.Fix = stateFix(unix.ENOSPC)
+		return c
+	}
+	c.OK, c.Detail = true, fmt.Sprintf("%s: uid %d can write it, %d MiB free", dir, uid, int64(st.Bavail)*int64(st.Bsize)>>20)
+	return c
+}
+
+// writeProbe writes stateProbeBytes to a new file in dir, syncs it and
+// removes it.
+func writeProbe(dir string) error {
+	f, err := os.CreateTemp(dir, ".doctor-probe-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	_, err = f.Write(make([]byte, stateProbeBytes))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// stateFix is the fix for err, met writing the state dir.
+func stateFix(err error) string {
+	switch {
+	case errors.Is(err, unix.EROFS):
+		return "give --state a folder on a file system mounted read-write (under systemd, StateDirectory= in toybox.service makes /var/lib/toybox writable; a drop-in's ReadWritePaths= any other)"
+	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EDQUOT):
+		return "free room on that file system, or give the state dir a larger one"
+	case errors.Is(err, fs.ErrPermission):
+		return "chown the state dir to the user toybox serve runs as, and run toybox doctor as that user"
+	}
+	return "fix what the detail names; toybox serve needs to make, lock and write the state dir"
 }
 
 func entryCheck(path string) wall.Check {
