@@ -4,11 +4,15 @@ package tests
 
 import (
 	"bufio"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -289,4 +293,98 @@ func TestAttackReconnectHandedOverSocket(t *testing.T) {
 	// The relayed socket carries bytes both ways, as the socket itself did.
 	s.mustInstall("cap", example(t, "capnp-probe"), q("egress", fmt.Sprintf(`{"host":"127.0.0.1","port":%s}`, granted)))
 	s.mustGet("/cap/connect?"+q("addr", "127.0.0.1:"+granted, "send", "through the relay"), "got: granted: through the relay")
+}
+
+// TestReachSaysWhatTheSwitchboardDecides: GET /<vat>/reach listed a
+// grant naming this computer as something the vat "can reach" whatever
+// the switchboard would decide: through the public handle (which refuses
+// every loopback address) it listed "this computer at 127.0.0.1:P" as
+// reachable, and through a local handle it said a loopback listener
+// "must pass the listener-owner check" though the switchboard here runs
+// with --loopback unchecked and has none. Each grant that names an
+// address on this computer is now asked of the switchboard through the
+// vat's own handle: reach says the switchboard's own refusal, the same
+// one `toybox egress check` gets, and claims no check the switchboard
+// does not run.
+func TestReachSaysWhatTheSwitchboardDecides(t *testing.T) {
+	port := echoServer(t, "echo: ")
+	grant := fmt.Sprintf(`{"host":"127.0.0.1","port":%s}`, port)
+	reachOf := func(t *testing.T, s *stack, id string) string {
+		t.Helper()
+		code, body := s.adminDo("GET", "/"+id+"/reach", nil)
+		if code != http.StatusOK {
+			t.Fatalf("GET /%s/reach = %d %s", id, code, body)
+		}
+		var ans struct{ Lines []string }
+		if err := json.Unmarshal([]byte(body), &ans); err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(ans.Lines, "\n")
+	}
+	// What the switchboard itself answers for the vat's handle.
+	switchboardSays := func(t *testing.T, sock, id string) (bool, string) {
+		t.Helper()
+		out, err := exec.Command(filepath.Join(bins, "toybox"), "egress", "--socket", sock,
+			"--constrain", grant, "--constrain", `{"vat":"`+id+`"}`, "check", "127.0.0.1:"+port).CombinedOutput()
+		var exit *exec.ExitError
+		switch {
+		case err == nil:
+			return true, ""
+		case errors.As(err, &exit) && exit.ExitCode() == 3:
+			reason, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n") // then "addresses: ..."
+			if i := strings.Index(reason, "egress refused: "); i >= 0 {
+				reason = reason[i+len("egress refused: "):]
+			}
+			return false, reason
+		}
+		t.Fatalf("toybox egress check: %v\n%s", err, out)
+		return false, ""
+	}
+
+	t.Run("public handle", func(t *testing.T) {
+		s := newStack(t, stackOpts{handle: "public"})
+		s.mustInstall("erin", example(t, "egress-probe"), q("egress", grant))
+		allow, reason := switchboardSays(t, s.sbPublic, "erin")
+		if allow || reason == "" {
+			t.Fatalf("the switchboard's public handle admits 127.0.0.1:%s (%v %q); the test's premise is wrong", port, allow, reason)
+		}
+		got := reachOf(t, s, "erin")
+		t.Logf("reach:\n%s", got)
+		if !strings.Contains(got, reason) {
+			t.Errorf("GET /erin/reach:\n%s\nwant the switchboard's refusal of its grant: %q", got, reason)
+		}
+		// And the vat is in fact refused.
+		wantPrefix(t, s, "/erin/tcp?"+q("addr", "127.0.0.1:"+port, "send", "ping"), "got: egress refused:")
+	})
+
+	t.Run("local handle, loopback unchecked", func(t *testing.T) {
+		s := newStack(t, stackOpts{}) // the harness's switchboard runs --loopback unchecked
+		s.mustInstall("erin", example(t, "egress-probe"), q("egress", grant))
+		if allow, reason := switchboardSays(t, s.sbLocal, "erin"); !allow {
+			t.Fatalf("the switchboard's local handle refuses 127.0.0.1:%s: %s; the test's premise is wrong", port, reason)
+		}
+		got := reachOf(t, s, "erin")
+		t.Logf("reach:\n%s", got)
+		if strings.Contains(got, "must pass the listener-owner check") || strings.Contains(got, "refuses it now") {
+			t.Errorf("GET /erin/reach:\n%s\nwant no listener-owner check claimed, and its grant not refused: the switchboard runs none and admits it", got)
+		}
+		wantPrefix(t, s, "/erin/tcp?"+q("addr", "127.0.0.1:"+port, "send", "ping"), "got: echo: ping")
+	})
+
+	t.Run("local handle, no listener-owner check configured", func(t *testing.T) {
+		// The last --loopback wins: owner, with no config, refuses
+		// every listener on this host.
+		s := newStack(t, stackOpts{sbArgs: []string{"--loopback", "owner"}})
+		s.mustInstall("erin", example(t, "egress-probe"), q("egress", grant))
+		allow, reason := switchboardSays(t, s.sbLocal, "erin")
+		if allow || !strings.Contains(reason, "no listener-owner check is configured") {
+			t.Fatalf("the switchboard's local handle without an owner section: %v %q; the test's premise is wrong", allow, reason)
+		}
+		got := reachOf(t, s, "erin")
+		t.Logf("reach:\n%s", got)
+		if !strings.Contains(got, reason) || strings.Contains(got, "it can reach:") {
+			t.Errorf("GET /erin/reach:\n%s\nwant the switchboard's refusal of its grant, %q, and no \"it can reach\"", got, reason)
+		}
+		wantPrefix(t, s, "/erin/tcp?"+q("addr", "127.0.0.1:"+port, "send", "ping"), "got: egress refused:")
+	})
 }

@@ -244,3 +244,73 @@ func (u *Upstream) Describe(ctx context.Context) (labels.Set, error) {
 // Sockets returns how many connections of the vat's app the supervisor
 // relays now.
 func (v *Vat) Sockets() int64 { return v.sockets.Load() }
+
+// Verdict is the switchboard's decision on one target for one handle.
+type Verdict struct {
+	Allow bool
+	// Reason is why it was refused (without "egress refused: "); empty
+	// when allowed.
+	Reason string
+}
+
+// Check asks the switchboard what a handle of vat id holding grant g
+// would decide for r: the root handle on the supervisor's own connection,
+// constrained as the vat's own member is (g and vat: id), then check()ed,
+// so the answer is the switchboard's own, listener-owner check included.
+// An error says the switchboard did not answer (or g and id conflict).
+func (u *Upstream) Check(ctx context.Context, id labels.VatID, g labels.Set, r labels.Request) (Verdict, error) {
+	ms, err := memberSets(id, []labels.Set{g})
+	if err != nil {
+		return Verdict{}, err
+	}
+	m := ms[0]
+	var last error
+	for attempt := 0; attempt < 2; attempt++ {
+		sess, err := u.current(ctx)
+		if err != nil {
+			return Verdict{}, err
+		}
+		cf, crelease := sess.root.Constrain(ctx, func(p schema.Handle_constrain_Params) error {
+			l, err := p.NewLabels()
+			if err != nil {
+				return err
+			}
+			return toSchema(l, m)
+		})
+		h := cf.Handle()
+		fut, release := h.Check(ctx, func(p schema.Handle_check_Params) error {
+			return schema.TargetFields{Scheme: r.Scheme, Host: r.Host, Port: r.Port}.Set(p.NewTarget)
+		})
+		v, err := func() (Verdict, error) {
+			res, err := fut.Struct()
+			if err != nil {
+				return Verdict{}, err
+			}
+			d, err := res.Decision()
+			if err != nil {
+				return Verdict{}, err
+			}
+			if d.Allow() {
+				return Verdict{Allow: true}, nil
+			}
+			reason, err := d.Reason()
+			return Verdict{Reason: reason}, err
+		}()
+		release()
+		h.Release()
+		crelease()
+		if err != nil {
+			if capnp.IsDisconnected(err) {
+				u.broken(sess.gen)
+				last = err
+				continue
+			}
+			if reason, ok := labels.RefusalReason(err); ok {
+				return Verdict{Reason: reason}, nil // a constrain the switchboard refused
+			}
+			return Verdict{}, err
+		}
+		return v, nil
+	}
+	return Verdict{}, last
+}

@@ -141,6 +141,45 @@ type Facts struct {
 	// Unwalled: its app runs now without a wall (whatever its word:
 	// starting, or not answering).
 	Unwalled bool
+	// Now is what the switchboard decides now for each grant it was asked
+	// about, by the grant's index: the grants that name an address on
+	// this computer or the LAN, whose reach depends on the switchboard's
+	// handle and its listener-owner check, not on the grant alone.
+	Now map[int]Verdict
+}
+
+// Verdict is the switchboard's answer for one grant's own address.
+type Verdict struct {
+	Allow  bool
+	Reason string // why it was refused; empty when allowed
+}
+
+// AskSwitchboard reports whether Explain needs the switchboard's verdict
+// on g (Facts.Now), and the target to ask: g's own host and port when the
+// host is an address of this computer or the LAN (a loopback name
+// included), which the switchboard's handle or its listener-owner check
+// may refuse whatever the grant says. A grant without a host or port
+// names no one target; a public address or a name is not asked (no DNS
+// here, and no check the vat did not ask in the switchboard's log for
+// every public grant).
+func AskSwitchboard(g labels.Set) (labels.Request, bool) {
+	port := g.Port
+	if port == 0 {
+		port = labels.DefaultPort(g.Scheme)
+	}
+	if g.Host == "" || port == 0 {
+		return labels.Request{}, false
+	}
+	a, err := netip.ParseAddr(g.Host)
+	nonPublic := err == nil && (a.Unmap().IsLoopback() || a.Unmap().IsPrivate() || a.Unmap().IsLinkLocalUnicast() || cgnat.Contains(a.Unmap()))
+	if !nonPublic && !labels.LoopbackHost(g.Host) {
+		return labels.Request{}, false
+	}
+	scheme := g.Scheme
+	if scheme == "" {
+		scheme = "tcp"
+	}
+	return labels.Request{Scheme: scheme, Host: g.Host, Port: port}, true
 }
 
 var (
@@ -149,7 +188,9 @@ var (
 	itCanReach         = pair{"Through its Handle it can reach:", "A través de su Handle puede alcanzar:"}
 	nothingElse        = pair{"Nothing else: every other address is refused, with the reason.", "Nada más: cualquier otra dirección se rechaza, con el motivo."}
 	viaPublic          = pair{"Its Handle is narrowed from the switchboard's public handle: every address must also be public. A name that resolves to a private, loopback or reserved address is refused, and so is every address on the operator's deny list.", "Su Handle sale del handle público de la centralita: cada dirección debe ser además pública. Un nombre que resuelve a una dirección privada, de loopback o reservada se rechaza, igual que cada dirección de la lista de bloqueo del operador."}
-	viaLocal           = pair{"Its Handle is narrowed from the switchboard's local handle: it may reach the LAN and this computer where its grant names them. A loopback listener must pass the listener-owner check. The operator's deny list still applies.", "Su Handle sale del handle local de la centralita: puede alcanzar la red local y este ordenador donde su permiso los nombra. Un servicio en loopback debe pasar la comprobación de dueño. La lista de bloqueo del operador sigue aplicándose."}
+	viaLocal           = pair{"Its Handle is narrowed from the switchboard's local handle: it may reach the LAN and this computer where its grant names them and the switchboard admits it. A listener on this computer is judged by the switchboard's listener-owner check, unless the switchboard runs with --loopback unchecked (development only). The operator's deny list still applies.", "Su Handle sale del handle local de la centralita: puede alcanzar la red local y este ordenador donde su permiso los nombra y la centralita lo admite. Un servicio en este ordenador lo juzga la comprobación de dueño de la centralita, salvo si esta funciona con --loopback unchecked (solo para desarrollo). La lista de bloqueo del operador sigue aplicándose."}
+	itsGrant           = pair{"Its grant names:", "Su permiso nombra:"}
+	refusedNow         = pair{"%s: the switchboard refuses it now: %s", "%s: la centralita lo rechaza ahora: %s"}
 	sbDown             = pair{"Right now it can reach nothing: the switchboard is not answering (%s).", "Ahora mismo no puede alcanzar nada: la centralita no responde (%s)."}
 	sbNone             = pair{"This supervisor holds no switchboard socket: no vat can reach anything outside its wall.", "Este supervisor no tiene socket de centralita: ningún vat puede alcanzar nada fuera de su muro."}
 	droppedLine        = pair{"Its manifest asked for %s; it was not granted.", "Su manifiesto pidió %s; no se le concedió."}
@@ -180,9 +221,19 @@ func Explain(f Facts, lang string) []string {
 	case len(f.Grant) == 0:
 		out = append(out, none.in(lang))
 	default:
-		out = append(out, itCanReach.in(lang))
-		for _, g := range f.Grant {
-			out = append(out, "  - "+Grant(g, lang))
+		head := itCanReach
+		for _, v := range f.Now {
+			if !v.Allow {
+				head = itsGrant // not all of it reachable: no "it can reach" above a refusal
+			}
+		}
+		out = append(out, head.in(lang))
+		for i, g := range f.Grant {
+			line := Grant(g, lang)
+			if v, ok := f.Now[i]; ok && !v.Allow {
+				line = fmt.Sprintf(refusedNow.in(lang), line, v.Reason)
+			}
+			out = append(out, "  - "+line)
 		}
 		out = append(out, rest.in(lang))
 		switch {

@@ -105,3 +105,59 @@ func TestExplainByWhatRuns(t *testing.T) {
 		}
 	}
 }
+
+// TestAskSwitchboard: the grants whose address is on this computer or the
+// LAN are asked of the switchboard, with their own host and port; a public
+// address, a name that is not loopback, or a grant without one target is
+// not.
+func TestAskSwitchboard(t *testing.T) {
+	tests := []struct {
+		name string
+		set  labels.Set
+		want labels.Request // zero: not asked
+	}{
+		{"loopback", labels.Set{Host: "127.0.0.1", Port: 8000}, labels.Request{Scheme: "tcp", Host: "127.0.0.1", Port: 8000}},
+		{"lan https", labels.Set{Scheme: "https", Host: "10.0.0.5"}, labels.Request{Scheme: "https", Host: "10.0.0.5", Port: 443}},
+		{"ipv6 loopback", labels.Set{Host: "::1", Port: 80}, labels.Request{Scheme: "tcp", Host: "::1", Port: 80}},
+		{"localhost", labels.Set{Scheme: "http", Host: "localhost"}, labels.Request{Scheme: "http", Host: "localhost", Port: 80}},
+		{"cgnat", labels.Set{Host: "100.64.1.2", Port: 9}, labels.Request{Scheme: "tcp", Host: "100.64.1.2", Port: 9}},
+		{"public ip", labels.Set{Host: "203.0.113.9", Port: 22}, labels.Request{}},
+		{"name", labels.Set{Scheme: "https", Host: "api.example.com"}, labels.Request{}},
+		{"loopback any port", labels.Set{Host: "127.0.0.1"}, labels.Request{}},
+		{"any host", labels.Set{Port: 443}, labels.Request{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := AskSwitchboard(tt.set)
+			if ok != (tt.want != labels.Request{}) || got != tt.want {
+				t.Errorf("AskSwitchboard(%v) = %v, %v; want %v", tt.set, got, ok, tt.want)
+			}
+		})
+	}
+}
+
+// TestExplainSaysTheSwitchboardsRefusal: a grant the switchboard refuses
+// now is said with its reason, and no "it can reach" stands above it.
+func TestExplainSaysTheSwitchboardsRefusal(t *testing.T) {
+	f := Facts{
+		ID: "erin", Word: words.Walled, Network: "public",
+		Grant: []labels.Set{{Host: "127.0.0.1", Port: 8000}, {Scheme: "https", Host: "api.example.com"}},
+		Now:   map[int]Verdict{0: {Reason: "127.0.0.1 is a loopback address; this handle reaches public addresses only"}},
+	}
+	for _, tt := range []struct{ lang, line, head string }{
+		{"en", "  - this computer at 127.0.0.1:8000: the switchboard refuses it now: 127.0.0.1 is a loopback address; this handle reaches public addresses only", "Its grant names:"},
+		{"es", "  - este ordenador en 127.0.0.1:8000: la centralita lo rechaza ahora: 127.0.0.1 is a loopback address; this handle reaches public addresses only", "Su permiso nombra:"},
+	} {
+		got := strings.Join(Explain(f, tt.lang), "\n")
+		if !strings.Contains(got, tt.line) || !strings.Contains(got, tt.head) || strings.Contains(got, itCanReach.in(tt.lang)) {
+			t.Errorf("Explain(%s) = %q; want %q under %q", tt.lang, got, tt.line, tt.head)
+		}
+		if !strings.Contains(got, "  - "+Grant(f.Grant[1], tt.lang)+"\n") {
+			t.Errorf("Explain(%s) = %q; want the grant not asked said as it is", tt.lang, got)
+		}
+	}
+	f.Now = map[int]Verdict{0: {Allow: true}}
+	if got := strings.Join(Explain(f, "en"), "\n"); !strings.Contains(got, itCanReach.en) || strings.Contains(got, "refuses") {
+		t.Errorf("Explain with the switchboard admitting it = %q; want it can reach, no refusal", got)
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"toybox/labels"
 	"toybox/vat/activity"
+	"toybox/vat/grant"
 	"toybox/vat/reach"
 	"toybox/vat/supervisor"
 	"toybox/vat/words"
@@ -111,7 +112,7 @@ func (u *UI) build(ctx context.Context, lang string) Page {
 		p.Notices = append(p.Notices, nv)
 	}
 	for _, st := range u.cfg.Supervisor.List() {
-		p.Vats = append(p.Vats, u.vatView(st, p.Host, lang))
+		p.Vats = append(p.Vats, u.vatView(ctx, st, p.Host, lang))
 	}
 	return p
 }
@@ -149,7 +150,7 @@ func (u *UI) host(ctx context.Context, lang string) Host {
 
 // vatView is one vat's facts, each from its status in one line: a fact
 // added to supervisor.Status appears here with one more line.
-func (u *UI) vatView(st supervisor.Status, h Host, lang string) VatView {
+func (u *UI) vatView(ctx context.Context, st supervisor.Status, h Host, lang string) VatView {
 	w := st.Word()
 	v := VatView{ID: string(st.ID), Word: pick(lang, st.Status, st.StatusES), Class: class(w), Code: st.Code}
 	if st.PID > 0 {
@@ -200,7 +201,7 @@ func (u *UI) vatView(st supervisor.Status, h Host, lang string) VatView {
 		add("last_refusal", words.PageLastRefusal, e.Target+": "+e.Reason+" ("+e.At.Format(time.RFC3339)+")")
 	}
 	v.Decisions = u.cfg.Activity.Recent(string(st.ID))
-	v.Reach = reach.Explain(u.reachFacts(st, h), lang)
+	v.Reach = reach.Explain(u.reachFacts(ctx, st, h), lang)
 	if b, err := u.cfg.Supervisor.Logs(st.ID); err == nil {
 		v.LogTail = logTail(b)
 	}
@@ -301,11 +302,34 @@ func logTail(b []byte) string {
 	return s
 }
 
-// reachFacts are what reach.Explain needs of st.
-func (u *UI) reachFacts(st supervisor.Status, h Host) reach.Facts {
-	return reach.Facts{
+// reachFacts are what reach.Explain needs of st: the grants that name an
+// address on this computer or the LAN are asked of the switchboard, as
+// the vat's own handle would ask (reach.AskSwitchboard), so what reach
+// says of them is the switchboard's own decision.
+func (u *UI) reachFacts(ctx context.Context, st supervisor.Status, h Host) reach.Facts {
+	f := reach.Facts{
 		ID: string(st.ID), Word: st.Word(), Grant: st.Grant, Dropped: st.Dropped, Doors: st.Doors,
 		Network: h.Network, Down: h.Down, NoSwitchboard: u.cfg.Upstream == nil,
 		Unwalled: st.PID > 0 && st.Tier == "",
 	}
+	if !h.SwitchboardUp {
+		return f
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	for i, g := range st.Grant {
+		r, ok := reach.AskSwitchboard(g)
+		if !ok {
+			continue
+		}
+		v, err := u.cfg.Upstream.Check(ctx, st.ID, g, r)
+		if err != nil {
+			v = grant.Verdict{Reason: "the switchboard did not answer: " + err.Error()}
+		}
+		if f.Now == nil {
+			f.Now = map[int]reach.Verdict{}
+		}
+		f.Now[i] = reach.Verdict{Allow: v.Allow, Reason: v.Reason}
+	}
+	return f
 }

@@ -37,7 +37,7 @@ func (u *UI) reachOf(w http.ResponseWriter, r *http.Request) {
 	}
 	lang := langOf(r)
 	h := u.host(r.Context(), lang)
-	lines := reach.Explain(u.reachFacts(st, h), lang)
+	lines := reach.Explain(u.reachFacts(r.Context(), st, h), lang)
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
