@@ -355,6 +355,20 @@ func TestReachSaysWhatTheSwitchboardDecides(t *testing.T) {
 		}
 		// And the vat is in fact refused.
 		wantPrefix(t, s, "/erin/tcp?"+q("addr", "127.0.0.1:"+port, "send", "ping"), "got: egress refused:")
+
+		// A grant that names network local conflicts with the public
+		// handle: the switchboard refuses to make the vat's handle at
+		// all, and reach says that refusal, not that it did not answer.
+		local := fmt.Sprintf(`{"host":"127.0.0.1","port":%s,"network":"local"}`, port)
+		if code, out := s.install("lou", example(t, "egress-probe"), q("egress", local)); code != http.StatusCreated {
+			t.Logf("PUT /lou with %s = %d %s: refused at install, nothing for reach to say", local, code, out)
+			return
+		}
+		got = reachOf(t, s, "lou")
+		t.Logf("reach lou:\n%s", got)
+		if !strings.Contains(got, "the switchboard refuses it now: ") || strings.Contains(got, "did not answer") || !strings.Contains(got, `network "public" cannot become "local"`) {
+			t.Errorf("GET /lou/reach:\n%s\nwant the switchboard's refusal of a handle whose labels conflict", got)
+		}
 	})
 
 	t.Run("local handle, loopback unchecked", func(t *testing.T) {

@@ -257,7 +257,9 @@ type Verdict struct {
 // would decide for r: the root handle on the supervisor's own connection,
 // constrained as the vat's own member is (g and vat: id), then check()ed,
 // so the answer is the switchboard's own, listener-owner check included.
-// An error says the switchboard did not answer (or g and id conflict).
+// An exception the switchboard raises (a constrain it refuses) is a
+// refusal with its text. An error says the switchboard did not answer
+// (or g and id conflict).
 func (u *Upstream) Check(ctx context.Context, id labels.VatID, g labels.Set, r labels.Request) (Verdict, error) {
 	ms, err := memberSets(id, []labels.Set{g})
 	if err != nil {
@@ -306,9 +308,14 @@ func (u *Upstream) Check(ctx context.Context, id labels.VatID, g labels.Set, r l
 				continue
 			}
 			if reason, ok := labels.RefusalReason(err); ok {
-				return Verdict{Reason: reason}, nil // a constrain the switchboard refused
+				return Verdict{Reason: reason}, nil
 			}
-			return Verdict{}, err
+			if ctx.Err() != nil {
+				return Verdict{}, err // it did not answer in time
+			}
+			// The switchboard's own exception: the vat's member fails
+			// the same way (a grant that conflicts with its handle, say).
+			return Verdict{Reason: err.Error()}, nil
 		}
 		return v, nil
 	}

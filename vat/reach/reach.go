@@ -151,7 +151,9 @@ type Facts struct {
 // Verdict is the switchboard's answer for one grant's own address.
 type Verdict struct {
 	Allow  bool
-	Reason string // why it was refused; empty when allowed
+	Reason string // why it was refused, or why there is no answer; empty when allowed
+	// Unanswered: the switchboard did not answer (Reason says why).
+	Unanswered bool
 }
 
 // AskSwitchboard reports whether Explain needs the switchboard's verdict
@@ -191,6 +193,7 @@ var (
 	viaLocal           = pair{"Its Handle is narrowed from the switchboard's local handle: it may reach the LAN and this computer where its grant names them and the switchboard admits it. A listener on this computer is judged by the switchboard's listener-owner check, unless the switchboard runs with --loopback unchecked (development only). The operator's deny list still applies.", "Su Handle sale del handle local de la centralita: puede alcanzar la red local y este ordenador donde su permiso los nombra y la centralita lo admite. Un servicio en este ordenador lo juzga la comprobación de dueño de la centralita, salvo si esta funciona con --loopback unchecked (solo para desarrollo). La lista de bloqueo del operador sigue aplicándose."}
 	itsGrant           = pair{"Its grant names:", "Su permiso nombra:"}
 	refusedNow         = pair{"%s: the switchboard refuses it now: %s", "%s: la centralita lo rechaza ahora: %s"}
+	unansweredNow      = pair{"%s: the switchboard did not say whether it admits it (%s)", "%s: la centralita no dijo si lo admite (%s)"}
 	sbDown             = pair{"Right now it can reach nothing: the switchboard is not answering (%s).", "Ahora mismo no puede alcanzar nada: la centralita no responde (%s)."}
 	sbNone             = pair{"This supervisor holds no switchboard socket: no vat can reach anything outside its wall.", "Este supervisor no tiene socket de centralita: ningún vat puede alcanzar nada fuera de su muro."}
 	droppedLine        = pair{"Its manifest asked for %s; it was not granted.", "Su manifiesto pidió %s; no se le concedió."}
@@ -230,7 +233,10 @@ func Explain(f Facts, lang string) []string {
 		out = append(out, head.in(lang))
 		for i, g := range f.Grant {
 			line := Grant(g, lang)
-			if v, ok := f.Now[i]; ok && !v.Allow {
+			switch v, ok := f.Now[i]; {
+			case ok && v.Unanswered:
+				line = fmt.Sprintf(unansweredNow.in(lang), line, v.Reason)
+			case ok && !v.Allow:
 				line = fmt.Sprintf(refusedNow.in(lang), line, v.Reason)
 			}
 			out = append(out, "  - "+line)

@@ -156,6 +156,10 @@ func TestExplainSaysTheSwitchboardsRefusal(t *testing.T) {
 			t.Errorf("Explain(%s) = %q; want the grant not asked said as it is", tt.lang, got)
 		}
 	}
+	f.Now = map[int]Verdict{0: {Unanswered: true, Reason: "context deadline exceeded"}}
+	if got := strings.Join(Explain(f, "en"), "\n"); !strings.Contains(got, "127.0.0.1:8000: the switchboard did not say whether it admits it (context deadline exceeded)") || strings.Contains(got, "refuses") {
+		t.Errorf("Explain with no answer = %q; want no answer said, no refusal claimed", got)
+	}
 	f.Now = map[int]Verdict{0: {Allow: true}}
 	if got := strings.Join(Explain(f, "en"), "\n"); !strings.Contains(got, itCanReach.en) || strings.Contains(got, "refuses") {
 		t.Errorf("Explain with the switchboard admitting it = %q; want it can reach, no refusal", got)

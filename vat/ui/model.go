@@ -10,7 +10,6 @@ import (
 
 	"toybox/labels"
 	"toybox/vat/activity"
-	"toybox/vat/grant"
 	"toybox/vat/reach"
 	"toybox/vat/supervisor"
 	"toybox/vat/words"
@@ -322,12 +321,13 @@ func (u *UI) reachFacts(ctx context.Context, st supervisor.Status, h Host) reach
 		if !ok {
 			continue
 		}
-		v, err := u.cfg.Upstream.Check(ctx, st.ID, g, r)
-		if err != nil {
-			v = grant.Verdict{Reason: "the switchboard did not answer: " + err.Error()}
-		}
 		if f.Now == nil {
 			f.Now = map[int]reach.Verdict{}
+		}
+		v, err := u.cfg.Upstream.Check(ctx, st.ID, g, r)
+		if err != nil {
+			f.Now[i] = reach.Verdict{Unanswered: true, Reason: err.Error()}
+			continue
 		}
 		f.Now[i] = reach.Verdict{Allow: v.Allow, Reason: v.Reason}
 	}
