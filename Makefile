@@ -187,7 +187,12 @@ $(addprefix $(BIN)/,$(SYSTEMD_BINS)):
 
 install: $(addprefix $(BIN)/,$(SYSTEMD_BINS))
 	install -d -m 0755 $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR) $(DESTDIR)$(SYSUSERSDIR)
-	for b in $(SYSTEMD_BINS); do install -m 0755 $(BIN)/$$b $(DESTDIR)$(BINDIR)/$$b; done
+	# Each binary is copied beside its place and renamed over it: a wall
+	# that toybox starts during an upgrade opens toybox-entry whole, old or
+	# new (install(1) unlinks and rewrites at the final path).
+	for b in $(SYSTEMD_BINS); do \
+	  install -m 0755 $(BIN)/$$b $(DESTDIR)$(BINDIR)/.$$b.new && mv -f $(DESTDIR)$(BINDIR)/.$$b.new $(DESTDIR)$(BINDIR)/$$b || exit 1; \
+	done
 	for u in $(SYSTEMD_UNITS); do \
 	  sed -e 's#/usr/local/bin/#$(BINDIR)/#g' -e 's#/usr/local/share/doc/toybox/#$(DOCDIR)/#g' systemd/$$u > $(DESTDIR)$(UNITDIR)/$$u.tmp && \
 	  chmod 0644 $(DESTDIR)$(UNITDIR)/$$u.tmp && mv -f $(DESTDIR)$(UNITDIR)/$$u.tmp $(DESTDIR)$(UNITDIR)/$$u || exit 1; \

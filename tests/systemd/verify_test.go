@@ -316,3 +316,81 @@ func TestInstallUninstall(t *testing.T) {
 		t.Errorf("make uninstall removed the state: %v", err)
 	}
 }
+
+// TestReinstallReplacesBinaries: make install over a running install (an
+// upgrade) must swap each binary in whole. toybox opens toybox-entry by
+// path at every wall it starts, so a wall started during the upgrade
+// must find the old binary or the new one, whole: never no file, and
+// never a file still being written. install(1) unlinks the old file and
+// copies the new one in at its final path, so for the length of the copy
+// the path is missing, then partial. A reader opens each binary's path
+// in a loop through seven make installs of 32 MiB ones.
+func TestReinstallReplacesBinaries(t *testing.T) {
+	root := t.TempDir()
+	bins := map[string]string{}
+	for _, v := range []string{"v1", "v2"} {
+		dir := filepath.Join(t.TempDir(), v)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range binNames {
+			body := bytes.Repeat([]byte(v+" "+b+"\n"), (32<<20)/len(v+" "+b+"\n"))
+			if err := os.WriteFile(filepath.Join(dir, b), body, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		bins[v] = dir
+	}
+	makeInstall(t, "install", root, bins["v1"])
+	whole := map[string]bool{}
+	for _, v := range []string{"v1", "v2"} {
+		for _, b := range binNames {
+			body, err := os.ReadFile(filepath.Join(bins[v], b))
+			if err != nil {
+				t.Fatal(err)
+			}
+			whole[string(body)] = true
+		}
+	}
+	stop := make(chan struct{})
+	seen := make(chan []string)
+	go func() {
+		var bad []string
+		for n := 0; ; n++ {
+			select {
+			case <-stop:
+				seen <- bad
+				return
+			default:
+			}
+			b := binNames[n%len(binNames)]
+			body, err := os.ReadFile(filepath.Join(root, "usr/local/bin", b))
+			switch {
+			case err != nil:
+				bad = append(bad, fmt.Sprintf("%s: %v", b, err))
+			case !whole[string(body)]:
+				bad = append(bad, fmt.Sprintf("%s: %d bytes, neither binary whole", b, len(body)))
+			}
+		}
+	}()
+	for _, v := range []string{"v2", "v1", "v2", "v1", "v2", "v1", "v2"} { // seven upgrades: the window is a copy's length
+		makeInstall(t, "install", root, bins[v])
+	}
+	close(stop)
+	if bad := <-seen; len(bad) > 0 {
+		t.Errorf("a reader during make install found %d broken binaries, e.g. %q; want the old or the new one whole", len(bad), bad[:min(len(bad), 3)])
+	}
+	for _, b := range binNames {
+		now, _ := os.ReadFile(filepath.Join(root, "usr/local/bin", b))
+		want, _ := os.ReadFile(filepath.Join(bins["v2"], b))
+		if !bytes.Equal(now, want) {
+			t.Errorf("%s after the upgrade is not the new binary", b)
+		}
+		if fi, err := os.Stat(filepath.Join(root, "usr/local/bin", b)); err != nil || fi.Mode().Perm() != 0o755 {
+			t.Errorf("%s after the upgrade: %v, %v; want mode 0755", b, fi, err)
+		}
+	}
+	if left, _ := filepath.Glob(filepath.Join(root, "usr/local/bin", ".*")); len(left) > 0 {
+		t.Errorf("make install left %v", left)
+	}
+}
