@@ -988,28 +988,7 @@ func TestImportKilledBeforeItsRename(t *testing.T) {
 	sock := serveAdmin(t, dir, f)
 	backups := filepath.Join(dir, "backups")
 
-	// The hook ends the run's goroutine where a kill would end it: no
-	// cleanup of the run's own runs after it.
-	var left string
-	testHookWritten = func(f *os.File) {
-		if filepath.Dir(f.Name()) == dir {
-			left = f.Name()
-			f.Close() // a kill closes its files
-			runtime.Goexit()
-		}
-	}
-	t.Cleanup(func() { testHookWritten = nil })
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		im := importer{a: newAdmin(sock, 10*time.Second), backups: backups, rewrite: "http://localhost:8787"}
-		im.run(config)
-	}()
-	<-done
-	testHookWritten = nil
-	if left == "" {
-		t.Fatal("the import wrote no copy of the config")
-	}
+	left := killWhileWriting(t, importer{a: newAdmin(sock, 10*time.Second), backups: backups, rewrite: "http://localhost:8787"}, config, dir)
 	var st unix.Stat_t
 	if err := unix.Stat(left, &st); err != nil {
 		t.Fatalf("the copy a killed run leaves: %v", err)
@@ -1174,27 +1153,8 @@ func TestImportRemovesBackupLeftovers(t *testing.T) {
 	sock := serveAdmin(t, dir, f)
 	backups := filepath.Join(dir, "backups")
 
-	// Killed as it writes the server's backup: its goroutine ends there.
-	var left string
-	testHookWritten = func(f *os.File) {
-		if filepath.Dir(f.Name()) == backups {
-			left = f.Name()
-			f.Close() // a kill closes its files
-			runtime.Goexit()
-		}
-	}
-	t.Cleanup(func() { testHookWritten = nil })
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		im := importer{a: newAdmin(sock, 10*time.Second), backups: backups}
-		im.run(config)
-	}()
-	<-done
-	testHookWritten = nil
-	if left == "" {
-		t.Fatal("the import wrote no backup")
-	}
+	// Killed as it writes the server's backup.
+	left := killWhileWriting(t, importer{a: newAdmin(sock, 10*time.Second), backups: backups}, config, backups)
 	if _, err := os.Lstat(left); err != nil {
 		t.Fatalf("the copy a killed run leaves: %v", err)
 	}
@@ -1291,4 +1251,32 @@ func TestImportRemovesOldConfigCopies(t *testing.T) {
 			t.Errorf("%s is gone after the import; want it left: %v", filepath.Base(p), err)
 		}
 	}
+}
+
+// killWhileWriting runs im on config until it has written a copy of a file
+// into dir, and ends the run there as a kill would: its files closed, its
+// goroutine ended, no cleanup of its own after it. It returns the copy's
+// name.
+func killWhileWriting(t *testing.T, im importer, config, dir string) string {
+	t.Helper()
+	var left string
+	testHookWritten = func(f *os.File) {
+		if filepath.Dir(f.Name()) == dir {
+			left = f.Name()
+			f.Close()
+			runtime.Goexit()
+		}
+	}
+	t.Cleanup(func() { testHookWritten = nil })
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		im.run(config)
+	}()
+	<-done
+	testHookWritten = nil
+	if left == "" {
+		t.Fatalf("the import wrote no copy of a file into %s", dir)
+	}
+	return left
 }

@@ -36,17 +36,25 @@ func fill(p string, mib int) (int, error) {
 	return int(n >> 20), err
 }
 
+// openDisks opens the Disks of state, closed when the test ends, or
+// reports that this host has none.
+func openDisks(t *testing.T, state string) *Disks {
+	t.Helper()
+	d := Open(state)
+	t.Cleanup(func() { _ = d.Close() })
+	if err := d.Support(); err != nil {
+		testenv.Unavailable(t, err.Error())
+	}
+	return d
+}
+
 // TestDiskLimit: a data folder given a file system of its own keeps what
 // it held, stops a writer at its size (ENOSPC), grows and shrinks to a new
 // limit, and goes with Remove.
 func TestDiskLimit(t *testing.T) {
 	testenv.RequireRoot(t)
 	state := t.TempDir()
-	d := Open(state)
-	t.Cleanup(func() { _ = d.Close() })
-	if err := d.Support(); err != nil {
-		testenv.Unavailable(t, err.Error())
-	}
+	d := openDisks(t, state)
 	data := filepath.Join(state, "data", "alice")
 	if err := os.MkdirAll(filepath.Join(data, "sub"), 0o700); err != nil {
 		t.Fatal(err)
@@ -112,11 +120,7 @@ func TestDiskMoveDeepData(t *testing.T) {
 	state := t.TempDir()
 	// Whatever happens, the chain goes (t.TempDir's os.RemoveAll could not).
 	t.Cleanup(func() { _ = exec.Command("rm", "-rf", state).Run() })
-	d := Open(state)
-	t.Cleanup(func() { _ = d.Close() })
-	if err := d.Support(); err != nil {
-		testenv.Unavailable(t, err.Error())
-	}
+	d := openDisks(t, state)
 	data := filepath.Join(state, "data", "deep")
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		t.Fatal(err)
@@ -143,11 +147,7 @@ func TestDiskMoveDeepData(t *testing.T) {
 func TestRunFolder(t *testing.T) {
 	testenv.RequireRoot(t)
 	state := t.TempDir()
-	d := Open(state)
-	t.Cleanup(func() { _ = d.Close() })
-	if err := d.Support(); err != nil {
-		testenv.Unavailable(t, err.Error())
-	}
+	d := openDisks(t, state)
 	run := filepath.Join(state, "run", "alice")
 	if err := os.MkdirAll(run, 0o700); err != nil {
 		t.Fatal(err)
@@ -216,11 +216,7 @@ func TestSupportAfterAFullDisk(t *testing.T) {
 func TestMoveAfterAKilledMove(t *testing.T) {
 	testenv.RequireRoot(t)
 	state := t.TempDir()
-	d := Open(state)
-	t.Cleanup(func() { _ = d.Close() })
-	if err := d.Support(); err != nil {
-		testenv.Unavailable(t, err.Error())
-	}
+	d := openDisks(t, state)
 	data := filepath.Join(state, "data", "alice")
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		t.Fatal(err)
@@ -304,11 +300,7 @@ func holdMounts(t *testing.T) func() {
 func TestResizeWhileMountedElsewhere(t *testing.T) {
 	testenv.RequireRoot(t)
 	state := t.TempDir()
-	d := Open(state)
-	t.Cleanup(func() { _ = d.Close() })
-	if err := d.Support(); err != nil {
-		testenv.Unavailable(t, err.Error())
-	}
+	d := openDisks(t, state)
 	data := filepath.Join(state, "data", "alice")
 	if _, err := d.Mount("alice", data, 32<<20); err != nil {
 		t.Fatal(err)
