@@ -1183,19 +1183,7 @@ func TestImportRemovesBackupLeftovers(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("the next import = %d (%s); want %d", code, stderr, exitOK)
 	}
-	for _, p := range []string{left, old} {
-		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
-			t.Errorf("%s, a copy a killed run left, is still there after the next import (%v)", filepath.Base(p), err)
-		}
-		if !strings.Contains(stderr, p) {
-			t.Errorf("the next import does not name %s it removed: %s", p, stderr)
-		}
-	}
-	for _, p := range theirs {
-		if _, err := os.Lstat(p); err != nil {
-			t.Errorf("%s, not a leftover of toybox's or one in use, is gone after the import: %v", filepath.Base(p), err)
-		}
-	}
+	removedAndKept(t, stderr, []string{left, old}, theirs)
 }
 
 // TestImportRemovesOldConfigCopies: a copy of the config an older toybox
@@ -1238,17 +1226,24 @@ func TestImportRemovesOldConfigCopies(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("import = %d (%s); want %d", code, stderr, exitOK)
 	}
-	for _, p := range stale {
+	removedAndKept(t, stderr, stale, keep)
+}
+
+// removedAndKept checks that an import removed each of gone, leftovers of
+// killed runs, naming it in its stderr, and left each of kept.
+func removedAndKept(t *testing.T, stderr string, gone, kept []string) {
+	t.Helper()
+	for _, p := range gone {
 		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
-			t.Errorf("%s, a copy an import left, is still there after the next import (%v)", filepath.Base(p), err)
+			t.Errorf("%s, a copy a killed run left, is still there after the next import (%v)", filepath.Base(p), err)
 		}
 		if !strings.Contains(stderr, p) {
-			t.Errorf("the import does not name %s it removed: %s", p, stderr)
+			t.Errorf("the next import does not name %s it removed: %s", p, stderr)
 		}
 	}
-	for _, p := range keep {
+	for _, p := range kept {
 		if _, err := os.Lstat(p); err != nil {
-			t.Errorf("%s is gone after the import; want it left: %v", filepath.Base(p), err)
+			t.Errorf("%s, not a leftover of toybox's or one in use, is gone after the import: %v", filepath.Base(p), err)
 		}
 	}
 }
