@@ -91,7 +91,19 @@ type stdioBridge struct {
 	renewing sync.Mutex // one new session at a time
 
 	callsMu sync.Mutex
-	calls   map[string]context.CancelFunc // the requests posted, by id
+	calls   map[string]*inFlight // the requests under way, by id (callKey)
+}
+
+// inFlight is one request under way: posted, or waiting to be.
+type inFlight struct {
+	cancel context.CancelFunc // nil: not cancellable (an initialize)
+}
+
+// ask is a message the bridge posts, and for a request, its entry in
+// calls: its answer is written only while the entry is there.
+type ask struct {
+	mcp.Msg
+	f *inFlight
 }
 
 // stdioInFlight bounds the requests posted at once: the client's others
@@ -128,26 +140,36 @@ func (b *stdioBridge) run(ctx context.Context, in io.Reader) error {
 			if perr != nil {
 				// As a stdio server would: an error with no id.
 				b.write(mcp.ErrorResponse(nil, mcp.CodeParse, "toybox stdio: "+perr.Error(), nil))
+			} else if m.Kind == mcp.KindRequest && b.inFlight(m.ID) {
+				// JSON-RPC: an id is unique among the requests in
+				// flight. Sent on, the endpoint would answer both
+				// with one id, and a cancel would name either: the
+				// one in flight keeps it.
+				b.write(mcp.ErrorResponse(m.ID, mcp.CodeInvalidRequest, "toybox stdio: request id "+string(m.ID)+" is in flight already: an id names one request until its answer", nil))
 			} else if m.Kind == mcp.KindRequest && m.Method == "initialize" {
 				// Posted on its own, so that stdin is read on while
 				// the endpoint takes its time: its end (the client
 				// quit) still ends the bridge.
+				// Its id is in flight as any request's. A client
+				// never cancels it: the spec forbids it.
+				a, untrack := b.track(m, nil)
 				prev, answered := ready, make(chan struct{})
 				ready = answered
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
 					defer close(answered)
+					defer untrack()
 					select {
 					case <-prev:
 					case <-ctx.Done():
 						return
 					}
 					if b.initialized() {
-						b.failWith(m, mcp.CodeInvalidRequest, "the endpoint accepted an initialize already: a client initializes once, and its server's session is open")
+						b.failWith(a, mcp.CodeInvalidRequest, "the endpoint accepted an initialize already: a client initializes once, and its server's session is open")
 						return
 					}
-					b.post(ctx, m, true)
+					b.post(ctx, a, true)
 					if !listening && b.sessionID() != "" {
 						listening = true
 						streams.Add(1)
@@ -167,8 +189,11 @@ func (b *stdioBridge) run(ctx context.Context, in io.Reader) error {
 				// waits for no initialize: the server may ask while
 				// it initializes (a ping).
 				ctx, done := ctx, func() {}
+				a := ask{Msg: m}
 				if m.Kind == mcp.KindRequest {
-					ctx, done = b.track(ctx, m.ID)
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithCancel(ctx)
+					a, done = b.track(m, cancel)
 				}
 				gate := ready
 				if m.Kind == mcp.KindResponse {
@@ -205,7 +230,7 @@ func (b *stdioBridge) run(ctx context.Context, in io.Reader) error {
 							return
 						}
 					}
-					b.post(ctx, m, true)
+					b.post(ctx, a, true)
 				}()
 				if m.Method == "notifications/cancelled" {
 					b.cancelCall(m)
@@ -311,8 +336,8 @@ func (b *stdioBridge) request(ctx context.Context, method string, body []byte, m
 
 // post sends one message and writes what answers it; if retry, once more
 // in a new session when the endpoint forgot the one it was sent in.
-func (b *stdioBridge) post(ctx context.Context, m mcp.Msg, retry bool) {
-	req, err := b.request(ctx, http.MethodPost, m.Raw, &m)
+func (b *stdioBridge) post(ctx context.Context, m ask, retry bool) {
+	req, err := b.request(ctx, http.MethodPost, m.Raw, &m.Msg)
 	if err != nil {
 		b.fail(m, err.Error())
 		return
@@ -371,11 +396,11 @@ func (b *stdioBridge) post(ctx context.Context, m mcp.Msg, retry bool) {
 
 // forward writes one message the endpoint sent, and reports whether it
 // answers asked; an initialize answer's version is the session's from
-// then on. A message that is not JSON-RPC, or a second answer to asked
-// (answered), is not written: the error says why. The client is owed
-// exactly one answer a request, and a line it cannot read may end its
-// connection.
-func (b *stdioBridge) forward(body []byte, asked mcp.Msg, answered bool) (bool, error) {
+// then on. A message that is not JSON-RPC, a second answer to asked
+// (answered), or an answer to a request the client cancelled, is not
+// written: the error says why. The client is owed exactly one answer a
+// request, and a line it cannot read may end its connection.
+func (b *stdioBridge) forward(body []byte, asked ask, answered bool) (bool, error) {
 	body = bytes.TrimSpace(body)
 	if len(body) == 0 {
 		return false, nil
@@ -391,6 +416,9 @@ func (b *stdioBridge) forward(body []byte, asked mcp.Msg, answered bool) (bool, 
 	answers := am.Kind == mcp.KindResponse && asked.Kind == mcp.KindRequest && bytes.Equal(am.ID, asked.ID)
 	if answers && answered {
 		return false, fmt.Errorf("a second answer to request %s", asked.ID)
+	}
+	if answers && !b.settle(asked) {
+		return false, fmt.Errorf("an answer to request %s, which the client cancelled", asked.ID)
 	}
 	if answers && asked.Method == "initialize" && am.Result() != nil {
 		// The initialize the endpoint accepted is the one a new
@@ -408,7 +436,7 @@ func (b *stdioBridge) forward(body []byte, asked mcp.Msg, answered bool) (bool, 
 
 // resume takes up the stream of request m again after event lastID,
 // and reports whether m was answered on it.
-func (b *stdioBridge) resume(ctx context.Context, lastID *string, m mcp.Msg) bool {
+func (b *stdioBridge) resume(ctx context.Context, lastID *string, m ask) bool {
 	req, err := b.request(ctx, http.MethodGet, nil, nil)
 	if err != nil {
 		return false
@@ -428,7 +456,7 @@ func (b *stdioBridge) resume(ctx context.Context, lastID *string, m mcp.Msg) boo
 
 // events writes each event of an event stream, and reports whether one
 // answered asked; lastID, if not nil, keeps the last event's id.
-func (b *stdioBridge) events(r io.Reader, lastID *string, asked mcp.Msg) (answered bool) {
+func (b *stdioBridge) events(r io.Reader, lastID *string, asked ask) (answered bool) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), mcp.MaxMessage+64)
 	var data []string
@@ -461,7 +489,7 @@ func (b *stdioBridge) events(r io.Reader, lastID *string, asked mcp.Msg) (answer
 // refused answers a request the endpoint refused with the endpoint's own
 // words: its JSON-RPC error's code and message when it sent one, else its
 // status and text.
-func (b *stdioBridge) refused(m mcp.Msg, resp *http.Response) {
+func (b *stdioBridge) refused(m ask, resp *http.Response) {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	code, text := mcp.CodeInternal, strings.TrimSpace(string(body))
 	var answer struct {
@@ -486,12 +514,13 @@ func (b *stdioBridge) refused(m mcp.Msg, resp *http.Response) {
 	b.failWith(m, code, fmt.Sprintf("%s answered %d: %s", b.endpoint, resp.StatusCode, text))
 }
 
-// fail answers request m with an error saying why (a notification or an
-// answer of the client's has none: stderr says it).
-func (b *stdioBridge) fail(m mcp.Msg, why string) { b.failWith(m, mcp.CodeInternal, why) }
+// fail answers request m with an error saying why (a notification, an
+// answer of the client's or a request it cancelled has none: stderr
+// says it).
+func (b *stdioBridge) fail(m ask, why string) { b.failWith(m, mcp.CodeInternal, why) }
 
-func (b *stdioBridge) failWith(m mcp.Msg, code int, why string) {
-	if m.Kind != mcp.KindRequest {
+func (b *stdioBridge) failWith(m ask, code int, why string) {
+	if m.Kind != mcp.KindRequest || !b.settle(m) {
 		fmt.Fprintf(os.Stderr, "toybox stdio: %s\n", term(why))
 		return
 	}
@@ -543,7 +572,7 @@ func (b *stdioBridge) listen(ctx context.Context) {
 			continue
 		case resp.StatusCode/100 == 2 && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream"):
 			wait = time.Second
-			b.events(resp.Body, &last, mcp.Msg{})
+			b.events(resp.Body, &last, ask{})
 			resp.Body.Close()
 		default:
 			resp.Body.Close()
@@ -556,39 +585,85 @@ func (b *stdioBridge) listen(ctx context.Context) {
 	}
 }
 
-// track keeps the request id's post cancellable until done.
-func (b *stdioBridge) track(ctx context.Context, id []byte) (_ context.Context, done func()) {
-	ctx, cancel := context.WithCancel(ctx)
+// callKey is the key of a request id in calls: its compact JSON, a
+// string's spelled one way ("\u0061" is "a").
+func callKey(id []byte) string {
+	var s string
+	if json.Unmarshal(id, &s) == nil {
+		q, _ := json.Marshal(s)
+		return string(q)
+	}
+	var compact bytes.Buffer
+	if json.Compact(&compact, id) != nil {
+		return string(id)
+	}
+	return compact.String()
+}
+
+// inFlight reports whether a request with id is under way.
+func (b *stdioBridge) inFlight(id []byte) bool {
+	b.callsMu.Lock()
+	defer b.callsMu.Unlock()
+	_, ok := b.calls[callKey(id)]
+	return ok
+}
+
+// track enters request m in flight until done (or its answer), with
+// cancel for a notifications/cancelled that names it. Only run's loop
+// calls it, once inFlight said the id is free.
+func (b *stdioBridge) track(m mcp.Msg, cancel context.CancelFunc) (_ ask, done func()) {
+	key := callKey(m.ID)
+	f := &inFlight{cancel: cancel}
 	b.callsMu.Lock()
 	defer b.callsMu.Unlock()
 	if b.calls == nil {
-		b.calls = map[string]context.CancelFunc{}
+		b.calls = map[string]*inFlight{}
 	}
-	b.calls[string(id)] = cancel
-	return ctx, func() {
-		cancel()
+	b.calls[key] = f
+	return ask{Msg: m, f: f}, func() {
+		if cancel != nil {
+			cancel()
+		}
 		b.callsMu.Lock()
 		defer b.callsMu.Unlock()
-		delete(b.calls, string(id))
+		if b.calls[key] == f {
+			delete(b.calls, key)
+		}
 	}
+}
+
+// settle takes request a out of flight as its answer is written, and
+// reports whether it was still in flight: the answer to one the client
+// cancelled (whose id it may have sent again since) is not written.
+func (b *stdioBridge) settle(a ask) bool {
+	if a.f == nil {
+		return true
+	}
+	b.callsMu.Lock()
+	defer b.callsMu.Unlock()
+	key := callKey(a.ID)
+	if b.calls[key] != a.f {
+		return false
+	}
+	delete(b.calls, key)
+	return true
 }
 
 // cancelCall closes the stream of the request a notifications/cancelled
 // names: that is how a 2026-07-28 server learns it, and a 2025 server's
-// answer would be dropped by the client anyway.
+// answer would be dropped by the client anyway. Its id is free from
+// then on.
 func (b *stdioBridge) cancelCall(m mcp.Msg) {
 	id, ok := m.Get("params", "requestId")
 	if !ok {
 		return
 	}
-	var compact bytes.Buffer
-	if json.Compact(&compact, id) != nil {
-		return
-	}
 	b.callsMu.Lock()
 	defer b.callsMu.Unlock()
-	if cancel, ok := b.calls[compact.String()]; ok {
-		cancel()
+	key := callKey(id)
+	if f, ok := b.calls[key]; ok && f.cancel != nil {
+		f.cancel()
+		delete(b.calls, key)
 	}
 }
 

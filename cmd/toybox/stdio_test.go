@@ -535,3 +535,90 @@ func TestStdioBridgeServerRequests(t *testing.T) {
 		t.Errorf("the bridge ended %v after stdin's end with no answer under way; want at once", d.Round(time.Millisecond))
 	}
 }
+
+// TestStdioBridgeReusedID: a client sends a request with the id of one
+// still in flight (JSON-RPC forbids it). The second is refused (-32600,
+// naming the id) and never posted; the first stays the one that id
+// names, so a notifications/cancelled for it ends the first's post. The
+// id is free once the first is gone.
+func TestStdioBridgeReusedID(t *testing.T) {
+	var mu sync.Mutex
+	var held []string // the name of each tools/call posted
+	firstGone := make(chan struct{})
+	c := startBridge(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		var m struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+			Params struct {
+				Name string `json:"name"`
+			} `json:"params"`
+		}
+		_ = json.Unmarshal(body, &m)
+		switch {
+		case m.Method == "initialize":
+			initResult(w, m.ID, "s1")
+		case m.Method == "tools/call" && m.Params.Name == "quick":
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"name":"quick"}}`, m.ID)
+		case m.Method == "tools/call":
+			mu.Lock()
+			held = append(held, m.Params.Name)
+			mu.Unlock()
+			<-r.Context().Done() // the server holds the call
+			if m.Params.Name == "first" {
+				close(firstGone)
+			}
+		default:
+			w.WriteHeader(http.StatusAccepted)
+		}
+	}))
+	c.send(t, initA)
+	c.next(t, `"id":1,"result"`)
+	c.send(t, initd)
+	c.send(t, `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"first"}}`)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		n := len(held)
+		mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the first call was not posted in 10 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.send(t, `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"second"}}`)
+	got := c.next(t, `"id":5`)
+	if !strings.Contains(got, `"code":-32600`) || !strings.Contains(got, "request id 5") {
+		t.Errorf("a request reusing id 5 in flight = %s; want -32600 naming the id", got)
+	}
+	c.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}`)
+	select {
+	case <-firstGone:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("a notifications/cancelled for id 5 did not end the first call's post in 10 s")
+	}
+	// The id is free again once the client cancelled its call.
+	c.send(t, `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"quick"}}`)
+	if got := c.next(t, `"id":5`); !strings.Contains(got, `"name":"quick"`) {
+		t.Errorf("id 5 after its call was cancelled = %s; want the call answered", got)
+	}
+	lines := c.rest(t)
+	for _, line := range lines {
+		if strings.Contains(line, `"id":5`) {
+			t.Errorf("stdout has %s after the last answer to id 5; want nothing more for it", line)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"first"}; !slices.Equal(held, want) {
+		t.Errorf("held calls posted %q; want %q (a reused id is not sent)", held, want)
+	}
+}
