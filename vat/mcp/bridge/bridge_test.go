@@ -813,3 +813,49 @@ func TestStatsBounded(t *testing.T) {
 		t.Errorf("serverInfo = %s; want its name and version kept", st.ServerInfo)
 	}
 }
+
+// TestRefusedInitializeNoSession: a vat refuses initialize (a JSON-RPC
+// error, HTTP 200). No session was made: a JSON answer names none, and
+// the id an event stream gave before its answer came is unknown (404).
+func TestRefusedInitializeNoSession(t *testing.T) {
+	for _, accept := range []string{"application/json", "text/event-stream"} {
+		t.Run(accept, func(t *testing.T) {
+			// A legacy bridge whose vat speaks 2026-07-28 only:
+			// initialize is an unknown method to it.
+			b, srv := newBridge(t, Config{NoSpare: true}, "BRIDGE_TEST_MODERN=1")
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			c := client(srv, "alice")
+			r, err := c.Post(ctx, mcptest.Request(1, "initialize", map[string]any{
+				"protocolVersion": "2025-06-18", "capabilities": map[string]any{},
+				"clientInfo": map[string]any{"name": "mcptest", "version": "1"},
+			}), "Accept", accept+", application/json")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f := r.Final(); f == nil || f["error"] == nil {
+				t.Fatalf("the initialize = %d %q %+v; want the vat's error", r.Status, r.Body, r.Events)
+			}
+			sid := r.Header.Get(mcp.HeaderSession)
+			if accept == "application/json" && sid != "" {
+				t.Errorf("a refused initialize's JSON answer names session %q; want none", sid)
+			}
+			if err := mcptest.Eventually(5*time.Second, func() error {
+				b.mu.Lock()
+				defer b.mu.Unlock()
+				if n := len(b.sessions); n != 0 {
+					return fmt.Errorf("%d sessions after a refused initialize; want none", n)
+				}
+				return nil
+			}); err != nil {
+				t.Error(err)
+			}
+			if sid != "" {
+				c.Session = sid
+				if r, err := c.Post(ctx, mcptest.Tool(2, "echo", map[string]any{"text": "x"})); err != nil || r.Status != http.StatusNotFound {
+					t.Errorf("a call in the refused initialize's session: %v %d; want 404", err, r.Status)
+				}
+			}
+		})
+	}
+}

@@ -420,6 +420,12 @@ func (b *Bridge) serve(w http.ResponseWriter, r *http.Request, s *stream, o writ
 					status = o.status(fin.data)
 				}
 				h := w.Header()
+				if o.session != "" && !isResult(fin.data) {
+					// An initialize the vat refused opened no
+					// session (the caller ends it): no id of it
+					// goes to the client.
+					h.Del(mcp.HeaderSession)
+				}
 				h.Set("Content-Type", "application/json")
 				h.Set("Content-Length", strconv.Itoa(len(fin.data)))
 				if status == 0 {
@@ -483,4 +489,10 @@ func (b *Bridge) serve(w http.ResponseWriter, r *http.Request, s *stream, o writ
 			return false
 		}
 	}
+}
+
+// isResult reports whether msg is a JSON-RPC response with a result.
+func isResult(msg []byte) bool {
+	m, err := mcp.Parse(msg)
+	return err == nil && m.Result() != nil
 }
