@@ -104,6 +104,9 @@ type inFlight struct {
 type ask struct {
 	mcp.Msg
 	f *inFlight
+	// session is the Mcp-Session-Id an initialize's answer came with:
+	// the session's only once the answer is a result.
+	session string
 }
 
 // stdioInFlight bounds the requests posted at once: the client's others
@@ -355,9 +358,7 @@ func (b *stdioBridge) post(ctx context.Context, m ask, retry bool) {
 		return
 	}
 	if m.Method == "initialize" && resp.StatusCode/100 == 2 {
-		b.mu.Lock()
-		b.session = resp.Header.Get(mcp.HeaderSession)
-		b.mu.Unlock()
+		m.session = resp.Header.Get(mcp.HeaderSession)
 	}
 	switch ct := resp.Header.Get("Content-Type"); {
 	case resp.StatusCode == http.StatusAccepted || resp.StatusCode == http.StatusNoContent:
@@ -422,11 +423,13 @@ func (b *stdioBridge) forward(body []byte, asked ask, answered bool) (bool, erro
 	}
 	if answers && asked.Method == "initialize" && am.Result() != nil {
 		// The initialize the endpoint accepted is the one a new
-		// session is opened with: one it refused is not.
+		// session is opened with: one it refused is not, and the
+		// session id its answer came with names no session.
 		b.mu.Lock()
 		if v, ok := am.GetString("result", "protocolVersion"); ok {
 			b.version = v
 		}
+		b.session = asked.session
 		b.opening = [][]byte{asked.Raw}
 		b.mu.Unlock()
 	}
@@ -443,6 +446,10 @@ func (b *stdioBridge) resume(ctx context.Context, lastID *string, m ask) bool {
 	}
 	req.Header.Set("Accept", "text/event-stream")
 	req.Header.Set(mcp.HeaderLastEvent, *lastID)
+	if m.session != "" {
+		// An initialize's stream, in the session its answer opens.
+		req.Header.Set(mcp.HeaderSession, m.session)
+	}
 	resp, err := b.client.Do(req)
 	if err != nil {
 		return false
@@ -720,9 +727,14 @@ func (b *stdioBridge) renew(ctx context.Context, gone string) bool {
 		if err != nil {
 			return false
 		}
+		accepted := resp.StatusCode/100 == 2
+		if i == 0 {
+			// A 200 whose answer is an error opened no session.
+			accepted = accepted && initAccepted(resp, msg)
+		}
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, mcp.MaxMessage))
 		resp.Body.Close()
-		if resp.StatusCode/100 != 2 {
+		if !accepted {
 			return false
 		}
 		if i == 0 {
@@ -738,6 +750,39 @@ func (b *stdioBridge) renew(ctx context.Context, gone string) bool {
 	b.mu.Unlock()
 	ok = true
 	return true
+}
+
+// initAccepted reports whether resp, the answer to initialize raw, holds
+// its result: as JSON, or as an event of a stream.
+func initAccepted(resp *http.Response, raw []byte) bool {
+	init, err := mcp.Parse(raw)
+	if err != nil {
+		return false
+	}
+	body := io.LimitReader(resp.Body, mcp.MaxMessage+64)
+	answers := func(data []byte) bool {
+		m, err := mcp.Parse(bytes.TrimSpace(data))
+		return err == nil && m.Kind == mcp.KindResponse && bytes.Equal(m.ID, init.ID) && m.Result() != nil
+	}
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		data, err := io.ReadAll(body)
+		return err == nil && answers(data)
+	}
+	sc := bufio.NewScanner(body)
+	sc.Buffer(make([]byte, 64<<10), mcp.MaxMessage+64)
+	var data []string
+	for sc.Scan() {
+		switch line := sc.Text(); {
+		case line == "":
+			if answers([]byte(strings.Join(data, "\n"))) {
+				return true
+			}
+			data = data[:0]
+		case strings.HasPrefix(line, "data:"):
+			data = append(data, strings.TrimPrefix(strings.TrimPrefix(line, "data:"), " "))
+		}
+	}
+	return answers([]byte(strings.Join(data, "\n")))
 }
 
 // endSession ends the session the endpoint opened, if it did.

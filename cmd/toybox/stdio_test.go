@@ -622,3 +622,112 @@ func TestStdioBridgeReusedID(t *testing.T) {
 		t.Errorf("held calls posted %q; want %q (a reused id is not sent)", held, want)
 	}
 }
+
+// TestStdioBridgeRefusedInitializeSession: an endpoint answers initialize
+// 200 with an Mcp-Session-Id but a JSON-RPC error in the body (the
+// server refused it, as JSON or as an event): no session was made, so
+// the bridge sends that id with nothing after it, and the client's next
+// initialize goes with no session.
+func TestStdioBridgeRefusedInitializeSession(t *testing.T) {
+	for _, sse := range []bool{false, true} {
+		t.Run(fmt.Sprint("sse=", sse), func(t *testing.T) {
+			var mu sync.Mutex
+			var seen []string // "method session" of each request after the refused initialize
+			refused := false
+			c := startBridge(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				m := readRPC(r)
+				mu.Lock()
+				first := !refused
+				if refused {
+					seen = append(seen, r.Method+" "+m.Method+" "+r.Header.Get("Mcp-Session-Id"))
+				}
+				refused = true
+				mu.Unlock()
+				switch {
+				case r.Method == http.MethodPost && m.Method == "initialize" && first:
+					w.Header().Set("Mcp-Session-Id", "refused")
+					body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"error":{"code":-32602,"message":"no such version"}}`, m.ID)
+					if sse {
+						w.Header().Set("Content-Type", "text/event-stream")
+						fmt.Fprintf(w, "data: %s\n\n", body)
+						return
+					}
+					w.Header().Set("Content-Type", "application/json")
+					_, _ = io.WriteString(w, body)
+				case r.Method == http.MethodPost && m.Method == "initialize":
+					initResult(w, m.ID, "s1")
+				case r.Method == http.MethodGet:
+					w.WriteHeader(http.StatusMethodNotAllowed)
+				default:
+					w.WriteHeader(http.StatusAccepted)
+				}
+			}))
+			c.send(t, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"1999-01-01","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`)
+			if got := c.next(t, `"id":0`); !strings.Contains(got, "no such version") {
+				t.Errorf("a refused initialize = %s; want the endpoint's error", got)
+			}
+			time.Sleep(200 * time.Millisecond) // a GET stream, had one started
+			c.send(t, initA)
+			c.next(t, `"id":1,"result"`)
+			c.rest(t)
+			mu.Lock()
+			defer mu.Unlock()
+			if len(seen) == 0 || seen[0] != "POST initialize " {
+				t.Errorf("after the refused initialize the endpoint got %q; want the next initialize first, with no session", seen)
+			}
+			for _, s := range seen {
+				if strings.HasSuffix(s, " refused") {
+					t.Errorf("the endpoint got %q: the id of a session its refused initialize never made", s)
+				}
+			}
+		})
+	}
+}
+
+// TestStdioBridgeRenewRefused: the endpoint forgot the session, and
+// answers the initialize that would open a new one 200, with a session
+// id but a JSON-RPC error: no session was made, so the call is answered
+// with the endpoint's 404 and that id is never sent.
+func TestStdioBridgeRenewRefused(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string // the session each request carried
+	inits := 0
+	c := startBridge(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			return
+		}
+		m := readRPC(r)
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, r.Header.Get("Mcp-Session-Id"))
+		switch {
+		case m.Method == "initialize" && inits == 0:
+			inits++
+			initResult(w, m.ID, "s1")
+		case m.Method == "initialize":
+			w.Header().Set("Mcp-Session-Id", "refused")
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"error":{"code":-32603,"message":"not now"}}`, m.ID)
+		case m.Method == "tools/call":
+			http.Error(w, "no such session", http.StatusNotFound) // it forgot s1
+		default:
+			w.WriteHeader(http.StatusAccepted)
+		}
+	}))
+	c.send(t, initA)
+	c.next(t, `"id":1,"result"`)
+	c.send(t, initd)
+	c.send(t, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"t"}}`)
+	if got := c.next(t, `"id":2`); !strings.Contains(got, "404") {
+		t.Errorf("a call whose session could not be opened again = %s; want the endpoint's 404", got)
+	}
+	c.rest(t)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, s := range seen {
+		if s == "refused" {
+			t.Errorf("the endpoint got session %q, which its refused initialize never made (all: %q)", s, seen)
+		}
+	}
+}
