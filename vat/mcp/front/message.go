@@ -218,33 +218,36 @@ func EraOf(h http.Header, req Request) mcp.Era {
 	return mcp.Legacy
 }
 
-// ErrorBody is a JSON-RPC error response, id null when id is nil.
+// ErrorBody is a JSON-RPC error response, id null when id is nil. Its
+// text reads as written: `<vat>` is not escaped as \u003c (WriteError's
+// answer is JSON, never sniffed as a page).
 func ErrorBody(id json.RawMessage, code int, msg string, data any) []byte {
 	if len(id) == 0 {
 		id = json.RawMessage("null")
 	}
-	b, err := json.Marshal(struct {
-		JSONRPC string          `json:"jsonrpc"`
-		ID      json.RawMessage `json:"id"`
-		Error   struct {
-			Code    int    `json:"code"`
-			Message string `json:"message"`
-			Data    any    `json:"data,omitempty"`
-		} `json:"error"`
-	}{JSONRPC: "2.0", ID: id, Error: struct {
+	type rpcError struct {
 		Code    int    `json:"code"`
 		Message string `json:"message"`
 		Data    any    `json:"data,omitempty"`
-	}{code, msg, data}})
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	err := enc.Encode(struct {
+		JSONRPC string          `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id"`
+		Error   rpcError        `json:"error"`
+	}{JSONRPC: "2.0", ID: id, Error: rpcError{code, msg, data}})
 	if err != nil { // an id that is not JSON: answer with none
 		return ErrorBody(nil, code, msg, data)
 	}
-	return append(b, '\n')
+	return b.Bytes() // Encode ends it with a newline
 }
 
 // WriteError answers with a JSON-RPC error and HTTP status.
 func WriteError(w http.ResponseWriter, status int, id json.RawMessage, code int, msg string, data any) {
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff") // its text holds `<` as written
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	_, _ = w.Write(ErrorBody(id, code, msg, data))

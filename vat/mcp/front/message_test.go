@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"testing"
 
@@ -182,5 +183,33 @@ func TestPeekAllocs(t *testing.T) {
 	const want = 3 // the method, two member lists
 	if got := testing.AllocsPerRun(200, func() { _ = Peek(body) }); got > want+allocSlack {
 		t.Errorf("Peek(%s) allocates %v times; want at most %v", body, got, want)
+	}
+}
+
+// TestErrorBodyReadsAsWritten: a message naming `<vat>` or `a & b` reads
+// as written in the bytes a client gets, not as \u003c escapes. That is
+// safe because the answer is application/json, never sniffed as a page.
+func TestErrorBodyReadsAsWritten(t *testing.T) {
+	const msg = "POST /<vat>/mcp: vat a & b > c is starting"
+	body := ErrorBody(json.RawMessage(`"<id>"`), CodeUnavailable, msg, map[string]string{"why": "<off>"})
+	for _, want := range []string{`"message":"` + msg + `"`, `"id":"<id>"`, `"why":"<off>"`} {
+		if !bytes.Contains(body, []byte(want)) {
+			t.Errorf("ErrorBody = %s; want it to hold %s", body, want)
+		}
+	}
+	if !json.Valid(body) {
+		t.Errorf("ErrorBody = %s; not JSON", body)
+	}
+	w := httptest.NewRecorder()
+	WriteError(w, http.StatusNotFound, nil, mcp.CodeInvalidRequest, msg, nil)
+	h := w.Result().Header
+	if got := h.Get("Content-Type"); got != "application/json" {
+		t.Errorf("WriteError Content-Type = %q; want application/json", got)
+	}
+	if got := h.Get("X-Content-Type-Options"); got != "nosniff" {
+		t.Errorf("WriteError X-Content-Type-Options = %q; want nosniff", got)
+	}
+	if !bytes.Contains(w.Body.Bytes(), []byte(msg)) {
+		t.Errorf("WriteError body = %s; want it to hold %s", w.Body.Bytes(), msg)
 	}
 }
