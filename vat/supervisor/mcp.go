@@ -293,6 +293,12 @@ func (rt *mcpRoute) learn(c *mcpCall, resp *http.Response) error {
 		if !validSessionID(sid) {
 			return errSessionID
 		}
+		if c.method == "initialize" && refusedInitialize(resp) {
+			// The vat refused it: no session was made, so none is
+			// kept or handed out, and a request naming it is 404.
+			resp.Header.Del(mcp.HeaderSession)
+			return nil
+		}
 		if evicted, principal := rt.sessions.bind(sid, c.principal); evicted != "" {
 			go rt.endSession(evicted, principal)
 		}
@@ -304,6 +310,37 @@ func (rt *mcpRoute) learn(c *mcpCall, resp *http.Response) error {
 		rt.sessions.drop(c.session)
 	}
 	return nil
+}
+
+// maxInitAnswer bounds the JSON answer to an initialize the edge reads
+// to learn whether it is an error: an answer past it (icons as data:
+// URIs) is taken as a result.
+const maxInitAnswer = 1 << 20
+
+// refusedInitialize reports whether resp, a 2xx JSON answer to
+// initialize, is a JSON-RPC error. It reads the body (up to
+// maxInitAnswer) and puts what it read back in front of the rest. An
+// event stream is not read: the vat's later 404 forgets its id.
+func refusedInitialize(resp *http.Response) bool {
+	if !strings.HasPrefix(strings.ToLower(resp.Header.Get("Content-Type")), "application/json") {
+		return false
+	}
+	head, err := io.ReadAll(io.LimitReader(resp.Body, maxInitAnswer+1))
+	rest := io.Reader(bytes.NewReader(head))
+	if err != nil || len(head) > maxInitAnswer {
+		// Not read to its end: the rest follows (a body read to
+		// its end may be closed, and is read no more).
+		rest = io.MultiReader(rest, resp.Body)
+	}
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{rest, resp.Body}
+	if err != nil || len(head) > maxInitAnswer {
+		return false
+	}
+	m, err := mcp.Parse(bytes.TrimSpace(head))
+	return err == nil && m.Kind == mcp.KindResponse && m.Result() == nil
 }
 
 // endSession ends a session the edge no longer keeps (the least recently

@@ -1,9 +1,15 @@
 package supervisor
 
 import (
+	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"toybox/vat/mcp"
 )
 
 // TestSessionTableEvictsTheMostHeld: past its bound the edge's table of
@@ -81,3 +87,63 @@ func TestSessionTableCountsHolders(t *testing.T) {
 		t.Errorf("mallory's newest session: %q %v; want kept, its own principal's", p, ok)
 	}
 }
+
+// TestLearnRefusedInitialize: a vat answers initialize 200 with an
+// Mcp-Session-Id but a JSON-RPC error in its JSON body (it refused). No
+// session was made: the edge keeps no id for it (so a request naming it
+// is 404 at the edge), hands none to the client, and passes the body
+// on whole. An accepted one is kept.
+func TestLearnRefusedInitialize(t *testing.T) {
+	tests := []struct {
+		name, body string
+		kept       bool
+	}{
+		{"refused", `{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"no such version"}}`, false},
+		{"accepted", `{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-11-25","capabilities":{},"serverInfo":{"name":"s","version":"1"}}}`, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rt := &mcpRoute{sessions: newSessionTable(8)}
+			c := &mcpCall{principal: "alice", era: mcp.Legacy, method: "initialize"}
+			req := httptest.NewRequest(http.MethodPost, "/mcp", nil)
+			resp := &http.Response{
+				StatusCode: http.StatusOK, Request: req,
+				Header: http.Header{"Content-Type": {"application/json"}, "Mcp-Session-Id": {"s-" + tt.name}},
+				Body:   &closedAtEOF{r: strings.NewReader(tt.body)},
+			}
+			if err := rt.learn(c, resp); err != nil {
+				t.Fatalf("learn: %v", err)
+			}
+			_, kept := rt.sessions.owner("s-" + tt.name)
+			if kept != tt.kept {
+				t.Errorf("session kept = %v; want %v", kept, tt.kept)
+			}
+			if got := resp.Header.Get("Mcp-Session-Id") != ""; got != tt.kept {
+				t.Errorf("Mcp-Session-Id to the client = %q; want one only if kept (%v)", resp.Header.Get("Mcp-Session-Id"), tt.kept)
+			}
+			if b, err := io.ReadAll(resp.Body); err != nil || string(b) != tt.body {
+				t.Errorf("body = %s, %v; want %s", b, err, tt.body)
+			}
+		})
+	}
+}
+
+// closedAtEOF is a body that closes itself at its end, as a transport's
+// may: a read after it is an error.
+type closedAtEOF struct {
+	r    io.Reader
+	done bool
+}
+
+func (b *closedAtEOF) Read(p []byte) (int, error) {
+	if b.done {
+		return 0, errors.New("http: invalid Read on closed Body")
+	}
+	n, err := b.r.Read(p)
+	if errors.Is(err, io.EOF) {
+		b.done = true
+	}
+	return n, err
+}
+
+func (b *closedAtEOF) Close() error { return nil }
