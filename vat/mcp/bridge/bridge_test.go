@@ -859,3 +859,54 @@ func TestRefusedInitializeNoSession(t *testing.T) {
 		})
 	}
 }
+
+// TestReusedIDInFlight: a client sends a request with the id of one
+// still in flight in its session (JSON-RPC forbids it). The second is
+// refused (-32600, naming the id) and never reaches the vat, so a
+// notifications/cancelled for the id cancels the first, and only it.
+func TestReusedIDInFlight(t *testing.T) {
+	_, srv := newBridge(t, Config{NoSpare: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := client(srv, "alice")
+	if err := c.Initialize(ctx, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan *mcptest.Resp, 1)
+	go func() {
+		r, _ := c.Post(ctx, mcptest.Tool(5, "slow", map[string]any{"ms": 20000}))
+		first <- r
+	}()
+	// The second, once the first is in flight: its answer would come
+	// only after 20 s.
+	var r *mcptest.Resp
+	if err := mcptest.Eventually(5*time.Second, func() error {
+		short, done := context.WithTimeout(ctx, 2*time.Second)
+		defer done()
+		var err error
+		r, err = c.Post(short, mcptest.Tool(5, "slow", map[string]any{"ms": 20000}))
+		if err != nil {
+			return err
+		}
+		if f := r.Final(); f == nil || f["error"] == nil {
+			return fmt.Errorf("the second request with id 5 = %d %q; want an error", r.Status, r.Body)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(r.Body), "-32600") || !strings.Contains(r.Text(), "request id 5") {
+		t.Errorf("the second request with id 5 = %d %s; want -32600 naming the id", r.Status, r.Body)
+	}
+	if _, err := c.Post(ctx, []byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}`)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-first:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first request with id 5 still waits 10 s after its cancel")
+	}
+	if r, err := c.Post(ctx, mcptest.Tool(6, "cancelled", nil)); err != nil || strings.Count(r.Text(), ",")+1 != 1 || r.Text() == "" {
+		t.Errorf("the vat was told of cancelled calls %q (%v); want exactly one, the first", r.Text(), err)
+	}
+}
