@@ -119,6 +119,7 @@ type stack struct {
 
 	activated bool
 	listened  []*os.File // the activated sockets (ours; toybox gets copies)
+	noCgroups bool       // stackOpts.noCgroups
 
 	sbPublic, sbLocal string
 	sb, tb            *exec.Cmd
@@ -136,6 +137,7 @@ type stackOpts struct {
 	leakFD9   string   // a file toybox serve inherits as fd 9, not close-on-exec (as a careless parent would leave it)
 	nested    bool     // run toybox serve under another seccomp notifier's filter (tests/nested)
 	stateMiB  int      // the state dir on a tmpfs of this many MiB (a disk the test may fill); 0: on the test's disk
+	noCgroups bool     // run toybox serve in a mount namespace with no cgroup mounted: a host whose walls get no cgroup (no task fence)
 }
 
 // newStack starts a switchboard and a supervisor holding opts.handle. Every
@@ -157,7 +159,7 @@ func newStack(t testing.TB, opts stackOpts) *stack {
 	}
 	s := &stack{
 		t: t, dir: dir, state: filepath.Join(dir, "state"), admin: filepath.Join(dir, "admin.sock"),
-		http: "127.0.0.1:" + freePort(t), handle: opts.handle, env: opts.env, extra: opts.extra, sbArgs: opts.sbArgs, activated: opts.activated, leak: opts.leakFD9, nested: opts.nested,
+		http: "127.0.0.1:" + freePort(t), handle: opts.handle, env: opts.env, extra: opts.extra, sbArgs: opts.sbArgs, activated: opts.activated, leak: opts.leakFD9, nested: opts.nested, noCgroups: opts.noCgroups,
 		sbPublic: filepath.Join(dir, "sb-public.sock"), sbLocal: filepath.Join(dir, "sb-local.sock"),
 	}
 	t.Cleanup(func() {
@@ -317,6 +319,16 @@ func (s *stack) startToybox() {
 		s.tb.Args = append([]string{nested, s.tb.Path}, s.tb.Args[1:]...)
 		s.tb.Path = nested
 	}
+	if s.noCgroups {
+		// A mount namespace of its own, every cgroup file system unmounted
+		// there: toybox finds none (a host without cgroups).
+		unshare, err := exec.LookPath("unshare")
+		if err != nil {
+			testenv.Unavailable(s.t, "unshare(1), for a supervisor without cgroups: "+err.Error())
+		}
+		s.tb.Args = append([]string{"unshare", "--mount", "--propagation", "private", "--", "sh", "-c", noCgroupsScript, s.tb.Path}, s.tb.Args[1:]...)
+		s.tb.Path = unshare
+	}
 	s.tb.Env = append([]string{"PATH=" + os.Getenv("PATH")}, s.env...)
 	if s.leak != "" {
 		s.tb.Env = append(s.tb.Env, "TOYBOX_TEST_LEAK="+s.leak)
@@ -330,6 +342,18 @@ func (s *stack) startToybox() {
 		return code == http.StatusOK
 	})
 }
+
+// noCgroupsScript unmounts every cgroup file system (in the mount
+// namespace unshare made) and runs "$0" "$@"; it fails if one is left.
+const noCgroupsScript = `set -e
+for m in $(awk '{for (i = 7; i < NF; i++) if ($i == "-") { if ($(i+1) == "cgroup" || $(i+1) == "cgroup2") print $5; break }}' /proc/self/mountinfo | sort -r); do
+	umount -l "$m"
+done
+if awk '{for (i = 7; i < NF; i++) if ($i == "-") { if ($(i+1) == "cgroup" || $(i+1) == "cgroup2") f = 1; break }} END {exit !f}' /proc/self/mountinfo; then
+	echo "a cgroup file system is still mounted" >&2
+	exit 1
+fi
+exec "$0" "$@"`
 
 // activatedSockets listens on httpAddr (tcp) and adminPath (unix, 0600) and
 // returns the sockets as files, for LISTEN_FDS.

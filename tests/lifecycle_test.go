@@ -256,6 +256,18 @@ func TestFailedWallNeverRunsUnwalled(t *testing.T) {
 // off ("could not run inside its wall") with bubblewrap's line and the fix,
 // at once, not restarted as if its app had crashed; no app ran.
 func TestUnrunnableEntryLeavesItOff(t *testing.T) {
+	unrunnableEntryLeavesItOff(t, stackOpts{})
+}
+
+// TestUnrunnableEntryLeavesItOffWithoutCgroups: the same on a host whose
+// walls get no cgroup (no task fence): an entry that never ran never
+// answered, so bubblewrap's line is believed there too.
+func TestUnrunnableEntryLeavesItOffWithoutCgroups(t *testing.T) {
+	unrunnableEntryLeavesItOff(t, stackOpts{noCgroups: true})
+}
+
+func unrunnableEntryLeavesItOff(t *testing.T, opts stackOpts) {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "tbx-entry-")
 	if err != nil {
 		t.Fatal(err)
@@ -272,7 +284,8 @@ func TestUnrunnableEntryLeavesItOff(t *testing.T) {
 	if err := os.WriteFile(entry, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s := newStack(t, stackOpts{extra: []string{"--entry", entry}})
+	opts.extra = append(opts.extra, "--entry", entry)
+	s := newStack(t, opts)
 	code, body := s.install("alice", example(t, "counter-v1"), q("egress", `{"host":"example.com"}`))
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "off: it could not run inside its wall") {
 		t.Fatalf("PUT /alice = %d %s; want 503 off: it could not run inside its wall", code, body)

@@ -900,16 +900,30 @@ func TestOperatorCLI(t *testing.T) {
 
 // TestAVatsBwrapLineIsItsOwn: the wall takes a "bwrap: " line of the
 // output its app shares with bubblewrap as bubblewrap's only when its
-// toybox-entry never ran (it answers its task fence before it starts the
-// app). An app that crashes once, then prints such a line with more in it
-// (an OSC 52 clipboard write, "erase line" and a carriage return that would
-// overwrite the status line with a forged one, a bidi override, and a
-// "fix: " the Fix-it card would show as toybox's remedy) and exits, again
-// and again, has crashed: it is never "off: it could not run inside its
-// wall", whose Fix-it card offers to run it without the wall, and none of
-// those bytes reach the status, the page's facts, the CLI or the journal.
+// toybox-entry never ran (it answers before it starts the app). An app
+// that crashes once, then prints such a line with more in it (an OSC 52
+// clipboard write, "erase line" and a carriage return that would overwrite
+// the status line with a forged one, a bidi override, and a "fix: " the
+// Fix-it card would show as toybox's remedy) and exits, again and again,
+// has crashed: it is never "off: it could not run inside its wall", whose
+// Fix-it card offers to run it without the wall, and none of those bytes
+// reach the status, the page's facts, the CLI or the journal.
 func TestAVatsBwrapLineIsItsOwn(t *testing.T) {
-	s := newStack(t, stackOpts{})
+	aVatsBwrapLineIsItsOwn(t, newStack(t, stackOpts{}))
+}
+
+// TestAVatsBwrapLineIsItsOwnWithoutCgroups: the same on a host whose walls
+// get no cgroup, so no task fence: the entry's answer does not need one.
+func TestAVatsBwrapLineIsItsOwnWithoutCgroups(t *testing.T) {
+	s := newStack(t, stackOpts{noCgroups: true})
+	if !strings.Contains(s.tbLog.String(), "walls run without a tasks limit") {
+		t.Fatalf("toybox found cgroups for tasks; want none:\n%s", s.tbLog.String())
+	}
+	aVatsBwrapLineIsItsOwn(t, s)
+}
+
+func aVatsBwrapLineIsItsOwn(t *testing.T, s *stack) {
+	t.Helper()
 	app := filepath.Join(t.TempDir(), "app.sh")
 	script := "#!/bin/sh\n" +
 		"if [ -e \"$TOYBOX_DATA/once\" ]; then\n" +

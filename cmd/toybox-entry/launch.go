@@ -35,8 +35,11 @@ type launch struct {
 	// FenceFD is --task-fence-fd (-1: none). The launcher closes it once
 	// it has read the fence.
 	FenceFD int
-	ArgvAt  int      // index in the argv of the app's argv[0]
-	Argv    []string // the app's command
+	// RanFD is --ran-fd (-1: none). The launcher writes one byte to it
+	// and closes it before anything else.
+	RanFD  int
+	ArgvAt int      // index in the argv of the app's argv[0]
+	Argv   []string // the app's command
 	// launchStarted: the app's pid and the listening sockets.
 	Pid        int
 	ProxyFD    int   // -1: none

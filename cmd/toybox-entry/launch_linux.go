@@ -74,6 +74,7 @@ func readLaunch(l *C.struct_te_launch, args []string) launch {
 		SchemeFD:     int(l.scheme_fd),
 		ConnectorFD:  int(l.connector_fd),
 		FenceFD:      int(l.fence_fd),
+		RanFD:        int(l.ran_fd),
 		EarlyRefused: int(l.early.refused),
 		EarlyAll:     l.early.ports_all != 0,
 	}

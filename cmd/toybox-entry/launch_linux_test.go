@@ -21,6 +21,7 @@ import (
 type flagsRead struct {
 	ID, LogLevel                        string
 	CapFD, AppCapFD, ProxyPort, FenceFD int
+	RanFD                               int
 	Forwards                            []entry.Forward
 	Transparent                         bool
 	ArgvAt                              int
@@ -36,7 +37,7 @@ type flagsRead struct {
 // readOf projects the launcher's reading onto flagsRead.
 func readOf(l launch) flagsRead {
 	r := flagsRead{
-		ID: l.ID, LogLevel: l.LogLevel, CapFD: l.CapFD, AppCapFD: l.AppCapFD, ProxyPort: l.ProxyPort, FenceFD: l.FenceFD,
+		ID: l.ID, LogLevel: l.LogLevel, CapFD: l.CapFD, AppCapFD: l.AppCapFD, ProxyPort: l.ProxyPort, FenceFD: l.FenceFD, RanFD: l.RanFD,
 		Forwards: l.Forwards, Transparent: l.Transparent, ArgvAt: l.ArgvAt, Argv: l.Argv, MCPFD: -1,
 	}
 	if l.MCP != nil {
@@ -55,7 +56,7 @@ var errRefused = errors.New("refused")
 // to the rule the launcher's refusals state. It shares no code with
 // te_parse.
 func referenceFlags(args []string) (flagsRead, error) {
-	r := flagsRead{LogLevel: "warn", CapFD: -1, AppCapFD: -1, FenceFD: -1, MCPFD: -1}
+	r := flagsRead{LogLevel: "warn", CapFD: -1, AppCapFD: -1, FenceFD: -1, RanFD: -1, MCPFD: -1}
 	mcpFlags := false
 	fs := flag.NewFlagSet("toybox-entry", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -92,6 +93,7 @@ func referenceFlags(args []string) (flagsRead, error) {
 	fs.Func("cap-fd", "", num(&r.CapFD, 0, 1<<30))
 	fs.Func("app-cap-fd", "", num(&r.AppCapFD, 0, 1<<30))
 	fs.Func("task-fence-fd", "", num(&r.FenceFD, 3, 1<<30))
+	fs.Func("ran-fd", "", num(&r.RanFD, 3, 1<<30))
 	fs.Func("proxy-port", "", num(&r.ProxyPort, 0, 65535))
 	fs.Func("forward", "", func(s string) error {
 		f, err := referenceForward(s)
@@ -141,6 +143,8 @@ func referenceFlags(args []string) (flagsRead, error) {
 		return r, errors.New("--app-cap-fd missing or --cap-fd")
 	case r.FenceFD >= 0 && (r.FenceFD == r.CapFD || r.FenceFD == r.AppCapFD || r.FenceFD == r.MCPFD):
 		return r, errors.New("--task-fence-fd is another flag's")
+	case r.RanFD >= 0 && (r.RanFD == r.CapFD || r.RanFD == r.AppCapFD || r.RanFD == r.MCPFD || r.RanFD == r.FenceFD):
+		return r, errors.New("--ran-fd is another flag's")
 	case len(r.Argv) == 0:
 		return r, errors.New("no command")
 	}
@@ -218,7 +222,7 @@ var launcherFlagSeeds = [][]string{
 	{"--app-cap-fd", "3", "-", "x"},
 	{"--app-cap-fd", "3", "--", "--", "x"},
 	{"--cap-fd", "4", "--proxy-port", "0", "--forward", "5432=db.lan:5432", "--forward", "5433=[::1]:5433", "--app-cap-fd", "3", "--", "/app"},
-	{"--cap-fd", "4", "--proxy-port", "39080", "--egress-mode", "transparent", "--app-cap-fd", "3", "--task-fence-fd", "5", "--", "/app", "a"},
+	{"--cap-fd", "4", "--proxy-port", "39080", "--egress-mode", "transparent", "--app-cap-fd", "3", "--task-fence-fd", "5", "--ran-fd", "6", "--", "/app", "a"},
 	{"--mcp", "stdio", "--mcp-fd", "5", "--mcp-mode", "shared", "--mcp-era", "dual", "--mcp-max-procs", "8", "--mcp-idle-seconds", "600", "--app-cap-fd", "3", "--", "/app"},
 	{"--listen-port", "3000", "--listen-path", "/run/toybox/app.sock", "--app-cap-fd", "3", "--", "/app"},
 	{"--log-level", "INFO", "--app-cap-fd", "3", "--", "/app"},
@@ -246,6 +250,9 @@ var launcherFlagSeeds = [][]string{
 	{"--listen-port", "3000", "--listen-path", "/" + strings.Repeat("a", 107), "--app-cap-fd", "3", "--", "/app"},
 	{"--cap-fd", "4", "--forward", "5432=db.lan:5432", "--listen-port", "5432", "--listen-path", "/x", "--app-cap-fd", "3", "--", "/app"},
 	{"--task-fence-fd", "3", "--app-cap-fd", "3", "--", "/app"},
+	{"--ran-fd", "3", "--app-cap-fd", "3", "--", "/app"},
+	{"--ran-fd", "5", "--task-fence-fd", "5", "--app-cap-fd", "3", "--", "/app"},
+	{"--ran-fd", "5", "--mcp", "stdio", "--mcp-fd", "5", "--app-cap-fd", "3", "--", "/app"},
 	{"--app-cap-fd", "3"},
 	{},
 }
@@ -261,6 +268,7 @@ func boundarySeeds() [][]string {
 		for _, args := range [][]string{
 			{"--cap-fd", v},
 			{"--task-fence-fd", v},
+			{"--ran-fd", v},
 			{"--proxy-port", v},
 			{"--forward", v + "=h:1"},
 			{"--forward", "1=h:" + v},

@@ -84,6 +84,9 @@ struct te_launch {
 	// then the entry's own cgroup.procs the supervisor sent on it (-1:
 	// none).
 	int fence_fd, fence_home;
+	// The entry's answer that it ran (--ran-fd): a pipe it writes one
+	// byte to and closes before anything else (-1: none).
+	int ran_fd;
 };
 
 // te_launch is what the launcher did, for main to read.

@@ -165,6 +165,7 @@ int te_parse(struct te_launch *l, int argc, char **argv) {
 	l->connector_fd = -1;
 	l->fence_fd = -1;
 	l->fence_home = -1;
+	l->ran_fd = -1;
 	int mcp_flags = 0;
 	int i = 1;
 	while (i < argc) {
@@ -218,6 +219,11 @@ int te_parse(struct te_launch *l, int argc, char **argv) {
 		} else if (te_flag(name, n, "task-fence-fd")) {
 			if ((l->fence_fd = (int)te_uint(v, vn, 1 << 30)) < 3) {
 				l->why = "--task-fence-fd is not a plain decimal number from 3 up";
+				return -1;
+			}
+		} else if (te_flag(name, n, "ran-fd")) {
+			if ((l->ran_fd = (int)te_uint(v, vn, 1 << 30)) < 3) {
+				l->why = "--ran-fd is not a plain decimal number from 3 up";
 				return -1;
 			}
 		} else if (te_flag(name, n, "proxy-port")) {
@@ -340,6 +346,10 @@ int te_parse(struct te_launch *l, int argc, char **argv) {
 	}
 	if (l->fence_fd >= 0 && (l->fence_fd == l->cap_fd || l->fence_fd == l->app_cap_fd || l->fence_fd == l->mcp_fd)) {
 		l->why = "--task-fence-fd names another flag's descriptor";
+		return -1;
+	}
+	if (l->ran_fd >= 0 && (l->ran_fd == l->cap_fd || l->ran_fd == l->app_cap_fd || l->ran_fd == l->mcp_fd || l->ran_fd == l->fence_fd)) {
+		l->why = "--ran-fd names another flag's descriptor";
 		return -1;
 	}
 	if (i >= argc) {
@@ -505,19 +515,13 @@ static void te_close_listeners(void) {
 // (--task-fence-fd) once the wall's cgroup is made: one byte and one
 // descriptor, the cgroup.procs of the entry's own folder of the group,
 // opened by the supervisor (the kernel checks a move against the opener's
-// rights). It answers one byte, and the socket is closed after. 0, or -1 with errno set (EPROTO:
+// rights). The socket is closed after. 0, or -1 with errno set (EPROTO:
 // not one descriptor; EOF, the supervisor gone, is one).
 static int te_fence_recv(void) {
 	struct te_launch *l = &te_launch;
 	char b;
 	ssize_t n = te_recv_fd(l->fence_fd, &b, 1, &l->fence_home);
 	int e = errno;
-	if (n == 1) {
-		// The answer: this entry runs, so bubblewrap built the wall. A
-		// "bwrap: " line in the wall's output is then the app's, not
-		// bubblewrap's (the supervisor reads this byte when the wall ends).
-		(void)!send(l->fence_fd, "e", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-	}
 	close(l->fence_fd); // its number stays in te_launch, for main's message
 	if (n < 0) {
 		errno = e;
@@ -1032,6 +1036,18 @@ void te_launcher(int argc, char **argv, char **envp) {
 		return;
 	}
 	te_argv = argv;
+	// The answer (--ran-fd): this entry runs, so bubblewrap built the
+	// wall. A "bwrap: " line in the wall's output is then the app's, not
+	// bubblewrap's (the supervisor reads this byte when the wall ends).
+	// The end is closed here, long before the app starts: nothing of the
+	// app's can answer for the entry.
+	if (l->ran_fd >= 0) {
+		ssize_t n;
+		do {
+			n = write(l->ran_fd, "e", 1);
+		} while (n < 0 && errno == EINTR);
+		close(l->ran_fd); // its number stays in te_launch
+	}
 	// Nobody in the wall (the app shares the uid) may read or write this
 	// process's memory or descriptors through /proc.
 	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {

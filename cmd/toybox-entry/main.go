@@ -5,11 +5,15 @@
 // forwarded ports through the vat's Handle (from --cap-fd; absent for a vat
 // with no way out):
 //
-//	toybox-entry --vat ID [--cap-fd N --proxy-port P [--forward PORT=HOST:PORT]...] [--listen-port N --listen-path PATH] [--task-fence-fd N] --app-cap-fd N -- APP [ARGS...]
+//	toybox-entry --vat ID [--cap-fd N --proxy-port P [--forward PORT=HOST:PORT]...] [--listen-port N --listen-path PATH] [--task-fence-fd N] [--ran-fd N] --app-cap-fd N -- APP [ARGS...]
 //
 // With --task-fence-fd the supervisor sends, on that socket, the app's and
 // the entry's cgroup.procs: the app starts in a group of its own whose
 // pids.max leaves the entry its reserve of tasks (docs/walls.md).
+//
+// With --ran-fd it writes one byte to that descriptor and closes it before
+// anything else: the supervisor then knows bubblewrap built the wall and
+// ran the entry, whatever the app prints.
 //
 // With --listen-port the app listens on a TCP port of the wall's loopback:
 // once it accepts, the entry makes the unix socket --listen-path names
@@ -54,7 +58,7 @@ const recordDelay = 20 * time.Millisecond
 
 // usage is the synopsis main prints when the launcher refused the flags.
 const usage = "usage: toybox-entry --vat ID [--cap-fd N --proxy-port P [--forward PORT=HOST:PORT]... [--egress-mode transparent|proxy]] " +
-	"[--listen-port N --listen-path PATH] [--task-fence-fd N] [--mcp stdio --mcp-fd N [--mcp-mode M] [--mcp-era E] [--mcp-max-procs N] [--mcp-idle-seconds S]] " +
+	"[--listen-port N --listen-path PATH] [--task-fence-fd N] [--ran-fd N] [--mcp stdio --mcp-fd N [--mcp-mode M] [--mcp-era E] [--mcp-max-procs N] [--mcp-idle-seconds S]] " +
 	"[--log-level L] --app-cap-fd N -- APP [ARGS...]"
 
 func main() {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -19,11 +18,7 @@ import (
 // The supervisor sends them once the group is made, before the wall's
 // seccomp gate opens (so before the entry runs); an entry that reads no
 // fence (the supervisor died first) starts no app.
-// The wall's reaper may read and close it while the start still hands it.
-type taskFence struct {
-	mu sync.Mutex
-	w  *os.File
-}
+type taskFence struct{ w *os.File }
 
 // taskFence makes the fence of a wall whose cgroup will keep a reserve of
 // tasks (its host's cgroups hold tasks) and returns the entry's option
@@ -40,17 +35,12 @@ func (t *fdTable) taskFence(h *cgroup.Host) ([]string, error) {
 	return t.pass(os.NewFile(uintptr(fds[0]), "task-fence-entry"), "--task-fence-fd"), nil
 }
 
-// hand sends the entry g's own folder. The socket stays open for the
-// entry's answer (ran); the wall closes it when it ends.
+// hand sends the entry g's own folder and closes the socket.
 func (f *taskFence) hand(g *cgroup.Group) error {
 	if f == nil {
 		return nil
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.w == nil {
-		return fmt.Errorf("handing the wall its task fence: %w", unix.ESRCH) // the wall ended already
-	}
+	defer f.close()
 	if g == nil {
 		return fmt.Errorf("%w: the wall has no cgroup to fence its app's tasks in", ErrLimits)
 	}
@@ -73,32 +63,9 @@ func (f *taskFence) hand(g *cgroup.Group) error {
 	return nil
 }
 
-// ran reports whether the wall's entry answered the fence: it ran, so
-// bubblewrap built the wall. The entry answers before it starts the app;
-// nothing of the app's can answer for it (the entry closes its end
-// first). Read once the wall has ended.
-func (f *taskFence) ran() bool {
-	if f == nil {
-		return false
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.w == nil {
-		return false
-	}
-	var b [1]byte
-	n, _, err := unix.Recvfrom(int(f.w.Fd()), b[:], unix.MSG_DONTWAIT)
-	return err == nil && n == 1
-}
-
 // close gives the fence up: an entry waiting on it reads EOF.
 func (f *taskFence) close() {
-	if f == nil {
-		return
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.w != nil {
+	if f != nil && f.w != nil {
 		_ = f.w.Close()
 		f.w = nil
 	}

@@ -33,9 +33,9 @@ type Process struct {
 	plan   *Plan
 	views  *viewHold    // the /etc view it binds, released when it ends
 	grp    *groupMaking // its cgroup (nil: none), removed when it ends
-	// fence is the entry's task fence (nil: none): its answer says the
-	// entry ran. Closed when it ends.
-	fence *taskFence
+	// ran is the entry's answer that it ran (entryRan), read and closed
+	// when the wall ends.
+	ran *entryRan
 	// statusRead is closed once the child pid has been read (or could not
 	// be): reap closes status only then, so an app that exits at once
 	// cannot have its pid's record closed under the reader.
@@ -138,21 +138,19 @@ func (p *Process) reap() {
 		<-p.statusRead // EOF at the latest: bwrap's write end is gone
 		_ = p.status.Close()
 	}
-	// An entry that answered its fence ran: bubblewrap built the wall,
-	// and a "bwrap: " line is the app's own. Believed, it made the vat
-	// "off: it could not run inside its wall", whose Fix-it card offers
-	// to run it without the wall: an app could ask for its own escape.
-	entryRan := p.fence.ran()
-	p.fence.close()
+	// An entry that answered ran: bubblewrap built the wall, and a
+	// "bwrap: " line is the app's own. Believed, it made the vat "off: it
+	// could not run inside its wall", whose Fix-it card offers to run it
+	// without the wall: an app could ask for its own escape.
+	entryRan := p.ran.answered()
+	p.ran.close()
 	if err != nil && p.head != nil && p.plan != nil && !entryRan {
 		// bubblewrap's own lines only ("bwrap: ..." at a line's start):
 		// the app shares this stderr, and what it merely quotes must not
 		// draw the hint. Either line means the wall was never built, and
-		// the error is ErrBwrap: starting it again fails the same way. (A
-		// wall without a fence cannot tell: there an app that prints such
-		// a line itself turns itself off.) The error carries the line as
-		// bwrapLine rebuilds it, never as written: an app's bytes would
-		// reach the operator's screens.
+		// the error is ErrBwrap: starting it again fails the same way.
+		// The error carries the line as bwrapLine rebuilds it, never as
+		// written: an app's bytes would reach the operator's screens.
 		for _, line := range strings.Split(p.head.String(), "\n") {
 			if l, ok := bwrapLine(line, bwrapUnreachable); ok {
 				err = fmt.Errorf("%w: %w: %s%s", ErrBwrap, err, l, unreachableHint(p.plan))

@@ -208,6 +208,32 @@ func TestEntryNotRunnable(t *testing.T) {
 	}
 }
 
+// TestAppsBwrapLineIsNotTheWalls: an app that prints bubblewrap's lines
+// and exits, in a wall with no cgroup (so no task fence), has crashed: its
+// entry answered (--ran-fd) before it started the app. Taken as
+// bubblewrap's, the line made the wall's end ErrBwrap, and the vat "off:
+// it could not run inside its wall", whose Fix-it card offers to run it
+// without the wall.
+func TestAppsBwrapLineIsNotTheWalls(t *testing.T) {
+	testenv.RequireRoot(t) // the wall runs as another uid
+	f := newFixture(t, "bwrap-liar")
+	f.spec.Cgroups = nil
+	mustWrite(t, filepath.Join(f.install, "app"), "#!/bin/sh\n"+
+		"echo 'bwrap: execvp /proc/self/fd/7: Permission denied' >&2\n"+
+		"echo 'bwrap: Can'\\''t find source path /proc/self/fd/10: Permission denied' >&2\n"+
+		"exit 1\n")
+	f.caps(t)
+	p, err := Start(context.Background(), f.spec, nil)
+	if err != nil {
+		t.Fatalf("Start = %v", err)
+	}
+	err = p.Wait()
+	var exit *exec.ExitError
+	if errors.Is(err, ErrBwrap) || !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Errorf("Wait = %v; want the app's exit status 1, not ErrBwrap", err)
+	}
+}
+
 // TestEntryThroughASymlink: an entry path that is a symlink (the operator's
 // --entry, a link in a bin folder) runs the file it names; the wall opens
 // that file with no symlink on the way, as every bind source. It used to

@@ -19,6 +19,7 @@ type fdTable struct {
 	files []*os.File
 	gate  *seccompGate // the seccomp program's pipe, filled once the block is released
 	fence *taskFence   // the entry's task fence, sent once the group is made
+	ran   *entryRan    // the entry's answer that it ran, read when the wall ends
 }
 
 // pass hands f to bwrap and returns "flag N" for its number there. The table
@@ -202,6 +203,11 @@ func (p *Plan) render(fds *fdTable, spec Spec, views *viewHold) (opts, command [
 		return nil, nil, err
 	}
 	entry = append(entry, fence...)
+	ran, err := fds.entryRan()
+	if err != nil {
+		return nil, nil, err
+	}
+	entry = append(entry, ran...)
 	entry = append(entry, "--")
 	entry = append(entry, p.Command...)
 	return a, entry, nil

@@ -111,6 +111,7 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 	cl.add(fds.closeAll)
 	cl.add(func() { fds.gate.close() })
 	cl.add(func() { fds.fence.close() })
+	cl.add(func() { fds.ran.close() })
 	views := h.newViewHold()
 	cl.add(func() { _ = views.release() }) // a start that fails binds nothing
 	opts, command, err := plan.render(&fds, spec, views)
@@ -193,7 +194,7 @@ func start(ctx context.Context, spec Spec, logger *slog.Logger, cl *cleanup) (*P
 		h.forgetBwrap() // moved or removed: the next start looks again
 		return nil, fmt.Errorf("starting the wall for %q: %w: %w", spec.ID, ErrBwrap, err)
 	}
-	p := &Process{id: string(spec.ID), tier: plan.Tier, cmd: cmd, logger: logger, done: make(chan struct{}), status: statusR, statusRead: make(chan struct{}), head: head, plan: plan, views: views, grp: grp, fence: fds.fence}
+	p := &Process{id: string(spec.ID), tier: plan.Tier, cmd: cmd, logger: logger, done: make(chan struct{}), status: statusR, statusRead: make(chan struct{}), head: head, plan: plan, views: views, grp: grp, ran: fds.ran}
 	go p.reap()
 	// Before the block the sandbox's first process is still in bwrap's
 	// process group (it makes its own session only after): ending the
