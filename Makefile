@@ -187,9 +187,10 @@ $(addprefix $(BIN)/,$(SYSTEMD_BINS)):
 
 install: $(addprefix $(BIN)/,$(SYSTEMD_BINS))
 	install -d -m 0755 $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR) $(DESTDIR)$(SYSUSERSDIR)
-	# Each binary is copied beside its place and renamed over it: a wall
-	# that toybox starts during an upgrade opens toybox-entry whole, old or
-	# new (install(1) unlinks and rewrites at the final path).
+	# Each binary is copied beside its place and renamed over it: what
+	# opens one during an upgrade gets it whole, old or new (install(1)
+	# unlinks and rewrites at the final path). A running toybox keeps the
+	# toybox-entry it opened at start until it restarts.
 	for b in $(SYSTEMD_BINS); do \
 	  install -m 0755 $(BIN)/$$b $(DESTDIR)$(BINDIR)/.$$b.new && mv -f $(DESTDIR)$(BINDIR)/.$$b.new $(DESTDIR)$(BINDIR)/$$b || exit 1; \
 	done

@@ -446,3 +446,87 @@ func TestPurgeKeptData(t *testing.T) {
 	s.mustInstall("alice", example(t, "counter-v1"), "")
 	s.mustGet("/alice", "v1 count 1")
 }
+
+// TestEntryReplacedWhileServing: an upgrade renames a new toybox-entry
+// over the one a running supervisor was started with (make install,
+// before systemctl restart). Every wall that supervisor starts after
+// that, a crash-restart or a new install, still runs its own entry: a
+// mixed pair (old supervisor, new entry) never runs.
+func TestEntryReplacedWhileServing(t *testing.T) {
+	dir, err := os.MkdirTemp("", "tbx-entry-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	entry := filepath.Join(dir, "toybox-entry")
+	copyExec := func(from, to string) {
+		t.Helper()
+		b, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(to, b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copyExec(filepath.Join(bins, "toybox-entry"), entry)
+	s := newStack(t, stackOpts{extra: []string{"--entry", entry}})
+	s.mustInstall("alice", example(t, "counter-v1"), "")
+	s.mustGet("/alice", "v1 count 1")
+
+	// A different build, renamed into place as make install does: a
+	// wall whose pid 1 were this file would end at once.
+	other, err := exec.LookPath("true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyExec(other, entry+".new")
+	if err := os.Rename(entry+".new", entry); err != nil {
+		t.Fatal(err)
+	}
+
+	pid := int(s.status("alice")["pid"].(float64))
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("killing alice's wall (pid %d): %v", pid, err)
+	}
+	waitFor(t, "alice to be restarted on the supervisor's own entry", 20*time.Second, func() bool {
+		st := s.status("alice")
+		p, _ := st["pid"].(float64)
+		return st["status"] == "walled" && int(p) != pid && int(p) != 0
+	})
+	s.mustGet("/alice", "v1 count 2")
+	if st := s.mustInstall("bob", example(t, "counter-v2"), ""); st["status"] != "walled" {
+		t.Fatalf("a vat installed after the entry was replaced: status %v; want walled on the supervisor's own entry", st)
+	}
+	s.mustGet("/bob", "v2 count 1")
+}
+
+// TestEntryMissingAtStart: a supervisor that could not open its
+// toybox-entry when it started runs no wall, not even once the file
+// appears (that one may be of another build): the refusal says so.
+func TestEntryMissingAtStart(t *testing.T) {
+	dir, err := os.MkdirTemp("", "tbx-entry-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	entry := filepath.Join(dir, "toybox-entry")
+	s := newStack(t, stackOpts{extra: []string{"--entry", entry}})
+	b, err := os.ReadFile(filepath.Join(bins, "toybox-entry"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(entry, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	code, body := s.install("alice", example(t, "counter-v1"), "")
+	if code == http.StatusOK || !strings.Contains(body, "could not be opened when toybox started") || !strings.Contains(body, "restart toybox") {
+		t.Fatalf("install with no entry at start = %d %s; want a refusal saying the entry was missing at start and to restart", code, body)
+	}
+}

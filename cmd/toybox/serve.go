@@ -298,9 +298,8 @@ func runServe(o serveOptions, log *slog.Logger) error {
 		}
 		o.entry = filepath.Join(filepath.Dir(exe), "toybox-entry")
 	}
-	if _, err := os.Stat(o.entry); err != nil {
-		log.Warn("toybox-entry not found: walled vats with egress cannot start", "entry", o.entry, "error", err.Error())
-	}
+	// supervisor.New opens the entry once, and warns here if it cannot:
+	// every wall runs that file until toybox restarts.
 	if sw.HostWalled() {
 		pctx, pcancel := context.WithTimeout(context.Background(), 15*time.Second)
 		if err := wall.Probe(pctx, o.bwrap); errors.Is(err, wall.ErrNoBwrap) {

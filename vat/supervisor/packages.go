@@ -575,6 +575,9 @@ func (s *Supervisor) prepareRunner(id labels.VatID, dirs prepareDirs, uid, gid i
 				return fmt.Errorf("handing the prepare folder to the wall's uid: %w", err)
 			}
 		}
+		if s.entryErr != nil {
+			return s.entryErr
+		}
 		var refused firstRefusal
 		gv, err := grant.NewVat(grant.VatConfig{ID: id, Grants: g, Upstream: s.cfg.Upstream, Logger: s.log, OnDecision: refused.note})
 		if err != nil {
@@ -617,6 +620,7 @@ func (s *Supervisor) prepareRunner(id labels.VatID, dirs prepareDirs, uid, gid i
 			Env:        env,
 			Net:        netw,
 			EntryPath:  s.cfg.EntryPath,
+			Entry:      s.entry,
 			EntryCap:   entryCap,
 			AppCap:     appCap,
 			Stdout:     pw,

@@ -57,6 +57,9 @@ func (s *Supervisor) capPair(ctx context.Context, gv *grant.Vat, name string, en
 // caller closes it then. The channel is closed once toybox-entry's
 // capability connection ends (nil when the wall has no entry).
 func (s *Supervisor) spawnWalled(ctx context.Context, v *vat, code store.Code, rec store.Record, g []labels.Set, gv *grant.Vat, lim Limits) (Process, *os.File, <-chan struct{}, error) {
+	if s.entryErr != nil {
+		return nil, nil, nil, s.entryErr
+	}
 	m := code.Manifest
 	entryCap, entryEnded, err := s.capPair(ctx, gv, "entry-cap", true)
 	if err != nil {
@@ -106,6 +109,7 @@ func (s *Supervisor) spawnWalled(ctx context.Context, v *vat, code store.Code, r
 		Net:        m.Net(g),
 		ListenPort: listenOf(code, rec),
 		EntryPath:  s.cfg.EntryPath,
+		Entry:      s.entry,
 		Bwrap:      s.cfg.Bwrap,
 		Shares:     wallShares(shares),
 		State:      s.stateFolders(string(v.id)),

@@ -109,7 +109,10 @@ type Config struct {
 	// Launch starts a walled spawn. Required unless every vat runs
 	// unwalled by the switches.
 	Launch Launcher
-	// EntryPath is the toybox-entry binary handed to the wall.
+	// EntryPath is the toybox-entry binary handed to the wall. New opens
+	// it once: every wall runs that file, even after another is renamed
+	// over it. If it cannot be opened then, walled vats are refused until
+	// a restart.
 	EntryPath string
 	// Bwrap is the bubblewrap binary handed to the wall (wall.Spec.Bwrap).
 	// If empty, bwrap on $PATH.
@@ -231,6 +234,12 @@ type Supervisor struct {
 	// walls is the state every wall of this supervisor shares: the /etc
 	// views and which walls bind them, and the host's lookups (wall.Host).
 	walls *wall.Host
+	// entry is cfg.EntryPath as New opened it: every wall runs this file,
+	// so an entry renamed over it (an upgrade before the restart) never
+	// runs beside this supervisor. entryErr says why New could not open
+	// it; walled spawns are refused with it then.
+	entry    *wall.Entry
+	entryErr error
 
 	mu       sync.Mutex
 	vats     map[labels.VatID]*vat
@@ -312,8 +321,17 @@ func New(cfg Config) (*Supervisor, error) {
 	// The MCP edge's Host allowlist is the public handler's names (with
 	// the loopback forms), a loopback one on the port it came in on.
 	rules.PublicHosts = cfg.Hosts.Names()
+	var entry *wall.Entry
+	var entryErr error
+	if cfg.EntryPath != "" {
+		if entry, entryErr = wall.OpenEntry(cfg.EntryPath); entryErr != nil {
+			entryErr = fmt.Errorf("toybox-entry %s could not be opened when toybox started (fix: put it in place and restart toybox): %w", cfg.EntryPath, entryErr)
+			log.Warn("walled vats cannot start", "error", entryErr.Error())
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Supervisor{
+		entry: entry, entryErr: entryErr,
 		cfg: cfg, log: log, edgeLog: cmp.Or(cfg.EdgeLogger, log), ctx: ctx, cancel: cancel, vats: map[labels.VatID]*vat{},
 		tokens: toks, mcpRules: rules, mcpLogs: map[string]*tokens.Records{},
 		walls: wall.NewHost(), stopped: make(chan struct{}),

@@ -81,8 +81,9 @@ type Op struct {
 	Size int64  // OpTmpfs: the most it holds, in bytes (0: the kernel's default, half the memory)
 	Why  string // why this op exists, for people reading the plan
 
-	dir bool   // fd kinds: the source must be a directory
-	id  fileID // fd kinds: the source's identity when planned
+	dir  bool   // fd kinds: the source must be a directory
+	id   fileID // fd kinds: the source's identity when planned
+	held *Entry // OpExecFD: the entry opened once (Spec.Entry), not reopened at Src
 }
 
 // Plan is one walled spawn, computed from a Spec by BuildPlan.
@@ -385,6 +386,9 @@ func (b *planner) command() error {
 	b.p.Command = argv
 	b.p.Chdir = b.install
 	b.p.EntryPath = b.spec.EntryPath
+	if b.spec.Entry != nil {
+		b.p.EntryPath = b.spec.Entry.path
+	}
 	return nil
 }
 
@@ -405,6 +409,10 @@ func (b *planner) inSystem(p string) bool {
 // mount table, and the app has no use for the entry's file.
 func (b *planner) entry() error {
 	s := b.spec
+	if s.Entry != nil {
+		b.add(Op{Kind: OpExecFD, Src: s.Entry.path, Why: "toybox-entry, run from the descriptor opened when toybox started (not mounted)", id: s.Entry.id, held: s.Entry})
+		return nil
+	}
 	if !filepath.IsAbs(s.EntryPath) {
 		return fmt.Errorf("%w: entry path %q is not absolute", ErrSpec, s.EntryPath)
 	}

@@ -264,7 +264,12 @@ func entryExecHint(plan *Plan) string {
 		if uid < 0 {
 			uid, gid = os.Getuid(), os.Getgid()
 		}
-		if why := EntryUnrunnable(op.Src, uid, gid, plan.CodeGroup); len(why) > 0 {
+		check := op.Src
+		if op.held != nil {
+			// The file the wall ran, which may no longer be at Src.
+			check = "/proc/self/fd/" + strconv.Itoa(int(op.held.f.Fd()))
+		}
+		if why := EntryUnrunnable(check, uid, gid, plan.CodeGroup); len(why) > 0 {
 			return fmt.Sprintf(" (toybox-entry, %s: %s)", op.Src, strings.Join(why, "; "))
 		}
 		return fmt.Sprintf(" (toybox-entry, %s)", op.Src)

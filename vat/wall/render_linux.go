@@ -122,7 +122,13 @@ func (p *Plan) render(fds *fdTable, spec Spec, views *viewHold) (opts, command [
 			a = append(a, "--perms", "0444")
 			a = append(append(a, fds.pass(f, "--"+string(op.Kind))...), op.Dest)
 		case OpExecFD:
-			f, _, err := openBind(op)
+			var f *os.File
+			var err error
+			if op.held != nil {
+				f, err = dupFile(op.held.f, "toybox-entry")
+			} else {
+				f, _, err = openBind(op)
+			}
 			if err != nil {
 				return nil, nil, err
 			}

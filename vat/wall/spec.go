@@ -97,8 +97,13 @@ type Spec struct {
 	// accepts and relays each connection to it. It may be no port the
 	// entry serves (a forward); the proxy's moves past it.
 	ListenPort int
-	// EntryPath is the host path of the toybox-entry binary.
+	// EntryPath is the host path of the toybox-entry binary, opened at
+	// each spawn. Entry, if set, wins.
 	EntryPath string
+	// Entry is toybox-entry as the caller opened it once (OpenEntry): the
+	// wall runs that file, whatever EntryPath names now. The caller keeps
+	// it. If nil, the file at EntryPath.
+	Entry *Entry
 	// Bwrap is the bubblewrap binary the wall runs (toybox serve --bwrap).
 	// If empty, bwrap on $PATH.
 	Bwrap string
