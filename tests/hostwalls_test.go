@@ -530,3 +530,26 @@ func TestDoctorStateDir(t *testing.T) {
 		})
 	}
 }
+
+// TestDoctorUsage: doctor's usage line names every flag it takes.
+func TestDoctorUsage(t *testing.T) {
+	out, err := exec.Command(filepath.Join(bins, "toybox"), "doctor", "--help").CombinedOutput()
+	if err != nil {
+		t.Fatalf("toybox doctor --help: %v\n%s", err, out)
+	}
+	usage, rest, _ := strings.Cut(string(out), "\n")
+	n := 0
+	for _, l := range strings.Split(rest, "\n") {
+		f := strings.Fields(l)
+		if len(f) == 0 || !strings.HasPrefix(l, "  -") {
+			continue
+		}
+		n++
+		if name := strings.TrimPrefix(f[0], "-"); !strings.Contains(usage, "[--"+name+" ") && !strings.Contains(usage, "[--"+name+"]") {
+			t.Errorf("toybox doctor --help: the usage line %q omits --%s", usage, name)
+		}
+	}
+	if n == 0 {
+		t.Fatalf("toybox doctor --help lists no flags:\n%s", out)
+	}
+}

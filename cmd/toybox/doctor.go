@@ -34,7 +34,7 @@ func doctorMain(args []string) int {
 	wallDisk := fs.Int64("wall-disk-mib", DefaultWallDiskMiB, "as toybox serve --wall-disk-mib: each vat's disk limit, counted against the state dir's room")
 	installs := fs.Int("installs", supervisor.DefaultInstalls, "as toybox serve --installs: the package installs that prepare at once, each a prepare folder counted against the state dir's room")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: toybox doctor [--entry PATH] [--state DIR] [--wall-disk-mib N] [--installs N]\n\nChecks that walls can be built on this computer; exits 1 if a check failed.")
+		fmt.Fprintln(fs.Output(), "usage: toybox doctor [--entry PATH] [--bwrap PATH] [--walls-table FILE] [--state DIR] [--wall-disk-mib N] [--installs N]\n\nChecks that walls can be built on this computer, as the user it runs as; exits 1 if a check failed.")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

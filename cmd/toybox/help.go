@@ -91,6 +91,7 @@ _toybox() {
     reach) COMPREPLY=($(compgen -W "--admin --lang --json" -- "$cur")) ;;
     import) COMPREPLY=($(compgen -W "--admin --state --backups --rewrite --allow-scripts --undo --timeout" -- "$cur")) ;;
     install) COMPREPLY=($(compgen -W "--admin --egress --env --unset-env --allow-scripts --server-json --timeout" -- "$cur")) ;;
+    doctor) COMPREPLY=($(compgen -W "--entry --bwrap --walls-table --state --wall-disk-mib --installs" -- "$cur")) ;;
     *) COMPREPLY=($(compgen -f -- "$cur")) ;;
   esac
 }
