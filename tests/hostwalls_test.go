@@ -527,7 +527,23 @@ func TestDoctorStateDir(t *testing.T) {
 					t.Errorf("toybox doctor --state %s (%s):\n%s\nwant it to say %q", tt.state, tt.name, out, w)
 				}
 			}
+			doctorFixes(t, string(out))
 		})
+	}
+}
+
+// doctorFixes checks doctor's output: every warning and failure is
+// followed by its fix.
+func doctorFixes(t *testing.T, out string) {
+	t.Helper()
+	lines := strings.Split(out, "\n")
+	for i, l := range lines {
+		if !strings.HasPrefix(l, "warn ") && !strings.HasPrefix(l, "FAIL ") {
+			continue
+		}
+		if i+1 >= len(lines) || !strings.HasPrefix(lines[i+1], "     fix: ") {
+			t.Errorf("toybox doctor: %q has no fix line\n%s", l, out)
+		}
 	}
 }
 

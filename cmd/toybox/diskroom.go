@@ -80,6 +80,7 @@ func diskRoomCheck(stateDir string, given bool, opDisk int64, installs int, enfo
 	r, err := readDiskRoom(stateDir, opDisk, installs)
 	if err != nil {
 		c.OK, c.Warn, c.Detail = false, true, err.Error()
+		c.Fix = "give toybox doctor the --state toybox serve uses, a directory it can read"
 		return c
 	}
 	fsys := fmt.Sprintf("the file system of %s has %d MiB free of %d MiB", stateDir, r.free>>20, r.size>>20)

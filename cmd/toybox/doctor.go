@@ -178,6 +178,7 @@ func stateCheck(dir string) wall.Check {
 	var st unix.Statfs_t
 	if err := unix.Statfs(dir, &st); err != nil {
 		c.Detail = dir + ": " + os.NewSyscallError("statfs", err).Error()
+		c.Fix = stateFix(err)
 		return c
 	}
 	if st.Bavail == 0 {
@@ -280,7 +281,10 @@ func printChecks(w io.Writer, checks []wall.Check) int {
 		case !c.OK:
 			mark, code = "FAIL", 1
 		}
-		fmt.Fprintf(w, "%s %s: %s\n", mark, c.Name, c.Detail)
+		// One line per check, its fix on the next: a detail that quotes a
+		// tool's output (mkfs's lines) is joined.
+		detail := strings.Join(strings.Split(strings.TrimSpace(c.Detail), "\n"), "; ")
+		fmt.Fprintf(w, "%s %s: %s\n", mark, c.Name, detail)
 		if !c.OK && c.Fix != "" {
 			fmt.Fprintf(w, "     fix: %s\n", c.Fix)
 		}

@@ -96,7 +96,7 @@ func TestLimitWarningsLetWallsRun(t *testing.T) {
 }
 
 // TestLimitChecks: doctor has a line for every limit, each enforced or a
-// warning with its reason (never a failure).
+// warning with its reason and its fix (never a failure).
 func TestLimitChecks(t *testing.T) {
 	checks := limitChecks(t.TempDir())
 	seen := map[string]bool{}
@@ -107,6 +107,9 @@ func TestLimitChecks(t *testing.T) {
 		}
 		if c.Warn && !strings.HasPrefix(c.Detail, "not enforced here: ") {
 			t.Errorf("%s: a warning without its reason: %q", c.Name, c.Detail)
+		}
+		if !c.OK && c.Fix == "" {
+			t.Errorf("%s: a warning without its fix: %q", c.Name, c.Detail)
 		}
 	}
 	for _, k := range []string{"memory", "swap", "cpu", "tasks", "disk", "prepare folders"} {
@@ -136,5 +139,16 @@ func TestTableCheck(t *testing.T) {
 	}
 	if c := tableCheck(p); c.OK || !strings.Contains(c.Detail, "writable by group or others") || c.Fix == "" {
 		t.Errorf("a 0666 table: %+v; want a failure with the fix", c)
+	}
+}
+
+// TestPrintChecksFixFollows: a warning whose detail quotes a tool's
+// lines (mkfs.ext4's) is one line, and its fix the very next.
+func TestPrintChecksFixFollows(t *testing.T) {
+	var b strings.Builder
+	printChecks(&b, []wall.Check{{Name: "limit: disk", Warn: true, Detail: "not enforced here: mkfs.ext4: exit status 1: a\nb\n", Fix: "free room"}})
+	lines := strings.Split(b.String(), "\n")
+	if len(lines) < 2 || lines[0] != "warn limit: disk: not enforced here: mkfs.ext4: exit status 1: a; b" || lines[1] != "     fix: free room" {
+		t.Errorf("printChecks =\n%s\nwant the detail on one line, the fix on the next", b.String())
 	}
 }

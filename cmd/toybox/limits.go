@@ -75,6 +75,7 @@ func limitChecks(stateDir string) []wall.Check {
 		c := wall.Check{Name: "limit: " + k, OK: true, Detail: "enforced (" + howLimited(k, sup.Version) + ")"}
 		if why, missing := sup.Missing[k]; missing {
 			c.OK, c.Warn, c.Detail = false, true, "not enforced here: "+why
+			c.Fix = "run toybox on cgroup v2 (systemd.unified_cgroup_hierarchy=1 on the kernel command line) under toybox.service, whose Delegate=yes hands it the controllers; or as root with the controller mounted"
 			if k == cgroup.Tasks {
 				c.Detail += fmt.Sprintf("; each wall's RLIMIT_NPROC still holds it, and the entry's reserve of %d is only the app's soft RLIMIT_NPROC, which the app may raise", wall.TaskReserve)
 			}
@@ -83,9 +84,11 @@ func limitChecks(stateDir string) []wall.Check {
 	}
 	c := wall.Check{Name: "limit: disk", OK: true}
 	p := wall.Check{Name: "limit: prepare folders", OK: true}
+	diskFix := "give <state>/data a file system of its own, so that a vat that fills it leaves the store and the records room; a limit per vat needs toybox serve run as root on a writable state dir, with loop devices (modprobe loop) and mkfs.ext4 (apt-get install e2fsprogs)"
 	if err := disk.Open(stateDir).Support(); err != nil {
 		c.OK, c.Warn, c.Detail = false, true, "not enforced here: "+err.Error()
 		p.OK, p.Warn, p.Detail = false, true, "not enforced here: a package install's script or registry may fill the state file system: "+err.Error()
+		c.Fix, p.Fix = diskFix, diskFix
 	} else {
 		c.Detail = fmt.Sprintf("enforced (each data folder a loop-mounted ext4 image of its own; each run folder a %d KiB tmpfs of %d inodes)", disk.RunBytes>>10, disk.RunInodes)
 		p.Detail = fmt.Sprintf("enforced (each package install's prepare folder a loop-mounted ext4 image of %d MiB)", supervisor.DefaultPrepareBytes>>20)
