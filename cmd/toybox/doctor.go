@@ -45,7 +45,8 @@ func doctorMain(args []string) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	checks := wall.Doctor(ctx, *bwrap)
+	svc := lookupServiceUser()
+	checks := append([]wall.Check{checkedAs(os.Geteuid(), svc)}, wall.Doctor(ctx, *bwrap)...)
 	checks = append(checks, entryCheck(*entry), tableCheck(*table), egressModeCheck())
 	if os.Geteuid() == 0 {
 		checks = append(checks, subordinateCheck("/etc/subuid", "/etc/subgid"))
@@ -64,7 +65,7 @@ func doctorMain(args []string) int {
 		defer os.RemoveAll(tmp)
 		dir = tmp
 	}
-	lim := limitChecks(dir)
+	lim := limitChecks(dir, os.Geteuid(), svc)
 	enforced := false
 	for _, c := range lim {
 		if c.Name == "limit: disk" {

@@ -98,7 +98,7 @@ func TestLimitWarningsLetWallsRun(t *testing.T) {
 // TestLimitChecks: doctor has a line for every limit, each enforced or a
 // warning with its reason and its fix (never a failure).
 func TestLimitChecks(t *testing.T) {
-	checks := limitChecks(t.TempDir())
+	checks := limitChecks(t.TempDir(), os.Geteuid(), nil)
 	seen := map[string]bool{}
 	for _, c := range checks {
 		seen[c.Name] = true
@@ -139,6 +139,58 @@ func TestTableCheck(t *testing.T) {
 	}
 	if c := tableCheck(p); c.OK || !strings.Contains(c.Detail, "writable by group or others") || c.Fix == "" {
 		t.Errorf("a 0666 table: %+v; want a failure with the fix", c)
+	}
+}
+
+// TestLimitChecksForService: doctor run as root, where toybox.service
+// runs as User=toybox, never says a data folder's disk limit is
+// enforced: under the unit it never is (a loop mount needs root). The
+// line names the service and the fix; on cgroup v1 so do the cgroup
+// limits, which systemd delegates to no service that is not root.
+func TestLimitChecksForService(t *testing.T) {
+	svc := &serviceUser{name: "toybox", uid: 4242}
+	checks := limitChecks(t.TempDir(), 0, svc)
+	v1 := false
+	for _, c := range checks {
+		if c.Name == "limits: cgroups" && strings.HasPrefix(c.Detail, "cgroup v1") {
+			v1 = true
+		}
+	}
+	for _, c := range checks {
+		switch c.Name {
+		case "limit: disk", "limit: prepare folders":
+		case "limit: memory", "limit: swap", "limit: cpu", "limit: tasks":
+			if !v1 {
+				continue
+			}
+		default:
+			continue
+		}
+		if c.OK || !c.Warn || !strings.Contains(c.Detail, "not for toybox.service (User=toybox") || c.Fix == "" {
+			t.Errorf("%s as root with a toybox user: %+v; want a warning that toybox.service does not get it, with a fix", c.Name, c)
+		}
+	}
+	tests := []struct {
+		name string
+		euid int
+		svc  *serviceUser
+		ok   bool
+		want []string
+	}{
+		{"root, a toybox user", 0, svc, false, []string{"uid 0", "toybox.service runs as toybox (uid 4242)"}},
+		{"the service's user", 4242, svc, true, []string{"uid 4242", "the user toybox.service runs as"}},
+		{"no toybox user", 1000, nil, true, []string{"uid 1000", "may differ"}},
+	}
+	for _, tt := range tests {
+		c := checkedAs(tt.euid, tt.svc)
+		if c.Name != "checked as" || c.OK != tt.ok || c.Warn == tt.ok || (!c.OK && c.Fix == "") {
+			t.Errorf("checkedAs(%s) = %+v; want ok %v (a warning with its fix otherwise)", tt.name, c, tt.ok)
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(c.Detail, w) {
+				t.Errorf("checkedAs(%s) = %q; want it to say %q", tt.name, c.Detail, w)
+			}
+		}
 	}
 }
 

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"toybox/vat/disk"
@@ -59,14 +61,65 @@ func openLimits(o serveOptions, log *slog.Logger) (cg *cgroup.Host, disks, prepa
 	return cg, disks, prepare
 }
 
+// serviceUser is the user toybox.service runs as (User=toybox), where
+// this host has it.
+type serviceUser struct {
+	name string
+	uid  int
+}
+
+// lookupServiceUser returns the toybox user, or nil where there is none.
+func lookupServiceUser() *serviceUser {
+	u, err := user.Lookup("toybox")
+	if err != nil {
+		return nil
+	}
+	uid, err := strconv.Atoi(u.Uid)
+	if err != nil {
+		return nil
+	}
+	return &serviceUser{name: u.Username, uid: uid}
+}
+
+// checkedAs is doctor's line saying whose results the checks are: this
+// process's uid. Run as another user than toybox.service's (root, say),
+// it is a warning: the service's user may get less (limitChecks names
+// what, where it can tell).
+func checkedAs(euid int, svc *serviceUser) wall.Check {
+	c := wall.Check{Name: "checked as"}
+	who := fmt.Sprintf("uid %d", euid)
+	if u, err := user.LookupId(strconv.Itoa(euid)); err == nil {
+		who += " (" + u.Username + ")"
+	}
+	switch {
+	case svc != nil && euid == svc.uid:
+		c.OK, c.Detail = true, who+", the user toybox.service runs as; the unit's own settings (its seccomp filter, namespaces and delegated cgroup) still apply only under systemd"
+	case svc != nil:
+		c.Warn = true
+		c.Detail = fmt.Sprintf("%s; toybox.service runs as %s (uid %d): its results may differ, and the limit lines say what it will not get", who, svc.name, svc.uid)
+		c.Fix = "read the results for the service's user in toybox serve's log and each vat's unlimited (docs/systemd.md), or run toybox doctor as the user toybox serve runs as"
+	default:
+		c.OK, c.Detail = true, who+"; toybox serve run as another user may differ"
+	}
+	return c
+}
+
 // limitChecks are doctor's lines for the limits this host can enforce on
-// each wall: as this process finds them (a supervisor under systemd uses
-// its unit's delegated cgroup instead). A limit it cannot enforce is a
-// warning: walls still run, and their status says they run without it.
-func limitChecks(stateDir string) []wall.Check {
+// each wall, as this process (euid) finds them. A limit it cannot
+// enforce is a warning: walls still run, and their status says they run
+// without it. Run as root where toybox.service runs as svc, a limit the
+// service never gets is a warning too (docs/systemd.md): no disk limit
+// (a loop mount needs root), and on cgroup v1 no cgroup limit (systemd
+// delegates no v1 controller to a service that is not root).
+func limitChecks(stateDir string, euid int, svc *serviceUser) []wall.Check {
 	cg := cgroup.Open(cgroup.Config{Name: fmt.Sprintf("toybox-doctor-%d", os.Getpid())})
 	defer cg.Close()
 	sup := cg.Support()
+	notService := svc != nil && euid == 0 && svc.uid != 0
+	service := ""
+	if notService {
+		service = fmt.Sprintf("not for toybox.service (User=%s", svc.name)
+	}
 	var out []wall.Check
 	if sup.Version > 0 {
 		out = append(out, wall.Check{Name: "limits: cgroups", OK: true, Detail: fmt.Sprintf("cgroup v%d; a wall's group would be made in %s", sup.Version, strings.Join(sup.Where, ", "))})
@@ -79,6 +132,10 @@ func limitChecks(stateDir string) []wall.Check {
 			if k == cgroup.Tasks {
 				c.Detail += fmt.Sprintf("; each wall's RLIMIT_NPROC still holds it, and the entry's reserve of %d is only the app's soft RLIMIT_NPROC, which the app may raise", wall.TaskReserve)
 			}
+		} else if notService && sup.Version == 1 {
+			c.OK, c.Warn = false, true
+			c.Detail = fmt.Sprintf("enforced for uid %d here, %s): systemd delegates no cgroup v1 controller to a service that is not root", euid, service)
+			c.Fix = "run the host on cgroup v2 (systemd.unified_cgroup_hierarchy=1 on the kernel command line): toybox.service's Delegate=yes then hands it the controllers"
 		}
 		out = append(out, c)
 	}
@@ -88,6 +145,12 @@ func limitChecks(stateDir string) []wall.Check {
 	if err := disk.Open(stateDir).Support(); err != nil {
 		c.OK, c.Warn, c.Detail = false, true, "not enforced here: "+err.Error()
 		p.OK, p.Warn, p.Detail = false, true, "not enforced here: a package install's script or registry may fill the state file system: "+err.Error()
+		c.Fix, p.Fix = diskFix, diskFix
+	} else if notService {
+		c.OK, c.Warn = false, true
+		c.Detail = fmt.Sprintf("enforced for uid %d here, %s): a loop-mounted file system per data folder needs root, so no vat of the service gets a disk limit", euid, service)
+		p.OK, p.Warn = false, true
+		p.Detail = fmt.Sprintf("enforced for uid %d here, %s): a package install's script or registry may fill the state file system", euid, service)
 		c.Fix, p.Fix = diskFix, diskFix
 	} else {
 		c.Detail = fmt.Sprintf("enforced (each data folder a loop-mounted ext4 image of its own; each run folder a %d KiB tmpfs of %d inodes)", disk.RunBytes>>10, disk.RunInodes)
