@@ -415,12 +415,7 @@ func (p *proc) send(m mcp.Msg, c *call) error {
 	}
 	p.next++
 	c.up = p.next
-	if c.clientID == nil {
-		// Not the body's: it is not held past its request. A
-		// session's call has it from before it was in flight, read
-		// under the session's lock.
-		c.clientID = bytes.Clone(m.ID)
-	}
+	c.clientID = bytes.Clone(m.ID) // not the body's: it is not held past its request
 	c.method = m.Method
 	c.started = time.Now()
 	up := []byte(strconv.FormatInt(c.up, 10))

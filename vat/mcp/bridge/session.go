@@ -296,15 +296,6 @@ func (s *session) request(w http.ResponseWriter, r *http.Request, m mcp.Msg) {
 		writeError(w, http.StatusNotFound, m.ID, mcp.CodeRequestTimeout, "Session not found", nil)
 		return
 	}
-	if s.inFlightLocked(m.ID) {
-		s.mu.Unlock()
-		// JSON-RPC: an id is unique among a session's requests in
-		// flight. The one in flight keeps it, so a cancel names it.
-		reason := "request id " + string(m.ID) + " is in flight already: an id names one request until its answer"
-		b.decide(r, s.principal, mcp.Legacy, s.id, m.Method, http.StatusBadRequest, reason)
-		writeError(w, http.StatusBadRequest, m.ID, mcp.CodeInvalidRequest, reason, nil)
-		return
-	}
 	if len(s.inflight)+s.batched >= maxSessionStreams || len(s.streams) >= maxSessionStreams && !s.forgetEndedLocked() {
 		s.mu.Unlock()
 		s.busy(w, r, m.Method, m.ID)
@@ -312,14 +303,11 @@ func (s *session) request(w http.ResponseWriter, r *http.Request, m mcp.Msg) {
 	}
 	s.streams[st.id] = st
 	prime := s.version >= "2025-11-25"
-	// In flight from now, under the lock its check took: a second
-	// request with its id, at once, is refused.
-	c.clientID = bytes.Clone(m.ID)
-	s.trackLocked(c)
 	s.mu.Unlock()
 	// This POST reads it from before its answer can come: past the
 	// bounds of what the bridge keeps, it is no stream no client reads.
 	sl := st.attach()
+	s.track(c)
 	if err := s.proc().send(m, c); err != nil {
 		st.detach(sl)
 		s.mu.Lock()
@@ -366,29 +354,13 @@ var testHookSent func(s *session, st *stream)
 // track counts c among the session's calls in flight until it is done.
 func (s *session) track(c *call) {
 	s.mu.Lock()
-	s.trackLocked(c)
-	s.mu.Unlock()
-}
-
-// trackLocked is track with s.mu held.
-func (s *session) trackLocked(c *call) {
 	s.inflight[c] = true
+	s.mu.Unlock()
 	c.onEnd = func() {
 		s.mu.Lock()
 		delete(s.inflight, c)
 		s.mu.Unlock()
 	}
-}
-
-// inFlightLocked reports whether a call of the session with client id
-// id is in flight (s.mu held).
-func (s *session) inFlightLocked(id []byte) bool {
-	for c := range s.inflight {
-		if bytes.Equal(c.clientID, id) {
-			return true
-		}
-	}
-	return false
 }
 
 // streamDone forgets a POST stream once its end was written.
@@ -792,7 +764,7 @@ func (b *Bridge) postBatch(w http.ResponseWriter, r *http.Request, principal str
 			// This POST reads it: past the bounds of what the bridge
 			// keeps, streams no client reads lose their events first.
 			slots = append(slots, st.attach())
-			c := &call{st: st, sess: s, clientID: bytes.Clone(m.ID)}
+			c := &call{st: st, sess: s}
 			s.track(c)
 			if err := s.proc().send(m, c); err != nil {
 				c.onEnd() // never in flight: not counted against the bound
