@@ -453,26 +453,8 @@ func TestPurgeKeptData(t *testing.T) {
 // that, a crash-restart or a new install, still runs its own entry: a
 // mixed pair (old supervisor, new entry) never runs.
 func TestEntryReplacedWhileServing(t *testing.T) {
-	dir, err := os.MkdirTemp("", "tbx-entry-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o711); err != nil {
-		t.Fatal(err)
-	}
-	entry := filepath.Join(dir, "toybox-entry")
-	copyExec := func(from, to string) {
-		t.Helper()
-		b, err := os.ReadFile(from)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(to, b, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	copyExec(filepath.Join(bins, "toybox-entry"), entry)
+	entry := entryPath(t)
+	copyExec(t, filepath.Join(bins, "toybox-entry"), entry)
 	s := newStack(t, stackOpts{extra: []string{"--entry", entry}})
 	s.mustInstall("alice", example(t, "counter-v1"), "")
 	s.mustGet("/alice", "v1 count 1")
@@ -483,7 +465,7 @@ func TestEntryReplacedWhileServing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	copyExec(other, entry+".new")
+	copyExec(t, other, entry+".new")
 	if err := os.Rename(entry+".new", entry); err != nil {
 		t.Fatal(err)
 	}
@@ -508,6 +490,19 @@ func TestEntryReplacedWhileServing(t *testing.T) {
 // toybox-entry when it started runs no wall, not even once the file
 // appears (that one may be of another build): the refusal says so.
 func TestEntryMissingAtStart(t *testing.T) {
+	entry := entryPath(t)
+	s := newStack(t, stackOpts{extra: []string{"--entry", entry}})
+	copyExec(t, filepath.Join(bins, "toybox-entry"), entry)
+	code, body := s.install("alice", example(t, "counter-v1"), "")
+	if code == http.StatusOK || !strings.Contains(body, "could not be opened when toybox started") || !strings.Contains(body, "restart toybox") {
+		t.Fatalf("install with no entry at start = %d %s; want a refusal saying the entry was missing at start and to restart", code, body)
+	}
+}
+
+// entryPath is where a test's own toybox-entry goes: in a folder of its
+// own that the walls' uids may pass through (0711), removed at the end.
+func entryPath(t *testing.T) string {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "tbx-entry-")
 	if err != nil {
 		t.Fatal(err)
@@ -516,17 +511,17 @@ func TestEntryMissingAtStart(t *testing.T) {
 	if err := os.Chmod(dir, 0o711); err != nil {
 		t.Fatal(err)
 	}
-	entry := filepath.Join(dir, "toybox-entry")
-	s := newStack(t, stackOpts{extra: []string{"--entry", entry}})
-	b, err := os.ReadFile(filepath.Join(bins, "toybox-entry"))
+	return filepath.Join(dir, "toybox-entry")
+}
+
+// copyExec copies the file from into a new executable at to.
+func copyExec(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(entry, b, 0o755); err != nil {
+	if err := os.WriteFile(to, b, 0o755); err != nil {
 		t.Fatal(err)
-	}
-	code, body := s.install("alice", example(t, "counter-v1"), "")
-	if code == http.StatusOK || !strings.Contains(body, "could not be opened when toybox started") || !strings.Contains(body, "restart toybox") {
-		t.Fatalf("install with no entry at start = %d %s; want a refusal saying the entry was missing at start and to restart", code, body)
 	}
 }
