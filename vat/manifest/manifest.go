@@ -88,6 +88,9 @@ func (h Host) Loopback() bool { return labels.LoopbackHost(h.Host) }
 
 var envKeyRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 
+// ValidEnvKey reports whether k is an env key a manifest may declare.
+func ValidEnvKey(k string) bool { return envKeyRe.MatchString(k) }
+
 // reservedEnv are keys the supervisor and the wall set; a manifest cannot
 // declare them.
 var reservedEnv = map[string]bool{

@@ -26,23 +26,6 @@ type ServerJSON struct {
 	Required []string
 }
 
-// OwnerEnv is the owner's values with the defaults filled in where the
-// owner gave none. With no defaults it returns env as given (nil stays
-// nil, so an upgrade carries the old values over).
-func (sj ServerJSON) OwnerEnv(env map[string]string) map[string]string {
-	if len(sj.Defaults) == 0 {
-		return env
-	}
-	out := map[string]string{}
-	for k, v := range sj.Defaults {
-		out[k] = v
-	}
-	for k, v := range env {
-		out[k] = v
-	}
-	return out
-}
-
 type sjDoc struct {
 	Schema   string      `json:"$schema"`
 	Name     string      `json:"name"`

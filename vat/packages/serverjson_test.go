@@ -52,7 +52,7 @@ func TestParseServerJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Join(sj.Spec.Args, " ") != "serve" || strings.Join(sj.Env, ",") != "API_KEY,UNITS" || sj.OwnerEnv(map[string]string{"API_KEY": "k"})["UNITS"] != "metric" || strings.Join(sj.Required, ",") != "API_KEY" {
+	if strings.Join(sj.Spec.Args, " ") != "serve" || strings.Join(sj.Env, ",") != "API_KEY,UNITS" || sj.Defaults["UNITS"] != "metric" || strings.Join(sj.Required, ",") != "API_KEY" {
 		t.Errorf("args %v env %v required %v defaults %v", sj.Spec.Args, sj.Env, sj.Required, sj.Defaults)
 	}
 }

@@ -16,7 +16,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -237,7 +236,7 @@ func parseUnsetEnv(p string, env map[string]string) ([]string, error) {
 	var keys []string
 	for _, k := range strings.Split(p, ",") {
 		switch {
-		case !envKeyRe.MatchString(k):
+		case !manifest.ValidEnvKey(k):
 			return nil, fmt.Errorf("%w: unset-env: %q is not an env key", ErrBadInput, k)
 		case slices.Contains(keys, k):
 			return nil, fmt.Errorf("%w: unset-env: %s is named twice", ErrBadInput, k)
@@ -249,9 +248,6 @@ func parseUnsetEnv(p string, env map[string]string) ([]string, error) {
 	}
 	return keys, nil
 }
-
-// envKeyRe is an env key as a manifest declares one.
-var envKeyRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // ownerEnvOf is the env values vat id holds now (nil for none, or for no
 // vat). Install decides again under the vat's lock (mergeEnv).
