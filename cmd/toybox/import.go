@@ -291,11 +291,13 @@ func removeLeftovers(config string) {
 		return
 	}
 	for _, e := range ents {
-		ok, legacy := copyOf(e.Name(), base)
-		if !ok || !e.Type().IsRegular() {
+		// Only toybox's own name: an older toybox's .<file>.<digits>
+		// cannot be told from a copy the owner made beside the config
+		// (.<file>.<a timestamp>), which is not toybox's to remove.
+		if ok, legacy := copyOf(e.Name(), base); !ok || legacy || !e.Type().IsRegular() {
 			continue
 		}
-		reportRemoved(filepath.Join(dir, e.Name()), real, legacy)
+		reportRemoved(filepath.Join(dir, e.Name()), real, false)
 	}
 }
 

@@ -1186,13 +1186,13 @@ func TestImportRemovesBackupLeftovers(t *testing.T) {
 	removedAndKept(t, stderr, []string{left, old}, theirs)
 }
 
-// TestImportRemovesOldConfigCopies: a copy of the config an older toybox
-// wrote beside it (.<file>.<random>, with the config's mode and the env
-// values) and one a killed run left (.<file>.toybox-<random>) were removed
+// TestImportRemovesOldConfigCopies: a copy of the config a killed run left
+// beside it (.<file>.toybox-<random>, the env values in it) was removed
 // only by a run that rewrote the config or undid an import. An import
-// without --rewrite now removes them too. A copy another run is writing
-// now (it holds its lock), one an older toybox may be writing now (newer
-// than a minute), and the owner's files stay.
+// without --rewrite now removes it too. A copy another run is writing now
+// (it holds its lock) stays, and so does every .<file>.<digits>: an older
+// toybox named its copies so, but so may the owner name a copy of their
+// own (a timestamp), and that is not toybox's to remove.
 func TestImportRemovesOldConfigCopies(t *testing.T) {
 	dir := t.TempDir()
 	src := notesServer(t, dir)
@@ -1200,13 +1200,16 @@ func TestImportRemovesOldConfigCopies(t *testing.T) {
 	f := &fakeSupervisor{dataDir: filepath.Join(dir, "state", "data", "notes")}
 	sock := serveAdmin(t, dir, f)
 	base := filepath.Join(dir, ".claude_desktop_config.json")
-	stale := []string{base + ".2718281828", base + ".toybox-1414213562"}
+	stale := []string{base + ".toybox-1414213562"}
 	keep := []string{
 		base + ".toybox-1732050807", // in use: its run holds the lock
 		base + ".1618033988",        // an older toybox's, written just now
 		base + ".bak",
 		base + ".12ab",
 		filepath.Join(dir, ".other.json.2718281828"),
+		// An older toybox's name, an hour old, is also what the owner's
+		// own timestamped copy looks like: not toybox's to remove.
+		base + ".1733600000",
 	}
 	files := map[string]string{}
 	for _, p := range append(slices.Clone(stale), keep...) {
